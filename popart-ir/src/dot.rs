@@ -1,0 +1,1 @@
+//! Graphviz DOT export.

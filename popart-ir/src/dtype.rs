@@ -1,0 +1,131 @@
+//! Element data types.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The element type of a tensor.
+///
+/// ```
+/// use popart_ir::DataType;
+/// assert_eq!(DataType::Float32.size_bytes(), 4);
+/// assert_eq!("float16".parse::<DataType>().unwrap(), DataType::Float16);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DataType {
+    /// Boolean, one byte per element.
+    Bool,
+    /// Signed 8-bit integer.
+    Int8,
+    /// Signed 16-bit integer.
+    Int16,
+    /// Signed 32-bit integer.
+    Int32,
+    /// Signed 64-bit integer.
+    Int64,
+    /// Unsigned 8-bit integer.
+    Uint8,
+    /// Unsigned 16-bit integer.
+    Uint16,
+    /// Unsigned 32-bit integer.
+    Uint32,
+    /// Unsigned 64-bit integer.
+    Uint64,
+    /// IEEE half precision.
+    Float16,
+    /// IEEE single precision.
+    Float32,
+    /// IEEE double precision.
+    Float64,
+}
+
+impl DataType {
+    /// Every data type, in declaration order.
+    pub const ALL: [DataType; 12] = [
+        DataType::Bool,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Float16,
+        DataType::Float32,
+        DataType::Float64,
+    ];
+
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        use DataType::*;
+        match self {
+            Bool | Int8 | Uint8 => 1,
+            Int16 | Uint16 | Float16 => 2,
+            Int32 | Uint32 | Float32 => 4,
+            Int64 | Uint64 | Float64 => 8,
+        }
+    }
+
+    /// True for the floating point types.
+    pub fn is_floating_point(self) -> bool {
+        matches!(self, DataType::Float16 | DataType::Float32 | DataType::Float64)
+    }
+
+    /// True for the signed and unsigned integer types (not bool).
+    pub fn is_int(self) -> bool {
+        !self.is_floating_point() && self != DataType::Bool
+    }
+
+    /// True for types that can represent negative values.
+    pub fn is_signed(self) -> bool {
+        use DataType::*;
+        matches!(self, Int8 | Int16 | Int32 | Int64 | Float16 | Float32 | Float64)
+    }
+
+    /// The lower-case name used by the text form and by PopXL (`float32`, `int8`...).
+    pub fn name(self) -> &'static str {
+        use DataType::*;
+        match self {
+            Bool => "bool",
+            Int8 => "int8",
+            Int16 => "int16",
+            Int32 => "int32",
+            Int64 => "int64",
+            Uint8 => "uint8",
+            Uint16 => "uint16",
+            Uint32 => "uint32",
+            Uint64 => "uint64",
+            Float16 => "float16",
+            Float32 => "float32",
+            Float64 => "float64",
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error returned when a string names no data type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown data type `{0}`")]
+pub struct UnknownDataType(pub String);
+
+impl FromStr for DataType {
+    type Err = UnknownDataType;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let alias = match s {
+            "half" => "float16",
+            "float" => "float32",
+            "double" => "float64",
+            other => other,
+        };
+        DataType::ALL
+            .iter()
+            .copied()
+            .find(|d| d.name() == alias)
+            .ok_or_else(|| UnknownDataType(s.to_string()))
+    }
+}

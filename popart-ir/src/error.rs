@@ -1,0 +1,135 @@
+//! The crate's error type.
+
+/// Everything that can go wrong when building, editing, scheduling, verifying
+/// or parsing an IR. Each variant names the graphs, ops and tensors involved.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IrError {
+    /// A graph id or name that the IR does not hold.
+    #[error("unknown graph `{0}`")]
+    UnknownGraph(String),
+    /// A tensor id or name that the graph does not hold.
+    #[error("graph `{graph}` has no tensor `{tensor}`")]
+    UnknownTensor {
+        /// Graph searched.
+        graph: String,
+        /// Tensor asked for.
+        tensor: String,
+    },
+    /// An op id or name that the graph does not hold.
+    #[error("graph `{graph}` has no op `{op}`")]
+    UnknownOp {
+        /// Graph searched.
+        graph: String,
+        /// Op asked for.
+        op: String,
+    },
+    /// An op type that is not registered.
+    #[error("unknown op type `{0}` (register custom ops with `popart_ir::register_op`)")]
+    UnknownOpType(String),
+    /// Two different op definitions registered under one type name.
+    #[error("op type `{0}` is already registered with a different definition")]
+    DuplicateOpType(String),
+    /// A tensor name already used in the graph.
+    #[error("graph `{graph}` already has a tensor named `{name}`")]
+    DuplicateTensorName {
+        /// Graph.
+        graph: String,
+        /// Name in use.
+        name: String,
+    },
+    /// A graph name already used in the IR.
+    #[error("the IR already has a graph named `{0}`")]
+    DuplicateGraphName(String),
+    /// Connecting an output to a tensor that already has a producer.
+    #[error("tensor `{tensor}` in graph `{graph}` is already produced by op `{producer}`; cannot connect it as an output of `{op}`")]
+    AlreadyProduced {
+        /// Graph.
+        graph: String,
+        /// Tensor.
+        tensor: String,
+        /// Its existing producer.
+        producer: String,
+        /// Op that tried to produce it.
+        op: String,
+    },
+    /// Connecting an op output to a tensor that is not an activation (graph input, variable, constant, stream).
+    #[error("tensor `{tensor}` in graph `{graph}` is a {what} and cannot be produced by op `{op}`")]
+    NotProducible {
+        /// Graph.
+        graph: String,
+        /// Tensor.
+        tensor: String,
+        /// What the tensor is.
+        what: &'static str,
+        /// Op that tried to produce it.
+        op: String,
+    },
+    /// An input or output index that is already connected.
+    #[error("op `{op}` already has an {side} at index {index}")]
+    IndexTaken {
+        /// Op.
+        op: String,
+        /// "input" or "output".
+        side: &'static str,
+        /// Index.
+        index: u32,
+    },
+    /// An input or output index that is not connected.
+    #[error("op `{op}` has no {side} at index {index}")]
+    IndexNotConnected {
+        /// Op.
+        op: String,
+        /// "input" or "output".
+        side: &'static str,
+        /// Index.
+        index: u32,
+    },
+    /// Shape or type inference rejected the op's inputs or attributes.
+    #[error("op `{op}` ({op_type}): {message}")]
+    Inference {
+        /// Op name.
+        op: String,
+        /// Op type.
+        op_type: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tensor that cannot be removed because it is still connected or is a graph input/output.
+    #[error("tensor `{tensor}` in graph `{graph}` is still in use: {reason}")]
+    TensorInUse {
+        /// Graph.
+        graph: String,
+        /// Tensor.
+        tensor: String,
+        /// Why.
+        reason: String,
+    },
+    /// A topological constraint between an op and itself.
+    #[error("topological constraint from op `{0}` to itself")]
+    SelfConstraint(String),
+    /// The ops, data edges and topological constraints of a graph contain a cycle.
+    #[error("graph `{graph}` has a cycle through ops [{}]", ops.join(" -> "))]
+    Cycle {
+        /// Graph.
+        graph: String,
+        /// The ops on the cycle, in order (the first op follows the last).
+        ops: Vec<String>,
+    },
+    /// A graph that calls itself, directly or through other graphs.
+    #[error("graph `{0}` calls itself (recursion is not supported)")]
+    RecursiveGraph(String),
+    /// The verifier found a broken invariant.
+    #[error("invalid IR: {0}")]
+    Invalid(String),
+    /// The text form could not be parsed.
+    #[error("parse error at line {line}: {message}")]
+    Parse {
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = IrError> = std::result::Result<T, E>;

@@ -1,0 +1,281 @@
+//! The IR: owner of all graphs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use slotmap::SlotMap;
+
+use crate::op::InferContext;
+use crate::{lookup_op, Attributes, Graph, GraphId, IrError, OpDef, OpId, Result, TensorId, TensorInfo};
+
+static NEXT_IR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The name of the main graph.
+pub const MAIN_GRAPH_NAME: &str = "main";
+
+/// An IR: one main graph and any number of subgraphs. Several IRs can live in
+/// one process; each has a process-unique [`Ir::id`].
+///
+/// ```
+/// use popart_ir::{Ir, Attributes, DataType, TensorInfo};
+/// let mut ir = Ir::new();
+/// let main = ir.main_graph_id();
+/// let x = ir.graph_mut(main).unwrap().add_input("x", TensorInfo::new(DataType::Float32, [2])).unwrap();
+/// let op = ir.create_op(main, "Relu", Attributes::new(), &[(0, x)], "relu").unwrap();
+/// let g = ir.graph(main).unwrap();
+/// let y = g.op(op).unwrap().output(0).unwrap();
+/// assert_eq!(g.tensor(y).unwrap().info, TensorInfo::new(DataType::Float32, [2]));
+/// ir.verify().unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct Ir {
+    id: u64,
+    graphs: SlotMap<GraphId, Graph>,
+    graph_names: HashMap<String, GraphId>,
+    main: GraphId,
+    /// Host-load executions per stream per `run` (PopXL's `num_host_transfers`).
+    pub num_host_transfers: usize,
+    /// Number of replicas (PopXL's `replication_factor`).
+    pub replication_factor: usize,
+}
+
+impl Default for Ir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Ir {
+    /// A new IR with an empty main graph.
+    pub fn new() -> Self {
+        let mut graphs = SlotMap::with_key();
+        let main = graphs.insert_with_key(|id| Graph::new(id, MAIN_GRAPH_NAME.to_string()));
+        let mut graph_names = HashMap::new();
+        graph_names.insert(MAIN_GRAPH_NAME.to_string(), main);
+        Ir {
+            id: NEXT_IR_ID.fetch_add(1, Ordering::Relaxed),
+            graphs,
+            graph_names,
+            main,
+            num_host_transfers: 1,
+            replication_factor: 1,
+        }
+    }
+
+    /// Process-unique id of this IR (clones share it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The main graph's id.
+    pub fn main_graph_id(&self) -> GraphId {
+        self.main
+    }
+
+    /// The main graph.
+    pub fn main_graph(&self) -> &Graph {
+        &self.graphs[self.main]
+    }
+
+    /// The main graph, mutably.
+    pub fn main_graph_mut(&mut self) -> &mut Graph {
+        &mut self.graphs[self.main]
+    }
+
+    /// Create an empty subgraph; `name` must be unique in the IR.
+    pub fn create_graph(&mut self, name: &str) -> Result<GraphId> {
+        if self.graph_names.contains_key(name) {
+            return Err(IrError::DuplicateGraphName(name.to_string()));
+        }
+        let id = self.graphs.insert_with_key(|id| Graph::new(id, name.to_string()));
+        self.graph_names.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    /// A graph name not yet used in this IR, derived from `base` (`base`, `base_1`, ...).
+    pub fn unique_graph_name(&self, base: &str) -> String {
+        if !self.graph_names.contains_key(base) {
+            return base.to_string();
+        }
+        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.graph_names.contains_key(n)).expect("infinite")
+    }
+
+    /// A graph by id.
+    pub fn graph(&self, id: GraphId) -> Result<&Graph> {
+        self.graphs.get(id).ok_or_else(|| IrError::UnknownGraph(format!("{id:?}")))
+    }
+
+    /// A graph by id, mutably.
+    pub fn graph_mut(&mut self, id: GraphId) -> Result<&mut Graph> {
+        self.graphs.get_mut(id).ok_or_else(|| IrError::UnknownGraph(format!("{id:?}")))
+    }
+
+    /// A graph by name.
+    pub fn graph_by_name(&self, name: &str) -> Result<&Graph> {
+        self.graph_names
+            .get(name)
+            .map(|id| &self.graphs[*id])
+            .ok_or_else(|| IrError::UnknownGraph(name.to_string()))
+    }
+
+    /// True if `id` is a graph of this IR.
+    pub fn contains_graph(&self, id: GraphId) -> bool {
+        self.graphs.contains_key(id)
+    }
+
+    /// Every graph, main graph first, then subgraphs in creation order.
+    pub fn graphs(&self) -> impl Iterator<Item = &Graph> {
+        // Slotmap keys of a never-shrunk map iterate in insertion order.
+        self.graphs.values()
+    }
+
+    /// Ids of every graph, main first.
+    pub fn graph_ids(&self) -> Vec<GraphId> {
+        self.graphs.keys().collect()
+    }
+
+    /// Remove a subgraph that no op calls. The main graph cannot be removed.
+    pub fn remove_graph(&mut self, id: GraphId) -> Result<Graph> {
+        let name = self.graph(id)?.name.clone();
+        if id == self.main {
+            return Err(IrError::Invalid("the main graph cannot be removed".into()));
+        }
+        for g in self.graphs.values() {
+            if let Some(op) = g.ops().find(|o| o.called_graphs().contains(&id)) {
+                return Err(IrError::Invalid(format!(
+                    "graph `{name}` is still called by op `{}` of graph `{}`",
+                    op.name, g.name
+                )));
+            }
+        }
+        self.graph_names.remove(&name);
+        Ok(self.graphs.remove(id).expect("checked"))
+    }
+
+    /// Create an op of a registered type in `graph`, connect `inputs`
+    /// (`(index, tensor)` pairs), run shape inference and create its outputs
+    /// (named `<op name>:<index>`, made unique). Nothing is changed on error.
+    pub fn create_op(
+        &mut self,
+        graph: GraphId,
+        op_type: &str,
+        attrs: Attributes,
+        inputs: &[(u32, TensorId)],
+        name: &str,
+    ) -> Result<OpId> {
+        let def = lookup_op(op_type)?;
+        self.create_op_with_def(graph, def, attrs, inputs, name)
+    }
+
+    /// [`Ir::create_op`] with the definition given directly.
+    pub fn create_op_with_def(
+        &mut self,
+        graph: GraphId,
+        def: &'static dyn OpDef,
+        attrs: Attributes,
+        inputs: &[(u32, TensorId)],
+        name: &str,
+    ) -> Result<OpId> {
+        let infos = self.infer_outputs(graph, def, &attrs, inputs, name)?;
+        self.create_op_with_outputs(graph, def, attrs, inputs, infos, &[], name)
+    }
+
+    /// Run shape inference for an op that would be created with these inputs.
+    pub fn infer_outputs(
+        &self,
+        graph: GraphId,
+        def: &'static dyn OpDef,
+        attrs: &Attributes,
+        inputs: &[(u32, TensorId)],
+        name: &str,
+    ) -> Result<Vec<TensorInfo>> {
+        let g = self.graph(graph)?;
+        let mut in_infos: Vec<(u32, TensorInfo)> = Vec::with_capacity(inputs.len());
+        for &(i, t) in inputs {
+            if in_infos.iter().any(|(j, _)| *j == i) {
+                return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: i });
+            }
+            in_infos.push((i, g.tensor(t)?.info.clone()));
+        }
+        in_infos.sort_unstable_by_key(|(i, _)| *i);
+        for called in attrs.graphs() {
+            self.graph(called)?;
+        }
+        def.infer(&InferContext { op_name: name, op_type: def.op_type(), inputs: &in_infos, attrs, ir: self })
+    }
+
+    /// Create and connect an op whose output infos are already known (used by the
+    /// parser and by passes that clone ops). `output_names` are made unique; missing
+    /// names default to `<op name>:<index>`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_op_with_outputs(
+        &mut self,
+        graph: GraphId,
+        def: &'static dyn OpDef,
+        attrs: Attributes,
+        inputs: &[(u32, TensorId)],
+        output_infos: Vec<TensorInfo>,
+        output_names: &[String],
+        name: &str,
+    ) -> Result<OpId> {
+        let g = self.graph_mut(graph)?;
+        for &(_, t) in inputs {
+            g.tensor(t)?;
+        }
+        let op = g.add_op(def, attrs, name);
+        for &(i, t) in inputs {
+            if let Err(e) = g.connect_input(op, i, t) {
+                g.erase_op(op).expect("just created");
+                return Err(e);
+            }
+        }
+        let op_name = g.op(op)?.name.clone();
+        for (i, info) in output_infos.into_iter().enumerate() {
+            let base = output_names.get(i).cloned().unwrap_or_else(|| format!("{op_name}:{i}"));
+            g.create_output(op, i as u32, &base, info)?;
+        }
+        Ok(op)
+    }
+
+    /// Graphs in an order where every called graph comes before its callers
+    /// (callees first); an error names a graph that calls itself.
+    pub fn graphs_callees_first(&self) -> Result<Vec<GraphId>> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            None,
+            Active,
+            Done,
+        }
+        let mut marks: HashMap<GraphId, Mark> = self.graphs.keys().map(|g| (g, Mark::None)).collect();
+        let mut order = Vec::new();
+        for root in self.graphs.keys() {
+            if marks[&root] != Mark::None {
+                continue;
+            }
+            // Iterative DFS: (graph, callees, next index).
+            let mut stack: Vec<(GraphId, Vec<GraphId>, usize)> = vec![(root, self.graphs[root].called_graphs(), 0)];
+            marks.insert(root, Mark::Active);
+            while let Some((g, callees, i)) = stack.last_mut() {
+                if *i < callees.len() {
+                    let c = callees[*i];
+                    *i += 1;
+                    match marks.get(&c).copied().unwrap_or(Mark::Done) {
+                        Mark::Active => return Err(IrError::RecursiveGraph(self.graphs[c].name.clone())),
+                        Mark::None => {
+                            marks.insert(c, Mark::Active);
+                            let cc = self.graphs[c].called_graphs();
+                            stack.push((c, cc, 0));
+                        }
+                        Mark::Done => {}
+                    }
+                } else {
+                    let g = *g;
+                    marks.insert(g, Mark::Done);
+                    order.push(g);
+                    stack.pop();
+                }
+            }
+        }
+        Ok(order)
+    }
+}

@@ -1,0 +1,48 @@
+//! # popart-ir
+//!
+//! The intermediate representation at the bottom of the stack: an [`Ir`] owns one
+//! main [`Graph`] and any number of subgraphs; a graph owns its [`Op`]s and
+//! [`Tensor`]s in arenas with typed ids; ops connect to tensors through
+//! [`TensorIndexMap`]s; [`TopoCons`] add ordering beyond data edges; the
+//! [scheduler](Ir::schedule) orders ops; the [verifier](Ir::verify) checks every
+//! invariant; [`text`] prints and parses a whole IR; [`dot`] exports Graphviz.
+//!
+//! This crate knows nothing of devices, kernels or ndarray.
+
+#![warn(missing_docs)]
+
+mod attr;
+pub mod dot;
+mod dtype;
+mod error;
+mod graph;
+mod ir;
+mod op;
+pub mod ops;
+mod schedule;
+mod tensor;
+pub mod text;
+mod topocons;
+mod verify;
+
+pub use attr::{AttrValue, Attributes};
+pub use dtype::{DataType, UnknownDataType};
+pub use error::{IrError, Result};
+pub use graph::Graph;
+pub use ir::{Ir, MAIN_GRAPH_NAME};
+pub use op::{
+    lookup_op, register_op, registered_op_types, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef,
+    OpFlags, TensorIndexMap,
+};
+pub use schedule::ScheduleOptions;
+pub use tensor::{HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};
+pub use topocons::{TopoCon, TopoCons};
+
+slotmap::new_key_type! {
+    /// Id of a graph within its [`Ir`].
+    pub struct GraphId;
+    /// Id of an op within its [`Graph`].
+    pub struct OpId;
+    /// Id of a tensor within its [`Graph`].
+    pub struct TensorId;
+}

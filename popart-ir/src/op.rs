@@ -1,0 +1,369 @@
+//! Ops: their data ([`Op`]), their behaviour ([`OpDef`]) and the registry of op types.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{OnceLock, RwLock};
+
+use crate::{Attributes, Graph, GraphId, Ir, IrError, OpId, Result, TensorId, TensorInfo};
+
+bitflags::bitflags! {
+    /// Properties of an op that passes must respect.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct OpFlags: u32 {
+        /// An effect beyond its outputs and modified inputs (host IO, code load...): never pruned.
+        const SIDE_EFFECT = 1 << 0;
+        /// Writes to at least one of its inputs in place (see [`OpDef::modified_inputs`]).
+        const MODIFIES_INPUTS = 1 << 1;
+        /// The in-place variant of another op.
+        const INPLACE = 1 << 2;
+        /// Calls other graphs (call, repeat, if).
+        const SUBGRAPH = 1 << 3;
+        /// Output is a view of an input (no data movement needed).
+        const VIEW = 1 << 4;
+        /// Moves data between host and device.
+        const HOST_IO = 1 << 5;
+        /// Depends on a random seed input.
+        const RANDOM = 1 << 6;
+    }
+}
+
+/// Where an input of a gradient op comes from (PopART's `GradInOutMapper`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GradSource {
+    /// The forward op's input at this index.
+    FwdInput(u32),
+    /// The forward op's output at this index.
+    FwdOutput(u32),
+    /// The gradient of the forward op's output at this index.
+    GradOfOutput(u32),
+}
+
+/// One gradient op, declared by a forward op's [`OpDef::grad`]: which op to create,
+/// what it consumes and which forward inputs its outputs are gradients of.
+/// Autodiff does all the wiring; if an output's shape differs from its forward
+/// input's (broadcasting), autodiff reduces it to the input's shape by summation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradOpSpec {
+    /// Op type of the gradient op (must be registered).
+    pub op_type: &'static str,
+    /// Its attributes.
+    pub attrs: Attributes,
+    /// Gradient-op input index -> source.
+    pub inputs: Vec<(u32, GradSource)>,
+    /// Gradient-op output index -> index of the forward input it is the gradient of.
+    pub outputs: Vec<(u32, u32)>,
+}
+
+/// How an op type is differentiated.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GradRule {
+    /// Not differentiable: an error if a required gradient flows through it.
+    None,
+    /// Gradient is zero everywhere (sign, floor, comparisons...).
+    Zero,
+    /// Stops gradients by design (detach): gradients of the inputs are absent, not an error.
+    Stop,
+    /// Gradient ops to create.
+    Ops(Vec<GradOpSpec>),
+    /// A subgraph op (call, if): autodiff differentiates the called graphs itself.
+    Subgraph,
+}
+
+/// What shape inference sees: the op's inputs, attributes and the IR (for called graphs).
+pub struct InferContext<'a> {
+    pub(crate) op_name: &'a str,
+    pub(crate) op_type: &'static str,
+    pub(crate) inputs: &'a [(u32, TensorInfo)],
+    /// The op's attributes.
+    pub attrs: &'a Attributes,
+    /// The IR, to read the signatures of called graphs.
+    pub ir: &'a Ir,
+}
+
+impl<'a> InferContext<'a> {
+    /// Number of connected inputs.
+    pub fn num_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// The info of input `index`, or an error naming the op if it is not connected.
+    pub fn input(&self, index: u32) -> Result<&'a TensorInfo> {
+        self.inputs
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, t)| t)
+            .ok_or_else(|| self.error(format!("missing input at index {index}")))
+    }
+
+    /// The info of input `index` if connected.
+    pub fn optional_input(&self, index: u32) -> Option<&'a TensorInfo> {
+        self.inputs.iter().find(|(i, _)| *i == index).map(|(_, t)| t)
+    }
+
+    /// Every connected input, by index.
+    pub fn inputs(&self) -> &'a [(u32, TensorInfo)] {
+        self.inputs
+    }
+
+    /// A required integer attribute.
+    pub fn int(&self, key: &str) -> Result<i64> {
+        self.attrs.int(key).ok_or_else(|| self.error(format!("missing integer attribute `{key}`")))
+    }
+
+    /// A required float attribute.
+    pub fn float(&self, key: &str) -> Result<f64> {
+        self.attrs.float(key).ok_or_else(|| self.error(format!("missing float attribute `{key}`")))
+    }
+
+    /// A required list-of-integers attribute.
+    pub fn ints(&self, key: &str) -> Result<&'a [i64]> {
+        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
+    }
+
+    /// A required graph attribute.
+    pub fn graph(&self, key: &str) -> Result<&'a Graph> {
+        let id = self.attrs.graph(key).ok_or_else(|| self.error(format!("missing graph attribute `{key}`")))?;
+        self.ir.graph(id)
+    }
+
+    /// An inference error naming this op.
+    pub fn error(&self, message: impl Into<String>) -> IrError {
+        IrError::Inference { op: self.op_name.to_string(), op_type: self.op_type.to_string(), message: message.into() }
+    }
+}
+
+/// The behaviour of an op type: shape inference, properties and the gradient rule.
+/// Lowering rules live in `popart-lower` and kernels in the device crates, keyed by
+/// [`OpDef::op_type`].
+///
+/// Builtin op types are registered by the crate; a custom op implements this trait
+/// on a (usually zero-sized) type and registers a `&'static` instance with
+/// [`register_op`], without editing this crate:
+///
+/// ```
+/// use popart_ir::{register_op, InferContext, OpDef, Result, TensorInfo, Ir, Attributes};
+/// struct Twice;
+/// impl OpDef for Twice {
+///     fn op_type(&self) -> &'static str { "example.Twice" }
+///     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+///         Ok(vec![ctx.input(0)?.clone()])
+///     }
+/// }
+/// static TWICE: Twice = Twice;
+/// register_op(&TWICE).unwrap();
+/// let mut ir = Ir::new();
+/// let main = ir.main_graph_id();
+/// let x = ir.graph_mut(main).unwrap().add_input("x", TensorInfo::new(popart_ir::DataType::Float32, [3])).unwrap();
+/// let op = ir.create_op(main, "example.Twice", Attributes::new(), &[(0, x)], "twice").unwrap();
+/// assert_eq!(ir.graph(main).unwrap().op(op).unwrap().op_type(), "example.Twice");
+/// ```
+pub trait OpDef: Send + Sync + 'static {
+    /// The type name, unique across the registry (`Add`, `MatMul`, `Call`...).
+    fn op_type(&self) -> &'static str;
+
+    /// Output infos for outputs 0..n, from the inputs and attributes. Errors name the op.
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>>;
+
+    /// Property flags (side effect, in-place, subgraph...).
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::empty()
+    }
+
+    /// Indices of inputs written in place.
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        Vec::new()
+    }
+
+    /// (input, output) pairs where the output is the same memory as the input
+    /// (in-place updates and views).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        Vec::new()
+    }
+
+    /// How to differentiate an op of this type.
+    fn grad(&self, _op: &Op) -> GradRule {
+        GradRule::None
+    }
+}
+
+impl fmt::Debug for dyn OpDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OpDef({})", self.op_type())
+    }
+}
+
+fn registry() -> &'static RwLock<HashMap<&'static str, &'static dyn OpDef>> {
+    static REGISTRY: OnceLock<RwLock<HashMap<&'static str, &'static dyn OpDef>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut map = HashMap::new();
+        for def in crate::ops::builtin_ops() {
+            map.insert(def.op_type(), *def);
+        }
+        RwLock::new(map)
+    })
+}
+
+/// Register an op type so that it can be created by name and parsed from the text form.
+/// Registering the same definition twice is allowed; a different definition under a
+/// taken name is an error.
+pub fn register_op(def: &'static dyn OpDef) -> Result<()> {
+    let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
+    match map.get(def.op_type()) {
+        Some(existing) if !std::ptr::addr_eq(*existing as *const dyn OpDef, def as *const dyn OpDef) => {
+            Err(IrError::DuplicateOpType(def.op_type().to_string()))
+        }
+        _ => {
+            map.insert(def.op_type(), def);
+            Ok(())
+        }
+    }
+}
+
+/// The registered definition of an op type.
+pub fn lookup_op(op_type: &str) -> Result<&'static dyn OpDef> {
+    registry()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(op_type)
+        .copied()
+        .ok_or_else(|| IrError::UnknownOpType(op_type.to_string()))
+}
+
+/// Every registered op type name, sorted.
+pub fn registered_op_types() -> Vec<&'static str> {
+    let mut v: Vec<_> = registry().read().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+/// A map from index to tensor, for an op's inputs or outputs. Indices need not
+/// start at 0 nor be contiguous; kept sorted by index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TensorIndexMap {
+    entries: Vec<(u32, TensorId)>,
+}
+
+impl TensorIndexMap {
+    /// The tensor at `index`.
+    pub fn get(&self, index: u32) -> Option<TensorId> {
+        self.entries.iter().find(|(i, _)| *i == index).map(|(_, t)| *t)
+    }
+
+    /// True if `index` is connected.
+    pub fn contains(&self, index: u32) -> bool {
+        self.get(index).is_some()
+    }
+
+    /// (index, tensor) pairs in index order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, TensorId)> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// Tensors in index order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.entries.iter().map(|(_, t)| *t)
+    }
+
+    /// Indices at which `tensor` is connected.
+    pub fn indices_of(&self, tensor: TensorId) -> impl Iterator<Item = u32> + '_ {
+        self.entries.iter().filter(move |(_, t)| *t == tensor).map(|(i, _)| *i)
+    }
+
+    /// Number of connected indices.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing is connected.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Largest index + 1 (0 when empty).
+    pub fn end(&self) -> u32 {
+        self.entries.last().map_or(0, |(i, _)| i + 1)
+    }
+
+    pub(crate) fn insert(&mut self, index: u32, tensor: TensorId) -> bool {
+        match self.entries.binary_search_by_key(&index, |(i, _)| *i) {
+            Ok(_) => false,
+            Err(pos) => {
+                self.entries.insert(pos, (index, tensor));
+                true
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, index: u32) -> Option<TensorId> {
+        let pos = self.entries.binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        Some(self.entries.remove(pos).1)
+    }
+}
+
+/// An op of a graph: its type, name, attributes and connections.
+#[derive(Clone, Debug)]
+pub struct Op {
+    /// Id within its graph.
+    pub id: OpId,
+    /// Name, unique within the graph.
+    pub name: String,
+    pub(crate) def: &'static dyn OpDef,
+    /// Attributes (axes, scalars, called graphs...).
+    pub attrs: Attributes,
+    pub(crate) inputs: TensorIndexMap,
+    pub(crate) outputs: TensorIndexMap,
+    /// Creation sequence number within the graph: the scheduler's final tie-break.
+    pub(crate) seq: u64,
+}
+
+impl Op {
+    /// The op type name.
+    pub fn op_type(&self) -> &'static str {
+        self.def.op_type()
+    }
+
+    /// The op type's definition.
+    pub fn def(&self) -> &'static dyn OpDef {
+        self.def
+    }
+
+    /// Input index map.
+    pub fn inputs(&self) -> &TensorIndexMap {
+        &self.inputs
+    }
+
+    /// Output index map.
+    pub fn outputs(&self) -> &TensorIndexMap {
+        &self.outputs
+    }
+
+    /// The input tensor at `index`.
+    pub fn input(&self, index: u32) -> Option<TensorId> {
+        self.inputs.get(index)
+    }
+
+    /// The output tensor at `index`.
+    pub fn output(&self, index: u32) -> Option<TensorId> {
+        self.outputs.get(index)
+    }
+
+    /// Property flags of this op.
+    pub fn flags(&self) -> OpFlags {
+        self.def.flags(&self.attrs)
+    }
+
+    /// Graphs called by this op (its graph-valued attributes).
+    pub fn called_graphs(&self) -> Vec<GraphId> {
+        self.attrs.graphs().collect()
+    }
+
+    /// Input indices written in place.
+    pub fn modified_inputs(&self) -> Vec<u32> {
+        self.def.modified_inputs(&self.attrs)
+    }
+
+    /// Creation sequence number within the graph.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}

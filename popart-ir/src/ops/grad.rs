@@ -1,0 +1,223 @@
+//! Ops created by autodiff. Input conventions: input 0 is always the incoming
+//! gradient `g`; the others are forward tensors as listed per type.
+
+use super::{broadcast_shapes, op_types, reduce, to_shape};
+use crate::{InferContext, OpDef, Result, TensorInfo};
+
+op_types!(
+    /// `UnaryGrad{func}(g, x?, y?)`: gradient of unary `func` w.r.t. its input, from the
+    /// forward input `x` (index 1) and/or output `y` (index 2). `func` is one of
+    /// `relu`(y) `gelu`(x) `tanh`(y) `sigmoid`(y) `sqrt`(y) `exp`(y) `log`(x) `abs`(x) `sin`(x) `cos`(x).
+    UnaryGrad,
+    /// `BinaryGrad{func}(g, a, b, y?)`: gradient of a binary op w.r.t. one operand, at the
+    /// broadcast shape (autodiff reduces it). `func`: `div_rhs` (-g·a/b²), `pow_lhs`
+    /// (g·b·a^(b-1)), `pow_rhs` (g·y·ln a), `max_lhs`/`min_lhs` (g where a == y),
+    /// `max_rhs`/`min_rhs` (g where b == y).
+    BinaryGrad,
+    /// `WhereGrad{arg}(g, cond)`: `arg` 0 -> where(cond, g, 0), 1 -> where(cond, 0, g).
+    WhereGrad,
+    /// `MatMulLhsGrad(g, a, b)`: `g @ bᵀ` reduced to `a`'s shape.
+    MatMulLhsGrad,
+    /// `MatMulRhsGrad(g, a, b)`: `aᵀ @ g` reduced to `b`'s shape.
+    MatMulRhsGrad,
+    /// `ReduceGrad{func, axes, keepdims}(g, x, y?)`: broadcast `g` back to `x`'s shape;
+    /// `mean` divides by the reduced count, `max`/`min` mask where `x == y`.
+    ReduceGrad,
+    /// `SoftmaxGrad{axis}(g, y)`: `y · (g - sum(g · y, axis))`.
+    SoftmaxGrad,
+    /// `SliceGrad{starts, ends, steps, axes}(g, x)`: zeros of `x`'s shape with `g` in the slice.
+    SliceGrad,
+    /// `GatherGrad{axis}(g, indices, x)`: zeros of `x`'s shape, `g` scatter-added at `indices`.
+    GatherGrad,
+    /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`: `-g / probs` at each label
+    /// (divided by the count of non-ignored labels for `mean`), zero elsewhere.
+    NllLossGrad,
+    /// `ReduceToShape{shape}(x)`: sum `x` over the dims that broadcasting expanded from `shape`.
+    ReduceToShape,
+    /// `Sum(x0, x1, ...)`: elementwise sum of equally typed and shaped inputs.
+    Sum,
+    /// `Init{shape, dtype}()`: a tensor of zeros.
+    Init,
+);
+
+fn first_input_info(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    Ok(vec![ctx.input(0)?.clone()])
+}
+
+fn info_of_input(ctx: &InferContext<'_>, i: u32) -> Result<Vec<TensorInfo>> {
+    ctx.input(0)?;
+    Ok(vec![ctx.input(i)?.clone()])
+}
+
+impl OpDef for UnaryGrad {
+    fn op_type(&self) -> &'static str {
+        "UnaryGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
+        let needs = match f {
+            "relu" | "tanh" | "sigmoid" | "sqrt" | "exp" => 2,
+            "gelu" | "log" | "abs" | "sin" | "cos" => 1,
+            other => return Err(ctx.error(format!("unknown unary gradient `{other}`"))),
+        };
+        let g = ctx.input(0)?;
+        if ctx.input(needs)? != g {
+            return Err(ctx.error("gradient and forward tensor differ in type or shape"));
+        }
+        Ok(vec![g.clone()])
+    }
+}
+
+impl OpDef for BinaryGrad {
+    fn op_type(&self) -> &'static str {
+        "BinaryGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
+        if !["div_rhs", "pow_lhs", "pow_rhs", "max_lhs", "max_rhs", "min_lhs", "min_rhs"].contains(&f) {
+            return Err(ctx.error(format!("unknown binary gradient `{f}`")));
+        }
+        ctx.input(1)?;
+        ctx.input(2)?;
+        if matches!(f, "pow_rhs" | "max_lhs" | "max_rhs" | "min_lhs" | "min_rhs") {
+            ctx.input(3)?;
+        }
+        first_input_info(ctx)
+    }
+}
+
+impl OpDef for WhereGrad {
+    fn op_type(&self) -> &'static str {
+        "WhereGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (g, c) = (ctx.input(0)?, ctx.input(1)?);
+        let shape = broadcast_shapes(&g.shape, &c.shape).ok_or_else(|| ctx.error("condition does not broadcast"))?;
+        Ok(vec![TensorInfo::new(g.dtype, shape)])
+    }
+}
+
+impl OpDef for MatMulLhsGrad {
+    fn op_type(&self) -> &'static str {
+        "MatMulLhsGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        ctx.input(2)?;
+        info_of_input(ctx, 1)
+    }
+}
+
+impl OpDef for MatMulRhsGrad {
+    fn op_type(&self) -> &'static str {
+        "MatMulRhsGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        ctx.input(1)?;
+        info_of_input(ctx, 2)
+    }
+}
+
+impl OpDef for ReduceGrad {
+    fn op_type(&self) -> &'static str {
+        "ReduceGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
+        if !["sum", "mean", "max", "min"].contains(&f) {
+            return Err(ctx.error(format!("unknown reduction `{f}`")));
+        }
+        if matches!(f, "max" | "min") {
+            ctx.input(2)?;
+        }
+        let x = ctx.input(1)?;
+        let axes = super::normalize_axes(ctx, ctx.attrs.ints("axes").unwrap_or(&[]), x.rank())?;
+        let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
+        if ctx.input(0)?.shape != reduce::reduced_shape(&x.shape, &axes, keepdims) {
+            return Err(ctx.error("gradient shape does not match the reduced shape"));
+        }
+        info_of_input(ctx, 1)
+    }
+}
+
+impl OpDef for SoftmaxGrad {
+    fn op_type(&self) -> &'static str {
+        "SoftmaxGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        info_of_input(ctx, 1)
+    }
+}
+
+impl OpDef for SliceGrad {
+    fn op_type(&self) -> &'static str {
+        "SliceGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(1)?;
+        super::shape::resolve_slices(ctx, &x.shape)?;
+        info_of_input(ctx, 1)
+    }
+}
+
+impl OpDef for GatherGrad {
+    fn op_type(&self) -> &'static str {
+        "GatherGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        ctx.input(1)?;
+        info_of_input(ctx, 2)
+    }
+}
+
+impl OpDef for NllLossGrad {
+    fn op_type(&self) -> &'static str {
+        "NllLossGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        ctx.input(2)?;
+        info_of_input(ctx, 1)
+    }
+}
+
+impl OpDef for ReduceToShape {
+    fn op_type(&self) -> &'static str {
+        "ReduceToShape"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;
+        if broadcast_shapes(&shape, &x.shape).as_deref() != Some(&x.shape[..]) {
+            return Err(ctx.error(format!("{:?} does not broadcast to {:?}", shape, x.shape)));
+        }
+        Ok(vec![TensorInfo::new(x.dtype, shape)])
+    }
+}
+
+impl OpDef for Sum {
+    fn op_type(&self) -> &'static str {
+        "Sum"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let first = ctx.input(0)?;
+        if let Some((i, t)) = ctx.inputs().iter().find(|(_, t)| t != first) {
+            return Err(ctx.error(format!("input {i} is {t} but input 0 is {first}")));
+        }
+        Ok(vec![first.clone()])
+    }
+}
+
+impl OpDef for Init {
+    fn op_type(&self) -> &'static str {
+        "Init"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;
+        let dtype = ctx.attrs.dtype("dtype").ok_or_else(|| ctx.error("missing dtype attribute `dtype`"))?;
+        Ok(vec![TensorInfo::new(dtype, shape)])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[
+    &UnaryGrad, &BinaryGrad, &WhereGrad, &MatMulLhsGrad, &MatMulRhsGrad, &ReduceGrad, &SoftmaxGrad, &SliceGrad,
+    &GatherGrad, &NllLossGrad, &ReduceToShape, &Sum, &Init,
+];

@@ -1,0 +1,52 @@
+//! Matrix multiplication with numpy `matmul` semantics.
+
+use super::{broadcast_shapes, op_types};
+use crate::{InferContext, OpDef, Result, TensorInfo};
+
+op_types!(
+    /// `a @ b`: batched over leading dims with broadcasting; a 1-D lhs is a row vector and a
+    /// 1-D rhs a column vector, the promoted dim being removed from the output (numpy rules).
+    MatMul,
+);
+
+/// Output shape of `a @ b` under numpy rules, or a message saying why not.
+pub fn matmul_shape(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
+    if a.is_empty() || b.is_empty() {
+        return Err("matmul operands must have rank >= 1".into());
+    }
+    let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return Err(format!("inner dimensions differ: {a:?} @ {b:?}"));
+    }
+    let mut out = broadcast_shapes(&a2[..a2.len() - 2], &b2[..b2.len() - 2])
+        .ok_or_else(|| format!("batch dimensions of {a:?} and {b:?} cannot be broadcast"))?;
+    if a.len() > 1 {
+        out.push(m);
+    }
+    if b.len() > 1 {
+        out.push(n);
+    }
+    Ok(out)
+}
+
+impl OpDef for MatMul {
+    fn op_type(&self) -> &'static str {
+        "MatMul"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+        if a.dtype != b.dtype {
+            return Err(ctx.error(format!("operands have different dtypes: {} and {}", a.dtype, b.dtype)));
+        }
+        if a.dtype == crate::DataType::Bool {
+            return Err(ctx.error("matmul of bool tensors"));
+        }
+        let shape = matmul_shape(&a.shape, &b.shape).map_err(|m| ctx.error(m))?;
+        Ok(vec![TensorInfo::new(a.dtype, shape)])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&MatMul];

@@ -1,0 +1,134 @@
+//! The builtin op catalogue: one file per op family. Each op type is a zero-sized
+//! type implementing [`OpDef`](crate::OpDef) (shape inference, flags, gradient rule).
+//!
+//! Op types and their attributes (all registered under these names):
+//!
+//! | family | op types | attributes |
+//! |---|---|---|
+//! | [`unary`] | `Neg Abs Exp Log Sqrt Relu Gelu Tanh Sigmoid Sin Cos Sign Floor Ceil Identity Detach` | none |
+//! | [`unary`] | `Cast` | `to: dtype` |
+//! | [`binary`] | `Add Sub Mul Div Pow Maximum Minimum` (numpy broadcasting, equal dtypes) | none |
+//! | [`binary`] | `Greater Less Equal` (bool output), `Where(cond, lhs, rhs)` | none |
+//! | [`matmul`] | `MatMul` (numpy `matmul`: batched, broadcast batch dims, 1-D operands promoted) | none |
+//! | [`reduce`] | `ReduceSum ReduceMean ReduceMax ReduceMin` | `axes: ints` (empty = all), `keepdims: bool` |
+//! | [`nn`] | `Softmax` | `axis: int` |
+//! | [`nn`] | `NllLoss(probs, labels)` | `reduction: "mean"\|"sum"\|"none"`, optional `ignore_index: int` |
+//! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
+//! | [`shape`] | `Reshape` | `shape: ints` (one `-1` allowed) |
+//! | [`shape`] | `Transpose` | `perm: ints` |
+//! | [`shape`] | `Slice` | `starts, ends, steps, axes: ints` (numpy slice semantics, clamped) |
+//! | [`shape`] | `Concat` (n inputs) | `axis: int` |
+//! | [`shape`] | `Squeeze` | `axes: ints` (empty = all size-1 axes) |
+//! | [`shape`] | `Gather(data, indices)` | `axis: int` |
+//! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)` | `factor`, `a`, `b: float` |
+//! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
+//! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
+//! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
+//! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReduceToShape Sum Init` | see each type |
+
+pub mod binary;
+pub mod control;
+pub mod grad;
+pub mod io;
+pub mod matmul;
+pub mod nn;
+pub mod random;
+pub mod reduce;
+pub mod shape;
+pub mod unary;
+pub mod var_update;
+
+use crate::{DataType, InferContext, OpDef, Result, TensorInfo};
+
+/// Every builtin op definition.
+pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
+    static ALL: std::sync::OnceLock<Vec<&'static dyn OpDef>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut v: Vec<&'static dyn OpDef> = Vec::new();
+        v.extend_from_slice(unary::ALL);
+        v.extend_from_slice(binary::ALL);
+        v.extend_from_slice(matmul::ALL);
+        v.extend_from_slice(reduce::ALL);
+        v.extend_from_slice(nn::ALL);
+        v.extend_from_slice(shape::ALL);
+        v.extend_from_slice(var_update::ALL);
+        v.extend_from_slice(random::ALL);
+        v.extend_from_slice(io::ALL);
+        v.extend_from_slice(control::ALL);
+        v.extend_from_slice(grad::ALL);
+        v
+    })
+}
+
+/// The numpy broadcast of two shapes, or `None` if they are incompatible.
+///
+/// ```
+/// use popart_ir::ops::broadcast_shapes;
+/// assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
+/// assert_eq!(broadcast_shapes(&[2], &[3]), None);
+/// ```
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Normalise a possibly negative axis against `rank`.
+pub fn normalize_axis(ctx: &InferContext<'_>, axis: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(ctx.error(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+}
+
+/// Normalise a list of axes (sorted, deduplicated); empty means all axes.
+pub fn normalize_axes(ctx: &InferContext<'_>, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
+    if axes.is_empty() {
+        return Ok((0..rank).collect());
+    }
+    let mut v = axes.iter().map(|&a| normalize_axis(ctx, a, rank)).collect::<Result<Vec<_>>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+pub(crate) fn require_float(ctx: &InferContext<'_>, info: &TensorInfo, what: &str) -> Result<()> {
+    if !info.dtype.is_floating_point() {
+        return Err(ctx.error(format!("{what} must be a floating point tensor, got {}", info.dtype)));
+    }
+    Ok(())
+}
+
+pub(crate) fn require_dtype(ctx: &InferContext<'_>, info: &TensorInfo, dtype: DataType, what: &str) -> Result<()> {
+    if info.dtype != dtype {
+        return Err(ctx.error(format!("{what} must be {dtype}, got {}", info.dtype)));
+    }
+    Ok(())
+}
+
+/// Convert an attribute list of non-negative integers into a shape.
+pub(crate) fn to_shape(ctx: &InferContext<'_>, v: &[i64], what: &str) -> Result<Vec<usize>> {
+    v.iter()
+        .map(|&d| usize::try_from(d).map_err(|_| ctx.error(format!("{what} has a negative dimension {d}"))))
+        .collect()
+}
+
+/// Defines zero-sized op types with the given type names. Each type still needs an
+/// `OpDef` impl; this only removes the boilerplate of the declarations.
+macro_rules! op_types {
+    ($($(#[$m:meta])* $ty:ident),* $(,)?) => {
+        $( $(#[$m])* #[derive(Debug, Clone, Copy, Default)] pub struct $ty; )*
+    };
+}
+pub(crate) use op_types;

@@ -1,0 +1,71 @@
+//! Neural-network ops: softmax and negative log-likelihood losses.
+
+use super::{normalize_axis, op_types, require_float};
+use crate::{InferContext, OpDef, Result, TensorInfo};
+
+op_types!(
+    /// softmax along `axis`
+    Softmax,
+    /// negative log likelihood of `probs` at integer `labels`
+    NllLoss,
+    /// `NllLoss` plus the gradient of the loss w.r.t. the logits that produced `probs` by softmax
+    NllLossWithSoftmaxGrad,
+);
+
+impl OpDef for Softmax {
+    fn op_type(&self) -> &'static str {
+        "Softmax"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        require_float(ctx, x, "the input")?;
+        normalize_axis(ctx, ctx.attrs.int("axis").unwrap_or(-1), x.rank())?;
+        Ok(vec![x.clone()])
+    }
+}
+
+/// Checks `probs` is `[N.., C]` float and `labels` is `[N..]` integer; returns the loss info.
+fn nll_loss_info(ctx: &InferContext<'_>) -> Result<TensorInfo> {
+    let (p, l) = (ctx.input(0)?, ctx.input(1)?);
+    require_float(ctx, p, "probs")?;
+    if !l.dtype.is_int() {
+        return Err(ctx.error(format!("labels must be an integer tensor, got {}", l.dtype)));
+    }
+    if p.rank() < 1 || l.shape[..] != p.shape[..p.rank() - 1] {
+        return Err(ctx.error(format!(
+            "labels shape {:?} must equal probs shape {:?} without its last (class) dimension",
+            l.shape, p.shape
+        )));
+    }
+    match ctx.attrs.str("reduction").unwrap_or("mean") {
+        "mean" | "sum" => Ok(TensorInfo::new(p.dtype, Vec::<usize>::new())),
+        "none" => Ok(TensorInfo::new(p.dtype, l.shape.clone())),
+        other => Err(ctx.error(format!("unknown reduction `{other}` (expected mean, sum or none)"))),
+    }
+}
+
+impl OpDef for NllLoss {
+    fn op_type(&self) -> &'static str {
+        "NllLoss"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        Ok(vec![nll_loss_info(ctx)?])
+    }
+}
+
+impl OpDef for NllLossWithSoftmaxGrad {
+    fn op_type(&self) -> &'static str {
+        "NllLossWithSoftmaxGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let loss = nll_loss_info(ctx)?;
+        if let Some(g) = ctx.optional_input(2) {
+            if g.dtype != loss.dtype || g.nelms() != 1 {
+                return Err(ctx.error(format!("loss_grad must be a {} scalar, got {g}", loss.dtype)));
+            }
+        }
+        Ok(vec![loss, ctx.input(0)?.clone()])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&Softmax, &NllLoss, &NllLossWithSoftmaxGrad];

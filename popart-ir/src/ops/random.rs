@@ -1,0 +1,76 @@
+//! Random ops driven by an explicit `uint32[2]` seed tensor (input 0, or 1 for dropout).
+
+use super::{op_types, require_float, to_shape};
+use crate::{Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+
+op_types!(
+    /// uniform in `[low, high)` of `shape` and `dtype`
+    RandomUniform,
+    /// normal with `mean` and `std`, of `shape` and `dtype`
+    RandomNormal,
+    /// zero elements with probability `p`, scale the rest by `1/(1-p)`
+    Dropout,
+);
+
+fn check_seed(ctx: &InferContext<'_>, index: u32) -> Result<()> {
+    let s = ctx.input(index)?;
+    if s.dtype != DataType::Uint32 || s.shape != [2] {
+        return Err(ctx.error(format!("the seed must be uint32[2], got {s}")));
+    }
+    Ok(())
+}
+
+fn infer_random(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    check_seed(ctx, 0)?;
+    let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;
+    let dtype = ctx.attrs.dtype("dtype").unwrap_or(DataType::Float32);
+    if !dtype.is_floating_point() {
+        return Err(ctx.error(format!("random values must be floating point, got {dtype}")));
+    }
+    Ok(vec![TensorInfo::new(dtype, shape)])
+}
+
+impl OpDef for RandomUniform {
+    fn op_type(&self) -> &'static str {
+        "RandomUniform"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        infer_random(ctx)
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::RANDOM
+    }
+}
+
+impl OpDef for RandomNormal {
+    fn op_type(&self) -> &'static str {
+        "RandomNormal"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        infer_random(ctx)
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::RANDOM
+    }
+}
+
+impl OpDef for Dropout {
+    fn op_type(&self) -> &'static str {
+        "Dropout"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        require_float(ctx, x, "the input")?;
+        check_seed(ctx, 1)?;
+        let p = ctx.float("p")?;
+        if !(0.0..1.0).contains(&p) {
+            return Err(ctx.error(format!("dropout probability must be in [0, 1), got {p}")));
+        }
+        Ok(vec![x.clone()])
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::RANDOM
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&RandomUniform, &RandomNormal, &Dropout];

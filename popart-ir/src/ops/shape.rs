@@ -1,0 +1,214 @@
+//! Shape ops: reshape, transpose, slice, concat, squeeze, gather.
+
+use super::{normalize_axes, normalize_axis, op_types};
+use crate::{InferContext, OpDef, Result, TensorInfo};
+
+op_types!(
+    /// view with a new shape (`shape` may hold one `-1`)
+    Reshape,
+    /// permute dims by `perm` (empty = reverse)
+    Transpose,
+    /// numpy slicing along `axes` with `starts`, `ends`, `steps`
+    Slice,
+    /// join n inputs along `axis`
+    Concat,
+    /// remove size-1 `axes` (empty = all size-1 axes)
+    Squeeze,
+    /// pick `indices` (integer tensor) along `axis` of `data`
+    Gather,
+);
+
+/// Resolve a reshape target with at most one `-1` against `nelms`.
+pub fn resolve_reshape(target: &[i64], nelms: usize) -> std::result::Result<Vec<usize>, String> {
+    let mut unknown = None;
+    let mut known = 1usize;
+    for (i, &d) in target.iter().enumerate() {
+        match d {
+            -1 if unknown.is_none() => unknown = Some(i),
+            -1 => return Err("more than one -1 in the target shape".into()),
+            d if d < 0 => return Err(format!("negative dimension {d} in the target shape")),
+            d => known *= d as usize,
+        }
+    }
+    let mut shape: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = unknown {
+        if known == 0 || nelms % known != 0 {
+            return Err(format!("cannot infer -1 in {target:?} for {nelms} elements"));
+        }
+        shape[i] = nelms / known;
+    }
+    if shape.iter().product::<usize>() != nelms {
+        return Err(format!("cannot reshape {nelms} elements into {target:?}"));
+    }
+    Ok(shape)
+}
+
+impl OpDef for Reshape {
+    fn op_type(&self) -> &'static str {
+        "Reshape"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let shape = resolve_reshape(ctx.ints("shape")?, x.nelms()).map_err(|m| ctx.error(m))?;
+        Ok(vec![TensorInfo::new(x.dtype, shape)])
+    }
+}
+
+/// The permutation of a transpose (`perm` attribute, empty = reverse), validated.
+pub fn transpose_perm(ctx: &InferContext<'_>, rank: usize) -> Result<Vec<usize>> {
+    let perm = ctx.attrs.ints("perm").unwrap_or(&[]);
+    if perm.is_empty() {
+        return Ok((0..rank).rev().collect());
+    }
+    let p: Vec<usize> = perm.iter().map(|&a| normalize_axis(ctx, a, rank)).collect::<Result<_>>()?;
+    let mut sorted = p.clone();
+    sorted.sort_unstable();
+    if p.len() != rank || sorted != (0..rank).collect::<Vec<_>>() {
+        return Err(ctx.error(format!("{perm:?} is not a permutation of {rank} axes")));
+    }
+    Ok(p)
+}
+
+impl OpDef for Transpose {
+    fn op_type(&self) -> &'static str {
+        "Transpose"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let p = transpose_perm(ctx, x.rank())?;
+        Ok(vec![TensorInfo::new(x.dtype, p.iter().map(|&i| x.shape[i]).collect::<Vec<_>>())])
+    }
+}
+
+/// One resolved slice along an axis: first index, step and number of elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SliceDim {
+    /// Axis.
+    pub axis: usize,
+    /// First element taken.
+    pub start: i64,
+    /// Step (non-zero, may be negative).
+    pub step: i64,
+    /// Elements taken.
+    pub len: usize,
+}
+
+/// Resolve numpy-style slices (`starts`, `ends`, `steps`, `axes` attributes) against `shape`.
+/// `steps` defaults to 1 and `axes` to 0..n.
+pub fn resolve_slices(ctx: &InferContext<'_>, shape: &[usize]) -> Result<Vec<SliceDim>> {
+    let starts = ctx.ints("starts")?;
+    let ends = ctx.ints("ends")?;
+    let n = starts.len();
+    let steps: Vec<i64> = ctx.attrs.ints("steps").map(<[i64]>::to_vec).unwrap_or_else(|| vec![1; n]);
+    let axes: Vec<i64> = ctx.attrs.ints("axes").map(<[i64]>::to_vec).unwrap_or_else(|| (0..n as i64).collect());
+    if ends.len() != n || steps.len() != n || axes.len() != n {
+        return Err(ctx.error("starts, ends, steps and axes must have the same length"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for k in 0..n {
+        let axis = normalize_axis(ctx, axes[k], shape.len())?;
+        let dim = shape[axis] as i64;
+        let step = steps[k];
+        if step == 0 {
+            return Err(ctx.error("slice step cannot be 0"));
+        }
+        let norm = |v: i64, lo: i64, hi: i64| -> i64 {
+            let v = if v < 0 { v + dim } else { v };
+            v.clamp(lo, hi)
+        };
+        let (start, end) = if step > 0 {
+            (norm(starts[k], 0, dim), norm(ends[k], 0, dim))
+        } else {
+            (norm(starts[k], -1, dim - 1), norm(ends[k], -1, dim - 1))
+        };
+        let len = if step > 0 {
+            if end > start { (end - start + step - 1) / step } else { 0 }
+        } else if start > end {
+            (start - end + (-step) - 1) / (-step)
+        } else {
+            0
+        };
+        out.push(SliceDim { axis, start, step, len: len as usize });
+    }
+    Ok(out)
+}
+
+impl OpDef for Slice {
+    fn op_type(&self) -> &'static str {
+        "Slice"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let mut shape = x.shape.clone();
+        for s in resolve_slices(ctx, &x.shape)? {
+            shape[s.axis] = s.len;
+        }
+        Ok(vec![TensorInfo::new(x.dtype, shape)])
+    }
+}
+
+impl OpDef for Concat {
+    fn op_type(&self) -> &'static str {
+        "Concat"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let ins = ctx.inputs();
+        let Some((_, first)) = ins.first() else {
+            return Err(ctx.error("concat needs at least one input"));
+        };
+        if ins.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+            return Err(ctx.error("concat inputs must be at indices 0..n"));
+        }
+        let axis = normalize_axis(ctx, ctx.int("axis")?, first.rank())?;
+        let mut shape = first.shape.clone();
+        shape[axis] = 0;
+        for (i, t) in ins {
+            let same_other_dims = t.rank() == first.rank()
+                && t.shape.iter().zip(&first.shape).enumerate().all(|(d, (a, b))| d == axis || a == b);
+            if t.dtype != first.dtype || !same_other_dims {
+                return Err(ctx.error(format!("input {i} ({t}) does not match input 0 ({first}) off axis {axis}")));
+            }
+            shape[axis] += t.shape[axis];
+        }
+        Ok(vec![TensorInfo::new(first.dtype, shape)])
+    }
+}
+
+impl OpDef for Squeeze {
+    fn op_type(&self) -> &'static str {
+        "Squeeze"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let given = ctx.attrs.ints("axes").unwrap_or(&[]);
+        let axes: Vec<usize> = if given.is_empty() {
+            (0..x.rank()).filter(|&i| x.shape[i] == 1).collect()
+        } else {
+            normalize_axes(ctx, given, x.rank())?
+        };
+        if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
+            return Err(ctx.error(format!("cannot squeeze axis {a} of size {}", x.shape[a])));
+        }
+        let shape: Vec<usize> = (0..x.rank()).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect();
+        Ok(vec![TensorInfo::new(x.dtype, shape)])
+    }
+}
+
+impl OpDef for Gather {
+    fn op_type(&self) -> &'static str {
+        "Gather"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
+        if !idx.dtype.is_int() {
+            return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
+        }
+        let axis = normalize_axis(ctx, ctx.attrs.int("axis").unwrap_or(0), x.rank())?;
+        let mut shape = x.shape[..axis].to_vec();
+        shape.extend_from_slice(&idx.shape);
+        shape.extend_from_slice(&x.shape[axis + 1..]);
+        Ok(vec![TensorInfo::new(x.dtype, shape)])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&Reshape, &Transpose, &Slice, &Concat, &Squeeze, &Gather];

@@ -1,0 +1,235 @@
+//! Tensors: type information, kinds, host data and connectivity.
+
+use std::fmt;
+
+use crate::{DataType, OpId, TensorId};
+
+/// Data type and shape of a tensor.
+///
+/// ```
+/// use popart_ir::{DataType, TensorInfo};
+/// let info = TensorInfo::new(DataType::Float32, [2, 3]);
+/// assert_eq!(info.nelms(), 6);
+/// assert_eq!(info.nbytes(), 24);
+/// assert_eq!(info.to_string(), "float32[2,3]");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorInfo {
+    /// Element type.
+    pub dtype: DataType,
+    /// Dimensions, outermost first. Empty for a scalar.
+    pub shape: Vec<usize>,
+}
+
+impl TensorInfo {
+    /// A new info from a data type and anything that converts into a shape.
+    pub fn new(dtype: DataType, shape: impl Into<Vec<usize>>) -> Self {
+        TensorInfo { dtype, shape: shape.into() }
+    }
+
+    /// Number of elements (1 for a scalar).
+    pub fn nelms(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Number of bytes of the whole tensor.
+    pub fn nbytes(&self) -> usize {
+        self.nelms() * self.dtype.size_bytes()
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+impl fmt::Display for TensorInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[", self.dtype)?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Host-side tensor data: an info and its elements as little-endian bytes.
+///
+/// ```
+/// use popart_ir::HostTensor;
+/// let t = HostTensor::from_f32(&[2], &[1.0, 2.0]);
+/// assert_eq!(t.to_f64_vec(), vec![1.0, 2.0]);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    /// Type and shape of the data.
+    pub info: TensorInfo,
+    /// `info.nbytes()` bytes, elements in row-major order, little endian.
+    pub bytes: Vec<u8>,
+}
+
+impl HostTensor {
+    /// Wrap raw bytes; returns `None` when the length does not match the info.
+    pub fn from_bytes(info: TensorInfo, bytes: Vec<u8>) -> Option<Self> {
+        (bytes.len() == info.nbytes()).then_some(HostTensor { info, bytes })
+    }
+
+    /// All-zero data of the given info.
+    pub fn zeros(info: TensorInfo) -> Self {
+        let bytes = vec![0; info.nbytes()];
+        HostTensor { info, bytes }
+    }
+
+    /// float32 data of the given shape. Panics if `data.len()` does not match `shape`.
+    pub fn from_f32(shape: &[usize], data: &[f32]) -> Self {
+        let info = TensorInfo::new(DataType::Float32, shape);
+        assert_eq!(info.nelms(), data.len(), "HostTensor::from_f32: data length does not match shape");
+        HostTensor { info, bytes: bytemuck::cast_slice(data).to_vec() }
+    }
+
+    /// Build from f64 values, converting to `dtype` (rounding toward zero for integers).
+    pub fn from_f64_values(dtype: DataType, shape: &[usize], values: &[f64]) -> Self {
+        let info = TensorInfo::new(dtype, shape);
+        let mut bytes = Vec::with_capacity(info.nbytes());
+        for &v in values {
+            push_value(&mut bytes, dtype, v);
+        }
+        HostTensor { info, bytes }
+    }
+
+    /// Every element converted to f64 (bool as 0/1).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        let n = self.info.nelms();
+        let sz = self.info.dtype.size_bytes();
+        (0..n).map(|i| read_value(&self.bytes[i * sz..(i + 1) * sz], self.info.dtype)).collect()
+    }
+}
+
+fn push_value(out: &mut Vec<u8>, dtype: DataType, v: f64) {
+    use DataType::*;
+    match dtype {
+        Bool => out.push((v != 0.0) as u8),
+        Int8 => out.extend_from_slice(&(v as i8).to_le_bytes()),
+        Int16 => out.extend_from_slice(&(v as i16).to_le_bytes()),
+        Int32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+        Int64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
+        Uint8 => out.extend_from_slice(&(v as u8).to_le_bytes()),
+        Uint16 => out.extend_from_slice(&(v as u16).to_le_bytes()),
+        Uint32 => out.extend_from_slice(&(v as u32).to_le_bytes()),
+        Uint64 => out.extend_from_slice(&(v as u64).to_le_bytes()),
+        Float16 => out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+        Float32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+        Float64 => out.extend_from_slice(&v.to_le_bytes()),
+    }
+}
+
+fn read_value(b: &[u8], dtype: DataType) -> f64 {
+    use DataType::*;
+    match dtype {
+        Bool => (b[0] != 0) as u8 as f64,
+        Int8 => i8::from_le_bytes([b[0]]) as f64,
+        Int16 => i16::from_le_bytes([b[0], b[1]]) as f64,
+        Int32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
+        Int64 => i64::from_le_bytes(b.try_into().unwrap()) as f64,
+        Uint8 => b[0] as f64,
+        Uint16 => u16::from_le_bytes([b[0], b[1]]) as f64,
+        Uint32 => u32::from_le_bytes(b.try_into().unwrap()) as f64,
+        Uint64 => u64::from_le_bytes(b.try_into().unwrap()) as f64,
+        Float16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+        Float32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+        Float64 => f64::from_le_bytes(b.try_into().unwrap()),
+    }
+}
+
+/// Direction of a host stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamDirection {
+    /// Host to device (`h2d_stream`, read by `HostLoad`).
+    HostToDevice,
+    /// Device to host (`d2h_stream`, written by `HostStore`).
+    DeviceToHost,
+}
+
+/// What a tensor is, in PopART's terms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorKind {
+    /// An activation or gradient: an op output or a graph input (PopART's `ActGrad`).
+    ActGrad,
+    /// A variable with its initial host data; lives for the whole program.
+    Variable(HostTensor),
+    /// A constant with its data.
+    Constant(HostTensor),
+    /// A host stream endpoint (main graph only). Never consumed directly by ops:
+    /// `HostLoad`/`HostStore` name it in their `stream` attribute.
+    Stream(StreamDirection),
+}
+
+impl TensorKind {
+    /// Short name used in the text form: `act`, `var`, `const`, `h2d`, `d2h`.
+    pub fn short_name(&self) -> &'static str {
+        match self {
+            TensorKind::ActGrad => "act",
+            TensorKind::Variable(_) => "var",
+            TensorKind::Constant(_) => "const",
+            TensorKind::Stream(StreamDirection::HostToDevice) => "h2d",
+            TensorKind::Stream(StreamDirection::DeviceToHost) => "d2h",
+        }
+    }
+
+    /// The host data of a variable or constant.
+    pub fn data(&self) -> Option<&HostTensor> {
+        match self {
+            TensorKind::Variable(d) | TensorKind::Constant(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// An op input or output slot: (op, index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Port {
+    /// The op.
+    pub op: OpId,
+    /// The input or output index on that op.
+    pub index: u32,
+}
+
+/// A tensor of a graph.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    /// Id within its graph.
+    pub id: TensorId,
+    /// Name, unique within the graph (includes the name scope, `scope/name`).
+    pub name: String,
+    /// Data type and shape.
+    pub info: TensorInfo,
+    /// Kind and, for variables and constants, data.
+    pub kind: TensorKind,
+    pub(crate) producer: Option<Port>,
+    pub(crate) consumers: Vec<Port>,
+}
+
+impl Tensor {
+    /// The op output that produces this tensor, if any (at most one).
+    pub fn producer(&self) -> Option<Port> {
+        self.producer
+    }
+
+    /// Every (op, input index) consuming this tensor: a multiset, one op may appear at several indices.
+    pub fn consumers(&self) -> &[Port] {
+        &self.consumers
+    }
+
+    /// True for variables.
+    pub fn is_variable(&self) -> bool {
+        matches!(self.kind, TensorKind::Variable(_))
+    }
+
+    /// True for constants.
+    pub fn is_constant(&self) -> bool {
+        matches!(self.kind, TensorKind::Constant(_))
+    }
+}

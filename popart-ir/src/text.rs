@@ -1,0 +1,1 @@
+//! The stable, readable text form of a whole IR, and its parser (round trip).

@@ -1,0 +1,55 @@
+//! The kernel interface of the `cpu` device: how a lowered op becomes executable code.
+//!
+//! At compile time (session creation) every kernel-execution node of the lowered
+//! program is turned into a `Box<dyn Kernel>` by [`build_kernel`], which looks at the
+//! op type, attributes and the input/output infos once and picks a specialised
+//! implementation. At run time the executor only calls [`Kernel::run`] with
+//! pointers into its preallocated buffers: no lookup, no allocation.
+
+use popart_ir::{Attributes, TensorInfo};
+
+/// Everything a kernel factory may look at, fixed at compile time.
+#[derive(Clone, Debug)]
+pub struct KernelSpec<'a> {
+    /// Op type (`Add`, `MatMul`, ...).
+    pub op_type: &'a str,
+    /// Op attributes.
+    pub attrs: &'a Attributes,
+    /// Connected inputs as (op input index, info), sorted by index.
+    pub inputs: Vec<(u32, TensorInfo)>,
+    /// Outputs as (op output index, info), sorted by index.
+    pub outputs: Vec<(u32, TensorInfo)>,
+}
+
+/// Why a kernel could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("no cpu kernel for op type `{op_type}`: {reason}")]
+pub struct KernelError {
+    /// Op type.
+    pub op_type: String,
+    /// What is unsupported.
+    pub reason: String,
+}
+
+/// Raw buffers of one kernel execution, in the order of `KernelSpec::inputs` / `outputs`.
+///
+/// Invariants guaranteed by the executor: every pointer is valid and aligned to 64
+/// bytes for `info.nbytes()` bytes; outputs do not overlap each other or any input,
+/// except for (input, output) pairs the op declares with `OpDef::aliases` (in-place
+/// updates), which are the same pointer. Kernels must read such an input through
+/// the output pointer only.
+pub struct KernelArgs<'a> {
+    /// Input data pointers.
+    pub inputs: &'a [*const u8],
+    /// Output data pointers.
+    pub outputs: &'a [*mut u8],
+}
+
+/// One compiled kernel.
+pub trait Kernel: Send + Sync {
+    /// Execute on the given buffers.
+    ///
+    /// # Safety
+    /// The caller guarantees the invariants documented on [`KernelArgs`].
+    unsafe fn run(&self, args: &KernelArgs<'_>);
+}
