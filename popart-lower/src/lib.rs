@@ -1,1 +1,1 @@
-//! placeholder
+//! Lowering of a prepared IR into device programs and a memory plan.

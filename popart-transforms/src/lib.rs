@@ -1,1 +1,1 @@
-//! placeholder
+//! Graph transforms and patterns over `popart-ir`.

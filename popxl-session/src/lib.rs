@@ -1,1 +1,2 @@
-//! placeholder
+//! Sessions, devices and the cpu executor.
+pub mod cpu;

@@ -1,1 +1,1 @@
-//! placeholder
+//! The PopXL-shaped user facade.

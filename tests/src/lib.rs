@@ -1,1 +1,1 @@
-//! placeholder
+//! Cross-crate integration and snapshot tests live in `tests/`.

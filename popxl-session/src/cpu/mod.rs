@@ -1,0 +1,2 @@
+//! The `cpu` device: executor and kernels.
+pub mod kernel;
