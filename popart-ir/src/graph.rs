@@ -1,34 +1,166 @@
 //! A graph: ops and tensors in arenas, ordered inputs and outputs, topological constraints.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use slotmap::SlotMap;
+
+use crate::hash::{FxHashMap, FxHasher};
 
 use crate::{
     Attributes, GraphId, IrError, Op, OpDef, OpId, Port, Result, Tensor, TensorId, TensorIndexMap, TensorInfo,
     TensorKind, TopoCons,
 };
 
-/// Picks unique names: `base`, then `base_1`, `base_2`...
-#[derive(Clone, Debug, Default)]
-struct Names<K> {
-    taken: HashMap<String, K>,
-    next_suffix: HashMap<String, usize>,
+/// Something with a name, stored in a graph arena.
+trait HasName {
+    fn name(&self) -> &str;
 }
 
-impl<K: Copy> Names<K> {
-    fn unique(&mut self, base: &str) -> String {
-        if !self.taken.contains_key(base) {
-            return base.to_string();
+impl HasName for Op {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl HasName for Tensor {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The 64-bit hash of a name used by [`Names`] (FxHash, then a full-avalanche finaliser
+/// so that every bit is usable as a hash-table index).
+fn hash_name(name: &str) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(name.as_bytes());
+    let mut x = h.finish() ^ name.len() as u64;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// Index from names to ids of one arena. It stores only name hashes: the names
+/// themselves live in the arena (one copy per name), which keeps adding ops cheap.
+/// Also picks unique names: `base`, then `base_1`, `base_2`...
+#[derive(Clone, Debug)]
+struct Names<K> {
+    by_hash: HashMap<u64, K, BuildHasherDefault<IdentityHasher>>,
+    /// Names whose hash collides with another name's in `by_hash` (practically never used).
+    overflow: Vec<(u64, K)>,
+    next_suffix: FxHashMap<String, usize>,
+}
+
+impl<K> Default for Names<K> {
+    fn default() -> Self {
+        Names { by_hash: HashMap::default(), overflow: Vec::new(), next_suffix: FxHashMap::default() }
+    }
+}
+
+impl<K: slotmap::Key> Names<K> {
+    fn get<V: HasName>(&self, name: &str, arena: &SlotMap<K, V>) -> Option<K> {
+        self.get_hashed(hash_name(name), name, arena)
+    }
+
+    fn get_hashed<V: HasName>(&self, h: u64, name: &str, arena: &SlotMap<K, V>) -> Option<K> {
+        let k = *self.by_hash.get(&h)?;
+        if arena.get(k).is_some_and(|v| v.name() == name) {
+            return Some(k);
         }
-        let n = self.next_suffix.entry(base.to_string()).or_insert(1);
+        self.overflow.iter().find(|(hh, kk)| *hh == h && arena.get(*kk).is_some_and(|v| v.name() == name)).map(|e| e.1)
+    }
+
+    /// Record that `k` (already in the arena) has the free name whose hash is `h`.
+    fn insert_hashed(&mut self, h: u64, k: K) {
+        match self.by_hash.entry(h) {
+            Entry::Vacant(e) => {
+                e.insert(k);
+            }
+            Entry::Occupied(_) => self.overflow.push((h, k)),
+        }
+    }
+
+    /// Forget that `k` is named `name`.
+    fn remove(&mut self, name: &str, k: K) {
+        let h = hash_name(name);
+        if self.by_hash.get(&h) == Some(&k) {
+            match self.overflow.iter().position(|(hh, _)| *hh == h) {
+                Some(pos) => {
+                    let (_, k2) = self.overflow.swap_remove(pos);
+                    self.by_hash.insert(h, k2);
+                }
+                None => {
+                    self.by_hash.remove(&h);
+                }
+            }
+        } else {
+            self.overflow.retain(|&(hh, kk)| !(hh == h && kk == k));
+        }
+    }
+
+    /// A free name derived from `base` (`base` itself if free), with its hash.
+    fn unique<V: HasName>(&mut self, base: &str, arena: &SlotMap<K, V>) -> (String, u64) {
+        let h = hash_name(base);
+        if self.get_hashed(h, base, arena).is_none() {
+            return (base.to_string(), h);
+        }
+        self.suffixed(base, arena)
+    }
+
+    /// [`Names::unique`] reusing `base`'s allocation when it is free.
+    fn unique_owned<V: HasName>(&mut self, base: String, arena: &SlotMap<K, V>) -> (String, u64) {
+        let h = hash_name(&base);
+        if self.get_hashed(h, &base, arena).is_none() {
+            return (base, h);
+        }
+        self.suffixed(&base, arena)
+    }
+
+    fn suffixed<V: HasName>(&mut self, base: &str, arena: &SlotMap<K, V>) -> (String, u64) {
+        let mut n = match self.next_suffix.get(base) {
+            Some(&n) => n,
+            None => 1,
+        };
+        let mut candidate = String::with_capacity(base.len() + 8);
         loop {
-            let candidate = format!("{base}_{n}");
-            *n += 1;
-            if !self.taken.contains_key(&candidate) {
-                return candidate;
+            candidate.clear();
+            let _ = write!(candidate, "{base}_{n}");
+            n += 1;
+            let h = hash_name(&candidate);
+            if self.get_hashed(h, &candidate, arena).is_none() {
+                match self.next_suffix.get_mut(base) {
+                    Some(m) => *m = n,
+                    None => {
+                        self.next_suffix.insert(base.to_string(), n);
+                    }
+                }
+                return (candidate, h);
             }
         }
+    }
+}
+
+/// A hasher for keys that are already well-mixed 64-bit hashes.
+#[derive(Clone, Copy, Default)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = i;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -45,6 +177,7 @@ pub struct Graph {
     pub(crate) outputs: Vec<TensorId>,
     pub(crate) topo_cons: TopoCons,
     next_seq: u64,
+    next_tensor_seq: u64,
 }
 
 impl Graph {
@@ -60,6 +193,7 @@ impl Graph {
             outputs: Vec::new(),
             topo_cons: TopoCons::default(),
             next_seq: 0,
+            next_tensor_seq: 0,
         }
     }
 
@@ -83,9 +217,8 @@ impl Graph {
     /// A tensor by name.
     pub fn tensor_by_name(&self, name: &str) -> Result<&Tensor> {
         self.tensor_names
-            .taken
-            .get(name)
-            .and_then(|id| self.tensors.get(*id))
+            .get(name, &self.tensors)
+            .map(|id| &self.tensors[id])
             .ok_or_else(|| IrError::UnknownTensor { graph: self.name.clone(), tensor: name.to_string() })
     }
 
@@ -107,17 +240,18 @@ impl Graph {
     /// An op by name.
     pub fn op_by_name(&self, name: &str) -> Result<&Op> {
         self.op_names
-            .taken
-            .get(name)
-            .and_then(|id| self.ops.get(*id))
+            .get(name, &self.ops)
+            .map(|id| &self.ops[id])
             .ok_or_else(|| IrError::UnknownOp { graph: self.name.clone(), op: name.to_string() })
     }
 
     /// Mutable access to an op's attributes. Changing attributes does not re-run
     /// shape inference; passes that change shapes must re-create the op.
     pub fn op_attrs_mut(&mut self, id: OpId) -> Result<&mut Attributes> {
-        let err = self.unknown_op(id);
-        self.ops.get_mut(id).map(|o| &mut o.attrs).ok_or(err)
+        if !self.ops.contains_key(id) {
+            return Err(self.unknown_op(id));
+        }
+        Ok(&mut self.ops[id].attrs)
     }
 
     /// Every op, in arena order (use [`crate::Ir::schedule`] for execution order).
@@ -135,6 +269,13 @@ impl Graph {
     /// Every tensor, in arena order.
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
         self.tensors.values()
+    }
+
+    /// Tensors in creation order.
+    pub fn tensors_in_creation_order(&self) -> Vec<TensorId> {
+        let mut v: Vec<&Tensor> = self.tensors.values().collect();
+        v.sort_unstable_by_key(|t| t.seq);
+        v.into_iter().map(|t| t.id).collect()
     }
 
     /// Number of ops.
@@ -209,18 +350,23 @@ impl Graph {
 
     /// A name not yet used by a tensor of this graph, derived from `base`.
     pub fn unique_tensor_name(&mut self, base: &str) -> String {
-        self.tensor_names.unique(base)
+        self.tensor_names.unique(base, &self.tensors).0
     }
 
     /// A name not yet used by an op of this graph, derived from `base`.
     pub fn unique_op_name(&mut self, base: &str) -> String {
-        self.op_names.unique(base)
+        self.op_names.unique(base, &self.ops).0
     }
 
     /// Add a tensor with exactly this name; an error if the name is taken.
     pub fn add_tensor(&mut self, name: &str, info: TensorInfo, kind: TensorKind) -> Result<TensorId> {
-        if self.tensor_names.taken.contains_key(name) {
-            return Err(IrError::DuplicateTensorName { graph: self.name.clone(), name: name.to_string() });
+        self.add_tensor_owned(name.to_string(), info, kind)
+    }
+
+    fn add_tensor_owned(&mut self, name: String, info: TensorInfo, kind: TensorKind) -> Result<TensorId> {
+        let h = hash_name(&name);
+        if self.tensor_names.get_hashed(h, &name, &self.tensors).is_some() {
+            return Err(IrError::DuplicateTensorName { graph: self.name.clone(), name });
         }
         if let Some(data) = kind.data() {
             if data.info != info {
@@ -230,17 +376,24 @@ impl Graph {
                 )));
             }
         }
-        let name = name.to_string();
+        Ok(self.insert_tensor(name, h, info, kind))
+    }
+
+    /// Add a tensor whose name (with hash `h`) is known to be free.
+    fn insert_tensor(&mut self, name: String, h: u64, info: TensorInfo, kind: TensorKind) -> TensorId {
+        let seq = self.next_tensor_seq;
+        self.next_tensor_seq += 1;
         let id = self.tensors.insert_with_key(|id| Tensor {
             id,
-            name: name.clone(),
+            name,
             info,
             kind,
             producer: None,
             consumers: Vec::new(),
+            seq,
         });
-        self.tensor_names.taken.insert(name, id);
-        Ok(id)
+        self.tensor_names.insert_hashed(h, id);
+        id
     }
 
     /// Append a graph input (an activation tensor) with exactly this name.
@@ -309,7 +462,7 @@ impl Graph {
             });
         }
         let tensor = self.tensors.remove(t).expect("checked above");
-        self.tensor_names.taken.remove(&tensor.name);
+        self.tensor_names.remove(&tensor.name, t);
         Ok(tensor)
     }
 
@@ -318,40 +471,45 @@ impl Graph {
     /// Add an op with no connections; the name is made unique.
     /// Prefer [`crate::Ir::create_op`], which connects and infers outputs.
     pub fn add_op(&mut self, def: &'static dyn OpDef, attrs: Attributes, name: &str) -> OpId {
-        let name = self.op_names.unique(name);
+        let (name, h) = self.op_names.unique(name, &self.ops);
         let seq = self.next_seq;
         self.next_seq += 1;
         let id = self.ops.insert_with_key(|id| Op {
             id,
-            name: name.clone(),
+            name,
             def,
             attrs,
             inputs: TensorIndexMap::default(),
             outputs: TensorIndexMap::default(),
             seq,
         });
-        self.op_names.taken.insert(name, id);
+        self.op_names.insert_hashed(h, id);
         id
     }
 
     /// Connect `tensor` as input `index` of `op`.
     pub fn connect_input(&mut self, op: OpId, index: u32, tensor: TensorId) -> Result<()> {
         self.tensor(tensor)?;
-        let o = self.ops.get_mut(op).ok_or_else(|| IrError::UnknownOp {
-            graph: self.name.clone(),
-            op: format!("{op:?}"),
-        })?;
+        let Some(o) = self.ops.get_mut(op) else {
+            return Err(self.unknown_op(op));
+        };
         if !o.inputs.insert(index, tensor) {
             return Err(IrError::IndexTaken { op: o.name.clone(), side: "input", index });
         }
-        self.tensors[tensor].consumers.push(Port { op, index });
+        let consumers = &mut self.tensors[tensor].consumers;
+        if consumers.capacity() == 0 {
+            // Most tensors have one or two consumers: start small.
+            consumers.reserve_exact(2);
+        }
+        consumers.push(Port { op, index });
         Ok(())
     }
 
     /// Disconnect input `index` of `op`, returning the tensor that was there.
     pub fn disconnect_input(&mut self, op: OpId, index: u32) -> Result<TensorId> {
-        let err = self.unknown_op(op);
-        let o = self.ops.get_mut(op).ok_or(err)?;
+        let Some(o) = self.ops.get_mut(op) else {
+            return Err(self.unknown_op(op));
+        };
         let t = o
             .inputs
             .remove(index)
@@ -397,20 +555,36 @@ impl Graph {
 
     /// Create a new activation named (uniquely) after `name` and connect it as output `index` of `op`.
     pub fn create_output(&mut self, op: OpId, index: u32, name: &str, info: TensorInfo) -> Result<TensorId> {
-        self.op(op)?;
-        if self.ops[op].outputs.contains(index) {
-            return Err(IrError::IndexTaken { op: self.ops[op].name.clone(), side: "output", index });
+        self.create_output_owned(op, index, name.to_string(), info)
+    }
+
+    /// [`Graph::create_output`] taking the base name by value (no copy when it is free).
+    pub(crate) fn create_output_owned(
+        &mut self,
+        op: OpId,
+        index: u32,
+        name: String,
+        info: TensorInfo,
+    ) -> Result<TensorId> {
+        let Some(o) = self.ops.get(op) else {
+            return Err(self.unknown_op(op));
+        };
+        if o.outputs.contains(index) {
+            return Err(IrError::IndexTaken { op: o.name.clone(), side: "output", index });
         }
-        let name = self.tensor_names.unique(name);
-        let t = self.add_tensor(&name, info, TensorKind::ActGrad)?;
-        self.connect_output(op, index, t)?;
+        let (name, h) = self.tensor_names.unique_owned(name, &self.tensors);
+        let t = self.insert_tensor(name, h, info, TensorKind::ActGrad);
+        // A fresh activation: not produced, not a graph input, index checked above.
+        self.ops[op].outputs.insert(index, t);
+        self.tensors[t].producer = Some(Port { op, index });
         Ok(t)
     }
 
     /// Disconnect output `index` of `op`; the tensor stays, unproduced.
     pub fn disconnect_output(&mut self, op: OpId, index: u32) -> Result<TensorId> {
-        let err = self.unknown_op(op);
-        let o = self.ops.get_mut(op).ok_or(err)?;
+        let Some(o) = self.ops.get_mut(op) else {
+            return Err(self.unknown_op(op));
+        };
         let t = o
             .outputs
             .remove(index)
@@ -433,7 +607,7 @@ impl Graph {
         }
         self.topo_cons.remove_op(op);
         let o = self.ops.remove(op).expect("checked above");
-        self.op_names.taken.remove(&o.name);
+        self.op_names.remove(&o.name, op);
         Ok(o)
     }
 

@@ -1,10 +1,13 @@
 //! The IR: owner of all graphs.
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use slotmap::SlotMap;
 
+use crate::hash::FxHashMap;
 use crate::op::InferContext;
 use crate::{lookup_op, Attributes, Graph, GraphId, IrError, OpDef, OpId, Result, TensorId, TensorInfo};
 
@@ -31,7 +34,7 @@ pub const MAIN_GRAPH_NAME: &str = "main";
 pub struct Ir {
     id: u64,
     graphs: SlotMap<GraphId, Graph>,
-    graph_names: HashMap<String, GraphId>,
+    graph_names: FxHashMap<String, GraphId>,
     main: GraphId,
     /// Host-load executions per stream per `run` (PopXL's `num_host_transfers`).
     pub num_host_transfers: usize,
@@ -50,7 +53,7 @@ impl Ir {
     pub fn new() -> Self {
         let mut graphs = SlotMap::with_key();
         let main = graphs.insert_with_key(|id| Graph::new(id, MAIN_GRAPH_NAME.to_string()));
-        let mut graph_names = HashMap::new();
+        let mut graph_names = FxHashMap::default();
         graph_names.insert(MAIN_GRAPH_NAME.to_string(), main);
         Ir {
             id: NEXT_IR_ID.fetch_add(1, Ordering::Relaxed),
@@ -190,18 +193,18 @@ impl Ir {
         name: &str,
     ) -> Result<Vec<TensorInfo>> {
         let g = self.graph(graph)?;
-        let mut in_infos: Vec<(u32, TensorInfo)> = Vec::with_capacity(inputs.len());
-        for &(i, t) in inputs {
-            if in_infos.iter().any(|(j, _)| *j == i) {
-                return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: i });
-            }
-            in_infos.push((i, g.tensor(t)?.info.clone()));
+        for &(_, t) in inputs {
+            g.tensor(t)?;
         }
-        in_infos.sort_unstable_by_key(|(i, _)| *i);
         for called in attrs.graphs() {
             self.graph(called)?;
         }
-        def.infer(&InferContext { op_name: name, op_type: def.op_type(), inputs: &in_infos, attrs, ir: self })
+        with_input_infos(g, inputs.iter().copied(), |in_infos| {
+            if let Some(w) = in_infos.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: w[0].0 });
+            }
+            def.infer(&InferContext { op_name: name, op_type: def.op_type(), inputs: in_infos, attrs, ir: self })
+        })
     }
 
     /// Create and connect an op whose output infos are already known (used by the
@@ -223,16 +226,26 @@ impl Ir {
             g.tensor(t)?;
         }
         let op = g.add_op(def, attrs, name);
+        g.ops[op].inputs.reserve_exact(inputs.len());
+        g.ops[op].outputs.reserve_exact(output_infos.len());
         for &(i, t) in inputs {
             if let Err(e) = g.connect_input(op, i, t) {
                 g.erase_op(op).expect("just created");
                 return Err(e);
             }
         }
-        let op_name = g.op(op)?.name.clone();
         for (i, info) in output_infos.into_iter().enumerate() {
-            let base = output_names.get(i).cloned().unwrap_or_else(|| format!("{op_name}:{i}"));
-            g.create_output(op, i as u32, &base, info)?;
+            let base = match output_names.get(i) {
+                Some(n) => n.clone(),
+                None => {
+                    let op_name = &g.ops[op].name;
+                    let mut n = String::with_capacity(op_name.len() + 3);
+                    n.push_str(op_name);
+                    let _ = write!(n, ":{i}");
+                    n
+                }
+            };
+            g.create_output_owned(op, i as u32, base, info)?;
         }
         Ok(op)
     }
@@ -278,4 +291,40 @@ impl Ir {
         }
         Ok(order)
     }
+}
+
+thread_local! {
+    /// Reused buffer of input infos for shape inference (avoids allocating per op).
+    static INFER_SCRATCH: Cell<Vec<(u32, TensorInfo)>> = const { Cell::new(Vec::new()) };
+}
+
+/// Call `f` with the infos of `inputs` (`(index, tensor)` pairs of graph `g`, which
+/// must all exist), sorted by index. Reuses a thread-local buffer, including the
+/// shape allocations of earlier calls; re-entrant calls get a fresh buffer.
+pub(crate) fn with_input_infos<R>(
+    g: &Graph,
+    inputs: impl Iterator<Item = (u32, TensorId)>,
+    f: impl FnOnce(&[(u32, TensorInfo)]) -> R,
+) -> R {
+    let mut buf = INFER_SCRATCH.take();
+    let mut n = 0;
+    for (i, t) in inputs {
+        let info = &g.tensors[t].info;
+        if n < buf.len() {
+            let slot = &mut buf[n];
+            slot.0 = i;
+            slot.1.dtype = info.dtype;
+            slot.1.shape.clone_from(&info.shape);
+        } else {
+            buf.push((i, info.clone()));
+        }
+        n += 1;
+    }
+    let infos = &mut buf[..n];
+    if !infos.windows(2).all(|w| w[0].0 <= w[1].0) {
+        infos.sort_by_key(|(i, _)| *i);
+    }
+    let r = f(infos);
+    INFER_SCRATCH.set(buf);
+    r
 }

@@ -16,6 +16,7 @@ pub mod dot;
 mod dtype;
 mod error;
 mod graph;
+mod hash;
 mod ir;
 mod op;
 pub mod ops;
@@ -37,6 +38,8 @@ pub use op::{
 pub use schedule::ScheduleOptions;
 pub use tensor::{HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};
 pub use topocons::{TopoCon, TopoCons};
+#[doc(hidden)]
+pub use verify::test_hooks;
 
 slotmap::new_key_type! {
     /// Id of a graph within its [`Ir`].

@@ -1,9 +1,9 @@
 //! Ops: their data ([`Op`]), their behaviour ([`OpDef`]) and the registry of op types.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{OnceLock, RwLock};
 
+use crate::hash::FxHashMap;
 use crate::{Attributes, Graph, GraphId, Ir, IrError, OpId, Result, TensorId, TensorInfo};
 
 bitflags::bitflags! {
@@ -41,7 +41,9 @@ pub enum GradSource {
 /// One gradient op, declared by a forward op's [`OpDef::grad`]: which op to create,
 /// what it consumes and which forward inputs its outputs are gradients of.
 /// Autodiff does all the wiring; if an output's shape differs from its forward
-/// input's (broadcasting), autodiff reduces it to the input's shape by summation.
+/// input's (broadcasting), autodiff reduces it to the input's shape by summation,
+/// and if its dtype differs (`Cast`), autodiff casts it to the input's dtype.
+/// An `Identity` of one output gradient is not created: the gradient is forwarded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GradOpSpec {
     /// Op type of the gradient op (must be registered).
@@ -184,6 +186,13 @@ pub trait OpDef: Send + Sync + 'static {
     fn grad(&self, _op: &Op) -> GradRule {
         GradRule::None
     }
+
+    /// The Rust type of this definition, so that registering the same definition
+    /// twice can be told apart from a clash. Do not override.
+    #[doc(hidden)]
+    fn def_type_id(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<Self>()
+    }
 }
 
 impl fmt::Debug for dyn OpDef {
@@ -192,10 +201,12 @@ impl fmt::Debug for dyn OpDef {
     }
 }
 
-fn registry() -> &'static RwLock<HashMap<&'static str, &'static dyn OpDef>> {
-    static REGISTRY: OnceLock<RwLock<HashMap<&'static str, &'static dyn OpDef>>> = OnceLock::new();
+type Registry = RwLock<FxHashMap<&'static str, &'static dyn OpDef>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let mut map = HashMap::new();
+        let mut map = FxHashMap::default();
         for def in crate::ops::builtin_ops() {
             map.insert(def.op_type(), *def);
         }
@@ -209,7 +220,8 @@ fn registry() -> &'static RwLock<HashMap<&'static str, &'static dyn OpDef>> {
 pub fn register_op(def: &'static dyn OpDef) -> Result<()> {
     let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
     match map.get(def.op_type()) {
-        Some(existing) if !std::ptr::addr_eq(*existing as *const dyn OpDef, def as *const dyn OpDef) => {
+        // Compare types, not addresses: zero-sized definitions may share an address.
+        Some(existing) if existing.def_type_id() != def.def_type_id() => {
             Err(IrError::DuplicateOpType(def.op_type().to_string()))
         }
         _ => {
@@ -284,7 +296,15 @@ impl TensorIndexMap {
         self.entries.last().map_or(0, |(i, _)| i + 1)
     }
 
+    pub(crate) fn reserve_exact(&mut self, additional: usize) {
+        self.entries.reserve_exact(additional);
+    }
+
     pub(crate) fn insert(&mut self, index: u32, tensor: TensorId) -> bool {
+        if self.entries.last().map_or(true, |(i, _)| *i < index) {
+            self.entries.push((index, tensor));
+            return true;
+        }
         match self.entries.binary_search_by_key(&index, |(i, _)| *i) {
             Ok(_) => false,
             Err(pos) => {

@@ -210,6 +210,8 @@ pub struct Tensor {
     pub kind: TensorKind,
     pub(crate) producer: Option<Port>,
     pub(crate) consumers: Vec<Port>,
+    /// Creation sequence number within the graph (the text form lists tensors in this order).
+    pub(crate) seq: u64,
 }
 
 impl Tensor {
@@ -221,6 +223,11 @@ impl Tensor {
     /// Every (op, input index) consuming this tensor: a multiset, one op may appear at several indices.
     pub fn consumers(&self) -> &[Port] {
         &self.consumers
+    }
+
+    /// Creation sequence number within the graph.
+    pub fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// True for variables.

@@ -1,7 +1,10 @@
 //! The verifier: checks every structural invariant of an IR.
 
+use slotmap::SecondaryMap;
+
+use crate::ir::with_input_infos;
 use crate::op::InferContext;
-use crate::{Graph, Ir, IrError, Port, Result, TensorKind};
+use crate::{Graph, Ir, IrError, Port, Result, TensorId, TensorKind};
 
 impl Ir {
     /// Check every invariant of every graph:
@@ -9,13 +12,29 @@ impl Ir {
     /// - each tensor has at most one producer, and graph inputs, variables,
     ///   constants and streams have none;
     /// - graph inputs are distinct activations; graph outputs exist;
-    /// - streams live in the main graph only;
+    /// - streams live in the main graph only; variable and constant data match their type;
     /// - every op references tensors of its own graph and existing called graphs;
     /// - shape inference, re-run on every op, agrees with its outputs (this also checks
     ///   that subgraph ops match the arity and types of the graphs they call);
     /// - topological constraints join live ops of the same graph, and each graph
     ///   can be scheduled (no cycle through data edges and constraints);
     /// - no graph calls itself, directly or indirectly.
+    ///
+    /// Broken invariants are reported as [`IrError::Invalid`] naming the graph, op and
+    /// tensor; inference failures as [`IrError::Inference`]; cycles as
+    /// [`IrError::Cycle`]; recursion as [`IrError::RecursiveGraph`].
+    ///
+    /// ```
+    /// use popart_ir::{Attributes, AttrValue, DataType, Ir, IrError, TensorInfo};
+    /// let mut ir = Ir::new();
+    /// let main = ir.main_graph_id();
+    /// let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2, 3])).unwrap();
+    /// let r = ir.create_op(main, "Reshape", Attributes::new().with("shape", AttrValue::Ints(vec![3, 2])), &[(0, x)], "r").unwrap();
+    /// ir.verify().unwrap();
+    /// // Editing attributes does not re-run inference: the verifier notices.
+    /// ir.main_graph_mut().op_attrs_mut(r).unwrap().set("shape", AttrValue::Ints(vec![6]));
+    /// assert!(matches!(ir.verify(), Err(IrError::Invalid(_))));
+    /// ```
     pub fn verify(&self) -> Result<()> {
         self.graphs_callees_first()?;
         for g in self.graphs() {
@@ -26,51 +45,65 @@ impl Ir {
 
     fn verify_graph(&self, g: &Graph) -> Result<()> {
         let bad = |msg: String| Err(IrError::Invalid(format!("graph `{}`: {msg}", g.name)));
-        for op in g.ops() {
+        let mut input_ports = 0usize;
+        for op in g.ops.values() {
             for (i, t) in op.inputs.iter() {
-                let Some(tensor) = g.tensors.get(t) else {
+                if !g.tensors.contains_key(t) {
                     return bad(format!("op `{}` input {i} is not a tensor of this graph", op.name));
-                };
-                if !tensor.consumers.contains(&Port { op: op.id, index: i }) {
-                    return bad(format!("tensor `{}` does not list op `{}` input {i} as a consumer", tensor.name, op.name));
                 }
+                input_ports += 1;
             }
             for (i, t) in op.outputs.iter() {
                 let Some(tensor) = g.tensors.get(t) else {
                     return bad(format!("op `{}` output {i} is not a tensor of this graph", op.name));
                 };
                 if tensor.producer != Some(Port { op: op.id, index: i }) {
-                    return bad(format!("tensor `{}` does not name op `{}` output {i} as its producer", tensor.name, op.name));
+                    return bad(format!(
+                        "tensor `{}` does not name op `{}` output {i} as its producer",
+                        tensor.name, op.name
+                    ));
                 }
             }
-            for called in op.called_graphs() {
+            for called in op.attrs.graphs() {
                 if !self.contains_graph(called) {
                     return bad(format!("op `{}` calls a graph that is not in this IR", op.name));
                 }
             }
-            let in_infos: Vec<(u32, crate::TensorInfo)> =
-                op.inputs.iter().map(|(i, t)| (i, g.tensors[t].info.clone())).collect();
-            let ctx = InferContext { op_name: &op.name, op_type: op.op_type(), inputs: &in_infos, attrs: &op.attrs, ir: self };
-            let expected = op.def.infer(&ctx)?;
-            let actual: Vec<(u32, &crate::TensorInfo)> = op.outputs.iter().map(|(i, t)| (i, &g.tensors[t].info)).collect();
-            let matches = expected.len() == actual.len()
-                && actual.iter().all(|(i, info)| expected.get(*i as usize) == Some(*info));
+            let expected = with_input_infos(g, op.inputs.iter(), |in_infos| {
+                op.def.infer(&InferContext {
+                    op_name: &op.name,
+                    op_type: op.op_type(),
+                    inputs: in_infos,
+                    attrs: &op.attrs,
+                    ir: self,
+                })
+            })?;
+            let matches = expected.len() == op.outputs.len()
+                && op
+                    .outputs
+                    .iter()
+                    .all(|(i, t)| expected.get(i as usize).is_some_and(|e| *e == g.tensors[t].info));
             if !matches {
                 return bad(format!(
                     "outputs of op `{}` are [{}] but shape inference gives [{}]",
                     op.name,
-                    actual.iter().map(|(i, t)| format!("{i}: {t}")).collect::<Vec<_>>().join(", "),
+                    op.outputs.iter().map(|(i, t)| format!("{i}: {}", g.tensors[t].info)).collect::<Vec<_>>().join(", "),
                     expected.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
                 ));
             }
         }
-        for t in g.tensors() {
+        let mut consumer_entries = 0usize;
+        for t in g.tensors.values() {
             for p in &t.consumers {
                 match g.ops.get(p.op) {
                     Some(op) if op.inputs.get(p.index) == Some(t.id) => {}
                     _ => return bad(format!("tensor `{}` lists a consumer that does not consume it", t.name)),
                 }
             }
+            if has_duplicates(&t.consumers) {
+                return bad(format!("tensor `{}` lists a consumer twice", t.name));
+            }
+            consumer_entries += t.consumers.len();
             if let Some(p) = t.producer {
                 match g.ops.get(p.op) {
                     Some(op) if op.outputs.get(p.index) == Some(t.id) => {}
@@ -89,6 +122,22 @@ impl Ir {
                 }
             }
         }
+        // Every consumer entry matches a distinct op input port; equal counts make
+        // the correspondence one-to-one. Otherwise find the port that is missing.
+        if consumer_entries != input_ports {
+            for op in g.ops.values() {
+                for (i, t) in op.inputs.iter() {
+                    let tensor = &g.tensors[t];
+                    if !tensor.consumers.contains(&Port { op: op.id, index: i }) {
+                        return bad(format!(
+                            "tensor `{}` does not list op `{}` input {i} as a consumer",
+                            tensor.name, op.name
+                        ));
+                    }
+                }
+            }
+        }
+        let mut is_input: SecondaryMap<TensorId, ()> = SecondaryMap::new();
         for (i, &t) in g.inputs.iter().enumerate() {
             let Some(tensor) = g.tensors.get(t) else {
                 return bad(format!("input {i} is not a tensor of this graph"));
@@ -99,7 +148,7 @@ impl Ir {
             if tensor.kind != TensorKind::ActGrad {
                 return bad(format!("graph input `{}` is a {}", tensor.name, tensor.kind.short_name()));
             }
-            if g.inputs[..i].contains(&t) {
+            if is_input.insert(t, ()).is_some() {
                 return bad(format!("tensor `{}` is graph input more than once", tensor.name));
             }
         }
@@ -113,7 +162,74 @@ impl Ir {
                 return bad("a topological constraint refers to an op that is not in this graph".into());
             }
         }
-        g.schedule_with(crate::ScheduleOptions { optimize_liveness: false })?;
-        Ok(())
+        g.check_acyclic()
+    }
+}
+
+fn has_duplicates(ports: &[Port]) -> bool {
+    if ports.len() <= 16 {
+        ports.iter().enumerate().any(|(k, p)| ports[..k].contains(p))
+    } else {
+        let mut v = ports.to_vec();
+        v.sort_unstable();
+        v.windows(2).any(|w| w[0] == w[1])
+    }
+}
+
+/// Deliberate corruption of an IR's internal bookkeeping, for testing that the
+/// verifier catches broken invariants that the editing API never produces.
+/// Not part of the supported API.
+#[doc(hidden)]
+pub mod test_hooks {
+    use crate::{Graph, OpId, Port, TensorId, TensorInfo, TensorKind};
+
+    /// One way of breaking an invariant.
+    #[derive(Clone, Debug)]
+    pub enum Corruption {
+        /// Remove `op` input `index` from its tensor's consumer list only.
+        DropConsumerEntry { op: OpId, index: u32 },
+        /// Add a consumer entry to `tensor` that its op does not match.
+        AddConsumerEntry { tensor: TensorId, port: Port },
+        /// Set (or clear) a tensor's producer without touching ops.
+        SetProducer { tensor: TensorId, producer: Option<Port> },
+        /// Point `op` input `index` at `tensor` without updating consumers.
+        SetOpInput { op: OpId, index: u32, tensor: TensorId },
+        /// Point `op` output `index` at `tensor` without updating the producer.
+        SetOpOutput { op: OpId, index: u32, tensor: TensorId },
+        /// Overwrite a tensor's info.
+        SetInfo { tensor: TensorId, info: TensorInfo },
+        /// Overwrite a tensor's kind.
+        SetKind { tensor: TensorId, kind: TensorKind },
+        /// Append to the graph inputs without checks.
+        PushInput(TensorId),
+        /// Append to the graph outputs without checks.
+        PushOutput(TensorId),
+        /// Add a constraint without checking that the ops exist.
+        AddTopoCon { before: OpId, after: OpId },
+    }
+
+    /// Apply `c` to `g`, bypassing every check. Panics if an id it indexes by is dead.
+    pub fn corrupt(g: &mut Graph, c: Corruption) {
+        match c {
+            Corruption::DropConsumerEntry { op, index } => {
+                let t = g.ops[op].inputs.get(index).expect("connected input");
+                g.tensors[t].consumers.retain(|p| *p != Port { op, index });
+            }
+            Corruption::AddConsumerEntry { tensor, port } => g.tensors[tensor].consumers.push(port),
+            Corruption::SetProducer { tensor, producer } => g.tensors[tensor].producer = producer,
+            Corruption::SetOpInput { op, index, tensor } => {
+                g.ops[op].inputs.remove(index);
+                g.ops[op].inputs.insert(index, tensor);
+            }
+            Corruption::SetOpOutput { op, index, tensor } => {
+                g.ops[op].outputs.remove(index);
+                g.ops[op].outputs.insert(index, tensor);
+            }
+            Corruption::SetInfo { tensor, info } => g.tensors[tensor].info = info,
+            Corruption::SetKind { tensor, kind } => g.tensors[tensor].kind = kind,
+            Corruption::PushInput(t) => g.inputs.push(t),
+            Corruption::PushOutput(t) => g.outputs.push(t),
+            Corruption::AddTopoCon { before, after } => g.topo_cons.insert(before, after, false),
+        }
     }
 }

@@ -1,1 +1,60 @@
-//! Lowering of a prepared IR into device programs and a memory plan.
+//! # popart-lower
+//!
+//! Lowers a prepared `popart_ir::Ir` (verified and pruned, see
+//! `popart_transforms::prepare`) into a device-independent [`Executable`]:
+//!
+//! - **programs** shaped like Poplar's program tree ([`Program`]): sequences,
+//!   kernel executions, copies, function calls, repeats, ifs and host stream
+//!   copies; one `run` executes [`Programs::main`], and the engine also has
+//!   `init` (constants), `weights_from_host` and `weights_to_host`;
+//! - **functions**: every subgraph is lowered once ([`Function`]) and called from
+//!   each call site, which copies inputs in, calls, copies outputs out and copies
+//!   modified inputs back, eliding copies where the callee can use the caller's
+//!   buffer directly; repeats become [`Program::Repeat`] with loop-carried copies,
+//!   ifs become [`Program::If`];
+//! - a **memory plan**: every tensor lives in a [`Buffer`] at a fixed offset of one
+//!   arena (64-byte aligned); variables and constants are always live, activation
+//!   buffers are reused when their lifetimes in the global schedule do not overlap,
+//!   in-place ops write into their input's buffer ([`MemoryPlan`] reports the
+//!   planned peak and the no-reuse total);
+//! - a stable **text dump** ([`Executable::dump`]).
+//!
+//! This crate knows no devices and no kernels: a device turns each
+//! [`KernelCall`] into its own kernel, keyed by op type.
+
+#![warn(missing_docs)]
+
+mod dump;
+mod executable;
+mod lower;
+mod memory;
+
+pub use executable::{
+    Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall, MemoryPlan, Program,
+    Programs, Stream, StreamId, StreamKind, TensorRef, Weight, BUFFER_ALIGNMENT,
+};
+pub use lower::lower;
+
+/// Why an IR could not be lowered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    /// The IR itself is invalid (scheduling failed, a graph calls itself...).
+    #[error(transparent)]
+    Ir(#[from] popart_ir::IrError),
+    /// The main graph has inputs; it can only take data from host streams.
+    #[error("the main graph has input `{0}`; the main graph takes data from host streams, not graph inputs")]
+    MainGraphInput(String),
+    /// A host load/store names a stream that is not a main-graph stream of the right direction.
+    #[error("op `{op}` of graph `{graph}` uses stream `{stream}`, which is not a main-graph stream of its direction")]
+    UnknownStream {
+        /// Graph of the op.
+        graph: String,
+        /// The op.
+        op: String,
+        /// The stream name it gives.
+        stream: String,
+    },
+    /// A broken invariant of the lowering itself (a bug, or an unverified IR).
+    #[error("internal lowering error: {0}")]
+    Internal(String),
+}

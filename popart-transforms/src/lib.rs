@@ -1,1 +1,9 @@
 //! Graph transforms and patterns over `popart-ir`.
+pub mod autodiff;
+pub mod prepare;
+pub mod prune;
+
+pub use autodiff::{
+    autodiff, AutodiffError, AutodiffOutput, CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo,
+    GradGraphInfos,
+};

@@ -1,7 +1,10 @@
 //! Elementwise binary ops with numpy broadcasting; both operands must have the same dtype.
 
+use super::grad::{pass_through, simple, spec};
 use super::{broadcast_shapes, op_types, require_dtype};
-use crate::{DataType, InferContext, OpDef, Result, TensorInfo};
+use crate::{
+    AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo,
+};
 
 op_types!(
     /// `a + b`
@@ -40,16 +43,45 @@ pub(crate) fn broadcast_info(ctx: &InferContext<'_>, a: u32, b: u32) -> Result<T
 }
 
 macro_rules! arithmetic {
-    ($($ty:ident => $name:literal),*) => {$(
+    ($($ty:ident => $name:literal, grad = $grad:expr;)*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 Ok(vec![broadcast_info(ctx, 0, 1)?])
             }
+            fn grad(&self, _op: &Op) -> GradRule {
+                GradRule::Ops($grad)
+            }
         }
     )*};
 }
-arithmetic!(Add => "Add", Sub => "Sub", Mul => "Mul", Div => "Div", Pow => "Pow", Maximum => "Maximum", Minimum => "Minimum");
+
+const G: GradSource = GradSource::GradOfOutput(0);
+const A: GradSource = GradSource::FwdInput(0);
+const B: GradSource = GradSource::FwdInput(1);
+const Y: GradSource = GradSource::FwdOutput(0);
+
+/// `BinaryGrad{func}(g, a, b[, y])` as the gradient of forward input `input`.
+fn binary_grad(func: &str, with_output: bool, input: u32) -> GradOpSpec {
+    let attrs = Attributes::new().with("func", AttrValue::Str(func.to_string()));
+    if with_output {
+        spec("BinaryGrad", attrs, &[(0, G), (1, A), (2, B), (3, Y)], &[(0, input)])
+    } else {
+        spec("BinaryGrad", attrs, &[(0, G), (1, A), (2, B)], &[(0, input)])
+    }
+}
+
+// Gradients are computed at the broadcast (output) shape; autodiff reduces each to its
+// operand's shape.
+arithmetic! {
+    Add => "Add", grad = vec![pass_through(0), pass_through(1)];
+    Sub => "Sub", grad = vec![pass_through(0), simple("Neg", &[(0, G)], 1)];
+    Mul => "Mul", grad = vec![simple("Mul", &[(0, G), (1, B)], 0), simple("Mul", &[(0, G), (1, A)], 1)];
+    Div => "Div", grad = vec![simple("Div", &[(0, G), (1, B)], 0), binary_grad("div_rhs", false, 1)];
+    Pow => "Pow", grad = vec![binary_grad("pow_lhs", false, 0), binary_grad("pow_rhs", true, 1)];
+    Maximum => "Maximum", grad = vec![binary_grad("max_lhs", true, 0), binary_grad("max_rhs", true, 1)];
+    Minimum => "Minimum", grad = vec![binary_grad("min_lhs", true, 0), binary_grad("min_rhs", true, 1)];
+}
 
 macro_rules! comparison {
     ($($ty:ident => $name:literal),*) => {$(
@@ -58,6 +90,10 @@ macro_rules! comparison {
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 let info = broadcast_info(ctx, 0, 1)?;
                 Ok(vec![TensorInfo::new(DataType::Bool, info.shape)])
+            }
+            /// Boolean output: zero gradient.
+            fn grad(&self, _op: &Op) -> GradRule {
+                GradRule::Zero
             }
         }
     )*};
@@ -75,6 +111,14 @@ impl OpDef for Where {
         let shape = broadcast_shapes(&c.shape, &v.shape)
             .ok_or_else(|| ctx.error(format!("condition shape {:?} cannot be broadcast to {:?}", c.shape, v.shape)))?;
         Ok(vec![TensorInfo::new(v.dtype, shape)])
+    }
+    /// `WhereGrad{arg}(g, cond)` for each value operand; the condition gets none (bool).
+    fn grad(&self, _op: &Op) -> GradRule {
+        let arm = |arg: i64, input: u32| {
+            let attrs = Attributes::new().with("arg", AttrValue::Int(arg));
+            spec("WhereGrad", attrs, &[(0, G), (1, GradSource::FwdInput(0))], &[(0, input)])
+        };
+        GradRule::Ops(vec![arm(0, 1), arm(1, 2)])
     }
 }
 

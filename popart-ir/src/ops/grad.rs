@@ -2,7 +2,43 @@
 //! gradient `g`; the others are forward tensors as listed per type.
 
 use super::{broadcast_shapes, op_types, reduce, to_shape};
-use crate::{InferContext, OpDef, Result, TensorInfo};
+use crate::{AttrValue, Attributes, GradOpSpec, GradRule, GradSource, InferContext, OpDef, Result, TensorInfo};
+
+// ----- shorthands for the gradient rules declared in the op files -----
+
+/// A gradient op spec: `op_type{attrs}` fed from `inputs`, whose output `o` is the
+/// gradient of forward input `i` for each `(o, i)` in `outputs`.
+pub(crate) fn spec(
+    op_type: &'static str,
+    attrs: Attributes,
+    inputs: &[(u32, GradSource)],
+    outputs: &[(u32, u32)],
+) -> GradOpSpec {
+    GradOpSpec { op_type, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() }
+}
+
+/// `Identity(g0)` as the gradient of forward input `input`: the output gradient passes
+/// through unchanged (autodiff then only reduces it to the input's shape and dtype).
+pub(crate) fn pass_through(input: u32) -> GradOpSpec {
+    spec("Identity", Attributes::new(), &[(0, GradSource::GradOfOutput(0))], &[(0, input)])
+}
+
+/// `op_type(g0, ..)` with no attributes, as the gradient of forward input `input`.
+pub(crate) fn simple(op_type: &'static str, inputs: &[(u32, GradSource)], input: u32) -> GradOpSpec {
+    spec(op_type, Attributes::new(), inputs, &[(0, input)])
+}
+
+/// The rule of a unary op whose derivative is computed by `UnaryGrad{func}` from the
+/// forward input (`uses_output == false`, input 1) or the forward output (input 2).
+pub(crate) fn unary_grad(func: &str, uses_output: bool) -> GradRule {
+    let fwd = if uses_output { (2, GradSource::FwdOutput(0)) } else { (1, GradSource::FwdInput(0)) };
+    GradRule::Ops(vec![spec(
+        "UnaryGrad",
+        Attributes::new().with("func", AttrValue::Str(func.to_string())),
+        &[(0, GradSource::GradOfOutput(0)), fwd],
+        &[(0, 0)],
+    )])
+}
 
 op_types!(
     /// `UnaryGrad{func}(g, x?, y?)`: gradient of unary `func` w.r.t. its input, from the
@@ -32,6 +68,12 @@ op_types!(
     /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`: `-g / probs` at each label
     /// (divided by the count of non-ignored labels for `mean`), zero elsewhere.
     NllLossGrad,
+    /// `ReshapeGrad(g, x)`: `g` (same element count as `x`) reshaped to `x`'s shape
+    /// (gradient of `Reshape` and `Squeeze`; `x` is read for its shape only).
+    ReshapeGrad,
+    /// `ConcatGrad{axis, index}(g, x0, .., xn-1)`: the part of `g` along `axis` that came
+    /// from concat input `index` (the inputs `x_i` are read for their shapes only).
+    ConcatGrad,
     /// `ReduceToShape{shape}(x)`: sum `x` over the dims that broadcasting expanded from `shape`.
     ReduceToShape,
     /// `Sum(x0, x1, ...)`: elementwise sum of equally typed and shaped inputs.
@@ -179,6 +221,49 @@ impl OpDef for NllLossGrad {
     }
 }
 
+impl OpDef for ReshapeGrad {
+    fn op_type(&self) -> &'static str {
+        "ReshapeGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (g, x) = (ctx.input(0)?, ctx.input(1)?);
+        if g.dtype != x.dtype || g.nelms() != x.nelms() {
+            return Err(ctx.error(format!("gradient {g} cannot be reshaped to {x}")));
+        }
+        info_of_input(ctx, 1)
+    }
+}
+
+impl OpDef for ConcatGrad {
+    fn op_type(&self) -> &'static str {
+        "ConcatGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let g = ctx.input(0)?;
+        let n = ctx.num_inputs() as i64 - 1;
+        let index = ctx.int("index")?;
+        if !(0..n).contains(&index) {
+            return Err(ctx.error(format!("index {index} is not one of the {n} concat inputs")));
+        }
+        let axis = super::normalize_axis(ctx, ctx.int("axis")?, g.rank())?;
+        let mut total = 0;
+        for i in 1..=n as u32 {
+            let x = ctx.input(i)?;
+            let fits = x.dtype == g.dtype
+                && x.rank() == g.rank()
+                && x.shape.iter().zip(&g.shape).enumerate().all(|(d, (a, b))| d == axis || a == b);
+            if !fits {
+                return Err(ctx.error(format!("concat input {} ({x}) does not fit gradient {g}", i - 1)));
+            }
+            total += x.shape[axis];
+        }
+        if total != g.shape[axis] {
+            return Err(ctx.error(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g.shape[axis])));
+        }
+        info_of_input(ctx, index as u32 + 1)
+    }
+}
+
 impl OpDef for ReduceToShape {
     fn op_type(&self) -> &'static str {
         "ReduceToShape"
@@ -219,5 +304,5 @@ impl OpDef for Init {
 
 pub(crate) const ALL: &[&dyn OpDef] = &[
     &UnaryGrad, &BinaryGrad, &WhereGrad, &MatMulLhsGrad, &MatMulRhsGrad, &ReduceGrad, &SoftmaxGrad, &SliceGrad,
-    &GatherGrad, &NllLossGrad, &ReduceToShape, &Sum, &Init,
+    &GatherGrad, &NllLossGrad, &ReshapeGrad, &ConcatGrad, &ReduceToShape, &Sum, &Init,
 ];

@@ -1,7 +1,8 @@
 //! Matrix multiplication with numpy `matmul` semantics.
 
+use super::grad::simple;
 use super::{broadcast_shapes, op_types};
-use crate::{InferContext, OpDef, Result, TensorInfo};
+use crate::{GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
 op_types!(
     /// `a @ b`: batched over leading dims with broadcasting; a 1-D lhs is a row vector and a
@@ -46,6 +47,11 @@ impl OpDef for MatMul {
         }
         let shape = matmul_shape(&a.shape, &b.shape).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(a.dtype, shape)])
+    }
+    /// `MatMulLhsGrad(g, a, b)` and `MatMulRhsGrad(g, a, b)`, each already reduced to its operand's shape.
+    fn grad(&self, _op: &Op) -> GradRule {
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
+        GradRule::Ops(vec![simple("MatMulLhsGrad", &ins, 0), simple("MatMulRhsGrad", &ins, 1)])
     }
 }
 

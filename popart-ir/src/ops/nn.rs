@@ -1,7 +1,8 @@
 //! Neural-network ops: softmax and negative log-likelihood losses.
 
+use super::grad::spec;
 use super::{normalize_axis, op_types, require_float};
-use crate::{InferContext, OpDef, Result, TensorInfo};
+use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
 op_types!(
     /// softmax along `axis`
@@ -21,6 +22,12 @@ impl OpDef for Softmax {
         require_float(ctx, x, "the input")?;
         normalize_axis(ctx, ctx.attrs.int("axis").unwrap_or(-1), x.rank())?;
         Ok(vec![x.clone()])
+    }
+    /// `SoftmaxGrad{axis}(g, y)`.
+    fn grad(&self, op: &Op) -> GradRule {
+        let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(0))];
+        GradRule::Ops(vec![spec("SoftmaxGrad", attrs, &ins, &[(0, 0)])])
     }
 }
 
@@ -50,6 +57,11 @@ impl OpDef for NllLoss {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![nll_loss_info(ctx)?])
+    }
+    /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`; labels (integer) get none.
+    fn grad(&self, op: &Op) -> GradRule {
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
+        GradRule::Ops(vec![spec("NllLossGrad", op.attrs.clone(), &ins, &[(0, 0)])])
     }
 }
 

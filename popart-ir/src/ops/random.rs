@@ -1,7 +1,8 @@
 //! Random ops driven by an explicit `uint32[2]` seed tensor (input 0, or 1 for dropout).
 
+use super::grad::spec;
 use super::{op_types, require_float, to_shape};
-use crate::{Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
     /// uniform in `[low, high)` of `shape` and `dtype`
@@ -70,6 +71,12 @@ impl OpDef for Dropout {
     }
     fn flags(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
+    }
+    /// `Dropout(g, seed)` with the same seed and `p`: the same elements are dropped and the
+    /// kept ones scaled by `1/(1-p)`, which is exactly the derivative.
+    fn grad(&self, op: &Op) -> GradRule {
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(1))];
+        GradRule::Ops(vec![spec("Dropout", op.attrs.clone(), &ins, &[(0, 0)])])
     }
 }
 

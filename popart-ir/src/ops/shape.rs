@@ -1,7 +1,11 @@
 //! Shape ops: reshape, transpose, slice, concat, squeeze, gather.
 
+use super::grad::{simple, spec};
 use super::{normalize_axes, normalize_axis, op_types};
-use crate::{InferContext, OpDef, Result, TensorInfo};
+use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+
+const G: GradSource = GradSource::GradOfOutput(0);
+const X: GradSource = GradSource::FwdInput(0);
 
 op_types!(
     /// view with a new shape (`shape` may hold one `-1`)
@@ -52,6 +56,10 @@ impl OpDef for Reshape {
         let shape = resolve_reshape(ctx.ints("shape")?, x.nelms()).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
+    /// `ReshapeGrad(g, x)`: back to the input's shape.
+    fn grad(&self, _op: &Op) -> GradRule {
+        GradRule::Ops(vec![simple("ReshapeGrad", &[(0, G), (1, X)], 0)])
+    }
 }
 
 /// The permutation of a transpose (`perm` attribute, empty = reverse), validated.
@@ -77,6 +85,21 @@ impl OpDef for Transpose {
         let x = ctx.input(0)?;
         let p = transpose_perm(ctx, x.rank())?;
         Ok(vec![TensorInfo::new(x.dtype, p.iter().map(|&i| x.shape[i]).collect::<Vec<_>>())])
+    }
+    /// `Transpose(g)` by the inverse permutation (reversal, the default, is its own inverse).
+    fn grad(&self, op: &Op) -> GradRule {
+        let perm = op.attrs.ints("perm").unwrap_or(&[]);
+        let rank = perm.len() as i64;
+        let mut inverse = vec![0i64; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            // Shape inference has validated `perm` as a permutation of `rank` axes.
+            let p = if p < 0 { p + rank } else { p };
+            if let Some(slot) = usize::try_from(p).ok().and_then(|p| inverse.get_mut(p)) {
+                *slot = i as i64;
+            }
+        }
+        let attrs = Attributes::new().with("perm", AttrValue::Ints(inverse));
+        GradRule::Ops(vec![spec("Transpose", attrs, &[(0, G)], &[(0, 0)])])
     }
 }
 
@@ -145,6 +168,10 @@ impl OpDef for Slice {
         }
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
+    /// `SliceGrad{starts, ends, steps, axes}(g, x)`: `g` placed into zeros of the input's shape.
+    fn grad(&self, op: &Op) -> GradRule {
+        GradRule::Ops(vec![spec("SliceGrad", op.attrs.clone(), &[(0, G), (1, X)], &[(0, 0)])])
+    }
 }
 
 impl OpDef for Concat {
@@ -172,6 +199,20 @@ impl OpDef for Concat {
         }
         Ok(vec![TensorInfo::new(first.dtype, shape)])
     }
+    /// `ConcatGrad{axis, index}(g, x0, .., xn-1)` for each input `index`.
+    fn grad(&self, op: &Op) -> GradRule {
+        let n = op.inputs().len() as u32;
+        let inputs: Vec<(u32, GradSource)> =
+            std::iter::once((0, G)).chain((0..n).map(|i| (i + 1, GradSource::FwdInput(i)))).collect();
+        let axis = op.attrs.int("axis").unwrap_or(0);
+        let specs = (0..n)
+            .map(|i| {
+                let attrs = Attributes::new().with("axis", AttrValue::Int(axis)).with("index", AttrValue::Int(i as i64));
+                spec("ConcatGrad", attrs, &inputs, &[(0, i)])
+            })
+            .collect();
+        GradRule::Ops(specs)
+    }
 }
 
 impl OpDef for Squeeze {
@@ -192,6 +233,10 @@ impl OpDef for Squeeze {
         let shape: Vec<usize> = (0..x.rank()).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect();
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
+    /// `ReshapeGrad(g, x)`: the squeezed axes come back.
+    fn grad(&self, _op: &Op) -> GradRule {
+        GradRule::Ops(vec![simple("ReshapeGrad", &[(0, G), (1, X)], 0)])
+    }
 }
 
 impl OpDef for Gather {
@@ -208,6 +253,12 @@ impl OpDef for Gather {
         shape.extend_from_slice(&idx.shape);
         shape.extend_from_slice(&x.shape[axis + 1..]);
         Ok(vec![TensorInfo::new(x.dtype, shape)])
+    }
+    /// `GatherGrad{axis}(g, indices, data)`: scatter-add into zeros; the indices get none.
+    fn grad(&self, op: &Op) -> GradRule {
+        let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
+        let ins = [(0, G), (1, GradSource::FwdInput(1)), (2, X)];
+        GradRule::Ops(vec![spec("GatherGrad", attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -1,7 +1,8 @@
 //! Elementwise unary ops: output has the input's type and shape (except `Cast`).
 
+use super::grad::{pass_through, simple, unary_grad};
 use super::{op_types, require_float};
-use crate::{Attributes, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
     /// `-x`
@@ -40,9 +41,10 @@ op_types!(
     Cast,
 );
 
-/// Unary ops sharing the "same type and shape" rule; `float_only` restricts to float inputs.
+/// Unary ops sharing the "same type and shape" rule; `float_only` restricts to float inputs;
+/// `grad` is the gradient rule (an expression of type `GradRule`).
 macro_rules! same_info_unary {
-    ($($ty:ident => $name:literal, float_only = $float:literal;)*) => {
+    ($($ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr;)*) => {
         $(
             impl OpDef for $ty {
                 fn op_type(&self) -> &'static str { $name }
@@ -51,28 +53,34 @@ macro_rules! same_info_unary {
                     if $float { require_float(ctx, x, "the input")?; }
                     Ok(vec![x.clone()])
                 }
+                fn grad(&self, _op: &Op) -> GradRule {
+                    $grad
+                }
             }
         )*
     };
 }
 
+// Derivatives: UnaryGrad reads the forward input (x) or output (y), whichever gives the
+// cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), sqrt' = 1/(2y),
+// exp' = y, log' = 1/x, abs' = sign(x), sin' = cos(x), cos' = -sin(x), gelu' from x.
 same_info_unary! {
-    Neg => "Neg", float_only = false;
-    Abs => "Abs", float_only = false;
-    Exp => "Exp", float_only = true;
-    Log => "Log", float_only = true;
-    Sqrt => "Sqrt", float_only = true;
-    Relu => "Relu", float_only = false;
-    Gelu => "Gelu", float_only = true;
-    Tanh => "Tanh", float_only = true;
-    Sigmoid => "Sigmoid", float_only = true;
-    Sin => "Sin", float_only = true;
-    Cos => "Cos", float_only = true;
-    Sign => "Sign", float_only = false;
-    Floor => "Floor", float_only = false;
-    Ceil => "Ceil", float_only = false;
-    Identity => "Identity", float_only = false;
-    Detach => "Detach", float_only = false;
+    Neg => "Neg", float_only = false, grad = GradRule::Ops(vec![simple("Neg", &[(0, GradSource::GradOfOutput(0))], 0)]);
+    Abs => "Abs", float_only = false, grad = unary_grad("abs", false);
+    Exp => "Exp", float_only = true, grad = unary_grad("exp", true);
+    Log => "Log", float_only = true, grad = unary_grad("log", false);
+    Sqrt => "Sqrt", float_only = true, grad = unary_grad("sqrt", true);
+    Relu => "Relu", float_only = false, grad = unary_grad("relu", true);
+    Gelu => "Gelu", float_only = true, grad = unary_grad("gelu", false);
+    Tanh => "Tanh", float_only = true, grad = unary_grad("tanh", true);
+    Sigmoid => "Sigmoid", float_only = true, grad = unary_grad("sigmoid", true);
+    Sin => "Sin", float_only = true, grad = unary_grad("sin", false);
+    Cos => "Cos", float_only = true, grad = unary_grad("cos", false);
+    Sign => "Sign", float_only = false, grad = GradRule::Zero;
+    Floor => "Floor", float_only = false, grad = GradRule::Zero;
+    Ceil => "Ceil", float_only = false, grad = GradRule::Zero;
+    Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]);
+    Detach => "Detach", float_only = false, grad = GradRule::Stop;
 }
 
 impl OpDef for Cast {
@@ -86,6 +94,11 @@ impl OpDef for Cast {
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::empty()
+    }
+    /// The gradient passes through; autodiff casts it back to the input's dtype.
+    /// Integer inputs get none (integer paths carry no gradient).
+    fn grad(&self, _op: &Op) -> GradRule {
+        GradRule::Ops(vec![pass_through(0)])
     }
 }
 

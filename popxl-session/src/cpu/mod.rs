@@ -1,2 +1,4 @@
 //! The `cpu` device: executor and kernels.
+pub mod executor;
 pub mod kernel;
+pub mod kernels;

@@ -1,0 +1,124 @@
+//! A stable, human-readable text form of an [`Executable`] (used by snapshot tests).
+//!
+//! Everything is printed in id order; ids are assigned deterministically by
+//! [`crate::lower`], so the same IR always prints the same text.
+
+use std::fmt::{self, Write};
+
+use popart_ir::StreamDirection;
+
+use crate::executable::*;
+
+impl Executable {
+    /// The text form (same as `to_string()`).
+    pub fn dump(&self) -> String {
+        self.to_string()
+    }
+}
+
+fn dir(d: StreamDirection) -> &'static str {
+    match d {
+        StreamDirection::HostToDevice => "h2d",
+        StreamDirection::DeviceToHost => "d2h",
+    }
+}
+
+fn args(v: &[Arg]) -> String {
+    v.iter().map(|a| format!("{}: b{}", a.index, a.buffer.0)).collect::<Vec<_>>().join(", ")
+}
+
+impl fmt::Display for Executable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = &self.memory;
+        writeln!(f, "executable (num_host_transfers {}, replication_factor {})", self.num_host_transfers, self.replication_factor)?;
+        writeln!(
+            f,
+            "memory: arena {} B (planned peak), {} B without reuse, {} B permanent, alignment {}",
+            m.arena_bytes, m.no_reuse_bytes, m.permanent_bytes, m.alignment
+        )?;
+        writeln!(f, "buffers:")?;
+        for b in &self.buffers {
+            let names = if b.tensors.is_empty() {
+                "(copy temporary)".to_string()
+            } else {
+                b.tensors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+            };
+            writeln!(f, "  b{} {} {} @{}+{}: {}", b.id.0, b.kind.short_name(), b.info, b.offset, b.size, names)?;
+        }
+        writeln!(f, "streams:")?;
+        for s in &self.streams {
+            let kind = match s.kind {
+                StreamKind::Data => "data",
+                StreamKind::Weight => "weight",
+            };
+            writeln!(f, "  s{} {} {} {} \"{}\"", s.id.0, dir(s.direction), kind, s.info, s.name)?;
+        }
+        writeln!(f, "functions:")?;
+        for func in &self.functions {
+            let ins = func.inputs.iter().map(|b| format!("b{}", b.0)).collect::<Vec<_>>().join(", ");
+            let outs = func.outputs.iter().map(|b| format!("b{}", b.0)).collect::<Vec<_>>().join(", ");
+            writeln!(f, "  f{} {}({ins}) -> ({outs}):", func.id.0, func.name)?;
+            write_program(f, self, &func.body, 4)?;
+        }
+        writeln!(f, "programs:")?;
+        for (name, p) in [
+            ("init", &self.programs.init),
+            ("weights_from_host", &self.programs.weights_from_host),
+            ("weights_to_host", &self.programs.weights_to_host),
+            ("main", &self.programs.main),
+        ] {
+            writeln!(f, "  {name}:")?;
+            write_program(f, self, p, 4)?;
+        }
+        Ok(())
+    }
+}
+
+fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, indent: usize) -> fmt::Result {
+    let pad = " ".repeat(indent);
+    match p {
+        Program::Sequence(v) => {
+            for c in v {
+                write_program(f, exe, c, indent)?;
+            }
+            Ok(())
+        }
+        Program::Execute(k) => {
+            let mut attrs = String::new();
+            if !k.attrs.is_empty() {
+                attrs.push_str(" {");
+                for (i, (key, v)) in k.attrs.iter().enumerate() {
+                    if i > 0 {
+                        attrs.push_str(", ");
+                    }
+                    let _ = write!(attrs, "{key}={v}");
+                }
+                attrs.push('}');
+            }
+            writeln!(f, "{pad}execute {}{attrs} \"{}\" ({}) -> ({})", k.op_type, k.name, args(&k.inputs), args(&k.outputs))
+        }
+        Program::Copy { src, dst, bytes } => writeln!(f, "{pad}copy b{} -> b{} ({bytes} B)", src.0, dst.0),
+        Program::Call(id) => writeln!(f, "{pad}call f{} {}", id.0, exe.functions[id.index()].name),
+        Program::Repeat { count, body } => {
+            writeln!(f, "{pad}repeat {count}:")?;
+            write_program(f, exe, body, indent + 2)
+        }
+        Program::If { cond, then_branch, else_branch } => {
+            writeln!(f, "{pad}if b{}:", cond.0)?;
+            writeln!(f, "{pad}  then:")?;
+            write_program(f, exe, then_branch, indent + 4)?;
+            writeln!(f, "{pad}  else:")?;
+            write_program(f, exe, else_branch, indent + 4)
+        }
+        Program::HostToDevice { stream, dst } => {
+            writeln!(f, "{pad}host_to_device s{} \"{}\" -> b{}", stream.0, exe.stream(*stream).name, dst.0)
+        }
+        Program::DeviceToHost { src, stream } => {
+            writeln!(f, "{pad}device_to_host b{} -> s{} \"{}\"", src.0, stream.0, exe.stream(*stream).name)
+        }
+        Program::WriteConstant { constant } => {
+            let c = &exe.constants[*constant];
+            writeln!(f, "{pad}write_constant {} -> b{}", c.tensor.name, c.buffer.0)
+        }
+    }
+}

@@ -1,0 +1,784 @@
+//! Growing the gradient graph of one forward graph.
+
+use popart_ir::{
+    lookup_op, AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpFlags, OpId,
+    TensorId, TensorIndexMap, TensorInfo, TensorKind,
+};
+use slotmap::SecondaryMap;
+
+use super::analysis::Analysis;
+use super::error::{AutodiffError, Result};
+use super::info::{name, ExpectedConnection, ExpectedConnectionType, GradGraphInfo, GradGraphInfos, GraphIo};
+
+/// A gradient value: symbolically zero, or a tensor of the gradient graph.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Grad {
+    Zero,
+    Tensor(TensorId),
+}
+
+/// The gradient contributions to one forward tensor, summed when it is finalised.
+#[derive(Clone, Debug, Default)]
+struct Partials {
+    tensors: Vec<TensorId>,
+    zero: bool,
+}
+
+/// Build the gradient graph of `fwd` (see [`super::autodiff`] for the contract).
+/// `required: None` means every floating point input that has a gradient.
+/// Graphs created are appended to `created`.
+pub(crate) fn differentiate(
+    ir: &mut Ir,
+    fwd: GraphId,
+    analysis: &Analysis,
+    provided: &[TensorId],
+    required: Option<&[TensorId]>,
+    infos: &GradGraphInfos,
+    created: &mut Vec<GraphId>,
+) -> Result<GradGraphInfo> {
+    let recompute = !can_add_outputs(ir, fwd)?;
+    let grad_name = ir.unique_graph_name(&format!("{}_grad", ir.graph(fwd)?.name()));
+    let grad = ir.create_graph(&grad_name)?;
+    created.push(grad);
+    let fwd_io = GraphIo::of(ir.graph(fwd)?);
+    let mut b = Builder {
+        fwd_io,
+        ir,
+        fwd,
+        grad,
+        infos,
+        wants_grad: &analysis.wants_grad,
+        recompute,
+        created,
+        fwd_map: SecondaryMap::new(),
+        partials: SecondaryMap::new(),
+        finals: SecondaryMap::new(),
+        expected_inputs: Vec::new(),
+        new_fwd_outputs: Vec::new(),
+    };
+
+    for &y in provided {
+        let info = b.fwd_graph().tensor(y)?.info.clone();
+        let base = format!("{}_grad", b.fwd_graph().tensor(y)?.name);
+        let g = b.grad_graph_mut();
+        let tname = g.unique_tensor_name(&base);
+        let t = g.add_input(&tname, info)?;
+        b.expected_inputs.push(ExpectedConnection::fwd_grad(y));
+        b.add_partial(y, Grad::Tensor(t));
+    }
+
+    for (id, rule) in &analysis.active {
+        b.grow_op(*id, rule)?;
+    }
+
+    let all_inputs;
+    let (outputs, strict) = match required {
+        Some(r) => (r, true),
+        None => {
+            all_inputs = b.fwd_graph().inputs().to_vec();
+            (&all_inputs[..], false)
+        }
+    };
+    let mut expected_outputs = Vec::new();
+    for &x in outputs {
+        let g = match b.finalize(x)? {
+            Some(g) => g,
+            None if strict => {
+                let graph = b.fwd_graph().name().to_string();
+                return Err(AutodiffError::NoGradientPath { graph, tensor: name(b.fwd_graph(), x) });
+            }
+            None => continue,
+        };
+        let t = b.materialize(Some(g), x)?;
+        b.grad_graph_mut().add_output(t)?;
+        expected_outputs.push(ExpectedConnection::fwd_grad(x));
+    }
+
+    let Builder { expected_inputs, new_fwd_outputs, .. } = b;
+    add_forward_outputs(ir, fwd, &new_fwd_outputs)?;
+    Ok(GradGraphInfo { graph: grad, forward_graph: fwd, expected_inputs, expected_outputs })
+}
+
+/// True when every op calling `fwd` is a `Call`, whose outputs can be extended; graphs
+/// called by `If` or `Repeat` must keep their outputs, so their gradient graphs
+/// recompute forward intermediates instead.
+fn can_add_outputs(ir: &Ir, fwd: GraphId) -> Result<bool> {
+    for g in ir.graphs() {
+        if g.ops().any(|op| op.op_type() != "Call" && op.called_graphs().contains(&fwd)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Make `tensors` extra outputs of `fwd` and give every `Call` of `fwd` the matching outputs.
+fn add_forward_outputs(ir: &mut Ir, fwd: GraphId, tensors: &[TensorId]) -> Result<()> {
+    if tensors.is_empty() {
+        return Ok(());
+    }
+    let mut sites: Vec<(GraphId, OpId)> = Vec::new();
+    for g in ir.graphs() {
+        for op in g.ops() {
+            if op.op_type() == "Call" && op.attrs.graph("graph") == Some(fwd) {
+                sites.push((g.id(), op.id));
+            }
+        }
+    }
+    for &t in tensors {
+        let info = ir.graph(fwd)?.tensor(t)?.info.clone();
+        let g = ir.graph_mut(fwd)?;
+        g.add_output(t)?;
+        let index = (g.outputs().len() - 1) as u32;
+        for &(pg, op) in &sites {
+            let pg = ir.graph_mut(pg)?;
+            let name = format!("{}:{index}", pg.op(op)?.name);
+            pg.create_output(op, index, &name, info.clone())?;
+        }
+    }
+    Ok(())
+}
+
+/// An index map as a vector indexed by index.
+fn dense(map: &TensorIndexMap) -> Vec<Option<TensorId>> {
+    let mut v = vec![None; map.end() as usize];
+    for (i, t) in map.iter() {
+        v[i as usize] = Some(t);
+    }
+    v
+}
+
+struct Builder<'a> {
+    ir: &'a mut Ir,
+    fwd: GraphId,
+    /// Input and output positions of the forward graph.
+    fwd_io: GraphIo,
+    grad: GraphId,
+    infos: &'a GradGraphInfos,
+    wants_grad: &'a SecondaryMap<TensorId, ()>,
+    recompute: bool,
+    created: &'a mut Vec<GraphId>,
+    /// Forward tensor -> the tensor standing for it in the gradient graph.
+    fwd_map: SecondaryMap<TensorId, TensorId>,
+    /// Forward tensor -> gradient contributions not yet summed.
+    partials: SecondaryMap<TensorId, Partials>,
+    /// Forward tensor -> its final gradient (once every consumer has contributed).
+    finals: SecondaryMap<TensorId, Option<Grad>>,
+    expected_inputs: Vec<ExpectedConnection>,
+    /// Forward intermediates read by the gradient graph, to become forward outputs.
+    new_fwd_outputs: Vec<TensorId>,
+}
+
+impl<'a> Builder<'a> {
+    fn fwd_graph(&self) -> &Graph {
+        self.ir.graph(self.fwd).expect("forward graph exists")
+    }
+
+    fn grad_graph(&self) -> &Graph {
+        self.ir.graph(self.grad).expect("gradient graph exists")
+    }
+
+    fn grad_graph_mut(&mut self) -> &mut Graph {
+        self.ir.graph_mut(self.grad).expect("gradient graph exists")
+    }
+
+    fn fwd_tensor(&self, t: TensorId) -> Result<(&str, &TensorInfo)> {
+        let t = self.fwd_graph().tensor(t)?;
+        Ok((&t.name, &t.info))
+    }
+
+    fn wants(&self, t: TensorId) -> bool {
+        self.wants_grad.contains_key(t)
+    }
+
+    fn add_partial(&mut self, x: TensorId, g: Grad) {
+        if !self.wants(x) {
+            return;
+        }
+        if !self.partials.contains_key(x) {
+            self.partials.insert(x, Partials::default());
+        }
+        let p = &mut self.partials[x];
+        match g {
+            Grad::Zero => p.zero = true,
+            Grad::Tensor(t) => p.tensors.push(t),
+        }
+    }
+
+    /// Name for the gradient of `x` contributed by one consumer: the final name when
+    /// that consumer is the only one.
+    fn partial_name(&self, x: TensorId) -> String {
+        let g = self.fwd_graph();
+        let t = g.tensor(x).expect("forward tensor");
+        if t.consumers().len() == 1 && self.fwd_io.output_index(x).is_none() {
+            format!("{}_grad", t.name)
+        } else {
+            format!("{}_grad_partial", t.name)
+        }
+    }
+
+    /// The gradient of `x`, summing its contributions (once; later calls return the same).
+    fn finalize(&mut self, x: TensorId) -> Result<Option<Grad>> {
+        if let Some(g) = self.finals.get(x) {
+            return Ok(*g);
+        }
+        let p = self.partials.remove(x).unwrap_or_default();
+        let g = match p.tensors.len() {
+            0 => p.zero.then_some(Grad::Zero),
+            1 => Some(Grad::Tensor(p.tensors[0])),
+            _ => {
+                let base = self.fwd_tensor(x)?.0.to_string();
+                let inputs: Vec<(u32, TensorId)> = p.tensors.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+                let op = self.create(
+                    "Sum",
+                    Attributes::new(),
+                    &inputs,
+                    &format!("{base}_grad_sum"),
+                    &[format!("{base}_grad")],
+                )?;
+                Some(Grad::Tensor(self.output(op, 0)))
+            }
+        };
+        self.finals.insert(x, g);
+        Ok(g)
+    }
+
+    /// A gradient as a tensor of the gradient graph (zeros of `x`'s info if zero or absent).
+    fn materialize(&mut self, g: Option<Grad>, x: TensorId) -> Result<TensorId> {
+        match g {
+            Some(Grad::Tensor(t)) => Ok(t),
+            _ => {
+                let (n, info) = self.fwd_tensor(x)?;
+                let (n, info) = (n.to_string(), info.clone());
+                self.zeros(&info, &format!("{n}_grad_zero"))
+            }
+        }
+    }
+
+    fn zeros(&mut self, info: &TensorInfo, name: &str) -> Result<TensorId> {
+        let attrs = Attributes::new()
+            .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
+            .with("dtype", AttrValue::DType(info.dtype));
+        let op = self.create("Init", attrs, &[], name, &[])?;
+        Ok(self.output(op, 0))
+    }
+
+    /// Reduce and cast a gradient-graph tensor to the shape and dtype of forward tensor `x`.
+    fn fit(&mut self, t: TensorId, x: TensorId) -> Result<TensorId> {
+        let (xname, xinfo) = self.fwd_tensor(x)?;
+        let (xname, xinfo) = (xname.to_string(), xinfo.clone());
+        let tinfo = self.grad_graph().tensor(t)?.info.clone();
+        if tinfo == xinfo {
+            return Ok(t);
+        }
+        let out_name = self.partial_name(x);
+        let mut t = t;
+        if tinfo.shape != xinfo.shape {
+            let shape = AttrValue::Ints(xinfo.shape.iter().map(|&d| d as i64).collect());
+            let last = tinfo.dtype == xinfo.dtype;
+            let names = if last { vec![out_name.clone()] } else { vec![] };
+            let op = self.create(
+                "ReduceToShape",
+                Attributes::new().with("shape", shape),
+                &[(0, t)],
+                &format!("{xname}_grad_reduce"),
+                &names,
+            )?;
+            t = self.output(op, 0);
+        }
+        if tinfo.dtype != xinfo.dtype {
+            let attrs = Attributes::new().with("to", AttrValue::DType(xinfo.dtype));
+            let op = self.create("Cast", attrs, &[(0, t)], &format!("{xname}_grad_cast"), &[out_name])?;
+            t = self.output(op, 0);
+        }
+        Ok(t)
+    }
+
+    /// Create an op in the gradient graph; `output_names` name its first outputs.
+    fn create(
+        &mut self,
+        op_type: &str,
+        attrs: Attributes,
+        inputs: &[(u32, TensorId)],
+        name: &str,
+        output_names: &[String],
+    ) -> Result<OpId> {
+        let def = lookup_op(op_type)?;
+        let infos = self.ir.infer_outputs(self.grad, def, &attrs, inputs, name)?;
+        Ok(self.ir.create_op_with_outputs(self.grad, def, attrs, inputs, infos, output_names, name)?)
+    }
+
+    fn output(&self, op: OpId, index: u32) -> TensorId {
+        self.grad_graph().op(op).expect("just created").output(index).expect("inferred output")
+    }
+
+    /// Is forward tensor `x` something the gradient graph can receive as an input
+    /// (rather than recompute)?
+    fn is_direct(&self, x: TensorId) -> Result<bool> {
+        let g = self.fwd_graph();
+        let t = g.tensor(x)?;
+        Ok(!self.recompute || t.producer().is_none() || self.fwd_io.is_io(x) || t.is_constant())
+    }
+
+    /// The gradient-graph tensor standing for forward tensor `x`: a copy of a
+    /// constant, a new gradient-graph input (expected `Fwd`), or a recomputation.
+    fn need_fwd(&mut self, x: TensorId) -> Result<TensorId> {
+        if let Some(&t) = self.fwd_map.get(x) {
+            return Ok(t);
+        }
+        if !self.is_direct(x)? {
+            return self.recompute(x);
+        }
+        let fg = self.fwd_graph();
+        let tensor = fg.tensor(x)?;
+        let is_io = self.fwd_io.is_io(x);
+        let constant = matches!(tensor.kind, TensorKind::Constant(_)).then(|| tensor.kind.clone());
+        let (tname, info) = (tensor.name.clone(), tensor.info.clone());
+        let g = self.grad_graph_mut();
+        let unique = g.unique_tensor_name(&tname);
+        let t = if let Some(kind) = constant {
+            g.add_tensor(&unique, info, kind)?
+        } else {
+            let t = g.add_input(&unique, info)?;
+            self.expected_inputs.push(ExpectedConnection::fwd(x));
+            if !is_io {
+                self.new_fwd_outputs.push(x);
+            }
+            t
+        };
+        self.fwd_map.insert(x, t);
+        Ok(t)
+    }
+
+    /// Clone the forward ops producing `x` (and whatever they need) into the gradient graph.
+    fn recompute(&mut self, x: TensorId) -> Result<TensorId> {
+        let producer = |b: &Self, t: TensorId| -> Result<OpId> {
+            b.fwd_graph().tensor(t)?.producer().map(|p| p.op).ok_or_else(|| AutodiffError::InvalidGradGraphInfo {
+                graph: b.fwd_graph().name().to_string(),
+                reason: format!("tensor `{}` has no producer", name(b.fwd_graph(), t)),
+            })
+        };
+        let mut stack = vec![producer(self, x)?];
+        while let Some(&p) = stack.last() {
+            let op = self.fwd_graph().op(p)?.clone();
+            let mut missing = None;
+            for t in op.inputs().tensors() {
+                if self.fwd_map.contains_key(t) {
+                    continue;
+                }
+                if self.is_direct(t)? {
+                    self.need_fwd(t)?;
+                } else {
+                    missing = Some(t);
+                    break;
+                }
+            }
+            if let Some(t) = missing {
+                stack.push(producer(self, t)?);
+                continue;
+            }
+            if op.flags().intersects(OpFlags::SIDE_EFFECT | OpFlags::MODIFIES_INPUTS | OpFlags::HOST_IO) {
+                return Err(AutodiffError::CannotRecompute {
+                    graph: self.fwd_graph().name().to_string(),
+                    op: op.name.clone(),
+                    op_type: op.op_type().to_string(),
+                    reason: "it has side effects or modifies its inputs, and the graph's call sites \
+                             (If/Repeat) cannot expose the tensor as an extra output"
+                        .to_string(),
+                });
+            }
+            let inputs: Vec<(u32, TensorId)> = op.inputs().iter().map(|(i, t)| (i, self.fwd_map[t])).collect();
+            let fg = self.fwd_graph();
+            let mut infos = Vec::new();
+            let mut names = Vec::new();
+            for (_, y) in op.outputs().iter() {
+                let t = fg.tensor(y)?;
+                infos.push(t.info.clone());
+                names.push(t.name.clone());
+            }
+            let new = self.ir.create_op_with_outputs(
+                self.grad,
+                op.def(),
+                op.attrs.clone(),
+                &inputs,
+                infos,
+                &names,
+                &op.name,
+            )?;
+            for (k, (_, y)) in op.outputs().iter().enumerate() {
+                let t = self.output(new, k as u32);
+                self.fwd_map.insert(y, t);
+            }
+            stack.pop();
+        }
+        Ok(self.fwd_map[x])
+    }
+
+    fn not_differentiable(&self, op: &Op, reason: &str) -> AutodiffError {
+        AutodiffError::NotDifferentiable {
+            graph: self.fwd_graph().name().to_string(),
+            op: op.name.clone(),
+            op_type: op.op_type().to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn grow_op(&mut self, id: OpId, rule: &GradRule) -> Result<()> {
+        let op = self.fwd_graph().op(id)?.clone();
+        match rule {
+            GradRule::None => Err(self.not_differentiable(&op, "")),
+            GradRule::Stop => Ok(()),
+            GradRule::Zero => {
+                let grads = self.output_grads(&op)?;
+                if grads.iter().any(Option::is_some) {
+                    for x in op.inputs().tensors() {
+                        self.add_partial(x, Grad::Zero);
+                    }
+                }
+                Ok(())
+            }
+            GradRule::Ops(specs) => self.grow_specs(&op, specs),
+            GradRule::Subgraph => match op.op_type() {
+                "Call" => self.grow_call(&op),
+                "If" => self.grow_if(&op),
+                _ => Err(self.not_differentiable(&op, "autodiff differentiates only Call and If subgraph ops")),
+            },
+        }
+    }
+
+    /// Final gradients of the outputs of `op`, indexed by output index.
+    fn output_grads(&mut self, op: &Op) -> Result<Vec<Option<Grad>>> {
+        let mut grads = vec![None; op.outputs().end() as usize];
+        for (k, y) in op.outputs().iter() {
+            grads[k as usize] = self.finalize(y)?;
+        }
+        Ok(grads)
+    }
+
+    /// If no output of `op` has a non-zero gradient, give its inputs zero (or no)
+    /// gradients and return true.
+    fn skip_if_zero(&mut self, op: &Op, grads: &[Option<Grad>]) -> bool {
+        if grads.iter().any(|g| matches!(g, Some(Grad::Tensor(_)))) {
+            return false;
+        }
+        if grads.iter().any(Option::is_some) {
+            for x in op.inputs().tensors() {
+                self.add_partial(x, Grad::Zero);
+            }
+        }
+        true
+    }
+
+    fn grow_specs(&mut self, op: &Op, specs: &[GradOpSpec]) -> Result<()> {
+        let grads = self.output_grads(op)?;
+        if self.skip_if_zero(op, &grads) {
+            return Ok(());
+        }
+        let grad_of = |k: u32| grads.get(k as usize).copied().flatten();
+        for spec in specs {
+            let targets: Vec<(u32, TensorId)> = spec
+                .outputs
+                .iter()
+                .filter_map(|&(o, i)| op.input(i).filter(|&x| self.wants(x)).map(|x| (o, x)))
+                .collect();
+            if targets.is_empty() {
+                continue;
+            }
+            // `Identity(g_k)`: forward the output gradient instead of copying it.
+            if let ("Identity", [(0, GradSource::GradOfOutput(k))]) = (spec.op_type, &spec.inputs[..]) {
+                if spec.attrs.is_empty() {
+                    for &(_, x) in &targets {
+                        match grad_of(*k) {
+                            Some(Grad::Tensor(t)) => {
+                                let t = self.fit(t, x)?;
+                                self.add_partial(x, Grad::Tensor(t));
+                            }
+                            Some(Grad::Zero) => self.add_partial(x, Grad::Zero),
+                            None => {}
+                        }
+                    }
+                    continue;
+                }
+            }
+            let mut inputs = Vec::with_capacity(spec.inputs.len());
+            for &(gi, src) in &spec.inputs {
+                let missing = |what: &str, i: u32| {
+                    self.not_differentiable(op, &format!("its gradient rule reads {what} {i}, which is not connected"))
+                };
+                let t = match src {
+                    GradSource::FwdInput(i) => self.need_fwd(op.input(i).ok_or_else(|| missing("input", i))?)?,
+                    GradSource::FwdOutput(j) => self.need_fwd(op.output(j).ok_or_else(|| missing("output", j))?)?,
+                    GradSource::GradOfOutput(k) => {
+                        let y = op.output(k).ok_or_else(|| missing("the gradient of output", k))?;
+                        self.materialize(grad_of(k), y)?
+                    }
+                };
+                inputs.push((gi, t));
+            }
+            let op_name = format!("{}_grad", op.name);
+            let def = lookup_op(spec.op_type)?;
+            let infos = self.ir.infer_outputs(self.grad, def, &spec.attrs, &inputs, &op_name)?;
+            let mut names = Vec::with_capacity(infos.len());
+            for (o, info) in infos.iter().enumerate() {
+                let target = targets.iter().find(|(to, _)| *to as usize == o);
+                names.push(match target {
+                    Some(&(_, x)) if self.fwd_tensor(x)?.1 == info => self.partial_name(x),
+                    Some(&(_, x)) => format!("{}_grad_unreduced", self.fwd_tensor(x)?.0),
+                    None => format!("{op_name}:{o}"),
+                });
+            }
+            let new =
+                self.ir.create_op_with_outputs(self.grad, def, spec.attrs.clone(), &inputs, infos, &names, &op_name)?;
+            for &(o, x) in &targets {
+                let t = self.grad_graph().op(new)?.output(o).ok_or_else(|| {
+                    self.not_differentiable(op, &format!("its gradient op `{}` has no output {o}", spec.op_type))
+                })?;
+                let t = self.fit(t, x)?;
+                self.add_partial(x, Grad::Tensor(t));
+            }
+        }
+        Ok(())
+    }
+
+    fn callee_info(&self, op: &Op, key: &str) -> Result<(GraphId, &'a GradGraphInfo)> {
+        let infos: &'a GradGraphInfos = self.infos;
+        let g = op
+            .attrs
+            .graph(key)
+            .ok_or_else(|| self.not_differentiable(op, &format!("missing graph attribute `{key}`")))?;
+        let info = infos.get(&g).ok_or_else(|| AutodiffError::InvalidGradGraphInfo {
+            graph: self.ir.graph(g).map_or_else(|_| format!("{g:?}"), |g| g.name().to_string()),
+            reason: "no gradient graph was made for it".to_string(),
+        })?;
+        Ok((g, info))
+    }
+
+    /// The gradient-graph tensors feeding a call of the callee's gradient graph, for the
+    /// forward subgraph op `op` whose callee input `k` is op input `op_input(k)` and
+    /// whose callee outputs are the op's outputs.
+    fn callee_grad_inputs(
+        &mut self,
+        op: &Op,
+        callee: GraphId,
+        info: &GradGraphInfo,
+        op_input: &dyn Fn(usize) -> Option<u32>,
+        grads: &[Option<Grad>],
+    ) -> Result<Vec<TensorId>> {
+        let invalid = |b: &Self, reason: String| AutodiffError::InvalidGradGraphInfo {
+            graph: b.ir.graph(callee).map_or_else(|_| format!("{callee:?}"), |g| g.name().to_string()),
+            reason,
+        };
+        let mut out = Vec::with_capacity(info.expected_inputs.len());
+        let io = GraphIo::of(self.ir.graph(callee)?);
+        let (op_ins, op_outs) = (dense(op.inputs()), dense(op.outputs()));
+        for e in &info.expected_inputs {
+            let cg = self.ir.graph(callee)?;
+            let t = match e.connection_type {
+                ExpectedConnectionType::FwdGrad => {
+                    let ks: Vec<u32> = io.output_indices(e.fwd_tensor).iter().map(|&k| k as u32).collect();
+                    let Some(&k0) = ks.first() else {
+                        return Err(invalid(
+                            self,
+                            format!("expected input `{}` is not an output", name(cg, e.fwd_tensor)),
+                        ));
+                    };
+                    let y0 = op_outs
+                        .get(k0 as usize)
+                        .copied()
+                        .flatten()
+                        .ok_or_else(|| self.not_differentiable(op, &format!("output {k0} is missing")))?;
+                    let parts: Vec<TensorId> = ks
+                        .iter()
+                        .filter_map(|&k| grads.get(k as usize).copied().flatten())
+                        .filter_map(|g| if let Grad::Tensor(t) = g { Some(t) } else { None })
+                        .collect();
+                    match parts.len() {
+                        0 => self.materialize(None, y0)?,
+                        1 => parts[0],
+                        _ => {
+                            let base = self.fwd_tensor(y0)?.0.to_string();
+                            let ins: Vec<(u32, TensorId)> =
+                                parts.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+                            let s = self.create("Sum", Attributes::new(), &ins, &format!("{base}_grad_sum"), &[])?;
+                            self.output(s, 0)
+                        }
+                    }
+                }
+                ExpectedConnectionType::Fwd => {
+                    let parent = if let Some(i) = io.input_index(e.fwd_tensor) {
+                        op_input(i).and_then(|i| op_ins.get(i as usize).copied().flatten())
+                    } else if let Some(k) = io.output_index(e.fwd_tensor) {
+                        op_outs.get(k).copied().flatten()
+                    } else {
+                        return Err(invalid(
+                            self,
+                            format!(
+                                "expected input `{}` is neither an input nor an output of the graph",
+                                name(cg, e.fwd_tensor)
+                            ),
+                        ));
+                    };
+                    let parent = parent.ok_or_else(|| {
+                        self.not_differentiable(op, &format!("it does not connect `{}`", name(cg, e.fwd_tensor)))
+                    })?;
+                    self.need_fwd(parent)?
+                }
+            };
+            out.push(t);
+        }
+        Ok(out)
+    }
+
+    /// `Call(graph)`: a call of the callee's gradient graph.
+    fn grow_call(&mut self, op: &Op) -> Result<()> {
+        let grads = self.output_grads(op)?;
+        if self.skip_if_zero(op, &grads) {
+            return Ok(());
+        }
+        let (callee, info) = self.callee_info(op, "graph")?;
+        let inputs = self.callee_grad_inputs(op, callee, info, &|i| Some(i as u32), &grads)?;
+        // Which op input each gradient-graph output is the gradient of.
+        let io = GraphIo::of(self.ir.graph(callee)?);
+        let op_ins = dense(op.inputs());
+        let targets: Vec<Option<TensorId>> = info
+            .expected_outputs
+            .iter()
+            .map(|e| {
+                io.input_index(e.fwd_tensor).and_then(|i| op_ins.get(i).copied().flatten()).filter(|&x| self.wants(x))
+            })
+            .collect();
+        if targets.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let op_name = format!("{}_grad", op.name);
+        let names: Vec<String> = targets
+            .iter()
+            .enumerate()
+            .map(|(k, x)| x.map_or_else(|| format!("{op_name}:{k}"), |x| self.partial_name(x)))
+            .collect();
+        let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
+        let call = self.create("Call", attrs, &ins, &op_name, &names)?;
+        for (k, x) in targets.into_iter().enumerate() {
+            if let Some(x) = x {
+                let t = self.fit(self.output(call, k as u32), x)?;
+                self.add_partial(x, Grad::Tensor(t));
+            }
+        }
+        Ok(())
+    }
+
+    /// `If(cond, ..)`: an `If` on the same condition whose branches call the branch
+    /// graphs' gradient graphs (through wrapper graphs with identical outputs).
+    fn grow_if(&mut self, op: &Op) -> Result<()> {
+        let grads = self.output_grads(op)?;
+        if self.skip_if_zero(op, &grads) {
+            return Ok(());
+        }
+        let branch_map =
+            |key: &str| -> Vec<u32> { op.attrs.ints(key).unwrap_or(&[]).iter().map(|&i| i as u32).collect() };
+        let branches = [("then_graph", branch_map("then_inputs")), ("else_graph", branch_map("else_inputs"))];
+        // Op inputs receiving a gradient from at least one branch.
+        let mut wanted: Vec<u32> = Vec::new();
+        for (key, map) in &branches {
+            let (callee, info) = self.callee_info(op, key)?;
+            let io = GraphIo::of(self.ir.graph(callee)?);
+            for e in &info.expected_outputs {
+                if let Some(&j) = io.input_index(e.fwd_tensor).and_then(|i| map.get(i)) {
+                    if op.input(j).is_some_and(|x| self.wants(x)) && !wanted.contains(&j) {
+                        wanted.push(j);
+                    }
+                }
+            }
+        }
+        wanted.sort_unstable();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let cond = self.need_fwd(op.input(0).ok_or_else(|| self.not_differentiable(op, "it has no condition"))?)?;
+        let mut if_inputs = vec![cond];
+        let mut attrs = Attributes::new();
+        for (key, map) in &branches {
+            let (callee, info) = self.callee_info(op, key)?;
+            let parents = self.callee_grad_inputs(op, callee, info, &|i| map.get(i).copied(), &grads)?;
+            let wrapper = self.if_branch_wrapper(op, callee, info, map, &parents, &wanted)?;
+            let mut indices = Vec::with_capacity(parents.len());
+            for t in parents {
+                let k = if_inputs.iter().position(|&u| u == t).unwrap_or_else(|| {
+                    if_inputs.push(t);
+                    if_inputs.len() - 1
+                });
+                indices.push(k as i64);
+            }
+            attrs.set(key, AttrValue::Graph(wrapper));
+            let inputs_key = if *key == "then_graph" { "then_inputs" } else { "else_inputs" };
+            attrs.set(inputs_key, AttrValue::Ints(indices));
+        }
+        let op_name = format!("{}_grad", op.name);
+        let names: Vec<String> =
+            wanted.iter().map(|&j| self.partial_name(op.input(j).expect("wanted input"))).collect();
+        let ins: Vec<(u32, TensorId)> = if_inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+        let new = self.create("If", attrs, &ins, &op_name, &names)?;
+        for (k, &j) in wanted.iter().enumerate() {
+            let x = op.input(j).expect("wanted input");
+            let t = self.fit(self.output(new, k as u32), x)?;
+            self.add_partial(x, Grad::Tensor(t));
+        }
+        Ok(())
+    }
+
+    /// A graph taking the inputs of `info.graph` (typed like `parents`), calling it and
+    /// returning, for each op input in `wanted`, the gradient of that `If` op input
+    /// through this branch (zeros if the branch does not use it).
+    fn if_branch_wrapper(
+        &mut self,
+        op: &Op,
+        branch: GraphId,
+        info: &GradGraphInfo,
+        map: &[u32],
+        parents: &[TensorId],
+        wanted: &[u32],
+    ) -> Result<GraphId> {
+        let wname = self.ir.unique_graph_name(&format!("{}_{}", self.ir.graph(info.graph)?.name(), op.name));
+        let w = self.ir.create_graph(&wname)?;
+        self.created.push(w);
+        let mut call_inputs = Vec::with_capacity(parents.len());
+        for (k, &p) in parents.iter().enumerate() {
+            let t = self.grad_graph().tensor(p)?;
+            let (n, i) = (t.name.clone(), t.info.clone());
+            let g = self.ir.graph_mut(w)?;
+            let n = g.unique_tensor_name(&n);
+            call_inputs.push((k as u32, g.add_input(&n, i)?));
+        }
+        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
+        let call = self.ir.create_op(w, "Call", attrs, &call_inputs, "call_grad")?;
+        let io = GraphIo::of(self.ir.graph(branch)?);
+        let mut per_input: Vec<Vec<TensorId>> = vec![Vec::new(); wanted.len()];
+        for (k, e) in info.expected_outputs.iter().enumerate() {
+            let j = io.input_index(e.fwd_tensor).and_then(|i| map.get(i));
+            if let Some(slot) = j.and_then(|j| wanted.iter().position(|w| w == j)) {
+                per_input[slot].push(self.ir.graph(w)?.op(call)?.output(k as u32).expect("call output"));
+            }
+        }
+        for (slot, parts) in per_input.into_iter().enumerate() {
+            let x = op.input(wanted[slot]).expect("wanted input");
+            let t = match parts.len() {
+                1 => parts[0],
+                0 => {
+                    let info = self.fwd_tensor(x)?.1.clone();
+                    let attrs = Attributes::new()
+                        .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
+                        .with("dtype", AttrValue::DType(info.dtype));
+                    let z = self.ir.create_op(w, "Init", attrs, &[], "zeros")?;
+                    self.ir.graph(w)?.op(z)?.output(0).expect("init output")
+                }
+                _ => {
+                    let ins: Vec<(u32, TensorId)> = parts.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+                    let s = self.ir.create_op(w, "Sum", Attributes::new(), &ins, "sum")?;
+                    self.ir.graph(w)?.op(s)?.output(0).expect("sum output")
+                }
+            };
+            self.ir.graph_mut(w)?.add_output(t)?;
+        }
+        Ok(w)
+    }
+}

@@ -1,0 +1,321 @@
+//! Pruning: remove ops whose results nobody needs.
+//!
+//! An op is kept when it is *required*:
+//! - it has a side effect ([`OpFlags::SIDE_EFFECT`], e.g. host IO);
+//! - it calls a graph that (transitively) contains an op with a side effect;
+//! - it writes in place into memory that outlives the graph: a variable, a graph
+//!   input of a subgraph (visible to callers that mark the input modified), or
+//!   anything aliasing those;
+//! - it produces a tensor that a required op reads, or a graph output
+//!   (subgraphs keep their whole signature: every output is needed);
+//! - it writes in place into a tensor (or an alias of it) that a required op reads.
+//!
+//! Everything else is erased, with the activations it produced. Variables,
+//! constants, streams and graph inputs are never removed.
+
+use std::collections::{HashMap, HashSet};
+
+use popart_ir::{Graph, GraphId, Ir, OpFlags, OpId, Result, TensorId, TensorKind};
+
+/// What [`prune`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Names of the erased ops, as `graph/op`, in graph then creation order.
+    pub removed_ops: Vec<String>,
+    /// Number of activation tensors removed with them.
+    pub removed_tensors: usize,
+}
+
+impl PruneReport {
+    /// True if nothing was removed.
+    pub fn is_empty(&self) -> bool {
+        self.removed_ops.is_empty() && self.removed_tensors == 0
+    }
+}
+
+/// Remove every op of every graph that is not required (see the module docs).
+/// Returns what was removed; the IR is left valid.
+///
+/// ```
+/// use popart_ir::{Attributes, AttrValue, DataType, HostTensor, Ir, TensorInfo, TensorKind, StreamDirection};
+/// let mut ir = Ir::new();
+/// let main = ir.main_graph_id();
+/// let info = TensorInfo::new(DataType::Float32, [2]);
+/// let g = ir.graph_mut(main).unwrap();
+/// let x = g.add_tensor("x", info.clone(), TensorKind::Variable(HostTensor::zeros(info.clone()))).unwrap();
+/// g.add_tensor("out", info.clone(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+/// let used = ir.create_op(main, "Relu", Attributes::new(), &[(0, x)], "used").unwrap();
+/// let y = ir.graph(main).unwrap().op(used).unwrap().output(0).unwrap();
+/// ir.create_op(main, "HostStore", Attributes::new().with("stream", AttrValue::Str("out".into())), &[(0, y)], "store").unwrap();
+/// ir.create_op(main, "Exp", Attributes::new(), &[(0, x)], "unused").unwrap();
+/// let report = popart_transforms::prune::prune(&mut ir).unwrap();
+/// assert_eq!(report.removed_ops, vec!["main/unused".to_string()]);
+/// assert_eq!(ir.main_graph().num_ops(), 2);
+/// ```
+pub fn prune(ir: &mut Ir) -> Result<PruneReport> {
+    let effectful = graphs_with_side_effects(ir)?;
+    let mut report = PruneReport::default();
+    for gid in ir.graph_ids() {
+        let g = ir.graph(gid)?;
+        let keep = required_ops(g, gid == ir.main_graph_id(), &effectful);
+        let mut doomed: Vec<OpId> = g.ops_in_creation_order().into_iter().filter(|o| !keep.contains(o)).collect();
+        if doomed.is_empty() {
+            continue;
+        }
+        let gname = g.name().to_string();
+        let mut produced: Vec<TensorId> = Vec::new();
+        for &o in &doomed {
+            let op = g.op(o)?;
+            report.removed_ops.push(format!("{gname}/{}", op.name));
+            produced.extend(op.outputs().tensors());
+        }
+        let g = ir.graph_mut(gid)?;
+        for o in doomed.drain(..) {
+            g.erase_op(o)?;
+        }
+        for t in produced {
+            let tensor = g.tensor(t)?;
+            let dangling = tensor.kind == TensorKind::ActGrad
+                && tensor.consumers().is_empty()
+                && tensor.producer().is_none()
+                && g.input_index(t).is_none()
+                && g.output_index(t).is_none();
+            if dangling {
+                g.remove_tensor(t)?;
+                report.removed_tensors += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Graphs containing, directly or through the graphs they call, an op with a side effect.
+fn graphs_with_side_effects(ir: &Ir) -> Result<HashSet<GraphId>> {
+    let mut out = HashSet::new();
+    for gid in ir.graphs_callees_first()? {
+        let g = ir.graph(gid)?;
+        let has = g.ops().any(|op| {
+            op.flags().contains(OpFlags::SIDE_EFFECT) || op.called_graphs().iter().any(|c| out.contains(c))
+        });
+        if has {
+            out.insert(gid);
+        }
+    }
+    Ok(out)
+}
+
+/// Alias classes of a graph's tensors: tensors joined by the (input, output) alias
+/// pairs of in-place ops. Returns tensor -> class representative.
+fn alias_classes(g: &Graph) -> HashMap<TensorId, TensorId> {
+    let mut parent: HashMap<TensorId, TensorId> = HashMap::new();
+    fn find(parent: &mut HashMap<TensorId, TensorId>, t: TensorId) -> TensorId {
+        let mut r = t;
+        while let Some(&p) = parent.get(&r) {
+            if p == r {
+                break;
+            }
+            r = p;
+        }
+        parent.insert(t, r);
+        r
+    }
+    for op in g.ops() {
+        for (i, o) in op.def().aliases(&op.attrs) {
+            if let (Some(a), Some(b)) = (op.input(i), op.output(o)) {
+                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+                if ra != rb {
+                    parent.insert(rb, ra);
+                }
+            }
+        }
+    }
+    let keys: Vec<TensorId> = parent.keys().copied().collect();
+    let mut out = HashMap::new();
+    for t in keys {
+        out.insert(t, find(&mut parent, t));
+    }
+    out
+}
+
+fn required_ops(g: &Graph, is_main: bool, effectful: &HashSet<GraphId>) -> HashSet<OpId> {
+    let classes = alias_classes(g);
+    let class_of = |t: TensorId| classes.get(&t).copied().unwrap_or(t);
+    // Classes holding memory that outlives one execution of the graph.
+    let mut persistent: HashSet<TensorId> = HashSet::new();
+    for t in g.tensors() {
+        if t.is_variable() || (!is_main && g.input_index(t.id).is_some()) {
+            persistent.insert(class_of(t.id));
+        }
+    }
+    // Modifiers of each alias class.
+    let mut modifiers: HashMap<TensorId, Vec<OpId>> = HashMap::new();
+    for op in g.ops() {
+        for i in op.modified_inputs() {
+            if let Some(t) = op.input(i) {
+                modifiers.entry(class_of(t)).or_default().push(op.id);
+            }
+        }
+    }
+
+    let mut keep: HashSet<OpId> = HashSet::new();
+    let mut work: Vec<OpId> = Vec::new();
+    let mut needed_classes: HashSet<TensorId> = HashSet::new();
+    let mut tensor_work: Vec<TensorId> = g.outputs().to_vec();
+    for op in g.ops() {
+        let flags = op.flags();
+        let root = flags.contains(OpFlags::SIDE_EFFECT)
+            || op.called_graphs().iter().any(|c| effectful.contains(c))
+            || op.modified_inputs().iter().filter_map(|&i| op.input(i)).any(|t| persistent.contains(&class_of(t)));
+        if root {
+            keep.insert(op.id);
+            work.push(op.id);
+        }
+    }
+    loop {
+        while let Some(o) = work.pop() {
+            if let Ok(op) = g.op(o) {
+                tensor_work.extend(op.inputs().tensors());
+            }
+        }
+        let Some(t) = tensor_work.pop() else { break };
+        let Ok(tensor) = g.tensor(t) else { continue };
+        if let Some(p) = tensor.producer() {
+            if keep.insert(p.op) {
+                work.push(p.op);
+            }
+        }
+        let c = class_of(t);
+        if needed_classes.insert(c) {
+            // Every tensor of an alias class shares memory: their producers and
+            // in-place writers determine what a reader of `t` sees.
+            for (&member, &rep) in &classes {
+                if rep == c && member != t {
+                    tensor_work.push(member);
+                }
+            }
+            for &m in modifiers.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
+                if keep.insert(m) {
+                    work.push(m);
+                }
+            }
+        }
+    }
+    keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use popart_ir::{AttrValue, Attributes, DataType, HostTensor, StreamDirection, TensorInfo};
+
+    fn f32x2() -> TensorInfo {
+        TensorInfo::new(DataType::Float32, [2])
+    }
+
+    fn out(ir: &Ir, g: GraphId, op: OpId) -> TensorId {
+        ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap()
+    }
+
+    fn op_names(ir: &Ir, g: GraphId) -> Vec<String> {
+        let g = ir.graph(g).unwrap();
+        g.ops_in_creation_order().into_iter().map(|o| g.op(o).unwrap().name.clone()).collect()
+    }
+
+    fn store(ir: &mut Ir, t: TensorId, stream: &str) {
+        let main = ir.main_graph_id();
+        ir.graph_mut(main).unwrap().add_tensor(stream, f32x2(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+        let attrs = Attributes::new().with("stream", AttrValue::Str(stream.into()));
+        ir.create_op(main, "HostStore", attrs, &[(0, t)], "store").unwrap();
+    }
+
+    #[test]
+    fn removes_dead_chain_and_keeps_store_inputs() {
+        let mut ir = Ir::new();
+        let main = ir.main_graph_id();
+        let x = ir.main_graph_mut().add_tensor("x", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        let a = ir.create_op(main, "Relu", Attributes::new(), &[(0, x)], "a").unwrap();
+        let b = ir.create_op(main, "Exp", Attributes::new(), &[(0, out(&ir, main, a))], "b").unwrap();
+        let dead1 = ir.create_op(main, "Neg", Attributes::new(), &[(0, out(&ir, main, a))], "dead1").unwrap();
+        ir.create_op(main, "Neg", Attributes::new(), &[(0, out(&ir, main, dead1))], "dead2").unwrap();
+        let bt = out(&ir, main, b);
+        store(&mut ir, bt, "o");
+        let r = prune(&mut ir).unwrap();
+        assert_eq!(r.removed_ops, vec!["main/dead1", "main/dead2"]);
+        assert_eq!(r.removed_tensors, 2);
+        assert_eq!(op_names(&ir, main), vec!["a", "b", "store"]);
+        ir.verify().unwrap();
+        // Idempotent.
+        assert!(prune(&mut ir).unwrap().is_empty());
+    }
+
+    #[test]
+    fn keeps_variable_updates_and_what_they_read() {
+        let mut ir = Ir::new();
+        let main = ir.main_graph_id();
+        let v = ir.main_graph_mut().add_tensor("v", f32x2(), TensorKind::Variable(HostTensor::zeros(f32x2()))).unwrap();
+        let c = ir.main_graph_mut().add_tensor("c", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        let e = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "e").unwrap();
+        let upd = ir.create_op(main, "AddInplace", Attributes::new(), &[(0, v), (1, out(&ir, main, e))], "upd").unwrap();
+        // A second in-place write through the alias of the variable.
+        ir.create_op(main, "AddInplace", Attributes::new(), &[(0, out(&ir, main, upd)), (1, c)], "upd2").unwrap();
+        ir.create_op(main, "Neg", Attributes::new(), &[(0, v)], "dead").unwrap();
+        let r = prune(&mut ir).unwrap();
+        assert_eq!(r.removed_ops, vec!["main/dead"]);
+        assert_eq!(op_names(&ir, main), vec!["e", "upd", "upd2"]);
+    }
+
+    #[test]
+    fn keeps_in_place_writers_of_needed_activations() {
+        let mut ir = Ir::new();
+        let main = ir.main_graph_id();
+        let c = ir.main_graph_mut().add_tensor("c", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        let a = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "a").unwrap();
+        let at = out(&ir, main, a);
+        ir.create_op(main, "AddInplace", Attributes::new(), &[(0, at), (1, c)], "bump").unwrap();
+        let unused_writer_target = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "t").unwrap();
+        let tt = out(&ir, main, unused_writer_target);
+        ir.create_op(main, "AddInplace", Attributes::new(), &[(0, tt), (1, c)], "bump_dead").unwrap();
+        store(&mut ir, at, "o");
+        let r = prune(&mut ir).unwrap();
+        assert_eq!(r.removed_ops, vec!["main/t", "main/bump_dead"]);
+    }
+
+    #[test]
+    fn subgraphs_keep_outputs_and_calls_with_host_io_are_kept() {
+        let mut ir = Ir::new();
+        let main = ir.main_graph_id();
+        ir.main_graph_mut().add_tensor("in", f32x2(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
+        let sub = ir.create_graph("sub").unwrap();
+        let x = ir.graph_mut(sub).unwrap().add_input("x", f32x2()).unwrap();
+        let r = ir.create_op(sub, "Relu", Attributes::new(), &[(0, x)], "r").unwrap();
+        ir.create_op(sub, "Neg", Attributes::new(), &[(0, x)], "dead_in_sub").unwrap();
+        let rt = out(&ir, sub, r);
+        ir.graph_mut(sub).unwrap().add_output(rt).unwrap();
+        // A graph whose only op loads from the host: calling it is a side effect.
+        let loader = ir.create_graph("loader").unwrap();
+        let attrs = Attributes::new().with("stream", AttrValue::Str("in".into()));
+        let l = ir.create_op(loader, "HostLoad", attrs, &[], "load").unwrap();
+        let lt = out(&ir, loader, l);
+        ir.graph_mut(loader).unwrap().add_output(lt).unwrap();
+
+        let c = ir.main_graph_mut().add_tensor("c", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(sub)), &[(0, c)], "call_dead").unwrap();
+        ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(loader)), &[], "call_load").unwrap();
+        let r = prune(&mut ir).unwrap();
+        assert_eq!(r.removed_ops, vec!["main/call_dead", "sub/dead_in_sub"]);
+        assert_eq!(op_names(&ir, sub), vec!["r"]);
+        assert_eq!(op_names(&ir, main), vec!["call_load"]);
+        ir.verify().unwrap();
+    }
+
+    #[test]
+    fn subgraph_writes_to_its_inputs_are_kept() {
+        let mut ir = Ir::new();
+        let sub = ir.create_graph("sub").unwrap();
+        let x = ir.graph_mut(sub).unwrap().add_input("x", f32x2()).unwrap();
+        let y = ir.graph_mut(sub).unwrap().add_input("y", f32x2()).unwrap();
+        ir.create_op(sub, "AddInplace", Attributes::new(), &[(0, x), (1, y)], "write_x").unwrap();
+        prune(&mut ir).unwrap();
+        assert_eq!(op_names(&ir, sub), vec!["write_x"]);
+    }
+}

@@ -1,0 +1,147 @@
+//! Square float32 matmul throughput of the `cpu` device's `MatMul` kernel.
+//!
+//! For each size n and thread count, builds the kernel through
+//! `build_kernel` exactly as a session does, runs it inside a rayon pool of that
+//! many threads and reports GFLOP/s = 2 n³ / t (median of `--reps` measurements,
+//! each repeating the matmul for at least `--min-time` seconds). With
+//! `--numpy <numpy_peak.py>` it then runs numpy's sgemm benchmark in the same
+//! session and prints the ratio per point.
+//!
+//! ```text
+//! cargo run --release -p popxl-session --example matmul_bench -- \
+//!     --sizes 256,512,1024,2048 --threads 1,2 --reps 3 --numpy /work/shared/bench/numpy_peak.py
+//! ```
+
+use std::time::Instant;
+
+use popart_ir::{Attributes, DataType, TensorInfo};
+use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
+use popxl_session::cpu::kernels::build_kernel;
+
+/// 64-byte aligned f32 storage, as the executor provides.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([f32; 16]);
+
+fn buffer(n: usize, seed: u64) -> Vec<Line> {
+    let mut state = seed;
+    let mut v = vec![Line([0.0; 16]); n.div_ceil(16)];
+    for x in v.iter_mut().flat_map(|l| l.0.iter_mut()) {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *x = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
+    }
+    v
+}
+
+struct Options {
+    sizes: Vec<usize>,
+    threads: Vec<usize>,
+    reps: usize,
+    min_time: f64,
+    numpy: Option<String>,
+}
+
+fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',').map(|x| x.trim().parse().expect("a comma-separated list of integers")).collect()
+}
+
+fn options() -> Options {
+    let mut o = Options { sizes: vec![256, 512, 1024, 2048], threads: vec![1, 2], reps: 3, min_time: 0.5, numpy: None };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--sizes" => o.sizes = parse_list(&value),
+            "--threads" => o.threads = parse_list(&value),
+            "--reps" => o.reps = value.parse().expect("--reps takes an integer"),
+            "--min-time" => o.min_time = value.parse().expect("--min-time takes seconds"),
+            "--numpy" => o.numpy = Some(value),
+            other => panic!("unknown option {other}; see the example's doc comment"),
+        }
+        i += 2;
+    }
+    o
+}
+
+/// Median GFLOP/s of `reps` measurements of an n×n×n matmul.
+fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
+    let info = TensorInfo::new(DataType::Float32, [n, n]);
+    let attrs = Attributes::new();
+    let spec = KernelSpec {
+        op_type: "MatMul",
+        attrs: &attrs,
+        inputs: vec![(0, info.clone()), (1, info.clone())],
+        outputs: vec![(0, info)],
+    };
+    let kernel = build_kernel(&spec).expect("MatMul kernel");
+    let (a, b) = (buffer(n * n, 1), buffer(n * n, 2));
+    let mut c = buffer(n * n, 3);
+    let inputs = [a.as_ptr() as *const u8, b.as_ptr() as *const u8];
+    let outputs = [c.as_mut_ptr() as *mut u8];
+    let args = KernelArgs { inputs: &inputs, outputs: &outputs };
+    // SAFETY: the buffers hold n*n f32 each, are 64-byte aligned and do not overlap.
+    let run = || unsafe { kernel.run(&args) };
+    run(); // warm-up: thread pool, page faults, packing buffers
+    let mut gflops: Vec<f64> = (0..reps)
+        .map(|_| {
+            let (mut iters, t0) = (0u64, Instant::now());
+            loop {
+                run();
+                iters += 1;
+                let el = t0.elapsed().as_secs_f64();
+                if el >= min_time {
+                    break 2.0 * (n as f64).powi(3) * iters as f64 / el / 1e9;
+                }
+            }
+        })
+        .collect();
+    gflops.sort_by(f64::total_cmp);
+    (gflops[gflops.len() / 2], gflops[0], gflops[gflops.len() - 1])
+}
+
+/// A number field of a flat JSON line (numpy_peak.py's output).
+fn field(line: &str, key: &str) -> Option<f64> {
+    let rest = &line[line.find(&format!("\"{key}\":"))? + key.len() + 3..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+fn main() {
+    let o = options();
+    let mut ours = Vec::new();
+    for &threads in &o.threads {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
+        for &n in &o.sizes {
+            let (med, min, max) = pool.install(|| measure(n, o.reps, o.min_time));
+            println!(
+                "{{\"bench\": \"popxl_cpu_sgemm\", \"threads\": {threads}, \"n\": {n}, \"gflops_median\": {med:.1}, \"gflops_min\": {min:.1}, \"gflops_max\": {max:.1}, \"reps\": {}}}",
+                o.reps
+            );
+            ours.push((threads, n, med));
+        }
+    }
+    let Some(script) = o.numpy else { return };
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--sizes", &o.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")])
+        .args(["--threads", &o.threads.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")])
+        .args(["--reps", &o.reps.to_string(), "--min-time", &o.min_time.to_string()])
+        .output()
+        .expect("running numpy_peak.py with python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{text}");
+    if !out.status.success() {
+        eprintln!("numpy_peak.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    println!("threads      n   popxl GFLOP/s   numpy GFLOP/s   ratio");
+    for (threads, n, med) in ours {
+        let np = text.lines().filter(|l| l.contains("numpy_sgemm")).find(|l| {
+            field(l, "threads") == Some(threads as f64) && field(l, "n") == Some(n as f64)
+        });
+        if let Some(np) = np.and_then(|l| field(l, "gflops_median")) {
+            println!("{threads:>7} {n:>6} {med:>15.1} {np:>15.1} {:>7.2}", med / np);
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Elementwise binary kernels with numpy broadcasting: arithmetic, comparisons
+//! and `Where`; plus a generic n-ary broadcasting kernel reused by gradient ops.
+
+use popart_ir::DataType;
+
+use super::common::{
+    f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_bits, with_num, Bool8, Broadcast, BuildResult,
+    Num, SendPtr, SpecExt, Types,
+};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+
+/// A scalar function of two operands; implemented by zero-sized op types.
+pub(crate) trait Map2<T, O>: Send + Sync + 'static {
+    fn f(a: T, b: T) -> O;
+}
+
+/// `y = F(a, b)` with `a`, `b` broadcast to `y`'s shape.
+pub(crate) struct Binary<T, O, F> {
+    plan: Broadcast<2>,
+    pos: [usize; 2],
+    _t: Types<(T, O, F)>,
+}
+
+impl<T, O, F> Binary<T, O, F>
+where
+    T: Copy + Send + Sync + 'static,
+    O: Copy + Send + Sync + 'static,
+    F: Map2<T, O>,
+{
+    /// A kernel reading operands at input positions `pos` with the given shapes.
+    pub(crate) fn boxed(
+        spec: &KernelSpec<'_>,
+        out: &[usize],
+        shapes: [&[usize]; 2],
+        pos: [usize; 2],
+    ) -> BuildResult {
+        let plan = Broadcast::new(out, shapes)
+            .ok_or_else(|| spec.error(format!("shapes {:?} and {:?} do not broadcast to {out:?}", shapes[0], shapes[1])))?;
+        Ok(Box::new(Binary::<T, O, F> { plan, pos, _t: Types::default() }))
+    }
+}
+
+impl<T, O, F> Kernel for Binary<T, O, F>
+where
+    T: Copy + Send + Sync + 'static,
+    O: Copy + Send + Sync + 'static,
+    F: Map2<T, O>,
+{
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let a = SendPtr(args.inputs[self.pos[0]] as *mut T);
+        let b = SendPtr(args.inputs[self.pos[1]] as *mut T);
+        let y = SendPtr(args.outputs[0] as *mut O);
+        let inner = self.plan.inner_strides();
+        par_range(self.plan.len(), move |r| {
+            self.plan.for_segments(r, |o, [ia, ib], len| {
+                // SAFETY: the plan only produces offsets inside the operand buffers and
+                // segments inside the output, which overlaps no input.
+                unsafe {
+                    let ys = slice_mut(y.get().add(o), len);
+                    match inner {
+                        [1, 1] => {
+                            let (xa, xb) = (slice(a.get().add(ia), len), slice(b.get().add(ib), len));
+                            for ((out, &p), &q) in ys.iter_mut().zip(xa).zip(xb) {
+                                *out = F::f(p, q);
+                            }
+                        }
+                        [1, 0] => {
+                            let (xa, q) = (slice(a.get().add(ia), len), *b.get().add(ib));
+                            for (out, &p) in ys.iter_mut().zip(xa) {
+                                *out = F::f(p, q);
+                            }
+                        }
+                        [0, 1] => {
+                            let (p, xb) = (*a.get().add(ia), slice(b.get().add(ib), len));
+                            for (out, &q) in ys.iter_mut().zip(xb) {
+                                *out = F::f(p, q);
+                            }
+                        }
+                        _ => ys.fill(F::f(*a.get().add(ia), *b.get().add(ib))),
+                    }
+                }
+            });
+        });
+    }
+}
+
+/// A scalar function of `N` operands (gradient formulas).
+pub(crate) trait MapN<T, const N: usize>: Send + Sync + 'static {
+    fn f(x: [T; N]) -> T;
+}
+
+/// `y = F(x0, .., xN-1)` with broadcasting; contiguous fast path when no operand broadcasts.
+pub(crate) struct NAry<T, F, const N: usize> {
+    plan: Broadcast<N>,
+    pos: [usize; N],
+    _t: Types<(T, F)>,
+}
+
+impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> NAry<T, F, N> {
+    /// A kernel reading operands at input positions `pos` with the given shapes.
+    pub(crate) fn boxed(spec: &KernelSpec<'_>, out: &[usize], shapes: [&[usize]; N], pos: [usize; N]) -> BuildResult {
+        let plan = Broadcast::new(out, shapes)
+            .ok_or_else(|| spec.error(format!("operand shapes {shapes:?} do not broadcast to {out:?}")))?;
+        Ok(Box::new(NAry::<T, F, N> { plan, pos, _t: Types::default() }))
+    }
+}
+
+impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for NAry<T, F, N> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let ins: [SendPtr<T>; N] = std::array::from_fn(|k| SendPtr(args.inputs[self.pos[k]] as *mut T));
+        let y = SendPtr(args.outputs[0] as *mut T);
+        let inner = self.plan.inner_strides();
+        let contiguous = inner.iter().all(|&s| s == 1);
+        par_range(self.plan.len(), move |r| {
+            self.plan.for_segments(r, |o, offs, len| {
+                // SAFETY: offsets come from the plan; the output overlaps no input.
+                unsafe {
+                    let ys = slice_mut(y.get().add(o), len);
+                    let base: [*const T; N] = std::array::from_fn(|k| ins[k].get().add(offs[k]) as *const T);
+                    if contiguous {
+                        for (i, out) in ys.iter_mut().enumerate() {
+                            *out = F::f(std::array::from_fn(|k| *base[k].add(i)));
+                        }
+                    } else {
+                        for (i, out) in ys.iter_mut().enumerate() {
+                            *out = F::f(std::array::from_fn(|k| *base[k].add(i * inner[k])));
+                        }
+                    }
+                }
+            });
+        });
+    }
+}
+
+macro_rules! map2_num {
+    ($($name:ident: |$a:ident, $b:ident| $e:expr;)*) => {$(
+        pub(crate) struct $name;
+        impl<T: Num> Map2<T, T> for $name {
+            #[inline(always)]
+            fn f($a: T, $b: T) -> T { $e }
+        }
+    )*};
+}
+map2_num! {
+    AddOp: |a, b| a.add(b);
+    SubOp: |a, b| a.sub(b);
+    MulOp: |a, b| a.mul(b);
+    DivOp: |a, b| a.div(b);
+    PowOp: |a, b| a.pow(b);
+    MaxOp: |a, b| a.maximum(b);
+    MinOp: |a, b| a.minimum(b);
+}
+
+macro_rules! map2_cmp {
+    ($($name:ident: |$a:ident, $b:ident| $e:expr;)*) => {$(
+        pub(crate) struct $name;
+        impl<T: PartialOrd> Map2<T, Bool8> for $name {
+            #[inline(always)]
+            fn f($a: T, $b: T) -> Bool8 { Bool8(($e) as u8) }
+        }
+    )*};
+}
+map2_cmp! {
+    GreaterOp: |a, b| a > b;
+    LessOp: |a, b| a < b;
+    EqualOp: |a, b| a == b;
+}
+
+/// Build `Add` ... `Equal`.
+pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    if spec.op_type == "Where" {
+        return build_where(spec);
+    }
+    let (a, b, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
+    if a.dtype() != b.dtype() {
+        return Err(spec.error(format!("operand dtypes differ: {} and {}", a.dtype(), b.dtype())));
+    }
+    let dt = a.dtype();
+    let (out, shapes, pos) = (y.shape(), [a.shape(), b.shape()], [a.pos, b.pos]);
+    macro_rules! cmp {
+        ($op:ty) => {
+            with_any!(dt, T => Binary::<T, Bool8, $op>::boxed(spec, out, shapes, pos))
+        };
+    }
+    match spec.op_type {
+        "Greater" => return cmp!(GreaterOp),
+        "Less" => return cmp!(LessOp),
+        "Equal" => return cmp!(EqualOp),
+        _ => {}
+    }
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build);
+    }
+    if y.dtype() != dt {
+        return Err(spec.error(format!("output dtype {} differs from operand dtype {dt}", y.dtype())));
+    }
+    macro_rules! arith {
+        ($op:ty) => {
+            with_num!(dt, T => Binary::<T, T, $op>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
+        };
+    }
+    match spec.op_type {
+        "Add" => arith!(AddOp),
+        "Sub" => arith!(SubOp),
+        "Mul" => arith!(MulOp),
+        "Div" => arith!(DivOp),
+        "Pow" => arith!(PowOp),
+        "Maximum" => arith!(MaxOp),
+        "Minimum" => arith!(MinOp),
+        other => Err(spec.error(format!("`{other}` is not a binary op"))),
+    }
+}
+
+/// `Where(cond, lhs, rhs)`: moves elements, so one kernel per element size.
+struct WhereKernel<E> {
+    plan: Broadcast<3>,
+    pos: [usize; 3],
+    _t: Types<E>,
+}
+
+impl<E: Copy + Send + Sync + 'static> Kernel for WhereKernel<E> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let c = SendPtr(args.inputs[self.pos[0]] as *mut u8);
+        let a = SendPtr(args.inputs[self.pos[1]] as *mut E);
+        let b = SendPtr(args.inputs[self.pos[2]] as *mut E);
+        let y = SendPtr(args.outputs[0] as *mut E);
+        let [sc, sa, sb] = self.plan.inner_strides();
+        par_range(self.plan.len(), move |r| {
+            self.plan.for_segments(r, |o, [ic, ia, ib], len| {
+                // SAFETY: offsets come from the plan; the output overlaps no input.
+                unsafe {
+                    let ys = slice_mut(y.get().add(o), len);
+                    let (c, a, b) = (c.get().add(ic), a.get().add(ia), b.get().add(ib));
+                    if sc == 1 && sa == 1 && sb == 1 {
+                        let (cs, xa, xb) = (slice(c, len), slice(a, len), slice(b, len));
+                        for (i, out) in ys.iter_mut().enumerate() {
+                            *out = if cs[i] != 0 { xa[i] } else { xb[i] };
+                        }
+                    } else {
+                        for (i, out) in ys.iter_mut().enumerate() {
+                            *out = if *c.add(i * sc) != 0 { *a.add(i * sa) } else { *b.add(i * sb) };
+                        }
+                    }
+                }
+            });
+        });
+    }
+}
+
+fn build_where(spec: &KernelSpec<'_>) -> BuildResult {
+    let (c, a, b, y) = (spec.input(0)?, spec.input(1)?, spec.input(2)?, spec.output(0)?);
+    if c.dtype() != DataType::Bool {
+        return Err(spec.error(format!("the condition must be bool, got {}", c.dtype())));
+    }
+    if a.dtype() != b.dtype() || y.dtype() != a.dtype() {
+        return Err(spec.error(format!("value dtypes differ: {}, {} -> {}", a.dtype(), b.dtype(), y.dtype())));
+    }
+    let plan = Broadcast::new(y.shape(), [c.shape(), a.shape(), b.shape()])
+        .ok_or_else(|| spec.error("operands do not broadcast to the output"))?;
+    let pos = [c.pos, a.pos, b.pos];
+    Ok(with_bits!(a.dtype(), E => Box::new(WhereKernel::<E> { plan, pos, _t: Types::default() }) as Box<dyn crate::cpu::kernel::Kernel>))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, run_op, t, Rng};
+    use popart_ir::{Attributes, DataType};
+
+    /// Naive numpy broadcasting: output index -> operand index.
+    fn bidx(out_shape: &[usize], in_shape: &[usize], flat: usize) -> usize {
+        let mut idx = vec![0; out_shape.len()];
+        let mut rem = flat;
+        for d in (0..out_shape.len()).rev() {
+            idx[d] = rem % out_shape[d];
+            rem /= out_shape[d];
+        }
+        let off = out_shape.len() - in_shape.len();
+        let mut r = 0;
+        for (d, &n) in in_shape.iter().enumerate() {
+            r = r * n + if n == 1 { 0 } else { idx[d + off] };
+        }
+        r
+    }
+
+    fn check(op: &str, f: fn(f64, f64) -> f64, sa: &[usize], sb: &[usize], so: &[usize], dtype: DataType) {
+        let mut rng = Rng::new(7);
+        let na: usize = sa.iter().product();
+        let nb: usize = sb.iter().product();
+        let xa: Vec<f64> = (0..na).map(|_| rng.uniform(0.5, 2.0)).collect();
+        let xb: Vec<f64> = (0..nb).map(|_| rng.uniform(0.5, 2.0)).collect();
+        let ta = t(dtype, sa, &xa);
+        let tb = t(dtype, sb, &xb);
+        let (xa, xb) = (ta.to_f64_vec(), tb.to_f64_vec());
+        let out = &run_op(op, Attributes::new(), &[(0, ta), (1, tb)])[0];
+        assert_eq!(out.info.shape, so);
+        let n: usize = so.iter().product();
+        let want: Vec<f64> = (0..n).map(|i| f(xa[bidx(so, sa, i)], xb[bidx(so, sb, i)])).collect();
+        let tol = if dtype == DataType::Float64 { 1e-15 } else { 1e-6 };
+        assert_close(&out.to_f64_vec(), &want, tol);
+    }
+
+    #[test]
+    fn arithmetic_with_broadcasting_matches_naive_loops() {
+        let ops: &[(&str, fn(f64, f64) -> f64)] = &[
+            ("Add", |a, b| a + b),
+            ("Sub", |a, b| a - b),
+            ("Mul", |a, b| a * b),
+            ("Div", |a, b| a / b),
+            ("Pow", f64::powf),
+            ("Maximum", f64::max),
+            ("Minimum", f64::min),
+        ];
+        let shapes: &[(&[usize], &[usize], &[usize])] = &[
+            (&[2, 3], &[2, 3], &[2, 3]),
+            (&[4, 5], &[], &[4, 5]),
+            (&[], &[4, 5], &[4, 5]),
+            (&[3, 1, 5], &[4, 1], &[3, 4, 5]),
+            (&[1, 6], &[7, 1], &[7, 6]),
+            (&[2, 1, 3, 1], &[1, 4, 1, 2], &[2, 4, 3, 2]),
+            (&[300, 257], &[257], &[300, 257]),
+        ];
+        for &(op, f) in ops {
+            for &(sa, sb, so) in shapes {
+                check(op, f, sa, sb, so, DataType::Float64);
+                check(op, f, sa, sb, so, DataType::Float32);
+            }
+        }
+    }
+
+    #[test]
+    fn integer_arithmetic_truncates_and_guards_division_by_zero() {
+        let a = t(DataType::Int32, &[4], &[7.0, -7.0, 5.0, 2.0]);
+        let b = t(DataType::Int32, &[4], &[2.0, 2.0, 0.0, 10.0]);
+        let run = |op| run_op(op, Attributes::new(), &[(0, a.clone()), (1, b.clone())])[0].to_f64_vec();
+        assert_eq!(run("Div"), vec![3.0, -3.0, 0.0, 0.0]);
+        assert_eq!(run("Add"), vec![9.0, -5.0, 5.0, 12.0]);
+        assert_eq!(run("Pow"), vec![49.0, 49.0, 1.0, 1024.0]);
+        assert_eq!(run("Maximum"), vec![7.0, 2.0, 5.0, 10.0]);
+    }
+
+    #[test]
+    fn comparisons_give_bool() {
+        let a = t(DataType::Float32, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let b = t(DataType::Float32, &[3], &[2.0, 2.0, 7.0]);
+        let run = |op| {
+            let out = &run_op(op, Attributes::new(), &[(0, a.clone()), (1, b.clone())])[0];
+            assert_eq!(out.info.dtype, DataType::Bool);
+            out.to_f64_vec()
+        };
+        assert_eq!(run("Greater"), vec![0.0, 0.0, 0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(run("Less"), vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0]);
+        assert_eq!(run("Equal"), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+        let i = t(DataType::Int64, &[2], &[3.0, -1.0]);
+        let j = t(DataType::Int64, &[1], &[3.0]);
+        assert_eq!(run_op("Equal", Attributes::new(), &[(0, i), (1, j)])[0].to_f64_vec(), vec![1.0, 0.0]);
+        let h = t(DataType::Float16, &[2], &[0.5, 2.0]);
+        let k = t(DataType::Float16, &[2], &[1.0, 1.0]);
+        assert_eq!(run_op("Greater", Attributes::new(), &[(0, h), (1, k)])[0].to_f64_vec(), vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn float16_arithmetic_goes_through_f32() {
+        let a = t(DataType::Float16, &[3], &[1.5, 2.0, -3.0]);
+        let b = t(DataType::Float16, &[1], &[0.25]);
+        let out = &run_op("Mul", Attributes::new(), &[(0, a), (1, b)])[0];
+        assert_eq!(out.info.dtype, DataType::Float16);
+        assert_eq!(out.to_f64_vec(), vec![0.375, 0.5, -0.75]);
+    }
+
+    #[test]
+    fn where_selects_with_three_way_broadcasting() {
+        let c = t(DataType::Bool, &[2, 1], &[1.0, 0.0]);
+        let a = t(DataType::Int32, &[3], &[1.0, 2.0, 3.0]);
+        let b = t(DataType::Int32, &[2, 3], &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
+        let out = &run_op("Where", Attributes::new(), &[(0, c), (1, a), (2, b)])[0];
+        assert_eq!(out.info.shape, vec![2, 3]);
+        assert_eq!(out.to_f64_vec(), vec![1.0, 2.0, 3.0, 40.0, 50.0, 60.0]);
+        let c = t(DataType::Bool, &[4], &[1.0, 0.0, 0.0, 1.0]);
+        let a = t(DataType::Float64, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let b = t(DataType::Float64, &[4], &[-1.0, -2.0, -3.0, -4.0]);
+        let out = &run_op("Where", Attributes::new(), &[(0, c), (1, a), (2, b)])[0];
+        assert_eq!(out.to_f64_vec(), vec![1.0, -2.0, -3.0, 4.0]);
+    }
+
+    #[test]
+    fn large_broadcast_add_is_correct_in_parallel() {
+        check("Add", |a, b| a + b, &[513, 300], &[300], &[513, 300], DataType::Float32);
+        check("Mul", |a, b| a * b, &[513, 1], &[1, 300], &[513, 300], DataType::Float32);
+    }
+}

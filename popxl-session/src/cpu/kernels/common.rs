@@ -1,0 +1,779 @@
+//! Shared machinery of the kernel library: element traits, spec helpers, the
+//! broadcast plan, the parallel range splitter and the float16 adapter.
+
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::Mutex;
+
+use half::f16;
+use popart_ir::{DataType, TensorInfo};
+use rayon::prelude::*;
+
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+
+/// Elements below which a kernel never splits work over threads.
+pub(crate) const PAR_MIN_ELEMS: usize = 1 << 16;
+/// Smallest piece of work handed to one rayon task.
+const PAR_CHUNK: usize = 1 << 14;
+/// Largest rank a kernel plan supports after collapsing contiguous dims.
+pub(crate) const MAX_RANK: usize = 16;
+
+/// `Result` of a kernel factory.
+pub(crate) type BuildResult = Result<Box<dyn Kernel>, KernelError>;
+
+/// A raw pointer that may be moved into rayon tasks. The kernels guarantee
+/// that tasks touch disjoint parts of output buffers.
+#[derive(Debug)]
+pub(crate) struct SendPtr<T>(pub *mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: only used for buffers the executor hands to a kernel run, which outlive
+// the run; concurrent tasks write disjoint ranges.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole `SendPtr`).
+    #[inline(always)]
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// A read-only slice from a raw pointer; empty slices do not touch the pointer.
+///
+/// # Safety
+/// `p` must be valid for `n` reads of `T` for the chosen lifetime.
+#[inline(always)]
+pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {
+    if n == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p, n)
+    }
+}
+
+/// A mutable slice from a raw pointer; empty slices do not touch the pointer.
+///
+/// # Safety
+/// `p` must be valid for `n` writes of `T` and not aliased for the chosen lifetime.
+#[inline(always)]
+pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, n: usize) -> &'a mut [T] {
+    if n == 0 {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(p, n)
+    }
+}
+
+/// Run `f` over `0..n`, split into contiguous pieces over the current rayon pool
+/// when `n` is at least [`PAR_MIN_ELEMS`] and more than one thread is available.
+#[inline]
+pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
+}
+
+/// Run `f` over `0..n` in pieces of at least `min_chunk` items on the current rayon
+/// pool when `n >= min_total` (sequentially otherwise or with one thread).
+pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    let min_chunk = min_chunk.max(1);
+    if n < min_total || n < 2 * min_chunk {
+        f(0..n);
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    if threads <= 1 {
+        f(0..n);
+        return;
+    }
+    let chunk = n.div_ceil(threads * 4).max(min_chunk);
+    let pieces = n.div_ceil(chunk);
+    (0..pieces).into_par_iter().for_each(|p| f(p * chunk..((p + 1) * chunk).min(n)));
+}
+
+// ---------------------------------------------------------------------------
+// Element types
+
+/// A bool element (one byte, 0 or 1).
+#[repr(transparent)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Bool8(pub u8);
+
+/// Numeric element types with the arithmetic the kernels need. Integer ops wrap
+/// on overflow and integer division by zero yields 0, so no kernel can panic.
+pub(crate) trait Num: Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static {
+    /// Additive identity.
+    const ZERO: Self;
+    /// Multiplicative identity.
+    const ONE: Self;
+    /// Smallest value (`-inf` for floats): identity of `max`.
+    const LOWEST: Self;
+    /// Largest value (`+inf` for floats): identity of `min`.
+    const HIGHEST: Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn neg(self) -> Self;
+    fn abs(self) -> Self;
+    fn signum(self) -> Self;
+    fn pow(self, o: Self) -> Self;
+    fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    /// Maximum, propagating NaN.
+    fn maximum(self, o: Self) -> Self;
+    /// Minimum, propagating NaN.
+    fn minimum(self, o: Self) -> Self;
+    /// Conversion from f64 (truncating, saturating for integers).
+    fn from_f64(v: f64) -> Self;
+}
+
+/// Floating point element types (f32, f64).
+pub(crate) trait Float:
+    Num
+    + std::ops::Add<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn tanh(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+}
+
+macro_rules! impl_float {
+    ($($t:ty),*) => {$(
+        impl Num for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const LOWEST: Self = <$t>::NEG_INFINITY;
+            const HIGHEST: Self = <$t>::INFINITY;
+            #[inline(always)] fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)] fn sub(self, o: Self) -> Self { self - o }
+            #[inline(always)] fn mul(self, o: Self) -> Self { self * o }
+            #[inline(always)] fn div(self, o: Self) -> Self { self / o }
+            #[inline(always)] fn neg(self) -> Self { -self }
+            #[inline(always)] fn abs(self) -> Self { <$t>::abs(self) }
+            #[inline(always)] fn signum(self) -> Self {
+                if self > 0.0 { 1.0 } else if self < 0.0 { -1.0 } else { self }
+            }
+            #[inline(always)] fn pow(self, o: Self) -> Self { self.powf(o) }
+            #[inline(always)] fn floor(self) -> Self { <$t>::floor(self) }
+            #[inline(always)] fn ceil(self) -> Self { <$t>::ceil(self) }
+            #[inline(always)] fn maximum(self, o: Self) -> Self {
+                if self > o || self.is_nan() { self } else if o.is_nan() { o } else { o }
+            }
+            #[inline(always)] fn minimum(self, o: Self) -> Self {
+                if self < o || self.is_nan() { self } else { o }
+            }
+            #[inline(always)] fn from_f64(v: f64) -> Self { v as $t }
+        }
+        impl Float for $t {
+            #[inline(always)] fn exp(self) -> Self { <$t>::exp(self) }
+            #[inline(always)] fn ln(self) -> Self { <$t>::ln(self) }
+            #[inline(always)] fn sqrt(self) -> Self { <$t>::sqrt(self) }
+            #[inline(always)] fn tanh(self) -> Self { <$t>::tanh(self) }
+            #[inline(always)] fn sin(self) -> Self { <$t>::sin(self) }
+            #[inline(always)] fn cos(self) -> Self { <$t>::cos(self) }
+        }
+    )*};
+}
+impl_float!(f32, f64);
+
+macro_rules! impl_int {
+    (signed: $($t:ty),*) => {$(
+        impl_int!(@common $t);
+        impl Num for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            impl_int!(@arith $t);
+            #[inline(always)] fn neg(self) -> Self { self.wrapping_neg() }
+            #[inline(always)] fn abs(self) -> Self { self.wrapping_abs() }
+            #[inline(always)] fn signum(self) -> Self { <$t>::signum(self) }
+            #[inline(always)] fn pow(self, o: Self) -> Self {
+                if o >= 0 {
+                    self.wrapping_pow(u32::try_from(o).unwrap_or(u32::MAX))
+                } else {
+                    // Integer reciprocal powers truncate: only |base| == 1 survives.
+                    match self { 1 => 1, -1 => if o % 2 == 0 { 1 } else { -1 }, _ => 0 }
+                }
+            }
+        }
+    )*};
+    (unsigned: $($t:ty),*) => {$(
+        impl_int!(@common $t);
+        impl Num for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            impl_int!(@arith $t);
+            #[inline(always)] fn neg(self) -> Self { self.wrapping_neg() }
+            #[inline(always)] fn abs(self) -> Self { self }
+            #[inline(always)] fn signum(self) -> Self { (self > 0) as $t }
+            #[inline(always)] fn pow(self, o: Self) -> Self {
+                self.wrapping_pow(u32::try_from(o).unwrap_or(u32::MAX))
+            }
+        }
+    )*};
+    (@common $t:ty) => {};
+    (@arith $t:ty) => {
+        #[inline(always)] fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+        #[inline(always)] fn sub(self, o: Self) -> Self { self.wrapping_sub(o) }
+        #[inline(always)] fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+        #[inline(always)] fn div(self, o: Self) -> Self {
+            if o == 0 { 0 } else { self.wrapping_div(o) }
+        }
+        #[inline(always)] fn floor(self) -> Self { self }
+        #[inline(always)] fn ceil(self) -> Self { self }
+        #[inline(always)] fn maximum(self, o: Self) -> Self { if self > o { self } else { o } }
+        #[inline(always)] fn minimum(self, o: Self) -> Self { if self < o { self } else { o } }
+        #[inline(always)] fn from_f64(v: f64) -> Self { v as $t }
+    };
+}
+impl_int!(signed: i8, i16, i32, i64);
+impl_int!(unsigned: u8, u16, u32, u64);
+
+/// Integer element types that can be read as an index.
+pub(crate) trait IndexElem: Copy + Send + Sync + 'static {
+    fn to_i64(self) -> i64;
+}
+macro_rules! impl_index {
+    ($($t:ty),*) => {$(
+        impl IndexElem for $t {
+            #[inline(always)]
+            fn to_i64(self) -> i64 { self as i64 }
+        }
+    )*};
+}
+impl_index!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// Dispatch on a numeric dtype: binds `$T` to the Rust type and evaluates `$body`;
+/// `$other` for bool and float16.
+macro_rules! with_num {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
+        use popart_ir::DataType as D;
+        match $dt {
+            D::Int8 => { type $T = i8; $body }
+            D::Int16 => { type $T = i16; $body }
+            D::Int32 => { type $T = i32; $body }
+            D::Int64 => { type $T = i64; $body }
+            D::Uint8 => { type $T = u8; $body }
+            D::Uint16 => { type $T = u16; $body }
+            D::Uint32 => { type $T = u32; $body }
+            D::Uint64 => { type $T = u64; $body }
+            D::Float32 => { type $T = f32; $body }
+            D::Float64 => { type $T = f64; $body }
+            _ => $other,
+        }
+    }};
+}
+pub(crate) use with_num;
+
+/// Dispatch on a float dtype (f32, f64); `$other` for the rest.
+macro_rules! with_float {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
+        use popart_ir::DataType as D;
+        match $dt {
+            D::Float32 => { type $T = f32; $body }
+            D::Float64 => { type $T = f64; $body }
+            _ => $other,
+        }
+    }};
+}
+pub(crate) use with_float;
+
+/// Dispatch on an integer dtype usable as an index.
+macro_rules! with_index {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
+        use popart_ir::DataType as D;
+        match $dt {
+            D::Int8 => { type $T = i8; $body }
+            D::Int16 => { type $T = i16; $body }
+            D::Int32 => { type $T = i32; $body }
+            D::Int64 => { type $T = i64; $body }
+            D::Uint8 => { type $T = u8; $body }
+            D::Uint16 => { type $T = u16; $body }
+            D::Uint32 => { type $T = u32; $body }
+            D::Uint64 => { type $T = u64; $body }
+            _ => $other,
+        }
+    }};
+}
+pub(crate) use with_index;
+
+/// Dispatch on any dtype, binding `$T` to its element type.
+macro_rules! with_any {
+    ($dt:expr, $T:ident => $body:expr) => {{
+        use popart_ir::DataType as D;
+        match $dt {
+            D::Bool => { type $T = $crate::cpu::kernels::common::Bool8; $body }
+            D::Int8 => { type $T = i8; $body }
+            D::Int16 => { type $T = i16; $body }
+            D::Int32 => { type $T = i32; $body }
+            D::Int64 => { type $T = i64; $body }
+            D::Uint8 => { type $T = u8; $body }
+            D::Uint16 => { type $T = u16; $body }
+            D::Uint32 => { type $T = u32; $body }
+            D::Uint64 => { type $T = u64; $body }
+            D::Float16 => { type $T = half::f16; $body }
+            D::Float32 => { type $T = f32; $body }
+            D::Float64 => { type $T = f64; $body }
+        }
+    }};
+}
+pub(crate) use with_any;
+
+/// Dispatch on an element size in bytes: binds `$T` to an unsigned integer of that
+/// size, for kernels that only move elements.
+macro_rules! with_bits {
+    ($dt:expr, $T:ident => $body:expr) => {{
+        match $dt.size_bytes() {
+            1 => { type $T = u8; $body }
+            2 => { type $T = u16; $body }
+            4 => { type $T = u32; $body }
+            _ => { type $T = u64; $body }
+        }
+    }};
+}
+pub(crate) use with_bits;
+
+// ---------------------------------------------------------------------------
+// Spec helpers
+
+/// A connected tensor of a spec: its position in [`KernelArgs`] and its info.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot<'s> {
+    /// Position in `KernelArgs::inputs` / `outputs`.
+    pub pos: usize,
+    /// Type and shape.
+    pub info: &'s TensorInfo,
+}
+
+impl Slot<'_> {
+    pub(crate) fn dtype(&self) -> DataType {
+        self.info.dtype
+    }
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.info.shape
+    }
+    pub(crate) fn nelms(&self) -> usize {
+        self.info.nelms()
+    }
+}
+
+/// Convenience accessors on a [`KernelSpec`] returning typed build errors.
+pub(crate) trait SpecExt {
+    fn error(&self, reason: impl Into<String>) -> KernelError;
+    fn input(&self, index: u32) -> Result<Slot<'_>, KernelError>;
+    fn opt_input(&self, index: u32) -> Option<Slot<'_>>;
+    fn output(&self, index: u32) -> Result<Slot<'_>, KernelError>;
+    fn attr_ints(&self, key: &str) -> Result<&[i64], KernelError>;
+    fn attr_str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str;
+    fn attr_int_or(&self, key: &str, default: i64) -> i64;
+    fn attr_float_or(&self, key: &str, default: f64) -> f64;
+    fn unsupported_dtype(&self, dtype: DataType) -> KernelError;
+}
+
+impl SpecExt for KernelSpec<'_> {
+    fn error(&self, reason: impl Into<String>) -> KernelError {
+        KernelError { op_type: self.op_type.to_string(), reason: reason.into() }
+    }
+    fn input(&self, index: u32) -> Result<Slot<'_>, KernelError> {
+        self.opt_input(index).ok_or_else(|| self.error(format!("input {index} is not connected")))
+    }
+    fn opt_input(&self, index: u32) -> Option<Slot<'_>> {
+        self.inputs.iter().position(|(i, _)| *i == index).map(|pos| Slot { pos, info: &self.inputs[pos].1 })
+    }
+    fn output(&self, index: u32) -> Result<Slot<'_>, KernelError> {
+        self.outputs
+            .iter()
+            .position(|(i, _)| *i == index)
+            .map(|pos| Slot { pos, info: &self.outputs[pos].1 })
+            .ok_or_else(|| self.error(format!("output {index} is not connected")))
+    }
+    fn attr_ints(&self, key: &str) -> Result<&[i64], KernelError> {
+        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
+    }
+    fn attr_str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str {
+        self.attrs.str(key).unwrap_or(default)
+    }
+    fn attr_int_or(&self, key: &str, default: i64) -> i64 {
+        self.attrs.int(key).unwrap_or(default)
+    }
+    fn attr_float_or(&self, key: &str, default: f64) -> f64 {
+        self.attrs.float(key).unwrap_or(default)
+    }
+    fn unsupported_dtype(&self, dtype: DataType) -> KernelError {
+        self.error(format!("dtype {dtype} is not supported"))
+    }
+}
+
+/// Normalise a possibly negative axis against `rank`.
+pub(crate) fn norm_axis(spec: &KernelSpec<'_>, axis: i64, rank: usize) -> Result<usize, KernelError> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(spec.error(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+}
+
+/// Normalise a list of axes (sorted, deduplicated); empty means all.
+pub(crate) fn norm_axes(spec: &KernelSpec<'_>, axes: &[i64], rank: usize) -> Result<Vec<usize>, KernelError> {
+    if axes.is_empty() {
+        return Ok((0..rank).collect());
+    }
+    let mut v = axes.iter().map(|&a| norm_axis(spec, a, rank)).collect::<Result<Vec<_>, _>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+/// Row-major strides (in elements) of `shape`.
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Broadcasting
+
+/// Iteration plan of an elementwise op whose `N` operands broadcast to a
+/// contiguous output: dims are collapsed wherever every operand stays contiguous,
+/// so same-shape and scalar-broadcast cases become a single flat loop.
+#[derive(Clone, Debug)]
+pub(crate) struct Broadcast<const N: usize> {
+    dims: Vec<usize>,
+    strides: [Vec<usize>; N],
+    len: usize,
+}
+
+impl<const N: usize> Broadcast<N> {
+    /// Plan for operands of shapes `ins` broadcast to `out`; `None` if an operand
+    /// does not broadcast to `out` or the collapsed rank exceeds [`MAX_RANK`].
+    pub(crate) fn new(out: &[usize], ins: [&[usize]; N]) -> Option<Self> {
+        let rank = out.len();
+        let mut dims: Vec<usize> = Vec::with_capacity(rank);
+        let mut strides: [Vec<usize>; N] = std::array::from_fn(|_| Vec::with_capacity(rank));
+        let mut in_strides: [Vec<usize>; N] = std::array::from_fn(|_| Vec::new());
+        for (k, s) in ins.iter().enumerate() {
+            if s.len() > rank {
+                return None;
+            }
+            in_strides[k] = contiguous_strides(s);
+        }
+        for (d, &od) in out.iter().enumerate() {
+            if od == 1 {
+                continue;
+            }
+            let mut st = [0usize; N];
+            for k in 0..N {
+                let s = ins[k];
+                let off = rank - s.len();
+                if d >= off {
+                    let id = s[d - off];
+                    if id == od {
+                        st[k] = in_strides[k][d - off];
+                    } else if id != 1 {
+                        return None;
+                    }
+                }
+            }
+            // Merge with the previous dim when every operand stays contiguous.
+            if let Some(&last) = dims.last() {
+                if (0..N).all(|k| *strides[k].last().unwrap() == st[k] * od) {
+                    *dims.last_mut().unwrap() = last * od;
+                    for k in 0..N {
+                        *strides[k].last_mut().unwrap() = st[k];
+                    }
+                    continue;
+                }
+            }
+            dims.push(od);
+            for k in 0..N {
+                strides[k].push(st[k]);
+            }
+        }
+        // Input dims that are not 1 where out is 1 would be invalid.
+        for s in ins {
+            let off = rank - s.len();
+            if s.iter().enumerate().any(|(i, &id)| id != 1 && id != out[i + off]) {
+                return None;
+            }
+        }
+        if dims.is_empty() {
+            dims.push(1);
+            for st in strides.iter_mut() {
+                st.push(0);
+            }
+        }
+        if dims.len() > MAX_RANK {
+            return None;
+        }
+        let len = out.iter().product();
+        Some(Broadcast { dims, strides, len })
+    }
+
+    /// Number of output elements.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The collapsed output dims (at least one).
+    pub(crate) fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// Element strides of operand `k` per collapsed dim (0 where it broadcasts).
+    pub(crate) fn strides(&self, k: usize) -> &[usize] {
+        &self.strides[k]
+    }
+
+    /// Stride of the innermost collapsed dim per operand: 0 (broadcast) or 1.
+    pub(crate) fn inner_strides(&self) -> [usize; N] {
+        std::array::from_fn(|k| *self.strides[k].last().unwrap())
+    }
+
+    /// Call `f(out_offset, operand_offsets, len)` for the contiguous output
+    /// segments covering `range` (flat output indices), in order.
+    #[inline]
+    pub(crate) fn for_segments(&self, range: Range<usize>, mut f: impl FnMut(usize, [usize; N], usize)) {
+        if range.is_empty() {
+            return;
+        }
+        let r = self.dims.len();
+        let last = r - 1;
+        let inner = self.dims[last];
+        if r == 1 {
+            let offs = std::array::from_fn(|k| range.start * self.strides[k][0]);
+            f(range.start, offs, range.len());
+            return;
+        }
+        let mut idx = [0usize; MAX_RANK];
+        let mut rem = range.start;
+        let mut offs = [0usize; N];
+        for d in (0..r).rev() {
+            idx[d] = rem % self.dims[d];
+            rem /= self.dims[d];
+            for k in 0..N {
+                offs[k] += idx[d] * self.strides[k][d];
+            }
+        }
+        let mut pos = range.start;
+        while pos < range.end {
+            let seg = (inner - idx[last]).min(range.end - pos);
+            f(pos, offs, seg);
+            pos += seg;
+            if pos >= range.end {
+                break;
+            }
+            // Advance the odometer by `seg` (which finishes the current row).
+            idx[last] += seg;
+            for k in 0..N {
+                offs[k] += seg * self.strides[k][last];
+            }
+            let mut d = last;
+            while idx[d] == self.dims[d] && d > 0 {
+                for k in 0..N {
+                    offs[k] -= self.dims[d] * self.strides[k][d];
+                    offs[k] += self.strides[k][d - 1];
+                }
+                idx[d] = 0;
+                idx[d - 1] += 1;
+                d -= 1;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed kernel scaffolding
+
+/// Marker holding the type parameters of a kernel without owning values
+/// (keeps kernels `Send + Sync` whatever the parameters).
+pub(crate) type Types<T> = PhantomData<fn() -> T>;
+
+// ---------------------------------------------------------------------------
+// float16 adapter
+
+/// Runs an f32 kernel for an op whose float16 tensors are converted to and from
+/// f32 scratch buffers sized at build time.
+pub(crate) struct F16Adapter {
+    inner: Box<dyn Kernel>,
+    /// Per input position: scratch index when float16.
+    ins: Vec<Option<usize>>,
+    /// Per output position: scratch index when float16.
+    outs: Vec<Option<usize>>,
+    /// Input 0 is updated in place through output 0.
+    in_place: bool,
+    state: Mutex<F16State>,
+}
+
+struct F16State {
+    scratch: Vec<Vec<f32>>,
+    in_ptrs: Vec<*const u8>,
+    out_ptrs: Vec<*mut u8>,
+}
+// SAFETY: the pointer vectors are only scratch storage, written and read while the
+// mutex is held during one run.
+unsafe impl Send for F16State {}
+
+/// True when any tensor of the spec is float16.
+pub(crate) fn has_f16(spec: &KernelSpec<'_>) -> bool {
+    spec.inputs.iter().chain(&spec.outputs).any(|(_, t)| t.dtype == DataType::Float16)
+}
+
+/// Build `build` on a copy of `spec` with float16 replaced by float32 and wrap
+/// it in an [`F16Adapter`]. `in_place`: input 0 aliases output 0.
+pub(crate) fn f16_adapter(
+    spec: &KernelSpec<'_>,
+    in_place: bool,
+    build: impl FnOnce(&KernelSpec<'_>) -> BuildResult,
+) -> BuildResult {
+    let promote = |t: &TensorInfo| {
+        if t.dtype == DataType::Float16 {
+            TensorInfo::new(DataType::Float32, t.shape.clone())
+        } else {
+            t.clone()
+        }
+    };
+    let f32_spec = KernelSpec {
+        op_type: spec.op_type,
+        attrs: spec.attrs,
+        inputs: spec.inputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
+        outputs: spec.outputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
+    };
+    let inner = build(&f32_spec)?;
+    let mut scratch = Vec::new();
+    let mut slot = |t: &TensorInfo| {
+        (t.dtype == DataType::Float16).then(|| {
+            scratch.push(vec![0f32; t.nelms()]);
+            scratch.len() - 1
+        })
+    };
+    let outs: Vec<Option<usize>> = spec.outputs.iter().map(|(_, t)| slot(t)).collect();
+    let ins: Vec<Option<usize>> = spec
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(p, (_, t))| if in_place && p == 0 { outs[0] } else { slot(t) })
+        .collect();
+    let state = F16State {
+        scratch,
+        in_ptrs: vec![std::ptr::null(); spec.inputs.len()],
+        out_ptrs: vec![std::ptr::null_mut(); spec.outputs.len()],
+    };
+    Ok(Box::new(F16Adapter { inner, ins, outs, in_place, state: Mutex::new(state) }))
+}
+
+impl Kernel for F16Adapter {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        use half::slice::HalfFloatSliceExt;
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *guard;
+        for (p, s) in self.ins.iter().enumerate() {
+            match *s {
+                Some(s) => {
+                    let buf = &mut st.scratch[s];
+                    let src = if self.in_place && p == 0 { args.outputs[0] as *const u8 } else { args.inputs[p] };
+                    slice(src as *const f16, buf.len()).convert_to_f32_slice(buf);
+                    st.in_ptrs[p] = buf.as_ptr() as *const u8;
+                }
+                None => st.in_ptrs[p] = args.inputs[p],
+            }
+        }
+        for (p, s) in self.outs.iter().enumerate() {
+            st.out_ptrs[p] = match *s {
+                Some(s) => st.scratch[s].as_mut_ptr() as *mut u8,
+                None => args.outputs[p],
+            };
+        }
+        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs });
+        for (p, s) in self.outs.iter().enumerate() {
+            if let Some(s) = *s {
+                let buf = &st.scratch[s];
+                slice_mut(args.outputs[p] as *mut f16, buf.len()).convert_from_f32_slice(buf);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segments<const N: usize>(p: &Broadcast<N>, r: Range<usize>) -> Vec<(usize, [usize; N], usize)> {
+        let mut v = Vec::new();
+        p.for_segments(r, |o, offs, l| v.push((o, offs, l)));
+        v
+    }
+
+    #[test]
+    fn same_shape_collapses_to_one_segment() {
+        let p = Broadcast::<2>::new(&[2, 3, 4], [&[2, 3, 4], &[2, 3, 4]]).unwrap();
+        assert_eq!(segments(&p, 0..24), vec![(0, [0, 0], 24)]);
+        assert_eq!(p.inner_strides(), [1, 1]);
+    }
+
+    #[test]
+    fn scalar_broadcast_is_flat() {
+        let p = Broadcast::<2>::new(&[5, 6], [&[5, 6], &[]]).unwrap();
+        assert_eq!(segments(&p, 3..30), vec![(3, [3, 0], 27)]);
+        assert_eq!(p.inner_strides(), [1, 0]);
+    }
+
+    #[test]
+    fn row_and_column_broadcast_offsets_match_naive_indexing() {
+        let out = [3usize, 4, 5];
+        let shapes: [&[usize]; 3] = [&[3, 1, 5], &[4, 1], &[1, 4, 5]];
+        let p = Broadcast::<3>::new(&out, shapes).unwrap();
+        for (start, end) in [(0, 60), (7, 53), (19, 20)] {
+            let mut covered = start;
+            p.for_segments(start..end, |o, offs, len| {
+                assert_eq!(o, covered);
+                covered += len;
+                for i in 0..len {
+                    let flat = o + i;
+                    let (a, b, c) = (flat / 20, (flat / 5) % 4, flat % 5);
+                    let inner = p.inner_strides();
+                    assert_eq!(offs[0] + i * inner[0], a * 5 + c);
+                    assert_eq!(offs[1] + i * inner[1], b);
+                    assert_eq!(offs[2] + i * inner[2], b * 5 + c);
+                }
+            });
+            assert_eq!(covered, end);
+        }
+    }
+
+    #[test]
+    fn incompatible_shapes_are_rejected() {
+        assert!(Broadcast::<2>::new(&[2, 3], [&[2, 3], &[2]]).is_none());
+        assert!(Broadcast::<1>::new(&[3], [&[2, 3]]).is_none());
+    }
+
+    #[test]
+    fn par_range_covers_everything_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let n = 300_001;
+        let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        par_range(n, |r| {
+            for i in r {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+}

@@ -1,0 +1,513 @@
+//! `MatMul` with numpy `matmul` semantics and its gradients `MatMulLhsGrad`
+//! (`g @ bᵀ` reduced to `a`'s shape) and `MatMulRhsGrad` (`aᵀ @ g` reduced to
+//! `b`'s shape).
+//!
+//! The factory turns an op into a list of GEMM calls over fixed offsets and
+//! strides (transposes are stride swaps, never copies). When the rhs has no
+//! batch dims the batch is folded into one call: `[B, m, k] @ [k, n]` is one
+//! `(B·m) × k × n` GEMM, and its rhs gradient one `k × (B·m) × n` GEMM that also
+//! performs the batch reduction. Float types run on the `gemm` crate; integer
+//! types on a straightforward loop.
+
+use gemm::Parallelism;
+use half::f16;
+use popart_ir::ops::broadcast_shapes;
+
+use super::common::{slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+
+/// Multiply-adds above which one GEMM call uses the rayon pool.
+const GEMM_PAR_MIN: usize = 1 << 18;
+
+/// Element types a GEMM can run on.
+pub(crate) trait MatElem: Copy + Send + Sync + 'static {
+    /// Zero.
+    const ZERO: Self;
+    /// `dst (+)= lhs @ rhs` with element strides (rs: row stride, cs: column stride).
+    ///
+    /// # Safety
+    /// Every pointer must be valid for the addressed elements; `dst` must not overlap the operands.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        dst: *mut Self,
+        dst_rs: isize,
+        dst_cs: isize,
+        accumulate: bool,
+        lhs: *const Self,
+        lhs_rs: isize,
+        lhs_cs: isize,
+        rhs: *const Self,
+        rhs_rs: isize,
+        rhs_cs: isize,
+        par: Parallelism,
+    );
+}
+
+macro_rules! gemm_elem {
+    ($($t:ty => $one:expr, $zero:expr;)*) => {$(
+        impl MatElem for $t {
+            const ZERO: Self = $zero;
+            #[inline]
+            unsafe fn gemm(
+                m: usize, n: usize, k: usize,
+                dst: *mut Self, dst_rs: isize, dst_cs: isize, accumulate: bool,
+                lhs: *const Self, lhs_rs: isize, lhs_cs: isize,
+                rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
+                par: Parallelism,
+            ) {
+                gemm::gemm(
+                    m, n, k, dst, dst_cs, dst_rs, accumulate, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
+                    $one, $one, false, false, false, par,
+                );
+            }
+        }
+    )*};
+}
+gemm_elem! {
+    f32 => 1.0, 0.0;
+    f64 => 1.0, 0.0;
+    f16 => f16::ONE, f16::ZERO;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => {$(
+        impl MatElem for $t {
+            const ZERO: Self = 0;
+            unsafe fn gemm(
+                m: usize, n: usize, k: usize,
+                dst: *mut Self, dst_rs: isize, dst_cs: isize, accumulate: bool,
+                lhs: *const Self, lhs_rs: isize, lhs_cs: isize,
+                rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
+                _par: Parallelism,
+            ) {
+                naive_gemm(m, n, k, dst, dst_rs, dst_cs, accumulate, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs);
+            }
+        }
+    )*};
+}
+int_elem!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// Integer GEMM (wrapping arithmetic).
+#[allow(clippy::too_many_arguments)]
+unsafe fn naive_gemm<T: Num>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: isize,
+    dst_cs: isize,
+    accumulate: bool,
+    lhs: *const T,
+    lhs_rs: isize,
+    lhs_cs: isize,
+    rhs: *const T,
+    rhs_rs: isize,
+    rhs_cs: isize,
+) {
+    for i in 0..m as isize {
+        for j in 0..n as isize {
+            let d = dst.offset(i * dst_rs + j * dst_cs);
+            let mut acc = if accumulate { *d } else { T::ZERO };
+            for p in 0..k as isize {
+                acc = acc.add((*lhs.offset(i * lhs_rs + p * lhs_cs)).mul(*rhs.offset(p * rhs_rs + j * rhs_cs)));
+            }
+            *d = acc;
+        }
+    }
+}
+
+/// One GEMM call: element offsets into dst/lhs/rhs; `accumulate` adds to dst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Job {
+    dst: usize,
+    lhs: usize,
+    rhs: usize,
+    accumulate: bool,
+}
+
+/// Every GEMM call of one op, fixed at build time.
+#[derive(Clone, Debug)]
+struct GemmPlan {
+    m: usize,
+    n: usize,
+    k: usize,
+    /// (row, column) strides of dst, lhs and rhs.
+    dst_s: (isize, isize),
+    lhs_s: (isize, isize),
+    rhs_s: (isize, isize),
+    jobs: Vec<Job>,
+    /// Input positions of the lhs and rhs operands.
+    lhs_pos: usize,
+    rhs_pos: usize,
+    /// Output elements (zeroed when no call writes them: empty reduction).
+    out_len: usize,
+}
+
+struct MatMulKernel<T> {
+    plan: GemmPlan,
+    zero_fill: bool,
+    jobs_independent: bool,
+    _t: Types<T>,
+}
+
+impl<T: MatElem> MatMulKernel<T> {
+    #[inline]
+    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, par: Parallelism) {
+        let p = &self.plan;
+        T::gemm(
+            p.m,
+            p.n,
+            p.k,
+            dst.add(j.dst),
+            p.dst_s.0,
+            p.dst_s.1,
+            j.accumulate,
+            lhs.add(j.lhs),
+            p.lhs_s.0,
+            p.lhs_s.1,
+            rhs.add(j.rhs),
+            p.rhs_s.0,
+            p.rhs_s.1,
+            par,
+        );
+    }
+}
+
+impl<T: MatElem> Kernel for MatMulKernel<T> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let p = &self.plan;
+        let dst = args.outputs[0] as *mut T;
+        if self.zero_fill {
+            slice_mut(dst, p.out_len).fill(T::ZERO);
+            return;
+        }
+        let lhs = args.inputs[p.lhs_pos] as *const T;
+        let rhs = args.inputs[p.rhs_pos] as *const T;
+        let work = p.m * p.n * p.k;
+        let threads = rayon::current_num_threads();
+        if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
+            // Many independent products: one call per task, each single-threaded.
+            let (d, l, r) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T));
+            super::common::par_split(p.jobs.len(), 2, 1, |range| {
+                for j in &p.jobs[range] {
+                    // SAFETY: independent jobs write disjoint output blocks.
+                    unsafe { self.call(j, d.get(), l.get(), r.get(), Parallelism::None) };
+                }
+            });
+            return;
+        }
+        let par = if threads > 1 && work >= GEMM_PAR_MIN { Parallelism::Rayon(threads) } else { Parallelism::None };
+        for j in &p.jobs {
+            self.call(j, dst, lhs, rhs, par);
+        }
+    }
+}
+
+/// numpy promotion of a matmul operand to at least 2-D: (batch dims, rows, cols).
+fn promote(shape: &[usize], is_lhs: bool) -> (Vec<usize>, usize, usize) {
+    match shape.len() {
+        0 => (vec![], 1, 1),
+        1 if is_lhs => (vec![], 1, shape[0]),
+        1 => (vec![], shape[0], 1),
+        r => (shape[..r - 2].to_vec(), shape[r - 2], shape[r - 1]),
+    }
+}
+
+/// For every output batch index, the (lhs batch, rhs batch) indices.
+fn batch_pairs(ob: &[usize], ab: &[usize], bb: &[usize]) -> Option<Vec<(usize, usize)>> {
+    let plan = Broadcast::new(ob, [ab, bb])?;
+    let nb: usize = ob.iter().product();
+    let mut v = Vec::with_capacity(nb);
+    let [sa, sb] = plan.inner_strides();
+    plan.for_segments(0..nb, |_, [ia, ib], len| {
+        for i in 0..len {
+            v.push((ia + i * sa, ib + i * sb));
+        }
+    });
+    Some(v)
+}
+
+/// Build `MatMul`, `MatMulLhsGrad` and `MatMulRhsGrad`.
+pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    let fwd = spec.op_type == "MatMul";
+    let (a, b) = if fwd { (spec.input(0)?, spec.input(1)?) } else { (spec.input(1)?, spec.input(2)?) };
+    let g = if fwd { None } else { Some(spec.input(0)?) };
+    let y = spec.output(0)?;
+    let dt = a.dtype();
+    if b.dtype() != dt || y.dtype() != dt || g.is_some_and(|g| g.dtype() != dt) {
+        return Err(spec.error("operands and result must have the same dtype"));
+    }
+    if a.info.rank() == 0 || b.info.rank() == 0 {
+        return Err(spec.error("matmul operands must have rank >= 1"));
+    }
+    let (ab, m, k) = promote(a.shape(), true);
+    let (bb, k2, n) = promote(b.shape(), false);
+    if k != k2 {
+        return Err(spec.error(format!("inner dimensions differ: {:?} @ {:?}", a.shape(), b.shape())));
+    }
+    let ob = broadcast_shapes(&ab, &bb).ok_or_else(|| spec.error("batch dimensions do not broadcast"))?;
+    let nb: usize = ob.iter().product();
+    let mut out_shape = ob.clone();
+    if a.info.rank() > 1 {
+        out_shape.push(m);
+    }
+    if b.info.rank() > 1 {
+        out_shape.push(n);
+    }
+    let (want_y, g_ok) = match g {
+        None => (out_shape.clone(), true),
+        Some(g) => {
+            let want = if spec.op_type == "MatMulLhsGrad" { a.shape() } else { b.shape() };
+            (want.to_vec(), g.nelms() == out_shape.iter().product::<usize>())
+        }
+    };
+    if y.shape() != want_y.as_slice() || !g_ok {
+        return Err(spec.error(format!("result {} does not match {:?} @ {:?}", y.info, a.shape(), b.shape())));
+    }
+    let (mk, kn, mn) = (m * k, k * n, m * n);
+    let rhs_unbatched = bb.iter().product::<usize>() == 1;
+    let (ki, ni) = (k as isize, n as isize);
+    let pairs = if rhs_unbatched { Vec::new() } else { batch_pairs(&ob, &ab, &bb).expect("shapes broadcast") };
+    // Accumulate flags: the first job writing a dst block overwrites it.
+    let mut seen = Vec::new();
+    let mut first_write = |idx: usize| {
+        if seen.len() <= idx {
+            seen.resize(idx + 1, false);
+        }
+        !std::mem::replace(&mut seen[idx], true)
+    };
+    let plan = match spec.op_type {
+        "MatMul" => {
+            let (m_eff, jobs) = if rhs_unbatched {
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
+            } else {
+                let jobs = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(ia, ib))| Job { dst: i * mn, lhs: ia * mk, rhs: ib * kn, accumulate: false })
+                    .collect();
+                (m, jobs)
+            };
+            GemmPlan {
+                m: m_eff,
+                n,
+                k,
+                dst_s: (ni, 1),
+                lhs_s: (ki, 1),
+                rhs_s: (ni, 1),
+                jobs,
+                lhs_pos: a.pos,
+                rhs_pos: b.pos,
+                out_len: y.nelms(),
+            }
+        }
+        "MatMulLhsGrad" => {
+            // dA[m, k] = g[m, n] @ bᵀ[n, k]; bᵀ(p, j) = b[j, p].
+            let g = g.expect("grad op");
+            let (m_eff, jobs) = if rhs_unbatched {
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
+            } else {
+                let jobs = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(ia, ib))| Job { dst: ia * mk, lhs: i * mn, rhs: ib * kn, accumulate: !first_write(ia) })
+                    .collect();
+                (m, jobs)
+            };
+            GemmPlan {
+                m: m_eff,
+                n: k,
+                k: n,
+                dst_s: (ki, 1),
+                lhs_s: (ni, 1),
+                rhs_s: (1, ni),
+                jobs,
+                lhs_pos: g.pos,
+                rhs_pos: b.pos,
+                out_len: y.nelms(),
+            }
+        }
+        _ => {
+            // dB[k, n] = aᵀ[k, m] @ g[m, n]; aᵀ(r, c) = a[c, r].
+            let g = g.expect("grad op");
+            let (k_eff, jobs) = if rhs_unbatched {
+                // The batch folds into the reduction dim: a as [(B m), k], g as [(B m), n].
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
+            } else {
+                let jobs = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(ia, ib))| Job { dst: ib * kn, lhs: ia * mk, rhs: i * mn, accumulate: !first_write(ib) })
+                    .collect();
+                (m, jobs)
+            };
+            GemmPlan {
+                m: k,
+                n,
+                k: k_eff,
+                dst_s: (ni, 1),
+                lhs_s: (1, ki),
+                rhs_s: (ni, 1),
+                jobs,
+                lhs_pos: a.pos,
+                rhs_pos: g.pos,
+                out_len: y.nelms(),
+            }
+        }
+    };
+    let zero_fill = plan.k == 0 || plan.jobs.is_empty() || nb == 0;
+    let empty = plan.m == 0 || plan.n == 0;
+    let jobs_independent = plan.jobs.iter().all(|j| !j.accumulate) && spec.op_type == "MatMul";
+    macro_rules! kernel {
+        ($t:ty) => {{
+            let mut plan = plan;
+            if empty {
+                plan.jobs.clear();
+            }
+            Ok(Box::new(MatMulKernel::<$t> { plan, zero_fill: zero_fill && !empty, jobs_independent, _t: Types::default() })
+                as Box<dyn Kernel>)
+        }};
+    }
+    match dt {
+        popart_ir::DataType::Float16 => kernel!(f16),
+        _ => with_num!(dt, T => kernel!(T), _ => Err(spec.unsupported_dtype(dt))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
+    use popart_ir::ops::matmul::matmul_shape;
+    use popart_ir::{Attributes, DataType, HostTensor};
+
+    /// numpy matmul written out: promote, broadcast batch, triple loop, squeeze.
+    fn naive(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> Vec<f64> {
+        let a2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.to_vec() };
+        let b2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.to_vec() };
+        let (m, k, n) = (a2[a2.len() - 2], a2[a2.len() - 1], b2[b2.len() - 1]);
+        let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
+        let rank = ab.len().max(bb.len());
+        let pad = |s: &[usize]| {
+            let mut v = vec![1; rank - s.len()];
+            v.extend_from_slice(s);
+            v
+        };
+        let (pa, pb) = (pad(ab), pad(bb));
+        let ob: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| x.max(y)).collect();
+        let nb: usize = ob.iter().product();
+        let mut out = Vec::new();
+        for bi in 0..nb {
+            let (mut rem, mut ia, mut ib, mut sa_, mut sb_) = (bi, 0, 0, 1, 1);
+            for d in (0..rank).rev() {
+                let idx = rem % ob[d];
+                rem /= ob[d];
+                ia += if pa[d] == 1 { 0 } else { idx * sa_ };
+                ib += if pb[d] == 1 { 0 } else { idx * sb_ };
+                sa_ *= pa[d];
+                sb_ *= pb[d];
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0.0;
+                    for p in 0..k {
+                        s += a[ia * m * k + i * k + p] * b[ib * k * n + p * n + j];
+                    }
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    const SHAPES: &[(&[usize], &[usize])] = &[
+        (&[3, 4], &[4, 5]),
+        (&[4], &[4, 5]),
+        (&[3, 4], &[4]),
+        (&[4], &[4]),
+        (&[2, 3, 4], &[4, 5]),
+        (&[2, 3, 4], &[2, 4, 5]),
+        (&[3, 4], &[2, 4, 5]),
+        (&[2, 1, 3, 4], &[5, 4, 2]),
+        (&[4], &[3, 4, 2]),
+        (&[2, 3, 4], &[4]),
+        (&[8, 784], &[784, 32]),
+        (&[3, 0], &[0, 4]),
+    ];
+
+    #[test]
+    fn matmul_matches_naive_numpy_semantics() {
+        let mut rng = Rng::new(11);
+        for &(sa, sb) in SHAPES {
+            let a = rng.vec(sa.iter().product(), -1.0, 1.0);
+            let b = rng.vec(sb.iter().product(), -1.0, 1.0);
+            let want = naive(&a, sa, &b, sb);
+            for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-5)] {
+                let (ta, tb) = (t(dt, sa, &a), t(dt, sb, &b));
+                let out = &run_op("MatMul", Attributes::new(), &[(0, ta), (1, tb)])[0];
+                assert_eq!(out.info.shape, matmul_shape(sa, sb).unwrap());
+                assert_close(&out.to_f64_vec(), &want, tol);
+            }
+        }
+    }
+
+    #[test]
+    fn integer_and_half_matmul() {
+        let a = t(DataType::Int32, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let b = t(DataType::Int32, &[3, 1], &[1.0, -1.0, 2.0]);
+        assert_eq!(run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(), vec![5.0, 11.0]);
+        let a = t(DataType::Float16, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = t(DataType::Float16, &[2, 2], &[0.5, 0.0, 0.0, 2.0]);
+        assert_eq!(run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(), vec![0.5, 4.0, 1.5, 8.0]);
+    }
+
+    #[test]
+    fn large_matmul_is_correct_with_threads() {
+        let mut rng = Rng::new(2);
+        let (sa, sb) = ([96usize, 130], [130usize, 70]);
+        let (a, b) = (rng.vec(96 * 130, -1.0, 1.0), rng.vec(130 * 70, -1.0, 1.0));
+        let want = naive(&a, &sa, &b, &sb);
+        let out = &run_op("MatMul", Attributes::new(), &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))]);
+        assert_close(&out[0].to_f64_vec(), &want, 1e-4);
+        // Batched with per-job parallelism.
+        let (sa, sb) = ([16usize, 40, 30], [16usize, 30, 20]);
+        let (a, b) = (rng.vec(16 * 1200, -1.0, 1.0), rng.vec(16 * 600, -1.0, 1.0));
+        let want = naive(&a, &sa, &b, &sb);
+        let out = &run_op("MatMul", Attributes::new(), &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))]);
+        assert_close(&out[0].to_f64_vec(), &want, 1e-4);
+    }
+
+    /// Check both gradient ops against central finite differences of
+    /// `L = sum(w ⊙ (a @ b))` for a fixed random `w` (so `g = w`).
+    #[test]
+    fn gradients_match_finite_differences() {
+        let mut rng = Rng::new(5);
+        for &(sa, sb) in SHAPES {
+            let na: usize = sa.iter().product();
+            let nb: usize = sb.iter().product();
+            if na > 200 || nb > 200 {
+                continue;
+            }
+            let a = rng.vec(na, -1.0, 1.0);
+            let b = rng.vec(nb, -1.0, 1.0);
+            let so = matmul_shape(sa, sb).unwrap();
+            let w = rng.vec(so.iter().product(), -1.0, 1.0);
+            let loss = |a: &[f64], b: &[f64]| naive(a, sa, b, sb).iter().zip(&w).map(|(y, w)| y * w).sum::<f64>();
+            let want_da = numeric_grad(&a, 1e-6, |x| loss(x, &b));
+            let want_db = numeric_grad(&b, 1e-6, |x| loss(&a, x));
+            let ins: Vec<(u32, HostTensor)> = vec![
+                (0, t(DataType::Float64, &so, &w)),
+                (1, t(DataType::Float64, sa, &a)),
+                (2, t(DataType::Float64, sb, &b)),
+            ];
+            let da = &run_op("MatMulLhsGrad", Attributes::new(), &ins)[0];
+            let db = &run_op("MatMulRhsGrad", Attributes::new(), &ins)[0];
+            assert_eq!(da.info.shape, sa);
+            assert_eq!(db.info.shape, sb);
+            assert_close(&da.to_f64_vec(), &want_da, 1e-7);
+            assert_close(&db.to_f64_vec(), &want_db, 1e-7);
+        }
+    }
+}

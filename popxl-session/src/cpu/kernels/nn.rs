@@ -1,0 +1,507 @@
+//! Neural-network kernels: `Softmax`, `SoftmaxGrad`, `NllLoss`,
+//! `NllLossWithSoftmaxGrad` and `NllLossGrad`.
+//!
+//! Loss semantics (PopXL `nll_loss`): `probs` is `[N.., C]`, `labels` `[N..]`;
+//! a row whose label equals `ignore_index` contributes 0 and is not counted;
+//! `mean` divides by the number of counted rows (by 1 if every row is ignored,
+//! so gradients stay finite). A label outside `[0, C)` that is not ignored
+//! yields NaN for its row (kernels cannot fail at run time).
+
+use super::common::{
+    f16_adapter, has_f16, norm_axis, par_split, slice, slice_mut, with_float, with_index, BuildResult, Float,
+    IndexElem, SendPtr, SpecExt, Types, PAR_MIN_ELEMS,
+};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+
+/// `[outer, len, inner]` view of a tensor around `axis`.
+#[derive(Clone, Copy, Debug)]
+struct AxisView {
+    outer: usize,
+    len: usize,
+    inner: usize,
+}
+
+impl AxisView {
+    fn new(shape: &[usize], axis: usize) -> Self {
+        AxisView {
+            outer: shape[..axis].iter().product(),
+            len: shape[axis],
+            inner: shape[axis + 1..].iter().product(),
+        }
+    }
+    /// Number of independent rows along the axis.
+    fn rows(&self) -> usize {
+        self.outer * self.inner
+    }
+    /// (first element, stride) of row `r`.
+    fn row(&self, r: usize) -> (usize, usize) {
+        let (o, j) = (r / self.inner, r % self.inner);
+        (o * self.len * self.inner + j, self.inner)
+    }
+    /// Run `f(first, stride)` for every row, in parallel when large.
+    fn for_rows(&self, f: impl Fn(usize, usize) + Sync + Send) {
+        let total = self.rows() * self.len;
+        let min_total = if total >= PAR_MIN_ELEMS { 0 } else { usize::MAX };
+        par_split(self.rows(), min_total, (1 << 14) / self.len.max(1), |r| {
+            for row in r {
+                let (first, stride) = self.row(row);
+                f(first, stride);
+            }
+        });
+    }
+}
+
+/// Softmax along an axis: `y = exp(x - max) / sum(exp(x - max))`.
+struct Softmax<T> {
+    view: AxisView,
+    _t: Types<T>,
+}
+
+impl<T: Float> Kernel for Softmax<T> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let (x, y) = (SendPtr(args.inputs[0] as *mut T), SendPtr(args.outputs[0] as *mut T));
+        let len = self.view.len;
+        self.view.for_rows(move |first, stride| {
+            // SAFETY: rows are disjoint; all indices are inside the buffers.
+            unsafe {
+                let (x, y) = (x.get().add(first), y.get().add(first));
+                if stride == 1 {
+                    let (xs, ys) = (slice(x, len), slice_mut(y, len));
+                    let max = xs.iter().fold(T::LOWEST, |m, &v| m.maximum(v));
+                    let mut sum = T::ZERO;
+                    for (o, &v) in ys.iter_mut().zip(xs) {
+                        *o = (v - max).exp();
+                        sum = sum + *o;
+                    }
+                    let inv = T::ONE / sum;
+                    for o in ys {
+                        *o = *o * inv;
+                    }
+                } else {
+                    let max = (0..len).fold(T::LOWEST, |m, i| m.maximum(*x.add(i * stride)));
+                    let mut sum = T::ZERO;
+                    for i in 0..len {
+                        let e = (*x.add(i * stride) - max).exp();
+                        *y.add(i * stride) = e;
+                        sum = sum + e;
+                    }
+                    let inv = T::ONE / sum;
+                    for i in 0..len {
+                        *y.add(i * stride) = *y.add(i * stride) * inv;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// `dx = y · (g - sum(g · y))` along an axis.
+struct SoftmaxGrad<T> {
+    view: AxisView,
+    pos: [usize; 2],
+    _t: Types<T>,
+}
+
+impl<T: Float> Kernel for SoftmaxGrad<T> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let g = SendPtr(args.inputs[self.pos[0]] as *mut T);
+        let y = SendPtr(args.inputs[self.pos[1]] as *mut T);
+        let dx = SendPtr(args.outputs[0] as *mut T);
+        let len = self.view.len;
+        self.view.for_rows(move |first, s| {
+            // SAFETY: rows are disjoint; all indices are inside the buffers.
+            unsafe {
+                let (g, y, dx) = (g.get().add(first), y.get().add(first), dx.get().add(first));
+                let dot = (0..len).fold(T::ZERO, |acc, i| acc + *g.add(i * s) * *y.add(i * s));
+                for i in 0..len {
+                    *dx.add(i * s) = *y.add(i * s) * (*g.add(i * s) - dot);
+                }
+            }
+        });
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reduction {
+    Mean,
+    Sum,
+    None,
+}
+
+/// Shared configuration of the loss kernels.
+#[derive(Clone, Copy, Debug)]
+struct Nll {
+    rows: usize,
+    classes: usize,
+    reduction: Reduction,
+    ignore: Option<i64>,
+}
+
+impl Nll {
+    fn from_spec(spec: &KernelSpec<'_>, probs: u32, labels: u32) -> Result<Self, crate::cpu::kernel::KernelError> {
+        let (p, l) = (spec.input(probs)?, spec.input(labels)?);
+        if p.info.rank() < 1 || l.shape() != &p.shape()[..p.info.rank() - 1] {
+            return Err(spec.error(format!("labels {} do not match probs {} without the class dim", l.info, p.info)));
+        }
+        let reduction = match spec.attr_str_or("reduction", "mean") {
+            "mean" => Reduction::Mean,
+            "sum" => Reduction::Sum,
+            "none" => Reduction::None,
+            other => return Err(spec.error(format!("unknown reduction `{other}`"))),
+        };
+        let classes = *p.shape().last().unwrap();
+        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index") })
+    }
+
+    /// The class of row `i`: `Ok(Some(c))`, `Ok(None)` if ignored, `Err(())` if out of range.
+    #[inline(always)]
+    fn class<L: IndexElem>(&self, label: L) -> Result<Option<usize>, ()> {
+        let v = label.to_i64();
+        if self.ignore == Some(v) {
+            Ok(None)
+        } else if v >= 0 && (v as usize) < self.classes {
+            Ok(Some(v as usize))
+        } else {
+            Err(())
+        }
+    }
+
+    /// Number of non-ignored rows, at least 1.
+    unsafe fn count<L: IndexElem>(&self, labels: *const L) -> usize {
+        let ls = slice(labels, self.rows);
+        ls.iter().filter(|&&l| self.class(l) != Ok(None)).count().max(1)
+    }
+
+    /// Write the loss (per row or reduced) from `probs` and `labels`.
+    unsafe fn loss<T: Float, L: IndexElem>(&self, p: *const T, labels: *const L, out: *mut T) {
+        let ls = slice(labels, self.rows);
+        let row_loss = |i: usize| match self.class(ls[i]) {
+            Ok(Some(c)) => -(*p.add(i * self.classes + c)).ln(),
+            Ok(None) => T::ZERO,
+            Err(()) => T::from_f64(f64::NAN),
+        };
+        match self.reduction {
+            Reduction::None => {
+                for (i, o) in slice_mut(out, self.rows).iter_mut().enumerate() {
+                    *o = row_loss(i);
+                }
+            }
+            r => {
+                let sum = (0..self.rows).fold(T::ZERO, |acc, i| acc + row_loss(i));
+                *out = if r == Reduction::Mean { sum / T::from_f64(self.count(labels) as f64) } else { sum };
+            }
+        }
+    }
+}
+
+/// `NllLoss(probs, labels) -> loss`.
+struct NllLoss<T, L> {
+    nll: Nll,
+    _t: Types<(T, L)>,
+}
+
+impl<T: Float, L: IndexElem> Kernel for NllLoss<T, L> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        self.nll.loss::<T, L>(args.inputs[0] as *const T, args.inputs[1] as *const L, args.outputs[0] as *mut T);
+    }
+}
+
+/// `NllLossWithSoftmaxGrad(probs, labels[, loss_grad]) -> (loss, dlogits)` with
+/// `dlogits = (probs - onehot(label)) · loss_grad / N` (`N`: counted rows for mean, else 1).
+struct NllSoftmaxGrad<T, L> {
+    nll: Nll,
+    loss_grad: Option<usize>,
+    _t: Types<(T, L)>,
+}
+
+impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let nll = self.nll;
+        let p = args.inputs[0] as *const T;
+        let labels = args.inputs[1] as *const L;
+        nll.loss::<T, L>(p, labels, args.outputs[0] as *mut T);
+        let mut scale = self.loss_grad.map_or(T::ONE, |pos| *(args.inputs[pos] as *const T));
+        if nll.reduction == Reduction::Mean {
+            scale = scale / T::from_f64(nll.count(labels) as f64);
+        }
+        let (p, l, dx) = (SendPtr(p as *mut T), SendPtr(labels as *mut L), SendPtr(args.outputs[1] as *mut T));
+        let c = nll.classes;
+        par_split(nll.rows, if nll.rows * c >= PAR_MIN_ELEMS { 0 } else { usize::MAX }, 1, move |r| {
+            // SAFETY: each row writes its own block of dlogits.
+            unsafe {
+                for i in r {
+                    let (ps, ds) = (slice(p.get().add(i * c), c), slice_mut(dx.get().add(i * c), c));
+                    match nll.class(*l.get().add(i)) {
+                        Ok(Some(k)) => {
+                            for (d, &v) in ds.iter_mut().zip(ps) {
+                                *d = v * scale;
+                            }
+                            ds[k] = (ps[k] - T::ONE) * scale;
+                        }
+                        Ok(None) => ds.fill(T::ZERO),
+                        Err(()) => ds.fill(T::from_f64(f64::NAN)),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// `NllLossGrad(g, probs, labels) -> dprobs`: `-g / p` at each label (divided by
+/// the counted rows for mean), zero elsewhere; `g` is per row for `none`.
+struct NllLossGrad<T, L> {
+    nll: Nll,
+    pos: [usize; 3],
+    _t: Types<(T, L)>,
+}
+
+impl<T: Float, L: IndexElem> Kernel for NllLossGrad<T, L> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let nll = self.nll;
+        let g = args.inputs[self.pos[0]] as *const T;
+        let p = args.inputs[self.pos[1]] as *const T;
+        let labels = args.inputs[self.pos[2]] as *const L;
+        let c = nll.classes;
+        let dx = slice_mut(args.outputs[0] as *mut T, nll.rows * c);
+        dx.fill(T::ZERO);
+        let scale = match nll.reduction {
+            Reduction::Mean => *g / T::from_f64(nll.count(labels) as f64),
+            _ => *g,
+        };
+        for (i, &label) in slice(labels, nll.rows).iter().enumerate() {
+            let gi = if nll.reduction == Reduction::None { *g.add(i) } else { scale };
+            match nll.class(label) {
+                Ok(Some(k)) => dx[i * c + k] = -(gi / *p.add(i * c + k)),
+                Ok(None) => {}
+                Err(()) => dx[i * c..(i + 1) * c].fill(T::from_f64(f64::NAN)),
+            }
+        }
+    }
+}
+
+/// Build the kernels of this family.
+pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build);
+    }
+    match spec.op_type {
+        "Softmax" | "SoftmaxGrad" => {
+            let x = spec.input(if spec.op_type == "Softmax" { 0 } else { 1 })?;
+            let y = spec.output(0)?;
+            if y.info != x.info {
+                return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
+            }
+            if x.info.rank() == 0 {
+                return Err(spec.error("softmax of a scalar"));
+            }
+            let axis = norm_axis(spec, spec.attr_int_or("axis", -1), x.info.rank())?;
+            let view = AxisView::new(x.shape(), axis);
+            let dt = x.dtype();
+            if spec.op_type == "Softmax" {
+                with_float!(dt, T => Ok(Box::new(Softmax::<T> { view, _t: Types::default() })), _ => Err(spec.unsupported_dtype(dt)))
+            } else {
+                let g = spec.input(0)?;
+                if g.info != x.info {
+                    return Err(spec.error(format!("gradient {} differs from the softmax output {}", g.info, x.info)));
+                }
+                let pos = [g.pos, x.pos];
+                with_float!(dt, T => Ok(Box::new(SoftmaxGrad::<T> { view, pos, _t: Types::default() })), _ => Err(spec.unsupported_dtype(dt)))
+            }
+        }
+        "NllLoss" | "NllLossWithSoftmaxGrad" => {
+            let nll = Nll::from_spec(spec, 0, 1)?;
+            let (p, l) = (spec.input(0)?, spec.input(1)?);
+            if p.pos != 0 || l.pos != 1 {
+                return Err(spec.error("probs and labels must be inputs 0 and 1"));
+            }
+            let dt = p.dtype();
+            if spec.output(0)?.dtype() != dt {
+                return Err(spec.error("loss dtype must equal probs dtype"));
+            }
+            if spec.op_type == "NllLoss" {
+                with_float!(dt, T => with_index!(l.dtype(), L => Ok(Box::new(NllLoss::<T, L> { nll, _t: Types::default() })),
+                    _ => Err(spec.error(format!("labels must be integers, got {}", l.dtype())))),
+                    _ => Err(spec.unsupported_dtype(dt)))
+            } else {
+                let lg = spec.opt_input(2);
+                if lg.is_some_and(|g| g.nelms() != 1 || g.dtype() != dt) {
+                    return Err(spec.error("loss_grad must be a scalar of the probs dtype"));
+                }
+                if spec.output(1)?.info != p.info {
+                    return Err(spec.error("dlogits must have the type and shape of probs"));
+                }
+                let loss_grad = lg.map(|g| g.pos);
+                with_float!(dt, T => with_index!(l.dtype(), L => Ok(Box::new(NllSoftmaxGrad::<T, L> { nll, loss_grad, _t: Types::default() })),
+                    _ => Err(spec.error(format!("labels must be integers, got {}", l.dtype())))),
+                    _ => Err(spec.unsupported_dtype(dt)))
+            }
+        }
+        "NllLossGrad" => {
+            let nll = Nll::from_spec(spec, 1, 2)?;
+            let (g, p, l) = (spec.input(0)?, spec.input(1)?, spec.input(2)?);
+            let dt = p.dtype();
+            let want_g = if nll.reduction == Reduction::None { nll.rows } else { 1 };
+            if g.nelms() != want_g || g.dtype() != dt {
+                return Err(spec.error(format!("gradient {} does not match the loss", g.info)));
+            }
+            if spec.output(0)?.info != p.info {
+                return Err(spec.error("output must have the type and shape of probs"));
+            }
+            let pos = [g.pos, p.pos, l.pos];
+            with_float!(dt, T => with_index!(l.dtype(), L => Ok(Box::new(NllLossGrad::<T, L> { nll, pos, _t: Types::default() })),
+                _ => Err(spec.error(format!("labels must be integers, got {}", l.dtype())))),
+                _ => Err(spec.unsupported_dtype(dt)))
+        }
+        other => Err(spec.error(format!("`{other}` is not an nn op"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
+    use popart_ir::{AttrValue, Attributes, DataType};
+
+    fn softmax_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
+        let outer: usize = shape[..axis].iter().product();
+        let len = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        let mut y = vec![0.0; x.len()];
+        for o in 0..outer {
+            for j in 0..inner {
+                let idx = |i: usize| o * len * inner + i * inner + j;
+                let m = (0..len).map(|i| x[idx(i)]).fold(f64::NEG_INFINITY, f64::max);
+                let s: f64 = (0..len).map(|i| (x[idx(i)] - m).exp()).sum();
+                for i in 0..len {
+                    y[idx(i)] = (x[idx(i)] - m).exp() / s;
+                }
+            }
+        }
+        y
+    }
+
+    fn axis(a: i64) -> Attributes {
+        Attributes::new().with("axis", AttrValue::Int(a))
+    }
+
+    #[test]
+    fn softmax_matches_reference_on_every_axis() {
+        let mut rng = Rng::new(1);
+        let shape = [3, 4, 5];
+        let x = rng.vec(60, -3.0, 3.0);
+        for ax in 0..3 {
+            let want = softmax_ref(&x, &shape, ax);
+            for (dt, tol) in [(DataType::Float64, 1e-14), (DataType::Float32, 1e-6), (DataType::Float16, 2e-3)] {
+                let out = &run_op("Softmax", axis(ax as i64 - 3), &[(0, t(dt, &shape, &x))])[0];
+                assert_close(&out.to_f64_vec(), &want, tol);
+            }
+        }
+        // Large logits do not overflow; large tensors run in parallel.
+        let out = &run_op("Softmax", axis(-1), &[(0, t(DataType::Float32, &[2], &[1000.0, 1000.0]))])[0];
+        assert_eq!(out.to_f64_vec(), vec![0.5, 0.5]);
+        let big = rng.vec(300 * 257, -5.0, 5.0);
+        let out = &run_op("Softmax", axis(1), &[(0, t(DataType::Float64, &[300, 257], &big))])[0];
+        assert_close(&out.to_f64_vec(), &softmax_ref(&big, &[300, 257], 1), 1e-14);
+    }
+
+    #[test]
+    fn softmax_grad_matches_finite_differences() {
+        let mut rng = Rng::new(2);
+        let shape = [3, 4];
+        let x = rng.vec(12, -2.0, 2.0);
+        let w = rng.vec(12, -1.0, 1.0);
+        for ax in [0usize, 1] {
+            let y = softmax_ref(&x, &shape, ax);
+            let want = numeric_grad(&x, 1e-6, |x| softmax_ref(x, &shape, ax).iter().zip(&w).map(|(a, b)| a * b).sum());
+            let ins = [(0, t(DataType::Float64, &shape, &w)), (1, t(DataType::Float64, &shape, &y))];
+            let got = &run_op("SoftmaxGrad", axis(ax as i64), &ins)[0];
+            assert_close(&got.to_f64_vec(), &want, 1e-8);
+        }
+    }
+
+    fn nll_attrs(reduction: &str, ignore: Option<i64>) -> Attributes {
+        let a = Attributes::new().with("reduction", AttrValue::Str(reduction.into()));
+        match ignore {
+            Some(i) => a.with("ignore_index", AttrValue::Int(i)),
+            None => a,
+        }
+    }
+
+    #[test]
+    fn nll_loss_reductions_and_ignore_index() {
+        let probs = t(DataType::Float64, &[3, 2], &[0.25, 0.75, 0.5, 0.5, 0.9, 0.1]);
+        let labels = t(DataType::Int32, &[3], &[1.0, 0.0, 1.0]);
+        let run = |r, ig| run_op("NllLoss", nll_attrs(r, ig), &[(0, probs.clone()), (1, labels.clone())])[0].to_f64_vec();
+        let l = [-(0.75f64).ln(), -(0.5f64).ln(), -(0.1f64).ln()];
+        assert_close(&run("none", None), &l, 1e-15);
+        assert_close(&run("sum", None), &[l.iter().sum()], 1e-15);
+        assert_close(&run("mean", None), &[l.iter().sum::<f64>() / 3.0], 1e-15);
+        assert_close(&run("mean", Some(0)), &[(l[0] + l[2]) / 2.0], 1e-15);
+        assert_close(&run("none", Some(1)), &[0.0, l[1], 0.0], 1e-15);
+        // Every row ignored: mean is 0, not NaN.
+        let none = t(DataType::Int64, &[3], &[-100.0, -100.0, -100.0]);
+        let out = run_op("NllLoss", nll_attrs("mean", Some(-100)), &[(0, probs.clone()), (1, none)]);
+        assert_eq!(out[0].to_f64_vec(), vec![0.0]);
+        // Out-of-range labels give NaN.
+        let bad = t(DataType::Int32, &[3], &[1.0, 5.0, 0.0]);
+        let out = run_op("NllLoss", nll_attrs("none", None), &[(0, probs), (1, bad)]);
+        assert!(out[0].to_f64_vec()[1].is_nan());
+    }
+
+    /// NllLossGrad against finite differences of NllLoss itself (f64).
+    #[test]
+    fn nll_loss_grad_matches_finite_differences() {
+        let mut rng = Rng::new(9);
+        let p = rng.vec(12, 0.1, 0.9);
+        let labels = t(DataType::Int32, &[2, 2], &[2.0, 0.0, 2.0, 1.0]);
+        for (red, ig) in [("mean", None), ("sum", None), ("mean", Some(2)), ("none", None)] {
+            let gvals: Vec<f64> = if red == "none" { vec![0.5, -1.0, 2.0, 0.25] } else { vec![1.5] };
+            let gshape: &[usize] = if red == "none" { &[2, 2] } else { &[] };
+            let loss = |x: &[f64]| {
+                let out = &run_op("NllLoss", nll_attrs(red, ig), &[(0, t(DataType::Float64, &[2, 2, 3], x)), (1, labels.clone())]);
+                out[0].to_f64_vec().iter().zip(&gvals).map(|(a, b)| a * b).sum::<f64>()
+            };
+            let want = numeric_grad(&p, 1e-7, loss);
+            let ins = [
+                (0, t(DataType::Float64, gshape, &gvals)),
+                (1, t(DataType::Float64, &[2, 2, 3], &p)),
+                (2, labels.clone()),
+            ];
+            let got = &run_op("NllLossGrad", nll_attrs(red, ig), &ins)[0];
+            assert_close(&got.to_f64_vec(), &want, 1e-6);
+        }
+    }
+
+    /// dlogits of NllLossWithSoftmaxGrad equals the finite-difference gradient of
+    /// nll(softmax(logits)) scaled by loss_grad.
+    #[test]
+    fn nll_loss_with_softmax_grad_matches_finite_differences() {
+        let mut rng = Rng::new(4);
+        let logits = rng.vec(12, -2.0, 2.0);
+        let labels = t(DataType::Int32, &[4], &[0.0, 2.0, 1.0, 2.0]);
+        for (red, ig, lg) in [("mean", None, None), ("sum", None, Some(0.5)), ("mean", Some(1), Some(2.0)), ("none", None, Some(1.0))] {
+            let probs = softmax_ref(&logits, &[4, 3], 1);
+            let mut ins = vec![(0, t(DataType::Float64, &[4, 3], &probs)), (1, labels.clone())];
+            if let Some(v) = lg {
+                ins.push((2, t(DataType::Float64, &[], &[v])));
+            }
+            let out = run_op("NllLossWithSoftmaxGrad", nll_attrs(red, ig), &ins);
+            let plain = run_op("NllLoss", nll_attrs(red, ig), &ins[..2]);
+            assert_eq!(out[0], plain[0], "loss output equals NllLoss");
+            let scale = lg.unwrap_or(1.0);
+            let want = numeric_grad(&logits, 1e-6, |x| {
+                let p = softmax_ref(x, &[4, 3], 1);
+                let l = run_op("NllLoss", nll_attrs(red, ig), &[(0, t(DataType::Float64, &[4, 3], &p)), (1, labels.clone())]);
+                l[0].to_f64_vec().iter().sum::<f64>() * scale
+            });
+            assert_close(&out[1].to_f64_vec(), &want, 1e-7);
+        }
+        // float32 with int64 labels, hand-derived: probs [0.2, 0.8], label 1, mean over 1 row.
+        let out = run_op(
+            "NllLossWithSoftmaxGrad",
+            nll_attrs("mean", None),
+            &[(0, t(DataType::Float32, &[1, 2], &[0.2, 0.8])), (1, t(DataType::Int64, &[1], &[1.0]))],
+        );
+        assert_close(&out[0].to_f64_vec(), &[-(0.8f32 as f64).ln()], 1e-6);
+        assert_close(&out[1].to_f64_vec(), &[0.2, -0.2], 1e-6);
+    }
+}

@@ -1,0 +1,370 @@
+//! Reductions: `ReduceSum/Mean/Max/Min` over axes and `ReduceToShape` (the sum
+//! that undoes broadcasting).
+//!
+//! The plan iterates the input in order and maps each element to its output
+//! with a broadcast plan of the keepdims output shape (stride 0 on reduced
+//! dims), so contiguous runs are either folded into one output (innermost dim
+//! reduced) or accumulated into a row of outputs (innermost dim kept).
+
+use rayon::prelude::*;
+
+use super::common::{
+    f16_adapter, has_f16, norm_axes, par_split, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr,
+    SpecExt, Types, PAR_MIN_ELEMS,
+};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+
+/// How values combine. Implemented by zero-sized reducer types.
+pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
+    /// The identity of `combine`.
+    fn init() -> T;
+    /// Combine an accumulator with a value.
+    fn combine(acc: T, x: T) -> T;
+    /// Fold a contiguous run.
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        xs.iter().fold(acc, |a, &x| Self::combine(a, x))
+    }
+    /// Final transform of each output given the number of reduced elements.
+    #[inline(always)]
+    fn finish(acc: T, _count: usize) -> T {
+        acc
+    }
+    /// Whether `finish` is the identity.
+    const PLAIN_FINISH: bool = true;
+}
+
+/// Sum with eight independent accumulators on contiguous runs (vectorises and
+/// bounds the rounding error growth like blocked summation).
+#[inline(always)]
+fn sum_fold<T: Num>(acc: T, xs: &[T]) -> T {
+    let mut lanes = [T::ZERO; 8];
+    let chunks = xs.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            lanes[k] = lanes[k].add(c[k]);
+        }
+    }
+    let mut s = T::ZERO;
+    for x in rest {
+        s = s.add(*x);
+    }
+    let l = [lanes[0].add(lanes[4]), lanes[1].add(lanes[5]), lanes[2].add(lanes[6]), lanes[3].add(lanes[7])];
+    acc.add(l[0].add(l[2]).add(l[1].add(l[3]))).add(s)
+}
+
+pub(crate) struct SumR;
+impl<T: Num> Reducer<T> for SumR {
+    fn init() -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.add(x)
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        sum_fold(acc, xs)
+    }
+}
+
+pub(crate) struct MeanR;
+impl<T: Num> Reducer<T> for MeanR {
+    fn init() -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.add(x)
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        sum_fold(acc, xs)
+    }
+    #[inline(always)]
+    fn finish(acc: T, count: usize) -> T {
+        acc.div(T::from_f64(count as f64))
+    }
+    const PLAIN_FINISH: bool = false;
+}
+
+pub(crate) struct MaxR;
+impl<T: Num> Reducer<T> for MaxR {
+    fn init() -> T {
+        T::LOWEST
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.maximum(x)
+    }
+}
+
+pub(crate) struct MinR;
+impl<T: Num> Reducer<T> for MinR {
+    fn init() -> T {
+        T::HIGHEST
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.minimum(x)
+    }
+}
+
+/// Reduce an input of `in_shape` into an output whose keepdims shape broadcasts to it.
+pub(crate) struct Reduce<T, R> {
+    plan: Broadcast<1>,
+    out_len: usize,
+    count: usize,
+    src: usize,
+    _t: Types<(T, R)>,
+}
+
+impl<T: Num, R: Reducer<T>> Reduce<T, R> {
+    /// Reduce input position `src` of `in_shape` to `kept_shape` (same rank or
+    /// right-aligned, size 1 on reduced dims).
+    pub(crate) fn boxed(spec: &KernelSpec<'_>, in_shape: &[usize], kept_shape: &[usize], src: usize) -> BuildResult {
+        let plan = Broadcast::new(in_shape, [kept_shape])
+            .ok_or_else(|| spec.error(format!("{kept_shape:?} is not a reduction of {in_shape:?}")))?;
+        let out_len: usize = kept_shape.iter().product();
+        let in_len: usize = in_shape.iter().product();
+        let count = if out_len == 0 { 0 } else { in_len / out_len };
+        Ok(Box::new(Reduce::<T, R> { plan, out_len, count, src, _t: Types::default() }))
+    }
+
+    /// Reduce the flat input range `range` into the outputs (already initialised).
+    #[inline]
+    unsafe fn accumulate(&self, x: *const T, y: *mut T, range: std::ops::Range<usize>) {
+        let [s] = self.plan.inner_strides();
+        self.plan.for_segments(range, |i, [o], len| {
+            let xs = slice(x.add(i), len);
+            if s == 0 {
+                let out = &mut *y.add(o);
+                *out = R::fold(*out, xs);
+            } else {
+                for (out, &v) in slice_mut(y.add(o), len).iter_mut().zip(xs) {
+                    *out = R::combine(*out, v);
+                }
+            }
+        });
+    }
+
+    unsafe fn finish(&self, ys: &mut [T]) {
+        if !R::PLAIN_FINISH {
+            for v in ys {
+                *v = R::finish(*v, self.count);
+            }
+        }
+    }
+}
+
+impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let x = SendPtr(args.inputs[self.src] as *mut T);
+        let y = SendPtr(args.outputs[0] as *mut T);
+        let in_len = self.plan.len();
+        let dims = self.plan.dims();
+        let ostr = self.plan.strides(0);
+        let threads = rayon::current_num_threads();
+        if self.out_len == 1 {
+            // Full reduction: partial folds per piece, combined in order.
+            let out = &mut *y.get();
+            let acc = if in_len >= PAR_MIN_ELEMS && threads > 1 {
+                let chunk = in_len.div_ceil(threads * 4).max(1 << 14);
+                (0..in_len.div_ceil(chunk))
+                    .into_par_iter()
+                    .map(|p| {
+                        let r = p * chunk..((p + 1) * chunk).min(in_len);
+                        // SAFETY: the range lies inside the input.
+                        R::fold(R::init(), unsafe { slice(x.get().add(r.start), r.len()) })
+                    })
+                    .reduce(R::init, R::combine)
+            } else {
+                R::fold(R::init(), slice(x.get(), in_len))
+            };
+            *out = R::finish(acc, self.count);
+            return;
+        }
+        if in_len >= PAR_MIN_ELEMS && threads > 1 && ostr[0] != 0 && dims.len() > 1 {
+            // Outermost dim kept: its slices write disjoint outputs.
+            let (n0, in_blk, out_blk) = (dims[0], in_len / dims[0], ostr[0]);
+            par_split(n0, 2, 1, |r| {
+                // SAFETY: pieces own disjoint input and output blocks.
+                unsafe {
+                    let ys = slice_mut(y.get().add(r.start * out_blk), r.len() * out_blk);
+                    ys.fill(R::init());
+                    self.accumulate(x.get(), y.get(), r.start * in_blk..r.end * in_blk);
+                    self.finish(ys);
+                }
+            });
+            return;
+        }
+        if in_len >= PAR_MIN_ELEMS && threads > 1 && dims.len() == 2 && ostr[0] == 0 {
+            // [R, K] -> [K]: split the kept columns.
+            let (rows, cols) = (dims[0], dims[1]);
+            par_split(cols, 2, 64, |c| {
+                // SAFETY: pieces own disjoint output columns; reads stay inside the input.
+                unsafe {
+                    let ys = slice_mut(y.get().add(c.start), c.len());
+                    ys.fill(R::init());
+                    for r in 0..rows {
+                        let xs = slice(x.get().add(r * cols + c.start), c.len());
+                        for (o, &v) in ys.iter_mut().zip(xs) {
+                            *o = R::combine(*o, v);
+                        }
+                    }
+                    self.finish(ys);
+                }
+            });
+            return;
+        }
+        let ys = slice_mut(y.get(), self.out_len);
+        ys.fill(R::init());
+        self.accumulate(x.get(), y.get(), 0..in_len);
+        self.finish(ys);
+    }
+}
+
+/// Build `ReduceSum/Mean/Max/Min` and `ReduceToShape`.
+pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    let (x, y) = (spec.input(0)?, spec.output(0)?);
+    if x.dtype() != y.dtype() {
+        return Err(spec.error(format!("output dtype {} differs from input {}", y.dtype(), x.dtype())));
+    }
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build);
+    }
+    let kept: Vec<usize> = if spec.op_type == "ReduceToShape" {
+        y.shape().to_vec()
+    } else {
+        let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
+        x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
+    };
+    if kept.iter().product::<usize>() != y.nelms() {
+        return Err(spec.error(format!("output {} does not match the reduced shape {kept:?}", y.info)));
+    }
+    let dt = x.dtype();
+    macro_rules! red {
+        ($r:ty) => {
+            with_num!(dt, T => Reduce::<T, $r>::boxed(spec, x.shape(), &kept, x.pos), _ => Err(spec.unsupported_dtype(dt)))
+        };
+    }
+    match spec.op_type {
+        "ReduceSum" | "ReduceToShape" => red!(SumR),
+        "ReduceMean" => red!(MeanR),
+        "ReduceMax" => red!(MaxR),
+        "ReduceMin" => red!(MinR),
+        other => Err(spec.error(format!("`{other}` is not a reduction"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, run_op, t, Rng};
+    use popart_ir::{AttrValue, Attributes, DataType};
+
+    /// Naive reduction over `axes` of a row-major tensor.
+    fn naive(x: &[f64], shape: &[usize], axes: &[usize], op: &str) -> Vec<f64> {
+        let out_shape: Vec<usize> =
+            shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
+        let out_len: usize = out_shape.iter().product();
+        let mut acc: Vec<Vec<f64>> = vec![Vec::new(); out_len];
+        for (flat, &v) in x.iter().enumerate() {
+            let mut rem = flat;
+            let mut idx = vec![0; shape.len()];
+            for d in (0..shape.len()).rev() {
+                idx[d] = rem % shape[d];
+                rem /= shape[d];
+            }
+            let mut o = 0;
+            for d in 0..shape.len() {
+                o = o * out_shape[d] + if axes.contains(&d) { 0 } else { idx[d] };
+            }
+            acc[o].push(v);
+        }
+        acc.iter()
+            .map(|vs| match op {
+                "ReduceSum" => vs.iter().sum(),
+                "ReduceMean" => vs.iter().sum::<f64>() / vs.len() as f64,
+                "ReduceMax" => vs.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                _ => vs.iter().cloned().fold(f64::INFINITY, f64::min),
+            })
+            .collect()
+    }
+
+    fn attrs(axes: &[i64], keepdims: bool) -> Attributes {
+        Attributes::new().with("axes", AttrValue::Ints(axes.to_vec())).with("keepdims", AttrValue::Bool(keepdims))
+    }
+
+    #[test]
+    fn reductions_match_naive_loops() {
+        let mut rng = Rng::new(3);
+        let cases: &[(&[usize], &[i64])] = &[
+            (&[4, 5], &[1]),
+            (&[4, 5], &[0]),
+            (&[4, 5], &[]),
+            (&[2, 3, 4], &[0, 2]),
+            (&[2, 3, 4], &[1]),
+            (&[2, 3, 4], &[-1, -2]),
+            (&[3, 1, 4, 2], &[1, 3]),
+            (&[300, 260], &[0]),
+            (&[300, 260], &[1]),
+            (&[70_000], &[0]),
+            (&[5, 200, 70], &[1]),
+        ];
+        for &(shape, ax) in cases {
+            let n: usize = shape.iter().product();
+            let xs = rng.vec(n, -2.0, 2.0);
+            let rank = shape.len() as i64;
+            let axes: Vec<usize> = if ax.is_empty() {
+                (0..shape.len()).collect()
+            } else {
+                ax.iter().map(|&a| ((a + rank) % rank) as usize).collect()
+            };
+            for op in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"] {
+                let want = naive(&xs, shape, &axes, op);
+                for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-5)] {
+                    let x = t(dt, shape, &xs);
+                    let xv = x.to_f64_vec();
+                    let want = if dt == DataType::Float64 { want.clone() } else { naive(&xv, shape, &axes, op) };
+                    for keep in [false, true] {
+                        let out = &run_op(op, attrs(ax, keep), &[(0, x.clone())])[0];
+                        assert_close(&out.to_f64_vec(), &want, tol);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_and_half_reductions() {
+        let x = t(DataType::Int32, &[2, 3], &[1.0, -2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(run_op("ReduceSum", attrs(&[1], false), &[(0, x.clone())])[0].to_f64_vec(), vec![2.0, 15.0]);
+        assert_eq!(run_op("ReduceMax", attrs(&[0], false), &[(0, x.clone())])[0].to_f64_vec(), vec![4.0, 5.0, 6.0]);
+        assert_eq!(run_op("ReduceMean", attrs(&[], false), &[(0, x)])[0].to_f64_vec(), vec![2.0]);
+        let h = t(DataType::Float16, &[4], &[0.5, 1.5, 2.0, 4.0]);
+        assert_eq!(run_op("ReduceMean", attrs(&[], false), &[(0, h)])[0].to_f64_vec(), vec![2.0]);
+    }
+
+    #[test]
+    fn max_propagates_nan() {
+        let x = t(DataType::Float32, &[3], &[1.0, f64::NAN, 2.0]);
+        assert!(run_op("ReduceMax", attrs(&[], false), &[(0, x)])[0].to_f64_vec()[0].is_nan());
+    }
+
+    #[test]
+    fn reduce_to_shape_sums_broadcast_dims() {
+        let mut rng = Rng::new(5);
+        for (xs, target) in [(&[2usize, 3, 4][..], &[3usize, 1][..]), (&[2, 3, 4], &[4]), (&[500, 300], &[300])] {
+            let n: usize = xs.iter().product();
+            let v = rng.vec(n, -1.0, 1.0);
+            let a = Attributes::new().with("shape", AttrValue::Ints(target.iter().map(|&d| d as i64).collect()));
+            let out = &run_op("ReduceToShape", a, &[(0, t(DataType::Float64, xs, &v))])[0];
+            assert_eq!(out.info.shape, target);
+            // Reference: the dims broadcast from `target` are reduced.
+            let off = xs.len() - target.len();
+            let axes: Vec<usize> = (0..xs.len()).filter(|&d| d < off || target[d - off] == 1).collect();
+            assert_close(&out.to_f64_vec(), &naive(&v, xs, &axes, "ReduceSum"), 1e-12);
+        }
+    }
+}

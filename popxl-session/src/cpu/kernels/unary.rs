@@ -1,0 +1,412 @@
+//! Elementwise unary kernels (`Neg` ... `Ceil`), copies (`Identity`, `Detach`,
+//! `Reshape`, `Squeeze`) and `Cast` between every pair of dtypes.
+
+use half::f16;
+use popart_ir::DataType;
+
+use super::common::{
+    f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_float, with_num, BuildResult, Bool8, Float, Num,
+    SendPtr, SpecExt, Types,
+};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+
+/// A scalar function applied elementwise; implemented by zero-sized op types.
+pub(crate) trait Map1<T>: Send + Sync + 'static {
+    fn f(x: T) -> T;
+}
+
+/// `y[i] = F(x[i])` over `n` contiguous elements.
+pub(crate) struct Unary<T, F> {
+    n: usize,
+    _t: Types<(T, F)>,
+}
+
+impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Unary<T, F> {
+    pub(crate) fn boxed(n: usize) -> Box<dyn Kernel> {
+        Box::new(Unary::<T, F> { n, _t: Types::default() })
+    }
+}
+
+impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let x = SendPtr(args.inputs[0] as *mut T);
+        let y = SendPtr(args.outputs[0] as *mut T);
+        par_range(self.n, move |r| {
+            // SAFETY: the executor guarantees both buffers hold `n` elements and do not overlap.
+            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+            for (o, &v) in ys.iter_mut().zip(xs) {
+                *o = F::f(v);
+            }
+        });
+    }
+}
+
+macro_rules! map_num {
+    ($($name:ident: |$x:ident| $e:expr;)*) => {$(
+        pub(crate) struct $name;
+        impl<T: Num> Map1<T> for $name {
+            #[inline(always)]
+            fn f($x: T) -> T { $e }
+        }
+    )*};
+}
+macro_rules! map_float {
+    ($($name:ident: |$x:ident| $e:expr;)*) => {$(
+        pub(crate) struct $name;
+        impl<T: Float> Map1<T> for $name {
+            #[inline(always)]
+            fn f($x: T) -> T { $e }
+        }
+    )*};
+}
+
+map_num! {
+    NegOp: |x| x.neg();
+    AbsOp: |x| x.abs();
+    ReluOp: |x| if x > T::ZERO { x } else { T::ZERO };
+    SignOp: |x| x.signum();
+    FloorOp: |x| x.floor();
+    CeilOp: |x| x.ceil();
+}
+
+/// `sqrt(2/pi)`, the GELU tanh-approximation constant.
+pub(crate) const GELU_C: f64 = 0.797_884_560_802_865_4;
+/// The cubic coefficient of the GELU tanh approximation.
+pub(crate) const GELU_A: f64 = 0.044_715;
+
+map_float! {
+    ExpOp: |x| x.exp();
+    LogOp: |x| x.ln();
+    SqrtOp: |x| x.sqrt();
+    TanhOp: |x| x.tanh();
+    SinOp: |x| x.sin();
+    CosOp: |x| x.cos();
+    SigmoidOp: |x| T::ONE / (T::ONE + (-x).exp());
+    GeluOp: |x| {
+        let inner = T::from_f64(GELU_C) * (x + T::from_f64(GELU_A) * x * x * x);
+        T::from_f64(0.5) * x * (T::ONE + inner.tanh())
+    };
+}
+
+/// Byte copy of a whole buffer (`Identity`, `Detach`, `Reshape`, `Squeeze`,
+/// `ReshapeGrad`, `CopyVarUpdate`).
+pub(crate) struct CopyKernel {
+    /// Bytes copied.
+    pub nbytes: usize,
+    /// Input position copied from.
+    pub src: usize,
+}
+
+impl Kernel for CopyKernel {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let (src, dst) = (args.inputs[self.src], args.outputs[0]);
+        if self.nbytes > 0 && src != dst as *const u8 {
+            std::ptr::copy_nonoverlapping(src, dst, self.nbytes);
+        }
+    }
+}
+
+/// Build a same-type unary op.
+pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    let x = spec.input(0)?;
+    let n = x.nelms();
+    let dt = x.dtype();
+    match spec.op_type {
+        "Identity" | "Detach" | "Reshape" | "Squeeze" | "ReshapeGrad" => {
+            let y = spec.output(0)?;
+            if y.info.nbytes() != x.info.nbytes() {
+                return Err(spec.error(format!("output {} does not hold the input {}", y.info, x.info)));
+            }
+            return Ok(Box::new(CopyKernel { nbytes: x.info.nbytes(), src: x.pos }));
+        }
+        "Cast" => return build_cast(spec),
+        _ => {}
+    }
+    if spec.output(0)?.info != x.info {
+        return Err(spec.error(format!("output {} differs from input {}", spec.output(0)?.info, x.info)));
+    }
+    if dt == DataType::Float16 || has_f16(spec) {
+        return f16_adapter(spec, false, build);
+    }
+    macro_rules! num {
+        ($op:ty) => {
+            with_num!(dt, T => Ok(Unary::<T, $op>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
+        };
+    }
+    macro_rules! float {
+        ($op:ty) => {
+            with_float!(dt, T => Ok(Unary::<T, $op>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
+        };
+    }
+    match spec.op_type {
+        "Neg" => num!(NegOp),
+        "Abs" => num!(AbsOp),
+        "Relu" => num!(ReluOp),
+        "Sign" => num!(SignOp),
+        "Floor" => num!(FloorOp),
+        "Ceil" => num!(CeilOp),
+        "Exp" => float!(ExpOp),
+        "Log" => float!(LogOp),
+        "Sqrt" => float!(SqrtOp),
+        "Tanh" => float!(TanhOp),
+        "Sin" => float!(SinOp),
+        "Cos" => float!(CosOp),
+        "Sigmoid" => float!(SigmoidOp),
+        "Gelu" => float!(GeluOp),
+        other => Err(spec.error(format!("`{other}` is not a unary op"))),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cast
+
+/// How a source value is read when casting.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CastKind {
+    Bool,
+    Signed,
+    Unsigned,
+    Float,
+}
+
+/// Every element type, with lossless-as-possible conversions for `Cast`.
+pub(crate) trait CastElem: Copy + Send + Sync + 'static {
+    const KIND: CastKind;
+    fn to_i64(self) -> i64;
+    fn to_u64(self) -> u64;
+    fn to_f64(self) -> f64;
+    fn to_bool(self) -> bool;
+    fn from_i64(v: i64) -> Self;
+    fn from_u64(v: u64) -> Self;
+    fn from_f64(v: f64) -> Self;
+    fn from_bool(v: bool) -> Self;
+}
+
+macro_rules! cast_prim {
+    ($kind:ident: $($t:ty),*) => {$(
+        impl CastElem for $t {
+            const KIND: CastKind = CastKind::$kind;
+            #[inline(always)] fn to_i64(self) -> i64 { self as i64 }
+            #[inline(always)] fn to_u64(self) -> u64 { self as u64 }
+            #[inline(always)] fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)] fn to_bool(self) -> bool { self != (0 as $t) }
+            #[inline(always)] fn from_i64(v: i64) -> Self { v as $t }
+            #[inline(always)] fn from_u64(v: u64) -> Self { v as $t }
+            #[inline(always)] fn from_f64(v: f64) -> Self { v as $t }
+            #[inline(always)] fn from_bool(v: bool) -> Self { (v as u8) as $t }
+        }
+    )*};
+}
+cast_prim!(Signed: i8, i16, i32, i64);
+cast_prim!(Unsigned: u8, u16, u32, u64);
+cast_prim!(Float: f32, f64);
+
+impl CastElem for f16 {
+    const KIND: CastKind = CastKind::Float;
+    fn to_i64(self) -> i64 {
+        f16::to_f64(self) as i64
+    }
+    fn to_u64(self) -> u64 {
+        f16::to_f64(self) as u64
+    }
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn to_bool(self) -> bool {
+        f16::to_f64(self) != 0.0
+    }
+    fn from_i64(v: i64) -> Self {
+        f16::from_f64(v as f64)
+    }
+    fn from_u64(v: u64) -> Self {
+        f16::from_f64(v as f64)
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn from_bool(v: bool) -> Self {
+        if v {
+            f16::ONE
+        } else {
+            f16::ZERO
+        }
+    }
+}
+
+impl CastElem for Bool8 {
+    const KIND: CastKind = CastKind::Bool;
+    fn to_i64(self) -> i64 {
+        (self.0 != 0) as i64
+    }
+    fn to_u64(self) -> u64 {
+        (self.0 != 0) as u64
+    }
+    fn to_f64(self) -> f64 {
+        (self.0 != 0) as u8 as f64
+    }
+    fn to_bool(self) -> bool {
+        self.0 != 0
+    }
+    fn from_i64(v: i64) -> Self {
+        Bool8((v != 0) as u8)
+    }
+    fn from_u64(v: u64) -> Self {
+        Bool8((v != 0) as u8)
+    }
+    fn from_f64(v: f64) -> Self {
+        Bool8((v != 0.0) as u8)
+    }
+    fn from_bool(v: bool) -> Self {
+        Bool8(v as u8)
+    }
+}
+
+/// Convert one value (numpy `astype` semantics for in-range values; float to
+/// integer saturates and maps NaN to 0).
+#[inline(always)]
+pub(crate) fn cast<S: CastElem, D: CastElem>(s: S) -> D {
+    match S::KIND {
+        CastKind::Bool => D::from_bool(s.to_bool()),
+        CastKind::Signed => D::from_i64(s.to_i64()),
+        CastKind::Unsigned => D::from_u64(s.to_u64()),
+        CastKind::Float => D::from_f64(s.to_f64()),
+    }
+}
+
+struct CastKernel<S, D> {
+    n: usize,
+    _t: Types<(S, D)>,
+}
+
+impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) {
+        let x = SendPtr(args.inputs[0] as *mut S);
+        let y = SendPtr(args.outputs[0] as *mut D);
+        par_range(self.n, move |r| {
+            // SAFETY: buffers hold `n` elements and do not overlap.
+            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+            for (o, &v) in ys.iter_mut().zip(xs) {
+                *o = cast::<S, D>(v);
+            }
+        });
+    }
+}
+
+fn build_cast(spec: &KernelSpec<'_>) -> BuildResult {
+    let x = spec.input(0)?;
+    let y = spec.output(0)?;
+    if x.shape() != y.shape() {
+        return Err(spec.error(format!("cast changes the shape: {} -> {}", x.info, y.info)));
+    }
+    if x.dtype() == y.dtype() {
+        return Ok(Box::new(CopyKernel { nbytes: x.info.nbytes(), src: x.pos }));
+    }
+    let n = x.nelms();
+    Ok(with_any!(x.dtype(), S => with_any!(y.dtype(), Dst => {
+        Box::new(CastKernel::<S, Dst> { n, _t: Types::default() }) as Box<dyn Kernel>
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{run_op, t, ti};
+    use super::GELU_A;
+    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+
+    fn unary(op: &str, dtype: DataType, xs: &[f64]) -> Vec<f64> {
+        run_op(op, Attributes::new(), &[(0, t(dtype, &[xs.len()], xs))])[0].to_f64_vec()
+    }
+
+    fn assert_close(got: &[f64], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
+        }
+    }
+
+    #[test]
+    fn float_ops_match_std_math() {
+        let xs = [-2.5, -1.0, -0.25, 0.0, 0.3, 1.0, 3.7];
+        let pos = [0.1, 0.5, 1.0, 2.0, 10.0];
+        let cases: &[(&str, &[f64], fn(f64) -> f64)] = &[
+            ("Neg", &xs, |x| -x),
+            ("Abs", &xs, f64::abs),
+            ("Exp", &xs, f64::exp),
+            ("Log", &pos, f64::ln),
+            ("Sqrt", &pos, f64::sqrt),
+            ("Relu", &xs, |x| x.max(0.0)),
+            ("Tanh", &xs, f64::tanh),
+            ("Sigmoid", &xs, |x| 1.0 / (1.0 + (-x).exp())),
+            ("Sin", &xs, f64::sin),
+            ("Cos", &xs, f64::cos),
+            ("Sign", &xs, |x| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 }),
+            ("Floor", &xs, f64::floor),
+            ("Ceil", &xs, f64::ceil),
+            ("Identity", &xs, |x| x),
+            ("Detach", &xs, |x| x),
+        ];
+        for &(op, inputs, f) in cases {
+            let want: Vec<f64> = inputs.iter().map(|&x| f(x)).collect();
+            assert_close(&unary(op, DataType::Float64, inputs), &want, 1e-15);
+            assert_close(&unary(op, DataType::Float32, inputs), &want, 1e-6);
+            assert_close(&unary(op, DataType::Float16, inputs), &want, 2e-3);
+        }
+    }
+
+    #[test]
+    fn gelu_is_the_tanh_approximation() {
+        // Hand-derived: gelu(1) = 0.5 (1 + tanh(sqrt(2/pi) * 1.044715)) = 0.8411919906082768.
+        let got = unary("Gelu", DataType::Float64, &[1.0, -1.0, 0.0]);
+        assert_close(&got, &[0.841_191_990_608_276_8, -0.158_808_009_391_723_2, 0.0], 1e-14);
+        let x: f64 = 2.3;
+        let want = 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + GELU_A * x.powi(3))).tanh());
+        assert_close(&unary("Gelu", DataType::Float32, &[x]), &[want], 1e-6);
+    }
+
+    #[test]
+    fn integer_unary_ops_wrap_and_never_panic() {
+        assert_eq!(unary("Neg", DataType::Int8, &[-128.0, 5.0]), vec![-128.0, -5.0]);
+        assert_eq!(unary("Abs", DataType::Int32, &[-7.0, 3.0]), vec![7.0, 3.0]);
+        assert_eq!(unary("Relu", DataType::Int64, &[-7.0, 3.0]), vec![0.0, 3.0]);
+        assert_eq!(unary("Sign", DataType::Int16, &[-7.0, 0.0, 3.0]), vec![-1.0, 0.0, 1.0]);
+        assert_eq!(unary("Neg", DataType::Uint8, &[1.0]), vec![255.0]);
+    }
+
+    #[test]
+    fn large_inputs_run_in_parallel_pieces_correctly() {
+        let n = 200_003;
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64) * 1e-3 - 50.0).collect();
+        let got = unary("Relu", DataType::Float32, &xs);
+        let want: Vec<f64> = xs.iter().map(|&x| (x as f32 as f64).max(0.0)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn cast_between_every_pair_of_dtypes() {
+        let vals = [0.0, 1.0, 2.0, 100.0];
+        for &from in &DataType::ALL {
+            for &to in &DataType::ALL {
+                let src: Vec<f64> = if from == DataType::Bool { vec![0.0, 1.0, 1.0, 0.0] } else { vals.to_vec() };
+                let attrs = Attributes::new().with("to", AttrValue::DType(to));
+                let out = &run_op("Cast", attrs, &[(0, t(from, &[4], &src))])[0];
+                assert_eq!(out.info, ti(to, &[4]));
+                let want: Vec<f64> =
+                    src.iter().map(|&v| if to == DataType::Bool { (v != 0.0) as u8 as f64 } else { v }).collect();
+                assert_eq!(out.to_f64_vec(), want, "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn cast_truncates_floats_and_wraps_integers_like_numpy() {
+        let attrs = |d| Attributes::new().with("to", AttrValue::DType(d));
+        let x = t(DataType::Float32, &[4], &[-1.75, 2.9, 0.4, -0.0]);
+        assert_eq!(run_op("Cast", attrs(DataType::Int32), &[(0, x.clone())])[0].to_f64_vec(), vec![-1.0, 2.0, 0.0, 0.0]);
+        assert_eq!(run_op("Cast", attrs(DataType::Bool), &[(0, x)])[0].to_f64_vec(), vec![1.0, 1.0, 1.0, 0.0]);
+        let big = HostTensor::from_f64_values(DataType::Int32, &[2], &[300.0, -1.0]);
+        assert_eq!(run_op("Cast", attrs(DataType::Uint8), &[(0, big)])[0].to_f64_vec(), vec![44.0, 255.0]);
+        let i64s = HostTensor::from_bytes(ti(DataType::Int64, &[1]), ((1i64 << 60) + 1).to_le_bytes().to_vec()).unwrap();
+        let back = run_op("Cast", attrs(DataType::Uint64), &[(0, i64s)]);
+        assert_eq!(back[0].bytes, ((1u64 << 60) + 1).to_le_bytes().to_vec());
+    }
+}

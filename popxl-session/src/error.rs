@@ -1,0 +1,169 @@
+//! The session error type: every mistake of PopXL's session API, with the names involved.
+
+use popart_ir::{DataType, IrError};
+use popart_lower::LowerError;
+
+use crate::cpu::kernel::KernelError;
+
+/// Direction of a stream named in an error: `input` (host to device) or `output`.
+pub type StreamRole = &'static str;
+
+/// Everything that can go wrong creating or using a [`crate::Session`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    /// A device string other than `cpu`, `ipu_model` and `ipu_hw`.
+    #[error("unknown device `{0}`: expected one of `cpu`, `ipu_model`, `ipu_hw`")]
+    UnknownDevice(String),
+    /// A `cpu` device asked for more than one IPU (replication).
+    #[error("for a cpu device, multiple devices are not supported: this IR needs {num_ipus} (replication_factor {replication_factor})")]
+    CpuMultipleDevices {
+        /// IPUs the IR needs.
+        num_ipus: usize,
+        /// The IR's replication factor.
+        replication_factor: usize,
+    },
+    /// Replication on a device that cannot simulate it.
+    #[error("device `{device}` does not support replication (replication_factor {replication_factor})")]
+    ReplicationUnsupported {
+        /// The device.
+        device: &'static str,
+        /// The IR's replication factor.
+        replication_factor: usize,
+    },
+    /// The IR has no ops left after preparation.
+    #[error("the IR {ir_id} has no ops: the graphs may have all been optimised to nothing; add operations (a host_store, a variable update) to your graphs")]
+    NoOps {
+        /// Id of the IR.
+        ir_id: u64,
+    },
+    /// The IR failed verification or preparation (for example a topological-constraint cycle).
+    #[error("invalid IR: {0}")]
+    InvalidIr(#[from] IrError),
+    /// Lowering failed.
+    #[error("lowering failed: {0}")]
+    Lower(#[from] LowerError),
+    /// The device has no kernel for an op.
+    #[error("compilation failed: {0}")]
+    Kernel(#[from] KernelError),
+    /// A runtime function (run, weights transfer) called while detached.
+    #[error("must be attached to device before calling a runtime function (`{function}`); run it inside a session context (`session.enter()` or `session.scope(..)`)")]
+    NotAttached {
+        /// The function called.
+        function: &'static str,
+    },
+    /// Attaching failed.
+    #[error("could not attach to device `{device}`: {reason}")]
+    AttachFailed {
+        /// The device.
+        device: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The streams given to `run` differ from the expected set.
+    #[error("unexpected/missing {role} streams.\n  unexpected: {unexpected:?}\n  missing: {missing:?}")]
+    UnexpectedOrMissingStreams {
+        /// `input` or `output`.
+        role: StreamRole,
+        /// Streams given that the session does not expect.
+        unexpected: Vec<String>,
+        /// Expected streams not given.
+        missing: Vec<String>,
+    },
+    /// Dimension 0 of an array is smaller than `num_host_transfers`.
+    #[error("dimension 0 ({got}) of the array for {role} stream `{stream}` is not large enough: it should be at least num_host_transfers = {num_host_transfers}")]
+    TooFewHostTransfers {
+        /// `input` or `output`.
+        role: StreamRole,
+        /// Stream name.
+        stream: String,
+        /// Size of dimension 0.
+        got: usize,
+        /// The IR's `num_host_transfers`.
+        num_host_transfers: usize,
+    },
+    /// The replication dimension of an array is not `replication_factor`.
+    #[error("dimension {dim} ({got}) of the array for {role} stream `{stream}` is the wrong size: it should be replication_factor = {replication_factor}")]
+    WrongReplicaDim {
+        /// `input` or `output`.
+        role: StreamRole,
+        /// Stream name.
+        stream: String,
+        /// The dimension checked.
+        dim: usize,
+        /// Its size.
+        got: usize,
+        /// The IR's replication factor.
+        replication_factor: usize,
+    },
+    /// The data dimensions of an array do not match the stream shape.
+    #[error("shape mismatch for {role} stream `{stream}`: stream shape {stream_shape:?}, so the expected full shape is {expected:?}; got array shape {got:?}")]
+    StreamShapeMismatch {
+        /// `input` or `output`.
+        role: StreamRole,
+        /// Stream name.
+        stream: String,
+        /// Shape of one transfer.
+        stream_shape: Vec<usize>,
+        /// `[num_host_transfers, replication_factor, *stream shape]` without size-1 dims.
+        expected: Vec<usize>,
+        /// The array's shape.
+        got: Vec<usize>,
+    },
+    /// The element type of an array does not match its stream.
+    #[error("dtype mismatch for {role} stream `{stream}`: the stream is {expected}, the array is {got}")]
+    StreamDTypeMismatch {
+        /// `input` or `output`.
+        role: StreamRole,
+        /// Stream name.
+        stream: String,
+        /// Stream dtype.
+        expected: DataType,
+        /// Array dtype.
+        got: DataType,
+    },
+    /// A tensor or stream of another IR.
+    #[error("`{name}` belongs to IR {ir_id}, not to this session's IR {session_ir_id}")]
+    ForeignTensor {
+        /// Tensor or stream name.
+        name: String,
+        /// Its IR.
+        ir_id: u64,
+        /// The session's IR.
+        session_ir_id: u64,
+    },
+    /// Reading data of a tensor that is neither a variable nor a constant.
+    #[error("tensor `{tensor}` is not of type Constant or Variable: get_tensor_data is not supported for it")]
+    NotVariableOrConstant {
+        /// The tensor.
+        tensor: String,
+    },
+    /// Writing data of a tensor that is not a variable.
+    #[error("tensor `{tensor}` is not of type Variable: write_variable_data is not supported for it")]
+    NotAVariable {
+        /// The tensor.
+        tensor: String,
+    },
+    /// Writing data of another element type.
+    #[error("the dtype of the input array ({got}) must match the dtype of variable `{tensor}` ({expected})")]
+    WriteDTypeMismatch {
+        /// The variable.
+        tensor: String,
+        /// Its dtype.
+        expected: DataType,
+        /// The data's dtype.
+        got: DataType,
+    },
+    /// Writing data of another shape.
+    #[error("the shape of the input array {got:?} must match the shape of variable `{tensor}` {expected:?}")]
+    WriteShapeMismatch {
+        /// The variable.
+        tensor: String,
+        /// Its shape.
+        expected: Vec<usize>,
+        /// The data's shape.
+        got: Vec<usize>,
+    },
+    /// Closing a session context that was not entered.
+    #[error("no session context is open")]
+    NoOpenContext,
+}

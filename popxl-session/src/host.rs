@@ -1,0 +1,88 @@
+//! Raw byte access to [`HostArray`] data for host transfers.
+
+use popxl::HostArray;
+
+// The device and the host share byte order: arrays are moved as raw bytes.
+const _: () = assert!(cfg!(target_endian = "little"), "popxl-session assumes a little-endian host");
+
+macro_rules! each {
+    ($a:expr, $x:ident => $body:expr) => {
+        match $a {
+            HostArray::Bool($x) => $body,
+            HostArray::I8($x) => $body,
+            HostArray::I16($x) => $body,
+            HostArray::I32($x) => $body,
+            HostArray::I64($x) => $body,
+            HostArray::U8($x) => $body,
+            HostArray::U16($x) => $body,
+            HostArray::U32($x) => $body,
+            HostArray::U64($x) => $body,
+            HostArray::F16($x) => $body,
+            HostArray::F32($x) => $body,
+            HostArray::F64($x) => $body,
+        }
+    };
+}
+
+/// The array's elements as little-endian bytes in row-major order, borrowed when
+/// the array is in standard layout, else copied.
+pub(crate) fn bytes_of(a: &HostArray) -> std::borrow::Cow<'_, [u8]> {
+    fn view<T>(s: &[T]) -> &[u8] {
+        // SAFETY: every element type of HostArray is plain data (bool is one byte
+        // holding 0 or 1, f16 is a transparent u16) and the host is little endian.
+        unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
+    }
+    let borrowed: Option<&[u8]> = each!(a, x => x.as_slice().map(view));
+    match borrowed {
+        Some(b) => std::borrow::Cow::Borrowed(b),
+        None => std::borrow::Cow::Owned(a.to_host_tensor().bytes),
+    }
+}
+
+/// A pointer to the array's elements when it is in standard layout.
+pub(crate) fn mut_ptr_of(a: &mut HostArray) -> Option<(*mut u8, usize)> {
+    fn raw<T>(s: &mut [T]) -> (*mut u8, usize) {
+        (s.as_mut_ptr() as *mut u8, std::mem::size_of_val(s))
+    }
+    each!(a, x => x.as_slice_mut().map(raw))
+}
+
+/// Overwrite every element of `a` (any layout) from row-major little-endian bytes.
+pub(crate) fn assign_bytes(a: &mut HostArray, bytes: &[u8]) {
+    let t = popart_ir::HostTensor { info: a.info(), bytes: bytes.to_vec() };
+    let src = HostArray::from_host_tensor(&t).expect("bytes sized for the array");
+    macro_rules! assign {
+        ($($v:ident),*) => {
+            match (a, src) {
+                $((HostArray::$v(dst), HostArray::$v(s)) => dst.assign(&s),)*
+                _ => unreachable!("same dtype by construction"),
+            }
+        };
+    }
+    assign!(Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, F32, F64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{array, ArrayD};
+
+    #[test]
+    fn standard_layout_is_borrowed_and_transposed_is_copied_in_logical_order() {
+        let a = HostArray::from(array![[1.0f32, 2.0], [3.0, 4.0]]);
+        assert!(matches!(bytes_of(&a), std::borrow::Cow::Borrowed(_)));
+        let t = HostArray::F32(array![[1.0f32, 2.0], [3.0, 4.0]].reversed_axes().into_dyn());
+        let b = bytes_of(&t);
+        let v: Vec<f32> = b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(v, vec![1.0, 3.0, 2.0, 4.0]);
+    }
+
+    #[test]
+    fn assign_into_a_non_standard_layout() {
+        let mut t = HostArray::I32(ArrayD::from_elem(vec![2, 2], 0i32).reversed_axes());
+        assert!(mut_ptr_of(&mut t).is_none());
+        let bytes: Vec<u8> = [1i32, 2, 3, 4].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assign_bytes(&mut t, &bytes);
+        assert_eq!(t.to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+    }
+}

@@ -1,0 +1,247 @@
+//! The crate's error type: every build-time mistake, with the names involved.
+
+use popart_ir::{DataType, IrError};
+
+use crate::TensorSpec;
+
+/// Everything that can go wrong while building an IR with `popxl`.
+///
+/// Each variant names the graphs, tensors and values involved, so the message
+/// alone says what to fix.
+///
+/// ```
+/// use popxl::{Ir, PopXlError};
+/// let ir = Ir::new();
+/// let sub = ir.create_empty_graph("sub").unwrap();
+/// let _g = sub.enter();
+/// // Variables live in the main graph only.
+/// let err = popxl::variable(1.0f32, "w").unwrap_err();
+/// assert!(matches!(err, PopXlError::VariableInSubgraph { .. }));
+/// assert_eq!(err.to_string(), "variable `w` cannot be created in subgraph `sub`: variables live in the main graph");
+/// ```
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PopXlError {
+    /// An error reported by the IR core (shape inference, duplicate names...).
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// A graph (or its context) was used after its [`crate::Ir`] was dropped.
+    #[error("graph `{graph}` is no longer usable: its IR has been dropped")]
+    IrDropped {
+        /// Name of the graph whose IR is gone.
+        graph: String,
+    },
+    /// The IR was handed to a session and can no longer be changed.
+    #[error("the IR is frozen (a session owns it); {what} is not allowed any more")]
+    IrFrozen {
+        /// What was attempted.
+        what: String,
+    },
+    /// An operation that needs a current graph was called outside any graph context.
+    #[error("`{what}` needs a current graph: enter one first (`let _g = ir.main_graph().enter();`)")]
+    NoGraphContext {
+        /// The operation attempted.
+        what: String,
+    },
+    /// A tensor used in a graph it does not belong to.
+    #[error("tensor `{tensor}` belongs to graph `{tensor_graph}` and cannot be used by `{what}` in graph `{graph}`")]
+    TensorNotInGraph {
+        /// The tensor.
+        tensor: String,
+        /// The graph that owns the tensor.
+        tensor_graph: String,
+        /// The graph being built.
+        graph: String,
+        /// The operation attempted.
+        what: String,
+    },
+    /// A tensor or graph of another IR.
+    #[error("`{name}` belongs to another IR and cannot be used by `{what}` here")]
+    ForeignIr {
+        /// Name of the tensor or graph.
+        name: String,
+        /// The operation attempted.
+        what: String,
+    },
+    /// `variable` called while a subgraph is the current graph.
+    #[error("variable `{name}` cannot be created in subgraph `{graph}`: variables live in the main graph")]
+    VariableInSubgraph {
+        /// Requested variable name.
+        name: String,
+        /// The current (sub)graph.
+        graph: String,
+    },
+    /// `graph_input` called while the main graph is the current graph.
+    #[error("graph input `{name}` cannot be added to the main graph; create a subgraph with `create_graph`")]
+    GraphInputInMainGraph {
+        /// Requested input name.
+        name: String,
+    },
+    /// A call-like op was not given every input of the called graph.
+    #[error("call of graph `{graph}` is missing inputs [{}]", missing.join(", "))]
+    MissingCallInputs {
+        /// Called graph.
+        graph: String,
+        /// Names of the graph inputs that received no tensor.
+        missing: Vec<String>,
+    },
+    /// More positional inputs than the called graph has.
+    #[error("graph `{graph}` has {expected} inputs but {given} positional inputs were given (extra: [{}])", extra.join(", "))]
+    TooManyCallInputs {
+        /// Called graph.
+        graph: String,
+        /// Number of graph inputs.
+        expected: usize,
+        /// Number of positional inputs given.
+        given: usize,
+        /// Names of the extra parent tensors.
+        extra: Vec<String>,
+    },
+    /// A graph input given twice (positionally and in `inputs_dict`, or twice in `inputs_dict`).
+    #[error("input `{input}` of graph `{graph}` is given more than once")]
+    DuplicateCallInput {
+        /// Called graph.
+        graph: String,
+        /// The graph input given twice.
+        input: String,
+    },
+    /// An `inputs_dict` key that is not an input of the called graph.
+    #[error("tensor `{tensor}` (of graph `{tensor_graph}`) is not an input of graph `{graph}`")]
+    NotAGraphInput {
+        /// The key tensor.
+        tensor: String,
+        /// The graph that owns it.
+        tensor_graph: String,
+        /// The called graph.
+        graph: String,
+    },
+    /// A parent tensor whose shape or type does not match the graph input it feeds.
+    #[error("input `{input}` of graph `{graph}` is {expected} but parent tensor `{parent}` is {got}")]
+    CallInputMismatch {
+        /// Called graph.
+        graph: String,
+        /// Graph input name.
+        input: String,
+        /// Graph input spec.
+        expected: TensorSpec,
+        /// Parent tensor name.
+        parent: String,
+        /// Parent tensor spec.
+        got: TensorSpec,
+    },
+    /// A graph calling itself.
+    #[error("graph `{graph}` cannot call itself")]
+    RecursiveCall {
+        /// The graph.
+        graph: String,
+    },
+    /// `repeat` with a count of 0.
+    #[error("repeat of graph `{graph}`: the repeat count must be greater than 0")]
+    RepeatCountZero {
+        /// Called graph.
+        graph: String,
+    },
+    /// `repeat` of a graph with more outputs than inputs.
+    #[error("repeat of graph `{graph}`: it has {outputs} outputs but only {inputs} inputs; repeat needs at least as many inputs as outputs")]
+    RepeatFewerInputsThanOutputs {
+        /// Called graph.
+        graph: String,
+        /// Number of graph inputs.
+        inputs: usize,
+        /// Number of graph outputs.
+        outputs: usize,
+    },
+    /// `repeat` of a graph whose output k does not match its input k.
+    #[error("repeat of graph `{graph}`: output {index} is {output} but input {index} is {input}; loop-carried values must match")]
+    RepeatCarriedMismatch {
+        /// Called graph.
+        graph: String,
+        /// Index of the loop-carried pair.
+        index: usize,
+        /// Graph input spec.
+        input: TensorSpec,
+        /// Graph output spec.
+        output: TensorSpec,
+    },
+    /// The branches of a conditional produce different outputs.
+    #[error("conditional: branches `{then_graph}` and `{else_graph}` have different outputs ([{then_outputs}] vs [{else_outputs}])")]
+    BranchOutputsMismatch {
+        /// Then branch.
+        then_graph: String,
+        /// Else branch.
+        else_graph: String,
+        /// Then outputs, printed.
+        then_outputs: String,
+        /// Else outputs, printed.
+        else_outputs: String,
+    },
+    /// `host_store` of a tensor whose shape differs from the stream's.
+    #[error("host_store: tensor `{tensor}` has shape {tensor_shape:?} but stream `{stream}` has shape {stream_shape:?}")]
+    HostStoreShapeMismatch {
+        /// Stream name.
+        stream: String,
+        /// Stream shape.
+        stream_shape: Vec<usize>,
+        /// Tensor name.
+        tensor: String,
+        /// Tensor shape.
+        tensor_shape: Vec<usize>,
+    },
+    /// `host_store` of a tensor whose data type differs from the stream's.
+    #[error("host_store: tensor `{tensor}` is {tensor_dtype} but stream `{stream}` is {stream_dtype}")]
+    HostStoreDtypeMismatch {
+        /// Stream name.
+        stream: String,
+        /// Stream data type.
+        stream_dtype: DataType,
+        /// Tensor name.
+        tensor: String,
+        /// Tensor data type.
+        tensor_dtype: DataType,
+    },
+    /// A graph function called with a different number of arguments than it takes.
+    #[error("graph function `{graph}` takes {expected} arguments but {given} were given")]
+    ArgumentCountMismatch {
+        /// The graph being created.
+        graph: String,
+        /// Arguments the function takes.
+        expected: usize,
+        /// Arguments given to `create_graph`.
+        given: usize,
+    },
+    /// A graph function returned a tensor of another graph.
+    #[error("graph function `{graph}` returned tensor `{tensor}` of graph `{tensor_graph}`; outputs must be tensors of the graph being built")]
+    OutputNotInGraph {
+        /// The graph being created.
+        graph: String,
+        /// The returned tensor.
+        tensor: String,
+        /// The graph that owns it.
+        tensor_graph: String,
+    },
+    /// A tensor that is neither an input nor an output of a call site.
+    #[error("tensor `{tensor}` is not an input or output of the call of graph `{graph}` by op `{op}`")]
+    NotACallSiteTensor {
+        /// The tensor.
+        tensor: String,
+        /// The called graph.
+        graph: String,
+        /// The call op.
+        op: String,
+    },
+    /// An index past the end of a list.
+    #[error("{what} index {index} is out of range (there are {len})")]
+    IndexOutOfRange {
+        /// What is indexed.
+        what: String,
+        /// The index.
+        index: usize,
+        /// The length.
+        len: usize,
+    },
+    /// An argument with an invalid value; the message says which and why.
+    #[error("{0}")]
+    InvalidArgument(String),
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = PopXlError> = std::result::Result<T, E>;

@@ -1,0 +1,362 @@
+//! [`Ir`]: the cheap, cloneable handle to an IR being built.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::rc::Rc;
+
+use popart_ir::{GraphId, StreamDirection, TensorKind};
+
+use crate::build::{self, GraphFunction, IntoGraphArgs};
+use crate::stream::{DeviceToHostStream, HostToDeviceStream};
+use crate::{Graph, PopXlError, Result};
+
+/// The state shared by every handle of one IR.
+pub(crate) struct IrState {
+    pub(crate) ir: popart_ir::Ir,
+    pub(crate) frozen: bool,
+}
+
+impl IrState {
+    /// Mutable access to the IR for building; an error once frozen.
+    pub(crate) fn building(&mut self, what: &str) -> Result<&mut popart_ir::Ir> {
+        if self.frozen {
+            return Err(PopXlError::IrFrozen { what: what.to_string() });
+        }
+        Ok(&mut self.ir)
+    }
+}
+
+/// An IR being built: one main graph plus subgraphs (PopXL's `popxl.Ir`).
+///
+/// A cheap handle (clones share the same IR). [`Graph`] and [`crate::Tensor`]
+/// handles refer to it weakly: once every `Ir` handle is dropped, they report
+/// [`PopXlError::IrDropped`].
+///
+/// ```
+/// use popxl::{ops, Ir};
+/// let ir = Ir::new();
+/// let main = ir.main_graph();
+/// let _g = main.enter();
+/// let x = popxl::variable(ndarray::array![1.0f32, 2.0], "x").unwrap();
+/// let y = ops::relu(&x).unwrap();
+/// assert_eq!(y.shape(), &[2]);
+/// assert_eq!(main.tensors().unwrap().len(), 2);
+/// ```
+#[derive(Clone)]
+pub struct Ir {
+    pub(crate) state: Rc<RefCell<IrState>>,
+    id: u64,
+}
+
+impl Default for Ir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for Ir {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.state, &other.state)
+    }
+}
+
+impl Eq for Ir {}
+
+impl fmt::Debug for Ir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.state.borrow();
+        f.debug_struct("Ir")
+            .field("id", &self.id)
+            .field("graphs", &st.ir.graphs().map(|g| g.name().to_string()).collect::<Vec<_>>())
+            .field("frozen", &st.frozen)
+            .finish()
+    }
+}
+
+impl Ir {
+    /// A new IR with an empty main graph.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// assert_eq!(ir.main_graph().name(), "main");
+    /// ```
+    pub fn new() -> Self {
+        Self::from_ir(popart_ir::Ir::new())
+    }
+
+    /// Wrap an existing IR core (for example one parsed from its text form).
+    ///
+    /// ```
+    /// let core = popart_ir::Ir::new();
+    /// let ir = popxl::Ir::from_ir(core);
+    /// assert_eq!(ir.graphs().len(), 1);
+    /// ```
+    pub fn from_ir(ir: popart_ir::Ir) -> Self {
+        let id = ir.id();
+        Ir { state: Rc::new(RefCell::new(IrState { ir, frozen: false })), id }
+    }
+
+    pub(crate) fn from_state(state: Rc<RefCell<IrState>>) -> Self {
+        let id = state.borrow().ir.id();
+        Ir { state, id }
+    }
+
+    /// Process-unique id of this IR.
+    ///
+    /// ```
+    /// assert_ne!(popxl::Ir::new().id(), popxl::Ir::new().id());
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The main graph.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// assert!(ir.main_graph().is_main());
+    /// ```
+    pub fn main_graph(&self) -> Graph {
+        let main = self.state.borrow().ir.main_graph_id();
+        self.graph_handle(main)
+    }
+
+    pub(crate) fn graph_handle(&self, id: GraphId) -> Graph {
+        let name = self.state.borrow().ir.graph(id).map(|g| g.name().to_string()).unwrap_or_default();
+        Graph::new(Rc::downgrade(&self.state), self.id, id, name)
+    }
+
+    /// Every graph, main graph first, then subgraphs in creation order.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.create_empty_graph("sub").unwrap();
+    /// let names: Vec<String> = ir.graphs().iter().map(|g| g.name().to_string()).collect();
+    /// assert_eq!(names, ["main", "sub"]);
+    /// ```
+    pub fn graphs(&self) -> Vec<Graph> {
+        let ids = self.state.borrow().ir.graph_ids();
+        ids.into_iter().map(|g| self.graph_handle(g)).collect()
+    }
+
+    /// A graph by name.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.create_empty_graph("sub").unwrap();
+    /// assert_eq!(ir.graph_by_name("sub").unwrap().name(), "sub");
+    /// assert!(ir.graph_by_name("nope").is_err());
+    /// ```
+    pub fn graph_by_name(&self, name: &str) -> Result<Graph> {
+        let id = self.state.borrow().ir.graph_by_name(name)?.id();
+        Ok(self.graph_handle(id))
+    }
+
+    /// Create a subgraph by tracing a function (PopXL's `ir.create_graph(fn, *args)`).
+    ///
+    /// `f` is a closure or function taking [`crate::Tensor`]s (one per argument)
+    /// or a `&mut` [`crate::Module`]. `args` gives, per argument, a tensor (its
+    /// spec is used and the input is named after it) or a [`crate::TensorSpec`];
+    /// pass one value, a tuple, an array or a `Vec`. Each argument becomes a graph
+    /// input, in order; [`crate::graph_input`] calls inside `f` add further inputs
+    /// after them. `f` returns the graph outputs: nothing, a tensor, a tuple or
+    /// `Vec` of tensors, or a `Result` of those.
+    ///
+    /// The graph is named after the function (made unique), and `f` runs with the
+    /// new graph as the current graph. On error the partial graph is removed.
+    ///
+    /// ```
+    /// use popxl::{Ir, Tensor};
+    /// fn matmul_fn(x: Tensor, w: Tensor) -> popxl::Result<Tensor> {
+    ///     x.matmul(&w)
+    /// }
+    /// let ir = Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::variable(ndarray::Array2::<f32>::ones((2, 2)), "x").unwrap();
+    /// let w1 = popxl::variable(ndarray::Array2::<f32>::ones((2, 2)), "w1").unwrap();
+    /// let w2 = popxl::variable(ndarray::Array1::<f32>::ones(2), "w2").unwrap();
+    /// let g1 = ir.create_graph(matmul_fn, (&x, &w1)).unwrap();
+    /// let g2 = ir.create_graph(matmul_fn, (&x, &w2)).unwrap();
+    /// assert_eq!((g1.name(), g2.name()), ("matmul_fn", "matmul_fn_1"));
+    /// assert_eq!(g2.outputs().unwrap()[0].shape(), &[2]);
+    /// ```
+    pub fn create_graph<M>(&self, f: impl GraphFunction<M>, args: impl IntoGraphArgs) -> Result<Graph> {
+        let name = f.graph_name();
+        build::create_graph(self, &name, f, args.into_graph_args())
+    }
+
+    /// [`Ir::create_graph`] with an explicit graph name (made unique if taken).
+    ///
+    /// ```
+    /// use popxl::{Ir, Tensor};
+    /// let ir = Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::variable(1.0f32, "x").unwrap();
+    /// let g = ir.create_graph_named("double", |x: Tensor| &x + &x, &x).unwrap();
+    /// assert_eq!(g.name(), "double");
+    /// ```
+    pub fn create_graph_named<M>(&self, name: &str, f: impl GraphFunction<M>, args: impl IntoGraphArgs) -> Result<Graph> {
+        build::create_graph(self, name, f, args.into_graph_args())
+    }
+
+    /// An empty subgraph named `name` (made unique if taken), to fill by entering it
+    /// (PopXL's `create_empty_graph`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let g = ir.create_empty_graph("body").unwrap();
+    /// assert!(g.inputs().unwrap().is_empty());
+    /// ```
+    pub fn create_empty_graph(&self, name: &str) -> Result<Graph> {
+        let id = {
+            let mut st = self.state.borrow_mut();
+            let ir = st.building("create_empty_graph")?;
+            let unique = ir.unique_graph_name(name);
+            ir.create_graph(&unique)?
+        };
+        Ok(self.graph_handle(id))
+    }
+
+    /// Number of host transfers per stream per session `run` (PopXL's
+    /// `num_host_transfers`, default 1).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.set_num_host_transfers(4).unwrap();
+    /// assert_eq!(ir.num_host_transfers(), 4);
+    /// ```
+    pub fn num_host_transfers(&self) -> usize {
+        self.state.borrow().ir.num_host_transfers
+    }
+
+    /// Set [`Ir::num_host_transfers`]; must be at least 1; an error once frozen.
+    ///
+    /// ```
+    /// assert!(popxl::Ir::new().set_num_host_transfers(0).is_err());
+    /// ```
+    pub fn set_num_host_transfers(&self, n: usize) -> Result<()> {
+        if n == 0 {
+            return Err(PopXlError::InvalidArgument("num_host_transfers must be at least 1".into()));
+        }
+        self.state.borrow_mut().building("setting num_host_transfers")?.num_host_transfers = n;
+        Ok(())
+    }
+
+    /// Number of replicas (PopXL's `replication_factor`, default 1).
+    ///
+    /// ```
+    /// assert_eq!(popxl::Ir::new().replication_factor(), 1);
+    /// ```
+    pub fn replication_factor(&self) -> usize {
+        self.state.borrow().ir.replication_factor
+    }
+
+    /// Set [`Ir::replication_factor`]; must be at least 1; an error once frozen.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.set_replication_factor(2).unwrap();
+    /// ir.freeze();
+    /// assert!(ir.set_replication_factor(4).is_err());
+    /// ```
+    pub fn set_replication_factor(&self, n: usize) -> Result<()> {
+        if n == 0 {
+            return Err(PopXlError::InvalidArgument("replication_factor must be at least 1".into()));
+        }
+        self.state.borrow_mut().building("setting replication_factor")?.replication_factor = n;
+        Ok(())
+    }
+
+    /// Read access to the IR core (used by sessions, lowering and tests).
+    /// Do not call other `popxl` functions on this IR from inside `f`.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let n = ir.with_ir(|core| core.graphs().count());
+    /// assert_eq!(n, 1);
+    /// ```
+    pub fn with_ir<R>(&self, f: impl FnOnce(&popart_ir::Ir) -> R) -> R {
+        f(&self.state.borrow().ir)
+    }
+
+    /// Mutable access to the IR core (used by transforms such as autodiff);
+    /// an error once frozen. Do not call other `popxl` functions on this IR from inside `f`.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let id = ir.with_ir_mut(|core| core.create_graph("g")).unwrap().unwrap();
+    /// assert_eq!(ir.graphs()[1].id(), id);
+    /// ```
+    pub fn with_ir_mut<R>(&self, f: impl FnOnce(&mut popart_ir::Ir) -> R) -> Result<R> {
+        let mut st = self.state.borrow_mut();
+        Ok(f(st.building("editing the IR")?))
+    }
+
+    /// Freeze the IR: from now on every building call returns [`PopXlError::IrFrozen`].
+    /// A session freezes the IR it is given.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.freeze();
+    /// assert!(ir.is_frozen());
+    /// let _g = ir.main_graph().enter();
+    /// assert!(matches!(popxl::constant(1.0f32, "c"), Err(popxl::PopXlError::IrFrozen { .. })));
+    /// ```
+    pub fn freeze(&self) {
+        self.state.borrow_mut().frozen = true;
+    }
+
+    /// True once [`Ir::freeze`] has been called.
+    ///
+    /// ```
+    /// assert!(!popxl::Ir::new().is_frozen());
+    /// ```
+    pub fn is_frozen(&self) -> bool {
+        self.state.borrow().frozen
+    }
+
+    /// Every host-to-device stream, in creation order (PopXL's `get_all_h2d_streams`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let s = popxl::h2d_stream([2], popxl::float32, "in").unwrap();
+    /// assert_eq!(ir.h2d_streams(), vec![s]);
+    /// ```
+    pub fn h2d_streams(&self) -> Vec<HostToDeviceStream> {
+        self.streams(StreamDirection::HostToDevice).into_iter().map(HostToDeviceStream::from_tensor_unchecked).collect()
+    }
+
+    /// Every device-to-host stream, in creation order (PopXL's `get_all_d2h_streams`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let s = popxl::d2h_stream([2], popxl::float32, "out").unwrap();
+    /// assert_eq!(ir.d2h_streams(), vec![s]);
+    /// ```
+    pub fn d2h_streams(&self) -> Vec<DeviceToHostStream> {
+        self.streams(StreamDirection::DeviceToHost).into_iter().map(DeviceToHostStream::from_tensor_unchecked).collect()
+    }
+
+    fn streams(&self, dir: StreamDirection) -> Vec<crate::Tensor> {
+        let main = self.main_graph();
+        let st = self.state.borrow();
+        let g = st.ir.main_graph();
+        g.tensors()
+            .filter(|t| t.kind == TensorKind::Stream(dir))
+            .map(|t| crate::Tensor::from_core(&main, t))
+            .collect()
+    }
+
+    /// The whole IR in the stable text form of [`popart_ir::text`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.main_graph().with(|| popxl::variable(1.0f32, "w")).unwrap();
+    /// assert!(ir.to_text().contains("tensor w var float32[] = [1.0]"));
+    /// ```
+    pub fn to_text(&self) -> String {
+        self.with_ir(popart_ir::text::to_text)
+    }
+}

@@ -1,0 +1,658 @@
+//! Subgraph ops: `call`, `call_with_info` ([`CallSiteInfo`]), `repeat` and `conditional`.
+
+use std::fmt;
+
+use popart_ir::{AttrValue, OpId};
+
+use super::{target_graph, OpSpec};
+use crate::tensor::check_in_graph;
+use crate::{Graph, PopXlError, Result, Tensor, TensorSpec};
+
+/// Check `called` can be called from `parent`.
+fn check_callable(called: &Graph, parent: &Graph, what: &str) -> Result<()> {
+    if called.ir_id != parent.ir_id {
+        return Err(PopXlError::ForeignIr { name: called.name().to_string(), what: what.to_string() });
+    }
+    if called.id == parent.id {
+        return Err(PopXlError::RecursiveCall { graph: called.name().to_string() });
+    }
+    Ok(())
+}
+
+/// The parent tensor for every input of `called`, in input order, from the
+/// positional `inputs` and the `inputs_dict` pairs (subgraph input, parent tensor).
+fn resolve_inputs(
+    called: &Graph,
+    parent: &Graph,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+    what: &str,
+) -> Result<Vec<Tensor>> {
+    check_callable(called, parent, what)?;
+    let graph_inputs = called.inputs()?;
+    let n = graph_inputs.len();
+    if inputs.len() > n {
+        return Err(PopXlError::TooManyCallInputs {
+            graph: called.name().to_string(),
+            expected: n,
+            given: inputs.len(),
+            extra: inputs[n..].iter().map(|t| t.name().to_string()).collect(),
+        });
+    }
+    let mut slots: Vec<Option<Tensor>> = vec![None; n];
+    for (slot, t) in slots.iter_mut().zip(inputs) {
+        *slot = Some((*t).clone());
+    }
+    for (key, value) in inputs_dict {
+        let Some(i) = graph_inputs.iter().position(|g| g == *key) else {
+            return Err(PopXlError::NotAGraphInput {
+                tensor: key.name().to_string(),
+                tensor_graph: key.graph().name().to_string(),
+                graph: called.name().to_string(),
+            });
+        };
+        if slots[i].is_some() {
+            return Err(PopXlError::DuplicateCallInput {
+                graph: called.name().to_string(),
+                input: key.name().to_string(),
+            });
+        }
+        slots[i] = Some((*value).clone());
+    }
+    let missing: Vec<String> = slots
+        .iter()
+        .zip(&graph_inputs)
+        .filter(|(s, _)| s.is_none())
+        .map(|(_, g)| g.name().to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(PopXlError::MissingCallInputs { graph: called.name().to_string(), missing });
+    }
+    let parents: Vec<Tensor> = slots.into_iter().map(|s| s.expect("checked above")).collect();
+    for (p, g) in parents.iter().zip(&graph_inputs) {
+        check_in_graph(p, parent, what)?;
+        if p.info() != g.info() {
+            return Err(PopXlError::CallInputMismatch {
+                graph: called.name().to_string(),
+                input: g.name().to_string(),
+                expected: g.spec(),
+                parent: p.name().to_string(),
+                got: p.spec(),
+            });
+        }
+    }
+    Ok(parents)
+}
+
+/// The graph a call-like op goes into.
+fn parent_graph(inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)], what: &str) -> Result<Graph> {
+    let all: Vec<&Tensor> = inputs.iter().copied().chain(inputs_dict.iter().map(|(_, p)| *p)).collect();
+    target_graph(&all, what)
+}
+
+/// Call `graph` once (op `Call`; PopXL's `ops.call`) and return its outputs.
+///
+/// `inputs` feed the graph inputs in order; `inputs_dict` pairs (subgraph input,
+/// parent tensor) give the rest, e.g. inputs created by [`crate::graph_input`].
+/// Missing, extra or duplicate inputs, inputs of the wrong shape or type and
+/// tensors of another graph or IR are errors naming the culprit. Inputs are
+/// passed by value: the parent does not see in-place changes unless marked with
+/// [`CallSiteInfo::set_parent_input_modified`].
+///
+/// ```
+/// use popxl::{ops, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+/// let value = popxl::variable(vec![1.0f32, 1.0], "value").unwrap();
+/// let mut value_input = None;
+/// let g = ir.create_graph(|x: Tensor| -> popxl::Result<Tensor> {
+///     let v = popxl::graph_input(x.shape(), x.dtype(), "value")?;
+///     value_input = Some(v.clone());
+///     Ok(&x + &v)
+/// }, &x).unwrap();
+/// let o1 = ops::call(&g, &[&x, &value], &[]).unwrap();
+/// let o2 = ops::call(&g, &[&o1[0]], &[(value_input.as_ref().unwrap(), &value)]).unwrap();
+/// assert_eq!(o2[0].shape(), &[2]);
+/// assert!(ops::call(&g, &[&x], &[]).is_err()); // `value` is missing
+/// ```
+pub fn call(graph: &Graph, inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)]) -> Result<Vec<Tensor>> {
+    Ok(create_call(graph, inputs, inputs_dict, "call")?.outputs)
+}
+
+fn create_call(
+    graph: &Graph,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+    what: &'static str,
+) -> Result<super::CreatedOp> {
+    let parent = parent_graph(inputs, inputs_dict, what)?;
+    let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, what)?;
+    let mut spec = OpSpec::new(what, "Call").attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
+    for (i, p) in parents.iter().enumerate() {
+        spec = spec.input(i as u32, p);
+    }
+    spec.create()
+}
+
+/// [`call`], returning a [`CallSiteInfo`] describing the call site (PopXL's `ops.call_with_info`).
+///
+/// ```
+/// use popxl::{ops, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+/// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+/// assert_eq!(info.called_graph(), g);
+/// assert_eq!(info.parent_input(0).unwrap(), x);
+/// assert_eq!(info.outputs().unwrap().len(), 1);
+/// ```
+pub fn call_with_info(graph: &Graph, inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)]) -> Result<CallSiteInfo> {
+    let created = create_call(graph, inputs, inputs_dict, "call_with_info")?;
+    Ok(CallSiteInfo { parent: created.graph, op: created.op, called: graph.clone() })
+}
+
+/// A call site: the `Call` op, its graph and the graph it calls (PopXL's `CallSiteInfo`).
+///
+/// Maps between the parent's tensors and the called graph's inputs and outputs,
+/// and marks inputs as modified (the call's in-place changes become visible
+/// in the parent).
+///
+/// ```
+/// use popxl::{ops, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+/// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+/// let gx = info.parent_to_graph(&x).unwrap();
+/// assert_eq!(gx, g.inputs().unwrap()[0]);
+/// assert_eq!(info.graph_to_parent(&gx).unwrap(), x);
+/// let out = info.parent_output(0).unwrap();
+/// assert_eq!(info.graph_to_parent(&g.outputs().unwrap()[0]).unwrap(), out);
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct CallSiteInfo {
+    parent: Graph,
+    op: OpId,
+    called: Graph,
+}
+
+impl fmt::Debug for CallSiteInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CallSiteInfo({} calls {})", self.parent.name(), self.called.name())
+    }
+}
+
+impl CallSiteInfo {
+    /// A call site from an existing `Call` op of `graph` (for transforms).
+    ///
+    /// ```
+    /// use popxl::{ops, Tensor};
+    /// let ir = popxl::Ir::new();
+    /// let main = ir.main_graph();
+    /// let _g = main.enter();
+    /// let x = popxl::variable(1.0f32, "x").unwrap();
+    /// let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+    /// let again = popxl::ops::CallSiteInfo::from_op(&main, info.op_id()).unwrap();
+    /// assert_eq!(again, info);
+    /// ```
+    pub fn from_op(graph: &Graph, op: OpId) -> Result<CallSiteInfo> {
+        let called = graph.read(|g| -> Result<_> {
+            let o = g.op(op)?;
+            if o.op_type() != "Call" {
+                return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
+            }
+            Ok(o.attrs.graph("graph").expect("a Call op has a graph attribute"))
+        })??;
+        let called = graph.ir()?.graph_handle(called);
+        Ok(CallSiteInfo { parent: graph.clone(), op, called })
+    }
+
+    /// The graph being called.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// assert_eq!(ops::call_with_info(&g, &[&x], &[]).unwrap().called_graph(), g);
+    /// ```
+    pub fn called_graph(&self) -> Graph {
+        self.called.clone()
+    }
+
+    /// The graph containing the call op (the parent).
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// assert_eq!(ops::call_with_info(&g, &[&x], &[]).unwrap().graph(), ir.main_graph());
+    /// ```
+    pub fn graph(&self) -> Graph {
+        self.parent.clone()
+    }
+
+    /// The id of the `Call` op in [`CallSiteInfo::graph`].
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+    /// let ty = ir.with_ir(|core| core.main_graph().op(info.op_id()).unwrap().op_type());
+    /// assert_eq!(ty, "Call");
+    /// ```
+    pub fn op_id(&self) -> OpId {
+        self.op
+    }
+
+    fn op_tensors(&self, outputs: bool) -> Result<Vec<Tensor>> {
+        let st = self.parent.state()?;
+        let st = st.borrow();
+        let g = st.ir.graph(self.parent.id)?;
+        let op = g.op(self.op)?;
+        let map = if outputs { op.outputs() } else { op.inputs() };
+        map.tensors().map(|t| Ok(Tensor::from_core(&self.parent, g.tensor(t)?))).collect()
+    }
+
+    /// The parent tensors passed as inputs, in graph-input order.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// assert_eq!(ops::call_with_info(&g, &[&x], &[]).unwrap().inputs().unwrap(), vec![x]);
+    /// ```
+    pub fn inputs(&self) -> Result<Vec<Tensor>> {
+        self.op_tensors(false)
+    }
+
+    /// The parent tensors holding the outputs, in graph-output order.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// assert_eq!(ops::call_with_info(&g, &[&x], &[]).unwrap().outputs().unwrap()[0].shape(), x.shape());
+    /// ```
+    pub fn outputs(&self) -> Result<Vec<Tensor>> {
+        self.op_tensors(true)
+    }
+
+    /// The parent tensor passed as graph input `index`.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+    /// assert_eq!(info.parent_input(0).unwrap(), x);
+    /// assert!(info.parent_input(1).is_err());
+    /// ```
+    pub fn parent_input(&self, index: usize) -> Result<Tensor> {
+        let v = self.inputs()?;
+        let len = v.len();
+        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange { what: "call input".into(), index, len })
+    }
+
+    /// The parent tensor holding graph output `index`.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+    /// assert_eq!(info.parent_output(0).unwrap(), info.outputs().unwrap()[0]);
+    /// ```
+    pub fn parent_output(&self, index: usize) -> Result<Tensor> {
+        let v = self.outputs()?;
+        let len = v.len();
+        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange { what: "call output".into(), index, len })
+    }
+
+    fn not_here(&self, t: &Tensor) -> PopXlError {
+        let op = self.parent.read(|g| g.op(self.op).map(|o| o.name.clone())).ok().and_then(|r| r.ok()).unwrap_or_default();
+        PopXlError::NotACallSiteTensor { tensor: t.name().to_string(), graph: self.called.name().to_string(), op }
+    }
+
+    /// The called graph's input (or output) connected to parent tensor `t`
+    /// (an input, or an output, of the call).
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+    /// assert_eq!(info.parent_to_graph(&x).unwrap().graph(), g);
+    /// ```
+    pub fn parent_to_graph(&self, t: &Tensor) -> Result<Tensor> {
+        if let Some(i) = self.inputs()?.iter().position(|p| p == t) {
+            return Ok(self.called.inputs()?.swap_remove(i));
+        }
+        if let Some(i) = self.outputs()?.iter().position(|p| p == t) {
+            return Ok(self.called.outputs()?.swap_remove(i));
+        }
+        Err(self.not_here(t))
+    }
+
+    /// The parent tensor connected to `t`, an input or output of the called graph.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+    /// assert_eq!(info.graph_to_parent(&g.inputs().unwrap()[0]).unwrap(), x);
+    /// ```
+    pub fn graph_to_parent(&self, t: &Tensor) -> Result<Tensor> {
+        if let Some(i) = self.called.inputs()?.iter().position(|g| g == t) {
+            return self.parent_input(i);
+        }
+        if let Some(i) = self.called.outputs()?.iter().position(|g| g == t) {
+            return self.parent_output(i);
+        }
+        Err(self.not_here(t))
+    }
+
+    /// Index of the call input `t` is connected to: `t` is a parent tensor
+    /// passed to the call or an input of the called graph.
+    fn input_index(&self, t: &Tensor) -> Result<usize> {
+        let pos = if t.graph() == self.called {
+            self.called.inputs()?.iter().position(|g| g == t)
+        } else {
+            self.inputs()?.iter().position(|p| p == t)
+        };
+        pos.ok_or_else(|| self.not_here(t))
+    }
+
+    /// Mark the call input connected to `t` as modified: the called graph's
+    /// in-place changes to it become visible in the parent after the call.
+    /// `t` is the parent tensor or the called graph's input.
+    ///
+    /// ```
+    /// use popxl::{ops, Tensor};
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::variable(1.0f32, "x").unwrap();
+    /// let one = popxl::constant(1.0f32, "one").unwrap();
+    /// let g = ir.create_graph(|mut x: Tensor, v: Tensor| { x += &v; }, (&x, &one)).unwrap();
+    /// let info = ops::call_with_info(&g, &[&x, &one], &[]).unwrap();
+    /// info.set_parent_input_modified(&x).unwrap();
+    /// assert_eq!(info.modified_inputs().unwrap(), vec![0]);
+    /// ```
+    pub fn set_parent_input_modified(&self, t: &Tensor) -> Result<()> {
+        let i = self.input_index(t)? as i64;
+        let st = self.parent.state()?;
+        let mut st = st.borrow_mut();
+        let attrs = st.building("set_parent_input_modified")?.graph_mut(self.parent.id)?.op_attrs_mut(self.op)?;
+        let mut modified = attrs.ints("modified").map(<[i64]>::to_vec).unwrap_or_default();
+        if !modified.contains(&i) {
+            modified.push(i);
+            modified.sort_unstable();
+        }
+        attrs.set("modified", AttrValue::Ints(modified));
+        Ok(())
+    }
+
+    /// Indices of the call inputs marked modified, sorted.
+    ///
+    /// ```
+    /// # use popxl::{ops, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let _g = ir.main_graph().enter();
+    /// # let x = popxl::variable(1.0f32, "x").unwrap();
+    /// # let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+    /// assert!(ops::call_with_info(&g, &[&x], &[]).unwrap().modified_inputs().unwrap().is_empty());
+    /// ```
+    pub fn modified_inputs(&self) -> Result<Vec<usize>> {
+        self.parent.read(|g| -> Result<Vec<usize>> {
+            let op = g.op(self.op)?;
+            Ok(op.attrs.ints("modified").unwrap_or(&[]).iter().map(|&i| i as usize).collect())
+        })?
+    }
+}
+
+/// Call `graph` `count` times in a loop (op `Repeat`; PopXL's `ops.repeat`).
+///
+/// Inputs (positional and `inputs_dict`) are loop-carried: copied into the graph
+/// inputs before the first iteration; after each iteration, output k becomes
+/// input k of the next; the outputs of the last iteration are returned. Inputs
+/// beyond the number of outputs keep their value. `count` must be greater than 0
+/// and the graph needs at least as many inputs as outputs, with output k of the
+/// same shape and type as input k.
+///
+/// ```
+/// use popxl::{ops, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 1.0], "x").unwrap();
+/// let value = popxl::variable(vec![1.0f32, 1.0], "value").unwrap();
+/// let g = ir.create_graph(|x: Tensor, v: Tensor| &x + &v, (&x, &value)).unwrap();
+/// let o = ops::repeat(&g, 2, &[&x, &value], &[]).unwrap();
+/// assert_eq!(o.len(), 1);
+/// assert!(ops::repeat(&g, 0, &[&x, &value], &[]).is_err());
+/// ```
+pub fn repeat(
+    graph: &Graph,
+    count: usize,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+) -> Result<Vec<Tensor>> {
+    if count == 0 {
+        return Err(PopXlError::RepeatCountZero { graph: graph.name().to_string() });
+    }
+    let (ins, outs) = (graph.inputs()?, graph.outputs()?);
+    if outs.len() > ins.len() {
+        return Err(PopXlError::RepeatFewerInputsThanOutputs {
+            graph: graph.name().to_string(),
+            inputs: ins.len(),
+            outputs: outs.len(),
+        });
+    }
+    for (k, (o, i)) in outs.iter().zip(&ins).enumerate() {
+        if o.info() != i.info() {
+            return Err(PopXlError::RepeatCarriedMismatch {
+                graph: graph.name().to_string(),
+                index: k,
+                input: i.spec(),
+                output: o.spec(),
+            });
+        }
+    }
+    let parent = parent_graph(inputs, inputs_dict, "repeat")?;
+    let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, "repeat")?;
+    let mut spec = OpSpec::new("repeat", "Repeat")
+        .attr("graph", AttrValue::Graph(graph.id))
+        .attr("count", AttrValue::Int(count as i64))
+        .in_graph(parent);
+    for (i, p) in parents.iter().enumerate() {
+        spec = spec.input(i as u32, p);
+    }
+    Ok(spec.create()?.outputs)
+}
+
+/// One branch of [`conditional_branches`]: a graph and its inputs.
+///
+/// ```
+/// use popxl::{ops::Branch, Tensor};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+/// let inputs = [&x];
+/// let b = Branch::new(&g, &inputs);
+/// assert_eq!(b.inputs.len(), 1);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Branch<'a> {
+    /// The graph run by this branch.
+    pub graph: &'a Graph,
+    /// Positional inputs.
+    pub inputs: &'a [&'a Tensor],
+    /// (subgraph input, parent tensor) pairs.
+    pub inputs_dict: &'a [(&'a Tensor, &'a Tensor)],
+}
+
+impl<'a> Branch<'a> {
+    /// A branch with positional inputs only.
+    ///
+    /// ```
+    /// # use popxl::{ops::Branch, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let g = ir.create_empty_graph("g").unwrap();
+    /// let b = Branch::new(&g, &[]);
+    /// assert!(b.inputs_dict.is_empty());
+    /// ```
+    pub fn new(graph: &'a Graph, inputs: &'a [&'a Tensor]) -> Self {
+        Branch { graph, inputs, inputs_dict: &[] }
+    }
+
+    /// The same branch with `inputs_dict`.
+    ///
+    /// ```
+    /// # use popxl::{ops::Branch, Tensor};
+    /// # let ir = popxl::Ir::new();
+    /// # let g = ir.create_empty_graph("g").unwrap();
+    /// let b = Branch::new(&g, &[]).with_inputs_dict(&[]);
+    /// assert!(b.inputs.is_empty());
+    /// ```
+    pub fn with_inputs_dict(mut self, inputs_dict: &'a [(&'a Tensor, &'a Tensor)]) -> Self {
+        self.inputs_dict = inputs_dict;
+        self
+    }
+}
+
+/// Run `then_graph` if the bool scalar `condition` is true, else `else_graph`
+/// (op `If`; PopXL's `ops.conditional`), and return the outputs of the branch
+/// that ran. Both branches must have the same output shapes and types.
+///
+/// `inputs` are passed positionally to both branches; each `inputs_dict` pair
+/// goes to the branch owning its subgraph tensor.
+///
+/// ```
+/// use popxl::{ops, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+/// let c = popxl::variable(true, "c").unwrap();
+/// let then_g = ir.create_graph(|x: Tensor| &x * 2.0, &x).unwrap();
+/// let else_g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+/// let y = ops::conditional(&c, &then_g, &else_g, &[&x], &[]).unwrap();
+/// assert_eq!(y[0].shape(), &[2]);
+/// ```
+pub fn conditional(
+    condition: &Tensor,
+    then_graph: &Graph,
+    else_graph: &Graph,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+) -> Result<Vec<Tensor>> {
+    let (mut then_dict, mut else_dict) = (Vec::new(), Vec::new());
+    for &(k, v) in inputs_dict {
+        if k.graph() == *then_graph {
+            then_dict.push((k, v));
+        } else if k.graph() == *else_graph {
+            else_dict.push((k, v));
+        } else {
+            return Err(PopXlError::NotAGraphInput {
+                tensor: k.name().to_string(),
+                tensor_graph: k.graph().name().to_string(),
+                graph: format!("{}` or `{}", then_graph.name(), else_graph.name()),
+            });
+        }
+    }
+    conditional_branches(
+        condition,
+        Branch { graph: then_graph, inputs, inputs_dict: &then_dict },
+        Branch { graph: else_graph, inputs, inputs_dict: &else_dict },
+    )
+}
+
+/// [`conditional`] with separate inputs per branch (PopXL's `then_inputs` /
+/// `else_inputs` and their dicts).
+///
+/// ```
+/// use popxl::{ops::{self, Branch}, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let y = popxl::variable(2.0f32, "y").unwrap();
+/// let c = popxl::variable(false, "c").unwrap();
+/// let then_g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
+/// let else_g = ir.create_graph(|a: Tensor, b: Tensor| &a + &b, (&x, &y)).unwrap();
+/// let out = ops::conditional_branches(&c, Branch::new(&then_g, &[&y]), Branch::new(&else_g, &[&x, &y])).unwrap();
+/// assert_eq!(out.len(), 1);
+/// ```
+pub fn conditional_branches(condition: &Tensor, then_branch: Branch<'_>, else_branch: Branch<'_>) -> Result<Vec<Tensor>> {
+    let mut all: Vec<&Tensor> = vec![condition];
+    for b in [&then_branch, &else_branch] {
+        all.extend(b.inputs.iter().copied());
+        all.extend(b.inputs_dict.iter().map(|(_, p)| *p));
+    }
+    let parent = target_graph(&all, "conditional")?;
+    let then_parents = resolve_inputs(then_branch.graph, &parent, then_branch.inputs, then_branch.inputs_dict, "conditional")?;
+    let else_parents = resolve_inputs(else_branch.graph, &parent, else_branch.inputs, else_branch.inputs_dict, "conditional")?;
+    let specs = |g: &Graph| -> Result<Vec<TensorSpec>> { Ok(g.outputs()?.iter().map(Tensor::spec).collect()) };
+    let (to, eo) = (specs(then_branch.graph)?, specs(else_branch.graph)?);
+    if to != eo {
+        let show = |v: &[TensorSpec]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        return Err(PopXlError::BranchOutputsMismatch {
+            then_graph: then_branch.graph.name().to_string(),
+            else_graph: else_branch.graph.name().to_string(),
+            then_outputs: show(&to),
+            else_outputs: show(&eo),
+        });
+    }
+    // Op input 0 is the condition; each distinct parent tensor is connected once.
+    let mut then_idx = Vec::new();
+    let mut else_idx = Vec::new();
+    let mut order: Vec<&Tensor> = vec![condition];
+    for t in &then_parents {
+        then_idx.push(position_or_push(&mut order, t));
+    }
+    for t in &else_parents {
+        else_idx.push(position_or_push(&mut order, t));
+    }
+    let mut spec = OpSpec::new("conditional", "If")
+        .attr("then_graph", AttrValue::Graph(then_branch.graph.id))
+        .attr("else_graph", AttrValue::Graph(else_branch.graph.id))
+        .attr("then_inputs", AttrValue::Ints(then_idx))
+        .attr("else_inputs", AttrValue::Ints(else_idx))
+        .in_graph(parent);
+    for (i, t) in order.iter().enumerate() {
+        spec = spec.input(i as u32, t);
+    }
+    Ok(spec.create()?.outputs)
+}
+
+/// Op input index of `t` in `order` (after the condition at 0), appending it if new.
+fn position_or_push<'a>(order: &mut Vec<&'a Tensor>, t: &'a Tensor) -> i64 {
+    match order.iter().skip(1).position(|p| *p == t) {
+        Some(i) => i as i64 + 1,
+        None => {
+            order.push(t);
+            order.len() as i64 - 1
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Host IO: `host_load` from a host-to-device stream, `host_store` to a device-to-host stream.
+
+use popart_ir::AttrValue;
+
+use super::OpSpec;
+use crate::{DeviceToHostStream, HostToDeviceStream, PopXlError, Result, Tensor};
+
+fn check_stream_ir(stream: &Tensor, what: &str) -> Result<()> {
+    if let Some(g) = crate::context::try_current_graph() {
+        if g.ir_id != stream.ir_id() {
+            return Err(PopXlError::ForeignIr { name: stream.name().to_string(), what: what.to_string() });
+        }
+    }
+    Ok(())
+}
+
+/// Load the next value of `stream` into a new tensor named `name` (op `HostLoad`;
+/// PopXL's `ops.host_load`). Created in the current graph, or the main graph
+/// when there is no current graph.
+///
+/// ```
+/// use popxl::ops;
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let input = popxl::h2d_stream([2, 2], popxl::float32, "input_stream").unwrap();
+/// let x = ops::host_load(&input, "x").unwrap();
+/// assert_eq!((x.name(), x.shape()), ("x", &[2usize, 2][..]));
+/// ```
+pub fn host_load(stream: &HostToDeviceStream, name: &str) -> Result<Tensor> {
+    check_stream_ir(stream.tensor(), "host_load")?;
+    let graph = crate::context::try_current_graph().unwrap_or_else(|| stream.tensor().graph());
+    OpSpec::new("host_load", "HostLoad")
+        .attr("stream", AttrValue::Str(stream.name().to_string()))
+        .output_name(name)
+        .in_graph(graph)
+        .create1()
+}
+
+/// Send `t` to the host through `stream` (op `HostStore`; PopXL's `ops.host_store`).
+/// Shape and data type must match the stream's.
+///
+/// ```
+/// use popxl::{ops, PopXlError};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+/// let out = popxl::d2h_stream([2], popxl::float32, "out").unwrap();
+/// ops::host_store(&out, &x).unwrap();
+/// let bad = popxl::d2h_stream([3], popxl::float32, "bad").unwrap();
+/// assert!(matches!(ops::host_store(&bad, &x), Err(PopXlError::HostStoreShapeMismatch { .. })));
+/// ```
+pub fn host_store(stream: &DeviceToHostStream, t: &Tensor) -> Result<()> {
+    check_stream_ir(stream.tensor(), "host_store")?;
+    if t.ir_id() != stream.tensor().ir_id() {
+        return Err(PopXlError::ForeignIr { name: t.name().to_string(), what: "host_store".into() });
+    }
+    if t.shape() != stream.shape() {
+        return Err(PopXlError::HostStoreShapeMismatch {
+            stream: stream.name().to_string(),
+            stream_shape: stream.shape().to_vec(),
+            tensor: t.name().to_string(),
+            tensor_shape: t.shape().to_vec(),
+        });
+    }
+    if t.dtype() != stream.dtype() {
+        return Err(PopXlError::HostStoreDtypeMismatch {
+            stream: stream.name().to_string(),
+            stream_dtype: stream.dtype(),
+            tensor: t.name().to_string(),
+            tensor_dtype: t.dtype(),
+        });
+    }
+    OpSpec::new("host_store", "HostStore")
+        .input(0, t)
+        .attr("stream", AttrValue::Str(stream.name().to_string()))
+        .create()?;
+    Ok(())
+}

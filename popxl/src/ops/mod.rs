@@ -1,0 +1,134 @@
+//! Every op as a fallible function (PopXL's `popxl.ops`).
+//!
+//! Ops are created in the current graph (see [`crate::Graph::enter`]); outside
+//! any graph context they go into the graph of their tensor inputs. Every tensor
+//! input must belong to that graph. Each function maps to one op type of the
+//! `popart-ir` catalogue with its attributes; the op is named after its type
+//! (made unique, prefixed by the name scope) and its outputs `<op>:<index>`.
+//!
+//! | family | functions |
+//! |---|---|
+//! | unary | [`negate`] [`abs`] [`exp`] [`log`] [`sqrt`] [`relu`] [`gelu`] [`tanh`] [`sigmoid`] [`sin`] [`cos`] [`sign`] [`floor`] [`ceil`] [`identity`] [`detach`] [`cast`] |
+//! | binary | [`add`] [`sub`] [`mul`] [`div`] [`pow`] [`maximum`] [`minimum`] [`greater`] [`less`] [`equal`] [`select`] (`where`) |
+//! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
+//! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
+//! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice`] [`index`] [`concat`] [`squeeze`] [`gather`] |
+//! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
+//! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
+//! | host IO | [`host_load`] [`host_store`] |
+//! | control | [`call`] [`call_with_info`] [`repeat`] [`conditional`] [`conditional_branches`] |
+
+mod control;
+mod elementwise;
+mod io;
+mod nn;
+mod random;
+mod shape;
+mod var_update;
+
+pub use control::{call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo};
+pub use elementwise::{
+    abs, add, cast, ceil, cos, detach, div, equal, exp, floor, gelu, greater, identity, less, log, maximum, minimum,
+    mul, negate, pow, relu, select, sigmoid, sign, sin, sqrt, sub, tanh,
+};
+pub use io::{host_load, host_store};
+pub use nn::{
+    matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,
+    softmax, sum, NllLossOptions, Reduction,
+};
+pub use random::{dropout, random_normal, random_uniform};
+pub use shape::{concat, flatten, gather, index, reshape, slice, squeeze, transpose, SliceIndex};
+pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
+
+use popart_ir::{lookup_op, Attributes, OpId, TensorId};
+
+use crate::tensor::check_in_graph;
+use crate::{context, Graph, PopXlError, Result, Tensor};
+
+/// One op to create: type, attributes, inputs and optional names.
+pub(crate) struct OpSpec<'a> {
+    /// The popxl function, for error messages.
+    pub what: &'static str,
+    pub op_type: &'static str,
+    pub attrs: Attributes,
+    pub inputs: Vec<(u32, &'a Tensor)>,
+    /// Names of the outputs (scoped and made unique); missing ones default to `<op>:<i>`.
+    pub output_names: Vec<String>,
+    /// Graph to create the op in; default: [`target_graph`].
+    pub graph: Option<Graph>,
+}
+
+impl<'a> OpSpec<'a> {
+    pub(crate) fn new(what: &'static str, op_type: &'static str) -> Self {
+        OpSpec { what, op_type, attrs: Attributes::new(), inputs: Vec::new(), output_names: Vec::new(), graph: None }
+    }
+
+    pub(crate) fn input(mut self, index: u32, t: &'a Tensor) -> Self {
+        self.inputs.push((index, t));
+        self
+    }
+
+    pub(crate) fn attr(mut self, key: &str, value: popart_ir::AttrValue) -> Self {
+        self.attrs.set(key, value);
+        self
+    }
+
+    pub(crate) fn output_name(mut self, name: &str) -> Self {
+        self.output_names.push(name.to_string());
+        self
+    }
+
+    pub(crate) fn in_graph(mut self, g: Graph) -> Self {
+        self.graph = Some(g);
+        self
+    }
+
+    /// Create the op; returns it with its outputs.
+    pub(crate) fn create(self) -> Result<CreatedOp> {
+        let refs: Vec<&Tensor> = self.inputs.iter().map(|(_, t)| *t).collect();
+        let graph = match self.graph {
+            Some(g) => g,
+            None => target_graph(&refs, self.what)?,
+        };
+        for t in &refs {
+            check_in_graph(t, &graph, self.what)?;
+        }
+        let state = graph.state()?;
+        let mut st = state.borrow_mut();
+        let ir = st.building(self.what)?;
+        let ids: Vec<(u32, TensorId)> = self.inputs.iter().map(|(i, t)| (*i, t.tensor_id())).collect();
+        let name = context::scoped(self.op_type);
+        let def = lookup_op(self.op_type)?;
+        let infos = ir.infer_outputs(graph.id, def, &self.attrs, &ids, &name)?;
+        let out_names: Vec<String> = self.output_names.iter().map(|n| context::scoped(n)).collect();
+        let op = ir.create_op_with_outputs(graph.id, def, self.attrs, &ids, infos, &out_names, &name)?;
+        let g = ir.graph_mut(graph.id)?;
+        for before in context::on_op_created(graph.ir_id, graph.id, op) {
+            g.add_topo_con(before, op)?;
+        }
+        let outputs =
+            g.op(op)?.outputs().tensors().map(|t| Ok(Tensor::from_core(&graph, g.tensor(t)?))).collect::<Result<_>>()?;
+        Ok(CreatedOp { graph, op, outputs })
+    }
+
+    /// Create the op and return its single output.
+    pub(crate) fn create1(self) -> Result<Tensor> {
+        let mut c = self.create()?;
+        Ok(c.outputs.swap_remove(0))
+    }
+}
+
+/// An op just created.
+pub(crate) struct CreatedOp {
+    pub graph: Graph,
+    pub op: OpId,
+    pub outputs: Vec<Tensor>,
+}
+
+/// The graph an op goes into: the current graph, else the graph of its inputs.
+pub(crate) fn target_graph(inputs: &[&Tensor], what: &str) -> Result<Graph> {
+    if let Some(g) = context::try_current_graph() {
+        return Ok(g);
+    }
+    inputs.first().map(|t| t.graph()).ok_or_else(|| PopXlError::NoGraphContext { what: what.to_string() })
+}

@@ -1,0 +1,227 @@
+//! Matmul, reductions, softmax and the negative log-likelihood losses.
+
+use popart_ir::AttrValue;
+
+use super::OpSpec;
+use crate::{Result, Tensor};
+
+/// Matrix product with numpy `matmul` semantics: batched, broadcast batch
+/// dimensions, 1-D operands promoted (op `MatMul`; PopXL's `@`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array3::<f32>::ones((5, 2, 3)), "a").unwrap();
+/// let b = popxl::constant(ndarray::Array2::<f32>::ones((3, 4)), "b").unwrap();
+/// assert_eq!(popxl::ops::matmul(&a, &b).unwrap().shape(), &[5, 2, 4]);
+/// assert!(popxl::ops::matmul(&b, &b).is_err());
+/// ```
+pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
+    OpSpec::new("matmul", "MatMul").input(0, lhs).input(1, rhs).create1()
+}
+
+macro_rules! reduce {
+    ($($(#[$doc:meta])* $fn:ident => $op:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $fn(t: &Tensor, axes: &[i64], keepdims: bool) -> Result<Tensor> {
+            OpSpec::new(stringify!($fn), $op)
+                .input(0, t)
+                .attr("axes", AttrValue::Ints(axes.to_vec()))
+                .attr("keepdims", AttrValue::Bool(keepdims))
+                .create1()
+        }
+    )*};
+}
+
+reduce! {
+    /// Sum over `axes` (empty: all axes; negative axes count from the end),
+    /// keeping reduced axes as size 1 if `keepdims` (op `ReduceSum`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(ndarray::Array3::<f32>::ones((2, 3, 4)), "a").unwrap();
+    /// assert_eq!(popxl::ops::sum(&a, &[-1], false).unwrap().shape(), &[2, 3]);
+    /// assert_eq!(popxl::ops::sum(&a, &[1], true).unwrap().shape(), &[2, 1, 4]);
+    /// assert_eq!(popxl::ops::sum(&a, &[], false).unwrap().shape(), &[] as &[usize]);
+    /// ```
+    sum => "ReduceSum";
+    /// Mean over `axes` (op `ReduceMean`); see [`sum`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+    /// assert_eq!(popxl::ops::mean(&a, &[0], false).unwrap().shape(), &[3]);
+    /// ```
+    mean => "ReduceMean";
+    /// Maximum over `axes` (op `ReduceMax`); see [`sum`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+    /// assert_eq!(popxl::ops::max(&a, &[1], false).unwrap().shape(), &[2]);
+    /// ```
+    max => "ReduceMax";
+    /// Minimum over `axes` (op `ReduceMin`); see [`sum`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+    /// assert_eq!(popxl::ops::min(&a, &[1], true).unwrap().shape(), &[2, 1]);
+    /// ```
+    min => "ReduceMin";
+}
+
+/// Softmax along `axis` (negative counts from the end; op `Softmax`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+/// assert_eq!(popxl::ops::softmax(&a, -1).unwrap().shape(), &[2, 3]);
+/// assert!(popxl::ops::softmax(&a, 2).is_err());
+/// ```
+pub fn softmax(t: &Tensor, axis: i64) -> Result<Tensor> {
+    OpSpec::new("softmax", "Softmax").input(0, t).attr("axis", AttrValue::Int(axis)).create1()
+}
+
+/// How a loss over a batch is reduced.
+///
+/// ```
+/// assert_eq!(popxl::ops::Reduction::default(), popxl::ops::Reduction::Mean);
+/// assert_eq!(popxl::ops::Reduction::None.as_str(), "none");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// Mean over the batch (a scalar).
+    #[default]
+    Mean,
+    /// Sum over the batch (a scalar).
+    Sum,
+    /// One loss per sample.
+    None,
+}
+
+impl Reduction {
+    /// The attribute value: `mean`, `sum` or `none`.
+    ///
+    /// ```
+    /// assert_eq!(popxl::ops::Reduction::Sum.as_str(), "sum");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+            Reduction::None => "none",
+        }
+    }
+}
+
+/// Options of the negative log-likelihood losses (PopXL's keyword arguments).
+///
+/// ```
+/// use popxl::ops::{NllLossOptions, Reduction};
+/// let o = NllLossOptions { reduction: Reduction::Sum, ignore_index: Some(-1) };
+/// assert_ne!(o, NllLossOptions::default());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NllLossOptions {
+    /// How the per-sample losses are combined (default: mean).
+    pub reduction: Reduction,
+    /// Samples with this label contribute nothing (and no gradient).
+    pub ignore_index: Option<i64>,
+}
+
+fn nll_spec<'a>(
+    what: &'static str,
+    op_type: &'static str,
+    probs: &'a Tensor,
+    labels: &'a Tensor,
+    options: NllLossOptions,
+) -> OpSpec<'a> {
+    let mut spec = OpSpec::new(what, op_type)
+        .input(0, probs)
+        .input(1, labels)
+        .attr("reduction", AttrValue::Str(options.reduction.as_str().to_string()));
+    if let Some(i) = options.ignore_index {
+        spec = spec.attr("ignore_index", AttrValue::Int(i));
+    }
+    spec
+}
+
+/// Negative log likelihood of `probs` (`[N.., C]`, probabilities) at integer
+/// `labels` (`[N..]`), mean over the batch (op `NllLoss`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let p = popxl::constant(ndarray::Array2::<f32>::ones((4, 10)), "p").unwrap();
+/// let l = popxl::constant(ndarray::Array1::<i32>::zeros(4), "l").unwrap();
+/// assert_eq!(popxl::ops::nll_loss(&p, &l).unwrap().shape(), &[] as &[usize]);
+/// ```
+pub fn nll_loss(probs: &Tensor, labels: &Tensor) -> Result<Tensor> {
+    nll_loss_with(probs, labels, NllLossOptions::default())
+}
+
+/// [`nll_loss`] with explicit options.
+///
+/// ```
+/// use popxl::ops::{NllLossOptions, Reduction};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let p = popxl::constant(ndarray::Array2::<f32>::ones((4, 10)), "p").unwrap();
+/// let l = popxl::constant(ndarray::Array1::<i32>::zeros(4), "l").unwrap();
+/// let o = NllLossOptions { reduction: Reduction::None, ignore_index: None };
+/// assert_eq!(popxl::ops::nll_loss_with(&p, &l, o).unwrap().shape(), &[4]);
+/// ```
+pub fn nll_loss_with(probs: &Tensor, labels: &Tensor, options: NllLossOptions) -> Result<Tensor> {
+    nll_spec("nll_loss", "NllLoss", probs, labels, options).create1()
+}
+
+/// The loss of [`nll_loss`] and the gradient of that loss with respect to the
+/// logits that produced `probs` by softmax, `(loss, dlogits)`, with an incoming
+/// loss gradient of 1 (op `NllLossWithSoftmaxGrad`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let p = popxl::constant(ndarray::Array2::<f32>::ones((4, 10)), "p").unwrap();
+/// let l = popxl::constant(ndarray::Array1::<i32>::zeros(4), "l").unwrap();
+/// let (loss, dlogits) = popxl::ops::nll_loss_with_softmax_grad(&p, &l).unwrap();
+/// assert_eq!((loss.rank(), dlogits.shape()), (0, &[4usize, 10][..]));
+/// ```
+pub fn nll_loss_with_softmax_grad(probs: &Tensor, labels: &Tensor) -> Result<(Tensor, Tensor)> {
+    nll_loss_with_softmax_grad_with(probs, labels, None, NllLossOptions::default())
+}
+
+/// [`nll_loss_with_softmax_grad`] with an explicit incoming loss gradient
+/// (a scalar of `probs`' type; `None` means 1) and options.
+///
+/// ```
+/// use popxl::ops::NllLossOptions;
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let p = popxl::constant(ndarray::Array2::<f32>::ones((4, 10)), "p").unwrap();
+/// let l = popxl::constant(ndarray::Array1::<i32>::zeros(4), "l").unwrap();
+/// let g = popxl::constant(0.5f32, "g").unwrap();
+/// let (_loss, d) = popxl::ops::nll_loss_with_softmax_grad_with(&p, &l, Some(&g), NllLossOptions::default()).unwrap();
+/// assert_eq!(d.shape(), &[4, 10]);
+/// ```
+pub fn nll_loss_with_softmax_grad_with(
+    probs: &Tensor,
+    labels: &Tensor,
+    loss_grad: Option<&Tensor>,
+    options: NllLossOptions,
+) -> Result<(Tensor, Tensor)> {
+    let mut spec = nll_spec("nll_loss_with_softmax_grad", "NllLossWithSoftmaxGrad", probs, labels, options);
+    if let Some(g) = loss_grad {
+        spec = spec.input(2, g);
+    }
+    let mut outs = spec.create()?.outputs.into_iter();
+    let loss = outs.next().expect("NllLossWithSoftmaxGrad has two outputs");
+    let dlogits = outs.next().expect("NllLossWithSoftmaxGrad has two outputs");
+    Ok((loss, dlogits))
+}

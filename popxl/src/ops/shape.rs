@@ -1,0 +1,291 @@
+//! Shape ops: reshape, flatten, transpose, slicing and indexing, concat, squeeze, gather.
+
+use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
+
+use popart_ir::AttrValue;
+
+use super::OpSpec;
+use crate::{PopXlError, Result, Tensor};
+
+/// `t` with a new shape holding the same elements; one `-1` is inferred (op `Reshape`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array3::<f32>::ones((8, 28, 28)), "a").unwrap();
+/// assert_eq!(popxl::ops::reshape(&a, &[-1, 784]).unwrap().shape(), &[8, 784]);
+/// assert!(popxl::ops::reshape(&a, &[5, -1]).is_err());
+/// ```
+pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
+    OpSpec::new("reshape", "Reshape").input(0, t).attr("shape", AttrValue::Ints(shape.to_vec())).create1()
+}
+
+/// `t` as one dimension (a `Reshape` to `[-1]`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+/// assert_eq!(popxl::ops::flatten(&a).unwrap().shape(), &[6]);
+/// ```
+pub fn flatten(t: &Tensor) -> Result<Tensor> {
+    OpSpec::new("flatten", "Reshape").input(0, t).attr("shape", AttrValue::Ints(vec![-1])).create1()
+}
+
+/// Permute the dimensions by `perm`; empty `perm` reverses them (op `Transpose`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array3::<f32>::ones((2, 3, 4)), "a").unwrap();
+/// assert_eq!(popxl::ops::transpose(&a, &[]).unwrap().shape(), &[4, 3, 2]);
+/// assert_eq!(popxl::ops::transpose(&a, &[0, 2, 1]).unwrap().shape(), &[2, 4, 3]);
+/// assert!(popxl::ops::transpose(&a, &[0, 0, 1]).is_err());
+/// ```
+pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
+    OpSpec::new("transpose", "Transpose").input(0, t).attr("perm", AttrValue::Ints(perm.to_vec())).create1()
+}
+
+/// Numpy slicing along `axes` (op `Slice`): for each k, elements
+/// `starts[k]..ends[k]` with step `steps[k]` of axis `axes[k]`. Negative values
+/// count from the end and bounds are clamped, as in numpy. Empty `steps` means
+/// all 1; empty `axes` means `0..starts.len()`.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array2::<f32>::ones((4, 6)), "a").unwrap();
+/// let s = popxl::ops::slice(&a, &[1], &[100], &[2], &[1]).unwrap();
+/// assert_eq!(s.shape(), &[4, 3]);
+/// ```
+pub fn slice(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i64]) -> Result<Tensor> {
+    let n = starts.len();
+    let steps = if steps.is_empty() { vec![1; n] } else { steps.to_vec() };
+    let axes = if axes.is_empty() { (0..n as i64).collect() } else { axes.to_vec() };
+    OpSpec::new("slice", "Slice")
+        .input(0, t)
+        .attr("starts", AttrValue::Ints(starts.to_vec()))
+        .attr("ends", AttrValue::Ints(ends.to_vec()))
+        .attr("steps", AttrValue::Ints(steps))
+        .attr("axes", AttrValue::Ints(axes))
+        .create1()
+}
+
+/// One item of a numpy-style index (see [`index`] and [`crate::s!`]): an integer
+/// picks one element and removes the axis; a range slices it.
+///
+/// Converts from integers and from every range type (`a..b`, `a..`, `..b`,
+/// `..`, `a..=b`, `..=b`); negative values count from the end.
+///
+/// ```
+/// use popxl::SliceIndex;
+/// assert_eq!(SliceIndex::from(-1), SliceIndex::Index(-1));
+/// assert_eq!(SliceIndex::from(1..3), SliceIndex::Range { start: Some(1), end: Some(3), step: 1 });
+/// assert_eq!(SliceIndex::from(..).step(-1), SliceIndex::Range { start: None, end: None, step: -1 });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SliceIndex {
+    /// One element; the axis is removed.
+    Index(i64),
+    /// Elements `start..end` by `step` (`None`: from the start / to the end,
+    /// in the direction of `step`).
+    Range {
+        /// First element (default: the first in the direction of `step`).
+        start: Option<i64>,
+        /// One past the last element (default: past the end in the direction of `step`).
+        end: Option<i64>,
+        /// Step, non-zero; negative walks backwards.
+        step: i64,
+    },
+}
+
+impl SliceIndex {
+    /// The same range with step `step` (no effect on [`SliceIndex::Index`]).
+    ///
+    /// ```
+    /// use popxl::SliceIndex;
+    /// assert_eq!(SliceIndex::from(0..4).step(2), SliceIndex::Range { start: Some(0), end: Some(4), step: 2 });
+    /// ```
+    pub fn step(self, step: i64) -> Self {
+        match self {
+            SliceIndex::Range { start, end, .. } => SliceIndex::Range { start, end, step },
+            i => i,
+        }
+    }
+}
+
+impl From<RangeFull> for SliceIndex {
+    fn from(_: RangeFull) -> Self {
+        SliceIndex::Range { start: None, end: None, step: 1 }
+    }
+}
+
+macro_rules! slice_index_from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for SliceIndex {
+            fn from(i: $t) -> Self {
+                SliceIndex::Index(i as i64)
+            }
+        }
+        impl From<Range<$t>> for SliceIndex {
+            fn from(r: Range<$t>) -> Self {
+                SliceIndex::Range { start: Some(r.start as i64), end: Some(r.end as i64), step: 1 }
+            }
+        }
+        impl From<RangeFrom<$t>> for SliceIndex {
+            fn from(r: RangeFrom<$t>) -> Self {
+                SliceIndex::Range { start: Some(r.start as i64), end: None, step: 1 }
+            }
+        }
+        impl From<RangeTo<$t>> for SliceIndex {
+            fn from(r: RangeTo<$t>) -> Self {
+                SliceIndex::Range { start: None, end: Some(r.end as i64), step: 1 }
+            }
+        }
+        impl From<RangeInclusive<$t>> for SliceIndex {
+            fn from(r: RangeInclusive<$t>) -> Self {
+                SliceIndex::Range { start: Some(*r.start() as i64), end: inclusive_end(*r.end() as i64), step: 1 }
+            }
+        }
+        impl From<RangeToInclusive<$t>> for SliceIndex {
+            fn from(r: RangeToInclusive<$t>) -> Self {
+                SliceIndex::Range { start: None, end: inclusive_end(r.end as i64), step: 1 }
+            }
+        }
+    )*};
+}
+slice_index_from_int!(i32, i64, isize, usize);
+
+/// The exclusive end of an inclusive range ending at `e` (`..=-1` runs to the end).
+fn inclusive_end(e: i64) -> Option<i64> {
+    if e == -1 {
+        None
+    } else {
+        Some(e + 1)
+    }
+}
+
+/// Build a `[SliceIndex; N]` for [`Tensor::index`] / [`crate::ops::index`]
+/// (like `ndarray::s!`): `s![0, 1..3, .., -1]`.
+///
+/// ```
+/// use popxl::{s, SliceIndex};
+/// assert_eq!(s![0, ..], [SliceIndex::Index(0), SliceIndex::from(..)]);
+/// ```
+#[macro_export]
+macro_rules! s {
+    ($($e:expr),* $(,)?) => {
+        [$($crate::SliceIndex::from($e)),*]
+    };
+}
+
+/// Numpy-style indexing (PopXL's `t[key]` with integers and slices): item k
+/// applies to axis k; an integer picks one element and removes the axis (a
+/// `Slice` then a `Squeeze`); missing trailing axes are kept whole. Integer
+/// indices out of range are an error; range bounds are clamped.
+///
+/// ```
+/// use popxl::s;
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array2::<f32>::ones((4, 6)), "a").unwrap();
+/// assert_eq!(popxl::ops::index(&a, &s![-1]).unwrap().shape(), &[6]);
+/// assert_eq!(popxl::ops::index(&a, &s![1..3, 0]).unwrap().shape(), &[2]);
+/// assert!(popxl::ops::index(&a, &s![4]).is_err());
+/// ```
+pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
+    if items.len() > t.rank() {
+        return Err(PopXlError::InvalidArgument(format!(
+            "index with {} items into tensor `{}` of rank {}",
+            items.len(),
+            t.name(),
+            t.rank()
+        )));
+    }
+    let (mut starts, mut ends, mut steps, mut axes, mut squeeze_axes) = (vec![], vec![], vec![], vec![], vec![]);
+    for (axis, item) in items.iter().enumerate() {
+        let dim = t.shape()[axis] as i64;
+        match *item {
+            SliceIndex::Index(i) => {
+                let j = if i < 0 { i + dim } else { i };
+                if !(0..dim).contains(&j) {
+                    return Err(PopXlError::IndexOutOfRange {
+                        what: format!("axis {axis} of tensor `{}`", t.name()),
+                        index: i.unsigned_abs() as usize,
+                        len: dim as usize,
+                    });
+                }
+                starts.push(j);
+                ends.push(j + 1);
+                steps.push(1);
+                axes.push(axis as i64);
+                squeeze_axes.push(axis as i64);
+            }
+            SliceIndex::Range { start, end, step } => {
+                if step == 0 {
+                    return Err(PopXlError::InvalidArgument(format!("slice step of axis {axis} cannot be 0")));
+                }
+                if start.is_none() && end.is_none() && step == 1 {
+                    continue;
+                }
+                // Out-of-range defaults are clamped by the op to "from the first / past the last".
+                let (s0, e0) = if step > 0 { (0, i64::MAX) } else { (i64::MAX, i64::MIN) };
+                starts.push(start.unwrap_or(s0));
+                ends.push(end.unwrap_or(e0));
+                steps.push(step);
+                axes.push(axis as i64);
+            }
+        }
+    }
+    let sliced = if axes.is_empty() { t.clone() } else { slice(t, &starts, &ends, &steps, &axes)? };
+    if squeeze_axes.is_empty() {
+        Ok(sliced)
+    } else {
+        squeeze(&sliced, &squeeze_axes)
+    }
+}
+
+/// Join tensors along `axis` (op `Concat`); all other dimensions must match.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+/// let b = popxl::constant(ndarray::Array2::<f32>::ones((1, 3)), "b").unwrap();
+/// assert_eq!(popxl::ops::concat(&[&a, &b], 0).unwrap().shape(), &[3, 3]);
+/// ```
+pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
+    let mut spec = OpSpec::new("concat", "Concat").attr("axis", AttrValue::Int(axis));
+    for (i, t) in ts.iter().enumerate() {
+        spec = spec.input(i as u32, t);
+    }
+    spec.create1()
+}
+
+/// Remove size-1 `axes` (empty: every size-1 axis; op `Squeeze`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array3::<f32>::ones((1, 3, 1)), "a").unwrap();
+/// assert_eq!(popxl::ops::squeeze(&a, &[]).unwrap().shape(), &[3]);
+/// assert_eq!(popxl::ops::squeeze(&a, &[0]).unwrap().shape(), &[3, 1]);
+/// assert!(popxl::ops::squeeze(&a, &[1]).is_err());
+/// ```
+pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
+    OpSpec::new("squeeze", "Squeeze").input(0, t).attr("axes", AttrValue::Ints(axes.to_vec())).create1()
+}
+
+/// Pick the elements at integer `indices` along `axis` of `t` (op `Gather`);
+/// the result's shape is `t.shape[..axis] + indices.shape + t.shape[axis+1..]`.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let table = popxl::constant(ndarray::Array2::<f32>::ones((10, 4)), "table").unwrap();
+/// let idx = popxl::constant(ndarray::Array2::<i32>::zeros((2, 3)), "idx").unwrap();
+/// assert_eq!(popxl::ops::gather(&table, &idx, 0).unwrap().shape(), &[2, 3, 4]);
+/// ```
+pub fn gather(t: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor> {
+    OpSpec::new("gather", "Gather").input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis)).create1()
+}
