@@ -57,7 +57,9 @@ pub struct Attributes {
 impl Attributes {
     /// No attributes.
     pub fn new() -> Self {
-        Attributes { entries: Vec::new() }
+        Attributes {
+            entries: Vec::new(),
+        }
     }
 
     /// Builder form of [`Attributes::set`].
@@ -84,7 +86,10 @@ impl Attributes {
 
     /// Remove `key`, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<AttrValue> {
-        let i = self.entries.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
+        let i = self
+            .entries
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()?;
         Some(self.entries.remove(i).1)
     }
 

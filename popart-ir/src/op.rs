@@ -99,7 +99,10 @@ impl<'a> InferContext<'a> {
 
     /// The info of input `index` if connected.
     pub fn optional_input(&self, index: u32) -> Option<&'a TensorInfo> {
-        self.inputs.iter().find(|(i, _)| *i == index).map(|(_, t)| t)
+        self.inputs
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, t)| t)
     }
 
     /// Every connected input, by index.
@@ -109,28 +112,41 @@ impl<'a> InferContext<'a> {
 
     /// A required integer attribute.
     pub fn int(&self, key: &str) -> Result<i64> {
-        self.attrs.int(key).ok_or_else(|| self.error(format!("missing integer attribute `{key}`")))
+        self.attrs
+            .int(key)
+            .ok_or_else(|| self.error(format!("missing integer attribute `{key}`")))
     }
 
     /// A required float attribute.
     pub fn float(&self, key: &str) -> Result<f64> {
-        self.attrs.float(key).ok_or_else(|| self.error(format!("missing float attribute `{key}`")))
+        self.attrs
+            .float(key)
+            .ok_or_else(|| self.error(format!("missing float attribute `{key}`")))
     }
 
     /// A required list-of-integers attribute.
     pub fn ints(&self, key: &str) -> Result<&'a [i64]> {
-        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
+        self.attrs
+            .ints(key)
+            .ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
     }
 
     /// A required graph attribute.
     pub fn graph(&self, key: &str) -> Result<&'a Graph> {
-        let id = self.attrs.graph(key).ok_or_else(|| self.error(format!("missing graph attribute `{key}`")))?;
+        let id = self
+            .attrs
+            .graph(key)
+            .ok_or_else(|| self.error(format!("missing graph attribute `{key}`")))?;
         self.ir.graph(id)
     }
 
     /// An inference error naming this op.
     pub fn error(&self, message: impl Into<String>) -> IrError {
-        IrError::Inference { op: self.op_name.to_string(), op_type: self.op_type.to_string(), message: message.into() }
+        IrError::Inference {
+            op: self.op_name.to_string(),
+            op_type: self.op_type.to_string(),
+            message: message.into(),
+        }
     }
 }
 
@@ -243,22 +259,124 @@ pub fn lookup_op(op_type: &str) -> Result<&'static dyn OpDef> {
 
 /// Every registered op type name, sorted.
 pub fn registered_op_types() -> Vec<&'static str> {
-    let mut v: Vec<_> = registry().read().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+    let mut v: Vec<_> = registry()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .copied()
+        .collect();
     v.sort_unstable();
     v
+}
+
+/// Storage of a [`TensorIndexMap`]: up to two entries inline (most ops have one or
+/// two inputs and one output), more on the heap.
+#[derive(Clone)]
+enum Entries {
+    Inline {
+        len: u8,
+        items: [(u32, TensorId); 2],
+    },
+    Heap(Vec<(u32, TensorId)>),
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries::Inline {
+            len: 0,
+            items: [(0, TensorId::default()); 2],
+        }
+    }
+}
+
+impl Entries {
+    fn as_slice(&self) -> &[(u32, TensorId)] {
+        match self {
+            Entries::Inline { len, items } => &items[..*len as usize],
+            Entries::Heap(v) => v,
+        }
+    }
+
+    fn spill(&mut self, capacity: usize) -> &mut Vec<(u32, TensorId)> {
+        if let Entries::Inline { len, items } = self {
+            let mut v = Vec::with_capacity(capacity.max(*len as usize));
+            v.extend_from_slice(&items[..*len as usize]);
+            *self = Entries::Heap(v);
+        }
+        match self {
+            Entries::Heap(v) => v,
+            Entries::Inline { .. } => unreachable!("spilled above"),
+        }
+    }
+
+    fn reserve_exact(&mut self, additional: usize) {
+        match self {
+            Entries::Inline { len, .. } if *len as usize + additional <= 2 => {}
+            Entries::Inline { len, .. } => {
+                let n = *len as usize + additional;
+                self.spill(n);
+            }
+            Entries::Heap(v) => v.reserve_exact(additional),
+        }
+    }
+
+    fn insert(&mut self, pos: usize, e: (u32, TensorId)) {
+        match self {
+            Entries::Inline { len, items } if (*len as usize) < 2 => {
+                let n = *len as usize;
+                items.copy_within(pos..n, pos + 1);
+                items[pos] = e;
+                *len += 1;
+            }
+            _ => {
+                let n = self.as_slice().len();
+                self.spill(n + 1).insert(pos, e);
+            }
+        }
+    }
+
+    fn remove(&mut self, pos: usize) -> (u32, TensorId) {
+        match self {
+            Entries::Inline { len, items } => {
+                let e = items[pos];
+                items.copy_within(pos + 1..*len as usize, pos);
+                *len -= 1;
+                e
+            }
+            Entries::Heap(v) => v.remove(pos),
+        }
+    }
+}
+
+impl PartialEq for Entries {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Entries {}
+
+impl fmt::Debug for Entries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
 }
 
 /// A map from index to tensor, for an op's inputs or outputs. Indices need not
 /// start at 0 nor be contiguous; kept sorted by index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TensorIndexMap {
-    entries: Vec<(u32, TensorId)>,
+    entries: Entries,
 }
 
 impl TensorIndexMap {
     /// The tensor at `index`.
     pub fn get(&self, index: u32) -> Option<TensorId> {
-        self.entries.iter().find(|(i, _)| *i == index).map(|(_, t)| *t)
+        self.entries
+            .as_slice()
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, t)| *t)
     }
 
     /// True if `index` is connected.
@@ -268,32 +386,36 @@ impl TensorIndexMap {
 
     /// (index, tensor) pairs in index order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, TensorId)> + '_ {
-        self.entries.iter().copied()
+        self.entries.as_slice().iter().copied()
     }
 
     /// Tensors in index order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorId> + '_ {
-        self.entries.iter().map(|(_, t)| *t)
+        self.entries.as_slice().iter().map(|(_, t)| *t)
     }
 
     /// Indices at which `tensor` is connected.
     pub fn indices_of(&self, tensor: TensorId) -> impl Iterator<Item = u32> + '_ {
-        self.entries.iter().filter(move |(_, t)| *t == tensor).map(|(i, _)| *i)
+        self.entries
+            .as_slice()
+            .iter()
+            .filter(move |(_, t)| *t == tensor)
+            .map(|(i, _)| *i)
     }
 
     /// Number of connected indices.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.as_slice().len()
     }
 
     /// True when nothing is connected.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
     /// Largest index + 1 (0 when empty).
     pub fn end(&self) -> u32 {
-        self.entries.last().map_or(0, |(i, _)| i + 1)
+        self.entries.as_slice().last().map_or(0, |(i, _)| i + 1)
     }
 
     pub(crate) fn reserve_exact(&mut self, additional: usize) {
@@ -301,21 +423,25 @@ impl TensorIndexMap {
     }
 
     pub(crate) fn insert(&mut self, index: u32, tensor: TensorId) -> bool {
-        if self.entries.last().map_or(true, |(i, _)| *i < index) {
-            self.entries.push((index, tensor));
-            return true;
-        }
-        match self.entries.binary_search_by_key(&index, |(i, _)| *i) {
-            Ok(_) => false,
-            Err(pos) => {
-                self.entries.insert(pos, (index, tensor));
-                true
+        let slice = self.entries.as_slice();
+        let pos = if slice.last().is_none_or(|(i, _)| *i < index) {
+            slice.len()
+        } else {
+            match slice.binary_search_by_key(&index, |(i, _)| *i) {
+                Ok(_) => return false,
+                Err(pos) => pos,
             }
-        }
+        };
+        self.entries.insert(pos, (index, tensor));
+        true
     }
 
     pub(crate) fn remove(&mut self, index: u32) -> Option<TensorId> {
-        let pos = self.entries.binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        let pos = self
+            .entries
+            .as_slice()
+            .binary_search_by_key(&index, |(i, _)| *i)
+            .ok()?;
         Some(self.entries.remove(pos).1)
     }
 }

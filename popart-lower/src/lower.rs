@@ -18,7 +18,8 @@
 //!    *instances* (start steps), and a tensor of a graph is live over its local
 //!    interval at each instance. Callee inputs are live from the copy-in step,
 //!    outputs until the copy-out step; repeat bodies keep inputs live for the
-//!    whole body (the loop-carried copies write them at its end).
+//!    whole body (the loop-carried copies write them at its end, and the results
+//!    are copied out of them after the last iteration).
 //! 5. **Memory plan**: variables and constants first (always live), then every
 //!    activation buffer at the lowest aligned offset not used by a buffer live at
 //!    the same time (see [`crate::memory`]).
@@ -480,7 +481,11 @@ impl<'a> Lowerer<'a> {
                 plan.copy_in.extend(self.copy((site.caller, a), (site.callee, cin[k]))?);
             }
             for (j, &y) in site.outs.iter().enumerate() {
-                plan.copy_out.extend(self.copy((site.callee, cout[j]), (site.caller, y))?);
+                // After a repeat's last loop-carried copy, input j holds the last
+                // iteration's output j (the outputs themselves may be inputs that
+                // the loop copies have overwritten).
+                let src = if site.kind == SiteKind::Repeat { cin[j] } else { cout[j] };
+                plan.copy_out.extend(self.copy((site.callee, src), (site.caller, y))?);
             }
             for &k in &site.modified {
                 plan.copy_back.extend(self.copy((site.callee, cin[k]), (site.caller, site.args[k]))?);
@@ -532,7 +537,15 @@ impl<'a> Lowerer<'a> {
             }
             let mut live: HashMap<TensorId, (i64, i64)> = HashMap::new();
             for (k, &t) in graph.inputs().iter().enumerate() {
-                let end = if repeat_body || marked.contains(&k) { l } else { -1 };
+                // Repeat bodies: inputs are rewritten by the loop copies (step l) and
+                // read by the copy-out (step l + 1). Modified inputs: copied back at l.
+                let end = if repeat_body {
+                    l + 1
+                } else if marked.contains(&k) {
+                    l
+                } else {
+                    -1
+                };
                 live.insert(t, (-1, end));
             }
             for &o in &self.sched[&g] {
@@ -550,10 +563,9 @@ impl<'a> Lowerer<'a> {
                     e.1 = e.1.max(d);
                 }
             }
-            let out_end = l + repeat_body as i64;
             for &t in graph.outputs() {
-                let e = live.entry(t).or_insert((out_end, out_end));
-                e.1 = e.1.max(out_end);
+                let e = live.entry(t).or_insert((l, l));
+                e.1 = e.1.max(l);
             }
             for (t, iv) in live {
                 if let Some(&k) = self.keys.get(&(g, t)) {

@@ -27,7 +27,9 @@ fn buffer(n: usize, seed: u64) -> Vec<Line> {
     let mut state = seed;
     let mut v = vec![Line([0.0; 16]); n.div_ceil(16)];
     for x in v.iter_mut().flat_map(|l| l.0.iter_mut()) {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *x = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
     }
     v
@@ -42,11 +44,23 @@ struct Options {
 }
 
 fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',').map(|x| x.trim().parse().expect("a comma-separated list of integers")).collect()
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .expect("a comma-separated list of integers")
+        })
+        .collect()
 }
 
 fn options() -> Options {
-    let mut o = Options { sizes: vec![256, 512, 1024, 2048], threads: vec![1, 2], reps: 3, min_time: 0.5, numpy: None };
+    let mut o = Options {
+        sizes: vec![256, 512, 1024, 2048],
+        threads: vec![1, 2],
+        reps: 3,
+        min_time: 0.5,
+        numpy: None,
+    };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
@@ -79,7 +93,10 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
     let mut c = buffer(n * n, 3);
     let inputs = [a.as_ptr() as *const u8, b.as_ptr() as *const u8];
     let outputs = [c.as_mut_ptr() as *mut u8];
-    let args = KernelArgs { inputs: &inputs, outputs: &outputs };
+    let args = KernelArgs {
+        inputs: &inputs,
+        outputs: &outputs,
+    };
     // SAFETY: the buffers hold n*n f32 each, are 64-byte aligned and do not overlap.
     let run = || unsafe { kernel.run(&args) };
     run(); // warm-up: thread pool, page faults, packing buffers
@@ -97,7 +114,11 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
         })
         .collect();
     gflops.sort_by(f64::total_cmp);
-    (gflops[gflops.len() / 2], gflops[0], gflops[gflops.len() - 1])
+    (
+        gflops[gflops.len() / 2],
+        gflops[0],
+        gflops[gflops.len() - 1],
+    )
 }
 
 /// A number field of a flat JSON line (numpy_peak.py's output).
@@ -111,7 +132,10 @@ fn main() {
     let o = options();
     let mut ours = Vec::new();
     for &threads in &o.threads {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("rayon pool");
         for &n in &o.sizes {
             let (med, min, max) = pool.install(|| measure(n, o.reps, o.min_time));
             println!(
@@ -124,24 +148,52 @@ fn main() {
     let Some(script) = o.numpy else { return };
     let out = std::process::Command::new("python3")
         .arg(&script)
-        .args(["--sizes", &o.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")])
-        .args(["--threads", &o.threads.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")])
-        .args(["--reps", &o.reps.to_string(), "--min-time", &o.min_time.to_string()])
+        .args([
+            "--sizes",
+            &o.sizes
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ])
+        .args([
+            "--threads",
+            &o.threads
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ])
+        .args([
+            "--reps",
+            &o.reps.to_string(),
+            "--min-time",
+            &o.min_time.to_string(),
+        ])
         .output()
         .expect("running numpy_peak.py with python3");
     let text = String::from_utf8_lossy(&out.stdout);
     print!("{text}");
     if !out.status.success() {
-        eprintln!("numpy_peak.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!(
+            "numpy_peak.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         return;
     }
     println!("threads      n   popxl GFLOP/s   numpy GFLOP/s   ratio");
     for (threads, n, med) in ours {
-        let np = text.lines().filter(|l| l.contains("numpy_sgemm")).find(|l| {
-            field(l, "threads") == Some(threads as f64) && field(l, "n") == Some(n as f64)
-        });
+        let np = text
+            .lines()
+            .filter(|l| l.contains("numpy_sgemm"))
+            .find(|l| {
+                field(l, "threads") == Some(threads as f64) && field(l, "n") == Some(n as f64)
+            });
         if let Some(np) = np.and_then(|l| field(l, "gflops_median")) {
-            println!("{threads:>7} {n:>6} {med:>15.1} {np:>15.1} {:>7.2}", med / np);
+            println!(
+                "{threads:>7} {n:>6} {med:>15.1} {np:>15.1} {:>7.2}",
+                med / np
+            );
         }
     }
 }

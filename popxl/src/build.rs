@@ -36,7 +36,10 @@ impl GraphArg {
 
 impl From<&Tensor> for GraphArg {
     fn from(t: &Tensor) -> Self {
-        GraphArg { spec: t.spec(), name: Some(t.base_name().to_string()) }
+        GraphArg {
+            spec: t.spec(),
+            name: Some(t.base_name().to_string()),
+        }
     }
 }
 
@@ -54,7 +57,10 @@ impl From<TensorSpec> for GraphArg {
 
 impl From<&TensorSpec> for GraphArg {
     fn from(spec: &TensorSpec) -> Self {
-        GraphArg { spec: spec.clone(), name: None }
+        GraphArg {
+            spec: spec.clone(),
+            name: None,
+        }
     }
 }
 
@@ -69,6 +75,12 @@ impl From<&TensorSpec> for GraphArg {
 /// ```
 pub trait IntoGraphArgs {
     /// The arguments, in order.
+    ///
+    /// ```
+    /// use popxl::{IntoGraphArgs, TensorSpec};
+    /// let args = [TensorSpec::new([1], popxl::int8)].into_graph_args();
+    /// assert_eq!(args[0].spec.dtype, popxl::int8);
+    /// ```
     fn into_graph_args(self) -> Vec<GraphArg>;
 }
 
@@ -137,8 +149,18 @@ tuple_args!(A, B, C, D, E, F, G, H);
 /// ```
 pub trait FromGraphInputs: Sized {
     /// Number of inputs taken (`None`: any number).
+    ///
+    /// ```
+    /// use popxl::FromGraphInputs;
+    /// assert_eq!(<popxl::Tensor as FromGraphInputs>::arity(), Some(1));
+    /// ```
     fn arity() -> Option<usize>;
     /// Build from exactly [`FromGraphInputs::arity`] inputs.
+    ///
+    /// ```
+    /// use popxl::FromGraphInputs;
+    /// assert!(<Vec<popxl::Tensor>>::from_graph_inputs(Vec::new()).is_empty());
+    /// ```
     fn from_graph_inputs(inputs: Vec<Tensor>) -> Self;
 }
 
@@ -212,6 +234,12 @@ mod tuple_input_impls {
 /// ```
 pub trait IntoGraphOutputs {
     /// The outputs, in order.
+    ///
+    /// ```
+    /// use popxl::IntoGraphOutputs;
+    /// let r: popxl::Result<()> = Ok(());
+    /// assert!(r.into_graph_outputs().unwrap().is_empty());
+    /// ```
     fn into_graph_outputs(self) -> Result<Vec<Tensor>>;
 }
 
@@ -317,6 +345,7 @@ pub trait Module {
     /// What `build` returns (see [`IntoGraphOutputs`]).
     type Outputs: IntoGraphOutputs;
     /// Build the graph body; runs with the new graph as the current graph.
+    /// See the [trait documentation](Module) for an example.
     fn build(&mut self, inputs: Self::Inputs) -> Result<Self::Outputs>;
 }
 
@@ -331,18 +360,41 @@ pub trait Module {
 /// assert_eq!(GraphFunction::graph_name(&double), "double");
 /// ```
 pub trait GraphFunction<Marker> {
-    /// Default name of the created graph (the function or module type name).
+    /// Default name of the created graph (the function or module type name;
+    /// `graph` for closures).
+    ///
+    /// ```
+    /// use popxl::{GraphFunction, Tensor};
+    /// assert_eq!(GraphFunction::graph_name(&|x: Tensor| -x), "graph");
+    /// ```
     fn graph_name(&self) -> String;
     /// Number of traced arguments taken (`None`: any number).
+    ///
+    /// ```
+    /// use popxl::{GraphFunction, Tensor};
+    /// assert_eq!(GraphFunction::arity(&|a: Tensor, b: Tensor| &a + &b), Some(2));
+    /// ```
     fn arity(&self) -> Option<usize>;
-    /// Build the body from the traced inputs; returns the outputs.
+    /// Build the body from the traced inputs (called with the new graph as the
+    /// current graph); returns the outputs.
+    ///
+    /// ```
+    /// use popxl::{GraphFunction, Tensor};
+    /// let ir = popxl::Ir::new();
+    /// let g = ir.create_empty_graph("g").unwrap();
+    /// let _c = g.enter();
+    /// let mut f = || popxl::constant(1.0f32, "one");
+    /// assert_eq!(f.build_graph(Vec::new()).unwrap()[0].name(), "one");
+    /// ```
     fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>>;
 }
 
 /// The last path segment of a type name, without references and generics;
 /// closures get `graph`.
 fn short_type_name<T: ?Sized>() -> String {
-    let full = std::any::type_name::<T>().trim_start_matches('&').trim_start_matches("mut ");
+    let full = std::any::type_name::<T>()
+        .trim_start_matches('&')
+        .trim_start_matches("mut ");
     let no_generics = full.split('<').next().unwrap_or(full);
     let last = no_generics.rsplit("::").next().unwrap_or(no_generics);
     if last.is_empty() || last.contains('{') {
@@ -364,7 +416,8 @@ impl<M: Module> GraphFunction<ModuleMarker> for &mut M {
         M::Inputs::arity()
     }
     fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        self.build(M::Inputs::from_graph_inputs(inputs))?.into_graph_outputs()
+        self.build(M::Inputs::from_graph_inputs(inputs))?
+            .into_graph_outputs()
     }
 }
 

@@ -87,7 +87,10 @@ pub(crate) fn enter_graph(g: &Graph) -> GraphContext {
         c.graphs.push((t, g.clone()));
         t
     });
-    GraphContext { token, _not_send: PhantomData }
+    GraphContext {
+        token,
+        _not_send: PhantomData,
+    }
 }
 
 /// The innermost current graph, if any graph context is active.
@@ -107,7 +110,9 @@ pub(crate) fn try_current_graph() -> Option<Graph> {
 /// });
 /// ```
 pub fn current_graph() -> Result<Graph> {
-    try_current_graph().ok_or_else(|| PopXlError::NoGraphContext { what: "current_graph".into() })
+    try_current_graph().ok_or_else(|| PopXlError::NoGraphContext {
+        what: "current_graph".into(),
+    })
 }
 
 /// The main graph of the current graph's IR (PopXL's `gmg()`).
@@ -130,7 +135,9 @@ pub fn current_main_graph() -> Result<Graph> {
 /// assert_eq!(popxl::current_ir().unwrap().id(), ir.id());
 /// ```
 pub fn current_ir() -> Result<Ir> {
-    let g = try_current_graph().ok_or_else(|| PopXlError::NoGraphContext { what: "current_ir".into() })?;
+    let g = try_current_graph().ok_or_else(|| PopXlError::NoGraphContext {
+        what: "current_ir".into(),
+    })?;
     g.ir()
 }
 
@@ -172,18 +179,32 @@ pub struct SequenceContext {
 pub fn in_sequence(enabled: bool) -> SequenceContext {
     let token = with_ctx(|c| {
         let token = c.token();
-        let must_follow = c.sequences.last().map(|p| p.must_follow.clone()).unwrap_or_default();
-        c.sequences.push(SeqFrame { token, enabled, must_follow, tail: HashMap::new() });
+        let must_follow = c
+            .sequences
+            .last()
+            .map(|p| p.must_follow.clone())
+            .unwrap_or_default();
+        c.sequences.push(SeqFrame {
+            token,
+            enabled,
+            must_follow,
+            tail: HashMap::new(),
+        });
         token
     });
-    SequenceContext { token, _not_send: PhantomData }
+    SequenceContext {
+        token,
+        _not_send: PhantomData,
+    }
 }
 
 impl Drop for SequenceContext {
     fn drop(&mut self) {
         let token = self.token;
         with_ctx(|c| {
-            let Some(i) = c.sequences.iter().rposition(|f| f.token == token) else { return };
+            let Some(i) = c.sequences.iter().rposition(|f| f.token == token) else {
+                return;
+            };
             let frame = c.sequences.remove(i);
             // The parent is the frame below the removed one (if it was the innermost).
             if i == 0 || i != c.sequences.len() {
@@ -208,7 +229,9 @@ impl Drop for SequenceContext {
 /// Record the creation of `op` in graph `(ir, graph)`; returns the ops it must follow.
 pub(crate) fn on_op_created(ir: u64, graph: GraphId, op: OpId) -> Vec<OpId> {
     with_ctx(|c| {
-        let Some(frame) = c.sequences.last_mut() else { return Vec::new() };
+        let Some(frame) = c.sequences.last_mut() else {
+            return Vec::new();
+        };
         let key = (ir, graph);
         let before = frame.must_follow.get(&key).cloned().unwrap_or_default();
         if frame.enabled {
@@ -251,7 +274,10 @@ pub fn name_scope(name: &str) -> NameScope {
         c.scopes.push((t, name.to_string()));
         t
     });
-    NameScope { token, _not_send: PhantomData }
+    NameScope {
+        token,
+        _not_send: PhantomData,
+    }
 }
 
 impl Drop for NameScope {

@@ -37,7 +37,9 @@ pub enum PopXlError {
         what: String,
     },
     /// An operation that needs a current graph was called outside any graph context.
-    #[error("`{what}` needs a current graph: enter one first (`let _g = ir.main_graph().enter();`)")]
+    #[error(
+        "`{what}` needs a current graph: enter one first (`let _g = ir.main_graph().enter();`)"
+    )]
     NoGraphContext {
         /// The operation attempted.
         what: String,
@@ -115,18 +117,20 @@ pub enum PopXlError {
         graph: String,
     },
     /// A parent tensor whose shape or type does not match the graph input it feeds.
-    #[error("input `{input}` of graph `{graph}` is {expected} but parent tensor `{parent}` is {got}")]
+    #[error(
+        "input `{input}` of graph `{graph}` is {expected} but parent tensor `{parent}` is {got}"
+    )]
     CallInputMismatch {
         /// Called graph.
         graph: String,
         /// Graph input name.
         input: String,
         /// Graph input spec.
-        expected: TensorSpec,
+        expected: Box<TensorSpec>,
         /// Parent tensor name.
         parent: String,
         /// Parent tensor spec.
-        got: TensorSpec,
+        got: Box<TensorSpec>,
     },
     /// A graph calling itself.
     #[error("graph `{graph}` cannot call itself")]
@@ -187,7 +191,9 @@ pub enum PopXlError {
         tensor_shape: Vec<usize>,
     },
     /// `host_store` of a tensor whose data type differs from the stream's.
-    #[error("host_store: tensor `{tensor}` is {tensor_dtype} but stream `{stream}` is {stream_dtype}")]
+    #[error(
+        "host_store: tensor `{tensor}` is {tensor_dtype} but stream `{stream}` is {stream_dtype}"
+    )]
     HostStoreDtypeMismatch {
         /// Stream name.
         stream: String,
@@ -219,7 +225,9 @@ pub enum PopXlError {
         tensor_graph: String,
     },
     /// A tensor that is neither an input nor an output of a call site.
-    #[error("tensor `{tensor}` is not an input or output of the call of graph `{graph}` by op `{op}`")]
+    #[error(
+        "tensor `{tensor}` is not an input or output of the call of graph `{graph}` by op `{op}`"
+    )]
     NotACallSiteTensor {
         /// The tensor.
         tensor: String,
@@ -241,7 +249,21 @@ pub enum PopXlError {
     /// An argument with an invalid value; the message says which and why.
     #[error("{0}")]
     InvalidArgument(String),
+    /// `transforms::autodiff` could not differentiate a graph, or a `GradGraphInfo`
+    /// does not fit a call site.
+    #[error(transparent)]
+    Autodiff(#[from] popart_transforms::autodiff::AutodiffError),
 }
 
 /// Result alias of this crate.
+///
+/// ```
+/// fn build() -> popxl::Result<()> {
+///     let ir = popxl::Ir::new();
+///     let _g = ir.main_graph().enter();
+///     popxl::variable(1.0f32, "w")?;
+///     Ok(())
+/// }
+/// build().unwrap();
+/// ```
 pub type Result<T, E = PopXlError> = std::result::Result<T, E>;

@@ -70,29 +70,43 @@ macro_rules! for_each_variant {
     };
 }
 
-/// An element type that [`HostArray`] can hold.
+/// An element type that [`HostArray`] can hold (sealed: the twelve types of
+/// [`DataType`]).
 ///
 /// ```
 /// use popxl::{DataType, HostElement};
 /// assert_eq!(<f32 as HostElement>::DTYPE, DataType::Float32);
+/// assert_eq!(<half::f16 as HostElement>::DTYPE, DataType::Float16);
 /// ```
-pub trait HostElement: Copy + 'static {
+pub trait HostElement: sealed::Element {
     /// The matching IR data type.
     const DTYPE: DataType;
-    /// Wrap an array of this element type.
-    fn wrap(a: ArrayD<Self>) -> HostArray;
-    /// The array inside `h` if it holds this element type.
-    fn unwrap_ref(h: &HostArray) -> Option<&ArrayD<Self>>;
-    /// Append the little-endian bytes of `self`.
-    fn push_le(self, out: &mut Vec<u8>);
-    /// Read one element from exactly `size_bytes` little-endian bytes.
-    fn read_le(b: &[u8]) -> Self;
 }
+
+mod sealed {
+    use super::*;
+
+    /// Conversions between elements, arrays and little-endian bytes.
+    pub trait Element: Copy + 'static {
+        /// Wrap an array of this element type.
+        fn wrap(a: ArrayD<Self>) -> HostArray;
+        /// The array inside `h` if it holds this element type.
+        fn unwrap_ref(h: &HostArray) -> Option<&ArrayD<Self>>;
+        /// Append the little-endian bytes of `self`.
+        fn push_le(self, out: &mut Vec<u8>);
+        /// Read one element from exactly its size in little-endian bytes.
+        fn read_le(b: &[u8]) -> Self;
+    }
+}
+use sealed::Element;
 
 macro_rules! host_element {
     ($($t:ty => $variant:ident, $dtype:ident, $as_ref:ident);* $(;)?) => {$(
         impl HostElement for $t {
             const DTYPE: DataType = DataType::$dtype;
+        }
+
+        impl Element for $t {
             fn wrap(a: ArrayD<Self>) -> HostArray {
                 HostArray::$variant(a)
             }
@@ -140,7 +154,7 @@ macro_rules! host_element {
         impl HostArray {
             #[doc = concat!("The `", stringify!($t), "` array, if this holds `", stringify!($t), "` elements.")]
             pub fn $as_ref(&self) -> Option<&ArrayD<$t>> {
-                <$t as HostElement>::unwrap_ref(self)
+                <$t as Element>::unwrap_ref(self)
             }
         }
     )*};
@@ -162,6 +176,9 @@ host_element! {
 
 impl HostElement for bool {
     const DTYPE: DataType = DataType::Bool;
+}
+
+impl Element for bool {
     fn wrap(a: ArrayD<Self>) -> HostArray {
         HostArray::Bool(a)
     }
@@ -304,7 +321,8 @@ impl HostArray {
                 )));
             }
             let v: Vec<T> = t.bytes.chunks_exact(sz).map(T::read_le).collect();
-            let a = ArrayD::from_shape_vec(IxDyn(&t.info.shape), v).expect("element count matches the shape");
+            let a = ArrayD::from_shape_vec(IxDyn(&t.info.shape), v)
+                .expect("element count matches the shape");
             Ok(T::wrap(a))
         }
         match t.info.dtype {
@@ -409,7 +427,11 @@ mod tests {
             HostArray::from(array![65535u16, 2, 3]),
             HostArray::from(array![u32::MAX, 2, 3]),
             HostArray::from(array![u64::MAX, 2, 3]),
-            HostArray::from(array![f16::from_f32(0.5), f16::from_f32(-2.0), f16::from_f32(3.25)]),
+            HostArray::from(array![
+                f16::from_f32(0.5),
+                f16::from_f32(-2.0),
+                f16::from_f32(3.25)
+            ]),
             HostArray::from(array![0.5f32, -2.0, 3.25]),
             HostArray::from(array![0.1f64, -2.0, 1e300]),
         ];
@@ -425,14 +447,23 @@ mod tests {
     fn bytes_are_little_endian_row_major_even_for_transposed_views() {
         let a = array![[1i32, 2], [3, 4]];
         let t = HostArray::from(a.t().to_owned()).to_host_tensor();
-        let expected: Vec<u8> = [1i32, 3, 2, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let expected: Vec<u8> = [1i32, 3, 2, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         assert_eq!(t.bytes, expected);
     }
 
     #[test]
     fn wrong_byte_count_is_an_error() {
-        let t = HostTensor { info: TensorInfo::new(DataType::Float32, [2]), bytes: vec![0; 3] };
-        assert!(matches!(HostArray::from_host_tensor(&t), Err(PopXlError::InvalidArgument(_))));
+        let t = HostTensor {
+            info: TensorInfo::new(DataType::Float32, [2]),
+            bytes: vec![0; 3],
+        };
+        assert!(matches!(
+            HostArray::from_host_tensor(&t),
+            Err(PopXlError::InvalidArgument(_))
+        ));
     }
 
     #[test]

@@ -2,21 +2,28 @@
 
 use ndarray::{Array1, Array2};
 use popart_ir::{OpId, TensorKind};
-use popxl::{ops, float32, Ir, Module, Tensor, TensorSpec};
+use popxl::{float32, ops, Ir, Module, Tensor, TensorSpec};
 
 /// (before, after) op names of every topological constraint of `graph`.
 fn topo_cons(ir: &Ir, graph: &popxl::Graph) -> Vec<(String, String)> {
     ir.with_ir(|core| {
         let g = core.graph(graph.id()).unwrap();
         let name = |o: OpId| g.op(o).unwrap().name.clone();
-        let mut v: Vec<_> = g.topo_cons().edges().map(|(a, b, _)| (name(a), name(b))).collect();
+        let mut v: Vec<_> = g
+            .topo_cons()
+            .edges()
+            .map(|(a, b, _)| (name(a), name(b)))
+            .collect();
         v.sort();
         v
     })
 }
 
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut v: Vec<_> = v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let mut v: Vec<_> = v
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     v.sort();
     v
 }
@@ -58,10 +65,16 @@ fn guards_dropped_out_of_order_remove_their_own_entry() {
 #[test]
 fn ops_without_context_go_into_their_inputs_graph() {
     let ir = Ir::new();
-    let x = ir.main_graph().with(|| popxl::variable(1.0f32, "x")).unwrap();
+    let x = ir
+        .main_graph()
+        .with(|| popxl::variable(1.0f32, "x"))
+        .unwrap();
     let y = &x + 1.0;
     assert_eq!(y.graph(), ir.main_graph());
-    assert_eq!(ir.main_graph().constants().unwrap()[0].graph(), ir.main_graph());
+    assert_eq!(
+        ir.main_graph().constants().unwrap()[0].graph(),
+        ir.main_graph()
+    );
 }
 
 #[test]
@@ -77,7 +90,10 @@ fn in_sequence_chains_ops_in_creation_order() {
         ops::sin(&x).unwrap();
     }
     ops::cos(&x).unwrap(); // outside: unconstrained
-    assert_eq!(topo_cons(&ir, &main), pairs(&[("Relu", "Exp"), ("Exp", "Sin")]));
+    assert_eq!(
+        topo_cons(&ir, &main),
+        pairs(&[("Relu", "Exp"), ("Exp", "Sin")])
+    );
     ir.with_ir(|core| {
         let order: Vec<String> = core
             .main_graph()
@@ -107,7 +123,43 @@ fn in_sequence_false_block_is_one_unit() {
     ops::cos(&x).unwrap();
     assert_eq!(
         topo_cons(&ir, &main),
-        pairs(&[("Relu", "Exp"), ("Relu", "Sin"), ("Exp", "Cos"), ("Sin", "Cos")])
+        pairs(&[
+            ("Relu", "Exp"),
+            ("Relu", "Sin"),
+            ("Exp", "Cos"),
+            ("Sin", "Cos")
+        ])
+    );
+}
+
+#[test]
+fn nested_in_sequence_true_continues_the_chain() {
+    let ir = Ir::new();
+    let main = ir.main_graph();
+    let _g = main.enter();
+    let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
+    let _s = popxl::in_sequence(true);
+    ops::relu(&x).unwrap();
+    {
+        let _u = popxl::in_sequence(false);
+        ops::exp(&x).unwrap();
+        {
+            let _v = popxl::in_sequence(true);
+            ops::sin(&x).unwrap();
+            ops::cos(&x).unwrap();
+        }
+    }
+    ops::abs(&x).unwrap();
+    // Exp and the (Sin -> Cos) chain form the unordered unit between Relu and Abs.
+    assert_eq!(
+        topo_cons(&ir, &main),
+        pairs(&[
+            ("Relu", "Exp"),
+            ("Relu", "Sin"),
+            ("Sin", "Cos"),
+            ("Exp", "Abs"),
+            ("Cos", "Abs")
+        ])
     );
 }
 
@@ -119,7 +171,13 @@ fn in_sequence_is_per_graph() {
     let _s = popxl::in_sequence(true);
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
     ops::relu(&x).unwrap();
-    let g = ir.create_graph_named("sub", |x: Tensor| (ops::exp(&x).unwrap(), ops::sin(&x).unwrap()), &x).unwrap();
+    let g = ir
+        .create_graph_named(
+            "sub",
+            |x: Tensor| (ops::exp(&x).unwrap(), ops::sin(&x).unwrap()),
+            &x,
+        )
+        .unwrap();
     ops::call(&g, &[&x], &[]).unwrap();
     assert_eq!(topo_cons(&ir, &main), pairs(&[("Relu", "Call")]));
     assert_eq!(topo_cons(&ir, &g), pairs(&[("Exp", "Sin")]));
@@ -159,12 +217,24 @@ fn user_names_are_exact_and_made_unique_when_taken() {
 fn variables_downcast_64_bit_data_like_popxl() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
-    assert_eq!(popxl::variable(Array1::<f64>::ones(2), "a").unwrap().dtype(), popxl::float32);
+    assert_eq!(
+        popxl::variable(Array1::<f64>::ones(2), "a")
+            .unwrap()
+            .dtype(),
+        popxl::float32
+    );
     assert_eq!(popxl::variable(1i64, "b").unwrap().dtype(), popxl::int32);
     assert_eq!(popxl::variable(1u64, "c").unwrap().dtype(), popxl::uint32);
-    assert_eq!(popxl::variable_as(1.0, popxl::float64, "d").unwrap().dtype(), popxl::float64);
+    assert_eq!(
+        popxl::variable_as(1.0, popxl::float64, "d")
+            .unwrap()
+            .dtype(),
+        popxl::float64
+    );
     let w = popxl::variable(ndarray::array![[1.5f64, 2.5]], "w").unwrap();
-    let TensorKind::Variable(data) = w.kind().unwrap() else { panic!() };
+    let TensorKind::Variable(data) = w.kind().unwrap() else {
+        panic!()
+    };
     assert_eq!(data.info.to_string(), "float32[1,2]");
     assert_eq!(data.to_f64_vec(), vec![1.5, 2.5]);
 }
@@ -188,7 +258,10 @@ fn streams_are_always_in_the_main_graph() {
         .unwrap();
     let s = stream.unwrap();
     assert_eq!(s.tensor().graph(), ir.main_graph());
-    assert_eq!(s.tensor().kind().unwrap(), TensorKind::Stream(popart_ir::StreamDirection::DeviceToHost));
+    assert_eq!(
+        s.tensor().kind().unwrap(),
+        TensorKind::Stream(popart_ir::StreamDirection::DeviceToHost)
+    );
     assert_eq!(g.num_ops().unwrap(), 2); // HostStore and Neg live in the subgraph
 }
 
@@ -196,11 +269,23 @@ fn streams_are_always_in_the_main_graph() {
 fn create_graph_from_specs_names_inputs_argi() {
     let ir = Ir::new();
     let g = ir
-        .create_graph(|a: Tensor, b: Tensor| a.matmul(&b), (TensorSpec::new([2, 3], float32), TensorSpec::new([3], float32)))
+        .create_graph(
+            |a: Tensor, b: Tensor| a.matmul(&b),
+            (
+                TensorSpec::new([2, 3], float32),
+                TensorSpec::new([3], float32),
+            ),
+        )
         .unwrap();
     let inputs = g.inputs().unwrap();
-    assert_eq!(inputs.iter().map(Tensor::name).collect::<Vec<_>>(), ["arg0", "arg1"]);
-    assert_eq!(g.outputs().unwrap()[0].spec(), TensorSpec::new([2], float32));
+    assert_eq!(
+        inputs.iter().map(Tensor::name).collect::<Vec<_>>(),
+        ["arg0", "arg1"]
+    );
+    assert_eq!(
+        g.outputs().unwrap()[0].spec(),
+        TensorSpec::new([2], float32)
+    );
     assert_eq!(g.name(), "graph");
 }
 
@@ -224,7 +309,12 @@ fn variadic_graph_functions_and_graph_input_ordering() {
             vec![&x, &y],
         )
         .unwrap();
-    let names: Vec<String> = g.inputs().unwrap().iter().map(|t| t.name().to_string()).collect();
+    let names: Vec<String> = g
+        .inputs()
+        .unwrap()
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect();
     assert_eq!(names, ["x", "y", "extra"]);
 }
 
@@ -256,12 +346,29 @@ fn module_graphs_keep_their_inputs_on_self() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let x = popxl::variable(Array2::<f32>::ones((4, 3)), "x").unwrap();
-    let mut with_bias = Linear { out_features: 2, bias: true, w: None, b: None };
-    let mut no_bias = Linear { out_features: 5, bias: false, w: None, b: None };
+    let mut with_bias = Linear {
+        out_features: 2,
+        bias: true,
+        w: None,
+        b: None,
+    };
+    let mut no_bias = Linear {
+        out_features: 5,
+        bias: false,
+        w: None,
+        b: None,
+    };
     let g1 = ir.create_graph(&mut with_bias, &x).unwrap();
     let g2 = ir.create_graph(&mut no_bias, &x).unwrap();
     assert_eq!((g1.name(), g2.name()), ("Linear", "Linear_1"));
-    assert_eq!(g1.inputs().unwrap(), vec![g1.inputs().unwrap()[0].clone(), with_bias.w.clone().unwrap(), with_bias.b.clone().unwrap()]);
+    assert_eq!(
+        g1.inputs().unwrap(),
+        vec![
+            g1.inputs().unwrap()[0].clone(),
+            with_bias.w.clone().unwrap(),
+            with_bias.b.clone().unwrap()
+        ]
+    );
     assert_eq!(g2.inputs().unwrap().len(), 2);
     assert!(no_bias.b.is_none());
     assert_eq!(g1.outputs().unwrap()[0].shape(), &[4, 2]);
@@ -288,7 +395,10 @@ fn call_site_info_maps_and_modifies() {
         .unwrap();
     let info = ops::call_with_info(&g, &[&x, &v], &[]).unwrap();
     assert_eq!(info.inputs().unwrap(), vec![x.clone(), v.clone()]);
-    let (gx, gv) = (g.inputs().unwrap()[0].clone(), g.inputs().unwrap()[1].clone());
+    let (gx, gv) = (
+        g.inputs().unwrap()[0].clone(),
+        g.inputs().unwrap()[1].clone(),
+    );
     assert_eq!(info.parent_to_graph(&v).unwrap(), gv);
     assert_eq!(info.graph_to_parent(&gx).unwrap(), x);
     let out = info.parent_output(0).unwrap();
@@ -298,10 +408,18 @@ fn call_site_info_maps_and_modifies() {
     info.set_parent_input_modified(&gx).unwrap();
     info.set_parent_input_modified(&x).unwrap();
     assert_eq!(info.modified_inputs().unwrap(), vec![0]);
-    let flags = ir.with_ir(|core| core.main_graph().op(info.op_id()).unwrap().modified_inputs());
+    let flags = ir.with_ir(|core| {
+        core.main_graph()
+            .op(info.op_id())
+            .unwrap()
+            .modified_inputs()
+    });
     assert_eq!(flags, vec![0]);
     let stranger = popxl::constant(1.0f32, "stranger").unwrap();
-    assert!(matches!(info.set_parent_input_modified(&stranger), Err(popxl::PopXlError::NotACallSiteTensor { .. })));
+    assert!(matches!(
+        info.set_parent_input_modified(&stranger),
+        Err(popxl::PopXlError::NotACallSiteTensor { .. })
+    ));
     ir.with_ir(|core| core.verify()).unwrap();
 }
 
@@ -312,7 +430,9 @@ fn repeat_op_carries_count_and_graph() {
     let _g = main.enter();
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
     let v = popxl::variable(Array1::<f32>::ones(2), "v").unwrap();
-    let g = ir.create_graph_named("inc", |x: Tensor, v: Tensor| &x + &v, (&x, &v)).unwrap();
+    let g = ir
+        .create_graph_named("inc", |x: Tensor, v: Tensor| &x + &v, (&x, &v))
+        .unwrap();
     let out = ops::repeat(&g, 3, &[&x, &v], &[]).unwrap();
     assert_eq!(out.len(), 1);
     ir.with_ir(|core| {
@@ -335,7 +455,10 @@ fn graph_queries() {
     let y = &x * &c;
     assert_eq!(main.variables().unwrap(), vec![x.clone()]);
     assert_eq!(main.constants().unwrap(), vec![c.clone()]);
-    assert_eq!(main.tensors().unwrap(), vec![x.clone(), c.clone(), y.clone()]);
+    assert_eq!(
+        main.tensors().unwrap(),
+        vec![x.clone(), c.clone(), y.clone()]
+    );
     assert_eq!(main.get_tensor("Mul:0").unwrap(), y);
     assert!(main.contains(&y));
     assert!(main.is_main());

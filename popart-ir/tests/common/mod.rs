@@ -10,7 +10,11 @@ pub fn f32i(shape: &[usize]) -> TensorInfo {
 
 /// Create an op with no attributes and return (op, output 0).
 pub fn op1(ir: &mut Ir, g: GraphId, ty: &str, inputs: &[TensorId], name: &str) -> (OpId, TensorId) {
-    let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+    let ins: Vec<(u32, TensorId)> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| (i as u32, t))
+        .collect();
     let op = ir.create_op(g, ty, Attributes::new(), &ins, name).unwrap();
     let out = ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap();
     (op, out)
@@ -34,7 +38,12 @@ pub fn assert_real_cycle(g: &Graph, names: &[String]) {
     let ids: Vec<OpId> = names.iter().map(|n| g.op_by_name(n).unwrap().id).collect();
     for k in 0..ids.len() {
         let (a, b) = (ids[k], ids[(k + 1) % ids.len()]);
-        assert!(has_edge(g, a, b), "no edge {} -> {} in reported cycle {names:?}", names[k], names[(k + 1) % ids.len()]);
+        assert!(
+            has_edge(g, a, b),
+            "no edge {} -> {} in reported cycle {names:?}",
+            names[k],
+            names[(k + 1) % ids.len()]
+        );
     }
     let mut sorted = names.to_vec();
     sorted.sort();

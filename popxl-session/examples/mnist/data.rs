@@ -40,7 +40,7 @@ fn read_maybe_gz(dir: &Path, stem: &str) -> io::Result<Vec<u8>> {
 }
 
 /// Parse an IDX file: returns its dims and the payload bytes (ubyte data only).
-fn parse_idx(raw: &[u8], what: &str) -> io::Result<(Vec<usize>, &[u8])> {
+fn parse_idx<'a>(raw: &'a [u8], what: &str) -> io::Result<(Vec<usize>, &'a [u8])> {
     let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {m}"));
     if raw.len() < 4 || raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 {
         return Err(bad("not an unsigned-byte IDX file".into()));

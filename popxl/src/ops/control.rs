@@ -11,10 +11,15 @@ use crate::{Graph, PopXlError, Result, Tensor, TensorSpec};
 /// Check `called` can be called from `parent`.
 fn check_callable(called: &Graph, parent: &Graph, what: &str) -> Result<()> {
     if called.ir_id != parent.ir_id {
-        return Err(PopXlError::ForeignIr { name: called.name().to_string(), what: what.to_string() });
+        return Err(PopXlError::ForeignIr {
+            name: called.name().to_string(),
+            what: what.to_string(),
+        });
     }
     if called.id == parent.id {
-        return Err(PopXlError::RecursiveCall { graph: called.name().to_string() });
+        return Err(PopXlError::RecursiveCall {
+            graph: called.name().to_string(),
+        });
     }
     Ok(())
 }
@@ -66,18 +71,24 @@ fn resolve_inputs(
         .map(|(_, g)| g.name().to_string())
         .collect();
     if !missing.is_empty() {
-        return Err(PopXlError::MissingCallInputs { graph: called.name().to_string(), missing });
+        return Err(PopXlError::MissingCallInputs {
+            graph: called.name().to_string(),
+            missing,
+        });
     }
-    let parents: Vec<Tensor> = slots.into_iter().map(|s| s.expect("checked above")).collect();
+    let parents: Vec<Tensor> = slots
+        .into_iter()
+        .map(|s| s.expect("checked above"))
+        .collect();
     for (p, g) in parents.iter().zip(&graph_inputs) {
         check_in_graph(p, parent, what)?;
         if p.info() != g.info() {
             return Err(PopXlError::CallInputMismatch {
                 graph: called.name().to_string(),
                 input: g.name().to_string(),
-                expected: g.spec(),
+                expected: Box::new(g.spec()),
                 parent: p.name().to_string(),
-                got: p.spec(),
+                got: Box::new(p.spec()),
             });
         }
     }
@@ -85,8 +96,16 @@ fn resolve_inputs(
 }
 
 /// The graph a call-like op goes into.
-fn parent_graph(inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)], what: &str) -> Result<Graph> {
-    let all: Vec<&Tensor> = inputs.iter().copied().chain(inputs_dict.iter().map(|(_, p)| *p)).collect();
+fn parent_graph(
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+    what: &str,
+) -> Result<Graph> {
+    let all: Vec<&Tensor> = inputs
+        .iter()
+        .copied()
+        .chain(inputs_dict.iter().map(|(_, p)| *p))
+        .collect();
     target_graph(&all, what)
 }
 
@@ -116,7 +135,11 @@ fn parent_graph(inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)], what: &s
 /// assert_eq!(o2[0].shape(), &[2]);
 /// assert!(ops::call(&g, &[&x], &[]).is_err()); // `value` is missing
 /// ```
-pub fn call(graph: &Graph, inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)]) -> Result<Vec<Tensor>> {
+pub fn call(
+    graph: &Graph,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+) -> Result<Vec<Tensor>> {
     Ok(create_call(graph, inputs, inputs_dict, "call")?.outputs)
 }
 
@@ -128,7 +151,9 @@ fn create_call(
 ) -> Result<super::CreatedOp> {
     let parent = parent_graph(inputs, inputs_dict, what)?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, what)?;
-    let mut spec = OpSpec::new(what, "Call").attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
+    let mut spec = OpSpec::new(what, "Call")
+        .attr("graph", AttrValue::Graph(graph.id))
+        .in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(i as u32, p);
     }
@@ -148,9 +173,17 @@ fn create_call(
 /// assert_eq!(info.parent_input(0).unwrap(), x);
 /// assert_eq!(info.outputs().unwrap().len(), 1);
 /// ```
-pub fn call_with_info(graph: &Graph, inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)]) -> Result<CallSiteInfo> {
+pub fn call_with_info(
+    graph: &Graph,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+) -> Result<CallSiteInfo> {
     let created = create_call(graph, inputs, inputs_dict, "call_with_info")?;
-    Ok(CallSiteInfo { parent: created.graph, op: created.op, called: graph.clone() })
+    Ok(CallSiteInfo {
+        parent: created.graph,
+        op: created.op,
+        called: graph.clone(),
+    })
 }
 
 /// A call site: the `Call` op, its graph and the graph it calls (PopXL's `CallSiteInfo`).
@@ -181,7 +214,12 @@ pub struct CallSiteInfo {
 
 impl fmt::Debug for CallSiteInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CallSiteInfo({} calls {})", self.parent.name(), self.called.name())
+        write!(
+            f,
+            "CallSiteInfo({} calls {})",
+            self.parent.name(),
+            self.called.name()
+        )
     }
 }
 
@@ -203,12 +241,22 @@ impl CallSiteInfo {
         let called = graph.read(|g| -> Result<_> {
             let o = g.op(op)?;
             if o.op_type() != "Call" {
-                return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
+                return Err(PopXlError::InvalidArgument(format!(
+                    "op `{}` is a {}, not a Call",
+                    o.name,
+                    o.op_type()
+                )));
             }
-            Ok(o.attrs.graph("graph").expect("a Call op has a graph attribute"))
+            Ok(o.attrs
+                .graph("graph")
+                .expect("a Call op has a graph attribute"))
         })??;
         let called = graph.ir()?.graph_handle(called);
-        Ok(CallSiteInfo { parent: graph.clone(), op, called })
+        Ok(CallSiteInfo {
+            parent: graph.clone(),
+            op,
+            called,
+        })
     }
 
     /// The graph being called.
@@ -261,7 +309,9 @@ impl CallSiteInfo {
         let g = st.ir.graph(self.parent.id)?;
         let op = g.op(self.op)?;
         let map = if outputs { op.outputs() } else { op.inputs() };
-        map.tensors().map(|t| Ok(Tensor::from_core(&self.parent, g.tensor(t)?))).collect()
+        map.tensors()
+            .map(|t| Ok(Tensor::from_core(&self.parent, g.tensor(t)?)))
+            .collect()
     }
 
     /// The parent tensors passed as inputs, in graph-input order.
@@ -307,7 +357,11 @@ impl CallSiteInfo {
     pub fn parent_input(&self, index: usize) -> Result<Tensor> {
         let v = self.inputs()?;
         let len = v.len();
-        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange { what: "call input".into(), index, len })
+        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange {
+            what: "call input".into(),
+            index,
+            len,
+        })
     }
 
     /// The parent tensor holding graph output `index`.
@@ -324,12 +378,25 @@ impl CallSiteInfo {
     pub fn parent_output(&self, index: usize) -> Result<Tensor> {
         let v = self.outputs()?;
         let len = v.len();
-        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange { what: "call output".into(), index, len })
+        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange {
+            what: "call output".into(),
+            index,
+            len,
+        })
     }
 
     fn not_here(&self, t: &Tensor) -> PopXlError {
-        let op = self.parent.read(|g| g.op(self.op).map(|o| o.name.clone())).ok().and_then(|r| r.ok()).unwrap_or_default();
-        PopXlError::NotACallSiteTensor { tensor: t.name().to_string(), graph: self.called.name().to_string(), op }
+        let op = self
+            .parent
+            .read(|g| g.op(self.op).map(|o| o.name.clone()))
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default();
+        PopXlError::NotACallSiteTensor {
+            tensor: t.name().to_string(),
+            graph: self.called.name().to_string(),
+            op,
+        }
     }
 
     /// The called graph's input (or output) connected to parent tensor `t`
@@ -405,8 +472,14 @@ impl CallSiteInfo {
         let i = self.input_index(t)? as i64;
         let st = self.parent.state()?;
         let mut st = st.borrow_mut();
-        let attrs = st.building("set_parent_input_modified")?.graph_mut(self.parent.id)?.op_attrs_mut(self.op)?;
-        let mut modified = attrs.ints("modified").map(<[i64]>::to_vec).unwrap_or_default();
+        let attrs = st
+            .building("set_parent_input_modified")?
+            .graph_mut(self.parent.id)?
+            .op_attrs_mut(self.op)?;
+        let mut modified = attrs
+            .ints("modified")
+            .map(<[i64]>::to_vec)
+            .unwrap_or_default();
         if !modified.contains(&i) {
             modified.push(i);
             modified.sort_unstable();
@@ -428,7 +501,13 @@ impl CallSiteInfo {
     pub fn modified_inputs(&self) -> Result<Vec<usize>> {
         self.parent.read(|g| -> Result<Vec<usize>> {
             let op = g.op(self.op)?;
-            Ok(op.attrs.ints("modified").unwrap_or(&[]).iter().map(|&i| i as usize).collect())
+            Ok(op
+                .attrs
+                .ints("modified")
+                .unwrap_or(&[])
+                .iter()
+                .map(|&i| i as usize)
+                .collect())
         })?
     }
 }
@@ -460,7 +539,9 @@ pub fn repeat(
     inputs_dict: &[(&Tensor, &Tensor)],
 ) -> Result<Vec<Tensor>> {
     if count == 0 {
-        return Err(PopXlError::RepeatCountZero { graph: graph.name().to_string() });
+        return Err(PopXlError::RepeatCountZero {
+            graph: graph.name().to_string(),
+        });
     }
     let (ins, outs) = (graph.inputs()?, graph.outputs()?);
     if outs.len() > ins.len() {
@@ -525,7 +606,11 @@ impl<'a> Branch<'a> {
     /// assert!(b.inputs_dict.is_empty());
     /// ```
     pub fn new(graph: &'a Graph, inputs: &'a [&'a Tensor]) -> Self {
-        Branch { graph, inputs, inputs_dict: &[] }
+        Branch {
+            graph,
+            inputs,
+            inputs_dict: &[],
+        }
     }
 
     /// The same branch with `inputs_dict`.
@@ -584,8 +669,16 @@ pub fn conditional(
     }
     conditional_branches(
         condition,
-        Branch { graph: then_graph, inputs, inputs_dict: &then_dict },
-        Branch { graph: else_graph, inputs, inputs_dict: &else_dict },
+        Branch {
+            graph: then_graph,
+            inputs,
+            inputs_dict: &then_dict,
+        },
+        Branch {
+            graph: else_graph,
+            inputs,
+            inputs_dict: &else_dict,
+        },
     )
 }
 
@@ -604,19 +697,42 @@ pub fn conditional(
 /// let out = ops::conditional_branches(&c, Branch::new(&then_g, &[&y]), Branch::new(&else_g, &[&x, &y])).unwrap();
 /// assert_eq!(out.len(), 1);
 /// ```
-pub fn conditional_branches(condition: &Tensor, then_branch: Branch<'_>, else_branch: Branch<'_>) -> Result<Vec<Tensor>> {
+pub fn conditional_branches(
+    condition: &Tensor,
+    then_branch: Branch<'_>,
+    else_branch: Branch<'_>,
+) -> Result<Vec<Tensor>> {
     let mut all: Vec<&Tensor> = vec![condition];
     for b in [&then_branch, &else_branch] {
         all.extend(b.inputs.iter().copied());
         all.extend(b.inputs_dict.iter().map(|(_, p)| *p));
     }
     let parent = target_graph(&all, "conditional")?;
-    let then_parents = resolve_inputs(then_branch.graph, &parent, then_branch.inputs, then_branch.inputs_dict, "conditional")?;
-    let else_parents = resolve_inputs(else_branch.graph, &parent, else_branch.inputs, else_branch.inputs_dict, "conditional")?;
-    let specs = |g: &Graph| -> Result<Vec<TensorSpec>> { Ok(g.outputs()?.iter().map(Tensor::spec).collect()) };
+    let then_parents = resolve_inputs(
+        then_branch.graph,
+        &parent,
+        then_branch.inputs,
+        then_branch.inputs_dict,
+        "conditional",
+    )?;
+    let else_parents = resolve_inputs(
+        else_branch.graph,
+        &parent,
+        else_branch.inputs,
+        else_branch.inputs_dict,
+        "conditional",
+    )?;
+    let specs = |g: &Graph| -> Result<Vec<TensorSpec>> {
+        Ok(g.outputs()?.iter().map(Tensor::spec).collect())
+    };
     let (to, eo) = (specs(then_branch.graph)?, specs(else_branch.graph)?);
     if to != eo {
-        let show = |v: &[TensorSpec]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        let show = |v: &[TensorSpec]| {
+            v.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         return Err(PopXlError::BranchOutputsMismatch {
             then_graph: then_branch.graph.name().to_string(),
             else_graph: else_branch.graph.name().to_string(),

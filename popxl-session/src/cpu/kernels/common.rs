@@ -79,7 +79,12 @@ pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
 
 /// Run `f` over `0..n` in pieces of at least `min_chunk` items on the current rayon
 /// pool when `n >= min_total` (sequentially otherwise or with one thread).
-pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+pub(crate) fn par_split(
+    n: usize,
+    min_total: usize,
+    min_chunk: usize,
+    f: impl Fn(Range<usize>) + Sync + Send,
+) {
     let min_chunk = min_chunk.max(1);
     if n < min_total || n < 2 * min_chunk {
         f(0..n);
@@ -92,7 +97,9 @@ pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn
     }
     let chunk = n.div_ceil(threads * 4).max(min_chunk);
     let pieces = n.div_ceil(chunk);
-    (0..pieces).into_par_iter().for_each(|p| f(p * chunk..((p + 1) * chunk).min(n)));
+    (0..pieces)
+        .into_par_iter()
+        .for_each(|p| f(p * chunk..((p + 1) * chunk).min(n)));
 }
 
 // ---------------------------------------------------------------------------
@@ -105,7 +112,9 @@ pub(crate) struct Bool8(pub u8);
 
 /// Numeric element types with the arithmetic the kernels need. Integer ops wrap
 /// on overflow and integer division by zero yields 0, so no kernel can panic.
-pub(crate) trait Num: Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static {
+pub(crate) trait Num:
+    Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static
+{
     /// Additive identity.
     const ZERO: Self;
     /// Multiplicative identity.
@@ -264,16 +273,46 @@ macro_rules! with_num {
     ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
         use popart_ir::DataType as D;
         match $dt {
-            D::Int8 => { type $T = i8; $body }
-            D::Int16 => { type $T = i16; $body }
-            D::Int32 => { type $T = i32; $body }
-            D::Int64 => { type $T = i64; $body }
-            D::Uint8 => { type $T = u8; $body }
-            D::Uint16 => { type $T = u16; $body }
-            D::Uint32 => { type $T = u32; $body }
-            D::Uint64 => { type $T = u64; $body }
-            D::Float32 => { type $T = f32; $body }
-            D::Float64 => { type $T = f64; $body }
+            D::Int8 => {
+                type $T = i8;
+                $body
+            }
+            D::Int16 => {
+                type $T = i16;
+                $body
+            }
+            D::Int32 => {
+                type $T = i32;
+                $body
+            }
+            D::Int64 => {
+                type $T = i64;
+                $body
+            }
+            D::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            D::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            D::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            D::Uint64 => {
+                type $T = u64;
+                $body
+            }
+            D::Float32 => {
+                type $T = f32;
+                $body
+            }
+            D::Float64 => {
+                type $T = f64;
+                $body
+            }
             _ => $other,
         }
     }};
@@ -285,8 +324,14 @@ macro_rules! with_float {
     ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
         use popart_ir::DataType as D;
         match $dt {
-            D::Float32 => { type $T = f32; $body }
-            D::Float64 => { type $T = f64; $body }
+            D::Float32 => {
+                type $T = f32;
+                $body
+            }
+            D::Float64 => {
+                type $T = f64;
+                $body
+            }
             _ => $other,
         }
     }};
@@ -298,14 +343,38 @@ macro_rules! with_index {
     ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
         use popart_ir::DataType as D;
         match $dt {
-            D::Int8 => { type $T = i8; $body }
-            D::Int16 => { type $T = i16; $body }
-            D::Int32 => { type $T = i32; $body }
-            D::Int64 => { type $T = i64; $body }
-            D::Uint8 => { type $T = u8; $body }
-            D::Uint16 => { type $T = u16; $body }
-            D::Uint32 => { type $T = u32; $body }
-            D::Uint64 => { type $T = u64; $body }
+            D::Int8 => {
+                type $T = i8;
+                $body
+            }
+            D::Int16 => {
+                type $T = i16;
+                $body
+            }
+            D::Int32 => {
+                type $T = i32;
+                $body
+            }
+            D::Int64 => {
+                type $T = i64;
+                $body
+            }
+            D::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            D::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            D::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            D::Uint64 => {
+                type $T = u64;
+                $body
+            }
             _ => $other,
         }
     }};
@@ -317,18 +386,54 @@ macro_rules! with_any {
     ($dt:expr, $T:ident => $body:expr) => {{
         use popart_ir::DataType as D;
         match $dt {
-            D::Bool => { type $T = $crate::cpu::kernels::common::Bool8; $body }
-            D::Int8 => { type $T = i8; $body }
-            D::Int16 => { type $T = i16; $body }
-            D::Int32 => { type $T = i32; $body }
-            D::Int64 => { type $T = i64; $body }
-            D::Uint8 => { type $T = u8; $body }
-            D::Uint16 => { type $T = u16; $body }
-            D::Uint32 => { type $T = u32; $body }
-            D::Uint64 => { type $T = u64; $body }
-            D::Float16 => { type $T = half::f16; $body }
-            D::Float32 => { type $T = f32; $body }
-            D::Float64 => { type $T = f64; $body }
+            D::Bool => {
+                type $T = $crate::cpu::kernels::common::Bool8;
+                $body
+            }
+            D::Int8 => {
+                type $T = i8;
+                $body
+            }
+            D::Int16 => {
+                type $T = i16;
+                $body
+            }
+            D::Int32 => {
+                type $T = i32;
+                $body
+            }
+            D::Int64 => {
+                type $T = i64;
+                $body
+            }
+            D::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            D::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            D::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            D::Uint64 => {
+                type $T = u64;
+                $body
+            }
+            D::Float16 => {
+                type $T = half::f16;
+                $body
+            }
+            D::Float32 => {
+                type $T = f32;
+                $body
+            }
+            D::Float64 => {
+                type $T = f64;
+                $body
+            }
         }
     }};
 }
@@ -339,10 +444,22 @@ pub(crate) use with_any;
 macro_rules! with_bits {
     ($dt:expr, $T:ident => $body:expr) => {{
         match $dt.size_bytes() {
-            1 => { type $T = u8; $body }
-            2 => { type $T = u16; $body }
-            4 => { type $T = u32; $body }
-            _ => { type $T = u64; $body }
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            _ => {
+                type $T = u64;
+                $body
+            }
         }
     }};
 }
@@ -387,23 +504,38 @@ pub(crate) trait SpecExt {
 
 impl SpecExt for KernelSpec<'_> {
     fn error(&self, reason: impl Into<String>) -> KernelError {
-        KernelError { op_type: self.op_type.to_string(), reason: reason.into() }
+        KernelError {
+            op_type: self.op_type.to_string(),
+            reason: reason.into(),
+        }
     }
     fn input(&self, index: u32) -> Result<Slot<'_>, KernelError> {
-        self.opt_input(index).ok_or_else(|| self.error(format!("input {index} is not connected")))
+        self.opt_input(index)
+            .ok_or_else(|| self.error(format!("input {index} is not connected")))
     }
     fn opt_input(&self, index: u32) -> Option<Slot<'_>> {
-        self.inputs.iter().position(|(i, _)| *i == index).map(|pos| Slot { pos, info: &self.inputs[pos].1 })
+        self.inputs
+            .iter()
+            .position(|(i, _)| *i == index)
+            .map(|pos| Slot {
+                pos,
+                info: &self.inputs[pos].1,
+            })
     }
     fn output(&self, index: u32) -> Result<Slot<'_>, KernelError> {
         self.outputs
             .iter()
             .position(|(i, _)| *i == index)
-            .map(|pos| Slot { pos, info: &self.outputs[pos].1 })
+            .map(|pos| Slot {
+                pos,
+                info: &self.outputs[pos].1,
+            })
             .ok_or_else(|| self.error(format!("output {index} is not connected")))
     }
     fn attr_ints(&self, key: &str) -> Result<&[i64], KernelError> {
-        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
+        self.attrs
+            .ints(key)
+            .ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
     }
     fn attr_str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str {
         self.attrs.str(key).unwrap_or(default)
@@ -420,20 +552,35 @@ impl SpecExt for KernelSpec<'_> {
 }
 
 /// Normalise a possibly negative axis against `rank`.
-pub(crate) fn norm_axis(spec: &KernelSpec<'_>, axis: i64, rank: usize) -> Result<usize, KernelError> {
+pub(crate) fn norm_axis(
+    spec: &KernelSpec<'_>,
+    axis: i64,
+    rank: usize,
+) -> Result<usize, KernelError> {
     let r = rank as i64;
     if axis < -r || axis >= r {
         return Err(spec.error(format!("axis {axis} is out of range for rank {rank}")));
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// Normalise a list of axes (sorted, deduplicated); empty means all.
-pub(crate) fn norm_axes(spec: &KernelSpec<'_>, axes: &[i64], rank: usize) -> Result<Vec<usize>, KernelError> {
+pub(crate) fn norm_axes(
+    spec: &KernelSpec<'_>,
+    axes: &[i64],
+    rank: usize,
+) -> Result<Vec<usize>, KernelError> {
     if axes.is_empty() {
         return Ok((0..rank).collect());
     }
-    let mut v = axes.iter().map(|&a| norm_axis(spec, a, rank)).collect::<Result<Vec<_>, _>>()?;
+    let mut v = axes
+        .iter()
+        .map(|&a| norm_axis(spec, a, rank))
+        .collect::<Result<Vec<_>, _>>()?;
     v.sort_unstable();
     v.dedup();
     Ok(v)
@@ -510,7 +657,10 @@ impl<const N: usize> Broadcast<N> {
         // Input dims that are not 1 where out is 1 would be invalid.
         for s in ins {
             let off = rank - s.len();
-            if s.iter().enumerate().any(|(i, &id)| id != 1 && id != out[i + off]) {
+            if s.iter()
+                .enumerate()
+                .any(|(i, &id)| id != 1 && id != out[i + off])
+            {
                 return None;
             }
         }
@@ -550,7 +700,11 @@ impl<const N: usize> Broadcast<N> {
     /// Call `f(out_offset, operand_offsets, len)` for the contiguous output
     /// segments covering `range` (flat output indices), in order.
     #[inline]
-    pub(crate) fn for_segments(&self, range: Range<usize>, mut f: impl FnMut(usize, [usize; N], usize)) {
+    pub(crate) fn for_segments(
+        &self,
+        range: Range<usize>,
+        mut f: impl FnMut(usize, [usize; N], usize),
+    ) {
         if range.is_empty() {
             return;
         }
@@ -568,8 +722,8 @@ impl<const N: usize> Broadcast<N> {
         for d in (0..r).rev() {
             idx[d] = rem % self.dims[d];
             rem /= self.dims[d];
-            for k in 0..N {
-                offs[k] += idx[d] * self.strides[k][d];
+            for (o, st) in offs.iter_mut().zip(&self.strides) {
+                *o += idx[d] * st[d];
             }
         }
         let mut pos = range.start;
@@ -582,14 +736,13 @@ impl<const N: usize> Broadcast<N> {
             }
             // Advance the odometer by `seg` (which finishes the current row).
             idx[last] += seg;
-            for k in 0..N {
-                offs[k] += seg * self.strides[k][last];
+            for (o, st) in offs.iter_mut().zip(&self.strides) {
+                *o += seg * st[last];
             }
             let mut d = last;
             while idx[d] == self.dims[d] && d > 0 {
-                for k in 0..N {
-                    offs[k] -= self.dims[d] * self.strides[k][d];
-                    offs[k] += self.strides[k][d - 1];
+                for (o, st) in offs.iter_mut().zip(&self.strides) {
+                    *o = *o + st[d - 1] - self.dims[d] * st[d];
                 }
                 idx[d] = 0;
                 idx[d - 1] += 1;
@@ -633,7 +786,10 @@ unsafe impl Send for F16State {}
 
 /// True when any tensor of the spec is float16.
 pub(crate) fn has_f16(spec: &KernelSpec<'_>) -> bool {
-    spec.inputs.iter().chain(&spec.outputs).any(|(_, t)| t.dtype == DataType::Float16)
+    spec.inputs
+        .iter()
+        .chain(&spec.outputs)
+        .any(|(_, t)| t.dtype == DataType::Float16)
 }
 
 /// Build `build` on a copy of `spec` with float16 replaced by float32 and wrap
@@ -676,7 +832,13 @@ pub(crate) fn f16_adapter(
         in_ptrs: vec![std::ptr::null(); spec.inputs.len()],
         out_ptrs: vec![std::ptr::null_mut(); spec.outputs.len()],
     };
-    Ok(Box::new(F16Adapter { inner, ins, outs, in_place, state: Mutex::new(state) }))
+    Ok(Box::new(F16Adapter {
+        inner,
+        ins,
+        outs,
+        in_place,
+        state: Mutex::new(state),
+    }))
 }
 
 impl Kernel for F16Adapter {
@@ -688,7 +850,11 @@ impl Kernel for F16Adapter {
             match *s {
                 Some(s) => {
                     let buf = &mut st.scratch[s];
-                    let src = if self.in_place && p == 0 { args.outputs[0] as *const u8 } else { args.inputs[p] };
+                    let src = if self.in_place && p == 0 {
+                        args.outputs[0] as *const u8
+                    } else {
+                        args.inputs[p]
+                    };
                     slice(src as *const f16, buf.len()).convert_to_f32_slice(buf);
                     st.in_ptrs[p] = buf.as_ptr() as *const u8;
                 }
@@ -701,7 +867,10 @@ impl Kernel for F16Adapter {
                 None => args.outputs[p],
             };
         }
-        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs });
+        self.inner.run(&KernelArgs {
+            inputs: &st.in_ptrs,
+            outputs: &st.out_ptrs,
+        });
         for (p, s) in self.outs.iter().enumerate() {
             if let Some(s) = *s {
                 let buf = &st.scratch[s];
@@ -715,7 +884,10 @@ impl Kernel for F16Adapter {
 mod tests {
     use super::*;
 
-    fn segments<const N: usize>(p: &Broadcast<N>, r: Range<usize>) -> Vec<(usize, [usize; N], usize)> {
+    fn segments<const N: usize>(
+        p: &Broadcast<N>,
+        r: Range<usize>,
+    ) -> Vec<(usize, [usize; N], usize)> {
         let mut v = Vec::new();
         p.for_segments(r, |o, offs, l| v.push((o, offs, l)));
         v

@@ -72,24 +72,31 @@ pub const EXECUTOR_OPS: &[&str] = &["HostLoad", "HostStore", "Call", "Repeat", "
 pub fn build_kernel(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
     use common::SpecExt;
     match spec.op_type {
-        "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Gelu" | "Tanh" | "Sigmoid" | "Sin" | "Cos" | "Sign"
-        | "Floor" | "Ceil" | "Identity" | "Detach" | "Cast" | "Reshape" | "Squeeze" | "ReshapeGrad" => {
-            unary::build(spec)
-        }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Maximum" | "Minimum" | "Greater" | "Less" | "Equal" | "Where" => {
-            binary::build(spec)
-        }
+        "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Gelu" | "Tanh" | "Sigmoid" | "Sin"
+        | "Cos" | "Sign" | "Floor" | "Ceil" | "Identity" | "Detach" | "Cast" | "Reshape"
+        | "Squeeze" | "ReshapeGrad" => unary::build(spec),
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Maximum" | "Minimum" | "Greater" | "Less"
+        | "Equal" | "Where" => binary::build(spec),
         "MatMul" | "MatMulLhsGrad" | "MatMulRhsGrad" => matmul::build(spec),
-        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceToShape" => reduce::build(spec),
-        "Softmax" | "NllLoss" | "NllLossWithSoftmaxGrad" | "SoftmaxGrad" | "NllLossGrad" => nn::build(spec),
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceToShape" => {
+            reduce::build(spec)
+        }
+        "Softmax" | "NllLoss" | "NllLossWithSoftmaxGrad" | "SoftmaxGrad" | "NllLossGrad" => {
+            nn::build(spec)
+        }
         "Transpose" | "Slice" | "Concat" | "Gather" | "SliceGrad" | "GatherGrad" | "ConcatGrad" => {
             shape::build(spec)
         }
-        "AddInplace" | "Accumulate" | "ScaledAddInplace" | "CopyVarUpdate" => var_update::build(spec),
+        "AddInplace" | "Accumulate" | "ScaledAddInplace" | "CopyVarUpdate" => {
+            var_update::build(spec)
+        }
         "RandomUniform" | "RandomNormal" | "Dropout" => random::build(spec),
-        "UnaryGrad" | "BinaryGrad" | "WhereGrad" | "ReduceGrad" | "Sum" | "Init" => grad::build(spec),
+        "UnaryGrad" | "BinaryGrad" | "WhereGrad" | "ReduceGrad" | "Sum" | "Init" => {
+            grad::build(spec)
+        }
         op if EXECUTOR_OPS.contains(&op) => {
-            Err(spec.error("handled by the executor (host transfer or control flow), not by a kernel"))
+            Err(spec
+                .error("handled by the executor (host transfer or control flow), not by a kernel"))
         }
         _ => Err(spec.error("unknown op type")),
     }
@@ -104,7 +111,12 @@ mod tests {
     fn executor_and_unknown_ops_are_errors() {
         let attrs = Attributes::new();
         for op in EXECUTOR_OPS.iter().copied().chain(["NoSuchOp"]) {
-            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs: vec![], outputs: vec![] };
+            let spec = KernelSpec {
+                op_type: op,
+                attrs: &attrs,
+                inputs: vec![],
+                outputs: vec![],
+            };
             let err = build_kernel(&spec).err().expect("must fail");
             assert_eq!(err.op_type, op);
         }
@@ -119,7 +131,12 @@ mod tests {
             if EXECUTOR_OPS.contains(&op) || op.contains('.') {
                 continue;
             }
-            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs: vec![], outputs: vec![] };
+            let spec = KernelSpec {
+                op_type: op,
+                attrs: &attrs,
+                inputs: vec![],
+                outputs: vec![],
+            };
             if let Err(e) = build_kernel(&spec) {
                 assert_ne!(e.reason, "unknown op type", "{op} has no kernel");
             }

@@ -1,0 +1,353 @@
+//! The PopXL user guide's MNIST application, built with `popxl`, differentiated
+//! with `autodiff` and run with a `Session`. Shared by the `mnist` example and its
+//! integration test.
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ndarray::{ArrayD, IxDyn};
+use popxl::{ops, transforms, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Module, Tensor};
+use popxl_session::Session;
+
+use crate::data::{self, Rng, Split, PIXELS};
+
+/// Result type of the application.
+pub type AppResult<T> = Result<T, Box<dyn Error>>;
+
+/// Settings (defaults are the user guide's).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Directory with the four IDX files.
+    pub data: PathBuf,
+    /// Training batch size.
+    pub batch: usize,
+    /// Test batch size.
+    pub test_batch: usize,
+    /// SGD learning rate.
+    pub lr: f32,
+    /// Epochs.
+    pub epochs: usize,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Batches per `Session::run`.
+    pub host_transfers: usize,
+    /// Seed of the weight initialisation and the shuffle.
+    pub seed: u64,
+    /// Stop after this many training batches (CI and tests).
+    pub limit_batches: Option<usize>,
+    /// Device string.
+    pub device: String,
+    /// Show a progress bar (only drawn on a terminal).
+    pub progress: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist")),
+            batch: 8,
+            test_batch: 80,
+            lr: 0.005,
+            epochs: 1,
+            hidden: 32,
+            host_transfers: 1,
+            seed: 0,
+            limit_batches: None,
+            device: "cpu".into(),
+            progress: true,
+        }
+    }
+}
+
+/// `gelu(x @ W + b)`; `W` and `b` are graph inputs kept on the module (PopXL's `Linear`).
+pub struct Linear {
+    out_features: usize,
+    /// The weight graph input, set by `build`.
+    pub w: Option<Tensor>,
+    /// The bias graph input, set by `build`.
+    pub b: Option<Tensor>,
+}
+
+impl Linear {
+    /// A layer with `out_features` outputs.
+    pub fn new(out_features: usize) -> Self {
+        Linear { out_features, w: None, b: None }
+    }
+
+    fn inputs_dict<'a>(&'a self, w: &'a Tensor, b: &'a Tensor) -> [(&'a Tensor, &'a Tensor); 2] {
+        [(self.w.as_ref().expect("built"), w), (self.b.as_ref().expect("built"), b)]
+    }
+}
+
+impl Module for Linear {
+    type Inputs = Tensor;
+    type Outputs = Tensor;
+    fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
+        let w = popxl::graph_input([x.shape()[x.rank() - 1], self.out_features], popxl::float32, "W")?;
+        let b = popxl::graph_input([self.out_features], popxl::float32, "b")?;
+        let y = ops::gelu(&ops::add(&x.matmul(&w)?, &b)?)?;
+        (self.w, self.b) = (Some(w), Some(b));
+        Ok(y)
+    }
+}
+
+/// Trained or initial parameters, by variable name.
+pub type Params = Vec<(String, HostArray)>;
+
+/// Weights and biases ~ N(0, 0.02), as the guide.
+pub fn init_params(hidden: usize, seed: u64) -> Params {
+    let mut rng = Rng::new(seed);
+    let mut normal = |shape: &[usize]| -> HostArray {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| (rng.normal() * 0.02) as f32).collect();
+        ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape").into()
+    };
+    vec![
+        ("W0".into(), normal(&[PIXELS, hidden])),
+        ("b0".into(), normal(&[hidden])),
+        ("W1".into(), normal(&[hidden, 10])),
+        ("b1".into(), normal(&[10])),
+    ]
+}
+
+/// The training IR and the handles the loop needs.
+pub struct TrainProgram {
+    /// The IR.
+    pub ir: Ir,
+    /// Images in.
+    pub images: HostToDeviceStream,
+    /// Labels in.
+    pub labels: HostToDeviceStream,
+    /// Loss out.
+    pub loss: DeviceToHostStream,
+    /// The variables W0, b0, W1, b1.
+    pub variables: Vec<Tensor>,
+}
+
+/// Build the training step: forward through two `Linear` graphs called with
+/// `call_with_info`, softmax + `nll_loss_with_softmax_grad`, gradient graphs from
+/// `autodiff` of each layer, SGD through `scaled_add_`; all `in_sequence`.
+pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
+    let ir = Ir::new();
+    ir.set_num_host_transfers(cfg.host_transfers)?;
+    let main = ir.main_graph();
+    let _g = main.enter();
+    let _s = popxl::in_sequence(true);
+
+    let images = popxl::h2d_stream([cfg.batch, 28, 28], popxl::float32, "images")?;
+    let labels_stream = popxl::h2d_stream([cfg.batch], popxl::int32, "labels")?;
+    let x = ops::host_load(&images, "x")?.reshape(&[-1, PIXELS as i64])?;
+    let labels = ops::host_load(&labels_stream, "label")?;
+    let variables: Vec<Tensor> =
+        params.iter().map(|(name, data)| popxl::variable(data.clone(), name)).collect::<popxl::Result<_>>()?;
+    let (w0, b0, w1, b1) = (&variables[0], &variables[1], &variables[2], &variables[3]);
+
+    let mut layer0 = Linear::new(cfg.hidden);
+    let graph0 = ir.create_graph(&mut layer0, &x)?;
+    let fwd0 = ops::call_with_info(&graph0, &[&x], &layer0.inputs_dict(w0, b0))?;
+    let x1 = fwd0.parent_output(0)?;
+
+    let mut layer1 = Linear::new(10);
+    let graph1 = ir.create_graph(&mut layer1, &x1)?;
+    let fwd1 = ops::call_with_info(&graph1, &[&x1], &layer1.inputs_dict(w1, b1))?;
+    let y = fwd1.parent_output(0)?;
+
+    let probs = ops::softmax(&y, -1)?;
+    let (loss, dy) = ops::nll_loss_with_softmax_grad(&probs, &labels)?;
+
+    let no_infos = HashMap::new();
+    let bwd1 = transforms::autodiff(&graph1, None, None, &no_infos, false)?.grad_info;
+    let acts1 = bwd1.inputs_dict(&fwd1)?;
+    let acts1: Vec<(&Tensor, &Tensor)> = acts1.iter().map(|(k, v)| (k, v)).collect();
+    let bwd1_call = ops::call_with_info(&bwd1.graph(), &[&dy], &acts1)?;
+    let grads1 = bwd1.fwd_parent_ins_to_grad_parent_outs(&fwd1, &bwd1_call)?;
+
+    let required = [layer0.w.clone().expect("built"), layer0.b.clone().expect("built")];
+    let bwd0 = transforms::autodiff(&graph0, None, Some(&required), &no_infos, false)?.grad_info;
+    let acts0 = bwd0.inputs_dict(&fwd0)?;
+    let acts0: Vec<(&Tensor, &Tensor)> = acts0.iter().map(|(k, v)| (k, v)).collect();
+    let bwd0_call = ops::call_with_info(&bwd0.graph(), &[&grads1[&x1]], &acts0)?;
+    let grads0 = bwd0.fwd_parent_ins_to_grad_parent_outs(&fwd0, &bwd0_call)?;
+
+    for (p, grads) in [(w0, &grads0), (b0, &grads0), (w1, &grads1), (b1, &grads1)] {
+        ops::scaled_add_(p, &grads[p], 1.0f32, -cfg.lr)?;
+    }
+    let loss_stream = popxl::d2h_stream([], popxl::float32, "loss")?;
+    ops::host_store(&loss_stream, &loss)?;
+    Ok(TrainProgram { ir: ir.clone(), images, labels: labels_stream, loss: loss_stream, variables })
+}
+
+/// The forward-only test IR with variables of the same names.
+pub struct TestProgram {
+    /// The IR.
+    pub ir: Ir,
+    /// Images in.
+    pub images: HostToDeviceStream,
+    /// Logits out.
+    pub logits: DeviceToHostStream,
+    /// The variables W0, b0, W1, b1.
+    pub variables: Vec<Tensor>,
+}
+
+/// Build the test IR: the same two layers, no gradients, logits streamed out.
+pub fn build_test(cfg: &Config, params: &Params) -> AppResult<TestProgram> {
+    let ir = Ir::new();
+    let main = ir.main_graph();
+    let _g = main.enter();
+    let _s = popxl::in_sequence(true);
+    let images = popxl::h2d_stream([cfg.test_batch, 28, 28], popxl::float32, "images")?;
+    let x = ops::host_load(&images, "x")?.reshape(&[-1, PIXELS as i64])?;
+    let variables: Vec<Tensor> =
+        params.iter().map(|(name, data)| popxl::variable(data.clone(), name)).collect::<popxl::Result<_>>()?;
+    let mut layer0 = Linear::new(cfg.hidden);
+    let graph0 = ir.create_graph(&mut layer0, &x)?;
+    let h = ops::call(&graph0, &[&x], &layer0.inputs_dict(&variables[0], &variables[1]))?.remove(0);
+    let mut layer1 = Linear::new(10);
+    let graph1 = ir.create_graph(&mut layer1, &h)?;
+    let y = ops::call(&graph1, &[&h], &layer1.inputs_dict(&variables[2], &variables[3]))?.remove(0);
+    let logits = popxl::d2h_stream(y.shape(), y.dtype(), "logits")?;
+    ops::host_store(&logits, &y)?;
+    Ok(TestProgram { ir: ir.clone(), images, logits, variables })
+}
+
+/// What a training run measured.
+#[derive(Clone, Debug, Default)]
+pub struct TrainReport {
+    /// Loss of every step, in order.
+    pub losses: Vec<f32>,
+    /// Wall time of each `run` after the first (one per `host_transfers` steps).
+    pub run_times: Vec<Duration>,
+    /// Build + autodiff + session creation (lowering, kernel compilation).
+    pub time_to_first_step: Duration,
+    /// Wall time of the whole training loop.
+    pub train_wall: Duration,
+    /// Planned peak of intermediate (non-variable) buffers of the training program.
+    pub intermediate_peak_bytes: usize,
+    /// The same without buffer reuse.
+    pub intermediate_no_reuse_bytes: usize,
+    /// Trained parameters by name.
+    pub params: Params,
+}
+
+fn host_batch(shape: Vec<usize>, data: Vec<f32>) -> HostArray {
+    ArrayD::from_shape_vec(IxDyn(&shape), data).expect("batch shape").into()
+}
+
+/// Stream array shape: `[host_transfers, *shape]`, the leading dim dropped when 1 (as PopXL).
+fn host_shape(n: usize, shape: &[usize]) -> Vec<usize> {
+    let mut s = if n > 1 { vec![n] } else { vec![] };
+    s.extend_from_slice(shape);
+    s
+}
+
+/// Train with the guide's loop: shuffle each epoch, drop the last partial batch.
+pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
+    let start = Instant::now();
+    let params = init_params(cfg.hidden, cfg.seed);
+    let program = build_train(cfg, &params)?;
+    let mut session = Session::new(program.ir.clone(), &cfg.device)?;
+    let time_to_first_step = start.elapsed();
+    let memory = session.executable().memory;
+    let intermediate_peak_bytes = memory.arena_bytes - memory.permanent_bytes;
+    let intermediate_no_reuse_bytes = memory.no_reuse_bytes - memory.permanent_bytes;
+
+    let per_run = cfg.batch * cfg.host_transfers;
+    let mut batches_per_epoch = train_set.len() / cfg.batch;
+    if let Some(limit) = cfg.limit_batches {
+        batches_per_epoch = batches_per_epoch.min(limit);
+    }
+    let runs_per_epoch = batches_per_epoch / cfg.host_transfers;
+    let total_steps = (runs_per_epoch * cfg.host_transfers * cfg.epochs) as u64;
+    let bar = progress_bar(cfg.progress, total_steps);
+    let mut rng = Rng::new(cfg.seed.wrapping_add(1));
+    let (mut img, mut lbl) = (Vec::with_capacity(per_run * PIXELS), Vec::with_capacity(per_run));
+    let mut report = TrainReport { time_to_first_step, intermediate_peak_bytes, intermediate_no_reuse_bytes, ..Default::default() };
+    let mut inputs = HashMap::new();
+    let train_start = Instant::now();
+    session.scope(|session| -> AppResult<()> {
+        for _epoch in 0..cfg.epochs {
+            let order = rng.permutation(train_set.len());
+            for r in 0..runs_per_epoch {
+                data::gather(train_set, &order[r * per_run..(r + 1) * per_run], &mut img, &mut lbl);
+                let ishape = host_shape(cfg.host_transfers, &[cfg.batch, 28, 28]);
+                let lshape = host_shape(cfg.host_transfers, &[cfg.batch]);
+                inputs.insert(program.images.clone(), host_batch(ishape, std::mem::take(&mut img)));
+                let labels: HostArray = ArrayD::from_shape_vec(IxDyn(&lshape), std::mem::take(&mut lbl))?.into();
+                inputs.insert(program.labels.clone(), labels);
+                let t = Instant::now();
+                let out = session.run(&inputs)?;
+                if r > 0 || _epoch > 0 {
+                    report.run_times.push(t.elapsed());
+                }
+                let losses = out[&program.loss].as_f32().ok_or("loss is not float32")?;
+                report.losses.extend(losses.iter().copied());
+                bar.inc(cfg.host_transfers as u64);
+                let n = report.losses.len();
+                let recent = &report.losses[n.saturating_sub(100)..];
+                bar.set_message(format!("loss {:.4}", recent.iter().sum::<f32>() / recent.len() as f32));
+                // Reuse the input buffers next step.
+                if let (Some(HostArray::F32(a)), Some(HostArray::I32(b))) =
+                    (inputs.remove(&program.images), inputs.remove(&program.labels))
+                {
+                    img = a.into_raw_vec_and_offset().0;
+                    lbl = b.into_raw_vec_and_offset().0;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    report.train_wall = train_start.elapsed();
+    bar.finish_and_clear();
+    let data = session.get_tensors_data(program.variables.iter())?;
+    report.params = program.variables.iter().map(|v| v.name().to_string()).zip(data).collect();
+    Ok(report)
+}
+
+fn progress_bar(enabled: bool, len: u64) -> indicatif::ProgressBar {
+    if !enabled {
+        return indicatif::ProgressBar::hidden();
+    }
+    // Drawn to stderr, and only when stderr is a terminal.
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} batches [{elapsed_precise}] {msg}")
+            .expect("valid template"),
+    );
+    bar
+}
+
+/// Accuracy (percent) of `params` on `test_set` with the forward-only test IR,
+/// weights copied in by name with `write_variables_data` while detached.
+pub fn test(cfg: &Config, params: &Params, test_set: &Split) -> AppResult<f64> {
+    let init = init_params(cfg.hidden, cfg.seed);
+    let program = build_test(cfg, &init)?;
+    let mut session = Session::new(program.ir.clone(), &cfg.device)?;
+    let by_name: HashMap<&str, &HostArray> = params.iter().map(|(n, a)| (n.as_str(), a)).collect();
+    let writes: Vec<(&Tensor, &HostArray)> = program
+        .variables
+        .iter()
+        .map(|v| by_name.get(v.name()).map(|a| (v, *a)).ok_or_else(|| format!("no trained value for `{}`", v.name())))
+        .collect::<Result<_, _>>()?;
+    session.write_variables_data(writes)?;
+    let batches = test_set.len() / cfg.test_batch;
+    let (mut img, mut lbl) = (Vec::new(), Vec::new());
+    let mut correct = 0usize;
+    session.scope(|session| -> AppResult<()> {
+        let mut inputs = HashMap::new();
+        for i in 0..batches {
+            let idx: Vec<usize> = (i * cfg.test_batch..(i + 1) * cfg.test_batch).collect();
+            data::gather(test_set, &idx, &mut img, &mut lbl);
+            inputs.insert(program.images.clone(), host_batch(vec![cfg.test_batch, 28, 28], img.clone()));
+            let out = session.run(&inputs)?;
+            let logits = out[&program.logits].as_f32().ok_or("logits are not float32")?;
+            for (row, &label) in logits.outer_iter().zip(&lbl) {
+                let argmax = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |m, (j, &v)| if v > m.1 { (j, v) } else { m }).0;
+                correct += (argmax as i32 == label) as usize;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(100.0 * correct as f64 / (batches * cfg.test_batch) as f64)
+}

@@ -1,0 +1,447 @@
+//! Finite-difference checks of every gradient rule, run on the `cpu` device.
+//!
+//! For a function `y = f(x0, x1, ..)` under test, the IR is built the PopXL way: `f`
+//! is a subgraph called from the main graph (inputs from host streams), autodiff
+//! makes its gradient graph, which is called with a random seed `r` as the gradient
+//! of `y`. The gradients it returns must equal the central differences of
+//! `L(x) = sum(f(x) * r)`, computed by re-running the same session with perturbed
+//! inputs. Shapes and values are random (proptest), including broadcasting cases;
+//! values stay away from kinks (|x| near 0 for abs/relu, ties for max/min).
+//! Everything is float64 unless the op's check says otherwise.
+
+use std::collections::HashMap;
+
+use ndarray::{ArrayD, IxDyn};
+use popxl::ops::{self, Branch, NllLossOptions, Reduction};
+use popxl::{transforms, DataType, HostArray, Ir, Tensor};
+use popxl_session::{Inputs, Session};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+/// A small deterministic generator (SplitMix64), seeded by proptest.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    fn array(&mut self, shape: &[usize], mut value: impl FnMut(&mut Rng) -> f64) -> ArrayD<f64> {
+        ArrayD::from_shape_simple_fn(IxDyn(shape), || value(self))
+    }
+}
+
+/// Values in [-2, 2).
+fn uniform(r: &mut Rng) -> f64 {
+    r.uniform(-2.0, 2.0)
+}
+
+/// Values in [0.2, 2) of either sign: away from the kinks of abs and relu.
+fn away_from_zero(r: &mut Rng) -> f64 {
+    let v = r.uniform(0.2, 2.0);
+    if r.next_u64() & 1 == 0 {
+        v
+    } else {
+        -v
+    }
+}
+
+/// Values in [0.2, 2).
+fn positive(r: &mut Rng) -> f64 {
+    r.uniform(0.2, 2.0)
+}
+
+/// An argument of the function under test.
+#[derive(Clone, Debug)]
+enum Arg {
+    /// A floating point input whose gradient is checked.
+    Diff(ArrayD<f64>),
+    /// A fixed input without a gradient (indices, labels, conditions, seeds).
+    Fixed(HostArray),
+}
+
+/// Precision of a check.
+#[derive(Clone, Copy, Debug)]
+struct Tol {
+    dtype: DataType,
+    eps: f64,
+    rtol: f64,
+    atol: f64,
+}
+
+const F64: Tol = Tol { dtype: DataType::Float64, eps: 1e-6, rtol: 1e-5, atol: 1e-7 };
+
+type Func = dyn Fn(&[Tensor]) -> popxl::Result<Tensor>;
+
+/// Check the gradients of `f` at `args` against central differences.
+fn gradcheck(args: &[Arg], f: &Func, tol: Tol, seed: u64) -> Result<(), TestCaseError> {
+    let fail = |e: popxl::PopXlError| TestCaseError::fail(format!("building: {e}"));
+    let ir = Ir::new();
+    let g = ir.main_graph().enter();
+    let mut main_ts = Vec::new();
+    let mut streams = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        match a {
+            Arg::Diff(v) => {
+                let s = popxl::h2d_stream(v.shape(), tol.dtype, &format!("in{i}")).map_err(fail)?;
+                main_ts.push(ops::host_load(&s, &format!("x{i}")).map_err(fail)?);
+                streams.push((i, s));
+            }
+            Arg::Fixed(h) => main_ts.push(popxl::constant(h.clone(), &format!("c{i}")).map_err(fail)?),
+        }
+    }
+    let graph = ir.create_graph(|ts: Vec<Tensor>| f(&ts), main_ts.clone()).map_err(fail)?;
+    let refs: Vec<&Tensor> = main_ts.iter().collect();
+    let fwd = ops::call_with_info(&graph, &refs, &[]).map_err(fail)?;
+    let y = fwd.parent_output(0).map_err(fail)?;
+    let y_stream = popxl::d2h_stream(y.shape(), y.dtype(), "y").map_err(fail)?;
+    ops::host_store(&y_stream, &y).map_err(fail)?;
+
+    let provided = [graph.outputs().map_err(fail)?[0].clone()];
+    let info = transforms::autodiff(&graph, Some(&provided), None, &HashMap::new(), false).map_err(fail)?.grad_info;
+    let seed_stream = popxl::h2d_stream(y.shape(), y.dtype(), "seed").map_err(fail)?;
+    let seed_t = ops::host_load(&seed_stream, "seed").map_err(fail)?;
+    let acts = info.inputs_dict(&fwd).map_err(fail)?;
+    let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
+    let grads = ops::call(&info.graph(), &[&seed_t], &acts).map_err(fail)?;
+    let graph_inputs = graph.inputs().map_err(fail)?;
+    let mut grad_streams = HashMap::new();
+    for (k, e) in info.expected_outputs().map_err(fail)?.iter().enumerate() {
+        let i = graph_inputs.iter().position(|t| t == e.fwd_tensor()).expect("gradients are of graph inputs");
+        let s = popxl::d2h_stream(grads[k].shape(), grads[k].dtype(), &format!("grad{i}")).map_err(fail)?;
+        ops::host_store(&s, &grads[k]).map_err(fail)?;
+        grad_streams.insert(i, s);
+    }
+    drop(g);
+
+    let mut rng = Rng(seed ^ 0x5EED);
+    let r = rng.array(y.shape(), uniform);
+    let mut session = Session::new(ir, "cpu").map_err(|e| TestCaseError::fail(format!("session: {e}")))?;
+    let mut run = |values: &[ArrayD<f64>]| -> HashMap<popxl::DeviceToHostStream, HostArray> {
+        let mut inputs: Inputs = streams
+            .iter()
+            .zip(values)
+            .map(|((_, s), v)| (s.clone(), HostArray::from(v.clone()).cast(tol.dtype)))
+            .collect();
+        inputs.insert(seed_stream.clone(), HostArray::from(r.clone()).cast(y.dtype()));
+        session.scope(|s| s.run(&inputs)).expect("run")
+    };
+    let loss = |out: &HashMap<popxl::DeviceToHostStream, HostArray>| -> f64 {
+        out[&y_stream].to_f64_vec().iter().zip(r.iter()).map(|(a, b)| a * b).sum()
+    };
+    let base: Vec<ArrayD<f64>> = streams
+        .iter()
+        .map(|(i, _)| match &args[*i] {
+            Arg::Diff(v) => v.clone(),
+            Arg::Fixed(_) => unreachable!(),
+        })
+        .collect();
+    let out = run(&base);
+    for (k, (i, _)) in streams.iter().enumerate() {
+        let Some(gs) = grad_streams.get(i) else {
+            return Err(TestCaseError::fail(format!("no gradient for input {i}")));
+        };
+        let analytic = out[gs].to_f64_vec();
+        prop_assert_eq!(analytic.len(), base[k].len());
+        for j in 0..base[k].len() {
+            let mut plus = base.clone();
+            plus[k].as_slice_mut().unwrap()[j] += tol.eps;
+            let mut minus = base.clone();
+            minus[k].as_slice_mut().unwrap()[j] -= tol.eps;
+            let fd = (loss(&run(&plus)) - loss(&run(&minus))) / (2.0 * tol.eps);
+            let a = analytic[j];
+            prop_assert!(
+                (fd - a).abs() <= tol.atol + tol.rtol * fd.abs().max(a.abs()),
+                "input {i} element {j}: autodiff {a}, finite difference {fd}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn shape(max_rank: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..4, 0..=max_rank)
+}
+
+/// A shape and another that broadcasts against it: leading dims dropped, some dims 1.
+fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, bool)> {
+    (shape(3), any::<u64>(), any::<bool>()).prop_map(|(s, bits, swap)| {
+        let drop = (bits % (s.len() as u64 + 1)) as usize;
+        let b = s[drop..].iter().enumerate().map(|(k, &d)| if bits >> (8 + k) & 1 == 1 { 1 } else { d }).collect();
+        (s, b, swap)
+    })
+}
+
+fn cfg(cases: u32) -> ProptestConfig {
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+}
+
+fn unary(op: fn(&Tensor) -> popxl::Result<Tensor>) -> Box<Func> {
+    Box::new(move |t: &[Tensor]| op(&t[0]))
+}
+
+fn binary(op: fn(&Tensor, &Tensor) -> popxl::Result<Tensor>) -> Box<Func> {
+    Box::new(move |t: &[Tensor]| op(&t[0], &t[1]))
+}
+
+proptest! {
+    #![proptest_config(cfg(6))]
+
+    #[test]
+    fn unary_ops(s in shape(3), seed in any::<u64>()) {
+        type Gen = fn(&mut Rng) -> f64;
+        let cases: [(&str, fn(&Tensor) -> popxl::Result<Tensor>, Gen); 12] = [
+            ("negate", ops::negate, uniform),
+            ("abs", ops::abs, away_from_zero),
+            ("exp", ops::exp, uniform),
+            ("log", ops::log, positive),
+            ("sqrt", ops::sqrt, positive),
+            ("relu", ops::relu, away_from_zero),
+            ("gelu", ops::gelu, uniform),
+            ("tanh", ops::tanh, uniform),
+            ("sigmoid", ops::sigmoid, uniform),
+            ("sin", ops::sin, uniform),
+            ("cos", ops::cos, uniform),
+            ("identity", |t| ops::identity(t, "id"), uniform),
+        ];
+        let mut rng = Rng(seed);
+        for (name, op, gen) in cases {
+            let x = rng.array(&s, gen);
+            gradcheck(&[Arg::Diff(x)], &*unary(op), F64, seed)
+                .map_err(|e| TestCaseError::fail(format!("{name} {s:?}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn cast_round_trip(s in shape(3), seed in any::<u64>()) {
+        // float64 -> float32: the gradient is cast back; differences of f32 values need a larger step.
+        let x = Rng(seed).array(&s, uniform);
+        let tol = Tol { eps: 1e-2, rtol: 1e-4, atol: 1e-5, ..F64 };
+        gradcheck(&[Arg::Diff(x)], &|t| ops::cast(&t[0], popxl::float32), tol, seed)?;
+    }
+
+    #[test]
+    fn binary_ops_with_broadcasting((a, b, swap) in broadcast_pair(), seed in any::<u64>()) {
+        type Gen = fn(&mut Rng) -> f64;
+        let cases: [(&str, fn(&Tensor, &Tensor) -> popxl::Result<Tensor>, Gen, Gen); 5] = [
+            ("add", ops::add, uniform, uniform),
+            ("sub", ops::sub, uniform, uniform),
+            ("mul", ops::mul, uniform, uniform),
+            ("div", ops::div, uniform, away_from_zero),
+            ("pow", ops::pow, positive, uniform),
+        ];
+        let (sa, sb) = if swap { (&b, &a) } else { (&a, &b) };
+        let mut rng = Rng(seed);
+        for (name, op, ga, gb) in cases {
+            let (x, y) = (rng.array(sa, ga), rng.array(sb, gb));
+            gradcheck(&[Arg::Diff(x), Arg::Diff(y)], &*binary(op), F64, seed)
+                .map_err(|e| TestCaseError::fail(format!("{name} {sa:?} {sb:?}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn maximum_minimum((a, b, swap) in broadcast_pair(), seed in any::<u64>()) {
+        let (sa, sb) = if swap { (&b, &a) } else { (&a, &b) };
+        let mut rng = Rng(seed);
+        let (x, y) = (rng.array(sa, uniform), rng.array(sb, uniform));
+        // No near-ties at any broadcast position (`a` is the full shape).
+        let (xb, yb) = (x.broadcast(IxDyn(&a)).expect("broadcasts"), y.broadcast(IxDyn(&a)).expect("broadcasts"));
+        prop_assume!(xb.iter().zip(yb.iter()).all(|(p, q)| (p - q).abs() > 0.05));
+        for (name, op) in [("maximum", ops::maximum as fn(&Tensor, &Tensor) -> popxl::Result<Tensor>), ("minimum", ops::minimum)] {
+            gradcheck(&[Arg::Diff(x.clone()), Arg::Diff(y.clone())], &*binary(op), F64, seed)
+                .map_err(|e| TestCaseError::fail(format!("{name} {sa:?} {sb:?}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn select((a, b, _) in broadcast_pair(), seed in any::<u64>(), cond_full in any::<bool>()) {
+        let mut rng = Rng(seed);
+        let cs = if cond_full { a.clone() } else { b.clone() };
+        let cond = rng.array(&cs, uniform).mapv(|v| v > 0.0);
+        let (x, y) = (rng.array(&b, uniform), rng.array(&a, uniform));
+        let args = [Arg::Fixed(HostArray::from(cond)), Arg::Diff(x), Arg::Diff(y)];
+        gradcheck(&args, &|t| ops::select(&t[0], &t[1], &t[2]), F64, seed)?;
+    }
+
+    #[test]
+    fn matmul(m in 1usize..4, k in 1usize..4, n in 1usize..4, batch in 1usize..3, form in 0usize..5, seed in any::<u64>()) {
+        let (sa, sb): (Vec<usize>, Vec<usize>) = match form {
+            0 => (vec![m, k], vec![k, n]),
+            1 => (vec![batch, m, k], vec![k, n]),
+            2 => (vec![k], vec![batch, k, n]),
+            3 => (vec![batch, 1, m, k], vec![2, k]),
+            _ => (vec![batch, 1, m, k], vec![2, k, n]),
+        };
+        let sb = if form == 3 { vec![k] } else { sb };
+        let mut rng = Rng(seed);
+        let (x, y) = (rng.array(&sa, uniform), rng.array(&sb, uniform));
+        gradcheck(&[Arg::Diff(x), Arg::Diff(y)], &*binary(ops::matmul), F64, seed)
+            .map_err(|e| TestCaseError::fail(format!("{sa:?} @ {sb:?}: {e}")))?;
+    }
+
+    #[test]
+    fn reductions(s in prop::collection::vec(1usize..4, 1..=3), axes_bits in any::<u8>(), keepdims in any::<bool>(), seed in any::<u64>()) {
+        let axes: Vec<i64> = (0..s.len()).filter(|k| axes_bits >> k & 1 == 1).map(|k| k as i64 - if axes_bits & 0x80 != 0 { s.len() as i64 } else { 0 }).collect();
+        type Red = fn(&Tensor, &[i64], bool) -> popxl::Result<Tensor>;
+        let cases: [(&str, Red); 4] = [("sum", ops::sum), ("mean", ops::mean), ("max", ops::max), ("min", ops::min)];
+        let x = Rng(seed).array(&s, uniform);
+        for (name, op) in cases {
+            let axes = axes.clone();
+            gradcheck(&[Arg::Diff(x.clone())], &move |t| op(&t[0], &axes, keepdims), F64, seed)
+                .map_err(|e| TestCaseError::fail(format!("{name} {s:?} axes {axes:?} keepdims {keepdims}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn softmax(s in prop::collection::vec(1usize..4, 1..=3), axis in 0usize..3, seed in any::<u64>()) {
+        let axis = (axis % s.len()) as i64 - s.len() as i64 * (axis as i64 & 1);
+        let x = Rng(seed).array(&s, uniform);
+        gradcheck(&[Arg::Diff(x)], &move |t| ops::softmax(&t[0], axis), F64, seed)?;
+    }
+
+    #[test]
+    fn reshape_transpose_squeeze(s in prop::collection::vec(1usize..4, 1..=3), rot in 0usize..3, seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let x = rng.array(&s, uniform);
+        let rank = s.len();
+        let perm: Vec<i64> = (0..rank).map(|k| ((k + rot) % rank) as i64).collect();
+        gradcheck(&[Arg::Diff(x.clone())], &move |t| ops::transpose(&t[0], &perm), F64, seed)?;
+        gradcheck(&[Arg::Diff(x.clone())], &|t| ops::reshape(&t[0], &[-1]), F64, seed)?;
+        let rev: Vec<i64> = s.iter().rev().map(|&d| d as i64).collect();
+        gradcheck(&[Arg::Diff(x)], &move |t| ops::reshape(&t[0], &rev), F64, seed)?;
+        // Squeeze inserted size-1 axes.
+        let mut with_ones = s.clone();
+        with_ones.insert(rot % (rank + 1), 1);
+        with_ones.push(1);
+        let axes = [(rot % (rank + 1)) as i64, -1];
+        let x = rng.array(&with_ones, uniform);
+        gradcheck(&[Arg::Diff(x)], &move |t| ops::squeeze(&t[0], &axes), F64, seed)?;
+    }
+
+    #[test]
+    fn slice(s in prop::collection::vec(2usize..5, 1..=3), start in -4i64..4, len in 1i64..4, step in prop::sample::select(vec![1i64, 2, -1, -2]), seed in any::<u64>()) {
+        let axis = (seed % s.len() as u64) as i64;
+        let end = if step > 0 { start + len * step } else { start - len * (-step) };
+        let x = Rng(seed).array(&s, uniform);
+        let f = move |t: &[Tensor]| ops::slice(&t[0], &[start], &[end], &[step], &[axis]);
+        // An empty slice has no gradient path; shape inference decides.
+        let ir = Ir::new();
+        let empty = ir.main_graph().with(|| {
+            let c = popxl::constant(HostArray::from(x.clone()), "c").unwrap();
+            ops::slice(&c, &[start], &[end], &[step], &[axis]).map(|y| y.nelms() == 0)
+        }).unwrap();
+        prop_assume!(!empty);
+        gradcheck(&[Arg::Diff(x)], &f, F64, seed)?;
+    }
+
+    #[test]
+    fn concat(rows in prop::collection::vec(1usize..4, 1..=3), cols in 1usize..4, axis in 0i64..2, seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let args: Vec<Arg> = rows.iter().map(|&r| {
+            let shape = if axis == 0 { [r, cols] } else { [cols, r] };
+            Arg::Diff(rng.array(&shape, uniform))
+        }).collect();
+        gradcheck(&args, &move |t| ops::concat(&t.iter().collect::<Vec<_>>(), axis), F64, seed)?;
+    }
+
+    #[test]
+    fn gather(n in 1usize..5, other in 1usize..4, idx_shape in shape(2), axis in 0i64..2, seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let data_shape = if axis == 0 { vec![n, other] } else { vec![other, n] };
+        let x = rng.array(&data_shape, uniform);
+        // Indices may repeat: their gradients add up.
+        let idx = rng.array(&idx_shape, |r| r.below(n) as f64).mapv(|v| v as i32);
+        let args = [Arg::Diff(x), Arg::Fixed(HostArray::from(idx))];
+        gradcheck(&args, &move |t| ops::gather(&t[0], &t[1], axis), F64, seed)?;
+    }
+
+    #[test]
+    fn nll_loss(batch in 1usize..4, classes in 2usize..5, reduction in 0usize..3, ignore in any::<bool>(), seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let probs = rng.array(&[batch, classes], |r| r.uniform(0.1, 1.0));
+        let labels = rng.array(&[batch], |r| r.below(classes) as f64).mapv(|v| v as i32);
+        let ignore_index = (ignore && batch > 1).then(|| i64::from(labels[[0]]));
+        let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][reduction];
+        let options = NllLossOptions { reduction, ignore_index };
+        let args = [Arg::Diff(probs), Arg::Fixed(HostArray::from(labels))];
+        gradcheck(&args, &move |t| ops::nll_loss_with(&t[0], &t[1], options), F64, seed)?;
+    }
+
+    #[test]
+    fn dropout(s in prop::collection::vec(1usize..5, 1..=3), p in prop::sample::select(vec![0.0, 0.25, 0.5]), seed in any::<u64>()) {
+        // The gradient is dropout of the output gradient with the same seed and p, so the
+        // (linear) function and its gradient drop the same elements.
+        let x = Rng(seed).array(&s, uniform);
+        let rng_seed = HostArray::from(vec![(seed >> 32) as u32, seed as u32]);
+        let args = [Arg::Diff(x), Arg::Fixed(rng_seed)];
+        gradcheck(&args, &move |t| ops::dropout(&t[0], &t[1], p), F64, seed)?;
+    }
+}
+
+/// Sign, floor and ceil have zero gradients, computed without a gradient of their output.
+#[test]
+fn zero_gradient_ops_give_zeros() {
+    for op in [ops::sign as fn(&Tensor) -> popxl::Result<Tensor>, ops::floor, ops::ceil] {
+        let x = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![0.3, -1.7, 2.2, -0.6]).unwrap();
+        // sin(op(x)) * x: only the second factor carries a gradient, sin(op(x)) itself.
+        let f = move |t: &[Tensor]| -> popxl::Result<Tensor> { ops::mul(&ops::sin(&op(&t[0])?)?, &t[0]) };
+        gradcheck(&[Arg::Diff(x)], &f, F64, 7).unwrap();
+    }
+}
+
+/// Gradients through calls two levels deep and through both branches of a conditional.
+#[test]
+fn subgraphs_nested_calls_and_conditionals() {
+    let mut rng = Rng(11);
+    let x = rng.array(&[2, 3], uniform);
+    let w = rng.array(&[3, 2], uniform);
+    // outer(x, w) = middle(x, w) * x[:, :2]; middle(x, w) = tanh(inner(x, w)); inner = x @ w.
+    let nested = |t: &[Tensor]| -> popxl::Result<Tensor> {
+        let ir = t[0].graph().ir()?;
+        let inner = ir.create_graph(|a: Tensor, b: Tensor| a.matmul(&b), (&t[0], &t[1]))?;
+        let middle = ir.create_graph(
+            |a: Tensor, b: Tensor| -> popxl::Result<Tensor> { ops::tanh(&ops::call(&inner, &[&a, &b], &[])?[0]) },
+            (&t[0], &t[1]),
+        )?;
+        let m = ops::call(&middle, &[&t[0], &t[1]], &[])?;
+        ops::mul(&m[0], &ops::slice(&t[0], &[0], &[2], &[1], &[1])?)
+    };
+    gradcheck(&[Arg::Diff(x.clone()), Arg::Diff(w.clone())], &nested, F64, 11).unwrap();
+
+    for flag in [true, false] {
+        // if c { sin(x) * w } else { x * x } (w unused by the else branch).
+        let cond = |t: &[Tensor]| -> popxl::Result<Tensor> {
+            let ir = t[0].graph().ir()?;
+            let then_g = ir.create_graph(
+                |a: Tensor, b: Tensor| -> popxl::Result<Tensor> { ops::mul(&ops::sin(&a)?, &b) },
+                (&t[1], &t[2]),
+            )?;
+            let else_g = ir.create_graph(|a: Tensor| ops::mul(&a, &a), &t[1])?;
+            let then_inputs = [&t[1], &t[2]];
+            let else_inputs = [&t[1]];
+            let out = ops::conditional_branches(
+                &t[0],
+                Branch::new(&then_g, &then_inputs),
+                Branch::new(&else_g, &else_inputs),
+            )?;
+            Ok(out[0].clone())
+        };
+        let c = Arg::Fixed(HostArray::from(flag));
+        let x = rng.array(&[3], uniform);
+        let w = rng.array(&[3], uniform);
+        gradcheck(&[c, Arg::Diff(x), Arg::Diff(w)], &cond, F64, 13).unwrap_or_else(|e| panic!("branch {flag}: {e}"));
+    }
+}
