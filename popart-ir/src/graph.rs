@@ -2,7 +2,6 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use slotmap::SlotMap;
@@ -128,14 +127,13 @@ impl<K: slotmap::Key> Names<K> {
     }
 
     fn suffixed<V: HasName>(&mut self, base: &str, arena: &SlotMap<K, V>) -> (String, u64) {
-        let mut n = match self.next_suffix.get(base) {
-            Some(&n) => n,
-            None => 1,
-        };
+        let mut n = self.next_suffix.get(base).copied().unwrap_or(1);
         let mut candidate = String::with_capacity(base.len() + 8);
         loop {
             candidate.clear();
-            let _ = write!(candidate, "{base}_{n}");
+            candidate.push_str(base);
+            candidate.push('_');
+            push_decimal(&mut candidate, n as u64);
             n += 1;
             let h = hash_name(&candidate);
             if self.get_hashed(h, &candidate, arena).is_none() {
@@ -149,6 +147,21 @@ impl<K: slotmap::Key> Names<K> {
             }
         }
     }
+}
+
+/// Append `n` in decimal (cheaper than the formatting machinery on hot paths).
+pub(crate) fn push_decimal(s: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
 }
 
 /// A hasher for keys that are already well-mixed 64-bit hashes.

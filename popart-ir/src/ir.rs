@@ -2,7 +2,6 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use slotmap::SlotMap;
@@ -36,6 +35,9 @@ pub const MAIN_GRAPH_NAME: &str = "main";
 pub struct Ir {
     id: u64,
     graphs: SlotMap<GraphId, Graph>,
+    /// Graph ids in creation order (main first); arena order is not creation order
+    /// once a removed graph's slot is reused.
+    order: Vec<GraphId>,
     graph_names: FxHashMap<String, GraphId>,
     main: GraphId,
     /// Host-load executions per stream per `run` (PopXL's `num_host_transfers`).
@@ -60,6 +62,7 @@ impl Ir {
         Ir {
             id: NEXT_IR_ID.fetch_add(1, Ordering::Relaxed),
             graphs,
+            order: vec![main],
             graph_names,
             main,
             num_host_transfers: 1,
@@ -96,6 +99,7 @@ impl Ir {
             .graphs
             .insert_with_key(|id| Graph::new(id, name.to_string()));
         self.graph_names.insert(name.to_string(), id);
+        self.order.push(id);
         Ok(id)
     }
 
@@ -139,13 +143,12 @@ impl Ir {
 
     /// Every graph, main graph first, then subgraphs in creation order.
     pub fn graphs(&self) -> impl Iterator<Item = &Graph> {
-        // Slotmap keys of a never-shrunk map iterate in insertion order.
-        self.graphs.values()
+        self.order.iter().map(|&id| &self.graphs[id])
     }
 
-    /// Ids of every graph, main first.
+    /// Ids of every graph, main first, then subgraphs in creation order.
     pub fn graph_ids(&self) -> Vec<GraphId> {
-        self.graphs.keys().collect()
+        self.order.clone()
     }
 
     /// Remove a subgraph that no op calls. The main graph cannot be removed.
@@ -163,6 +166,7 @@ impl Ir {
             }
         }
         self.graph_names.remove(&name);
+        self.order.retain(|&g| g != id);
         Ok(self.graphs.remove(id).expect("checked"))
     }
 
@@ -262,7 +266,8 @@ impl Ir {
                     let op_name = &g.ops[op].name;
                     let mut n = String::with_capacity(op_name.len() + 3);
                     n.push_str(op_name);
-                    let _ = write!(n, ":{i}");
+                    n.push(':');
+                    crate::graph::push_decimal(&mut n, i as u64);
                     n
                 }
             };
@@ -283,7 +288,7 @@ impl Ir {
         let mut marks: HashMap<GraphId, Mark> =
             self.graphs.keys().map(|g| (g, Mark::None)).collect();
         let mut order = Vec::new();
-        for root in self.graphs.keys() {
+        for &root in &self.order {
             if marks[&root] != Mark::None {
                 continue;
             }

@@ -884,3 +884,26 @@ fn index_maps_stay_sorted_through_inserts_and_removals() {
     g.connect_input(other, 3, ts[3]).unwrap();
     assert_eq!(g.op(small).unwrap().inputs(), g.op(other).unwrap().inputs());
 }
+
+#[test]
+fn graphs_iterate_in_creation_order_after_removal() {
+    let mut ir = Ir::new();
+    let a = ir.create_graph("a").unwrap();
+    ir.create_graph("b").unwrap();
+    ir.remove_graph(a).unwrap();
+    // `c` may reuse `a`'s arena slot but is still the newest graph.
+    ir.create_graph("c").unwrap();
+    let names: Vec<&str> = ir.graphs().map(|g| g.name()).collect();
+    assert_eq!(names, vec!["main", "b", "c"]);
+    let ids: Vec<&str> = ir
+        .graph_ids()
+        .into_iter()
+        .map(|g| ir.graph(g).unwrap().name())
+        .collect();
+    assert_eq!(ids, names);
+    let t = popart_ir::text::to_text(&ir);
+    assert_eq!(
+        popart_ir::text::to_text(&popart_ir::text::parse(&t).unwrap()),
+        t
+    );
+}

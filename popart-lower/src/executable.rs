@@ -96,7 +96,9 @@ pub struct Buffer {
 impl Buffer {
     /// A readable name: the first member tensor, or `tmp<id>` for temporaries.
     pub fn name(&self) -> String {
-        self.tensors.first().map_or_else(|| format!("tmp{}", self.id.0), |t| t.name.clone())
+        self.tensors
+            .first()
+            .map_or_else(|| format!("tmp{}", self.id.0), |t| t.name.clone())
     }
 }
 
@@ -252,7 +254,11 @@ impl Program {
         match self {
             Program::Sequence(v) => v.iter().for_each(|p| p.visit(f)),
             Program::Repeat { body, .. } => body.visit(f),
-            Program::If { then_branch, else_branch, .. } => {
+            Program::If {
+                then_branch,
+                else_branch,
+                ..
+            } => {
                 then_branch.visit(f);
                 else_branch.visit(f);
             }
@@ -358,7 +364,9 @@ impl Executable {
 
     /// Data streams of the given direction, in id order.
     pub fn data_streams(&self, direction: StreamDirection) -> impl Iterator<Item = &Stream> {
-        self.streams.iter().filter(move |s| s.kind == StreamKind::Data && s.direction == direction)
+        self.streams
+            .iter()
+            .filter(move |s| s.kind == StreamKind::Data && s.direction == direction)
     }
 
     /// Every kernel call of every program and function.

@@ -30,8 +30,9 @@ mod lower;
 mod memory;
 
 pub use executable::{
-    Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall, MemoryPlan, Program,
-    Programs, Stream, StreamId, StreamKind, TensorRef, Weight, BUFFER_ALIGNMENT,
+    Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall,
+    MemoryPlan, Program, Programs, Stream, StreamId, StreamKind, TensorRef, Weight,
+    BUFFER_ALIGNMENT,
 };
 pub use lower::lower;
 

@@ -48,9 +48,15 @@ pub(crate) fn align_up(n: usize, align: usize) -> usize {
 /// Assign offsets (relative to `base`) to items of `sizes[i]` bytes live over
 /// `lives[i]` (normalized, non-empty). Sizes must be multiples of `align`.
 /// Returns the offsets and the end of the highest placed item.
-pub(crate) fn assign_offsets(sizes: &[usize], lives: &[Intervals], base: usize) -> (Vec<usize>, usize) {
+pub(crate) fn assign_offsets(
+    sizes: &[usize],
+    lives: &[Intervals],
+    base: usize,
+) -> (Vec<usize>, usize) {
     let n = sizes.len();
-    let mut order: Vec<usize> = (0..n).filter(|&i| sizes[i] > 0 && !lives[i].is_empty()).collect();
+    let mut order: Vec<usize> = (0..n)
+        .filter(|&i| sizes[i] > 0 && !lives[i].is_empty())
+        .collect();
     order.sort_by_key(|&i| (lives[i][0].0, std::cmp::Reverse(sizes[i]), i));
     let mut offsets = vec![base; n];
     let mut end = base;
@@ -88,7 +94,10 @@ mod tests {
 
     #[test]
     fn normalize_merges_touching_and_overlapping() {
-        assert_eq!(normalize(vec![(5, 6), (0, 2), (3, 3), (10, 12), (11, 11)]), vec![(0, 3), (5, 6), (10, 12)]);
+        assert_eq!(
+            normalize(vec![(5, 6), (0, 2), (3, 3), (10, 12), (11, 11)]),
+            vec![(0, 3), (5, 6), (10, 12)]
+        );
     }
 
     #[test]
@@ -128,7 +137,9 @@ mod tests {
         // Deterministic pseudo-random items; check the invariant exhaustively.
         let mut s = 12345u64;
         let mut next = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             s >> 33
         };
         let n = 200;

@@ -628,3 +628,22 @@ fn every_gradient_rule_builds_a_valid_graph() {
         assert_eq!(ir.graph(info.graph).unwrap().output_infos(), want, "{ty}");
     }
 }
+
+#[test]
+fn in_place_modification_of_a_gradient_path_tensor_is_rejected() {
+    // h = relu(x); h += w (in place); y = h * 2: relu's gradient would read the modified h.
+    let mut ir = Ir::new();
+    let g = ir.create_graph("f").unwrap();
+    let x = input(&mut ir, g, "x", f32s(&[3]));
+    let w = input(&mut ir, g, "w", f32s(&[3]));
+    let h = op0(&mut ir, g, "Relu", &[x]);
+    let h2 = op0(&mut ir, g, "AddInplace", &[h, w]);
+    let y = op0(&mut ir, g, "Mul", &[h2, h2]);
+    output(&mut ir, g, y);
+    let err = autodiff(&mut ir, g, None, None, &GradGraphInfos::new(), false).unwrap_err();
+    assert!(
+        matches!(err, AutodiffError::NotDifferentiable { ref op_type, ref reason, .. }
+            if op_type == "AddInplace" && reason.contains("in place")),
+        "{err}"
+    );
+}

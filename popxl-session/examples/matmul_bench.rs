@@ -5,7 +5,8 @@
 //! many threads and reports GFLOP/s = 2 n³ / t (median of `--reps` measurements,
 //! each repeating the matmul for at least `--min-time` seconds). With
 //! `--numpy <numpy_peak.py>` it then runs numpy's sgemm benchmark in the same
-//! session and prints the ratio per point.
+//! session and prints the ratio per point. It also reports microseconds per call
+//! of the MNIST-sized `[8, 784] @ [784, 32]` matmul and its two gradients.
 //!
 //! ```text
 //! cargo run --release -p popxl-session --example matmul_bench -- \
@@ -121,6 +122,63 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
     )
 }
 
+/// Microseconds per call of a small MNIST-sized matmul and its gradients
+/// (`[8, 784] @ [784, 32]`): these must not pay for threading.
+fn small_matmuls(threads: usize) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("rayon pool");
+    let (x, w, y) = ([8usize, 784], [784usize, 32], [8usize, 32]);
+    let f32s = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
+    type Case = (&'static str, Vec<(u32, TensorInfo)>, TensorInfo);
+    let cases: [Case; 3] = [
+        ("MatMul", vec![(0, f32s(&x)), (1, f32s(&w))], f32s(&y)),
+        (
+            "MatMulLhsGrad",
+            vec![(0, f32s(&y)), (1, f32s(&x)), (2, f32s(&w))],
+            f32s(&x),
+        ),
+        (
+            "MatMulRhsGrad",
+            vec![(0, f32s(&y)), (1, f32s(&x)), (2, f32s(&w))],
+            f32s(&w),
+        ),
+    ];
+    let attrs = Attributes::new();
+    for (op, inputs, out) in cases {
+        let bufs: Vec<Vec<Line>> = inputs
+            .iter()
+            .map(|(i, t)| buffer(t.nelms(), *i as u64 + 7))
+            .collect();
+        let mut y = buffer(out.nelms(), 3);
+        let spec = KernelSpec {
+            op_type: op,
+            attrs: &attrs,
+            inputs,
+            outputs: vec![(0, out)],
+        };
+        let kernel = build_kernel(&spec).expect("kernel");
+        let us = pool.install(|| {
+            let in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
+            let out_ptrs = [y.as_mut_ptr() as *mut u8];
+            let args = KernelArgs {
+                inputs: &in_ptrs,
+                outputs: &out_ptrs,
+            };
+            // SAFETY: buffers match the spec's infos and do not overlap.
+            let run = || unsafe { kernel.run(&args) };
+            run();
+            let (iters, t0) = (20_000u32, Instant::now());
+            for _ in 0..iters {
+                run();
+            }
+            t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+        });
+        println!("{{\"bench\": \"popxl_cpu_small_matmul\", \"op\": \"{op}\", \"shape\": \"8x784x32\", \"threads\": {threads}, \"us_per_call\": {us:.2}}}");
+    }
+}
+
 /// A number field of a flat JSON line (numpy_peak.py's output).
 fn field(line: &str, key: &str) -> Option<f64> {
     let rest = &line[line.find(&format!("\"{key}\":"))? + key.len() + 3..];
@@ -144,6 +202,9 @@ fn main() {
             );
             ours.push((threads, n, med));
         }
+    }
+    for &threads in &o.threads {
+        small_matmuls(threads);
     }
     let Some(script) = o.numpy else { return };
     let out = std::process::Command::new("python3")

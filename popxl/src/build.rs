@@ -1,6 +1,5 @@
 //! Creating subgraphs by tracing functions and modules (PopXL's `ir.create_graph`).
 
-use crate::tensor::check_in_graph;
 use crate::variables::graph_input_in;
 use crate::{Graph, Ir, PopXlError, Result, Tensor, TensorSpec};
 
@@ -522,14 +521,19 @@ pub(crate) fn create_graph<M>(
         }
         let outputs = f.build_graph(inputs)?;
         for t in &outputs {
-            if t.graph() != graph {
+            if t.ir_id() != graph.ir_id {
+                return Err(PopXlError::ForeignIr {
+                    name: t.name().to_string(),
+                    what: "graph output".into(),
+                });
+            }
+            if t.graph_id() != graph.id {
                 return Err(PopXlError::OutputNotInGraph {
                     graph: graph.name().to_string(),
                     tensor: t.name().to_string(),
                     tensor_graph: t.graph().name().to_string(),
                 });
             }
-            check_in_graph(t, &graph, "graph output")?;
         }
         let state = graph.state()?;
         let mut st = state.borrow_mut();

@@ -6,7 +6,16 @@ use crate::context;
 use crate::tensor::check_in_graph;
 use crate::{Graph, HostArray, PopXlError, Result, Tensor};
 
-/// Add a tensor named (scoped, made unique) after `name` to `graph`.
+/// `name`, or `default` when `name` is empty.
+fn name_or<'a>(name: &'a str, default: &'a str) -> &'a str {
+    if name.is_empty() {
+        default
+    } else {
+        name
+    }
+}
+
+/// Add a tensor named (scoped, made unique) after `name` (`what` if empty) to `graph`.
 pub(crate) fn add_tensor(
     graph: &Graph,
     name: &str,
@@ -17,7 +26,7 @@ pub(crate) fn add_tensor(
     let state = graph.state()?;
     let mut st = state.borrow_mut();
     let g = st.building(what)?.graph_mut(graph.id)?;
-    let unique = g.unique_tensor_name(&context::scoped(name));
+    let unique = g.unique_tensor_name(&context::scoped(name_or(name, what)));
     let id = g.add_tensor(&unique, info, kind)?;
     Ok(Tensor::from_core(graph, g.tensor(id)?))
 }
@@ -153,7 +162,7 @@ pub(crate) fn graph_input_in(graph: &Graph, info: TensorInfo, name: &str) -> Res
         });
     }
     let g = ir.graph_mut(graph.id)?;
-    let unique = g.unique_tensor_name(&context::scoped(name));
+    let unique = g.unique_tensor_name(&context::scoped(name_or(name, "input")));
     let id = g.add_input(&unique, info)?;
     Ok(Tensor::from_core(graph, g.tensor(id)?))
 }

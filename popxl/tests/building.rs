@@ -211,6 +211,13 @@ fn user_names_are_exact_and_made_unique_when_taken() {
     assert_eq!((a.name(), b.name()), ("w", "w_1"));
     let s = popxl::h2d_stream([1], float32, "w").unwrap();
     assert_eq!(s.name(), "w_2");
+    // Empty names fall back to what the tensor is.
+    assert_eq!(popxl::variable(1.0f32, "").unwrap().name(), "variable");
+    assert_eq!(popxl::constant(1.0f32, "").unwrap().name(), "constant");
+    let g = ir
+        .create_graph(|| popxl::graph_input([1], float32, ""), ())
+        .unwrap();
+    assert_eq!(g.inputs().unwrap()[0].name(), "input");
 }
 
 #[test]

@@ -85,6 +85,8 @@ struct Tol {
 const F64: Tol = Tol { dtype: DataType::Float64, eps: 1e-6, rtol: 1e-5, atol: 1e-7 };
 
 type Func = dyn Fn(&[Tensor]) -> popxl::Result<Tensor>;
+type UnaryOp = fn(&Tensor) -> popxl::Result<Tensor>;
+type BinaryOp = fn(&Tensor, &Tensor) -> popxl::Result<Tensor>;
 
 /// Check the gradients of `f` at `args` against central differences.
 fn gradcheck(args: &[Arg], f: &Func, tol: Tol, seed: u64) -> Result<(), TestCaseError> {
@@ -156,13 +158,12 @@ fn gradcheck(args: &[Arg], f: &Func, tol: Tol, seed: u64) -> Result<(), TestCase
         };
         let analytic = out[gs].to_f64_vec();
         prop_assert_eq!(analytic.len(), base[k].len());
-        for j in 0..base[k].len() {
+        for (j, &a) in analytic.iter().enumerate() {
             let mut plus = base.clone();
             plus[k].as_slice_mut().unwrap()[j] += tol.eps;
             let mut minus = base.clone();
             minus[k].as_slice_mut().unwrap()[j] -= tol.eps;
             let fd = (loss(&run(&plus)) - loss(&run(&minus))) / (2.0 * tol.eps);
-            let a = analytic[j];
             prop_assert!(
                 (fd - a).abs() <= tol.atol + tol.rtol * fd.abs().max(a.abs()),
                 "input {i} element {j}: autodiff {a}, finite difference {fd}"
@@ -189,21 +190,21 @@ fn cfg(cases: u32) -> ProptestConfig {
     ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
-fn unary(op: fn(&Tensor) -> popxl::Result<Tensor>) -> Box<Func> {
+fn unary(op: UnaryOp) -> Box<Func> {
     Box::new(move |t: &[Tensor]| op(&t[0]))
 }
 
-fn binary(op: fn(&Tensor, &Tensor) -> popxl::Result<Tensor>) -> Box<Func> {
+fn binary(op: BinaryOp) -> Box<Func> {
     Box::new(move |t: &[Tensor]| op(&t[0], &t[1]))
 }
 
 proptest! {
-    #![proptest_config(cfg(6))]
+    #![proptest_config(cfg(16))]
 
     #[test]
     fn unary_ops(s in shape(3), seed in any::<u64>()) {
         type Gen = fn(&mut Rng) -> f64;
-        let cases: [(&str, fn(&Tensor) -> popxl::Result<Tensor>, Gen); 12] = [
+        let cases: [(&str, UnaryOp, Gen); 12] = [
             ("negate", ops::negate, uniform),
             ("abs", ops::abs, away_from_zero),
             ("exp", ops::exp, uniform),
@@ -236,7 +237,7 @@ proptest! {
     #[test]
     fn binary_ops_with_broadcasting((a, b, swap) in broadcast_pair(), seed in any::<u64>()) {
         type Gen = fn(&mut Rng) -> f64;
-        let cases: [(&str, fn(&Tensor, &Tensor) -> popxl::Result<Tensor>, Gen, Gen); 5] = [
+        let cases: [(&str, BinaryOp, Gen, Gen); 5] = [
             ("add", ops::add, uniform, uniform),
             ("sub", ops::sub, uniform, uniform),
             ("mul", ops::mul, uniform, uniform),
@@ -260,7 +261,7 @@ proptest! {
         // No near-ties at any broadcast position (`a` is the full shape).
         let (xb, yb) = (x.broadcast(IxDyn(&a)).expect("broadcasts"), y.broadcast(IxDyn(&a)).expect("broadcasts"));
         prop_assume!(xb.iter().zip(yb.iter()).all(|(p, q)| (p - q).abs() > 0.05));
-        for (name, op) in [("maximum", ops::maximum as fn(&Tensor, &Tensor) -> popxl::Result<Tensor>), ("minimum", ops::minimum)] {
+        for (name, op) in [("maximum", ops::maximum as BinaryOp), ("minimum", ops::minimum)] {
             gradcheck(&[Arg::Diff(x.clone()), Arg::Diff(y.clone())], &*binary(op), F64, seed)
                 .map_err(|e| TestCaseError::fail(format!("{name} {sa:?} {sb:?}: {e}")))?;
         }
@@ -299,8 +300,8 @@ proptest! {
         let cases: [(&str, Red); 4] = [("sum", ops::sum), ("mean", ops::mean), ("max", ops::max), ("min", ops::min)];
         let x = Rng(seed).array(&s, uniform);
         for (name, op) in cases {
-            let axes = axes.clone();
-            gradcheck(&[Arg::Diff(x.clone())], &move |t| op(&t[0], &axes, keepdims), F64, seed)
+            let a = axes.clone();
+            gradcheck(&[Arg::Diff(x.clone())], &move |t| op(&t[0], &a, keepdims), F64, seed)
                 .map_err(|e| TestCaseError::fail(format!("{name} {s:?} axes {axes:?} keepdims {keepdims}: {e}")))?;
         }
     }
@@ -394,7 +395,7 @@ proptest! {
 /// Sign, floor and ceil have zero gradients, computed without a gradient of their output.
 #[test]
 fn zero_gradient_ops_give_zeros() {
-    for op in [ops::sign as fn(&Tensor) -> popxl::Result<Tensor>, ops::floor, ops::ceil] {
+    for op in [ops::sign as UnaryOp, ops::floor, ops::ceil] {
         let x = ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![0.3, -1.7, 2.2, -0.6]).unwrap();
         // sin(op(x)) * x: only the second factor carries a gradient, sin(op(x)) itself.
         let f = move |t: &[Tensor]| -> popxl::Result<Tensor> { ops::mul(&ops::sin(&op(&t[0])?)?, &t[0]) };
@@ -402,7 +403,8 @@ fn zero_gradient_ops_give_zeros() {
     }
 }
 
-/// Gradients through calls two levels deep and through both branches of a conditional.
+/// Gradients through calls two levels deep, a subgraph called twice, and both
+/// branches of a conditional.
 #[test]
 fn subgraphs_nested_calls_and_conditionals() {
     let mut rng = Rng(11);
@@ -420,6 +422,17 @@ fn subgraphs_nested_calls_and_conditionals() {
         ops::mul(&m[0], &ops::slice(&t[0], &[0], &[2], &[1], &[1])?)
     };
     gradcheck(&[Arg::Diff(x.clone()), Arg::Diff(w.clone())], &nested, F64, 11).unwrap();
+
+    // One subgraph called twice: y = layer(layer(v, w2), w2) with layer(a, b) = sigmoid(a @ b).
+    let v = rng.array(&[2, 3], uniform);
+    let w2 = rng.array(&[3, 3], uniform);
+    let twice = |t: &[Tensor]| -> popxl::Result<Tensor> {
+        let ir = t[0].graph().ir()?;
+        let layer = ir.create_graph(|a: Tensor, b: Tensor| ops::sigmoid(&a.matmul(&b)?), (&t[0], &t[1]))?;
+        let h = ops::call(&layer, &[&t[0], &t[1]], &[])?;
+        Ok(ops::call(&layer, &[&h[0], &t[1]], &[])?[0].clone())
+    };
+    gradcheck(&[Arg::Diff(v), Arg::Diff(w2)], &twice, F64, 12).unwrap();
 
     for flag in [true, false] {
         // if c { sin(x) * w } else { x * x } (w unused by the else branch).

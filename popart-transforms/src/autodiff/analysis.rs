@@ -68,6 +68,18 @@ pub(crate) fn analyse(g: &Graph, provided: &[TensorId], required: &[TensorId]) -
         if !op.inputs().tensors().any(|t| wants_grad.contains_key(t)) {
             continue;
         }
+        // Writing in place to a tensor whose gradient is wanted would change the
+        // values the gradient graph reads (and has no gradient rule).
+        let modifies_wanted = op.flags().contains(OpFlags::MODIFIES_INPUTS)
+            && op.modified_inputs().iter().any(|&i| op.input(i).is_some_and(|t| wants_grad.contains_key(t)));
+        if modifies_wanted {
+            return Err(AutodiffError::NotDifferentiable {
+                graph: g.name().to_string(),
+                op: op.name.clone(),
+                op_type: op.op_type().to_string(),
+                reason: "it modifies a tensor on a gradient path in place".to_string(),
+            });
+        }
         let rule = op.def().grad(op);
         if rule != GradRule::Stop {
             for t in op.outputs().tensors() {

@@ -36,7 +36,7 @@ pub(crate) fn differentiate(
     infos: &GradGraphInfos,
     created: &mut Vec<GraphId>,
 ) -> Result<GradGraphInfo> {
-    let recompute = !can_add_outputs(ir, fwd)?;
+    let recompute = !can_add_outputs(ir, fwd);
     let grad_name = ir.unique_graph_name(&format!("{}_grad", ir.graph(fwd)?.name()));
     let grad = ir.create_graph(&grad_name)?;
     created.push(grad);
@@ -102,13 +102,8 @@ pub(crate) fn differentiate(
 /// True when every op calling `fwd` is a `Call`, whose outputs can be extended; graphs
 /// called by `If` or `Repeat` must keep their outputs, so their gradient graphs
 /// recompute forward intermediates instead.
-fn can_add_outputs(ir: &Ir, fwd: GraphId) -> Result<bool> {
-    for g in ir.graphs() {
-        if g.ops().any(|op| op.op_type() != "Call" && op.called_graphs().contains(&fwd)) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+fn can_add_outputs(ir: &Ir, fwd: GraphId) -> bool {
+    !ir.graphs().any(|g| g.ops().any(|op| op.op_type() != "Call" && op.called_graphs().contains(&fwd)))
 }
 
 /// Make `tensors` extra outputs of `fwd` and give every `Call` of `fwd` the matching outputs.

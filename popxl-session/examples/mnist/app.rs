@@ -126,9 +126,12 @@ pub struct TrainProgram {
     pub variables: Vec<Tensor>,
 }
 
-/// Build the training step: forward through two `Linear` graphs called with
-/// `call_with_info`, softmax + `nll_loss_with_softmax_grad`, gradient graphs from
-/// `autodiff` of each layer, SGD through `scaled_add_`; all `in_sequence`.
+/// Build the training IR. One step: forward through two `Linear` graphs called
+/// with `call_with_info`, softmax + `nll_loss_with_softmax_grad`, gradient graphs
+/// from `autodiff` of each layer, SGD through `scaled_add_`; all `in_sequence`.
+/// With `host_transfers > 1` the step is the body of a `repeat` (the parameters
+/// are loop-carried and copied back into the variables afterwards), so one `run`
+/// trains on `host_transfers` batches.
 pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
     let ir = Ir::new();
     ir.set_num_host_transfers(cfg.host_transfers)?;
@@ -137,12 +140,43 @@ pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
     let _s = popxl::in_sequence(true);
 
     let images = popxl::h2d_stream([cfg.batch, 28, 28], popxl::float32, "images")?;
-    let labels_stream = popxl::h2d_stream([cfg.batch], popxl::int32, "labels")?;
-    let x = ops::host_load(&images, "x")?.reshape(&[-1, PIXELS as i64])?;
-    let labels = ops::host_load(&labels_stream, "label")?;
+    let labels = popxl::h2d_stream([cfg.batch], popxl::int32, "labels")?;
+    let loss = popxl::d2h_stream([], popxl::float32, "loss")?;
     let variables: Vec<Tensor> =
         params.iter().map(|(name, data)| popxl::variable(data.clone(), name)).collect::<popxl::Result<_>>()?;
-    let (w0, b0, w1, b1) = (&variables[0], &variables[1], &variables[2], &variables[3]);
+    let streams = Streams { images: &images, labels: &labels, loss: &loss };
+    if cfg.host_transfers == 1 {
+        train_step(cfg, &ir, &streams, &variables)?;
+    } else {
+        let body = ir.create_graph(
+            |w0: Tensor, b0: Tensor, w1: Tensor, b1: Tensor| -> popxl::Result<Vec<Tensor>> {
+                let _s = popxl::in_sequence(true);
+                let ps = [w0, b0, w1, b1];
+                train_step(cfg, &ir, &streams, &ps)?;
+                Ok(ps.to_vec())
+            },
+            (&variables[0], &variables[1], &variables[2], &variables[3]),
+        )?;
+        let refs: Vec<&Tensor> = variables.iter().collect();
+        let trained = ops::repeat(&body, cfg.host_transfers, &refs, &[])?;
+        for (v, t) in variables.iter().zip(&trained) {
+            ops::copy_var_update_(v, t)?;
+        }
+    }
+    Ok(TrainProgram { ir: ir.clone(), images, labels, loss, variables })
+}
+
+struct Streams<'a> {
+    images: &'a HostToDeviceStream,
+    labels: &'a HostToDeviceStream,
+    loss: &'a DeviceToHostStream,
+}
+
+/// One SGD step in the current graph, updating `params` (W0, b0, W1, b1) in place.
+fn train_step(cfg: &Config, ir: &Ir, streams: &Streams<'_>, params: &[Tensor]) -> popxl::Result<()> {
+    let x = ops::host_load(streams.images, "x")?.reshape(&[-1, PIXELS as i64])?;
+    let labels = ops::host_load(streams.labels, "label")?;
+    let (w0, b0, w1, b1) = (&params[0], &params[1], &params[2], &params[3]);
 
     let mut layer0 = Linear::new(cfg.hidden);
     let graph0 = ir.create_graph(&mut layer0, &x)?;
@@ -174,9 +208,8 @@ pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
     for (p, grads) in [(w0, &grads0), (b0, &grads0), (w1, &grads1), (b1, &grads1)] {
         ops::scaled_add_(p, &grads[p], 1.0f32, -cfg.lr)?;
     }
-    let loss_stream = popxl::d2h_stream([], popxl::float32, "loss")?;
-    ops::host_store(&loss_stream, &loss)?;
-    Ok(TrainProgram { ir: ir.clone(), images, labels: labels_stream, loss: loss_stream, variables })
+    ops::host_store(streams.loss, &loss)?;
+    Ok(())
 }
 
 /// The forward-only test IR with variables of the same names.

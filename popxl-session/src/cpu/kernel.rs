@@ -1,7 +1,7 @@
 //! The kernel interface of the `cpu` device: how a lowered op becomes executable code.
 //!
 //! At compile time (session creation) every kernel-execution node of the lowered
-//! program is turned into a `Box<dyn Kernel>` by [`build_kernel`], which looks at the
+//! program is turned into a `Box<dyn Kernel>` by [`build_kernel`](super::kernels::build_kernel), which looks at the
 //! op type, attributes and the input/output infos once and picks a specialised
 //! implementation. At run time the executor only calls [`Kernel::run`] with
 //! pointers into its preallocated buffers: no lookup, no allocation.

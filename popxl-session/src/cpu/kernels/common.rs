@@ -158,6 +158,20 @@ pub(crate) trait Float:
     fn cos(self) -> Self;
 }
 
+/// Taylor coefficients of `tanh(x) / x` in powers of `x²` (enough for f64 below |x| = 0.25).
+const TANH_SERIES: [f64; 10] = [
+    1.0,
+    -1.0 / 3.0,
+    2.0 / 15.0,
+    -17.0 / 315.0,
+    62.0 / 2835.0,
+    -1382.0 / 155_925.0,
+    21844.0 / 6_081_075.0,
+    -929_569.0 / 638_512_875.0,
+    6_404_582.0 / 10_854_718_875.0,
+    -443_861_162.0 / 1_856_156_927_625.0,
+];
+
 macro_rules! impl_float {
     ($($t:ty),*) => {$(
         impl Num for $t {
@@ -189,7 +203,25 @@ macro_rules! impl_float {
             #[inline(always)] fn exp(self) -> Self { <$t>::exp(self) }
             #[inline(always)] fn ln(self) -> Self { <$t>::ln(self) }
             #[inline(always)] fn sqrt(self) -> Self { <$t>::sqrt(self) }
-            #[inline(always)] fn tanh(self) -> Self { <$t>::tanh(self) }
+            /// `(e - 1) / (e + 1)` with `e = exp(2|x|)` (libm's `exp` is several times
+            /// faster than its `tanh`), and the Taylor series below |x| = 0.25 where that
+            /// formula would cancel; a few ulp from libm, saturating to ±1 and keeping NaN.
+            #[inline(always)] fn tanh(self) -> Self {
+                let t = self.abs();
+                if t < 0.25 {
+                    let x2 = self * self;
+                    let mut p = TANH_SERIES[TANH_SERIES.len() - 1] as $t;
+                    for &c in TANH_SERIES[..TANH_SERIES.len() - 1].iter().rev() {
+                        p = p * x2 + c as $t;
+                    }
+                    return self * p;
+                }
+                if !(t < 20.0) {
+                    return if t.is_nan() { self } else { (1.0 as $t).copysign(self) };
+                }
+                let e = (2.0 * t).exp();
+                ((e - 1.0) / (e + 1.0)).copysign(self)
+            }
             #[inline(always)] fn sin(self) -> Self { <$t>::sin(self) }
             #[inline(always)] fn cos(self) -> Self { <$t>::cos(self) }
         }
@@ -934,6 +966,24 @@ mod tests {
     fn incompatible_shapes_are_rejected() {
         assert!(Broadcast::<2>::new(&[2, 3], [&[2, 3], &[2]]).is_none());
         assert!(Broadcast::<1>::new(&[3], [&[2, 3]]).is_none());
+    }
+
+    #[test]
+    fn fast_tanh_is_within_a_few_ulp_of_libm() {
+        for i in -40_000..=40_000 {
+            let x = i as f64 * 5e-4; // [-20, 20], dense around the 0.25 switch
+            let want = x.tanh();
+            let got64 = <f64 as Float>::tanh(x);
+            assert!((got64 - want).abs() <= 4.0 * f64::EPSILON * want.abs().max(1e-300), "f64 {x}: {got64} vs {want}");
+            let xf = x as f32;
+            let want32 = (xf as f64).tanh();
+            let got32 = <f32 as Float>::tanh(xf) as f64;
+            assert!((got32 - want32).abs() <= 4.0 * f32::EPSILON as f64 * want32.abs(), "f32 {xf}: {got32} vs {want32}");
+        }
+        assert_eq!(<f32 as Float>::tanh(100.0), 1.0);
+        assert_eq!(<f64 as Float>::tanh(-1e308), -1.0);
+        assert!(<f32 as Float>::tanh(f32::NAN).is_nan());
+        assert_eq!(<f64 as Float>::tanh(0.0), 0.0);
     }
 
     #[test]

@@ -1,0 +1,42 @@
+//! A shortened run of the MNIST example: the loss falls and the test accuracy is
+//! far above chance (10%).
+
+#[path = "../examples/mnist/app.rs"]
+#[allow(dead_code)]
+mod app;
+#[path = "../examples/mnist/data.rs"]
+#[allow(dead_code)]
+mod data;
+
+#[test]
+fn short_mnist_training_learns() {
+    // A larger learning rate than the guide's 0.005 gets past the initial plateau in few steps.
+    let cfg = app::Config { limit_batches: Some(300), lr: 0.05, progress: false, ..app::Config::default() };
+    let train_set = data::load_split(&cfg.data, "train").expect("bundled MNIST train split");
+    let test_set = data::load_split(&cfg.data, "t10k").expect("bundled MNIST test split");
+    assert_eq!((train_set.len(), test_set.len()), (8000, 2000));
+
+    let report = app::train(&cfg, &train_set).expect("training runs");
+    assert_eq!(report.losses.len(), 300);
+    let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len() as f32;
+    let (first, last) = (mean(&report.losses[..50]), mean(&report.losses[250..]));
+    // Untrained, the loss is about ln(10) = 2.30.
+    assert!((first - 10f32.ln()).abs() < 0.3, "initial loss {first}");
+    assert!(last < first - 1.0, "loss did not fall enough: {first} -> {last}");
+
+    let accuracy = app::test(&cfg, &report.params, &test_set).expect("testing runs");
+    assert!(accuracy > 75.0, "accuracy {accuracy}% after 300 steps");
+}
+
+#[test]
+fn several_batches_per_run_match_one_batch_per_run() {
+    // num_host_transfers only changes how batches are grouped into runs, not the maths.
+    let base = app::Config { limit_batches: Some(40), progress: false, ..app::Config::default() };
+    let train_set = data::load_split(&base.data, "train").expect("bundled MNIST train split");
+    let one = app::train(&base, &train_set).expect("one batch per run");
+    let four = app::train(&app::Config { host_transfers: 4, ..base }, &train_set).expect("four batches per run");
+    assert_eq!(one.losses.len(), four.losses.len());
+    for (a, b) in one.losses.iter().zip(&four.losses) {
+        assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+    }
+}

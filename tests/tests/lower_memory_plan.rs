@@ -1,0 +1,616 @@
+//! The memory plan of `popart-lower`: reuse across lifetimes, in-place aliasing,
+//! determinism, and a randomized differential test: random IRs with nested calls,
+//! repeats, in-place updates and host IO run on the cpu device must match an
+//! independent reference interpreter exactly (a wrong reuse or a missing copy
+//! corrupts values).
+
+use std::collections::HashMap;
+
+use popart_ir::{
+    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, OpId, StreamDirection, TensorId,
+    TensorInfo, TensorKind,
+};
+use popxl::HostArray;
+use popxl_session::Session;
+
+const N: usize = 4;
+
+fn vec4() -> TensorInfo {
+    TensorInfo::new(DataType::Float32, [N])
+}
+
+fn out(ir: &Ir, g: GraphId, op: OpId) -> TensorId {
+    ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap()
+}
+
+fn stream_attrs(name: &str) -> Attributes {
+    Attributes::new().with("stream", AttrValue::Str(name.into()))
+}
+
+#[test]
+fn chain_of_ops_needs_two_buffers_whatever_its_length() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let info = TensorInfo::new(DataType::Float32, [16]);
+    ir.main_graph_mut()
+        .add_tensor(
+            "x",
+            info.clone(),
+            TensorKind::Stream(StreamDirection::HostToDevice),
+        )
+        .unwrap();
+    ir.main_graph_mut()
+        .add_tensor(
+            "y",
+            info.clone(),
+            TensorKind::Stream(StreamDirection::DeviceToHost),
+        )
+        .unwrap();
+    let load = ir
+        .create_op(main, "HostLoad", stream_attrs("x"), &[], "load")
+        .unwrap();
+    let mut t = out(&ir, main, load);
+    for i in 0..100 {
+        let op = ir
+            .create_op(
+                main,
+                "Relu",
+                Attributes::new(),
+                &[(0, t)],
+                &format!("relu{i}"),
+            )
+            .unwrap();
+        t = out(&ir, main, op);
+    }
+    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, t)], "store")
+        .unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    // Each relu reads one 64-byte tensor and writes another: two live at a time.
+    assert_eq!(exe.memory.arena_bytes, 128);
+    assert_eq!(exe.memory.no_reuse_bytes, 101 * 64);
+    assert_eq!(exe.memory.permanent_bytes, 0);
+    for b in &exe.buffers {
+        assert_eq!(b.offset % 64, 0);
+    }
+}
+
+#[test]
+fn in_place_outputs_share_their_input_buffer_and_variables_are_permanent() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let v = ir
+        .main_graph_mut()
+        .add_tensor("v", vec4(), TensorKind::Variable(HostTensor::zeros(vec4())))
+        .unwrap();
+    let c = ir
+        .main_graph_mut()
+        .add_tensor("c", vec4(), TensorKind::Constant(HostTensor::zeros(vec4())))
+        .unwrap();
+    let e = ir
+        .create_op(main, "Exp", Attributes::new(), &[(0, c)], "e")
+        .unwrap();
+    let et = out(&ir, main, e);
+    let bump = ir
+        .create_op(
+            main,
+            "AddInplace",
+            Attributes::new(),
+            &[(0, et), (1, c)],
+            "bump",
+        )
+        .unwrap();
+    let upd = ir
+        .create_op(
+            main,
+            "AddInplace",
+            Attributes::new(),
+            &[(0, v), (1, out(&ir, main, bump))],
+            "upd",
+        )
+        .unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    assert_eq!(
+        exe.buffer_of(main, et),
+        exe.buffer_of(main, out(&ir, main, bump))
+    );
+    let vb = exe.buffer_of(main, v).unwrap();
+    assert_eq!(Some(vb), exe.buffer_of(main, out(&ir, main, upd)));
+    assert_eq!(exe.buffer(vb).kind, popart_lower::BufferKind::Variable);
+    assert_eq!(
+        exe.memory.permanent_bytes, 128,
+        "the variable and the constant"
+    );
+    assert!(exe.buffer(vb).offset < exe.memory.permanent_bytes);
+}
+
+#[test]
+fn lowering_is_deterministic() {
+    for seed in 0..8 {
+        let a = random_model(seed);
+        let b = random_model(seed);
+        assert_eq!(
+            popart_lower::lower(&a.ir).unwrap().dump(),
+            popart_lower::lower(&b.ir).unwrap().dump()
+        );
+    }
+}
+
+// ----- randomized differential test -----
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+struct Model {
+    ir: Ir,
+    nht: usize,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+}
+
+struct Sub {
+    id: GraphId,
+    n_in: usize,
+    n_out: usize,
+}
+
+/// Random ops over f32[N] tensors of `g`, drawing operands from `pool`.
+fn random_ops(
+    ir: &mut Ir,
+    g: GraphId,
+    pool: &mut Vec<TensorId>,
+    subs: &[Sub],
+    rng: &mut Rng,
+    n_ops: usize,
+    streams: &[String],
+    cond: Option<TensorId>,
+) {
+    for i in 0..n_ops {
+        let pick = |rng: &mut Rng, pool: &Vec<TensorId>| pool[rng.below(pool.len())];
+        let name = format!("op{i}");
+        match rng.below(12) {
+            0..=2 => {
+                let (a, b) = (pick(rng, pool), pick(rng, pool));
+                let ty = ["Add", "Sub", "Add"][rng.below(3)];
+                let op = ir
+                    .create_op(g, ty, Attributes::new(), &[(0, a), (1, b)], &name)
+                    .unwrap();
+                pool.push(out(ir, g, op));
+            }
+            3 => {
+                let half = ir.graph_mut(g).unwrap().unique_tensor_name("half");
+                let data = HostTensor::from_f32(&[N], &[0.5, -0.25, 0.75, 1.0]);
+                let c = ir
+                    .graph_mut(g)
+                    .unwrap()
+                    .add_tensor(&half, vec4(), TensorKind::Constant(data))
+                    .unwrap();
+                let op = ir
+                    .create_op(
+                        g,
+                        "Mul",
+                        Attributes::new(),
+                        &[(0, pick(rng, pool)), (1, c)],
+                        &name,
+                    )
+                    .unwrap();
+                pool.push(out(ir, g, op));
+            }
+            4 => {
+                let ty = ["Relu", "Neg"][rng.below(2)];
+                let op = ir
+                    .create_op(g, ty, Attributes::new(), &[(0, pick(rng, pool))], &name)
+                    .unwrap();
+                pool.push(out(ir, g, op));
+            }
+            5 => {
+                // In place on a tensor nobody else reads: it leaves the pool, its alias joins.
+                let graph = ir.graph(g).unwrap();
+                let free: Vec<usize> = (0..pool.len())
+                    .filter(|&k| {
+                        let t = graph.tensor(pool[k]).unwrap();
+                        t.consumers().is_empty()
+                            && t.kind == TensorKind::ActGrad
+                            && graph.output_index(pool[k]).is_none()
+                    })
+                    .collect();
+                if free.is_empty() || pool.len() < 2 {
+                    continue;
+                }
+                let k = free[rng.below(free.len())];
+                let t = pool.remove(k);
+                let x = pick(rng, pool);
+                let op = ir
+                    .create_op(g, "AddInplace", Attributes::new(), &[(0, t), (1, x)], &name)
+                    .unwrap();
+                pool.push(out(ir, g, op));
+            }
+            6..=8 if !subs.is_empty() => {
+                let s = &subs[rng.below(subs.len())];
+                let args: Vec<(u32, TensorId)> =
+                    (0..s.n_in).map(|k| (k as u32, pick(rng, pool))).collect();
+                let repeat = s.n_out <= s.n_in && rng.chance(50);
+                let attrs = if repeat {
+                    Attributes::new()
+                        .with("graph", AttrValue::Graph(s.id))
+                        .with("count", AttrValue::Int(1 + rng.below(3) as i64))
+                } else {
+                    Attributes::new().with("graph", AttrValue::Graph(s.id))
+                };
+                let op = ir
+                    .create_op(
+                        g,
+                        if repeat { "Repeat" } else { "Call" },
+                        attrs,
+                        &args,
+                        &name,
+                    )
+                    .unwrap();
+                let outs: Vec<TensorId> = ir
+                    .graph(g)
+                    .unwrap()
+                    .op(op)
+                    .unwrap()
+                    .outputs()
+                    .tensors()
+                    .collect();
+                pool.extend(outs);
+            }
+            9 if !streams.is_empty() => {
+                let s = &streams[rng.below(streams.len())];
+                let op = ir
+                    .create_op(g, "HostLoad", stream_attrs(s), &[], &name)
+                    .unwrap();
+                pool.push(out(ir, g, op));
+            }
+            10 if cond.is_some() && !subs.is_empty() => {
+                let t = &subs[rng.below(subs.len())];
+                let same: Vec<&Sub> = subs.iter().filter(|e| e.n_out == t.n_out).collect();
+                let e = same[rng.below(same.len())];
+                let mut args = vec![(0u32, cond.unwrap())];
+                for k in 0..t.n_in + e.n_in {
+                    args.push((1 + k as u32, pick(rng, pool)));
+                }
+                let then_inputs: Vec<i64> = (1..=t.n_in as i64).collect();
+                let else_inputs: Vec<i64> =
+                    (1 + t.n_in as i64..=(t.n_in + e.n_in) as i64).collect();
+                let attrs = Attributes::new()
+                    .with("then_graph", AttrValue::Graph(t.id))
+                    .with("else_graph", AttrValue::Graph(e.id))
+                    .with("then_inputs", AttrValue::Ints(then_inputs))
+                    .with("else_inputs", AttrValue::Ints(else_inputs));
+                let op = ir.create_op(g, "If", attrs, &args, &name).unwrap();
+                let outs: Vec<TensorId> = ir
+                    .graph(g)
+                    .unwrap()
+                    .op(op)
+                    .unwrap()
+                    .outputs()
+                    .tensors()
+                    .collect();
+                pool.extend(outs);
+            }
+            _ => {
+                let op = ir
+                    .create_op(g, "Relu", Attributes::new(), &[(0, pick(rng, pool))], &name)
+                    .unwrap();
+                pool.push(out(ir, g, op));
+            }
+        }
+    }
+}
+
+/// A tensor from the last third of the pool (recent results keep long chains alive).
+fn late(rng: &mut Rng, pool: &[TensorId]) -> TensorId {
+    let from = pool.len() - pool.len().div_ceil(3);
+    pool[from + rng.below(pool.len() - from)]
+}
+
+fn random_model(seed: u64) -> Model {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let inputs: Vec<String> = (0..2).map(|i| format!("in{i}")).collect();
+    for s in &inputs {
+        ir.main_graph_mut()
+            .add_tensor(s, vec4(), TensorKind::Stream(StreamDirection::HostToDevice))
+            .unwrap();
+    }
+    let mut subs: Vec<Sub> = Vec::new();
+    for k in 0..1 + rng.below(4) {
+        let g = ir.create_graph(&format!("g{k}")).unwrap();
+        let n_in = 1 + rng.below(3);
+        let mut pool: Vec<TensorId> = (0..n_in)
+            .map(|i| {
+                ir.graph_mut(g)
+                    .unwrap()
+                    .add_input(&format!("i{i}"), vec4())
+                    .unwrap()
+            })
+            .collect();
+        let n_ops = 2 + rng.below(7);
+        let streams = if rng.chance(30) {
+            inputs.clone()
+        } else {
+            Vec::new()
+        };
+        random_ops(
+            &mut ir, g, &mut pool, &subs, &mut rng, n_ops, &streams, None,
+        );
+        let n_out = 1 + rng.below(2);
+        for _ in 0..n_out {
+            let t = late(&mut rng, &pool);
+            ir.graph_mut(g).unwrap().add_output(t).unwrap();
+        }
+        subs.push(Sub { id: g, n_in, n_out });
+    }
+    let mut pool = Vec::new();
+    for s in &inputs {
+        let op = ir
+            .create_op(main, "HostLoad", stream_attrs(s), &[], &format!("load_{s}"))
+            .unwrap();
+        pool.push(out(&ir, main, op));
+    }
+    let n_ops = 8 + rng.below(17);
+    ir.main_graph_mut()
+        .add_tensor(
+            "c",
+            TensorInfo::new(DataType::Bool, []),
+            TensorKind::Stream(StreamDirection::HostToDevice),
+        )
+        .unwrap();
+    let load_c = ir
+        .create_op(main, "HostLoad", stream_attrs("c"), &[], "load_c")
+        .unwrap();
+    let cond = out(&ir, main, load_c);
+    random_ops(
+        &mut ir,
+        main,
+        &mut pool,
+        &subs,
+        &mut rng,
+        n_ops,
+        &inputs,
+        Some(cond),
+    );
+    let mut outputs = Vec::new();
+    for i in 0..2 + rng.below(3) {
+        let name = format!("out{i}");
+        ir.main_graph_mut()
+            .add_tensor(
+                &name,
+                vec4(),
+                TensorKind::Stream(StreamDirection::DeviceToHost),
+            )
+            .unwrap();
+        let t = late(&mut rng, &pool);
+        ir.create_op(
+            main,
+            "HostStore",
+            stream_attrs(&name),
+            &[(0, t)],
+            &format!("store{i}"),
+        )
+        .unwrap();
+        outputs.push(name);
+    }
+    let nht = 1 + rng.below(3);
+    ir.num_host_transfers = nht;
+    ir.verify().unwrap();
+    Model {
+        ir,
+        nht,
+        inputs,
+        outputs,
+    }
+}
+
+/// Host streams of the reference interpreter: rings of `nht` elements.
+struct HostIo {
+    nht: usize,
+    inputs: HashMap<String, (Vec<[f32; N]>, usize)>,
+    outputs: HashMap<String, (Vec<[f32; N]>, usize)>,
+}
+
+/// Evaluate graph `g` on `args` (by value), following the same schedule as lowering.
+/// Returns the outputs and the final values of the inputs (in-place updates of an
+/// input are visible there).
+///
+/// Repeat semantics: inputs are copied into the body once; after each iteration
+/// output k becomes input k; inputs beyond the outputs keep their value, including
+/// in-place changes made by the body (the body input is one buffer for the loop).
+fn eval(
+    ir: &Ir,
+    g: GraphId,
+    args: Vec<[f32; N]>,
+    io: &mut HostIo,
+) -> (Vec<[f32; N]>, Vec<[f32; N]>) {
+    let graph = ir.graph(g).unwrap();
+    let mut val: HashMap<TensorId, [f32; N]> = HashMap::new();
+    // Alias root of in-place results, and the latest value of each root.
+    let mut root: HashMap<TensorId, TensorId> = HashMap::new();
+    for (t, v) in graph.inputs().iter().zip(args) {
+        val.insert(*t, v);
+    }
+    for t in graph.tensors() {
+        if let TensorKind::Constant(d) = &t.kind {
+            let v: Vec<f64> = d.to_f64_vec();
+            val.insert(t.id, std::array::from_fn(|i| v[i] as f32));
+        }
+    }
+    for o in graph.schedule().unwrap() {
+        let op = graph.op(o).unwrap();
+        let input = |i: u32| val[&op.input(i).unwrap()];
+        let map2 = |a: [f32; N], b: [f32; N], f: fn(f32, f32) -> f32| -> [f32; N] {
+            std::array::from_fn(|i| f(a[i], b[i]))
+        };
+        let result: Vec<[f32; N]> = match op.op_type() {
+            "Add" => vec![map2(input(0), input(1), |a, b| a + b)],
+            "AddInplace" => {
+                let v = map2(input(0), input(1), |a, b| a + b);
+                let t = op.input(0).unwrap();
+                let r = *root.get(&t).unwrap_or(&t);
+                root.insert(op.output(0).unwrap(), r);
+                val.insert(r, v);
+                vec![v]
+            }
+            "Sub" => vec![map2(input(0), input(1), |a, b| a - b)],
+            "Mul" => vec![map2(input(0), input(1), |a, b| a * b)],
+            "Relu" => vec![input(0).map(|a| a.max(0.0))],
+            "Neg" => vec![input(0).map(|a| -a)],
+            "HostLoad" => {
+                let (data, cursor) = io.inputs.get_mut(op.attrs.str("stream").unwrap()).unwrap();
+                let v = data[*cursor % io.nht];
+                *cursor += 1;
+                vec![v]
+            }
+            "HostStore" => {
+                let (data, cursor) = io.outputs.get_mut(op.attrs.str("stream").unwrap()).unwrap();
+                data[*cursor % io.nht] = input(0);
+                *cursor += 1;
+                vec![]
+            }
+            "Call" => {
+                let args = (0..op.inputs().len() as u32).map(input).collect();
+                eval(ir, op.attrs.graph("graph").unwrap(), args, io).0
+            }
+            "If" => {
+                let (key, ins) = if input(0)[0] != 0.0 {
+                    ("then", "then_inputs")
+                } else {
+                    ("else", "else_inputs")
+                };
+                let callee = op.attrs.graph(&format!("{key}_graph")).unwrap();
+                let args = op
+                    .attrs
+                    .ints(ins)
+                    .unwrap()
+                    .iter()
+                    .map(|&i| input(i as u32))
+                    .collect();
+                eval(ir, callee, args, io).0
+            }
+            "Repeat" => {
+                let callee = op.attrs.graph("graph").unwrap();
+                let mut args: Vec<[f32; N]> = (0..op.inputs().len() as u32).map(input).collect();
+                let mut outs = Vec::new();
+                for _ in 0..op.attrs.int("count").unwrap() {
+                    let (o, finals) = eval(ir, callee, args.clone(), io);
+                    args = finals;
+                    args[..o.len()].copy_from_slice(&o);
+                    outs = o;
+                }
+                outs
+            }
+            other => panic!("the generator makes no {other}"),
+        };
+        for (j, v) in result.into_iter().enumerate() {
+            val.insert(op.output(j as u32).unwrap(), v);
+        }
+    }
+    let outs = graph.outputs().iter().map(|t| val[t]).collect();
+    let finals = graph.inputs().iter().map(|t| val[t]).collect();
+    (outs, finals)
+}
+
+#[test]
+fn random_programs_match_a_reference_interpreter() {
+    let mut tested = 0;
+    for seed in 0..200u64 {
+        let m = random_model(seed);
+        let mut rng = Rng(seed + 1000);
+        let data: HashMap<String, Vec<[f32; N]>> = m
+            .inputs
+            .iter()
+            .map(|s| {
+                (
+                    s.clone(),
+                    (0..m.nht)
+                        .map(|_| std::array::from_fn(|_| (rng.below(17) as f32 - 8.0) * 0.25))
+                        .collect(),
+                )
+            })
+            .collect();
+        let conds: Vec<bool> = (0..m.nht).map(|_| rng.chance(50)).collect();
+        let mut io = HostIo {
+            nht: m.nht,
+            inputs: data
+                .iter()
+                .map(|(k, v)| (k.clone(), (v.clone(), 0)))
+                .chain([(
+                    "c".to_string(),
+                    (
+                        conds
+                            .iter()
+                            .map(|&b| [b as u8 as f32, 0.0, 0.0, 0.0])
+                            .collect(),
+                        0,
+                    ),
+                )])
+                .collect(),
+            outputs: m
+                .outputs
+                .iter()
+                .map(|s| (s.clone(), (vec![[0.0; N]; m.nht], 0)))
+                .collect(),
+        };
+        // Interpret the prepared IR: pruning may change the schedule of the host loads.
+        let mut prepared = m.ir.clone();
+        popart_transforms::prepare::prepare(&mut prepared).unwrap();
+        eval(&prepared, prepared.main_graph_id(), Vec::new(), &mut io);
+
+        let ir = popxl::Ir::from_ir(m.ir.clone());
+        let mut session = match Session::new(ir.clone(), "cpu") {
+            Ok(s) => s,
+            Err(e) => panic!("seed {seed}: {e}"),
+        };
+        let mut inputs = popxl_session::Inputs::new();
+        for s in session.expected_inputs() {
+            if s.name() == "c" {
+                let shape = if m.nht > 1 { vec![m.nht] } else { vec![] };
+                let a = ndarray::ArrayD::from_shape_vec(shape, conds.clone()).unwrap();
+                inputs.insert(s, HostArray::from(a));
+                continue;
+            }
+            let rows: Vec<f32> = data[s.name()].iter().flatten().copied().collect();
+            let shape = if m.nht > 1 { vec![m.nht, N] } else { vec![N] };
+            inputs.insert(
+                s,
+                HostArray::from(ndarray::ArrayD::from_shape_vec(shape, rows).unwrap()),
+            );
+        }
+        let outputs = session.scope(|s| s.run(&inputs)).unwrap();
+        for s in ir.d2h_streams() {
+            let want: Vec<f64> = io.outputs[s.name()]
+                .0
+                .iter()
+                .flatten()
+                .map(|&v| v as f64)
+                .collect();
+            let got = outputs[&s].to_f64_vec();
+            assert_eq!(
+                got,
+                want,
+                "seed {seed}, stream {}:\n{}",
+                s.name(),
+                session.executable().dump()
+            );
+        }
+        tested += 1;
+    }
+    assert_eq!(tested, 200);
+}
