@@ -10,7 +10,10 @@
 //! - **functions**: every subgraph is lowered once ([`Function`]) and called from
 //!   each call site, which copies inputs in, calls, copies outputs out and copies
 //!   modified inputs back, eliding copies where the callee can use the caller's
-//!   buffer directly; repeats become [`Program::Repeat`] with loop-carried copies,
+//!   buffer directly; repeats become [`Program::Repeat`] with loop-carried copies
+//!   (inputs are copied in once; after each iteration output k is copied to input
+//!   k; inputs beyond the outputs keep their buffer for the whole loop, so in-place
+//!   changes the body makes to them persist across iterations, as on Poplar),
 //!   ifs become [`Program::If`];
 //! - a **memory plan**: every tensor lives in a [`Buffer`] at a fixed offset of one
 //!   arena (64-byte aligned); variables and constants are always live, activation

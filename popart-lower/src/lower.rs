@@ -88,10 +88,7 @@ struct Classes {
 
 impl Classes {
     fn new(n: usize) -> Self {
-        Classes {
-            parent: (0..n as u32).collect(),
-            members: (0..n as u32).map(|i| vec![i]).collect(),
-        }
+        Classes { parent: (0..n as u32).collect(), members: (0..n as u32).map(|i| vec![i]).collect() }
     }
 
     fn find(&self, mut x: u32) -> u32 {
@@ -106,11 +103,8 @@ impl Classes {
         if ra == rb {
             return ra;
         }
-        let (big, small) = if self.members[ra as usize].len() >= self.members[rb as usize].len() {
-            (ra, rb)
-        } else {
-            (rb, ra)
-        };
+        let (big, small) =
+            if self.members[ra as usize].len() >= self.members[rb as usize].len() { (ra, rb) } else { (rb, ra) };
         self.parent[small as usize] = big;
         let moved = std::mem::take(&mut self.members[small as usize]);
         self.members[big as usize].extend(moved);
@@ -171,9 +165,7 @@ impl<'a> Lowerer<'a> {
         let main = ir.main_graph_id();
         let callees_first = ir.graphs_callees_first()?;
         if let Some(&t) = ir.main_graph().inputs().first() {
-            return Err(LowerError::MainGraphInput(
-                ir.main_graph().tensor(t)?.name.clone(),
-            ));
+            return Err(LowerError::MainGraphInput(ir.main_graph().tensor(t)?.name.clone()));
         }
         let mut l = Lowerer {
             ir,
@@ -217,11 +209,7 @@ impl<'a> Lowerer<'a> {
             l.sched.insert(g, schedule);
             i += 1;
         }
-        l.callers_first = callees_first
-            .into_iter()
-            .rev()
-            .filter(|g| seen.contains(g))
-            .collect();
+        l.callers_first = callees_first.into_iter().rev().filter(|g| seen.contains(g)).collect();
         for &g in &l.order {
             for t in ir.graph(g)?.tensors() {
                 if !matches!(t.kind, TensorKind::Stream(_)) {
@@ -236,14 +224,9 @@ impl<'a> Lowerer<'a> {
 
     fn key(&self, g: GraphId, t: TensorId) -> Result<u32, LowerError> {
         self.keys.get(&(g, t)).copied().ok_or_else(|| {
-            let name = self
-                .ir
-                .graph(g)
-                .and_then(|gr| gr.tensor(t))
-                .map_or_else(|_| format!("{t:?}"), |x| x.name.clone());
-            LowerError::Internal(format!(
-                "tensor `{name}` has no buffer (a stream used as an op argument?)"
-            ))
+            let name =
+                self.ir.graph(g).and_then(|gr| gr.tensor(t)).map_or_else(|_| format!("{t:?}"), |x| x.name.clone());
+            LowerError::Internal(format!("tensor `{name}` has no buffer (a stream used as an op argument?)"))
         })
     }
 
@@ -253,13 +236,7 @@ impl<'a> Lowerer<'a> {
 
     fn kind_of(&self, key: u32) -> &TensorKind {
         let (g, t) = self.tensors[key as usize];
-        &self
-            .ir
-            .graph(g)
-            .expect("reachable")
-            .tensor(t)
-            .expect("keyed")
-            .kind
+        &self.ir.graph(g).expect("reachable").tensor(t).expect("keyed").kind
     }
 
     fn info(&self, g: GraphId, t: TensorId) -> Result<TensorInfo, LowerError> {
@@ -305,9 +282,7 @@ impl<'a> Lowerer<'a> {
             None => 1,
             Some(SiteKind::Call) => 2 + self.site_len(sites[0]),
             Some(SiteKind::Repeat) => 3 + self.site_len(sites[0]),
-            Some(SiteKind::IfThen | SiteKind::IfElse) => {
-                4 + sites.iter().map(|&s| self.site_len(s)).sum::<i64>()
-            }
+            Some(SiteKind::IfThen | SiteKind::IfElse) => 4 + sites.iter().map(|&s| self.site_len(s)).sum::<i64>(),
         }
     }
 
@@ -345,6 +320,19 @@ impl<'a> Lowerer<'a> {
         }
     }
 
+    /// Last local step at which op `o` (starting at `s`) writes its outputs: an if
+    /// writes them in each branch, the else branch's copy-out coming last.
+    fn last_write_time(&self, g: GraphId, o: OpId, s: i64) -> i64 {
+        let sites = self.op_sites(g, o);
+        match sites.first().map(|&x| self.sites[x].kind) {
+            Some(SiteKind::IfThen | SiteKind::IfElse) => {
+                let (lt, le) = self.if_lens(g, o);
+                s + 3 + lt + le
+            }
+            _ => self.def_time(g, o, s),
+        }
+    }
+
     /// Last local step at which op `o` (starting at `s`) reads its input `idx`.
     fn use_time(&self, g: GraphId, op: &Op, idx: u32, s: i64) -> i64 {
         let sites = self.op_sites(g, op.id);
@@ -359,11 +347,8 @@ impl<'a> Lowerer<'a> {
                 }
                 SiteKind::Repeat | SiteKind::IfThen => {}
                 SiteKind::IfElse => {
-                    let passed = site
-                        .args
-                        .iter()
-                        .enumerate()
-                        .any(|(k, _)| if_arg_index(op, "else_inputs", k) == Some(idx));
+                    let passed =
+                        site.args.iter().enumerate().any(|(k, _)| if_arg_index(op, "else_inputs", k) == Some(idx));
                     if passed {
                         last = last.max(s + 2 + self.if_lens(g, op.id).0);
                     }
@@ -415,28 +400,20 @@ impl<'a> Lowerer<'a> {
         Ok(out)
     }
 
-    fn elide_inputs(
-        &mut self,
-        modifies_input: &HashMap<GraphId, Vec<bool>>,
-    ) -> Result<(), LowerError> {
+    fn elide_inputs(&mut self, modifies_input: &HashMap<GraphId, Vec<bool>>) -> Result<(), LowerError> {
         for f in self.callers_first.clone() {
             if f == self.main {
                 continue;
             }
             let sites: Vec<usize> = self.sites_of_callee.get(&f).cloned().unwrap_or_default();
-            if sites.is_empty()
-                || sites
-                    .iter()
-                    .any(|&s| self.sites[s].kind == SiteKind::Repeat)
-            {
+            if sites.is_empty() || sites.iter().any(|&s| self.sites[s].kind == SiteKind::Repeat) {
                 continue;
             }
             let inputs = self.ir.graph(f)?.inputs().to_vec();
             for (k, &input) in inputs.iter().enumerate() {
                 let writes = modifies_input[&f][k];
-                let marked_everywhere = sites.iter().all(|&s| {
-                    self.sites[s].kind == SiteKind::Call && self.sites[s].modified.contains(&k)
-                });
+                let marked_everywhere =
+                    sites.iter().all(|&s| self.sites[s].kind == SiteKind::Call && self.sites[s].modified.contains(&k));
                 if writes && !marked_everywhere {
                     continue;
                 }
@@ -453,8 +430,7 @@ impl<'a> Lowerer<'a> {
                     // The same buffer at two inputs: sharing is only safe if neither is written.
                     for (k2, &a2) in site.args.iter().enumerate() {
                         if k2 != k && self.class(site.caller, a2)? == c {
-                            let touched =
-                                |kk: usize| modifies_input[&f][kk] || site.modified.contains(&kk);
+                            let touched = |kk: usize| modifies_input[&f][kk] || site.modified.contains(&kk);
                             if touched(k) || touched(k2) {
                                 ok = false;
                             }
@@ -485,17 +461,12 @@ impl<'a> Lowerer<'a> {
                     continue;
                 }
                 let c = self.class(f, o)?;
-                let other_outputs: HashSet<u32> = outputs
-                    .iter()
-                    .filter(|&&x| x != o)
-                    .map(|&x| self.class(f, x))
-                    .collect::<Result<_, _>>()?;
+                let other_outputs: HashSet<u32> =
+                    outputs.iter().filter(|&&x| x != o).map(|&x| self.class(f, x)).collect::<Result<_, _>>()?;
                 let private = !other_outputs.contains(&c)
                     && self.classes.members[c as usize].iter().all(|&m| {
                         let (mg, mt) = self.tensors[m as usize];
-                        mg == f
-                            && graph.input_index(mt).is_none()
-                            && matches!(self.kind_of(m), TensorKind::ActGrad)
+                        mg == f && graph.input_index(mt).is_none() && matches!(self.kind_of(m), TensorKind::ActGrad)
                     });
                 if private {
                     let site = &self.sites[s];
@@ -509,21 +480,13 @@ impl<'a> Lowerer<'a> {
 
     // ----- copies -----
 
-    fn copy(
-        &self,
-        src: (GraphId, TensorId),
-        dst: (GraphId, TensorId),
-    ) -> Result<Option<PlannedCopy>, LowerError> {
+    fn copy(&self, src: (GraphId, TensorId), dst: (GraphId, TensorId)) -> Result<Option<PlannedCopy>, LowerError> {
         let (s, d) = (self.class(src.0, src.1)?, self.class(dst.0, dst.1)?);
         if s == d {
             return Ok(None);
         }
         let bytes = self.info(src.0, src.1)?.nbytes();
-        Ok(Some(PlannedCopy {
-            src: Loc::Class(s),
-            dst: Loc::Class(d),
-            bytes,
-        }))
+        Ok(Some(PlannedCopy { src: Loc::Class(s), dst: Loc::Class(d), bytes }))
     }
 
     fn plan_copies(&mut self) -> Result<Vec<SitePlan>, LowerError> {
@@ -534,24 +497,17 @@ impl<'a> Lowerer<'a> {
             let (cin, cout) = (callee.inputs().to_vec(), callee.outputs().to_vec());
             let mut plan = SitePlan::default();
             for (k, &a) in site.args.iter().enumerate() {
-                plan.copy_in
-                    .extend(self.copy((site.caller, a), (site.callee, cin[k]))?);
+                plan.copy_in.extend(self.copy((site.caller, a), (site.callee, cin[k]))?);
             }
             for (j, &y) in site.outs.iter().enumerate() {
                 // After a repeat's last loop-carried copy, input j holds the last
                 // iteration's output j (the outputs themselves may be inputs that
                 // the loop copies have overwritten).
-                let src = if site.kind == SiteKind::Repeat {
-                    cin[j]
-                } else {
-                    cout[j]
-                };
-                plan.copy_out
-                    .extend(self.copy((site.callee, src), (site.caller, y))?);
+                let src = if site.kind == SiteKind::Repeat { cin[j] } else { cout[j] };
+                plan.copy_out.extend(self.copy((site.callee, src), (site.caller, y))?);
             }
             for &k in &site.modified {
-                plan.copy_back
-                    .extend(self.copy((site.callee, cin[k]), (site.caller, site.args[k]))?);
+                plan.copy_back.extend(self.copy((site.callee, cin[k]), (site.caller, site.args[k]))?);
             }
             if site.kind == SiteKind::Repeat {
                 let mut loops = Vec::new();
@@ -567,21 +523,9 @@ impl<'a> Lowerer<'a> {
                     let mut back = Vec::new();
                     for (k, c) in loops.iter().enumerate() {
                         let t = self.temps.len();
-                        self.temps.push(Temp {
-                            info: self.info(site.callee, cout[k])?,
-                            graph: site.caller,
-                            step,
-                        });
-                        staged.push(PlannedCopy {
-                            src: c.src,
-                            dst: Loc::Temp(t),
-                            bytes: c.bytes,
-                        });
-                        back.push(PlannedCopy {
-                            src: Loc::Temp(t),
-                            dst: c.dst,
-                            bytes: c.bytes,
-                        });
+                        self.temps.push(Temp { info: self.info(site.callee, cout[k])?, graph: site.caller, step });
+                        staged.push(PlannedCopy { src: c.src, dst: Loc::Temp(t), bytes: c.bytes });
+                        back.push(PlannedCopy { src: Loc::Temp(t), dst: c.dst, bytes: c.bytes });
                     }
                     staged.extend(back);
                     loops = staged;
@@ -632,10 +576,11 @@ impl<'a> Lowerer<'a> {
                     e.1 = e.1.max(u);
                 }
                 let d = self.def_time(g, o, s);
+                let last_write = self.last_write_time(g, o, s);
                 for t in op.outputs().tensors() {
-                    let e = live.entry(t).or_insert((d, d));
+                    let e = live.entry(t).or_insert((d, last_write));
                     e.0 = d;
-                    e.1 = e.1.max(d);
+                    e.1 = e.1.max(last_write);
                 }
             }
             for &t in graph.outputs() {
@@ -673,12 +618,7 @@ impl<'a> Lowerer<'a> {
     ) -> Result<Executable, LowerError> {
         let ir = self.ir;
         let permanent_reps: HashSet<u32> = (0..self.tensors.len() as u32)
-            .filter(|&k| {
-                matches!(
-                    self.kind_of(k),
-                    TensorKind::Variable(_) | TensorKind::Constant(_)
-                )
-            })
+            .filter(|&k| matches!(self.kind_of(k), TensorKind::Variable(_) | TensorKind::Constant(_)))
             .map(|k| self.classes.find(k))
             .collect();
         // Live intervals of every activation class.
@@ -701,9 +641,7 @@ impl<'a> Lowerer<'a> {
         let mut visit = |t: (GraphId, TensorId), this: &Self| {
             let Some(&k) = this.keys.get(&t) else { return };
             let rep = this.classes.find(k);
-            if class_buffer.contains_key(&rep)
-                || !(permanent_reps.contains(&rep) || class_lives.contains_key(&rep))
-            {
+            if class_buffer.contains_key(&rep) || !(permanent_reps.contains(&rep) || class_lives.contains_key(&rep)) {
                 return;
             }
             class_buffer.insert(rep, BufferId(buffer_classes.len() as u32));
@@ -739,15 +677,9 @@ impl<'a> Lowerer<'a> {
         for (i, &rep) in buffer_classes.iter().enumerate() {
             let mut members = self.classes.members[rep as usize].clone();
             members.sort_unstable();
-            let kind = if members
-                .iter()
-                .any(|&m| matches!(self.kind_of(m), TensorKind::Variable(_)))
-            {
+            let kind = if members.iter().any(|&m| matches!(self.kind_of(m), TensorKind::Variable(_))) {
                 BufferKind::Variable
-            } else if members
-                .iter()
-                .any(|&m| matches!(self.kind_of(m), TensorKind::Constant(_)))
-            {
+            } else if members.iter().any(|&m| matches!(self.kind_of(m), TensorKind::Constant(_))) {
                 BufferKind::Constant
             } else {
                 BufferKind::Activation
@@ -764,10 +696,7 @@ impl<'a> Lowerer<'a> {
                 refs.push(name_of(m));
             }
             // The class representative's own name first when it is a variable/constant.
-            if let Some(p) = members
-                .iter()
-                .position(|&m| !matches!(self.kind_of(m), TensorKind::ActGrad))
-            {
+            if let Some(p) = members.iter().position(|&m| !matches!(self.kind_of(m), TensorKind::ActGrad)) {
                 refs.swap(0, p);
                 let (g, t) = self.tensors[members[p] as usize];
                 info = Some(self.info(g, t)?);
@@ -785,11 +714,7 @@ impl<'a> Lowerer<'a> {
         let mut lives: Vec<Intervals> = Vec::new();
         for b in &buffers {
             lives.push(if b.kind == BufferKind::Activation {
-                normalize(
-                    class_lives
-                        .remove(&buffer_classes[b.id.index()])
-                        .unwrap_or_default(),
-                )
+                normalize(class_lives.remove(&buffer_classes[b.id.index()]).unwrap_or_default())
             } else {
                 Vec::new()
             });
@@ -815,23 +740,12 @@ impl<'a> Lowerer<'a> {
 
         // Memory plan: permanent buffers first, then activations with reuse.
         let mut permanent = 0;
-        for b in buffers
-            .iter_mut()
-            .filter(|b| b.kind != BufferKind::Activation)
-        {
+        for b in buffers.iter_mut().filter(|b| b.kind != BufferKind::Activation) {
             b.offset = permanent;
             permanent += b.size;
         }
-        let sizes: Vec<usize> = buffers
-            .iter()
-            .map(|b| {
-                if b.kind == BufferKind::Activation {
-                    b.size
-                } else {
-                    0
-                }
-            })
-            .collect();
+        let sizes: Vec<usize> =
+            buffers.iter().map(|b| if b.kind == BufferKind::Activation { b.size } else { 0 }).collect();
         let (offsets, end) = assign_offsets(&sizes, &lives, permanent);
         for (b, off) in buffers.iter_mut().zip(offsets) {
             if b.kind == BufferKind::Activation {
@@ -891,11 +805,9 @@ impl<'a> Lowerer<'a> {
                             initial: data.clone(),
                         });
                     }
-                    TensorKind::Constant(data) => constants.push(Constant {
-                        tensor: r.clone(),
-                        buffer: b.id,
-                        data: data.clone(),
-                    }),
+                    TensorKind::Constant(data) => {
+                        constants.push(Constant { tensor: r.clone(), buffer: b.id, data: data.clone() })
+                    }
                     _ => {}
                 }
             }
@@ -907,27 +819,13 @@ impl<'a> Lowerer<'a> {
             class_buffer: &class_buffer,
             temp_buffer: &temp_buffer,
             streams: &streams,
-            function_ids: self
-                .order
-                .iter()
-                .skip(1)
-                .enumerate()
-                .map(|(i, &g)| (g, FunctionId(i as u32)))
-                .collect(),
+            function_ids: self.order.iter().skip(1).enumerate().map(|(i, &g)| (g, FunctionId(i as u32))).collect(),
         };
         let mut functions = Vec::new();
         for (i, &g) in self.order.iter().enumerate().skip(1) {
             let graph = ir.graph(g)?;
-            let inputs = graph
-                .inputs()
-                .iter()
-                .map(|&t| emitter.buf(g, t))
-                .collect::<Result<_, _>>()?;
-            let outputs = graph
-                .outputs()
-                .iter()
-                .map(|&t| emitter.buf(g, t))
-                .collect::<Result<_, _>>()?;
+            let inputs = graph.inputs().iter().map(|&t| emitter.buf(g, t)).collect::<Result<_, _>>()?;
+            let outputs = graph.outputs().iter().map(|&t| emitter.buf(g, t)).collect::<Result<_, _>>()?;
             functions.push(Function {
                 id: FunctionId(i as u32 - 1),
                 name: graph.name().to_string(),
@@ -939,28 +837,12 @@ impl<'a> Lowerer<'a> {
         }
         let main_program = emitter.graph_body(self.main)?;
         let programs = Programs {
-            init: Program::Sequence(
-                (0..constants.len())
-                    .map(|constant| Program::WriteConstant { constant })
-                    .collect(),
-            ),
+            init: Program::Sequence((0..constants.len()).map(|constant| Program::WriteConstant { constant }).collect()),
             weights_from_host: Program::Sequence(
-                weights
-                    .iter()
-                    .map(|w| Program::HostToDevice {
-                        stream: w.from_host,
-                        dst: w.buffer,
-                    })
-                    .collect(),
+                weights.iter().map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer }).collect(),
             ),
             weights_to_host: Program::Sequence(
-                weights
-                    .iter()
-                    .map(|w| Program::DeviceToHost {
-                        src: w.buffer,
-                        stream: w.to_host,
-                    })
-                    .collect(),
+                weights.iter().map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host }).collect(),
             ),
             main: main_program,
         };
@@ -989,15 +871,10 @@ fn sites_of(ir: &Ir, g: GraphId, op: &Op) -> Result<Vec<Site>, LowerError> {
     let missing = |what: &str| LowerError::Internal(format!("op `{}` has no {what}", op.name));
     let outs = |callee: GraphId| -> Result<Vec<TensorId>, LowerError> {
         let n = ir.graph(callee)?.outputs().len();
-        (0..n as u32)
-            .map(|j| op.output(j).ok_or_else(|| missing(&format!("output {j}"))))
-            .collect()
+        (0..n as u32).map(|j| op.output(j).ok_or_else(|| missing(&format!("output {j}")))).collect()
     };
     let call_like = |kind: SiteKind| -> Result<Site, LowerError> {
-        let callee = op
-            .attrs
-            .graph("graph")
-            .ok_or_else(|| missing("`graph` attribute"))?;
+        let callee = op.attrs.graph("graph").ok_or_else(|| missing("`graph` attribute"))?;
         let n = ir.graph(callee)?.inputs().len();
         let args = (0..n as u32)
             .map(|k| op.input(k).ok_or_else(|| missing(&format!("input {k}"))))
@@ -1007,25 +884,16 @@ fn sites_of(ir: &Ir, g: GraphId, op: &Op) -> Result<Vec<Site>, LowerError> {
         } else {
             Vec::new()
         };
-        Ok(Site {
-            caller: g,
-            op: op.id,
-            callee,
-            kind,
-            args,
-            outs: outs(callee)?,
-            modified,
-        })
+        Ok(Site { caller: g, op: op.id, callee, kind, args, outs: outs(callee)?, modified })
     };
     match op.op_type() {
         "Call" => Ok(vec![call_like(SiteKind::Call)?]),
         "Repeat" => Ok(vec![call_like(SiteKind::Repeat)?]),
         "If" => {
             let mut v = Vec::new();
-            for (kind, gkey, ikey) in [
-                (SiteKind::IfThen, "then_graph", "then_inputs"),
-                (SiteKind::IfElse, "else_graph", "else_inputs"),
-            ] {
+            for (kind, gkey, ikey) in
+                [(SiteKind::IfThen, "then_graph", "then_inputs"), (SiteKind::IfElse, "else_graph", "else_inputs")]
+            {
                 let callee = op.attrs.graph(gkey).ok_or_else(|| missing(gkey))?;
                 let n = ir.graph(callee)?.inputs().len();
                 let args = (0..n)
@@ -1035,15 +903,7 @@ fn sites_of(ir: &Ir, g: GraphId, op: &Op) -> Result<Vec<Site>, LowerError> {
                             .ok_or_else(|| missing(&format!("{ikey}[{k}]")))
                     })
                     .collect::<Result<_, _>>()?;
-                v.push(Site {
-                    caller: g,
-                    op: op.id,
-                    callee,
-                    kind,
-                    args,
-                    outs: outs(callee)?,
-                    modified: Vec::new(),
-                });
+                v.push(Site { caller: g, op: op.id, callee, kind, args, outs: outs(callee)?, modified: Vec::new() });
             }
             Ok(v)
         }
@@ -1064,18 +924,12 @@ impl Emitter<'_, '_> {
     fn buf(&self, g: GraphId, t: TensorId) -> Result<BufferId, LowerError> {
         let c = self.l.class(g, t)?;
         self.class_buffer.get(&c).copied().ok_or_else(|| {
-            LowerError::Internal(format!(
-                "tensor {t:?} of graph `{}` is used but has no buffer",
-                self.graph_name(g)
-            ))
+            LowerError::Internal(format!("tensor {t:?} of graph `{}` is used but has no buffer", self.graph_name(g)))
         })
     }
 
     fn graph_name(&self, g: GraphId) -> String {
-        self.l
-            .ir
-            .graph(g)
-            .map_or_else(|_| format!("{g:?}"), |x| x.name().to_string())
+        self.l.ir.graph(g).map_or_else(|_| format!("{g:?}"), |x| x.name().to_string())
     }
 
     fn loc(&self, l: Loc) -> BufferId {
@@ -1087,20 +941,11 @@ impl Emitter<'_, '_> {
 
     fn copies(&self, v: &[PlannedCopy], out: &mut Vec<Program>) {
         for c in v {
-            out.push(Program::Copy {
-                src: self.loc(c.src),
-                dst: self.loc(c.dst),
-                bytes: c.bytes,
-            });
+            out.push(Program::Copy { src: self.loc(c.src), dst: self.loc(c.dst), bytes: c.bytes });
         }
     }
 
-    fn stream(
-        &self,
-        g: GraphId,
-        op: &Op,
-        direction: StreamDirection,
-    ) -> Result<StreamId, LowerError> {
+    fn stream(&self, g: GraphId, op: &Op, direction: StreamDirection) -> Result<StreamId, LowerError> {
         let name = op.attrs.str("stream").unwrap_or("");
         self.streams
             .iter()
@@ -1122,23 +967,14 @@ impl Emitter<'_, '_> {
             match op.op_type() {
                 "HostLoad" => {
                     let stream = self.stream(g, op, StreamDirection::HostToDevice)?;
-                    let out = op.output(0).ok_or_else(|| {
-                        LowerError::Internal(format!("`{}` has no output", op.name))
-                    })?;
-                    seq.push(Program::HostToDevice {
-                        stream,
-                        dst: self.buf(g, out)?,
-                    });
+                    let out =
+                        op.output(0).ok_or_else(|| LowerError::Internal(format!("`{}` has no output", op.name)))?;
+                    seq.push(Program::HostToDevice { stream, dst: self.buf(g, out)? });
                 }
                 "HostStore" => {
                     let stream = self.stream(g, op, StreamDirection::DeviceToHost)?;
-                    let t = op.input(0).ok_or_else(|| {
-                        LowerError::Internal(format!("`{}` has no input", op.name))
-                    })?;
-                    seq.push(Program::DeviceToHost {
-                        src: self.buf(g, t)?,
-                        stream,
-                    });
+                    let t = op.input(0).ok_or_else(|| LowerError::Internal(format!("`{}` has no input", op.name)))?;
+                    seq.push(Program::DeviceToHost { src: self.buf(g, t)?, stream });
                 }
                 _ if !sites.is_empty() => self.emit_call_op(op, sites, &mut seq)?,
                 _ => seq.push(Program::Execute(self.kernel_call(g, op)?)),
@@ -1147,12 +983,7 @@ impl Emitter<'_, '_> {
         Ok(Program::Sequence(seq))
     }
 
-    fn emit_call_op(
-        &self,
-        op: &Op,
-        sites: &[usize],
-        seq: &mut Vec<Program>,
-    ) -> Result<(), LowerError> {
+    fn emit_call_op(&self, op: &Op, sites: &[usize], seq: &mut Vec<Program>) -> Result<(), LowerError> {
         let site = &self.l.sites[sites[0]];
         let plan = &self.plans[sites[0]];
         match site.kind {
@@ -1163,22 +994,21 @@ impl Emitter<'_, '_> {
                 self.copies(&plan.copy_back, seq);
             }
             SiteKind::Repeat => {
-                let count = op.attrs.int("count").filter(|&c| c >= 1).ok_or_else(|| {
-                    LowerError::Internal(format!("repeat op `{}` has no count >= 1", op.name))
-                })? as u64;
+                let count = op
+                    .attrs
+                    .int("count")
+                    .filter(|&c| c >= 1)
+                    .ok_or_else(|| LowerError::Internal(format!("repeat op `{}` has no count >= 1", op.name)))?
+                    as u64;
                 self.copies(&plan.copy_in, seq);
                 let mut body = vec![Program::Call(self.function_ids[&site.callee])];
                 self.copies(&plan.loop_copies, &mut body);
-                seq.push(Program::Repeat {
-                    count,
-                    body: Box::new(Program::Sequence(body)),
-                });
+                seq.push(Program::Repeat { count, body: Box::new(Program::Sequence(body)) });
                 self.copies(&plan.copy_out, seq);
             }
             SiteKind::IfThen | SiteKind::IfElse => {
-                let cond_t = op.input(0).ok_or_else(|| {
-                    LowerError::Internal(format!("if op `{}` has no condition", op.name))
-                })?;
+                let cond_t =
+                    op.input(0).ok_or_else(|| LowerError::Internal(format!("if op `{}` has no condition", op.name)))?;
                 let cond = self.buf(site.caller, cond_t)?;
                 let mut branches = Vec::new();
                 for &s in sites {
@@ -1191,11 +1021,7 @@ impl Emitter<'_, '_> {
                 }
                 let else_branch = branches.pop().unwrap_or_else(Program::empty);
                 let then_branch = branches.pop().unwrap_or_else(Program::empty);
-                seq.push(Program::If {
-                    cond,
-                    then_branch: Box::new(then_branch),
-                    else_branch: Box::new(else_branch),
-                });
+                seq.push(Program::If { cond, then_branch: Box::new(then_branch), else_branch: Box::new(else_branch) });
             }
         }
         Ok(())
@@ -1204,11 +1030,7 @@ impl Emitter<'_, '_> {
     fn kernel_call(&self, g: GraphId, op: &Op) -> Result<KernelCall, LowerError> {
         let graph = self.l.ir.graph(g)?;
         let arg = |(index, t): (u32, TensorId)| -> Result<Arg, LowerError> {
-            Ok(Arg {
-                index,
-                buffer: self.buf(g, t)?,
-                info: graph.tensor(t)?.info.clone(),
-            })
+            Ok(Arg { index, buffer: self.buf(g, t)?, info: graph.tensor(t)?.info.clone() })
         };
         let inputs: Vec<Arg> = op.inputs().iter().map(arg).collect::<Result<_, _>>()?;
         let outputs: Vec<Arg> = op.outputs().iter().map(arg).collect::<Result<_, _>>()?;
@@ -1216,14 +1038,10 @@ impl Emitter<'_, '_> {
         let aliases = op.def().aliases(&op.attrs);
         for (n, o) in outputs.iter().enumerate() {
             let declared = |b: BufferId| {
-                aliases.iter().any(|&(i, j)| {
-                    j == o.index && inputs.iter().any(|a| a.index == i && a.buffer == b)
-                })
+                aliases.iter().any(|&(i, j)| j == o.index && inputs.iter().any(|a| a.index == i && a.buffer == b))
             };
             let clash_out = outputs[..n].iter().any(|p| p.buffer == o.buffer);
-            let clash_in = inputs
-                .iter()
-                .any(|a| a.buffer == o.buffer && !declared(a.buffer));
+            let clash_in = inputs.iter().any(|a| a.buffer == o.buffer && !declared(a.buffer));
             if clash_out || clash_in {
                 return Err(LowerError::Internal(format!(
                     "op `{}` of graph `{}`: output {} shares buffer b{} with another argument",

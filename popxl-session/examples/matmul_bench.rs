@@ -28,9 +28,7 @@ fn buffer(n: usize, seed: u64) -> Vec<Line> {
     let mut state = seed;
     let mut v = vec![Line([0.0; 16]); n.div_ceil(16)];
     for x in v.iter_mut().flat_map(|l| l.0.iter_mut()) {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         *x = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
     }
     v
@@ -45,23 +43,11 @@ struct Options {
 }
 
 fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse()
-                .expect("a comma-separated list of integers")
-        })
-        .collect()
+    s.split(',').map(|x| x.trim().parse().expect("a comma-separated list of integers")).collect()
 }
 
 fn options() -> Options {
-    let mut o = Options {
-        sizes: vec![256, 512, 1024, 2048],
-        threads: vec![1, 2],
-        reps: 3,
-        min_time: 0.5,
-        numpy: None,
-    };
+    let mut o = Options { sizes: vec![256, 512, 1024, 2048], threads: vec![1, 2], reps: 3, min_time: 0.5, numpy: None };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
@@ -94,10 +80,7 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
     let mut c = buffer(n * n, 3);
     let inputs = [a.as_ptr() as *const u8, b.as_ptr() as *const u8];
     let outputs = [c.as_mut_ptr() as *mut u8];
-    let args = KernelArgs {
-        inputs: &inputs,
-        outputs: &outputs,
-    };
+    let args = KernelArgs { inputs: &inputs, outputs: &outputs };
     // SAFETY: the buffers hold n*n f32 each, are 64-byte aligned and do not overlap.
     let run = || unsafe { kernel.run(&args) };
     run(); // warm-up: thread pool, page faults, packing buffers
@@ -115,57 +98,31 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
         })
         .collect();
     gflops.sort_by(f64::total_cmp);
-    (
-        gflops[gflops.len() / 2],
-        gflops[0],
-        gflops[gflops.len() - 1],
-    )
+    (gflops[gflops.len() / 2], gflops[0], gflops[gflops.len() - 1])
 }
 
 /// Microseconds per call of a small MNIST-sized matmul and its gradients
 /// (`[8, 784] @ [784, 32]`): these must not pay for threading.
 fn small_matmuls(threads: usize) {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("rayon pool");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
     let (x, w, y) = ([8usize, 784], [784usize, 32], [8usize, 32]);
     let f32s = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
     type Case = (&'static str, Vec<(u32, TensorInfo)>, TensorInfo);
     let cases: [Case; 3] = [
         ("MatMul", vec![(0, f32s(&x)), (1, f32s(&w))], f32s(&y)),
-        (
-            "MatMulLhsGrad",
-            vec![(0, f32s(&y)), (1, f32s(&x)), (2, f32s(&w))],
-            f32s(&x),
-        ),
-        (
-            "MatMulRhsGrad",
-            vec![(0, f32s(&y)), (1, f32s(&x)), (2, f32s(&w))],
-            f32s(&w),
-        ),
+        ("MatMulLhsGrad", vec![(0, f32s(&y)), (1, f32s(&x)), (2, f32s(&w))], f32s(&x)),
+        ("MatMulRhsGrad", vec![(0, f32s(&y)), (1, f32s(&x)), (2, f32s(&w))], f32s(&w)),
     ];
     let attrs = Attributes::new();
     for (op, inputs, out) in cases {
-        let bufs: Vec<Vec<Line>> = inputs
-            .iter()
-            .map(|(i, t)| buffer(t.nelms(), *i as u64 + 7))
-            .collect();
+        let bufs: Vec<Vec<Line>> = inputs.iter().map(|(i, t)| buffer(t.nelms(), *i as u64 + 7)).collect();
         let mut y = buffer(out.nelms(), 3);
-        let spec = KernelSpec {
-            op_type: op,
-            attrs: &attrs,
-            inputs,
-            outputs: vec![(0, out)],
-        };
+        let spec = KernelSpec { op_type: op, attrs: &attrs, inputs, outputs: vec![(0, out)] };
         let kernel = build_kernel(&spec).expect("kernel");
         let us = pool.install(|| {
             let in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
             let out_ptrs = [y.as_mut_ptr() as *mut u8];
-            let args = KernelArgs {
-                inputs: &in_ptrs,
-                outputs: &out_ptrs,
-            };
+            let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
             // SAFETY: buffers match the spec's infos and do not overlap.
             let run = || unsafe { kernel.run(&args) };
             run();
@@ -190,10 +147,7 @@ fn main() {
     let o = options();
     let mut ours = Vec::new();
     for &threads in &o.threads {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("rayon pool");
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
         for &n in &o.sizes {
             let (med, min, max) = pool.install(|| measure(n, o.reps, o.min_time));
             println!(
@@ -209,37 +163,15 @@ fn main() {
     let Some(script) = o.numpy else { return };
     let out = std::process::Command::new("python3")
         .arg(&script)
-        .args([
-            "--sizes",
-            &o.sizes
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        ])
-        .args([
-            "--threads",
-            &o.threads
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        ])
-        .args([
-            "--reps",
-            &o.reps.to_string(),
-            "--min-time",
-            &o.min_time.to_string(),
-        ])
+        .args(["--sizes", &o.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")])
+        .args(["--threads", &o.threads.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",")])
+        .args(["--reps", &o.reps.to_string(), "--min-time", &o.min_time.to_string()])
         .output()
         .expect("running numpy_peak.py with python3");
     let text = String::from_utf8_lossy(&out.stdout);
     print!("{text}");
     if !out.status.success() {
-        eprintln!(
-            "numpy_peak.py failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        eprintln!("numpy_peak.py failed: {}", String::from_utf8_lossy(&out.stderr));
         return;
     }
     println!("threads      n   popxl GFLOP/s   numpy GFLOP/s   ratio");
@@ -247,14 +179,9 @@ fn main() {
         let np = text
             .lines()
             .filter(|l| l.contains("numpy_sgemm"))
-            .find(|l| {
-                field(l, "threads") == Some(threads as f64) && field(l, "n") == Some(n as f64)
-            });
+            .find(|l| field(l, "threads") == Some(threads as f64) && field(l, "n") == Some(n as f64));
         if let Some(np) = np.and_then(|l| field(l, "gflops_median")) {
-            println!(
-                "{threads:>7} {n:>6} {med:>15.1} {np:>15.1} {:>7.2}",
-                med / np
-            );
+            println!("{threads:>7} {n:>6} {med:>15.1} {np:>15.1} {:>7.2}", med / np);
         }
     }
 }

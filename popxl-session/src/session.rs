@@ -79,6 +79,20 @@ fn downcast_target(dtype: DataType) -> Option<DataType> {
     }
 }
 
+/// Number of ops in the main graph and the graphs it calls, directly or not
+/// (PopXL removes isolated graphs before checking that an IR has ops).
+fn reachable_ops(ir: &popart_ir::Ir) -> usize {
+    let mut seen = HashSet::from([ir.main_graph_id()]);
+    let mut stack = vec![ir.main_graph_id()];
+    let mut n = 0;
+    while let Some(g) = stack.pop() {
+        let Ok(graph) = ir.graph(g) else { continue };
+        n += graph.num_ops();
+        stack.extend(graph.called_graphs().into_iter().filter(|c| seen.insert(*c)));
+    }
+    n
+}
+
 /// Options of a [`Session`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionOptions {
@@ -91,10 +105,7 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions {
-            weights_to_host_on_exit: true,
-            downcast_inputs: true,
-        }
+        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true }
     }
 }
 
@@ -230,21 +241,15 @@ impl Session {
         let num_ipus = rf.next_power_of_two();
         match device {
             DeviceType::Cpu if num_ipus > 1 => {
-                return Err(SessionError::CpuMultipleDevices {
-                    num_ipus,
-                    replication_factor: rf,
-                })
+                return Err(SessionError::CpuMultipleDevices { num_ipus, replication_factor: rf })
             }
             DeviceType::IpuModel if rf > 1 => {
-                return Err(SessionError::ReplicationUnsupported {
-                    device: device.name(),
-                    replication_factor: rf,
-                })
+                return Err(SessionError::ReplicationUnsupported { device: device.name(), replication_factor: rf })
             }
             _ => {}
         }
         popart_transforms::prepare::prepare(&mut prepared)?;
-        if prepared.graphs().all(|g| g.num_ops() == 0) {
+        if reachable_ops(&prepared) == 0 {
             return Err(SessionError::NoOps { ir_id: ir.id() });
         }
         let exe = popart_lower::lower(&prepared)?;
@@ -254,13 +259,7 @@ impl Session {
         for g in prepared.graphs() {
             for t in g.variables() {
                 if let TensorKind::Variable(data) = &t.kind {
-                    variables.insert(
-                        (g.id(), t.id),
-                        HostVariable {
-                            data: data.clone(),
-                            weight: None,
-                        },
-                    );
+                    variables.insert((g.id(), t.id), HostVariable { data: data.clone(), weight: None });
                 }
             }
         }
@@ -274,11 +273,7 @@ impl Session {
         let mut stream_position = HashMap::new();
         for dir in [StreamDirection::HostToDevice, StreamDirection::DeviceToHost] {
             for s in exe.data_streams(dir) {
-                let list = if dir == StreamDirection::HostToDevice {
-                    &mut h2d
-                } else {
-                    &mut d2h
-                };
+                let list = if dir == StreamDirection::HostToDevice { &mut h2d } else { &mut d2h };
                 stream_position.insert(s.tensor, list.len());
                 list.push(DataStream {
                     id: s.id,
@@ -408,19 +403,13 @@ impl Session {
     /// ```
     pub fn enter(&mut self) -> Result<SessionContext<'_>> {
         self.enter_context()?;
-        Ok(SessionContext {
-            session: self,
-            open: true,
-        })
+        Ok(SessionContext { session: self, open: true })
     }
 
     /// Run `f` inside a session context (see [`Session::enter`]). When `f`
     /// returns an error, leaving the context skips `weights_to_host` (but still
     /// detaches if the context attached).
-    pub fn scope<T, E: From<SessionError>>(
-        &mut self,
-        f: impl FnOnce(&mut Session) -> Result<T, E>,
-    ) -> Result<T, E> {
+    pub fn scope<T, E: From<SessionError>>(&mut self, f: impl FnOnce(&mut Session) -> Result<T, E>) -> Result<T, E> {
         self.enter_context()?;
         let r = f(self);
         let exit = self.exit_context(r.is_ok());
@@ -478,13 +467,8 @@ impl Session {
             let bytes = v.data.bytes.len();
             // SAFETY: the host copy outlives this call and is not touched while
             // the program runs; the stream is unbound right after.
-            unsafe {
-                self.executor
-                    .bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1)
-            }
-            .unwrap_or_else(|e| {
-                unreachable!("weight stream of {k:?} sized from its variable: {e}")
-            });
+            unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
+                .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
         }
         self.executor.run(EngineProgram::WeightsFromHost);
         self.executor.unbind_streams();
@@ -500,13 +484,8 @@ impl Session {
             let stream = self.exe.weights[w].to_host;
             let bytes = v.data.bytes.len();
             // SAFETY: as in weights_from_host, for writes.
-            unsafe {
-                self.executor
-                    .bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1)
-            }
-            .unwrap_or_else(|e| {
-                unreachable!("weight stream of {k:?} sized from its variable: {e}")
-            });
+            unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
+                .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
         }
         self.executor.run(EngineProgram::WeightsToHost);
         self.executor.unbind_streams();
@@ -527,9 +506,7 @@ impl Session {
             .prepared
             .graph(t.graph_id())
             .and_then(|g| g.tensor(t.tensor_id()))
-            .map_err(|_| SessionError::NotVariableOrConstant {
-                tensor: t.id().to_string(),
-            })?;
+            .map_err(|_| SessionError::NotVariableOrConstant { tensor: t.id().to_string() })?;
         Ok((t.graph_id(), t.tensor_id(), core))
     }
 
@@ -544,10 +521,7 @@ impl Session {
     /// and a runtime function may have changed the device variables since the
     /// last `weights_to_host`, one `weights_to_host` runs first. Detached, the
     /// host copies are returned as they are. Constants never need a transfer.
-    pub fn get_tensors_data<'t>(
-        &mut self,
-        tensors: impl IntoIterator<Item = &'t Tensor>,
-    ) -> Result<Vec<HostArray>> {
+    pub fn get_tensors_data<'t>(&mut self, tensors: impl IntoIterator<Item = &'t Tensor>) -> Result<Vec<HostArray>> {
         let tensors: Vec<&Tensor> = tensors.into_iter().collect();
         let mut any_variable = false;
         for t in &tensors {
@@ -555,11 +529,7 @@ impl Session {
             match core.kind {
                 TensorKind::Variable(_) => any_variable = true,
                 TensorKind::Constant(_) => {}
-                _ => {
-                    return Err(SessionError::NotVariableOrConstant {
-                        tensor: t.id().to_string(),
-                    })
-                }
+                _ => return Err(SessionError::NotVariableOrConstant { tensor: t.id().to_string() }),
             }
         }
         if any_variable && self.attached && !self.host_weights_in_sync {
@@ -596,17 +566,14 @@ impl Session {
         for (t, arr) in data {
             let (g, id, core) = self.resolve(t)?;
             if !core.is_variable() {
-                return Err(SessionError::NotAVariable {
-                    tensor: t.id().to_string(),
-                });
+                return Err(SessionError::NotAVariable { tensor: t.id().to_string() });
             }
             let info = &core.info;
-            let arr =
-                if arr.dtype() != info.dtype && arr.shape().is_empty() && info.shape.is_empty() {
-                    Cow::Owned(arr.cast(info.dtype))
-                } else {
-                    Cow::Borrowed(arr)
-                };
+            let arr = if arr.dtype() != info.dtype && arr.shape().is_empty() && info.shape.is_empty() {
+                Cow::Owned(arr.cast(info.dtype))
+            } else {
+                Cow::Borrowed(arr)
+            };
             if arr.dtype() != info.dtype {
                 return Err(SessionError::WriteDTypeMismatch {
                     tensor: t.id().to_string(),
@@ -625,16 +592,12 @@ impl Session {
         }
         let mut device_writes = false;
         for (key, data) in writes {
-            let v = self
-                .variables
-                .get_mut(&key)
-                .expect("resolved variables have host copies");
+            let v = self.variables.get_mut(&key).expect("resolved variables have host copies");
             v.data = data;
             if self.attached {
                 if let Some(w) = v.weight {
                     let buffer = self.exe.weights[w].buffer;
-                    self.executor
-                        .write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes);
+                    self.executor.write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes);
                     device_writes = true;
                 }
             }
@@ -707,17 +670,15 @@ impl Session {
         for (s, arr) in inputs {
             let pos = self.stream_position[&s.tensor().tensor_id()];
             let ds = &self.h2d[pos];
-            let arr =
-                if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) {
-                    Cow::Owned(arr.clone().downcast_64bit())
-                } else {
-                    Cow::Borrowed(arr)
-                };
+            let arr = if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) {
+                Cow::Owned(arr.clone().downcast_64bit())
+            } else {
+                Cow::Borrowed(arr)
+            };
             self.check_array("input", ds, &arr)?;
             arrays.push((pos, arr));
         }
-        let in_data: Vec<(usize, Cow<'_, [u8]>)> =
-            arrays.iter().map(|(pos, a)| (*pos, bytes_of(a))).collect();
+        let in_data: Vec<(usize, Cow<'_, [u8]>)> = arrays.iter().map(|(pos, a)| (*pos, bytes_of(a))).collect();
         // Outputs: validate, find pointers (or scratch for non-standard layouts).
         self.check_stream_set("output", outputs.keys().map(|s| s.tensor()), &self.d2h)?;
         for (s, arr) in outputs.iter() {
@@ -742,15 +703,8 @@ impl Session {
             let pos = *pos;
             // SAFETY: the input bytes outlive the run and are only read
             // (host-to-device transfers never write host memory).
-            unsafe {
-                self.executor.bind_stream(
-                    self.h2d[pos].id,
-                    data.as_ptr() as *mut u8,
-                    data.len(),
-                    nht,
-                )
-            }
-            .expect("sizes validated");
+            unsafe { self.executor.bind_stream(self.h2d[pos].id, data.as_ptr() as *mut u8, data.len(), nht) }
+                .expect("sizes validated");
         }
         for &(id, p, n) in &out_ptrs {
             // SAFETY: the output arrays (or scratch buffers) are exclusively borrowed
@@ -794,20 +748,13 @@ impl Session {
                 unexpected.push(t.id().to_string());
             }
         }
-        let missing: Vec<String> = expected
-            .iter()
-            .filter(|d| !seen.contains(&d.tensor))
-            .map(|d| d.name.clone())
-            .collect();
+        let missing: Vec<String> =
+            expected.iter().filter(|d| !seen.contains(&d.tensor)).map(|d| d.name.clone()).collect();
         if unexpected.is_empty() && missing.is_empty() {
             return Ok(());
         }
         unexpected.sort();
-        Err(SessionError::UnexpectedOrMissingStreams {
-            role,
-            unexpected,
-            missing,
-        })
+        Err(SessionError::UnexpectedOrMissingStreams { role, unexpected, missing })
     }
 
     /// PopXL's shape rules for a stream array, plus an element-count check.

@@ -52,12 +52,7 @@ pub struct GradGraphInfo {
 
 impl fmt::Debug for GradGraphInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "GradGraphInfo({} differentiates {})",
-            self.graph.name(),
-            self.forward_graph.name()
-        )
+        write!(f, "GradGraphInfo({} differentiates {})", self.graph.name(), self.forward_graph.name())
     }
 }
 
@@ -74,11 +69,7 @@ pub struct AutodiffOutput {
 
 impl GradGraphInfo {
     fn wrap(ir: &Ir, info: core::GradGraphInfo) -> Self {
-        GradGraphInfo {
-            graph: ir.graph_handle(info.graph),
-            forward_graph: ir.graph_handle(info.forward_graph),
-            info,
-        }
+        GradGraphInfo { graph: ir.graph_handle(info.graph), forward_graph: ir.graph_handle(info.forward_graph), info }
     }
 
     /// The gradient graph.
@@ -134,20 +125,12 @@ impl GradGraphInfo {
         pairs
             .into_iter()
             .map(|(k, v)| {
-                Ok((
-                    Tensor::from_core(key_graph, kg.tensor(k)?),
-                    Tensor::from_core(value_graph, vg.tensor(v)?),
-                ))
+                Ok((Tensor::from_core(key_graph, kg.tensor(k)?), Tensor::from_core(value_graph, vg.tensor(v)?)))
             })
             .collect()
     }
 
-    fn check_site(
-        &self,
-        site: &CallSiteInfo,
-        called: &Graph,
-        what: &str,
-    ) -> Result<core::CallSite> {
+    fn check_site(&self, site: &CallSiteInfo, called: &Graph, what: &str) -> Result<core::CallSite> {
         if site.called_graph() != *called {
             return Err(PopXlError::InvalidArgument(format!(
                 "{what} must be a call of graph `{}`, but it calls `{}`",
@@ -155,10 +138,7 @@ impl GradGraphInfo {
                 site.called_graph().name()
             )));
         }
-        Ok(core::CallSite {
-            graph: site.graph().id,
-            op: site.op_id(),
-        })
+        Ok(core::CallSite { graph: site.graph().id, op: site.op_id() })
     }
 
     /// The inputs of a call of the gradient graph that come from the forward call
@@ -167,19 +147,12 @@ impl GradGraphInfo {
     /// gradients (the first inputs) are given positionally.
     pub fn inputs_dict(&self, fwd_call_info: &CallSiteInfo) -> Result<Vec<(Tensor, Tensor)>> {
         let site = self.check_site(fwd_call_info, &self.forward_graph, "fwd_call_info")?;
-        self.pairs(
-            |ir| self.info.inputs_dict(ir, site),
-            &self.graph,
-            &fwd_call_info.graph(),
-        )
+        self.pairs(|ir| self.info.inputs_dict(ir, site), &self.graph, &fwd_call_info.graph())
     }
 
     /// Forward graph input -> tensor of the gradient call's caller holding its
     /// gradient (`grad_call_info` is the call of the gradient graph).
-    pub fn fwd_graph_ins_to_grad_parent_outs(
-        &self,
-        grad_call_info: &CallSiteInfo,
-    ) -> Result<HashMap<Tensor, Tensor>> {
+    pub fn fwd_graph_ins_to_grad_parent_outs(&self, grad_call_info: &CallSiteInfo) -> Result<HashMap<Tensor, Tensor>> {
         let site = self.check_site(grad_call_info, &self.graph, "grad_call_info")?;
         let pairs = self.pairs(
             |ir| self.info.fwd_graph_ins_to_grad_parent_outs(ir, site),
@@ -199,10 +172,7 @@ impl GradGraphInfo {
         let fwd_site = self.check_site(fwd_call_info, &self.forward_graph, "fwd_call_info")?;
         let grad_site = self.check_site(grad_call_info, &self.graph, "grad_call_info")?;
         let pairs = self.pairs(
-            |ir| {
-                self.info
-                    .fwd_parent_ins_to_grad_parent_outs(ir, fwd_site, grad_site)
-            },
+            |ir| self.info.fwd_parent_ins_to_grad_parent_outs(ir, fwd_site, grad_site),
             &fwd_call_info.graph(),
             &grad_call_info.graph(),
         )?;
@@ -211,19 +181,9 @@ impl GradGraphInfo {
 }
 
 /// Tensor ids of `ts`, which must be tensors of `graph`.
-fn ids_in(
-    graph: &Graph,
-    ts: &[Tensor],
-    not_here: impl Fn(&Tensor) -> AutodiffError,
-) -> Result<Vec<TensorId>> {
+fn ids_in(graph: &Graph, ts: &[Tensor], not_here: impl Fn(&Tensor) -> AutodiffError) -> Result<Vec<TensorId>> {
     ts.iter()
-        .map(|t| {
-            if t.graph() == *graph {
-                Ok(t.tensor_id())
-            } else {
-                Err(PopXlError::Autodiff(not_here(t)))
-            }
-        })
+        .map(|t| if t.graph() == *graph { Ok(t.tensor_id()) } else { Err(PopXlError::Autodiff(not_here(t))) })
         .collect()
 }
 
@@ -312,35 +272,17 @@ pub fn autodiff(
     let mut infos = core::GradGraphInfos::new();
     for (fwd, info) in called_graphs_grad_info {
         if fwd.ir_id() != ir.id() || info.graph.ir_id() != ir.id() {
-            return Err(PopXlError::ForeignIr {
-                name: fwd.name().to_string(),
-                what: "autodiff".to_string(),
-            });
+            return Err(PopXlError::ForeignIr { name: fwd.name().to_string(), what: "autodiff".to_string() });
         }
         infos.insert(fwd.id, info.info.clone());
     }
     let out = ir.with_ir_mut(|core_ir| {
-        core::autodiff(
-            core_ir,
-            graph.id,
-            provided.as_deref(),
-            required.as_deref(),
-            &infos,
-            return_all_grad_graphs,
-        )
+        core::autodiff(core_ir, graph.id, provided.as_deref(), required.as_deref(), &infos, return_all_grad_graphs)
     })??;
     let all = out
         .all
         .into_values()
-        .map(|info| {
-            (
-                ir.graph_handle(info.forward_graph),
-                GradGraphInfo::wrap(&ir, info),
-            )
-        })
+        .map(|info| (ir.graph_handle(info.forward_graph), GradGraphInfo::wrap(&ir, info)))
         .collect();
-    Ok(AutodiffOutput {
-        grad_info: GradGraphInfo::wrap(&ir, out.grad_info),
-        all,
-    })
+    Ok(AutodiffOutput { grad_info: GradGraphInfo::wrap(&ir, out.grad_info), all })
 }

@@ -142,3 +142,44 @@ fn listing_10_1_ir_text() {
     let text = ir.with_ir(popart_ir::text::to_text);
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn popxl_autodiff_errors_are_typed() {
+    use popxl::transforms::AutodiffError;
+    use popxl::PopXlError;
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let x = popxl::variable(x_data(), "x").unwrap();
+    let mut linear = Linear { w: None, b: None };
+    let g = ir.create_graph(&mut linear, &x).unwrap();
+    let w = linear.w.clone().unwrap();
+    // A forward input is not an output, and a main-graph tensor is not part of the graph.
+    let err = transforms::autodiff(&g, Some(std::slice::from_ref(&w)), None, &HashMap::new(), false).unwrap_err();
+    assert_eq!(
+        err,
+        PopXlError::Autodiff(AutodiffError::ProvidedNotOutput { graph: "Linear".into(), tensor: "W".into() })
+    );
+    let err = transforms::autodiff(&g, None, Some(std::slice::from_ref(&x)), &HashMap::new(), false).unwrap_err();
+    assert!(matches!(err, PopXlError::Autodiff(AutodiffError::RequiredNotInput { .. })), "{err}");
+    // grads_required subset: only W's gradient.
+    let info =
+        transforms::autodiff(&g, None, Some(std::slice::from_ref(&w)), &HashMap::new(), false).unwrap().grad_info;
+    let outs = info.expected_outputs().unwrap();
+    assert_eq!(outs.len(), 1);
+    assert_eq!(outs[0].fwd_tensor(), &w);
+    assert_eq!(info.forward_graph(), g);
+    // inputs_dict takes a call of the forward graph; a call of another graph is rejected.
+    let wv = popxl::variable(w_data(), "Wv").unwrap();
+    let bv = popxl::variable(b_data(), "bv").unwrap();
+    let fwd = ops::call_with_info(&g, &[&x], &[(&w, &wv), (linear.b.as_ref().unwrap(), &bv)]).unwrap();
+    let dict = info.inputs_dict(&fwd).unwrap();
+    // MatMulRhsGrad reads x, and W for its shape; not b.
+    let parents: Vec<&Tensor> = dict.iter().map(|(_, p)| p).collect();
+    assert_eq!(parents, [&x, &wv]);
+    let other = ir.create_graph(|t: Tensor| -t, &x).unwrap();
+    let other_call = ops::call_with_info(&other, &[&x], &[]).unwrap();
+    assert!(matches!(info.inputs_dict(&other_call), Err(PopXlError::InvalidArgument(_))));
+    ir.freeze();
+    let err = transforms::autodiff(&g, None, None, &HashMap::new(), false).unwrap_err();
+    assert!(matches!(err, PopXlError::IrFrozen { .. }), "{err}");
+}

@@ -7,8 +7,7 @@
 use std::collections::HashMap;
 
 use popart_ir::{
-    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, OpId, StreamDirection, TensorId,
-    TensorInfo, TensorKind,
+    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, OpId, StreamDirection, TensorId, TensorInfo, TensorKind,
 };
 use popxl::HostArray;
 use popxl_session::Session;
@@ -32,38 +31,15 @@ fn chain_of_ops_needs_two_buffers_whatever_its_length() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let info = TensorInfo::new(DataType::Float32, [16]);
-    ir.main_graph_mut()
-        .add_tensor(
-            "x",
-            info.clone(),
-            TensorKind::Stream(StreamDirection::HostToDevice),
-        )
-        .unwrap();
-    ir.main_graph_mut()
-        .add_tensor(
-            "y",
-            info.clone(),
-            TensorKind::Stream(StreamDirection::DeviceToHost),
-        )
-        .unwrap();
-    let load = ir
-        .create_op(main, "HostLoad", stream_attrs("x"), &[], "load")
-        .unwrap();
+    ir.main_graph_mut().add_tensor("x", info.clone(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
+    ir.main_graph_mut().add_tensor("y", info.clone(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    let load = ir.create_op(main, "HostLoad", stream_attrs("x"), &[], "load").unwrap();
     let mut t = out(&ir, main, load);
     for i in 0..100 {
-        let op = ir
-            .create_op(
-                main,
-                "Relu",
-                Attributes::new(),
-                &[(0, t)],
-                &format!("relu{i}"),
-            )
-            .unwrap();
+        let op = ir.create_op(main, "Relu", Attributes::new(), &[(0, t)], &format!("relu{i}")).unwrap();
         t = out(&ir, main, op);
     }
-    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, t)], "store")
-        .unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, t)], "store").unwrap();
     let exe = popart_lower::lower(&ir).unwrap();
     // Each relu reads one 64-byte tensor and writes another: two live at a time.
     assert_eq!(exe.memory.arena_bytes, 128);
@@ -78,48 +54,18 @@ fn chain_of_ops_needs_two_buffers_whatever_its_length() {
 fn in_place_outputs_share_their_input_buffer_and_variables_are_permanent() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
-    let v = ir
-        .main_graph_mut()
-        .add_tensor("v", vec4(), TensorKind::Variable(HostTensor::zeros(vec4())))
-        .unwrap();
-    let c = ir
-        .main_graph_mut()
-        .add_tensor("c", vec4(), TensorKind::Constant(HostTensor::zeros(vec4())))
-        .unwrap();
-    let e = ir
-        .create_op(main, "Exp", Attributes::new(), &[(0, c)], "e")
-        .unwrap();
+    let v = ir.main_graph_mut().add_tensor("v", vec4(), TensorKind::Variable(HostTensor::zeros(vec4()))).unwrap();
+    let c = ir.main_graph_mut().add_tensor("c", vec4(), TensorKind::Constant(HostTensor::zeros(vec4()))).unwrap();
+    let e = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "e").unwrap();
     let et = out(&ir, main, e);
-    let bump = ir
-        .create_op(
-            main,
-            "AddInplace",
-            Attributes::new(),
-            &[(0, et), (1, c)],
-            "bump",
-        )
-        .unwrap();
-    let upd = ir
-        .create_op(
-            main,
-            "AddInplace",
-            Attributes::new(),
-            &[(0, v), (1, out(&ir, main, bump))],
-            "upd",
-        )
-        .unwrap();
+    let bump = ir.create_op(main, "AddInplace", Attributes::new(), &[(0, et), (1, c)], "bump").unwrap();
+    let upd = ir.create_op(main, "AddInplace", Attributes::new(), &[(0, v), (1, out(&ir, main, bump))], "upd").unwrap();
     let exe = popart_lower::lower(&ir).unwrap();
-    assert_eq!(
-        exe.buffer_of(main, et),
-        exe.buffer_of(main, out(&ir, main, bump))
-    );
+    assert_eq!(exe.buffer_of(main, et), exe.buffer_of(main, out(&ir, main, bump)));
     let vb = exe.buffer_of(main, v).unwrap();
     assert_eq!(Some(vb), exe.buffer_of(main, out(&ir, main, upd)));
     assert_eq!(exe.buffer(vb).kind, popart_lower::BufferKind::Variable);
-    assert_eq!(
-        exe.memory.permanent_bytes, 128,
-        "the variable and the constant"
-    );
+    assert_eq!(exe.memory.permanent_bytes, 128, "the variable and the constant");
     assert!(exe.buffer(vb).offset < exe.memory.permanent_bytes);
 }
 
@@ -128,10 +74,7 @@ fn lowering_is_deterministic() {
     for seed in 0..8 {
         let a = random_model(seed);
         let b = random_model(seed);
-        assert_eq!(
-            popart_lower::lower(&a.ir).unwrap().dump(),
-            popart_lower::lower(&b.ir).unwrap().dump()
-        );
+        assert_eq!(popart_lower::lower(&a.ir).unwrap().dump(), popart_lower::lower(&b.ir).unwrap().dump());
     }
 }
 
@@ -168,17 +111,19 @@ struct Sub {
     n_out: usize,
 }
 
-/// Random ops over f32[N] tensors of `g`, drawing operands from `pool`.
-fn random_ops(
-    ir: &mut Ir,
-    g: GraphId,
-    pool: &mut Vec<TensorId>,
-    subs: &[Sub],
-    rng: &mut Rng,
-    n_ops: usize,
-    streams: &[String],
+/// What ops of a graph may use besides its tensors.
+struct Available<'a> {
+    /// Graphs to call or repeat.
+    subs: &'a [Sub],
+    /// Streams to load from.
+    streams: &'a [String],
+    /// A bool condition for ifs.
     cond: Option<TensorId>,
-) {
+}
+
+/// Random ops over f32[N] tensors of `g`, drawing operands from `pool`.
+fn random_ops(ir: &mut Ir, g: GraphId, pool: &mut Vec<TensorId>, avail: &Available<'_>, rng: &mut Rng, n_ops: usize) {
+    let Available { subs, streams, cond } = *avail;
     for i in 0..n_ops {
         let pick = |rng: &mut Rng, pool: &Vec<TensorId>| pool[rng.below(pool.len())];
         let name = format!("op{i}");
@@ -186,35 +131,19 @@ fn random_ops(
             0..=2 => {
                 let (a, b) = (pick(rng, pool), pick(rng, pool));
                 let ty = ["Add", "Sub", "Add"][rng.below(3)];
-                let op = ir
-                    .create_op(g, ty, Attributes::new(), &[(0, a), (1, b)], &name)
-                    .unwrap();
+                let op = ir.create_op(g, ty, Attributes::new(), &[(0, a), (1, b)], &name).unwrap();
                 pool.push(out(ir, g, op));
             }
             3 => {
                 let half = ir.graph_mut(g).unwrap().unique_tensor_name("half");
                 let data = HostTensor::from_f32(&[N], &[0.5, -0.25, 0.75, 1.0]);
-                let c = ir
-                    .graph_mut(g)
-                    .unwrap()
-                    .add_tensor(&half, vec4(), TensorKind::Constant(data))
-                    .unwrap();
-                let op = ir
-                    .create_op(
-                        g,
-                        "Mul",
-                        Attributes::new(),
-                        &[(0, pick(rng, pool)), (1, c)],
-                        &name,
-                    )
-                    .unwrap();
+                let c = ir.graph_mut(g).unwrap().add_tensor(&half, vec4(), TensorKind::Constant(data)).unwrap();
+                let op = ir.create_op(g, "Mul", Attributes::new(), &[(0, pick(rng, pool)), (1, c)], &name).unwrap();
                 pool.push(out(ir, g, op));
             }
             4 => {
                 let ty = ["Relu", "Neg"][rng.below(2)];
-                let op = ir
-                    .create_op(g, ty, Attributes::new(), &[(0, pick(rng, pool))], &name)
-                    .unwrap();
+                let op = ir.create_op(g, ty, Attributes::new(), &[(0, pick(rng, pool))], &name).unwrap();
                 pool.push(out(ir, g, op));
             }
             5 => {
@@ -234,15 +163,12 @@ fn random_ops(
                 let k = free[rng.below(free.len())];
                 let t = pool.remove(k);
                 let x = pick(rng, pool);
-                let op = ir
-                    .create_op(g, "AddInplace", Attributes::new(), &[(0, t), (1, x)], &name)
-                    .unwrap();
+                let op = ir.create_op(g, "AddInplace", Attributes::new(), &[(0, t), (1, x)], &name).unwrap();
                 pool.push(out(ir, g, op));
             }
             6..=8 if !subs.is_empty() => {
                 let s = &subs[rng.below(subs.len())];
-                let args: Vec<(u32, TensorId)> =
-                    (0..s.n_in).map(|k| (k as u32, pick(rng, pool))).collect();
+                let args: Vec<(u32, TensorId)> = (0..s.n_in).map(|k| (k as u32, pick(rng, pool))).collect();
                 let repeat = s.n_out <= s.n_in && rng.chance(50);
                 let attrs = if repeat {
                     Attributes::new()
@@ -251,30 +177,13 @@ fn random_ops(
                 } else {
                     Attributes::new().with("graph", AttrValue::Graph(s.id))
                 };
-                let op = ir
-                    .create_op(
-                        g,
-                        if repeat { "Repeat" } else { "Call" },
-                        attrs,
-                        &args,
-                        &name,
-                    )
-                    .unwrap();
-                let outs: Vec<TensorId> = ir
-                    .graph(g)
-                    .unwrap()
-                    .op(op)
-                    .unwrap()
-                    .outputs()
-                    .tensors()
-                    .collect();
+                let op = ir.create_op(g, if repeat { "Repeat" } else { "Call" }, attrs, &args, &name).unwrap();
+                let outs: Vec<TensorId> = ir.graph(g).unwrap().op(op).unwrap().outputs().tensors().collect();
                 pool.extend(outs);
             }
             9 if !streams.is_empty() => {
                 let s = &streams[rng.below(streams.len())];
-                let op = ir
-                    .create_op(g, "HostLoad", stream_attrs(s), &[], &name)
-                    .unwrap();
+                let op = ir.create_op(g, "HostLoad", stream_attrs(s), &[], &name).unwrap();
                 pool.push(out(ir, g, op));
             }
             10 if cond.is_some() && !subs.is_empty() => {
@@ -286,28 +195,18 @@ fn random_ops(
                     args.push((1 + k as u32, pick(rng, pool)));
                 }
                 let then_inputs: Vec<i64> = (1..=t.n_in as i64).collect();
-                let else_inputs: Vec<i64> =
-                    (1 + t.n_in as i64..=(t.n_in + e.n_in) as i64).collect();
+                let else_inputs: Vec<i64> = (1 + t.n_in as i64..=(t.n_in + e.n_in) as i64).collect();
                 let attrs = Attributes::new()
                     .with("then_graph", AttrValue::Graph(t.id))
                     .with("else_graph", AttrValue::Graph(e.id))
                     .with("then_inputs", AttrValue::Ints(then_inputs))
                     .with("else_inputs", AttrValue::Ints(else_inputs));
                 let op = ir.create_op(g, "If", attrs, &args, &name).unwrap();
-                let outs: Vec<TensorId> = ir
-                    .graph(g)
-                    .unwrap()
-                    .op(op)
-                    .unwrap()
-                    .outputs()
-                    .tensors()
-                    .collect();
+                let outs: Vec<TensorId> = ir.graph(g).unwrap().op(op).unwrap().outputs().tensors().collect();
                 pool.extend(outs);
             }
             _ => {
-                let op = ir
-                    .create_op(g, "Relu", Attributes::new(), &[(0, pick(rng, pool))], &name)
-                    .unwrap();
+                let op = ir.create_op(g, "Relu", Attributes::new(), &[(0, pick(rng, pool))], &name).unwrap();
                 pool.push(out(ir, g, op));
             }
         }
@@ -326,31 +225,18 @@ fn random_model(seed: u64) -> Model {
     let main = ir.main_graph_id();
     let inputs: Vec<String> = (0..2).map(|i| format!("in{i}")).collect();
     for s in &inputs {
-        ir.main_graph_mut()
-            .add_tensor(s, vec4(), TensorKind::Stream(StreamDirection::HostToDevice))
-            .unwrap();
+        ir.main_graph_mut().add_tensor(s, vec4(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
     }
     let mut subs: Vec<Sub> = Vec::new();
     for k in 0..1 + rng.below(4) {
         let g = ir.create_graph(&format!("g{k}")).unwrap();
         let n_in = 1 + rng.below(3);
-        let mut pool: Vec<TensorId> = (0..n_in)
-            .map(|i| {
-                ir.graph_mut(g)
-                    .unwrap()
-                    .add_input(&format!("i{i}"), vec4())
-                    .unwrap()
-            })
-            .collect();
+        let mut pool: Vec<TensorId> =
+            (0..n_in).map(|i| ir.graph_mut(g).unwrap().add_input(&format!("i{i}"), vec4()).unwrap()).collect();
         let n_ops = 2 + rng.below(7);
-        let streams = if rng.chance(30) {
-            inputs.clone()
-        } else {
-            Vec::new()
-        };
-        random_ops(
-            &mut ir, g, &mut pool, &subs, &mut rng, n_ops, &streams, None,
-        );
+        let streams = if rng.chance(30) { inputs.clone() } else { Vec::new() };
+        let avail = Available { subs: &subs, streams: &streams, cond: None };
+        random_ops(&mut ir, g, &mut pool, &avail, &mut rng, n_ops);
         let n_out = 1 + rng.below(2);
         for _ in 0..n_out {
             let t = late(&mut rng, &pool);
@@ -360,63 +246,29 @@ fn random_model(seed: u64) -> Model {
     }
     let mut pool = Vec::new();
     for s in &inputs {
-        let op = ir
-            .create_op(main, "HostLoad", stream_attrs(s), &[], &format!("load_{s}"))
-            .unwrap();
+        let op = ir.create_op(main, "HostLoad", stream_attrs(s), &[], &format!("load_{s}")).unwrap();
         pool.push(out(&ir, main, op));
     }
     let n_ops = 8 + rng.below(17);
     ir.main_graph_mut()
-        .add_tensor(
-            "c",
-            TensorInfo::new(DataType::Bool, []),
-            TensorKind::Stream(StreamDirection::HostToDevice),
-        )
+        .add_tensor("c", TensorInfo::new(DataType::Bool, []), TensorKind::Stream(StreamDirection::HostToDevice))
         .unwrap();
-    let load_c = ir
-        .create_op(main, "HostLoad", stream_attrs("c"), &[], "load_c")
-        .unwrap();
+    let load_c = ir.create_op(main, "HostLoad", stream_attrs("c"), &[], "load_c").unwrap();
     let cond = out(&ir, main, load_c);
-    random_ops(
-        &mut ir,
-        main,
-        &mut pool,
-        &subs,
-        &mut rng,
-        n_ops,
-        &inputs,
-        Some(cond),
-    );
+    let avail = Available { subs: &subs, streams: &inputs, cond: Some(cond) };
+    random_ops(&mut ir, main, &mut pool, &avail, &mut rng, n_ops);
     let mut outputs = Vec::new();
     for i in 0..2 + rng.below(3) {
         let name = format!("out{i}");
-        ir.main_graph_mut()
-            .add_tensor(
-                &name,
-                vec4(),
-                TensorKind::Stream(StreamDirection::DeviceToHost),
-            )
-            .unwrap();
+        ir.main_graph_mut().add_tensor(&name, vec4(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
         let t = late(&mut rng, &pool);
-        ir.create_op(
-            main,
-            "HostStore",
-            stream_attrs(&name),
-            &[(0, t)],
-            &format!("store{i}"),
-        )
-        .unwrap();
+        ir.create_op(main, "HostStore", stream_attrs(&name), &[(0, t)], &format!("store{i}")).unwrap();
         outputs.push(name);
     }
     let nht = 1 + rng.below(3);
     ir.num_host_transfers = nht;
     ir.verify().unwrap();
-    Model {
-        ir,
-        nht,
-        inputs,
-        outputs,
-    }
+    Model { ir, nht, inputs, outputs }
 }
 
 /// Host streams of the reference interpreter: rings of `nht` elements.
@@ -433,12 +285,7 @@ struct HostIo {
 /// Repeat semantics: inputs are copied into the body once; after each iteration
 /// output k becomes input k; inputs beyond the outputs keep their value, including
 /// in-place changes made by the body (the body input is one buffer for the loop).
-fn eval(
-    ir: &Ir,
-    g: GraphId,
-    args: Vec<[f32; N]>,
-    io: &mut HostIo,
-) -> (Vec<[f32; N]>, Vec<[f32; N]>) {
+fn eval(ir: &Ir, g: GraphId, args: Vec<[f32; N]>, io: &mut HostIo) -> (Vec<[f32; N]>, Vec<[f32; N]>) {
     let graph = ir.graph(g).unwrap();
     let mut val: HashMap<TensorId, [f32; N]> = HashMap::new();
     // Alias root of in-place results, and the latest value of each root.
@@ -455,9 +302,8 @@ fn eval(
     for o in graph.schedule().unwrap() {
         let op = graph.op(o).unwrap();
         let input = |i: u32| val[&op.input(i).unwrap()];
-        let map2 = |a: [f32; N], b: [f32; N], f: fn(f32, f32) -> f32| -> [f32; N] {
-            std::array::from_fn(|i| f(a[i], b[i]))
-        };
+        let map2 =
+            |a: [f32; N], b: [f32; N], f: fn(f32, f32) -> f32| -> [f32; N] { std::array::from_fn(|i| f(a[i], b[i])) };
         let result: Vec<[f32; N]> = match op.op_type() {
             "Add" => vec![map2(input(0), input(1), |a, b| a + b)],
             "AddInplace" => {
@@ -489,19 +335,9 @@ fn eval(
                 eval(ir, op.attrs.graph("graph").unwrap(), args, io).0
             }
             "If" => {
-                let (key, ins) = if input(0)[0] != 0.0 {
-                    ("then", "then_inputs")
-                } else {
-                    ("else", "else_inputs")
-                };
+                let (key, ins) = if input(0)[0] != 0.0 { ("then", "then_inputs") } else { ("else", "else_inputs") };
                 let callee = op.attrs.graph(&format!("{key}_graph")).unwrap();
-                let args = op
-                    .attrs
-                    .ints(ins)
-                    .unwrap()
-                    .iter()
-                    .map(|&i| input(i as u32))
-                    .collect();
+                let args = op.attrs.ints(ins).unwrap().iter().map(|&i| input(i as u32)).collect();
                 eval(ir, callee, args, io).0
             }
             "Repeat" => {
@@ -537,12 +373,7 @@ fn random_programs_match_a_reference_interpreter() {
             .inputs
             .iter()
             .map(|s| {
-                (
-                    s.clone(),
-                    (0..m.nht)
-                        .map(|_| std::array::from_fn(|_| (rng.below(17) as f32 - 8.0) * 0.25))
-                        .collect(),
-                )
+                (s.clone(), (0..m.nht).map(|_| std::array::from_fn(|_| (rng.below(17) as f32 - 8.0) * 0.25)).collect())
             })
             .collect();
         let conds: Vec<bool> = (0..m.nht).map(|_| rng.chance(50)).collect();
@@ -551,22 +382,9 @@ fn random_programs_match_a_reference_interpreter() {
             inputs: data
                 .iter()
                 .map(|(k, v)| (k.clone(), (v.clone(), 0)))
-                .chain([(
-                    "c".to_string(),
-                    (
-                        conds
-                            .iter()
-                            .map(|&b| [b as u8 as f32, 0.0, 0.0, 0.0])
-                            .collect(),
-                        0,
-                    ),
-                )])
+                .chain([("c".to_string(), (conds.iter().map(|&b| [b as u8 as f32, 0.0, 0.0, 0.0]).collect(), 0))])
                 .collect(),
-            outputs: m
-                .outputs
-                .iter()
-                .map(|s| (s.clone(), (vec![[0.0; N]; m.nht], 0)))
-                .collect(),
+            outputs: m.outputs.iter().map(|s| (s.clone(), (vec![[0.0; N]; m.nht], 0))).collect(),
         };
         // Interpret the prepared IR: pruning may change the schedule of the host loads.
         let mut prepared = m.ir.clone();
@@ -588,29 +406,53 @@ fn random_programs_match_a_reference_interpreter() {
             }
             let rows: Vec<f32> = data[s.name()].iter().flatten().copied().collect();
             let shape = if m.nht > 1 { vec![m.nht, N] } else { vec![N] };
-            inputs.insert(
-                s,
-                HostArray::from(ndarray::ArrayD::from_shape_vec(shape, rows).unwrap()),
-            );
+            inputs.insert(s, HostArray::from(ndarray::ArrayD::from_shape_vec(shape, rows).unwrap()));
         }
         let outputs = session.scope(|s| s.run(&inputs)).unwrap();
         for s in ir.d2h_streams() {
-            let want: Vec<f64> = io.outputs[s.name()]
-                .0
-                .iter()
-                .flatten()
-                .map(|&v| v as f64)
-                .collect();
+            let want: Vec<f64> = io.outputs[s.name()].0.iter().flatten().map(|&v| v as f64).collect();
             let got = outputs[&s].to_f64_vec();
-            assert_eq!(
-                got,
-                want,
-                "seed {seed}, stream {}:\n{}",
-                s.name(),
-                session.executable().dump()
-            );
+            assert_eq!(got, want, "seed {seed}, stream {}:\n{}", s.name(), session.executable().dump());
         }
         tested += 1;
     }
     assert_eq!(tested, 200);
+}
+
+/// Structural invariants of the plan, independent of execution: no copy reads
+/// memory it writes, and no kernel output overlaps another argument unless it is
+/// the very same buffer (an in-place alias).
+#[test]
+fn random_programs_never_overlap_copy_or_kernel_arguments() {
+    for seed in 0..200u64 {
+        let m = random_model(seed);
+        let mut prepared = m.ir.clone();
+        popart_transforms::prepare::prepare(&mut prepared).unwrap();
+        let exe = popart_lower::lower(&prepared).unwrap();
+        let range = |b: popart_lower::BufferId, bytes: usize| (exe.buffer(b).offset, exe.buffer(b).offset + bytes);
+        let overlap = |(a, b): (usize, usize), (c, d): (usize, usize)| a < d && c < b;
+        let mut bad = Vec::new();
+        let mut check = |p: &popart_lower::Program| match p {
+            popart_lower::Program::Copy { src, dst, bytes } if overlap(range(*src, *bytes), range(*dst, *bytes)) => {
+                bad.push(format!("copy b{} -> b{}", src.0, dst.0));
+            }
+            popart_lower::Program::Execute(k) => {
+                for (n, o) in k.outputs.iter().enumerate() {
+                    let ro = range(o.buffer, o.info.nbytes());
+                    let others = k.inputs.iter().chain(&k.outputs[..n]);
+                    for a in others.filter(|a| a.buffer != o.buffer) {
+                        if overlap(ro, range(a.buffer, a.info.nbytes())) {
+                            bad.push(format!("{}: b{} and b{}", k.name, o.buffer.0, a.buffer.0));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        };
+        exe.programs.main.visit(&mut check);
+        for f in &exe.functions {
+            f.body.visit(&mut check);
+        }
+        assert!(bad.is_empty(), "seed {seed}: {bad:?}\n{}", exe.dump());
+    }
 }

@@ -7,11 +7,7 @@ use popxl::{ops, HostArray, HostToDeviceStream, Ir, Tensor};
 use popxl_session::{Inputs, Session, SessionError, SessionOptions, TransferCounts};
 
 fn counts(from: u64, to: u64, runs: u64) -> TransferCounts {
-    TransferCounts {
-        weights_from_host: from,
-        weights_to_host: to,
-        runs,
-    }
+    TransferCounts { weights_from_host: from, weights_to_host: to, runs }
 }
 
 /// The model of tensor_get_write_adv.py / nested_session_contexts.py:
@@ -55,18 +51,10 @@ fn nested_contexts_attach_and_transfer_only_at_the_outermost_level() {
         {
             let ctx2 = ctx1.enter().unwrap();
             assert!(ctx2.is_attached());
-            assert_eq!(
-                ctx2.transfer_counts(),
-                counts(1, 0, 0),
-                "no weights_from_host when already attached"
-            );
+            assert_eq!(ctx2.transfer_counts(), counts(1, 0, 0), "no weights_from_host when already attached");
         }
         assert!(ctx1.is_attached(), "the inner exit does not detach");
-        assert_eq!(
-            ctx1.transfer_counts(),
-            counts(1, 0, 0),
-            "the inner exit does not weights_to_host"
-        );
+        assert_eq!(ctx1.transfer_counts(), counts(1, 0, 0), "the inner exit does not weights_to_host");
     }
     assert!(!session.is_attached());
     assert_eq!(session.transfer_counts(), counts(1, 1, 0));
@@ -77,9 +65,7 @@ fn manual_attach_then_context_does_not_detach_on_exit() {
     let (ir, ..) = add_model();
     let mut session = Session::new(ir, "cpu").unwrap();
     assert!(session.attach());
-    session
-        .scope(|s| s.run(&Inputs::new()).map(|_| ()))
-        .unwrap();
+    session.scope(|s| s.run(&Inputs::new()).map(|_| ())).unwrap();
     // Attached before the context: its enter did no weights_from_host, its exit nothing.
     assert!(session.is_attached());
     assert_eq!(session.transfer_counts(), counts(0, 0, 1));
@@ -94,9 +80,7 @@ fn host_cache_rules_of_tensor_get_write_adv() {
     let (ir, a, b, out) = add_model();
     let mut session = Session::new(ir, "ipu_model").unwrap();
     // Allowed when detached: host only.
-    session
-        .write_variable_data(&a, &HostArray::from(5i32))
-        .unwrap();
+    session.write_variable_data(&a, &HostArray::from(5i32)).unwrap();
     assert_eq!(session.transfer_counts(), counts(0, 0, 0));
     {
         let mut s = session.enter().unwrap();
@@ -124,10 +108,7 @@ fn host_cache_rules_of_tensor_get_write_adv() {
     // Leaving the context: weights_to_host and detach.
     assert_eq!(session.transfer_counts(), counts(2, 2, 2));
     // Detached: no transfer, the latest weights were fetched on exit.
-    assert_eq!(
-        session.get_tensors_data([&a, &b]).unwrap(),
-        vec![HostArray::from(7i32), HostArray::from(1i32)]
-    );
+    assert_eq!(session.get_tensors_data([&a, &b]).unwrap(), vec![HostArray::from(7i32), HostArray::from(1i32)]);
     assert_eq!(session.transfer_counts(), counts(2, 2, 2));
 }
 
@@ -153,9 +134,7 @@ fn device_updates_are_fetched_only_when_stale_and_attached() {
     // weights_to_host fails (ignored by the drop) and nothing else happens.
     assert_eq!(session.transfer_counts(), counts(1, 1, 2));
     // Detached write, then a new context uploads it.
-    session
-        .write_variable_data(&a, &HostArray::from(10i32))
-        .unwrap();
+    session.write_variable_data(&a, &HostArray::from(10i32)).unwrap();
     let out_value = session.scope(|s| s.run(&Inputs::new())).unwrap()[&out].clone();
     assert_eq!(out_value, HostArray::from(11i32));
     assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(11i32));
@@ -167,43 +146,25 @@ fn device_memory_does_not_survive_detach() {
     let mut session = Session::new(ir, "cpu").unwrap();
     assert!(session.attach());
     // Manual attach loads the program but not the weights: `a` is zero on device.
-    assert_eq!(
-        session.run(&Inputs::new()).unwrap()[&out],
-        HostArray::from(1i32)
-    );
+    assert_eq!(session.run(&Inputs::new()).unwrap()[&out], HostArray::from(1i32));
     session.weights_from_host().unwrap();
-    assert_eq!(
-        session.run(&Inputs::new()).unwrap()[&out],
-        HostArray::from(4i32)
-    );
+    assert_eq!(session.run(&Inputs::new()).unwrap()[&out], HostArray::from(4i32));
     session.detach();
     assert!(session.attach());
     session.weights_from_host().unwrap();
     // The device update of the previous attach was never fetched: back to 3 + 1.
-    assert_eq!(
-        session.run(&Inputs::new()).unwrap()[&out],
-        HostArray::from(4i32)
-    );
+    assert_eq!(session.run(&Inputs::new()).unwrap()[&out], HostArray::from(4i32));
     assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(4i32));
 }
 
 #[test]
 fn weights_to_host_on_exit_can_be_disabled_and_errors_skip_it() {
     let (ir, a, _) = accumulate_model();
-    let options = SessionOptions {
-        weights_to_host_on_exit: false,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions { weights_to_host_on_exit: false, ..SessionOptions::default() };
     let mut session = Session::with_options(ir, "cpu", options).unwrap();
-    session
-        .scope(|s| s.run(&Inputs::new()).map(|_| ()))
-        .unwrap();
+    session.scope(|s| s.run(&Inputs::new()).map(|_| ())).unwrap();
     assert_eq!(session.transfer_counts(), counts(1, 0, 1));
-    assert_eq!(
-        session.get_tensor_data(&a).unwrap(),
-        HostArray::from(3i32),
-        "device value never fetched"
-    );
+    assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(3i32), "device value never fetched");
 
     let (ir, a, _) = accumulate_model();
     let mut session = Session::new(ir, "cpu").unwrap();
@@ -213,11 +174,7 @@ fn weights_to_host_on_exit_can_be_disabled_and_errors_skip_it() {
     });
     assert_eq!(r, Err(SessionError::NoOpenContext));
     assert!(!session.is_attached(), "the context still detaches");
-    assert_eq!(
-        session.transfer_counts(),
-        counts(1, 0, 1),
-        "an error skips weights_to_host"
-    );
+    assert_eq!(session.transfer_counts(), counts(1, 0, 1), "an error skips weights_to_host");
     assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(3i32));
 }
 
@@ -227,78 +184,39 @@ fn explicit_exit_reports_the_exit_transfer() {
     let mut session = Session::new(ir, "cpu").unwrap();
     let mut ctx = session.enter().unwrap();
     ctx.detach();
-    assert_eq!(
-        ctx.exit(),
-        Err(SessionError::NotAttached {
-            function: "weights_to_host"
-        })
-    );
+    assert_eq!(ctx.exit(), Err(SessionError::NotAttached { function: "weights_to_host" }));
 }
 
 #[test]
 fn runtime_functions_need_attachment_but_data_access_does_not() {
     let (ir, a, b, _) = add_model();
     let mut session = Session::new(ir, "cpu").unwrap();
-    assert_eq!(
-        session.run(&Inputs::new()).unwrap_err(),
-        SessionError::NotAttached { function: "run" }
-    );
+    assert_eq!(session.run(&Inputs::new()).unwrap_err(), SessionError::NotAttached { function: "run" });
     let mut outputs = session.create_host_outputs();
     assert_eq!(
-        session
-            .run_with_outputs(&Inputs::new(), &mut outputs)
-            .unwrap_err(),
-        SessionError::NotAttached {
-            function: "run_with_outputs"
-        }
+        session.run_with_outputs(&Inputs::new(), &mut outputs).unwrap_err(),
+        SessionError::NotAttached { function: "run_with_outputs" }
     );
-    assert_eq!(
-        session.weights_from_host().unwrap_err(),
-        SessionError::NotAttached {
-            function: "weights_from_host"
-        }
-    );
-    assert_eq!(
-        session.weights_to_host().unwrap_err(),
-        SessionError::NotAttached {
-            function: "weights_to_host"
-        }
-    );
+    assert_eq!(session.weights_from_host().unwrap_err(), SessionError::NotAttached { function: "weights_from_host" });
+    assert_eq!(session.weights_to_host().unwrap_err(), SessionError::NotAttached { function: "weights_to_host" });
     assert_eq!(session.get_tensor_data(&b).unwrap(), HostArray::from(1i32));
-    session
-        .write_variable_data(&a, &HostArray::from(2i32))
-        .unwrap();
+    session.write_variable_data(&a, &HostArray::from(2i32)).unwrap();
     assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(2i32));
     let message = SessionError::NotAttached { function: "run" }.to_string();
-    assert!(
-        message.starts_with("must be attached to device before calling a runtime function"),
-        "{message}"
-    );
+    assert!(message.starts_with("must be attached to device before calling a runtime function"), "{message}");
 }
 
 #[test]
 fn devices() {
     let (ir, ..) = add_model();
-    assert_eq!(
-        Session::new(ir, "gpu").unwrap_err(),
-        SessionError::UnknownDevice("gpu".into())
-    );
+    assert_eq!(Session::new(ir, "gpu").unwrap_err(), SessionError::UnknownDevice("gpu".into()));
     // ipu_hw compiles but cannot attach.
     let (ir, ..) = add_model();
     let mut session = Session::new(ir, "ipu_hw").unwrap();
     assert!(!session.attach());
-    assert!(matches!(
-        session.try_attach_until_timeout(),
-        Err(SessionError::AttachFailed {
-            device: "ipu_hw",
-            ..
-        })
-    ));
+    assert!(matches!(session.try_attach_until_timeout(), Err(SessionError::AttachFailed { device: "ipu_hw", .. })));
     let err = session.enter().err().expect("attach fails");
-    assert_eq!(
-        err.to_string(),
-        "could not attach to device `ipu_hw`: no IPU hardware is available"
-    );
+    assert_eq!(err.to_string(), "could not attach to device `ipu_hw`: no IPU hardware is available");
     assert!(!session.is_attached());
     // A failed enter leaves no context open.
     let (ir, ..) = add_model();
@@ -322,15 +240,9 @@ fn replication_is_rejected_on_cpu_and_ipu_model_and_shapes_host_arrays() {
     };
     assert_eq!(
         Session::new(build().0, "cpu").unwrap_err(),
-        SessionError::CpuMultipleDevices {
-            num_ipus: 2,
-            replication_factor: 2
-        }
+        SessionError::CpuMultipleDevices { num_ipus: 2, replication_factor: 2 }
     );
-    assert!(matches!(
-        Session::new(build().0, "ipu_model"),
-        Err(SessionError::ReplicationUnsupported { .. })
-    ));
+    assert!(matches!(Session::new(build().0, "ipu_model"), Err(SessionError::ReplicationUnsupported { .. })));
     let (ir, out) = build();
     let session = Session::new(ir, "ipu_hw").unwrap();
     assert_eq!(session.create_host_outputs()[&out].shape(), &[3, 2, 4]);
@@ -350,10 +262,7 @@ fn session_freezes_the_ir() {
 fn ir_without_ops_is_an_error() {
     let ir = Ir::new();
     let id = ir.id();
-    assert_eq!(
-        Session::new(ir, "cpu").unwrap_err(),
-        SessionError::NoOps { ir_id: id }
-    );
+    assert_eq!(Session::new(ir, "cpu").unwrap_err(), SessionError::NoOps { ir_id: id });
     // Only ops without effect: pruned away, same error.
     let ir = Ir::new();
     {
@@ -361,10 +270,13 @@ fn ir_without_ops_is_an_error() {
         let c = popxl::constant(vec![1.0f32, 2.0], "c").unwrap();
         ops::relu(&c).unwrap();
     }
-    assert!(matches!(
-        Session::new(ir, "cpu"),
-        Err(SessionError::NoOps { .. })
-    ));
+    assert!(matches!(Session::new(ir, "cpu"), Err(SessionError::NoOps { .. })));
+    // Ops in a graph nobody calls do not count.
+    let ir = Ir::new();
+    let x = ir.main_graph().with(|| popxl::variable(1.0f32, "x")).unwrap();
+    let out = ir.main_graph().with(|| popxl::d2h_stream([], popxl::float32, "out")).unwrap();
+    ir.create_graph(move |t: Tensor| -> popxl::Result<()> { ops::host_store(&out, &t) }, &x).unwrap();
+    assert!(matches!(Session::new(ir, "cpu"), Err(SessionError::NoOps { .. })));
 }
 
 #[test]
@@ -393,45 +305,28 @@ fn topocon_cycle_is_an_invalid_ir() {
 #[test]
 fn tensor_data_errors_name_the_tensor() {
     let (ir, a, b, _) = add_model();
-    let sum = ir.main_graph().tensors().unwrap().into_iter().find(|t| {
-        ir.with_ir(|c| {
-            c.main_graph()
-                .tensor(t.tensor_id())
-                .unwrap()
-                .producer()
-                .is_some()
-        })
-    });
+    let sum = ir
+        .main_graph()
+        .tensors()
+        .unwrap()
+        .into_iter()
+        .find(|t| ir.with_ir(|c| c.main_graph().tensor(t.tensor_id()).unwrap().producer().is_some()));
     let sum = sum.expect("a + b is an op output");
     let mut session = Session::new(ir, "cpu").unwrap();
     assert_eq!(
         session.get_tensor_data(&sum).unwrap_err(),
-        SessionError::NotVariableOrConstant {
-            tensor: sum.id().into()
-        }
+        SessionError::NotVariableOrConstant { tensor: sum.id().into() }
     );
     assert_eq!(
-        session
-            .write_variable_data(&b, &HostArray::from(1i32))
-            .unwrap_err(),
-        SessionError::NotAVariable {
-            tensor: "constant_b".into()
-        }
+        session.write_variable_data(&b, &HostArray::from(1i32)).unwrap_err(),
+        SessionError::NotAVariable { tensor: "constant_b".into() }
     );
     assert_eq!(
-        session
-            .write_variable_data(&a, &HostArray::from(vec![1i32, 2]))
-            .unwrap_err(),
-        SessionError::WriteShapeMismatch {
-            tensor: "variable_a".into(),
-            expected: vec![],
-            got: vec![2]
-        }
+        session.write_variable_data(&a, &HostArray::from(vec![1i32, 2])).unwrap_err(),
+        SessionError::WriteShapeMismatch { tensor: "variable_a".into(), expected: vec![], got: vec![2] }
     );
     assert_eq!(
-        session
-            .write_variable_data(&a, &HostArray::from(vec![1.5f32]))
-            .unwrap_err(),
+        session.write_variable_data(&a, &HostArray::from(vec![1.5f32])).unwrap_err(),
         SessionError::WriteDTypeMismatch {
             tensor: "variable_a".into(),
             expected: DataType::Int32,
@@ -439,21 +334,15 @@ fn tensor_data_errors_name_the_tensor() {
         }
     );
     // Scalars are cast to the variable's dtype.
-    session
-        .write_variable_data(&a, &HostArray::from(9.0f64))
-        .unwrap();
+    session.write_variable_data(&a, &HostArray::from(9.0f64)).unwrap();
     assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(9i32));
     // Nothing is written when one pair of a batch is invalid.
-    let bad =
-        session.write_variables_data([(&a, &HostArray::from(1i32)), (&b, &HostArray::from(1i32))]);
+    let bad = session.write_variables_data([(&a, &HostArray::from(1i32)), (&b, &HostArray::from(1i32))]);
     assert!(bad.is_err());
     assert_eq!(session.get_tensor_data(&a).unwrap(), HostArray::from(9i32));
     // Tensors of another IR.
     let (_, other_a, ..) = add_model();
-    assert!(matches!(
-        session.get_tensor_data(&other_a),
-        Err(SessionError::ForeignTensor { .. })
-    ));
+    assert!(matches!(session.get_tensor_data(&other_a), Err(SessionError::ForeignTensor { .. })));
 }
 
 fn relu_model() -> (Ir, HostToDeviceStream, popxl::DeviceToHostStream) {
@@ -476,11 +365,7 @@ fn stream_errors() {
     // Missing input.
     assert_eq!(
         s.run(&Inputs::new()).unwrap_err(),
-        SessionError::UnexpectedOrMissingStreams {
-            role: "input",
-            unexpected: vec![],
-            missing: vec!["x".into()]
-        }
+        SessionError::UnexpectedOrMissingStreams { role: "input", unexpected: vec![], missing: vec!["x".into()] }
     );
     // A stream of another IR is unexpected (and x is then missing).
     let (_, other_x, _) = relu_model();
@@ -494,15 +379,7 @@ fn stream_errors() {
         }
     );
     // Wrong shape.
-    let err = s
-        .run(
-            &[(
-                x.clone(),
-                HostArray::from(ndarray::Array2::<f32>::zeros((3, 2))),
-            )]
-            .into(),
-        )
-        .unwrap_err();
+    let err = s.run(&[(x.clone(), HostArray::from(ndarray::Array2::<f32>::zeros((3, 2))))].into()).unwrap_err();
     assert_eq!(
         err,
         SessionError::StreamShapeMismatch {
@@ -514,15 +391,7 @@ fn stream_errors() {
         }
     );
     // Wrong dtype.
-    let err = s
-        .run(
-            &[(
-                x.clone(),
-                HostArray::from(ndarray::Array2::<i32>::zeros((2, 3))),
-            )]
-            .into(),
-        )
-        .unwrap_err();
+    let err = s.run(&[(x.clone(), HostArray::from(ndarray::Array2::<i32>::zeros((2, 3))))].into()).unwrap_err();
     assert_eq!(
         err,
         SessionError::StreamDTypeMismatch {
@@ -535,49 +404,27 @@ fn stream_errors() {
     // float64 input arrays are downcast by default.
     let x64 = ndarray::array![[-1.0f64, 2.0, -3.0], [4.0, -5.0, 6.0]];
     let y = s.run(&[(x.clone(), HostArray::from(x64))].into()).unwrap();
-    assert_eq!(
-        y[&out],
-        HostArray::from(ndarray::array![[0.0f32, 2.0, 0.0], [4.0, 0.0, 6.0]])
-    );
+    assert_eq!(y[&out], HostArray::from(ndarray::array![[0.0f32, 2.0, 0.0], [4.0, 0.0, 6.0]]));
     // Output arrays are validated too.
     let mut outputs = s.create_host_outputs();
-    outputs.insert(
-        out.clone(),
-        HostArray::from(ndarray::Array2::<f32>::zeros((2, 2))),
-    );
+    outputs.insert(out.clone(), HostArray::from(ndarray::Array2::<f32>::zeros((2, 2))));
     assert!(matches!(
         s.run_with_outputs(&[(x.clone(), good.clone())].into(), &mut outputs),
         Err(SessionError::StreamShapeMismatch { role: "output", .. })
     ));
     let mut none = popxl_session::Outputs::new();
     assert_eq!(
-        s.run_with_outputs(&[(x, good)].into(), &mut none)
-            .unwrap_err(),
-        SessionError::UnexpectedOrMissingStreams {
-            role: "output",
-            unexpected: vec![],
-            missing: vec!["y".into()]
-        }
+        s.run_with_outputs(&[(x, good)].into(), &mut none).unwrap_err(),
+        SessionError::UnexpectedOrMissingStreams { role: "output", unexpected: vec![], missing: vec!["y".into()] }
     );
 }
 
 #[test]
 fn downcast_can_be_disabled() {
     let (ir, x, _) = relu_model();
-    let options = SessionOptions {
-        downcast_inputs: false,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions { downcast_inputs: false, ..SessionOptions::default() };
     let mut session = Session::with_options(ir, "cpu", options).unwrap();
-    let err = session.scope(|s| {
-        s.run(
-            &[(
-                x.clone(),
-                HostArray::from(ndarray::Array2::<f64>::zeros((2, 3))),
-            )]
-            .into(),
-        )
-    });
+    let err = session.scope(|s| s.run(&[(x.clone(), HostArray::from(ndarray::Array2::<f64>::zeros((2, 3))))].into()));
     assert_eq!(
         err.unwrap_err(),
         SessionError::StreamDTypeMismatch {

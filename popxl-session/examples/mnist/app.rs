@@ -41,6 +41,8 @@ pub struct Config {
     pub device: String,
     /// Show a progress bar (only drawn on a terminal).
     pub progress: bool,
+    /// Print the IR text and the lowered training program to stderr.
+    pub dump: bool,
 }
 
 impl Default for Config {
@@ -57,6 +59,7 @@ impl Default for Config {
             limit_batches: None,
             device: "cpu".into(),
             progress: true,
+            dump: false,
         }
     }
 }
@@ -282,6 +285,9 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     let program = build_train(cfg, &params)?;
     let mut session = Session::new(program.ir.clone(), &cfg.device)?;
     let time_to_first_step = start.elapsed();
+    if cfg.dump {
+        eprintln!("{}\n{}", program.ir.to_text(), session.executable().dump());
+    }
     let memory = session.executable().memory;
     let intermediate_peak_bytes = memory.arena_bytes - memory.permanent_bytes;
     let intermediate_no_reuse_bytes = memory.no_reuse_bytes - memory.permanent_bytes;

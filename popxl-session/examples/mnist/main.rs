@@ -25,6 +25,7 @@ Options:
   --limit-batches N     train on at most N batches per epoch
   --device D            cpu | ipu_model | ipu_hw (default cpu)
   --bench               print timing and memory numbers as well
+  --dump                print the IR and the lowered training program to stderr
   -h, --help            this text";
 
 fn parse_args() -> AppResult<(Config, bool)> {
@@ -45,6 +46,7 @@ fn parse_args() -> AppResult<(Config, bool)> {
             "--limit-batches" => cfg.limit_batches = Some(value()?.parse()?),
             "--device" => cfg.device = value()?,
             "--bench" => bench = true,
+            "--dump" => cfg.dump = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);

@@ -4,8 +4,8 @@
 use popart_ir::DataType;
 
 use super::common::{
-    f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_bits, with_num, Bool8,
-    Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
+    boxed, f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_bits, with_num, Bool8, Broadcast,
+    BuildResult, Num, SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
@@ -28,23 +28,11 @@ where
     F: Map2<T, O>,
 {
     /// A kernel reading operands at input positions `pos` with the given shapes.
-    pub(crate) fn boxed(
-        spec: &KernelSpec<'_>,
-        out: &[usize],
-        shapes: [&[usize]; 2],
-        pos: [usize; 2],
-    ) -> BuildResult {
+    pub(crate) fn boxed(spec: &KernelSpec<'_>, out: &[usize], shapes: [&[usize]; 2], pos: [usize; 2]) -> BuildResult {
         let plan = Broadcast::new(out, shapes).ok_or_else(|| {
-            spec.error(format!(
-                "shapes {:?} and {:?} do not broadcast to {out:?}",
-                shapes[0], shapes[1]
-            ))
+            spec.error(format!("shapes {:?} and {:?} do not broadcast to {out:?}", shapes[0], shapes[1]))
         })?;
-        Ok(Box::new(Binary::<T, O, F> {
-            plan,
-            pos,
-            _t: Types::default(),
-        }))
+        Ok(Box::new(Binary::<T, O, F> { plan, pos, _t: Types::default() }))
     }
 }
 
@@ -67,8 +55,7 @@ where
                     let ys = slice_mut(y.get().add(o), len);
                     match inner {
                         [1, 1] => {
-                            let (xa, xb) =
-                                (slice(a.get().add(ia), len), slice(b.get().add(ib), len));
+                            let (xa, xb) = (slice(a.get().add(ia), len), slice(b.get().add(ib), len));
                             for ((out, &p), &q) in ys.iter_mut().zip(xa).zip(xb) {
                                 *out = F::f(p, q);
                             }
@@ -107,29 +94,16 @@ pub(crate) struct NAry<T, F, const N: usize> {
 
 impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> NAry<T, F, N> {
     /// A kernel reading operands at input positions `pos` with the given shapes.
-    pub(crate) fn boxed(
-        spec: &KernelSpec<'_>,
-        out: &[usize],
-        shapes: [&[usize]; N],
-        pos: [usize; N],
-    ) -> BuildResult {
-        let plan = Broadcast::new(out, shapes).ok_or_else(|| {
-            spec.error(format!(
-                "operand shapes {shapes:?} do not broadcast to {out:?}"
-            ))
-        })?;
-        Ok(Box::new(NAry::<T, F, N> {
-            plan,
-            pos,
-            _t: Types::default(),
-        }))
+    pub(crate) fn boxed(spec: &KernelSpec<'_>, out: &[usize], shapes: [&[usize]; N], pos: [usize; N]) -> BuildResult {
+        let plan = Broadcast::new(out, shapes)
+            .ok_or_else(|| spec.error(format!("operand shapes {shapes:?} do not broadcast to {out:?}")))?;
+        Ok(Box::new(NAry::<T, F, N> { plan, pos, _t: Types::default() }))
     }
 }
 
 impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for NAry<T, F, N> {
     unsafe fn run(&self, args: &KernelArgs<'_>) {
-        let ins: [SendPtr<T>; N] =
-            std::array::from_fn(|k| SendPtr(args.inputs[self.pos[k]] as *mut T));
+        let ins: [SendPtr<T>; N] = std::array::from_fn(|k| SendPtr(args.inputs[self.pos[k]] as *mut T));
         let y = SendPtr(args.outputs[0] as *mut T);
         let inner = self.plan.inner_strides();
         let contiguous = inner.iter().all(|&s| s == 1);
@@ -138,8 +112,7 @@ impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for 
                 // SAFETY: offsets come from the plan; the output overlaps no input.
                 unsafe {
                     let ys = slice_mut(y.get().add(o), len);
-                    let base: [*const T; N] =
-                        std::array::from_fn(|k| ins[k].get().add(offs[k]) as *const T);
+                    let base: [*const T; N] = std::array::from_fn(|k| ins[k].get().add(offs[k]) as *const T);
                     if contiguous {
                         for (i, out) in ys.iter_mut().enumerate() {
                             *out = F::f(std::array::from_fn(|k| *base[k].add(i)));
@@ -196,11 +169,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     }
     let (a, b, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     if a.dtype() != b.dtype() {
-        return Err(spec.error(format!(
-            "operand dtypes differ: {} and {}",
-            a.dtype(),
-            b.dtype()
-        )));
+        return Err(spec.error(format!("operand dtypes differ: {} and {}", a.dtype(), b.dtype())));
     }
     let dt = a.dtype();
     let (out, shapes, pos) = (y.shape(), [a.shape(), b.shape()], [a.pos, b.pos]);
@@ -219,10 +188,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build);
     }
     if y.dtype() != dt {
-        return Err(spec.error(format!(
-            "output dtype {} differs from operand dtype {dt}",
-            y.dtype()
-        )));
+        return Err(spec.error(format!("output dtype {} differs from operand dtype {dt}", y.dtype())));
     }
     macro_rules! arith {
         ($op:ty) => {
@@ -268,11 +234,7 @@ impl<E: Copy + Send + Sync + 'static> Kernel for WhereKernel<E> {
                         }
                     } else {
                         for (i, out) in ys.iter_mut().enumerate() {
-                            *out = if *c.add(i * sc) != 0 {
-                                *a.add(i * sa)
-                            } else {
-                                *b.add(i * sb)
-                            };
+                            *out = if *c.add(i * sc) != 0 { *a.add(i * sa) } else { *b.add(i * sb) };
                         }
                     }
                 }
@@ -282,29 +244,17 @@ impl<E: Copy + Send + Sync + 'static> Kernel for WhereKernel<E> {
 }
 
 fn build_where(spec: &KernelSpec<'_>) -> BuildResult {
-    let (c, a, b, y) = (
-        spec.input(0)?,
-        spec.input(1)?,
-        spec.input(2)?,
-        spec.output(0)?,
-    );
+    let (c, a, b, y) = (spec.input(0)?, spec.input(1)?, spec.input(2)?, spec.output(0)?);
     if c.dtype() != DataType::Bool {
         return Err(spec.error(format!("the condition must be bool, got {}", c.dtype())));
     }
     if a.dtype() != b.dtype() || y.dtype() != a.dtype() {
-        return Err(spec.error(format!(
-            "value dtypes differ: {}, {} -> {}",
-            a.dtype(),
-            b.dtype(),
-            y.dtype()
-        )));
+        return Err(spec.error(format!("value dtypes differ: {}, {} -> {}", a.dtype(), b.dtype(), y.dtype())));
     }
     let plan = Broadcast::new(y.shape(), [c.shape(), a.shape(), b.shape()])
         .ok_or_else(|| spec.error("operands do not broadcast to the output"))?;
     let pos = [c.pos, a.pos, b.pos];
-    Ok(
-        with_bits!(a.dtype(), E => Box::new(WhereKernel::<E> { plan, pos, _t: Types::default() }) as Box<dyn crate::cpu::kernel::Kernel>),
-    )
+    with_bits!(a.dtype(), E => boxed(WhereKernel::<E> { plan, pos, _t: Types::default() }))
 }
 
 #[cfg(test)]
@@ -328,14 +278,7 @@ mod tests {
         r
     }
 
-    fn check(
-        op: &str,
-        f: fn(f64, f64) -> f64,
-        sa: &[usize],
-        sb: &[usize],
-        so: &[usize],
-        dtype: DataType,
-    ) {
+    fn check(op: &str, f: fn(f64, f64) -> f64, sa: &[usize], sb: &[usize], so: &[usize], dtype: DataType) {
         let mut rng = Rng::new(7);
         let na: usize = sa.iter().product();
         let nb: usize = sb.iter().product();
@@ -347,14 +290,8 @@ mod tests {
         let out = &run_op(op, Attributes::new(), &[(0, ta), (1, tb)])[0];
         assert_eq!(out.info.shape, so);
         let n: usize = so.iter().product();
-        let want: Vec<f64> = (0..n)
-            .map(|i| f(xa[bidx(so, sa, i)], xb[bidx(so, sb, i)]))
-            .collect();
-        let tol = if dtype == DataType::Float64 {
-            1e-15
-        } else {
-            1e-6
-        };
+        let want: Vec<f64> = (0..n).map(|i| f(xa[bidx(so, sa, i)], xb[bidx(so, sb, i)])).collect();
+        let tol = if dtype == DataType::Float64 { 1e-15 } else { 1e-6 };
         assert_close(&out.to_f64_vec(), &want, tol);
     }
 
@@ -391,8 +328,7 @@ mod tests {
     fn integer_arithmetic_truncates_and_guards_division_by_zero() {
         let a = t(DataType::Int32, &[4], &[7.0, -7.0, 5.0, 2.0]);
         let b = t(DataType::Int32, &[4], &[2.0, 2.0, 0.0, 10.0]);
-        let run =
-            |op| run_op(op, Attributes::new(), &[(0, a.clone()), (1, b.clone())])[0].to_f64_vec();
+        let run = |op| run_op(op, Attributes::new(), &[(0, a.clone()), (1, b.clone())])[0].to_f64_vec();
         assert_eq!(run("Div"), vec![3.0, -3.0, 0.0, 0.0]);
         assert_eq!(run("Add"), vec![9.0, -5.0, 5.0, 12.0]);
         assert_eq!(run("Pow"), vec![49.0, 49.0, 1.0, 1024.0]);
@@ -413,16 +349,10 @@ mod tests {
         assert_eq!(run("Equal"), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
         let i = t(DataType::Int64, &[2], &[3.0, -1.0]);
         let j = t(DataType::Int64, &[1], &[3.0]);
-        assert_eq!(
-            run_op("Equal", Attributes::new(), &[(0, i), (1, j)])[0].to_f64_vec(),
-            vec![1.0, 0.0]
-        );
+        assert_eq!(run_op("Equal", Attributes::new(), &[(0, i), (1, j)])[0].to_f64_vec(), vec![1.0, 0.0]);
         let h = t(DataType::Float16, &[2], &[0.5, 2.0]);
         let k = t(DataType::Float16, &[2], &[1.0, 1.0]);
-        assert_eq!(
-            run_op("Greater", Attributes::new(), &[(0, h), (1, k)])[0].to_f64_vec(),
-            vec![0.0, 1.0]
-        );
+        assert_eq!(run_op("Greater", Attributes::new(), &[(0, h), (1, k)])[0].to_f64_vec(), vec![0.0, 1.0]);
     }
 
     #[test]
@@ -438,11 +368,7 @@ mod tests {
     fn where_selects_with_three_way_broadcasting() {
         let c = t(DataType::Bool, &[2, 1], &[1.0, 0.0]);
         let a = t(DataType::Int32, &[3], &[1.0, 2.0, 3.0]);
-        let b = t(
-            DataType::Int32,
-            &[2, 3],
-            &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
-        );
+        let b = t(DataType::Int32, &[2, 3], &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
         let out = &run_op("Where", Attributes::new(), &[(0, c), (1, a), (2, b)])[0];
         assert_eq!(out.info.shape, vec![2, 3]);
         assert_eq!(out.to_f64_vec(), vec![1.0, 2.0, 3.0, 40.0, 50.0, 60.0]);
@@ -455,21 +381,7 @@ mod tests {
 
     #[test]
     fn large_broadcast_add_is_correct_in_parallel() {
-        check(
-            "Add",
-            |a, b| a + b,
-            &[513, 300],
-            &[300],
-            &[513, 300],
-            DataType::Float32,
-        );
-        check(
-            "Mul",
-            |a, b| a * b,
-            &[513, 1],
-            &[1, 300],
-            &[513, 300],
-            DataType::Float32,
-        );
+        check("Add", |a, b| a + b, &[513, 300], &[300], &[513, 300], DataType::Float32);
+        check("Mul", |a, b| a * b, &[513, 1], &[1, 300], &[513, 300], DataType::Float32);
     }
 }

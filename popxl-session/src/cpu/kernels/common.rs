@@ -21,6 +21,11 @@ pub(crate) const MAX_RANK: usize = 16;
 /// `Result` of a kernel factory.
 pub(crate) type BuildResult = Result<Box<dyn Kernel>, KernelError>;
 
+/// Box a kernel as a factory result.
+pub(crate) fn boxed(kernel: impl Kernel + 'static) -> BuildResult {
+    Ok(Box::new(kernel))
+}
+
 /// A raw pointer that may be moved into rayon tasks. The kernels guarantee
 /// that tasks touch disjoint parts of output buffers.
 #[derive(Debug)]
@@ -79,12 +84,7 @@ pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
 
 /// Run `f` over `0..n` in pieces of at least `min_chunk` items on the current rayon
 /// pool when `n >= min_total` (sequentially otherwise or with one thread).
-pub(crate) fn par_split(
-    n: usize,
-    min_total: usize,
-    min_chunk: usize,
-    f: impl Fn(Range<usize>) + Sync + Send,
-) {
+pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     let min_chunk = min_chunk.max(1);
     if n < min_total || n < 2 * min_chunk {
         f(0..n);
@@ -97,9 +97,7 @@ pub(crate) fn par_split(
     }
     let chunk = n.div_ceil(threads * 4).max(min_chunk);
     let pieces = n.div_ceil(chunk);
-    (0..pieces)
-        .into_par_iter()
-        .for_each(|p| f(p * chunk..((p + 1) * chunk).min(n)));
+    (0..pieces).into_par_iter().for_each(|p| f(p * chunk..((p + 1) * chunk).min(n)));
 }
 
 // ---------------------------------------------------------------------------
@@ -112,9 +110,7 @@ pub(crate) struct Bool8(pub u8);
 
 /// Numeric element types with the arithmetic the kernels need. Integer ops wrap
 /// on overflow and integer division by zero yields 0, so no kernel can panic.
-pub(crate) trait Num:
-    Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static
-{
+pub(crate) trait Num: Copy + Send + Sync + PartialOrd + PartialEq + Default + std::fmt::Debug + 'static {
     /// Additive identity.
     const ZERO: Self;
     /// Multiplicative identity.
@@ -216,8 +212,11 @@ macro_rules! impl_float {
                     }
                     return self * p;
                 }
-                if !(t < 20.0) {
-                    return if t.is_nan() { self } else { (1.0 as $t).copysign(self) };
+                if t.is_nan() {
+                    return self;
+                }
+                if t >= 20.0 {
+                    return (1.0 as $t).copysign(self);
                 }
                 let e = (2.0 * t).exp();
                 ((e - 1.0) / (e + 1.0)).copysign(self)
@@ -536,38 +535,23 @@ pub(crate) trait SpecExt {
 
 impl SpecExt for KernelSpec<'_> {
     fn error(&self, reason: impl Into<String>) -> KernelError {
-        KernelError {
-            op_type: self.op_type.to_string(),
-            reason: reason.into(),
-        }
+        KernelError { op_type: self.op_type.to_string(), reason: reason.into() }
     }
     fn input(&self, index: u32) -> Result<Slot<'_>, KernelError> {
-        self.opt_input(index)
-            .ok_or_else(|| self.error(format!("input {index} is not connected")))
+        self.opt_input(index).ok_or_else(|| self.error(format!("input {index} is not connected")))
     }
     fn opt_input(&self, index: u32) -> Option<Slot<'_>> {
-        self.inputs
-            .iter()
-            .position(|(i, _)| *i == index)
-            .map(|pos| Slot {
-                pos,
-                info: &self.inputs[pos].1,
-            })
+        self.inputs.iter().position(|(i, _)| *i == index).map(|pos| Slot { pos, info: &self.inputs[pos].1 })
     }
     fn output(&self, index: u32) -> Result<Slot<'_>, KernelError> {
         self.outputs
             .iter()
             .position(|(i, _)| *i == index)
-            .map(|pos| Slot {
-                pos,
-                info: &self.outputs[pos].1,
-            })
+            .map(|pos| Slot { pos, info: &self.outputs[pos].1 })
             .ok_or_else(|| self.error(format!("output {index} is not connected")))
     }
     fn attr_ints(&self, key: &str) -> Result<&[i64], KernelError> {
-        self.attrs
-            .ints(key)
-            .ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
+        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
     }
     fn attr_str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str {
         self.attrs.str(key).unwrap_or(default)
@@ -584,35 +568,20 @@ impl SpecExt for KernelSpec<'_> {
 }
 
 /// Normalise a possibly negative axis against `rank`.
-pub(crate) fn norm_axis(
-    spec: &KernelSpec<'_>,
-    axis: i64,
-    rank: usize,
-) -> Result<usize, KernelError> {
+pub(crate) fn norm_axis(spec: &KernelSpec<'_>, axis: i64, rank: usize) -> Result<usize, KernelError> {
     let r = rank as i64;
     if axis < -r || axis >= r {
         return Err(spec.error(format!("axis {axis} is out of range for rank {rank}")));
     }
-    Ok(if axis < 0 {
-        (axis + r) as usize
-    } else {
-        axis as usize
-    })
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
 }
 
 /// Normalise a list of axes (sorted, deduplicated); empty means all.
-pub(crate) fn norm_axes(
-    spec: &KernelSpec<'_>,
-    axes: &[i64],
-    rank: usize,
-) -> Result<Vec<usize>, KernelError> {
+pub(crate) fn norm_axes(spec: &KernelSpec<'_>, axes: &[i64], rank: usize) -> Result<Vec<usize>, KernelError> {
     if axes.is_empty() {
         return Ok((0..rank).collect());
     }
-    let mut v = axes
-        .iter()
-        .map(|&a| norm_axis(spec, a, rank))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut v = axes.iter().map(|&a| norm_axis(spec, a, rank)).collect::<Result<Vec<_>, _>>()?;
     v.sort_unstable();
     v.dedup();
     Ok(v)
@@ -689,10 +658,7 @@ impl<const N: usize> Broadcast<N> {
         // Input dims that are not 1 where out is 1 would be invalid.
         for s in ins {
             let off = rank - s.len();
-            if s.iter()
-                .enumerate()
-                .any(|(i, &id)| id != 1 && id != out[i + off])
-            {
+            if s.iter().enumerate().any(|(i, &id)| id != 1 && id != out[i + off]) {
                 return None;
             }
         }
@@ -732,11 +698,7 @@ impl<const N: usize> Broadcast<N> {
     /// Call `f(out_offset, operand_offsets, len)` for the contiguous output
     /// segments covering `range` (flat output indices), in order.
     #[inline]
-    pub(crate) fn for_segments(
-        &self,
-        range: Range<usize>,
-        mut f: impl FnMut(usize, [usize; N], usize),
-    ) {
+    pub(crate) fn for_segments(&self, range: Range<usize>, mut f: impl FnMut(usize, [usize; N], usize)) {
         if range.is_empty() {
             return;
         }
@@ -818,10 +780,7 @@ unsafe impl Send for F16State {}
 
 /// True when any tensor of the spec is float16.
 pub(crate) fn has_f16(spec: &KernelSpec<'_>) -> bool {
-    spec.inputs
-        .iter()
-        .chain(&spec.outputs)
-        .any(|(_, t)| t.dtype == DataType::Float16)
+    spec.inputs.iter().chain(&spec.outputs).any(|(_, t)| t.dtype == DataType::Float16)
 }
 
 /// Build `build` on a copy of `spec` with float16 replaced by float32 and wrap
@@ -853,24 +812,14 @@ pub(crate) fn f16_adapter(
         })
     };
     let outs: Vec<Option<usize>> = spec.outputs.iter().map(|(_, t)| slot(t)).collect();
-    let ins: Vec<Option<usize>> = spec
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(p, (_, t))| if in_place && p == 0 { outs[0] } else { slot(t) })
-        .collect();
+    let ins: Vec<Option<usize>> =
+        spec.inputs.iter().enumerate().map(|(p, (_, t))| if in_place && p == 0 { outs[0] } else { slot(t) }).collect();
     let state = F16State {
         scratch,
         in_ptrs: vec![std::ptr::null(); spec.inputs.len()],
         out_ptrs: vec![std::ptr::null_mut(); spec.outputs.len()],
     };
-    Ok(Box::new(F16Adapter {
-        inner,
-        ins,
-        outs,
-        in_place,
-        state: Mutex::new(state),
-    }))
+    Ok(Box::new(F16Adapter { inner, ins, outs, in_place, state: Mutex::new(state) }))
 }
 
 impl Kernel for F16Adapter {
@@ -882,11 +831,7 @@ impl Kernel for F16Adapter {
             match *s {
                 Some(s) => {
                     let buf = &mut st.scratch[s];
-                    let src = if self.in_place && p == 0 {
-                        args.outputs[0] as *const u8
-                    } else {
-                        args.inputs[p]
-                    };
+                    let src = if self.in_place && p == 0 { args.outputs[0] as *const u8 } else { args.inputs[p] };
                     slice(src as *const f16, buf.len()).convert_to_f32_slice(buf);
                     st.in_ptrs[p] = buf.as_ptr() as *const u8;
                 }
@@ -899,10 +844,7 @@ impl Kernel for F16Adapter {
                 None => args.outputs[p],
             };
         }
-        self.inner.run(&KernelArgs {
-            inputs: &st.in_ptrs,
-            outputs: &st.out_ptrs,
-        });
+        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs });
         for (p, s) in self.outs.iter().enumerate() {
             if let Some(s) = *s {
                 let buf = &st.scratch[s];
@@ -916,10 +858,7 @@ impl Kernel for F16Adapter {
 mod tests {
     use super::*;
 
-    fn segments<const N: usize>(
-        p: &Broadcast<N>,
-        r: Range<usize>,
-    ) -> Vec<(usize, [usize; N], usize)> {
+    fn segments<const N: usize>(p: &Broadcast<N>, r: Range<usize>) -> Vec<(usize, [usize; N], usize)> {
         let mut v = Vec::new();
         p.for_segments(r, |o, offs, l| v.push((o, offs, l)));
         v
@@ -978,7 +917,10 @@ mod tests {
             let xf = x as f32;
             let want32 = (xf as f64).tanh();
             let got32 = <f32 as Float>::tanh(xf) as f64;
-            assert!((got32 - want32).abs() <= 4.0 * f32::EPSILON as f64 * want32.abs(), "f32 {xf}: {got32} vs {want32}");
+            assert!(
+                (got32 - want32).abs() <= 4.0 * f32::EPSILON as f64 * want32.abs(),
+                "f32 {xf}: {got32} vs {want32}"
+            );
         }
         assert_eq!(<f32 as Float>::tanh(100.0), 1.0);
         assert_eq!(<f64 as Float>::tanh(-1e308), -1.0);

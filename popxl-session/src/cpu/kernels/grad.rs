@@ -9,8 +9,8 @@ use popart_ir::DataType;
 
 use super::binary::{Binary, Map2, MapN, NAry};
 use super::common::{
-    f16_adapter, has_f16, norm_axes, par_range, slice, slice_mut, with_bits, with_float, with_num,
-    Bool8, Broadcast, BuildResult, Float, Num, SendPtr, SpecExt, Types,
+    boxed, f16_adapter, has_f16, norm_axes, par_range, slice, slice_mut, with_bits, with_float, with_num, Bool8,
+    Broadcast, BuildResult, Float, Num, SendPtr, SpecExt, Types,
 };
 use super::unary::{GELU_A, GELU_C};
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
@@ -115,11 +115,7 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for WhereGradKernel<E> {
                 unsafe {
                     let (g, c) = (g.get().add(ig), c.get().add(ic));
                     for (i, out) in slice_mut(y.get().add(o), len).iter_mut().enumerate() {
-                        *out = if ((*c.add(i * sc)).0 != 0) == pass {
-                            *g.add(i * sg)
-                        } else {
-                            E::default()
-                        };
+                        *out = if ((*c.add(i * sc)).0 != 0) == pass { *g.add(i * sg) } else { E::default() };
                     }
                 }
             });
@@ -178,11 +174,7 @@ impl Kernel for InitKernel {
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let y = spec.output(0)?;
     match spec.op_type {
-        "Init" => {
-            return Ok(Box::new(InitKernel {
-                nbytes: y.info.nbytes(),
-            }))
-        }
+        "Init" => return Ok(Box::new(InitKernel { nbytes: y.info.nbytes() })),
         "WhereGrad" => {
             let (g, c) = (spec.input(0)?, spec.input(1)?);
             if c.dtype() != DataType::Bool || y.dtype() != g.dtype() {
@@ -193,18 +185,15 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     y.info
                 )));
             }
-            let plan = Broadcast::new(y.shape(), [g.shape(), c.shape()]).ok_or_else(|| {
-                spec.error("gradient and condition do not broadcast to the output")
-            })?;
+            let plan = Broadcast::new(y.shape(), [g.shape(), c.shape()])
+                .ok_or_else(|| spec.error("gradient and condition do not broadcast to the output"))?;
             let pass = match spec.attr_int_or("arg", 0) {
                 0 => true,
                 1 => false,
                 a => return Err(spec.error(format!("`arg` must be 0 or 1, got {a}"))),
             };
             let pos = [g.pos, c.pos];
-            return Ok(
-                with_bits!(g.dtype(), E => Box::new(WhereGradKernel::<E> { plan, pos, pass, _t: Types::default() }) as Box<dyn Kernel>),
-            );
+            return with_bits!(g.dtype(), E => boxed(WhereGradKernel::<E> { plan, pos, pass, _t: Types::default() }));
         }
         _ => {}
     }
@@ -214,17 +203,11 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let g = spec.input(0)?;
     let dt = g.dtype();
     if y.dtype() != dt {
-        return Err(spec.error(format!(
-            "output dtype {} differs from the gradient's {dt}",
-            y.dtype()
-        )));
+        return Err(spec.error(format!("output dtype {} differs from the gradient's {dt}", y.dtype())));
     }
     match spec.op_type {
         "UnaryGrad" => {
-            let func = spec
-                .attrs
-                .str("func")
-                .ok_or_else(|| spec.error("missing attribute `func`"))?;
+            let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
             let from_y = matches!(func, "relu" | "tanh" | "sigmoid" | "sqrt" | "exp");
             let v = spec.input(if from_y { 2 } else { 1 })?;
             if v.info != g.info || y.info != g.info {
@@ -236,7 +219,8 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let (out, shapes, pos) = (y.shape(), [g.shape(), v.shape()], [g.pos, v.pos]);
             macro_rules! un {
                 ($f:ty) => {
-                    with_float!(dt, T => Binary::<T, T, $f>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
+                    with_float!(dt, T => Binary::<T, T, $f>::boxed(spec, out, shapes, pos),
+                        _ => Err(spec.unsupported_dtype(dt)))
                 };
             }
             match func {
@@ -254,17 +238,10 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             }
         }
         "BinaryGrad" => {
-            let func = spec
-                .attrs
-                .str("func")
-                .ok_or_else(|| spec.error("missing attribute `func`"))?;
+            let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
             let (a, b) = (spec.input(1)?, spec.input(2)?);
             if y.shape() != g.shape() {
-                return Err(spec.error(format!(
-                    "output {} must have the gradient's shape {:?}",
-                    y.info,
-                    g.shape()
-                )));
+                return Err(spec.error(format!("output {} must have the gradient's shape {:?}", y.info, g.shape())));
             }
             let operands = match func {
                 "div_rhs" | "pow_lhs" => [g, a, b],
@@ -275,15 +252,12 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if operands.iter().any(|s| s.dtype() != dt) {
                 return Err(spec.error("operands must share the gradient's dtype"));
             }
-            let shapes = [
-                operands[0].shape(),
-                operands[1].shape(),
-                operands[2].shape(),
-            ];
+            let shapes = [operands[0].shape(), operands[1].shape(), operands[2].shape()];
             let pos = operands.map(|s| s.pos);
             macro_rules! bin {
                 ($f:ty) => {
-                    with_float!(dt, T => NAry::<T, $f, 3>::boxed(spec, g.shape(), shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
+                    with_float!(dt, T => NAry::<T, $f, 3>::boxed(spec, g.shape(), shapes, pos),
+                        _ => Err(spec.unsupported_dtype(dt)))
                 };
             }
             match func {
@@ -294,52 +268,32 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             }
         }
         "ReduceGrad" => {
-            let func = spec
-                .attrs
-                .str("func")
-                .ok_or_else(|| spec.error("missing attribute `func`"))?;
+            let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
             let x = spec.input(1)?;
             if y.info != x.info {
-                return Err(spec.error(format!(
-                    "output {} must match the forward input {}",
-                    y.info, x.info
-                )));
+                return Err(spec.error(format!("output {} must match the forward input {}", y.info, x.info)));
             }
             let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
-            let kept: Vec<usize> = x
-                .shape()
-                .iter()
-                .enumerate()
-                .map(|(d, &n)| if axes.contains(&d) { 1 } else { n })
-                .collect();
+            let kept: Vec<usize> =
+                x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
             let kept_len: usize = kept.iter().product();
             if g.nelms() != kept_len {
-                return Err(spec.error(format!(
-                    "gradient {} does not match the reduced shape {kept:?}",
-                    g.info
-                )));
+                return Err(spec.error(format!("gradient {} does not match the reduced shape {kept:?}", g.info)));
             }
             let count = x.nelms().checked_div(kept_len).unwrap_or(1);
             match func {
                 "sum" | "mean" => {
-                    let plan = Broadcast::new(x.shape(), [&kept[..]])
-                        .ok_or_else(|| spec.error("bad reduction shape"))?;
-                    let scale = if func == "mean" {
-                        1.0 / count.max(1) as f64
-                    } else {
-                        1.0
-                    };
+                    let plan =
+                        Broadcast::new(x.shape(), [&kept[..]]).ok_or_else(|| spec.error("bad reduction shape"))?;
+                    let scale = if func == "mean" { 1.0 / count.max(1) as f64 } else { 1.0 };
                     let src = g.pos;
-                    with_num!(dt, T => Ok(Box::new(BroadcastScale::<T> { plan, scale: T::from_f64(scale), src }) as Box<dyn Kernel>),
+                    with_num!(dt, T => boxed(BroadcastScale::<T> { plan, scale: T::from_f64(scale), src }),
                         _ => Err(spec.unsupported_dtype(dt)))
                 }
                 "max" | "min" => {
                     let fy = spec.input(2)?;
                     if fy.nelms() != kept_len {
-                        return Err(spec.error(format!(
-                            "forward output {} does not match {kept:?}",
-                            fy.info
-                        )));
+                        return Err(spec.error(format!("forward output {} does not match {kept:?}", fy.info)));
                     }
                     let shapes = [&kept[..], x.shape(), &kept[..]];
                     with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, x.pos, fy.pos]),
@@ -353,7 +307,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 return Err(spec.error(format!("every input must be {}", y.info)));
             }
             let n = y.nelms();
-            with_num!(dt, T => Ok(Box::new(SumKernel::<T> { n, _t: Types::default() }) as Box<dyn Kernel>), _ => Err(spec.unsupported_dtype(dt)))
+            with_num!(dt, T => boxed(SumKernel::<T> { n, _t: Types::default() }), _ => Err(spec.unsupported_dtype(dt)))
         }
         other => Err(spec.error(format!("`{other}` is not a gradient op"))),
     }
@@ -400,30 +354,15 @@ mod tests {
             let w = rng.vec(6, -1.0, 1.0);
             let none = Attributes::new();
             let want = numeric_grad(&x, 1e-6, |x| {
-                fwd(op, &none, &[(0, f64s(&shape, x))])
-                    .iter()
-                    .zip(&w)
-                    .map(|(a, b)| a * b)
-                    .sum()
+                fwd(op, &none, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(a, b)| a * b).sum()
             });
             let y = fwd(op, &none, &[(0, f64s(&shape, &x))]);
             let attrs = Attributes::new().with("func", AttrValue::Str(func.into()));
-            let ins = [
-                (0, f64s(&shape, &w)),
-                (1, f64s(&shape, &x)),
-                (2, f64s(&shape, &y)),
-            ];
+            let ins = [(0, f64s(&shape, &w)), (1, f64s(&shape, &x)), (2, f64s(&shape, &y))];
             let got = run_op("UnaryGrad", attrs.clone(), &ins)[0].to_f64_vec();
             assert_close(&got, &want, 1e-7);
-            let ins32: Vec<_> = ins
-                .iter()
-                .map(|(i, h)| (*i, t(DataType::Float32, &shape, &h.to_f64_vec())))
-                .collect();
-            assert_close(
-                &run_op("UnaryGrad", attrs, &ins32)[0].to_f64_vec(),
-                &want,
-                1e-4,
-            );
+            let ins32: Vec<_> = ins.iter().map(|(i, h)| (*i, t(DataType::Float32, &shape, &h.to_f64_vec()))).collect();
+            assert_close(&run_op("UnaryGrad", attrs, &ins32)[0].to_f64_vec(), &want, 1e-4);
         }
     }
 
@@ -448,31 +387,19 @@ mod tests {
         ];
         for (op, func, wrt) in cases {
             // The gradient at the broadcast shape: differentiate w.r.t. a broadcast copy of the operand.
-            let (expanded, shape_e): (Vec<f64>, &[usize]) = if wrt == 0 {
-                (a.clone(), &sa)
-            } else {
-                ((0..6).map(|i| b[i % 3]).collect(), &so)
-            };
+            let (expanded, shape_e): (Vec<f64>, &[usize]) =
+                if wrt == 0 { (a.clone(), &sa) } else { ((0..6).map(|i| b[i % 3]).collect(), &so) };
             let want = numeric_grad(&expanded, 1e-6, |e| {
                 let ins = if wrt == 0 {
                     [(0, f64s(shape_e, e)), (1, f64s(&sb, &b))]
                 } else {
                     [(0, f64s(&sa, &a)), (1, f64s(shape_e, e))]
                 };
-                fwd(op, &none, &ins)
-                    .iter()
-                    .zip(&w)
-                    .map(|(p, q)| p * q)
-                    .sum()
+                fwd(op, &none, &ins).iter().zip(&w).map(|(p, q)| p * q).sum()
             });
             let y = fwd(op, &none, &[(0, f64s(&sa, &a)), (1, f64s(&sb, &b))]);
             let attrs = Attributes::new().with("func", AttrValue::Str(func.into()));
-            let ins = [
-                (0, f64s(&so, &w)),
-                (1, f64s(&sa, &a)),
-                (2, f64s(&sb, &b)),
-                (3, f64s(&so, &y)),
-            ];
+            let ins = [(0, f64s(&so, &w)), (1, f64s(&sa, &a)), (2, f64s(&sb, &b)), (3, f64s(&so, &y))];
             let got = run_op("BinaryGrad", attrs, &ins)[0].to_f64_vec();
             assert_close(&got, &want, 1e-7);
         }
@@ -487,10 +414,7 @@ mod tests {
             run_op("WhereGrad", arg(0), &[(0, g.clone()), (1, c.clone())])[0].to_f64_vec(),
             vec![1.0, 0.0, 3.0, 0.0]
         );
-        assert_eq!(
-            run_op("WhereGrad", arg(1), &[(0, g), (1, c)])[0].to_f64_vec(),
-            vec![0.0, 2.0, 0.0, 4.0]
-        );
+        assert_eq!(run_op("WhereGrad", arg(1), &[(0, g), (1, c)])[0].to_f64_vec(), vec![0.0, 2.0, 0.0, 4.0]);
     }
 
     /// ReduceGrad for each func against central differences of the forward reduction.
@@ -499,12 +423,7 @@ mod tests {
         let mut rng = Rng::new(3);
         let shape = [2usize, 3, 4];
         let x = rng.vec(24, -1.0, 1.0);
-        for (op, func) in [
-            ("ReduceSum", "sum"),
-            ("ReduceMean", "mean"),
-            ("ReduceMax", "max"),
-            ("ReduceMin", "min"),
-        ] {
+        for (op, func) in [("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min")] {
             for (axes, keep) in [(vec![1i64], false), (vec![0, 2], true), (vec![], false)] {
                 let fa = Attributes::new()
                     .with("axes", AttrValue::Ints(axes.clone()))
@@ -512,18 +431,10 @@ mod tests {
                 let y = run_op(op, fa.clone(), &[(0, f64s(&shape, &x))]).remove(0);
                 let w = rng.vec(y.info.nelms(), -1.0, 1.0);
                 let want = numeric_grad(&x, 1e-6, |x| {
-                    fwd(op, &fa, &[(0, f64s(&shape, x))])
-                        .iter()
-                        .zip(&w)
-                        .map(|(p, q)| p * q)
-                        .sum()
+                    fwd(op, &fa, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(p, q)| p * q).sum()
                 });
                 let ga = fa.clone().with("func", AttrValue::Str(func.into()));
-                let ins = [
-                    (0, f64s(&y.info.shape, &w)),
-                    (1, f64s(&shape, &x)),
-                    (2, y.clone()),
-                ];
+                let ins = [(0, f64s(&y.info.shape, &w)), (1, f64s(&shape, &x)), (2, y.clone())];
                 let got = run_op("ReduceGrad", ga, &ins)[0].to_f64_vec();
                 assert_close(&got, &want, 1e-7);
             }
@@ -537,30 +448,16 @@ mod tests {
         let c = f64s(&[3], &[0.5, 0.5, 0.5]);
         let out = run_op("Sum", Attributes::new(), &[(0, a.clone()), (1, b), (2, c)]);
         assert_eq!(out[0].to_f64_vec(), vec![11.5, 22.5, 33.5]);
-        assert_eq!(
-            run_op("Sum", Attributes::new(), &[(0, a)])[0].to_f64_vec(),
-            vec![1.0, 2.0, 3.0]
-        );
+        assert_eq!(run_op("Sum", Attributes::new(), &[(0, a)])[0].to_f64_vec(), vec![1.0, 2.0, 3.0]);
         let n = 70_001;
         let big: Vec<f64> = (0..n).map(|i| i as f64).collect();
-        let out = run_op(
-            "Sum",
-            Attributes::new(),
-            &[(0, f64s(&[n], &big)), (1, f64s(&[n], &big))],
-        );
-        assert!(out[0]
-            .to_f64_vec()
-            .iter()
-            .enumerate()
-            .all(|(i, &v)| v == 2.0 * i as f64));
+        let out = run_op("Sum", Attributes::new(), &[(0, f64s(&[n], &big)), (1, f64s(&[n], &big))]);
+        assert!(out[0].to_f64_vec().iter().enumerate().all(|(i, &v)| v == 2.0 * i as f64));
         let init = Attributes::new()
             .with("shape", AttrValue::Ints(vec![2, 2]))
             .with("dtype", AttrValue::DType(DataType::Int32));
         let z = run_op("Init", init, &[]);
-        assert_eq!(
-            z[0].info,
-            popart_ir::TensorInfo::new(DataType::Int32, [2, 2])
-        );
+        assert_eq!(z[0].info, popart_ir::TensorInfo::new(DataType::Int32, [2, 2]));
         assert_eq!(z[0].to_f64_vec(), vec![0.0; 4]);
     }
 }

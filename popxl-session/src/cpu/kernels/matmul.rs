@@ -112,10 +112,7 @@ unsafe fn naive_gemm<T: Num>(
             let d = dst.offset(i * dst_rs + j * dst_cs);
             let mut acc = if accumulate { *d } else { T::ZERO };
             for p in 0..k as isize {
-                acc = acc.add(
-                    (*lhs.offset(i * lhs_rs + p * lhs_cs))
-                        .mul(*rhs.offset(p * rhs_rs + j * rhs_cs)),
-                );
+                acc = acc.add((*lhs.offset(i * lhs_rs + p * lhs_cs)).mul(*rhs.offset(p * rhs_rs + j * rhs_cs)));
             }
             *d = acc;
         }
@@ -191,11 +188,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let rhs = args.inputs[p.rhs_pos] as *const T;
         let work = p.m * p.n * p.k;
         let threads = rayon::current_num_threads();
-        if threads > 1
-            && self.jobs_independent
-            && p.jobs.len() >= threads
-            && work * p.jobs.len() >= GEMM_PAR_MIN
-        {
+        if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
             // Many independent products: one call per task, each single-threaded.
             let (d, l, r) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T));
             super::common::par_split(p.jobs.len(), 2, 1, |range| {
@@ -206,11 +199,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
             });
             return;
         }
-        let par = if threads > 1 && work >= GEMM_PAR_MIN {
-            Parallelism::Rayon(threads)
-        } else {
-            Parallelism::None
-        };
+        let par = if threads > 1 && work >= GEMM_PAR_MIN { Parallelism::Rayon(threads) } else { Parallelism::None };
         for j in &p.jobs {
             self.call(j, dst, lhs, rhs, par);
         }
@@ -244,11 +233,7 @@ fn batch_pairs(ob: &[usize], ab: &[usize], bb: &[usize]) -> Option<Vec<(usize, u
 /// Build `MatMul`, `MatMulLhsGrad` and `MatMulRhsGrad`.
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let fwd = spec.op_type == "MatMul";
-    let (a, b) = if fwd {
-        (spec.input(0)?, spec.input(1)?)
-    } else {
-        (spec.input(1)?, spec.input(2)?)
-    };
+    let (a, b) = if fwd { (spec.input(0)?, spec.input(1)?) } else { (spec.input(1)?, spec.input(2)?) };
     let g = if fwd { None } else { Some(spec.input(0)?) };
     let y = spec.output(0)?;
     let dt = a.dtype();
@@ -261,14 +246,9 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (ab, m, k) = promote(a.shape(), true);
     let (bb, k2, n) = promote(b.shape(), false);
     if k != k2 {
-        return Err(spec.error(format!(
-            "inner dimensions differ: {:?} @ {:?}",
-            a.shape(),
-            b.shape()
-        )));
+        return Err(spec.error(format!("inner dimensions differ: {:?} @ {:?}", a.shape(), b.shape())));
     }
-    let ob = broadcast_shapes(&ab, &bb)
-        .ok_or_else(|| spec.error("batch dimensions do not broadcast"))?;
+    let ob = broadcast_shapes(&ab, &bb).ok_or_else(|| spec.error("batch dimensions do not broadcast"))?;
     let nb: usize = ob.iter().product();
     let mut out_shape = ob.clone();
     if a.info.rank() > 1 {
@@ -280,33 +260,17 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (want_y, g_ok) = match g {
         None => (out_shape.clone(), true),
         Some(g) => {
-            let want = if spec.op_type == "MatMulLhsGrad" {
-                a.shape()
-            } else {
-                b.shape()
-            };
-            (
-                want.to_vec(),
-                g.nelms() == out_shape.iter().product::<usize>(),
-            )
+            let want = if spec.op_type == "MatMulLhsGrad" { a.shape() } else { b.shape() };
+            (want.to_vec(), g.nelms() == out_shape.iter().product::<usize>())
         }
     };
     if y.shape() != want_y.as_slice() || !g_ok {
-        return Err(spec.error(format!(
-            "result {} does not match {:?} @ {:?}",
-            y.info,
-            a.shape(),
-            b.shape()
-        )));
+        return Err(spec.error(format!("result {} does not match {:?} @ {:?}", y.info, a.shape(), b.shape())));
     }
     let (mk, kn, mn) = (m * k, k * n, m * n);
     let rhs_unbatched = bb.iter().product::<usize>() == 1;
     let (ki, ni) = (k as isize, n as isize);
-    let pairs = if rhs_unbatched {
-        Vec::new()
-    } else {
-        batch_pairs(&ob, &ab, &bb).expect("shapes broadcast")
-    };
+    let pairs = if rhs_unbatched { Vec::new() } else { batch_pairs(&ob, &ab, &bb).expect("shapes broadcast") };
     // Accumulate flags: the first job writing a dst block overwrites it.
     let mut seen = Vec::new();
     let mut first_write = |idx: usize| {
@@ -318,25 +282,12 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let plan = match spec.op_type {
         "MatMul" => {
             let (m_eff, jobs) = if rhs_unbatched {
-                (
-                    nb * m,
-                    vec![Job {
-                        dst: 0,
-                        lhs: 0,
-                        rhs: 0,
-                        accumulate: false,
-                    }],
-                )
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
             } else {
                 let jobs = pairs
                     .iter()
                     .enumerate()
-                    .map(|(i, &(ia, ib))| Job {
-                        dst: i * mn,
-                        lhs: ia * mk,
-                        rhs: ib * kn,
-                        accumulate: false,
-                    })
+                    .map(|(i, &(ia, ib))| Job { dst: i * mn, lhs: ia * mk, rhs: ib * kn, accumulate: false })
                     .collect();
                 (m, jobs)
             };
@@ -357,25 +308,12 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             // dA[m, k] = g[m, n] @ bᵀ[n, k]; bᵀ(p, j) = b[j, p].
             let g = g.expect("grad op");
             let (m_eff, jobs) = if rhs_unbatched {
-                (
-                    nb * m,
-                    vec![Job {
-                        dst: 0,
-                        lhs: 0,
-                        rhs: 0,
-                        accumulate: false,
-                    }],
-                )
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
             } else {
                 let jobs = pairs
                     .iter()
                     .enumerate()
-                    .map(|(i, &(ia, ib))| Job {
-                        dst: ia * mk,
-                        lhs: i * mn,
-                        rhs: ib * kn,
-                        accumulate: !first_write(ia),
-                    })
+                    .map(|(i, &(ia, ib))| Job { dst: ia * mk, lhs: i * mn, rhs: ib * kn, accumulate: !first_write(ia) })
                     .collect();
                 (m, jobs)
             };
@@ -397,25 +335,12 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let g = g.expect("grad op");
             let (k_eff, jobs) = if rhs_unbatched {
                 // The batch folds into the reduction dim: a as [(B m), k], g as [(B m), n].
-                (
-                    nb * m,
-                    vec![Job {
-                        dst: 0,
-                        lhs: 0,
-                        rhs: 0,
-                        accumulate: false,
-                    }],
-                )
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
             } else {
                 let jobs = pairs
                     .iter()
                     .enumerate()
-                    .map(|(i, &(ia, ib))| Job {
-                        dst: ib * kn,
-                        lhs: ia * mk,
-                        rhs: i * mn,
-                        accumulate: !first_write(ib),
-                    })
+                    .map(|(i, &(ia, ib))| Job { dst: ib * kn, lhs: ia * mk, rhs: i * mn, accumulate: !first_write(ib) })
                     .collect();
                 (m, jobs)
             };
@@ -464,16 +389,8 @@ mod tests {
 
     /// numpy matmul written out: promote, broadcast batch, triple loop, squeeze.
     fn naive(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> Vec<f64> {
-        let a2: Vec<usize> = if sa.len() == 1 {
-            vec![1, sa[0]]
-        } else {
-            sa.to_vec()
-        };
-        let b2: Vec<usize> = if sb.len() == 1 {
-            vec![sb[0], 1]
-        } else {
-            sb.to_vec()
-        };
+        let a2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.to_vec() };
+        let b2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.to_vec() };
         let (m, k, n) = (a2[a2.len() - 2], a2[a2.len() - 1], b2[b2.len() - 1]);
         let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
         let rank = ab.len().max(bb.len());
@@ -544,16 +461,10 @@ mod tests {
     fn integer_and_half_matmul() {
         let a = t(DataType::Int32, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         let b = t(DataType::Int32, &[3, 1], &[1.0, -1.0, 2.0]);
-        assert_eq!(
-            run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(),
-            vec![5.0, 11.0]
-        );
+        assert_eq!(run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(), vec![5.0, 11.0]);
         let a = t(DataType::Float16, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         let b = t(DataType::Float16, &[2, 2], &[0.5, 0.0, 0.0, 2.0]);
-        assert_eq!(
-            run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(),
-            vec![0.5, 4.0, 1.5, 8.0]
-        );
+        assert_eq!(run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(), vec![0.5, 4.0, 1.5, 8.0]);
     }
 
     #[test]
@@ -565,10 +476,7 @@ mod tests {
         let out = &run_op(
             "MatMul",
             Attributes::new(),
-            &[
-                (0, t(DataType::Float32, &sa, &a)),
-                (1, t(DataType::Float32, &sb, &b)),
-            ],
+            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
         );
         assert_close(&out[0].to_f64_vec(), &want, 1e-4);
         // Batched with per-job parallelism.
@@ -578,10 +486,7 @@ mod tests {
         let out = &run_op(
             "MatMul",
             Attributes::new(),
-            &[
-                (0, t(DataType::Float32, &sa, &a)),
-                (1, t(DataType::Float32, &sb, &b)),
-            ],
+            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
         );
         assert_close(&out[0].to_f64_vec(), &want, 1e-4);
     }
@@ -601,13 +506,7 @@ mod tests {
             let b = rng.vec(nb, -1.0, 1.0);
             let so = matmul_shape(sa, sb).unwrap();
             let w = rng.vec(so.iter().product(), -1.0, 1.0);
-            let loss = |a: &[f64], b: &[f64]| {
-                naive(a, sa, b, sb)
-                    .iter()
-                    .zip(&w)
-                    .map(|(y, w)| y * w)
-                    .sum::<f64>()
-            };
+            let loss = |a: &[f64], b: &[f64]| naive(a, sa, b, sb).iter().zip(&w).map(|(y, w)| y * w).sum::<f64>();
             let want_da = numeric_grad(&a, 1e-6, |x| loss(x, &b));
             let want_db = numeric_grad(&b, 1e-6, |x| loss(&a, x));
             let ins: Vec<(u32, HostTensor)> = vec![

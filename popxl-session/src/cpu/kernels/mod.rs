@@ -9,8 +9,9 @@
 //! - Elementwise kernels are one generic loop instantiated per op (a zero-sized
 //!   op type with a scalar function); broadcasting collapses contiguous dims so
 //!   same-shape and scalar operands run as flat loops.
-//! - Work is split over the current rayon pool only above
-//!   [`PAR_MIN_ELEMS`](common::PAR_MIN_ELEMS) elements.
+//! - Work is split over the current rayon pool only from 65,536 elements on
+//!   (matmul: from 2^18 multiply-adds per GEMM call), so tiny ops never pay for
+//!   threading; run the session inside a rayon pool to bound the thread count.
 //! - float32 and float64 are computed natively; float16 float math converts to
 //!   and from f32 scratch buffers sized at build time (matmul uses the GEMM
 //!   crate's native f16 path). Ops that only move elements (copies, shape ops,
@@ -22,6 +23,12 @@
 //! - Random ops are counter based: element `i` of a tensor depends only on the
 //!   `uint32[2]` seed value and `i`, so `Dropout` on the same seed and shape
 //!   draws the same mask in the forward and backward passes.
+//! - Kernels cannot fail at run time: integer division by zero gives 0, an
+//!   out-of-range `Gather` index gives a zero row, an out-of-range (not ignored)
+//!   loss label gives NaN.
+//! - `run` allocates nothing: scratch space is sized at build time. The one
+//!   exception is inside the `gemm` crate, which allocates its packing buffer per
+//!   call for large products.
 //!
 //! ```
 //! use popart_ir::{Attributes, DataType, TensorInfo};
@@ -72,31 +79,22 @@ pub const EXECUTOR_OPS: &[&str] = &["HostLoad", "HostStore", "Call", "Repeat", "
 pub fn build_kernel(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
     use common::SpecExt;
     match spec.op_type {
-        "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Gelu" | "Tanh" | "Sigmoid" | "Sin"
-        | "Cos" | "Sign" | "Floor" | "Ceil" | "Identity" | "Detach" | "Cast" | "Reshape"
-        | "Squeeze" | "ReshapeGrad" => unary::build(spec),
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Maximum" | "Minimum" | "Greater" | "Less"
-        | "Equal" | "Where" => binary::build(spec),
+        "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Gelu" | "Tanh" | "Sigmoid" | "Sin" | "Cos" | "Sign"
+        | "Floor" | "Ceil" | "Identity" | "Detach" | "Cast" | "Reshape" | "Squeeze" | "ReshapeGrad" => {
+            unary::build(spec)
+        }
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Maximum" | "Minimum" | "Greater" | "Less" | "Equal" | "Where" => {
+            binary::build(spec)
+        }
         "MatMul" | "MatMulLhsGrad" | "MatMulRhsGrad" => matmul::build(spec),
-        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceToShape" => {
-            reduce::build(spec)
-        }
-        "Softmax" | "NllLoss" | "NllLossWithSoftmaxGrad" | "SoftmaxGrad" | "NllLossGrad" => {
-            nn::build(spec)
-        }
-        "Transpose" | "Slice" | "Concat" | "Gather" | "SliceGrad" | "GatherGrad" | "ConcatGrad" => {
-            shape::build(spec)
-        }
-        "AddInplace" | "Accumulate" | "ScaledAddInplace" | "CopyVarUpdate" => {
-            var_update::build(spec)
-        }
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceToShape" => reduce::build(spec),
+        "Softmax" | "NllLoss" | "NllLossWithSoftmaxGrad" | "SoftmaxGrad" | "NllLossGrad" => nn::build(spec),
+        "Transpose" | "Slice" | "Concat" | "Gather" | "SliceGrad" | "GatherGrad" | "ConcatGrad" => shape::build(spec),
+        "AddInplace" | "Accumulate" | "ScaledAddInplace" | "CopyVarUpdate" => var_update::build(spec),
         "RandomUniform" | "RandomNormal" | "Dropout" => random::build(spec),
-        "UnaryGrad" | "BinaryGrad" | "WhereGrad" | "ReduceGrad" | "Sum" | "Init" => {
-            grad::build(spec)
-        }
+        "UnaryGrad" | "BinaryGrad" | "WhereGrad" | "ReduceGrad" | "Sum" | "Init" => grad::build(spec),
         op if EXECUTOR_OPS.contains(&op) => {
-            Err(spec
-                .error("handled by the executor (host transfer or control flow), not by a kernel"))
+            Err(spec.error("handled by the executor (host transfer or control flow), not by a kernel"))
         }
         _ => Err(spec.error("unknown op type")),
     }
@@ -111,14 +109,33 @@ mod tests {
     fn executor_and_unknown_ops_are_errors() {
         let attrs = Attributes::new();
         for op in EXECUTOR_OPS.iter().copied().chain(["NoSuchOp"]) {
-            let spec = KernelSpec {
-                op_type: op,
-                attrs: &attrs,
-                inputs: vec![],
-                outputs: vec![],
-            };
+            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs: vec![], outputs: vec![] };
             let err = build_kernel(&spec).err().expect("must fail");
             assert_eq!(err.op_type, op);
+        }
+    }
+
+    #[test]
+    fn inconsistent_specs_are_typed_errors() {
+        use popart_ir::{DataType, TensorInfo};
+        let attrs = Attributes::new();
+        let f = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
+        let i = |s: &[usize]| TensorInfo::new(DataType::Int32, s);
+        type Io = Vec<(u32, TensorInfo)>;
+        let cases: Vec<(&str, Io, Io)> = vec![
+            ("Add", vec![(0, f(&[2])), (1, i(&[2]))], vec![(0, f(&[2]))]),
+            ("Add", vec![(0, f(&[2])), (1, f(&[3]))], vec![(0, f(&[3]))]),
+            ("Exp", vec![(0, i(&[2]))], vec![(0, i(&[2]))]),
+            ("MatMul", vec![(0, f(&[2, 3])), (1, f(&[4, 5]))], vec![(0, f(&[2, 5]))]),
+            ("Softmax", vec![(0, f(&[2, 3]))], vec![(0, f(&[3, 2]))]),
+            ("Dropout", vec![(0, f(&[2])), (1, i(&[2]))], vec![(0, f(&[2]))]),
+            ("Add", vec![(0, f(&[2]))], vec![(0, f(&[2]))]),
+        ];
+        for (op, inputs, outputs) in cases {
+            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs, outputs };
+            let err = build_kernel(&spec).err().unwrap_or_else(|| panic!("{op} must fail"));
+            assert_eq!(err.op_type, op);
+            assert!(!err.reason.is_empty());
         }
     }
 
@@ -131,12 +148,7 @@ mod tests {
             if EXECUTOR_OPS.contains(&op) || op.contains('.') {
                 continue;
             }
-            let spec = KernelSpec {
-                op_type: op,
-                attrs: &attrs,
-                inputs: vec![],
-                outputs: vec![],
-            };
+            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs: vec![], outputs: vec![] };
             if let Err(e) = build_kernel(&spec) {
                 assert_ne!(e.reason, "unknown op type", "{op} has no kernel");
             }

@@ -8,8 +8,8 @@
 //! yields NaN for its row (kernels cannot fail at run time).
 
 use super::common::{
-    f16_adapter, has_f16, norm_axis, par_split, slice, slice_mut, with_float, with_index,
-    BuildResult, Float, IndexElem, SendPtr, SpecExt, Types, PAR_MIN_ELEMS,
+    boxed, f16_adapter, has_f16, norm_axis, par_split, slice, slice_mut, with_float, with_index, BuildResult, Float,
+    IndexElem, SendPtr, SpecExt, Types, PAR_MIN_ELEMS,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
@@ -23,11 +23,7 @@ struct AxisView {
 
 impl AxisView {
     fn new(shape: &[usize], axis: usize) -> Self {
-        AxisView {
-            outer: shape[..axis].iter().product(),
-            len: shape[axis],
-            inner: shape[axis + 1..].iter().product(),
-        }
+        AxisView { outer: shape[..axis].iter().product(), len: shape[axis], inner: shape[axis + 1..].iter().product() }
     }
     /// Number of independent rows along the axis.
     fn rows(&self) -> usize {
@@ -41,11 +37,7 @@ impl AxisView {
     /// Run `f(first, stride)` for every row, in parallel when large.
     fn for_rows(&self, f: impl Fn(usize, usize) + Sync + Send) {
         let total = self.rows() * self.len;
-        let min_total = if total >= PAR_MIN_ELEMS {
-            0
-        } else {
-            usize::MAX
-        };
+        let min_total = if total >= PAR_MIN_ELEMS { 0 } else { usize::MAX };
         par_split(self.rows(), min_total, (1 << 14) / self.len.max(1), |r| {
             for row in r {
                 let (first, stride) = self.row(row);
@@ -63,10 +55,7 @@ struct Softmax<T> {
 
 impl<T: Float> Kernel for Softmax<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) {
-        let (x, y) = (
-            SendPtr(args.inputs[0] as *mut T),
-            SendPtr(args.outputs[0] as *mut T),
-        );
+        let (x, y) = (SendPtr(args.inputs[0] as *mut T), SendPtr(args.outputs[0] as *mut T));
         let len = self.view.len;
         self.view.for_rows(move |first, stride| {
             // SAFETY: rows are disjoint; all indices are inside the buffers.
@@ -145,17 +134,10 @@ struct Nll {
 }
 
 impl Nll {
-    fn from_spec(
-        spec: &KernelSpec<'_>,
-        probs: u32,
-        labels: u32,
-    ) -> Result<Self, crate::cpu::kernel::KernelError> {
+    fn from_spec(spec: &KernelSpec<'_>, probs: u32, labels: u32) -> Result<Self, crate::cpu::kernel::KernelError> {
         let (p, l) = (spec.input(probs)?, spec.input(labels)?);
         if p.info.rank() < 1 || l.shape() != &p.shape()[..p.info.rank() - 1] {
-            return Err(spec.error(format!(
-                "labels {} do not match probs {} without the class dim",
-                l.info, p.info
-            )));
+            return Err(spec.error(format!("labels {} do not match probs {} without the class dim", l.info, p.info)));
         }
         let reduction = match spec.attr_str_or("reduction", "mean") {
             "mean" => Reduction::Mean,
@@ -164,12 +146,7 @@ impl Nll {
             other => return Err(spec.error(format!("unknown reduction `{other}`"))),
         };
         let classes = *p.shape().last().unwrap();
-        Ok(Nll {
-            rows: l.nelms(),
-            classes,
-            reduction,
-            ignore: spec.attrs.int("ignore_index"),
-        })
+        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index") })
     }
 
     /// The class of row `i`: `Ok(Some(c))`, `Ok(None)` if ignored, `Err(())` if out of range.
@@ -188,10 +165,7 @@ impl Nll {
     /// Number of non-ignored rows, at least 1.
     unsafe fn count<L: IndexElem>(&self, labels: *const L) -> usize {
         let ls = slice(labels, self.rows);
-        ls.iter()
-            .filter(|&&l| self.class(l) != Ok(None))
-            .count()
-            .max(1)
+        ls.iter().filter(|&&l| self.class(l) != Ok(None)).count().max(1)
     }
 
     /// Write the loss (per row or reduced) from `probs` and `labels`.
@@ -210,11 +184,7 @@ impl Nll {
             }
             r => {
                 let sum = (0..self.rows).fold(T::ZERO, |acc, i| acc + row_loss(i));
-                *out = if r == Reduction::Mean {
-                    sum / T::from_f64(self.count(labels) as f64)
-                } else {
-                    sum
-                };
+                *out = if r == Reduction::Mean { sum / T::from_f64(self.count(labels) as f64) } else { sum };
             }
         }
     }
@@ -228,11 +198,7 @@ struct NllLoss<T, L> {
 
 impl<T: Float, L: IndexElem> Kernel for NllLoss<T, L> {
     unsafe fn run(&self, args: &KernelArgs<'_>) {
-        self.nll.loss::<T, L>(
-            args.inputs[0] as *const T,
-            args.inputs[1] as *const L,
-            args.outputs[0] as *mut T,
-        );
+        self.nll.loss::<T, L>(args.inputs[0] as *const T, args.inputs[1] as *const L, args.outputs[0] as *mut T);
     }
 }
 
@@ -250,48 +216,30 @@ impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
         let p = args.inputs[0] as *const T;
         let labels = args.inputs[1] as *const L;
         nll.loss::<T, L>(p, labels, args.outputs[0] as *mut T);
-        let mut scale = self
-            .loss_grad
-            .map_or(T::ONE, |pos| *(args.inputs[pos] as *const T));
+        let mut scale = self.loss_grad.map_or(T::ONE, |pos| *(args.inputs[pos] as *const T));
         if nll.reduction == Reduction::Mean {
             scale = scale / T::from_f64(nll.count(labels) as f64);
         }
-        let (p, l, dx) = (
-            SendPtr(p as *mut T),
-            SendPtr(labels as *mut L),
-            SendPtr(args.outputs[1] as *mut T),
-        );
+        let (p, l, dx) = (SendPtr(p as *mut T), SendPtr(labels as *mut L), SendPtr(args.outputs[1] as *mut T));
         let c = nll.classes;
-        par_split(
-            nll.rows,
-            if nll.rows * c >= PAR_MIN_ELEMS {
-                0
-            } else {
-                usize::MAX
-            },
-            1,
-            move |r| {
-                // SAFETY: each row writes its own block of dlogits.
-                unsafe {
-                    for i in r {
-                        let (ps, ds) = (
-                            slice(p.get().add(i * c), c),
-                            slice_mut(dx.get().add(i * c), c),
-                        );
-                        match nll.class(*l.get().add(i)) {
-                            Ok(Some(k)) => {
-                                for (d, &v) in ds.iter_mut().zip(ps) {
-                                    *d = v * scale;
-                                }
-                                ds[k] = (ps[k] - T::ONE) * scale;
+        par_split(nll.rows, if nll.rows * c >= PAR_MIN_ELEMS { 0 } else { usize::MAX }, 1, move |r| {
+            // SAFETY: each row writes its own block of dlogits.
+            unsafe {
+                for i in r {
+                    let (ps, ds) = (slice(p.get().add(i * c), c), slice_mut(dx.get().add(i * c), c));
+                    match nll.class(*l.get().add(i)) {
+                        Ok(Some(k)) => {
+                            for (d, &v) in ds.iter_mut().zip(ps) {
+                                *d = v * scale;
                             }
-                            Ok(None) => ds.fill(T::ZERO),
-                            Err(()) => ds.fill(T::from_f64(f64::NAN)),
+                            ds[k] = (ps[k] - T::ONE) * scale;
                         }
+                        Ok(None) => ds.fill(T::ZERO),
+                        Err(()) => ds.fill(T::from_f64(f64::NAN)),
                     }
                 }
-            },
-        );
+            }
+        });
     }
 }
 
@@ -317,11 +265,7 @@ impl<T: Float, L: IndexElem> Kernel for NllLossGrad<T, L> {
             _ => *g,
         };
         for (i, &label) in slice(labels, nll.rows).iter().enumerate() {
-            let gi = if nll.reduction == Reduction::None {
-                *g.add(i)
-            } else {
-                scale
-            };
+            let gi = if nll.reduction == Reduction::None { *g.add(i) } else { scale };
             match nll.class(label) {
                 Ok(Some(k)) => dx[i * c + k] = -(gi / *p.add(i * c + k)),
                 Ok(None) => {}
@@ -350,22 +294,22 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let view = AxisView::new(x.shape(), axis);
             let dt = x.dtype();
             if spec.op_type == "Softmax" {
-                with_float!(dt, T => Ok(Box::new(Softmax::<T> { view, _t: Types::default() })), _ => Err(spec.unsupported_dtype(dt)))
+                with_float!(dt, T => boxed(Softmax::<T> { view, _t: Types::default() }),
+                    _ => Err(spec.unsupported_dtype(dt)))
             } else {
                 let g = spec.input(0)?;
                 if g.info != x.info {
-                    return Err(spec.error(format!(
-                        "gradient {} differs from the softmax output {}",
-                        g.info, x.info
-                    )));
+                    return Err(spec.error(format!("gradient {} differs from the softmax output {}", g.info, x.info)));
                 }
                 let pos = [g.pos, x.pos];
-                with_float!(dt, T => Ok(Box::new(SoftmaxGrad::<T> { view, pos, _t: Types::default() })), _ => Err(spec.unsupported_dtype(dt)))
+                with_float!(dt, T => boxed(SoftmaxGrad::<T> { view, pos, _t: Types::default() }),
+                    _ => Err(spec.unsupported_dtype(dt)))
             }
         }
         "NllLoss" | "NllLossWithSoftmaxGrad" => {
             let nll = Nll::from_spec(spec, 0, 1)?;
             let (p, l) = (spec.input(0)?, spec.input(1)?);
+            let bad_labels = || spec.error(format!("labels must be integers, got {}", l.dtype()));
             if p.pos != 0 || l.pos != 1 {
                 return Err(spec.error("probs and labels must be inputs 0 and 1"));
             }
@@ -374,8 +318,8 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 return Err(spec.error("loss dtype must equal probs dtype"));
             }
             if spec.op_type == "NllLoss" {
-                with_float!(dt, T => with_index!(l.dtype(), L => Ok(Box::new(NllLoss::<T, L> { nll, _t: Types::default() })),
-                    _ => Err(spec.error(format!("labels must be integers, got {}", l.dtype())))),
+                with_float!(dt, T => with_index!(l.dtype(), L => boxed(NllLoss::<T, L> { nll, _t: Types::default() }),
+                    _ => Err(bad_labels())),
                     _ => Err(spec.unsupported_dtype(dt)))
             } else {
                 let lg = spec.opt_input(2);
@@ -386,20 +330,18 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     return Err(spec.error("dlogits must have the type and shape of probs"));
                 }
                 let loss_grad = lg.map(|g| g.pos);
-                with_float!(dt, T => with_index!(l.dtype(), L => Ok(Box::new(NllSoftmaxGrad::<T, L> { nll, loss_grad, _t: Types::default() })),
-                    _ => Err(spec.error(format!("labels must be integers, got {}", l.dtype())))),
+                with_float!(dt, T => with_index!(l.dtype(), L =>
+                    boxed(NllSoftmaxGrad::<T, L> { nll, loss_grad, _t: Types::default() }),
+                    _ => Err(bad_labels())),
                     _ => Err(spec.unsupported_dtype(dt)))
             }
         }
         "NllLossGrad" => {
             let nll = Nll::from_spec(spec, 1, 2)?;
             let (g, p, l) = (spec.input(0)?, spec.input(1)?, spec.input(2)?);
+            let bad_labels = || spec.error(format!("labels must be integers, got {}", l.dtype()));
             let dt = p.dtype();
-            let want_g = if nll.reduction == Reduction::None {
-                nll.rows
-            } else {
-                1
-            };
+            let want_g = if nll.reduction == Reduction::None { nll.rows } else { 1 };
             if g.nelms() != want_g || g.dtype() != dt {
                 return Err(spec.error(format!("gradient {} does not match the loss", g.info)));
             }
@@ -407,8 +349,9 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 return Err(spec.error("output must have the type and shape of probs"));
             }
             let pos = [g.pos, p.pos, l.pos];
-            with_float!(dt, T => with_index!(l.dtype(), L => Ok(Box::new(NllLossGrad::<T, L> { nll, pos, _t: Types::default() })),
-                _ => Err(spec.error(format!("labels must be integers, got {}", l.dtype())))),
+            with_float!(dt, T => with_index!(l.dtype(), L =>
+                boxed(NllLossGrad::<T, L> { nll, pos, _t: Types::default() }),
+                _ => Err(bad_labels())),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
         other => Err(spec.error(format!("`{other}` is not an nn op"))),
@@ -428,9 +371,7 @@ mod tests {
         for o in 0..outer {
             for j in 0..inner {
                 let idx = |i: usize| o * len * inner + i * inner + j;
-                let m = (0..len)
-                    .map(|i| x[idx(i)])
-                    .fold(f64::NEG_INFINITY, f64::max);
+                let m = (0..len).map(|i| x[idx(i)]).fold(f64::NEG_INFINITY, f64::max);
                 let s: f64 = (0..len).map(|i| (x[idx(i)] - m).exp()).sum();
                 for i in 0..len {
                     y[idx(i)] = (x[idx(i)] - m).exp() / s;
@@ -451,28 +392,16 @@ mod tests {
         let x = rng.vec(60, -3.0, 3.0);
         for ax in 0..3 {
             let want = softmax_ref(&x, &shape, ax);
-            for (dt, tol) in [
-                (DataType::Float64, 1e-14),
-                (DataType::Float32, 1e-6),
-                (DataType::Float16, 2e-3),
-            ] {
+            for (dt, tol) in [(DataType::Float64, 1e-14), (DataType::Float32, 1e-6), (DataType::Float16, 2e-3)] {
                 let out = &run_op("Softmax", axis(ax as i64 - 3), &[(0, t(dt, &shape, &x))])[0];
                 assert_close(&out.to_f64_vec(), &want, tol);
             }
         }
         // Large logits do not overflow; large tensors run in parallel.
-        let out = &run_op(
-            "Softmax",
-            axis(-1),
-            &[(0, t(DataType::Float32, &[2], &[1000.0, 1000.0]))],
-        )[0];
+        let out = &run_op("Softmax", axis(-1), &[(0, t(DataType::Float32, &[2], &[1000.0, 1000.0]))])[0];
         assert_eq!(out.to_f64_vec(), vec![0.5, 0.5]);
         let big = rng.vec(300 * 257, -5.0, 5.0);
-        let out = &run_op(
-            "Softmax",
-            axis(1),
-            &[(0, t(DataType::Float64, &[300, 257], &big))],
-        )[0];
+        let out = &run_op("Softmax", axis(1), &[(0, t(DataType::Float64, &[300, 257], &big))])[0];
         assert_close(&out.to_f64_vec(), &softmax_ref(&big, &[300, 257], 1), 1e-14);
     }
 
@@ -484,17 +413,8 @@ mod tests {
         let w = rng.vec(12, -1.0, 1.0);
         for ax in [0usize, 1] {
             let y = softmax_ref(&x, &shape, ax);
-            let want = numeric_grad(&x, 1e-6, |x| {
-                softmax_ref(x, &shape, ax)
-                    .iter()
-                    .zip(&w)
-                    .map(|(a, b)| a * b)
-                    .sum()
-            });
-            let ins = [
-                (0, t(DataType::Float64, &shape, &w)),
-                (1, t(DataType::Float64, &shape, &y)),
-            ];
+            let want = numeric_grad(&x, 1e-6, |x| softmax_ref(x, &shape, ax).iter().zip(&w).map(|(a, b)| a * b).sum());
+            let ins = [(0, t(DataType::Float64, &shape, &w)), (1, t(DataType::Float64, &shape, &y))];
             let got = &run_op("SoftmaxGrad", axis(ax as i64), &ins)[0];
             assert_close(&got.to_f64_vec(), &want, 1e-8);
         }
@@ -510,20 +430,10 @@ mod tests {
 
     #[test]
     fn nll_loss_reductions_and_ignore_index() {
-        let probs = t(
-            DataType::Float64,
-            &[3, 2],
-            &[0.25, 0.75, 0.5, 0.5, 0.9, 0.1],
-        );
+        let probs = t(DataType::Float64, &[3, 2], &[0.25, 0.75, 0.5, 0.5, 0.9, 0.1]);
         let labels = t(DataType::Int32, &[3], &[1.0, 0.0, 1.0]);
-        let run = |r, ig| {
-            run_op(
-                "NllLoss",
-                nll_attrs(r, ig),
-                &[(0, probs.clone()), (1, labels.clone())],
-            )[0]
-            .to_f64_vec()
-        };
+        let run =
+            |r, ig| run_op("NllLoss", nll_attrs(r, ig), &[(0, probs.clone()), (1, labels.clone())])[0].to_f64_vec();
         let l = [-(0.75f64).ln(), -(0.5f64).ln(), -(0.1f64).ln()];
         assert_close(&run("none", None), &l, 1e-15);
         assert_close(&run("sum", None), &[l.iter().sum()], 1e-15);
@@ -532,11 +442,7 @@ mod tests {
         assert_close(&run("none", Some(1)), &[0.0, l[1], 0.0], 1e-15);
         // Every row ignored: mean is 0, not NaN.
         let none = t(DataType::Int64, &[3], &[-100.0, -100.0, -100.0]);
-        let out = run_op(
-            "NllLoss",
-            nll_attrs("mean", Some(-100)),
-            &[(0, probs.clone()), (1, none)],
-        );
+        let out = run_op("NllLoss", nll_attrs("mean", Some(-100)), &[(0, probs.clone()), (1, none)]);
         assert_eq!(out[0].to_f64_vec(), vec![0.0]);
         // Out-of-range labels give NaN.
         let bad = t(DataType::Int32, &[3], &[1.0, 5.0, 0.0]);
@@ -550,33 +456,16 @@ mod tests {
         let mut rng = Rng::new(9);
         let p = rng.vec(12, 0.1, 0.9);
         let labels = t(DataType::Int32, &[2, 2], &[2.0, 0.0, 2.0, 1.0]);
-        for (red, ig) in [
-            ("mean", None),
-            ("sum", None),
-            ("mean", Some(2)),
-            ("none", None),
-        ] {
-            let gvals: Vec<f64> = if red == "none" {
-                vec![0.5, -1.0, 2.0, 0.25]
-            } else {
-                vec![1.5]
-            };
+        for (red, ig) in [("mean", None), ("sum", None), ("mean", Some(2)), ("none", None)] {
+            let gvals: Vec<f64> = if red == "none" { vec![0.5, -1.0, 2.0, 0.25] } else { vec![1.5] };
             let gshape: &[usize] = if red == "none" { &[2, 2] } else { &[] };
             let loss = |x: &[f64]| {
                 let out = &run_op(
                     "NllLoss",
                     nll_attrs(red, ig),
-                    &[
-                        (0, t(DataType::Float64, &[2, 2, 3], x)),
-                        (1, labels.clone()),
-                    ],
+                    &[(0, t(DataType::Float64, &[2, 2, 3], x)), (1, labels.clone())],
                 );
-                out[0]
-                    .to_f64_vec()
-                    .iter()
-                    .zip(&gvals)
-                    .map(|(a, b)| a * b)
-                    .sum::<f64>()
+                out[0].to_f64_vec().iter().zip(&gvals).map(|(a, b)| a * b).sum::<f64>()
             };
             let want = numeric_grad(&p, 1e-7, loss);
             let ins = [
@@ -596,17 +485,11 @@ mod tests {
         let mut rng = Rng::new(4);
         let logits = rng.vec(12, -2.0, 2.0);
         let labels = t(DataType::Int32, &[4], &[0.0, 2.0, 1.0, 2.0]);
-        for (red, ig, lg) in [
-            ("mean", None, None),
-            ("sum", None, Some(0.5)),
-            ("mean", Some(1), Some(2.0)),
-            ("none", None, Some(1.0)),
-        ] {
+        for (red, ig, lg) in
+            [("mean", None, None), ("sum", None, Some(0.5)), ("mean", Some(1), Some(2.0)), ("none", None, Some(1.0))]
+        {
             let probs = softmax_ref(&logits, &[4, 3], 1);
-            let mut ins = vec![
-                (0, t(DataType::Float64, &[4, 3], &probs)),
-                (1, labels.clone()),
-            ];
+            let mut ins = vec![(0, t(DataType::Float64, &[4, 3], &probs)), (1, labels.clone())];
             if let Some(v) = lg {
                 ins.push((2, t(DataType::Float64, &[], &[v])));
             }
@@ -629,10 +512,7 @@ mod tests {
         let out = run_op(
             "NllLossWithSoftmaxGrad",
             nll_attrs("mean", None),
-            &[
-                (0, t(DataType::Float32, &[1, 2], &[0.2, 0.8])),
-                (1, t(DataType::Int64, &[1], &[1.0])),
-            ],
+            &[(0, t(DataType::Float32, &[1, 2], &[0.2, 0.8])), (1, t(DataType::Int64, &[1], &[1.0]))],
         );
         assert_close(&out[0].to_f64_vec(), &[-(0.8f32 as f64).ln()], 1e-6);
         assert_close(&out[1].to_f64_vec(), &[0.2, -0.2], 1e-6);

@@ -7,8 +7,7 @@
 //! forward op and the one applied to the incoming gradient) use the same mask.
 
 use super::common::{
-    f16_adapter, has_f16, par_range, slice, slice_mut, with_float, BuildResult, Float, SendPtr,
-    SpecExt, Types,
+    boxed, f16_adapter, has_f16, par_range, slice, slice_mut, with_float, BuildResult, Float, SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use popart_ir::DataType;
@@ -131,18 +130,9 @@ impl<T: Float> Kernel for DropoutKernel<T> {
         let st = stream_state(seed, Stream::Dropout);
         par_range(self.n, move |r| {
             // SAFETY: buffers hold `n` elements and do not overlap; pieces are disjoint.
-            let (xs, ys) = unsafe {
-                (
-                    slice(x.get().add(r.start), r.len()),
-                    slice_mut(y.get().add(r.start), r.len()),
-                )
-            };
+            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
             for ((i, o), &v) in (r.start as u64..).zip(ys).zip(xs) {
-                *o = if unit24(bits(st, i)) >= p {
-                    v * scale
-                } else {
-                    T::ZERO
-                };
+                *o = if unit24(bits(st, i)) >= p { v * scale } else { T::ZERO };
             }
         });
     }
@@ -163,33 +153,26 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     match spec.op_type {
         "RandomUniform" | "RandomNormal" => {
             let dist = if spec.op_type == "RandomUniform" {
-                Dist::Uniform {
-                    low: spec.attr_float_or("low", 0.0),
-                    high: spec.attr_float_or("high", 1.0),
-                }
+                Dist::Uniform { low: spec.attr_float_or("low", 0.0), high: spec.attr_float_or("high", 1.0) }
             } else {
-                Dist::Normal {
-                    mean: spec.attr_float_or("mean", 0.0),
-                    std: spec.attr_float_or("std", 1.0),
-                }
+                Dist::Normal { mean: spec.attr_float_or("mean", 0.0), std: spec.attr_float_or("std", 1.0) }
             };
             let seed = seed.pos;
-            with_float!(dt, T => Ok(Box::new(RandomKernel::<T> { n, dist, seed, _t: Types::default() })), _ => Err(spec.unsupported_dtype(dt)))
+            with_float!(dt, T => boxed(RandomKernel::<T> { n, dist, seed, _t: Types::default() }),
+                _ => Err(spec.unsupported_dtype(dt)))
         }
         "Dropout" => {
             let x = spec.input(0)?;
             if x.info != y.info {
                 return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
             }
-            let p = spec
-                .attrs
-                .float("p")
-                .ok_or_else(|| spec.error("missing float attribute `p`"))?;
+            let p = spec.attrs.float("p").ok_or_else(|| spec.error("missing float attribute `p`"))?;
             if !(0.0..1.0).contains(&p) {
                 return Err(spec.error(format!("dropout probability must be in [0, 1), got {p}")));
             }
             let pos = [x.pos, seed.pos];
-            with_float!(dt, T => Ok(Box::new(DropoutKernel::<T> { n, p, pos, _t: Types::default() })), _ => Err(spec.unsupported_dtype(dt)))
+            with_float!(dt, T => boxed(DropoutKernel::<T> { n, p, pos, _t: Types::default() }),
+                _ => Err(spec.unsupported_dtype(dt)))
         }
         other => Err(spec.error(format!("`{other}` is not a random op"))),
     }
@@ -205,53 +188,30 @@ mod tests {
     }
 
     fn rand_attrs(op: &str, n: usize, dtype: DataType) -> Attributes {
-        let a = Attributes::new()
-            .with("shape", AttrValue::Ints(vec![n as i64]))
-            .with("dtype", AttrValue::DType(dtype));
+        let a = Attributes::new().with("shape", AttrValue::Ints(vec![n as i64])).with("dtype", AttrValue::DType(dtype));
         if op == "RandomUniform" {
-            a.with("low", AttrValue::Float(-2.0))
-                .with("high", AttrValue::Float(3.0))
+            a.with("low", AttrValue::Float(-2.0)).with("high", AttrValue::Float(3.0))
         } else {
-            a.with("mean", AttrValue::Float(1.5))
-                .with("std", AttrValue::Float(0.5))
+            a.with("mean", AttrValue::Float(1.5)).with("std", AttrValue::Float(0.5))
         }
     }
 
     fn moments(v: &[f64]) -> (f64, f64) {
         let m = v.iter().sum::<f64>() / v.len() as f64;
-        (
-            m,
-            v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / v.len() as f64,
-        )
+        (m, v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / v.len() as f64)
     }
 
     #[test]
     fn uniform_and_normal_have_the_requested_moments() {
         let n = 200_000;
         for dt in [DataType::Float32, DataType::Float64] {
-            let u = run_op(
-                "RandomUniform",
-                rand_attrs("RandomUniform", n, dt),
-                &[(0, seed(1, 2))],
-            )[0]
-            .to_f64_vec();
+            let u = run_op("RandomUniform", rand_attrs("RandomUniform", n, dt), &[(0, seed(1, 2))])[0].to_f64_vec();
             assert!(u.iter().all(|&x| (-2.0..3.0).contains(&x)));
             let (m, v) = moments(&u);
-            assert!(
-                (m - 0.5).abs() < 0.02 && (v - 25.0 / 12.0).abs() < 0.03,
-                "uniform {m} {v}"
-            );
-            let z = run_op(
-                "RandomNormal",
-                rand_attrs("RandomNormal", n, dt),
-                &[(0, seed(1, 2))],
-            )[0]
-            .to_f64_vec();
+            assert!((m - 0.5).abs() < 0.02 && (v - 25.0 / 12.0).abs() < 0.03, "uniform {m} {v}");
+            let z = run_op("RandomNormal", rand_attrs("RandomNormal", n, dt), &[(0, seed(1, 2))])[0].to_f64_vec();
             let (m, v) = moments(&z);
-            assert!(
-                (m - 1.5).abs() < 0.005 && (v - 0.25).abs() < 0.005,
-                "normal {m} {v}"
-            );
+            assert!((m - 1.5).abs() < 0.005 && (v - 0.25).abs() < 0.005, "normal {m} {v}");
             // Fraction within one std of the mean: 68.27%.
             let within = z.iter().filter(|&&x| (x - 1.5).abs() < 0.5).count() as f64 / n as f64;
             assert!((within - 0.6827).abs() < 0.005, "{within}");
@@ -267,11 +227,7 @@ mod tests {
         assert_eq!(x, y);
         assert_ne!(x, z);
         // A longer tensor starts with the same values (element i depends on i only).
-        let long = run_op(
-            "RandomUniform",
-            rand_attrs("RandomUniform", 100_000, DataType::Float64),
-            &[(0, seed(5, 6))],
-        );
+        let long = run_op("RandomUniform", rand_attrs("RandomUniform", 100_000, DataType::Float64), &[(0, seed(5, 6))]);
         assert_eq!(&long[0].to_f64_vec()[..10], &x[..]);
     }
 
@@ -286,19 +242,11 @@ mod tests {
         assert!(y.iter().all(|&v| v == 0.0 || (v - 2.0 / 0.7).abs() < 1e-6));
         // The backward pass applies the same op to the gradient: same mask.
         let g: Vec<f64> = (0..n).map(|i| 1.0 + i as f64).collect();
-        let dg = run_op(
-            "Dropout",
-            p,
-            &[(0, t(DataType::Float32, &[n], &g)), (1, seed(9, 9))],
-        )[0]
-        .to_f64_vec();
+        let dg = run_op("Dropout", p, &[(0, t(DataType::Float32, &[n], &g)), (1, seed(9, 9))])[0].to_f64_vec();
         assert!(y.iter().zip(&dg).all(|(a, b)| (*a == 0.0) == (*b == 0.0)));
         // p = 0 is the identity; half precision goes through f32.
         let h = t(DataType::Float16, &[3], &[1.0, 2.0, 3.0]);
         let zero = Attributes::new().with("p", AttrValue::Float(0.0));
-        assert_eq!(
-            run_op("Dropout", zero, &[(0, h), (1, seed(1, 1))])[0].to_f64_vec(),
-            vec![1.0, 2.0, 3.0]
-        );
+        assert_eq!(run_op("Dropout", zero, &[(0, h), (1, seed(1, 1))])[0].to_f64_vec(), vec![1.0, 2.0, 3.0]);
     }
 }

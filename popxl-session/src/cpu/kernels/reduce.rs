@@ -9,8 +9,8 @@
 use rayon::prelude::*;
 
 use super::common::{
-    f16_adapter, has_f16, norm_axes, par_split, slice, slice_mut, with_num, Broadcast, BuildResult,
-    Num, SendPtr, SpecExt, Types, PAR_MIN_ELEMS,
+    f16_adapter, has_f16, norm_axes, par_split, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr,
+    SpecExt, Types, PAR_MIN_ELEMS,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
@@ -34,29 +34,33 @@ pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
     const PLAIN_FINISH: bool = true;
 }
 
-/// Sum with eight independent accumulators on contiguous runs (vectorises and
-/// bounds the rounding error growth like blocked summation).
-#[inline(always)]
+/// Pairwise sum (like numpy): halves recursively down to blocks of 256 that are
+/// summed with eight independent accumulators (vectorises), so the rounding
+/// error grows with `log n` rather than `n`.
+#[inline]
 fn sum_fold<T: Num>(acc: T, xs: &[T]) -> T {
+    acc.add(pairwise(xs))
+}
+
+fn pairwise<T: Num>(xs: &[T]) -> T {
+    if xs.len() > 256 {
+        let (a, b) = xs.split_at(xs.len() / 2 / 8 * 8);
+        return pairwise(a).add(pairwise(b));
+    }
     let mut lanes = [T::ZERO; 8];
     let chunks = xs.chunks_exact(8);
     let rest = chunks.remainder();
     for c in chunks {
-        for k in 0..8 {
-            lanes[k] = lanes[k].add(c[k]);
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.add(v);
         }
     }
     let mut s = T::ZERO;
     for x in rest {
         s = s.add(*x);
     }
-    let l = [
-        lanes[0].add(lanes[4]),
-        lanes[1].add(lanes[5]),
-        lanes[2].add(lanes[6]),
-        lanes[3].add(lanes[7]),
-    ];
-    acc.add(l[0].add(l[2]).add(l[1].add(l[3]))).add(s)
+    let l = [lanes[0].add(lanes[4]), lanes[1].add(lanes[5]), lanes[2].add(lanes[6]), lanes[3].add(lanes[7])];
+    l[0].add(l[2]).add(l[1].add(l[3])).add(s)
 }
 
 pub(crate) struct SumR;
@@ -128,25 +132,13 @@ pub(crate) struct Reduce<T, R> {
 impl<T: Num, R: Reducer<T>> Reduce<T, R> {
     /// Reduce input position `src` of `in_shape` to `kept_shape` (same rank or
     /// right-aligned, size 1 on reduced dims).
-    pub(crate) fn boxed(
-        spec: &KernelSpec<'_>,
-        in_shape: &[usize],
-        kept_shape: &[usize],
-        src: usize,
-    ) -> BuildResult {
-        let plan = Broadcast::new(in_shape, [kept_shape]).ok_or_else(|| {
-            spec.error(format!("{kept_shape:?} is not a reduction of {in_shape:?}"))
-        })?;
+    pub(crate) fn boxed(spec: &KernelSpec<'_>, in_shape: &[usize], kept_shape: &[usize], src: usize) -> BuildResult {
+        let plan = Broadcast::new(in_shape, [kept_shape])
+            .ok_or_else(|| spec.error(format!("{kept_shape:?} is not a reduction of {in_shape:?}")))?;
         let out_len: usize = kept_shape.iter().product();
         let in_len: usize = in_shape.iter().product();
         let count = in_len.checked_div(out_len).unwrap_or(0);
-        Ok(Box::new(Reduce::<T, R> {
-            plan,
-            out_len,
-            count,
-            src,
-            _t: Types::default(),
-        }))
+        Ok(Box::new(Reduce::<T, R> { plan, out_len, count, src, _t: Types::default() }))
     }
 
     /// Reduce the flat input range `range` into the outputs (already initialised).
@@ -246,11 +238,7 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (x, y) = (spec.input(0)?, spec.output(0)?);
     if x.dtype() != y.dtype() {
-        return Err(spec.error(format!(
-            "output dtype {} differs from input {}",
-            y.dtype(),
-            x.dtype()
-        )));
+        return Err(spec.error(format!("output dtype {} differs from input {}", y.dtype(), x.dtype())));
     }
     if has_f16(spec) {
         return f16_adapter(spec, false, build);
@@ -259,22 +247,16 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         y.shape().to_vec()
     } else {
         let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
-        x.shape()
-            .iter()
-            .enumerate()
-            .map(|(d, &n)| if axes.contains(&d) { 1 } else { n })
-            .collect()
+        x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
     };
     if kept.iter().product::<usize>() != y.nelms() {
-        return Err(spec.error(format!(
-            "output {} does not match the reduced shape {kept:?}",
-            y.info
-        )));
+        return Err(spec.error(format!("output {} does not match the reduced shape {kept:?}", y.info)));
     }
     let dt = x.dtype();
     macro_rules! red {
         ($r:ty) => {
-            with_num!(dt, T => Reduce::<T, $r>::boxed(spec, x.shape(), &kept, x.pos), _ => Err(spec.unsupported_dtype(dt)))
+            with_num!(dt, T => Reduce::<T, $r>::boxed(spec, x.shape(), &kept, x.pos),
+                _ => Err(spec.unsupported_dtype(dt)))
         };
     }
     match spec.op_type {
@@ -293,11 +275,8 @@ mod tests {
 
     /// Naive reduction over `axes` of a row-major tensor.
     fn naive(x: &[f64], shape: &[usize], axes: &[usize], op: &str) -> Vec<f64> {
-        let out_shape: Vec<usize> = shape
-            .iter()
-            .enumerate()
-            .map(|(d, &n)| if axes.contains(&d) { 1 } else { n })
-            .collect();
+        let out_shape: Vec<usize> =
+            shape.iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
         let out_len: usize = out_shape.iter().product();
         let mut acc: Vec<Vec<f64>> = vec![Vec::new(); out_len];
         for (flat, &v) in x.iter().enumerate() {
@@ -324,9 +303,7 @@ mod tests {
     }
 
     fn attrs(axes: &[i64], keepdims: bool) -> Attributes {
-        Attributes::new()
-            .with("axes", AttrValue::Ints(axes.to_vec()))
-            .with("keepdims", AttrValue::Bool(keepdims))
+        Attributes::new().with("axes", AttrValue::Ints(axes.to_vec())).with("keepdims", AttrValue::Bool(keepdims))
     }
 
     #[test]
@@ -359,11 +336,7 @@ mod tests {
                 for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-5)] {
                     let x = t(dt, shape, &xs);
                     let xv = x.to_f64_vec();
-                    let want = if dt == DataType::Float64 {
-                        want.clone()
-                    } else {
-                        naive(&xv, shape, &axes, op)
-                    };
+                    let want = if dt == DataType::Float64 { want.clone() } else { naive(&xv, shape, &axes, op) };
                     for keep in [false, true] {
                         let out = &run_op(op, attrs(ax, keep), &[(0, x.clone())])[0];
                         assert_close(&out.to_f64_vec(), &want, tol);
@@ -376,23 +349,21 @@ mod tests {
     #[test]
     fn integer_and_half_reductions() {
         let x = t(DataType::Int32, &[2, 3], &[1.0, -2.0, 3.0, 4.0, 5.0, 6.0]);
-        assert_eq!(
-            run_op("ReduceSum", attrs(&[1], false), &[(0, x.clone())])[0].to_f64_vec(),
-            vec![2.0, 15.0]
-        );
-        assert_eq!(
-            run_op("ReduceMax", attrs(&[0], false), &[(0, x.clone())])[0].to_f64_vec(),
-            vec![4.0, 5.0, 6.0]
-        );
-        assert_eq!(
-            run_op("ReduceMean", attrs(&[], false), &[(0, x)])[0].to_f64_vec(),
-            vec![2.0]
-        );
+        assert_eq!(run_op("ReduceSum", attrs(&[1], false), &[(0, x.clone())])[0].to_f64_vec(), vec![2.0, 15.0]);
+        assert_eq!(run_op("ReduceMax", attrs(&[0], false), &[(0, x.clone())])[0].to_f64_vec(), vec![4.0, 5.0, 6.0]);
+        assert_eq!(run_op("ReduceMean", attrs(&[], false), &[(0, x)])[0].to_f64_vec(), vec![2.0]);
         let h = t(DataType::Float16, &[4], &[0.5, 1.5, 2.0, 4.0]);
-        assert_eq!(
-            run_op("ReduceMean", attrs(&[], false), &[(0, h)])[0].to_f64_vec(),
-            vec![2.0]
-        );
+        assert_eq!(run_op("ReduceMean", attrs(&[], false), &[(0, h)])[0].to_f64_vec(), vec![2.0]);
+    }
+
+    #[test]
+    fn long_float32_sums_stay_accurate() {
+        // 2^20 copies of 0.1f32: naive sequential f32 summation drifts by about 1%.
+        let n = 1 << 20;
+        let x = t(DataType::Float32, &[n], &vec![0.1; n]);
+        let want = n as f64 * (0.1f32 as f64);
+        let got = run_op("ReduceSum", attrs(&[], false), &[(0, x)])[0].to_f64_vec()[0];
+        assert!((got - want).abs() / want < 1e-6, "{got} vs {want}");
     }
 
     #[test]
@@ -404,24 +375,15 @@ mod tests {
     #[test]
     fn reduce_to_shape_sums_broadcast_dims() {
         let mut rng = Rng::new(5);
-        for (xs, target) in [
-            (&[2usize, 3, 4][..], &[3usize, 1][..]),
-            (&[2, 3, 4], &[4]),
-            (&[500, 300], &[300]),
-        ] {
+        for (xs, target) in [(&[2usize, 3, 4][..], &[3usize, 1][..]), (&[2, 3, 4], &[4]), (&[500, 300], &[300])] {
             let n: usize = xs.iter().product();
             let v = rng.vec(n, -1.0, 1.0);
-            let a = Attributes::new().with(
-                "shape",
-                AttrValue::Ints(target.iter().map(|&d| d as i64).collect()),
-            );
+            let a = Attributes::new().with("shape", AttrValue::Ints(target.iter().map(|&d| d as i64).collect()));
             let out = &run_op("ReduceToShape", a, &[(0, t(DataType::Float64, xs, &v))])[0];
             assert_eq!(out.info.shape, target);
             // Reference: the dims broadcast from `target` are reduced.
             let off = xs.len() - target.len();
-            let axes: Vec<usize> = (0..xs.len())
-                .filter(|&d| d < off || target[d - off] == 1)
-                .collect();
+            let axes: Vec<usize> = (0..xs.len()).filter(|&d| d < off || target[d - off] == 1).collect();
             assert_close(&out.to_f64_vec(), &naive(&v, xs, &axes, "ReduceSum"), 1e-12);
         }
     }

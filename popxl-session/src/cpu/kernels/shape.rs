@@ -7,8 +7,8 @@
 //! only `GatherGrad` does arithmetic.
 
 use super::common::{
-    f16_adapter, has_f16, norm_axis, par_range, slice, slice_mut, with_bits, with_index, with_num,
-    BuildResult, IndexElem, Num, SendPtr, SpecExt, Types, MAX_RANK,
+    boxed, f16_adapter, has_f16, norm_axis, par_range, slice, slice_mut, with_bits, with_index, with_num, BuildResult,
+    IndexElem, Num, SendPtr, SpecExt, Types, MAX_RANK,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
 
@@ -46,21 +46,12 @@ impl Strided {
             d.push(1);
             s.push(1);
         }
-        (d.len() <= MAX_RANK).then_some(Strided {
-            dims: d,
-            strides: s,
-            base,
-            len,
-        })
+        (d.len() <= MAX_RANK).then_some(Strided { dims: d, strides: s, base, len })
     }
 
     /// Call `f(flat_offset, source_offset, len, source_stride)` for the runs covering `range`.
     #[inline]
-    fn for_segments(
-        &self,
-        range: std::ops::Range<usize>,
-        mut f: impl FnMut(usize, isize, usize, isize),
-    ) {
+    fn for_segments(&self, range: std::ops::Range<usize>, mut f: impl FnMut(usize, isize, usize, isize)) {
         if range.is_empty() {
             return;
         }
@@ -159,16 +150,8 @@ pub(crate) fn resolve_slices(
     let starts = spec.attr_ints("starts")?;
     let ends = spec.attr_ints("ends")?;
     let n = starts.len();
-    let steps: Vec<i64> = spec
-        .attrs
-        .ints("steps")
-        .map(<[i64]>::to_vec)
-        .unwrap_or_else(|| vec![1; n]);
-    let axes: Vec<i64> = spec
-        .attrs
-        .ints("axes")
-        .map(<[i64]>::to_vec)
-        .unwrap_or_else(|| (0..n as i64).collect());
+    let steps: Vec<i64> = spec.attrs.ints("steps").map(<[i64]>::to_vec).unwrap_or_else(|| vec![1; n]);
+    let axes: Vec<i64> = spec.attrs.ints("axes").map(<[i64]>::to_vec).unwrap_or_else(|| (0..n as i64).collect());
     if ends.len() != n || steps.len() != n || axes.len() != n {
         return Err(spec.error("starts, ends, steps and axes must have the same length"));
     }
@@ -199,10 +182,7 @@ pub(crate) fn resolve_slices(
 }
 
 /// The strided view of `x` that a slice spec selects, and its shape.
-fn slice_view(
-    spec: &KernelSpec<'_>,
-    x_shape: &[usize],
-) -> Result<(Strided, Vec<usize>), KernelError> {
+fn slice_view(spec: &KernelSpec<'_>, x_shape: &[usize]) -> Result<(Strided, Vec<usize>), KernelError> {
     let xs = super::common::contiguous_strides(x_shape);
     let mut dims = x_shape.to_vec();
     let mut strides: Vec<isize> = xs.iter().map(|&s| s as isize).collect();
@@ -235,8 +215,7 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatKernel<E> {
         for &(pos, off, len) in &self.parts {
             let x = args.inputs[pos] as *const E;
             for o in 0..self.outer {
-                slice_mut(y.add(o * self.row + off), len)
-                    .copy_from_slice(slice(x.add(o * len), len));
+                slice_mut(y.add(o * self.row + off), len).copy_from_slice(slice(x.add(o * len), len));
             }
         }
     }
@@ -258,8 +237,7 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatGradKernel<E> {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         for o in 0..self.outer {
-            slice_mut(y.add(o * self.len), self.len)
-                .copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len));
+            slice_mut(y.add(o * self.len), self.len).copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len));
         }
     }
 }
@@ -300,9 +278,7 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GatherK
             for (i, &v) in idx.iter().enumerate() {
                 let out = slice_mut(y.add((o * d.nidx + i) * d.inner), d.inner);
                 match d.row(v.to_i64()) {
-                    Some(r) => {
-                        out.copy_from_slice(slice(x.add((o * d.axis_len + r) * d.inner), d.inner))
-                    }
+                    Some(r) => out.copy_from_slice(slice(x.add((o * d.axis_len + r) * d.inner), d.inner)),
                     None => out.fill(E::default()),
                 }
             }
@@ -340,16 +316,13 @@ impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
 
 /// Build the kernels of this family.
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
-    let y = spec.output(0)?;
+    spec.output(0)?;
     match spec.op_type {
         "Transpose" => {
             let x = spec.input(0)?;
             let rank = x.info.rank();
             let perm: Vec<usize> = match spec.attrs.ints("perm") {
-                Some(p) if !p.is_empty() => p
-                    .iter()
-                    .map(|&a| norm_axis(spec, a, rank))
-                    .collect::<Result<_, _>>()?,
+                Some(p) if !p.is_empty() => p.iter().map(|&a| norm_axis(spec, a, rank)).collect::<Result<_, _>>()?,
                 _ => (0..rank).rev().collect(),
             };
             let mut sorted = perm.clone();
@@ -361,34 +334,24 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let dims: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
             let strides: Vec<isize> = perm.iter().map(|&p| xs[p] as isize).collect();
             check_out(spec, &dims, x.dtype())?;
-            let view =
-                Strided::new(&dims, &strides, 0).ok_or_else(|| spec.error("rank too large"))?;
-            Ok(
-                with_bits!(x.dtype(), E => Box::new(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }) as Box<dyn Kernel>),
-            )
+            let view = Strided::new(&dims, &strides, 0).ok_or_else(|| spec.error("rank too large"))?;
+            with_bits!(x.dtype(), E => boxed(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }))
         }
         "Slice" => {
             let x = spec.input(0)?;
             let (view, dims) = slice_view(spec, x.shape())?;
             check_out(spec, &dims, x.dtype())?;
-            Ok(
-                with_bits!(x.dtype(), E => Box::new(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }) as Box<dyn Kernel>),
-            )
+            with_bits!(x.dtype(), E => boxed(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }))
         }
         "SliceGrad" => {
             let (g, x) = (spec.input(0)?, spec.input(1)?);
             let (view, dims) = slice_view(spec, x.shape())?;
             if g.shape() != dims.as_slice() || g.dtype() != x.dtype() {
-                return Err(spec.error(format!(
-                    "gradient {} does not match the slice {dims:?}",
-                    g.info
-                )));
+                return Err(spec.error(format!("gradient {} does not match the slice {dims:?}", g.info)));
             }
             check_out(spec, x.shape(), x.dtype())?;
             let out_len = x.nelms();
-            Ok(
-                with_bits!(x.dtype(), E => Box::new(StridedScatter::<E> { view, out_len, src: g.pos, _t: Types::default() }) as Box<dyn Kernel>),
-            )
+            with_bits!(x.dtype(), E => boxed(StridedScatter::<E> { view, out_len, src: g.pos, _t: Types::default() }))
         }
         "Concat" => {
             let first = spec.input(0)?;
@@ -405,10 +368,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     && t.dtype == first.dtype()
                     && (0..rank).all(|d| d == axis || t.shape[d] == first.shape()[d]);
                 if !same {
-                    return Err(spec.error(format!(
-                        "input {t} does not match {} off axis {axis}",
-                        first.info
-                    )));
+                    return Err(spec.error(format!("input {t} does not match {} off axis {axis}", first.info)));
                 }
                 let len = t.shape[axis] * inner;
                 parts.push((p, off, len));
@@ -417,9 +377,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             }
             check_out(spec, &shape, first.dtype())?;
             let row = off;
-            Ok(
-                with_bits!(first.dtype(), E => Box::new(ConcatKernel::<E> { outer, row, parts, _t: Types::default() }) as Box<dyn Kernel>),
-            )
+            with_bits!(first.dtype(), E => boxed(ConcatKernel::<E> { outer, row, parts, _t: Types::default() }))
         }
         "ConcatGrad" => {
             let g = spec.input(0)?;
@@ -428,45 +386,31 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let index = spec.attr_int_or("index", -1);
             let parts: Vec<_> = spec.inputs.iter().skip(1).map(|(_, t)| t).collect();
             let Some(&target) = usize::try_from(index).ok().and_then(|i| parts.get(i)) else {
-                return Err(spec.error(format!(
-                    "index {index} is not one of the {} concat inputs",
-                    parts.len()
-                )));
+                return Err(spec.error(format!("index {index} is not one of the {} concat inputs", parts.len())));
             };
             let inner: usize = g.shape()[axis + 1..].iter().product();
             let mut off = 0;
             for (i, t) in parts.iter().enumerate() {
-                let fits =
-                    t.rank() == rank && (0..rank).all(|d| d == axis || t.shape[d] == g.shape()[d]);
+                let fits = t.rank() == rank && (0..rank).all(|d| d == axis || t.shape[d] == g.shape()[d]);
                 if !fits {
-                    return Err(spec.error(format!(
-                        "concat input {i} ({t}) does not fit gradient {}",
-                        g.info
-                    )));
+                    return Err(spec.error(format!("concat input {i} ({t}) does not fit gradient {}", g.info)));
                 }
                 if (i as i64) < index {
                     off += t.shape[axis] * inner;
                 }
             }
             if parts.iter().map(|t| t.shape[axis]).sum::<usize>() != g.shape()[axis] {
-                return Err(
-                    spec.error("concat inputs do not add up to the gradient along the axis")
-                );
+                return Err(spec.error("concat inputs do not add up to the gradient along the axis"));
             }
             check_out(spec, &target.shape, g.dtype())?;
             let outer: usize = g.shape()[..axis].iter().product();
             let (g_row, len, src) = (g.shape()[axis] * inner, target.shape[axis] * inner, g.pos);
-            Ok(
-                with_bits!(g.dtype(), E => Box::new(ConcatGradKernel::<E> { outer, g_row, off, len, src, _t: Types::default() }) as Box<dyn Kernel>),
-            )
+            with_bits!(g.dtype(), E =>
+                boxed(ConcatGradKernel::<E> { outer, g_row, off, len, src, _t: Types::default() }))
         }
         "Gather" | "GatherGrad" => {
             let grad = spec.op_type == "GatherGrad";
-            let (data, idx) = if grad {
-                (spec.input(2)?, spec.input(1)?)
-            } else {
-                (spec.input(0)?, spec.input(1)?)
-            };
+            let (data, idx) = if grad { (spec.input(2)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
             let rank = data.info.rank();
             if rank == 0 {
                 return Err(spec.error("gather from a scalar"));
@@ -486,14 +430,11 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 check_out(spec, &gathered, data.dtype())?;
                 let pos = [data.pos, idx.pos];
                 return with_bits!(data.dtype(), E => with_index!(idx.dtype(), I =>
-                    Ok(Box::new(GatherKernel::<E, I> { d, pos, _t: Types::default() }) as Box<dyn Kernel>), _ => Err(bad_idx())));
+                    boxed(GatherKernel::<E, I> { d, pos, _t: Types::default() }), _ => Err(bad_idx())));
             }
             let g = spec.input(0)?;
             if g.shape() != gathered.as_slice() || g.dtype() != data.dtype() {
-                return Err(spec.error(format!(
-                    "gradient {} does not match the gathered shape {gathered:?}",
-                    g.info
-                )));
+                return Err(spec.error(format!("gradient {} does not match the gathered shape {gathered:?}", g.info)));
             }
             check_out(spec, data.shape(), data.dtype())?;
             if has_f16(spec) {
@@ -502,22 +443,15 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let pos = [g.pos, idx.pos];
             let dt = data.dtype();
             with_num!(dt, T => with_index!(idx.dtype(), I =>
-                Ok(Box::new(GatherGradKernel::<T, I> { d, pos, _t: Types::default() }) as Box<dyn Kernel>), _ => Err(bad_idx())),
+                boxed(GatherGradKernel::<T, I> { d, pos, _t: Types::default() }), _ => Err(bad_idx())),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
-        other => {
-            let _ = y;
-            Err(spec.error(format!("`{other}` is not a shape op")))
-        }
+        other => Err(spec.error(format!("`{other}` is not a shape op"))),
     }
 }
 
 /// Check output 0 has the expected shape and dtype.
-fn check_out(
-    spec: &KernelSpec<'_>,
-    shape: &[usize],
-    dtype: popart_ir::DataType,
-) -> Result<(), KernelError> {
+fn check_out(spec: &KernelSpec<'_>, shape: &[usize], dtype: popart_ir::DataType) -> Result<(), KernelError> {
     let y = spec.output(0)?;
     if y.shape() != shape || y.dtype() != dtype {
         return Err(spec.error(format!("output {} should be {dtype}{shape:?}", y.info)));
@@ -540,25 +474,15 @@ mod tests {
     }
 
     fn attrs(list: &[(String, AttrValue)]) -> Attributes {
-        list.iter()
-            .fold(Attributes::new(), |a, (k, v)| a.with(k, v.clone()))
+        list.iter().fold(Attributes::new(), |a, (k, v)| a.with(k, v.clone()))
     }
 
     #[test]
     fn transpose_matches_index_arithmetic() {
         let shape = [2usize, 3, 4];
         for perm in [[0i64, 2, 1], [2, 1, 0], [1, 0, 2], [1, 2, 0]] {
-            for dt in [
-                DataType::Float32,
-                DataType::Int64,
-                DataType::Int8,
-                DataType::Float16,
-            ] {
-                let out = &run_op(
-                    "Transpose",
-                    attrs(&[ints("perm", &perm)]),
-                    &[(0, iota(dt, &shape))],
-                )[0];
+            for dt in [DataType::Float32, DataType::Int64, DataType::Int8, DataType::Float16] {
+                let out = &run_op("Transpose", attrs(&[ints("perm", &perm)]), &[(0, iota(dt, &shape))])[0];
                 let p: Vec<usize> = perm.iter().map(|&v| v as usize).collect();
                 let os: Vec<usize> = p.iter().map(|&d| shape[d]).collect();
                 assert_eq!(out.info.shape, os);
@@ -578,11 +502,7 @@ mod tests {
             }
         }
         // Default perm reverses; a large transpose runs in parallel pieces.
-        let out = &run_op(
-            "Transpose",
-            Attributes::new(),
-            &[(0, iota(DataType::Float32, &[300, 400]))],
-        )[0];
+        let out = &run_op("Transpose", Attributes::new(), &[(0, iota(DataType::Float32, &[300, 400]))])[0];
         let v = out.to_f64_vec();
         assert_eq!(out.info.shape, vec![400, 300]);
         assert!((0..400).all(|j| (0..300).all(|i| v[j * 300 + i] == (i * 400 + j) as f64)));
@@ -619,62 +539,37 @@ mod tests {
             ([3, 0], [1, 6], [1, 1]),
         ];
         for &(starts, ends, steps) in cases {
-            let a = attrs(&[
-                ints("starts", &starts),
-                ints("ends", &ends),
-                ints("steps", &steps),
-                ints("axes", &[0, 1]),
-            ]);
+            let a =
+                attrs(&[ints("starts", &starts), ints("ends", &ends), ints("steps", &steps), ints("axes", &[0, 1])]);
             let out = &run_op("Slice", a, &[(0, iota(DataType::Float64, &shape))])[0];
             let r0 = py_slice(5, starts[0], ends[0], steps[0]);
             let r1 = py_slice(6, starts[1], ends[1], steps[1]);
             assert_eq!(out.info.shape, vec![r0.len(), r1.len()]);
-            let want: Vec<f64> = r0
-                .iter()
-                .flat_map(|&i| r1.iter().map(move |&j| (i * 6 + j) as f64))
-                .collect();
+            let want: Vec<f64> = r0.iter().flat_map(|&i| r1.iter().map(move |&j| (i * 6 + j) as f64)).collect();
             assert_eq!(out.to_f64_vec(), want, "{starts:?} {ends:?} {steps:?}");
         }
     }
 
     #[test]
     fn slice_grad_scatters_into_zeros() {
-        let a = attrs(&[
-            ints("starts", &[3]),
-            ints("ends", &[0]),
-            ints("steps", &[-2]),
-            ints("axes", &[1]),
-        ]);
+        let a = attrs(&[ints("starts", &[3]), ints("ends", &[0]), ints("steps", &[-2]), ints("axes", &[1])]);
         let g = t(DataType::Float32, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         let x = iota(DataType::Float32, &[2, 4]);
         let out = &run_op("SliceGrad", a, &[(0, g), (1, x)])[0];
-        assert_eq!(
-            out.to_f64_vec(),
-            vec![0.0, 2.0, 0.0, 1.0, 0.0, 4.0, 0.0, 3.0]
-        );
+        assert_eq!(out.to_f64_vec(), vec![0.0, 2.0, 0.0, 1.0, 0.0, 4.0, 0.0, 3.0]);
     }
 
     #[test]
     fn concat_along_each_axis() {
         let a = iota(DataType::Int32, &[2, 2]);
         let b = t(DataType::Int32, &[2, 1], &[10.0, 11.0]);
-        let out = &run_op(
-            "Concat",
-            attrs(&[("axis".into(), AttrValue::Int(1))]),
-            &[(0, a.clone()), (1, b)],
-        )[0];
+        let out = &run_op("Concat", attrs(&[("axis".into(), AttrValue::Int(1))]), &[(0, a.clone()), (1, b)])[0];
         assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 10.0, 2.0, 3.0, 11.0]);
         let c = t(DataType::Int32, &[1, 2], &[7.0, 8.0]);
-        let out = &run_op(
-            "Concat",
-            attrs(&[("axis".into(), AttrValue::Int(-2))]),
-            &[(0, a.clone()), (1, c), (2, a)],
-        )[0];
+        let out =
+            &run_op("Concat", attrs(&[("axis".into(), AttrValue::Int(-2))]), &[(0, a.clone()), (1, c), (2, a)])[0];
         assert_eq!(out.info.shape, vec![5, 2]);
-        assert_eq!(
-            out.to_f64_vec(),
-            vec![0.0, 1.0, 2.0, 3.0, 7.0, 8.0, 0.0, 1.0, 2.0, 3.0]
-        );
+        assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0, 7.0, 8.0, 0.0, 1.0, 2.0, 3.0]);
     }
 
     #[test]
@@ -684,40 +579,24 @@ mod tests {
         let ax = |a| attrs(&[("axis".into(), AttrValue::Int(a))]);
         let out = &run_op("Gather", ax(0), &[(0, data.clone()), (1, idx.clone())])[0];
         assert_eq!(out.info.shape, vec![2, 2, 4]);
-        let want: Vec<f64> = [2, 0, 2, 1]
-            .iter()
-            .flat_map(|&r| (0..4).map(move |c| (r * 4 + c) as f64))
-            .collect();
+        let want: Vec<f64> = [2, 0, 2, 1].iter().flat_map(|&r| (0..4).map(move |c| (r * 4 + c) as f64)).collect();
         assert_eq!(out.to_f64_vec(), want);
         let out = &run_op("Gather", ax(1), &[(0, data), (1, idx)])[0];
         assert_eq!(out.info.shape, vec![3, 2, 2]);
-        let want: Vec<f64> = (0..3)
-            .flat_map(|r| [2, 0, 3, 1].map(|c| (r * 4 + c) as f64))
-            .collect();
+        let want: Vec<f64> = (0..3).flat_map(|r| [2, 0, 3, 1].map(|c| (r * 4 + c) as f64)).collect();
         assert_eq!(out.to_f64_vec(), want);
     }
 
     #[test]
     fn concat_grad_splits_the_gradient() {
         let g = iota(DataType::Float32, &[2, 5]);
-        let parts = [
-            iota(DataType::Float32, &[2, 2]),
-            iota(DataType::Float32, &[2, 1]),
-            iota(DataType::Float32, &[2, 2]),
-        ];
+        let parts =
+            [iota(DataType::Float32, &[2, 2]), iota(DataType::Float32, &[2, 1]), iota(DataType::Float32, &[2, 2])];
         let want: [&[f64]; 3] = [&[0.0, 1.0, 5.0, 6.0], &[2.0, 7.0], &[3.0, 4.0, 8.0, 9.0]];
         for (index, want) in want.iter().enumerate() {
-            let a = attrs(&[
-                ("axis".into(), AttrValue::Int(1)),
-                ("index".into(), AttrValue::Int(index as i64)),
-            ]);
+            let a = attrs(&[("axis".into(), AttrValue::Int(1)), ("index".into(), AttrValue::Int(index as i64))]);
             let mut ins = vec![(0, g.clone())];
-            ins.extend(
-                parts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (i as u32 + 1, p.clone())),
-            );
+            ins.extend(parts.iter().enumerate().map(|(i, p)| (i as u32 + 1, p.clone())));
             let out = &run_op("ConcatGrad", a, &ins)[0];
             assert_eq!(out.info, parts[index].info);
             assert_eq!(out.to_f64_vec(), want.to_vec());
@@ -733,18 +612,10 @@ mod tests {
         let a = attrs(&[("axis".into(), AttrValue::Int(1))]);
         let w = rng.vec(9, -1.0, 1.0);
         let want = numeric_grad(&x, 1e-6, |x| {
-            let out = &run_op(
-                "Gather",
-                a.clone(),
-                &[(0, t(DataType::Float64, &[3, 4], x)), (1, idx.clone())],
-            )[0];
+            let out = &run_op("Gather", a.clone(), &[(0, t(DataType::Float64, &[3, 4], x)), (1, idx.clone())])[0];
             out.to_f64_vec().iter().zip(&w).map(|(p, q)| p * q).sum()
         });
-        let ins = [
-            (0, t(DataType::Float64, &[3, 3], &w)),
-            (1, idx.clone()),
-            (2, t(DataType::Float64, &[3, 4], &x)),
-        ];
+        let ins = [(0, t(DataType::Float64, &[3, 3], &w)), (1, idx.clone()), (2, t(DataType::Float64, &[3, 4], &x))];
         let got = &run_op("GatherGrad", a, &ins)[0];
         assert_close(&got.to_f64_vec(), &want, 1e-8);
     }

@@ -12,34 +12,21 @@ pub(crate) fn ti(dtype: DataType, shape: &[usize]) -> TensorInfo {
 
 /// A host tensor of `dtype` from f64 values.
 pub(crate) fn t(dtype: DataType, shape: &[usize], values: &[f64]) -> HostTensor {
-    assert_eq!(
-        shape.iter().product::<usize>(),
-        values.len(),
-        "test tensor size"
-    );
+    assert_eq!(shape.iter().product::<usize>(), values.len(), "test tensor size");
     HostTensor::from_f64_values(dtype, shape, values)
 }
 
 /// Output infos of an op as the IR infers them.
-pub(crate) fn infer(
-    op_type: &str,
-    attrs: &Attributes,
-    inputs: &[(u32, TensorInfo)],
-) -> Vec<TensorInfo> {
+pub(crate) fn infer(op_type: &str, attrs: &Attributes, inputs: &[(u32, TensorInfo)]) -> Vec<TensorInfo> {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let mut ids = Vec::new();
     for (i, info) in inputs {
-        let id = ir
-            .graph_mut(main)
-            .unwrap()
-            .add_input(&format!("in{i}"), info.clone())
-            .unwrap();
+        let id = ir.graph_mut(main).unwrap().add_input(&format!("in{i}"), info.clone()).unwrap();
         ids.push((*i, id));
     }
     let def = lookup_op(op_type).unwrap();
-    ir.infer_outputs(main, def, attrs, &ids, "op")
-        .unwrap_or_else(|e| panic!("inference failed: {e}"))
+    ir.infer_outputs(main, def, attrs, &ids, "op").unwrap_or_else(|e| panic!("inference failed: {e}"))
 }
 
 /// 64-byte aligned zeroed storage for `nbytes`.
@@ -54,15 +41,10 @@ fn bytes_of(buf: &[[u64; 8]], n: usize) -> Vec<u8> {
 
 /// Build and run op `op_type` on `inputs`; in-place ops get input 0's data in
 /// output 0's buffer as the executor arranges it. Returns the outputs.
-pub(crate) fn run_op(
-    op_type: &str,
-    attrs: Attributes,
-    inputs: &[(u32, HostTensor)],
-) -> Vec<HostTensor> {
+pub(crate) fn run_op(op_type: &str, attrs: Attributes, inputs: &[(u32, HostTensor)]) -> Vec<HostTensor> {
     let mut inputs: Vec<(u32, HostTensor)> = inputs.to_vec();
     inputs.sort_by_key(|(i, _)| *i);
-    let in_infos: Vec<(u32, TensorInfo)> =
-        inputs.iter().map(|(i, t)| (*i, t.info.clone())).collect();
+    let in_infos: Vec<(u32, TensorInfo)> = inputs.iter().map(|(i, t)| (*i, t.info.clone())).collect();
     let out_infos = infer(op_type, &attrs, &in_infos);
     run_with_outputs(op_type, &attrs, &inputs, &out_infos)
 }
@@ -78,16 +60,10 @@ pub(crate) fn run_with_outputs(
         op_type,
         attrs,
         inputs: inputs.iter().map(|(i, t)| (*i, t.info.clone())).collect(),
-        outputs: out_infos
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (i as u32, t.clone()))
-            .collect(),
+        outputs: out_infos.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
     };
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{e}"));
-    let aliases = lookup_op(op_type)
-        .map(|d| d.aliases(attrs))
-        .unwrap_or_default();
+    let aliases = lookup_op(op_type).map(|d| d.aliases(attrs)).unwrap_or_default();
     let mut in_bufs: Vec<Vec<[u64; 8]>> = inputs
         .iter()
         .map(|(_, t)| {
@@ -97,55 +73,30 @@ pub(crate) fn run_with_outputs(
         })
         .collect();
     // Outputs start as garbage so kernels that must zero-fill are checked.
-    let mut out_bufs: Vec<Vec<[u64; 8]>> = out_infos
-        .iter()
-        .map(|t| vec![[0x5A5A_5A5A_5A5A_5A5Au64; 8]; t.nbytes().div_ceil(64).max(1)])
-        .collect();
+    let mut out_bufs: Vec<Vec<[u64; 8]>> =
+        out_infos.iter().map(|t| vec![[0x5A5A_5A5A_5A5A_5A5Au64; 8]; t.nbytes().div_ceil(64).max(1)]).collect();
     for &(i, o) in &aliases {
         let p = inputs.iter().position(|(j, _)| *j == i).unwrap();
         out_bufs[o as usize] = in_bufs[p].clone();
     }
-    let mut out_ptrs: Vec<*mut u8> = out_bufs
-        .iter_mut()
-        .map(|b| b.as_mut_ptr() as *mut u8)
-        .collect();
+    let mut out_ptrs: Vec<*mut u8> = out_bufs.iter_mut().map(|b| b.as_mut_ptr() as *mut u8).collect();
     let in_ptrs: Vec<*const u8> = in_bufs
         .iter_mut()
         .enumerate()
-        .map(
-            |(p, b)| match aliases.iter().find(|(i, _)| *i == inputs[p].0) {
-                Some(&(_, o)) => out_ptrs[o as usize] as *const u8,
-                None => b.as_ptr() as *const u8,
-            },
-        )
+        .map(|(p, b)| match aliases.iter().find(|(i, _)| *i == inputs[p].0) {
+            Some(&(_, o)) => out_ptrs[o as usize] as *const u8,
+            None => b.as_ptr() as *const u8,
+        })
         .collect();
     // SAFETY: buffers are sized from the infos, 64-byte aligned, and aliased exactly
     // as the op declares.
-    unsafe {
-        kernel.run(&KernelArgs {
-            inputs: &in_ptrs,
-            outputs: &out_ptrs,
-        })
-    };
+    unsafe { kernel.run(&KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs }) };
     // A second run must give the same result for non-in-place ops (no hidden state).
     if aliases.is_empty() {
-        let first: Vec<Vec<u8>> = out_bufs
-            .iter()
-            .zip(out_infos)
-            .map(|(b, t)| bytes_of(b, t.nbytes()))
-            .collect();
-        unsafe {
-            kernel.run(&KernelArgs {
-                inputs: &in_ptrs,
-                outputs: &out_ptrs,
-            })
-        };
+        let first: Vec<Vec<u8>> = out_bufs.iter().zip(out_infos).map(|(b, t)| bytes_of(b, t.nbytes())).collect();
+        unsafe { kernel.run(&KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs }) };
         for (k, (b, t)) in out_bufs.iter().zip(out_infos).enumerate() {
-            assert_eq!(
-                bytes_of(b, t.nbytes()),
-                first[k],
-                "second run of {op_type} differs at output {k}"
-            );
+            assert_eq!(bytes_of(b, t.nbytes()), first[k], "second run of {op_type} differs at output {k}");
         }
     }
     out_ptrs.clear();

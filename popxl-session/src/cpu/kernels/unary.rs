@@ -5,8 +5,8 @@ use half::f16;
 use popart_ir::DataType;
 
 use super::common::{
-    f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_float, with_num, Bool8,
-    BuildResult, Float, Num, SendPtr, SpecExt, Types,
+    f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_float, with_num, Bool8, BuildResult, Float, Num,
+    SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
@@ -23,10 +23,7 @@ pub(crate) struct Unary<T, F> {
 
 impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Unary<T, F> {
     pub(crate) fn boxed(n: usize) -> Box<dyn Kernel> {
-        Box::new(Unary::<T, F> {
-            n,
-            _t: Types::default(),
-        })
+        Box::new(Unary::<T, F> { n, _t: Types::default() })
     }
 }
 
@@ -36,12 +33,7 @@ impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
         let y = SendPtr(args.outputs[0] as *mut T);
         par_range(self.n, move |r| {
             // SAFETY: the executor guarantees both buffers hold `n` elements and do not overlap.
-            let (xs, ys) = unsafe {
-                (
-                    slice(x.get().add(r.start), r.len()),
-                    slice_mut(y.get().add(r.start), r.len()),
-                )
-            };
+            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
             for (o, &v) in ys.iter_mut().zip(xs) {
                 *o = F::f(v);
             }
@@ -123,25 +115,15 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         "Identity" | "Detach" | "Reshape" | "Squeeze" | "ReshapeGrad" => {
             let y = spec.output(0)?;
             if y.info.nbytes() != x.info.nbytes() {
-                return Err(spec.error(format!(
-                    "output {} does not hold the input {}",
-                    y.info, x.info
-                )));
+                return Err(spec.error(format!("output {} does not hold the input {}", y.info, x.info)));
             }
-            return Ok(Box::new(CopyKernel {
-                nbytes: x.info.nbytes(),
-                src: x.pos,
-            }));
+            return Ok(Box::new(CopyKernel { nbytes: x.info.nbytes(), src: x.pos }));
         }
         "Cast" => return build_cast(spec),
         _ => {}
     }
     if spec.output(0)?.info != x.info {
-        return Err(spec.error(format!(
-            "output {} differs from input {}",
-            spec.output(0)?.info,
-            x.info
-        )));
+        return Err(spec.error(format!("output {} differs from input {}", spec.output(0)?.info, x.info)));
     }
     if dt == DataType::Float16 || has_f16(spec) {
         return f16_adapter(spec, false, build);
@@ -302,12 +284,7 @@ impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
         let y = SendPtr(args.outputs[0] as *mut D);
         par_range(self.n, move |r| {
             // SAFETY: buffers hold `n` elements and do not overlap.
-            let (xs, ys) = unsafe {
-                (
-                    slice(x.get().add(r.start), r.len()),
-                    slice_mut(y.get().add(r.start), r.len()),
-                )
-            };
+            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
             for (o, &v) in ys.iter_mut().zip(xs) {
                 *o = cast::<S, D>(v);
             }
@@ -322,10 +299,7 @@ fn build_cast(spec: &KernelSpec<'_>) -> BuildResult {
         return Err(spec.error(format!("cast changes the shape: {} -> {}", x.info, y.info)));
     }
     if x.dtype() == y.dtype() {
-        return Ok(Box::new(CopyKernel {
-            nbytes: x.info.nbytes(),
-            src: x.pos,
-        }));
+        return Ok(Box::new(CopyKernel { nbytes: x.info.nbytes(), src: x.pos }));
     }
     let n = x.nelms();
     Ok(with_any!(x.dtype(), S => with_any!(y.dtype(), Dst => {
@@ -346,10 +320,7 @@ mod tests {
     fn assert_close(got: &[f64], want: &[f64], tol: f64) {
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (g - w).abs() <= tol * (1.0 + w.abs()),
-                "element {i}: got {g}, want {w}"
-            );
+            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
         }
     }
 
@@ -392,33 +363,37 @@ mod tests {
     }
 
     #[test]
+    fn reshape_squeeze_and_reshape_grad_copy_elements_in_order() {
+        let x = t(DataType::Int16, &[2, 1, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let shape = Attributes::new().with("shape", AttrValue::Ints(vec![3, -1]));
+        let r = &run_op("Reshape", shape, &[(0, x.clone())])[0];
+        assert_eq!(r.info, ti(DataType::Int16, &[3, 2]));
+        assert_eq!(r.bytes, x.bytes);
+        let sq = &run_op("Squeeze", Attributes::new(), &[(0, x.clone())])[0];
+        assert_eq!(sq.info, ti(DataType::Int16, &[2, 3]));
+        assert_eq!(sq.bytes, x.bytes);
+        let g = t(DataType::Int16, &[6], &[6.0, 5.0, 4.0, 3.0, 2.0, 1.0]);
+        let back = &run_op("ReshapeGrad", Attributes::new(), &[(0, g.clone()), (1, x)])[0];
+        assert_eq!(back.info, ti(DataType::Int16, &[2, 1, 3]));
+        assert_eq!(back.bytes, g.bytes);
+    }
+
+    #[test]
     fn gelu_is_the_tanh_approximation() {
         // Hand-derived: gelu(1) = 0.5 (1 + tanh(sqrt(2/pi) * 1.044715)) = 0.8411919906082768.
         let got = unary("Gelu", DataType::Float64, &[1.0, -1.0, 0.0]);
-        assert_close(
-            &got,
-            &[0.841_191_990_608_276_8, -0.158_808_009_391_723_2, 0.0],
-            1e-14,
-        );
+        assert_close(&got, &[0.841_191_990_608_276_8, -0.158_808_009_391_723_2, 0.0], 1e-14);
         let x: f64 = 2.3;
-        let want = 0.5
-            * x
-            * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + GELU_A * x.powi(3))).tanh());
+        let want = 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + GELU_A * x.powi(3))).tanh());
         assert_close(&unary("Gelu", DataType::Float32, &[x]), &[want], 1e-6);
     }
 
     #[test]
     fn integer_unary_ops_wrap_and_never_panic() {
-        assert_eq!(
-            unary("Neg", DataType::Int8, &[-128.0, 5.0]),
-            vec![-128.0, -5.0]
-        );
+        assert_eq!(unary("Neg", DataType::Int8, &[-128.0, 5.0]), vec![-128.0, -5.0]);
         assert_eq!(unary("Abs", DataType::Int32, &[-7.0, 3.0]), vec![7.0, 3.0]);
         assert_eq!(unary("Relu", DataType::Int64, &[-7.0, 3.0]), vec![0.0, 3.0]);
-        assert_eq!(
-            unary("Sign", DataType::Int16, &[-7.0, 0.0, 3.0]),
-            vec![-1.0, 0.0, 1.0]
-        );
+        assert_eq!(unary("Sign", DataType::Int16, &[-7.0, 0.0, 3.0]), vec![-1.0, 0.0, 1.0]);
         assert_eq!(unary("Neg", DataType::Uint8, &[1.0]), vec![255.0]);
     }
 
@@ -436,24 +411,12 @@ mod tests {
         let vals = [0.0, 1.0, 2.0, 100.0];
         for &from in &DataType::ALL {
             for &to in &DataType::ALL {
-                let src: Vec<f64> = if from == DataType::Bool {
-                    vec![0.0, 1.0, 1.0, 0.0]
-                } else {
-                    vals.to_vec()
-                };
+                let src: Vec<f64> = if from == DataType::Bool { vec![0.0, 1.0, 1.0, 0.0] } else { vals.to_vec() };
                 let attrs = Attributes::new().with("to", AttrValue::DType(to));
                 let out = &run_op("Cast", attrs, &[(0, t(from, &[4], &src))])[0];
                 assert_eq!(out.info, ti(to, &[4]));
-                let want: Vec<f64> = src
-                    .iter()
-                    .map(|&v| {
-                        if to == DataType::Bool {
-                            (v != 0.0) as u8 as f64
-                        } else {
-                            v
-                        }
-                    })
-                    .collect();
+                let want: Vec<f64> =
+                    src.iter().map(|&v| if to == DataType::Bool { (v != 0.0) as u8 as f64 } else { v }).collect();
                 assert_eq!(out.to_f64_vec(), want, "{from} -> {to}");
             }
         }
@@ -467,20 +430,11 @@ mod tests {
             run_op("Cast", attrs(DataType::Int32), &[(0, x.clone())])[0].to_f64_vec(),
             vec![-1.0, 2.0, 0.0, 0.0]
         );
-        assert_eq!(
-            run_op("Cast", attrs(DataType::Bool), &[(0, x)])[0].to_f64_vec(),
-            vec![1.0, 1.0, 1.0, 0.0]
-        );
+        assert_eq!(run_op("Cast", attrs(DataType::Bool), &[(0, x)])[0].to_f64_vec(), vec![1.0, 1.0, 1.0, 0.0]);
         let big = HostTensor::from_f64_values(DataType::Int32, &[2], &[300.0, -1.0]);
-        assert_eq!(
-            run_op("Cast", attrs(DataType::Uint8), &[(0, big)])[0].to_f64_vec(),
-            vec![44.0, 255.0]
-        );
-        let i64s = HostTensor::from_bytes(
-            ti(DataType::Int64, &[1]),
-            ((1i64 << 60) + 1).to_le_bytes().to_vec(),
-        )
-        .unwrap();
+        assert_eq!(run_op("Cast", attrs(DataType::Uint8), &[(0, big)])[0].to_f64_vec(), vec![44.0, 255.0]);
+        let i64s =
+            HostTensor::from_bytes(ti(DataType::Int64, &[1]), ((1i64 << 60) + 1).to_le_bytes().to_vec()).unwrap();
         let back = run_op("Cast", attrs(DataType::Uint64), &[(0, i64s)]);
         assert_eq!(back[0].bytes, ((1u64 << 60) + 1).to_le_bytes().to_vec());
     }

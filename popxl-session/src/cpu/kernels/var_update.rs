@@ -3,8 +3,7 @@
 //! output pointer 0 only, as the aliasing invariant requires.
 
 use super::common::{
-    f16_adapter, has_f16, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr,
-    SpecExt, Types,
+    f16_adapter, has_f16, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
 };
 use super::unary::CopyKernel;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
@@ -107,12 +106,8 @@ fn coef<T: Num>(spec: &KernelSpec<'_>, attr: &str, input: u32) -> Result<Coef<T>
 
 fn build_typed<T: Num>(spec: &KernelSpec<'_>) -> BuildResult {
     let (t, x) = (spec.input(0)?, spec.input(1)?);
-    let plan = Broadcast::new(t.shape(), [x.shape()]).ok_or_else(|| {
-        spec.error(format!(
-            "update {} does not broadcast to {}",
-            x.info, t.info
-        ))
-    })?;
+    let plan = Broadcast::new(t.shape(), [x.shape()])
+        .ok_or_else(|| spec.error(format!("update {} does not broadcast to {}", x.info, t.info)))?;
     let (a, b): (Coef<T>, Coef<T>) = match spec.op_type {
         "AddInplace" => (Coef::Const(T::ONE), Coef::Const(T::ONE)),
         "Accumulate" => (Coef::Const(T::ONE), coef(spec, "factor", 2)?),
@@ -120,27 +115,9 @@ fn build_typed<T: Num>(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let xp = x.pos;
     Ok(match (a.is_one(), b.is_one()) {
-        (true, true) => Box::new(InPlace::<T, AddU> {
-            plan,
-            x: xp,
-            a,
-            b,
-            _t: Types::default(),
-        }),
-        (true, false) => Box::new(InPlace::<T, AxpyU> {
-            plan,
-            x: xp,
-            a,
-            b,
-            _t: Types::default(),
-        }),
-        _ => Box::new(InPlace::<T, ScaledU> {
-            plan,
-            x: xp,
-            a,
-            b,
-            _t: Types::default(),
-        }),
+        (true, true) => Box::new(InPlace::<T, AddU> { plan, x: xp, a, b, _t: Types::default() }),
+        (true, false) => Box::new(InPlace::<T, AxpyU> { plan, x: xp, a, b, _t: Types::default() }),
+        _ => Box::new(InPlace::<T, ScaledU> { plan, x: xp, a, b, _t: Types::default() }),
     })
 }
 
@@ -148,10 +125,9 @@ fn build_typed<T: Num>(spec: &KernelSpec<'_>) -> BuildResult {
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (t, x, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     if y.info != t.info || t.dtype() != x.dtype() {
-        return Err(spec.error(format!(
-            "output {} must equal the updated tensor {} (update {})",
-            y.info, t.info, x.info
-        )));
+        return Err(
+            spec.error(format!("output {} must equal the updated tensor {} (update {})", y.info, t.info, x.info))
+        );
     }
     if t.pos != 0 {
         return Err(spec.error("the updated tensor must be input 0"));
@@ -160,10 +136,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         if x.shape() != t.shape() {
             return Err(spec.error(format!("copy of {} into {}", x.info, t.info)));
         }
-        return Ok(Box::new(CopyKernel {
-            nbytes: t.info.nbytes(),
-            src: x.pos,
-        }));
+        return Ok(Box::new(CopyKernel { nbytes: t.info.nbytes(), src: x.pos }));
     }
     if has_f16(spec) {
         return f16_adapter(spec, true, build);
@@ -181,44 +154,28 @@ mod tests {
     fn add_inplace_and_accumulate_with_broadcast() {
         let v = t(DataType::Float32, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         let x = t(DataType::Float32, &[3], &[10.0, 20.0, 30.0]);
-        let out = &run_op(
-            "AddInplace",
-            Attributes::new(),
-            &[(0, v.clone()), (1, x.clone())],
-        )[0];
+        let out = &run_op("AddInplace", Attributes::new(), &[(0, v.clone()), (1, x.clone())])[0];
         assert_eq!(out.to_f64_vec(), vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
         let f = Attributes::new().with("factor", AttrValue::Float(0.5));
         let out = &run_op("Accumulate", f, &[(0, v.clone()), (1, x.clone())])[0];
         assert_eq!(out.to_f64_vec(), vec![6.0, 12.0, 18.0, 9.0, 15.0, 21.0]);
         let ft = t(DataType::Float32, &[], &[-1.0]);
         let out = &run_op("Accumulate", Attributes::new(), &[(0, v), (1, x), (2, ft)])[0];
-        assert_eq!(
-            out.to_f64_vec(),
-            vec![-9.0, -18.0, -27.0, -6.0, -15.0, -24.0]
-        );
+        assert_eq!(out.to_f64_vec(), vec![-9.0, -18.0, -27.0, -6.0, -15.0, -24.0]);
     }
 
     #[test]
     fn scaled_add_with_attributes_and_tensors() {
         let v = t(DataType::Float64, &[3], &[1.0, 2.0, 3.0]);
         let y = t(DataType::Float64, &[3], &[4.0, 5.0, 6.0]);
-        let ab = Attributes::new()
-            .with("a", AttrValue::Float(2.0))
-            .with("b", AttrValue::Float(-0.5));
+        let ab = Attributes::new().with("a", AttrValue::Float(2.0)).with("b", AttrValue::Float(-0.5));
         let out = &run_op("ScaledAddInplace", ab, &[(0, v.clone()), (1, y.clone())])[0];
         assert_close(&out.to_f64_vec(), &[0.0, 1.5, 3.0], 0.0);
         let b = Attributes::new().with("b", AttrValue::Float(-0.1));
         let out = &run_op("ScaledAddInplace", b, &[(0, v.clone()), (1, y.clone())])[0];
         assert_close(&out.to_f64_vec(), &[0.6, 1.5, 2.4], 1e-15);
-        let (ta, tb) = (
-            t(DataType::Float64, &[1], &[3.0]),
-            t(DataType::Float64, &[], &[1.0]),
-        );
-        let out = &run_op(
-            "ScaledAddInplace",
-            Attributes::new(),
-            &[(0, v), (1, y), (2, ta), (3, tb)],
-        )[0];
+        let (ta, tb) = (t(DataType::Float64, &[1], &[3.0]), t(DataType::Float64, &[], &[1.0]));
+        let out = &run_op("ScaledAddInplace", Attributes::new(), &[(0, v), (1, y), (2, ta), (3, tb)])[0];
         assert_close(&out.to_f64_vec(), &[7.0, 11.0, 15.0], 0.0);
     }
 
@@ -227,25 +184,14 @@ mod tests {
         let v = t(DataType::Int32, &[2], &[1.0, 2.0]);
         let x = t(DataType::Int32, &[2], &[7.0, -7.0]);
         assert_eq!(
-            run_op(
-                "CopyVarUpdate",
-                Attributes::new(),
-                &[(0, v.clone()), (1, x.clone())]
-            )[0]
-            .to_f64_vec(),
+            run_op("CopyVarUpdate", Attributes::new(), &[(0, v.clone()), (1, x.clone())])[0].to_f64_vec(),
             vec![7.0, -7.0]
         );
-        assert_eq!(
-            run_op("AddInplace", Attributes::new(), &[(0, v), (1, x)])[0].to_f64_vec(),
-            vec![8.0, -5.0]
-        );
+        assert_eq!(run_op("AddInplace", Attributes::new(), &[(0, v), (1, x)])[0].to_f64_vec(), vec![8.0, -5.0]);
         let h = t(DataType::Float16, &[2], &[1.0, 2.0]);
         let hx = t(DataType::Float16, &[2], &[0.5, 0.25]);
         let f = Attributes::new().with("factor", AttrValue::Float(2.0));
-        assert_eq!(
-            run_op("Accumulate", f, &[(0, h), (1, hx)])[0].to_f64_vec(),
-            vec![2.0, 2.5]
-        );
+        assert_eq!(run_op("Accumulate", f, &[(0, h), (1, hx)])[0].to_f64_vec(), vec![2.0, 2.5]);
     }
 
     #[test]
@@ -255,15 +201,8 @@ mod tests {
         let out = &run_op(
             "AddInplace",
             Attributes::new(),
-            &[
-                (0, t(DataType::Float64, &[n], &v)),
-                (1, t(DataType::Float64, &[], &[1.0])),
-            ],
+            &[(0, t(DataType::Float64, &[n], &v)), (1, t(DataType::Float64, &[], &[1.0]))],
         )[0];
-        assert!(out
-            .to_f64_vec()
-            .iter()
-            .enumerate()
-            .all(|(i, &x)| x == i as f64 + 1.0));
+        assert!(out.to_f64_vec().iter().enumerate().all(|(i, &x)| x == i as f64 + 1.0));
     }
 }
