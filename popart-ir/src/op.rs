@@ -90,19 +90,13 @@ impl<'a> InferContext<'a> {
 
     /// The info of input `index`, or an error naming the op if it is not connected.
     pub fn input(&self, index: u32) -> Result<&'a TensorInfo> {
-        self.inputs
-            .iter()
-            .find(|(i, _)| *i == index)
-            .map(|(_, t)| t)
-            .ok_or_else(|| self.error(format!("missing input at index {index}")))
+        self.optional_input(index).ok_or_else(|| self.error(format!("missing input at index {index}")))
     }
 
     /// The info of input `index` if connected.
     pub fn optional_input(&self, index: u32) -> Option<&'a TensorInfo> {
-        self.inputs
-            .iter()
-            .find(|(i, _)| *i == index)
-            .map(|(_, t)| t)
+        // Sorted by index (both `Ir::infer_outputs` and the verifier sort them).
+        self.inputs.binary_search_by_key(&index, |(i, _)| *i).ok().map(|k| &self.inputs[k].1)
     }
 
     /// Every connected input, by index.
@@ -372,11 +366,8 @@ pub struct TensorIndexMap {
 impl TensorIndexMap {
     /// The tensor at `index`.
     pub fn get(&self, index: u32) -> Option<TensorId> {
-        self.entries
-            .as_slice()
-            .iter()
-            .find(|(i, _)| *i == index)
-            .map(|(_, t)| *t)
+        let entries = self.entries.as_slice();
+        entries.binary_search_by_key(&index, |(i, _)| *i).ok().map(|k| entries[k].1)
     }
 
     /// True if `index` is connected.
