@@ -36,7 +36,7 @@ pub fn resolve_reshape(target: &[i64], nelms: usize) -> std::result::Result<Vec<
     }
     let mut shape: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = unknown {
-        if known == 0 || nelms % known != 0 {
+        if known == 0 || !nelms.is_multiple_of(known) {
             return Err(format!("cannot infer -1 in {target:?} for {nelms} elements"));
         }
         shape[i] = nelms / known;
