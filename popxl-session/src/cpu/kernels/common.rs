@@ -147,6 +147,10 @@ pub(crate) trait Float:
     + std::ops::Neg<Output = Self>
 {
     fn exp(self) -> Self;
+    /// `exp` written branch-free so loops over it vectorise (f32: within ~2 ulp of
+    /// libm for results above 1e-38; f64: libm). Used inside composite functions
+    /// (gelu, sigmoid) where it dominates the cost.
+    fn fast_exp(self) -> Self;
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     fn tanh(self) -> Self;
@@ -167,6 +171,46 @@ const TANH_SERIES: [f64; 10] = [
     6_404_582.0 / 10_854_718_875.0,
     -443_861_162.0 / 1_856_156_927_625.0,
 ];
+
+/// Branch-free exponential (see [`Float::fast_exp`]).
+trait FastExp {
+    fn fast_exp(self) -> Self;
+}
+
+impl FastExp for f32 {
+    /// `exp(x) = 2^k · exp(r)`, `k = round(x / ln 2)`, `|r| <= ln(2) / 2`, with `exp(r)`
+    /// from its degree-7 Taylor polynomial (truncation error below 6e-9 relative).
+    /// Inputs are clamped to [-87.3, 88.7], so results stay normal and finite.
+    #[inline(always)]
+    fn fast_exp(self) -> f32 {
+        const LOG2E: f32 = std::f32::consts::LOG2_E;
+        const LN2_HI: f32 = 0.693_145_75;
+        const LN2_LO: f32 = 1.428_606_8e-6;
+        // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without SSE4.1.
+        const ROUND: f32 = 12_582_912.0;
+        let x = self.max(-87.3).min(88.7);
+        let k = (x * LOG2E + ROUND) - ROUND;
+        let r = (x - k * LN2_HI) - k * LN2_LO;
+        let mut p = 1.0 / 5040.0;
+        p = p * r + 1.0 / 720.0;
+        p = p * r + 1.0 / 120.0;
+        p = p * r + 1.0 / 24.0;
+        p = p * r + 1.0 / 6.0;
+        p = p * r + 0.5;
+        p = p * r + 1.0;
+        p = p * r + 1.0;
+        let scale = f32::from_bits(((k as i32 + 127) as u32) << 23);
+        let y = p * scale;
+        if self.is_nan() { self } else { y }
+    }
+}
+
+impl FastExp for f64 {
+    #[inline(always)]
+    fn fast_exp(self) -> f64 {
+        self.exp()
+    }
+}
 
 macro_rules! impl_float {
     ($($t:ty),*) => {$(
@@ -197,6 +241,7 @@ macro_rules! impl_float {
         }
         impl Float for $t {
             #[inline(always)] fn exp(self) -> Self { <$t>::exp(self) }
+            #[inline(always)] fn fast_exp(self) -> Self { FastExp::fast_exp(self) }
             #[inline(always)] fn ln(self) -> Self { <$t>::ln(self) }
             #[inline(always)] fn sqrt(self) -> Self { <$t>::sqrt(self) }
             /// `(e - 1) / (e + 1)` with `e = exp(2|x|)` (libm's `exp` is several times
@@ -905,6 +950,20 @@ mod tests {
     fn incompatible_shapes_are_rejected() {
         assert!(Broadcast::<2>::new(&[2, 3], [&[2, 3], &[2]]).is_none());
         assert!(Broadcast::<1>::new(&[3], [&[2, 3]]).is_none());
+    }
+
+    #[test]
+    fn fast_exp_is_within_a_few_ulp_of_libm() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (Float::fast_exp(x) as f64, (x as f64).exp());
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.0137;
+        }
+        assert!(worst < 3.0 * f32::EPSILON as f64, "worst relative error {worst}");
+        assert!(Float::fast_exp(f32::NAN).is_nan());
+        assert_eq!(Float::fast_exp(0.0f32), 1.0);
     }
 
     #[test]

@@ -34,12 +34,13 @@ grad2! {
     AbsG: |g, x| g * x.signum();
     SinG: |g, x| g * x.cos();
     CosG: |g, x| -(g * x.sin());
+    // gelu(x) = x · s with s = sigmoid(2u), u = c (x + a x³): gelu' = s + 2 x s (1 - s) u'.
     GeluG: |g, x| {
         let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
-        let th = (c * (x + a * x * x * x)).tanh();
-        let half = T::from_f64(0.5);
-        let d = half * (T::ONE + th) + half * x * (T::ONE - th * th) * c * (T::ONE + T::from_f64(3.0) * a * x * x);
-        g * d
+        let u = c * (x + a * x * x * x);
+        let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp());
+        let du = c * (T::ONE + T::from_f64(3.0) * a * x * x);
+        g * (s + T::from_f64(2.0) * x * s * (T::ONE - s) * du)
     };
 }
 
