@@ -166,6 +166,19 @@ impl Graph {
             }
             let ins = &self.ops[order[i]].inputs;
             let mut freed = 0i64;
+            if ins.len() > 16 {
+                // Many inputs (a call passing every parameter): group equal tensors by
+                // sorting rather than comparing all pairs.
+                let mut ts: Vec<TensorId> = ins.tensors().collect();
+                ts.sort_unstable();
+                for uses in ts.chunk_by(|a, b| a == b) {
+                    let l = &live[uses[0]];
+                    if l.bytes != 0 && l.remaining == uses.len() as u32 {
+                        freed += l.bytes;
+                    }
+                }
+                return created[i] - freed;
+            }
             for (k, (_, t)) in ins.iter().enumerate() {
                 let l = &live[t];
                 if l.bytes == 0 || ins.iter().take(k).any(|(_, u)| u == t) {

@@ -24,10 +24,7 @@ fn dir(d: StreamDirection) -> &'static str {
 }
 
 fn args(v: &[Arg]) -> String {
-    v.iter()
-        .map(|a| format!("{}: b{}", a.index, a.buffer.0))
-        .collect::<Vec<_>>()
-        .join(", ")
+    v.iter().map(|a| format!("{}: b{}", a.index, a.buffer.0)).collect::<Vec<_>>().join(", ")
 }
 
 impl fmt::Display for Executable {
@@ -40,30 +37,18 @@ impl fmt::Display for Executable {
         )?;
         writeln!(
             f,
-            "memory: arena {} B (planned peak), {} B without reuse, {} B permanent, alignment {}",
-            m.arena_bytes, m.no_reuse_bytes, m.permanent_bytes, m.alignment
+            "memory: arena {} B (planned peak), {} B without reuse, {} B permanent, {} B host-load landing, \
+             alignment {}",
+            m.arena_bytes, m.no_reuse_bytes, m.permanent_bytes, m.host_load_bytes, m.alignment
         )?;
         writeln!(f, "buffers:")?;
         for b in &self.buffers {
             let names = if b.tensors.is_empty() {
                 "(copy temporary)".to_string()
             } else {
-                b.tensors
-                    .iter()
-                    .map(|t| t.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                b.tensors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
             };
-            writeln!(
-                f,
-                "  b{} {} {} @{}+{}: {}",
-                b.id.0,
-                b.kind.short_name(),
-                b.info,
-                b.offset,
-                b.size,
-                names
-            )?;
+            writeln!(f, "  b{} {} {} @{}+{}: {}", b.id.0, b.kind.short_name(), b.info, b.offset, b.size, names)?;
         }
         writeln!(f, "streams:")?;
         for s in &self.streams {
@@ -71,30 +56,12 @@ impl fmt::Display for Executable {
                 StreamKind::Data => "data",
                 StreamKind::Weight => "weight",
             };
-            writeln!(
-                f,
-                "  s{} {} {} {} \"{}\"",
-                s.id.0,
-                dir(s.direction),
-                kind,
-                s.info,
-                s.name
-            )?;
+            writeln!(f, "  s{} {} {} {} \"{}\"", s.id.0, dir(s.direction), kind, s.info, s.name)?;
         }
         writeln!(f, "functions:")?;
         for func in &self.functions {
-            let ins = func
-                .inputs
-                .iter()
-                .map(|b| format!("b{}", b.0))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let outs = func
-                .outputs
-                .iter()
-                .map(|b| format!("b{}", b.0))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let ins = func.inputs.iter().map(|b| format!("b{}", b.0)).collect::<Vec<_>>().join(", ");
+            let outs = func.outputs.iter().map(|b| format!("b{}", b.0)).collect::<Vec<_>>().join(", ");
             writeln!(f, "  f{} {}({ins}) -> ({outs}):", func.id.0, func.name)?;
             write_program(f, self, &func.body, 4)?;
         }
@@ -112,12 +79,7 @@ impl fmt::Display for Executable {
     }
 }
 
-fn write_program(
-    f: &mut fmt::Formatter<'_>,
-    exe: &Executable,
-    p: &Program,
-    indent: usize,
-) -> fmt::Result {
+fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, indent: usize) -> fmt::Result {
     let pad = " ".repeat(indent);
     match p {
         Program::Sequence(v) => {
@@ -155,11 +117,7 @@ fn write_program(
             writeln!(f, "{pad}repeat {count}:")?;
             write_program(f, exe, body, indent + 2)
         }
-        Program::If {
-            cond,
-            then_branch,
-            else_branch,
-        } => {
+        Program::If { cond, then_branch, else_branch } => {
             writeln!(f, "{pad}if b{}:", cond.0)?;
             writeln!(f, "{pad}  then:")?;
             write_program(f, exe, then_branch, indent + 4)?;
@@ -167,30 +125,14 @@ fn write_program(
             write_program(f, exe, else_branch, indent + 4)
         }
         Program::HostToDevice { stream, dst } => {
-            writeln!(
-                f,
-                "{pad}host_to_device s{} \"{}\" -> b{}",
-                stream.0,
-                exe.stream(*stream).name,
-                dst.0
-            )
+            writeln!(f, "{pad}host_to_device s{} \"{}\" -> b{}", stream.0, exe.stream(*stream).name, dst.0)
         }
         Program::DeviceToHost { src, stream } => {
-            writeln!(
-                f,
-                "{pad}device_to_host b{} -> s{} \"{}\"",
-                src.0,
-                stream.0,
-                exe.stream(*stream).name
-            )
+            writeln!(f, "{pad}device_to_host b{} -> s{} \"{}\"", src.0, stream.0, exe.stream(*stream).name)
         }
         Program::WriteConstant { constant } => {
             let c = &exe.constants[*constant];
-            writeln!(
-                f,
-                "{pad}write_constant {} -> b{}",
-                c.tensor.name, c.buffer.0
-            )
+            writeln!(f, "{pad}write_constant {} -> b{}", c.tensor.name, c.buffer.0)
         }
     }
 }

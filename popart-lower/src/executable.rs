@@ -76,7 +76,8 @@ pub struct TensorRef {
 }
 
 /// One region of device memory holding one or more IR tensors that share memory:
-/// in-place aliases and call arguments whose copies were elided.
+/// in-place aliases, views lowered without a kernel, and call arguments whose copies
+/// were elided.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffer {
     /// Its id.
@@ -96,9 +97,7 @@ pub struct Buffer {
 impl Buffer {
     /// A readable name: the first member tensor, or `tmp<id>` for temporaries.
     pub fn name(&self) -> String {
-        self.tensors
-            .first()
-            .map_or_else(|| format!("tmp{}", self.id.0), |t| t.name.clone())
+        self.tensors.first().map_or_else(|| format!("tmp{}", self.id.0), |t| t.name.clone())
     }
 }
 
@@ -131,6 +130,9 @@ pub struct Stream {
 }
 
 /// A variable and where it lives.
+///
+/// Its initial value stays in the IR (`TensorKind::Variable` of [`Weight::tensor`]):
+/// the executable never copies variable data, which can be most of a model's bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Weight {
     /// The variable tensor.
@@ -141,8 +143,6 @@ pub struct Weight {
     pub from_host: StreamId,
     /// Its device-to-host weight stream (weights_to_host).
     pub to_host: StreamId,
-    /// Initial value from the IR.
-    pub initial: HostTensor,
 }
 
 /// A constant and where it lives.
@@ -254,11 +254,7 @@ impl Program {
         match self {
             Program::Sequence(v) => v.iter().for_each(|p| p.visit(f)),
             Program::Repeat { body, .. } => body.visit(f),
-            Program::If {
-                then_branch,
-                else_branch,
-                ..
-            } => {
+            Program::If { then_branch, else_branch, .. } => {
                 then_branch.visit(f);
                 else_branch.visit(f);
             }
@@ -319,6 +315,11 @@ pub struct MemoryPlan {
     pub arena_bytes: usize,
     /// What the arena would need without any reuse (sum of all buffer sizes).
     pub no_reuse_bytes: usize,
+    /// Bytes of the activation buffers that host loads write (the landing buffers of
+    /// host-to-device data streams, each counted once), included in `arena_bytes`.
+    /// They play the part of a compiled function's argument buffers, which e.g. XLA
+    /// reports apart from its temporaries.
+    pub host_load_bytes: usize,
 }
 
 /// A lowered IR, ready for a device.
@@ -364,9 +365,7 @@ impl Executable {
 
     /// Data streams of the given direction, in id order.
     pub fn data_streams(&self, direction: StreamDirection) -> impl Iterator<Item = &Stream> {
-        self.streams
-            .iter()
-            .filter(move |s| s.kind == StreamKind::Data && s.direction == direction)
+        self.streams.iter().filter(move |s| s.kind == StreamKind::Data && s.direction == direction)
     }
 
     /// Every kernel call of every program and function.

@@ -17,9 +17,12 @@
 //!   ifs become [`Program::If`];
 //! - a **memory plan**: every tensor lives in a [`Buffer`] at a fixed offset of one
 //!   arena (64-byte aligned); variables and constants are always live, activation
-//!   buffers are reused when their lifetimes in the global schedule do not overlap,
-//!   in-place ops write into their input's buffer ([`MemoryPlan`] reports the
-//!   planned peak and the no-reuse total);
+//!   buffers are reused when their lifetimes in the global schedule do not overlap
+//!   (offsets: the better of greedy-by-size and a best-fit time sweep), in-place ops
+//!   write into their input's buffer, and view ops ([`VIEW_OP_TYPES`]) run no kernel
+//!   but share their input's buffer whenever no op writes either in place
+//!   ([`MemoryPlan`] reports the planned peak, the no-reuse total and the host-load
+//!   landing bytes);
 //! - a stable **text dump** ([`Executable::dump`]).
 //!
 //! This crate knows no devices and no kernels: a device turns each
@@ -33,11 +36,10 @@ mod lower;
 mod memory;
 
 pub use executable::{
-    Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall,
-    MemoryPlan, Program, Programs, Stream, StreamId, StreamKind, TensorRef, Weight,
-    BUFFER_ALIGNMENT,
+    Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall, MemoryPlan, Program,
+    Programs, Stream, StreamId, StreamKind, TensorRef, Weight, BUFFER_ALIGNMENT,
 };
-pub use lower::lower;
+pub use lower::{lower, VIEW_OP_TYPES};
 
 /// Why an IR could not be lowered.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

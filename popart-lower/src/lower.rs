@@ -11,7 +11,13 @@
 //!      caller's buffer directly (no copy in, no copy back);
 //!    - *output elision*: a graph with a single `Call` site writes output `j`
 //!      straight into the caller's output when that output is an activation private
-//!      to the graph (no copy out).
+//!      to the graph (no copy out);
+//!    - *views*: a view op ([`VIEW_OP_TYPES`]: its output has the bytes of input 0 in
+//!      the same order) lowers to no kernel at all, its output sharing input 0's
+//!      buffer, when no op writes either class in place (in-place updates, calls
+//!      marking an input modified). Members of such a class are only ever written
+//!      when they are defined, with equal values, so the sharing cannot be observed.
+//!      Otherwise the view stays a kernel (a copy).
 //! 4. **Timeline**: one global step numbering in which every call is expanded in
 //!    place (copy-in step, callee body, copy-out step; a repeat adds a loop-copy
 //!    step; an if lays out both branches). Each graph therefore has one or more
@@ -19,20 +25,32 @@
 //!    interval at each instance. Callee inputs are live from the copy-in step,
 //!    outputs until the copy-out step; repeat bodies keep inputs live for the
 //!    whole body (the loop-carried copies write them at its end, and the results
-//!    are copied out of them after the last iteration).
+//!    are copied out of them after the last iteration). A caller tensor passed to
+//!    an elided input lives until its last use inside the callee.
 //! 5. **Memory plan**: variables and constants first (always live), then every
-//!    activation buffer at the lowest aligned offset not used by a buffer live at
-//!    the same time (see [`crate::memory`]).
+//!    activation buffer at an aligned offset not used by a buffer live at the same
+//!    time (see [`crate::memory`]).
 //! 6. **Programs**: functions (one per subgraph), the main program, init (constants)
 //!    and the weight programs.
+//!
+//! Every step is linear in the size of the IR up to hashing and sorting (graphs and
+//! tensors are indexed densely; no per-tensor scans of graph inputs or outputs).
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
-use popart_ir::{GraphId, Ir, Op, OpId, StreamDirection, TensorId, TensorInfo, TensorKind};
+use popart_ir::{Graph, GraphId, Ir, Op, OpId, StreamDirection, Tensor, TensorId, TensorInfo, TensorKind};
+use slotmap::SecondaryMap;
 
 use crate::executable::*;
 use crate::memory::{align_up, assign_offsets, normalize, Intervals};
 use crate::LowerError;
+
+/// Op types that only reinterpret their input 0 (same bytes in the same row-major
+/// order, possibly another shape). Lowering turns them into buffer sharing instead of
+/// a kernel whenever that is safe (see the module docs); other inputs (the shape-only
+/// input 1 of `ReshapeGrad`) are not read then.
+pub const VIEW_OP_TYPES: [&str; 5] = ["Reshape", "Squeeze", "ReshapeGrad", "Identity", "Detach"];
 
 /// Lower a prepared (verified, pruned) IR into an [`Executable`].
 ///
@@ -52,6 +70,7 @@ use crate::LowerError;
 /// let exe = popart_lower::lower(&ir).unwrap();
 /// assert_eq!(exe.kernel_calls().len(), 1);
 /// assert_eq!(exe.memory.arena_bytes, 128); // x and y are live together: two 64-byte buffers
+/// assert_eq!(exe.memory.host_load_bytes, 64); // x is where the host data lands
 /// ```
 pub fn lower(ir: &Ir) -> Result<Executable, LowerError> {
     Lowerer::new(ir)?.run()
@@ -65,19 +84,28 @@ enum SiteKind {
     IfElse,
 }
 
-/// One place where a graph is called.
+/// One place where a graph is called. Graphs are referred to by their index in
+/// [`Lowerer::graphs`].
 #[derive(Clone, Debug)]
 struct Site {
-    caller: GraphId,
+    caller: usize,
     op: OpId,
-    callee: GraphId,
+    callee: usize,
     kind: SiteKind,
     /// Caller tensor bound to callee input k.
     args: Vec<TensorId>,
     /// Caller tensor receiving callee output j.
     outs: Vec<TensorId>,
-    /// Callee input positions the call site marks as modified (copied back).
+    /// Callee input positions the call site marks as modified (copied back), sorted.
     modified: Vec<usize>,
+    /// Op input indices passed to the callee, sorted (read at the site's copy-in).
+    reads: Vec<u32>,
+}
+
+impl Site {
+    fn marks(&self, k: usize) -> bool {
+        self.modified.binary_search(&k).is_ok()
+    }
 }
 
 /// Union-find with member lists, over dense tensor keys.
@@ -91,6 +119,8 @@ impl Classes {
         Classes { parent: (0..n as u32).collect(), members: (0..n as u32).map(|i| vec![i]).collect() }
     }
 
+    /// The class representative (union by size keeps chains logarithmic; after
+    /// [`Classes::flatten`] it is one step).
     fn find(&self, mut x: u32) -> u32 {
         while self.parent[x as usize] != x {
             x = self.parent[x as usize];
@@ -109,6 +139,13 @@ impl Classes {
         let moved = std::mem::take(&mut self.members[small as usize]);
         self.members[big as usize].extend(moved);
         big
+    }
+
+    /// Point every key straight at its representative.
+    fn flatten(&mut self) {
+        for x in 0..self.parent.len() as u32 {
+            self.parent[x as usize] = self.find(x);
+        }
     }
 }
 
@@ -136,29 +173,67 @@ struct SitePlan {
 
 struct Temp {
     info: TensorInfo,
-    graph: GraphId,
+    graph: usize,
     step: i64,
+}
+
+/// What the lowering knows about one reachable graph.
+struct GraphData<'a> {
+    id: GraphId,
+    graph: &'a Graph,
+    /// The schedule.
+    sched: Vec<OpId>,
+    /// Local start step of every op.
+    start: SecondaryMap<OpId, i64>,
+    /// Call sites of each op that calls graphs (a range of [`Lowerer::sites`]).
+    op_sites: SecondaryMap<OpId, Range<usize>>,
+    /// Dense key of every tensor that has a buffer (all but streams).
+    keys: SecondaryMap<TensorId, u32>,
+    /// Sites calling this graph.
+    callers: Vec<usize>,
+    /// Steps of one instance.
+    len: i64,
+    /// Called by a repeat.
+    repeat_body: bool,
+    /// View ops lowered to buffer sharing (no kernel).
+    shared_views: SecondaryMap<OpId, ()>,
+    /// Global start step of each instance.
+    instances: Vec<i64>,
+}
+
+impl<'a> GraphData<'a> {
+    fn new(graph: &'a Graph) -> Self {
+        GraphData {
+            id: graph.id(),
+            graph,
+            sched: Vec::new(),
+            start: SecondaryMap::new(),
+            op_sites: SecondaryMap::new(),
+            keys: SecondaryMap::new(),
+            callers: Vec::new(),
+            len: 0,
+            repeat_body: false,
+            shared_views: SecondaryMap::new(),
+            instances: Vec::new(),
+        }
+    }
 }
 
 struct Lowerer<'a> {
     ir: &'a Ir,
-    main: GraphId,
     /// Reachable graphs, main first, then in discovery order.
-    order: Vec<GraphId>,
-    /// Reachable graphs, every caller before its callees.
-    callers_first: Vec<GraphId>,
-    sched: HashMap<GraphId, Vec<OpId>>,
-    keys: HashMap<(GraphId, TensorId), u32>,
-    tensors: Vec<(GraphId, TensorId)>,
+    graphs: Vec<GraphData<'a>>,
+    /// Indices of the reachable graphs, every caller before its callees.
+    callers_first: Vec<usize>,
+    /// (graph index, tensor) of every key.
+    tensors: Vec<(usize, TensorId)>,
     classes: Classes,
     sites: Vec<Site>,
-    sites_of_op: HashMap<(GraphId, OpId), Vec<usize>>,
-    sites_of_callee: HashMap<GraphId, Vec<usize>>,
-    len: HashMap<GraphId, i64>,
-    start: HashMap<(GraphId, OpId), i64>,
-    repeat_bodies: HashSet<GraphId>,
     temps: Vec<Temp>,
 }
+
+/// Index of the main graph in [`Lowerer::graphs`].
+const MAIN: usize = 0;
 
 impl<'a> Lowerer<'a> {
     fn new(ir: &'a Ir) -> Result<Self, LowerError> {
@@ -167,130 +242,143 @@ impl<'a> Lowerer<'a> {
         if let Some(&t) = ir.main_graph().inputs().first() {
             return Err(LowerError::MainGraphInput(ir.main_graph().tensor(t)?.name.clone()));
         }
-        let mut l = Lowerer {
-            ir,
-            main,
-            order: vec![main],
-            callers_first: Vec::new(),
-            sched: HashMap::new(),
-            keys: HashMap::new(),
-            tensors: Vec::new(),
-            classes: Classes::new(0),
-            sites: Vec::new(),
-            sites_of_op: HashMap::new(),
-            sites_of_callee: HashMap::new(),
-            len: HashMap::new(),
-            start: HashMap::new(),
-            repeat_bodies: HashSet::new(),
-            temps: Vec::new(),
-        };
+        let mut graphs = vec![GraphData::new(ir.graph(main)?)];
+        let mut index: HashMap<GraphId, usize> = HashMap::from([(main, MAIN)]);
+        let mut sites: Vec<Site> = Vec::new();
         // Reachable graphs and call sites, breadth first from main.
-        let mut seen: HashSet<GraphId> = HashSet::from([main]);
         let mut i = 0;
-        while i < l.order.len() {
-            let g = l.order[i];
-            let graph = ir.graph(g)?;
+        while i < graphs.len() {
+            let graph = graphs[i].graph;
             let schedule = graph.schedule()?;
             for &o in &schedule {
                 let op = graph.op(o)?;
-                for site in sites_of(ir, g, op)? {
-                    if seen.insert(site.callee) {
-                        l.order.push(site.callee);
-                    }
+                let first = sites.len();
+                for (callee_id, mut site) in sites_of(ir, i, op)? {
+                    let callee = match index.get(&callee_id) {
+                        Some(&c) => c,
+                        None => {
+                            graphs.push(GraphData::new(ir.graph(callee_id)?));
+                            index.insert(callee_id, graphs.len() - 1);
+                            graphs.len() - 1
+                        }
+                    };
+                    site.callee = callee;
                     if site.kind == SiteKind::Repeat {
-                        l.repeat_bodies.insert(site.callee);
+                        graphs[callee].repeat_body = true;
                     }
-                    let idx = l.sites.len();
-                    l.sites_of_op.entry((g, o)).or_default().push(idx);
-                    l.sites_of_callee.entry(site.callee).or_default().push(idx);
-                    l.sites.push(site);
+                    graphs[callee].callers.push(sites.len());
+                    sites.push(site);
+                }
+                if sites.len() > first {
+                    graphs[i].op_sites.insert(o, first..sites.len());
                 }
             }
-            l.sched.insert(g, schedule);
+            graphs[i].sched = schedule;
             i += 1;
         }
-        l.callers_first = callees_first.into_iter().rev().filter(|g| seen.contains(g)).collect();
-        for &g in &l.order {
-            for t in ir.graph(g)?.tensors() {
+        let callers_first = callees_first.iter().rev().filter_map(|g| index.get(g).copied()).collect();
+        let mut tensors = Vec::new();
+        for (gi, gd) in graphs.iter_mut().enumerate() {
+            for t in gd.graph.tensors() {
                 if !matches!(t.kind, TensorKind::Stream(_)) {
-                    l.keys.insert((g, t.id), l.tensors.len() as u32);
-                    l.tensors.push((g, t.id));
+                    gd.keys.insert(t.id, tensors.len() as u32);
+                    tensors.push((gi, t.id));
                 }
             }
         }
-        l.classes = Classes::new(l.tensors.len());
-        Ok(l)
+        Ok(Lowerer {
+            ir,
+            graphs,
+            callers_first,
+            classes: Classes::new(tensors.len()),
+            tensors,
+            sites,
+            temps: Vec::new(),
+        })
     }
 
-    fn key(&self, g: GraphId, t: TensorId) -> Result<u32, LowerError> {
-        self.keys.get(&(g, t)).copied().ok_or_else(|| {
-            let name =
-                self.ir.graph(g).and_then(|gr| gr.tensor(t)).map_or_else(|_| format!("{t:?}"), |x| x.name.clone());
+    fn key(&self, g: usize, t: TensorId) -> Result<u32, LowerError> {
+        self.graphs[g].keys.get(t).copied().ok_or_else(|| {
+            let name = self.graphs[g].graph.tensor(t).map_or_else(|_| format!("{t:?}"), |x| x.name.clone());
             LowerError::Internal(format!("tensor `{name}` has no buffer (a stream used as an op argument?)"))
         })
     }
 
-    fn class(&self, g: GraphId, t: TensorId) -> Result<u32, LowerError> {
+    fn class(&self, g: usize, t: TensorId) -> Result<u32, LowerError> {
         Ok(self.classes.find(self.key(g, t)?))
     }
 
-    fn kind_of(&self, key: u32) -> &TensorKind {
+    fn tensor(&self, key: u32) -> &'a Tensor {
         let (g, t) = self.tensors[key as usize];
-        &self.ir.graph(g).expect("reachable").tensor(t).expect("keyed").kind
+        self.graphs[g].graph.tensor(t).expect("keyed tensors exist")
     }
 
-    fn info(&self, g: GraphId, t: TensorId) -> Result<TensorInfo, LowerError> {
-        Ok(self.ir.graph(g)?.tensor(t)?.info.clone())
+    fn kind_of(&self, key: u32) -> &'a TensorKind {
+        &self.tensor(key).kind
+    }
+
+    fn info(&self, g: usize, t: TensorId) -> Result<TensorInfo, LowerError> {
+        Ok(self.graphs[g].graph.tensor(t)?.info.clone())
     }
 
     fn run(mut self) -> Result<Executable, LowerError> {
-        self.compute_timeline()?;
+        self.compute_timeline();
         self.merge_aliases()?;
         let modifies_input = self.inputs_modified_by_graphs()?;
         self.elide_inputs(&modifies_input)?;
         self.elide_outputs()?;
+        self.share_views()?;
+        self.classes.flatten();
         let plans = self.plan_copies()?;
-        let (locals, bases) = self.local_intervals_and_instances()?;
-        self.finish(plans, locals, bases)
+        let locals = self.local_intervals()?;
+        self.compute_instances();
+        self.finish(plans, locals)
     }
 
     // ----- timeline lengths -----
 
-    fn compute_timeline(&mut self) -> Result<(), LowerError> {
+    fn compute_timeline(&mut self) {
         for g in self.callers_first.clone().into_iter().rev() {
             let mut t = 0i64;
-            for &o in &self.sched[&g] {
-                self.start.insert((g, o), t);
+            let mut start = SecondaryMap::new();
+            for &o in &self.graphs[g].sched {
+                start.insert(o, t);
                 t += self.op_len(g, o);
             }
-            self.len.insert(g, t);
+            self.graphs[g].start = start;
+            self.graphs[g].len = t;
         }
-        Ok(())
     }
 
     fn site_len(&self, idx: usize) -> i64 {
-        self.len[&self.sites[idx].callee]
+        self.graphs[self.sites[idx].callee].len
     }
 
-    fn op_sites(&self, g: GraphId, o: OpId) -> &[usize] {
-        self.sites_of_op.get(&(g, o)).map_or(&[], Vec::as_slice)
+    fn op_sites(&self, g: usize, o: OpId) -> Range<usize> {
+        self.graphs[g].op_sites.get(o).cloned().unwrap_or(0..0)
     }
 
-    fn op_len(&self, g: GraphId, o: OpId) -> i64 {
-        let sites = self.op_sites(g, o);
-        match sites.first().map(|&s| self.sites[s].kind) {
+    fn first_site_kind(&self, g: usize, o: OpId) -> Option<(usize, SiteKind)> {
+        let r = self.op_sites(g, o);
+        (!r.is_empty()).then(|| (r.start, self.sites[r.start].kind))
+    }
+
+    fn op_len(&self, g: usize, o: OpId) -> i64 {
+        match self.first_site_kind(g, o) {
             None => 1,
-            Some(SiteKind::Call) => 2 + self.site_len(sites[0]),
-            Some(SiteKind::Repeat) => 3 + self.site_len(sites[0]),
-            Some(SiteKind::IfThen | SiteKind::IfElse) => 4 + sites.iter().map(|&s| self.site_len(s)).sum::<i64>(),
+            Some((s, SiteKind::Call)) => 2 + self.site_len(s),
+            Some((s, SiteKind::Repeat)) => 3 + self.site_len(s),
+            Some((_, SiteKind::IfThen | SiteKind::IfElse)) => {
+                4 + self.op_sites(g, o).map(|s| self.site_len(s)).sum::<i64>()
+            }
         }
     }
 
     /// (then length, else length) of an if op.
-    fn if_lens(&self, g: GraphId, o: OpId) -> (i64, i64) {
+    fn if_lens(&self, g: usize, o: OpId) -> (i64, i64) {
         let mut lt = 0;
         let mut le = 0;
-        for &s in self.op_sites(g, o) {
+        for s in self.op_sites(g, o) {
             match self.sites[s].kind {
                 SiteKind::IfThen => lt = self.site_len(s),
                 SiteKind::IfElse => le = self.site_len(s),
@@ -310,22 +398,20 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Local step at which op `o` (starting at `s`) writes its outputs.
-    fn def_time(&self, g: GraphId, o: OpId, s: i64) -> i64 {
-        let sites = self.op_sites(g, o);
-        match sites.first().map(|&x| self.sites[x].kind) {
+    fn def_time(&self, g: usize, o: OpId, s: i64) -> i64 {
+        match self.first_site_kind(g, o) {
             None => s,
-            Some(SiteKind::Call) => s + 1 + self.site_len(sites[0]),
-            Some(SiteKind::Repeat) => s + 2 + self.site_len(sites[0]),
-            Some(SiteKind::IfThen | SiteKind::IfElse) => s + 1 + self.if_lens(g, o).0,
+            Some((x, SiteKind::Call)) => s + 1 + self.site_len(x),
+            Some((x, SiteKind::Repeat)) => s + 2 + self.site_len(x),
+            Some((_, SiteKind::IfThen | SiteKind::IfElse)) => s + 1 + self.if_lens(g, o).0,
         }
     }
 
     /// Last local step at which op `o` (starting at `s`) writes its outputs: an if
     /// writes them in each branch, the else branch's copy-out coming last.
-    fn last_write_time(&self, g: GraphId, o: OpId, s: i64) -> i64 {
-        let sites = self.op_sites(g, o);
-        match sites.first().map(|&x| self.sites[x].kind) {
-            Some(SiteKind::IfThen | SiteKind::IfElse) => {
+    fn last_write_time(&self, g: usize, o: OpId, s: i64) -> i64 {
+        match self.first_site_kind(g, o) {
+            Some((_, SiteKind::IfThen | SiteKind::IfElse)) => {
                 let (lt, le) = self.if_lens(g, o);
                 s + 3 + lt + le
             }
@@ -333,23 +419,20 @@ impl<'a> Lowerer<'a> {
         }
     }
 
-    /// Last local step at which op `o` (starting at `s`) reads its input `idx`.
-    fn use_time(&self, g: GraphId, op: &Op, idx: u32, s: i64) -> i64 {
-        let sites = self.op_sites(g, op.id);
+    /// Last local step at which op `op` (starting at `s`) reads its input `idx`.
+    fn use_time(&self, g: usize, op: &Op, idx: u32, s: i64) -> i64 {
         let mut last = s;
-        for &x in sites {
+        for x in self.op_sites(g, op.id) {
             let site = &self.sites[x];
             match site.kind {
                 SiteKind::Call => {
-                    if site.modified.contains(&(idx as usize)) {
+                    if site.marks(idx as usize) {
                         last = last.max(s + 1 + self.site_len(x));
                     }
                 }
                 SiteKind::Repeat | SiteKind::IfThen => {}
                 SiteKind::IfElse => {
-                    let passed =
-                        site.args.iter().enumerate().any(|(k, _)| if_arg_index(op, "else_inputs", k) == Some(idx));
-                    if passed {
+                    if site.reads.binary_search(&idx).is_ok() {
                         last = last.max(s + 2 + self.if_lens(g, op.id).0);
                     }
                 }
@@ -361,10 +444,10 @@ impl<'a> Lowerer<'a> {
     // ----- buffer classes -----
 
     fn merge_aliases(&mut self) -> Result<(), LowerError> {
-        for &g in &self.order.clone() {
-            let graph = self.ir.graph(g)?;
-            for &o in &self.sched[&g] {
-                let op = graph.op(o)?;
+        for g in 0..self.graphs.len() {
+            let graph = self.graphs[g].graph;
+            for n in 0..self.graphs[g].sched.len() {
+                let op = graph.op(self.graphs[g].sched[n])?;
                 for (i, j) in op.def().aliases(&op.attrs) {
                     if let (Some(a), Some(b)) = (op.input(i), op.output(j)) {
                         let (ka, kb) = (self.key(g, a)?, self.key(g, b)?);
@@ -376,68 +459,87 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
-    /// For every graph, which of its inputs it writes (itself or through its alias
-    /// classes, including calls that mark them modified).
-    fn inputs_modified_by_graphs(&self) -> Result<HashMap<GraphId, Vec<bool>>, LowerError> {
-        let mut out = HashMap::new();
-        for &g in &self.order {
-            let graph = self.ir.graph(g)?;
-            let mut written: HashSet<u32> = HashSet::new();
-            for op in graph.ops() {
+    /// Classes (representatives) some op of some graph writes in place: in-place
+    /// updates and calls marking an input modified.
+    fn written_classes(&self) -> Result<HashSet<u32>, LowerError> {
+        let mut written = HashSet::new();
+        for (g, gd) in self.graphs.iter().enumerate() {
+            for &o in &gd.sched {
+                let op = gd.graph.op(o)?;
                 for i in op.modified_inputs() {
                     if let Some(t) = op.input(i) {
                         written.insert(self.class(g, t)?);
                     }
                 }
             }
-            let v = graph
+        }
+        Ok(written)
+    }
+
+    /// For every graph, which of its inputs it writes (itself or through its alias
+    /// classes, including calls that mark them modified).
+    fn inputs_modified_by_graphs(&self) -> Result<Vec<Vec<bool>>, LowerError> {
+        let written = self.written_classes()?;
+        let mut out = Vec::with_capacity(self.graphs.len());
+        for (g, gd) in self.graphs.iter().enumerate() {
+            let v = gd
+                .graph
                 .inputs()
                 .iter()
                 .map(|&t| self.class(g, t).map(|c| written.contains(&c)))
                 .collect::<Result<_, _>>()?;
-            out.insert(g, v);
+            out.push(v);
         }
         Ok(out)
     }
 
-    fn elide_inputs(&mut self, modifies_input: &HashMap<GraphId, Vec<bool>>) -> Result<(), LowerError> {
+    fn elide_inputs(&mut self, modifies_input: &[Vec<bool>]) -> Result<(), LowerError> {
         for f in self.callers_first.clone() {
-            if f == self.main {
+            if f == MAIN {
                 continue;
             }
-            let sites: Vec<usize> = self.sites_of_callee.get(&f).cloned().unwrap_or_default();
-            if sites.is_empty() || sites.iter().any(|&s| self.sites[s].kind == SiteKind::Repeat) {
+            let callers = self.graphs[f].callers.clone();
+            if callers.is_empty() || callers.iter().any(|&s| self.sites[s].kind == SiteKind::Repeat) {
                 continue;
             }
-            let inputs = self.ir.graph(f)?.inputs().to_vec();
+            let writes = &modifies_input[f];
+            let touched = |site: &Site, k: usize| writes[k] || site.marks(k);
+            // Caller classes of every argument, taken before this graph's merges: those
+            // join one callee input with one caller class each, never two caller classes.
+            let mut arg_classes: Vec<Vec<u32>> = Vec::with_capacity(callers.len());
+            // Per site: class -> (arguments in it, how many of them are written).
+            let mut groups: Vec<HashMap<u32, (u32, u32)>> = Vec::with_capacity(callers.len());
+            for &s in &callers {
+                let site = &self.sites[s];
+                let classes: Vec<u32> =
+                    site.args.iter().map(|&a| self.class(site.caller, a)).collect::<Result<_, _>>()?;
+                let mut group: HashMap<u32, (u32, u32)> = HashMap::new();
+                for (k, &c) in classes.iter().enumerate() {
+                    let e = group.entry(c).or_default();
+                    e.0 += 1;
+                    e.1 += u32::from(touched(site, k));
+                }
+                arg_classes.push(classes);
+                groups.push(group);
+            }
+            let inputs = self.graphs[f].graph.inputs();
             for (k, &input) in inputs.iter().enumerate() {
-                let writes = modifies_input[&f][k];
                 let marked_everywhere =
-                    sites.iter().all(|&s| self.sites[s].kind == SiteKind::Call && self.sites[s].modified.contains(&k));
-                if writes && !marked_everywhere {
+                    callers.iter().all(|&s| self.sites[s].kind == SiteKind::Call && self.sites[s].marks(k));
+                if writes[k] && !marked_everywhere {
                     continue;
                 }
-                let mut caller_class = None;
-                let mut ok = true;
-                for &s in &sites {
-                    let site = &self.sites[s];
-                    let c = self.class(site.caller, site.args[k])?;
-                    if caller_class.is_some_and(|x| x != c) {
-                        ok = false;
-                        break;
-                    }
-                    caller_class = Some(c);
-                    // The same buffer at two inputs: sharing is only safe if neither is written.
-                    for (k2, &a2) in site.args.iter().enumerate() {
-                        if k2 != k && self.class(site.caller, a2)? == c {
-                            let touched = |kk: usize| modifies_input[&f][kk] || site.modified.contains(&kk);
-                            if touched(k) || touched(k2) {
-                                ok = false;
-                            }
-                        }
-                    }
+                let c = arg_classes[0][k];
+                if arg_classes.iter().any(|a| a[k] != c) {
+                    continue;
                 }
-                if let (true, Some(c)) = (ok, caller_class) {
+                // The same buffer at two inputs: sharing is only safe if neither is written.
+                let clash = callers.iter().zip(&groups).any(|(&s, group)| {
+                    let (count, written) = group[&c];
+                    let me = u32::from(touched(&self.sites[s], k));
+                    count > 1 && (me == 1 || written > me)
+                });
+                if !clash {
                     let ki = self.key(f, input)?;
                     self.classes.union(c, ki);
                 }
@@ -448,25 +550,31 @@ impl<'a> Lowerer<'a> {
 
     fn elide_outputs(&mut self) -> Result<(), LowerError> {
         for f in self.callers_first.clone() {
-            let sites: Vec<usize> = self.sites_of_callee.get(&f).cloned().unwrap_or_default();
-            let [s] = sites[..] else { continue };
+            let [s] = self.graphs[f].callers[..] else { continue };
             if self.sites[s].kind != SiteKind::Call {
                 continue;
             }
-            let graph = self.ir.graph(f)?;
-            let outputs = graph.outputs().to_vec();
+            let graph = self.graphs[f].graph;
+            let outputs = graph.outputs();
+            let is_input: HashSet<TensorId> = graph.inputs().iter().copied().collect();
+            // Output classes, taken before the merges below: each joins one private
+            // class with one caller class, so no two output classes become one.
+            let out_classes: Vec<u32> = outputs.iter().map(|&o| self.class(f, o)).collect::<Result<_, _>>()?;
+            let mut tensor_count: HashMap<TensorId, u32> = HashMap::new();
+            let mut class_count: HashMap<u32, u32> = HashMap::new();
+            for (&o, &c) in outputs.iter().zip(&out_classes) {
+                *tensor_count.entry(o).or_default() += 1;
+                *class_count.entry(c).or_default() += 1;
+            }
             for (j, &o) in outputs.iter().enumerate() {
-                let tensor = graph.tensor(o)?;
-                if tensor.producer().is_none() || outputs.iter().filter(|&&x| x == o).count() != 1 {
+                if graph.tensor(o)?.producer().is_none() || tensor_count[&o] != 1 {
                     continue;
                 }
-                let c = self.class(f, o)?;
-                let other_outputs: HashSet<u32> =
-                    outputs.iter().filter(|&&x| x != o).map(|&x| self.class(f, x)).collect::<Result<_, _>>()?;
-                let private = !other_outputs.contains(&c)
+                let c = self.classes.find(out_classes[j]);
+                let private = class_count[&out_classes[j]] == 1
                     && self.classes.members[c as usize].iter().all(|&m| {
                         let (mg, mt) = self.tensors[m as usize];
-                        mg == f && graph.input_index(mt).is_none() && matches!(self.kind_of(m), TensorKind::ActGrad)
+                        mg == f && !is_input.contains(&mt) && matches!(self.kind_of(m), TensorKind::ActGrad)
                     });
                 if private {
                     let site = &self.sites[s];
@@ -478,9 +586,38 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
+    /// Lower view ops to buffer sharing where no op writes either class in place.
+    fn share_views(&mut self) -> Result<(), LowerError> {
+        let written = self.written_classes()?;
+        for g in 0..self.graphs.len() {
+            let graph = self.graphs[g].graph;
+            let mut shared = SecondaryMap::new();
+            for &o in &self.graphs[g].sched {
+                let op = graph.op(o)?;
+                if !VIEW_OP_TYPES.contains(&op.op_type()) {
+                    continue;
+                }
+                let (Some(x), Some(y)) = (op.input(0), op.output(0)) else { continue };
+                let (ix, iy) = (&graph.tensor(x)?.info, &graph.tensor(y)?.info);
+                if ix.dtype != iy.dtype || ix.nbytes() != iy.nbytes() {
+                    continue;
+                }
+                let (cx, cy) = (self.class(g, x)?, self.class(g, y)?);
+                // Neither class is written, and merging two unwritten classes gives
+                // an unwritten class: `written` stays exact for later views.
+                if !written.contains(&cx) && !written.contains(&cy) {
+                    self.classes.union(cx, cy);
+                    shared.insert(o, ());
+                }
+            }
+            self.graphs[g].shared_views = shared;
+        }
+        Ok(())
+    }
+
     // ----- copies -----
 
-    fn copy(&self, src: (GraphId, TensorId), dst: (GraphId, TensorId)) -> Result<Option<PlannedCopy>, LowerError> {
+    fn copy(&self, src: (usize, TensorId), dst: (usize, TensorId)) -> Result<Option<PlannedCopy>, LowerError> {
         let (s, d) = (self.class(src.0, src.1)?, self.class(dst.0, dst.1)?);
         if s == d {
             return Ok(None);
@@ -492,38 +629,39 @@ impl<'a> Lowerer<'a> {
     fn plan_copies(&mut self) -> Result<Vec<SitePlan>, LowerError> {
         let mut plans = Vec::with_capacity(self.sites.len());
         for s in 0..self.sites.len() {
-            let site = self.sites[s].clone();
-            let callee = self.ir.graph(site.callee)?;
-            let (cin, cout) = (callee.inputs().to_vec(), callee.outputs().to_vec());
+            let site = &self.sites[s];
+            let (caller, callee, kind) = (site.caller, site.callee, site.kind);
+            let callee_graph = self.graphs[callee].graph;
+            let (cin, cout) = (callee_graph.inputs(), callee_graph.outputs());
             let mut plan = SitePlan::default();
             for (k, &a) in site.args.iter().enumerate() {
-                plan.copy_in.extend(self.copy((site.caller, a), (site.callee, cin[k]))?);
+                plan.copy_in.extend(self.copy((caller, a), (callee, cin[k]))?);
             }
             for (j, &y) in site.outs.iter().enumerate() {
                 // After a repeat's last loop-carried copy, input j holds the last
                 // iteration's output j (the outputs themselves may be inputs that
                 // the loop copies have overwritten).
-                let src = if site.kind == SiteKind::Repeat { cin[j] } else { cout[j] };
-                plan.copy_out.extend(self.copy((site.callee, src), (site.caller, y))?);
+                let src = if kind == SiteKind::Repeat { cin[j] } else { cout[j] };
+                plan.copy_out.extend(self.copy((callee, src), (caller, y))?);
             }
             for &k in &site.modified {
-                plan.copy_back.extend(self.copy((site.callee, cin[k]), (site.caller, site.args[k]))?);
+                plan.copy_back.extend(self.copy((callee, cin[k]), (caller, site.args[k]))?);
             }
-            if site.kind == SiteKind::Repeat {
+            if kind == SiteKind::Repeat {
                 let mut loops = Vec::new();
                 for (k, &o) in cout.iter().enumerate() {
-                    loops.extend(self.copy((site.callee, o), (site.callee, cin[k]))?);
+                    loops.extend(self.copy((callee, o), (callee, cin[k]))?);
                 }
                 // Loop-carried copies happen "in parallel": if one reads what another
                 // writes, stage every value through a temporary first.
                 let dsts: HashSet<Loc> = loops.iter().map(|c| c.dst).collect();
                 if loops.iter().any(|c| dsts.contains(&c.src)) {
-                    let step = self.start[&(site.caller, site.op)] + 1 + self.site_len(s);
+                    let step = self.graphs[caller].start[site.op] + 1 + self.site_len(s);
                     let mut staged = Vec::new();
                     let mut back = Vec::new();
                     for (k, c) in loops.iter().enumerate() {
                         let t = self.temps.len();
-                        self.temps.push(Temp { info: self.info(site.callee, cout[k])?, graph: site.caller, step });
+                        self.temps.push(Temp { info: self.info(callee, cout[k])?, graph: caller, step });
                         staged.push(PlannedCopy { src: c.src, dst: Loc::Temp(t), bytes: c.bytes });
                         back.push(PlannedCopy { src: Loc::Temp(t), dst: c.dst, bytes: c.bytes });
                     }
@@ -539,143 +677,148 @@ impl<'a> Lowerer<'a> {
 
     // ----- liveness -----
 
-    /// Local live intervals of every keyed tensor with a definition, and the
-    /// instance start steps of every graph.
-    #[allow(clippy::type_complexity)]
-    fn local_intervals_and_instances(
-        &self,
-    ) -> Result<(HashMap<u32, (i64, i64)>, HashMap<GraphId, Vec<i64>>), LowerError> {
-        let mut locals: HashMap<u32, (i64, i64)> = HashMap::new();
-        for &g in &self.order {
-            let graph = self.ir.graph(g)?;
-            let l = self.len[&g];
-            let repeat_body = self.repeat_bodies.contains(&g);
-            let mut marked: HashSet<usize> = HashSet::new();
-            for &s in self.sites_of_callee.get(&g).map_or(&[][..], Vec::as_slice) {
-                marked.extend(self.sites[s].modified.iter().copied());
+    /// Local live interval of every key with a definition or use.
+    fn local_intervals(&self) -> Result<Vec<Option<(i64, i64)>>, LowerError> {
+        let mut locals: Vec<Option<(i64, i64)>> = vec![None; self.tensors.len()];
+        for (g, gd) in self.graphs.iter().enumerate() {
+            let graph = gd.graph;
+            let l = gd.len;
+            let mut marked = vec![false; graph.inputs().len()];
+            for &s in &gd.callers {
+                for &k in &self.sites[s].modified {
+                    if let Some(m) = marked.get_mut(k) {
+                        *m = true;
+                    }
+                }
             }
-            let mut live: HashMap<TensorId, (i64, i64)> = HashMap::new();
             for (k, &t) in graph.inputs().iter().enumerate() {
                 // Repeat bodies: inputs are rewritten by the loop copies (step l) and
                 // read by the copy-out (step l + 1). Modified inputs: copied back at l.
-                let end = if repeat_body {
+                let end = if gd.repeat_body {
                     l + 1
-                } else if marked.contains(&k) {
+                } else if marked[k] {
                     l
                 } else {
                     -1
                 };
-                live.insert(t, (-1, end));
+                if let Some(&key) = gd.keys.get(t) {
+                    locals[key as usize] = Some((-1, end));
+                }
             }
-            for &o in &self.sched[&g] {
+            for &o in &gd.sched {
                 let op = graph.op(o)?;
-                let s = self.start[&(g, o)];
+                let s = gd.start[o];
+                let shared_view = gd.shared_views.contains_key(o);
                 for (idx, t) in op.inputs().iter() {
+                    if shared_view && idx > 0 {
+                        continue; // no kernel reads it
+                    }
                     let u = self.use_time(g, op, idx, s);
-                    let e = live.entry(t).or_insert((u, u));
-                    e.1 = e.1.max(u);
+                    if let Some(&key) = gd.keys.get(t) {
+                        let e = locals[key as usize].get_or_insert((u, u));
+                        e.1 = e.1.max(u);
+                    }
                 }
                 let d = self.def_time(g, o, s);
                 let last_write = self.last_write_time(g, o, s);
                 for t in op.outputs().tensors() {
-                    let e = live.entry(t).or_insert((d, last_write));
-                    e.0 = d;
-                    e.1 = e.1.max(last_write);
+                    if let Some(&key) = gd.keys.get(t) {
+                        let e = locals[key as usize].get_or_insert((d, last_write));
+                        e.0 = d;
+                        e.1 = e.1.max(last_write);
+                    }
                 }
             }
             for &t in graph.outputs() {
-                let e = live.entry(t).or_insert((l, l));
-                e.1 = e.1.max(l);
-            }
-            for (t, iv) in live {
-                if let Some(&k) = self.keys.get(&(g, t)) {
-                    locals.insert(k, iv);
+                if let Some(&key) = gd.keys.get(t) {
+                    let e = locals[key as usize].get_or_insert((l, l));
+                    e.1 = e.1.max(l);
                 }
             }
         }
-        let mut bases: HashMap<GraphId, Vec<i64>> = HashMap::from([(self.main, vec![0])]);
-        for &g in &self.callers_first {
-            let mine = bases.get(&g).cloned().unwrap_or_default();
-            for &o in &self.sched[&g] {
-                for &s in self.op_sites(g, o) {
-                    let off = self.start[&(g, o)] + self.callee_offset(s);
-                    let callee = self.sites[s].callee;
-                    let v = bases.entry(callee).or_default();
-                    v.extend(mine.iter().map(|b| b + off));
+        Ok(locals)
+    }
+
+    /// Global start steps of every instance of every graph.
+    fn compute_instances(&mut self) {
+        self.graphs[MAIN].instances = vec![0];
+        for g in self.callers_first.clone() {
+            let mut calls = Vec::new();
+            for &o in &self.graphs[g].sched {
+                for s in self.op_sites(g, o) {
+                    calls.push((self.sites[s].callee, self.graphs[g].start[o] + self.callee_offset(s)));
                 }
             }
+            let mine = self.graphs[g].instances.clone();
+            for (callee, off) in calls {
+                self.graphs[callee].instances.extend(mine.iter().map(|b| b + off));
+            }
         }
-        Ok((locals, bases))
     }
 
     // ----- buffers, memory plan and programs -----
 
-    fn finish(
-        self,
-        plans: Vec<SitePlan>,
-        locals: HashMap<u32, (i64, i64)>,
-        bases: HashMap<GraphId, Vec<i64>>,
-    ) -> Result<Executable, LowerError> {
+    fn finish(self, plans: Vec<SitePlan>, locals: Vec<Option<(i64, i64)>>) -> Result<Executable, LowerError> {
         let ir = self.ir;
-        let permanent_reps: HashSet<u32> = (0..self.tensors.len() as u32)
-            .filter(|&k| matches!(self.kind_of(k), TensorKind::Variable(_) | TensorKind::Constant(_)))
-            .map(|k| self.classes.find(k))
-            .collect();
+        let n = self.tensors.len();
+        let rep = |k: u32| self.classes.find(k) as usize;
+        let mut permanent = vec![false; n];
+        for k in 0..n as u32 {
+            if matches!(self.kind_of(k), TensorKind::Variable(_) | TensorKind::Constant(_)) {
+                permanent[rep(k)] = true;
+            }
+        }
         // Live intervals of every activation class.
-        let mut class_lives: HashMap<u32, Intervals> = HashMap::new();
-        for (&k, &(a, e)) in &locals {
-            let rep = self.classes.find(k);
-            if permanent_reps.contains(&rep) {
+        let mut live = vec![false; n];
+        let mut class_lives: Vec<Intervals> = vec![Vec::new(); n];
+        for (k, local) in locals.iter().enumerate() {
+            let Some((a, e)) = *local else { continue };
+            let r = rep(k as u32);
+            if permanent[r] {
                 continue;
             }
-            let g = self.tensors[k as usize].0;
-            let v = class_lives.entry(rep).or_default();
-            for &b in bases.get(&g).map_or(&[][..], Vec::as_slice) {
-                v.push(((b + a).max(0) as u64, (b + e).max(0) as u64));
+            live[r] = true;
+            for &b in &self.graphs[self.tensors[k].0].instances {
+                class_lives[r].push(((b + a).max(0) as u64, (b + e).max(0) as u64));
             }
         }
 
         // Number buffers in program order.
-        let mut class_buffer: HashMap<u32, BufferId> = HashMap::new();
-        let mut buffer_classes: Vec<u32> = Vec::new();
-        let mut visit = |t: (GraphId, TensorId), this: &Self| {
-            let Some(&k) = this.keys.get(&t) else { return };
-            let rep = this.classes.find(k);
-            if class_buffer.contains_key(&rep) || !(permanent_reps.contains(&rep) || class_lives.contains_key(&rep)) {
-                return;
+        const NONE: u32 = u32::MAX;
+        let mut class_buffer: Vec<u32> = vec![NONE; n];
+        let mut buffer_classes: Vec<usize> = Vec::new();
+        let mut visit = |g: usize, t: TensorId| {
+            let Some(&k) = self.graphs[g].keys.get(t) else { return };
+            let r = rep(k);
+            if class_buffer[r] == NONE && (permanent[r] || live[r]) {
+                class_buffer[r] = buffer_classes.len() as u32;
+                buffer_classes.push(r);
             }
-            class_buffer.insert(rep, BufferId(buffer_classes.len() as u32));
-            buffer_classes.push(rep);
         };
-        for &g in &self.order {
-            let graph = ir.graph(g)?;
-            graph.inputs().iter().for_each(|&t| visit((g, t), &self));
-            for &o in &self.sched[&g] {
-                let op = graph.op(o)?;
-                op.inputs().tensors().for_each(|t| visit((g, t), &self));
-                op.outputs().tensors().for_each(|t| visit((g, t), &self));
+        for (g, gd) in self.graphs.iter().enumerate() {
+            gd.graph.inputs().iter().for_each(|&t| visit(g, t));
+            for &o in &gd.sched {
+                let op = gd.graph.op(o)?;
+                op.inputs().tensors().for_each(|t| visit(g, t));
+                op.outputs().tensors().for_each(|t| visit(g, t));
             }
-            graph.outputs().iter().for_each(|&t| visit((g, t), &self));
+            gd.graph.outputs().iter().for_each(|&t| visit(g, t));
         }
-        for &g in &self.order {
-            for t in ir.graph(g)?.tensors() {
-                visit((g, t.id), &self);
+        for (g, gd) in self.graphs.iter().enumerate() {
+            for t in gd.graph.tensors() {
+                visit(g, t.id);
             }
         }
 
-        let name_of = |k: u32| -> TensorRef {
+        let tensor_ref = |k: u32| -> TensorRef {
             let (g, t) = self.tensors[k as usize];
-            let graph = ir.graph(g).expect("reachable");
-            TensorRef {
-                graph: g,
-                tensor: t,
-                name: format!("{}/{}", graph.name(), graph.tensor(t).expect("keyed").name),
-            }
+            let gd = &self.graphs[g];
+            TensorRef { graph: gd.id, tensor: t, name: format!("{}/{}", gd.graph.name(), self.tensor(k).name) }
         };
-        let mut buffers: Vec<Buffer> = Vec::new();
-        let mut tensor_buffers = HashMap::new();
-        for (i, &rep) in buffer_classes.iter().enumerate() {
-            let mut members = self.classes.members[rep as usize].clone();
+        let mut buffers: Vec<Buffer> = Vec::with_capacity(buffer_classes.len() + self.temps.len());
+        let mut tensor_buffers = HashMap::with_capacity(n);
+        for (i, &r) in buffer_classes.iter().enumerate() {
+            let mut members = self.classes.members[r].clone();
             members.sort_unstable();
             let kind = if members.iter().any(|&m| matches!(self.kind_of(m), TensorKind::Variable(_))) {
                 BufferKind::Variable
@@ -685,39 +828,29 @@ impl<'a> Lowerer<'a> {
                 BufferKind::Activation
             };
             let mut bytes = 0;
-            let mut info = None;
-            let mut refs = Vec::new();
+            let mut refs = Vec::with_capacity(members.len());
             for &m in &members {
-                let (g, t) = self.tensors[m as usize];
-                let ti = self.info(g, t)?;
-                bytes = bytes.max(ti.nbytes());
-                info.get_or_insert(ti);
-                tensor_buffers.insert((g, t), BufferId(i as u32));
-                refs.push(name_of(m));
+                bytes = bytes.max(self.tensor(m).info.nbytes());
+                let r = tensor_ref(m);
+                tensor_buffers.insert((r.graph, r.tensor), BufferId(i as u32));
+                refs.push(r);
             }
             // The class representative's own name first when it is a variable/constant.
-            if let Some(p) = members.iter().position(|&m| !matches!(self.kind_of(m), TensorKind::ActGrad)) {
-                refs.swap(0, p);
-                let (g, t) = self.tensors[members[p] as usize];
-                info = Some(self.info(g, t)?);
-            }
+            let first = members.iter().position(|&m| !matches!(self.kind_of(m), TensorKind::ActGrad)).unwrap_or(0);
+            refs.swap(0, first);
             buffers.push(Buffer {
                 id: BufferId(i as u32),
-                info: info.expect("classes are non-empty"),
+                info: self.tensor(members[first]).info.clone(),
                 kind,
                 offset: 0,
                 size: align_up(bytes, BUFFER_ALIGNMENT),
                 tensors: refs,
             });
         }
-        let mut temp_buffer = Vec::new();
-        let mut lives: Vec<Intervals> = Vec::new();
-        for b in &buffers {
-            lives.push(if b.kind == BufferKind::Activation {
-                normalize(class_lives.remove(&buffer_classes[b.id.index()]).unwrap_or_default())
-            } else {
-                Vec::new()
-            });
+        let mut temp_buffer = Vec::with_capacity(self.temps.len());
+        let mut lives: Vec<Intervals> = Vec::with_capacity(buffers.len() + self.temps.len());
+        for &r in &buffer_classes {
+            lives.push(normalize(std::mem::take(&mut class_lives[r])));
         }
         for t in &self.temps {
             let id = BufferId(buffers.len() as u32);
@@ -730,34 +863,24 @@ impl<'a> Lowerer<'a> {
                 size: align_up(t.info.nbytes(), BUFFER_ALIGNMENT),
                 tensors: Vec::new(),
             });
-            let v = bases
-                .get(&t.graph)
-                .map_or(&[][..], Vec::as_slice)
-                .iter()
-                .map(|&b| ((b + t.step) as u64, (b + t.step) as u64));
-            lives.push(normalize(v.collect()));
+            let steps = self.graphs[t.graph].instances.iter().map(|&b| ((b + t.step) as u64, (b + t.step) as u64));
+            lives.push(normalize(steps.collect()));
         }
 
         // Memory plan: permanent buffers first, then activations with reuse.
-        let mut permanent = 0;
+        let mut permanent_bytes = 0;
         for b in buffers.iter_mut().filter(|b| b.kind != BufferKind::Activation) {
-            b.offset = permanent;
-            permanent += b.size;
+            b.offset = permanent_bytes;
+            permanent_bytes += b.size;
         }
         let sizes: Vec<usize> =
             buffers.iter().map(|b| if b.kind == BufferKind::Activation { b.size } else { 0 }).collect();
-        let (offsets, end) = assign_offsets(&sizes, &lives, permanent);
+        let (offsets, end) = assign_offsets(&sizes, &lives, permanent_bytes);
         for (b, off) in buffers.iter_mut().zip(offsets) {
             if b.kind == BufferKind::Activation {
                 b.offset = off;
             }
         }
-        let memory = MemoryPlan {
-            alignment: BUFFER_ALIGNMENT,
-            permanent_bytes: permanent,
-            arena_bytes: end.max(permanent),
-            no_reuse_bytes: buffers.iter().map(|b| b.size).sum(),
-        };
 
         // Streams, weights, constants.
         let mut streams = Vec::new();
@@ -771,20 +894,23 @@ impl<'a> Lowerer<'a> {
                     info: t.info.clone(),
                     kind: StreamKind::Data,
                     tensor: t.id,
-                    graph: self.main,
+                    graph: main.id(),
                 });
             }
         }
+        let data_streams: HashMap<(StreamDirection, &str), StreamId> =
+            streams.iter().map(|s| ((s.direction, s.name.as_str()), s.id)).collect();
         let mut weights = Vec::new();
         let mut constants = Vec::new();
+        let mut weight_streams = Vec::new();
         for b in &buffers {
             for r in &b.tensors {
                 let tensor = ir.graph(r.graph)?.tensor(r.tensor)?;
                 match &tensor.kind {
-                    TensorKind::Variable(data) => {
+                    TensorKind::Variable(_) => {
                         let mut stream = |direction| {
-                            let id = StreamId(streams.len() as u32);
-                            streams.push(Stream {
+                            let id = StreamId((streams.len() + weight_streams.len()) as u32);
+                            weight_streams.push(Stream {
                                 id,
                                 name: r.name.clone(),
                                 direction,
@@ -797,13 +923,7 @@ impl<'a> Lowerer<'a> {
                         };
                         let from_host = stream(StreamDirection::HostToDevice);
                         let to_host = stream(StreamDirection::DeviceToHost);
-                        weights.push(Weight {
-                            tensor: r.clone(),
-                            buffer: b.id,
-                            from_host,
-                            to_host,
-                            initial: data.clone(),
-                        });
+                        weights.push(Weight { tensor: r.clone(), buffer: b.id, from_host, to_host });
                     }
                     TensorKind::Constant(data) => {
                         constants.push(Constant { tensor: r.clone(), buffer: b.id, data: data.clone() })
@@ -818,24 +938,22 @@ impl<'a> Lowerer<'a> {
             plans: &plans,
             class_buffer: &class_buffer,
             temp_buffer: &temp_buffer,
-            streams: &streams,
-            function_ids: self.order.iter().skip(1).enumerate().map(|(i, &g)| (g, FunctionId(i as u32))).collect(),
+            data_streams: &data_streams,
         };
         let mut functions = Vec::new();
-        for (i, &g) in self.order.iter().enumerate().skip(1) {
-            let graph = ir.graph(g)?;
-            let inputs = graph.inputs().iter().map(|&t| emitter.buf(g, t)).collect::<Result<_, _>>()?;
-            let outputs = graph.outputs().iter().map(|&t| emitter.buf(g, t)).collect::<Result<_, _>>()?;
+        for (g, gd) in self.graphs.iter().enumerate().skip(1) {
+            let inputs = gd.graph.inputs().iter().map(|&t| emitter.buf(g, t)).collect::<Result<_, _>>()?;
+            let outputs = gd.graph.outputs().iter().map(|&t| emitter.buf(g, t)).collect::<Result<_, _>>()?;
             functions.push(Function {
-                id: FunctionId(i as u32 - 1),
-                name: graph.name().to_string(),
-                graph: g,
+                id: function_id(g),
+                name: gd.graph.name().to_string(),
+                graph: gd.id,
                 inputs,
                 outputs,
                 body: emitter.graph_body(g)?,
             });
         }
-        let main_program = emitter.graph_body(self.main)?;
+        let main_program = emitter.graph_body(MAIN)?;
         let programs = Programs {
             init: Program::Sequence((0..constants.len()).map(|constant| Program::WriteConstant { constant }).collect()),
             weights_from_host: Program::Sequence(
@@ -845,6 +963,24 @@ impl<'a> Lowerer<'a> {
                 weights.iter().map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host }).collect(),
             ),
             main: main_program,
+        };
+        streams.extend(weight_streams);
+
+        // Landing buffers of host loads (the analogue of a compiled function's arguments).
+        let mut landing: HashSet<BufferId> = HashSet::new();
+        let mut note = |p: &Program| {
+            if let Program::HostToDevice { dst, .. } = p {
+                landing.insert(*dst);
+            }
+        };
+        programs.main.visit(&mut note);
+        functions.iter().for_each(|f| f.body.visit(&mut note));
+        let memory = MemoryPlan {
+            alignment: BUFFER_ALIGNMENT,
+            permanent_bytes,
+            arena_bytes: end.max(permanent_bytes),
+            no_reuse_bytes: buffers.iter().map(|b| b.size).sum(),
+            host_load_bytes: landing.iter().map(|b| buffers[b.index()].size).sum(),
         };
         Ok(Executable {
             buffers,
@@ -861,30 +997,42 @@ impl<'a> Lowerer<'a> {
     }
 }
 
+/// Function id of reachable graph `g` (not main).
+fn function_id(g: usize) -> FunctionId {
+    FunctionId(g as u32 - 1)
+}
+
 /// Op input index passed as branch input `k` of an if op (`then_inputs`/`else_inputs`).
 fn if_arg_index(op: &Op, key: &str, k: usize) -> Option<u32> {
     op.attrs.ints(key).and_then(|v| v.get(k)).map(|&i| i as u32)
 }
 
-/// The call sites of one op (none for ops that call no graph).
-fn sites_of(ir: &Ir, g: GraphId, op: &Op) -> Result<Vec<Site>, LowerError> {
+/// The call sites of one op of graph `caller` (none for ops that call no graph),
+/// each with its callee's id (`Site::callee` is filled in by the caller).
+fn sites_of(ir: &Ir, caller: usize, op: &Op) -> Result<Vec<(GraphId, Site)>, LowerError> {
     let missing = |what: &str| LowerError::Internal(format!("op `{}` has no {what}", op.name));
     let outs = |callee: GraphId| -> Result<Vec<TensorId>, LowerError> {
         let n = ir.graph(callee)?.outputs().len();
         (0..n as u32).map(|j| op.output(j).ok_or_else(|| missing(&format!("output {j}")))).collect()
     };
-    let call_like = |kind: SiteKind| -> Result<Site, LowerError> {
+    let sorted = |mut v: Vec<u32>| {
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let call_like = |kind: SiteKind| -> Result<(GraphId, Site), LowerError> {
         let callee = op.attrs.graph("graph").ok_or_else(|| missing("`graph` attribute"))?;
         let n = ir.graph(callee)?.inputs().len();
         let args = (0..n as u32)
             .map(|k| op.input(k).ok_or_else(|| missing(&format!("input {k}"))))
             .collect::<Result<_, _>>()?;
         let modified = if kind == SiteKind::Call {
-            op.modified_inputs().iter().map(|&i| i as usize).collect()
+            sorted(op.modified_inputs()).into_iter().map(|i| i as usize).collect()
         } else {
             Vec::new()
         };
-        Ok(Site { caller: g, op: op.id, callee, kind, args, outs: outs(callee)?, modified })
+        let site = Site { caller, op: op.id, callee: 0, kind, args, outs: outs(callee)?, modified, reads: Vec::new() };
+        Ok((callee, site))
     };
     match op.op_type() {
         "Call" => Ok(vec![call_like(SiteKind::Call)?]),
@@ -896,14 +1044,25 @@ fn sites_of(ir: &Ir, g: GraphId, op: &Op) -> Result<Vec<Site>, LowerError> {
             {
                 let callee = op.attrs.graph(gkey).ok_or_else(|| missing(gkey))?;
                 let n = ir.graph(callee)?.inputs().len();
-                let args = (0..n)
+                let indices = (0..n)
                     .map(|k| {
                         if_arg_index(op, ikey, k)
-                            .and_then(|i| op.input(i))
+                            .filter(|&i| op.input(i).is_some())
                             .ok_or_else(|| missing(&format!("{ikey}[{k}]")))
                     })
-                    .collect::<Result<_, _>>()?;
-                v.push(Site { caller: g, op: op.id, callee, kind, args, outs: outs(callee)?, modified: Vec::new() });
+                    .collect::<Result<Vec<u32>, _>>()?;
+                let args = indices.iter().map(|&i| op.input(i).expect("checked above")).collect();
+                let site = Site {
+                    caller,
+                    op: op.id,
+                    callee: 0,
+                    kind,
+                    args,
+                    outs: outs(callee)?,
+                    modified: Vec::new(),
+                    reads: sorted(indices),
+                };
+                v.push((callee, site));
             }
             Ok(v)
         }
@@ -914,27 +1073,27 @@ fn sites_of(ir: &Ir, g: GraphId, op: &Op) -> Result<Vec<Site>, LowerError> {
 struct Emitter<'l, 'a> {
     l: &'l Lowerer<'a>,
     plans: &'l [SitePlan],
-    class_buffer: &'l HashMap<u32, BufferId>,
+    /// Buffer of each class representative (`u32::MAX`: none).
+    class_buffer: &'l [u32],
     temp_buffer: &'l [BufferId],
-    streams: &'l [Stream],
-    function_ids: HashMap<GraphId, FunctionId>,
+    data_streams: &'l HashMap<(StreamDirection, &'l str), StreamId>,
 }
 
 impl Emitter<'_, '_> {
-    fn buf(&self, g: GraphId, t: TensorId) -> Result<BufferId, LowerError> {
+    fn buf(&self, g: usize, t: TensorId) -> Result<BufferId, LowerError> {
         let c = self.l.class(g, t)?;
-        self.class_buffer.get(&c).copied().ok_or_else(|| {
-            LowerError::Internal(format!("tensor {t:?} of graph `{}` is used but has no buffer", self.graph_name(g)))
-        })
-    }
-
-    fn graph_name(&self, g: GraphId) -> String {
-        self.l.ir.graph(g).map_or_else(|_| format!("{g:?}"), |x| x.name().to_string())
+        match self.class_buffer[c as usize] {
+            u32::MAX => Err(LowerError::Internal(format!(
+                "tensor {t:?} of graph `{}` is used but has no buffer",
+                self.l.graphs[g].graph.name()
+            ))),
+            b => Ok(BufferId(b)),
+        }
     }
 
     fn loc(&self, l: Loc) -> BufferId {
         match l {
-            Loc::Class(c) => self.class_buffer[&c],
+            Loc::Class(c) => BufferId(self.class_buffer[c as usize]),
             Loc::Temp(t) => self.temp_buffer[t],
         }
     }
@@ -945,24 +1104,23 @@ impl Emitter<'_, '_> {
         }
     }
 
-    fn stream(&self, g: GraphId, op: &Op, direction: StreamDirection) -> Result<StreamId, LowerError> {
+    fn stream(&self, g: usize, op: &Op, direction: StreamDirection) -> Result<StreamId, LowerError> {
         let name = op.attrs.str("stream").unwrap_or("");
-        self.streams
-            .iter()
-            .find(|s| s.kind == StreamKind::Data && s.direction == direction && s.name == name)
-            .map(|s| s.id)
-            .ok_or_else(|| LowerError::UnknownStream {
-                graph: self.graph_name(g),
-                op: op.name.clone(),
-                stream: name.to_string(),
-            })
+        self.data_streams.get(&(direction, name)).copied().ok_or_else(|| LowerError::UnknownStream {
+            graph: self.l.graphs[g].graph.name().to_string(),
+            op: op.name.clone(),
+            stream: name.to_string(),
+        })
     }
 
-    fn graph_body(&self, g: GraphId) -> Result<Program, LowerError> {
-        let graph = self.l.ir.graph(g)?;
+    fn graph_body(&self, g: usize) -> Result<Program, LowerError> {
+        let gd = &self.l.graphs[g];
         let mut seq = Vec::new();
-        for &o in &self.l.sched[&g] {
-            let op = graph.op(o)?;
+        for &o in &gd.sched {
+            if gd.shared_views.contains_key(o) {
+                continue; // the output shares the input's buffer: nothing to run
+            }
+            let op = gd.graph.op(o)?;
             let sites = self.l.op_sites(g, o);
             match op.op_type() {
                 "HostLoad" => {
@@ -983,13 +1141,13 @@ impl Emitter<'_, '_> {
         Ok(Program::Sequence(seq))
     }
 
-    fn emit_call_op(&self, op: &Op, sites: &[usize], seq: &mut Vec<Program>) -> Result<(), LowerError> {
-        let site = &self.l.sites[sites[0]];
-        let plan = &self.plans[sites[0]];
+    fn emit_call_op(&self, op: &Op, sites: Range<usize>, seq: &mut Vec<Program>) -> Result<(), LowerError> {
+        let site = &self.l.sites[sites.start];
+        let plan = &self.plans[sites.start];
         match site.kind {
             SiteKind::Call => {
                 self.copies(&plan.copy_in, seq);
-                seq.push(Program::Call(self.function_ids[&site.callee]));
+                seq.push(Program::Call(function_id(site.callee)));
                 self.copies(&plan.copy_out, seq);
                 self.copies(&plan.copy_back, seq);
             }
@@ -1001,7 +1159,7 @@ impl Emitter<'_, '_> {
                     .ok_or_else(|| LowerError::Internal(format!("repeat op `{}` has no count >= 1", op.name)))?
                     as u64;
                 self.copies(&plan.copy_in, seq);
-                let mut body = vec![Program::Call(self.function_ids[&site.callee])];
+                let mut body = vec![Program::Call(function_id(site.callee))];
                 self.copies(&plan.loop_copies, &mut body);
                 seq.push(Program::Repeat { count, body: Box::new(Program::Sequence(body)) });
                 self.copies(&plan.copy_out, seq);
@@ -1011,11 +1169,11 @@ impl Emitter<'_, '_> {
                     op.input(0).ok_or_else(|| LowerError::Internal(format!("if op `{}` has no condition", op.name)))?;
                 let cond = self.buf(site.caller, cond_t)?;
                 let mut branches = Vec::new();
-                for &s in sites {
+                for s in sites {
                     let (site, plan) = (&self.l.sites[s], &self.plans[s]);
                     let mut b = Vec::new();
                     self.copies(&plan.copy_in, &mut b);
-                    b.push(Program::Call(self.function_ids[&site.callee]));
+                    b.push(Program::Call(function_id(site.callee)));
                     self.copies(&plan.copy_out, &mut b);
                     branches.push(Program::Sequence(b));
                 }
@@ -1027,8 +1185,8 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 
-    fn kernel_call(&self, g: GraphId, op: &Op) -> Result<KernelCall, LowerError> {
-        let graph = self.l.ir.graph(g)?;
+    fn kernel_call(&self, g: usize, op: &Op) -> Result<KernelCall, LowerError> {
+        let graph = self.l.graphs[g].graph;
         let arg = |(index, t): (u32, TensorId)| -> Result<Arg, LowerError> {
             Ok(Arg { index, buffer: self.buf(g, t)?, info: graph.tensor(t)?.info.clone() })
         };

@@ -49,20 +49,10 @@ mod tests {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
         let info = TensorInfo::new(DataType::Float32, [1]);
-        let c = ir
-            .main_graph_mut()
-            .add_tensor(
-                "c",
-                info.clone(),
-                TensorKind::Constant(HostTensor::zeros(info)),
-            )
-            .unwrap();
-        let a = ir
-            .create_op(main, "Relu", Attributes::new(), &[(0, c)], "a")
-            .unwrap();
-        let b = ir
-            .create_op(main, "Exp", Attributes::new(), &[(0, c)], "b")
-            .unwrap();
+        let c =
+            ir.main_graph_mut().add_tensor("c", info.clone(), TensorKind::Constant(HostTensor::zeros(info))).unwrap();
+        let a = ir.create_op(main, "Relu", Attributes::new(), &[(0, c)], "a").unwrap();
+        let b = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "b").unwrap();
         ir.main_graph_mut().add_topo_con(a, b).unwrap();
         ir.main_graph_mut().add_topo_con(b, a).unwrap();
         match prepare(&mut ir) {

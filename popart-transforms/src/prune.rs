@@ -58,11 +58,7 @@ pub fn prune(ir: &mut Ir) -> Result<PruneReport> {
     for gid in ir.graph_ids() {
         let g = ir.graph(gid)?;
         let keep = required_ops(g, gid == ir.main_graph_id(), &effectful);
-        let mut doomed: Vec<OpId> = g
-            .ops_in_creation_order()
-            .into_iter()
-            .filter(|o| !keep.contains(o))
-            .collect();
+        let mut doomed: Vec<OpId> = g.ops_in_creation_order().into_iter().filter(|o| !keep.contains(o)).collect();
         if doomed.is_empty() {
             continue;
         }
@@ -77,13 +73,13 @@ pub fn prune(ir: &mut Ir) -> Result<PruneReport> {
         for o in doomed.drain(..) {
             g.erase_op(o)?;
         }
+        let boundary: HashSet<TensorId> = g.inputs().iter().chain(g.outputs()).copied().collect();
         for t in produced {
             let tensor = g.tensor(t)?;
             let dangling = tensor.kind == TensorKind::ActGrad
                 && tensor.consumers().is_empty()
                 && tensor.producer().is_none()
-                && g.input_index(t).is_none()
-                && g.output_index(t).is_none();
+                && !boundary.contains(&t);
             if dangling {
                 g.remove_tensor(t)?;
                 report.removed_tensors += 1;
@@ -98,10 +94,9 @@ fn graphs_with_side_effects(ir: &Ir) -> Result<HashSet<GraphId>> {
     let mut out = HashSet::new();
     for gid in ir.graphs_callees_first()? {
         let g = ir.graph(gid)?;
-        let has = g.ops().any(|op| {
-            op.flags().contains(OpFlags::SIDE_EFFECT)
-                || op.called_graphs().iter().any(|c| out.contains(c))
-        });
+        let has = g
+            .ops()
+            .any(|op| op.flags().contains(OpFlags::SIDE_EFFECT) || op.called_graphs().iter().any(|c| out.contains(c)));
         if has {
             out.insert(gid);
         }
@@ -110,47 +105,78 @@ fn graphs_with_side_effects(ir: &Ir) -> Result<HashSet<GraphId>> {
 }
 
 /// Alias classes of a graph's tensors: tensors joined by the (input, output) alias
-/// pairs of in-place ops. Returns tensor -> class representative.
-fn alias_classes(g: &Graph) -> HashMap<TensorId, TensorId> {
-    let mut parent: HashMap<TensorId, TensorId> = HashMap::new();
-    fn find(parent: &mut HashMap<TensorId, TensorId>, t: TensorId) -> TensorId {
-        let mut r = t;
-        while let Some(&p) = parent.get(&r) {
-            if p == r {
-                break;
+/// pairs of in-place ops. Only tensors in a class of two or more appear.
+struct AliasClasses {
+    /// Tensor -> class representative.
+    rep: HashMap<TensorId, TensorId>,
+    /// Representative -> members.
+    members: HashMap<TensorId, Vec<TensorId>>,
+}
+
+impl AliasClasses {
+    fn new(g: &Graph) -> Self {
+        // Union-find with path halving and union by size.
+        let mut parent: HashMap<TensorId, TensorId> = HashMap::new();
+        let mut size: HashMap<TensorId, usize> = HashMap::new();
+        fn find(parent: &mut HashMap<TensorId, TensorId>, mut t: TensorId) -> TensorId {
+            while let Some(&p) = parent.get(&t) {
+                if p == t {
+                    break;
+                }
+                let grand = parent.get(&p).copied().unwrap_or(p);
+                parent.insert(t, grand);
+                t = grand;
             }
-            r = p;
+            t
         }
-        parent.insert(t, r);
-        r
-    }
-    for op in g.ops() {
-        for (i, o) in op.def().aliases(&op.attrs) {
-            if let (Some(a), Some(b)) = (op.input(i), op.output(o)) {
-                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
-                if ra != rb {
-                    parent.insert(rb, ra);
+        for op in g.ops() {
+            for (i, o) in op.def().aliases(&op.attrs) {
+                if let (Some(a), Some(b)) = (op.input(i), op.output(o)) {
+                    for t in [a, b] {
+                        parent.entry(t).or_insert(t);
+                        size.entry(t).or_insert(1);
+                    }
+                    let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+                    if ra != rb {
+                        let (big, small) = if size[&ra] >= size[&rb] { (ra, rb) } else { (rb, ra) };
+                        parent.insert(small, big);
+                        *size.get_mut(&big).expect("sized") += size[&small];
+                    }
                 }
             }
         }
+        let keys: Vec<TensorId> = parent.keys().copied().collect();
+        let mut rep = HashMap::with_capacity(keys.len());
+        let mut members: HashMap<TensorId, Vec<TensorId>> = HashMap::new();
+        for t in keys {
+            let r = find(&mut parent, t);
+            rep.insert(t, r);
+            members.entry(r).or_default().push(t);
+        }
+        AliasClasses { rep, members }
     }
-    let keys: Vec<TensorId> = parent.keys().copied().collect();
-    let mut out = HashMap::new();
-    for t in keys {
-        out.insert(t, find(&mut parent, t));
+
+    fn class_of(&self, t: TensorId) -> TensorId {
+        self.rep.get(&t).copied().unwrap_or(t)
     }
-    out
+
+    fn members(&self, class: TensorId) -> &[TensorId] {
+        self.members.get(&class).map_or(&[], Vec::as_slice)
+    }
 }
 
 fn required_ops(g: &Graph, is_main: bool, effectful: &HashSet<GraphId>) -> HashSet<OpId> {
-    let classes = alias_classes(g);
-    let class_of = |t: TensorId| classes.get(&t).copied().unwrap_or(t);
+    let classes = AliasClasses::new(g);
+    let class_of = |t: TensorId| classes.class_of(t);
     // Classes holding memory that outlives one execution of the graph.
     let mut persistent: HashSet<TensorId> = HashSet::new();
     for t in g.tensors() {
-        if t.is_variable() || (!is_main && g.input_index(t.id).is_some()) {
+        if t.is_variable() {
             persistent.insert(class_of(t.id));
         }
+    }
+    if !is_main {
+        persistent.extend(g.inputs().iter().map(|&t| class_of(t)));
     }
     // Modifiers of each alias class.
     let mut modifiers: HashMap<TensorId, Vec<OpId>> = HashMap::new();
@@ -170,11 +196,7 @@ fn required_ops(g: &Graph, is_main: bool, effectful: &HashSet<GraphId>) -> HashS
         let flags = op.flags();
         let root = flags.contains(OpFlags::SIDE_EFFECT)
             || op.called_graphs().iter().any(|c| effectful.contains(c))
-            || op
-                .modified_inputs()
-                .iter()
-                .filter_map(|&i| op.input(i))
-                .any(|t| persistent.contains(&class_of(t)));
+            || op.modified_inputs().iter().filter_map(|&i| op.input(i)).any(|t| persistent.contains(&class_of(t)));
         if root {
             keep.insert(op.id);
             work.push(op.id);
@@ -197,11 +219,7 @@ fn required_ops(g: &Graph, is_main: bool, effectful: &HashSet<GraphId>) -> HashS
         if needed_classes.insert(c) {
             // Every tensor of an alias class shares memory: their producers and
             // in-place writers determine what a reader of `t` sees.
-            for (&member, &rep) in &classes {
-                if rep == c && member != t {
-                    tensor_work.push(member);
-                }
-            }
+            tensor_work.extend(classes.members(c).iter().filter(|&&m| m != t));
             for &m in modifiers.get(&c).map(Vec::as_slice).unwrap_or(&[]) {
                 if keep.insert(m) {
                     work.push(m);
@@ -227,68 +245,28 @@ mod tests {
 
     fn op_names(ir: &Ir, g: GraphId) -> Vec<String> {
         let g = ir.graph(g).unwrap();
-        g.ops_in_creation_order()
-            .into_iter()
-            .map(|o| g.op(o).unwrap().name.clone())
-            .collect()
+        g.ops_in_creation_order().into_iter().map(|o| g.op(o).unwrap().name.clone()).collect()
     }
 
     fn store(ir: &mut Ir, t: TensorId, stream: &str) {
         let main = ir.main_graph_id();
         ir.graph_mut(main)
             .unwrap()
-            .add_tensor(
-                stream,
-                f32x2(),
-                TensorKind::Stream(StreamDirection::DeviceToHost),
-            )
+            .add_tensor(stream, f32x2(), TensorKind::Stream(StreamDirection::DeviceToHost))
             .unwrap();
         let attrs = Attributes::new().with("stream", AttrValue::Str(stream.into()));
-        ir.create_op(main, "HostStore", attrs, &[(0, t)], "store")
-            .unwrap();
+        ir.create_op(main, "HostStore", attrs, &[(0, t)], "store").unwrap();
     }
 
     #[test]
     fn removes_dead_chain_and_keeps_store_inputs() {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
-        let x = ir
-            .main_graph_mut()
-            .add_tensor(
-                "x",
-                f32x2(),
-                TensorKind::Constant(HostTensor::zeros(f32x2())),
-            )
-            .unwrap();
-        let a = ir
-            .create_op(main, "Relu", Attributes::new(), &[(0, x)], "a")
-            .unwrap();
-        let b = ir
-            .create_op(
-                main,
-                "Exp",
-                Attributes::new(),
-                &[(0, out(&ir, main, a))],
-                "b",
-            )
-            .unwrap();
-        let dead1 = ir
-            .create_op(
-                main,
-                "Neg",
-                Attributes::new(),
-                &[(0, out(&ir, main, a))],
-                "dead1",
-            )
-            .unwrap();
-        ir.create_op(
-            main,
-            "Neg",
-            Attributes::new(),
-            &[(0, out(&ir, main, dead1))],
-            "dead2",
-        )
-        .unwrap();
+        let x = ir.main_graph_mut().add_tensor("x", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        let a = ir.create_op(main, "Relu", Attributes::new(), &[(0, x)], "a").unwrap();
+        let b = ir.create_op(main, "Exp", Attributes::new(), &[(0, out(&ir, main, a))], "b").unwrap();
+        let dead1 = ir.create_op(main, "Neg", Attributes::new(), &[(0, out(&ir, main, a))], "dead1").unwrap();
+        ir.create_op(main, "Neg", Attributes::new(), &[(0, out(&ir, main, dead1))], "dead2").unwrap();
         let bt = out(&ir, main, b);
         store(&mut ir, bt, "o");
         let r = prune(&mut ir).unwrap();
@@ -304,45 +282,14 @@ mod tests {
     fn keeps_variable_updates_and_what_they_read() {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
-        let v = ir
-            .main_graph_mut()
-            .add_tensor(
-                "v",
-                f32x2(),
-                TensorKind::Variable(HostTensor::zeros(f32x2())),
-            )
-            .unwrap();
-        let c = ir
-            .main_graph_mut()
-            .add_tensor(
-                "c",
-                f32x2(),
-                TensorKind::Constant(HostTensor::zeros(f32x2())),
-            )
-            .unwrap();
-        let e = ir
-            .create_op(main, "Exp", Attributes::new(), &[(0, c)], "e")
-            .unwrap();
-        let upd = ir
-            .create_op(
-                main,
-                "AddInplace",
-                Attributes::new(),
-                &[(0, v), (1, out(&ir, main, e))],
-                "upd",
-            )
-            .unwrap();
+        let v = ir.main_graph_mut().add_tensor("v", f32x2(), TensorKind::Variable(HostTensor::zeros(f32x2()))).unwrap();
+        let c = ir.main_graph_mut().add_tensor("c", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        let e = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "e").unwrap();
+        let upd =
+            ir.create_op(main, "AddInplace", Attributes::new(), &[(0, v), (1, out(&ir, main, e))], "upd").unwrap();
         // A second in-place write through the alias of the variable.
-        ir.create_op(
-            main,
-            "AddInplace",
-            Attributes::new(),
-            &[(0, out(&ir, main, upd)), (1, c)],
-            "upd2",
-        )
-        .unwrap();
-        ir.create_op(main, "Neg", Attributes::new(), &[(0, v)], "dead")
-            .unwrap();
+        ir.create_op(main, "AddInplace", Attributes::new(), &[(0, out(&ir, main, upd)), (1, c)], "upd2").unwrap();
+        ir.create_op(main, "Neg", Attributes::new(), &[(0, v)], "dead").unwrap();
         let r = prune(&mut ir).unwrap();
         assert_eq!(r.removed_ops, vec!["main/dead"]);
         assert_eq!(op_names(&ir, main), vec!["e", "upd", "upd2"]);
@@ -352,38 +299,13 @@ mod tests {
     fn keeps_in_place_writers_of_needed_activations() {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
-        let c = ir
-            .main_graph_mut()
-            .add_tensor(
-                "c",
-                f32x2(),
-                TensorKind::Constant(HostTensor::zeros(f32x2())),
-            )
-            .unwrap();
-        let a = ir
-            .create_op(main, "Exp", Attributes::new(), &[(0, c)], "a")
-            .unwrap();
+        let c = ir.main_graph_mut().add_tensor("c", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        let a = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "a").unwrap();
         let at = out(&ir, main, a);
-        ir.create_op(
-            main,
-            "AddInplace",
-            Attributes::new(),
-            &[(0, at), (1, c)],
-            "bump",
-        )
-        .unwrap();
-        let unused_writer_target = ir
-            .create_op(main, "Exp", Attributes::new(), &[(0, c)], "t")
-            .unwrap();
+        ir.create_op(main, "AddInplace", Attributes::new(), &[(0, at), (1, c)], "bump").unwrap();
+        let unused_writer_target = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "t").unwrap();
         let tt = out(&ir, main, unused_writer_target);
-        ir.create_op(
-            main,
-            "AddInplace",
-            Attributes::new(),
-            &[(0, tt), (1, c)],
-            "bump_dead",
-        )
-        .unwrap();
+        ir.create_op(main, "AddInplace", Attributes::new(), &[(0, tt), (1, c)], "bump_dead").unwrap();
         store(&mut ir, at, "o");
         let r = prune(&mut ir).unwrap();
         assert_eq!(r.removed_ops, vec!["main/t", "main/bump_dead"]);
@@ -393,55 +315,25 @@ mod tests {
     fn subgraphs_keep_outputs_and_calls_with_host_io_are_kept() {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
-        ir.main_graph_mut()
-            .add_tensor(
-                "in",
-                f32x2(),
-                TensorKind::Stream(StreamDirection::HostToDevice),
-            )
-            .unwrap();
+        ir.main_graph_mut().add_tensor("in", f32x2(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
         let sub = ir.create_graph("sub").unwrap();
         let x = ir.graph_mut(sub).unwrap().add_input("x", f32x2()).unwrap();
-        let r = ir
-            .create_op(sub, "Relu", Attributes::new(), &[(0, x)], "r")
-            .unwrap();
-        ir.create_op(sub, "Neg", Attributes::new(), &[(0, x)], "dead_in_sub")
-            .unwrap();
+        let r = ir.create_op(sub, "Relu", Attributes::new(), &[(0, x)], "r").unwrap();
+        ir.create_op(sub, "Neg", Attributes::new(), &[(0, x)], "dead_in_sub").unwrap();
         let rt = out(&ir, sub, r);
         ir.graph_mut(sub).unwrap().add_output(rt).unwrap();
         // A graph whose only op loads from the host: calling it is a side effect.
         let loader = ir.create_graph("loader").unwrap();
         let attrs = Attributes::new().with("stream", AttrValue::Str("in".into()));
-        let l = ir
-            .create_op(loader, "HostLoad", attrs, &[], "load")
-            .unwrap();
+        let l = ir.create_op(loader, "HostLoad", attrs, &[], "load").unwrap();
         let lt = out(&ir, loader, l);
         ir.graph_mut(loader).unwrap().add_output(lt).unwrap();
 
-        let c = ir
-            .main_graph_mut()
-            .add_tensor(
-                "c",
-                f32x2(),
-                TensorKind::Constant(HostTensor::zeros(f32x2())),
-            )
+        let c = ir.main_graph_mut().add_tensor("c", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+        ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(sub)), &[(0, c)], "call_dead")
             .unwrap();
-        ir.create_op(
-            main,
-            "Call",
-            Attributes::new().with("graph", AttrValue::Graph(sub)),
-            &[(0, c)],
-            "call_dead",
-        )
-        .unwrap();
-        ir.create_op(
-            main,
-            "Call",
-            Attributes::new().with("graph", AttrValue::Graph(loader)),
-            &[],
-            "call_load",
-        )
-        .unwrap();
+        ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(loader)), &[], "call_load")
+            .unwrap();
         let r = prune(&mut ir).unwrap();
         assert_eq!(r.removed_ops, vec!["main/call_dead", "sub/dead_in_sub"]);
         assert_eq!(op_names(&ir, sub), vec!["r"]);
@@ -455,14 +347,7 @@ mod tests {
         let sub = ir.create_graph("sub").unwrap();
         let x = ir.graph_mut(sub).unwrap().add_input("x", f32x2()).unwrap();
         let y = ir.graph_mut(sub).unwrap().add_input("y", f32x2()).unwrap();
-        ir.create_op(
-            sub,
-            "AddInplace",
-            Attributes::new(),
-            &[(0, x), (1, y)],
-            "write_x",
-        )
-        .unwrap();
+        ir.create_op(sub, "AddInplace", Attributes::new(), &[(0, x), (1, y)], "write_x").unwrap();
         prune(&mut ir).unwrap();
         assert_eq!(op_names(&ir, sub), vec!["write_x"]);
     }

@@ -1,8 +1,8 @@
 //! The memory plan of `popart-lower`: reuse across lifetimes, in-place aliasing,
-//! determinism, and a randomized differential test: random IRs with nested calls,
-//! repeats, in-place updates and host IO run on the cpu device must match an
-//! independent reference interpreter exactly (a wrong reuse or a missing copy
-//! corrupts values).
+//! views lowered to buffer sharing, determinism, and a randomized differential test:
+//! random IRs with nested calls, repeats, in-place updates, views and host IO run on
+//! the cpu device must match an independent reference interpreter exactly (a wrong
+//! reuse, a wrongly shared view or a missing copy corrupts values).
 
 use std::collections::HashMap;
 
@@ -78,6 +78,137 @@ fn lowering_is_deterministic() {
     }
 }
 
+/// Runs `ir` once on the cpu device with `data` for every host-to-device stream
+/// (all f32) and returns every device-to-host stream's values by name.
+fn run_on_cpu(ir: &Ir, data: &[(&str, Vec<f32>)]) -> HashMap<String, Vec<f64>> {
+    let ir = popxl::Ir::from_ir(ir.clone());
+    let mut session = Session::new(ir.clone(), "cpu").unwrap();
+    let mut inputs = popxl_session::Inputs::new();
+    for s in session.expected_inputs() {
+        let (_, v) = data.iter().find(|(n, _)| *n == s.name()).expect("data for every input stream");
+        inputs.insert(s, HostArray::from(v.clone()));
+    }
+    let outputs = session.scope(|s| s.run(&inputs)).unwrap();
+    ir.d2h_streams().into_iter().map(|s| (s.name().to_string(), outputs[&s].to_f64_vec())).collect()
+}
+
+fn add_stream(ir: &mut Ir, name: &str, shape: &[usize], direction: StreamDirection) {
+    let info = TensorInfo::new(DataType::Float32, shape);
+    ir.main_graph_mut().add_tensor(name, info, TensorKind::Stream(direction)).unwrap();
+}
+
+fn op1(ir: &mut Ir, g: GraphId, ty: &str, attrs: Attributes, inputs: &[TensorId], name: &str) -> (OpId, TensorId) {
+    let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+    let op = ir.create_op(g, ty, attrs, &ins, name).unwrap();
+    (op, out(ir, g, op))
+}
+
+fn shape(v: &[i64]) -> Attributes {
+    Attributes::new().with("shape", AttrValue::Ints(v.to_vec()))
+}
+
+#[test]
+fn view_chains_share_one_buffer_and_run_no_kernel() {
+    // main: x = load; r = x.reshape(2, 2); q = r.reshape(1, 4); s = squeeze(q);
+    // y = f(s) where f(p) = identity(p).reshape(4); store relu(y).
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    add_stream(&mut ir, "in", &[4], StreamDirection::HostToDevice);
+    add_stream(&mut ir, "out", &[4], StreamDirection::DeviceToHost);
+    let f = ir.create_graph("f").unwrap();
+    let p = ir.graph_mut(f).unwrap().add_input("p", vec4()).unwrap();
+    let (_, i) = op1(&mut ir, f, "Identity", Attributes::new(), &[p], "id");
+    let (_, fo) = op1(&mut ir, f, "Reshape", shape(&[4]), &[i], "flat");
+    ir.graph_mut(f).unwrap().add_output(fo).unwrap();
+    let (_, x) = op1(&mut ir, main, "HostLoad", stream_attrs("in"), &[], "load");
+    let (_, r) = op1(&mut ir, main, "Reshape", shape(&[2, 2]), &[x], "r");
+    let (_, q) = op1(&mut ir, main, "Reshape", shape(&[1, 4]), &[r], "q");
+    let (_, sq) = op1(&mut ir, main, "Squeeze", Attributes::new(), &[q], "s");
+    let (_, y) = op1(&mut ir, main, "Call", Attributes::new().with("graph", AttrValue::Graph(f)), &[sq], "call");
+    let (_, z) = op1(&mut ir, main, "Relu", Attributes::new(), &[y], "relu");
+    ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, z)], "store").unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+
+    let b = exe.buffer_of(main, x).unwrap();
+    for (g, t) in [(main, r), (main, q), (main, sq), (main, y), (f, p), (f, i), (f, fo)] {
+        assert_eq!(exe.buffer_of(g, t), Some(b), "{}", exe.dump());
+    }
+    let kernels: Vec<&str> = exe.kernel_calls().iter().map(|k| k.op_type.as_str()).collect();
+    assert_eq!(kernels, ["Relu"]);
+    assert!(!exe.dump().contains("copy "), "the call reads and writes the shared buffer");
+    // The shared buffer and relu's output: 64 bytes each, live together at the relu.
+    assert_eq!(exe.memory.arena_bytes, 128);
+    assert_eq!(exe.memory.host_load_bytes, 64);
+    let got = run_on_cpu(&ir, &[("in", vec![-1.0, 2.0, -3.0, 4.0])]);
+    assert_eq!(got["out"], [0.0, 2.0, 0.0, 4.0]);
+}
+
+#[test]
+fn views_of_tensors_written_in_place_keep_their_copy() {
+    // x = load; y = x.reshape(4) before x += 1: y keeps the old value.
+    // u = identity(w); u += 1 (u is written): w keeps its value.
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    for name in ["in", "in2"] {
+        add_stream(&mut ir, name, &[4], StreamDirection::HostToDevice);
+    }
+    for name in ["old", "new", "w", "u"] {
+        add_stream(&mut ir, name, &[4], StreamDirection::DeviceToHost);
+    }
+    let one = ir
+        .main_graph_mut()
+        .add_tensor("one", vec4(), TensorKind::Constant(HostTensor::from_f32(&[N], &[1.0; N])))
+        .unwrap();
+    let (_, x0) = op1(&mut ir, main, "HostLoad", stream_attrs("in"), &[], "load");
+    let (_, x) = op1(&mut ir, main, "Exp", Attributes::new(), &[x0], "exp");
+    let (view, y) = op1(&mut ir, main, "Reshape", shape(&[4]), &[x], "view");
+    let (bump, x1) = op1(&mut ir, main, "AddInplace", Attributes::new(), &[x, one], "bump");
+    ir.main_graph_mut().add_topo_con(view, bump).unwrap();
+    let (_, w) = op1(&mut ir, main, "HostLoad", stream_attrs("in2"), &[], "load2");
+    let (_, u) = op1(&mut ir, main, "Identity", Attributes::new(), &[w], "u");
+    let (_, u1) = op1(&mut ir, main, "AddInplace", Attributes::new(), &[u, one], "bump_u");
+    for (name, t) in [("old", y), ("new", x1), ("w", w), ("u", u1)] {
+        ir.create_op(main, "HostStore", stream_attrs(name), &[(0, t)], &format!("store_{name}")).unwrap();
+    }
+    let exe = popart_lower::lower(&ir).unwrap();
+    assert_ne!(exe.buffer_of(main, x), exe.buffer_of(main, y));
+    assert_ne!(exe.buffer_of(main, w), exe.buffer_of(main, u));
+    let kernels: Vec<&str> = exe.kernel_calls().iter().map(|k| k.op_type.as_str()).collect();
+    assert_eq!(kernels.iter().filter(|&&k| k == "Reshape" || k == "Identity").count(), 2, "{kernels:?}");
+    let xs = [0.0f32, 0.5, -1.0, 2.0];
+    let got = run_on_cpu(&ir, &[("in", xs.to_vec()), ("in2", vec![1.0, 2.0, 3.0, 4.0])]);
+    let exp: Vec<f64> = xs.iter().map(|&v| v.exp() as f64).collect();
+    assert_eq!(got["old"], exp);
+    assert_eq!(got["new"], xs.iter().map(|&v| (v.exp() + 1.0) as f64).collect::<Vec<_>>());
+    assert_eq!(got["w"], [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(got["u"], [2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn views_of_variables_share_their_buffer_unless_the_variable_is_updated() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    add_stream(&mut ir, "a", &[2, 2], StreamDirection::DeviceToHost);
+    add_stream(&mut ir, "b", &[4], StreamDirection::DeviceToHost);
+    let data = HostTensor::from_f32(&[N], &[1.0, -2.0, 3.0, -4.0]);
+    let frozen = ir.main_graph_mut().add_tensor("frozen", vec4(), TensorKind::Variable(data.clone())).unwrap();
+    let trained = ir.main_graph_mut().add_tensor("trained", vec4(), TensorKind::Variable(data)).unwrap();
+    let (_, a) = op1(&mut ir, main, "Reshape", shape(&[2, 2]), &[frozen], "a");
+    let (_, ra) = op1(&mut ir, main, "Relu", Attributes::new(), &[a], "relu");
+    let (view, b) = op1(&mut ir, main, "Detach", Attributes::new(), &[trained], "b");
+    let (upd, _) = op1(&mut ir, main, "AddInplace", Attributes::new(), &[trained, frozen], "update");
+    ir.main_graph_mut().add_topo_con(view, upd).unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("a"), &[(0, ra)], "store_a").unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("b"), &[(0, b)], "store_b").unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    assert_eq!(exe.buffer_of(main, a), exe.buffer_of(main, frozen));
+    assert_ne!(exe.buffer_of(main, b), exe.buffer_of(main, trained));
+    assert_eq!(exe.memory.permanent_bytes, 128, "a is no extra permanent buffer");
+    let got = run_on_cpu(&ir, &[]);
+    assert_eq!(got["a"], [1.0, 0.0, 3.0, 0.0]);
+    assert_eq!(got["b"], [1.0, -2.0, 3.0, -4.0], "read before the update");
+}
+
 // ----- randomized differential test -----
 
 struct Rng(u64);
@@ -127,7 +258,7 @@ fn random_ops(ir: &mut Ir, g: GraphId, pool: &mut Vec<TensorId>, avail: &Availab
     for i in 0..n_ops {
         let pick = |rng: &mut Rng, pool: &Vec<TensorId>| pool[rng.below(pool.len())];
         let name = format!("op{i}");
-        match rng.below(12) {
+        match rng.below(14) {
             0..=2 => {
                 let (a, b) = (pick(rng, pool), pick(rng, pool));
                 let ty = ["Add", "Sub", "Add"][rng.below(3)];
@@ -204,6 +335,47 @@ fn random_ops(ir: &mut Ir, g: GraphId, pool: &mut Vec<TensorId>, avail: &Availab
                 let op = ir.create_op(g, "If", attrs, &args, &name).unwrap();
                 let outs: Vec<TensorId> = ir.graph(g).unwrap().op(op).unwrap().outputs().tensors().collect();
                 pool.extend(outs);
+            }
+            11 => {
+                // A view, sometimes through [2, 2] and back.
+                let x = pick(rng, pool);
+                let y = match rng.below(4) {
+                    0 => op1(ir, g, ["Identity", "Detach"][rng.below(2)], Attributes::new(), &[x], &name).1,
+                    1 if rng.chance(50) => op1(ir, g, "Reshape", shape(&[-1]), &[x], &name).1,
+                    1 => op1(ir, g, "Squeeze", Attributes::new(), &[x], &name).1,
+                    _ => {
+                        let (_, r) = op1(ir, g, "Reshape", shape(&[2, 2]), &[x], &format!("{name}_2x2"));
+                        if rng.chance(50) {
+                            op1(ir, g, "Reshape", shape(&[4]), &[r], &name).1
+                        } else {
+                            op1(ir, g, "ReshapeGrad", Attributes::new(), &[r, x], &name).1
+                        }
+                    }
+                };
+                pool.push(y);
+            }
+            12 => {
+                // A view of a tensor that is then written in place: the view must
+                // keep its own copy of the old value.
+                let graph = ir.graph(g).unwrap();
+                let targets: Vec<usize> = (0..pool.len())
+                    .filter(|&k| {
+                        graph.tensor(pool[k]).unwrap().kind == TensorKind::ActGrad
+                            && graph.output_index(pool[k]).is_none()
+                    })
+                    .collect();
+                if targets.is_empty() || pool.len() < 2 {
+                    continue;
+                }
+                let x = pool.remove(targets[rng.below(targets.len())]);
+                let ty = ["Identity", "Reshape"][rng.below(2)];
+                let attrs = if ty == "Reshape" { shape(&[4]) } else { Attributes::new() };
+                let (view, y) = op1(ir, g, ty, attrs, &[x], &format!("{name}_view"));
+                pool.push(y);
+                let other = pick(rng, pool);
+                let (bump, x1) = op1(ir, g, "AddInplace", Attributes::new(), &[x, other], &name);
+                ir.graph_mut(g).unwrap().add_topo_con(view, bump).unwrap();
+                pool.push(x1);
             }
             _ => {
                 let op = ir.create_op(g, "Relu", Attributes::new(), &[(0, pick(rng, pool))], &name).unwrap();
@@ -288,7 +460,8 @@ struct HostIo {
 fn eval(ir: &Ir, g: GraphId, args: Vec<[f32; N]>, io: &mut HostIo) -> (Vec<[f32; N]>, Vec<[f32; N]>) {
     let graph = ir.graph(g).unwrap();
     let mut val: HashMap<TensorId, [f32; N]> = HashMap::new();
-    // Alias root of in-place results, and the latest value of each root.
+    // Alias root of in-place results. A tensor's value is its root's latest value:
+    // an in-place write is seen through every alias, as on the device.
     let mut root: HashMap<TensorId, TensorId> = HashMap::new();
     for (t, v) in graph.inputs().iter().zip(args) {
         val.insert(*t, v);
@@ -301,7 +474,10 @@ fn eval(ir: &Ir, g: GraphId, args: Vec<[f32; N]>, io: &mut HostIo) -> (Vec<[f32;
     }
     for o in graph.schedule().unwrap() {
         let op = graph.op(o).unwrap();
-        let input = |i: u32| val[&op.input(i).unwrap()];
+        let input = |i: u32| {
+            let t = op.input(i).unwrap();
+            val[root.get(&t).unwrap_or(&t)]
+        };
         let map2 =
             |a: [f32; N], b: [f32; N], f: fn(f32, f32) -> f32| -> [f32; N] { std::array::from_fn(|i| f(a[i], b[i])) };
         let result: Vec<[f32; N]> = match op.op_type() {
@@ -317,6 +493,7 @@ fn eval(ir: &Ir, g: GraphId, args: Vec<[f32; N]>, io: &mut HostIo) -> (Vec<[f32;
             "Sub" => vec![map2(input(0), input(1), |a, b| a - b)],
             "Mul" => vec![map2(input(0), input(1), |a, b| a * b)],
             "Relu" => vec![input(0).map(|a| a.max(0.0))],
+            "Identity" | "Detach" | "Reshape" | "Squeeze" | "ReshapeGrad" => vec![input(0)],
             "Neg" => vec![input(0).map(|a| -a)],
             "HostLoad" => {
                 let (data, cursor) = io.inputs.get_mut(op.attrs.str("stream").unwrap()).unwrap();
@@ -358,8 +535,9 @@ fn eval(ir: &Ir, g: GraphId, args: Vec<[f32; N]>, io: &mut HostIo) -> (Vec<[f32;
             val.insert(op.output(j as u32).unwrap(), v);
         }
     }
-    let outs = graph.outputs().iter().map(|t| val[t]).collect();
-    let finals = graph.inputs().iter().map(|t| val[t]).collect();
+    let value = |t: &TensorId| val[root.get(t).unwrap_or(t)];
+    let outs = graph.outputs().iter().map(value).collect();
+    let finals = graph.inputs().iter().map(value).collect();
     (outs, finals)
 }
 
@@ -424,11 +602,15 @@ fn random_programs_match_a_reference_interpreter() {
 /// the very same buffer (an in-place alias).
 #[test]
 fn random_programs_never_overlap_copy_or_kernel_arguments() {
+    let (mut views, mut kept) = (0, 0);
     for seed in 0..200u64 {
         let m = random_model(seed);
         let mut prepared = m.ir.clone();
         popart_transforms::prepare::prepare(&mut prepared).unwrap();
         let exe = popart_lower::lower(&prepared).unwrap();
+        let is_view = |ty: &str| popart_lower::VIEW_OP_TYPES.contains(&ty);
+        views += prepared.graphs().flat_map(|g| g.ops()).filter(|op| is_view(op.op_type())).count();
+        kept += exe.kernel_calls().iter().filter(|k| is_view(&k.op_type)).count();
         let range = |b: popart_lower::BufferId, bytes: usize| (exe.buffer(b).offset, exe.buffer(b).offset + bytes);
         let overlap = |(a, b): (usize, usize), (c, d): (usize, usize)| a < d && c < b;
         let mut bad = Vec::new();
@@ -455,4 +637,7 @@ fn random_programs_never_overlap_copy_or_kernel_arguments() {
         }
         assert!(bad.is_empty(), "seed {seed}: {bad:?}\n{}", exe.dump());
     }
+    // Both ways of lowering a view are exercised: sharing, and a kernel when the
+    // view or its source is written in place.
+    assert!(kept > 0 && kept < views, "{views} views, {kept} lowered as kernels");
 }
