@@ -97,13 +97,14 @@ fn main() -> AppResult<()> {
         let pct = |p: f64| per_step.get(((per_step.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(f64::NAN);
         println!(
             "bench: step median {:.1} us (p10 {:.1}, p90 {:.1}) over {} runs; time to first step {:.2} ms; \
-             intermediate buffers: planned peak {} bytes, no-reuse total {} bytes",
+             intermediate buffers: planned peak {} bytes (of which host-load landing {}), no-reuse total {} bytes",
             pct(0.5),
             pct(0.1),
             pct(0.9),
             per_step.len(),
             micros(report.time_to_first_step) / 1000.0,
             report.intermediate_peak_bytes,
+            report.host_load_bytes,
             report.intermediate_no_reuse_bytes
         );
     }

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
 
 /// Elements below which a kernel never splits work over threads.
-pub(crate) const PAR_MIN_ELEMS: usize = 1 << 16;
+pub(crate) const PAR_MIN_ELEMS: usize = 1 << 18;
 /// Smallest piece of work handed to one rayon task.
 const PAR_CHUNK: usize = 1 << 14;
 /// Largest rank a kernel plan supports after collapsing contiguous dims.
@@ -189,7 +189,10 @@ impl FastExp for f32 {
         // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without SSE4.1.
         const ROUND: f32 = 12_582_912.0;
         let x = self.max(-87.3).min(88.7);
-        let k = (x * LOG2E + ROUND) - ROUND;
+        let kr = x * LOG2E + ROUND;
+        let k = kr - ROUND;
+        // k as an integer, read from the mantissa (an `as i32` cast would not vectorise).
+        let ki = kr.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
         let r = (x - k * LN2_HI) - k * LN2_LO;
         let mut p = 1.0 / 5040.0;
         p = p * r + 1.0 / 720.0;
@@ -199,7 +202,7 @@ impl FastExp for f32 {
         p = p * r + 0.5;
         p = p * r + 1.0;
         p = p * r + 1.0;
-        let scale = f32::from_bits(((k as i32 + 127) as u32) << 23);
+        let scale = f32::from_bits(((ki + 127) as u32) << 23);
         let y = p * scale;
         if self.is_nan() { self } else { y }
     }

@@ -17,7 +17,7 @@ use super::common::{slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, S
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
 /// Multiply-adds above which one GEMM call uses the rayon pool.
-const GEMM_PAR_MIN: usize = 1 << 18;
+const GEMM_PAR_MIN: usize = 1 << 22;
 
 /// Element types a GEMM can run on.
 pub(crate) trait MatElem: Copy + Send + Sync + 'static {
