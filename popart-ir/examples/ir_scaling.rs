@@ -16,17 +16,12 @@ use popart_ir::{Attributes, DataType, Ir, Result, TensorInfo};
 fn build(n_ops: usize) -> Result<Ir> {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
-    let mut x = ir
-        .main_graph_mut()
-        .add_input("x", TensorInfo::new(DataType::Float32, [4]))?;
+    let mut x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [4]))?;
     for _ in 0..n_ops.div_ceil(3) {
         let a = ir.create_op(main, "Relu", Attributes::new(), &[(0, x)], "relu")?;
         let b = ir.create_op(main, "Neg", Attributes::new(), &[(0, x)], "neg")?;
         let g = ir.main_graph();
-        let (a, b) = (
-            g.op(a)?.outputs().get(0).unwrap(),
-            g.op(b)?.outputs().get(0).unwrap(),
-        );
+        let (a, b) = (g.op(a)?.outputs().get(0).unwrap(), g.op(b)?.outputs().get(0).unwrap());
         let c = ir.create_op(main, "Add", Attributes::new(), &[(0, a), (1, b)], "add")?;
         x = ir.main_graph().op(c)?.outputs().get(0).unwrap();
     }
@@ -42,11 +37,7 @@ fn ms(d: Duration) -> f64 {
 /// excludes time spent waiting for a core on a shared machine.
 fn cpu_time() -> Option<Duration> {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    s.split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-        .map(Duration::from_nanos)
+    s.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
 }
 
 /// Wall and CPU time of one phase.
@@ -81,15 +72,8 @@ fn run(n: usize) -> Result<(usize, [Times; 4])> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if args.is_empty() {
-        vec![10_000, 100_000, 1_000_000]
-    } else {
-        args
-    };
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let sizes = if args.is_empty() { vec![10_000, 100_000, 1_000_000] } else { args };
     const REPEATS: usize = 3;
     println!("best of {REPEATS} runs per size; total = build + verify + schedule (dropping the IR is not counted)");
     println!("wall-clock ms, then thread CPU ms in parentheses (the machine may be shared)");
@@ -111,10 +95,7 @@ fn main() -> Result<()> {
             Some(c) => format!("{:.1} ({:.1})", ms(x.wall), ms(c)),
             None => format!("{:.1}", ms(x.wall)),
         };
-        let sum = Times {
-            wall: total(&t),
-            cpu: t[..3].iter().map(|x| x.cpu).sum::<Option<Duration>>(),
-        };
+        let sum = Times { wall: total(&t), cpu: t[..3].iter().map(|x| x.cpu).sum::<Option<Duration>>() };
         println!(
             "{:>9} {:>17} {:>17} {:>17} {:>17} {:>6.0} {:>7.1}",
             ops,

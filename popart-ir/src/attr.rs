@@ -57,9 +57,7 @@ pub struct Attributes {
 impl Attributes {
     /// No attributes.
     pub fn new() -> Self {
-        Attributes {
-            entries: Vec::new(),
-        }
+        Attributes { entries: Vec::new() }
     }
 
     /// Builder form of [`Attributes::set`].
@@ -78,18 +76,12 @@ impl Attributes {
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&AttrValue> {
-        self.entries
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
-            .ok()
-            .map(|i| &self.entries[i].1)
+        self.entries.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok().map(|i| &self.entries[i].1)
     }
 
     /// Remove `key`, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<AttrValue> {
-        let i = self
-            .entries
-            .binary_search_by(|(k, _)| k.as_str().cmp(key))
-            .ok()?;
+        let i = self.entries.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
         Some(self.entries.remove(i).1)
     }
 

@@ -25,23 +25,15 @@ use crate::{Graph, Ir, OpId, TensorId, TensorKind};
 /// assert!(d.contains("\"g0_t0\" -> \"g0_o0\" [label=\"0\"]"));
 /// ```
 pub fn to_dot(ir: &Ir) -> String {
-    let mut out =
-        String::from("digraph ir {\n  compound=true;\n  node [fontname=\"monospace\"];\n");
+    let mut out = String::from("digraph ir {\n  compound=true;\n  node [fontname=\"monospace\"];\n");
     let graphs: Vec<&Graph> = ir.graphs().collect();
     // Node ids are positional (graph index, creation index) so output is independent of arena ids.
     let op_ids: Vec<Vec<OpId>> = graphs.iter().map(|g| g.ops_in_creation_order()).collect();
-    let tensor_ids: Vec<Vec<TensorId>> = graphs
-        .iter()
-        .map(|g| g.tensors_in_creation_order())
-        .collect();
-    let op_pos: Vec<SecondaryMap<OpId, usize>> = op_ids
-        .iter()
-        .map(|v| v.iter().enumerate().map(|(k, &o)| (o, k)).collect())
-        .collect();
-    let tensor_pos: Vec<SecondaryMap<TensorId, usize>> = tensor_ids
-        .iter()
-        .map(|v| v.iter().enumerate().map(|(k, &t)| (t, k)).collect())
-        .collect();
+    let tensor_ids: Vec<Vec<TensorId>> = graphs.iter().map(|g| g.tensors_in_creation_order()).collect();
+    let op_pos: Vec<SecondaryMap<OpId, usize>> =
+        op_ids.iter().map(|v| v.iter().enumerate().map(|(k, &o)| (o, k)).collect()).collect();
+    let tensor_pos: Vec<SecondaryMap<TensorId, usize>> =
+        tensor_ids.iter().map(|v| v.iter().enumerate().map(|(k, &t)| (t, k)).collect()).collect();
     let op_node = |gi: usize, o: OpId| -> String {
         let k = op_pos[gi].get(o).copied().unwrap_or(usize::MAX);
         format!("\"g{gi}_o{k}\"")
@@ -53,9 +45,7 @@ pub fn to_dot(ir: &Ir) -> String {
         for (k, &t) in tensor_ids[gi].iter().enumerate() {
             let t = &g.tensors[t];
             let style = match t.kind {
-                TensorKind::ActGrad if g.input_index(t.id).is_some() => {
-                    ", style=filled, fillcolor=\"#dde8ff\""
-                }
+                TensorKind::ActGrad if g.input_index(t.id).is_some() => ", style=filled, fillcolor=\"#dde8ff\"",
                 TensorKind::ActGrad => "",
                 TensorKind::Variable(_) => ", style=filled, fillcolor=\"#ffe9c6\"",
                 TensorKind::Constant(_) => ", style=filled, fillcolor=\"#e6e6e6\"",
@@ -67,28 +57,16 @@ pub fn to_dot(ir: &Ir) -> String {
         for (k, &o) in op_ids[gi].iter().enumerate() {
             let op = &g.ops[o];
             let label = format!("{}\n{}", op.name, op.op_type());
-            let _ = writeln!(
-                out,
-                "    \"g{gi}_o{k}\" [shape=box, label={}];",
-                quote(&label)
-            );
+            let _ = writeln!(out, "    \"g{gi}_o{k}\" [shape=box, label={}];", quote(&label));
         }
         out.push_str("  }\n");
         for (k, &o) in op_ids[gi].iter().enumerate() {
             let op = &g.ops[o];
             for (i, t) in op.inputs.iter() {
-                let _ = writeln!(
-                    out,
-                    "  \"g{gi}_t{}\" -> \"g{gi}_o{k}\" [label=\"{i}\"];",
-                    tpos(t)
-                );
+                let _ = writeln!(out, "  \"g{gi}_t{}\" -> \"g{gi}_o{k}\" [label=\"{i}\"];", tpos(t));
             }
             for (i, t) in op.outputs.iter() {
-                let _ = writeln!(
-                    out,
-                    "  \"g{gi}_o{k}\" -> \"g{gi}_t{}\" [label=\"{i}\"];",
-                    tpos(t)
-                );
+                let _ = writeln!(out, "  \"g{gi}_o{k}\" -> \"g{gi}_t{}\" [label=\"{i}\"];", tpos(t));
             }
             for (key, called) in op.attrs.iter().filter_map(|(k, v)| match v {
                 crate::AttrValue::Graph(g) => Some((k, *g)),
@@ -113,11 +91,7 @@ pub fn to_dot(ir: &Ir) -> String {
         }
         let seq = |o: OpId| g.ops.get(o).map_or(u64::MAX, |op| op.seq);
         for (b, a, tied) in g.topo_cons.sorted_edges(seq) {
-            let style = if tied {
-                "style=dashed, color=red, penwidth=2"
-            } else {
-                "style=dashed"
-            };
+            let style = if tied { "style=dashed, color=red, penwidth=2" } else { "style=dashed" };
             let _ = writeln!(out, "  {} -> {} [{style}];", op_node(gi, b), op_node(gi, a));
         }
     }

@@ -68,10 +68,7 @@ impl DataType {
 
     /// True for the floating point types.
     pub fn is_floating_point(self) -> bool {
-        matches!(
-            self,
-            DataType::Float16 | DataType::Float32 | DataType::Float64
-        )
+        matches!(self, DataType::Float16 | DataType::Float32 | DataType::Float64)
     }
 
     /// True for the signed and unsigned integer types (not bool).
@@ -82,10 +79,7 @@ impl DataType {
     /// True for types that can represent negative values.
     pub fn is_signed(self) -> bool {
         use DataType::*;
-        matches!(
-            self,
-            Int8 | Int16 | Int32 | Int64 | Float16 | Float32 | Float64
-        )
+        matches!(self, Int8 | Int16 | Int32 | Int64 | Float16 | Float32 | Float64)
     }
 
     /// The lower-case name used by the text form and by PopXL (`float32`, `int8`...).
@@ -128,10 +122,6 @@ impl FromStr for DataType {
             "double" => "float64",
             other => other,
         };
-        DataType::ALL
-            .iter()
-            .copied()
-            .find(|d| d.name() == alias)
-            .ok_or_else(|| UnknownDataType(s.to_string()))
+        DataType::ALL.iter().copied().find(|d| d.name() == alias).ok_or_else(|| UnknownDataType(s.to_string()))
     }
 }

@@ -53,9 +53,7 @@ pub enum IrError {
         op: String,
     },
     /// Connecting an op output to a tensor that is not an activation (graph input, variable, constant, stream).
-    #[error(
-        "tensor `{tensor}` in graph `{graph}` is a {what} and cannot be produced by op `{op}`"
-    )]
+    #[error("tensor `{tensor}` in graph `{graph}` is a {what} and cannot be produced by op `{op}`")]
     NotProducible {
         /// Graph.
         graph: String,

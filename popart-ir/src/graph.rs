@@ -9,8 +9,8 @@ use slotmap::SlotMap;
 use crate::hash::{FxHashMap, FxHasher};
 
 use crate::{
-    Attributes, GraphId, IrError, Op, OpDef, OpId, Port, Result, Tensor, TensorId, TensorIndexMap,
-    TensorInfo, TensorKind, TopoCons,
+    Attributes, GraphId, IrError, Op, OpDef, OpId, Port, Result, Tensor, TensorId, TensorIndexMap, TensorInfo,
+    TensorKind, TopoCons,
 };
 
 /// Something with a name, stored in a graph arena.
@@ -56,11 +56,7 @@ struct Names<K> {
 
 impl<K> Default for Names<K> {
     fn default() -> Self {
-        Names {
-            by_hash: HashMap::default(),
-            overflow: Vec::new(),
-            next_suffix: FxHashMap::default(),
-        }
+        Names { by_hash: HashMap::default(), overflow: Vec::new(), next_suffix: FxHashMap::default() }
     }
 }
 
@@ -74,10 +70,7 @@ impl<K: slotmap::Key> Names<K> {
         if arena.get(k).is_some_and(|v| v.name() == name) {
             return Some(k);
         }
-        self.overflow
-            .iter()
-            .find(|(hh, kk)| *hh == h && arena.get(*kk).is_some_and(|v| v.name() == name))
-            .map(|e| e.1)
+        self.overflow.iter().find(|(hh, kk)| *hh == h && arena.get(*kk).is_some_and(|v| v.name() == name)).map(|e| e.1)
     }
 
     /// Record that `k` (already in the arena) has the free name whose hash is `h`.
@@ -239,10 +232,7 @@ impl Graph {
         self.tensor_names
             .get(name, &self.tensors)
             .map(|id| &self.tensors[id])
-            .ok_or_else(|| IrError::UnknownTensor {
-                graph: self.name.clone(),
-                tensor: name.to_string(),
-            })
+            .ok_or_else(|| IrError::UnknownTensor { graph: self.name.clone(), tensor: name.to_string() })
     }
 
     /// Id of the tensor with this name.
@@ -265,10 +255,7 @@ impl Graph {
         self.op_names
             .get(name, &self.ops)
             .map(|id| &self.ops[id])
-            .ok_or_else(|| IrError::UnknownOp {
-                graph: self.name.clone(),
-                op: name.to_string(),
-            })
+            .ok_or_else(|| IrError::UnknownOp { graph: self.name.clone(), op: name.to_string() })
     }
 
     /// Mutable access to an op's attributes. Changing attributes does not re-run
@@ -336,18 +323,12 @@ impl Graph {
 
     /// Infos of the graph inputs, in order.
     pub fn input_infos(&self) -> Vec<TensorInfo> {
-        self.inputs
-            .iter()
-            .map(|t| self.tensors[*t].info.clone())
-            .collect()
+        self.inputs.iter().map(|t| self.tensors[*t].info.clone()).collect()
     }
 
     /// Infos of the graph outputs, in order.
     pub fn output_infos(&self) -> Vec<TensorInfo> {
-        self.outputs
-            .iter()
-            .map(|t| self.tensors[*t].info.clone())
-            .collect()
+        self.outputs.iter().map(|t| self.tensors[*t].info.clone()).collect()
     }
 
     /// The topological constraints.
@@ -391,31 +372,14 @@ impl Graph {
     }
 
     /// Add a tensor with exactly this name; an error if the name is taken.
-    pub fn add_tensor(
-        &mut self,
-        name: &str,
-        info: TensorInfo,
-        kind: TensorKind,
-    ) -> Result<TensorId> {
+    pub fn add_tensor(&mut self, name: &str, info: TensorInfo, kind: TensorKind) -> Result<TensorId> {
         self.add_tensor_owned(name.to_string(), info, kind)
     }
 
-    fn add_tensor_owned(
-        &mut self,
-        name: String,
-        info: TensorInfo,
-        kind: TensorKind,
-    ) -> Result<TensorId> {
+    fn add_tensor_owned(&mut self, name: String, info: TensorInfo, kind: TensorKind) -> Result<TensorId> {
         let h = hash_name(&name);
-        if self
-            .tensor_names
-            .get_hashed(h, &name, &self.tensors)
-            .is_some()
-        {
-            return Err(IrError::DuplicateTensorName {
-                graph: self.name.clone(),
-                name,
-            });
+        if self.tensor_names.get_hashed(h, &name, &self.tensors).is_some() {
+            return Err(IrError::DuplicateTensorName { graph: self.name.clone(), name });
         }
         if let Some(data) = kind.data() {
             if data.info != info {
@@ -429,13 +393,7 @@ impl Graph {
     }
 
     /// Add a tensor whose name (with hash `h`) is known to be free.
-    fn insert_tensor(
-        &mut self,
-        name: String,
-        h: u64,
-        info: TensorInfo,
-        kind: TensorKind,
-    ) -> TensorId {
+    fn insert_tensor(&mut self, name: String, h: u64, info: TensorInfo, kind: TensorKind) -> TensorId {
         let seq = self.next_tensor_seq;
         self.next_tensor_seq += 1;
         let id = self.tensors.insert_with_key(|id| Tensor {
@@ -461,10 +419,7 @@ impl Graph {
     /// Insert an existing, unproduced activation as graph input at `index`.
     pub fn insert_input(&mut self, index: usize, t: TensorId) -> Result<()> {
         let tensor = self.tensor(t)?;
-        if tensor.producer.is_some()
-            || tensor.kind != TensorKind::ActGrad
-            || self.inputs.contains(&t)
-        {
+        if tensor.producer.is_some() || tensor.kind != TensorKind::ActGrad || self.inputs.contains(&t) {
             return Err(IrError::Invalid(format!(
                 "tensor `{}` of graph `{}` cannot become a graph input (produced, already an input, or not an activation)",
                 tensor.name, self.name
@@ -478,10 +433,7 @@ impl Graph {
     /// Remove graph input `index`; the tensor stays in the graph.
     pub fn remove_input(&mut self, index: usize) -> Result<TensorId> {
         if index >= self.inputs.len() {
-            return Err(IrError::Invalid(format!(
-                "graph `{}` has no input {index}",
-                self.name
-            )));
+            return Err(IrError::Invalid(format!("graph `{}` has no input {index}", self.name)));
         }
         Ok(self.inputs.remove(index))
     }
@@ -496,10 +448,7 @@ impl Graph {
     /// Remove graph output `index`; the tensor stays in the graph.
     pub fn remove_output(&mut self, index: usize) -> Result<TensorId> {
         if index >= self.outputs.len() {
-            return Err(IrError::Invalid(format!(
-                "graph `{}` has no output {index}",
-                self.name
-            )));
+            return Err(IrError::Invalid(format!("graph `{}` has no output {index}", self.name)));
         }
         Ok(self.outputs.remove(index))
     }
@@ -558,11 +507,7 @@ impl Graph {
             return Err(self.unknown_op(op));
         };
         if !o.inputs.insert(index, tensor) {
-            return Err(IrError::IndexTaken {
-                op: o.name.clone(),
-                side: "input",
-                index,
-            });
+            return Err(IrError::IndexTaken { op: o.name.clone(), side: "input", index });
         }
         let consumers = &mut self.tensors[tensor].consumers;
         if consumers.capacity() == 0 {
@@ -578,19 +523,13 @@ impl Graph {
         let Some(o) = self.ops.get_mut(op) else {
             return Err(self.unknown_op(op));
         };
-        let t = o
-            .inputs
-            .remove(index)
-            .ok_or_else(|| IrError::IndexNotConnected {
-                op: o.name.clone(),
-                side: "input",
-                index,
-            })?;
+        let t = o.inputs.remove(index).ok_or_else(|| IrError::IndexNotConnected {
+            op: o.name.clone(),
+            side: "input",
+            index,
+        })?;
         let consumers = &mut self.tensors[t].consumers;
-        let pos = consumers
-            .iter()
-            .position(|p| *p == Port { op, index })
-            .expect("symmetric connectivity");
+        let pos = consumers.iter().position(|p| *p == Port { op, index }).expect("symmetric connectivity");
         consumers.swap_remove(pos);
         Ok(t)
     }
@@ -618,33 +557,18 @@ impl Graph {
             }
         };
         if let Some(what) = what {
-            return Err(IrError::NotProducible {
-                graph: self.name.clone(),
-                tensor: t.name.clone(),
-                what,
-                op: op_name,
-            });
+            return Err(IrError::NotProducible { graph: self.name.clone(), tensor: t.name.clone(), what, op: op_name });
         }
         let o = &mut self.ops[op];
         if !o.outputs.insert(index, tensor) {
-            return Err(IrError::IndexTaken {
-                op: op_name,
-                side: "output",
-                index,
-            });
+            return Err(IrError::IndexTaken { op: op_name, side: "output", index });
         }
         self.tensors[tensor].producer = Some(Port { op, index });
         Ok(())
     }
 
     /// Create a new activation named (uniquely) after `name` and connect it as output `index` of `op`.
-    pub fn create_output(
-        &mut self,
-        op: OpId,
-        index: u32,
-        name: &str,
-        info: TensorInfo,
-    ) -> Result<TensorId> {
+    pub fn create_output(&mut self, op: OpId, index: u32, name: &str, info: TensorInfo) -> Result<TensorId> {
         self.create_output_owned(op, index, name.to_string(), info)
     }
 
@@ -660,11 +584,7 @@ impl Graph {
             return Err(self.unknown_op(op));
         };
         if o.outputs.contains(index) {
-            return Err(IrError::IndexTaken {
-                op: o.name.clone(),
-                side: "output",
-                index,
-            });
+            return Err(IrError::IndexTaken { op: o.name.clone(), side: "output", index });
         }
         let (name, h) = self.tensor_names.unique_owned(name, &self.tensors);
         let t = self.insert_tensor(name, h, info, TensorKind::ActGrad);
@@ -679,14 +599,11 @@ impl Graph {
         let Some(o) = self.ops.get_mut(op) else {
             return Err(self.unknown_op(op));
         };
-        let t = o
-            .outputs
-            .remove(index)
-            .ok_or_else(|| IrError::IndexNotConnected {
-                op: o.name.clone(),
-                side: "output",
-                index,
-            })?;
+        let t = o.outputs.remove(index).ok_or_else(|| IrError::IndexNotConnected {
+            op: o.name.clone(),
+            side: "output",
+            index,
+        })?;
         self.tensors[t].producer = None;
         Ok(t)
     }
@@ -756,10 +673,7 @@ impl Graph {
         let o = self.op(old)?.clone();
         let n = self.op(new)?;
         if !n.inputs.is_empty() || !n.outputs.is_empty() {
-            return Err(IrError::Invalid(format!(
-                "replacement op `{}` is already connected",
-                n.name
-            )));
+            return Err(IrError::Invalid(format!("replacement op `{}` is already connected", n.name)));
         }
         self.topo_cons.transfer(old, new);
         self.erase_op(old)?;
@@ -811,16 +725,10 @@ impl Graph {
     }
 
     pub(crate) fn unknown_tensor(&self, id: TensorId) -> IrError {
-        IrError::UnknownTensor {
-            graph: self.name.clone(),
-            tensor: format!("{id:?}"),
-        }
+        IrError::UnknownTensor { graph: self.name.clone(), tensor: format!("{id:?}") }
     }
 
     pub(crate) fn unknown_op(&self, id: OpId) -> IrError {
-        IrError::UnknownOp {
-            graph: self.name.clone(),
-            op: format!("{id:?}"),
-        }
+        IrError::UnknownOp { graph: self.name.clone(), op: format!("{id:?}") }
     }
 }

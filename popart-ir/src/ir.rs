@@ -8,9 +8,7 @@ use slotmap::SlotMap;
 
 use crate::hash::FxHashMap;
 use crate::op::InferContext;
-use crate::{
-    lookup_op, Attributes, Graph, GraphId, IrError, OpDef, OpId, Result, TensorId, TensorInfo,
-};
+use crate::{lookup_op, Attributes, Graph, GraphId, IrError, OpDef, OpId, Result, TensorId, TensorInfo};
 
 static NEXT_IR_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -95,9 +93,7 @@ impl Ir {
         if self.graph_names.contains_key(name) {
             return Err(IrError::DuplicateGraphName(name.to_string()));
         }
-        let id = self
-            .graphs
-            .insert_with_key(|id| Graph::new(id, name.to_string()));
+        let id = self.graphs.insert_with_key(|id| Graph::new(id, name.to_string()));
         self.graph_names.insert(name.to_string(), id);
         self.order.push(id);
         Ok(id)
@@ -108,32 +104,22 @@ impl Ir {
         if !self.graph_names.contains_key(base) {
             return base.to_string();
         }
-        (1..)
-            .map(|i| format!("{base}_{i}"))
-            .find(|n| !self.graph_names.contains_key(n))
-            .expect("infinite")
+        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.graph_names.contains_key(n)).expect("infinite")
     }
 
     /// A graph by id.
     pub fn graph(&self, id: GraphId) -> Result<&Graph> {
-        self.graphs
-            .get(id)
-            .ok_or_else(|| IrError::UnknownGraph(format!("{id:?}")))
+        self.graphs.get(id).ok_or_else(|| IrError::UnknownGraph(format!("{id:?}")))
     }
 
     /// A graph by id, mutably.
     pub fn graph_mut(&mut self, id: GraphId) -> Result<&mut Graph> {
-        self.graphs
-            .get_mut(id)
-            .ok_or_else(|| IrError::UnknownGraph(format!("{id:?}")))
+        self.graphs.get_mut(id).ok_or_else(|| IrError::UnknownGraph(format!("{id:?}")))
     }
 
     /// A graph by name.
     pub fn graph_by_name(&self, name: &str) -> Result<&Graph> {
-        self.graph_names
-            .get(name)
-            .map(|id| &self.graphs[*id])
-            .ok_or_else(|| IrError::UnknownGraph(name.to_string()))
+        self.graph_names.get(name).map(|id| &self.graphs[*id]).ok_or_else(|| IrError::UnknownGraph(name.to_string()))
     }
 
     /// True if `id` is a graph of this IR.
@@ -216,19 +202,9 @@ impl Ir {
         }
         with_input_infos(g, inputs.iter().copied(), |in_infos| {
             if let Some(w) = in_infos.windows(2).find(|w| w[0].0 == w[1].0) {
-                return Err(IrError::IndexTaken {
-                    op: name.to_string(),
-                    side: "input",
-                    index: w[0].0,
-                });
+                return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: w[0].0 });
             }
-            def.infer(&InferContext {
-                op_name: name,
-                op_type: def.op_type(),
-                inputs: in_infos,
-                attrs,
-                ir: self,
-            })
+            def.infer(&InferContext { op_name: name, op_type: def.op_type(), inputs: in_infos, attrs, ir: self })
         })
     }
 
@@ -285,25 +261,21 @@ impl Ir {
             Active,
             Done,
         }
-        let mut marks: HashMap<GraphId, Mark> =
-            self.graphs.keys().map(|g| (g, Mark::None)).collect();
+        let mut marks: HashMap<GraphId, Mark> = self.graphs.keys().map(|g| (g, Mark::None)).collect();
         let mut order = Vec::new();
         for &root in &self.order {
             if marks[&root] != Mark::None {
                 continue;
             }
             // Iterative DFS: (graph, callees, next index).
-            let mut stack: Vec<(GraphId, Vec<GraphId>, usize)> =
-                vec![(root, self.graphs[root].called_graphs(), 0)];
+            let mut stack: Vec<(GraphId, Vec<GraphId>, usize)> = vec![(root, self.graphs[root].called_graphs(), 0)];
             marks.insert(root, Mark::Active);
             while let Some((g, callees, i)) = stack.last_mut() {
                 if *i < callees.len() {
                     let c = callees[*i];
                     *i += 1;
                     match marks.get(&c).copied().unwrap_or(Mark::Done) {
-                        Mark::Active => {
-                            return Err(IrError::RecursiveGraph(self.graphs[c].name.clone()))
-                        }
+                        Mark::Active => return Err(IrError::RecursiveGraph(self.graphs[c].name.clone())),
                         Mark::None => {
                             marks.insert(c, Mark::Active);
                             let cc = self.graphs[c].called_graphs();

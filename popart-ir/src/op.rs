@@ -106,41 +106,28 @@ impl<'a> InferContext<'a> {
 
     /// A required integer attribute.
     pub fn int(&self, key: &str) -> Result<i64> {
-        self.attrs
-            .int(key)
-            .ok_or_else(|| self.error(format!("missing integer attribute `{key}`")))
+        self.attrs.int(key).ok_or_else(|| self.error(format!("missing integer attribute `{key}`")))
     }
 
     /// A required float attribute.
     pub fn float(&self, key: &str) -> Result<f64> {
-        self.attrs
-            .float(key)
-            .ok_or_else(|| self.error(format!("missing float attribute `{key}`")))
+        self.attrs.float(key).ok_or_else(|| self.error(format!("missing float attribute `{key}`")))
     }
 
     /// A required list-of-integers attribute.
     pub fn ints(&self, key: &str) -> Result<&'a [i64]> {
-        self.attrs
-            .ints(key)
-            .ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
+        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
     }
 
     /// A required graph attribute.
     pub fn graph(&self, key: &str) -> Result<&'a Graph> {
-        let id = self
-            .attrs
-            .graph(key)
-            .ok_or_else(|| self.error(format!("missing graph attribute `{key}`")))?;
+        let id = self.attrs.graph(key).ok_or_else(|| self.error(format!("missing graph attribute `{key}`")))?;
         self.ir.graph(id)
     }
 
     /// An inference error naming this op.
     pub fn error(&self, message: impl Into<String>) -> IrError {
-        IrError::Inference {
-            op: self.op_name.to_string(),
-            op_type: self.op_type.to_string(),
-            message: message.into(),
-        }
+        IrError::Inference { op: self.op_name.to_string(), op_type: self.op_type.to_string(), message: message.into() }
     }
 }
 
@@ -253,12 +240,7 @@ pub fn lookup_op(op_type: &str) -> Result<&'static dyn OpDef> {
 
 /// Every registered op type name, sorted.
 pub fn registered_op_types() -> Vec<&'static str> {
-    let mut v: Vec<_> = registry()
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .keys()
-        .copied()
-        .collect();
+    let mut v: Vec<_> = registry().read().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
     v.sort_unstable();
     v
 }
@@ -267,19 +249,13 @@ pub fn registered_op_types() -> Vec<&'static str> {
 /// two inputs and one output), more on the heap.
 #[derive(Clone)]
 enum Entries {
-    Inline {
-        len: u8,
-        items: [(u32, TensorId); 2],
-    },
+    Inline { len: u8, items: [(u32, TensorId); 2] },
     Heap(Vec<(u32, TensorId)>),
 }
 
 impl Default for Entries {
     fn default() -> Self {
-        Entries::Inline {
-            len: 0,
-            items: [(0, TensorId::default()); 2],
-        }
+        Entries::Inline { len: 0, items: [(0, TensorId::default()); 2] }
     }
 }
 
@@ -387,11 +363,7 @@ impl TensorIndexMap {
 
     /// Indices at which `tensor` is connected.
     pub fn indices_of(&self, tensor: TensorId) -> impl Iterator<Item = u32> + '_ {
-        self.entries
-            .as_slice()
-            .iter()
-            .filter(move |(_, t)| *t == tensor)
-            .map(|(i, _)| *i)
+        self.entries.as_slice().iter().filter(move |(_, t)| *t == tensor).map(|(i, _)| *i)
     }
 
     /// Number of connected indices.
@@ -428,11 +400,7 @@ impl TensorIndexMap {
     }
 
     pub(crate) fn remove(&mut self, index: u32) -> Option<TensorId> {
-        let pos = self
-            .entries
-            .as_slice()
-            .binary_search_by_key(&index, |(i, _)| *i)
-            .ok()?;
+        let pos = self.entries.as_slice().binary_search_by_key(&index, |(i, _)| *i).ok()?;
         Some(self.entries.remove(pos).1)
     }
 }

@@ -18,9 +18,7 @@ pub struct ScheduleOptions {
 
 impl Default for ScheduleOptions {
     fn default() -> Self {
-        ScheduleOptions {
-            optimize_liveness: true,
-        }
+        ScheduleOptions { optimize_liveness: true }
     }
 }
 
@@ -79,13 +77,7 @@ impl Graph {
             }
             succ_start.push(succ.len() as u32);
         }
-        Deps {
-            order,
-            dense,
-            succ_start,
-            succ,
-            indegree,
-        }
+        Deps { order, dense, succ_start, succ, indegree }
     }
 
     /// A deterministic topological order of the ops (data edges and topoCons), with
@@ -109,13 +101,7 @@ impl Graph {
 
     /// [`Graph::schedule`] with options.
     pub fn schedule_with(&self, options: ScheduleOptions) -> Result<Vec<OpId>> {
-        let Deps {
-            order,
-            dense,
-            succ_start,
-            succ,
-            mut indegree,
-        } = self.deps();
+        let Deps { order, dense, succ_start, succ, mut indegree } = self.deps();
         let n = order.len();
 
         // Liveness bookkeeping per tensor: remaining unscheduled uses, and the bytes
@@ -130,18 +116,8 @@ impl Graph {
         if options.optimize_liveness {
             live = SecondaryMap::with_capacity(self.tensors.len());
             for (id, t) in self.tensors.iter() {
-                let bytes = if matches!(t.kind, TensorKind::ActGrad) {
-                    t.info.nbytes() as i64
-                } else {
-                    0
-                };
-                live.insert(
-                    id,
-                    Live {
-                        remaining: t.consumers.len() as u32,
-                        bytes,
-                    },
-                );
+                let bytes = if matches!(t.kind, TensorKind::ActGrad) { t.info.nbytes() as i64 } else { 0 };
+                live.insert(id, Live { remaining: t.consumers.len() as u32, bytes });
             }
             for &o in &self.outputs {
                 if let Some(l) = live.get_mut(o) {
@@ -150,13 +126,7 @@ impl Graph {
             }
             created = order
                 .iter()
-                .map(|&o| {
-                    self.ops[o]
-                        .outputs
-                        .tensors()
-                        .map(|t| self.tensors[t].info.nbytes() as i64)
-                        .sum::<i64>()
-                })
+                .map(|&o| self.ops[o].outputs.tensors().map(|t| self.tensors[t].info.nbytes() as i64).sum::<i64>())
                 .collect();
         }
         // Bytes op `i` would add to the live set if scheduled now.
@@ -263,11 +233,7 @@ impl Graph {
         let mut indegree: SecondaryMap<OpId, u32> = SecondaryMap::with_capacity(self.ops.len());
         let mut ready: Vec<OpId> = Vec::new();
         for (id, op) in self.ops.iter() {
-            let d = op
-                .inputs
-                .tensors()
-                .filter(|&t| self.tensors[t].producer.is_some())
-                .count()
+            let d = op.inputs.tensors().filter(|&t| self.tensors[t].producer.is_some()).count()
                 + self.topo_cons.befores(id).len();
             indegree.insert(id, d as u32);
             if d == 0 {
@@ -305,19 +271,11 @@ impl Graph {
     fn find_cycle(&self, order: &[OpId], done: impl Fn(OpId) -> bool) -> IrError {
         let preds = |o: OpId| -> Vec<OpId> {
             let op = &self.ops[o];
-            let mut v: Vec<OpId> = op
-                .inputs
-                .tensors()
-                .filter_map(|t| self.tensors[t].producer.map(|p| p.op))
-                .collect();
+            let mut v: Vec<OpId> = op.inputs.tensors().filter_map(|t| self.tensors[t].producer.map(|p| p.op)).collect();
             v.extend(self.topo_cons.befores(o).iter().map(|c| c.op));
             v
         };
-        let start = order
-            .iter()
-            .copied()
-            .find(|&o| !done(o))
-            .expect("a cycle exists");
+        let start = order.iter().copied().find(|&o| !done(o)).expect("a cycle exists");
         let mut path = vec![start];
         let mut pos: SecondaryMap<OpId, usize> = SecondaryMap::new();
         pos.insert(start, 0);
@@ -329,15 +287,9 @@ impl Graph {
                 .expect("an op left out of a topological order has a predecessor left out");
             if let Some(&k) = pos.get(p) {
                 // path[k..] walks backwards along edges; reverse it into edge order.
-                let mut cyc: Vec<String> = path[k..]
-                    .iter()
-                    .map(|&o| self.ops[o].name.clone())
-                    .collect();
+                let mut cyc: Vec<String> = path[k..].iter().map(|&o| self.ops[o].name.clone()).collect();
                 cyc.reverse();
-                return IrError::Cycle {
-                    graph: self.name.clone(),
-                    ops: cyc,
-                };
+                return IrError::Cycle { graph: self.name.clone(), ops: cyc };
             }
             pos.insert(p, path.len());
             path.push(p);

@@ -24,10 +24,7 @@ pub struct TensorInfo {
 impl TensorInfo {
     /// A new info from a data type and anything that converts into a shape.
     pub fn new(dtype: DataType, shape: impl Into<Vec<usize>>) -> Self {
-        TensorInfo {
-            dtype,
-            shape: shape.into(),
-        }
+        TensorInfo { dtype, shape: shape.into() }
     }
 
     /// Number of elements (1 for a scalar).
@@ -89,15 +86,8 @@ impl HostTensor {
     /// float32 data of the given shape. Panics if `data.len()` does not match `shape`.
     pub fn from_f32(shape: &[usize], data: &[f32]) -> Self {
         let info = TensorInfo::new(DataType::Float32, shape);
-        assert_eq!(
-            info.nelms(),
-            data.len(),
-            "HostTensor::from_f32: data length does not match shape"
-        );
-        HostTensor {
-            info,
-            bytes: bytemuck::cast_slice(data).to_vec(),
-        }
+        assert_eq!(info.nelms(), data.len(), "HostTensor::from_f32: data length does not match shape");
+        HostTensor { info, bytes: bytemuck::cast_slice(data).to_vec() }
     }
 
     /// Build from f64 values, converting to `dtype` (rounding toward zero for integers).
@@ -114,9 +104,7 @@ impl HostTensor {
     pub fn to_f64_vec(&self) -> Vec<f64> {
         let n = self.info.nelms();
         let sz = self.info.dtype.size_bytes();
-        (0..n)
-            .map(|i| read_value(&self.bytes[i * sz..(i + 1) * sz], self.info.dtype))
-            .collect()
+        (0..n).map(|i| read_value(&self.bytes[i * sz..(i + 1) * sz], self.info.dtype)).collect()
     }
 }
 

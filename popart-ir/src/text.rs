@@ -59,8 +59,8 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 
 use crate::{
-    lookup_op, AttrValue, Attributes, DataType, Graph, GraphId, HostTensor, Ir, IrError, OpId,
-    Result, StreamDirection, TensorId, TensorInfo, TensorKind, MAIN_GRAPH_NAME,
+    lookup_op, AttrValue, Attributes, DataType, Graph, GraphId, HostTensor, Ir, IrError, OpId, Result, StreamDirection,
+    TensorId, TensorInfo, TensorKind, MAIN_GRAPH_NAME,
 };
 
 /// Options of [`to_text_with`].
@@ -93,11 +93,8 @@ pub fn to_text(ir: &Ir) -> String {
 /// [`to_text`] with options.
 pub fn to_text_with(ir: &Ir, options: &TextOptions) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "ir num_host_transfers={} replication_factor={}",
-        ir.num_host_transfers, ir.replication_factor
-    );
+    let _ =
+        writeln!(out, "ir num_host_transfers={} replication_factor={}", ir.num_host_transfers, ir.replication_factor);
     for g in ir.graphs() {
         out.push('\n');
         write_graph(&mut out, ir, g, options);
@@ -120,13 +117,7 @@ fn write_graph(out: &mut String, ir: &Ir, g: &Graph, options: &TextOptions) {
     let _ = writeln!(out, "  outputs [{}]", list(g.outputs()));
     for t in g.tensors_in_creation_order() {
         let t = &g.tensors[t];
-        let _ = write!(
-            out,
-            "  tensor {} {} {}",
-            name(&t.name),
-            t.kind.short_name(),
-            t.info
-        );
+        let _ = write!(out, "  tensor {} {} {}", name(&t.name), t.kind.short_name(), t.info);
         if let Some(d) = t.kind.data() {
             out.push_str(" = ");
             match options.elide_data_over {
@@ -153,34 +144,12 @@ fn write_graph(out: &mut String, ir: &Ir, g: &Graph, options: &TextOptions) {
             }
             out.push('}');
         }
-        let map = |m: &crate::TensorIndexMap| {
-            m.iter()
-                .map(|(i, t)| format!("{i}={}", tname(t)))
-                .collect::<Vec<_>>()
-        };
-        let _ = writeln!(
-            out,
-            " in[{}] out[{}]",
-            map(op.inputs()).join(", "),
-            map(op.outputs()).join(", ")
-        );
+        let map = |m: &crate::TensorIndexMap| m.iter().map(|(i, t)| format!("{i}={}", tname(t))).collect::<Vec<_>>();
+        let _ = writeln!(out, " in[{}] out[{}]", map(op.inputs()).join(", "), map(op.outputs()).join(", "));
     }
-    for (b, a, tied) in g
-        .topo_cons()
-        .sorted_edges(|o| g.ops.get(o).map_or(u64::MAX, |op| op.seq))
-    {
-        let oname = |o: OpId| {
-            g.ops
-                .get(o)
-                .map_or_else(|| format!("{o:?}"), |op| name(&op.name).into_owned())
-        };
-        let _ = writeln!(
-            out,
-            "  topocon {} -> {}{}",
-            oname(b),
-            oname(a),
-            if tied { " tied" } else { "" }
-        );
+    for (b, a, tied) in g.topo_cons().sorted_edges(|o| g.ops.get(o).map_or(u64::MAX, |op| op.seq)) {
+        let oname = |o: OpId| g.ops.get(o).map_or_else(|| format!("{o:?}"), |op| name(&op.name).into_owned());
+        let _ = writeln!(out, "  topocon {} -> {}{}", oname(b), oname(a), if tied { " tied" } else { "" });
     }
 }
 
@@ -191,21 +160,10 @@ fn write_attr(out: &mut String, ir: &Ir, v: &AttrValue) {
         }
         AttrValue::Float(x) => out.push_str(&fmt_f64(*x)),
         AttrValue::Ints(v) => {
-            let _ = write!(
-                out,
-                "[{}]",
-                v.iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+            let _ = write!(out, "[{}]", v.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "));
         }
         AttrValue::Floats(v) => {
-            let _ = write!(
-                out,
-                "floats[{}]",
-                v.iter().map(|x| fmt_f64(*x)).collect::<Vec<_>>().join(", ")
-            );
+            let _ = write!(out, "floats[{}]", v.iter().map(|x| fmt_f64(*x)).collect::<Vec<_>>().join(", "));
         }
         AttrValue::Str(s) => out.push_str(&quote(s)),
         AttrValue::Bool(b) => {
@@ -256,28 +214,12 @@ fn write_data(out: &mut String, d: &HostTensor) {
             },
             Int8 => write!(out, "{}", i8::from_le_bytes([b[0]])),
             Int16 => write!(out, "{}", i16::from_le_bytes([b[0], b[1]])),
-            Int32 => write!(
-                out,
-                "{}",
-                i32::from_le_bytes(b.try_into().expect("4 bytes"))
-            ),
-            Int64 => write!(
-                out,
-                "{}",
-                i64::from_le_bytes(b.try_into().expect("8 bytes"))
-            ),
+            Int32 => write!(out, "{}", i32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            Int64 => write!(out, "{}", i64::from_le_bytes(b.try_into().expect("8 bytes"))),
             Uint8 => write!(out, "{}", b[0]),
             Uint16 => write!(out, "{}", u16::from_le_bytes([b[0], b[1]])),
-            Uint32 => write!(
-                out,
-                "{}",
-                u32::from_le_bytes(b.try_into().expect("4 bytes"))
-            ),
-            Uint64 => write!(
-                out,
-                "{}",
-                u64::from_le_bytes(b.try_into().expect("8 bytes"))
-            ),
+            Uint32 => write!(out, "{}", u32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            Uint64 => write!(out, "{}", u64::from_le_bytes(b.try_into().expect("8 bytes"))),
             Float16 => {
                 let h = half::f16::from_le_bytes([b[0], b[1]]);
                 if h.is_nan() && h.to_bits() != half::f16::NAN.to_bits() {
@@ -287,16 +229,8 @@ fn write_data(out: &mut String, d: &HostTensor) {
                     write!(out, "{}", fmt_f32(h.to_f32()))
                 }
             }
-            Float32 => write!(
-                out,
-                "{}",
-                fmt_f32(f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            ),
-            Float64 => write!(
-                out,
-                "{}",
-                fmt_f64(f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            ),
+            Float32 => write!(out, "{}", fmt_f32(f32::from_le_bytes(b.try_into().expect("4 bytes")))),
+            Float64 => write!(out, "{}", fmt_f64(f64::from_le_bytes(b.try_into().expect("8 bytes")))),
         };
     }
     out.push(']');
@@ -363,10 +297,7 @@ impl fmt::Display for Tok {
 }
 
 fn perr(line: usize, message: impl Into<String>) -> IrError {
-    IrError::Parse {
-        line,
-        message: message.into(),
-    }
+    IrError::Parse { line, message: message.into() }
 }
 
 fn tokenize(line: usize, s: &str) -> Result<Vec<Tok>> {
@@ -412,23 +343,17 @@ fn tokenize(line: usize, s: &str) -> Result<Vec<Tok>> {
                             loop {
                                 match chars.next().map(|(_, c)| c) {
                                     Some('}') => break,
-                                    Some(h) if h.is_ascii_hexdigit() && hex.len() < 6 => {
-                                        hex.push(h)
-                                    }
+                                    Some(h) if h.is_ascii_hexdigit() && hex.len() < 6 => hex.push(h),
                                     _ => return Err(perr(line, "bad `\\u{..}` escape")),
                                 }
                             }
                             let ch = u32::from_str_radix(&hex, 16)
                                 .ok()
                                 .and_then(char::from_u32)
-                                .ok_or_else(|| {
-                                    perr(line, format!("`\\u{{{hex}}}` is not a character"))
-                                })?;
+                                .ok_or_else(|| perr(line, format!("`\\u{{{hex}}}` is not a character")))?;
                             v.push(ch);
                         }
-                        Some(other) => {
-                            return Err(perr(line, format!("unknown escape `\\{other}`")))
-                        }
+                        Some(other) => return Err(perr(line, format!("unknown escape `\\{other}`"))),
                         None => return Err(perr(line, "unterminated string")),
                     },
                     c => v.push(c),
@@ -462,11 +387,8 @@ impl Cursor {
     }
 
     fn next(&mut self, what: &str) -> Result<Tok> {
-        let t = self
-            .toks
-            .get(self.pos)
-            .cloned()
-            .ok_or_else(|| self.err(format!("expected {what}, found end of line")))?;
+        let t =
+            self.toks.get(self.pos).cloned().ok_or_else(|| self.err(format!("expected {what}, found end of line")))?;
         self.pos += 1;
         Ok(t)
     }
@@ -513,12 +435,7 @@ impl Cursor {
     }
 
     /// `open item (, item)* close`, possibly empty.
-    fn list<T>(
-        &mut self,
-        open: char,
-        close: char,
-        mut item: impl FnMut(&mut Self) -> Result<T>,
-    ) -> Result<Vec<T>> {
+    fn list<T>(&mut self, open: char, close: char, mut item: impl FnMut(&mut Self) -> Result<T>) -> Result<Vec<T>> {
         self.punct(open)?;
         let mut v = Vec::new();
         if self.at_punct(close) {
@@ -537,8 +454,7 @@ impl Cursor {
 
     fn usize(&mut self, what: &str) -> Result<usize> {
         let w = self.word(what)?;
-        w.parse()
-            .map_err(|_| self.err(format!("expected {what}, found `{w}`")))
+        w.parse().map_err(|_| self.err(format!("expected {what}, found `{w}`")))
     }
 
     fn info(&mut self) -> Result<TensorInfo> {
@@ -552,9 +468,7 @@ impl Cursor {
     fn index_map(&mut self) -> Result<Vec<(u32, String)>> {
         self.list('[', ']', |c| {
             let w = c.word("an index")?;
-            let i: u32 = w
-                .parse()
-                .map_err(|_| c.err(format!("expected an index, found `{w}`")))?;
+            let i: u32 = w.parse().map_err(|_| c.err(format!("expected an index, found `{w}`")))?;
             c.punct('=')?;
             Ok((i, c.name("a tensor name")?))
         })
@@ -614,10 +528,7 @@ fn parse_attr(c: &mut Cursor) -> Result<AttrAst> {
             let items = c.list('[', ']', |c| c.word("an integer"))?;
             let ints = items
                 .iter()
-                .map(|w| {
-                    w.parse::<i64>()
-                        .map_err(|_| c.err(format!("expected an integer, found `{w}`")))
-                })
+                .map(|w| w.parse::<i64>().map_err(|_| c.err(format!("expected an integer, found `{w}`"))))
                 .collect::<Result<Vec<_>>>()?;
             AttrValue::Ints(ints)
         }
@@ -625,9 +536,7 @@ fn parse_attr(c: &mut Cursor) -> Result<AttrAst> {
             let items = c.list('[', ']', |c| c.word("a float"))?;
             let floats = items
                 .iter()
-                .map(|w| {
-                    parse_f64(w).ok_or_else(|| c.err(format!("expected a float, found `{w}`")))
-                })
+                .map(|w| parse_f64(w).ok_or_else(|| c.err(format!("expected a float, found `{w}`"))))
                 .collect::<Result<Vec<_>>>()?;
             AttrValue::Floats(floats)
         }
@@ -653,20 +562,14 @@ fn parse_attr(c: &mut Cursor) -> Result<AttrAst> {
 
 fn parse_f64(w: &str) -> Option<f64> {
     if let Some(hex) = w.strip_prefix("nan:0x") {
-        return u64::from_str_radix(hex, 16)
-            .ok()
-            .map(f64::from_bits)
-            .filter(|x| x.is_nan());
+        return u64::from_str_radix(hex, 16).ok().map(f64::from_bits).filter(|x| x.is_nan());
     }
     w.parse::<f64>().ok()
 }
 
 fn parse_f32(w: &str) -> Option<f32> {
     if let Some(hex) = w.strip_prefix("nan:0x") {
-        return u32::from_str_radix(hex, 16)
-            .ok()
-            .map(f32::from_bits)
-            .filter(|x| x.is_nan());
+        return u32::from_str_radix(hex, 16).ok().map(f32::from_bits).filter(|x| x.is_nan());
     }
     w.parse::<f32>().ok()
 }
@@ -675,15 +578,7 @@ fn parse_f32(w: &str) -> Option<f32> {
 fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u8>> {
     use DataType::*;
     if words.len() != info.nelms() {
-        return Err(perr(
-            line,
-            format!(
-                "{} has {} elements but {} values are given",
-                info,
-                info.nelms(),
-                words.len()
-            ),
-        ));
+        return Err(perr(line, format!("{} has {} elements but {} values are given", info, info.nelms(), words.len())));
     }
     let mut bytes = Vec::with_capacity(info.nbytes());
     for w in words {
@@ -709,10 +604,7 @@ fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u
             Uint64 => int!(u64),
             Float16 => {
                 let h = if let Some(hex) = w.strip_prefix("nan:0x") {
-                    let h = u16::from_str_radix(hex, 16)
-                        .ok()
-                        .map(half::f16::from_bits)
-                        .ok_or_else(bad)?;
+                    let h = u16::from_str_radix(hex, 16).ok().map(half::f16::from_bits).ok_or_else(bad)?;
                     if !h.is_nan() {
                         return Err(bad());
                     }
@@ -738,11 +630,7 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let mut c = Cursor {
-            line,
-            toks: tokenize(line, trimmed)?,
-            pos: 0,
-        };
+        let mut c = Cursor { line, toks: tokenize(line, trimmed)?, pos: 0 };
         let kw = c.word("a statement")?;
         if header.is_none() {
             if kw != "ir" {
@@ -755,11 +643,7 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                 let v = c.usize("a number")?;
                 fields.insert(key, v);
             }
-            let mut get = |k: &str| {
-                fields
-                    .remove(k)
-                    .ok_or_else(|| perr(line, format!("the header lacks `{k}`")))
-            };
+            let mut get = |k: &str| fields.remove(k).ok_or_else(|| perr(line, format!("the header lacks `{k}`")));
             header = Some((get("num_host_transfers")?, get("replication_factor")?));
             if let Some(k) = fields.keys().next() {
                 return Err(perr(line, format!("unknown header field `{k}`")));
@@ -781,19 +665,13 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
             continue;
         }
         let Some(g) = graphs.last_mut() else {
-            return Err(c.err(format!(
-                "`{kw}` outside a graph (expected `graph NAME` first)"
-            )));
+            return Err(c.err(format!("`{kw}` outside a graph (expected `graph NAME` first)")));
         };
         match kw.as_str() {
             "inputs" | "outputs" => {
                 let names = c.list('[', ']', |c| c.name("a tensor name"))?;
                 c.end()?;
-                let slot = if kw == "inputs" {
-                    &mut g.inputs
-                } else {
-                    &mut g.outputs
-                };
+                let slot = if kw == "inputs" { &mut g.inputs } else { &mut g.outputs };
                 if slot.is_some() {
                     return Err(c.err(format!("a second `{kw}` line in graph `{}`", g.name)));
                 }
@@ -815,13 +693,7 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                     None
                 };
                 c.end()?;
-                g.tensors.push(TensorAst {
-                    line,
-                    name,
-                    kind,
-                    info,
-                    data,
-                });
+                g.tensors.push(TensorAst { line, name, kind, info, data });
             }
             "op" => {
                 let name = c.name("an op name")?;
@@ -840,14 +712,7 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                 c.keyword("out")?;
                 let outputs = c.index_map()?;
                 c.end()?;
-                g.ops.push(OpAst {
-                    line,
-                    name,
-                    op_type,
-                    attrs,
-                    inputs,
-                    outputs,
-                });
+                g.ops.push(OpAst { line, name, op_type, attrs, inputs, outputs });
             }
             "topocon" => {
                 let before = c.name("an op name")?;
@@ -862,23 +727,15 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                         c.pos += 1;
                         true
                     }
-                    Some(t) => {
-                        return Err(c.err(format!("expected `tied` or end of line, found {t}")))
-                    }
+                    Some(t) => return Err(c.err(format!("expected `tied` or end of line, found {t}"))),
                 };
                 c.end()?;
-                g.cons.push(ConAst {
-                    line,
-                    before,
-                    after,
-                    tied,
-                });
+                g.cons.push(ConAst { line, before, after, tied });
             }
             other => return Err(c.err(format!("unknown statement `{other}`"))),
         }
     }
-    let (nht, rf) =
-        header.ok_or_else(|| perr(text.lines().count().max(1), "missing the `ir` header line"))?;
+    let (nht, rf) = header.ok_or_else(|| perr(text.lines().count().max(1), "missing the `ir` header line"))?;
     Ok((nht, rf, graphs))
 }
 
@@ -905,27 +762,16 @@ pub fn parse(text: &str) -> Result<Ir> {
     for (k, g) in graphs.iter().enumerate() {
         if k == 0 {
             if g.name != MAIN_GRAPH_NAME {
-                return Err(perr(
-                    g.line,
-                    format!(
-                        "the first graph must be `{MAIN_GRAPH_NAME}`, found `{}`",
-                        g.name
-                    ),
-                ));
+                return Err(perr(g.line, format!("the first graph must be `{MAIN_GRAPH_NAME}`, found `{}`", g.name)));
             }
             ids.push(ir.main_graph_id());
         } else {
-            let id = ir
-                .create_graph(&g.name)
-                .map_err(|e| perr(g.line, e.to_string()))?;
+            let id = ir.create_graph(&g.name).map_err(|e| perr(g.line, e.to_string()))?;
             ids.push(id);
         }
     }
     if graphs.is_empty() {
-        return Err(perr(
-            text.lines().count().max(1),
-            format!("no `graph {MAIN_GRAPH_NAME}`"),
-        ));
+        return Err(perr(text.lines().count().max(1), format!("no `graph {MAIN_GRAPH_NAME}`")));
     }
     // Tensors, graph inputs and outputs of every graph (ops may refer to other graphs'
     // signatures, and HostLoad/HostStore to main-graph streams).
@@ -933,16 +779,11 @@ pub fn parse(text: &str) -> Result<Ir> {
         let graph = ir.graph_mut(gid)?;
         for t in &g.tensors {
             let data = |t: &TensorAst| -> Result<HostTensor> {
-                let words = t.data.as_ref().ok_or_else(|| {
-                    perr(
-                        t.line,
-                        format!("{} tensor `{}` needs `= [..]` data", t.kind, t.name),
-                    )
-                })?;
-                Ok(HostTensor {
-                    info: t.info.clone(),
-                    bytes: encode_data(t.line, &t.info, words)?,
-                })
+                let words = t
+                    .data
+                    .as_ref()
+                    .ok_or_else(|| perr(t.line, format!("{} tensor `{}` needs `= [..]` data", t.kind, t.name)))?;
+                Ok(HostTensor { info: t.info.clone(), bytes: encode_data(t.line, &t.info, words)? })
             };
             let kind = match t.kind.as_str() {
                 "act" => TensorKind::ActGrad,
@@ -953,21 +794,14 @@ pub fn parse(text: &str) -> Result<Ir> {
                 other => {
                     return Err(perr(
                         t.line,
-                        format!(
-                            "unknown tensor kind `{other}` (expected act, var, const, h2d or d2h)"
-                        ),
+                        format!("unknown tensor kind `{other}` (expected act, var, const, h2d or d2h)"),
                     ))
                 }
             };
             if kind.data().is_none() && t.data.is_some() {
-                return Err(perr(
-                    t.line,
-                    format!("{} tensor `{}` cannot have data", t.kind, t.name),
-                ));
+                return Err(perr(t.line, format!("{} tensor `{}` cannot have data", t.kind, t.name)));
             }
-            graph
-                .add_tensor(&t.name, t.info.clone(), kind)
-                .map_err(|e| perr(t.line, e.to_string()))?;
+            graph.add_tensor(&t.name, t.info.clone(), kind).map_err(|e| perr(t.line, e.to_string()))?;
         }
         let lookup = |graph: &Graph, line: usize, n: &str| -> Result<TensorId> {
             graph.tensor_id(n).map_err(|e| perr(line, e.to_string()))
@@ -976,17 +810,13 @@ pub fn parse(text: &str) -> Result<Ir> {
             for n in names {
                 let t = lookup(graph, *line, n)?;
                 let len = graph.inputs().len();
-                graph
-                    .insert_input(len, t)
-                    .map_err(|e| perr(*line, e.to_string()))?;
+                graph.insert_input(len, t).map_err(|e| perr(*line, e.to_string()))?;
             }
         }
         if let Some((line, names)) = &g.outputs {
             for n in names {
                 let t = lookup(graph, *line, n)?;
-                graph
-                    .add_output(t)
-                    .map_err(|e| perr(*line, e.to_string()))?;
+                graph.add_output(t).map_err(|e| perr(*line, e.to_string()))?;
             }
         }
     }
@@ -1009,46 +839,25 @@ pub fn parse(text: &str) -> Result<Ir> {
             }
             let graph = ir.graph(gid)?;
             if graph.op_by_name(&o.name).is_ok() {
-                return Err(perr(
-                    line,
-                    format!("graph `{}` already has an op named `{}`", g.name, o.name),
-                ));
+                return Err(perr(line, format!("graph `{}` already has an op named `{}`", g.name, o.name)));
             }
             let resolve = |m: &[(u32, String)]| -> Result<Vec<(u32, TensorId)>> {
-                m.iter()
-                    .map(|(i, n)| Ok((*i, graph.tensor_id(n).map_err(e)?)))
-                    .collect()
+                m.iter().map(|(i, n)| Ok((*i, graph.tensor_id(n).map_err(e)?))).collect()
             };
             let inputs = resolve(&o.inputs)?;
             let outputs = resolve(&o.outputs)?;
-            let inferred = ir
-                .infer_outputs(gid, def, &attrs, &inputs, &o.name)
-                .map_err(e)?;
-            let declared: Vec<(u32, &TensorInfo)> = outputs
-                .iter()
-                .map(|&(i, t)| (i, &graph.tensors[t].info))
-                .collect();
+            let inferred = ir.infer_outputs(gid, def, &attrs, &inputs, &o.name).map_err(e)?;
+            let declared: Vec<(u32, &TensorInfo)> = outputs.iter().map(|&(i, t)| (i, &graph.tensors[t].info)).collect();
             let agrees = declared.len() == inferred.len()
-                && declared
-                    .iter()
-                    .all(|(i, info)| inferred.get(*i as usize) == Some(*info));
+                && declared.iter().all(|(i, info)| inferred.get(*i as usize) == Some(*info));
             if !agrees {
                 return Err(perr(
                     line,
                     format!(
                         "op `{}` declares outputs [{}] but shape inference gives [{}]",
                         o.name,
-                        declared
-                            .iter()
-                            .map(|(i, t)| format!("{i}: {t}"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        inferred
-                            .iter()
-                            .enumerate()
-                            .map(|(i, t)| format!("{i}: {t}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        declared.iter().map(|(i, t)| format!("{i}: {t}")).collect::<Vec<_>>().join(", "),
+                        inferred.iter().enumerate().map(|(i, t)| format!("{i}: {t}")).collect::<Vec<_>>().join(", ")
                     ),
                 ));
             }
@@ -1092,18 +901,13 @@ pub fn parse(text: &str) -> Result<Ir> {
 /// assert!(text::structural_diff(&a, &b).is_some());
 /// ```
 pub fn structural_diff(a: &Ir, b: &Ir) -> Option<String> {
-    if (a.num_host_transfers, a.replication_factor) != (b.num_host_transfers, b.replication_factor)
-    {
+    if (a.num_host_transfers, a.replication_factor) != (b.num_host_transfers, b.replication_factor) {
         return Some("num_host_transfers or replication_factor differ".into());
     }
     let (ga, gb): (Vec<&Graph>, Vec<&Graph>) = (a.graphs().collect(), b.graphs().collect());
     let names = |gs: &[&Graph]| gs.iter().map(|g| g.name().to_string()).collect::<Vec<_>>();
     if names(&ga) != names(&gb) {
-        return Some(format!(
-            "graphs differ: {:?} vs {:?}",
-            names(&ga),
-            names(&gb)
-        ));
+        return Some(format!("graphs differ: {:?} vs {:?}", names(&ga), names(&gb)));
     }
     for (x, y) in ga.iter().zip(&gb) {
         if let Some(d) = graph_diff(a, x, b, y) {
@@ -1143,26 +947,15 @@ fn graph_diff(ia: &Ir, a: &Graph, ib: &Ir, b: &Graph) -> Option<String> {
         }
         let prod = |g: &Graph, t: &crate::Tensor| t.producer.map(|p| (on(g, p.op), p.index));
         if prod(a, x) != prod(b, y) {
-            return Some(format!(
-                "producer of `{}`: {:?} vs {:?}",
-                x.name,
-                prod(a, x),
-                prod(b, y)
-            ));
+            return Some(format!("producer of `{}`: {:?} vs {:?}", x.name, prod(a, x), prod(b, y)));
         }
         let cons = |g: &Graph, t: &crate::Tensor| {
-            let mut v: Vec<(String, u32)> =
-                t.consumers.iter().map(|p| (on(g, p.op), p.index)).collect();
+            let mut v: Vec<(String, u32)> = t.consumers.iter().map(|p| (on(g, p.op), p.index)).collect();
             v.sort();
             v
         };
         if cons(a, x) != cons(b, y) {
-            return Some(format!(
-                "consumers of `{}`: {:?} vs {:?}",
-                x.name,
-                cons(a, x),
-                cons(b, y)
-            ));
+            return Some(format!("consumers of `{}`: {:?} vs {:?}", x.name, cons(a, x), cons(b, y)));
         }
     }
     let (oa, ob) = (a.ops_in_creation_order(), b.ops_in_creation_order());
@@ -1187,39 +980,24 @@ fn graph_diff(ia: &Ir, a: &Graph, ib: &Ir, b: &Graph) -> Option<String> {
     for (&x, &y) in oa.iter().zip(&ob) {
         let (x, y) = (&a.ops[x], &b.ops[y]);
         if x.name != y.name || x.op_type() != y.op_type() {
-            return Some(format!(
-                "op `{}` ({}) vs `{}` ({})",
-                x.name,
-                x.op_type(),
-                y.name,
-                y.op_type()
-            ));
+            return Some(format!("op `{}` ({}) vs `{}` ({})", x.name, x.op_type(), y.name, y.op_type()));
         }
         if attrs(ia, x) != attrs(ib, y) {
             return Some(format!("attributes of op `{}` differ", x.name));
         }
-        let map = |g: &Graph, m: &crate::TensorIndexMap| {
-            m.iter().map(|(i, t)| (i, tn(g, t))).collect::<Vec<_>>()
-        };
+        let map = |g: &Graph, m: &crate::TensorIndexMap| m.iter().map(|(i, t)| (i, tn(g, t))).collect::<Vec<_>>();
         if map(a, &x.inputs) != map(b, &y.inputs) || map(a, &x.outputs) != map(b, &y.outputs) {
             return Some(format!("connections of op `{}` differ", x.name));
         }
     }
     let cons = |g: &Graph| {
-        let mut v: Vec<(String, String, bool)> = g
-            .topo_cons()
-            .edges()
-            .map(|(x, y, t)| (on(g, x), on(g, y), t))
-            .collect();
+        let mut v: Vec<(String, String, bool)> =
+            g.topo_cons().edges().map(|(x, y, t)| (on(g, x), on(g, y), t)).collect();
         v.sort();
         v
     };
     if cons(a) != cons(b) {
-        return Some(format!(
-            "topological constraints {:?} vs {:?}",
-            cons(a),
-            cons(b)
-        ));
+        return Some(format!("topological constraints {:?} vs {:?}", cons(a), cons(b)));
     }
     None
 }

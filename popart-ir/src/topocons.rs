@@ -33,21 +33,13 @@ impl TopoCons {
         let afters = self.afters.entry(before).expect("live op").or_default();
         if let Some(e) = afters.iter_mut().find(|c| c.op == after) {
             e.tied |= tied;
-            if let Some(b) = self
-                .befores
-                .get_mut(after)
-                .and_then(|v| v.iter_mut().find(|c| c.op == before))
-            {
+            if let Some(b) = self.befores.get_mut(after).and_then(|v| v.iter_mut().find(|c| c.op == before)) {
                 b.tied |= tied;
             }
             return;
         }
         afters.push(TopoCon { op: after, tied });
-        self.befores
-            .entry(after)
-            .expect("live op")
-            .or_default()
-            .push(TopoCon { op: before, tied });
+        self.befores.entry(after).expect("live op").or_default().push(TopoCon { op: before, tied });
         self.len += 1;
     }
 
@@ -130,9 +122,7 @@ impl TopoCons {
 
     /// Every edge as `(before, after, tied)`, grouped by `before`.
     pub fn edges(&self) -> impl Iterator<Item = (OpId, OpId, bool)> + '_ {
-        self.afters
-            .iter()
-            .flat_map(|(b, v)| v.iter().map(move |c| (b, c.op, c.tied)))
+        self.afters.iter().flat_map(|(b, v)| v.iter().map(move |c| (b, c.op, c.tied)))
     }
 
     /// Edges sorted by a key of each op (for stable printing).

@@ -49,26 +49,15 @@ impl Ir {
         for op in g.ops.values() {
             for (i, t) in op.inputs.iter() {
                 if !g.tensors.contains_key(t) {
-                    return bad(format!(
-                        "op `{}` input {i} is not a tensor of this graph",
-                        op.name
-                    ));
+                    return bad(format!("op `{}` input {i} is not a tensor of this graph", op.name));
                 }
                 input_ports += 1;
             }
             for (i, t) in op.outputs.iter() {
                 let Some(tensor) = g.tensors.get(t) else {
-                    return bad(format!(
-                        "op `{}` output {i} is not a tensor of this graph",
-                        op.name
-                    ));
+                    return bad(format!("op `{}` output {i} is not a tensor of this graph", op.name));
                 };
-                if tensor.producer
-                    != Some(Port {
-                        op: op.id,
-                        index: i,
-                    })
-                {
+                if tensor.producer != Some(Port { op: op.id, index: i }) {
                     return bad(format!(
                         "tensor `{}` does not name op `{}` output {i} as its producer",
                         tensor.name, op.name
@@ -77,10 +66,7 @@ impl Ir {
             }
             for called in op.attrs.graphs() {
                 if !self.contains_graph(called) {
-                    return bad(format!(
-                        "op `{}` calls a graph that is not in this IR",
-                        op.name
-                    ));
+                    return bad(format!("op `{}` calls a graph that is not in this IR", op.name));
                 }
             }
             let expected = with_input_infos(g, op.inputs.iter(), |in_infos| {
@@ -93,11 +79,7 @@ impl Ir {
                 })
             })?;
             let matches = expected.len() == op.outputs.len()
-                && op.outputs.iter().all(|(i, t)| {
-                    expected
-                        .get(i as usize)
-                        .is_some_and(|e| *e == g.tensors[t].info)
-                });
+                && op.outputs.iter().all(|(i, t)| expected.get(i as usize).is_some_and(|e| *e == g.tensors[t].info));
             if !matches {
                 return bad(format!(
                     "outputs of op `{}` are [{}] but shape inference gives [{}]",
@@ -107,11 +89,7 @@ impl Ir {
                         .map(|(i, t)| format!("{i}: {}", g.tensors[t].info))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    expected
-                        .iter()
-                        .map(|t| t.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    expected.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
                 ));
             }
         }
@@ -120,12 +98,7 @@ impl Ir {
             for p in &t.consumers {
                 match g.ops.get(p.op) {
                     Some(op) if op.inputs.get(p.index) == Some(t.id) => {}
-                    _ => {
-                        return bad(format!(
-                            "tensor `{}` lists a consumer that does not consume it",
-                            t.name
-                        ))
-                    }
+                    _ => return bad(format!("tensor `{}` lists a consumer that does not consume it", t.name)),
                 }
             }
             if has_duplicates(&t.consumers) {
@@ -135,19 +108,10 @@ impl Ir {
             if let Some(p) = t.producer {
                 match g.ops.get(p.op) {
                     Some(op) if op.outputs.get(p.index) == Some(t.id) => {}
-                    _ => {
-                        return bad(format!(
-                            "tensor `{}` names a producer that does not produce it",
-                            t.name
-                        ))
-                    }
+                    _ => return bad(format!("tensor `{}` names a producer that does not produce it", t.name)),
                 }
                 if t.kind != TensorKind::ActGrad {
-                    return bad(format!(
-                        "{} tensor `{}` has a producer",
-                        t.kind.short_name(),
-                        t.name
-                    ));
+                    return bad(format!("{} tensor `{}` has a producer", t.kind.short_name(), t.name));
                 }
             }
             if matches!(t.kind, TensorKind::Stream(_)) && g.id != self.main_graph_id() {
@@ -155,10 +119,7 @@ impl Ir {
             }
             if let Some(d) = t.kind.data() {
                 if d.info != t.info || d.bytes.len() != t.info.nbytes() {
-                    return bad(format!(
-                        "data of `{}` does not match its type {}",
-                        t.name, t.info
-                    ));
+                    return bad(format!("data of `{}` does not match its type {}", t.name, t.info));
                 }
             }
         }
@@ -168,10 +129,7 @@ impl Ir {
             for op in g.ops.values() {
                 for (i, t) in op.inputs.iter() {
                     let tensor = &g.tensors[t];
-                    if !tensor.consumers.contains(&Port {
-                        op: op.id,
-                        index: i,
-                    }) {
+                    if !tensor.consumers.contains(&Port { op: op.id, index: i }) {
                         return bad(format!(
                             "tensor `{}` does not list op `{}` input {i} as a consumer",
                             tensor.name, op.name
@@ -186,23 +144,13 @@ impl Ir {
                 return bad(format!("input {i} is not a tensor of this graph"));
             };
             if tensor.producer.is_some() {
-                return bad(format!(
-                    "graph input `{}` is produced by an op",
-                    tensor.name
-                ));
+                return bad(format!("graph input `{}` is produced by an op", tensor.name));
             }
             if tensor.kind != TensorKind::ActGrad {
-                return bad(format!(
-                    "graph input `{}` is a {}",
-                    tensor.name,
-                    tensor.kind.short_name()
-                ));
+                return bad(format!("graph input `{}` is a {}", tensor.name, tensor.kind.short_name()));
             }
             if is_input.insert(t, ()).is_some() {
-                return bad(format!(
-                    "tensor `{}` is graph input more than once",
-                    tensor.name
-                ));
+                return bad(format!("tensor `{}` is graph input more than once", tensor.name));
             }
         }
         for (i, &t) in g.outputs.iter().enumerate() {
@@ -212,9 +160,7 @@ impl Ir {
         }
         for (b, a, _) in g.topo_cons.edges() {
             if !g.ops.contains_key(b) || !g.ops.contains_key(a) {
-                return bad(
-                    "a topological constraint refers to an op that is not in this graph".into(),
-                );
+                return bad("a topological constraint refers to an op that is not in this graph".into());
             }
         }
         g.check_acyclic()
@@ -223,10 +169,7 @@ impl Ir {
 
 fn has_duplicates(ports: &[Port]) -> bool {
     if ports.len() <= 16 {
-        ports
-            .iter()
-            .enumerate()
-            .any(|(k, p)| ports[..k].contains(p))
+        ports.iter().enumerate().any(|(k, p)| ports[..k].contains(p))
     } else {
         let mut v = ports.to_vec();
         v.sort_unstable();
@@ -249,22 +192,11 @@ pub mod test_hooks {
         /// Add a consumer entry to `tensor` that its op does not match.
         AddConsumerEntry { tensor: TensorId, port: Port },
         /// Set (or clear) a tensor's producer without touching ops.
-        SetProducer {
-            tensor: TensorId,
-            producer: Option<Port>,
-        },
+        SetProducer { tensor: TensorId, producer: Option<Port> },
         /// Point `op` input `index` at `tensor` without updating consumers.
-        SetOpInput {
-            op: OpId,
-            index: u32,
-            tensor: TensorId,
-        },
+        SetOpInput { op: OpId, index: u32, tensor: TensorId },
         /// Point `op` output `index` at `tensor` without updating the producer.
-        SetOpOutput {
-            op: OpId,
-            index: u32,
-            tensor: TensorId,
-        },
+        SetOpOutput { op: OpId, index: u32, tensor: TensorId },
         /// Overwrite a tensor's info.
         SetInfo { tensor: TensorId, info: TensorInfo },
         /// Overwrite a tensor's kind.

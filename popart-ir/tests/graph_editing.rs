@@ -4,8 +4,8 @@ mod common;
 
 use common::{assert_real_cycle, f32i, op1};
 use popart_ir::{
-    lookup_op, register_op, AttrValue, Attributes, DataType, HostTensor, InferContext, Ir, IrError,
-    OpDef, OpFlags, Port, Result, StreamDirection, TensorInfo, TensorKind,
+    lookup_op, register_op, AttrValue, Attributes, DataType, HostTensor, InferContext, Ir, IrError, OpDef, OpFlags,
+    Port, Result, StreamDirection, TensorInfo, TensorKind,
 };
 
 #[test]
@@ -18,22 +18,10 @@ fn create_op_connects_infers_and_names_outputs() {
     let g = ir.main_graph();
     assert_eq!(g.tensor(s).unwrap().name, "add:0");
     assert_eq!(g.tensor(s).unwrap().info, f32i(&[2, 3]));
-    assert_eq!(
-        g.tensor(s).unwrap().producer(),
-        Some(Port { op: add, index: 0 })
-    );
-    assert_eq!(
-        g.tensor(x).unwrap().consumers(),
-        &[Port { op: add, index: 0 }]
-    );
-    assert_eq!(
-        g.tensor(y).unwrap().consumers(),
-        &[Port { op: add, index: 1 }]
-    );
-    assert_eq!(
-        g.op(add).unwrap().inputs().iter().collect::<Vec<_>>(),
-        vec![(0, x), (1, y)]
-    );
+    assert_eq!(g.tensor(s).unwrap().producer(), Some(Port { op: add, index: 0 }));
+    assert_eq!(g.tensor(x).unwrap().consumers(), &[Port { op: add, index: 0 }]);
+    assert_eq!(g.tensor(y).unwrap().consumers(), &[Port { op: add, index: 1 }]);
+    assert_eq!(g.op(add).unwrap().inputs().iter().collect::<Vec<_>>(), vec![(0, x), (1, y)]);
     // A second op with the same name gets a fresh one, and so do its outputs.
     let (add2, s2) = op1(&mut ir, main, "Add", &[x, y], "add");
     let g = ir.main_graph();
@@ -52,25 +40,12 @@ fn one_op_may_consume_a_tensor_at_several_indices() {
     let g = ir.main_graph();
     let mut cons = g.tensor(x).unwrap().consumers().to_vec();
     cons.sort();
-    assert_eq!(
-        cons,
-        vec![Port { op: mul, index: 0 }, Port { op: mul, index: 1 }]
-    );
-    assert_eq!(
-        g.op(mul)
-            .unwrap()
-            .inputs()
-            .indices_of(x)
-            .collect::<Vec<_>>(),
-        vec![0, 1]
-    );
+    assert_eq!(cons, vec![Port { op: mul, index: 0 }, Port { op: mul, index: 1 }]);
+    assert_eq!(g.op(mul).unwrap().inputs().indices_of(x).collect::<Vec<_>>(), vec![0, 1]);
     // Disconnecting one index leaves the other.
     let g = ir.main_graph_mut();
     assert_eq!(g.disconnect_input(mul, 0).unwrap(), x);
-    assert_eq!(
-        g.tensor(x).unwrap().consumers(),
-        &[Port { op: mul, index: 1 }]
-    );
+    assert_eq!(g.tensor(x).unwrap().consumers(), &[Port { op: mul, index: 1 }]);
     assert!(!g.op(mul).unwrap().inputs().contains(0));
 }
 
@@ -81,64 +56,23 @@ fn index_errors_name_the_op_and_index() {
     let x = ir.main_graph_mut().add_input("x", f32i(&[4])).unwrap();
     let (neg, y) = op1(&mut ir, main, "Neg", &[x], "neg");
     let g = ir.main_graph_mut();
-    assert_eq!(
-        g.connect_input(neg, 0, x),
-        Err(IrError::IndexTaken {
-            op: "neg".into(),
-            side: "input",
-            index: 0
-        })
-    );
+    assert_eq!(g.connect_input(neg, 0, x), Err(IrError::IndexTaken { op: "neg".into(), side: "input", index: 0 }));
     assert_eq!(
         g.disconnect_input(neg, 3),
-        Err(IrError::IndexNotConnected {
-            op: "neg".into(),
-            side: "input",
-            index: 3
-        })
+        Err(IrError::IndexNotConnected { op: "neg".into(), side: "input", index: 3 })
     );
     assert_eq!(
         g.disconnect_output(neg, 1),
-        Err(IrError::IndexNotConnected {
-            op: "neg".into(),
-            side: "output",
-            index: 1
-        })
+        Err(IrError::IndexNotConnected { op: "neg".into(), side: "output", index: 1 })
     );
     let z = g.add_tensor("z", f32i(&[4]), TensorKind::ActGrad).unwrap();
-    assert_eq!(
-        g.connect_output(neg, 0, z),
-        Err(IrError::IndexTaken {
-            op: "neg".into(),
-            side: "output",
-            index: 0
-        })
-    );
+    assert_eq!(g.connect_output(neg, 0, z), Err(IrError::IndexTaken { op: "neg".into(), side: "output", index: 0 }));
     let err = g.create_output(neg, 0, "w", f32i(&[4])).unwrap_err();
-    assert_eq!(
-        err,
-        IrError::IndexTaken {
-            op: "neg".into(),
-            side: "output",
-            index: 0
-        }
-    );
+    assert_eq!(err, IrError::IndexTaken { op: "neg".into(), side: "output", index: 0 });
     // Duplicate input indices passed to create_op.
-    let err = ir
-        .create_op(main, "Add", Attributes::new(), &[(0, x), (0, y)], "dup")
-        .unwrap_err();
-    assert_eq!(
-        err,
-        IrError::IndexTaken {
-            op: "dup".into(),
-            side: "input",
-            index: 0
-        }
-    );
-    assert!(
-        ir.main_graph().op_by_name("dup").is_err(),
-        "nothing created on error"
-    );
+    let err = ir.create_op(main, "Add", Attributes::new(), &[(0, x), (0, y)], "dup").unwrap_err();
+    assert_eq!(err, IrError::IndexTaken { op: "dup".into(), side: "input", index: 0 });
+    assert!(ir.main_graph().op_by_name("dup").is_err(), "nothing created on error");
 }
 
 #[test]
@@ -149,35 +83,15 @@ fn producing_is_restricted_to_unproduced_activations() {
     let (neg, y) = op1(&mut ir, main, "Neg", &[x], "neg");
     let g = ir.main_graph_mut();
     let data = HostTensor::from_f32(&[2], &[1.0, 2.0]);
-    let v = g
-        .add_tensor("v", f32i(&[2]), TensorKind::Variable(data.clone()))
-        .unwrap();
-    let c = g
-        .add_tensor("c", f32i(&[2]), TensorKind::Constant(data))
-        .unwrap();
-    let s = g
-        .add_tensor(
-            "s",
-            f32i(&[2]),
-            TensorKind::Stream(StreamDirection::HostToDevice),
-        )
-        .unwrap();
+    let v = g.add_tensor("v", f32i(&[2]), TensorKind::Variable(data.clone())).unwrap();
+    let c = g.add_tensor("c", f32i(&[2]), TensorKind::Constant(data)).unwrap();
+    let s = g.add_tensor("s", f32i(&[2]), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
     let other = g.add_op(lookup_op("Neg").unwrap(), Attributes::new(), "other");
-    for (t, what) in [
-        (x, "graph input"),
-        (v, "variable"),
-        (c, "constant"),
-        (s, "stream"),
-    ] {
+    for (t, what) in [(x, "graph input"), (v, "variable"), (c, "constant"), (s, "stream")] {
         let name = g.tensor(t).unwrap().name.clone();
         assert_eq!(
             g.connect_output(other, 0, t),
-            Err(IrError::NotProducible {
-                graph: "main".into(),
-                tensor: name,
-                what,
-                op: "other".into()
-            })
+            Err(IrError::NotProducible { graph: "main".into(), tensor: name, what, op: "other".into() })
         );
     }
     assert_eq!(
@@ -193,13 +107,7 @@ fn producing_is_restricted_to_unproduced_activations() {
     g.disconnect_output(neg, 0).unwrap();
     assert_eq!(g.tensor(y).unwrap().producer(), None);
     g.connect_output(other, 0, y).unwrap();
-    assert_eq!(
-        g.tensor(y).unwrap().producer(),
-        Some(Port {
-            op: other,
-            index: 0
-        })
-    );
+    assert_eq!(g.tensor(y).unwrap().producer(), Some(Port { op: other, index: 0 }));
 }
 
 #[test]
@@ -217,11 +125,7 @@ fn replace_all_uses_moves_consumers_and_graph_outputs() {
     assert!(g.tensor(a).unwrap().consumers().is_empty());
     let mut cons = g.tensor(b).unwrap().consumers().to_vec();
     cons.sort();
-    let mut want = vec![
-        Port { op: u1, index: 0 },
-        Port { op: u1, index: 1 },
-        Port { op: u2, index: 0 },
-    ];
+    let mut want = vec![Port { op: u1, index: 0 }, Port { op: u1, index: 1 }, Port { op: u2, index: 0 }];
     want.sort();
     assert_eq!(cons, want);
     assert_eq!(g.op(u1).unwrap().input(1), Some(b));
@@ -246,15 +150,8 @@ fn replace_op_takes_over_connections_and_topo_cons() {
     assert!(g.op_by_name("old").is_err());
     assert_eq!(g.op(new).unwrap().input(0), Some(x));
     assert_eq!(g.op(new).unwrap().output(0), Some(y));
-    assert_eq!(
-        g.tensor(y).unwrap().producer(),
-        Some(Port { op: new, index: 0 })
-    );
-    assert!(g
-        .tensor(x)
-        .unwrap()
-        .consumers()
-        .contains(&Port { op: new, index: 0 }));
+    assert_eq!(g.tensor(y).unwrap().producer(), Some(Port { op: new, index: 0 }));
+    assert!(g.tensor(x).unwrap().consumers().contains(&Port { op: new, index: 0 }));
     assert!(!g.tensor(x).unwrap().consumers().iter().any(|p| p.op == old));
     assert!(g.topo_cons().contains(first, new));
     assert!(g.topo_cons().contains(new, last));
@@ -307,9 +204,7 @@ fn remove_tensor_reports_why_a_tensor_is_in_use() {
     let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
     let (_, y) = op1(&mut ir, main, "Neg", &[x], "a");
     let g = ir.main_graph_mut();
-    let free = g
-        .add_tensor("free", f32i(&[2]), TensorKind::ActGrad)
-        .unwrap();
+    let free = g.add_tensor("free", f32i(&[2]), TensorKind::ActGrad).unwrap();
     g.add_output(free).unwrap();
     let reason = |r: Result<_>| match r {
         Err(IrError::TensorInUse { reason, .. }) => reason,
@@ -317,18 +212,12 @@ fn remove_tensor_reports_why_a_tensor_is_in_use() {
     };
     assert_eq!(reason(g.remove_tensor(y).map(|_| ())), "it has a producer");
     assert_eq!(reason(g.remove_tensor(x).map(|_| ())), "it has consumers");
-    assert_eq!(
-        reason(g.remove_tensor(free).map(|_| ())),
-        "it is a graph output"
-    );
+    assert_eq!(reason(g.remove_tensor(free).map(|_| ())), "it is a graph output");
     g.remove_output(0).unwrap();
     let removed = g.remove_tensor(free).unwrap();
     assert_eq!(removed.name, "free");
     let lonely = g.add_input("lonely", f32i(&[1])).unwrap();
-    assert_eq!(
-        reason(g.remove_tensor(lonely).map(|_| ())),
-        "it is a graph input"
-    );
+    assert_eq!(reason(g.remove_tensor(lonely).map(|_| ())), "it is a graph input");
 }
 
 #[test]
@@ -338,29 +227,18 @@ fn names_are_unique_per_graph() {
     g.add_input("x", f32i(&[1])).unwrap();
     assert_eq!(
         g.add_input("x", f32i(&[1])),
-        Err(IrError::DuplicateTensorName {
-            graph: "main".into(),
-            name: "x".into()
-        })
+        Err(IrError::DuplicateTensorName { graph: "main".into(), name: "x".into() })
     );
     assert_eq!(g.unique_tensor_name("x"), "x_1");
     assert_eq!(g.unique_tensor_name("y"), "y");
-    assert_eq!(
-        ir.create_graph("main"),
-        Err(IrError::DuplicateGraphName("main".into()))
-    );
+    assert_eq!(ir.create_graph("main"), Err(IrError::DuplicateGraphName("main".into())));
     let sub = ir.create_graph("sub").unwrap();
     assert_eq!(ir.unique_graph_name("sub"), "sub_1");
     // The same tensor name may be used in another graph.
-    ir.graph_mut(sub)
-        .unwrap()
-        .add_input("x", f32i(&[1]))
-        .unwrap();
+    ir.graph_mut(sub).unwrap().add_input("x", f32i(&[1])).unwrap();
     // Names with unusual characters are fine.
     let g = ir.main_graph_mut();
-    let odd = g
-        .add_tensor("a b/\"c\"->d", f32i(&[1]), TensorKind::ActGrad)
-        .unwrap();
+    let odd = g.add_tensor("a b/\"c\"->d", f32i(&[1]), TensorKind::ActGrad).unwrap();
     assert_eq!(g.tensor_by_name("a b/\"c\"->d").unwrap().id, odd);
 }
 
@@ -370,9 +248,7 @@ fn many_colliding_base_names_stay_unique() {
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[1])).unwrap();
     // A user name that looks like a generated suffix must not be taken twice.
-    ir.main_graph_mut()
-        .add_tensor("relu_2:0", f32i(&[1]), TensorKind::ActGrad)
-        .unwrap();
+    ir.main_graph_mut().add_tensor("relu_2:0", f32i(&[1]), TensorKind::ActGrad).unwrap();
     let mut names = std::collections::BTreeSet::new();
     for _ in 0..50 {
         let (op, out) = op1(&mut ir, main, "Relu", &[x], "relu");
@@ -381,14 +257,8 @@ fn many_colliding_base_names_stay_unique() {
         assert!(names.insert(g.tensor(out).unwrap().name.clone()));
     }
     assert!(names.contains("relu_2"));
-    assert!(
-        names.contains("relu_2:0_1"),
-        "generated name must avoid the user's `relu_2:0`"
-    );
-    assert_eq!(
-        ir.main_graph().op_by_name("relu_49").unwrap().name,
-        "relu_49"
-    );
+    assert!(names.contains("relu_2:0_1"), "generated name must avoid the user's `relu_2:0`");
+    assert_eq!(ir.main_graph().op_by_name("relu_49").unwrap().name, "relu_49");
     ir.verify().unwrap();
 }
 
@@ -401,46 +271,24 @@ fn unknown_ids_and_names_are_errors() {
     let sub = ir.create_graph("sub").unwrap();
     ir.remove_graph(sub).unwrap();
     assert!(matches!(ir.graph(sub), Err(IrError::UnknownGraph(_))));
-    assert_eq!(
-        ir.graph_by_name("nope").err(),
-        Some(IrError::UnknownGraph("nope".into()))
-    );
+    assert_eq!(ir.graph_by_name("nope").err(), Some(IrError::UnknownGraph("nope".into())));
     let g = ir.main_graph_mut();
     assert_eq!(
         g.tensor_by_name("nope").err(),
-        Some(IrError::UnknownTensor {
-            graph: "main".into(),
-            tensor: "nope".into()
-        })
+        Some(IrError::UnknownTensor { graph: "main".into(), tensor: "nope".into() })
     );
-    assert_eq!(
-        g.op_by_name("nope").err(),
-        Some(IrError::UnknownOp {
-            graph: "main".into(),
-            op: "nope".into()
-        })
-    );
+    assert_eq!(g.op_by_name("nope").err(), Some(IrError::UnknownOp { graph: "main".into(), op: "nope".into() }));
     g.erase_op(a).unwrap();
     assert!(matches!(g.op(a), Err(IrError::UnknownOp { .. })));
-    assert!(matches!(
-        g.connect_input(a, 0, x),
-        Err(IrError::UnknownOp { .. })
-    ));
-    assert!(matches!(
-        g.disconnect_input(a, 0),
-        Err(IrError::UnknownOp { .. })
-    ));
+    assert!(matches!(g.connect_input(a, 0, x), Err(IrError::UnknownOp { .. })));
+    assert!(matches!(g.disconnect_input(a, 0), Err(IrError::UnknownOp { .. })));
     assert!(matches!(g.erase_op(a), Err(IrError::UnknownOp { .. })));
     let t = g.add_tensor("t", f32i(&[1]), TensorKind::ActGrad).unwrap();
     g.remove_tensor(t).unwrap();
     assert!(matches!(g.tensor(t), Err(IrError::UnknownTensor { .. })));
+    assert_eq!(lookup_op("NoSuchOp").err(), Some(IrError::UnknownOpType("NoSuchOp".into())));
     assert_eq!(
-        lookup_op("NoSuchOp").err(),
-        Some(IrError::UnknownOpType("NoSuchOp".into()))
-    );
-    assert_eq!(
-        ir.create_op(main, "NoSuchOp", Attributes::new(), &[], "n")
-            .err(),
+        ir.create_op(main, "NoSuchOp", Attributes::new(), &[], "n").err(),
         Some(IrError::UnknownOpType("NoSuchOp".into()))
     );
 }
@@ -456,38 +304,17 @@ fn graph_inputs_and_outputs_edit_in_place() {
     g.insert_input(1, c).unwrap();
     assert_eq!(g.inputs(), &[a, c, b]);
     assert_eq!(g.input_index(b), Some(2));
-    assert!(
-        matches!(g.insert_input(0, a), Err(IrError::Invalid(_))),
-        "already an input"
-    );
+    assert!(matches!(g.insert_input(0, a), Err(IrError::Invalid(_))), "already an input");
     assert_eq!(g.remove_input(0).unwrap(), a);
     assert!(matches!(g.remove_input(7), Err(IrError::Invalid(_))));
     assert!(matches!(g.remove_output(0), Err(IrError::Invalid(_))));
     let (_, y) = op1(&mut ir, main, "Neg", &[a], "n");
     let g = ir.main_graph_mut();
-    assert!(
-        matches!(g.insert_input(0, y), Err(IrError::Invalid(_))),
-        "produced tensors cannot be inputs"
-    );
-    let v = g
-        .add_tensor(
-            "v",
-            f32i(&[1]),
-            TensorKind::Variable(HostTensor::from_f32(&[1], &[1.0])),
-        )
-        .unwrap();
-    assert!(
-        matches!(g.insert_input(0, v), Err(IrError::Invalid(_))),
-        "variables cannot be inputs"
-    );
+    assert!(matches!(g.insert_input(0, y), Err(IrError::Invalid(_))), "produced tensors cannot be inputs");
+    let v = g.add_tensor("v", f32i(&[1]), TensorKind::Variable(HostTensor::from_f32(&[1], &[1.0]))).unwrap();
+    assert!(matches!(g.insert_input(0, v), Err(IrError::Invalid(_))), "variables cannot be inputs");
     // Variable data must match its declared type.
-    let err = g
-        .add_tensor(
-            "w",
-            f32i(&[2]),
-            TensorKind::Variable(HostTensor::from_f32(&[1], &[1.0])),
-        )
-        .unwrap_err();
+    let err = g.add_tensor("w", f32i(&[2]), TensorKind::Variable(HostTensor::from_f32(&[1], &[1.0]))).unwrap_err();
     assert!(matches!(err, IrError::Invalid(m) if m.contains("`w`")));
 }
 
@@ -499,29 +326,19 @@ fn topo_con_errors_and_bookkeeping() {
     let (a, _) = op1(&mut ir, main, "Neg", &[x], "a");
     let (b, _) = op1(&mut ir, main, "Exp", &[x], "b");
     let g = ir.main_graph_mut();
-    assert_eq!(
-        g.add_topo_con(a, a),
-        Err(IrError::SelfConstraint("a".into()))
-    );
+    assert_eq!(g.add_topo_con(a, a), Err(IrError::SelfConstraint("a".into())));
     g.add_topo_con(a, b).unwrap();
     g.add_topo_con(a, b).unwrap();
     assert_eq!(g.topo_cons().len(), 1, "adding twice is a no-op");
     g.add_tied_topo_con(a, b).unwrap();
-    assert_eq!(
-        g.topo_cons().edges().collect::<Vec<_>>(),
-        vec![(a, b, true)],
-        "tied upgrades the edge"
-    );
+    assert_eq!(g.topo_cons().edges().collect::<Vec<_>>(), vec![(a, b, true)], "tied upgrades the edge");
     assert!(g.remove_topo_con(a, b));
     assert!(!g.remove_topo_con(a, b));
     assert!(g.topo_cons().is_empty());
     g.add_topo_con(b, a).unwrap();
     let c = g.add_op(lookup_op("Neg").unwrap(), Attributes::new(), "c");
     g.transfer_topo_cons(b, c).unwrap();
-    assert_eq!(
-        g.topo_cons().edges().collect::<Vec<_>>(),
-        vec![(c, a, false)]
-    );
+    assert_eq!(g.topo_cons().edges().collect::<Vec<_>>(), vec![(c, a, false)]);
 }
 
 #[test]
@@ -534,13 +351,8 @@ fn cycles_through_data_and_constraints_name_their_ops() {
     let (a, ya) = op1(&mut ir, main, "Neg", &[u], "a");
     let (_, yb) = op1(&mut ir, main, "Exp", &[ya], "b");
     ir.main_graph_mut().connect_input(a, 1, yb).unwrap();
-    for err in [
-        ir.main_graph().schedule().unwrap_err(),
-        ir.verify().unwrap_err(),
-    ] {
-        let IrError::Cycle { graph, ops } = err else {
-            panic!("expected a cycle, got {err:?}")
-        };
+    for err in [ir.main_graph().schedule().unwrap_err(), ir.verify().unwrap_err()] {
+        let IrError::Cycle { graph, ops } = err else { panic!("expected a cycle, got {err:?}") };
         assert_eq!(graph, "main");
         assert_eq!(ops.len(), 2);
         assert_real_cycle(ir.main_graph(), &ops);
@@ -556,9 +368,7 @@ fn cycles_through_data_and_constraints_name_their_ops() {
     ir.main_graph_mut().add_topo_con(e, c).unwrap();
     let err = ir.main_graph().schedule().unwrap_err();
     assert!(err.to_string().contains("cycle"), "{err}");
-    let IrError::Cycle { ops, .. } = err else {
-        panic!()
-    };
+    let IrError::Cycle { ops, .. } = err else { panic!() };
     assert_eq!(ops.len(), 3);
     assert!(!ops.contains(&"bystander".to_string()));
     assert_real_cycle(ir.main_graph(), &ops);
@@ -568,13 +378,7 @@ fn cycles_through_data_and_constraints_name_their_ops() {
     let x = ir.main_graph_mut().add_input("x", f32i(&[1])).unwrap();
     let (s, ys) = op1(&mut ir, main, "Neg", &[x], "selfish");
     ir.main_graph_mut().connect_input(s, 1, ys).unwrap();
-    assert_eq!(
-        ir.verify(),
-        Err(IrError::Cycle {
-            graph: "main".into(),
-            ops: vec!["selfish".into()]
-        })
-    );
+    assert_eq!(ir.verify(), Err(IrError::Cycle { graph: "main".into(), ops: vec!["selfish".into()] }));
 }
 
 #[test]
@@ -582,29 +386,19 @@ fn recursion_and_graph_removal() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let body = ir.create_graph("body").unwrap();
-    let bx = ir
-        .graph_mut(body)
-        .unwrap()
-        .add_input("bx", f32i(&[2]))
-        .unwrap();
+    let bx = ir.graph_mut(body).unwrap().add_input("bx", f32i(&[2])).unwrap();
     let (_, by) = op1(&mut ir, body, "Neg", &[bx], "neg");
     ir.graph_mut(body).unwrap().add_output(by).unwrap();
     let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
     let call_attrs = Attributes::new().with("graph", AttrValue::Graph(body));
-    let call = ir
-        .create_op(main, "Call", call_attrs.clone(), &[(0, x)], "call")
-        .unwrap();
+    let call = ir.create_op(main, "Call", call_attrs.clone(), &[(0, x)], "call").unwrap();
     ir.verify().unwrap();
     assert!(matches!(ir.remove_graph(body), Err(IrError::Invalid(m)) if m.contains("`call`")));
     assert!(matches!(ir.remove_graph(main), Err(IrError::Invalid(_))));
     // body calls itself: recursion.
-    ir.create_op(body, "Call", call_attrs, &[(0, bx)], "again")
-        .unwrap();
+    ir.create_op(body, "Call", call_attrs, &[(0, bx)], "again").unwrap();
     assert_eq!(ir.verify(), Err(IrError::RecursiveGraph("body".into())));
-    assert_eq!(
-        ir.graphs_callees_first(),
-        Err(IrError::RecursiveGraph("body".into()))
-    );
+    assert_eq!(ir.graphs_callees_first(), Err(IrError::RecursiveGraph("body".into())));
     let _ = call;
 }
 
@@ -614,37 +408,15 @@ fn graphs_callees_first_orders_callees_before_callers() {
     let main = ir.main_graph_id();
     let leaf = ir.create_graph("leaf").unwrap();
     let mid = ir.create_graph("mid").unwrap();
-    let lx = ir
-        .graph_mut(leaf)
-        .unwrap()
-        .add_input("lx", f32i(&[1]))
-        .unwrap();
+    let lx = ir.graph_mut(leaf).unwrap().add_input("lx", f32i(&[1])).unwrap();
     ir.graph_mut(leaf).unwrap().add_output(lx).unwrap();
-    let mx = ir
-        .graph_mut(mid)
-        .unwrap()
-        .add_input("mx", f32i(&[1]))
-        .unwrap();
-    let c = ir
-        .create_op(
-            mid,
-            "Call",
-            Attributes::new().with("graph", AttrValue::Graph(leaf)),
-            &[(0, mx)],
-            "c",
-        )
-        .unwrap();
+    let mx = ir.graph_mut(mid).unwrap().add_input("mx", f32i(&[1])).unwrap();
+    let c =
+        ir.create_op(mid, "Call", Attributes::new().with("graph", AttrValue::Graph(leaf)), &[(0, mx)], "c").unwrap();
     let my = ir.graph(mid).unwrap().op(c).unwrap().output(0).unwrap();
     ir.graph_mut(mid).unwrap().add_output(my).unwrap();
     let x = ir.main_graph_mut().add_input("x", f32i(&[1])).unwrap();
-    ir.create_op(
-        main,
-        "Call",
-        Attributes::new().with("graph", AttrValue::Graph(mid)),
-        &[(0, x)],
-        "c",
-    )
-    .unwrap();
+    ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(mid)), &[(0, x)], "c").unwrap();
     let order = ir.graphs_callees_first().unwrap();
     let pos = |g| order.iter().position(|&x| x == g).unwrap();
     assert!(pos(leaf) < pos(mid) && pos(mid) < pos(main));
@@ -653,17 +425,9 @@ fn graphs_callees_first_orders_callees_before_callers() {
 
 fn infer_err(ir: &mut Ir, ty: &str, attrs: Attributes, inputs: &[popart_ir::TensorId]) -> String {
     let main = ir.main_graph_id();
-    let ins: Vec<(u32, popart_ir::TensorId)> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| (i as u32, t))
-        .collect();
+    let ins: Vec<(u32, popart_ir::TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
     match ir.create_op(main, ty, attrs, &ins, "bad") {
-        Err(IrError::Inference {
-            op,
-            op_type,
-            message,
-        }) => {
+        Err(IrError::Inference { op, op_type, message }) => {
             assert_eq!(op, "bad");
             assert_eq!(op_type, ty);
             message
@@ -679,12 +443,8 @@ fn shape_inference_rejects_bad_inputs() {
     let g = ir.main_graph_mut();
     let a = g.add_input("a", f32i(&[2, 3])).unwrap();
     let b = g.add_input("b", f32i(&[4])).unwrap();
-    let i = g
-        .add_input("i", TensorInfo::new(DataType::Int32, [2, 3]))
-        .unwrap();
-    let cond = g
-        .add_input("cond", TensorInfo::new(DataType::Bool, []))
-        .unwrap();
+    let i = g.add_input("i", TensorInfo::new(DataType::Int32, [2, 3])).unwrap();
+    let cond = g.add_input("cond", TensorInfo::new(DataType::Bool, [])).unwrap();
     let n_before = ir.main_graph().num_ops();
 
     assert!(infer_err(&mut ir, "Add", Attributes::new(), &[a, b]).contains("cannot be broadcast"));
@@ -706,17 +466,11 @@ fn shape_inference_rejects_bad_inputs() {
 
     // Subgraph ops check the called graph's signature.
     let body = ir.create_graph("body").unwrap();
-    let bx = ir
-        .graph_mut(body)
-        .unwrap()
-        .add_input("bx", f32i(&[4]))
-        .unwrap();
+    let bx = ir.graph_mut(body).unwrap().add_input("bx", f32i(&[4])).unwrap();
     ir.graph_mut(body).unwrap().add_output(bx).unwrap();
     let call = Attributes::new().with("graph", AttrValue::Graph(body));
     assert!(infer_err(&mut ir, "Call", call.clone(), &[a]).contains("graph `body` input 0"));
-    assert!(
-        infer_err(&mut ir, "Call", call.clone(), &[b, b]).contains("has 1 inputs but 2 were given")
-    );
+    assert!(infer_err(&mut ir, "Call", call.clone(), &[b, b]).contains("has 1 inputs but 2 were given"));
     let repeat = call.clone().with("count", AttrValue::Int(0));
     assert!(infer_err(&mut ir, "Repeat", repeat, &[b]).contains("greater than 0"));
     let if_attrs = Attributes::new()
@@ -726,14 +480,9 @@ fn shape_inference_rejects_bad_inputs() {
         .with("else_inputs", AttrValue::Ints(vec![1]));
     assert!(infer_err(&mut ir, "If", if_attrs.clone(), &[a, b]).contains("bool scalar"));
     // ... and the well-formed versions work.
-    ir.create_op(main, "If", if_attrs, &[(0, cond), (1, b)], "if")
-        .unwrap();
+    ir.create_op(main, "If", if_attrs, &[(0, cond), (1, b)], "if").unwrap();
     ir.create_op(main, "Call", call, &[(0, b)], "call").unwrap();
-    assert_eq!(
-        ir.main_graph().num_ops(),
-        n_before + 2,
-        "failed creations leave nothing behind"
-    );
+    assert_eq!(ir.main_graph().num_ops(), n_before + 2, "failed creations leave nothing behind");
     ir.verify().unwrap();
 }
 
@@ -776,17 +525,12 @@ static IMPOSTOR: Impostor = Impostor;
 fn custom_ops_register_from_outside_the_crate() {
     register_op(&DUPLICATE).unwrap();
     register_op(&DUPLICATE).unwrap(); // the same definition again is fine
-    assert_eq!(
-        register_op(&IMPOSTOR),
-        Err(IrError::DuplicateOpType("test.Duplicate".into()))
-    );
+    assert_eq!(register_op(&IMPOSTOR), Err(IrError::DuplicateOpType("test.Duplicate".into())));
     assert!(popart_ir::registered_op_types().contains(&"test.Duplicate"));
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[3])).unwrap();
-    let op = ir
-        .create_op(main, "test.Duplicate", Attributes::new(), &[(0, x)], "dup")
-        .unwrap();
+    let op = ir.create_op(main, "test.Duplicate", Attributes::new(), &[(0, x)], "dup").unwrap();
     let g = ir.main_graph();
     let o = g.op(op).unwrap();
     assert_eq!(o.flags(), OpFlags::VIEW);
@@ -794,9 +538,7 @@ fn custom_ops_register_from_outside_the_crate() {
     assert_eq!(g.tensor(o.output(1).unwrap()).unwrap().name, "dup:1");
     ir.verify().unwrap();
     let s = ir.main_graph_mut().add_input("s", f32i(&[])).unwrap();
-    let err = ir
-        .create_op(main, "test.Duplicate", Attributes::new(), &[(0, s)], "d2")
-        .unwrap_err();
+    let err = ir.create_op(main, "test.Duplicate", Attributes::new(), &[(0, s)], "d2").unwrap_err();
     assert_eq!(
         err,
         IrError::Inference {
@@ -816,10 +558,7 @@ fn custom_ops_register_from_outside_the_crate() {
         }
     }
     static FAKE: FakeRelu = FakeRelu;
-    assert_eq!(
-        register_op(&FAKE),
-        Err(IrError::DuplicateOpType("Relu".into()))
-    );
+    assert_eq!(register_op(&FAKE), Err(IrError::DuplicateOpType("Relu".into())));
 }
 
 #[test]
@@ -838,23 +577,15 @@ fn independent_irs_coexist() {
 fn index_maps_stay_sorted_through_inserts_and_removals() {
     let mut ir = Ir::new();
     let g = ir.main_graph_mut();
-    let ts: Vec<_> = (0..6)
-        .map(|k| g.add_input(&format!("t{k}"), f32i(&[1])).unwrap())
-        .collect();
+    let ts: Vec<_> = (0..6).map(|k| g.add_input(&format!("t{k}"), f32i(&[1])).unwrap()).collect();
     let op = g.add_op(lookup_op("Concat").unwrap(), Attributes::new(), "cat");
     // Out-of-order, non-contiguous indices; past two entries the map moves to the heap.
     for &(i, k) in &[(5u32, 0usize), (1, 1), (3, 2), (0, 3), (9, 4)] {
         g.connect_input(op, i, ts[k]).unwrap();
     }
     let m = g.op(op).unwrap().inputs().clone();
-    assert_eq!(
-        m.iter().collect::<Vec<_>>(),
-        vec![(0, ts[3]), (1, ts[1]), (3, ts[2]), (5, ts[0]), (9, ts[4])]
-    );
-    assert_eq!(
-        (m.len(), m.end(), m.get(3), m.get(4)),
-        (5, 10, Some(ts[2]), None)
-    );
+    assert_eq!(m.iter().collect::<Vec<_>>(), vec![(0, ts[3]), (1, ts[1]), (3, ts[2]), (5, ts[0]), (9, ts[4])]);
+    assert_eq!((m.len(), m.end(), m.get(3), m.get(4)), (5, 10, Some(ts[2]), None));
     for i in [1, 9, 0] {
         g.disconnect_input(op, i).unwrap();
     }
@@ -864,21 +595,12 @@ fn index_maps_stay_sorted_through_inserts_and_removals() {
     let small = g.add_op(lookup_op("Add").unwrap(), Attributes::new(), "small");
     g.connect_input(small, 4, ts[5]).unwrap();
     g.connect_input(small, 2, ts[4]).unwrap();
-    assert_eq!(
-        g.op(small).unwrap().inputs().iter().collect::<Vec<_>>(),
-        vec![(2, ts[4]), (4, ts[5])]
-    );
+    assert_eq!(g.op(small).unwrap().inputs().iter().collect::<Vec<_>>(), vec![(2, ts[4]), (4, ts[5])]);
     g.connect_input(small, 3, ts[3]).unwrap();
-    assert_eq!(
-        g.op(small).unwrap().inputs().tensors().collect::<Vec<_>>(),
-        vec![ts[4], ts[3], ts[5]]
-    );
+    assert_eq!(g.op(small).unwrap().inputs().tensors().collect::<Vec<_>>(), vec![ts[4], ts[3], ts[5]]);
     g.disconnect_input(small, 2).unwrap();
     g.disconnect_input(small, 4).unwrap();
-    assert_eq!(
-        g.op(small).unwrap().inputs().iter().collect::<Vec<_>>(),
-        vec![(3, ts[3])]
-    );
+    assert_eq!(g.op(small).unwrap().inputs().iter().collect::<Vec<_>>(), vec![(3, ts[3])]);
     // Equality ignores where the entries are stored.
     let other = g.add_op(lookup_op("Add").unwrap(), Attributes::new(), "other");
     g.connect_input(other, 3, ts[3]).unwrap();
@@ -895,15 +617,8 @@ fn graphs_iterate_in_creation_order_after_removal() {
     ir.create_graph("c").unwrap();
     let names: Vec<&str> = ir.graphs().map(|g| g.name()).collect();
     assert_eq!(names, vec!["main", "b", "c"]);
-    let ids: Vec<&str> = ir
-        .graph_ids()
-        .into_iter()
-        .map(|g| ir.graph(g).unwrap().name())
-        .collect();
+    let ids: Vec<&str> = ir.graph_ids().into_iter().map(|g| ir.graph(g).unwrap().name()).collect();
     assert_eq!(ids, names);
     let t = popart_ir::text::to_text(&ir);
-    assert_eq!(
-        popart_ir::text::to_text(&popart_ir::text::parse(&t).unwrap()),
-        t
-    );
+    assert_eq!(popart_ir::text::to_text(&popart_ir::text::parse(&t).unwrap()), t);
 }

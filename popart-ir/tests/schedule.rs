@@ -6,9 +6,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 
 use common::{assert_real_cycle, f32i, op1};
-use popart_ir::{
-    AttrValue, Attributes, Graph, Ir, IrError, OpId, ScheduleOptions, TensorId, TensorKind,
-};
+use popart_ir::{AttrValue, Attributes, Graph, Ir, IrError, OpId, ScheduleOptions, TensorId, TensorKind};
 use proptest::prelude::*;
 
 /// A random DAG: op `i` consumes 1 or 2 tensors chosen among the graph input
@@ -24,18 +22,12 @@ struct Dag {
 fn dag_strategy(max_ops: usize) -> impl Strategy<Value = Dag> {
     (2..max_ops)
         .prop_flat_map(|n| {
-            let ops = (0..n)
-                .map(|i| proptest::collection::vec(0..=i, 1..=2).boxed())
-                .collect::<Vec<_>>();
+            let ops = (0..n).map(|i| proptest::collection::vec(0..=i, 1..=2).boxed()).collect::<Vec<_>>();
             let cons = proptest::collection::vec((0..n, 0..n, proptest::bool::weighted(0.3)), 0..n);
             (ops, cons)
         })
         .prop_map(|(inputs, cons)| {
-            let cons = cons
-                .into_iter()
-                .filter(|(a, b, _)| a != b)
-                .map(|(a, b, t)| (a.min(b), a.max(b), t))
-                .collect();
+            let cons = cons.into_iter().filter(|(a, b, _)| a != b).map(|(a, b, t)| (a.min(b), a.max(b), t)).collect();
             Dag { inputs, cons }
         })
 }
@@ -84,12 +76,7 @@ fn check_schedule(g: &Graph, order: &[OpId]) {
     let pos: HashMap<OpId, usize> = order.iter().enumerate().map(|(i, &o)| (o, i)).collect();
     assert_eq!(pos.len(), order.len(), "an op is scheduled twice");
     for (a, b) in required_edges(g) {
-        assert!(
-            pos[&a] < pos[&b],
-            "{} must precede {}",
-            g.op(a).unwrap().name,
-            g.op(b).unwrap().name
-        );
+        assert!(pos[&a] < pos[&b], "{} must precede {}", g.op(a).unwrap().name, g.op(b).unwrap().name);
     }
 }
 
@@ -188,8 +175,7 @@ proptest! {
 /// Peak bytes of live activations produced by ops, for `order`: an output is live
 /// from its producer until its last consumer has run (graph outputs until the end).
 fn peak_live_bytes(g: &Graph, order: &[OpId]) -> usize {
-    let mut remaining: HashMap<TensorId, usize> =
-        g.tensors().map(|t| (t.id, t.consumers().len())).collect();
+    let mut remaining: HashMap<TensorId, usize> = g.tensors().map(|t| (t.id, t.consumers().len())).collect();
     let (mut live, mut peak) = (0usize, 0usize);
     for &o in order {
         let op = g.op(o).unwrap();
@@ -218,9 +204,7 @@ fn liveness_heuristic_beats_creation_order() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[1000])).unwrap();
-    let expanded: Vec<TensorId> = (0..K)
-        .map(|k| op1(&mut ir, main, "Relu", &[x], &format!("a{k}")).1)
-        .collect();
+    let expanded: Vec<TensorId> = (0..K).map(|k| op1(&mut ir, main, "Relu", &[x], &format!("a{k}")).1).collect();
     for (k, &a) in expanded.iter().enumerate() {
         let r = ir
             .create_op(
@@ -235,21 +219,14 @@ fn liveness_heuristic_beats_creation_order() {
         ir.main_graph_mut().add_output(out).unwrap();
     }
     let g = ir.main_graph();
-    let creation = g
-        .schedule_with(ScheduleOptions {
-            optimize_liveness: false,
-        })
-        .unwrap();
+    let creation = g.schedule_with(ScheduleOptions { optimize_liveness: false }).unwrap();
     assert_eq!(creation, g.ops_in_creation_order());
     let smart = g.schedule().unwrap();
     check_schedule(g, &smart);
     let (p_creation, p_smart) = (peak_live_bytes(g, &creation), peak_live_bytes(g, &smart));
     assert_eq!(p_creation, K * 4000 + 4);
     assert_eq!(p_smart, 4000 + 4 * K);
-    let names: Vec<&str> = smart
-        .iter()
-        .map(|&o| g.op(o).unwrap().name.as_str())
-        .collect();
+    let names: Vec<&str> = smart.iter().map(|&o| g.op(o).unwrap().name.as_str()).collect();
     assert_eq!(names[..4], ["a0", "r0", "a1", "r1"]);
 }
 
@@ -281,13 +258,7 @@ fn variables_and_graph_outputs_are_never_freed() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let g = ir.main_graph_mut();
-    let v = g
-        .add_tensor(
-            "v",
-            f32i(&[100]),
-            TensorKind::Variable(popart_ir::HostTensor::zeros(f32i(&[100]))),
-        )
-        .unwrap();
+    let v = g.add_tensor("v", f32i(&[100]), TensorKind::Variable(popart_ir::HostTensor::zeros(f32i(&[100])))).unwrap();
     let kept = g.add_input("kept", f32i(&[100])).unwrap();
     g.add_output(kept).unwrap();
     let dropped = g.add_input("dropped", f32i(&[100])).unwrap();
@@ -297,10 +268,7 @@ fn variables_and_graph_outputs_are_never_freed() {
     let g = ir.main_graph();
     assert_eq!(g.schedule().unwrap(), vec![uses_dropped, uses_kept, uses_v]);
     assert_eq!(
-        g.schedule_with(ScheduleOptions {
-            optimize_liveness: false
-        })
-        .unwrap(),
+        g.schedule_with(ScheduleOptions { optimize_liveness: false }).unwrap(),
         vec![uses_v, uses_kept, uses_dropped]
     );
 }

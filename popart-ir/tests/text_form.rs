@@ -5,14 +5,12 @@ mod common;
 use common::{f32i, op1};
 use popart_ir::text::{self, parse, structural_diff, to_text, to_text_with, TextOptions};
 use popart_ir::{
-    dot, lookup_op, AttrValue, Attributes, DataType, HostTensor, Ir, IrError, StreamDirection,
-    TensorId, TensorInfo, TensorKind,
+    dot, lookup_op, AttrValue, Attributes, DataType, HostTensor, Ir, IrError, StreamDirection, TensorId, TensorInfo,
+    TensorKind,
 };
 
 fn attrs(pairs: &[(&str, AttrValue)]) -> Attributes {
-    pairs
-        .iter()
-        .fold(Attributes::new(), |a, (k, v)| a.with(k, v.clone()))
+    pairs.iter().fold(Attributes::new(), |a, (k, v)| a.with(k, v.clone()))
 }
 
 fn out0(ir: &Ir, g: popart_ir::GraphId, op: popart_ir::OpId) -> TensorId {
@@ -29,48 +27,19 @@ fn dense_ir() -> Ir {
         .add_tensor(
             "w",
             f32i(&[3, 2]),
-            TensorKind::Variable(HostTensor::from_f32(
-                &[3, 2],
-                &[0.5, -1.0, 0.1, 1e-8, -0.0, 3.0],
-            )),
+            TensorKind::Variable(HostTensor::from_f32(&[3, 2], &[0.5, -1.0, 0.1, 1e-8, -0.0, 3.0])),
         )
         .unwrap();
-    let b = g
-        .add_tensor(
-            "b",
-            f32i(&[2]),
-            TensorKind::Constant(HostTensor::from_f32(&[2], &[0.25, 2.5])),
-        )
-        .unwrap();
+    let b = g.add_tensor("b", f32i(&[2]), TensorKind::Constant(HostTensor::from_f32(&[2], &[0.25, 2.5]))).unwrap();
     let idx = HostTensor::from_f64_values(DataType::Int32, &[2], &[1.0, -7.0]);
-    let ids = g
-        .add_tensor(
-            "ids",
-            TensorInfo::new(DataType::Int32, [2]),
-            TensorKind::Constant(idx),
-        )
-        .unwrap();
+    let ids = g.add_tensor("ids", TensorInfo::new(DataType::Int32, [2]), TensorKind::Constant(idx)).unwrap();
     let (mm, h) = op1(&mut ir, main, "MatMul", &[x, w], "mm");
     let (add, hb) = op1(&mut ir, main, "Add", &[h, b], "bias");
     let (relu, r) = op1(&mut ir, main, "Relu", &[hb], "relu");
-    let sm = ir
-        .create_op(
-            main,
-            "Softmax",
-            attrs(&[("axis", AttrValue::Int(-1))]),
-            &[(0, r)],
-            "softmax",
-        )
-        .unwrap();
+    let sm = ir.create_op(main, "Softmax", attrs(&[("axis", AttrValue::Int(-1))]), &[(0, r)], "softmax").unwrap();
     let p = out0(&ir, main, sm);
     let loss = ir
-        .create_op(
-            main,
-            "NllLoss",
-            attrs(&[("reduction", AttrValue::Str("mean".into()))]),
-            &[(0, p), (1, ids)],
-            "loss",
-        )
+        .create_op(main, "NllLoss", attrs(&[("reduction", AttrValue::Str("mean".into()))]), &[(0, p), (1, ids)], "loss")
         .unwrap();
     let l = out0(&ir, main, loss);
     let g = ir.main_graph_mut();
@@ -91,82 +60,39 @@ fn subgraph_ir() -> Ir {
     ir.replication_factor = 2;
     // body(a, b) = (a + b, b): used by Call and Repeat.
     let body = ir.create_graph("body").unwrap();
-    let ba = ir
-        .graph_mut(body)
-        .unwrap()
-        .add_input("body/a", f32i(&[4]))
-        .unwrap();
-    let bb = ir
-        .graph_mut(body)
-        .unwrap()
-        .add_input("body/b", f32i(&[4]))
-        .unwrap();
+    let ba = ir.graph_mut(body).unwrap().add_input("body/a", f32i(&[4])).unwrap();
+    let bb = ir.graph_mut(body).unwrap().add_input("body/b", f32i(&[4])).unwrap();
     let (_, bs) = op1(&mut ir, body, "Add", &[ba, bb], "sum");
     ir.graph_mut(body).unwrap().add_output(bs).unwrap();
     ir.graph_mut(body).unwrap().add_output(bb).unwrap();
     // then(t) = -t ; else(e) = e * 2
     let then_g = ir.create_graph("then branch").unwrap();
-    let tt = ir
-        .graph_mut(then_g)
-        .unwrap()
-        .add_input("t", f32i(&[4]))
-        .unwrap();
+    let tt = ir.graph_mut(then_g).unwrap().add_input("t", f32i(&[4])).unwrap();
     let (_, tn) = op1(&mut ir, then_g, "Neg", &[tt], "neg");
     ir.graph_mut(then_g).unwrap().add_output(tn).unwrap();
     let else_g = ir.create_graph("else").unwrap();
     let g = ir.graph_mut(else_g).unwrap();
     let ee = g.add_input("e", f32i(&[4])).unwrap();
-    let two = g
-        .add_tensor(
-            "two",
-            f32i(&[]),
-            TensorKind::Constant(HostTensor::from_f32(&[], &[2.0])),
-        )
-        .unwrap();
+    let two = g.add_tensor("two", f32i(&[]), TensorKind::Constant(HostTensor::from_f32(&[], &[2.0]))).unwrap();
     let (_, em) = op1(&mut ir, else_g, "Mul", &[ee, two], "double");
     ir.graph_mut(else_g).unwrap().add_output(em).unwrap();
 
     let g = ir.main_graph_mut();
-    g.add_tensor(
-        "input stream",
-        f32i(&[4]),
-        TensorKind::Stream(StreamDirection::HostToDevice),
-    )
-    .unwrap();
-    g.add_tensor(
-        "out->host",
-        f32i(&[4]),
-        TensorKind::Stream(StreamDirection::DeviceToHost),
-    )
-    .unwrap();
-    let flag = g
-        .add_input("flag", TensorInfo::new(DataType::Bool, []))
-        .unwrap();
+    g.add_tensor("input stream", f32i(&[4]), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
+    g.add_tensor("out->host", f32i(&[4]), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    let flag = g.add_input("flag", TensorInfo::new(DataType::Bool, [])).unwrap();
     let acc = g
-        .add_tensor(
-            "acc \"quoted\"",
-            f32i(&[4]),
-            TensorKind::Variable(HostTensor::from_f32(&[4], &[0.0; 4])),
-        )
+        .add_tensor("acc \"quoted\"", f32i(&[4]), TensorKind::Variable(HostTensor::from_f32(&[4], &[0.0; 4])))
         .unwrap();
     let load = ir
-        .create_op(
-            main,
-            "HostLoad",
-            attrs(&[("stream", AttrValue::Str("input stream".into()))]),
-            &[],
-            "load",
-        )
+        .create_op(main, "HostLoad", attrs(&[("stream", AttrValue::Str("input stream".into()))]), &[], "load")
         .unwrap();
     let xin = out0(&ir, main, load);
     let call = ir
         .create_op(
             main,
             "Call",
-            attrs(&[
-                ("graph", AttrValue::Graph(body)),
-                ("modified", AttrValue::Ints(vec![])),
-            ]),
+            attrs(&[("graph", AttrValue::Graph(body)), ("modified", AttrValue::Ints(vec![]))]),
             &[(0, xin), (1, acc)],
             "call",
         )
@@ -176,10 +102,7 @@ fn subgraph_ir() -> Ir {
         .create_op(
             main,
             "Repeat",
-            attrs(&[
-                ("graph", AttrValue::Graph(body)),
-                ("count", AttrValue::Int(3)),
-            ]),
+            attrs(&[("graph", AttrValue::Graph(body)), ("count", AttrValue::Int(3))]),
             &[(0, c0), (1, xin)],
             "repeat",
         )
@@ -203,11 +126,7 @@ fn subgraph_ir() -> Ir {
     // Non-contiguous inputs: ScaledAddInplace(x, y, b) with `a` (index 2) absent.
     let scale = ir
         .main_graph_mut()
-        .add_tensor(
-            "scale",
-            f32i(&[]),
-            TensorKind::Constant(HostTensor::from_f32(&[], &[0.5])),
-        )
+        .add_tensor("scale", f32i(&[]), TensorKind::Constant(HostTensor::from_f32(&[], &[0.5])))
         .unwrap();
     let upd = ir
         .create_op(
@@ -218,35 +137,19 @@ fn subgraph_ir() -> Ir {
             "update",
         )
         .unwrap();
-    let cast = ir
-        .create_op(
-            main,
-            "Cast",
-            attrs(&[("to", AttrValue::DType(DataType::Float16))]),
-            &[(0, i0)],
-            "cast",
-        )
-        .unwrap();
+    let cast =
+        ir.create_op(main, "Cast", attrs(&[("to", AttrValue::DType(DataType::Float16))]), &[(0, i0)], "cast").unwrap();
     let rs = ir
         .create_op(
             main,
             "ReduceSum",
-            attrs(&[
-                ("axes", AttrValue::Ints(vec![0])),
-                ("keepdims", AttrValue::Bool(true)),
-            ]),
+            attrs(&[("axes", AttrValue::Ints(vec![0])), ("keepdims", AttrValue::Bool(true))]),
             &[(0, out0(&ir, main, cast))],
             "reduce",
         )
         .unwrap();
     let store = ir
-        .create_op(
-            main,
-            "HostStore",
-            attrs(&[("stream", AttrValue::Str("out->host".into()))]),
-            &[(0, i0)],
-            "store",
-        )
+        .create_op(main, "HostStore", attrs(&[("stream", AttrValue::Str("out->host".into()))]), &[(0, i0)], "store")
         .unwrap();
     let g = ir.main_graph_mut();
     let reduced = g.op(rs).unwrap().output(0).unwrap();
@@ -254,9 +157,7 @@ fn subgraph_ir() -> Ir {
     g.add_topo_con(upd, store).unwrap();
     g.add_tied_topo_con(load, call).unwrap();
     // An op with float-list attributes that nothing reads (attributes round trip regardless).
-    g.op_attrs_mut(store)
-        .unwrap()
-        .set("note", AttrValue::Floats(vec![0.1, -2.0, 1e300]));
+    g.op_attrs_mut(store).unwrap().set("note", AttrValue::Floats(vec![0.1, -2.0, 1e300]));
     ir.verify().unwrap();
     ir
 }
@@ -287,10 +188,7 @@ fn snapshot_subgraphs_streams_and_control_flow() {
 #[test]
 fn snapshot_empty_ir() {
     let t = assert_round_trip(&Ir::new());
-    assert_eq!(
-        t,
-        "ir num_host_transfers=1 replication_factor=1\n\ngraph main\n  inputs []\n  outputs []\n"
-    );
+    assert_eq!(t, "ir num_host_transfers=1 replication_factor=1\n\ngraph main\n  inputs []\n  outputs []\n");
 }
 
 #[test]
@@ -302,136 +200,49 @@ fn snapshot_dot() {
 fn exact_data_round_trip_for_every_dtype() {
     let mut ir = Ir::new();
     let g = ir.main_graph_mut();
-    let f32s = [
-        0.0f32,
-        -0.0,
-        1.0,
-        0.1,
-        f32::MIN_POSITIVE / 3.0,
-        f32::MAX,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-    ];
+    let f32s = [0.0f32, -0.0, 1.0, 0.1, f32::MIN_POSITIVE / 3.0, f32::MAX, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
     let mut bytes: Vec<u8> = f32s.iter().flat_map(|x| x.to_le_bytes()).collect();
     bytes.extend_from_slice(&0xffc0_0001u32.to_le_bytes()); // a negative NaN with a payload
     let info = f32i(&[10]);
-    g.add_tensor(
-        "f32",
-        info.clone(),
-        TensorKind::Variable(HostTensor::from_bytes(info, bytes).unwrap()),
-    )
-    .unwrap();
-    let f64s = [
-        1.0 / 3.0,
-        -1e-300,
-        5e-324,
-        f64::from_bits(0x7ff8_0000_dead_beef),
-    ];
+    g.add_tensor("f32", info.clone(), TensorKind::Variable(HostTensor::from_bytes(info, bytes).unwrap())).unwrap();
+    let f64s = [1.0 / 3.0, -1e-300, 5e-324, f64::from_bits(0x7ff8_0000_dead_beef)];
     let info = TensorInfo::new(DataType::Float64, [4]);
     let bytes = f64s.iter().flat_map(|x| x.to_le_bytes()).collect();
-    g.add_tensor(
-        "f64",
-        info.clone(),
-        TensorKind::Constant(HostTensor::from_bytes(info, bytes).unwrap()),
-    )
-    .unwrap();
+    g.add_tensor("f64", info.clone(), TensorKind::Constant(HostTensor::from_bytes(info, bytes).unwrap())).unwrap();
     let f16s: [u16; 6] = [0x0001, 0x3c00, 0x8000, 0x7c00, 0x7e00, 0x7d01];
     let info = TensorInfo::new(DataType::Float16, [6]);
     let bytes = f16s.iter().flat_map(|x| x.to_le_bytes()).collect();
-    g.add_tensor(
-        "f16",
-        info.clone(),
-        TensorKind::Constant(HostTensor::from_bytes(info, bytes).unwrap()),
-    )
-    .unwrap();
+    g.add_tensor("f16", info.clone(), TensorKind::Constant(HostTensor::from_bytes(info, bytes).unwrap())).unwrap();
     let ints: [(DataType, Vec<u8>); 9] = [
         (DataType::Bool, vec![0, 1, 2]),
         (DataType::Int8, vec![0x80, 0x7f, 0xff]),
         (DataType::Uint8, vec![0, 200, 255]),
-        (
-            DataType::Int16,
-            [i16::MIN, -1, i16::MAX]
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
-        ),
-        (
-            DataType::Uint16,
-            [0u16, 1, u16::MAX]
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
-        ),
-        (
-            DataType::Int32,
-            [i32::MIN, 0, i32::MAX]
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
-        ),
-        (
-            DataType::Uint32,
-            [0u32, 7, u32::MAX]
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
-        ),
-        (
-            DataType::Int64,
-            [i64::MIN, -2, i64::MAX]
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
-        ),
-        (
-            DataType::Uint64,
-            [0u64, 9, u64::MAX]
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
-        ),
+        (DataType::Int16, [i16::MIN, -1, i16::MAX].iter().flat_map(|x| x.to_le_bytes()).collect()),
+        (DataType::Uint16, [0u16, 1, u16::MAX].iter().flat_map(|x| x.to_le_bytes()).collect()),
+        (DataType::Int32, [i32::MIN, 0, i32::MAX].iter().flat_map(|x| x.to_le_bytes()).collect()),
+        (DataType::Uint32, [0u32, 7, u32::MAX].iter().flat_map(|x| x.to_le_bytes()).collect()),
+        (DataType::Int64, [i64::MIN, -2, i64::MAX].iter().flat_map(|x| x.to_le_bytes()).collect()),
+        (DataType::Uint64, [0u64, 9, u64::MAX].iter().flat_map(|x| x.to_le_bytes()).collect()),
     ];
     for (d, bytes) in ints {
         let info = TensorInfo::new(d, [3]);
-        g.add_tensor(
-            d.name(),
-            info.clone(),
-            TensorKind::Variable(HostTensor::from_bytes(info, bytes).unwrap()),
-        )
-        .unwrap();
+        g.add_tensor(d.name(), info.clone(), TensorKind::Variable(HostTensor::from_bytes(info, bytes).unwrap()))
+            .unwrap();
     }
     let t = assert_round_trip(&ir);
     // Spot-check the printed forms.
-    assert!(
-        t.contains("tensor f32 var float32[10] = [0.0, -0.0, 1.0, 0.1, "),
-        "{t}"
-    );
+    assert!(t.contains("tensor f32 var float32[10] = [0.0, -0.0, 1.0, 0.1, "), "{t}");
     assert!(t.contains("inf, -inf, NaN, nan:0xffc00001]"), "{t}");
     assert!(t.contains("nan:0x7ff80000deadbeef"), "{t}");
-    assert!(
-        t.contains("tensor f16 const float16[6] = [5.9604645e-8, 1.0, -0.0, inf, NaN, nan:0x7d01]"),
-        "{t}"
-    );
-    assert!(
-        t.contains("tensor bool var bool[3] = [false, true, 2]"),
-        "{t}"
-    );
-    assert!(
-        t.contains("= [-9223372036854775808, -2, 9223372036854775807]"),
-        "{t}"
-    );
+    assert!(t.contains("tensor f16 const float16[6] = [5.9604645e-8, 1.0, -0.0, inf, NaN, nan:0x7d01]"), "{t}");
+    assert!(t.contains("tensor bool var bool[3] = [false, true, 2]"), "{t}");
+    assert!(t.contains("= [-9223372036854775808, -2, 9223372036854775807]"), "{t}");
     assert!(t.contains("= [0, 9, 18446744073709551615]"), "{t}");
     // And the bytes are bit-exact.
     let parsed = parse(&t).unwrap();
     for tensor in ir.main_graph().tensors() {
         let other = parsed.main_graph().tensor_by_name(&tensor.name).unwrap();
-        assert_eq!(
-            other.kind.data().unwrap().bytes,
-            tensor.kind.data().unwrap().bytes,
-            "{}",
-            tensor.name
-        );
+        assert_eq!(other.kind.data().unwrap().bytes, tensor.kind.data().unwrap().bytes, "{}", tensor.name);
     }
 }
 
@@ -450,22 +261,13 @@ fn creation_order_survives_erasure_and_slot_reuse() {
     ir.main_graph_mut().add_topo_con(d, b).unwrap();
     ir.main_graph_mut().add_topo_con(c, b).unwrap();
     let t = assert_round_trip(&ir);
-    let ops: Vec<&str> = t
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("op "))
-        .map(|l| l.split(' ').next().unwrap())
-        .collect();
+    let ops: Vec<&str> =
+        t.lines().filter_map(|l| l.trim().strip_prefix("op ")).map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(ops, vec!["b", "c", "d"]);
-    let tensors: Vec<&str> = t
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("tensor "))
-        .map(|l| l.split(' ').next().unwrap())
-        .collect();
+    let tensors: Vec<&str> =
+        t.lines().filter_map(|l| l.trim().strip_prefix("tensor ")).map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(tensors, vec!["x", "b:0", "c:0", "d:0"]);
-    let cons: Vec<&str> = t
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("topocon "))
-        .collect();
+    let cons: Vec<&str> = t.lines().filter_map(|l| l.trim().strip_prefix("topocon ")).collect();
     assert_eq!(cons, vec!["c -> b", "d -> b"]);
 }
 
@@ -475,24 +277,17 @@ fn dangling_tensors_and_unusual_names_round_trip() {
     let main = ir.main_graph_id();
     let g = ir.main_graph_mut();
     let x = g.add_input("", f32i(&[1])).unwrap();
-    g.add_tensor("tab\there", f32i(&[1]), TensorKind::ActGrad)
-        .unwrap();
-    g.add_tensor("uni\u{1}code é ✓", f32i(&[]), TensorKind::ActGrad)
-        .unwrap();
-    g.add_tensor("a->b", f32i(&[1]), TensorKind::ActGrad)
-        .unwrap();
-    g.add_tensor("back\\slash", f32i(&[1]), TensorKind::ActGrad)
-        .unwrap();
+    g.add_tensor("tab\there", f32i(&[1]), TensorKind::ActGrad).unwrap();
+    g.add_tensor("uni\u{1}code é ✓", f32i(&[]), TensorKind::ActGrad).unwrap();
+    g.add_tensor("a->b", f32i(&[1]), TensorKind::ActGrad).unwrap();
+    g.add_tensor("back\\slash", f32i(&[1]), TensorKind::ActGrad).unwrap();
     op1(&mut ir, main, "Neg", &[x], "op with spaces");
     op1(&mut ir, main, "Neg", &[x], "-");
     op1(&mut ir, main, "Neg", &[x], "123");
     let t = assert_round_trip(&ir);
     assert!(t.contains("inputs [\"\"]"), "{t}");
     assert!(t.contains("tensor \"tab\\there\" act"), "{t}");
-    assert!(
-        t.contains("tensor \"uni\\u{1}code é ✓\" act float32[]"),
-        "{t}"
-    );
+    assert!(t.contains("tensor \"uni\\u{1}code é ✓\" act float32[]"), "{t}");
     assert!(t.contains("tensor \"a->b\""), "{t}");
     assert!(t.contains("op - Neg in[0=\"\"] out[0=-:0]"), "{t}");
     assert!(t.contains("op 123 Neg"), "{t}");
@@ -517,51 +312,20 @@ fn custom_ops_round_trip_through_the_registry() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[8])).unwrap();
-    ir.create_op(
-        main,
-        "text_test.Halve",
-        attrs(&[("parts", AttrValue::Int(2))]),
-        &[(0, x)],
-        "h",
-    )
-    .unwrap();
+    ir.create_op(main, "text_test.Halve", attrs(&[("parts", AttrValue::Int(2))]), &[(0, x)], "h").unwrap();
     let t = assert_round_trip(&ir);
-    assert!(
-        t.contains("op h text_test.Halve {parts=2} in[0=x] out[0=h:0, 1=h:1]"),
-        "{t}"
-    );
+    assert!(t.contains("op h text_test.Halve {parts=2} in[0=x] out[0=h:0, 1=h:1]"), "{t}");
 }
 
 #[test]
 fn elided_data_is_for_reading_only() {
     let mut ir = Ir::new();
     let g = ir.main_graph_mut();
-    g.add_tensor(
-        "big",
-        f32i(&[100]),
-        TensorKind::Variable(HostTensor::zeros(f32i(&[100]))),
-    )
-    .unwrap();
-    g.add_tensor(
-        "small",
-        f32i(&[2]),
-        TensorKind::Variable(HostTensor::zeros(f32i(&[2]))),
-    )
-    .unwrap();
-    let t = to_text_with(
-        &ir,
-        &TextOptions {
-            elide_data_over: Some(16),
-        },
-    );
-    assert!(
-        t.contains("tensor big var float32[100] = elided(100)\n"),
-        "{t}"
-    );
-    assert!(
-        t.contains("tensor small var float32[2] = [0.0, 0.0]\n"),
-        "{t}"
-    );
+    g.add_tensor("big", f32i(&[100]), TensorKind::Variable(HostTensor::zeros(f32i(&[100])))).unwrap();
+    g.add_tensor("small", f32i(&[2]), TensorKind::Variable(HostTensor::zeros(f32i(&[2])))).unwrap();
+    let t = to_text_with(&ir, &TextOptions { elide_data_over: Some(16) });
+    assert!(t.contains("tensor big var float32[100] = elided(100)\n"), "{t}");
+    assert!(t.contains("tensor small var float32[2] = [0.0, 0.0]\n"), "{t}");
     match parse(&t) {
         Err(IrError::Parse { line: 6, message }) => {
             assert!(message.contains("elided"), "{message}")
@@ -637,9 +401,7 @@ fn parse_errors_give_the_line_and_the_problem() {
 
 #[test]
 fn header_errors() {
-    assert!(
-        matches!(parse(""), Err(IrError::Parse { message, .. }) if message.contains("missing the `ir` header"))
-    );
+    assert!(matches!(parse(""), Err(IrError::Parse { message, .. }) if message.contains("missing the `ir` header")));
     assert!(
         matches!(parse("graph main\n"), Err(IrError::Parse { line: 1, message }) if message.contains("`ir` header"))
     );
@@ -650,14 +412,9 @@ fn header_errors() {
         parse("ir num_host_transfers=1 replication_factor=1 colour=3\n"),
         Err(IrError::Parse { line: 1, message }) if message.contains("unknown header field `colour`")
     ));
-    assert!(
-        matches!(parse(HEADER), Err(IrError::Parse { message, .. }) if message.contains("no `graph main`"))
-    );
+    assert!(matches!(parse(HEADER), Err(IrError::Parse { message, .. }) if message.contains("no `graph main`")));
     // Comments and blank lines are ignored.
-    let ir = parse(&format!(
-        "# a comment\n\n{HEADER}\n# another\ngraph main\n\n  inputs []\n"
-    ))
-    .unwrap();
+    let ir = parse(&format!("# a comment\n\n{HEADER}\n# another\ngraph main\n\n  inputs []\n")).unwrap();
     assert_eq!(ir.main_graph().num_tensors(), 0);
 }
 
@@ -681,22 +438,14 @@ fn structural_diff_finds_differences() {
     let mut b = dense_ir();
     assert_eq!(structural_diff(&a, &b), None);
     let relu = b.main_graph().op_by_name("relu").unwrap().id;
-    b.main_graph_mut()
-        .op_attrs_mut(relu)
-        .unwrap()
-        .set("x", AttrValue::Int(1));
-    assert_eq!(
-        structural_diff(&a, &b).unwrap(),
-        "graph `main`: attributes of op `relu` differ"
-    );
+    b.main_graph_mut().op_attrs_mut(relu).unwrap().set("x", AttrValue::Int(1));
+    assert_eq!(structural_diff(&a, &b).unwrap(), "graph `main`: attributes of op `relu` differ");
     let mut c = dense_ir();
     let mm = c.main_graph().op_by_name("mm").unwrap().id;
     c.main_graph_mut().remove_topo_con(mm, relu);
     let relu_c = c.main_graph().op_by_name("relu").unwrap().id;
     c.main_graph_mut().remove_topo_con(mm, relu_c);
-    assert!(structural_diff(&a, &c)
-        .unwrap()
-        .contains("topological constraints"));
+    assert!(structural_diff(&a, &c).unwrap().contains("topological constraints"));
     let mut d = dense_ir();
     let g = d.main_graph_mut();
     let extra = g.add_op(lookup_op("Neg").unwrap(), Attributes::new(), "extra");

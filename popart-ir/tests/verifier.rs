@@ -7,8 +7,8 @@ mod common;
 use common::{f32i, op1};
 use popart_ir::test_hooks::{corrupt, Corruption};
 use popart_ir::{
-    AttrValue, Attributes, DataType, HostTensor, Ir, IrError, OpId, Port, StreamDirection,
-    TensorId, TensorInfo, TensorKind,
+    AttrValue, Attributes, DataType, HostTensor, Ir, IrError, OpId, Port, StreamDirection, TensorId, TensorInfo,
+    TensorKind,
 };
 
 /// main: x -> neg -> y -> exp -> z (output), plus a variable `v` and a free activation `free`.
@@ -31,27 +31,10 @@ fn fixture() -> Fixture {
     let (exp, z) = op1(&mut ir, main, "Exp", &[y], "exp");
     let g = ir.main_graph_mut();
     g.add_output(z).unwrap();
-    let v = g
-        .add_tensor(
-            "v",
-            f32i(&[2]),
-            TensorKind::Variable(HostTensor::from_f32(&[2], &[1.0, 2.0])),
-        )
-        .unwrap();
-    let free = g
-        .add_tensor("free", f32i(&[2]), TensorKind::ActGrad)
-        .unwrap();
+    let v = g.add_tensor("v", f32i(&[2]), TensorKind::Variable(HostTensor::from_f32(&[2], &[1.0, 2.0]))).unwrap();
+    let free = g.add_tensor("free", f32i(&[2]), TensorKind::ActGrad).unwrap();
     ir.verify().unwrap();
-    Fixture {
-        ir,
-        x,
-        y,
-        z,
-        v,
-        free,
-        neg,
-        exp,
-    }
+    Fixture { ir, x, y, z, v, free, neg, exp }
 }
 
 /// Apply `c` to the main graph of a fresh fixture and return the verifier's message.
@@ -67,60 +50,24 @@ fn broken(c: impl FnOnce(&Fixture) -> Corruption) -> String {
 
 #[test]
 fn missing_consumer_entry() {
-    let m = broken(|f| Corruption::DropConsumerEntry {
-        op: f.exp,
-        index: 0,
-    });
-    assert_eq!(
-        m,
-        "graph `main`: tensor `neg:0` does not list op `exp` input 0 as a consumer"
-    );
+    let m = broken(|f| Corruption::DropConsumerEntry { op: f.exp, index: 0 });
+    assert_eq!(m, "graph `main`: tensor `neg:0` does not list op `exp` input 0 as a consumer");
 }
 
 #[test]
 fn spurious_consumer_entry() {
-    let m = broken(|f| Corruption::AddConsumerEntry {
-        tensor: f.x,
-        port: Port {
-            op: f.exp,
-            index: 0,
-        },
-    });
-    assert!(
-        m.contains("tensor `x` lists a consumer that does not consume it"),
-        "{m}"
-    );
-    let m = broken(|f| Corruption::AddConsumerEntry {
-        tensor: f.x,
-        port: Port {
-            op: f.neg,
-            index: 0,
-        },
-    });
+    let m = broken(|f| Corruption::AddConsumerEntry { tensor: f.x, port: Port { op: f.exp, index: 0 } });
+    assert!(m.contains("tensor `x` lists a consumer that does not consume it"), "{m}");
+    let m = broken(|f| Corruption::AddConsumerEntry { tensor: f.x, port: Port { op: f.neg, index: 0 } });
     assert!(m.contains("tensor `x` lists a consumer twice"), "{m}");
 }
 
 #[test]
 fn producer_mismatch() {
-    let m = broken(|f| Corruption::SetProducer {
-        tensor: f.y,
-        producer: None,
-    });
-    assert!(
-        m.contains("tensor `neg:0` does not name op `neg` output 0 as its producer"),
-        "{m}"
-    );
-    let m = broken(|f| Corruption::SetProducer {
-        tensor: f.free,
-        producer: Some(Port {
-            op: f.neg,
-            index: 0,
-        }),
-    });
-    assert!(
-        m.contains("tensor `free` names a producer that does not produce it"),
-        "{m}"
-    );
+    let m = broken(|f| Corruption::SetProducer { tensor: f.y, producer: None });
+    assert!(m.contains("tensor `neg:0` does not name op `neg` output 0 as its producer"), "{m}");
+    let m = broken(|f| Corruption::SetProducer { tensor: f.free, producer: Some(Port { op: f.neg, index: 0 }) });
+    assert!(m.contains("tensor `free` names a producer that does not produce it"), "{m}");
 }
 
 #[test]
@@ -129,29 +76,12 @@ fn op_refers_to_foreign_tensors() {
     let mut other = Ir::new();
     let mut foreign = other.main_graph_mut().add_input("f0", f32i(&[2])).unwrap();
     for k in 1..10 {
-        foreign = other
-            .main_graph_mut()
-            .add_input(&format!("f{k}"), f32i(&[2]))
-            .unwrap();
+        foreign = other.main_graph_mut().add_input(&format!("f{k}"), f32i(&[2])).unwrap();
     }
-    let m = broken(|f| Corruption::SetOpInput {
-        op: f.neg,
-        index: 0,
-        tensor: foreign,
-    });
-    assert!(
-        m.contains("op `neg` input 0 is not a tensor of this graph"),
-        "{m}"
-    );
-    let m = broken(|f| Corruption::SetOpOutput {
-        op: f.neg,
-        index: 0,
-        tensor: foreign,
-    });
-    assert!(
-        m.contains("op `neg` output 0 is not a tensor of this graph"),
-        "{m}"
-    );
+    let m = broken(|f| Corruption::SetOpInput { op: f.neg, index: 0, tensor: foreign });
+    assert!(m.contains("op `neg` input 0 is not a tensor of this graph"), "{m}");
+    let m = broken(|f| Corruption::SetOpOutput { op: f.neg, index: 0, tensor: foreign });
+    assert!(m.contains("op `neg` output 0 is not a tensor of this graph"), "{m}");
     let m = broken(|_| Corruption::PushInput(foreign));
     assert!(m.contains("input 1 is not a tensor of this graph"), "{m}");
     let m = broken(|_| Corruption::PushOutput(foreign));
@@ -161,17 +91,11 @@ fn op_refers_to_foreign_tensors() {
 #[test]
 fn graph_input_invariants() {
     let m = broken(|f| Corruption::PushInput(f.y));
-    assert!(
-        m.contains("graph input `neg:0` is produced by an op"),
-        "{m}"
-    );
+    assert!(m.contains("graph input `neg:0` is produced by an op"), "{m}");
     let m = broken(|f| Corruption::PushInput(f.v));
     assert!(m.contains("graph input `v` is a var"), "{m}");
     let m = broken(|f| Corruption::PushInput(f.x));
-    assert!(
-        m.contains("tensor `x` is graph input more than once"),
-        "{m}"
-    );
+    assert!(m.contains("tensor `x` is graph input more than once"), "{m}");
 }
 
 #[test]
@@ -185,49 +109,27 @@ fn non_activations_are_never_produced() {
 
 #[test]
 fn inferred_info_must_match() {
-    let m = broken(|f| Corruption::SetInfo {
-        tensor: f.z,
-        info: TensorInfo::new(DataType::Float16, [2]),
-    });
-    assert!(
-        m.contains(
-            "outputs of op `exp` are [0: float16[2]] but shape inference gives [float32[2]]"
-        ),
-        "{m}"
-    );
+    let m = broken(|f| Corruption::SetInfo { tensor: f.z, info: TensorInfo::new(DataType::Float16, [2]) });
+    assert!(m.contains("outputs of op `exp` are [0: float16[2]] but shape inference gives [float32[2]]"), "{m}");
     // Through the public API: attribute edits do not re-run inference.
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[2, 3])).unwrap();
     let r = ir
-        .create_op(
-            main,
-            "Reshape",
-            Attributes::new().with("shape", AttrValue::Ints(vec![3, 2])),
-            &[(0, x)],
-            "r",
-        )
+        .create_op(main, "Reshape", Attributes::new().with("shape", AttrValue::Ints(vec![3, 2])), &[(0, x)], "r")
         .unwrap();
     ir.verify().unwrap();
-    ir.main_graph_mut()
-        .op_attrs_mut(r)
-        .unwrap()
-        .set("shape", AttrValue::Ints(vec![6]));
+    ir.main_graph_mut().op_attrs_mut(r).unwrap().set("shape", AttrValue::Ints(vec![6]));
     assert!(matches!(ir.verify(), Err(IrError::Invalid(m)) if m.contains("op `r`")));
     // An attribute edit that makes inference fail reports the inference error.
-    ir.main_graph_mut()
-        .op_attrs_mut(r)
-        .unwrap()
-        .set("shape", AttrValue::Ints(vec![7]));
+    ir.main_graph_mut().op_attrs_mut(r).unwrap().set("shape", AttrValue::Ints(vec![7]));
     assert!(matches!(ir.verify(), Err(IrError::Inference { op, .. }) if op == "r"));
     // A disconnected output also disagrees with inference.
     let mut f = fixture();
     f.ir.main_graph_mut().remove_output(0).unwrap();
     f.ir.main_graph_mut().disconnect_input(f.exp, 0).unwrap();
     f.ir.main_graph_mut().disconnect_output(f.neg, 0).unwrap();
-    assert!(
-        matches!(f.ir.verify(), Err(IrError::Invalid(m)) if m.contains("outputs of op `neg` are []"))
-    );
+    assert!(matches!(f.ir.verify(), Err(IrError::Invalid(m)) if m.contains("outputs of op `neg` are []")));
 }
 
 #[test]
@@ -236,61 +138,28 @@ fn topo_cons_must_join_live_ops() {
     let main = f.ir.main_graph_id();
     let (dead, _) = op1(&mut f.ir, main, "Neg", &[f.x], "dead");
     f.ir.main_graph_mut().erase_op(dead).unwrap();
-    corrupt(
-        f.ir.main_graph_mut(),
-        Corruption::AddTopoCon {
-            before: f.neg,
-            after: dead,
-        },
-    );
-    assert!(
-        matches!(f.ir.verify(), Err(IrError::Invalid(m)) if m.contains("topological constraint"))
-    );
+    corrupt(f.ir.main_graph_mut(), Corruption::AddTopoCon { before: f.neg, after: dead });
+    assert!(matches!(f.ir.verify(), Err(IrError::Invalid(m)) if m.contains("topological constraint")));
 }
 
 #[test]
 fn streams_only_in_the_main_graph() {
     let mut ir = Ir::new();
     let sub = ir.create_graph("sub").unwrap();
-    ir.main_graph_mut()
-        .add_tensor(
-            "ok",
-            f32i(&[2]),
-            TensorKind::Stream(StreamDirection::HostToDevice),
-        )
-        .unwrap();
+    ir.main_graph_mut().add_tensor("ok", f32i(&[2]), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
     ir.verify().unwrap();
-    ir.graph_mut(sub)
-        .unwrap()
-        .add_tensor(
-            "s",
-            f32i(&[2]),
-            TensorKind::Stream(StreamDirection::DeviceToHost),
-        )
-        .unwrap();
-    assert_eq!(
-        ir.verify(),
-        Err(IrError::Invalid(
-            "graph `sub`: stream `s` is not in the main graph".into()
-        ))
-    );
+    ir.graph_mut(sub).unwrap().add_tensor("s", f32i(&[2]), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    assert_eq!(ir.verify(), Err(IrError::Invalid("graph `sub`: stream `s` is not in the main graph".into())));
 }
 
 #[test]
 fn variable_data_must_match_its_type() {
     let mut ir = Ir::new();
-    let short = HostTensor {
-        info: f32i(&[2]),
-        bytes: vec![0; 7],
-    };
-    ir.main_graph_mut()
-        .add_tensor("w", f32i(&[2]), TensorKind::Variable(short))
-        .unwrap();
+    let short = HostTensor { info: f32i(&[2]), bytes: vec![0; 7] };
+    ir.main_graph_mut().add_tensor("w", f32i(&[2]), TensorKind::Variable(short)).unwrap();
     assert_eq!(
         ir.verify(),
-        Err(IrError::Invalid(
-            "graph `main`: data of `w` does not match its type float32[2]".into()
-        ))
+        Err(IrError::Invalid("graph `main`: data of `w` does not match its type float32[2]".into()))
     );
 }
 
@@ -299,34 +168,17 @@ fn subgraph_ops_must_match_the_called_graph() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let body = ir.create_graph("body").unwrap();
-    let bx = ir
-        .graph_mut(body)
-        .unwrap()
-        .add_input("bx", f32i(&[2]))
-        .unwrap();
+    let bx = ir.graph_mut(body).unwrap().add_input("bx", f32i(&[2])).unwrap();
     ir.graph_mut(body).unwrap().add_output(bx).unwrap();
     let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
-    ir.create_op(
-        main,
-        "Call",
-        Attributes::new().with("graph", AttrValue::Graph(body)),
-        &[(0, x)],
-        "call",
-    )
-    .unwrap();
+    ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(body)), &[(0, x)], "call").unwrap();
     ir.verify().unwrap();
     // The callee gains an input after the call was created: arity no longer matches.
-    ir.graph_mut(body)
-        .unwrap()
-        .add_input("extra", f32i(&[1]))
-        .unwrap();
+    ir.graph_mut(body).unwrap().add_input("extra", f32i(&[1])).unwrap();
     match ir.verify() {
         Err(IrError::Inference { op, message, .. }) => {
             assert_eq!(op, "call");
-            assert!(
-                message.contains("has 2 inputs but 1 were given"),
-                "{message}"
-            );
+            assert!(message.contains("has 2 inputs but 1 were given"), "{message}");
         }
         other => panic!("expected an inference error, got {other:?}"),
     }
@@ -344,34 +196,15 @@ fn calls_to_removed_graphs_are_caught() {
     let body = ir.create_graph("body").unwrap();
     let spare = ir.create_graph("spare").unwrap();
     let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
-    let call = ir.create_op(
-        main,
-        "Call",
-        Attributes::new().with("graph", AttrValue::Graph(body)),
-        &[(0, x)],
-        "call",
-    );
+    let call = ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(body)), &[(0, x)], "call");
     // body has no inputs: the call with one input is rejected at creation.
     assert!(matches!(call, Err(IrError::Inference { .. })));
-    let call = ir
-        .create_op(
-            main,
-            "Call",
-            Attributes::new().with("graph", AttrValue::Graph(body)),
-            &[],
-            "call",
-        )
-        .unwrap();
+    let call =
+        ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(body)), &[], "call").unwrap();
     ir.remove_graph(spare).unwrap();
-    ir.main_graph_mut()
-        .op_attrs_mut(call)
-        .unwrap()
-        .set("graph", AttrValue::Graph(spare));
+    ir.main_graph_mut().op_attrs_mut(call).unwrap().set("graph", AttrValue::Graph(spare));
     match ir.verify() {
-        Err(IrError::Invalid(m)) => assert!(
-            m.contains("op `call` calls a graph that is not in this IR"),
-            "{m}"
-        ),
+        Err(IrError::Invalid(m)) => assert!(m.contains("op `call` calls a graph that is not in this IR"), "{m}"),
         other => panic!("expected Invalid, got {other:?}"),
     }
 }

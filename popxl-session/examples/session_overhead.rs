@@ -64,15 +64,8 @@ fn main() {
     let per_run = time(5, 20, || s.run_with_outputs(&inputs, &mut outputs).unwrap());
     let mem = s.executable().memory;
     println!("(a) chain of {CHAIN} elementwise ops on float32[4]");
-    println!(
-        "    build IR {:.1} ms, Session::new (prepare + lower + compile) {:.1} ms",
-        ms(built),
-        ms(compiled)
-    );
-    println!(
-        "    arena {} B planned peak ({} B without reuse)",
-        mem.arena_bytes, mem.no_reuse_bytes
-    );
+    println!("    build IR {:.1} ms, Session::new (prepare + lower + compile) {:.1} ms", ms(built), ms(compiled));
+    println!("    arena {} B planned peak ({} B without reuse)", mem.arena_bytes, mem.no_reuse_bytes);
     println!(
         "    run: {:.1} us  ->  {:.1} ns per op (target < 1000 ns)",
         per_run.as_secs_f64() * 1e6,
@@ -89,18 +82,10 @@ fn main() {
         std::hint::black_box(s.run(&inputs).unwrap());
     });
     let mut outputs = s.create_host_outputs();
-    let run_with_outputs = time(5, 20_000, || {
-        s.run_with_outputs(&inputs, &mut outputs).unwrap()
-    });
+    let run_with_outputs = time(5, 20_000, || s.run_with_outputs(&inputs, &mut outputs).unwrap());
     println!("(b) one-op IR (host_load -> relu -> host_store), one input and one output stream");
-    println!(
-        "    run              {:.2} us (target < 10 us)",
-        run.as_secs_f64() * 1e6
-    );
-    println!(
-        "    run_with_outputs {:.2} us",
-        run_with_outputs.as_secs_f64() * 1e6
-    );
+    println!("    run              {:.2} us (target < 10 us)", run.as_secs_f64() * 1e6);
+    println!("    run_with_outputs {:.2} us", run_with_outputs.as_secs_f64() * 1e6);
 }
 
 fn ms(d: Duration) -> f64 {

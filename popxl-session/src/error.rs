@@ -23,9 +23,7 @@ pub enum SessionError {
         replication_factor: usize,
     },
     /// Replication on a device that cannot simulate it.
-    #[error(
-        "device `{device}` does not support replication (replication_factor {replication_factor})"
-    )]
+    #[error("device `{device}` does not support replication (replication_factor {replication_factor})")]
     ReplicationUnsupported {
         /// The device.
         device: &'static str,
@@ -62,9 +60,7 @@ pub enum SessionError {
         reason: String,
     },
     /// The streams given to `run` differ from the expected set.
-    #[error(
-        "unexpected/missing {role} streams.\n  unexpected: {unexpected:?}\n  missing: {missing:?}"
-    )]
+    #[error("unexpected/missing {role} streams.\n  unexpected: {unexpected:?}\n  missing: {missing:?}")]
     UnexpectedOrMissingStreams {
         /// `input` or `output`.
         role: StreamRole,
@@ -114,9 +110,7 @@ pub enum SessionError {
         got: Vec<usize>,
     },
     /// The element type of an array does not match its stream.
-    #[error(
-        "dtype mismatch for {role} stream `{stream}`: the stream is {expected}, the array is {got}"
-    )]
+    #[error("dtype mismatch for {role} stream `{stream}`: the stream is {expected}, the array is {got}")]
     StreamDTypeMismatch {
         /// `input` or `output`.
         role: StreamRole,
@@ -144,9 +138,7 @@ pub enum SessionError {
         tensor: String,
     },
     /// Writing data of a tensor that is not a variable.
-    #[error(
-        "tensor `{tensor}` is not of type Variable: write_variable_data is not supported for it"
-    )]
+    #[error("tensor `{tensor}` is not of type Variable: write_variable_data is not supported for it")]
     NotAVariable {
         /// The tensor.
         tensor: String,

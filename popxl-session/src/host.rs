@@ -3,10 +3,7 @@
 use popxl::HostArray;
 
 // The device and the host share byte order: arrays are moved as raw bytes.
-const _: () = assert!(
-    cfg!(target_endian = "little"),
-    "popxl-session assumes a little-endian host"
-);
+const _: () = assert!(cfg!(target_endian = "little"), "popxl-session assumes a little-endian host");
 
 macro_rules! each {
     ($a:expr, $x:ident => $body:expr) => {
@@ -52,10 +49,7 @@ pub(crate) fn mut_ptr_of(a: &mut HostArray) -> Option<(*mut u8, usize)> {
 
 /// Overwrite every element of `a` (any layout) from row-major little-endian bytes.
 pub(crate) fn assign_bytes(a: &mut HostArray, bytes: &[u8]) {
-    let t = popart_ir::HostTensor {
-        info: a.info(),
-        bytes: bytes.to_vec(),
-    };
+    let t = popart_ir::HostTensor { info: a.info(), bytes: bytes.to_vec() };
     let src = HostArray::from_host_tensor(&t).expect("bytes sized for the array");
     macro_rules! assign {
         ($($v:ident),*) => {
@@ -79,10 +73,7 @@ mod tests {
         assert!(matches!(bytes_of(&a), std::borrow::Cow::Borrowed(_)));
         let t = HostArray::F32(array![[1.0f32, 2.0], [3.0, 4.0]].reversed_axes().into_dyn());
         let b = bytes_of(&t);
-        let v: Vec<f32> = b
-            .chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let v: Vec<f32> = b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert_eq!(v, vec![1.0, 3.0, 2.0, 4.0]);
     }
 
@@ -90,10 +81,7 @@ mod tests {
     fn assign_into_a_non_standard_layout() {
         let mut t = HostArray::I32(ArrayD::from_elem(vec![2, 2], 0i32).reversed_axes());
         assert!(mut_ptr_of(&mut t).is_none());
-        let bytes: Vec<u8> = [1i32, 2, 3, 4]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
+        let bytes: Vec<u8> = [1i32, 2, 3, 4].iter().flat_map(|x| x.to_le_bytes()).collect();
         assign_bytes(&mut t, &bytes);
         assert_eq!(t.to_f64_vec(), vec![1.0, 2.0, 3.0, 4.0]);
     }

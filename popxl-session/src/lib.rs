@@ -16,6 +16,4 @@ mod host;
 mod session;
 
 pub use error::{SessionError, StreamRole};
-pub use session::{
-    DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts,
-};
+pub use session::{DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts};

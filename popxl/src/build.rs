@@ -35,10 +35,7 @@ impl GraphArg {
 
 impl From<&Tensor> for GraphArg {
     fn from(t: &Tensor) -> Self {
-        GraphArg {
-            spec: t.spec(),
-            name: Some(t.base_name().to_string()),
-        }
+        GraphArg { spec: t.spec(), name: Some(t.base_name().to_string()) }
     }
 }
 
@@ -56,10 +53,7 @@ impl From<TensorSpec> for GraphArg {
 
 impl From<&TensorSpec> for GraphArg {
     fn from(spec: &TensorSpec) -> Self {
-        GraphArg {
-            spec: spec.clone(),
-            name: None,
-        }
+        GraphArg { spec: spec.clone(), name: None }
     }
 }
 
@@ -391,9 +385,7 @@ pub trait GraphFunction<Marker> {
 /// The last path segment of a type name, without references and generics;
 /// closures get `graph`.
 fn short_type_name<T: ?Sized>() -> String {
-    let full = std::any::type_name::<T>()
-        .trim_start_matches('&')
-        .trim_start_matches("mut ");
+    let full = std::any::type_name::<T>().trim_start_matches('&').trim_start_matches("mut ");
     let no_generics = full.split('<').next().unwrap_or(full);
     let last = no_generics.rsplit("::").next().unwrap_or(no_generics);
     if last.is_empty() || last.contains('{') {
@@ -415,8 +407,7 @@ impl<M: Module> GraphFunction<ModuleMarker> for &mut M {
         M::Inputs::arity()
     }
     fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        self.build(M::Inputs::from_graph_inputs(inputs))?
-            .into_graph_outputs()
+        self.build(M::Inputs::from_graph_inputs(inputs))?.into_graph_outputs()
     }
 }
 
@@ -496,12 +487,7 @@ mod multi_arg_impls {
 
 /// Create graph `name` (made unique), add the traced inputs, run `f` inside it
 /// and set its outputs; on error, remove the partial graph.
-pub(crate) fn create_graph<M>(
-    ir: &Ir,
-    name: &str,
-    mut f: impl GraphFunction<M>,
-    args: Vec<GraphArg>,
-) -> Result<Graph> {
+pub(crate) fn create_graph<M>(ir: &Ir, name: &str, mut f: impl GraphFunction<M>, args: Vec<GraphArg>) -> Result<Graph> {
     let graph = ir.create_empty_graph(name)?;
     let result = (|| {
         if let Some(n) = f.arity() {
@@ -522,10 +508,7 @@ pub(crate) fn create_graph<M>(
         let outputs = f.build_graph(inputs)?;
         for t in &outputs {
             if t.ir_id() != graph.ir_id {
-                return Err(PopXlError::ForeignIr {
-                    name: t.name().to_string(),
-                    what: "graph output".into(),
-                });
+                return Err(PopXlError::ForeignIr { name: t.name().to_string(), what: "graph output".into() });
             }
             if t.graph_id() != graph.id {
                 return Err(PopXlError::OutputNotInGraph {

@@ -87,10 +87,7 @@ pub(crate) fn enter_graph(g: &Graph) -> GraphContext {
         c.graphs.push((t, g.clone()));
         t
     });
-    GraphContext {
-        token,
-        _not_send: PhantomData,
-    }
+    GraphContext { token, _not_send: PhantomData }
 }
 
 /// The innermost current graph, if any graph context is active.
@@ -110,9 +107,7 @@ pub(crate) fn try_current_graph() -> Option<Graph> {
 /// });
 /// ```
 pub fn current_graph() -> Result<Graph> {
-    try_current_graph().ok_or_else(|| PopXlError::NoGraphContext {
-        what: "current_graph".into(),
-    })
+    try_current_graph().ok_or_else(|| PopXlError::NoGraphContext { what: "current_graph".into() })
 }
 
 /// The main graph of the current graph's IR (PopXL's `gmg()`).
@@ -135,9 +130,7 @@ pub fn current_main_graph() -> Result<Graph> {
 /// assert_eq!(popxl::current_ir().unwrap().id(), ir.id());
 /// ```
 pub fn current_ir() -> Result<Ir> {
-    let g = try_current_graph().ok_or_else(|| PopXlError::NoGraphContext {
-        what: "current_ir".into(),
-    })?;
+    let g = try_current_graph().ok_or_else(|| PopXlError::NoGraphContext { what: "current_ir".into() })?;
     g.ir()
 }
 
@@ -179,23 +172,11 @@ pub struct SequenceContext {
 pub fn in_sequence(enabled: bool) -> SequenceContext {
     let token = with_ctx(|c| {
         let token = c.token();
-        let must_follow = c
-            .sequences
-            .last()
-            .map(|p| p.must_follow.clone())
-            .unwrap_or_default();
-        c.sequences.push(SeqFrame {
-            token,
-            enabled,
-            must_follow,
-            tail: HashMap::new(),
-        });
+        let must_follow = c.sequences.last().map(|p| p.must_follow.clone()).unwrap_or_default();
+        c.sequences.push(SeqFrame { token, enabled, must_follow, tail: HashMap::new() });
         token
     });
-    SequenceContext {
-        token,
-        _not_send: PhantomData,
-    }
+    SequenceContext { token, _not_send: PhantomData }
 }
 
 impl Drop for SequenceContext {
@@ -274,10 +255,7 @@ pub fn name_scope(name: &str) -> NameScope {
         c.scopes.push((t, name.to_string()));
         t
     });
-    NameScope {
-        token,
-        _not_send: PhantomData,
-    }
+    NameScope { token, _not_send: PhantomData }
 }
 
 impl Drop for NameScope {

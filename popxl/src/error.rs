@@ -37,9 +37,7 @@ pub enum PopXlError {
         what: String,
     },
     /// An operation that needs a current graph was called outside any graph context.
-    #[error(
-        "`{what}` needs a current graph: enter one first (`let _g = ir.main_graph().enter();`)"
-    )]
+    #[error("`{what}` needs a current graph: enter one first (`let _g = ir.main_graph().enter();`)")]
     NoGraphContext {
         /// The operation attempted.
         what: String,
@@ -117,9 +115,7 @@ pub enum PopXlError {
         graph: String,
     },
     /// A parent tensor whose shape or type does not match the graph input it feeds.
-    #[error(
-        "input `{input}` of graph `{graph}` is {expected} but parent tensor `{parent}` is {got}"
-    )]
+    #[error("input `{input}` of graph `{graph}` is {expected} but parent tensor `{parent}` is {got}")]
     CallInputMismatch {
         /// Called graph.
         graph: String,
@@ -179,7 +175,9 @@ pub enum PopXlError {
         else_outputs: String,
     },
     /// `host_store` of a tensor whose shape differs from the stream's.
-    #[error("host_store: tensor `{tensor}` has shape {tensor_shape:?} but stream `{stream}` has shape {stream_shape:?}")]
+    #[error(
+        "host_store: tensor `{tensor}` has shape {tensor_shape:?} but stream `{stream}` has shape {stream_shape:?}"
+    )]
     HostStoreShapeMismatch {
         /// Stream name.
         stream: String,
@@ -191,9 +189,7 @@ pub enum PopXlError {
         tensor_shape: Vec<usize>,
     },
     /// `host_store` of a tensor whose data type differs from the stream's.
-    #[error(
-        "host_store: tensor `{tensor}` is {tensor_dtype} but stream `{stream}` is {stream_dtype}"
-    )]
+    #[error("host_store: tensor `{tensor}` is {tensor_dtype} but stream `{stream}` is {stream_dtype}")]
     HostStoreDtypeMismatch {
         /// Stream name.
         stream: String,
@@ -225,9 +221,7 @@ pub enum PopXlError {
         tensor_graph: String,
     },
     /// A tensor that is neither an input nor an output of a call site.
-    #[error(
-        "tensor `{tensor}` is not an input or output of the call of graph `{graph}` by op `{op}`"
-    )]
+    #[error("tensor `{tensor}` is not an input or output of the call of graph `{graph}` by op `{op}`")]
     NotACallSiteTensor {
         /// The tensor.
         tensor: String,

@@ -65,12 +65,7 @@ impl fmt::Display for Graph {
 
 impl Graph {
     pub(crate) fn new(ir: Weak<RefCell<IrState>>, ir_id: u64, id: GraphId, name: String) -> Self {
-        Graph {
-            ir,
-            ir_id,
-            id,
-            name: name.into(),
-        }
+        Graph { ir, ir_id, id, name: name.into() }
     }
 
     /// The graph's id in the IR core.
@@ -116,9 +111,7 @@ impl Graph {
     }
 
     pub(crate) fn state(&self) -> Result<Rc<RefCell<IrState>>> {
-        self.ir.upgrade().ok_or_else(|| PopXlError::IrDropped {
-            graph: self.name.to_string(),
-        })
+        self.ir.upgrade().ok_or_else(|| PopXlError::IrDropped { graph: self.name.to_string() })
     }
 
     /// Read the core graph.
@@ -136,9 +129,7 @@ impl Graph {
     /// assert!(!ir.create_empty_graph("g").unwrap().is_main());
     /// ```
     pub fn is_main(&self) -> bool {
-        self.ir
-            .upgrade()
-            .is_some_and(|s| s.borrow().ir.main_graph_id() == self.id)
+        self.ir.upgrade().is_some_and(|s| s.borrow().ir.main_graph_id() == self.id)
     }
 
     /// Make this the current graph until the returned guard is dropped (Python's `with graph:`).
@@ -171,9 +162,7 @@ impl Graph {
         let st = self.state()?;
         let st = st.borrow();
         let g = st.ir.graph(self.id)?;
-        ids.into_iter()
-            .map(|t| Ok(Tensor::from_core(self, g.tensor(t)?)))
-            .collect()
+        ids.into_iter().map(|t| Ok(Tensor::from_core(self, g.tensor(t)?))).collect()
     }
 
     /// The graph inputs, in order.
@@ -202,11 +191,7 @@ impl Graph {
     /// assert!(g.inputs_by_name().unwrap().contains_key("x"));
     /// ```
     pub fn inputs_by_name(&self) -> Result<std::collections::BTreeMap<String, Tensor>> {
-        Ok(self
-            .inputs()?
-            .into_iter()
-            .map(|t| (t.name().to_string(), t))
-            .collect())
+        Ok(self.inputs()?.into_iter().map(|t| (t.name().to_string(), t)).collect())
     }
 
     /// The graph outputs, in order.
@@ -351,9 +336,7 @@ impl Graph {
     pub fn add_topo_con(&self, before: OpId, after: OpId) -> Result<()> {
         let st = self.state()?;
         let mut st = st.borrow_mut();
-        st.building("add_topo_con")?
-            .graph_mut(self.id)?
-            .add_topo_con(before, after)?;
+        st.building("add_topo_con")?.graph_mut(self.id)?.add_topo_con(before, after)?;
         Ok(())
     }
 }

@@ -321,8 +321,7 @@ impl HostArray {
                 )));
             }
             let v: Vec<T> = t.bytes.chunks_exact(sz).map(T::read_le).collect();
-            let a = ArrayD::from_shape_vec(IxDyn(&t.info.shape), v)
-                .expect("element count matches the shape");
+            let a = ArrayD::from_shape_vec(IxDyn(&t.info.shape), v).expect("element count matches the shape");
             Ok(T::wrap(a))
         }
         match t.info.dtype {
@@ -427,11 +426,7 @@ mod tests {
             HostArray::from(array![65535u16, 2, 3]),
             HostArray::from(array![u32::MAX, 2, 3]),
             HostArray::from(array![u64::MAX, 2, 3]),
-            HostArray::from(array![
-                f16::from_f32(0.5),
-                f16::from_f32(-2.0),
-                f16::from_f32(3.25)
-            ]),
+            HostArray::from(array![f16::from_f32(0.5), f16::from_f32(-2.0), f16::from_f32(3.25)]),
             HostArray::from(array![0.5f32, -2.0, 3.25]),
             HostArray::from(array![0.1f64, -2.0, 1e300]),
         ];
@@ -447,23 +442,14 @@ mod tests {
     fn bytes_are_little_endian_row_major_even_for_transposed_views() {
         let a = array![[1i32, 2], [3, 4]];
         let t = HostArray::from(a.t().to_owned()).to_host_tensor();
-        let expected: Vec<u8> = [1i32, 3, 2, 4]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
+        let expected: Vec<u8> = [1i32, 3, 2, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(t.bytes, expected);
     }
 
     #[test]
     fn wrong_byte_count_is_an_error() {
-        let t = HostTensor {
-            info: TensorInfo::new(DataType::Float32, [2]),
-            bytes: vec![0; 3],
-        };
-        assert!(matches!(
-            HostArray::from_host_tensor(&t),
-            Err(PopXlError::InvalidArgument(_))
-        ));
+        let t = HostTensor { info: TensorInfo::new(DataType::Float32, [2]), bytes: vec![0; 3] };
+        assert!(matches!(HostArray::from_host_tensor(&t), Err(PopXlError::InvalidArgument(_))));
     }
 
     #[test]

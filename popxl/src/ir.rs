@@ -20,9 +20,7 @@ impl IrState {
     /// Mutable access to the IR for building; an error once frozen.
     pub(crate) fn building(&mut self, what: &str) -> Result<&mut popart_ir::Ir> {
         if self.frozen {
-            return Err(PopXlError::IrFrozen {
-                what: what.to_string(),
-            });
+            return Err(PopXlError::IrFrozen { what: what.to_string() });
         }
         Ok(&mut self.ir)
     }
@@ -69,13 +67,7 @@ impl fmt::Debug for Ir {
         let st = self.state.borrow();
         f.debug_struct("Ir")
             .field("id", &self.id)
-            .field(
-                "graphs",
-                &st.ir
-                    .graphs()
-                    .map(|g| g.name().to_string())
-                    .collect::<Vec<_>>(),
-            )
+            .field("graphs", &st.ir.graphs().map(|g| g.name().to_string()).collect::<Vec<_>>())
             .field("frozen", &st.frozen)
             .finish()
     }
@@ -102,10 +94,7 @@ impl Ir {
     /// ```
     pub fn from_ir(ir: popart_ir::Ir) -> Self {
         let id = ir.id();
-        Ir {
-            state: Rc::new(RefCell::new(IrState { ir, frozen: false })),
-            id,
-        }
+        Ir { state: Rc::new(RefCell::new(IrState { ir, frozen: false })), id }
     }
 
     pub(crate) fn from_state(state: Rc<RefCell<IrState>>) -> Self {
@@ -134,13 +123,7 @@ impl Ir {
     }
 
     pub(crate) fn graph_handle(&self, id: GraphId) -> Graph {
-        let name = self
-            .state
-            .borrow()
-            .ir
-            .graph(id)
-            .map(|g| g.name().to_string())
-            .unwrap_or_default();
+        let name = self.state.borrow().ir.graph(id).map(|g| g.name().to_string()).unwrap_or_default();
         Graph::new(Rc::downgrade(&self.state), self.id, id, name)
     }
 
@@ -211,11 +194,7 @@ impl Ir {
     /// assert_eq!((g1.name(), g2.name()), ("matmul_fn", "matmul_fn_1"));
     /// assert_eq!(g2.outputs().unwrap()[0].shape(), &[2]);
     /// ```
-    pub fn create_graph<M>(
-        &self,
-        f: impl GraphFunction<M>,
-        args: impl IntoGraphArgs,
-    ) -> Result<Graph> {
+    pub fn create_graph<M>(&self, f: impl GraphFunction<M>, args: impl IntoGraphArgs) -> Result<Graph> {
         let name = f.graph_name();
         build::create_graph(self, &name, f, args.into_graph_args())
     }
@@ -276,14 +255,9 @@ impl Ir {
     /// ```
     pub fn set_num_host_transfers(&self, n: usize) -> Result<()> {
         if n == 0 {
-            return Err(PopXlError::InvalidArgument(
-                "num_host_transfers must be at least 1".into(),
-            ));
+            return Err(PopXlError::InvalidArgument("num_host_transfers must be at least 1".into()));
         }
-        self.state
-            .borrow_mut()
-            .building("setting num_host_transfers")?
-            .num_host_transfers = n;
+        self.state.borrow_mut().building("setting num_host_transfers")?.num_host_transfers = n;
         Ok(())
     }
 
@@ -306,14 +280,9 @@ impl Ir {
     /// ```
     pub fn set_replication_factor(&self, n: usize) -> Result<()> {
         if n == 0 {
-            return Err(PopXlError::InvalidArgument(
-                "replication_factor must be at least 1".into(),
-            ));
+            return Err(PopXlError::InvalidArgument("replication_factor must be at least 1".into()));
         }
-        self.state
-            .borrow_mut()
-            .building("setting replication_factor")?
-            .replication_factor = n;
+        self.state.borrow_mut().building("setting replication_factor")?.replication_factor = n;
         Ok(())
     }
 
@@ -374,10 +343,7 @@ impl Ir {
     /// assert_eq!(ir.h2d_streams(), vec![s]);
     /// ```
     pub fn h2d_streams(&self) -> Vec<HostToDeviceStream> {
-        self.streams(StreamDirection::HostToDevice)
-            .into_iter()
-            .map(HostToDeviceStream::from_tensor_unchecked)
-            .collect()
+        self.streams(StreamDirection::HostToDevice).into_iter().map(HostToDeviceStream::from_tensor_unchecked).collect()
     }
 
     /// Every device-to-host stream, in creation order (PopXL's `get_all_d2h_streams`).
@@ -389,20 +355,14 @@ impl Ir {
     /// assert_eq!(ir.d2h_streams(), vec![s]);
     /// ```
     pub fn d2h_streams(&self) -> Vec<DeviceToHostStream> {
-        self.streams(StreamDirection::DeviceToHost)
-            .into_iter()
-            .map(DeviceToHostStream::from_tensor_unchecked)
-            .collect()
+        self.streams(StreamDirection::DeviceToHost).into_iter().map(DeviceToHostStream::from_tensor_unchecked).collect()
     }
 
     fn streams(&self, dir: StreamDirection) -> Vec<crate::Tensor> {
         let main = self.main_graph();
         let st = self.state.borrow();
         let g = st.ir.main_graph();
-        g.tensors()
-            .filter(|t| t.kind == TensorKind::Stream(dir))
-            .map(|t| crate::Tensor::from_core(&main, t))
-            .collect()
+        g.tensors().filter(|t| t.kind == TensorKind::Stream(dir)).map(|t| crate::Tensor::from_core(&main, t)).collect()
     }
 
     /// The whole IR in the stable text form of [`popart_ir::text`].

@@ -47,12 +47,10 @@ mod tensor;
 pub mod transforms;
 mod variables;
 
-pub use build::{
-    FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module,
-};
+pub use build::{FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module};
 pub use context::{
-    current_graph, current_ir, current_main_graph, current_name_scope, in_sequence, name_scope,
-    GraphContext, NameScope, SequenceContext,
+    current_graph, current_ir, current_main_graph, current_name_scope, in_sequence, name_scope, GraphContext,
+    NameScope, SequenceContext,
 };
 pub use error::{PopXlError, Result};
 pub use graph::Graph;

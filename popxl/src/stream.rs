@@ -144,24 +144,10 @@ stream_type!(
     "d2h_stream"
 );
 
-fn create_stream(
-    shape: Vec<usize>,
-    dtype: DataType,
-    name: &str,
-    dir: StreamDirection,
-    what: &str,
-) -> Result<Tensor> {
-    let current = context::try_current_graph().ok_or_else(|| PopXlError::NoGraphContext {
-        what: what.to_string(),
-    })?;
+fn create_stream(shape: Vec<usize>, dtype: DataType, name: &str, dir: StreamDirection, what: &str) -> Result<Tensor> {
+    let current = context::try_current_graph().ok_or_else(|| PopXlError::NoGraphContext { what: what.to_string() })?;
     let main = current.ir()?.main_graph();
-    add_tensor(
-        &main,
-        name,
-        TensorInfo::new(dtype, shape),
-        TensorKind::Stream(dir),
-        what,
-    )
+    add_tensor(&main, name, TensorInfo::new(dtype, shape), TensorKind::Stream(dir), what)
 }
 
 /// A host-to-device stream of `shape` and `dtype`, always created in the main
@@ -173,18 +159,8 @@ fn create_stream(
 /// let s = sub.with(|| popxl::h2d_stream([4], popxl::float32, "in")).unwrap();
 /// assert_eq!(s.tensor().graph(), ir.main_graph());
 /// ```
-pub fn h2d_stream(
-    shape: impl Into<Vec<usize>>,
-    dtype: DataType,
-    name: &str,
-) -> Result<HostToDeviceStream> {
-    let t = create_stream(
-        shape.into(),
-        dtype,
-        name,
-        StreamDirection::HostToDevice,
-        "h2d_stream",
-    )?;
+pub fn h2d_stream(shape: impl Into<Vec<usize>>, dtype: DataType, name: &str) -> Result<HostToDeviceStream> {
+    let t = create_stream(shape.into(), dtype, name, StreamDirection::HostToDevice, "h2d_stream")?;
     Ok(HostToDeviceStream::from_tensor_unchecked(t))
 }
 
@@ -197,17 +173,7 @@ pub fn h2d_stream(
 /// let s = popxl::d2h_stream([4], popxl::float32, "out").unwrap();
 /// assert_eq!(s.shape(), &[4]);
 /// ```
-pub fn d2h_stream(
-    shape: impl Into<Vec<usize>>,
-    dtype: DataType,
-    name: &str,
-) -> Result<DeviceToHostStream> {
-    let t = create_stream(
-        shape.into(),
-        dtype,
-        name,
-        StreamDirection::DeviceToHost,
-        "d2h_stream",
-    )?;
+pub fn d2h_stream(shape: impl Into<Vec<usize>>, dtype: DataType, name: &str) -> Result<DeviceToHostStream> {
+    let t = create_stream(shape.into(), dtype, name, StreamDirection::DeviceToHost, "d2h_stream")?;
     Ok(DeviceToHostStream::from_tensor_unchecked(t))
 }

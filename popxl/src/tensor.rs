@@ -34,10 +34,7 @@ impl TensorSpec {
     /// assert_eq!(s.shape, vec![4]);
     /// ```
     pub fn new(shape: impl Into<Vec<usize>>, dtype: DataType) -> Self {
-        TensorSpec {
-            shape: shape.into(),
-            dtype,
-        }
+        TensorSpec { shape: shape.into(), dtype }
     }
 
     /// Number of dimensions.
@@ -71,10 +68,7 @@ impl TensorSpec {
 
 impl From<TensorInfo> for TensorSpec {
     fn from(i: TensorInfo) -> Self {
-        TensorSpec {
-            shape: i.shape,
-            dtype: i.dtype,
-        }
+        TensorSpec { shape: i.shape, dtype: i.dtype }
     }
 }
 
@@ -151,13 +145,7 @@ impl Hash for Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Tensor({}: {} in {})",
-            self.meta.name,
-            self.meta.info,
-            self.graph.name()
-        )
+        write!(f, "Tensor({}: {} in {})", self.meta.name, self.meta.info, self.graph.name())
     }
 }
 
@@ -172,10 +160,7 @@ impl Tensor {
         Tensor {
             graph: graph.clone(),
             id: t.id,
-            meta: Rc::new(TensorMeta {
-                name: t.name.clone(),
-                info: t.info.clone(),
-            }),
+            meta: Rc::new(TensorMeta { name: t.name.clone(), info: t.info.clone() }),
         }
     }
 
@@ -454,7 +439,9 @@ impl Tensor {
 fn expect_op(r: Result<Tensor>, what: &str, lhs: &str, rhs: &str) -> Tensor {
     match r {
         Ok(t) => t,
-        Err(e) => panic!("popxl: `{lhs} {what} {rhs}` failed: {e} (use the fallible `popxl::ops` functions to handle this)"),
+        Err(e) => {
+            panic!("popxl: `{lhs} {what} {rhs}` failed: {e} (use the fallible `popxl::ops` functions to handle this)")
+        }
     }
 }
 
@@ -562,10 +549,7 @@ impl AddAssign<Tensor> for Tensor {
 /// Ensure `t` belongs to the IR and graph of `graph`.
 pub(crate) fn check_in_graph(t: &Tensor, graph: &Graph, what: &str) -> Result<()> {
     if t.ir_id() != graph.ir_id {
-        return Err(PopXlError::ForeignIr {
-            name: t.name().to_string(),
-            what: what.to_string(),
-        });
+        return Err(PopXlError::ForeignIr { name: t.name().to_string(), what: what.to_string() });
     }
     if t.graph_id() != graph.id {
         return Err(PopXlError::TensorNotInGraph {

@@ -16,13 +16,7 @@ fn name_or<'a>(name: &'a str, default: &'a str) -> &'a str {
 }
 
 /// Add a tensor named (scoped, made unique) after `name` (`what` if empty) to `graph`.
-pub(crate) fn add_tensor(
-    graph: &Graph,
-    name: &str,
-    info: TensorInfo,
-    kind: TensorKind,
-    what: &str,
-) -> Result<Tensor> {
+pub(crate) fn add_tensor(graph: &Graph, name: &str, info: TensorInfo, kind: TensorKind, what: &str) -> Result<Tensor> {
     let state = graph.state()?;
     let mut st = state.borrow_mut();
     let g = st.building(what)?.graph_mut(graph.id)?;
@@ -32,9 +26,7 @@ pub(crate) fn add_tensor(
 }
 
 fn current(what: &str) -> Result<Graph> {
-    context::try_current_graph().ok_or_else(|| PopXlError::NoGraphContext {
-        what: what.to_string(),
-    })
+    context::try_current_graph().ok_or_else(|| PopXlError::NoGraphContext { what: what.to_string() })
 }
 
 /// A variable initialised with `data`, in the main graph (PopXL's `popxl.variable`).
@@ -72,19 +64,10 @@ pub fn variable_as(data: impl Into<HostArray>, dtype: DataType, name: &str) -> R
 fn create_variable(data: HostArray, name: &str) -> Result<Tensor> {
     let graph = current("variable")?;
     if !graph.state()?.borrow().ir.main_graph_id().eq(&graph.id) {
-        return Err(PopXlError::VariableInSubgraph {
-            name: name.to_string(),
-            graph: graph.name().to_string(),
-        });
+        return Err(PopXlError::VariableInSubgraph { name: name.to_string(), graph: graph.name().to_string() });
     }
     let host = data.to_host_tensor();
-    add_tensor(
-        &graph,
-        name,
-        host.info.clone(),
-        TensorKind::Variable(host),
-        "variable",
-    )
+    add_tensor(&graph, name, host.info.clone(), TensorKind::Variable(host), "variable")
 }
 
 /// A constant holding `data`, in the current graph (PopXL's `popxl.constant`).
@@ -116,13 +99,7 @@ pub fn constant_as(data: impl Into<HostArray>, dtype: DataType, name: &str) -> R
 
 fn constant_in(graph: &Graph, data: HostArray, name: &str) -> Result<Tensor> {
     let host = data.to_host_tensor();
-    add_tensor(
-        graph,
-        name,
-        host.info.clone(),
-        TensorKind::Constant(host),
-        "constant",
-    )
+    add_tensor(graph, name, host.info.clone(), TensorKind::Constant(host), "constant")
 }
 
 /// A constant for an operator on `like`: in the current graph if there is one, else in `like`'s graph.
@@ -157,9 +134,7 @@ pub(crate) fn graph_input_in(graph: &Graph, info: TensorInfo, name: &str) -> Res
     let mut st = state.borrow_mut();
     let ir = st.building("graph_input")?;
     if ir.main_graph_id() == graph.id {
-        return Err(PopXlError::GraphInputInMainGraph {
-            name: name.to_string(),
-        });
+        return Err(PopXlError::GraphInputInMainGraph { name: name.to_string() });
     }
     let g = ir.graph_mut(graph.id)?;
     let unique = g.unique_tensor_name(&context::scoped(name_or(name, "input")));
@@ -183,8 +158,6 @@ pub fn graph_output(t: &Tensor) -> Result<()> {
     check_in_graph(t, &graph, "graph_output")?;
     let state = graph.state()?;
     let mut st = state.borrow_mut();
-    st.building("graph_output")?
-        .graph_mut(graph.id)?
-        .add_output(t.tensor_id())?;
+    st.building("graph_output")?.graph_mut(graph.id)?.add_output(t.tensor_id())?;
     Ok(())
 }

@@ -9,21 +9,14 @@ fn topo_cons(ir: &Ir, graph: &popxl::Graph) -> Vec<(String, String)> {
     ir.with_ir(|core| {
         let g = core.graph(graph.id()).unwrap();
         let name = |o: OpId| g.op(o).unwrap().name.clone();
-        let mut v: Vec<_> = g
-            .topo_cons()
-            .edges()
-            .map(|(a, b, _)| (name(a), name(b)))
-            .collect();
+        let mut v: Vec<_> = g.topo_cons().edges().map(|(a, b, _)| (name(a), name(b))).collect();
         v.sort();
         v
     })
 }
 
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut v: Vec<_> = v
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
+    let mut v: Vec<_> = v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
     v.sort();
     v
 }
@@ -65,16 +58,10 @@ fn guards_dropped_out_of_order_remove_their_own_entry() {
 #[test]
 fn ops_without_context_go_into_their_inputs_graph() {
     let ir = Ir::new();
-    let x = ir
-        .main_graph()
-        .with(|| popxl::variable(1.0f32, "x"))
-        .unwrap();
+    let x = ir.main_graph().with(|| popxl::variable(1.0f32, "x")).unwrap();
     let y = &x + 1.0;
     assert_eq!(y.graph(), ir.main_graph());
-    assert_eq!(
-        ir.main_graph().constants().unwrap()[0].graph(),
-        ir.main_graph()
-    );
+    assert_eq!(ir.main_graph().constants().unwrap()[0].graph(), ir.main_graph());
 }
 
 #[test]
@@ -90,10 +77,7 @@ fn in_sequence_chains_ops_in_creation_order() {
         ops::sin(&x).unwrap();
     }
     ops::cos(&x).unwrap(); // outside: unconstrained
-    assert_eq!(
-        topo_cons(&ir, &main),
-        pairs(&[("Relu", "Exp"), ("Exp", "Sin")])
-    );
+    assert_eq!(topo_cons(&ir, &main), pairs(&[("Relu", "Exp"), ("Exp", "Sin")]));
     ir.with_ir(|core| {
         let order: Vec<String> = core
             .main_graph()
@@ -121,15 +105,7 @@ fn in_sequence_false_block_is_one_unit() {
         ops::sin(&x).unwrap();
     }
     ops::cos(&x).unwrap();
-    assert_eq!(
-        topo_cons(&ir, &main),
-        pairs(&[
-            ("Relu", "Exp"),
-            ("Relu", "Sin"),
-            ("Exp", "Cos"),
-            ("Sin", "Cos")
-        ])
-    );
+    assert_eq!(topo_cons(&ir, &main), pairs(&[("Relu", "Exp"), ("Relu", "Sin"), ("Exp", "Cos"), ("Sin", "Cos")]));
 }
 
 #[test]
@@ -153,13 +129,7 @@ fn nested_in_sequence_true_continues_the_chain() {
     // Exp and the (Sin -> Cos) chain form the unordered unit between Relu and Abs.
     assert_eq!(
         topo_cons(&ir, &main),
-        pairs(&[
-            ("Relu", "Exp"),
-            ("Relu", "Sin"),
-            ("Sin", "Cos"),
-            ("Exp", "Abs"),
-            ("Cos", "Abs")
-        ])
+        pairs(&[("Relu", "Exp"), ("Relu", "Sin"), ("Sin", "Cos"), ("Exp", "Abs"), ("Cos", "Abs")])
     );
 }
 
@@ -171,13 +141,7 @@ fn in_sequence_is_per_graph() {
     let _s = popxl::in_sequence(true);
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
     ops::relu(&x).unwrap();
-    let g = ir
-        .create_graph_named(
-            "sub",
-            |x: Tensor| (ops::exp(&x).unwrap(), ops::sin(&x).unwrap()),
-            &x,
-        )
-        .unwrap();
+    let g = ir.create_graph_named("sub", |x: Tensor| (ops::exp(&x).unwrap(), ops::sin(&x).unwrap()), &x).unwrap();
     ops::call(&g, &[&x], &[]).unwrap();
     assert_eq!(topo_cons(&ir, &main), pairs(&[("Relu", "Call")]));
     assert_eq!(topo_cons(&ir, &g), pairs(&[("Exp", "Sin")]));
@@ -214,9 +178,7 @@ fn user_names_are_exact_and_made_unique_when_taken() {
     // Empty names fall back to what the tensor is.
     assert_eq!(popxl::variable(1.0f32, "").unwrap().name(), "variable");
     assert_eq!(popxl::constant(1.0f32, "").unwrap().name(), "constant");
-    let g = ir
-        .create_graph(|| popxl::graph_input([1], float32, ""), ())
-        .unwrap();
+    let g = ir.create_graph(|| popxl::graph_input([1], float32, ""), ()).unwrap();
     assert_eq!(g.inputs().unwrap()[0].name(), "input");
 }
 
@@ -224,24 +186,12 @@ fn user_names_are_exact_and_made_unique_when_taken() {
 fn variables_downcast_64_bit_data_like_popxl() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
-    assert_eq!(
-        popxl::variable(Array1::<f64>::ones(2), "a")
-            .unwrap()
-            .dtype(),
-        popxl::float32
-    );
+    assert_eq!(popxl::variable(Array1::<f64>::ones(2), "a").unwrap().dtype(), popxl::float32);
     assert_eq!(popxl::variable(1i64, "b").unwrap().dtype(), popxl::int32);
     assert_eq!(popxl::variable(1u64, "c").unwrap().dtype(), popxl::uint32);
-    assert_eq!(
-        popxl::variable_as(1.0, popxl::float64, "d")
-            .unwrap()
-            .dtype(),
-        popxl::float64
-    );
+    assert_eq!(popxl::variable_as(1.0, popxl::float64, "d").unwrap().dtype(), popxl::float64);
     let w = popxl::variable(ndarray::array![[1.5f64, 2.5]], "w").unwrap();
-    let TensorKind::Variable(data) = w.kind().unwrap() else {
-        panic!()
-    };
+    let TensorKind::Variable(data) = w.kind().unwrap() else { panic!() };
     assert_eq!(data.info.to_string(), "float32[1,2]");
     assert_eq!(data.to_f64_vec(), vec![1.5, 2.5]);
 }
@@ -265,10 +215,7 @@ fn streams_are_always_in_the_main_graph() {
         .unwrap();
     let s = stream.unwrap();
     assert_eq!(s.tensor().graph(), ir.main_graph());
-    assert_eq!(
-        s.tensor().kind().unwrap(),
-        TensorKind::Stream(popart_ir::StreamDirection::DeviceToHost)
-    );
+    assert_eq!(s.tensor().kind().unwrap(), TensorKind::Stream(popart_ir::StreamDirection::DeviceToHost));
     assert_eq!(g.num_ops().unwrap(), 2); // HostStore and Neg live in the subgraph
 }
 
@@ -278,21 +225,12 @@ fn create_graph_from_specs_names_inputs_argi() {
     let g = ir
         .create_graph(
             |a: Tensor, b: Tensor| a.matmul(&b),
-            (
-                TensorSpec::new([2, 3], float32),
-                TensorSpec::new([3], float32),
-            ),
+            (TensorSpec::new([2, 3], float32), TensorSpec::new([3], float32)),
         )
         .unwrap();
     let inputs = g.inputs().unwrap();
-    assert_eq!(
-        inputs.iter().map(Tensor::name).collect::<Vec<_>>(),
-        ["arg0", "arg1"]
-    );
-    assert_eq!(
-        g.outputs().unwrap()[0].spec(),
-        TensorSpec::new([2], float32)
-    );
+    assert_eq!(inputs.iter().map(Tensor::name).collect::<Vec<_>>(), ["arg0", "arg1"]);
+    assert_eq!(g.outputs().unwrap()[0].spec(), TensorSpec::new([2], float32));
     assert_eq!(g.name(), "graph");
 }
 
@@ -316,12 +254,7 @@ fn variadic_graph_functions_and_graph_input_ordering() {
             vec![&x, &y],
         )
         .unwrap();
-    let names: Vec<String> = g
-        .inputs()
-        .unwrap()
-        .iter()
-        .map(|t| t.name().to_string())
-        .collect();
+    let names: Vec<String> = g.inputs().unwrap().iter().map(|t| t.name().to_string()).collect();
     assert_eq!(names, ["x", "y", "extra"]);
 }
 
@@ -353,28 +286,14 @@ fn module_graphs_keep_their_inputs_on_self() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let x = popxl::variable(Array2::<f32>::ones((4, 3)), "x").unwrap();
-    let mut with_bias = Linear {
-        out_features: 2,
-        bias: true,
-        w: None,
-        b: None,
-    };
-    let mut no_bias = Linear {
-        out_features: 5,
-        bias: false,
-        w: None,
-        b: None,
-    };
+    let mut with_bias = Linear { out_features: 2, bias: true, w: None, b: None };
+    let mut no_bias = Linear { out_features: 5, bias: false, w: None, b: None };
     let g1 = ir.create_graph(&mut with_bias, &x).unwrap();
     let g2 = ir.create_graph(&mut no_bias, &x).unwrap();
     assert_eq!((g1.name(), g2.name()), ("Linear", "Linear_1"));
     assert_eq!(
         g1.inputs().unwrap(),
-        vec![
-            g1.inputs().unwrap()[0].clone(),
-            with_bias.w.clone().unwrap(),
-            with_bias.b.clone().unwrap()
-        ]
+        vec![g1.inputs().unwrap()[0].clone(), with_bias.w.clone().unwrap(), with_bias.b.clone().unwrap()]
     );
     assert_eq!(g2.inputs().unwrap().len(), 2);
     assert!(no_bias.b.is_none());
@@ -402,10 +321,7 @@ fn call_site_info_maps_and_modifies() {
         .unwrap();
     let info = ops::call_with_info(&g, &[&x, &v], &[]).unwrap();
     assert_eq!(info.inputs().unwrap(), vec![x.clone(), v.clone()]);
-    let (gx, gv) = (
-        g.inputs().unwrap()[0].clone(),
-        g.inputs().unwrap()[1].clone(),
-    );
+    let (gx, gv) = (g.inputs().unwrap()[0].clone(), g.inputs().unwrap()[1].clone());
     assert_eq!(info.parent_to_graph(&v).unwrap(), gv);
     assert_eq!(info.graph_to_parent(&gx).unwrap(), x);
     let out = info.parent_output(0).unwrap();
@@ -415,18 +331,10 @@ fn call_site_info_maps_and_modifies() {
     info.set_parent_input_modified(&gx).unwrap();
     info.set_parent_input_modified(&x).unwrap();
     assert_eq!(info.modified_inputs().unwrap(), vec![0]);
-    let flags = ir.with_ir(|core| {
-        core.main_graph()
-            .op(info.op_id())
-            .unwrap()
-            .modified_inputs()
-    });
+    let flags = ir.with_ir(|core| core.main_graph().op(info.op_id()).unwrap().modified_inputs());
     assert_eq!(flags, vec![0]);
     let stranger = popxl::constant(1.0f32, "stranger").unwrap();
-    assert!(matches!(
-        info.set_parent_input_modified(&stranger),
-        Err(popxl::PopXlError::NotACallSiteTensor { .. })
-    ));
+    assert!(matches!(info.set_parent_input_modified(&stranger), Err(popxl::PopXlError::NotACallSiteTensor { .. })));
     ir.with_ir(|core| core.verify()).unwrap();
 }
 
@@ -437,9 +345,7 @@ fn repeat_op_carries_count_and_graph() {
     let _g = main.enter();
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
     let v = popxl::variable(Array1::<f32>::ones(2), "v").unwrap();
-    let g = ir
-        .create_graph_named("inc", |x: Tensor, v: Tensor| &x + &v, (&x, &v))
-        .unwrap();
+    let g = ir.create_graph_named("inc", |x: Tensor, v: Tensor| &x + &v, (&x, &v)).unwrap();
     let out = ops::repeat(&g, 3, &[&x, &v], &[]).unwrap();
     assert_eq!(out.len(), 1);
     ir.with_ir(|core| {
@@ -462,10 +368,7 @@ fn graph_queries() {
     let y = &x * &c;
     assert_eq!(main.variables().unwrap(), vec![x.clone()]);
     assert_eq!(main.constants().unwrap(), vec![c.clone()]);
-    assert_eq!(
-        main.tensors().unwrap(),
-        vec![x.clone(), c.clone(), y.clone()]
-    );
+    assert_eq!(main.tensors().unwrap(), vec![x.clone(), c.clone(), y.clone()]);
     assert_eq!(main.get_tensor("Mul:0").unwrap(), y);
     assert!(main.contains(&y));
     assert!(main.is_main());

@@ -24,16 +24,8 @@ fn fixture() -> Fixture {
         value_input = Some(v.clone());
         Ok(&x + &v)
     };
-    let graph = ir
-        .create_graph_named("increment_fn", increment_fn, &x)
-        .unwrap();
-    Fixture {
-        ir,
-        x,
-        value,
-        graph,
-        value_input: value_input.unwrap(),
-    }
+    let graph = ir.create_graph_named("increment_fn", increment_fn, &x).unwrap();
+    Fixture { ir, x, value, graph, value_input: value_input.unwrap() }
 }
 
 #[test]
@@ -41,17 +33,8 @@ fn missing_call_input_is_named() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
     let err = ops::call(&f.graph, &[&f.x], &[]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::MissingCallInputs {
-            graph: "increment_fn".into(),
-            missing: vec!["value".into()]
-        }
-    );
-    assert_eq!(
-        err.to_string(),
-        "call of graph `increment_fn` is missing inputs [value]"
-    );
+    assert_eq!(err, PopXlError::MissingCallInputs { graph: "increment_fn".into(), missing: vec!["value".into()] });
+    assert_eq!(err.to_string(), "call of graph `increment_fn` is missing inputs [value]");
     // Nothing was created.
     assert_eq!(f.ir.main_graph().num_ops().unwrap(), 0);
 }
@@ -63,12 +46,7 @@ fn extra_call_input_is_named() {
     let err = ops::call(&f.graph, &[&f.x, &f.value, &f.x], &[]).unwrap_err();
     assert_eq!(
         err,
-        PopXlError::TooManyCallInputs {
-            graph: "increment_fn".into(),
-            expected: 2,
-            given: 3,
-            extra: vec!["x".into()]
-        }
+        PopXlError::TooManyCallInputs { graph: "increment_fn".into(), expected: 2, given: 3, extra: vec!["x".into()] }
     );
 }
 
@@ -77,32 +55,15 @@ fn duplicate_call_input_positional_and_dict() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
     let err = ops::call(&f.graph, &[&f.x, &f.value], &[(&f.value_input, &f.value)]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::DuplicateCallInput {
-            graph: "increment_fn".into(),
-            input: "value".into()
-        }
-    );
+    assert_eq!(err, PopXlError::DuplicateCallInput { graph: "increment_fn".into(), input: "value".into() });
 }
 
 #[test]
 fn duplicate_call_input_twice_in_dict() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
-    let err = ops::call(
-        &f.graph,
-        &[&f.x],
-        &[(&f.value_input, &f.value), (&f.value_input, &f.x)],
-    )
-    .unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::DuplicateCallInput {
-            graph: "increment_fn".into(),
-            input: "value".into()
-        }
-    );
+    let err = ops::call(&f.graph, &[&f.x], &[(&f.value_input, &f.value), (&f.value_input, &f.x)]).unwrap_err();
+    assert_eq!(err, PopXlError::DuplicateCallInput { graph: "increment_fn".into(), input: "value".into() });
 }
 
 #[test]
@@ -160,9 +121,7 @@ fn op_in_subgraph_using_a_captured_main_tensor() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
     let captured = f.value.clone();
-    let err =
-        f.ir.create_graph(move |x: Tensor| ops::add(&x, &captured), &f.x)
-            .unwrap_err();
+    let err = f.ir.create_graph(move |x: Tensor| ops::add(&x, &captured), &f.x).unwrap_err();
     assert_eq!(
         err,
         PopXlError::TensorNotInGraph {
@@ -180,27 +139,12 @@ fn op_in_subgraph_using_a_captured_main_tensor() {
 fn tensor_from_another_ir() {
     let f = fixture();
     let other = Ir::new();
-    let y = other
-        .main_graph()
-        .with(|| popxl::variable(Array1::<f32>::ones(2), "y"))
-        .unwrap();
+    let y = other.main_graph().with(|| popxl::variable(Array1::<f32>::ones(2), "y")).unwrap();
     let _g = f.ir.main_graph().enter();
     let err = ops::add(&f.x, &y).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::ForeignIr {
-            name: "y".into(),
-            what: "add".into()
-        }
-    );
+    assert_eq!(err, PopXlError::ForeignIr { name: "y".into(), what: "add".into() });
     let err = ops::call(&f.graph, &[&f.x, &y], &[]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::ForeignIr {
-            name: "y".into(),
-            what: "call".into()
-        }
-    );
+    assert_eq!(err, PopXlError::ForeignIr { name: "y".into(), what: "call".into() });
 }
 
 #[test]
@@ -211,13 +155,7 @@ fn graph_from_another_ir() {
     let a = popxl::variable(Array1::<f32>::ones(2), "a").unwrap();
     let b = popxl::variable(Array1::<f32>::ones(2), "b").unwrap();
     let err = ops::call(&f.graph, &[&a, &b], &[]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::ForeignIr {
-            name: "increment_fn".into(),
-            what: "call".into()
-        }
-    );
+    assert_eq!(err, PopXlError::ForeignIr { name: "increment_fn".into(), what: "call".into() });
 }
 
 #[test]
@@ -225,22 +163,10 @@ fn variable_in_a_subgraph() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
     let err =
-        f.ir.create_graph(
-            |x: Tensor| -> popxl::Result<Tensor> { Ok(&x + &popxl::variable(1.0f32, "w")?) },
-            &f.x,
-        )
-        .unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::VariableInSubgraph {
-            name: "w".into(),
-            graph: "graph".into()
-        }
-    );
-    assert_eq!(
-        err.to_string(),
-        "variable `w` cannot be created in subgraph `graph`: variables live in the main graph"
-    );
+        f.ir.create_graph(|x: Tensor| -> popxl::Result<Tensor> { Ok(&x + &popxl::variable(1.0f32, "w")?) }, &f.x)
+            .unwrap_err();
+    assert_eq!(err, PopXlError::VariableInSubgraph { name: "w".into(), graph: "graph".into() });
+    assert_eq!(err.to_string(), "variable `w` cannot be created in subgraph `graph`: variables live in the main graph");
 }
 
 #[test]
@@ -256,12 +182,7 @@ fn repeat_count_zero() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
     let err = ops::repeat(&f.graph, 0, &[&f.x, &f.value], &[]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::RepeatCountZero {
-            graph: "increment_fn".into()
-        }
-    );
+    assert_eq!(err, PopXlError::RepeatCountZero { graph: "increment_fn".into() });
 }
 
 #[test]
@@ -269,18 +190,9 @@ fn repeat_with_fewer_inputs_than_outputs() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
-    let g = ir
-        .create_graph_named("two_outputs", |x: Tensor| (-&x, &x * 2.0), &x)
-        .unwrap();
+    let g = ir.create_graph_named("two_outputs", |x: Tensor| (-&x, &x * 2.0), &x).unwrap();
     let err = ops::repeat(&g, 2, &[&x], &[]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::RepeatFewerInputsThanOutputs {
-            graph: "two_outputs".into(),
-            inputs: 1,
-            outputs: 2
-        }
-    );
+    assert_eq!(err, PopXlError::RepeatFewerInputsThanOutputs { graph: "two_outputs".into(), inputs: 1, outputs: 2 });
 }
 
 #[test]
@@ -288,9 +200,7 @@ fn repeat_with_mismatched_loop_carried_value() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let x = popxl::variable(Array2::<f32>::ones((2, 3)), "x").unwrap();
-    let g = ir
-        .create_graph_named("sum_rows", |x: Tensor| ops::sum(&x, &[0], false), &x)
-        .unwrap();
+    let g = ir.create_graph_named("sum_rows", |x: Tensor| ops::sum(&x, &[0], false), &x).unwrap();
     let err = ops::repeat(&g, 2, &[&x], &[]).unwrap_err();
     assert_eq!(
         err,
@@ -335,10 +245,7 @@ fn host_store_of_wrong_dtype() {
             tensor_dtype: float32,
         }
     );
-    assert_eq!(
-        err.to_string(),
-        "host_store: tensor `x` is float32 but stream `out` is int32"
-    );
+    assert_eq!(err.to_string(), "host_store: tensor `x` is float32 but stream `out` is int32");
 }
 
 #[test]
@@ -348,29 +255,11 @@ fn graph_context_used_after_its_ir_is_gone() {
     let sub = ir.create_empty_graph("sub").unwrap();
     drop(ir);
     let _g = main.enter();
+    assert_eq!(popxl::constant(1.0f32, "c").unwrap_err(), PopXlError::IrDropped { graph: "main".into() });
+    assert_eq!(popxl::h2d_stream([1], float32, "s").unwrap_err(), PopXlError::IrDropped { graph: "main".into() });
+    assert_eq!(sub.inputs().unwrap_err(), PopXlError::IrDropped { graph: "sub".into() });
     assert_eq!(
-        popxl::constant(1.0f32, "c").unwrap_err(),
-        PopXlError::IrDropped {
-            graph: "main".into()
-        }
-    );
-    assert_eq!(
-        popxl::h2d_stream([1], float32, "s").unwrap_err(),
-        PopXlError::IrDropped {
-            graph: "main".into()
-        }
-    );
-    assert_eq!(
-        sub.inputs().unwrap_err(),
-        PopXlError::IrDropped {
-            graph: "sub".into()
-        }
-    );
-    assert_eq!(
-        PopXlError::IrDropped {
-            graph: "main".into()
-        }
-        .to_string(),
+        PopXlError::IrDropped { graph: "main".into() }.to_string(),
         "graph `main` is no longer usable: its IR has been dropped"
     );
 }
@@ -378,19 +267,11 @@ fn graph_context_used_after_its_ir_is_gone() {
 #[test]
 fn tensor_ops_after_its_ir_is_gone() {
     let ir = Ir::new();
-    let x = ir
-        .main_graph()
-        .with(|| popxl::variable(1.0f32, "x"))
-        .unwrap();
+    let x = ir.main_graph().with(|| popxl::variable(1.0f32, "x")).unwrap();
     drop(ir);
     // Metadata is still readable; building is not.
     assert_eq!(x.shape(), &[] as &[usize]);
-    assert_eq!(
-        ops::relu(&x).unwrap_err(),
-        PopXlError::IrDropped {
-            graph: "main".into()
-        }
-    );
+    assert_eq!(ops::relu(&x).unwrap_err(), PopXlError::IrDropped { graph: "main".into() });
 }
 
 #[test]
@@ -398,37 +279,17 @@ fn building_a_frozen_ir() {
     let f = fixture();
     f.ir.freeze();
     let _g = f.ir.main_graph().enter();
-    assert!(matches!(
-        ops::call(&f.graph, &[&f.x, &f.value], &[]),
-        Err(PopXlError::IrFrozen { .. })
-    ));
-    assert!(matches!(
-        popxl::variable(1.0f32, "w"),
-        Err(PopXlError::IrFrozen { .. })
-    ));
-    assert!(matches!(
-        f.ir.create_empty_graph("g"),
-        Err(PopXlError::IrFrozen { .. })
-    ));
-    assert!(matches!(
-        f.ir.with_ir_mut(|_| ()),
-        Err(PopXlError::IrFrozen { .. })
-    ));
-    assert!(matches!(
-        f.ir.set_num_host_transfers(2),
-        Err(PopXlError::IrFrozen { .. })
-    ));
+    assert!(matches!(ops::call(&f.graph, &[&f.x, &f.value], &[]), Err(PopXlError::IrFrozen { .. })));
+    assert!(matches!(popxl::variable(1.0f32, "w"), Err(PopXlError::IrFrozen { .. })));
+    assert!(matches!(f.ir.create_empty_graph("g"), Err(PopXlError::IrFrozen { .. })));
+    assert!(matches!(f.ir.with_ir_mut(|_| ()), Err(PopXlError::IrFrozen { .. })));
+    assert!(matches!(f.ir.set_num_host_transfers(2), Err(PopXlError::IrFrozen { .. })));
 }
 
 #[test]
 fn ops_without_a_graph_context() {
     let err = popxl::constant(1.0f32, "c").unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::NoGraphContext {
-            what: "constant".into()
-        }
-    );
+    assert_eq!(err, PopXlError::NoGraphContext { what: "constant".into() });
     assert!(popxl::current_graph().is_err());
 }
 
@@ -436,17 +297,8 @@ fn ops_without_a_graph_context() {
 fn graph_function_with_wrong_argument_count() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
-    let err =
-        f.ir.create_graph_named("add2", |a: Tensor, b: Tensor| &a + &b, &f.x)
-            .unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::ArgumentCountMismatch {
-            graph: "add2".into(),
-            expected: 2,
-            given: 1
-        }
-    );
+    let err = f.ir.create_graph_named("add2", |a: Tensor, b: Tensor| &a + &b, &f.x).unwrap_err();
+    assert_eq!(err, PopXlError::ArgumentCountMismatch { graph: "add2".into(), expected: 2, given: 1 });
     assert!(f.ir.graph_by_name("add2").is_err());
 }
 
@@ -455,16 +307,10 @@ fn graph_function_returning_a_parent_tensor() {
     let f = fixture();
     let _g = f.ir.main_graph().enter();
     let captured = f.value.clone();
-    let err =
-        f.ir.create_graph_named("leak", move |_x: Tensor| captured.clone(), &f.x)
-            .unwrap_err();
+    let err = f.ir.create_graph_named("leak", move |_x: Tensor| captured.clone(), &f.x).unwrap_err();
     assert_eq!(
         err,
-        PopXlError::OutputNotInGraph {
-            graph: "leak".into(),
-            tensor: "value".into(),
-            tensor_graph: "main".into()
-        }
+        PopXlError::OutputNotInGraph { graph: "leak".into(), tensor: "value".into(), tensor_graph: "main".into() }
     );
 }
 
@@ -484,9 +330,7 @@ fn conditional_branches_with_different_outputs() {
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
     let c = popxl::variable(true, "c").unwrap();
     let then_g = ir.create_graph_named("then", |x: Tensor| -x, &x).unwrap();
-    let else_g = ir
-        .create_graph_named("else", |x: Tensor| ops::sum(&x, &[], false), &x)
-        .unwrap();
+    let else_g = ir.create_graph_named("else", |x: Tensor| ops::sum(&x, &[], false), &x).unwrap();
     let err = ops::conditional(&c, &then_g, &else_g, &[&x], &[]).unwrap_err();
     assert_eq!(
         err,
@@ -505,9 +349,7 @@ fn shape_errors_from_inference_name_the_op() {
     let _g = ir.main_graph().enter();
     let a = popxl::constant(Array2::<f32>::ones((2, 3)), "a").unwrap();
     let err = ops::matmul(&a, &a).unwrap_err();
-    let PopXlError::Ir(popart_ir::IrError::Inference { op, op_type, .. }) = err else {
-        panic!("got {err:?}")
-    };
+    let PopXlError::Ir(popart_ir::IrError::Inference { op, op_type, .. }) = err else { panic!("got {err:?}") };
     assert_eq!((op.as_str(), op_type.as_str()), ("MatMul", "MatMul"));
 }
 
@@ -527,12 +369,5 @@ fn index_out_of_range() {
     let _g = ir.main_graph().enter();
     let a = popxl::constant(Array2::<f32>::ones((2, 3)), "a").unwrap();
     let err = a.index(&popxl::s![0, 3]).unwrap_err();
-    assert_eq!(
-        err,
-        PopXlError::IndexOutOfRange {
-            what: "axis 1 of tensor `a`".into(),
-            index: 3,
-            len: 3
-        }
-    );
+    assert_eq!(err, PopXlError::IndexOutOfRange { what: "axis 1 of tensor `a`".into(), index: 3, len: 3 });
 }

@@ -71,10 +71,7 @@ fn listing_9_2_several_graphs_from_one_function() {
     let matmul_graph2 = ir.create_graph(matmul_fn, (&x, &w2)).unwrap();
 
     assert_ne!(matmul_graph1, matmul_graph2);
-    assert_eq!(
-        (matmul_graph1.name(), matmul_graph2.name()),
-        ("matmul_fn", "matmul_fn_1")
-    );
+    assert_eq!((matmul_graph1.name(), matmul_graph2.name()), ("matmul_fn", "matmul_fn_1"));
     assert_eq!(matmul_graph1.outputs().unwrap()[0].shape(), &[2, 2]);
     assert_eq!(matmul_graph2.outputs().unwrap()[0].shape(), &[2]);
     insta::assert_snapshot!(text(&ir));
@@ -182,12 +179,7 @@ struct Linear {
 
 impl Linear {
     fn new(out_features: usize) -> Self {
-        Linear {
-            out_features,
-            bias: true,
-            w: None,
-            b: None,
-        }
+        Linear { out_features, bias: true, w: None, b: None }
     }
 }
 
@@ -195,11 +187,7 @@ impl Module for Linear {
     type Inputs = Tensor;
     type Outputs = Tensor;
     fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input(
-            [x.shape()[x.rank() - 1], self.out_features],
-            popxl::float32,
-            "W",
-        )?;
+        let w = popxl::graph_input([x.shape()[x.rank() - 1], self.out_features], popxl::float32, "W")?;
         let mut y = x.matmul(&w)?;
         self.w = Some(w);
         if self.bias {

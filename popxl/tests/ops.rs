@@ -11,16 +11,8 @@ fn last_op(ir: &Ir, graph: &popxl::Graph) -> (String, Attributes, Vec<String>, V
     ir.with_ir(|core| {
         let g = core.graph(graph.id()).unwrap();
         let op = g.op(*g.ops_in_creation_order().last().unwrap()).unwrap();
-        let ins = op
-            .inputs()
-            .tensors()
-            .map(|t| g.tensor(t).unwrap().name.clone())
-            .collect();
-        let outs = op
-            .outputs()
-            .tensors()
-            .map(|t| g.tensor(t).unwrap().info.shape.clone())
-            .collect();
+        let ins = op.inputs().tensors().map(|t| g.tensor(t).unwrap().name.clone()).collect();
+        let outs = op.outputs().tensors().map(|t| g.tensor(t).unwrap().info.shape.clone()).collect();
         (op.op_type().to_string(), op.attrs.clone(), ins, outs)
     })
 }
@@ -46,13 +38,7 @@ fn main_with_x() -> Main {
 }
 
 impl Main {
-    fn check(
-        &self,
-        op_type: &str,
-        attrs: &[(&str, AttrValue)],
-        inputs: &[&str],
-        outputs: &[&[usize]],
-    ) {
+    fn check(&self, op_type: &str, attrs: &[(&str, AttrValue)], inputs: &[&str], outputs: &[&[usize]]) {
         let (ty, a, ins, outs) = last_op(&self.ir, &self.ir.main_graph());
         assert_eq!(ty, op_type);
         let mut expected = Attributes::new();
@@ -95,12 +81,7 @@ fn unary_ops() {
     m.check("Identity", &[], &["x"], &[&[2, 3]]);
     assert_eq!(y.name(), "renamed");
     let y = ops::cast(&m.x, popxl::int32).unwrap();
-    m.check(
-        "Cast",
-        &[("to", AttrValue::DType(popxl::int32))],
-        &["x"],
-        &[&[2, 3]],
-    );
+    m.check("Cast", &[("to", AttrValue::DType(popxl::int32))], &["x"], &[&[2, 3]]);
     assert_eq!(y.dtype(), popxl::int32);
 }
 
@@ -121,11 +102,7 @@ fn binary_ops_broadcast() {
         f(&m.x, &b).unwrap();
         m.check(ty, &[], &["x", "b"], &[&[2, 3]]);
     }
-    for (f, ty) in [
-        (ops::greater as BinaryFn, "Greater"),
-        (ops::less, "Less"),
-        (ops::equal, "Equal"),
-    ] {
+    for (f, ty) in [(ops::greater as BinaryFn, "Greater"), (ops::less, "Less"), (ops::equal, "Equal")] {
         let y = f(&b, &m.x).unwrap();
         m.check(ty, &[], &["b", "x"], &[&[2, 3]]);
         assert_eq!(y.dtype(), popxl::bool);
@@ -172,27 +149,12 @@ fn matmul_reduce_softmax() {
         (ops::min, "ReduceMin"),
     ] {
         f(&m.x, &[-1], true).unwrap();
-        m.check(
-            ty,
-            &[("axes", ints(&[-1])), ("keepdims", AttrValue::Bool(true))],
-            &["x"],
-            &[&[2, 1]],
-        );
+        m.check(ty, &[("axes", ints(&[-1])), ("keepdims", AttrValue::Bool(true))], &["x"], &[&[2, 1]]);
         f(&m.x, &[], false).unwrap();
-        m.check(
-            ty,
-            &[("axes", ints(&[])), ("keepdims", AttrValue::Bool(false))],
-            &["x"],
-            &[&[]],
-        );
+        m.check(ty, &[("axes", ints(&[])), ("keepdims", AttrValue::Bool(false))], &["x"], &[&[]]);
     }
     ops::softmax(&m.x, 1).unwrap();
-    m.check(
-        "Softmax",
-        &[("axis", AttrValue::Int(1))],
-        &["x"],
-        &[&[2, 3]],
-    );
+    m.check("Softmax", &[("axis", AttrValue::Int(1))], &["x"], &[&[2, 3]]);
 }
 
 #[test]
@@ -200,23 +162,12 @@ fn nll_losses() {
     let m = main_with_x();
     let labels = popxl::variable(Array1::<i32>::zeros(2), "labels").unwrap();
     ops::nll_loss(&m.x, &labels).unwrap();
-    m.check(
-        "NllLoss",
-        &[("reduction", AttrValue::Str("mean".into()))],
-        &["x", "labels"],
-        &[&[]],
-    );
-    let opts = ops::NllLossOptions {
-        reduction: ops::Reduction::None,
-        ignore_index: Some(-100),
-    };
+    m.check("NllLoss", &[("reduction", AttrValue::Str("mean".into()))], &["x", "labels"], &[&[]]);
+    let opts = ops::NllLossOptions { reduction: ops::Reduction::None, ignore_index: Some(-100) };
     ops::nll_loss_with(&m.x, &labels, opts).unwrap();
     m.check(
         "NllLoss",
-        &[
-            ("reduction", AttrValue::Str("none".into())),
-            ("ignore_index", AttrValue::Int(-100)),
-        ],
+        &[("reduction", AttrValue::Str("none".into())), ("ignore_index", AttrValue::Int(-100))],
         &["x", "labels"],
         &[&[2]],
     );
@@ -229,10 +180,7 @@ fn nll_losses() {
     );
     assert_eq!((loss.rank(), dlogits.shape()), (0, &[2usize, 3][..]));
     let g = popxl::constant(2.0f32, "g").unwrap();
-    let sum = ops::NllLossOptions {
-        reduction: ops::Reduction::Sum,
-        ignore_index: None,
-    };
+    let sum = ops::NllLossOptions { reduction: ops::Reduction::Sum, ignore_index: None };
     ops::nll_loss_with_softmax_grad_with(&m.x, &labels, Some(&g), sum).unwrap();
     m.check(
         "NllLossWithSoftmaxGrad",
@@ -256,33 +204,18 @@ fn shape_ops() {
     ops::slice(&m.x, &[1], &[3], &[], &[1]).unwrap();
     m.check(
         "Slice",
-        &[
-            ("starts", ints(&[1])),
-            ("ends", ints(&[3])),
-            ("steps", ints(&[1])),
-            ("axes", ints(&[1])),
-        ],
+        &[("starts", ints(&[1])), ("ends", ints(&[3])), ("steps", ints(&[1])), ("axes", ints(&[1]))],
         &["x"],
         &[&[2, 2]],
     );
     let y = popxl::variable(Array2::<f32>::ones((1, 3)), "y").unwrap();
     ops::concat(&[&m.x, &y, &m.x], 0).unwrap();
-    m.check(
-        "Concat",
-        &[("axis", AttrValue::Int(0))],
-        &["x", "y", "x"],
-        &[&[5, 3]],
-    );
+    m.check("Concat", &[("axis", AttrValue::Int(0))], &["x", "y", "x"], &[&[5, 3]]);
     ops::squeeze(&y, &[]).unwrap();
     m.check("Squeeze", &[("axes", ints(&[]))], &["y"], &[&[3]]);
     let idx = popxl::variable(Array1::<i32>::zeros(4), "idx").unwrap();
     ops::gather(&m.x, &idx, 1).unwrap();
-    m.check(
-        "Gather",
-        &[("axis", AttrValue::Int(1))],
-        &["x", "idx"],
-        &[&[2, 4]],
-    );
+    m.check("Gather", &[("axis", AttrValue::Int(1))], &["x", "idx"], &[&[2, 4]]);
 }
 
 #[test]
@@ -302,9 +235,7 @@ fn indexing_is_slice_then_squeeze() {
     // Full ranges only: no op.
     assert_eq!(a.index(&s![.., ..]).unwrap(), a);
     // Negative index and reversed range with a step: a[-1, ::-2] has 3 columns... of axis 1 (5 -> 3).
-    let y = a
-        .index(&s![-1, popxl::SliceIndex::from(..).step(-2)])
-        .unwrap();
+    let y = a.index(&s![-1, popxl::SliceIndex::from(..).step(-2)]).unwrap();
     assert_eq!(y.shape(), &[3, 6]);
     // Inclusive ranges and open ends.
     assert_eq!(a.index(&s![1..=2, 3..]).unwrap().shape(), &[2, 2, 6]);
@@ -319,12 +250,7 @@ fn in_place_updates_alias_input_zero() {
     ops::add_(&m.x, &g).unwrap();
     m.check("AddInplace", &[], &["x", "g"], &[&[2, 3]]);
     ops::accumulate_(&m.x, &g, 0.25).unwrap();
-    m.check(
-        "Accumulate",
-        &[("factor", AttrValue::Float(0.25))],
-        &["x", "g"],
-        &[&[2, 3]],
-    );
+    m.check("Accumulate", &[("factor", AttrValue::Float(0.25))], &["x", "g"], &[&[2, 3]]);
     ops::accumulate_(&m.x, &g, &f).unwrap();
     m.check("Accumulate", &[], &["x", "g", "f"], &[&[2, 3]]);
     ops::scaled_add_(&m.x, &g, 1.0, -0.01).unwrap();
@@ -335,12 +261,7 @@ fn in_place_updates_alias_input_zero() {
         &[&[2, 3]],
     );
     ops::scaled_add_(&m.x, &g, &f, 2.0).unwrap();
-    m.check(
-        "ScaledAddInplace",
-        &[("b", AttrValue::Float(2.0))],
-        &["x", "g", "f"],
-        &[&[2, 3]],
-    );
+    m.check("ScaledAddInplace", &[("b", AttrValue::Float(2.0))], &["x", "g", "f"], &[&[2, 3]]);
     ops::copy_var_update_(&m.x, &g).unwrap();
     m.check("CopyVarUpdate", &[], &["x", "g"], &[&[2, 3]]);
     let modified = m.ir.with_ir(|core| {
@@ -380,12 +301,7 @@ fn random_ops_take_an_explicit_seed() {
         &[&[3]],
     );
     ops::dropout(&m.x, &seed, 0.5).unwrap();
-    m.check(
-        "Dropout",
-        &[("p", AttrValue::Float(0.5))],
-        &["x", "seed"],
-        &[&[2, 3]],
-    );
+    m.check("Dropout", &[("p", AttrValue::Float(0.5))], &["x", "seed"], &[&[2, 3]]);
     // A seed that is not uint32[2] is rejected by shape inference.
     assert!(ops::dropout(&m.x, &m.x, 0.5).is_err());
 }
@@ -395,21 +311,11 @@ fn host_io() {
     let m = main_with_x();
     let input = popxl::h2d_stream([2, 3], popxl::float32, "input").unwrap();
     let loaded = ops::host_load(&input, "loaded").unwrap();
-    m.check(
-        "HostLoad",
-        &[("stream", AttrValue::Str("input".into()))],
-        &[],
-        &[&[2, 3]],
-    );
+    m.check("HostLoad", &[("stream", AttrValue::Str("input".into()))], &[], &[&[2, 3]]);
     assert_eq!(loaded.name(), "loaded");
     let out = popxl::d2h_stream([2, 3], popxl::float32, "out").unwrap();
     ops::host_store(&out, &loaded).unwrap();
-    m.check(
-        "HostStore",
-        &[("stream", AttrValue::Str("out".into()))],
-        &["loaded"],
-        &[],
-    );
+    m.check("HostStore", &[("stream", AttrValue::Str("out".into()))], &["loaded"], &[]);
     assert_eq!(m.ir.h2d_streams(), vec![input]);
     assert_eq!(m.ir.d2h_streams(), vec![out]);
 }
@@ -422,16 +328,10 @@ fn conditional_deduplicates_parent_inputs() {
     let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
     let y = popxl::variable(Array1::<f32>::ones(2), "y").unwrap();
     let c = popxl::variable(true, "c").unwrap();
-    let then_g = ir
-        .create_graph_named("then", |a: Tensor, b: Tensor| &a - &b, (&x, &y))
-        .unwrap();
+    let then_g = ir.create_graph_named("then", |a: Tensor, b: Tensor| &a - &b, (&x, &y)).unwrap();
     let else_g = ir.create_graph_named("else", |a: Tensor| -a, &y).unwrap();
-    let out = ops::conditional_branches(
-        &c,
-        ops::Branch::new(&then_g, &[&x, &y]),
-        ops::Branch::new(&else_g, &[&y]),
-    )
-    .unwrap();
+    let out =
+        ops::conditional_branches(&c, ops::Branch::new(&then_g, &[&x, &y]), ops::Branch::new(&else_g, &[&y])).unwrap();
     assert_eq!(out[0].shape(), &[2]);
     let (ty, attrs, ins, _) = last_op(&ir, &main);
     assert_eq!(ty, "If");

@@ -13,10 +13,7 @@ fn f32_array(a: &HostArray) -> ArrayD<f32> {
 fn assert_close(got: &ArrayD<f32>, want: &ArrayD<f32>) {
     assert_eq!(got.shape(), want.shape());
     for (g, w) in got.iter().zip(want.iter()) {
-        assert!(
-            (g - w).abs() <= 1e-6 * w.abs().max(1.0),
-            "got {got:?}, want {want:?}"
-        );
+        assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "got {got:?}, want {want:?}");
     }
 }
 
@@ -60,12 +57,8 @@ fn multi_graphs_from_same_func() -> (Ir, HostToDeviceStream, DeviceToHostStream)
     let matmul_fn = |x: Tensor, w: Tensor| x.matmul(&w);
     let matmul_graph1 = ir.create_graph(matmul_fn, (&x, &w1)).unwrap();
     let matmul_graph2 = ir.create_graph(matmul_fn, (&x, &w2)).unwrap();
-    let o = ops::call(&matmul_graph1, &[&x, &w1], &[])
-        .unwrap()
-        .remove(0);
-    let o = ops::call(&matmul_graph2, &[&o, &w2], &[])
-        .unwrap()
-        .remove(0);
+    let o = ops::call(&matmul_graph1, &[&x, &w1], &[]).unwrap().remove(0);
+    let o = ops::call(&matmul_graph2, &[&o, &w2], &[]).unwrap().remove(0);
     let o_d2h = popxl::d2h_stream(o.shape(), o.dtype(), "output_stream").unwrap();
     ops::host_store(&o_d2h, &o).unwrap();
     drop(_g);
@@ -85,12 +78,8 @@ fn multi_call_graph_input() -> (Ir, HostToDeviceStream, DeviceToHostStream) {
     let increment_graph = ir.create_graph(increment_fn, &x).unwrap();
     let value1 = popxl::variable(Array2::<f32>::ones((2, 2)), "value1").unwrap();
     let value2 = popxl::variable(Array2::<f32>::ones((2, 2)) * 2.0, "value2").unwrap();
-    let o = ops::call(&increment_graph, &[&x, &value1], &[])
-        .unwrap()
-        .remove(0);
-    let o = ops::call(&increment_graph, &[&o, &value2], &[])
-        .unwrap()
-        .remove(0);
+    let o = ops::call(&increment_graph, &[&x, &value1], &[]).unwrap().remove(0);
+    let o = ops::call(&increment_graph, &[&o, &value2], &[]).unwrap().remove(0);
     let o_d2h = popxl::d2h_stream(o.shape(), o.dtype(), "output_stream").unwrap();
     ops::host_store(&o_d2h, &o).unwrap();
     drop(_g);
@@ -126,15 +115,8 @@ fn repeat_graph_0() -> (Ir, DeviceToHostStream) {
     let _g = ir.main_graph().enter();
     let x = popxl::variable(Array2::<f32>::ones((2, 2)), "x").unwrap();
     let value = popxl::variable(Array2::<f32>::ones((2, 2)), "value").unwrap();
-    let increment_graph = ir
-        .create_graph(
-            |x: Tensor, value: Tensor| ops::add(&x, &value),
-            (&x, &value),
-        )
-        .unwrap();
-    let o = ops::repeat(&increment_graph, 2, &[&x, &value], &[])
-        .unwrap()
-        .remove(0);
+    let increment_graph = ir.create_graph(|x: Tensor, value: Tensor| ops::add(&x, &value), (&x, &value)).unwrap();
+    let o = ops::repeat(&increment_graph, 2, &[&x, &value], &[]).unwrap().remove(0);
     let o_d2h = popxl::d2h_stream(o.shape(), o.dtype(), "output_stream").unwrap();
     ops::host_store(&o_d2h, &o).unwrap();
     drop(_g);
@@ -153,11 +135,7 @@ impl Module for Linear {
     type Inputs = Tensor;
     type Outputs = Tensor;
     fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input(
-            [x.shape()[x.rank() - 1], self.out_features],
-            popxl::float32,
-            "W",
-        )?;
+        let w = popxl::graph_input([x.shape()[x.rank() - 1], self.out_features], popxl::float32, "W")?;
         let mut y = x.matmul(&w)?;
         self.w = Some(w);
         if self.bias {
@@ -176,17 +154,10 @@ fn repeat_graph_1() -> (Ir, DeviceToHostStream) {
     let x = popxl::variable(Array2::<f32>::ones((2, 2)), "x").unwrap();
     let w = popxl::variable(Array2::<f32>::ones((2, 2)), "W").unwrap();
     let b = popxl::variable(vec![1.0f32; 2], "b").unwrap();
-    let mut linear = Linear {
-        out_features: 2,
-        bias: true,
-        w: None,
-        b: None,
-    };
+    let mut linear = Linear { out_features: 2, bias: true, w: None, b: None };
     let linear_graph = ir.create_graph(&mut linear, &x).unwrap();
     let (gw, gb) = (linear.w.clone().unwrap(), linear.b.clone().unwrap());
-    let o = ops::repeat(&linear_graph, 2, &[&x], &[(&gw, &w), (&gb, &b)])
-        .unwrap()
-        .remove(0);
+    let o = ops::repeat(&linear_graph, 2, &[&x], &[(&gw, &w), (&gb, &b)]).unwrap().remove(0);
     let o_d2h = popxl::d2h_stream(o.shape(), o.dtype(), "output_stream").unwrap();
     ops::host_store(&o_d2h, &o).unwrap();
     drop(_g);
@@ -194,10 +165,7 @@ fn repeat_graph_1() -> (Ir, DeviceToHostStream) {
 }
 
 fn dump(ir: Ir) -> String {
-    Session::new(ir, "cpu")
-        .expect("session")
-        .executable()
-        .dump()
+    Session::new(ir, "cpu").expect("session").executable().dump()
 }
 
 #[test]
@@ -247,10 +215,7 @@ fn numerics_9_2_two_graphs_from_one_function() {
     // (x @ ones(2,2)) @ ones(2): every entry of row i of x @ ones is the row sum;
     // the matrix-vector product then adds the two equal entries.
     let want: Vec<f32> = (0..2).map(|i| 2.0 * (x[[i, 0]] + x[[i, 1]])).collect();
-    assert_close(
-        &f32_array(&outputs[&out]),
-        &ArrayD::from_shape_vec(IxDyn(&[2]), want).unwrap(),
-    );
+    assert_close(&f32_array(&outputs[&out]), &ArrayD::from_shape_vec(IxDyn(&[2]), want).unwrap());
 }
 
 #[test]
@@ -278,10 +243,7 @@ fn numerics_9_4_modified_input_is_visible_to_the_caller() {
 fn numerics_9_5_repeat_increments_twice() {
     let (ir, out) = repeat_graph_0();
     let (_, outputs) = run(ir, Inputs::new());
-    assert_close(
-        &f32_array(&outputs[&out]),
-        &ArrayD::from_elem(IxDyn(&[2, 2]), 3.0),
-    );
+    assert_close(&f32_array(&outputs[&out]), &ArrayD::from_elem(IxDyn(&[2, 2]), 3.0));
 }
 
 #[test]
@@ -289,8 +251,5 @@ fn numerics_9_6_repeat_linear_with_inputs_dict() {
     let (ir, out) = repeat_graph_1();
     let (_, outputs) = run(ir, Inputs::new());
     // Iteration 1: ones @ ones + 1 = 3; iteration 2: 3s @ ones + 1 = 7 (W and b are not carried).
-    assert_close(
-        &f32_array(&outputs[&out]),
-        &ArrayD::from_elem(IxDyn(&[2, 2]), 7.0),
-    );
+    assert_close(&f32_array(&outputs[&out]), &ArrayD::from_elem(IxDyn(&[2, 2]), 7.0));
 }

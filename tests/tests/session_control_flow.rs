@@ -12,15 +12,7 @@ fn f32s(v: &[f32]) -> HostArray {
 /// main: x = load(in); y = x * 10; then `sites` calls of `inc(t) { t += 1 }`
 /// (in place) on the tensors chosen by `args` (0: x, 1: y), marking the input
 /// modified when `mark`; stores x and y afterwards.
-fn inc_calls(
-    args: &[usize],
-    mark: bool,
-) -> (
-    Ir,
-    HostToDeviceStream,
-    DeviceToHostStream,
-    DeviceToHostStream,
-) {
+fn inc_calls(args: &[usize], mark: bool) -> (Ir, HostToDeviceStream, DeviceToHostStream, DeviceToHostStream) {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let _s = popxl::in_sequence(true);
@@ -57,9 +49,7 @@ fn inc_calls(
 fn run_inc(args: &[usize], mark: bool) -> (HostArray, HostArray, Session) {
     let (ir, input, ox, oy) = inc_calls(args, mark);
     let mut session = Session::new(ir, "cpu").unwrap();
-    let out = session
-        .scope(|s| s.run(&[(input, f32s(&[1.0, 2.0]))].into()))
-        .unwrap();
+    let out = session.scope(|s| s.run(&[(input, f32s(&[1.0, 2.0]))].into())).unwrap();
     (out[&ox].clone(), out[&oy].clone(), session)
 }
 
@@ -96,9 +86,7 @@ fn nested_functions_are_emitted_once_and_called_from_every_site() {
         let _g = ir.main_graph().enter();
         let input = popxl::h2d_stream([2], popxl::float32, "in").unwrap();
         let x = ops::host_load(&input, "x").unwrap();
-        let inner = ir
-            .create_graph_named("inner", |t: Tensor| &t * 3.0, &x)
-            .unwrap();
+        let inner = ir.create_graph_named("inner", |t: Tensor| &t * 3.0, &x).unwrap();
         let inner2 = inner.clone();
         let outer = ir
             .create_graph_named(
@@ -121,14 +109,8 @@ fn nested_functions_are_emitted_once_and_called_from_every_site() {
     let mut session = Session::new(ir, "cpu").unwrap();
     let exe = session.executable();
     assert_eq!(exe.functions.len(), 2);
-    assert_eq!(
-        exe.kernel_calls().len(),
-        2,
-        "one Mul in inner, one Sub in outer"
-    );
-    let result = session
-        .scope(|s| s.run(&[(input, f32s(&[1.0, -0.5]))].into()))
-        .unwrap();
+    assert_eq!(exe.kernel_calls().len(), 2, "one Mul in inner, one Sub in outer");
+    let result = session.scope(|s| s.run(&[(input, f32s(&[1.0, -0.5]))].into())).unwrap();
     // outer(t) = 9t - t = 8t; then outer again (64t) and inner (192t).
     assert_eq!(result[&out], f32s(&[192.0, -96.0]));
     assert_eq!(session.exec_counters().kernels, 2 * 3 + 1);
@@ -136,18 +118,13 @@ fn nested_functions_are_emitted_once_and_called_from_every_site() {
 
 #[test]
 fn loop_carried_values_that_swap_are_staged_through_temporaries() {
-    for (count, want_a, want_b) in [
-        (3usize, [5.0f32, 6.0], [1.0f32, 2.0]),
-        (4, [1.0, 2.0], [5.0, 6.0]),
-    ] {
+    for (count, want_a, want_b) in [(3usize, [5.0f32, 6.0], [1.0f32, 2.0]), (4, [1.0, 2.0], [5.0, 6.0])] {
         let ir = Ir::new();
         let (oa, ob) = {
             let _g = ir.main_graph().enter();
             let a = popxl::variable(vec![1.0f32, 2.0], "a").unwrap();
             let b = popxl::variable(vec![5.0f32, 6.0], "b").unwrap();
-            let swap = ir
-                .create_graph(|a: Tensor, b: Tensor| (b, a), (&a, &b))
-                .unwrap();
+            let swap = ir.create_graph(|a: Tensor, b: Tensor| (b, a), (&a, &b)).unwrap();
             let outs = ops::repeat(&swap, count, &[&a, &b], &[]).unwrap();
             let oa = popxl::d2h_stream([2], popxl::float32, "oa").unwrap();
             let ob = popxl::d2h_stream([2], popxl::float32, "ob").unwrap();
@@ -158,11 +135,7 @@ fn loop_carried_values_that_swap_are_staged_through_temporaries() {
         let mut session = Session::new(ir, "cpu").unwrap();
         assert!(session.executable().dump().contains("(copy temporary)"));
         let out = session.scope(|s| s.run(&Inputs::new())).unwrap();
-        assert_eq!(
-            (out[&oa].clone(), out[&ob].clone()),
-            (f32s(&want_a), f32s(&want_b)),
-            "count {count}"
-        );
+        assert_eq!((out[&oa].clone(), out[&ob].clone()), (f32s(&want_a), f32s(&want_b)), "count {count}");
     }
 }
 
@@ -180,19 +153,14 @@ fn repeat_body_updating_its_input_in_place() {
                 (&acc, &step),
             )
             .unwrap();
-        let r = ops::repeat(&body, 5, &[&acc, &step], &[])
-            .unwrap()
-            .remove(0);
+        let r = ops::repeat(&body, 5, &[&acc, &step], &[]).unwrap().remove(0);
         let out = popxl::d2h_stream([2], popxl::float32, "out").unwrap();
         ops::host_store(&out, &r).unwrap();
         out
     };
     let mut session = Session::new(ir, "cpu").unwrap();
     let f = &session.executable().functions[0];
-    assert_eq!(
-        f.outputs[0], f.inputs[0],
-        "the in-place output is the input's buffer: no loop copy"
-    );
+    assert_eq!(f.outputs[0], f.inputs[0], "the in-place output is the input's buffer: no loop copy");
     let result = session.scope(|s| s.run(&Inputs::new())).unwrap();
     assert_eq!(result[&out], f32s(&[3.5, -9.0]));
 }
@@ -207,15 +175,9 @@ fn conditional_runs_the_branch_selected_at_run_time() {
         let c = ops::host_load(&cond, "c").unwrap();
         let x = ops::host_load(&xin, "x").unwrap();
         let w = popxl::variable(array![2.0f32, 3.0], "w").unwrap();
-        let then_g = ir
-            .create_graph(|x: Tensor, w: Tensor| ops::mul(&x, &w), (&x, &w))
-            .unwrap();
-        let else_g = ir
-            .create_graph(|x: Tensor, _w: Tensor| -x, (&x, &w))
-            .unwrap();
-        let y = ops::conditional(&c, &then_g, &else_g, &[&x, &w], &[])
-            .unwrap()
-            .remove(0);
+        let then_g = ir.create_graph(|x: Tensor, w: Tensor| ops::mul(&x, &w), (&x, &w)).unwrap();
+        let else_g = ir.create_graph(|x: Tensor, _w: Tensor| -x, (&x, &w)).unwrap();
+        let y = ops::conditional(&c, &then_g, &else_g, &[&x, &w], &[]).unwrap().remove(0);
         let out = popxl::d2h_stream([2], popxl::float32, "y").unwrap();
         ops::host_store(&out, &y).unwrap();
         (cond, xin, out)
@@ -223,16 +185,8 @@ fn conditional_runs_the_branch_selected_at_run_time() {
     let mut session = Session::new(ir, "cpu").unwrap();
     assert!(session.executable().dump().contains("if b"));
     let mut s = session.enter().unwrap();
-    for (c, want) in [
-        (true, [3.0f32, -6.0]),
-        (false, [-1.5, 2.0]),
-        (true, [3.0, -6.0]),
-    ] {
-        let inputs: Inputs = [
-            (cond.clone(), HostArray::from(c)),
-            (xin.clone(), f32s(&[1.5, -2.0])),
-        ]
-        .into();
+    for (c, want) in [(true, [3.0f32, -6.0]), (false, [-1.5, 2.0]), (true, [3.0, -6.0])] {
+        let inputs: Inputs = [(cond.clone(), HostArray::from(c)), (xin.clone(), f32s(&[1.5, -2.0]))].into();
         assert_eq!(s.run(&inputs).unwrap()[&out], f32s(&want), "cond {c}");
     }
 }
@@ -249,18 +203,14 @@ fn repeat_inside_a_called_graph_with_a_host_load() {
         let g = ir
             .create_graph_named(
                 "g",
-                move |acc: Tensor| -> popxl::Result<Tensor> {
-                    ops::add(&acc, &ops::host_load(&s1, "x")?)
-                },
+                move |acc: Tensor| -> popxl::Result<Tensor> { ops::add(&acc, &ops::host_load(&s1, "x")?) },
                 &zero,
             )
             .unwrap();
         let f = ir
             .create_graph_named(
                 "f",
-                move |acc: Tensor| -> popxl::Result<Tensor> {
-                    Ok(ops::repeat(&g, 3, &[&acc], &[])?.remove(0))
-                },
+                move |acc: Tensor| -> popxl::Result<Tensor> { Ok(ops::repeat(&g, 3, &[&acc], &[])?.remove(0)) },
                 &zero,
             )
             .unwrap();
@@ -272,11 +222,6 @@ fn repeat_inside_a_called_graph_with_a_host_load() {
     ir.set_num_host_transfers(3).unwrap();
     let mut session = Session::new(ir, "cpu").unwrap();
     let data = array![[1.0f32, 2.0], [10.0, 20.0], [100.0, 200.0]];
-    let result = session
-        .scope(|s| s.run(&[(xin, HostArray::from(data))].into()))
-        .unwrap();
-    assert_eq!(
-        result[&out],
-        HostArray::from(array![[111.0f32, 222.0], [0.0, 0.0], [0.0, 0.0]])
-    );
+    let result = session.scope(|s| s.run(&[(xin, HostArray::from(data))].into())).unwrap();
+    assert_eq!(result[&out], HostArray::from(array![[111.0f32, 222.0], [0.0, 0.0], [0.0, 0.0]]));
 }

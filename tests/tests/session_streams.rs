@@ -43,38 +43,23 @@ fn repeat_graph_2_host_load_and_store_inside_a_repeat() {
         let w = popxl::variable(w_data.clone(), "W").unwrap();
         let b = popxl::variable(b_data.clone(), "b").unwrap();
         let x = popxl::constant(Array2::<f32>::zeros((2, 2)), "init").unwrap();
-        let mut linear = StreamingLinear {
-            x_h2d: x_h2d.clone(),
-            y_d2h: y_d2h.clone(),
-            w: None,
-            b: None,
-        };
+        let mut linear = StreamingLinear { x_h2d: x_h2d.clone(), y_d2h: y_d2h.clone(), w: None, b: None };
         let graph = ir.create_graph(&mut linear, &x).unwrap();
         let (gw, gb) = (linear.w.clone().unwrap(), linear.b.clone().unwrap());
         ops::repeat(&graph, REPEATS, &[&x], &[(&gw, &w), (&gb, &b)]).unwrap();
         (x_h2d, y_d2h, w_data, b_data)
     };
     ir.set_num_host_transfers(REPEATS).unwrap();
-    let x_data = Array3::from_shape_fn((REPEATS, 2, 2), |(i, j, k)| {
-        (i as f32) * 0.5 - (j as f32) + 0.25 * k as f32
-    });
+    let x_data = Array3::from_shape_fn((REPEATS, 2, 2), |(i, j, k)| (i as f32) * 0.5 - (j as f32) + 0.25 * k as f32);
     let mut session = Session::new(ir, "ipu_model").unwrap();
-    let outputs = session
-        .scope(|s| s.run(&[(x_h2d, HostArray::from(x_data.clone()))].into()))
-        .unwrap();
+    let outputs = session.scope(|s| s.run(&[(x_h2d, HostArray::from(x_data.clone()))].into())).unwrap();
     let y = outputs[&y_d2h].as_f32().unwrap();
     assert_eq!(y.shape(), &[REPEATS, 2, 2]);
     for i in 0..REPEATS {
         for r in 0..2 {
             for c in 0..2 {
-                let want = x_data[[i, r, 0]] * w_data[[0, c]]
-                    + x_data[[i, r, 1]] * w_data[[1, c]]
-                    + b_data[c];
-                assert!(
-                    (y[[i, r, c]] - want).abs() < 1e-5,
-                    "transfer {i}: {} vs {want}",
-                    y[[i, r, c]]
-                );
+                let want = x_data[[i, r, 0]] * w_data[[0, c]] + x_data[[i, r, 1]] * w_data[[1, c]] + b_data[c];
+                assert!((y[[i, r, c]] - want).abs() < 1e-5, "transfer {i}: {} vs {want}", y[[i, r, c]]);
             }
         }
     }
@@ -114,31 +99,15 @@ fn uneven(count_a: usize, count_b: usize, nht: usize) -> Uneven {
         )
         .unwrap();
     let body_b = ir
-        .create_graph(
-            move |acc: Tensor| -> popxl::Result<Tensor> {
-                ops::add(&acc, &ops::host_load(&sb, "x")?)
-            },
-            &zero,
-        )
+        .create_graph(move |acc: Tensor| -> popxl::Result<Tensor> { ops::add(&acc, &ops::host_load(&sb, "x")?) }, &zero)
         .unwrap();
-    let ra = ops::repeat(&body_a, count_a, &[&zero], &[])
-        .unwrap()
-        .remove(0);
-    let rb = ops::repeat(&body_b, count_b, &[&zero], &[])
-        .unwrap()
-        .remove(0);
+    let ra = ops::repeat(&body_a, count_a, &[&zero], &[]).unwrap().remove(0);
+    let rb = ops::repeat(&body_b, count_b, &[&zero], &[]).unwrap().remove(0);
     ops::host_store(&sum_a, &ra).unwrap();
     ops::host_store(&sum_b, &rb).unwrap();
     drop(_g);
     ir.set_num_host_transfers(nht).unwrap();
-    Uneven {
-        ir,
-        a,
-        b,
-        sum_a,
-        sum_b,
-        seen_a,
-    }
+    Uneven { ir, a, b, sum_a, sum_b, seen_a }
 }
 
 #[test]
@@ -172,17 +141,12 @@ fn streams_used_more_times_than_num_host_transfers_wrap_around() {
     let a = Array1::from(vec![1.0f32, 10.0, 100.0, 1000.0]);
     let b = Array1::from(vec![7.0f32, 0.0, 0.0, 0.0]);
     let mut session = Session::new(u.ir, "cpu").unwrap();
-    let out = session
-        .scope(|s| s.run(&[(u.a, HostArray::from(a)), (u.b, HostArray::from(b))].into()))
-        .unwrap();
+    let out = session.scope(|s| s.run(&[(u.a, HostArray::from(a)), (u.b, HostArray::from(b))].into())).unwrap();
     assert_eq!(scalar_at(&out, &u.sum_a, 0), 1111.0 + 11.0);
     assert_eq!(scalar_at(&out, &u.sum_b, 0), 7.0);
     // seen_a: six pushes of the running sum into four elements: the last two
     // (1112, 1122) overwrite elements 0 and 1.
-    assert_eq!(
-        out[&u.seen_a].to_f64_vec(),
-        vec![1112.0, 1122.0, 111.0, 1111.0]
-    );
+    assert_eq!(out[&u.seen_a].to_f64_vec(), vec![1112.0, 1122.0, 111.0, 1111.0]);
 }
 
 #[test]
@@ -205,17 +169,10 @@ fn num_host_transfers_dimension_must_be_large_enough() {
     let mut s = session.enter().unwrap();
     let short = HostArray::from(Array1::from(vec![1.0f32, 2.0, 3.0]));
     let ok = HostArray::from(Array1::from(vec![1.0f32; 4]));
-    let err = s
-        .run(&[(u.a.clone(), short), (u.b.clone(), ok.clone())].into())
-        .unwrap_err();
+    let err = s.run(&[(u.a.clone(), short), (u.b.clone(), ok.clone())].into()).unwrap_err();
     assert_eq!(
         err,
-        SessionError::TooFewHostTransfers {
-            role: "input",
-            stream: "a".into(),
-            got: 3,
-            num_host_transfers: 4
-        }
+        SessionError::TooFewHostTransfers { role: "input", stream: "a".into(), got: 3, num_host_transfers: 4 }
     );
     // More than num_host_transfers elements: accepted, the first ones are used.
     let long = HostArray::from(Array1::from(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]));
@@ -231,11 +188,7 @@ fn size_one_dims_are_dropped_and_scalar_like_arrays_are_accepted() {
         let _g = ir.main_graph().enter();
         let x = popxl::h2d_stream([1], popxl::float32, "x").unwrap();
         let out = popxl::d2h_stream([1], popxl::float32, "y").unwrap();
-        ops::host_store(
-            &out,
-            &ops::negate(&ops::host_load(&x, "x").unwrap()).unwrap(),
-        )
-        .unwrap();
+        ops::host_store(&out, &ops::negate(&ops::host_load(&x, "x").unwrap()).unwrap()).unwrap();
         (x, out)
     };
     let mut session = Session::new(ir, "cpu").unwrap();
@@ -269,8 +222,7 @@ fn run_with_outputs_writes_into_given_arrays_of_any_layout() {
     let mut outputs: Outputs = [(out.clone(), target)].into();
     // Input given as a transposed (non-standard) array too.
     let input = HostArray::F32(data.t().to_owned().reversed_axes().into_dyn());
-    s.run_with_outputs(&[(x.clone(), input)].into(), &mut outputs)
-        .unwrap();
+    s.run_with_outputs(&[(x.clone(), input)].into(), &mut outputs).unwrap();
     let y = outputs[&out].as_f32().unwrap();
     assert_eq!(y.shape(), &[3, 2]);
     assert_eq!(y.slice(s![.., 0]).to_vec(), vec![0.0, 1.0, 2.0]);

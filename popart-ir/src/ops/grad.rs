@@ -258,7 +258,9 @@ impl OpDef for ConcatGrad {
             total += x.shape[axis];
         }
         if total != g.shape[axis] {
-            return Err(ctx.error(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g.shape[axis])));
+            return Err(
+                ctx.error(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g.shape[axis]))
+            );
         }
         info_of_input(ctx, index as u32 + 1)
     }
@@ -303,6 +305,19 @@ impl OpDef for Init {
 }
 
 pub(crate) const ALL: &[&dyn OpDef] = &[
-    &UnaryGrad, &BinaryGrad, &WhereGrad, &MatMulLhsGrad, &MatMulRhsGrad, &ReduceGrad, &SoftmaxGrad, &SliceGrad,
-    &GatherGrad, &NllLossGrad, &ReshapeGrad, &ConcatGrad, &ReduceToShape, &Sum, &Init,
+    &UnaryGrad,
+    &BinaryGrad,
+    &WhereGrad,
+    &MatMulLhsGrad,
+    &MatMulRhsGrad,
+    &ReduceGrad,
+    &SoftmaxGrad,
+    &SliceGrad,
+    &GatherGrad,
+    &NllLossGrad,
+    &ReshapeGrad,
+    &ConcatGrad,
+    &ReduceToShape,
+    &Sum,
+    &Init,
 ];

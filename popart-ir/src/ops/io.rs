@@ -13,7 +13,11 @@ op_types!(
 
 fn stream_info<'a>(ctx: &InferContext<'a>, dir: StreamDirection) -> Result<&'a TensorInfo> {
     let name = ctx.attrs.str("stream").ok_or_else(|| ctx.error("missing string attribute `stream`"))?;
-    let t = ctx.ir.main_graph().tensor_by_name(name).map_err(|_| ctx.error(format!("no stream named `{name}` in the main graph")))?;
+    let t = ctx
+        .ir
+        .main_graph()
+        .tensor_by_name(name)
+        .map_err(|_| ctx.error(format!("no stream named `{name}` in the main graph")))?;
     match t.kind {
         TensorKind::Stream(d) if d == dir => Ok(&t.info),
         _ => Err(ctx.error(format!(

@@ -145,7 +145,11 @@ pub fn resolve_slices(ctx: &InferContext<'_>, shape: &[usize]) -> Result<Vec<Sli
             (norm(starts[k], -1, dim - 1), norm(ends[k], -1, dim - 1))
         };
         let len = if step > 0 {
-            if end > start { (end - start + step - 1) / step } else { 0 }
+            if end > start {
+                (end - start + step - 1) / step
+            } else {
+                0
+            }
         } else if start > end {
             (start - end + (-step) - 1) / (-step)
         } else {
@@ -207,7 +211,8 @@ impl OpDef for Concat {
         let axis = op.attrs.int("axis").unwrap_or(0);
         let specs = (0..n)
             .map(|i| {
-                let attrs = Attributes::new().with("axis", AttrValue::Int(axis)).with("index", AttrValue::Int(i as i64));
+                let attrs =
+                    Attributes::new().with("axis", AttrValue::Int(axis)).with("index", AttrValue::Int(i as i64));
                 spec("ConcatGrad", attrs, &inputs, &[(0, i)])
             })
             .collect();

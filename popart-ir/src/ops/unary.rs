@@ -103,6 +103,6 @@ impl OpDef for Cast {
 }
 
 pub(crate) const ALL: &[&dyn OpDef] = &[
-    &Neg, &Abs, &Exp, &Log, &Sqrt, &Relu, &Gelu, &Tanh, &Sigmoid, &Sin, &Cos, &Sign, &Floor, &Ceil, &Identity,
-    &Detach, &Cast,
+    &Neg, &Abs, &Exp, &Log, &Sqrt, &Relu, &Gelu, &Tanh, &Sigmoid, &Sin, &Cos, &Sign, &Floor, &Ceil, &Identity, &Detach,
+    &Cast,
 ];

@@ -20,7 +20,8 @@ fn infer_update(ctx: &InferContext<'_>, exact_shape: bool, scalar_inputs: &[u32]
     if t.dtype != x.dtype {
         return Err(ctx.error(format!("updated tensor is {} but the update is {}", t.dtype, x.dtype)));
     }
-    let ok = if exact_shape { t.shape == x.shape } else { broadcast_shapes(&t.shape, &x.shape).as_ref() == Some(&t.shape) };
+    let ok =
+        if exact_shape { t.shape == x.shape } else { broadcast_shapes(&t.shape, &x.shape).as_ref() == Some(&t.shape) };
     if !ok {
         return Err(ctx.error(format!("update of shape {:?} does not fit tensor of shape {:?}", x.shape, t.shape)));
     }

@@ -10,11 +10,7 @@ pub fn f32i(shape: &[usize]) -> TensorInfo {
 
 /// Create an op with no attributes and return (op, output 0).
 pub fn op1(ir: &mut Ir, g: GraphId, ty: &str, inputs: &[TensorId], name: &str) -> (OpId, TensorId) {
-    let ins: Vec<(u32, TensorId)> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| (i as u32, t))
-        .collect();
+    let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
     let op = ir.create_op(g, ty, Attributes::new(), &ins, name).unwrap();
     let out = ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap();
     (op, out)
@@ -23,12 +19,7 @@ pub fn op1(ir: &mut Ir, g: GraphId, ty: &str, inputs: &[TensorId], name: &str) -
 /// True if there is an edge `a -> b`: a data edge (an output of `a` consumed by `b`)
 /// or a topological constraint.
 pub fn has_edge(g: &Graph, a: OpId, b: OpId) -> bool {
-    let data = g
-        .op(a)
-        .unwrap()
-        .outputs()
-        .tensors()
-        .any(|t| g.tensor(t).unwrap().consumers().iter().any(|p| p.op == b));
+    let data = g.op(a).unwrap().outputs().tensors().any(|t| g.tensor(t).unwrap().consumers().iter().any(|p| p.op == b));
     data || g.topo_cons().contains(a, b)
 }
 

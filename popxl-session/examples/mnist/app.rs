@@ -396,7 +396,11 @@ pub fn test(cfg: &Config, params: &Params, test_set: &Split) -> AppResult<f64> {
             let out = session.run(&inputs)?;
             let logits = out[&program.logits].as_f32().ok_or("logits are not float32")?;
             for (row, &label) in logits.outer_iter().zip(&lbl) {
-                let argmax = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |m, (j, &v)| if v > m.1 { (j, v) } else { m }).0;
+                let argmax = row
+                    .iter()
+                    .enumerate()
+                    .fold((0, f32::NEG_INFINITY), |m, (j, &v)| if v > m.1 { (j, v) } else { m })
+                    .0;
                 correct += (argmax as i32 == label) as usize;
             }
         }

@@ -91,8 +91,7 @@ fn main() -> AppResult<()> {
     let accuracy = app::test(&cfg, &report.params, &test_set)?;
     println!("Accuracy on test set: {accuracy:.2}%");
     if bench {
-        let mut per_step: Vec<f64> =
-            report.run_times.iter().map(|d| micros(*d) / cfg.host_transfers as f64).collect();
+        let mut per_step: Vec<f64> = report.run_times.iter().map(|d| micros(*d) / cfg.host_transfers as f64).collect();
         per_step.sort_by(f64::total_cmp);
         let pct = |p: f64| per_step.get(((per_step.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(f64::NAN);
         println!(

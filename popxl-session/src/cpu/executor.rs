@@ -27,44 +27,14 @@ struct Line([u8; 64]);
 /// One executable instruction with every address resolved.
 #[derive(Clone, Copy, Debug)]
 enum Instr {
-    Kernel {
-        kernel: u32,
-        inputs: u32,
-        n_inputs: u32,
-        outputs: u32,
-        n_outputs: u32,
-    },
-    Copy {
-        src: *const u8,
-        dst: *mut u8,
-        len: usize,
-    },
-    Call {
-        block: u32,
-    },
-    Repeat {
-        count: u64,
-        block: u32,
-    },
-    If {
-        cond: *const u8,
-        then_block: u32,
-        else_block: u32,
-    },
-    HostToDevice {
-        stream: u32,
-        dst: *mut u8,
-        len: usize,
-    },
-    DeviceToHost {
-        stream: u32,
-        src: *const u8,
-        len: usize,
-    },
-    WriteConstant {
-        constant: u32,
-        dst: *mut u8,
-    },
+    Kernel { kernel: u32, inputs: u32, n_inputs: u32, outputs: u32, n_outputs: u32 },
+    Copy { src: *const u8, dst: *mut u8, len: usize },
+    Call { block: u32 },
+    Repeat { count: u64, block: u32 },
+    If { cond: *const u8, then_block: u32, else_block: u32 },
+    HostToDevice { stream: u32, dst: *mut u8, len: usize },
+    DeviceToHost { stream: u32, src: *const u8, len: usize },
+    WriteConstant { constant: u32, dst: *mut u8 },
 }
 
 /// Host side of one stream during an execution.
@@ -77,12 +47,7 @@ struct StreamSlot {
 }
 
 impl StreamSlot {
-    const UNBOUND: StreamSlot = StreamSlot {
-        host: std::ptr::null_mut(),
-        element_bytes: 0,
-        count: 0,
-        cursor: 0,
-    };
+    const UNBOUND: StreamSlot = StreamSlot { host: std::ptr::null_mut(), element_bytes: 0, count: 0, cursor: 0 };
 }
 
 /// Which engine program to run.
@@ -205,11 +170,7 @@ impl Compiler<'_> {
                     op_type: &k.op_type,
                     attrs: &k.attrs,
                     inputs: k.inputs.iter().map(|a| (a.index, a.info.clone())).collect(),
-                    outputs: k
-                        .outputs
-                        .iter()
-                        .map(|a| (a.index, a.info.clone()))
-                        .collect(),
+                    outputs: k.outputs.iter().map(|a| (a.index, a.info.clone())).collect(),
                 };
                 let kernel = (self.factory)(&spec).map_err(|e| KernelError {
                     op_type: e.op_type,
@@ -237,35 +198,18 @@ impl Compiler<'_> {
             }
             Program::Copy { src, dst, bytes } => {
                 if *bytes > 0 {
-                    out.push(Instr::Copy {
-                        src: self.ptr(*src),
-                        dst: self.ptr(*dst),
-                        len: *bytes,
-                    })
+                    out.push(Instr::Copy { src: self.ptr(*src), dst: self.ptr(*dst), len: *bytes })
                 }
             }
-            Program::Call(f) => out.push(Instr::Call {
-                block: self.function_blocks[f.index()],
-            }),
+            Program::Call(f) => out.push(Instr::Call { block: self.function_blocks[f.index()] }),
             Program::Repeat { count, body } => {
                 let block = self.block_of(body)?;
-                out.push(Instr::Repeat {
-                    count: *count,
-                    block,
-                });
+                out.push(Instr::Repeat { count: *count, block });
             }
-            Program::If {
-                cond,
-                then_branch,
-                else_branch,
-            } => {
+            Program::If { cond, then_branch, else_branch } => {
                 let then_block = self.block_of(then_branch)?;
                 let else_block = self.block_of(else_branch)?;
-                out.push(Instr::If {
-                    cond: self.ptr(*cond),
-                    then_block,
-                    else_block,
-                });
+                out.push(Instr::If { cond: self.ptr(*cond), then_block, else_block });
             }
             Program::HostToDevice { stream, dst } => out.push(Instr::HostToDevice {
                 stream: stream.0,
@@ -279,18 +223,11 @@ impl Compiler<'_> {
             }),
             Program::WriteConstant { constant } => {
                 let c = &self.exe.constants[*constant];
-                out.push(Instr::WriteConstant {
-                    constant: *constant as u32,
-                    dst: self.ptr(c.buffer),
-                })
+                out.push(Instr::WriteConstant { constant: *constant as u32, dst: self.ptr(c.buffer) })
             }
             other => {
                 return Err(KernelError {
-                    op_type: format!("{other:?}")
-                        .split([' ', '(', '{'])
-                        .next()
-                        .unwrap_or("?")
-                        .to_string(),
+                    op_type: format!("{other:?}").split([' ', '(', '{']).next().unwrap_or("?").to_string(),
                     reason: "this program type is not supported by the cpu device".into(),
                 })
             }
@@ -373,17 +310,10 @@ impl CpuExecutor {
     /// Overwrite device memory at `offset` with `bytes` (single-variable writes).
     /// Panics if the range is outside the arena.
     pub fn write_buffer(&mut self, offset: usize, bytes: &[u8]) {
-        assert!(
-            offset + bytes.len() <= self.arena_bytes,
-            "write outside the arena"
-        );
+        assert!(offset + bytes.len() <= self.arena_bytes, "write outside the arena");
         // SAFETY: checked to lie within the arena; no program is running (`&mut self`).
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                (self.arena.as_mut_ptr() as *mut u8).add(offset),
-                bytes.len(),
-            )
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (self.arena.as_mut_ptr() as *mut u8).add(offset), bytes.len())
         };
     }
 
@@ -408,24 +338,11 @@ impl CpuExecutor {
         bytes: usize,
         count: usize,
     ) -> Result<(), BindError> {
-        let element_bytes = *self
-            .stream_bytes
-            .get(stream.index())
-            .ok_or(BindError::UnknownStream(stream.0))?;
+        let element_bytes = *self.stream_bytes.get(stream.index()).ok_or(BindError::UnknownStream(stream.0))?;
         if count == 0 || bytes < element_bytes * count {
-            return Err(BindError::TooSmall {
-                stream: stream.0,
-                got: bytes,
-                count,
-                element_bytes,
-            });
+            return Err(BindError::TooSmall { stream: stream.0, got: bytes, count, element_bytes });
         }
-        self.streams[stream.index()] = StreamSlot {
-            host,
-            element_bytes,
-            count,
-            cursor: 0,
-        };
+        self.streams[stream.index()] = StreamSlot { host, element_bytes, count, cursor: 0 };
         Ok(())
     }
 
@@ -451,13 +368,7 @@ impl CpuExecutor {
         for i in 0..n {
             let instr = self.blocks[block as usize][i];
             match instr {
-                Instr::Kernel {
-                    kernel,
-                    inputs,
-                    n_inputs,
-                    outputs,
-                    n_outputs,
-                } => {
+                Instr::Kernel { kernel, inputs, n_inputs, outputs, n_outputs } => {
                     let (a, b) = (inputs as usize, outputs as usize);
                     let args = KernelArgs {
                         inputs: &self.in_ptrs[a..a + n_inputs as usize],
@@ -480,41 +391,27 @@ impl CpuExecutor {
                         self.exec(block);
                     }
                 }
-                Instr::If {
-                    cond,
-                    then_block,
-                    else_block,
-                } => {
+                Instr::If { cond, then_block, else_block } => {
                     // SAFETY: a bool buffer of one byte in the arena.
                     let c = unsafe { *cond } != 0;
                     self.exec(if c { then_block } else { else_block });
                 }
                 Instr::HostToDevice { stream, dst, len } => {
                     let s = &mut self.streams[stream as usize];
-                    assert!(
-                        !s.host.is_null(),
-                        "host-to-device stream s{stream} is not bound"
-                    );
+                    assert!(!s.host.is_null(), "host-to-device stream s{stream} is not bound");
                     let k = s.cursor % s.count;
                     s.cursor += 1;
                     // SAFETY: binding guarantees `count * element_bytes` valid bytes; len == element_bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(s.host.add(k * s.element_bytes), dst, len)
-                    };
+                    unsafe { std::ptr::copy_nonoverlapping(s.host.add(k * s.element_bytes), dst, len) };
                     self.counters.host_to_device += 1;
                 }
                 Instr::DeviceToHost { stream, src, len } => {
                     let s = &mut self.streams[stream as usize];
-                    assert!(
-                        !s.host.is_null(),
-                        "device-to-host stream s{stream} is not bound"
-                    );
+                    assert!(!s.host.is_null(), "device-to-host stream s{stream} is not bound");
                     let k = s.cursor % s.count;
                     s.cursor += 1;
                     // SAFETY: as above, for writes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(src, s.host.add(k * s.element_bytes), len)
-                    };
+                    unsafe { std::ptr::copy_nonoverlapping(src, s.host.add(k * s.element_bytes), len) };
                     self.counters.device_to_host += 1;
                 }
                 Instr::WriteConstant { constant, dst } => {
@@ -531,9 +428,7 @@ impl CpuExecutor {
 mod tests {
     //! Executor tests with a few trivial kernels of their own (f32 only).
     use super::*;
-    use popart_ir::{
-        AttrValue, Attributes, DataType, HostTensor, Ir, StreamDirection, TensorInfo, TensorKind,
-    };
+    use popart_ir::{AttrValue, Attributes, DataType, HostTensor, Ir, StreamDirection, TensorInfo, TensorKind};
 
     struct AddF32(usize);
     impl Kernel for AddF32 {
@@ -557,10 +452,7 @@ mod tests {
     struct GreaterScalar;
     impl Kernel for GreaterScalar {
         unsafe fn run(&self, args: &KernelArgs<'_>) {
-            let (a, b) = (
-                *(args.inputs[0] as *const f32),
-                *(args.inputs[1] as *const f32),
-            );
+            let (a, b) = (*(args.inputs[0] as *const f32), *(args.inputs[1] as *const f32));
             *args.outputs[0] = (a > b) as u8;
         }
     }
@@ -571,10 +463,7 @@ mod tests {
             "Add" => Ok(Box::new(AddF32(n))),
             "AddInplace" => Ok(Box::new(AddInplaceF32(n))),
             "Greater" => Ok(Box::new(GreaterScalar)),
-            op => Err(KernelError {
-                op_type: op.into(),
-                reason: "not in the test factory".into(),
-            }),
+            op => Err(KernelError { op_type: op.into(), reason: "not in the test factory".into() }),
         }
     }
 
@@ -591,9 +480,7 @@ mod tests {
     }
 
     fn floats(b: &[u8]) -> Vec<f32> {
-        b.chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
     }
 
     /// main: x = load(in); repeat 3 { acc = acc + x (loaded again inside) }; store(acc).
@@ -601,57 +488,30 @@ mod tests {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
         let info = f32s(2);
-        ir.main_graph_mut()
-            .add_tensor(
-                "in",
-                info.clone(),
-                TensorKind::Stream(StreamDirection::HostToDevice),
-            )
-            .unwrap();
-        ir.main_graph_mut()
-            .add_tensor(
-                "out",
-                info.clone(),
-                TensorKind::Stream(StreamDirection::DeviceToHost),
-            )
-            .unwrap();
+        ir.main_graph_mut().add_tensor("in", info.clone(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
+        ir.main_graph_mut().add_tensor("out", info.clone(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
         let body = ir.create_graph("body").unwrap();
-        let acc = ir
-            .graph_mut(body)
-            .unwrap()
-            .add_input("acc", info.clone())
-            .unwrap();
-        let l = ir
-            .create_op(body, "HostLoad", stream_attrs("in"), &[], "load")
-            .unwrap();
+        let acc = ir.graph_mut(body).unwrap().add_input("acc", info.clone()).unwrap();
+        let l = ir.create_op(body, "HostLoad", stream_attrs("in"), &[], "load").unwrap();
         let x = ir.graph(body).unwrap().op(l).unwrap().output(0).unwrap();
-        let a = ir
-            .create_op(body, "Add", Attributes::new(), &[(0, acc), (1, x)], "add")
-            .unwrap();
+        let a = ir.create_op(body, "Add", Attributes::new(), &[(0, acc), (1, x)], "add").unwrap();
         let y = ir.graph(body).unwrap().op(a).unwrap().output(0).unwrap();
         ir.graph_mut(body).unwrap().add_output(y).unwrap();
         let zero = ir
             .main_graph_mut()
-            .add_tensor(
-                "zero",
-                info.clone(),
-                TensorKind::Constant(HostTensor::zeros(info)),
-            )
+            .add_tensor("zero", info.clone(), TensorKind::Constant(HostTensor::zeros(info)))
             .unwrap();
         let r = ir
             .create_op(
                 main,
                 "Repeat",
-                Attributes::new()
-                    .with("graph", AttrValue::Graph(body))
-                    .with("count", AttrValue::Int(3)),
+                Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(3)),
                 &[(0, zero)],
                 "rep",
             )
             .unwrap();
         let o = ir.main_graph().op(r).unwrap().output(0).unwrap();
-        ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store")
-            .unwrap();
+        ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();
         ir.verify().unwrap();
         ir
     }
@@ -666,10 +526,8 @@ mod tests {
         let mut input = bytes(&[1.0, 2.0, 10.0, 20.0]);
         let mut output = vec![0u8; 8];
         unsafe {
-            ex.bind_stream(StreamId(0), input.as_mut_ptr(), input.len(), 2)
-                .unwrap();
-            ex.bind_stream(StreamId(1), output.as_mut_ptr(), output.len(), 1)
-                .unwrap();
+            ex.bind_stream(StreamId(0), input.as_mut_ptr(), input.len(), 2).unwrap();
+            ex.bind_stream(StreamId(1), output.as_mut_ptr(), output.len(), 1).unwrap();
         }
         ex.run(EngineProgram::Main);
         ex.unbind_streams();
@@ -682,16 +540,8 @@ mod tests {
     fn unsupported_kernels_fail_at_compile_time_naming_the_op() {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
-        let c = ir
-            .main_graph_mut()
-            .add_tensor(
-                "c",
-                f32s(1),
-                TensorKind::Constant(HostTensor::zeros(f32s(1))),
-            )
-            .unwrap();
-        ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "my_exp")
-            .unwrap();
+        let c = ir.main_graph_mut().add_tensor("c", f32s(1), TensorKind::Constant(HostTensor::zeros(f32s(1)))).unwrap();
+        ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "my_exp").unwrap();
         let exe = popart_lower::lower(&ir).unwrap();
         let err = CpuExecutor::new(&exe, &factory).unwrap_err();
         assert_eq!(err.op_type, "Exp");
@@ -704,19 +554,8 @@ mod tests {
         let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
         let mut small = vec![0u8; 4];
         let err = unsafe { ex.bind_stream(StreamId(0), small.as_mut_ptr(), 4, 1) }.unwrap_err();
-        assert_eq!(
-            err,
-            BindError::TooSmall {
-                stream: 0,
-                got: 4,
-                count: 1,
-                element_bytes: 8
-            }
-        );
-        assert_eq!(
-            unsafe { ex.bind_stream(StreamId(9), small.as_mut_ptr(), 4, 1) },
-            Err(BindError::UnknownStream(9))
-        );
+        assert_eq!(err, BindError::TooSmall { stream: 0, got: 4, count: 1, element_bytes: 8 });
+        assert_eq!(unsafe { ex.bind_stream(StreamId(9), small.as_mut_ptr(), 4, 1) }, Err(BindError::UnknownStream(9)));
     }
 
     #[test]
@@ -730,35 +569,19 @@ mod tests {
             ("b", StreamDirection::HostToDevice),
             ("out", StreamDirection::DeviceToHost),
         ] {
-            ir.main_graph_mut()
-                .add_tensor(n, s.clone(), TensorKind::Stream(d))
-                .unwrap();
+            ir.main_graph_mut().add_tensor(n, s.clone(), TensorKind::Stream(d)).unwrap();
         }
         let mut branch = |name: &str, inplace: bool| {
             let g = ir.create_graph(name).unwrap();
             let x = ir.graph_mut(g).unwrap().add_input("x", s.clone()).unwrap();
             let y = ir.graph_mut(g).unwrap().add_input("y", s.clone()).unwrap();
             let op = ir
-                .create_op(
-                    g,
-                    if inplace { "AddInplace" } else { "Add" },
-                    Attributes::new(),
-                    &[(0, x), (1, y)],
-                    "add",
-                )
+                .create_op(g, if inplace { "AddInplace" } else { "Add" }, Attributes::new(), &[(0, x), (1, y)], "add")
                 .unwrap();
             let o = ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap();
             // then: x + y; else: x + y + y (in place twice)
             let o = if inplace {
-                let op2 = ir
-                    .create_op(
-                        g,
-                        "AddInplace",
-                        Attributes::new(),
-                        &[(0, o), (1, y)],
-                        "add2",
-                    )
-                    .unwrap();
+                let op2 = ir.create_op(g, "AddInplace", Attributes::new(), &[(0, o), (1, y)], "add2").unwrap();
                 ir.graph(g).unwrap().op(op2).unwrap().output(0).unwrap()
             } else {
                 o
@@ -768,29 +591,20 @@ mod tests {
         };
         let then_g = branch("then", false);
         let else_g = branch("else", true);
-        let la = ir
-            .create_op(main, "HostLoad", stream_attrs("a"), &[], "la")
-            .unwrap();
-        let lb = ir
-            .create_op(main, "HostLoad", stream_attrs("b"), &[], "lb")
-            .unwrap();
+        let la = ir.create_op(main, "HostLoad", stream_attrs("a"), &[], "la").unwrap();
+        let lb = ir.create_op(main, "HostLoad", stream_attrs("b"), &[], "lb").unwrap();
         let a = ir.main_graph().op(la).unwrap().output(0).unwrap();
         let b = ir.main_graph().op(lb).unwrap().output(0).unwrap();
-        let gt = ir
-            .create_op(main, "Greater", Attributes::new(), &[(0, a), (1, b)], "gt")
-            .unwrap();
+        let gt = ir.create_op(main, "Greater", Attributes::new(), &[(0, a), (1, b)], "gt").unwrap();
         let c = ir.main_graph().op(gt).unwrap().output(0).unwrap();
         let attrs = Attributes::new()
             .with("then_graph", AttrValue::Graph(then_g))
             .with("else_graph", AttrValue::Graph(else_g))
             .with("then_inputs", AttrValue::Ints(vec![1, 2]))
             .with("else_inputs", AttrValue::Ints(vec![1, 2]));
-        let iff = ir
-            .create_op(main, "If", attrs, &[(0, c), (1, a), (2, b)], "if")
-            .unwrap();
+        let iff = ir.create_op(main, "If", attrs, &[(0, c), (1, a), (2, b)], "if").unwrap();
         let o = ir.main_graph().op(iff).unwrap().output(0).unwrap();
-        ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store")
-            .unwrap();
+        ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();
         ir.verify().unwrap();
         let exe = popart_lower::lower(&ir).unwrap();
         let mut ex = CpuExecutor::new(&exe, &factory).unwrap();

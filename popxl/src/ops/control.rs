@@ -11,15 +11,10 @@ use crate::{Graph, PopXlError, Result, Tensor, TensorSpec};
 /// Check `called` can be called from `parent`.
 fn check_callable(called: &Graph, parent: &Graph, what: &str) -> Result<()> {
     if called.ir_id != parent.ir_id {
-        return Err(PopXlError::ForeignIr {
-            name: called.name().to_string(),
-            what: what.to_string(),
-        });
+        return Err(PopXlError::ForeignIr { name: called.name().to_string(), what: what.to_string() });
     }
     if called.id == parent.id {
-        return Err(PopXlError::RecursiveCall {
-            graph: called.name().to_string(),
-        });
+        return Err(PopXlError::RecursiveCall { graph: called.name().to_string() });
     }
     Ok(())
 }
@@ -64,22 +59,12 @@ fn resolve_inputs(
         }
         slots[i] = Some((*value).clone());
     }
-    let missing: Vec<String> = slots
-        .iter()
-        .zip(&graph_inputs)
-        .filter(|(s, _)| s.is_none())
-        .map(|(_, g)| g.name().to_string())
-        .collect();
+    let missing: Vec<String> =
+        slots.iter().zip(&graph_inputs).filter(|(s, _)| s.is_none()).map(|(_, g)| g.name().to_string()).collect();
     if !missing.is_empty() {
-        return Err(PopXlError::MissingCallInputs {
-            graph: called.name().to_string(),
-            missing,
-        });
+        return Err(PopXlError::MissingCallInputs { graph: called.name().to_string(), missing });
     }
-    let parents: Vec<Tensor> = slots
-        .into_iter()
-        .map(|s| s.expect("checked above"))
-        .collect();
+    let parents: Vec<Tensor> = slots.into_iter().map(|s| s.expect("checked above")).collect();
     for (p, g) in parents.iter().zip(&graph_inputs) {
         check_in_graph(p, parent, what)?;
         if p.info() != g.info() {
@@ -96,16 +81,8 @@ fn resolve_inputs(
 }
 
 /// The graph a call-like op goes into.
-fn parent_graph(
-    inputs: &[&Tensor],
-    inputs_dict: &[(&Tensor, &Tensor)],
-    what: &str,
-) -> Result<Graph> {
-    let all: Vec<&Tensor> = inputs
-        .iter()
-        .copied()
-        .chain(inputs_dict.iter().map(|(_, p)| *p))
-        .collect();
+fn parent_graph(inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)], what: &str) -> Result<Graph> {
+    let all: Vec<&Tensor> = inputs.iter().copied().chain(inputs_dict.iter().map(|(_, p)| *p)).collect();
     target_graph(&all, what)
 }
 
@@ -135,11 +112,7 @@ fn parent_graph(
 /// assert_eq!(o2[0].shape(), &[2]);
 /// assert!(ops::call(&g, &[&x], &[]).is_err()); // `value` is missing
 /// ```
-pub fn call(
-    graph: &Graph,
-    inputs: &[&Tensor],
-    inputs_dict: &[(&Tensor, &Tensor)],
-) -> Result<Vec<Tensor>> {
+pub fn call(graph: &Graph, inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)]) -> Result<Vec<Tensor>> {
     Ok(create_call(graph, inputs, inputs_dict, "call")?.outputs)
 }
 
@@ -151,9 +124,7 @@ fn create_call(
 ) -> Result<super::CreatedOp> {
     let parent = parent_graph(inputs, inputs_dict, what)?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, what)?;
-    let mut spec = OpSpec::new(what, "Call")
-        .attr("graph", AttrValue::Graph(graph.id))
-        .in_graph(parent);
+    let mut spec = OpSpec::new(what, "Call").attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(i as u32, p);
     }
@@ -173,17 +144,9 @@ fn create_call(
 /// assert_eq!(info.parent_input(0).unwrap(), x);
 /// assert_eq!(info.outputs().unwrap().len(), 1);
 /// ```
-pub fn call_with_info(
-    graph: &Graph,
-    inputs: &[&Tensor],
-    inputs_dict: &[(&Tensor, &Tensor)],
-) -> Result<CallSiteInfo> {
+pub fn call_with_info(graph: &Graph, inputs: &[&Tensor], inputs_dict: &[(&Tensor, &Tensor)]) -> Result<CallSiteInfo> {
     let created = create_call(graph, inputs, inputs_dict, "call_with_info")?;
-    Ok(CallSiteInfo {
-        parent: created.graph,
-        op: created.op,
-        called: graph.clone(),
-    })
+    Ok(CallSiteInfo { parent: created.graph, op: created.op, called: graph.clone() })
 }
 
 /// A call site: the `Call` op, its graph and the graph it calls (PopXL's `CallSiteInfo`).
@@ -214,12 +177,7 @@ pub struct CallSiteInfo {
 
 impl fmt::Debug for CallSiteInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "CallSiteInfo({} calls {})",
-            self.parent.name(),
-            self.called.name()
-        )
+        write!(f, "CallSiteInfo({} calls {})", self.parent.name(), self.called.name())
     }
 }
 
@@ -241,22 +199,12 @@ impl CallSiteInfo {
         let called = graph.read(|g| -> Result<_> {
             let o = g.op(op)?;
             if o.op_type() != "Call" {
-                return Err(PopXlError::InvalidArgument(format!(
-                    "op `{}` is a {}, not a Call",
-                    o.name,
-                    o.op_type()
-                )));
+                return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
             }
-            Ok(o.attrs
-                .graph("graph")
-                .expect("a Call op has a graph attribute"))
+            Ok(o.attrs.graph("graph").expect("a Call op has a graph attribute"))
         })??;
         let called = graph.ir()?.graph_handle(called);
-        Ok(CallSiteInfo {
-            parent: graph.clone(),
-            op,
-            called,
-        })
+        Ok(CallSiteInfo { parent: graph.clone(), op, called })
     }
 
     /// The graph being called.
@@ -309,9 +257,7 @@ impl CallSiteInfo {
         let g = st.ir.graph(self.parent.id)?;
         let op = g.op(self.op)?;
         let map = if outputs { op.outputs() } else { op.inputs() };
-        map.tensors()
-            .map(|t| Ok(Tensor::from_core(&self.parent, g.tensor(t)?)))
-            .collect()
+        map.tensors().map(|t| Ok(Tensor::from_core(&self.parent, g.tensor(t)?))).collect()
     }
 
     /// The parent tensors passed as inputs, in graph-input order.
@@ -357,11 +303,7 @@ impl CallSiteInfo {
     pub fn parent_input(&self, index: usize) -> Result<Tensor> {
         let v = self.inputs()?;
         let len = v.len();
-        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange {
-            what: "call input".into(),
-            index,
-            len,
-        })
+        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange { what: "call input".into(), index, len })
     }
 
     /// The parent tensor holding graph output `index`.
@@ -378,25 +320,13 @@ impl CallSiteInfo {
     pub fn parent_output(&self, index: usize) -> Result<Tensor> {
         let v = self.outputs()?;
         let len = v.len();
-        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange {
-            what: "call output".into(),
-            index,
-            len,
-        })
+        v.into_iter().nth(index).ok_or(PopXlError::IndexOutOfRange { what: "call output".into(), index, len })
     }
 
     fn not_here(&self, t: &Tensor) -> PopXlError {
-        let op = self
-            .parent
-            .read(|g| g.op(self.op).map(|o| o.name.clone()))
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_default();
-        PopXlError::NotACallSiteTensor {
-            tensor: t.name().to_string(),
-            graph: self.called.name().to_string(),
-            op,
-        }
+        let op =
+            self.parent.read(|g| g.op(self.op).map(|o| o.name.clone())).ok().and_then(|r| r.ok()).unwrap_or_default();
+        PopXlError::NotACallSiteTensor { tensor: t.name().to_string(), graph: self.called.name().to_string(), op }
     }
 
     /// The called graph's input (or output) connected to parent tensor `t`
@@ -472,14 +402,8 @@ impl CallSiteInfo {
         let i = self.input_index(t)? as i64;
         let st = self.parent.state()?;
         let mut st = st.borrow_mut();
-        let attrs = st
-            .building("set_parent_input_modified")?
-            .graph_mut(self.parent.id)?
-            .op_attrs_mut(self.op)?;
-        let mut modified = attrs
-            .ints("modified")
-            .map(<[i64]>::to_vec)
-            .unwrap_or_default();
+        let attrs = st.building("set_parent_input_modified")?.graph_mut(self.parent.id)?.op_attrs_mut(self.op)?;
+        let mut modified = attrs.ints("modified").map(<[i64]>::to_vec).unwrap_or_default();
         if !modified.contains(&i) {
             modified.push(i);
             modified.sort_unstable();
@@ -501,13 +425,7 @@ impl CallSiteInfo {
     pub fn modified_inputs(&self) -> Result<Vec<usize>> {
         self.parent.read(|g| -> Result<Vec<usize>> {
             let op = g.op(self.op)?;
-            Ok(op
-                .attrs
-                .ints("modified")
-                .unwrap_or(&[])
-                .iter()
-                .map(|&i| i as usize)
-                .collect())
+            Ok(op.attrs.ints("modified").unwrap_or(&[]).iter().map(|&i| i as usize).collect())
         })?
     }
 }
@@ -539,9 +457,7 @@ pub fn repeat(
     inputs_dict: &[(&Tensor, &Tensor)],
 ) -> Result<Vec<Tensor>> {
     if count == 0 {
-        return Err(PopXlError::RepeatCountZero {
-            graph: graph.name().to_string(),
-        });
+        return Err(PopXlError::RepeatCountZero { graph: graph.name().to_string() });
     }
     let (ins, outs) = (graph.inputs()?, graph.outputs()?);
     if outs.len() > ins.len() {
@@ -606,11 +522,7 @@ impl<'a> Branch<'a> {
     /// assert!(b.inputs_dict.is_empty());
     /// ```
     pub fn new(graph: &'a Graph, inputs: &'a [&'a Tensor]) -> Self {
-        Branch {
-            graph,
-            inputs,
-            inputs_dict: &[],
-        }
+        Branch { graph, inputs, inputs_dict: &[] }
     }
 
     /// The same branch with `inputs_dict`.
@@ -669,16 +581,8 @@ pub fn conditional(
     }
     conditional_branches(
         condition,
-        Branch {
-            graph: then_graph,
-            inputs,
-            inputs_dict: &then_dict,
-        },
-        Branch {
-            graph: else_graph,
-            inputs,
-            inputs_dict: &else_dict,
-        },
+        Branch { graph: then_graph, inputs, inputs_dict: &then_dict },
+        Branch { graph: else_graph, inputs, inputs_dict: &else_dict },
     )
 }
 
@@ -708,31 +612,14 @@ pub fn conditional_branches(
         all.extend(b.inputs_dict.iter().map(|(_, p)| *p));
     }
     let parent = target_graph(&all, "conditional")?;
-    let then_parents = resolve_inputs(
-        then_branch.graph,
-        &parent,
-        then_branch.inputs,
-        then_branch.inputs_dict,
-        "conditional",
-    )?;
-    let else_parents = resolve_inputs(
-        else_branch.graph,
-        &parent,
-        else_branch.inputs,
-        else_branch.inputs_dict,
-        "conditional",
-    )?;
-    let specs = |g: &Graph| -> Result<Vec<TensorSpec>> {
-        Ok(g.outputs()?.iter().map(Tensor::spec).collect())
-    };
+    let then_parents =
+        resolve_inputs(then_branch.graph, &parent, then_branch.inputs, then_branch.inputs_dict, "conditional")?;
+    let else_parents =
+        resolve_inputs(else_branch.graph, &parent, else_branch.inputs, else_branch.inputs_dict, "conditional")?;
+    let specs = |g: &Graph| -> Result<Vec<TensorSpec>> { Ok(g.outputs()?.iter().map(Tensor::spec).collect()) };
     let (to, eo) = (specs(then_branch.graph)?, specs(else_branch.graph)?);
     if to != eo {
-        let show = |v: &[TensorSpec]| {
-            v.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let show = |v: &[TensorSpec]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
         return Err(PopXlError::BranchOutputsMismatch {
             then_graph: then_branch.graph.name().to_string(),
             else_graph: else_branch.graph.name().to_string(),

@@ -149,10 +149,7 @@ unary! {
 /// assert_eq!(popxl::ops::identity(&x, "y").unwrap().name(), "y");
 /// ```
 pub fn identity(t: &Tensor, name: &str) -> Result<Tensor> {
-    OpSpec::new("identity", "Identity")
-        .input(0, t)
-        .output_name(name)
-        .create1()
+    OpSpec::new("identity", "Identity").input(0, t).output_name(name).create1()
 }
 
 /// `t` converted to `dtype` (op `Cast`, attribute `to`).
@@ -164,10 +161,7 @@ pub fn identity(t: &Tensor, name: &str) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::cast(&x, popxl::int32).unwrap().dtype(), popxl::int32);
 /// ```
 pub fn cast(t: &Tensor, dtype: DataType) -> Result<Tensor> {
-    OpSpec::new("cast", "Cast")
-        .input(0, t)
-        .attr("to", AttrValue::DType(dtype))
-        .create1()
+    OpSpec::new("cast", "Cast").input(0, t).attr("to", AttrValue::DType(dtype)).create1()
 }
 
 macro_rules! binary {
@@ -288,9 +282,5 @@ binary! {
 /// ```
 #[doc(alias = "where")]
 pub fn select(condition: &Tensor, lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-    OpSpec::new("where", "Where")
-        .input(0, condition)
-        .input(1, lhs)
-        .input(2, rhs)
-        .create1()
+    OpSpec::new("where", "Where").input(0, condition).input(1, lhs).input(2, rhs).create1()
 }

@@ -8,10 +8,7 @@ use crate::{DeviceToHostStream, HostToDeviceStream, PopXlError, Result, Tensor};
 fn check_stream_ir(stream: &Tensor, what: &str) -> Result<()> {
     if let Some(g) = crate::context::try_current_graph() {
         if g.ir_id != stream.ir_id() {
-            return Err(PopXlError::ForeignIr {
-                name: stream.name().to_string(),
-                what: what.to_string(),
-            });
+            return Err(PopXlError::ForeignIr { name: stream.name().to_string(), what: what.to_string() });
         }
     }
     Ok(())
@@ -55,10 +52,7 @@ pub fn host_load(stream: &HostToDeviceStream, name: &str) -> Result<Tensor> {
 pub fn host_store(stream: &DeviceToHostStream, t: &Tensor) -> Result<()> {
     check_stream_ir(stream.tensor(), "host_store")?;
     if t.ir_id() != stream.tensor().ir_id() {
-        return Err(PopXlError::ForeignIr {
-            name: t.name().to_string(),
-            what: "host_store".into(),
-        });
+        return Err(PopXlError::ForeignIr { name: t.name().to_string(), what: "host_store".into() });
     }
     if t.shape() != stream.shape() {
         return Err(PopXlError::HostStoreShapeMismatch {

@@ -26,17 +26,15 @@ mod random;
 mod shape;
 mod var_update;
 
-pub use control::{
-    call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo,
-};
+pub use control::{call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo};
 pub use elementwise::{
-    abs, add, cast, ceil, cos, detach, div, equal, exp, floor, gelu, greater, identity, less, log,
-    maximum, minimum, mul, negate, pow, relu, select, sigmoid, sign, sin, sqrt, sub, tanh,
+    abs, add, cast, ceil, cos, detach, div, equal, exp, floor, gelu, greater, identity, less, log, maximum, minimum,
+    mul, negate, pow, relu, select, sigmoid, sign, sin, sqrt, sub, tanh,
 };
 pub use io::{host_load, host_store};
 pub use nn::{
-    matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad,
-    nll_loss_with_softmax_grad_with, softmax, sum, NllLossOptions, Reduction,
+    matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,
+    softmax, sum, NllLossOptions, Reduction,
 };
 pub use random::{dropout, random_normal, random_uniform};
 pub use shape::{concat, flatten, gather, index, reshape, slice, squeeze, transpose, SliceIndex};
@@ -62,14 +60,7 @@ pub(crate) struct OpSpec<'a> {
 
 impl<'a> OpSpec<'a> {
     pub(crate) fn new(what: &'static str, op_type: &'static str) -> Self {
-        OpSpec {
-            what,
-            op_type,
-            attrs: Attributes::new(),
-            inputs: Vec::new(),
-            output_names: Vec::new(),
-            graph: None,
-        }
+        OpSpec { what, op_type, attrs: Attributes::new(), inputs: Vec::new(), output_names: Vec::new(), graph: None }
     }
 
     pub(crate) fn input(mut self, index: u32, t: &'a Tensor) -> Self {
@@ -105,21 +96,12 @@ impl<'a> OpSpec<'a> {
         let state = graph.state()?;
         let mut st = state.borrow_mut();
         let ir = st.building(self.what)?;
-        let ids: Vec<(u32, TensorId)> = self
-            .inputs
-            .iter()
-            .map(|(i, t)| (*i, t.tensor_id()))
-            .collect();
+        let ids: Vec<(u32, TensorId)> = self.inputs.iter().map(|(i, t)| (*i, t.tensor_id())).collect();
         let name = context::scoped(self.op_type);
         let def = lookup_op(self.op_type)?;
         let infos = ir.infer_outputs(graph.id, def, &self.attrs, &ids, &name)?;
-        let out_names: Vec<String> = self
-            .output_names
-            .iter()
-            .map(|n| context::scoped(n))
-            .collect();
-        let op =
-            ir.create_op_with_outputs(graph.id, def, self.attrs, &ids, infos, &out_names, &name)?;
+        let out_names: Vec<String> = self.output_names.iter().map(|n| context::scoped(n)).collect();
+        let op = ir.create_op_with_outputs(graph.id, def, self.attrs, &ids, infos, &out_names, &name)?;
         let g = ir.graph_mut(graph.id)?;
         for before in context::on_op_created(graph.ir_id, graph.id, op) {
             g.add_topo_con(before, op)?;
@@ -152,10 +134,5 @@ pub(crate) fn target_graph(inputs: &[&Tensor], what: &str) -> Result<Graph> {
     if let Some(g) = context::try_current_graph() {
         return Ok(g);
     }
-    inputs
-        .first()
-        .map(|t| t.graph())
-        .ok_or_else(|| PopXlError::NoGraphContext {
-            what: what.to_string(),
-        })
+    inputs.first().map(|t| t.graph()).ok_or_else(|| PopXlError::NoGraphContext { what: what.to_string() })
 }

@@ -17,10 +17,7 @@ use crate::{Result, Tensor};
 /// assert!(popxl::ops::matmul(&b, &b).is_err());
 /// ```
 pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-    OpSpec::new("matmul", "MatMul")
-        .input(0, lhs)
-        .input(1, rhs)
-        .create1()
+    OpSpec::new("matmul", "MatMul").input(0, lhs).input(1, rhs).create1()
 }
 
 macro_rules! reduce {
@@ -88,10 +85,7 @@ reduce! {
 /// assert!(popxl::ops::softmax(&a, 2).is_err());
 /// ```
 pub fn softmax(t: &Tensor, axis: i64) -> Result<Tensor> {
-    OpSpec::new("softmax", "Softmax")
-        .input(0, t)
-        .attr("axis", AttrValue::Int(axis))
-        .create1()
+    OpSpec::new("softmax", "Softmax").input(0, t).attr("axis", AttrValue::Int(axis)).create1()
 }
 
 /// How a loss over a batch is reduced.
@@ -151,10 +145,7 @@ fn nll_spec<'a>(
     let mut spec = OpSpec::new(what, op_type)
         .input(0, probs)
         .input(1, labels)
-        .attr(
-            "reduction",
-            AttrValue::Str(options.reduction.as_str().to_string()),
-        );
+        .attr("reduction", AttrValue::Str(options.reduction.as_str().to_string()));
     if let Some(i) = options.ignore_index {
         spec = spec.attr("ignore_index", AttrValue::Int(i));
     }
@@ -225,13 +216,7 @@ pub fn nll_loss_with_softmax_grad_with(
     loss_grad: Option<&Tensor>,
     options: NllLossOptions,
 ) -> Result<(Tensor, Tensor)> {
-    let mut spec = nll_spec(
-        "nll_loss_with_softmax_grad",
-        "NllLossWithSoftmaxGrad",
-        probs,
-        labels,
-        options,
-    );
+    let mut spec = nll_spec("nll_loss_with_softmax_grad", "NllLossWithSoftmaxGrad", probs, labels, options);
     if let Some(g) = loss_grad {
         spec = spec.input(2, g);
     }

@@ -19,13 +19,7 @@ fn shape_attr(shape: &[usize]) -> AttrValue {
 /// let r = popxl::ops::random_uniform(&seed, &[2, 3], 0.0, 1.0, popxl::float32).unwrap();
 /// assert_eq!(r.shape(), &[2, 3]);
 /// ```
-pub fn random_uniform(
-    seed: &Tensor,
-    shape: &[usize],
-    low: f64,
-    high: f64,
-    dtype: DataType,
-) -> Result<Tensor> {
+pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype: DataType) -> Result<Tensor> {
     OpSpec::new("random_uniform", "RandomUniform")
         .input(0, seed)
         .attr("shape", shape_attr(shape))
@@ -45,13 +39,7 @@ pub fn random_uniform(
 /// let r = popxl::ops::random_normal(&seed, &[4], 0.0, 0.02, popxl::float32).unwrap();
 /// assert_eq!(r.dtype(), popxl::float32);
 /// ```
-pub fn random_normal(
-    seed: &Tensor,
-    shape: &[usize],
-    mean: f64,
-    std: f64,
-    dtype: DataType,
-) -> Result<Tensor> {
+pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype: DataType) -> Result<Tensor> {
     OpSpec::new("random_normal", "RandomNormal")
         .input(0, seed)
         .attr("shape", shape_attr(shape))
@@ -73,9 +61,5 @@ pub fn random_normal(
 /// assert!(popxl::ops::dropout(&x, &seed, 1.0).is_err());
 /// ```
 pub fn dropout(t: &Tensor, seed: &Tensor, p: f64) -> Result<Tensor> {
-    OpSpec::new("dropout", "Dropout")
-        .input(0, t)
-        .input(1, seed)
-        .attr("p", AttrValue::Float(p))
-        .create1()
+    OpSpec::new("dropout", "Dropout").input(0, t).input(1, seed).attr("p", AttrValue::Float(p)).create1()
 }

@@ -17,10 +17,7 @@ use crate::{PopXlError, Result, Tensor};
 /// assert!(popxl::ops::reshape(&a, &[5, -1]).is_err());
 /// ```
 pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
-    OpSpec::new("reshape", "Reshape")
-        .input(0, t)
-        .attr("shape", AttrValue::Ints(shape.to_vec()))
-        .create1()
+    OpSpec::new("reshape", "Reshape").input(0, t).attr("shape", AttrValue::Ints(shape.to_vec())).create1()
 }
 
 /// `t` as one dimension (a `Reshape` to `[-1]`).
@@ -32,10 +29,7 @@ pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::flatten(&a).unwrap().shape(), &[6]);
 /// ```
 pub fn flatten(t: &Tensor) -> Result<Tensor> {
-    OpSpec::new("flatten", "Reshape")
-        .input(0, t)
-        .attr("shape", AttrValue::Ints(vec![-1]))
-        .create1()
+    OpSpec::new("flatten", "Reshape").input(0, t).attr("shape", AttrValue::Ints(vec![-1])).create1()
 }
 
 /// Permute the dimensions by `perm`; empty `perm` reverses them (op `Transpose`).
@@ -49,10 +43,7 @@ pub fn flatten(t: &Tensor) -> Result<Tensor> {
 /// assert!(popxl::ops::transpose(&a, &[0, 0, 1]).is_err());
 /// ```
 pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
-    OpSpec::new("transpose", "Transpose")
-        .input(0, t)
-        .attr("perm", AttrValue::Ints(perm.to_vec()))
-        .create1()
+    OpSpec::new("transpose", "Transpose").input(0, t).attr("perm", AttrValue::Ints(perm.to_vec())).create1()
 }
 
 /// Numpy slicing along `axes` (op `Slice`): for each k, elements
@@ -67,24 +58,10 @@ pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
 /// let s = popxl::ops::slice(&a, &[1], &[100], &[2], &[1]).unwrap();
 /// assert_eq!(s.shape(), &[4, 3]);
 /// ```
-pub fn slice(
-    t: &Tensor,
-    starts: &[i64],
-    ends: &[i64],
-    steps: &[i64],
-    axes: &[i64],
-) -> Result<Tensor> {
+pub fn slice(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i64]) -> Result<Tensor> {
     let n = starts.len();
-    let steps = if steps.is_empty() {
-        vec![1; n]
-    } else {
-        steps.to_vec()
-    };
-    let axes = if axes.is_empty() {
-        (0..n as i64).collect()
-    } else {
-        axes.to_vec()
-    };
+    let steps = if steps.is_empty() { vec![1; n] } else { steps.to_vec() };
+    let axes = if axes.is_empty() { (0..n as i64).collect() } else { axes.to_vec() };
     OpSpec::new("slice", "Slice")
         .input(0, t)
         .attr("starts", AttrValue::Ints(starts.to_vec()))
@@ -139,11 +116,7 @@ impl SliceIndex {
 
 impl From<RangeFull> for SliceIndex {
     fn from(_: RangeFull) -> Self {
-        SliceIndex::Range {
-            start: None,
-            end: None,
-            step: 1,
-        }
+        SliceIndex::Range { start: None, end: None, step: 1 }
     }
 }
 
@@ -229,8 +202,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
             t.rank()
         )));
     }
-    let (mut starts, mut ends, mut steps, mut axes, mut squeeze_axes) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut starts, mut ends, mut steps, mut axes, mut squeeze_axes) = (vec![], vec![], vec![], vec![], vec![]);
     for (axis, item) in items.iter().enumerate() {
         let dim = t.shape()[axis] as i64;
         match *item {
@@ -251,19 +223,13 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
             }
             SliceIndex::Range { start, end, step } => {
                 if step == 0 {
-                    return Err(PopXlError::InvalidArgument(format!(
-                        "slice step of axis {axis} cannot be 0"
-                    )));
+                    return Err(PopXlError::InvalidArgument(format!("slice step of axis {axis} cannot be 0")));
                 }
                 if start.is_none() && end.is_none() && step == 1 {
                     continue;
                 }
                 // Out-of-range defaults are clamped by the op to "from the first / past the last".
-                let (s0, e0) = if step > 0 {
-                    (0, i64::MAX)
-                } else {
-                    (i64::MAX, i64::MIN)
-                };
+                let (s0, e0) = if step > 0 { (0, i64::MAX) } else { (i64::MAX, i64::MIN) };
                 starts.push(start.unwrap_or(s0));
                 ends.push(end.unwrap_or(e0));
                 steps.push(step);
@@ -271,11 +237,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
             }
         }
     }
-    let sliced = if axes.is_empty() {
-        t.clone()
-    } else {
-        slice(t, &starts, &ends, &steps, &axes)?
-    };
+    let sliced = if axes.is_empty() { t.clone() } else { slice(t, &starts, &ends, &steps, &axes)? };
     if squeeze_axes.is_empty() {
         Ok(sliced)
     } else {
@@ -311,10 +273,7 @@ pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
 /// assert!(popxl::ops::squeeze(&a, &[1]).is_err());
 /// ```
 pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
-    OpSpec::new("squeeze", "Squeeze")
-        .input(0, t)
-        .attr("axes", AttrValue::Ints(axes.to_vec()))
-        .create1()
+    OpSpec::new("squeeze", "Squeeze").input(0, t).attr("axes", AttrValue::Ints(axes.to_vec())).create1()
 }
 
 /// Pick the elements at integer `indices` along `axis` of `t` (op `Gather`);
@@ -328,9 +287,5 @@ pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::gather(&table, &idx, 0).unwrap().shape(), &[2, 3, 4]);
 /// ```
 pub fn gather(t: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor> {
-    OpSpec::new("gather", "Gather")
-        .input(0, t)
-        .input(1, indices)
-        .attr("axis", AttrValue::Int(axis))
-        .create1()
+    OpSpec::new("gather", "Gather").input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis)).create1()
 }

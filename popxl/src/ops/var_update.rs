@@ -60,10 +60,7 @@ impl<'a> OpSpec<'a> {
 /// assert_eq!(w2.spec(), w.spec());
 /// ```
 pub fn add_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
-    OpSpec::new("add_", "AddInplace")
-        .input(0, t)
-        .input(1, x)
-        .create1()
+    OpSpec::new("add_", "AddInplace").input(0, t).input(1, x).create1()
 }
 
 /// `t += f * x` in place (op `Accumulate`; PopXL's `accumulate_`); `f` is a
@@ -79,11 +76,7 @@ pub fn add_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
 /// popxl::ops::accumulate_(&acc, &g, &f).unwrap();
 /// ```
 pub fn accumulate_<'a>(t: &'a Tensor, x: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result<Tensor> {
-    OpSpec::new("accumulate_", "Accumulate")
-        .input(0, t)
-        .input(1, x)
-        .scalar("factor", 2, f.into())
-        .create1()
+    OpSpec::new("accumulate_", "Accumulate").input(0, t).input(1, x).scalar("factor", 2, f.into()).create1()
 }
 
 /// `x = a * x + b * y` in place (op `ScaledAddInplace`; PopXL's `scaled_add_`);
@@ -122,8 +115,5 @@ pub fn scaled_add_<'a>(
 /// assert!(popxl::ops::copy_var_update_(&w, &v).is_ok());
 /// ```
 pub fn copy_var_update_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
-    OpSpec::new("copy_var_update_", "CopyVarUpdate")
-        .input(0, t)
-        .input(1, x)
-        .create1()
+    OpSpec::new("copy_var_update_", "CopyVarUpdate").input(0, t).input(1, x).create1()
 }

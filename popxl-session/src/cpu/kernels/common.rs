@@ -188,7 +188,7 @@ impl FastExp for f32 {
         const LN2_LO: f32 = 1.428_606_8e-6;
         // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without SSE4.1.
         const ROUND: f32 = 12_582_912.0;
-        let x = self.max(-87.3).min(88.7);
+        let x = self.clamp(-87.3, 88.7);
         let kr = x * LOG2E + ROUND;
         let k = kr - ROUND;
         // k as an integer, read from the mantissa (an `as i32` cast would not vectorise).
@@ -204,7 +204,11 @@ impl FastExp for f32 {
         p = p * r + 1.0;
         let scale = f32::from_bits(((ki + 127) as u32) << 23);
         let y = p * scale;
-        if self.is_nan() { self } else { y }
+        if self.is_nan() {
+            self
+        } else {
+            y
+        }
     }
 }
 
