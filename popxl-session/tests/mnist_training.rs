@@ -40,3 +40,25 @@ fn several_batches_per_run_match_one_batch_per_run() {
         assert!((a - b).abs() < 1e-5, "{a} vs {b}");
     }
 }
+
+#[path = "../examples/mnist/npy.rs"]
+mod npy;
+
+#[test]
+fn weights_round_trip_through_npy_files() {
+    let dir = std::env::temp_dir().join(format!("popxl-npy-{}", std::process::id()));
+    let params = app::init_params(4, 7);
+    for (name, array) in &params {
+        npy::save(&dir, name, array).expect("save");
+    }
+    // The header numpy writes for a float32 [784, 4] array, padded to 64 bytes.
+    let raw = std::fs::read(dir.join("W0.npy")).expect("read back");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (784, 4), }";
+    assert_eq!(&raw[..8], b"\x93NUMPY\x01\x00");
+    assert_eq!(&raw[10..10 + header.len()], header.as_bytes());
+    assert_eq!((raw.len() - 4 * 784 * 4) % 64, 0);
+    for (name, array) in &params {
+        assert_eq!(&npy::load(&dir, name).expect("load"), array, "{name}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

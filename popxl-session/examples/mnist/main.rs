@@ -3,6 +3,7 @@
 
 mod app;
 mod data;
+mod npy;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,13 +25,23 @@ Options:
   --seed N              initialisation and shuffle seed (default 0)
   --limit-batches N     train on at most N batches per epoch
   --device D            cpu | ipu_model | ipu_hw (default cpu)
+  --save DIR            write the trained weights to DIR/{W0,b0,W1,b1}.npy (numpy.load reads them)
+  --load DIR            test the weights in DIR/*.npy instead of training
   --bench               print timing and memory numbers as well
   --dump                print the IR and the lowered training program to stderr
   -h, --help            this text";
 
-fn parse_args() -> AppResult<(Config, bool)> {
+/// Options of `main` beyond the training configuration.
+#[derive(Default)]
+struct Extra {
+    bench: bool,
+    save: Option<PathBuf>,
+    load: Option<PathBuf>,
+}
+
+fn parse_args() -> AppResult<(Config, Extra)> {
     let mut cfg = Config::default();
-    let mut bench = false;
+    let mut extra = Extra::default();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -45,7 +56,9 @@ fn parse_args() -> AppResult<(Config, bool)> {
             "--seed" => cfg.seed = value()?.parse()?,
             "--limit-batches" => cfg.limit_batches = Some(value()?.parse()?),
             "--device" => cfg.device = value()?,
-            "--bench" => bench = true,
+            "--bench" => extra.bench = true,
+            "--save" => extra.save = Some(PathBuf::from(value()?)),
+            "--load" => extra.load = Some(PathBuf::from(value()?)),
             "--dump" => cfg.dump = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -57,7 +70,7 @@ fn parse_args() -> AppResult<(Config, bool)> {
     if cfg.batch == 0 || cfg.test_batch == 0 || cfg.host_transfers == 0 {
         return Err("--batch, --test-batch and --host-transfers must be positive".into());
     }
-    Ok((cfg, bench))
+    Ok((cfg, extra))
 }
 
 fn micros(d: Duration) -> f64 {
@@ -65,7 +78,7 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn main() -> AppResult<()> {
-    let (cfg, bench) = parse_args()?;
+    let (cfg, extra) = parse_args()?;
     let train_set = data::load_split(&cfg.data, "train")?;
     let test_set = data::load_split(&cfg.data, "t10k")?;
     eprintln!(
@@ -78,6 +91,15 @@ fn main() -> AppResult<()> {
         cfg.epochs,
         cfg.hidden
     );
+    if let Some(dir) = &extra.load {
+        let params: app::Params = ["W0", "b0", "W1", "b1"]
+            .iter()
+            .map(|name| Ok((name.to_string(), npy::load(dir, name)?)))
+            .collect::<AppResult<_>>()?;
+        let accuracy = app::test(&cfg, &params, &test_set)?;
+        println!("Accuracy on test set: {accuracy:.2}% (weights from {})", dir.display());
+        return Ok(());
+    }
     let report = app::train(&cfg, &train_set)?;
     let steps = report.losses.len();
     let tail = &report.losses[steps.saturating_sub(100)..];
@@ -88,9 +110,15 @@ fn main() -> AppResult<()> {
         tail.len(),
         tail.iter().sum::<f32>() / tail.len().max(1) as f32
     );
+    if let Some(dir) = &extra.save {
+        for (name, array) in &report.params {
+            npy::save(dir, name, array)?;
+        }
+        eprintln!("saved the trained weights to {}", dir.display());
+    }
     let accuracy = app::test(&cfg, &report.params, &test_set)?;
     println!("Accuracy on test set: {accuracy:.2}%");
-    if bench {
+    if extra.bench {
         let mut per_step: Vec<f64> = report.run_times.iter().map(|d| micros(*d) / cfg.host_transfers as f64).collect();
         per_step.sort_by(f64::total_cmp);
         let pct = |p: f64| per_step.get(((per_step.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(f64::NAN);
