@@ -350,175 +350,61 @@ macro_rules! impl_index {
 }
 impl_index!(i8, i16, i32, i64, u8, u16, u32, u64);
 
-/// Dispatch on a numeric dtype: binds `$T` to the Rust type and evaluates `$body`;
-/// `$other` for bool and float16.
-macro_rules! with_num {
-    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
-        use popart_ir::DataType as D;
+/// Match a dtype against `Variant: type` arms, binding `$T` to the arm's type for
+/// `$body`; every other dtype evaluates `$other`. The `with_*` macros below are
+/// the type tables the kernels use.
+macro_rules! dispatch_dtype {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr; $($variant:ident: $ty:ty),+ $(,)?) => {{
+        #[allow(unreachable_patterns)]
         match $dt {
-            D::Int8 => {
-                type $T = i8;
+            $(popart_ir::DataType::$variant => {
+                type $T = $ty;
                 $body
-            }
-            D::Int16 => {
-                type $T = i16;
-                $body
-            }
-            D::Int32 => {
-                type $T = i32;
-                $body
-            }
-            D::Int64 => {
-                type $T = i64;
-                $body
-            }
-            D::Uint8 => {
-                type $T = u8;
-                $body
-            }
-            D::Uint16 => {
-                type $T = u16;
-                $body
-            }
-            D::Uint32 => {
-                type $T = u32;
-                $body
-            }
-            D::Uint64 => {
-                type $T = u64;
-                $body
-            }
-            D::Float32 => {
-                type $T = f32;
-                $body
-            }
-            D::Float64 => {
-                type $T = f64;
-                $body
-            }
+            })+
             _ => $other,
         }
     }};
+}
+pub(crate) use dispatch_dtype;
+
+/// Dispatch on a numeric dtype (integers, f32, f64); `$other` for bool and float16.
+macro_rules! with_num {
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        $crate::cpu::kernels::common::dispatch_dtype!($dt, $T => $body, _ => $other;
+            Int8: i8, Int16: i16, Int32: i32, Int64: i64,
+            Uint8: u8, Uint16: u16, Uint32: u32, Uint64: u64,
+            Float32: f32, Float64: f64)
+    };
 }
 pub(crate) use with_num;
 
 /// Dispatch on a float dtype (f32, f64); `$other` for the rest.
 macro_rules! with_float {
-    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
-        use popart_ir::DataType as D;
-        match $dt {
-            D::Float32 => {
-                type $T = f32;
-                $body
-            }
-            D::Float64 => {
-                type $T = f64;
-                $body
-            }
-            _ => $other,
-        }
-    }};
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        $crate::cpu::kernels::common::dispatch_dtype!($dt, $T => $body, _ => $other; Float32: f32, Float64: f64)
+    };
 }
 pub(crate) use with_float;
 
 /// Dispatch on an integer dtype usable as an index.
 macro_rules! with_index {
-    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {{
-        use popart_ir::DataType as D;
-        match $dt {
-            D::Int8 => {
-                type $T = i8;
-                $body
-            }
-            D::Int16 => {
-                type $T = i16;
-                $body
-            }
-            D::Int32 => {
-                type $T = i32;
-                $body
-            }
-            D::Int64 => {
-                type $T = i64;
-                $body
-            }
-            D::Uint8 => {
-                type $T = u8;
-                $body
-            }
-            D::Uint16 => {
-                type $T = u16;
-                $body
-            }
-            D::Uint32 => {
-                type $T = u32;
-                $body
-            }
-            D::Uint64 => {
-                type $T = u64;
-                $body
-            }
-            _ => $other,
-        }
-    }};
+    ($dt:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        $crate::cpu::kernels::common::dispatch_dtype!($dt, $T => $body, _ => $other;
+            Int8: i8, Int16: i16, Int32: i32, Int64: i64,
+            Uint8: u8, Uint16: u16, Uint32: u32, Uint64: u64)
+    };
 }
 pub(crate) use with_index;
 
 /// Dispatch on any dtype, binding `$T` to its element type.
 macro_rules! with_any {
-    ($dt:expr, $T:ident => $body:expr) => {{
-        use popart_ir::DataType as D;
-        match $dt {
-            D::Bool => {
-                type $T = $crate::cpu::kernels::common::Bool8;
-                $body
-            }
-            D::Int8 => {
-                type $T = i8;
-                $body
-            }
-            D::Int16 => {
-                type $T = i16;
-                $body
-            }
-            D::Int32 => {
-                type $T = i32;
-                $body
-            }
-            D::Int64 => {
-                type $T = i64;
-                $body
-            }
-            D::Uint8 => {
-                type $T = u8;
-                $body
-            }
-            D::Uint16 => {
-                type $T = u16;
-                $body
-            }
-            D::Uint32 => {
-                type $T = u32;
-                $body
-            }
-            D::Uint64 => {
-                type $T = u64;
-                $body
-            }
-            D::Float16 => {
-                type $T = half::f16;
-                $body
-            }
-            D::Float32 => {
-                type $T = f32;
-                $body
-            }
-            D::Float64 => {
-                type $T = f64;
-                $body
-            }
-        }
-    }};
+    ($dt:expr, $T:ident => $body:expr) => {
+        $crate::cpu::kernels::common::dispatch_dtype!($dt, $T => $body, _ => unreachable!("every dtype is listed");
+            Bool: $crate::cpu::kernels::common::Bool8,
+            Int8: i8, Int16: i16, Int32: i32, Int64: i64,
+            Uint8: u8, Uint16: u16, Uint32: u32, Uint64: u64,
+            Float16: half::f16, Float32: f32, Float64: f64)
+    };
 }
 pub(crate) use with_any;
 
