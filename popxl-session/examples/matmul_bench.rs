@@ -1,8 +1,8 @@
 //! Square float32 matmul throughput of the `cpu` device's `MatMul` kernel.
 //!
 //! For each size n and thread count, builds the kernel through
-//! `build_kernel` exactly as a session does, runs it inside a rayon pool of that
-//! many threads and reports GFLOP/s = 2 n³ / t (median of `--reps` measurements,
+//! `build_kernel` exactly as a session does, runs it with the worker team capped at
+//! that many threads and reports GFLOP/s = 2 n³ / t (median of `--reps` measurements,
 //! each repeating the matmul for at least `--min-time` seconds). With
 //! `--numpy <numpy_peak.py>` it then runs numpy's sgemm benchmark in the same
 //! session and prints the ratio per point. It also reports microseconds per call
@@ -18,6 +18,7 @@ use std::time::Instant;
 use popart_ir::{Attributes, DataType, TensorInfo};
 use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
 use popxl_session::cpu::kernels::build_kernel;
+use popxl_session::cpu::team;
 
 /// 64-byte aligned f32 storage, as the executor provides.
 #[repr(C, align(64))]
@@ -104,7 +105,6 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
 /// Microseconds per call of a small MNIST-sized matmul and its gradients
 /// (`[8, 784] @ [784, 32]`): these must not pay for threading.
 fn small_matmuls(threads: usize) {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
     let (x, w, y) = ([8usize, 784], [784usize, 32], [8usize, 32]);
     let f32s = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
     type Case = (&'static str, Vec<(u32, TensorInfo)>, TensorInfo);
@@ -119,7 +119,7 @@ fn small_matmuls(threads: usize) {
         let mut y = buffer(out.nelms(), 3);
         let spec = KernelSpec { op_type: op, attrs: &attrs, inputs, outputs: vec![(0, out)] };
         let kernel = build_kernel(&spec).expect("kernel");
-        let us = pool.install(|| {
+        let us = team::with_max_threads(threads, || {
             let in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
             let out_ptrs = [y.as_mut_ptr() as *mut u8];
             let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
@@ -147,9 +147,8 @@ fn main() {
     let o = options();
     let mut ours = Vec::new();
     for &threads in &o.threads {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("rayon pool");
         for &n in &o.sizes {
-            let (med, min, max) = pool.install(|| measure(n, o.reps, o.min_time));
+            let (med, min, max) = team::with_max_threads(threads, || measure(n, o.reps, o.min_time));
             println!(
                 "{{\"bench\": \"popxl_cpu_sgemm\", \"threads\": {threads}, \"n\": {n}, \"gflops_median\": {med:.1}, \"gflops_min\": {min:.1}, \"gflops_max\": {max:.1}, \"reps\": {}}}",
                 o.reps

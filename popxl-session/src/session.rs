@@ -334,6 +334,37 @@ impl Session {
         self.executor.counters()
     }
 
+    /// Turn per-kernel timing of the compiled programs on (clearing earlier
+    /// timings) or off; see [`Session::kernel_profile`].
+    pub fn set_profiling(&mut self, on: bool) {
+        self.executor.set_profiling(on);
+    }
+
+    /// Wall-clock time per kernel since [`Session::set_profiling`]`(true)`,
+    /// slowest first (empty when profiling is off).
+    ///
+    /// ```
+    /// use popxl::ops;
+    /// use popxl_session::Session;
+    /// let ir = popxl::Ir::new();
+    /// let x = {
+    ///     let _g = ir.main_graph().enter();
+    ///     let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+    ///     ops::scaled_add_(&x, &x, 1.0, 2.0).unwrap();
+    ///     x
+    /// };
+    /// let mut session = Session::new(ir, "cpu").unwrap();
+    /// session.set_profiling(true);
+    /// session.scope(|s| s.run(&Default::default())).unwrap();
+    /// let profile = session.kernel_profile();
+    /// assert_eq!(profile.len(), 1);
+    /// assert_eq!((profile[0].op_type.as_str(), profile[0].calls), ("ScaledAddInplace", 1));
+    /// # let _ = x;
+    /// ```
+    pub fn kernel_profile(&self) -> Vec<crate::cpu::executor::KernelTime> {
+        self.executor.kernel_profile()
+    }
+
     /// True when the host copies of the variables are known to match the device.
     pub fn host_weights_in_sync(&self) -> bool {
         self.host_weights_in_sync

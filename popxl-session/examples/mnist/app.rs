@@ -43,6 +43,8 @@ pub struct Config {
     pub progress: bool,
     /// Print the IR text and the lowered training program to stderr.
     pub dump: bool,
+    /// Time every kernel of the training program (see `TrainReport::kernel_profile`).
+    pub profile: bool,
 }
 
 impl Default for Config {
@@ -60,6 +62,7 @@ impl Default for Config {
             device: "cpu".into(),
             progress: true,
             dump: false,
+            profile: false,
         }
     }
 }
@@ -273,6 +276,8 @@ pub struct TrainReport {
     pub intermediate_no_reuse_bytes: usize,
     /// Trained parameters by name.
     pub params: Params,
+    /// Per-kernel time of the training runs after the first (when `Config::profile`).
+    pub kernel_profile: Vec<popxl_session::cpu::executor::KernelTime>,
 }
 
 fn host_batch(shape: Vec<usize>, data: Vec<f32>) -> HostArray {
@@ -333,6 +338,8 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                 let out = session.run(&inputs)?;
                 if r > 0 || _epoch > 0 {
                     report.run_times.push(t.elapsed());
+                } else if cfg.profile {
+                    session.set_profiling(true);
                 }
                 let losses = out[&program.loss].as_f32().ok_or("loss is not float32")?;
                 report.losses.extend(losses.iter().copied());
@@ -352,6 +359,7 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
         Ok(())
     })?;
     report.train_wall = train_start.elapsed();
+    report.kernel_profile = session.kernel_profile();
     bar.finish_and_clear();
     let data = session.get_tensors_data(program.variables.iter())?;
     report.params = program.variables.iter().map(|v| v.name().to_string()).zip(data).collect();

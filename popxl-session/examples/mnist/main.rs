@@ -28,6 +28,7 @@ Options:
   --save DIR            write the trained weights to DIR/{W0,b0,W1,b1}.npy (numpy.load reads them)
   --load DIR            test the weights in DIR/*.npy instead of training
   --bench               print timing and memory numbers as well
+  --profile             time every kernel and print the slowest (per step)
   --dump                print the IR and the lowered training program to stderr
   -h, --help            this text";
 
@@ -60,6 +61,7 @@ fn parse_args() -> AppResult<(Config, Extra)> {
             "--save" => extra.save = Some(PathBuf::from(value()?)),
             "--load" => extra.load = Some(PathBuf::from(value()?)),
             "--dump" => cfg.dump = true,
+            "--profile" => cfg.profile = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -135,5 +137,20 @@ fn main() -> AppResult<()> {
             report.intermediate_no_reuse_bytes
         );
     }
+    if cfg.profile {
+        print_profile(&report);
+    }
     Ok(())
+}
+
+/// The kernels of the training program, slowest first, in microseconds per step.
+fn print_profile(report: &app::TrainReport) {
+    let steps = report.run_times.len().max(1) as f64;
+    let total: f64 = report.kernel_profile.iter().map(|k| micros(k.total)).sum::<f64>() / steps;
+    let wall: f64 = report.run_times.iter().map(|d| micros(*d)).sum::<f64>() / steps;
+    println!("profile: {total:.1} us of kernels per run ({wall:.1} us wall per run)");
+    for k in report.kernel_profile.iter().take(16) {
+        let per = micros(k.total) / steps;
+        println!("  {per:9.1} us {:5.1}%  {:<28} {}", 100.0 * per / total, k.op_type, k.name);
+    }
 }

@@ -104,12 +104,28 @@ pub struct CpuExecutor {
     entry: [u32; 4],
     kernels: Vec<Box<dyn Kernel>>,
     kernel_names: Vec<String>,
+    kernel_types: Vec<String>,
     in_ptrs: Vec<*const u8>,
     out_ptrs: Vec<*mut u8>,
     constants: Vec<Vec<u8>>,
     streams: Vec<StreamSlot>,
     stream_bytes: Vec<usize>,
     counters: ExecCounters,
+    /// Per-kernel (calls, nanoseconds) while profiling; empty otherwise.
+    profile: Vec<(u64, u64)>,
+}
+
+/// Time spent in one compiled kernel while profiling was on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelTime {
+    /// Name of the op the kernel executes (scoped as in the lowered program).
+    pub name: String,
+    /// Op type.
+    pub op_type: String,
+    /// Executions.
+    pub calls: u64,
+    /// Total wall-clock time.
+    pub total: std::time::Duration,
 }
 
 // SAFETY: every raw pointer held points into `arena` (owned, never reallocated) or
@@ -135,6 +151,7 @@ struct Compiler<'e> {
     function_blocks: Vec<u32>,
     kernels: Vec<Box<dyn Kernel>>,
     kernel_names: Vec<String>,
+    kernel_types: Vec<String>,
     in_ptrs: Vec<*const u8>,
     out_ptrs: Vec<*mut u8>,
 }
@@ -195,6 +212,7 @@ impl Compiler<'_> {
                 });
                 self.kernels.push(kernel);
                 self.kernel_names.push(k.name.clone());
+                self.kernel_types.push(k.op_type.clone());
             }
             Program::Copy { src, dst, bytes } => {
                 if *bytes > 0 {
@@ -250,6 +268,7 @@ impl CpuExecutor {
             function_blocks: Vec::new(),
             kernels: Vec::new(),
             kernel_names: Vec::new(),
+            kernel_types: Vec::new(),
             in_ptrs: Vec::new(),
             out_ptrs: Vec::new(),
         };
@@ -278,12 +297,14 @@ impl CpuExecutor {
             entry,
             kernels: c.kernels,
             kernel_names: c.kernel_names,
+            kernel_types: c.kernel_types,
             in_ptrs: c.in_ptrs,
             out_ptrs: c.out_ptrs,
             constants: exe.constants.iter().map(|k| k.data.bytes.clone()).collect(),
             streams: vec![StreamSlot::UNBOUND; exe.streams.len()],
             stream_bytes: exe.streams.iter().map(|s| s.info.nbytes()).collect(),
             counters: ExecCounters::default(),
+            profile: Vec::new(),
         })
     }
 
@@ -300,6 +321,31 @@ impl CpuExecutor {
     /// Work counters since creation.
     pub fn counters(&self) -> ExecCounters {
         self.counters
+    }
+
+    /// Turn per-kernel timing on (clearing earlier timings) or off. While on,
+    /// every kernel execution is timed with a monotonic clock (~20-40 ns each).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = if on { vec![(0, 0); self.kernels.len()] } else { Vec::new() };
+    }
+
+    /// Timings gathered since profiling was turned on, one entry per compiled
+    /// kernel that ran, slowest first. Empty when profiling is off.
+    pub fn kernel_profile(&self) -> Vec<KernelTime> {
+        let mut v: Vec<KernelTime> = self
+            .profile
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.0 > 0)
+            .map(|(i, &(calls, ns))| KernelTime {
+                name: self.kernel_names[i].clone(),
+                op_type: self.kernel_types[i].clone(),
+                calls,
+                total: std::time::Duration::from_nanos(ns),
+            })
+            .collect();
+        v.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
+        v
     }
 
     /// Fill device memory with zeros (what a fresh attach sees).
@@ -377,7 +423,16 @@ impl CpuExecutor {
                     // SAFETY: the pointers come from the memory plan, which keeps
                     // outputs disjoint from inputs except declared aliases, and the
                     // arena is 64-byte aligned with 64-byte aligned offsets.
-                    unsafe { self.kernels[kernel as usize].run(&args) };
+                    if self.profile.is_empty() {
+                        unsafe { self.kernels[kernel as usize].run(&args) };
+                    } else {
+                        let t = std::time::Instant::now();
+                        // SAFETY: as above.
+                        unsafe { self.kernels[kernel as usize].run(&args) };
+                        let p = &mut self.profile[kernel as usize];
+                        p.0 += 1;
+                        p.1 += t.elapsed().as_nanos() as u64;
+                    }
                     self.counters.kernels += 1;
                 }
                 Instr::Copy { src, dst, len } => {

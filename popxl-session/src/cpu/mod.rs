@@ -2,3 +2,4 @@
 pub mod executor;
 pub mod kernel;
 pub mod kernels;
+pub mod team;

@@ -4,13 +4,15 @@
 use popart_ir::DataType;
 
 use super::common::{
-    boxed, f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_bits, with_num, Bool8, Broadcast,
-    BuildResult, Num, SendPtr, SpecExt, Types,
+    boxed, f16_adapter, has_f16, par_range, par_range_cost, slice, slice_mut, with_any, with_bits, with_num, Bool8,
+    Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
 /// A scalar function of two operands; implemented by zero-sized op types.
 pub(crate) trait Map2<T, O>: Send + Sync + 'static {
+    /// Cost per element relative to an add (decides when to use threads).
+    const COST: usize = 1;
     fn f(a: T, b: T) -> O;
 }
 
@@ -47,7 +49,7 @@ where
         let b = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut O);
         let inner = self.plan.inner_strides();
-        par_range(self.plan.len(), move |r| {
+        par_range_cost(self.plan.len(), F::COST, move |r| {
             self.plan.for_segments(r, |o, [ia, ib], len| {
                 // SAFETY: the plan only produces offsets inside the operand buffers and
                 // segments inside the output, which overlaps no input.

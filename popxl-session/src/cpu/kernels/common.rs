@@ -7,13 +7,13 @@ use std::sync::Mutex;
 
 use half::f16;
 use popart_ir::{DataType, TensorInfo};
-use rayon::prelude::*;
 
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use crate::cpu::team;
 
 /// Elements below which a kernel never splits work over threads.
 pub(crate) const PAR_MIN_ELEMS: usize = 1 << 18;
-/// Smallest piece of work handed to one rayon task.
+/// Smallest piece of work handed to one parallel task.
 const PAR_CHUNK: usize = 1 << 14;
 /// Largest rank a kernel plan supports after collapsing contiguous dims.
 pub(crate) const MAX_RANK: usize = 16;
@@ -26,7 +26,7 @@ pub(crate) fn boxed(kernel: impl Kernel + 'static) -> BuildResult {
     Ok(Box::new(kernel))
 }
 
-/// A raw pointer that may be moved into rayon tasks. The kernels guarantee
+/// A raw pointer that may be moved into parallel tasks. The kernels guarantee
 /// that tasks touch disjoint parts of output buffers.
 #[derive(Debug)]
 pub(crate) struct SendPtr<T>(pub *mut T);
@@ -75,29 +75,37 @@ pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, n: usize) -> &'a mut [T] {
     }
 }
 
-/// Run `f` over `0..n`, split into contiguous pieces over the current rayon pool
+/// Run `f` over `0..n`, split into contiguous pieces over the worker team ([`team`])
 /// when `n` is at least [`PAR_MIN_ELEMS`] and more than one thread is available.
 #[inline]
 pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
 }
 
-/// Run `f` over `0..n` in pieces of at least `min_chunk` items on the current rayon
-/// pool when `n >= min_total` (sequentially otherwise or with one thread).
+/// [`par_range`] for work costing about `cost` simple elementwise operations per
+/// item (transcendental maps): splits `cost` times earlier, in pieces `cost` times smaller.
+#[inline]
+pub(crate) fn par_range_cost(n: usize, cost: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    let cost = cost.max(1);
+    par_split(n, PAR_MIN_ELEMS / cost, PAR_CHUNK / cost, f);
+}
+
+/// Run `f` over `0..n` in pieces of at least `min_chunk` items on the worker team
+/// when `n >= min_total` (sequentially otherwise or with one thread).
 pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     let min_chunk = min_chunk.max(1);
     if n < min_total || n < 2 * min_chunk {
         f(0..n);
         return;
     }
-    let threads = rayon::current_num_threads();
+    let threads = team::num_threads();
     if threads <= 1 {
         f(0..n);
         return;
     }
     let chunk = n.div_ceil(threads * 4).max(min_chunk);
     let pieces = n.div_ceil(chunk);
-    (0..pieces).into_par_iter().for_each(|p| f(p * chunk..((p + 1) * chunk).min(n)));
+    team::run(pieces, &|p| f(p * chunk..((p + 1) * chunk).min(n)));
 }
 
 // ---------------------------------------------------------------------------
@@ -194,14 +202,14 @@ impl FastExp for f32 {
         // k as an integer, read from the mantissa (an `as i32` cast would not vectorise).
         let ki = kr.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
         let r = (x - k * LN2_HI) - k * LN2_LO;
-        let mut p = 1.0 / 5040.0;
-        p = p * r + 1.0 / 720.0;
-        p = p * r + 1.0 / 120.0;
-        p = p * r + 1.0 / 24.0;
-        p = p * r + 1.0 / 6.0;
-        p = p * r + 0.5;
-        p = p * r + 1.0;
-        p = p * r + 1.0;
+        let mut p: f32 = 1.0 / 5040.0;
+        p = p.mul_add(r, 1.0 / 720.0);
+        p = p.mul_add(r, 1.0 / 120.0);
+        p = p.mul_add(r, 1.0 / 24.0);
+        p = p.mul_add(r, 1.0 / 6.0);
+        p = p.mul_add(r, 0.5);
+        p = p.mul_add(r, 1.0);
+        p = p.mul_add(r, 1.0);
         let scale = f32::from_bits(((ki + 127) as u32) << 23);
         let y = p * scale;
         if self.is_nan() {

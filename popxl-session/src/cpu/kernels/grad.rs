@@ -16,26 +16,28 @@ use super::unary::{GELU_A, GELU_C};
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
 macro_rules! grad2 {
-    ($($name:ident: |$g:ident, $v:ident| $e:expr;)*) => {$(
+    ($($name:ident $([$cost:expr])?: |$g:ident, $v:ident| $e:expr;)*) => {$(
         struct $name;
         impl<T: Float> Map2<T, T> for $name {
+            const COST: usize = { let _c = 1; $(let _c = $cost;)? _c };
             #[inline(always)]
             fn f($g: T, $v: T) -> T { $e }
         }
     )*};
 }
+// `[cost]`: work per element relative to an add (decides when to use threads).
 grad2! {
     ReluG: |g, y| if y > T::ZERO { g } else { T::ZERO };
     TanhG: |g, y| g * (T::ONE - y * y);
     SigmoidG: |g, y| g * y * (T::ONE - y);
-    SqrtG: |g, y| g / (T::from_f64(2.0) * y);
+    SqrtG[4]: |g, y| g / (T::from_f64(2.0) * y);
     ExpG: |g, y| g * y;
-    LogG: |g, x| g / x;
+    LogG[4]: |g, x| g / x;
     AbsG: |g, x| g * x.signum();
-    SinG: |g, x| g * x.cos();
-    CosG: |g, x| -(g * x.sin());
+    SinG[16]: |g, x| g * x.cos();
+    CosG[16]: |g, x| -(g * x.sin());
     // gelu(x) = x · s with s = sigmoid(2u), u = c (x + a x³): gelu' = s + 2 x s (1 - s) u'.
-    GeluG: |g, x| {
+    GeluG[16]: |g, x| {
         let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
         let u = c * (x + a * x * x * x);
         let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp());

@@ -15,9 +15,11 @@ use popart_ir::ops::broadcast_shapes;
 
 use super::common::{slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types};
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::team;
+use std::ops::Range;
 
-/// Multiply-adds above which one GEMM call uses the rayon pool.
-const GEMM_PAR_MIN: usize = 1 << 22;
+/// Multiply-adds from which one GEMM call is split over the worker team.
+const GEMM_PAR_MIN: usize = 1 << 18;
 
 /// Element types a GEMM can run on.
 pub(crate) trait MatElem: Copy + Send + Sync + 'static {
@@ -154,25 +156,54 @@ struct MatMulKernel<T> {
 }
 
 impl<T: MatElem> MatMulKernel<T> {
+    /// One GEMM call of the plan, single-threaded.
     #[inline]
-    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, par: Parallelism) {
+    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T) {
         let p = &self.plan;
+        self.block(j, dst, lhs, rhs, 0..p.m, 0..p.n);
+    }
+
+    /// Rows `rows` and columns `cols` of one GEMM call's result.
+    #[inline]
+    unsafe fn block(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, rows: Range<usize>, cols: Range<usize>) {
+        let p = &self.plan;
+        let (r0, c0) = (rows.start as isize, cols.start as isize);
         T::gemm(
-            p.m,
-            p.n,
+            rows.len(),
+            cols.len(),
             p.k,
-            dst.add(j.dst),
+            dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1),
             p.dst_s.0,
             p.dst_s.1,
             j.accumulate,
-            lhs.add(j.lhs),
+            lhs.add(j.lhs).offset(r0 * p.lhs_s.0),
             p.lhs_s.0,
             p.lhs_s.1,
-            rhs.add(j.rhs),
+            rhs.add(j.rhs).offset(c0 * p.rhs_s.1),
             p.rhs_s.0,
             p.rhs_s.1,
-            par,
+            Parallelism::None,
         );
+    }
+
+    /// One GEMM call split over the worker team: the larger of the row and
+    /// column ranges is cut into one block per thread (multiples of 16), each
+    /// block a single-threaded GEMM.
+    unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, threads: usize) {
+        let p = &self.plan;
+        let by_rows = p.m > p.n;
+        let len = if by_rows { p.m } else { p.n };
+        let block = len.div_ceil(threads).next_multiple_of(16);
+        let pieces = len.div_ceil(block);
+        if pieces < 2 {
+            return self.call(j, d.get(), l.get(), r.get());
+        }
+        team::run(pieces, &|i| {
+            let part = i * block..((i + 1) * block).min(len);
+            let (rows, cols) = if by_rows { (part, 0..p.n) } else { (0..p.m, part) };
+            // SAFETY: blocks write disjoint parts of the result.
+            unsafe { self.block(j, d.get(), l.get(), r.get(), rows, cols) };
+        });
     }
 }
 
@@ -187,21 +218,24 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let lhs = args.inputs[p.lhs_pos] as *const T;
         let rhs = args.inputs[p.rhs_pos] as *const T;
         let work = p.m * p.n * p.k;
-        let threads = rayon::current_num_threads();
+        let threads = team::num_threads();
+        let (d, l, r) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T));
         if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
-            // Many independent products: one call per task, each single-threaded.
-            let (d, l, r) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T));
+            // Many independent products: whole calls per task.
             super::common::par_split(p.jobs.len(), 2, 1, |range| {
                 for j in &p.jobs[range] {
                     // SAFETY: independent jobs write disjoint output blocks.
-                    unsafe { self.call(j, d.get(), l.get(), r.get(), Parallelism::None) };
+                    unsafe { self.call(j, d.get(), l.get(), r.get()) };
                 }
             });
             return;
         }
-        let par = if threads > 1 && work >= GEMM_PAR_MIN { Parallelism::Rayon(threads) } else { Parallelism::None };
         for j in &p.jobs {
-            self.call(j, dst, lhs, rhs, par);
+            if threads > 1 && work >= GEMM_PAR_MIN {
+                self.call_split(j, d, l, r, threads);
+            } else {
+                self.call(j, dst, lhs, rhs);
+            }
         }
     }
 }
@@ -489,6 +523,45 @@ mod tests {
             &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
         );
         assert_close(&out[0].to_f64_vec(), &want, 1e-4);
+    }
+
+    /// Products large enough to be split over the worker team, by rows and by
+    /// columns, forward and both gradients (with a folded batch), against loops.
+    #[test]
+    fn split_products_match_loops() {
+        let mut rng = Rng::new(9);
+        // Forward, more columns than rows: split by columns.
+        let (sa, sb) = ([40usize, 200], [200usize, 300]);
+        let (a, b) = (rng.vec(40 * 200, -1.0, 1.0), rng.vec(200 * 300, -1.0, 1.0));
+        let out = &run_op(
+            "MatMul",
+            Attributes::new(),
+            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
+        );
+        assert_close(&out[0].to_f64_vec(), &naive(&a, &sa, &b, &sb), 1e-4);
+        // Gradients of [2, 96, 130] @ [130, 70].
+        let (bs, m, k, n) = (2usize, 96usize, 130usize, 70usize);
+        let (a, b, g) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
+        let mut want_da = vec![0.0; bs * m * k];
+        let mut want_db = vec![0.0; k * n];
+        for z in 0..bs {
+            for i in 0..m {
+                for j in 0..n {
+                    let gv = g[(z * m + i) * n + j];
+                    for p in 0..k {
+                        want_da[(z * m + i) * k + p] += gv * b[p * n + j];
+                        want_db[p * n + j] += a[(z * m + i) * k + p] * gv;
+                    }
+                }
+            }
+        }
+        let ins: Vec<(u32, HostTensor)> = vec![
+            (0, t(DataType::Float32, &[bs, m, n], &g)),
+            (1, t(DataType::Float32, &[bs, m, k], &a)),
+            (2, t(DataType::Float32, &[k, n], &b)),
+        ];
+        assert_close(&run_op("MatMulLhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_da, 1e-4);
+        assert_close(&run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_db, 1e-4);
     }
 
     /// Check both gradient ops against central finite differences of

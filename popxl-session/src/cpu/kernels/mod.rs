@@ -9,9 +9,10 @@
 //! - Elementwise kernels are one generic loop instantiated per op (a zero-sized
 //!   op type with a scalar function); broadcasting collapses contiguous dims so
 //!   same-shape and scalar operands run as flat loops.
-//! - Work is split over the current rayon pool only from 65,536 elements on
-//!   (matmul: from 2^18 multiply-adds per GEMM call), so tiny ops never pay for
-//!   threading; run the session inside a rayon pool to bound the thread count.
+//! - Work is split over the worker team ([`team`](super::team)) only above a
+//!   size threshold: 2^18 elements for simple maps, 16x fewer for
+//!   transcendental ones (gelu, exp, tanh...), 2^18 multiply-adds per GEMM
+//!   call; tiny ops never pay for threading.
 //! - float32 and float64 are computed natively; float16 float math converts to
 //!   and from f32 scratch buffers sized at build time (matmul uses the GEMM
 //!   crate's native f16 path). Ops that only move elements (copies, shape ops,

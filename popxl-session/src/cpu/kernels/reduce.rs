@@ -6,13 +6,12 @@
 //! dims), so contiguous runs are either folded into one output (innermost dim
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
-use rayon::prelude::*;
-
 use super::common::{
     f16_adapter, has_f16, norm_axes, par_split, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr,
     SpecExt, Types, PAR_MIN_ELEMS,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::team;
 
 /// How values combine. Implemented by zero-sized reducer types.
 pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
@@ -174,20 +173,23 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
         let in_len = self.plan.len();
         let dims = self.plan.dims();
         let ostr = self.plan.strides(0);
-        let threads = rayon::current_num_threads();
+        let threads = team::num_threads();
         if self.out_len == 1 {
             // Full reduction: partial folds per piece, combined in order.
             let out = &mut *y.get();
             let acc = if in_len >= PAR_MIN_ELEMS && threads > 1 {
-                let chunk = in_len.div_ceil(threads * 4).max(1 << 14);
-                (0..in_len.div_ceil(chunk))
-                    .into_par_iter()
-                    .map(|p| {
-                        let r = p * chunk..((p + 1) * chunk).min(in_len);
-                        // SAFETY: the range lies inside the input.
-                        R::fold(R::init(), unsafe { slice(x.get().add(r.start), r.len()) })
-                    })
-                    .reduce(R::init, R::combine)
+                // At most PIECES partial results, combined in piece order (deterministic).
+                const PIECES: usize = 64;
+                let chunk = in_len.div_ceil((threads * 4).min(PIECES)).max(1 << 14);
+                let pieces = in_len.div_ceil(chunk);
+                let mut partial = [R::init(); PIECES];
+                let parts = SendPtr(partial.as_mut_ptr());
+                team::run(pieces, &|p| {
+                    let r = p * chunk..((p + 1) * chunk).min(in_len);
+                    // SAFETY: the range lies inside the input; each task writes its own slot.
+                    unsafe { *parts.get().add(p) = R::fold(R::init(), slice(x.get().add(r.start), r.len())) };
+                });
+                partial[..pieces].iter().fold(R::init(), |a, &b| R::combine(a, b))
             } else {
                 R::fold(R::init(), slice(x.get(), in_len))
             };

@@ -5,13 +5,15 @@ use half::f16;
 use popart_ir::DataType;
 
 use super::common::{
-    f16_adapter, has_f16, par_range, slice, slice_mut, with_any, with_float, with_num, Bool8, BuildResult, Float, Num,
-    SendPtr, SpecExt, Types,
+    f16_adapter, has_f16, par_range, par_range_cost, slice, slice_mut, with_any, with_float, with_num, Bool8,
+    BuildResult, Float, Num, SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
 /// A scalar function applied elementwise; implemented by zero-sized op types.
 pub(crate) trait Map1<T>: Send + Sync + 'static {
+    /// Cost per element relative to an add (decides when to use threads).
+    const COST: usize = 1;
     fn f(x: T) -> T;
 }
 
@@ -31,7 +33,7 @@ impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) {
         let x = SendPtr(args.inputs[0] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
-        par_range(self.n, move |r| {
+        par_range_cost(self.n, F::COST, move |r| {
             // SAFETY: the executor guarantees both buffers hold `n` elements and do not overlap.
             let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
             for (o, &v) in ys.iter_mut().zip(xs) {
@@ -51,9 +53,10 @@ macro_rules! map_num {
     )*};
 }
 macro_rules! map_float {
-    ($($name:ident: |$x:ident| $e:expr;)*) => {$(
+    ($($name:ident $([$cost:expr])?: |$x:ident| $e:expr;)*) => {$(
         pub(crate) struct $name;
         impl<T: Float> Map1<T> for $name {
+            const COST: usize = { let _c = 1; $(let _c = $cost;)? _c };
             #[inline(always)]
             fn f($x: T) -> T { $e }
         }
@@ -74,16 +77,17 @@ pub(crate) const GELU_C: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of the GELU tanh approximation.
 pub(crate) const GELU_A: f64 = 0.044_715;
 
+// `[cost]`: work per element relative to an add (decides when to use threads).
 map_float! {
-    ExpOp: |x| x.exp();
-    LogOp: |x| x.ln();
-    SqrtOp: |x| x.sqrt();
-    TanhOp: |x| x.tanh();
-    SinOp: |x| x.sin();
-    CosOp: |x| x.cos();
-    SigmoidOp: |x| T::ONE / (T::ONE + (-x).fast_exp());
+    ExpOp[16]: |x| x.exp();
+    LogOp[16]: |x| x.ln();
+    SqrtOp[4]: |x| x.sqrt();
+    TanhOp[16]: |x| x.tanh();
+    SinOp[16]: |x| x.sin();
+    CosOp[16]: |x| x.cos();
+    SigmoidOp[8]: |x| T::ONE / (T::ONE + (-x).fast_exp());
     // 0.5 x (1 + tanh(u)) = x · sigmoid(2u): no cancellation, and a vectorisable exp.
-    GeluOp: |x| {
+    GeluOp[16]: |x| {
         let u = T::from_f64(GELU_C) * (x + T::from_f64(GELU_A) * x * x * x);
         x / (T::ONE + (T::from_f64(-2.0) * u).fast_exp())
     };
