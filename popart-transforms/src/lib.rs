@@ -1,5 +1,6 @@
 //! Graph transforms and patterns over `popart-ir`.
 pub mod autodiff;
+pub mod patterns;
 pub mod prepare;
 pub mod prune;
 

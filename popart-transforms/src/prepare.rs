@@ -4,8 +4,9 @@
 //!    (a topological-constraint cycle is reported here);
 //! 2. [`prune`](crate::prune::prune): drop ops without side effects whose outputs
 //!    nobody needs;
-//! 3. mandatory patterns: none are needed by the current op set (every op type has a
-//!    direct lowering), so this step is empty;
+//! 3. patterns ([`crate::patterns`]), unless [`PrepareOptions::patterns`] is off: no
+//!    pattern is mandatory (every op type has a direct lowering), they only make the
+//!    program faster or smaller;
 //! 4. verify again, so lowering only ever sees a valid IR.
 
 use popart_ir::{Ir, Result};
@@ -17,6 +18,21 @@ use crate::prune::{prune, PruneReport};
 pub struct PrepareReport {
     /// What pruning removed.
     pub pruned: PruneReport,
+    /// `ScaledAddInplace` ops folded into their gradient's matmul (`graph/op` names).
+    pub fused_weight_updates: Vec<String>,
+}
+
+/// Options of [`prepare_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrepareOptions {
+    /// Apply the optimisation patterns (default true).
+    pub patterns: bool,
+}
+
+impl Default for PrepareOptions {
+    fn default() -> Self {
+        PrepareOptions { patterns: true }
+    }
 }
 
 /// Prepare an IR for lowering (see the module docs). On error the IR may have been
@@ -33,10 +49,16 @@ pub struct PrepareReport {
 /// assert_eq!(report.pruned.removed_ops, vec!["main/unused".to_string()]);
 /// ```
 pub fn prepare(ir: &mut Ir) -> Result<PrepareReport> {
+    prepare_with(ir, PrepareOptions::default())
+}
+
+/// [`prepare`] with options.
+pub fn prepare_with(ir: &mut Ir, options: PrepareOptions) -> Result<PrepareReport> {
     ir.verify()?;
     let pruned = prune(ir)?;
+    let fused_weight_updates = if options.patterns { crate::patterns::fuse_weight_updates(ir)? } else { Vec::new() };
     ir.verify()?;
-    Ok(PrepareReport { pruned })
+    Ok(PrepareReport { pruned, fused_weight_updates })
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ fn graphs_with_side_effects(ir: &Ir) -> Result<HashSet<GraphId>> {
 
 /// Alias classes of a graph's tensors: tensors joined by the (input, output) alias
 /// pairs of in-place ops. Only tensors in a class of two or more appear.
-struct AliasClasses {
+pub(crate) struct AliasClasses {
     /// Tensor -> class representative.
     rep: HashMap<TensorId, TensorId>,
     /// Representative -> members.
@@ -114,7 +114,7 @@ struct AliasClasses {
 }
 
 impl AliasClasses {
-    fn new(g: &Graph) -> Self {
+    pub(crate) fn new(g: &Graph) -> Self {
         // Union-find with path halving and union by size.
         let mut parent: HashMap<TensorId, TensorId> = HashMap::new();
         let mut size: HashMap<TensorId, usize> = HashMap::new();
@@ -156,11 +156,11 @@ impl AliasClasses {
         AliasClasses { rep, members }
     }
 
-    fn class_of(&self, t: TensorId) -> TensorId {
+    pub(crate) fn class_of(&self, t: TensorId) -> TensorId {
         self.rep.get(&t).copied().unwrap_or(t)
     }
 
-    fn members(&self, class: TensorId) -> &[TensorId] {
+    pub(crate) fn members(&self, class: TensorId) -> &[TensorId] {
         self.members.get(&class).map_or(&[], Vec::as_slice)
     }
 }

@@ -101,11 +101,14 @@ pub struct SessionOptions {
     /// `run` converts 64-bit float/int input arrays to the 32-bit type of their
     /// stream (PopXL's `downcast_inputs`, default true).
     pub downcast_inputs: bool,
+    /// Apply the optimisation patterns of `popart_transforms::patterns` while
+    /// preparing the IR (default true; the results are the same up to rounding).
+    pub patterns: bool,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true }
+        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true, patterns: true }
     }
 }
 
@@ -248,7 +251,8 @@ impl Session {
             }
             _ => {}
         }
-        popart_transforms::prepare::prepare(&mut prepared)?;
+        let prepare_options = popart_transforms::prepare::PrepareOptions { patterns: options.patterns };
+        popart_transforms::prepare::prepare_with(&mut prepared, prepare_options)?;
         if reachable_ops(&prepared) == 0 {
             return Err(SessionError::NoOps { ir_id: ir.id() });
         }

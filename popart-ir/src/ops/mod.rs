@@ -20,7 +20,7 @@
 //! | [`shape`] | `Concat` (n inputs) | `axis: int` |
 //! | [`shape`] | `Squeeze` | `axes: ints` (empty = all size-1 axes) |
 //! | [`shape`] | `Gather(data, indices)` | `axis: int` |
-//! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)` | `factor`, `a`, `b: float` |
+//! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)`, `ScaledAddMatMulRhsGradInplace(g, x, w)` (made by a pattern) | `factor`, `a`, `b: float` |
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |

@@ -12,6 +12,11 @@ op_types!(
     ScaledAddInplace,
     /// `t = x` (PopXL `copy_var_update_`)
     CopyVarUpdate,
+    /// `w = a * w + b * (xᵀ @ g reduced to w's shape)` in place: inputs (g, x, w) as
+    /// `MatMulRhsGrad(g, x, w)`, attributes `a`, `b`. Created by the
+    /// `fuse_weight_update` pattern from a weight gradient and its `ScaledAddInplace`;
+    /// users do not build it directly.
+    ScaledAddMatMulRhsGradInplace,
 );
 
 /// Checks input 1 (and optional scalar inputs) against the updated input 0; returns input 0's info.
@@ -57,4 +62,33 @@ update! {
     CopyVarUpdate => "CopyVarUpdate", exact = true, scalars = &[];
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&AddInplace, &Accumulate, &ScaledAddInplace, &CopyVarUpdate];
+impl OpDef for ScaledAddMatMulRhsGradInplace {
+    fn op_type(&self) -> &'static str {
+        "ScaledAddMatMulRhsGradInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (g, x, w) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        ctx.float("a")?;
+        ctx.float("b")?;
+        if g.dtype != w.dtype || x.dtype != w.dtype || !w.dtype.is_floating_point() {
+            return Err(ctx.error(format!("operands must share a float dtype: g {g}, x {x}, w {w}")));
+        }
+        let y = super::matmul::matmul_shape(&x.shape, &w.shape).map_err(|m| ctx.error(m))?;
+        if y.iter().product::<usize>() != g.nelms() {
+            return Err(ctx.error(format!("gradient {g} does not match {:?} @ {:?}", x.shape, w.shape)));
+        }
+        Ok(vec![w.clone()])
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![2]
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(2, 0)]
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] =
+    &[&AddInplace, &Accumulate, &ScaledAddInplace, &CopyVarUpdate, &ScaledAddMatMulRhsGradInplace];

@@ -25,7 +25,14 @@ const GEMM_PAR_MIN: usize = 1 << 18;
 pub(crate) trait MatElem: Copy + Send + Sync + 'static {
     /// Zero.
     const ZERO: Self;
-    /// `dst (+)= lhs @ rhs` with element strides (rs: row stride, cs: column stride).
+    /// One.
+    const ONE: Self;
+    /// From an attribute value.
+    fn from_f64(v: f64) -> Self;
+    /// Product.
+    fn times(self, o: Self) -> Self;
+    /// `dst = alpha · dst + beta · lhs @ rhs` when `read_dst`, else `dst = beta · lhs @ rhs`,
+    /// with element strides (rs: row stride, cs: column stride).
     ///
     /// # Safety
     /// Every pointer must be valid for the addressed elements; `dst` must not overlap the operands.
@@ -37,55 +44,76 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
         dst: *mut Self,
         dst_rs: isize,
         dst_cs: isize,
-        accumulate: bool,
+        read_dst: bool,
         lhs: *const Self,
         lhs_rs: isize,
         lhs_cs: isize,
         rhs: *const Self,
         rhs_rs: isize,
         rhs_cs: isize,
-        par: Parallelism,
+        alpha: Self,
+        beta: Self,
     );
 }
 
 macro_rules! gemm_elem {
-    ($($t:ty => $one:expr, $zero:expr;)*) => {$(
+    ($($t:ty => $one:expr, $zero:expr, $from:expr;)*) => {$(
         impl MatElem for $t {
             const ZERO: Self = $zero;
+            const ONE: Self = $one;
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                $from(v)
+            }
+            #[inline]
+            fn times(self, o: Self) -> Self {
+                self * o
+            }
             #[inline]
             unsafe fn gemm(
                 m: usize, n: usize, k: usize,
-                dst: *mut Self, dst_rs: isize, dst_cs: isize, accumulate: bool,
+                dst: *mut Self, dst_rs: isize, dst_cs: isize, read_dst: bool,
                 lhs: *const Self, lhs_rs: isize, lhs_cs: isize,
                 rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
-                par: Parallelism,
+                alpha: Self, beta: Self,
             ) {
                 gemm::gemm(
-                    m, n, k, dst, dst_cs, dst_rs, accumulate, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
-                    $one, $one, false, false, false, par,
+                    m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
+                    alpha, beta, false, false, false, Parallelism::None,
                 );
             }
         }
     )*};
 }
 gemm_elem! {
-    f32 => 1.0, 0.0;
-    f64 => 1.0, 0.0;
-    f16 => f16::ONE, f16::ZERO;
+    f32 => 1.0, 0.0, |v: f64| v as f32;
+    f64 => 1.0, 0.0, |v: f64| v;
+    f16 => f16::ONE, f16::ZERO, f16::from_f64;
 }
 
 macro_rules! int_elem {
     ($($t:ty),*) => {$(
         impl MatElem for $t {
             const ZERO: Self = 0;
+            const ONE: Self = 1;
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline]
+            fn times(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
             unsafe fn gemm(
                 m: usize, n: usize, k: usize,
-                dst: *mut Self, dst_rs: isize, dst_cs: isize, accumulate: bool,
+                dst: *mut Self, dst_rs: isize, dst_cs: isize, read_dst: bool,
                 lhs: *const Self, lhs_rs: isize, lhs_cs: isize,
                 rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
-                _par: Parallelism,
+                alpha: Self, beta: Self,
             ) {
-                naive_gemm(m, n, k, dst, dst_rs, dst_cs, accumulate, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs);
+                naive_gemm(
+                    m, n, k, dst, dst_rs, dst_cs, read_dst, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, alpha, beta,
+                );
             }
         }
     )*};
@@ -101,22 +129,25 @@ unsafe fn naive_gemm<T: Num>(
     dst: *mut T,
     dst_rs: isize,
     dst_cs: isize,
-    accumulate: bool,
+    read_dst: bool,
     lhs: *const T,
     lhs_rs: isize,
     lhs_cs: isize,
     rhs: *const T,
     rhs_rs: isize,
     rhs_cs: isize,
+    alpha: T,
+    beta: T,
 ) {
     for i in 0..m as isize {
         for j in 0..n as isize {
             let d = dst.offset(i * dst_rs + j * dst_cs);
-            let mut acc = if accumulate { *d } else { T::ZERO };
+            let mut acc = T::ZERO;
             for p in 0..k as isize {
                 acc = acc.add((*lhs.offset(i * lhs_rs + p * lhs_cs)).mul(*rhs.offset(p * rhs_rs + j * rhs_cs)));
             }
-            *d = acc;
+            acc = acc.mul(beta);
+            *d = if read_dst { alpha.mul(*d).add(acc) } else { acc };
         }
     }
 }
@@ -150,6 +181,8 @@ struct GemmPlan {
 
 struct MatMulKernel<T> {
     plan: GemmPlan,
+    /// `ScaledAddMatMulRhsGradInplace`: `dst = a · dst + b · product`, as (a, b).
+    update: Option<(T, T)>,
     zero_fill: bool,
     jobs_independent: bool,
     _t: Types<T>,
@@ -168,6 +201,11 @@ impl<T: MatElem> MatMulKernel<T> {
     unsafe fn block(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, rows: Range<usize>, cols: Range<usize>) {
         let p = &self.plan;
         let (r0, c0) = (rows.start as isize, cols.start as isize);
+        let (read_dst, alpha, beta) = match self.update {
+            None => (j.accumulate, T::ONE, T::ONE),
+            // The first product into a block scales the old value by `a`; later ones add.
+            Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
+        };
         T::gemm(
             rows.len(),
             cols.len(),
@@ -175,14 +213,15 @@ impl<T: MatElem> MatMulKernel<T> {
             dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1),
             p.dst_s.0,
             p.dst_s.1,
-            j.accumulate,
+            read_dst,
             lhs.add(j.lhs).offset(r0 * p.lhs_s.0),
             p.lhs_s.0,
             p.lhs_s.1,
             rhs.add(j.rhs).offset(c0 * p.rhs_s.1),
             p.rhs_s.0,
             p.rhs_s.1,
-            Parallelism::None,
+            alpha,
+            beta,
         );
     }
 
@@ -212,7 +251,12 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let p = &self.plan;
         let dst = args.outputs[0] as *mut T;
         if self.zero_fill {
-            slice_mut(dst, p.out_len).fill(T::ZERO);
+            let out = slice_mut(dst, p.out_len);
+            match self.update {
+                // An empty product: the update only scales.
+                Some((a, _)) => out.iter_mut().for_each(|v| *v = v.times(a)),
+                None => out.fill(T::ZERO),
+            }
             return;
         }
         let lhs = args.inputs[p.lhs_pos] as *const T;
@@ -264,8 +308,19 @@ fn batch_pairs(ob: &[usize], ab: &[usize], bb: &[usize]) -> Option<Vec<(usize, u
     Some(v)
 }
 
-/// Build `MatMul`, `MatMulLhsGrad` and `MatMulRhsGrad`.
+/// Build `MatMul`, `MatMulLhsGrad`, `MatMulRhsGrad` and `ScaledAddMatMulRhsGradInplace`
+/// (the rhs gradient accumulated into input 2, which output 0 aliases).
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    let update = if spec.op_type == "ScaledAddMatMulRhsGradInplace" {
+        let attr =
+            |key: &str| spec.attrs.float(key).ok_or_else(|| spec.error(format!("missing float attribute `{key}`")));
+        if !spec.input(2)?.dtype().is_floating_point() {
+            return Err(spec.unsupported_dtype(spec.input(2)?.dtype()));
+        }
+        Some((attr("a")?, attr("b")?))
+    } else {
+        None
+    };
     let fwd = spec.op_type == "MatMul";
     let (a, b) = if fwd { (spec.input(0)?, spec.input(1)?) } else { (spec.input(1)?, spec.input(2)?) };
     let g = if fwd { None } else { Some(spec.input(0)?) };
@@ -403,6 +458,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             }
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
+                update: update.map(|(a, b)| (<$t as MatElem>::from_f64(a), <$t as MatElem>::from_f64(b))),
                 zero_fill: zero_fill && !empty,
                 jobs_independent,
                 _t: Types::default(),
@@ -419,7 +475,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
     use popart_ir::ops::matmul::matmul_shape;
-    use popart_ir::{Attributes, DataType, HostTensor};
+    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
 
     /// numpy matmul written out: promote, broadcast batch, triple loop, squeeze.
     fn naive(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> Vec<f64> {
@@ -562,6 +618,27 @@ mod tests {
         ];
         assert_close(&run_op("MatMulLhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_da, 1e-4);
         assert_close(&run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_db, 1e-4);
+    }
+
+    /// `ScaledAddMatMulRhsGradInplace` equals `a · w + b · MatMulRhsGrad(g, x, w)` computed
+    /// separately, with a folded batch, split over threads (large) and not (small), and
+    /// with an empty product (k = 0: only the scaling).
+    #[test]
+    fn fused_weight_update_matches_separate_ops() {
+        let mut rng = Rng::new(21);
+        for &(bs, m, k, n) in &[(1usize, 3usize, 4usize, 5usize), (2, 96, 130, 70), (1, 128, 784, 64), (1, 0, 3, 2)] {
+            let (x, w, g) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
+            for dt in [DataType::Float32, DataType::Float64] {
+                let ins: Vec<(u32, HostTensor)> =
+                    vec![(0, t(dt, &[bs, m, n], &g)), (1, t(dt, &[bs, m, k], &x)), (2, t(dt, &[k, n], &w))];
+                let dw = run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec();
+                let (a, b) = (0.5, -0.25);
+                let want: Vec<f64> = w.iter().zip(&dw).map(|(w, d)| a * w + b * d).collect();
+                let attrs = Attributes::new().with("a", AttrValue::Float(a)).with("b", AttrValue::Float(b));
+                let got = run_op("ScaledAddMatMulRhsGradInplace", attrs, &ins)[0].to_f64_vec();
+                assert_close(&got, &want, if dt == DataType::Float32 { 1e-4 } else { 1e-12 });
+            }
+        }
     }
 
     /// Check both gradient ops against central finite differences of

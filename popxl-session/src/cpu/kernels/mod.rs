@@ -87,7 +87,7 @@ pub fn build_kernel(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelErro
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Maximum" | "Minimum" | "Greater" | "Less" | "Equal" | "Where" => {
             binary::build(spec)
         }
-        "MatMul" | "MatMulLhsGrad" | "MatMulRhsGrad" => matmul::build(spec),
+        "MatMul" | "MatMulLhsGrad" | "MatMulRhsGrad" | "ScaledAddMatMulRhsGradInplace" => matmul::build(spec),
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceToShape" => reduce::build(spec),
         "Softmax" | "NllLoss" | "NllLossWithSoftmaxGrad" | "SoftmaxGrad" | "NllLossGrad" => nn::build(spec),
         "Transpose" | "Slice" | "Concat" | "Gather" | "SliceGrad" | "GatherGrad" | "ConcatGrad" => shape::build(spec),

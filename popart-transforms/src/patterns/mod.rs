@@ -1,0 +1,13 @@
+//! Patterns: local rewrites applied to a prepared IR before lowering.
+//!
+//! Each pattern is a file with a function over the whole IR returning what it
+//! changed. Patterns preserve the values every graph computes and every
+//! variable's final value; they only change how the work is done.
+//!
+//! | pattern | rewrite |
+//! |---|---|
+//! | [`fuse_weight_update`] | `ScaledAddInplace(W, Call(..)[o])` whose gradient is a callee's `MatMulRhsGrad` becomes one `ScaledAddMatMulRhsGradInplace` inside the callee, accumulating into `W` |
+
+pub mod fuse_weight_update;
+
+pub use fuse_weight_update::fuse_weight_updates;
