@@ -25,8 +25,9 @@ Options:
   --seed N              initialisation and shuffle seed (default 0)
   --limit-batches N     train on at most N batches per epoch
   --device D            cpu | ipu_model | ipu_hw (default cpu)
-  --save DIR            write the trained weights to DIR/{W0,b0,W1,b1}.npy (numpy.load reads them)
-  --load DIR            test the weights in DIR/*.npy instead of training
+  --save PATH           write the trained weights W0, b0, W1, b1 for numpy: one archive when PATH
+                        ends in .npz (numpy.load(PATH)[\"W0\"]), else files PATH/W0.npy ...
+  --load PATH           test the weights saved in PATH (.npz or directory) instead of training
   --bench               print timing and memory numbers as well
   --profile             time every kernel and print the slowest (per step)
   --dump                print the IR and the lowered training program to stderr
@@ -94,10 +95,7 @@ fn main() -> AppResult<()> {
         cfg.hidden
     );
     if let Some(dir) = &extra.load {
-        let params: app::Params = ["W0", "b0", "W1", "b1"]
-            .iter()
-            .map(|name| Ok((name.to_string(), npy::load(dir, name)?)))
-            .collect::<AppResult<_>>()?;
+        let params: app::Params = npy::load(dir, &["W0", "b0", "W1", "b1"])?;
         let accuracy = app::test(&cfg, &params, &test_set)?;
         println!("Accuracy on test set: {accuracy:.2}% (weights from {})", dir.display());
         return Ok(());
@@ -113,9 +111,7 @@ fn main() -> AppResult<()> {
         tail.iter().sum::<f32>() / tail.len().max(1) as f32
     );
     if let Some(dir) = &extra.save {
-        for (name, array) in &report.params {
-            npy::save(dir, name, array)?;
-        }
+        npy::save(dir, &report.params)?;
         eprintln!("saved the trained weights to {}", dir.display());
     }
     let accuracy = app::test(&cfg, &report.params, &test_set)?;
