@@ -219,3 +219,12 @@ fn prepare_reports_the_fused_update() {
     assert!(report.fused_weight_updates[0].starts_with("main/"));
     core.verify().unwrap();
 }
+
+/// What reviewers see: the lowered step with the update inside the gradient
+/// function (no gradient buffer for W, no separate update kernel in main).
+#[test]
+fn lowered_step_snapshot() {
+    let step = build(1.0, Reader::None, 1);
+    let session = Session::new(step.ir.clone(), "cpu").unwrap();
+    insta::assert_snapshot!(session.executable().dump());
+}
