@@ -437,7 +437,7 @@ impl CpuExecutor {
                 }
                 Instr::Copy { src, dst, len } => {
                     // SAFETY: distinct buffers of the plan; both within the arena.
-                    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+                    unsafe { copy_bytes(src, dst, len) };
                     self.counters.copies += 1;
                 }
                 Instr::Call { block } => self.exec(block),
@@ -457,7 +457,7 @@ impl CpuExecutor {
                     let k = s.cursor % s.count;
                     s.cursor += 1;
                     // SAFETY: binding guarantees `count * element_bytes` valid bytes; len == element_bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(s.host.add(k * s.element_bytes), dst, len) };
+                    unsafe { copy_bytes(s.host.add(k * s.element_bytes), dst, len) };
                     self.counters.host_to_device += 1;
                 }
                 Instr::DeviceToHost { stream, src, len } => {
@@ -466,7 +466,7 @@ impl CpuExecutor {
                     let k = s.cursor % s.count;
                     s.cursor += 1;
                     // SAFETY: as above, for writes.
-                    unsafe { std::ptr::copy_nonoverlapping(src, s.host.add(k * s.element_bytes), len) };
+                    unsafe { copy_bytes(src, s.host.add(k * s.element_bytes), len) };
                     self.counters.device_to_host += 1;
                 }
                 Instr::WriteConstant { constant, dst } => {
@@ -479,10 +479,50 @@ impl CpuExecutor {
     }
 }
 
+/// Bytes from which a copy is split over the worker team.
+const PAR_COPY_MIN: usize = 1 << 18;
+
+/// `copy_nonoverlapping` of `len` bytes, split over the worker team when large.
+///
+/// # Safety
+/// As `std::ptr::copy_nonoverlapping`.
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    let threads = super::team::num_threads();
+    if len < PAR_COPY_MIN || threads < 2 {
+        std::ptr::copy_nonoverlapping(src, dst, len);
+        return;
+    }
+    #[derive(Clone, Copy)]
+    struct Ptrs(*const u8, *mut u8);
+    // SAFETY: the tasks copy disjoint ranges of buffers that outlive the call.
+    unsafe impl Sync for Ptrs {}
+    let p = Ptrs(src, dst);
+    let chunk = len.div_ceil(threads).next_multiple_of(4096);
+    super::team::run(len.div_ceil(chunk), &|i| {
+        let start = i * chunk;
+        let n = chunk.min(len - start);
+        let p = p;
+        // SAFETY: `start + n <= len`; ranges of different tasks are disjoint.
+        unsafe { std::ptr::copy_nonoverlapping(p.0.add(start), p.1.add(start), n) };
+    });
+}
+
 #[cfg(test)]
 mod tests {
     //! Executor tests with a few trivial kernels of their own (f32 only).
     use super::*;
+
+    #[test]
+    fn large_copies_split_over_threads_copy_every_byte() {
+        for len in [PAR_COPY_MIN - 1, PAR_COPY_MIN, 3 * PAR_COPY_MIN + 4097] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut dst = vec![0u8; len + 1];
+            // SAFETY: both buffers hold `len` bytes and do not overlap.
+            unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), len) };
+            assert_eq!(&dst[..len], &src[..], "len {len}");
+            assert_eq!(dst[len], 0, "no byte past the end");
+        }
+    }
     use popart_ir::{AttrValue, Attributes, DataType, HostTensor, Ir, StreamDirection, TensorInfo, TensorKind};
 
     struct AddF32(usize);
