@@ -492,18 +492,24 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
         std::ptr::copy_nonoverlapping(src, dst, len);
         return;
     }
-    #[derive(Clone, Copy)]
     struct Ptrs(*const u8, *mut u8);
     // SAFETY: the tasks copy disjoint ranges of buffers that outlive the call.
     unsafe impl Sync for Ptrs {}
+    impl Ptrs {
+        /// Copy bytes `start..start + n`.
+        ///
+        /// # Safety
+        /// The range lies within both buffers.
+        unsafe fn copy(&self, start: usize, n: usize) {
+            std::ptr::copy_nonoverlapping(self.0.add(start), self.1.add(start), n)
+        }
+    }
     let p = Ptrs(src, dst);
     let chunk = len.div_ceil(threads).next_multiple_of(4096);
     super::team::run(len.div_ceil(chunk), &|i| {
         let start = i * chunk;
-        let n = chunk.min(len - start);
-        let p = p;
         // SAFETY: `start + n <= len`; ranges of different tasks are disjoint.
-        unsafe { std::ptr::copy_nonoverlapping(p.0.add(start), p.1.add(start), n) };
+        unsafe { p.copy(start, chunk.min(len - start)) };
     });
 }
 
