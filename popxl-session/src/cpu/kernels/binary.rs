@@ -4,8 +4,8 @@
 use popart_ir::DataType;
 
 use super::common::{
-    boxed, f16_adapter, has_f16, par_range, par_range_cost, slice, slice_mut, with_any, with_bits, with_num, Bool8,
-    Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
+    boxed, f16_adapter, has_avx512, has_f16, par_range, par_range_cost, slice, slice_mut, wide_simd, with_any,
+    with_bits, with_num, Bool8, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
@@ -20,8 +20,19 @@ pub(crate) trait Map2<T, O>: Send + Sync + 'static {
 pub(crate) struct Binary<T, O, F> {
     plan: Broadcast<2>,
     pos: [usize; 2],
+    /// Run the AVX-512 build of the contiguous loop (expensive maps on capable CPUs).
+    wide: bool,
     _t: Types<(T, O, F)>,
 }
+
+#[inline(always)]
+fn map2_loop<T: Copy, O: Copy, F: Map2<T, O>>(xa: &[T], xb: &[T], ys: &mut [O]) {
+    for ((out, &p), &q) in ys.iter_mut().zip(xa).zip(xb) {
+        *out = F::f(p, q);
+    }
+}
+
+wide_simd!(fn map2<T: Copy, O: Copy, F: Map2<T, O>>(xa: &[T], xb: &[T], ys: &mut [O]) => map2_loop);
 
 impl<T, O, F> Binary<T, O, F>
 where
@@ -34,7 +45,7 @@ where
         let plan = Broadcast::new(out, shapes).ok_or_else(|| {
             spec.error(format!("shapes {:?} and {:?} do not broadcast to {out:?}", shapes[0], shapes[1]))
         })?;
-        Ok(Box::new(Binary::<T, O, F> { plan, pos, _t: Types::default() }))
+        Ok(Box::new(Binary::<T, O, F> { plan, pos, wide: F::COST > 1 && has_avx512(), _t: Types::default() }))
     }
 }
 
@@ -49,6 +60,7 @@ where
         let b = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut O);
         let inner = self.plan.inner_strides();
+        let wide = self.wide;
         par_range_cost(self.plan.len(), F::COST, move |r| {
             self.plan.for_segments(r, |o, [ia, ib], len| {
                 // SAFETY: the plan only produces offsets inside the operand buffers and
@@ -58,9 +70,7 @@ where
                     match inner {
                         [1, 1] => {
                             let (xa, xb) = (slice(a.get().add(ia), len), slice(b.get().add(ib), len));
-                            for ((out, &p), &q) in ys.iter_mut().zip(xa).zip(xb) {
-                                *out = F::f(p, q);
-                            }
+                            map2::<T, O, F>(wide, xa, xb, ys);
                         }
                         [1, 0] => {
                             let (xa, q) = (slice(a.get().add(ia), len), *b.get().add(ib));

@@ -82,6 +82,47 @@ pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
 }
 
+/// True when the CPU runs AVX-512 (F, VL, DQ, BW): expensive elementwise maps
+/// are then also compiled for it and picked at run time (1.5-2x on gelu, exp).
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines `$name(wide, args..)`: runs the `#[inline(always)]` function `$body`
+/// compiled for AVX-512 when `wide` (see [`has_avx512`]), as built otherwise.
+macro_rules! wide_simd {
+    ($(#[$m:meta])* $vis:vis fn $name:ident<$($g:ident: $b:path),*>($($a:ident: $t:ty),*) => $body:ident) => {
+        $(#[$m])*
+        #[inline]
+        $vis fn $name<$($g: $b),*>(wide: bool, $($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw")]
+                unsafe fn wide_body<$($g: $b),*>($($a: $t),*) {
+                    $body::<$($g),*>($($a),*)
+                }
+                if wide {
+                    // SAFETY: `wide` is only true when the CPU has these features.
+                    return unsafe { wide_body::<$($g),*>($($a),*) };
+                }
+            }
+            let _ = wide;
+            $body::<$($g),*>($($a),*)
+        }
+    };
+}
+pub(crate) use wide_simd;
+
 /// [`par_range`] for work costing about `cost` simple elementwise operations per
 /// item (transcendental maps): splits `cost` times earlier, in pieces `cost` times smaller.
 #[inline]

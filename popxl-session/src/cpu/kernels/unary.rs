@@ -5,8 +5,8 @@ use half::f16;
 use popart_ir::DataType;
 
 use super::common::{
-    f16_adapter, has_f16, par_range, par_range_cost, slice, slice_mut, with_any, with_float, with_num, Bool8,
-    BuildResult, Float, Num, SendPtr, SpecExt, Types,
+    f16_adapter, has_avx512, has_f16, par_range, par_range_cost, slice, slice_mut, wide_simd, with_any, with_float,
+    with_num, Bool8, BuildResult, Float, Num, SendPtr, SpecExt, Types,
 };
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
@@ -20,25 +20,35 @@ pub(crate) trait Map1<T>: Send + Sync + 'static {
 /// `y[i] = F(x[i])` over `n` contiguous elements.
 pub(crate) struct Unary<T, F> {
     n: usize,
+    /// Run the AVX-512 build of the loop (expensive maps on capable CPUs).
+    wide: bool,
     _t: Types<(T, F)>,
 }
 
 impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Unary<T, F> {
     pub(crate) fn boxed(n: usize) -> Box<dyn Kernel> {
-        Box::new(Unary::<T, F> { n, _t: Types::default() })
+        Box::new(Unary::<T, F> { n, wide: F::COST > 1 && has_avx512(), _t: Types::default() })
     }
 }
+
+#[inline(always)]
+fn map1_loop<T: Copy, F: Map1<T>>(xs: &[T], ys: &mut [T]) {
+    for (o, &v) in ys.iter_mut().zip(xs) {
+        *o = F::f(v);
+    }
+}
+
+wide_simd!(fn map1<T: Copy, F: Map1<T>>(xs: &[T], ys: &mut [T]) => map1_loop);
 
 impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) {
         let x = SendPtr(args.inputs[0] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
+        let wide = self.wide;
         par_range_cost(self.n, F::COST, move |r| {
             // SAFETY: the executor guarantees both buffers hold `n` elements and do not overlap.
             let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-            for (o, &v) in ys.iter_mut().zip(xs) {
-                *o = F::f(v);
-            }
+            map1::<T, F>(wide, xs, ys);
         });
     }
 }
