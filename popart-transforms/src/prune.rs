@@ -6,12 +6,16 @@
 //! - it writes in place into memory that outlives the graph: a variable, a graph
 //!   input of a subgraph (visible to callers that mark the input modified), or
 //!   anything aliasing those;
-//! - it produces a tensor that a required op reads, or a graph output
-//!   (subgraphs keep their whole signature: every output is needed);
+//! - it produces a tensor that a required op reads, or a graph output;
 //! - it writes in place into a tensor (or an alias of it) that a required op reads.
 //!
 //! Everything else is erased, with the activations it produced. Variables,
 //! constants, streams and graph inputs are never removed.
+//!
+//! Subgraphs keep their whole signature, with one exception: a graph called from
+//! exactly one `Call` op loses the outputs that call's caller never reads (and so
+//! the ops computing only them, e.g. the input gradient of a first layer's
+//! gradient graph). Pruning repeats until nothing changes.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,12 +28,14 @@ pub struct PruneReport {
     pub removed_ops: Vec<String>,
     /// Number of activation tensors removed with them.
     pub removed_tensors: usize,
+    /// Outputs dropped from single-call-site graphs, as `graph/tensor`.
+    pub removed_outputs: Vec<String>,
 }
 
 impl PruneReport {
     /// True if nothing was removed.
     pub fn is_empty(&self) -> bool {
-        self.removed_ops.is_empty() && self.removed_tensors == 0
+        self.removed_ops.is_empty() && self.removed_tensors == 0 && self.removed_outputs.is_empty()
     }
 }
 
@@ -53,8 +59,18 @@ impl PruneReport {
 /// assert_eq!(ir.main_graph().num_ops(), 2);
 /// ```
 pub fn prune(ir: &mut Ir) -> Result<PruneReport> {
-    let effectful = graphs_with_side_effects(ir)?;
     let mut report = PruneReport::default();
+    loop {
+        prune_ops(ir, &mut report)?;
+        if prune_call_outputs(ir, &mut report)? == 0 {
+            return Ok(report);
+        }
+    }
+}
+
+/// One pass of op removal over every graph.
+fn prune_ops(ir: &mut Ir, report: &mut PruneReport) -> Result<()> {
+    let effectful = graphs_with_side_effects(ir)?;
     for gid in ir.graph_ids() {
         let g = ir.graph(gid)?;
         let keep = required_ops(g, gid == ir.main_graph_id(), &effectful);
@@ -86,7 +102,53 @@ pub fn prune(ir: &mut Ir) -> Result<PruneReport> {
             }
         }
     }
-    Ok(report)
+    Ok(())
+}
+
+/// Drop the outputs of single-call-site graphs that the caller never reads;
+/// returns how many were dropped.
+fn prune_call_outputs(ir: &mut Ir, report: &mut PruneReport) -> Result<usize> {
+    // Every op calling each graph.
+    let mut sites: HashMap<GraphId, Vec<(GraphId, OpId)>> = HashMap::new();
+    for g in ir.graphs() {
+        for op in g.ops() {
+            for c in op.called_graphs() {
+                sites.entry(c).or_default().push((g.id(), op.id));
+            }
+        }
+    }
+    let mut dropped = 0;
+    for callee in ir.graph_ids() {
+        let Some(&[(caller, call)]) = sites.get(&callee).map(Vec::as_slice) else { continue };
+        if callee == caller || ir.graph(caller)?.op(call)?.op_type() != "Call" {
+            continue;
+        }
+        let g = ir.graph(caller)?;
+        let op = g.op(call)?;
+        let unused: Vec<u32> = op
+            .outputs()
+            .iter()
+            .filter(|&(_, t)| g.tensor(t).is_ok_and(|t| t.consumers().is_empty()) && !g.outputs().contains(&t))
+            .map(|(i, _)| i)
+            .collect();
+        // From the last, so earlier indices stay valid.
+        for &o in unused.iter().rev() {
+            let f = ir.graph_mut(callee)?;
+            let t = f.remove_output(o as usize)?;
+            report.removed_outputs.push(format!("{}/{}", f.name(), f.tensor(t)?.name));
+            let g = ir.graph_mut(caller)?;
+            let later: Vec<u32> = g.op(call)?.outputs().iter().map(|(i, _)| i).filter(|&i| i > o).collect();
+            let gone = g.disconnect_output(call, o)?;
+            for i in later {
+                let t = g.disconnect_output(call, i)?;
+                g.connect_output(call, i - 1, t)?;
+            }
+            g.remove_tensor(gone)?;
+            report.removed_tensors += 1;
+            dropped += 1;
+        }
+    }
+    Ok(dropped)
 }
 
 /// Graphs containing, directly or through the graphs they call, an op with a side effect.
@@ -309,6 +371,64 @@ mod tests {
         store(&mut ir, at, "o");
         let r = prune(&mut ir).unwrap();
         assert_eq!(r.removed_ops, vec!["main/t", "main/bump_dead"]);
+    }
+
+    /// A graph with one `Call` site loses the outputs its caller never reads, and the
+    /// ops computing only them; with two sites, or under `Repeat`, it keeps them all.
+    #[test]
+    fn single_call_site_graphs_lose_unread_outputs() {
+        let build = |sites: usize, repeat: bool| {
+            let mut ir = Ir::new();
+            let main = ir.main_graph_id();
+            let sub = ir.create_graph("sub").unwrap();
+            // Three inputs, so that a Repeat may call it too (outputs are loop-carried).
+            let xs: Vec<TensorId> =
+                (0..3).map(|k| ir.graph_mut(sub).unwrap().add_input(&format!("x{k}"), f32x2()).unwrap()).collect();
+            let a = ir.create_op(sub, "Relu", Attributes::new(), &[(0, xs[0])], "a").unwrap();
+            let b = ir.create_op(sub, "Exp", Attributes::new(), &[(0, xs[1])], "b").unwrap();
+            let c = ir.create_op(sub, "Neg", Attributes::new(), &[(0, xs[2])], "c").unwrap();
+            for o in [a, b, c] {
+                let t = out(&ir, sub, o);
+                ir.graph_mut(sub).unwrap().add_output(t).unwrap();
+            }
+            let v =
+                ir.main_graph_mut().add_tensor("v", f32x2(), TensorKind::Constant(HostTensor::zeros(f32x2()))).unwrap();
+            let mut calls = Vec::new();
+            for k in 0..sites {
+                let (ty, attrs) = if repeat {
+                    ("Repeat", Attributes::new().with("graph", AttrValue::Graph(sub)).with("count", AttrValue::Int(1)))
+                } else {
+                    ("Call", Attributes::new().with("graph", AttrValue::Graph(sub)))
+                };
+                let call = ir.create_op(main, ty, attrs, &[(0, v), (1, v), (2, v)], &format!("call{k}")).unwrap();
+                calls.push(call);
+            }
+            // Output 1 (b) of the first site is read, and output 0 of a second site.
+            let t = ir.graph(main).unwrap().op(calls[0]).unwrap().output(1).unwrap();
+            store(&mut ir, t, "o");
+            if let Some(&second) = calls.get(1) {
+                let t = ir.graph(main).unwrap().op(second).unwrap().output(0).unwrap();
+                store(&mut ir, t, "o2");
+            }
+            (ir, sub, calls[0])
+        };
+        let (mut ir, sub, call) = build(1, false);
+        let r = prune(&mut ir).unwrap();
+        assert_eq!(r.removed_outputs, vec!["sub/c:0", "sub/a:0"]);
+        assert_eq!(r.removed_ops, vec!["sub/a", "sub/c"]);
+        assert_eq!(op_names(&ir, sub), vec!["b"]);
+        let call = ir.main_graph().op(call).unwrap();
+        assert_eq!(call.outputs().len(), 1);
+        assert_eq!(ir.main_graph().tensor(call.output(0).unwrap()).unwrap().consumers().len(), 1);
+        ir.verify().unwrap();
+        assert!(prune(&mut ir).unwrap().is_empty());
+        for (sites, repeat) in [(2, false), (1, true)] {
+            let (mut ir, sub, _) = build(sites, repeat);
+            let r = prune(&mut ir).unwrap();
+            assert!(r.removed_outputs.is_empty(), "sites {sites}, repeat {repeat}");
+            assert_eq!(op_names(&ir, sub), vec!["a", "b", "c"]);
+            ir.verify().unwrap();
+        }
     }
 
     #[test]
