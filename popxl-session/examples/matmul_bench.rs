@@ -20,20 +20,9 @@ use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
 use popxl_session::cpu::kernels::build_kernel;
 use popxl_session::cpu::team;
 
-/// 64-byte aligned f32 storage, as the executor provides.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([f32; 16]);
-
-fn buffer(n: usize, seed: u64) -> Vec<Line> {
-    let mut state = seed;
-    let mut v = vec![Line([0.0; 16]); n.div_ceil(16)];
-    for x in v.iter_mut().flat_map(|l| l.0.iter_mut()) {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        *x = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
-    }
-    v
-}
+#[path = "support/buffers.rs"]
+mod buffers;
+use buffers::{buffer, Line};
 
 struct Options {
     sizes: Vec<usize>,
