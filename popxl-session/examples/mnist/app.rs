@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
 use popxl::{ops, transforms, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Module, Tensor};
-use popxl_session::Session;
+use popxl_session::{Session, SessionOptions};
 
 use crate::data::{self, Rng, Split, PIXELS};
 
@@ -45,6 +45,8 @@ pub struct Config {
     pub dump: bool,
     /// Time every kernel of the training program (see `TrainReport::kernel_profile`).
     pub profile: bool,
+    /// Let the session apply its optimisation patterns (`SessionOptions::patterns`).
+    pub patterns: bool,
 }
 
 impl Default for Config {
@@ -63,6 +65,7 @@ impl Default for Config {
             progress: true,
             dump: false,
             profile: false,
+            patterns: true,
         }
     }
 }
@@ -299,7 +302,8 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     // of the first step (build + autodiff + prepare + lower + compile + first run).
     let start = Instant::now();
     let program = build_train(cfg, &params)?;
-    let mut session = Session::new(program.ir.clone(), &cfg.device)?;
+    let options = SessionOptions { patterns: cfg.patterns, ..SessionOptions::default() };
+    let mut session = Session::with_options(program.ir.clone(), &cfg.device, options)?;
     if cfg.dump {
         eprintln!("{}\n{}", program.ir.to_text(), session.executable().dump());
     }

@@ -30,6 +30,7 @@ Options:
   --load PATH           test the weights saved in PATH (.npz or directory) instead of training
   --bench               print timing and memory numbers as well
   --profile             time every kernel and print the slowest (per step)
+  --no-patterns         prepare the training IR without optimisation patterns
   --dump                print the IR and the lowered training program to stderr
   -h, --help            this text";
 
@@ -63,6 +64,7 @@ fn parse_args() -> AppResult<(Config, Extra)> {
             "--load" => extra.load = Some(PathBuf::from(value()?)),
             "--dump" => cfg.dump = true,
             "--profile" => cfg.profile = true,
+            "--no-patterns" => cfg.patterns = false,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
