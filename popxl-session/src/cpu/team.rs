@@ -123,6 +123,9 @@ fn worker(s: &'static Shared) {
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(256) {
+                // Give the core away now and then: when the host runs us on fewer
+                // cores than threads, a pure spin would starve the thread with work.
+                std::thread::yield_now();
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= SPIN {
                     let guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -150,6 +153,19 @@ fn worker(s: &'static Shared) {
             }
         }
         s.users.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Spin until `done`, yielding the core now and then (a worker still finishing a
+/// task may be waiting for it).
+fn wait_until(done: impl Fn() -> bool) {
+    let mut spins = 0u32;
+    while !done() {
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(256) {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -219,13 +235,9 @@ pub fn run(n: usize, task: &(dyn Fn(usize) + Sync)) {
         s.wake.notify_all();
     }
     job.work();
-    while job.done.load(SeqCst) < n {
-        std::hint::spin_loop();
-    }
+    wait_until(|| job.done.load(SeqCst) >= n);
     s.job.store(std::ptr::null_mut(), SeqCst);
-    while s.users.load(SeqCst) > 0 {
-        std::hint::spin_loop();
-    }
+    wait_until(|| s.users.load(SeqCst) == 0);
     if job.panicked.load(SeqCst) {
         panic!("a parallel kernel task panicked");
     }
