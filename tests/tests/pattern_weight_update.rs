@@ -57,10 +57,10 @@ fn w0() -> Vec<f32> {
 }
 
 /// One step: y = x @ W + b; (dW, db) from the gradient graph given dy; W = a·W - lr·dW.
-fn build(a: f64, reader: Reader, grad_calls: usize) -> Step {
+fn build(a: f64, reader: Reader, grad_calls: usize, sequenced: bool) -> Step {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
-    let _s = popxl::in_sequence(true);
+    let _s = popxl::in_sequence(sequenced);
     let x_s = popxl::h2d_stream([M, K], popxl::float32, "x").unwrap();
     let dy_s = popxl::h2d_stream([M, N], popxl::float32, "dy").unwrap();
     let w_seen = popxl::d2h_stream([K, N], popxl::float32, "w_seen").unwrap();
@@ -170,7 +170,7 @@ fn assert_close(got: &[f64], want: &[f64], what: &str) {
 
 fn check(a: f64, reader: Reader, grad_calls: usize, expect_fused: bool) {
     let steps = 3;
-    let step = build(a, reader, grad_calls);
+    let step = build(a, reader, grad_calls, true);
     let (w, b, seen) = reference(a, reader, steps);
     for patterns in [true, false] {
         let t = train(&step, patterns, steps, reader != Reader::None);
@@ -212,7 +212,7 @@ fn a_gradient_graph_with_two_call_sites_is_left_alone() {
 /// The prepare report names the folded update, and the prepared IR verifies.
 #[test]
 fn prepare_reports_the_fused_update() {
-    let step = build(1.0, Reader::None, 1);
+    let step = build(1.0, Reader::None, 1, true);
     let mut core = step.ir.with_ir(|core| core.clone());
     let report = popart_transforms::prepare::prepare(&mut core).unwrap();
     assert_eq!(report.fused_weight_updates.len(), 1, "{:?}", report.fused_weight_updates);
@@ -224,7 +224,27 @@ fn prepare_reports_the_fused_update() {
 /// function (no gradient buffer for W, no separate update kernel in main).
 #[test]
 fn lowered_step_snapshot() {
-    let step = build(1.0, Reader::None, 1);
+    let step = build(1.0, Reader::None, 1, true);
     let session = Session::new(step.ir.clone(), "cpu").unwrap();
     insta::assert_snapshot!(session.executable().dump());
+}
+
+/// Without `in_sequence` the scheduler places the extra reader; whatever it picks,
+/// the fused program must compute what the unfused one computes, and W's final
+/// value is the reference's.
+#[test]
+fn unsequenced_readers_see_what_they_saw_without_the_pattern() {
+    for reader in [Reader::BetweenCallAndUpdate, Reader::AfterUpdate] {
+        let step = build(1.0, reader, 1, false);
+        let (w, b, _) = reference(1.0, reader, 3);
+        let on = train(&step, true, 3, true);
+        let off = train(&step, false, 3, true);
+        assert!(!off.fused);
+        assert_close(&on.w, &w, "W");
+        assert_close(&on.b, &b, "b");
+        assert_eq!(on.seen.len(), off.seen.len());
+        for (x, y) in on.seen.iter().zip(&off.seen) {
+            assert_close(x, y, "W as read by the extra op, with and without the pattern");
+        }
+    }
 }
