@@ -453,30 +453,78 @@ impl Graph {
         Ok(self.outputs.remove(index))
     }
 
+    /// Remove the graph outputs at `indices` (any order, duplicates ignored) in one
+    /// pass, keeping the others in order; returns the removed tensors, which stay in
+    /// the graph. Nothing changes if an index is out of range.
+    pub fn remove_outputs(&mut self, indices: &[usize]) -> Result<Vec<TensorId>> {
+        if let Some(&bad) = indices.iter().find(|&&i| i >= self.outputs.len()) {
+            return Err(IrError::Invalid(format!("graph `{}` has no output {bad}", self.name)));
+        }
+        let mut drop = vec![false; self.outputs.len()];
+        for &i in indices {
+            drop[i] = true;
+        }
+        let mut removed = Vec::new();
+        let mut k = 0;
+        self.outputs.retain(|&t| {
+            let d = drop[k];
+            k += 1;
+            if d {
+                removed.push(t);
+            }
+            !d
+        });
+        Ok(removed)
+    }
+
     /// Remove a tensor that has no producer, no consumers and is not a graph input or output.
     pub fn remove_tensor(&mut self, t: TensorId) -> Result<Tensor> {
+        let boundary = self.inputs.contains(&t) || self.outputs.contains(&t);
+        self.check_removable(t, boundary)?;
+        Ok(self.remove_checked(t))
+    }
+
+    /// [`Graph::remove_tensor`] for several tensors, in one pass over the graph's
+    /// inputs and outputs (linear however many are removed). Nothing is removed if
+    /// one of them cannot be.
+    pub fn remove_tensors(&mut self, ts: &[TensorId]) -> Result<()> {
+        let boundary: std::collections::HashSet<TensorId> = self.inputs.iter().chain(&self.outputs).copied().collect();
+        for &t in ts {
+            self.check_removable(t, boundary.contains(&t))?;
+        }
+        for &t in ts {
+            if self.tensors.contains_key(t) {
+                self.remove_checked(t);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_removable(&self, t: TensorId, boundary: bool) -> Result<()> {
         let tensor = self.tensor(t)?;
         let reason = if tensor.producer.is_some() {
             Some("it has a producer")
         } else if !tensor.consumers.is_empty() {
             Some("it has consumers")
-        } else if self.inputs.contains(&t) {
-            Some("it is a graph input")
-        } else if self.outputs.contains(&t) {
-            Some("it is a graph output")
+        } else if boundary {
+            Some(if self.inputs.contains(&t) { "it is a graph input" } else { "it is a graph output" })
         } else {
             None
         };
-        if let Some(reason) = reason {
-            return Err(IrError::TensorInUse {
+        match reason {
+            Some(reason) => Err(IrError::TensorInUse {
                 graph: self.name.clone(),
                 tensor: tensor.name.clone(),
                 reason: reason.to_string(),
-            });
+            }),
+            None => Ok(()),
         }
-        let tensor = self.tensors.remove(t).expect("checked above");
+    }
+
+    fn remove_checked(&mut self, t: TensorId) -> Tensor {
+        let tensor = self.tensors.remove(t).expect("checked");
         self.tensor_names.remove(&tensor.name, t);
-        Ok(tensor)
+        tensor
     }
 
     // ----- ops -----

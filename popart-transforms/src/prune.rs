@@ -90,17 +90,21 @@ fn prune_ops(ir: &mut Ir, report: &mut PruneReport) -> Result<()> {
             g.erase_op(o)?;
         }
         let boundary: HashSet<TensorId> = g.inputs().iter().chain(g.outputs()).copied().collect();
+        let mut dangling = Vec::new();
         for t in produced {
             let tensor = g.tensor(t)?;
-            let dangling = tensor.kind == TensorKind::ActGrad
+            if tensor.kind == TensorKind::ActGrad
                 && tensor.consumers().is_empty()
                 && tensor.producer().is_none()
-                && !boundary.contains(&t);
-            if dangling {
-                g.remove_tensor(t)?;
-                report.removed_tensors += 1;
+                && !boundary.contains(&t)
+            {
+                dangling.push(t);
             }
         }
+        dangling.sort();
+        dangling.dedup();
+        report.removed_tensors += dangling.len();
+        g.remove_tensors(&dangling)?;
     }
     Ok(())
 }
@@ -125,30 +129,79 @@ fn prune_call_outputs(ir: &mut Ir, report: &mut PruneReport) -> Result<usize> {
         }
         let g = ir.graph(caller)?;
         let op = g.op(call)?;
-        let unused: Vec<u32> = op
+        let graph_outputs: HashSet<TensorId> = g.outputs().iter().copied().collect();
+        let indices: Vec<usize> = op
             .outputs()
             .iter()
-            .filter(|&(_, t)| g.tensor(t).is_ok_and(|t| t.consumers().is_empty()) && !g.outputs().contains(&t))
-            .map(|(i, _)| i)
+            .filter(|&(_, t)| g.tensor(t).is_ok_and(|t| t.consumers().is_empty()) && !graph_outputs.contains(&t))
+            .map(|(i, _)| i as usize)
             .collect();
-        // From the last, so earlier indices stay valid.
-        for &o in unused.iter().rev() {
-            let f = ir.graph_mut(callee)?;
-            let t = f.remove_output(o as usize)?;
-            report.removed_outputs.push(format!("{}/{}", f.name(), f.tensor(t)?.name));
-            let g = ir.graph_mut(caller)?;
-            let later: Vec<u32> = g.op(call)?.outputs().iter().map(|(i, _)| i).filter(|&i| i > o).collect();
-            let gone = g.disconnect_output(call, o)?;
-            for i in later {
-                let t = g.disconnect_output(call, i)?;
-                g.connect_output(call, i - 1, t)?;
-            }
-            g.remove_tensor(gone)?;
-            report.removed_tensors += 1;
-            dropped += 1;
+        if indices.is_empty() {
+            continue;
         }
+        let f = ir.graph(callee)?;
+        // Reported last first.
+        for &i in indices.iter().rev() {
+            report.removed_outputs.push(format!("{}/{}", f.name(), f.tensor(f.outputs()[i])?.name));
+        }
+        let gone = remove_call_outputs(ir, caller, call, &indices)?;
+        report.removed_tensors += gone.len();
+        ir.graph_mut(caller)?.remove_tensors(&gone)?;
+        dropped += indices.len();
     }
     Ok(dropped)
+}
+
+/// Remove outputs `indices` of the `Call` op `call` in graph `caller` and of the
+/// graph it calls, in one pass over each; the call's other outputs are renumbered
+/// 0..n in order; a callee tensor left without producer, consumers or role is
+/// removed. Returns the caller tensors that were those outputs (now without a
+/// producer; the caller removes them once nothing reads them).
+pub(crate) fn remove_call_outputs(
+    ir: &mut Ir,
+    caller: GraphId,
+    call: OpId,
+    indices: &[usize],
+) -> Result<Vec<TensorId>> {
+    let callee = ir.graph(caller)?.op(call)?.called_graphs()[0];
+    let f = ir.graph_mut(callee)?;
+    let removed = f.remove_outputs(indices)?;
+    let boundary: HashSet<TensorId> = f.inputs().iter().chain(f.outputs()).copied().collect();
+    let mut orphans = Vec::new();
+    for t in removed {
+        // A former output nothing produces or reads any more goes too.
+        let tensor = f.tensor(t)?;
+        let orphan = tensor.producer().is_none() && tensor.consumers().is_empty() && tensor.kind == TensorKind::ActGrad;
+        if orphan && !boundary.contains(&t) {
+            orphans.push(t);
+        }
+    }
+    orphans.sort();
+    orphans.dedup();
+    f.remove_tensors(&orphans)?;
+    let g = ir.graph_mut(caller)?;
+    let outs: Vec<(u32, TensorId)> = g.op(call)?.outputs().iter().collect();
+    let mut drop = vec![false; outs.iter().map(|&(i, _)| i as usize + 1).max().unwrap_or(0)];
+    for &i in indices {
+        if let Some(d) = drop.get_mut(i) {
+            *d = true;
+        }
+    }
+    let mut removed = Vec::new();
+    let mut next = 0u32;
+    for (i, t) in outs {
+        if drop[i as usize] {
+            g.disconnect_output(call, i)?;
+            removed.push(t);
+        } else {
+            if i != next {
+                g.disconnect_output(call, i)?;
+                g.connect_output(call, next, t)?;
+            }
+            next += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Graphs containing, directly or through the graphs they call, an op with a side effect.

@@ -35,11 +35,10 @@ use std::collections::{HashMap, HashSet};
 
 use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, OpId, Result, TensorId};
 
-use crate::prune::AliasClasses;
+use crate::prune::{remove_call_outputs, AliasClasses};
 
 /// A match: everything the rewrite needs.
 struct Match {
-    caller: GraphId,
     update: OpId,
     call: OpId,
     /// Call output (and callee output) index of the gradient.
@@ -55,37 +54,44 @@ struct Match {
     after_update: Vec<OpId>,
     /// Callee ops reading the weight (none downstream of the matmul).
     callee_readers: Vec<OpId>,
-    /// Constraints of the update: befores scheduled before the call, other befores, afters.
-    befores_early: Vec<OpId>,
-    befores_late: Vec<OpId>,
-    afters: Vec<OpId>,
 }
 
 /// Apply the pattern everywhere it matches; returns the names (`graph/op`) of the
-/// `ScaledAddInplace` ops folded away.
+/// `ScaledAddInplace` ops folded away. Linear in the size of the IR per round;
+/// a round finds every match of a graph at once.
 pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
     let mut fused = Vec::new();
     for caller in ir.graph_ids() {
-        while let Some(m) = find(ir, caller)? {
-            let g = ir.graph(caller)?;
-            fused.push(format!("{}/{}", g.name(), g.op(m.update)?.name));
-            apply(ir, &m)?;
-        }
-    }
-    Ok(fused)
-}
-
-/// Number of ops of the IR calling each graph.
-fn call_sites(ir: &Ir) -> HashMap<GraphId, usize> {
-    let mut n = HashMap::new();
-    for g in ir.graphs() {
-        for op in g.ops() {
-            for c in op.called_graphs() {
-                *n.entry(c).or_insert(0) += 1;
+        loop {
+            let (matches, pos) = find_all(ir, caller)?;
+            if matches.is_empty() {
+                break;
+            }
+            // Each match in schedule order; then each call loses its gradient
+            // outputs in one pass (output indices stay valid until then).
+            // (output index, weight input index) per call.
+            let mut per_call: HashMap<OpId, Vec<(usize, usize)>> = HashMap::new();
+            for m in &matches {
+                let g = ir.graph(caller)?;
+                fused.push(format!("{}/{}", g.name(), g.op(m.update)?.name));
+                apply(ir, caller, m, &pos)?;
+                per_call.entry(m.call).or_default().push((m.out, m.arg));
+            }
+            let mut calls: Vec<OpId> = per_call.keys().copied().collect();
+            calls.sort_by_key(|c| pos[c]);
+            for call in calls {
+                let (outs, args): (Vec<usize>, Vec<usize>) = per_call[&call].iter().copied().unzip();
+                let gone = remove_call_outputs(ir, caller, call, &outs)?;
+                ir.graph_mut(caller)?.remove_tensors(&gone)?;
+                let attrs = ir.graph_mut(caller)?.op_attrs_mut(call)?;
+                let mut modified: Vec<i64> = attrs.ints("modified").unwrap_or(&[]).to_vec();
+                modified.extend(args.iter().map(|&a| a as i64));
+                modified.sort_unstable();
+                attrs.set("modified", AttrValue::Ints(modified));
             }
         }
     }
-    n
+    Ok(fused)
 }
 
 /// Ops reachable from `from` through data edges and topological constraints.
@@ -107,24 +113,39 @@ fn reachable_from(g: &Graph, from: OpId) -> Result<HashSet<OpId>> {
     Ok(seen)
 }
 
-fn find(ir: &Ir, caller: GraphId) -> Result<Option<Match>> {
+/// Every match in `caller`, and the caller's schedule positions.
+fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize>)> {
     let g = ir.graph(caller)?;
     if !g.ops().any(|op| op.op_type() == "ScaledAddInplace") {
-        return Ok(None);
+        return Ok((Vec::new(), HashMap::new()));
     }
-    let sites = call_sites(ir);
+    let mut sites: HashMap<GraphId, usize> = HashMap::new();
+    for graph in ir.graphs() {
+        for op in graph.ops() {
+            for c in op.called_graphs() {
+                *sites.entry(c).or_insert(0) += 1;
+            }
+        }
+    }
     let schedule = g.schedule()?;
     let pos: HashMap<OpId, usize> = schedule.iter().enumerate().map(|(i, &o)| (o, i)).collect();
     let classes = AliasClasses::new(g);
+    let caller_outputs: HashSet<TensorId> = g.outputs().iter().copied().collect();
+    // Per callee: alias classes and how often each tensor is an output. Per call:
+    // its input indices by alias class. (Built once, so a round stays linear.)
+    let mut callees: HashMap<GraphId, (AliasClasses, HashMap<TensorId, usize>)> = HashMap::new();
+    let mut call_args: HashMap<OpId, HashMap<TensorId, Vec<u32>>> = HashMap::new();
+    let mut matches = Vec::new();
     for &u in &schedule {
         let op = g.op(u)?;
         if op.op_type() != "ScaledAddInplace" || op.inputs().len() != 2 {
             continue;
         }
-        let (Some(a), Some(b)) = (op.attrs.float("a"), op.attrs.float("b")) else { continue };
+        // The kernel's defaults for absent scalars.
+        let (a, b) = (op.attrs.float("a").unwrap_or(1.0), op.attrs.float("b").unwrap_or(1.0));
         let (Some(w), Some(dw)) = (op.input(0), op.input(1)) else { continue };
         let (wt, dwt) = (g.tensor(w)?, g.tensor(dw)?);
-        if wt.info != dwt.info || !wt.info.dtype.is_floating_point() || g.outputs().contains(&dw) {
+        if wt.info != dwt.info || !wt.info.dtype.is_floating_point() || caller_outputs.contains(&dw) {
             continue;
         }
         if dwt.consumers().len() != 1 {
@@ -141,9 +162,14 @@ fn find(ir: &Ir, caller: GraphId) -> Result<Option<Match>> {
         }
         // The weight goes in at exactly one input, and no other input aliases it.
         let class = classes.class_of(w);
-        let in_class = |t: TensorId| t == w || classes.class_of(t) == class;
-        let args: Vec<u32> = call.inputs().iter().filter(|&(_, t)| in_class(t)).map(|(i, _)| i).collect();
-        let [arg] = args[..] else { continue };
+        let by_class = call_args.entry(prod.op).or_insert_with(|| {
+            let mut m: HashMap<TensorId, Vec<u32>> = HashMap::new();
+            for (i, t) in call.inputs().iter() {
+                m.entry(classes.class_of(t)).or_default().push(i);
+            }
+            m
+        });
+        let Some(&[arg]) = by_class.get(&class).map(Vec::as_slice) else { continue };
         if call.modified_inputs().contains(&arg) {
             continue;
         }
@@ -153,15 +179,21 @@ fn find(ir: &Ir, caller: GraphId) -> Result<Option<Match>> {
         let dw_f = f.outputs()[out];
         let wf = f.inputs()[arg as usize];
         let dw_ft = f.tensor(dw_f)?;
-        if f.outputs().iter().filter(|&&t| t == dw_f).count() != 1 || !dw_ft.consumers().is_empty() {
+        let (f_classes, f_outputs) = callees.entry(callee_id).or_insert_with(|| {
+            let mut count: HashMap<TensorId, usize> = HashMap::new();
+            for &t in f.outputs() {
+                *count.entry(t).or_insert(0) += 1;
+            }
+            (AliasClasses::new(f), count)
+        });
+        if f_outputs.get(&dw_f) != Some(&1) || !dw_ft.consumers().is_empty() {
             continue;
         }
         let Some(mm) = dw_ft.producer() else { continue };
         let mm_op = f.op(mm.op)?;
-        if mm_op.op_type() != "MatMulRhsGrad" || f.outputs().contains(&wf) {
+        if mm_op.op_type() != "MatMulRhsGrad" || f_outputs.contains_key(&wf) {
             continue;
         }
-        let f_classes = AliasClasses::new(f);
         if !f_classes.members(f_classes.class_of(wf)).is_empty() {
             continue; // written in place or aliased inside the callee
         }
@@ -170,9 +202,11 @@ fn find(ir: &Ir, caller: GraphId) -> Result<Option<Match>> {
         callee_readers.sort();
         callee_readers.dedup();
         // Each reader must be able to go before the update: the matmul must not reach it.
-        let downstream = reachable_from(f, mm.op)?;
-        if callee_readers.iter().any(|r| downstream.contains(r)) {
-            continue;
+        if !callee_readers.is_empty() {
+            let downstream = reachable_from(f, mm.op)?;
+            if callee_readers.iter().any(|r| downstream.contains(r)) {
+                continue;
+            }
         }
         // The caller side: nothing else touches the weight between the call and the update.
         let (pc, pu) = (pos[&prod.op], pos[&u]);
@@ -189,11 +223,7 @@ fn find(ir: &Ir, caller: GraphId) -> Result<Option<Match>> {
             continue;
         }
         let (before_call, after_update): (Vec<OpId>, Vec<OpId>) = touching.iter().partition(|o| pos[*o] < pc);
-        let tc = g.topo_cons();
-        let befores: Vec<OpId> = tc.befores(u).iter().map(|c| c.op).filter(|&o| o != prod.op).collect();
-        let (befores_early, befores_late) = befores.iter().partition(|o| pos[*o] < pc);
-        return Ok(Some(Match {
-            caller,
+        matches.push(Match {
             update: u,
             call: prod.op,
             out,
@@ -205,15 +235,12 @@ fn find(ir: &Ir, caller: GraphId) -> Result<Option<Match>> {
             before_call,
             after_update,
             callee_readers,
-            befores_early,
-            befores_late,
-            afters: tc.afters(u).iter().map(|c| c.op).collect(),
-        }));
+        });
     }
-    Ok(None)
+    Ok((matches, pos))
 }
 
-fn apply(ir: &mut Ir, m: &Match) -> Result<()> {
+fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &HashMap<OpId, usize>) -> Result<()> {
     // Callee: the fused op replaces the matmul; the gradient output goes.
     let (g_in, x_in, wf, name) = {
         let f = ir.graph(m.callee)?;
@@ -232,23 +259,35 @@ fn apply(ir: &mut Ir, m: &Match) -> Result<()> {
     for &r in &m.callee_readers {
         f.add_topo_con(r, fused)?;
     }
-    f.remove_output(m.out)?;
-    f.erase_op_and_outputs(m.matmul)?;
+    // The matmul's output stays a graph output (index `out`) until the round ends.
+    f.erase_op(m.matmul)?;
 
     // Caller: the update goes, the call marks the weight modified and loses output `out`.
-    let g = ir.graph_mut(m.caller)?;
+    let g = ir.graph_mut(caller)?;
+    // (Ops erased by an earlier rewrite of this round have passed their order on.)
     for &x in &m.before_call {
-        g.add_topo_con(x, m.call)?;
+        if g.op(x).is_ok() {
+            g.add_topo_con(x, m.call)?;
+        }
     }
     for &x in &m.after_update {
-        g.add_topo_con(m.call, x)?;
+        if g.op(x).is_ok() {
+            g.add_topo_con(m.call, x)?;
+        }
     }
-    for &y in &m.befores_early {
-        g.add_topo_con(y, m.call)?;
+    // The update's constraints as they stand now (earlier rewrites may have moved
+    // some onto it): keep every order through it, and move it onto the call.
+    let tc = g.topo_cons();
+    let befores: Vec<OpId> = tc.befores(m.update).iter().map(|c| c.op).filter(|&o| o != m.call).collect();
+    let afters: Vec<OpId> = tc.afters(m.update).iter().map(|c| c.op).collect();
+    for &y in &befores {
+        if pos.get(&y).is_some_and(|&p| p < pos[&m.call]) {
+            g.add_topo_con(y, m.call)?;
+        }
     }
-    for &z in &m.afters {
+    for &z in &afters {
         g.add_topo_con(m.call, z)?;
-        for &y in m.befores_early.iter().chain(&m.befores_late) {
+        for &y in &befores {
             g.add_topo_con(y, z)?;
         }
     }
@@ -260,21 +299,6 @@ fn apply(ir: &mut Ir, m: &Match) -> Result<()> {
         return Err(popart_ir::IrError::Invalid("the update lacks its tensor".into()));
     };
     g.replace_all_uses(w2, w)?;
-    let dw = g.op(m.update)?.input(1);
     g.erase_op_and_outputs(m.update)?;
-    let ends: Vec<u32> = g.op(m.call)?.outputs().iter().map(|(i, _)| i).filter(|&i| i as usize > m.out).collect();
-    g.disconnect_output(m.call, m.out as u32)?;
-    for i in ends {
-        let t = g.disconnect_output(m.call, i)?;
-        g.connect_output(m.call, i - 1, t)?;
-    }
-    if let Some(dw) = dw {
-        g.remove_tensor(dw)?;
-    }
-    let attrs = g.op_attrs_mut(m.call)?;
-    let mut modified: Vec<i64> = attrs.ints("modified").unwrap_or(&[]).to_vec();
-    modified.push(m.arg as i64);
-    modified.sort_unstable();
-    attrs.set("modified", AttrValue::Ints(modified));
     Ok(())
 }
