@@ -622,3 +622,33 @@ fn graphs_iterate_in_creation_order_after_removal() {
     let t = popart_ir::text::to_text(&ir);
     assert_eq!(popart_ir::text::to_text(&popart_ir::text::parse(&t).unwrap()), t);
 }
+
+#[test]
+fn bulk_output_and_tensor_removal() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
+    let outs: Vec<_> = (0..4).map(|k| op1(&mut ir, main, "Relu", &[x], &format!("r{k}"))).collect();
+    let g = ir.main_graph_mut();
+    for &(_, t) in &outs {
+        g.add_output(t).unwrap();
+    }
+    // Out of range: nothing changes.
+    assert!(g.remove_outputs(&[1, 4]).is_err());
+    assert_eq!(g.outputs().len(), 4);
+    // Any order, duplicates ignored; the rest keep their order.
+    assert_eq!(g.remove_outputs(&[2, 0, 2]).unwrap(), vec![outs[0].1, outs[2].1]);
+    assert_eq!(g.outputs(), &[outs[1].1, outs[3].1]);
+    // A produced tensor cannot go; nothing is removed when one of them fails.
+    let (r0, t0) = outs[0];
+    assert!(matches!(g.remove_tensors(&[t0]), Err(IrError::TensorInUse { .. })));
+    g.erase_op(r0).unwrap();
+    let (r2, t2) = outs[2];
+    g.erase_op(r2).unwrap();
+    let kept = outs[1].1;
+    assert!(matches!(g.remove_tensors(&[t0, kept]), Err(IrError::TensorInUse { .. })));
+    assert!(g.tensor(t0).is_ok());
+    g.remove_tensors(&[t0, t2]).unwrap();
+    assert!(g.tensor(t0).is_err() && g.tensor(t2).is_err());
+    ir.verify().unwrap();
+}
