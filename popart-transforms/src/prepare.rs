@@ -2,7 +2,7 @@
 //!
 //! 1. [`Ir::verify`]: every structural invariant, shape inference, schedulability
 //!    (a topological-constraint cycle is reported here);
-//! 2. [`prune`](crate::prune::prune): drop ops without side effects whose outputs
+//! 2. [`prune`]: drop ops without side effects whose outputs
 //!    nobody needs;
 //! 3. patterns ([`crate::patterns`]), unless [`PrepareOptions::patterns`] is off: no
 //!    pattern is mandatory (every op type has a direct lowering), they only make the

@@ -1,5 +1,5 @@
 //! The builtin op catalogue: one file per op family. Each op type is a zero-sized
-//! type implementing [`OpDef`](crate::OpDef) (shape inference, flags, gradient rule).
+//! type implementing [`OpDef`] (shape inference, flags, gradient rule).
 //!
 //! Op types and their attributes (all registered under these names):
 //!

@@ -10,7 +10,7 @@
 //! - a gradient op output whose shape differs from its forward input's (broadcasting)
 //!   is reduced to it (`ReduceToShape`), one of another dtype is cast (`Cast`);
 //! - only floating point tensors carry gradients; `Detach` stops them; ops whose rule
-//!   is [`GradRule::Zero`](popart_ir::GradRule::Zero) give zeros, symbolically, so nothing is
+//!   is [`GradRule::Zero`] give zeros, symbolically, so nothing is
 //!   computed for them unless a zero tensor is actually needed (`Init`);
 //! - `Call` and `If` ops are differentiated through their called graphs, which are
 //!   differentiated first (callees before callers) unless their gradient graphs are
