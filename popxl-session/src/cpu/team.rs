@@ -214,10 +214,15 @@ pub fn run(n: usize, task: &(dyn Fn(usize) + Sync)) {
     }
     let t = team();
     let s = t.shared;
-    let Ok(_busy) = s.submit.try_lock() else {
-        // Another job is running (another thread, or a task nesting a parallel kernel).
-        (0..n).for_each(task);
-        return;
+    let _busy = match s.submit.try_lock() {
+        Ok(guard) => guard,
+        // A job that panicked released the lock while unwinding: the team is fine.
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            // Another job is running (another thread, or a task nesting a parallel kernel).
+            (0..n).for_each(task);
+            return;
+        }
     };
     let job = Job {
         task,
