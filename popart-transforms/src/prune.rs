@@ -112,15 +112,7 @@ fn prune_ops(ir: &mut Ir, report: &mut PruneReport) -> Result<()> {
 /// Drop the outputs of single-call-site graphs that the caller never reads;
 /// returns how many were dropped.
 fn prune_call_outputs(ir: &mut Ir, report: &mut PruneReport) -> Result<usize> {
-    // Every op calling each graph.
-    let mut sites: HashMap<GraphId, Vec<(GraphId, OpId)>> = HashMap::new();
-    for g in ir.graphs() {
-        for op in g.ops() {
-            for c in op.called_graphs() {
-                sites.entry(c).or_default().push((g.id(), op.id));
-            }
-        }
-    }
+    let sites = call_sites(ir);
     let mut dropped = 0;
     for callee in ir.graph_ids() {
         let Some(&[(caller, call)]) = sites.get(&callee).map(Vec::as_slice) else { continue };
@@ -150,6 +142,20 @@ fn prune_call_outputs(ir: &mut Ir, report: &mut PruneReport) -> Result<usize> {
         dropped += indices.len();
     }
     Ok(dropped)
+}
+
+/// Every op calling each graph, as (caller graph, op); an `If` calling the same
+/// graph in both branches appears twice.
+pub(crate) fn call_sites(ir: &Ir) -> HashMap<GraphId, Vec<(GraphId, OpId)>> {
+    let mut sites: HashMap<GraphId, Vec<(GraphId, OpId)>> = HashMap::new();
+    for g in ir.graphs() {
+        for op in g.ops() {
+            for c in op.called_graphs() {
+                sites.entry(c).or_default().push((g.id(), op.id));
+            }
+        }
+    }
+    sites
 }
 
 /// Remove outputs `indices` of the `Call` op `call` in graph `caller` and of the

@@ -19,7 +19,7 @@ use popxl_session::cpu::team;
 
 #[path = "support/buffers.rs"]
 mod buffers;
-use buffers::{buffer, Line};
+use buffers::{buffer, parse_list, Line};
 
 fn f32s(shape: &[usize]) -> TensorInfo {
     TensorInfo::new(DataType::Float32, shape)
@@ -62,10 +62,6 @@ fn cases(b: usize, h: usize) -> Vec<Case> {
         reduce,
         sgd,
     ]
-}
-
-fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',').map(|x| x.trim().parse().expect("a comma-separated list of integers")).collect()
 }
 
 fn main() {

@@ -22,7 +22,7 @@ use popxl_session::cpu::team;
 
 #[path = "support/buffers.rs"]
 mod buffers;
-use buffers::{buffer, Line};
+use buffers::{buffer, parse_list, Line};
 
 struct Options {
     sizes: Vec<usize>,
@@ -30,10 +30,6 @@ struct Options {
     reps: usize,
     min_time: f64,
     numpy: Option<String>,
-}
-
-fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',').map(|x| x.trim().parse().expect("a comma-separated list of integers")).collect()
 }
 
 fn options() -> Options {

@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet};
 
 use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, OpId, Result, TensorId};
 
-use crate::prune::{remove_call_outputs, AliasClasses};
+use crate::prune::{call_sites, remove_call_outputs, AliasClasses};
 
 /// A match: everything the rewrite needs.
 struct Match {
@@ -119,14 +119,7 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
     if !g.ops().any(|op| op.op_type() == "ScaledAddInplace") {
         return Ok((Vec::new(), HashMap::new()));
     }
-    let mut sites: HashMap<GraphId, usize> = HashMap::new();
-    for graph in ir.graphs() {
-        for op in graph.ops() {
-            for c in op.called_graphs() {
-                *sites.entry(c).or_insert(0) += 1;
-            }
-        }
-    }
+    let sites = call_sites(ir);
     let schedule = g.schedule()?;
     let pos: HashMap<OpId, usize> = schedule.iter().enumerate().map(|(i, &o)| (o, i)).collect();
     let classes = AliasClasses::new(g);
@@ -157,7 +150,7 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
             continue;
         }
         let callee_id = call.called_graphs()[0];
-        if sites.get(&callee_id) != Some(&1) {
+        if sites.get(&callee_id).map(Vec::len) != Some(1) {
             continue;
         }
         // The weight goes in at exactly one input, and no other input aliases it.

@@ -1,4 +1,5 @@
-//! Aligned, deterministically filled f32 buffers shared by the kernel benchmarks.
+//! Helpers shared by the kernel benchmarks: aligned, deterministically filled f32
+//! buffers and option parsing.
 
 /// 64 bytes of f32, 64-byte aligned, as the executor's arena provides.
 #[repr(C, align(64))]
@@ -14,4 +15,9 @@ pub fn buffer(n: usize, seed: u64) -> Vec<Line> {
         *x = ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5;
     }
     v
+}
+
+/// A comma-separated list of integers (`--sizes 256,512`); panics with a usage hint.
+pub fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',').map(|x| x.trim().parse().expect("a comma-separated list of integers")).collect()
 }
