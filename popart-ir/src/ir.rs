@@ -8,7 +8,7 @@ use slotmap::SlotMap;
 
 use crate::hash::FxHashMap;
 use crate::op::InferContext;
-use crate::{lookup_op, Attributes, Graph, GraphId, IrError, OpDef, OpId, Result, TensorId, TensorInfo};
+use crate::{Attributes, Graph, GraphId, IrError, OpDef, OpId, OpTypeRef, Result, TensorId, TensorInfo};
 
 static NEXT_IR_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -162,12 +162,12 @@ impl Ir {
     pub fn create_op(
         &mut self,
         graph: GraphId,
-        op_type: &str,
+        op_type: impl OpTypeRef,
         attrs: Attributes,
         inputs: &[(u32, TensorId)],
         name: &str,
     ) -> Result<OpId> {
-        let def = lookup_op(op_type)?;
+        let def = op_type.resolve()?;
         self.create_op_with_def(graph, def, attrs, inputs, name)
     }
 

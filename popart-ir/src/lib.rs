@@ -32,8 +32,8 @@ pub use error::{IrError, Result};
 pub use graph::Graph;
 pub use ir::{Ir, MAIN_GRAPH_NAME};
 pub use op::{
-    lookup_op, register_op, registered_op_types, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef, OpFlags,
-    TensorIndexMap,
+    lookup_op, register_op, registered_op_types, registered_ops, GradOpSpec, GradRule, GradSource, InferContext, Op,
+    OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use schedule::ScheduleOptions;
 pub use tensor::{HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};

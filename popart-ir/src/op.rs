@@ -18,7 +18,9 @@ bitflags::bitflags! {
         const INPLACE = 1 << 2;
         /// Calls other graphs (call, repeat, if).
         const SUBGRAPH = 1 << 3;
-        /// Output is a view of an input (no data movement needed).
+        /// Output 0 holds exactly the bytes of input 0 (reshapes, identity): lowering
+        /// lets it share the input's buffer and runs no kernel when neither is
+        /// written in place.
         const VIEW = 1 << 4;
         /// Moves data between host and device.
         const HOST_IO = 1 << 5;
@@ -46,8 +48,8 @@ pub enum GradSource {
 /// An `Identity` of one output gradient is not created: the gradient is forwarded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GradOpSpec {
-    /// Op type of the gradient op (must be registered).
-    pub op_type: &'static str,
+    /// Definition of the gradient op (registered or not: autodiff creates it directly).
+    pub op: &'static dyn OpDef,
     /// Its attributes.
     pub attrs: Attributes,
     /// Gradient-op input index -> source.
@@ -192,40 +194,104 @@ pub trait OpDef: Send + Sync + 'static {
     }
 }
 
+/// The identity of an op type: the Rust type of its [`OpDef`]. Passes, lowering
+/// and kernel registries compare and key op types by this id, never by name.
+/// [`register_op`] guarantees one Rust type names exactly one op type.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpDefId(std::any::TypeId);
+
+impl OpDefId {
+    /// The id of the op type defined by `T`.
+    pub fn of<T: OpDef>() -> OpDefId {
+        OpDefId(std::any::TypeId::of::<T>())
+    }
+}
+
+impl fmt::Debug for OpDefId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OpDefId({:?})", self.0)
+    }
+}
+
+impl dyn OpDef {
+    /// This definition's identity.
+    pub fn id(&self) -> OpDefId {
+        OpDefId(self.def_type_id())
+    }
+
+    /// True if this is the definition of type `T` (`def.is::<ops::control::Call>()`).
+    pub fn is<T: OpDef>(&self) -> bool {
+        self.def_type_id() == std::any::TypeId::of::<T>()
+    }
+
+    /// This definition as a `T`, to read the fields of a definition that has some.
+    pub fn downcast_ref<T: OpDef>(&self) -> Option<&T> {
+        if self.is::<T>() {
+            // SAFETY: the concrete type behind this trait object is `T` (same TypeId).
+            Some(unsafe { &*(self as *const dyn OpDef as *const T) })
+        } else {
+            None
+        }
+    }
+}
+
+/// Definitions are equal when they define the same op type.
+impl PartialEq for dyn OpDef {
+    fn eq(&self, other: &Self) -> bool {
+        self.id() == other.id()
+    }
+}
+
+impl Eq for dyn OpDef {}
+
 impl fmt::Debug for dyn OpDef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "OpDef({})", self.op_type())
     }
 }
 
-type Registry = RwLock<FxHashMap<&'static str, &'static dyn OpDef>>;
+/// The op registry: names to definitions (for the text parser and creation by
+/// name) and identities to names (one Rust type defines one op type).
+#[derive(Default)]
+struct Registry {
+    by_name: FxHashMap<&'static str, &'static dyn OpDef>,
+    names: FxHashMap<OpDefId, &'static str>,
+}
 
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+fn registry() -> &'static RwLock<Registry> {
+    static REGISTRY: OnceLock<RwLock<Registry>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let mut map = FxHashMap::default();
+        let mut r = Registry::default();
         for def in crate::ops::builtin_ops() {
-            map.insert(def.op_type(), *def);
+            r.by_name.insert(def.op_type(), *def);
+            r.names.insert(def.id(), def.op_type());
         }
-        RwLock::new(map)
+        RwLock::new(r)
     })
 }
 
 /// Register an op type so that it can be created by name and parsed from the text form.
 /// Registering the same definition twice is allowed; a different definition under a
-/// taken name is an error.
+/// taken name, or the same Rust type under a second name, is an error.
 pub fn register_op(def: &'static dyn OpDef) -> Result<()> {
-    let mut map = registry().write().unwrap_or_else(|e| e.into_inner());
-    match map.get(def.op_type()) {
-        // Compare types, not addresses: zero-sized definitions may share an address.
-        Some(existing) if existing.def_type_id() != def.def_type_id() => {
-            Err(IrError::DuplicateOpType(def.op_type().to_string()))
-        }
-        _ => {
-            map.insert(def.op_type(), def);
-            Ok(())
+    let mut r = registry().write().unwrap_or_else(|e| e.into_inner());
+    // Compare types, not addresses: zero-sized definitions may share an address.
+    if let Some(existing) = r.by_name.get(def.op_type()) {
+        if existing.id() != def.id() {
+            return Err(IrError::DuplicateOpType(def.op_type().to_string()));
         }
     }
+    if let Some(name) = r.names.get(&def.id()) {
+        if *name != def.op_type() {
+            return Err(IrError::DuplicateOpType(format!(
+                "{} (its definition type is already registered as `{name}`)",
+                def.op_type()
+            )));
+        }
+    }
+    r.by_name.insert(def.op_type(), def);
+    r.names.insert(def.id(), def.op_type());
+    Ok(())
 }
 
 /// The registered definition of an op type.
@@ -233,6 +299,7 @@ pub fn lookup_op(op_type: &str) -> Result<&'static dyn OpDef> {
     registry()
         .read()
         .unwrap_or_else(|e| e.into_inner())
+        .by_name
         .get(op_type)
         .copied()
         .ok_or_else(|| IrError::UnknownOpType(op_type.to_string()))
@@ -240,9 +307,49 @@ pub fn lookup_op(op_type: &str) -> Result<&'static dyn OpDef> {
 
 /// Every registered op type name, sorted.
 pub fn registered_op_types() -> Vec<&'static str> {
-    let mut v: Vec<_> = registry().read().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+    let mut v: Vec<_> = registry().read().unwrap_or_else(|e| e.into_inner()).by_name.keys().copied().collect();
     v.sort_unstable();
     v
+}
+
+/// Every registered definition, sorted by name.
+pub fn registered_ops() -> Vec<&'static dyn OpDef> {
+    let r = registry().read().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<_> = r.by_name.values().copied().collect();
+    v.sort_unstable_by_key(|d| d.op_type());
+    v
+}
+
+/// An op type given to [`Ir::create_op`](crate::Ir::create_op): a definition
+/// (`&ops::unary::Relu`, the way passes name op types) or a registered name
+/// (`"Relu"`, as the text form and tests do).
+pub trait OpTypeRef {
+    /// The definition, looked up in the registry if given by name.
+    fn resolve(self) -> Result<&'static dyn OpDef>;
+}
+
+impl OpTypeRef for &str {
+    fn resolve(self) -> Result<&'static dyn OpDef> {
+        lookup_op(self)
+    }
+}
+
+impl OpTypeRef for &String {
+    fn resolve(self) -> Result<&'static dyn OpDef> {
+        lookup_op(self)
+    }
+}
+
+impl OpTypeRef for &'static dyn OpDef {
+    fn resolve(self) -> Result<&'static dyn OpDef> {
+        Ok(self)
+    }
+}
+
+impl<T: OpDef> OpTypeRef for &'static T {
+    fn resolve(self) -> Result<&'static dyn OpDef> {
+        Ok(self)
+    }
 }
 
 /// Storage of a [`TensorIndexMap`]: up to two entries inline (most ops have one or
@@ -430,6 +537,16 @@ impl Op {
     /// The op type's definition.
     pub fn def(&self) -> &'static dyn OpDef {
         self.def
+    }
+
+    /// The op type's identity.
+    pub fn def_id(&self) -> OpDefId {
+        self.def.id()
+    }
+
+    /// True if this op is of the type defined by `T` (`op.is::<ops::control::Call>()`).
+    pub fn is<T: OpDef>(&self) -> bool {
+        self.def.is::<T>()
     }
 
     /// Input index map.

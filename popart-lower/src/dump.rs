@@ -103,7 +103,7 @@ fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, inde
             writeln!(
                 f,
                 "{pad}execute {}{attrs} \"{}\" ({}) -> ({})",
-                k.op_type,
+                k.def.op_type(),
                 k.name,
                 args(&k.inputs),
                 args(&k.outputs)

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use popart_ir::{Attributes, GraphId, HostTensor, StreamDirection, TensorId, TensorInfo};
+use popart_ir::{Attributes, GraphId, HostTensor, OpDef, StreamDirection, TensorId, TensorInfo};
 
 /// Alignment of every buffer in the arena, in bytes.
 pub const BUFFER_ALIGNMENT: usize = 64;
@@ -170,8 +170,8 @@ pub struct Arg {
 /// Execution of one op by a device kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelCall {
-    /// Op type (`Add`, `MatMul`...): the device picks its kernel from this.
-    pub op_type: String,
+    /// The op's definition: devices pick the kernel by its identity ([`OpDef::id`]).
+    pub def: &'static dyn OpDef,
     /// `graph name/op name`.
     pub name: String,
     /// Op attributes.

@@ -19,7 +19,7 @@
 //!   arena (64-byte aligned); variables and constants are always live, activation
 //!   buffers are reused when their lifetimes in the global schedule do not overlap
 //!   (offsets: the better of greedy-by-size and a best-fit time sweep), in-place ops
-//!   write into their input's buffer, and view ops ([`VIEW_OP_TYPES`]) run no kernel
+//!   write into their input's buffer, and view ops ([`popart_ir::OpFlags::VIEW`]) run no kernel
 //!   but share their input's buffer whenever no op writes either in place
 //!   ([`MemoryPlan`] reports the planned peak, the no-reuse total and the host-load
 //!   landing bytes);
@@ -39,7 +39,7 @@ pub use executable::{
     Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall, MemoryPlan, Program,
     Programs, Stream, StreamId, StreamKind, TensorRef, Weight, BUFFER_ALIGNMENT,
 };
-pub use lower::{lower, VIEW_OP_TYPES};
+pub use lower::lower;
 
 /// Why an IR could not be lowered.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -12,7 +12,7 @@
 //!    - *output elision*: a graph with a single `Call` site writes output `j`
 //!      straight into the caller's output when that output is an activation private
 //!      to the graph (no copy out);
-//!    - *views*: a view op ([`VIEW_OP_TYPES`]: its output has the bytes of input 0 in
+//!    - *views*: a view op (flag `OpFlags::VIEW`: its output has the bytes of input 0 in
 //!      the same order) lowers to no kernel at all, its output sharing input 0's
 //!      buffer, when no op writes either class in place (in-place updates, calls
 //!      marking an input modified). Members of such a class are only ever written
@@ -39,18 +39,14 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-use popart_ir::{Graph, GraphId, Ir, Op, OpId, StreamDirection, Tensor, TensorId, TensorInfo, TensorKind};
+use popart_ir::ops::control::{Call, If, Repeat};
+use popart_ir::ops::io::{HostLoad, HostStore};
+use popart_ir::{Graph, GraphId, Ir, Op, OpFlags, OpId, StreamDirection, Tensor, TensorId, TensorInfo, TensorKind};
 use slotmap::SecondaryMap;
 
 use crate::executable::*;
 use crate::memory::{align_up, assign_offsets, normalize, Intervals};
 use crate::LowerError;
-
-/// Op types that only reinterpret their input 0 (same bytes in the same row-major
-/// order, possibly another shape). Lowering turns them into buffer sharing instead of
-/// a kernel whenever that is safe (see the module docs); other inputs (the shape-only
-/// input 1 of `ReshapeGrad`) are not read then.
-pub const VIEW_OP_TYPES: [&str; 5] = ["Reshape", "Squeeze", "ReshapeGrad", "Identity", "Detach"];
 
 /// Lower a prepared (verified, pruned) IR into an [`Executable`].
 ///
@@ -594,7 +590,7 @@ impl<'a> Lowerer<'a> {
             let mut shared = SecondaryMap::new();
             for &o in &self.graphs[g].sched {
                 let op = graph.op(o)?;
-                if !VIEW_OP_TYPES.contains(&op.op_type()) {
+                if !op.flags().contains(OpFlags::VIEW) {
                     continue;
                 }
                 let (Some(x), Some(y)) = (op.input(0), op.output(0)) else { continue };
@@ -1034,39 +1030,40 @@ fn sites_of(ir: &Ir, caller: usize, op: &Op) -> Result<Vec<(GraphId, Site)>, Low
         let site = Site { caller, op: op.id, callee: 0, kind, args, outs: outs(callee)?, modified, reads: Vec::new() };
         Ok((callee, site))
     };
-    match op.op_type() {
-        "Call" => Ok(vec![call_like(SiteKind::Call)?]),
-        "Repeat" => Ok(vec![call_like(SiteKind::Repeat)?]),
-        "If" => {
-            let mut v = Vec::new();
-            for (kind, gkey, ikey) in
-                [(SiteKind::IfThen, "then_graph", "then_inputs"), (SiteKind::IfElse, "else_graph", "else_inputs")]
-            {
-                let callee = op.attrs.graph(gkey).ok_or_else(|| missing(gkey))?;
-                let n = ir.graph(callee)?.inputs().len();
-                let indices = (0..n)
-                    .map(|k| {
-                        if_arg_index(op, ikey, k)
-                            .filter(|&i| op.input(i).is_some())
-                            .ok_or_else(|| missing(&format!("{ikey}[{k}]")))
-                    })
-                    .collect::<Result<Vec<u32>, _>>()?;
-                let args = indices.iter().map(|&i| op.input(i).expect("checked above")).collect();
-                let site = Site {
-                    caller,
-                    op: op.id,
-                    callee: 0,
-                    kind,
-                    args,
-                    outs: outs(callee)?,
-                    modified: Vec::new(),
-                    reads: sorted(indices),
-                };
-                v.push((callee, site));
-            }
-            Ok(v)
+    if op.is::<Call>() {
+        Ok(vec![call_like(SiteKind::Call)?])
+    } else if op.is::<Repeat>() {
+        Ok(vec![call_like(SiteKind::Repeat)?])
+    } else if op.is::<If>() {
+        let mut v = Vec::new();
+        for (kind, gkey, ikey) in
+            [(SiteKind::IfThen, "then_graph", "then_inputs"), (SiteKind::IfElse, "else_graph", "else_inputs")]
+        {
+            let callee = op.attrs.graph(gkey).ok_or_else(|| missing(gkey))?;
+            let n = ir.graph(callee)?.inputs().len();
+            let indices = (0..n)
+                .map(|k| {
+                    if_arg_index(op, ikey, k)
+                        .filter(|&i| op.input(i).is_some())
+                        .ok_or_else(|| missing(&format!("{ikey}[{k}]")))
+                })
+                .collect::<Result<Vec<u32>, _>>()?;
+            let args = indices.iter().map(|&i| op.input(i).expect("checked above")).collect();
+            let site = Site {
+                caller,
+                op: op.id,
+                callee: 0,
+                kind,
+                args,
+                outs: outs(callee)?,
+                modified: Vec::new(),
+                reads: sorted(indices),
+            };
+            v.push((callee, site));
         }
-        _ => Ok(Vec::new()),
+        Ok(v)
+    } else {
+        Ok(Vec::new())
     }
 }
 
@@ -1122,14 +1119,14 @@ impl Emitter<'_, '_> {
             }
             let op = gd.graph.op(o)?;
             let sites = self.l.op_sites(g, o);
-            match op.op_type() {
-                "HostLoad" => {
+            match op.def() {
+                def if def.is::<HostLoad>() => {
                     let stream = self.stream(g, op, StreamDirection::HostToDevice)?;
                     let out =
                         op.output(0).ok_or_else(|| LowerError::Internal(format!("`{}` has no output", op.name)))?;
                     seq.push(Program::HostToDevice { stream, dst: self.buf(g, out)? });
                 }
-                "HostStore" => {
+                def if def.is::<HostStore>() => {
                     let stream = self.stream(g, op, StreamDirection::DeviceToHost)?;
                     let t = op.input(0).ok_or_else(|| LowerError::Internal(format!("`{}` has no input", op.name)))?;
                     seq.push(Program::DeviceToHost { src: self.buf(g, t)?, stream });
@@ -1211,7 +1208,7 @@ impl Emitter<'_, '_> {
             }
         }
         Ok(KernelCall {
-            op_type: op.op_type().to_string(),
+            def: op.def(),
             name: format!("{}/{}", graph.name(), op.name),
             attrs: op.attrs.clone(),
             inputs,

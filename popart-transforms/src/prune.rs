@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use popart_ir::ops::control::Call;
 use popart_ir::{Graph, GraphId, Ir, OpFlags, OpId, Result, TensorId, TensorKind};
 
 /// What [`prune`] removed.
@@ -116,7 +117,7 @@ fn prune_call_outputs(ir: &mut Ir, report: &mut PruneReport) -> Result<usize> {
     let mut dropped = 0;
     for callee in ir.graph_ids() {
         let Some(&[(caller, call)]) = sites.get(&callee).map(Vec::as_slice) else { continue };
-        if callee == caller || ir.graph(caller)?.op(call)?.op_type() != "Call" {
+        if callee == caller || !ir.graph(caller)?.op(call)?.is::<Call>() {
             continue;
         }
         let g = ir.graph(caller)?;

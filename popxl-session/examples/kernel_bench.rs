@@ -81,7 +81,7 @@ fn main() {
     for &t in &threads {
         for c in cases(batch, hidden).into_iter().filter(|c| c.label.contains(only.as_str())) {
             let spec = KernelSpec {
-                op_type: c.op,
+                def: popart_ir::lookup_op(c.op).expect("builtin op"),
                 attrs: &c.attrs,
                 inputs: c.inputs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
                 outputs: vec![(0, c.output.clone())],

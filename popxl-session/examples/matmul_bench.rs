@@ -56,7 +56,7 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
     let info = TensorInfo::new(DataType::Float32, [n, n]);
     let attrs = Attributes::new();
     let spec = KernelSpec {
-        op_type: "MatMul",
+        def: &popart_ir::ops::all::MatMul,
         attrs: &attrs,
         inputs: vec![(0, info.clone()), (1, info.clone())],
         outputs: vec![(0, info)],
@@ -102,7 +102,12 @@ fn small_matmuls(threads: usize) {
     for (op, inputs, out) in cases {
         let bufs: Vec<Vec<Line>> = inputs.iter().map(|(i, t)| buffer(t.nelms(), *i as u64 + 7)).collect();
         let mut y = buffer(out.nelms(), 3);
-        let spec = KernelSpec { op_type: op, attrs: &attrs, inputs, outputs: vec![(0, out)] };
+        let spec = KernelSpec {
+            def: popart_ir::lookup_op(op).expect("builtin op"),
+            attrs: &attrs,
+            inputs,
+            outputs: vec![(0, out)],
+        };
         let kernel = build_kernel(&spec).expect("kernel");
         let us = team::with_max_threads(threads, || {
             let in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();

@@ -133,7 +133,7 @@ fn view_chains_share_one_buffer_and_run_no_kernel() {
     for (g, t) in [(main, r), (main, q), (main, sq), (main, y), (f, p), (f, i), (f, fo)] {
         assert_eq!(exe.buffer_of(g, t), Some(b), "{}", exe.dump());
     }
-    let kernels: Vec<&str> = exe.kernel_calls().iter().map(|k| k.op_type.as_str()).collect();
+    let kernels: Vec<&str> = exe.kernel_calls().iter().map(|k| k.def.op_type()).collect();
     assert_eq!(kernels, ["Relu"]);
     assert!(!exe.dump().contains("copy "), "the call reads and writes the shared buffer");
     // The shared buffer and relu's output: 64 bytes each, live together at the relu.
@@ -173,7 +173,7 @@ fn views_of_tensors_written_in_place_keep_their_copy() {
     let exe = popart_lower::lower(&ir).unwrap();
     assert_ne!(exe.buffer_of(main, x), exe.buffer_of(main, y));
     assert_ne!(exe.buffer_of(main, w), exe.buffer_of(main, u));
-    let kernels: Vec<&str> = exe.kernel_calls().iter().map(|k| k.op_type.as_str()).collect();
+    let kernels: Vec<&str> = exe.kernel_calls().iter().map(|k| k.def.op_type()).collect();
     assert_eq!(kernels.iter().filter(|&&k| k == "Reshape" || k == "Identity").count(), 2, "{kernels:?}");
     let xs = [0.0f32, 0.5, -1.0, 2.0];
     let got = run_on_cpu(&ir, &[("in", xs.to_vec()), ("in2", vec![1.0, 2.0, 3.0, 4.0])]);
@@ -608,9 +608,9 @@ fn random_programs_never_overlap_copy_or_kernel_arguments() {
         let mut prepared = m.ir.clone();
         popart_transforms::prepare::prepare(&mut prepared).unwrap();
         let exe = popart_lower::lower(&prepared).unwrap();
-        let is_view = |ty: &str| popart_lower::VIEW_OP_TYPES.contains(&ty);
-        views += prepared.graphs().flat_map(|g| g.ops()).filter(|op| is_view(op.op_type())).count();
-        kept += exe.kernel_calls().iter().filter(|k| is_view(&k.op_type)).count();
+        let is_view = |def: &'static dyn popart_ir::OpDef, attrs| def.flags(attrs).contains(popart_ir::OpFlags::VIEW);
+        views += prepared.graphs().flat_map(|g| g.ops()).filter(|op| is_view(op.def(), &op.attrs)).count();
+        kept += exe.kernel_calls().iter().filter(|k| is_view(k.def, &k.attrs)).count();
         let range = |b: popart_lower::BufferId, bytes: usize| (exe.buffer(b).offset, exe.buffer(b).offset + bytes);
         let overlap = |(a, b): (usize, usize), (c, d): (usize, usize)| a < d && c < b;
         let mut bad = Vec::new();

@@ -1,6 +1,8 @@
 //! Elementwise binary ops with numpy broadcasting; both operands must have the same dtype.
 
 use super::grad::{pass_through, simple, spec};
+use super::grad::{BinaryGrad, WhereGrad};
+use super::unary::Neg;
 use super::{broadcast_shapes, op_types, require_dtype};
 use crate::{
     AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo,
@@ -65,9 +67,9 @@ const Y: GradSource = GradSource::FwdOutput(0);
 fn binary_grad(func: &str, with_output: bool, input: u32) -> GradOpSpec {
     let attrs = Attributes::new().with("func", AttrValue::Str(func.to_string()));
     if with_output {
-        spec("BinaryGrad", attrs, &[(0, G), (1, A), (2, B), (3, Y)], &[(0, input)])
+        spec(&BinaryGrad, attrs, &[(0, G), (1, A), (2, B), (3, Y)], &[(0, input)])
     } else {
-        spec("BinaryGrad", attrs, &[(0, G), (1, A), (2, B)], &[(0, input)])
+        spec(&BinaryGrad, attrs, &[(0, G), (1, A), (2, B)], &[(0, input)])
     }
 }
 
@@ -75,9 +77,9 @@ fn binary_grad(func: &str, with_output: bool, input: u32) -> GradOpSpec {
 // operand's shape.
 arithmetic! {
     Add => "Add", grad = vec![pass_through(0), pass_through(1)];
-    Sub => "Sub", grad = vec![pass_through(0), simple("Neg", &[(0, G)], 1)];
-    Mul => "Mul", grad = vec![simple("Mul", &[(0, G), (1, B)], 0), simple("Mul", &[(0, G), (1, A)], 1)];
-    Div => "Div", grad = vec![simple("Div", &[(0, G), (1, B)], 0), binary_grad("div_rhs", false, 1)];
+    Sub => "Sub", grad = vec![pass_through(0), simple(&Neg, &[(0, G)], 1)];
+    Mul => "Mul", grad = vec![simple(&Mul, &[(0, G), (1, B)], 0), simple(&Mul, &[(0, G), (1, A)], 1)];
+    Div => "Div", grad = vec![simple(&Div, &[(0, G), (1, B)], 0), binary_grad("div_rhs", false, 1)];
     Pow => "Pow", grad = vec![binary_grad("pow_lhs", false, 0), binary_grad("pow_rhs", true, 1)];
     Maximum => "Maximum", grad = vec![binary_grad("max_lhs", true, 0), binary_grad("max_rhs", true, 1)];
     Minimum => "Minimum", grad = vec![binary_grad("min_lhs", true, 0), binary_grad("min_rhs", true, 1)];
@@ -116,7 +118,7 @@ impl OpDef for Where {
     fn grad(&self, _op: &Op) -> GradRule {
         let arm = |arg: i64, input: u32| {
             let attrs = Attributes::new().with("arg", AttrValue::Int(arg));
-            spec("WhereGrad", attrs, &[(0, G), (1, GradSource::FwdInput(0))], &[(0, input)])
+            spec(&WhereGrad, attrs, &[(0, G), (1, GradSource::FwdInput(0))], &[(0, input)])
         };
         GradRule::Ops(vec![arm(0, 1), arm(1, 2)])
     }

@@ -1,49 +1,53 @@
 //! Ops created by autodiff. Input conventions: input 0 is always the incoming
 //! gradient `g`; the others are forward tensors as listed per type.
 
+use super::unary::Identity;
 use super::{broadcast_shapes, op_types, reduce, to_shape};
-use crate::{AttrValue, Attributes, GradOpSpec, GradRule, GradSource, InferContext, OpDef, Result, TensorInfo};
+use crate::{
+    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, InferContext, OpDef, OpFlags, Result, TensorInfo,
+};
 
 // ----- shorthands for the gradient rules declared in the op files -----
 
 /// A gradient op spec: `op_type{attrs}` fed from `inputs`, whose output `o` is the
 /// gradient of forward input `i` for each `(o, i)` in `outputs`.
 pub(crate) fn spec(
-    op_type: &'static str,
+    op: &'static dyn OpDef,
     attrs: Attributes,
     inputs: &[(u32, GradSource)],
     outputs: &[(u32, u32)],
 ) -> GradOpSpec {
-    GradOpSpec { op_type, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() }
+    GradOpSpec { op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() }
 }
 
 /// `Identity(g0)` as the gradient of forward input `input`: the output gradient passes
 /// through unchanged (autodiff then only reduces it to the input's shape and dtype).
 pub(crate) fn pass_through(input: u32) -> GradOpSpec {
-    spec("Identity", Attributes::new(), &[(0, GradSource::GradOfOutput(0))], &[(0, input)])
+    spec(&Identity, Attributes::new(), &[(0, GradSource::GradOfOutput(0))], &[(0, input)])
 }
 
 /// `op_type(g0, ..)` with no attributes, as the gradient of forward input `input`.
-pub(crate) fn simple(op_type: &'static str, inputs: &[(u32, GradSource)], input: u32) -> GradOpSpec {
-    spec(op_type, Attributes::new(), inputs, &[(0, input)])
+pub(crate) fn simple(op: &'static dyn OpDef, inputs: &[(u32, GradSource)], input: u32) -> GradOpSpec {
+    spec(op, Attributes::new(), inputs, &[(0, input)])
 }
 
-/// The rule of a unary op whose derivative is computed by `UnaryGrad{func}` from the
-/// forward input (`uses_output == false`, input 1) or the forward output (input 2).
-pub(crate) fn unary_grad(func: &str, uses_output: bool) -> GradRule {
+/// The rule of a unary op whose derivative is computed by `UnaryGrad{func}` (`func`:
+/// the forward op's type) from the forward input (`uses_output == false`, input 1)
+/// or the forward output (input 2).
+pub(crate) fn unary_grad(fwd_op: &'static dyn OpDef, uses_output: bool) -> GradRule {
     let fwd = if uses_output { (2, GradSource::FwdOutput(0)) } else { (1, GradSource::FwdInput(0)) };
     GradRule::Ops(vec![spec(
-        "UnaryGrad",
-        Attributes::new().with("func", AttrValue::Str(func.to_string())),
+        &UnaryGrad,
+        Attributes::new().with("func", AttrValue::Str(fwd_op.op_type().to_string())),
         &[(0, GradSource::GradOfOutput(0)), fwd],
         &[(0, 0)],
     )])
 }
 
 op_types!(
-    /// `UnaryGrad{func}(g, x?, y?)`: gradient of unary `func` w.r.t. its input, from the
-    /// forward input `x` (index 1) and/or output `y` (index 2). `func` is one of
-    /// `relu`(y) `gelu`(x) `tanh`(y) `sigmoid`(y) `sqrt`(y) `exp`(y) `log`(x) `abs`(x) `sin`(x) `cos`(x).
+    /// `UnaryGrad{func}(g, x | y)`: gradient of the unary op type `func` (`"Relu"`,
+    /// `"Exp"`...) w.r.t. its input, from the forward input `x` (index 1) or output `y`
+    /// (index 2), whichever the forward op's grad rule connects.
     UnaryGrad,
     /// `BinaryGrad{func}(g, a, b, y?)`: gradient of a binary op w.r.t. one operand, at the
     /// broadcast shape (autodiff reduces it). `func`: `div_rhs` (-g·a/b²), `pow_lhs`
@@ -97,13 +101,14 @@ impl OpDef for UnaryGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
-        let needs = match f {
-            "relu" | "tanh" | "sigmoid" | "sqrt" | "exp" => 2,
-            "gelu" | "log" | "abs" | "sin" | "cos" => 1,
-            other => return Err(ctx.error(format!("unknown unary gradient `{other}`"))),
+        crate::lookup_op(f).map_err(|_| ctx.error(format!("`func` names no registered op type: `{f}`")))?;
+        let fwd = match (ctx.optional_input(1), ctx.optional_input(2)) {
+            (Some(x), None) => x,
+            (None, Some(y)) => y,
+            _ => return Err(ctx.error("exactly one of the forward input (1) and output (2) must be connected")),
         };
         let g = ctx.input(0)?;
-        if ctx.input(needs)? != g {
+        if fwd != g {
             return Err(ctx.error("gradient and forward tensor differ in type or shape"));
         }
         Ok(vec![g.clone()])
@@ -224,6 +229,9 @@ impl OpDef for NllLossGrad {
 impl OpDef for ReshapeGrad {
     fn op_type(&self) -> &'static str {
         "ReshapeGrad"
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::VIEW
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, x) = (ctx.input(0)?, ctx.input(1)?);

@@ -1,6 +1,7 @@
 //! Matrix multiplication with numpy `matmul` semantics.
 
 use super::grad::simple;
+use super::grad::{MatMulLhsGrad, MatMulRhsGrad};
 use super::{broadcast_shapes, op_types};
 use crate::{GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
@@ -51,7 +52,7 @@ impl OpDef for MatMul {
     /// `MatMulLhsGrad(g, a, b)` and `MatMulRhsGrad(g, a, b)`, each already reduced to its operand's shape.
     fn grad(&self, _op: &Op) -> GradRule {
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![simple("MatMulLhsGrad", &ins, 0), simple("MatMulRhsGrad", &ins, 1)])
+        GradRule::Ops(vec![simple(&MatMulLhsGrad, &ins, 0), simple(&MatMulRhsGrad, &ins, 1)])
     }
 }
 

@@ -40,6 +40,22 @@ pub mod var_update;
 
 use crate::{DataType, InferContext, OpDef, Result, TensorInfo};
 
+/// Every builtin op type in one namespace (`ops::all::Relu`), for code that names
+/// many op types (the `popxl` facade, device kernel tables).
+pub mod all {
+    pub use super::binary::*;
+    pub use super::control::*;
+    pub use super::grad::*;
+    pub use super::io::*;
+    pub use super::matmul::*;
+    pub use super::nn::*;
+    pub use super::random::*;
+    pub use super::reduce::*;
+    pub use super::shape::*;
+    pub use super::unary::*;
+    pub use super::var_update::*;
+}
+
 /// Every builtin op definition.
 pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
     static ALL: std::sync::OnceLock<Vec<&'static dyn OpDef>> = std::sync::OnceLock::new();

@@ -1,6 +1,7 @@
 //! Neural-network ops: softmax and negative log-likelihood losses.
 
 use super::grad::spec;
+use super::grad::{NllLossGrad, SoftmaxGrad};
 use super::{normalize_axis, op_types, require_float};
 use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
@@ -27,7 +28,7 @@ impl OpDef for Softmax {
     fn grad(&self, op: &Op) -> GradRule {
         let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(0))];
-        GradRule::Ops(vec![spec("SoftmaxGrad", attrs, &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&SoftmaxGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 
@@ -61,7 +62,7 @@ impl OpDef for NllLoss {
     /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`; labels (integer) get none.
     fn grad(&self, op: &Op) -> GradRule {
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![spec("NllLossGrad", op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&NllLossGrad, op.attrs.clone(), &ins, &[(0, 0)])])
     }
 }
 

@@ -76,7 +76,7 @@ impl OpDef for Dropout {
     /// kept ones scaled by `1/(1-p)`, which is exactly the derivative.
     fn grad(&self, op: &Op) -> GradRule {
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![spec("Dropout", op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&Dropout, op.attrs.clone(), &ins, &[(0, 0)])])
     }
 }
 

@@ -1,6 +1,7 @@
 //! Reductions over axes: attributes `axes` (empty = all) and `keepdims`.
 
 use super::grad::spec;
+use super::grad::ReduceGrad;
 use super::{normalize_axes, op_types};
 use crate::{AttrValue, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
@@ -43,7 +44,7 @@ fn reduce_grad(op: &Op, func: &str) -> GradRule {
     let (g, x, y) = (GradSource::GradOfOutput(0), GradSource::FwdInput(0), GradSource::FwdOutput(0));
     let inputs: &[(u32, GradSource)] =
         if matches!(func, "max" | "min") { &[(0, g), (1, x), (2, y)] } else { &[(0, g), (1, x)] };
-    GradRule::Ops(vec![spec("ReduceGrad", attrs, inputs, &[(0, 0)])])
+    GradRule::Ops(vec![spec(&ReduceGrad, attrs, inputs, &[(0, 0)])])
 }
 
 macro_rules! reduce {

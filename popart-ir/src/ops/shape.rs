@@ -1,8 +1,9 @@
 //! Shape ops: reshape, transpose, slice, concat, squeeze, gather.
 
 use super::grad::{simple, spec};
+use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{normalize_axes, normalize_axis, op_types};
-use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 const G: GradSource = GradSource::GradOfOutput(0);
 const X: GradSource = GradSource::FwdInput(0);
@@ -51,6 +52,9 @@ impl OpDef for Reshape {
     fn op_type(&self) -> &'static str {
         "Reshape"
     }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::VIEW
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let shape = resolve_reshape(ctx.ints("shape")?, x.nelms()).map_err(|m| ctx.error(m))?;
@@ -58,7 +62,7 @@ impl OpDef for Reshape {
     }
     /// `ReshapeGrad(g, x)`: back to the input's shape.
     fn grad(&self, _op: &Op) -> GradRule {
-        GradRule::Ops(vec![simple("ReshapeGrad", &[(0, G), (1, X)], 0)])
+        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G), (1, X)], 0)])
     }
 }
 
@@ -99,7 +103,7 @@ impl OpDef for Transpose {
             }
         }
         let attrs = Attributes::new().with("perm", AttrValue::Ints(inverse));
-        GradRule::Ops(vec![spec("Transpose", attrs, &[(0, G)], &[(0, 0)])])
+        GradRule::Ops(vec![spec(&Transpose, attrs, &[(0, G)], &[(0, 0)])])
     }
 }
 
@@ -174,7 +178,7 @@ impl OpDef for Slice {
     }
     /// `SliceGrad{starts, ends, steps, axes}(g, x)`: `g` placed into zeros of the input's shape.
     fn grad(&self, op: &Op) -> GradRule {
-        GradRule::Ops(vec![spec("SliceGrad", op.attrs.clone(), &[(0, G), (1, X)], &[(0, 0)])])
+        GradRule::Ops(vec![spec(&SliceGrad, op.attrs.clone(), &[(0, G), (1, X)], &[(0, 0)])])
     }
 }
 
@@ -213,7 +217,7 @@ impl OpDef for Concat {
             .map(|i| {
                 let attrs =
                     Attributes::new().with("axis", AttrValue::Int(axis)).with("index", AttrValue::Int(i as i64));
-                spec("ConcatGrad", attrs, &inputs, &[(0, i)])
+                spec(&ConcatGrad, attrs, &inputs, &[(0, i)])
             })
             .collect();
         GradRule::Ops(specs)
@@ -223,6 +227,9 @@ impl OpDef for Concat {
 impl OpDef for Squeeze {
     fn op_type(&self) -> &'static str {
         "Squeeze"
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::VIEW
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -240,7 +247,7 @@ impl OpDef for Squeeze {
     }
     /// `ReshapeGrad(g, x)`: the squeezed axes come back.
     fn grad(&self, _op: &Op) -> GradRule {
-        GradRule::Ops(vec![simple("ReshapeGrad", &[(0, G), (1, X)], 0)])
+        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G), (1, X)], 0)])
     }
 }
 
@@ -263,7 +270,7 @@ impl OpDef for Gather {
     fn grad(&self, op: &Op) -> GradRule {
         let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
         let ins = [(0, G), (1, GradSource::FwdInput(1)), (2, X)];
-        GradRule::Ops(vec![spec("GatherGrad", attrs, &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

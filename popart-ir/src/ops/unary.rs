@@ -44,7 +44,7 @@ op_types!(
 /// Unary ops sharing the "same type and shape" rule; `float_only` restricts to float inputs;
 /// `grad` is the gradient rule (an expression of type `GradRule`).
 macro_rules! same_info_unary {
-    ($($ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr;)*) => {
+    ($($ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr $(, flags = $flags:expr)?;)*) => {
         $(
             impl OpDef for $ty {
                 fn op_type(&self) -> &'static str { $name }
@@ -56,6 +56,9 @@ macro_rules! same_info_unary {
                 fn grad(&self, _op: &Op) -> GradRule {
                     $grad
                 }
+                fn flags(&self, _attrs: &Attributes) -> OpFlags {
+                    OpFlags::empty() $(| $flags)?
+                }
             }
         )*
     };
@@ -65,22 +68,22 @@ macro_rules! same_info_unary {
 // cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), sqrt' = 1/(2y),
 // exp' = y, log' = 1/x, abs' = sign(x), sin' = cos(x), cos' = -sin(x), gelu' from x.
 same_info_unary! {
-    Neg => "Neg", float_only = false, grad = GradRule::Ops(vec![simple("Neg", &[(0, GradSource::GradOfOutput(0))], 0)]);
-    Abs => "Abs", float_only = false, grad = unary_grad("abs", false);
-    Exp => "Exp", float_only = true, grad = unary_grad("exp", true);
-    Log => "Log", float_only = true, grad = unary_grad("log", false);
-    Sqrt => "Sqrt", float_only = true, grad = unary_grad("sqrt", true);
-    Relu => "Relu", float_only = false, grad = unary_grad("relu", true);
-    Gelu => "Gelu", float_only = true, grad = unary_grad("gelu", false);
-    Tanh => "Tanh", float_only = true, grad = unary_grad("tanh", true);
-    Sigmoid => "Sigmoid", float_only = true, grad = unary_grad("sigmoid", true);
-    Sin => "Sin", float_only = true, grad = unary_grad("sin", false);
-    Cos => "Cos", float_only = true, grad = unary_grad("cos", false);
+    Neg => "Neg", float_only = false, grad = GradRule::Ops(vec![simple(&Neg, &[(0, GradSource::GradOfOutput(0))], 0)]);
+    Abs => "Abs", float_only = false, grad = unary_grad(&Abs, false);
+    Exp => "Exp", float_only = true, grad = unary_grad(&Exp, true);
+    Log => "Log", float_only = true, grad = unary_grad(&Log, false);
+    Sqrt => "Sqrt", float_only = true, grad = unary_grad(&Sqrt, true);
+    Relu => "Relu", float_only = false, grad = unary_grad(&Relu, true);
+    Gelu => "Gelu", float_only = true, grad = unary_grad(&Gelu, false);
+    Tanh => "Tanh", float_only = true, grad = unary_grad(&Tanh, true);
+    Sigmoid => "Sigmoid", float_only = true, grad = unary_grad(&Sigmoid, true);
+    Sin => "Sin", float_only = true, grad = unary_grad(&Sin, false);
+    Cos => "Cos", float_only = true, grad = unary_grad(&Cos, false);
     Sign => "Sign", float_only = false, grad = GradRule::Zero;
     Floor => "Floor", float_only = false, grad = GradRule::Zero;
     Ceil => "Ceil", float_only = false, grad = GradRule::Zero;
-    Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]);
-    Detach => "Detach", float_only = false, grad = GradRule::Stop;
+    Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]), flags = OpFlags::VIEW;
+    Detach => "Detach", float_only = false, grad = GradRule::Stop, flags = OpFlags::VIEW;
 }
 
 impl OpDef for Cast {

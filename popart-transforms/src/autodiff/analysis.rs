@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 
+use popart_ir::ops::control::{Call, If};
 use popart_ir::{GradRule, Graph, OpFlags, OpId, TensorId};
 use slotmap::SecondaryMap;
 
@@ -114,7 +115,7 @@ pub(crate) fn analyse(g: &Graph, provided: &[TensorId], required: &[TensorId]) -
             _ if op.flags().contains(OpFlags::MODIFIES_INPUTS) => {
                 return Err(not_differentiable("it modifies its inputs in place"))
             }
-            GradRule::Subgraph if !matches!(op.op_type(), "Call" | "If") => {
+            GradRule::Subgraph if !op.is::<Call>() && !op.is::<If>() => {
                 return Err(not_differentiable("autodiff differentiates only Call and If subgraph ops"))
             }
             _ => {}

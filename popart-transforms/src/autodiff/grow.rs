@@ -1,8 +1,11 @@
 //! Growing the gradient graph of one forward graph.
 
+use popart_ir::ops::control::{Call, If};
+use popart_ir::ops::grad::{Init, ReduceToShape, Sum};
+use popart_ir::ops::unary::{Cast, Identity};
 use popart_ir::{
-    lookup_op, AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpFlags, OpId,
-    TensorId, TensorIndexMap, TensorInfo, TensorKind,
+    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpDef, OpFlags, OpId, TensorId,
+    TensorIndexMap, TensorInfo, TensorKind,
 };
 use slotmap::SecondaryMap;
 
@@ -103,7 +106,7 @@ pub(crate) fn differentiate(
 /// called by `If` or `Repeat` must keep their outputs, so their gradient graphs
 /// recompute forward intermediates instead.
 fn can_add_outputs(ir: &Ir, fwd: GraphId) -> bool {
-    !ir.graphs().any(|g| g.ops().any(|op| op.op_type() != "Call" && op.called_graphs().contains(&fwd)))
+    !ir.graphs().any(|g| g.ops().any(|op| !op.is::<Call>() && op.called_graphs().contains(&fwd)))
 }
 
 /// Make `tensors` extra outputs of `fwd` and give every `Call` of `fwd` the matching outputs.
@@ -114,7 +117,7 @@ fn add_forward_outputs(ir: &mut Ir, fwd: GraphId, tensors: &[TensorId]) -> Resul
     let mut sites: Vec<(GraphId, OpId)> = Vec::new();
     for g in ir.graphs() {
         for op in g.ops() {
-            if op.op_type() == "Call" && op.attrs.graph("graph") == Some(fwd) {
+            if op.is::<Call>() && op.attrs.graph("graph") == Some(fwd) {
                 sites.push((g.id(), op.id));
             }
         }
@@ -224,7 +227,7 @@ impl<'a> Builder<'a> {
                 let base = self.fwd_tensor(x)?.0.to_string();
                 let inputs: Vec<(u32, TensorId)> = p.tensors.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
                 let op = self.create(
-                    "Sum",
+                    &Sum,
                     Attributes::new(),
                     &inputs,
                     &format!("{base}_grad_sum"),
@@ -253,7 +256,7 @@ impl<'a> Builder<'a> {
         let attrs = Attributes::new()
             .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
             .with("dtype", AttrValue::DType(info.dtype));
-        let op = self.create("Init", attrs, &[], name, &[])?;
+        let op = self.create(&Init, attrs, &[], name, &[])?;
         Ok(self.output(op, 0))
     }
 
@@ -272,7 +275,7 @@ impl<'a> Builder<'a> {
             let last = tinfo.dtype == xinfo.dtype;
             let names = if last { vec![out_name.clone()] } else { vec![] };
             let op = self.create(
-                "ReduceToShape",
+                &ReduceToShape,
                 Attributes::new().with("shape", shape),
                 &[(0, t)],
                 &format!("{xname}_grad_reduce"),
@@ -282,7 +285,7 @@ impl<'a> Builder<'a> {
         }
         if tinfo.dtype != xinfo.dtype {
             let attrs = Attributes::new().with("to", AttrValue::DType(xinfo.dtype));
-            let op = self.create("Cast", attrs, &[(0, t)], &format!("{xname}_grad_cast"), &[out_name])?;
+            let op = self.create(&Cast, attrs, &[(0, t)], &format!("{xname}_grad_cast"), &[out_name])?;
             t = self.output(op, 0);
         }
         Ok(t)
@@ -291,13 +294,12 @@ impl<'a> Builder<'a> {
     /// Create an op in the gradient graph; `output_names` name its first outputs.
     fn create(
         &mut self,
-        op_type: &str,
+        def: &'static dyn OpDef,
         attrs: Attributes,
         inputs: &[(u32, TensorId)],
         name: &str,
         output_names: &[String],
     ) -> Result<OpId> {
-        let def = lookup_op(op_type)?;
         let infos = self.ir.infer_outputs(self.grad, def, &attrs, inputs, name)?;
         Ok(self.ir.create_op_with_outputs(self.grad, def, attrs, inputs, infos, output_names, name)?)
     }
@@ -432,11 +434,11 @@ impl<'a> Builder<'a> {
                 Ok(())
             }
             GradRule::Ops(specs) => self.grow_specs(&op, specs),
-            GradRule::Subgraph => match op.op_type() {
-                "Call" => self.grow_call(&op),
-                "If" => self.grow_if(&op),
-                _ => Err(self.not_differentiable(&op, "autodiff differentiates only Call and If subgraph ops")),
-            },
+            GradRule::Subgraph if op.is::<Call>() => self.grow_call(&op),
+            GradRule::Subgraph if op.is::<If>() => self.grow_if(&op),
+            GradRule::Subgraph => {
+                Err(self.not_differentiable(&op, "autodiff differentiates only Call and If subgraph ops"))
+            }
         }
     }
 
@@ -479,8 +481,8 @@ impl<'a> Builder<'a> {
                 continue;
             }
             // `Identity(g_k)`: forward the output gradient instead of copying it.
-            if let ("Identity", [(0, GradSource::GradOfOutput(k))]) = (spec.op_type, &spec.inputs[..]) {
-                if spec.attrs.is_empty() {
+            if let [(0, GradSource::GradOfOutput(k))] = &spec.inputs[..] {
+                if spec.op.is::<Identity>() && spec.attrs.is_empty() {
                     for &(_, x) in &targets {
                         match grad_of(*k) {
                             Some(Grad::Tensor(t)) => {
@@ -510,7 +512,7 @@ impl<'a> Builder<'a> {
                 inputs.push((gi, t));
             }
             let op_name = format!("{}_grad", op.name);
-            let def = lookup_op(spec.op_type)?;
+            let def = spec.op;
             let infos = self.ir.infer_outputs(self.grad, def, &spec.attrs, &inputs, &op_name)?;
             let mut names = Vec::with_capacity(infos.len());
             for (o, info) in infos.iter().enumerate() {
@@ -525,7 +527,7 @@ impl<'a> Builder<'a> {
                 self.ir.create_op_with_outputs(self.grad, def, spec.attrs.clone(), &inputs, infos, &names, &op_name)?;
             for &(o, x) in &targets {
                 let t = self.grad_graph().op(new)?.output(o).ok_or_else(|| {
-                    self.not_differentiable(op, &format!("its gradient op `{}` has no output {o}", spec.op_type))
+                    self.not_differentiable(op, &format!("its gradient op `{}` has no output {o}", spec.op.op_type()))
                 })?;
                 let t = self.fit(t, x)?;
                 self.add_partial(x, Grad::Tensor(t));
@@ -593,7 +595,7 @@ impl<'a> Builder<'a> {
                             let base = self.fwd_tensor(y0)?.0.to_string();
                             let ins: Vec<(u32, TensorId)> =
                                 parts.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-                            let s = self.create("Sum", Attributes::new(), &ins, &format!("{base}_grad_sum"), &[])?;
+                            let s = self.create(&Sum, Attributes::new(), &ins, &format!("{base}_grad_sum"), &[])?;
                             self.output(s, 0)
                         }
                     }
@@ -652,7 +654,7 @@ impl<'a> Builder<'a> {
             .collect();
         let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
         let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
-        let call = self.create("Call", attrs, &ins, &op_name, &names)?;
+        let call = self.create(&Call, attrs, &ins, &op_name, &names)?;
         for (k, x) in targets.into_iter().enumerate() {
             if let Some(x) = x {
                 let t = self.fit(self.output(call, k as u32), x)?;
@@ -712,7 +714,7 @@ impl<'a> Builder<'a> {
         let names: Vec<String> =
             wanted.iter().map(|&j| self.partial_name(op.input(j).expect("wanted input"))).collect();
         let ins: Vec<(u32, TensorId)> = if_inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-        let new = self.create("If", attrs, &ins, &op_name, &names)?;
+        let new = self.create(&If, attrs, &ins, &op_name, &names)?;
         for (k, &j) in wanted.iter().enumerate() {
             let x = op.input(j).expect("wanted input");
             let t = self.fit(self.output(new, k as u32), x)?;
@@ -745,7 +747,7 @@ impl<'a> Builder<'a> {
             call_inputs.push((k as u32, g.add_input(&n, i)?));
         }
         let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
-        let call = self.ir.create_op(w, "Call", attrs, &call_inputs, "call_grad")?;
+        let call = self.ir.create_op(w, &Call, attrs, &call_inputs, "call_grad")?;
         let io = GraphIo::of(self.ir.graph(branch)?);
         let mut per_input: Vec<Vec<TensorId>> = vec![Vec::new(); wanted.len()];
         for (k, e) in info.expected_outputs.iter().enumerate() {
@@ -763,12 +765,12 @@ impl<'a> Builder<'a> {
                     let attrs = Attributes::new()
                         .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
                         .with("dtype", AttrValue::DType(info.dtype));
-                    let z = self.ir.create_op(w, "Init", attrs, &[], "zeros")?;
+                    let z = self.ir.create_op(w, &Init, attrs, &[], "zeros")?;
                     self.ir.graph(w)?.op(z)?.output(0).expect("init output")
                 }
                 _ => {
                     let ins: Vec<(u32, TensorId)> = parts.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-                    let s = self.ir.create_op(w, "Sum", Attributes::new(), &ins, "sum")?;
+                    let s = self.ir.create_op(w, &Sum, Attributes::new(), &ins, "sum")?;
                     self.ir.graph(w)?.op(s)?.output(0).expect("sum output")
                 }
             };

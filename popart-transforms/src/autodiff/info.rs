@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use popart_ir::ops::control::Call;
 use popart_ir::{Graph, GraphId, Ir, Op, OpId, TensorId};
 use slotmap::SecondaryMap;
 
@@ -162,7 +163,7 @@ impl GradGraphInfo {
     /// The op at `site`, checked to be a `Call` of `callee`.
     fn call_op<'a>(&self, ir: &'a Ir, site: CallSite, callee: GraphId) -> Result<&'a Op> {
         let op = ir.graph(site.graph)?.op(site.op)?;
-        if op.op_type() != "Call" || op.attrs.graph("graph") != Some(callee) {
+        if !op.is::<Call>() || op.attrs.graph("graph") != Some(callee) {
             let callee = ir.graph(callee)?.name();
             return Err(self.invalid(ir, &format!("op `{}` is not a call of graph `{callee}`", op.name)));
         }

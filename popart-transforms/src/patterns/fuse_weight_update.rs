@@ -33,6 +33,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use popart_ir::ops::control::Call;
+use popart_ir::ops::grad::MatMulRhsGrad;
+use popart_ir::ops::var_update::{ScaledAddInplace, ScaledAddMatMulRhsGradInplace};
 use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, OpId, Result, TensorId};
 
 use crate::prune::{call_sites, remove_call_outputs, AliasClasses};
@@ -116,7 +119,7 @@ fn reachable_from(g: &Graph, from: OpId) -> Result<HashSet<OpId>> {
 /// Every match in `caller`, and the caller's schedule positions.
 fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize>)> {
     let g = ir.graph(caller)?;
-    if !g.ops().any(|op| op.op_type() == "ScaledAddInplace") {
+    if !g.ops().any(|op| op.is::<ScaledAddInplace>()) {
         return Ok((Vec::new(), HashMap::new()));
     }
     let sites = call_sites(ir);
@@ -131,7 +134,7 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
     let mut matches = Vec::new();
     for &u in &schedule {
         let op = g.op(u)?;
-        if op.op_type() != "ScaledAddInplace" || op.inputs().len() != 2 {
+        if !op.is::<ScaledAddInplace>() || op.inputs().len() != 2 {
             continue;
         }
         // The kernel's defaults for absent scalars.
@@ -146,7 +149,7 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
         }
         let Some(prod) = dwt.producer() else { continue };
         let call = g.op(prod.op)?;
-        if call.op_type() != "Call" {
+        if !call.is::<Call>() {
             continue;
         }
         let callee_id = call.called_graphs()[0];
@@ -184,7 +187,7 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
         }
         let Some(mm) = dw_ft.producer() else { continue };
         let mm_op = f.op(mm.op)?;
-        if mm_op.op_type() != "MatMulRhsGrad" || f_outputs.contains_key(&wf) {
+        if !mm_op.is::<MatMulRhsGrad>() || f_outputs.contains_key(&wf) {
             continue;
         }
         if !f_classes.members(f_classes.class_of(wf)).is_empty() {
@@ -246,7 +249,7 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &HashMap<OpId, usize>) ->
     let attrs = Attributes::new().with("a", AttrValue::Float(m.a)).with("b", AttrValue::Float(m.b));
     let name = ir.graph_mut(m.callee)?.unique_op_name(&name);
     let fused =
-        ir.create_op(m.callee, "ScaledAddMatMulRhsGradInplace", attrs, &[(0, g_in), (1, x_in), (2, wf)], &name)?;
+        ir.create_op(m.callee, &ScaledAddMatMulRhsGradInplace, attrs, &[(0, g_in), (1, x_in), (2, wf)], &name)?;
     let f = ir.graph_mut(m.callee)?;
     f.transfer_topo_cons(m.matmul, fused)?;
     for &r in &m.callee_readers {

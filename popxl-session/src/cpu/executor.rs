@@ -184,7 +184,7 @@ impl Compiler<'_> {
             }
             Program::Execute(k) => {
                 let spec = KernelSpec {
-                    op_type: &k.op_type,
+                    def: k.def,
                     attrs: &k.attrs,
                     inputs: k.inputs.iter().map(|a| (a.index, a.info.clone())).collect(),
                     outputs: k.outputs.iter().map(|a| (a.index, a.info.clone())).collect(),
@@ -212,7 +212,7 @@ impl Compiler<'_> {
                 });
                 self.kernels.push(kernel);
                 self.kernel_names.push(k.name.clone());
-                self.kernel_types.push(k.op_type.clone());
+                self.kernel_types.push(k.def.op_type().to_string());
             }
             Program::Copy { src, dst, bytes } => {
                 if *bytes > 0 {
@@ -560,11 +560,15 @@ mod tests {
 
     fn factory(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
         let n = spec.outputs.first().map_or(0, |o| o.1.nelms());
-        match spec.op_type {
-            "Add" => Ok(Box::new(AddF32(n))),
-            "AddInplace" => Ok(Box::new(AddInplaceF32(n))),
-            "Greater" => Ok(Box::new(GreaterScalar)),
-            op => Err(KernelError { op_type: op.into(), reason: "not in the test factory".into() }),
+        use popart_ir::ops::all as ir;
+        if spec.is::<ir::Add>() {
+            Ok(Box::new(AddF32(n)))
+        } else if spec.is::<ir::AddInplace>() {
+            Ok(Box::new(AddInplaceF32(n)))
+        } else if spec.is::<ir::Greater>() {
+            Ok(Box::new(GreaterScalar))
+        } else {
+            Err(KernelError { op_type: spec.op_type().into(), reason: "not in the test factory".into() })
         }
     }
 

@@ -1,18 +1,19 @@
 //! The kernel interface of the `cpu` device: how a lowered op becomes executable code.
 //!
 //! At compile time (session creation) every kernel-execution node of the lowered
-//! program is turned into a `Box<dyn Kernel>` by [`build_kernel`](super::kernels::build_kernel), which looks at the
-//! op type, attributes and the input/output infos once and picks a specialised
-//! implementation. At run time the executor only calls [`Kernel::run`] with
+//! program is turned into a `Box<dyn Kernel>` by [`build_kernel`](super::kernels::build_kernel): it finds the
+//! [`KernelBuilder`] registered for the op's definition ([`register_kernel`](super::kernels::register_kernel)),
+//! which looks at the attributes and the input/output infos once and picks a
+//! specialised implementation. At run time the executor only calls [`Kernel::run`] with
 //! pointers into its preallocated buffers: no lookup, no allocation.
 
-use popart_ir::{Attributes, TensorInfo};
+use popart_ir::{Attributes, OpDef, TensorInfo};
 
-/// Everything a kernel factory may look at, fixed at compile time.
+/// Everything a kernel builder may look at, fixed at compile time.
 #[derive(Clone, Debug)]
 pub struct KernelSpec<'a> {
-    /// Op type (`Add`, `MatMul`, ...).
-    pub op_type: &'a str,
+    /// The op's definition (its type).
+    pub def: &'static dyn OpDef,
     /// Op attributes.
     pub attrs: &'a Attributes,
     /// Connected inputs as (op input index, info), sorted by index.
@@ -20,6 +21,22 @@ pub struct KernelSpec<'a> {
     /// Outputs as (op output index, info), sorted by index.
     pub outputs: Vec<(u32, TensorInfo)>,
 }
+
+impl KernelSpec<'_> {
+    /// The op type name (for messages).
+    pub fn op_type(&self) -> &'static str {
+        self.def.op_type()
+    }
+
+    /// True if the op is of the type defined by `T`.
+    pub fn is<T: OpDef>(&self) -> bool {
+        self.def.is::<T>()
+    }
+}
+
+/// Builds the kernel of one op from its spec, once, at session creation. One is
+/// registered per op type with [`register_kernel`](super::kernels::register_kernel).
+pub type KernelBuilder = fn(&KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError>;
 
 /// Why a kernel could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

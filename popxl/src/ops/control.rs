@@ -1,10 +1,11 @@
 //! Subgraph ops: `call`, `call_with_info` ([`CallSiteInfo`]), `repeat` and `conditional`.
 
+use popart_ir::ops::all as ir_ops;
 use std::fmt;
 
 use popart_ir::{AttrValue, OpId};
 
-use super::{target_graph, OpSpec};
+use super::{target_graph, OpBuilder};
 use crate::tensor::check_in_graph;
 use crate::{Graph, PopXlError, Result, Tensor, TensorSpec};
 
@@ -124,7 +125,7 @@ fn create_call(
 ) -> Result<super::CreatedOp> {
     let parent = parent_graph(inputs, inputs_dict, what)?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, what)?;
-    let mut spec = OpSpec::new(what, "Call").attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
+    let mut spec = OpBuilder::new(what, &ir_ops::Call).attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(i as u32, p);
     }
@@ -198,7 +199,7 @@ impl CallSiteInfo {
     pub fn from_op(graph: &Graph, op: OpId) -> Result<CallSiteInfo> {
         let called = graph.read(|g| -> Result<_> {
             let o = g.op(op)?;
-            if o.op_type() != "Call" {
+            if !o.is::<ir_ops::Call>() {
                 return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
             }
             Ok(o.attrs.graph("graph").expect("a Call op has a graph attribute"))
@@ -479,7 +480,7 @@ pub fn repeat(
     }
     let parent = parent_graph(inputs, inputs_dict, "repeat")?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, "repeat")?;
-    let mut spec = OpSpec::new("repeat", "Repeat")
+    let mut spec = OpBuilder::new("repeat", &ir_ops::Repeat)
         .attr("graph", AttrValue::Graph(graph.id))
         .attr("count", AttrValue::Int(count as i64))
         .in_graph(parent);
@@ -637,7 +638,7 @@ pub fn conditional_branches(
     for t in &else_parents {
         else_idx.push(position_or_push(&mut order, t));
     }
-    let mut spec = OpSpec::new("conditional", "If")
+    let mut spec = OpBuilder::new("conditional", &ir_ops::If)
         .attr("then_graph", AttrValue::Graph(then_branch.graph.id))
         .attr("else_graph", AttrValue::Graph(else_branch.graph.id))
         .attr("then_inputs", AttrValue::Ints(then_idx))

@@ -1,15 +1,16 @@
 //! Elementwise ops: unary (`Neg`...`Cast`) and binary with numpy broadcasting.
 
+use popart_ir::ops::all as ir_ops;
 use popart_ir::{AttrValue, DataType};
 
-use super::OpSpec;
+use super::OpBuilder;
 use crate::{Result, Tensor};
 
 macro_rules! unary {
-    ($($(#[$doc:meta])* $fn:ident => $op:literal;)*) => {$(
+    ($($(#[$doc:meta])* $fn:ident => $op:ident;)*) => {$(
         $(#[$doc])*
         pub fn $fn(t: &Tensor) -> Result<Tensor> {
-            OpSpec::new(stringify!($fn), $op).input(0, t).create1()
+            OpBuilder::new(stringify!($fn), &ir_ops::$op).input(0, t).create1()
         }
     )*};
 }
@@ -23,7 +24,7 @@ unary! {
     /// let x = popxl::constant(1.0f32, "x").unwrap();
     /// assert_eq!(popxl::ops::negate(&x).unwrap().name(), "Neg:0");
     /// ```
-    negate => "Neg";
+    negate => Neg;
     /// `|t|` (op `Abs`).
     ///
     /// ```
@@ -32,7 +33,7 @@ unary! {
     /// let x = popxl::constant(-1i32, "x").unwrap();
     /// assert_eq!(popxl::ops::abs(&x).unwrap().dtype(), popxl::int32);
     /// ```
-    abs => "Abs";
+    abs => Abs;
     /// `e^t` (op `Exp`, floating point only).
     ///
     /// ```
@@ -41,7 +42,7 @@ unary! {
     /// assert!(popxl::ops::exp(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// assert!(popxl::ops::exp(&popxl::constant(1i32, "i").unwrap()).is_err());
     /// ```
-    exp => "Exp";
+    exp => Exp;
     /// Natural logarithm (op `Log`, floating point only).
     ///
     /// ```
@@ -49,7 +50,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::log(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
-    log => "Log";
+    log => Log;
     /// Square root (op `Sqrt`, floating point only).
     ///
     /// ```
@@ -57,7 +58,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::sqrt(&popxl::constant(4.0f32, "x").unwrap()).is_ok());
     /// ```
-    sqrt => "Sqrt";
+    sqrt => Sqrt;
     /// `max(t, 0)` (op `Relu`).
     ///
     /// ```
@@ -65,7 +66,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::relu(&popxl::constant(-1.0f32, "x").unwrap()).is_ok());
     /// ```
-    relu => "Relu";
+    relu => Relu;
     /// GELU, tanh approximation as PopXL's `gelu` (op `Gelu`).
     ///
     /// ```
@@ -73,7 +74,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::gelu(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
-    gelu => "Gelu";
+    gelu => Gelu;
     /// Hyperbolic tangent (op `Tanh`).
     ///
     /// ```
@@ -81,7 +82,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::tanh(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
-    tanh => "Tanh";
+    tanh => Tanh;
     /// Logistic sigmoid (op `Sigmoid`).
     ///
     /// ```
@@ -89,7 +90,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::sigmoid(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
-    sigmoid => "Sigmoid";
+    sigmoid => Sigmoid;
     /// Sine (op `Sin`).
     ///
     /// ```
@@ -97,7 +98,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::sin(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
-    sin => "Sin";
+    sin => Sin;
     /// Cosine (op `Cos`).
     ///
     /// ```
@@ -105,7 +106,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::cos(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
-    cos => "Cos";
+    cos => Cos;
     /// Sign: -1, 0 or 1 (op `Sign`).
     ///
     /// ```
@@ -113,7 +114,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::sign(&popxl::constant(-3.0f32, "x").unwrap()).is_ok());
     /// ```
-    sign => "Sign";
+    sign => Sign;
     /// Round down (op `Floor`).
     ///
     /// ```
@@ -121,7 +122,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::floor(&popxl::constant(1.5f32, "x").unwrap()).is_ok());
     /// ```
-    floor => "Floor";
+    floor => Floor;
     /// Round up (op `Ceil`).
     ///
     /// ```
@@ -129,7 +130,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::ceil(&popxl::constant(1.5f32, "x").unwrap()).is_ok());
     /// ```
-    ceil => "Ceil";
+    ceil => Ceil;
     /// Identity that stops gradients (op `Detach`).
     ///
     /// ```
@@ -137,7 +138,7 @@ unary! {
     /// let _g = ir.main_graph().enter();
     /// assert!(popxl::ops::detach(&popxl::constant(1.5f32, "x").unwrap()).is_ok());
     /// ```
-    detach => "Detach";
+    detach => Detach;
 }
 
 /// A copy of `t` named `name` (op `Identity`; PopXL's `identity(t, output_name)`).
@@ -149,7 +150,7 @@ unary! {
 /// assert_eq!(popxl::ops::identity(&x, "y").unwrap().name(), "y");
 /// ```
 pub fn identity(t: &Tensor, name: &str) -> Result<Tensor> {
-    OpSpec::new("identity", "Identity").input(0, t).output_name(name).create1()
+    OpBuilder::new("identity", &ir_ops::Identity).input(0, t).output_name(name).create1()
 }
 
 /// `t` converted to `dtype` (op `Cast`, attribute `to`).
@@ -161,14 +162,14 @@ pub fn identity(t: &Tensor, name: &str) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::cast(&x, popxl::int32).unwrap().dtype(), popxl::int32);
 /// ```
 pub fn cast(t: &Tensor, dtype: DataType) -> Result<Tensor> {
-    OpSpec::new("cast", "Cast").input(0, t).attr("to", AttrValue::DType(dtype)).create1()
+    OpBuilder::new("cast", &ir_ops::Cast).input(0, t).attr("to", AttrValue::DType(dtype)).create1()
 }
 
 macro_rules! binary {
-    ($($(#[$doc:meta])* $fn:ident => $op:literal;)*) => {$(
+    ($($(#[$doc:meta])* $fn:ident => $op:ident;)*) => {$(
         $(#[$doc])*
         pub fn $fn(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-            OpSpec::new(stringify!($fn), $op).input(0, lhs).input(1, rhs).create1()
+            OpBuilder::new(stringify!($fn), &ir_ops::$op).input(0, lhs).input(1, rhs).create1()
         }
     )*};
 }
@@ -185,7 +186,7 @@ binary! {
     /// let i = popxl::constant(1i32, "i").unwrap();
     /// assert!(popxl::ops::add(&a, &i).is_err());
     /// ```
-    add => "Add";
+    add => Add;
     /// `lhs - rhs` (op `Sub`).
     ///
     /// ```
@@ -194,7 +195,7 @@ binary! {
     /// let a = popxl::constant(1.0f32, "a").unwrap();
     /// assert!(popxl::ops::sub(&a, &a).is_ok());
     /// ```
-    sub => "Sub";
+    sub => Sub;
     /// `lhs * rhs` (op `Mul`).
     ///
     /// ```
@@ -203,7 +204,7 @@ binary! {
     /// let a = popxl::constant(1.0f32, "a").unwrap();
     /// assert!(popxl::ops::mul(&a, &a).is_ok());
     /// ```
-    mul => "Mul";
+    mul => Mul;
     /// `lhs / rhs` (op `Div`).
     ///
     /// ```
@@ -212,7 +213,7 @@ binary! {
     /// let a = popxl::constant(1.0f32, "a").unwrap();
     /// assert!(popxl::ops::div(&a, &a).is_ok());
     /// ```
-    div => "Div";
+    div => Div;
     /// `lhs ^ rhs` (op `Pow`).
     ///
     /// ```
@@ -221,7 +222,7 @@ binary! {
     /// let a = popxl::constant(2.0f32, "a").unwrap();
     /// assert!(popxl::ops::pow(&a, &a).is_ok());
     /// ```
-    pow => "Pow";
+    pow => Pow;
     /// Elementwise maximum (op `Maximum`).
     ///
     /// ```
@@ -230,7 +231,7 @@ binary! {
     /// let a = popxl::constant(2.0f32, "a").unwrap();
     /// assert!(popxl::ops::maximum(&a, &a).is_ok());
     /// ```
-    maximum => "Maximum";
+    maximum => Maximum;
     /// Elementwise minimum (op `Minimum`).
     ///
     /// ```
@@ -239,7 +240,7 @@ binary! {
     /// let a = popxl::constant(2.0f32, "a").unwrap();
     /// assert!(popxl::ops::minimum(&a, &a).is_ok());
     /// ```
-    minimum => "Minimum";
+    minimum => Minimum;
     /// `lhs > rhs`, bool output (op `Greater`).
     ///
     /// ```
@@ -248,7 +249,7 @@ binary! {
     /// let a = popxl::constant(2.0f32, "a").unwrap();
     /// assert_eq!(popxl::ops::greater(&a, &a).unwrap().dtype(), popxl::bool);
     /// ```
-    greater => "Greater";
+    greater => Greater;
     /// `lhs < rhs`, bool output (op `Less`).
     ///
     /// ```
@@ -257,7 +258,7 @@ binary! {
     /// let a = popxl::constant(2.0f32, "a").unwrap();
     /// assert_eq!(popxl::ops::less(&a, &a).unwrap().dtype(), popxl::bool);
     /// ```
-    less => "Less";
+    less => Less;
     /// `lhs == rhs`, bool output (op `Equal`).
     ///
     /// ```
@@ -266,7 +267,7 @@ binary! {
     /// let a = popxl::constant(2.0f32, "a").unwrap();
     /// assert_eq!(popxl::ops::equal(&a, &a).unwrap().dtype(), popxl::bool);
     /// ```
-    equal => "Equal";
+    equal => Equal;
 }
 
 /// PopXL's `where(condition, lhs, rhs)`: `lhs` where `condition` is true, else
@@ -282,5 +283,5 @@ binary! {
 /// ```
 #[doc(alias = "where")]
 pub fn select(condition: &Tensor, lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-    OpSpec::new("where", "Where").input(0, condition).input(1, lhs).input(2, rhs).create1()
+    OpBuilder::new("where", &ir_ops::Where).input(0, condition).input(1, lhs).input(2, rhs).create1()
 }

@@ -1,8 +1,9 @@
 //! Host IO: `host_load` from a host-to-device stream, `host_store` to a device-to-host stream.
 
+use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
 
-use super::OpSpec;
+use super::OpBuilder;
 use crate::{DeviceToHostStream, HostToDeviceStream, PopXlError, Result, Tensor};
 
 fn check_stream_ir(stream: &Tensor, what: &str) -> Result<()> {
@@ -29,7 +30,7 @@ fn check_stream_ir(stream: &Tensor, what: &str) -> Result<()> {
 pub fn host_load(stream: &HostToDeviceStream, name: &str) -> Result<Tensor> {
     check_stream_ir(stream.tensor(), "host_load")?;
     let graph = crate::context::try_current_graph().unwrap_or_else(|| stream.tensor().graph());
-    OpSpec::new("host_load", "HostLoad")
+    OpBuilder::new("host_load", &ir_ops::HostLoad)
         .attr("stream", AttrValue::Str(stream.name().to_string()))
         .output_name(name)
         .in_graph(graph)
@@ -70,7 +71,7 @@ pub fn host_store(stream: &DeviceToHostStream, t: &Tensor) -> Result<()> {
             tensor_dtype: t.dtype(),
         });
     }
-    OpSpec::new("host_store", "HostStore")
+    OpBuilder::new("host_store", &ir_ops::HostStore)
         .input(0, t)
         .attr("stream", AttrValue::Str(stream.name().to_string()))
         .create()?;

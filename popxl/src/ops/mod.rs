@@ -40,47 +40,67 @@ pub use random::{dropout, random_normal, random_uniform};
 pub use shape::{concat, flatten, gather, index, reshape, slice, squeeze, transpose, SliceIndex};
 pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
 
-use popart_ir::{lookup_op, Attributes, OpId, TensorId};
+use popart_ir::{Attributes, OpDef, OpId, TensorId};
 
 use crate::tensor::check_in_graph;
 use crate::{context, Graph, PopXlError, Result, Tensor};
 
-/// One op to create: type, attributes, inputs and optional names.
-pub(crate) struct OpSpec<'a> {
+/// One op to create: its definition, attributes, inputs and optional output names.
+/// Every function of this module is one; custom ops use it directly:
+///
+/// ```
+/// use popart_ir::ops::all::Relu;
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(vec![-1.0f32, 2.0], "x").unwrap();
+/// let y = popxl::ops::OpBuilder::new("my_relu", &Relu).input(0, &x).create1().unwrap();
+/// assert_eq!(y.shape(), vec![2]);
+/// ```
+pub struct OpBuilder<'a> {
     /// The popxl function, for error messages.
-    pub what: &'static str,
-    pub op_type: &'static str,
-    pub attrs: Attributes,
-    pub inputs: Vec<(u32, &'a Tensor)>,
+    what: &'static str,
+    def: &'static dyn OpDef,
+    attrs: Attributes,
+    inputs: Vec<(u32, &'a Tensor)>,
     /// Names of the outputs (scoped and made unique); missing ones default to `<op>:<i>`.
-    pub output_names: Vec<String>,
-    /// Graph to create the op in; default: [`target_graph`].
-    pub graph: Option<Graph>,
+    output_names: Vec<String>,
+    /// Graph to create the op in; default: the current graph, else the inputs' graph.
+    graph: Option<Graph>,
 }
 
-impl<'a> OpSpec<'a> {
-    pub(crate) fn new(what: &'static str, op_type: &'static str) -> Self {
-        OpSpec { what, op_type, attrs: Attributes::new(), inputs: Vec::new(), output_names: Vec::new(), graph: None }
+impl<'a> OpBuilder<'a> {
+    /// An op of type `def`, created by the function `what` (named in errors).
+    pub fn new(what: &'static str, def: &'static dyn OpDef) -> Self {
+        OpBuilder { what, def, attrs: Attributes::new(), inputs: Vec::new(), output_names: Vec::new(), graph: None }
     }
 
-    pub(crate) fn input(mut self, index: u32, t: &'a Tensor) -> Self {
+    /// Connect `t` at input `index`.
+    pub fn input(mut self, index: u32, t: &'a Tensor) -> Self {
         self.inputs.push((index, t));
         self
     }
 
-    pub(crate) fn attr(mut self, key: &str, value: popart_ir::AttrValue) -> Self {
+    /// Set an attribute.
+    pub fn attr(mut self, key: &str, value: popart_ir::AttrValue) -> Self {
         self.attrs.set(key, value);
         self
     }
 
-    pub(crate) fn output_name(mut self, name: &str) -> Self {
+    /// Name the next output (scoped by the current name scope and made unique).
+    pub fn output_name(mut self, name: &str) -> Self {
         self.output_names.push(name.to_string());
         self
     }
 
-    pub(crate) fn in_graph(mut self, g: Graph) -> Self {
+    /// Create the op in graph `g` rather than the current graph.
+    pub fn in_graph(mut self, g: Graph) -> Self {
         self.graph = Some(g);
         self
+    }
+
+    /// Create the op and return all its outputs, in output index order.
+    pub fn create_all(self) -> Result<Vec<Tensor>> {
+        Ok(self.create()?.outputs)
     }
 
     /// Create the op; returns it with its outputs.
@@ -97,8 +117,8 @@ impl<'a> OpSpec<'a> {
         let mut st = state.borrow_mut();
         let ir = st.building(self.what)?;
         let ids: Vec<(u32, TensorId)> = self.inputs.iter().map(|(i, t)| (*i, t.tensor_id())).collect();
-        let name = context::scoped(self.op_type);
-        let def = lookup_op(self.op_type)?;
+        let name = context::scoped(self.def.op_type());
+        let def = self.def;
         let infos = ir.infer_outputs(graph.id, def, &self.attrs, &ids, &name)?;
         let out_names: Vec<String> = self.output_names.iter().map(|n| context::scoped(n)).collect();
         let op = ir.create_op_with_outputs(graph.id, def, self.attrs, &ids, infos, &out_names, &name)?;
@@ -115,8 +135,8 @@ impl<'a> OpSpec<'a> {
         Ok(CreatedOp { graph, op, outputs })
     }
 
-    /// Create the op and return its single output.
-    pub(crate) fn create1(self) -> Result<Tensor> {
+    /// Create the op and return its first output.
+    pub fn create1(self) -> Result<Tensor> {
         let mut c = self.create()?;
         Ok(c.outputs.swap_remove(0))
     }

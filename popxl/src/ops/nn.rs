@@ -1,8 +1,9 @@
 //! Matmul, reductions, softmax and the negative log-likelihood losses.
 
+use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
 
-use super::OpSpec;
+use super::OpBuilder;
 use crate::{Result, Tensor};
 
 /// Matrix product with numpy `matmul` semantics: batched, broadcast batch
@@ -17,14 +18,14 @@ use crate::{Result, Tensor};
 /// assert!(popxl::ops::matmul(&b, &b).is_err());
 /// ```
 pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-    OpSpec::new("matmul", "MatMul").input(0, lhs).input(1, rhs).create1()
+    OpBuilder::new("matmul", &ir_ops::MatMul).input(0, lhs).input(1, rhs).create1()
 }
 
 macro_rules! reduce {
-    ($($(#[$doc:meta])* $fn:ident => $op:literal;)*) => {$(
+    ($($(#[$doc:meta])* $fn:ident => $op:ident;)*) => {$(
         $(#[$doc])*
         pub fn $fn(t: &Tensor, axes: &[i64], keepdims: bool) -> Result<Tensor> {
-            OpSpec::new(stringify!($fn), $op)
+            OpBuilder::new(stringify!($fn), &ir_ops::$op)
                 .input(0, t)
                 .attr("axes", AttrValue::Ints(axes.to_vec()))
                 .attr("keepdims", AttrValue::Bool(keepdims))
@@ -45,7 +46,7 @@ reduce! {
     /// assert_eq!(popxl::ops::sum(&a, &[1], true).unwrap().shape(), &[2, 1, 4]);
     /// assert_eq!(popxl::ops::sum(&a, &[], false).unwrap().shape(), &[] as &[usize]);
     /// ```
-    sum => "ReduceSum";
+    sum => ReduceSum;
     /// Mean over `axes` (op `ReduceMean`); see [`sum`].
     ///
     /// ```
@@ -54,7 +55,7 @@ reduce! {
     /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
     /// assert_eq!(popxl::ops::mean(&a, &[0], false).unwrap().shape(), &[3]);
     /// ```
-    mean => "ReduceMean";
+    mean => ReduceMean;
     /// Maximum over `axes` (op `ReduceMax`); see [`sum`].
     ///
     /// ```
@@ -63,7 +64,7 @@ reduce! {
     /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
     /// assert_eq!(popxl::ops::max(&a, &[1], false).unwrap().shape(), &[2]);
     /// ```
-    max => "ReduceMax";
+    max => ReduceMax;
     /// Minimum over `axes` (op `ReduceMin`); see [`sum`].
     ///
     /// ```
@@ -72,7 +73,7 @@ reduce! {
     /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
     /// assert_eq!(popxl::ops::min(&a, &[1], true).unwrap().shape(), &[2, 1]);
     /// ```
-    min => "ReduceMin";
+    min => ReduceMin;
 }
 
 /// Softmax along `axis` (negative counts from the end; op `Softmax`).
@@ -85,7 +86,7 @@ reduce! {
 /// assert!(popxl::ops::softmax(&a, 2).is_err());
 /// ```
 pub fn softmax(t: &Tensor, axis: i64) -> Result<Tensor> {
-    OpSpec::new("softmax", "Softmax").input(0, t).attr("axis", AttrValue::Int(axis)).create1()
+    OpBuilder::new("softmax", &ir_ops::Softmax).input(0, t).attr("axis", AttrValue::Int(axis)).create1()
 }
 
 /// How a loss over a batch is reduced.
@@ -137,12 +138,12 @@ pub struct NllLossOptions {
 
 fn nll_spec<'a>(
     what: &'static str,
-    op_type: &'static str,
+    op_type: &'static dyn popart_ir::OpDef,
     probs: &'a Tensor,
     labels: &'a Tensor,
     options: NllLossOptions,
-) -> OpSpec<'a> {
-    let mut spec = OpSpec::new(what, op_type)
+) -> OpBuilder<'a> {
+    let mut spec = OpBuilder::new(what, op_type)
         .input(0, probs)
         .input(1, labels)
         .attr("reduction", AttrValue::Str(options.reduction.as_str().to_string()));
@@ -178,7 +179,7 @@ pub fn nll_loss(probs: &Tensor, labels: &Tensor) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::nll_loss_with(&p, &l, o).unwrap().shape(), &[4]);
 /// ```
 pub fn nll_loss_with(probs: &Tensor, labels: &Tensor, options: NllLossOptions) -> Result<Tensor> {
-    nll_spec("nll_loss", "NllLoss", probs, labels, options).create1()
+    nll_spec("nll_loss", &ir_ops::NllLoss, probs, labels, options).create1()
 }
 
 /// The loss of [`nll_loss`] and the gradient of that loss with respect to the
@@ -216,7 +217,7 @@ pub fn nll_loss_with_softmax_grad_with(
     loss_grad: Option<&Tensor>,
     options: NllLossOptions,
 ) -> Result<(Tensor, Tensor)> {
-    let mut spec = nll_spec("nll_loss_with_softmax_grad", "NllLossWithSoftmaxGrad", probs, labels, options);
+    let mut spec = nll_spec("nll_loss_with_softmax_grad", &ir_ops::NllLossWithSoftmaxGrad, probs, labels, options);
     if let Some(g) = loss_grad {
         spec = spec.input(2, g);
     }

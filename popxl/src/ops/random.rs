@@ -1,8 +1,9 @@
 //! Random ops driven by an explicit `uint32[2]` seed tensor: deterministic for a given seed.
 
+use popart_ir::ops::all as ir_ops;
 use popart_ir::{AttrValue, DataType};
 
-use super::OpSpec;
+use super::OpBuilder;
 use crate::{Result, Tensor};
 
 fn shape_attr(shape: &[usize]) -> AttrValue {
@@ -20,7 +21,7 @@ fn shape_attr(shape: &[usize]) -> AttrValue {
 /// assert_eq!(r.shape(), &[2, 3]);
 /// ```
 pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype: DataType) -> Result<Tensor> {
-    OpSpec::new("random_uniform", "RandomUniform")
+    OpBuilder::new("random_uniform", &ir_ops::RandomUniform)
         .input(0, seed)
         .attr("shape", shape_attr(shape))
         .attr("dtype", AttrValue::DType(dtype))
@@ -40,7 +41,7 @@ pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype
 /// assert_eq!(r.dtype(), popxl::float32);
 /// ```
 pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype: DataType) -> Result<Tensor> {
-    OpSpec::new("random_normal", "RandomNormal")
+    OpBuilder::new("random_normal", &ir_ops::RandomNormal)
         .input(0, seed)
         .attr("shape", shape_attr(shape))
         .attr("dtype", AttrValue::DType(dtype))
@@ -61,5 +62,5 @@ pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype:
 /// assert!(popxl::ops::dropout(&x, &seed, 1.0).is_err());
 /// ```
 pub fn dropout(t: &Tensor, seed: &Tensor, p: f64) -> Result<Tensor> {
-    OpSpec::new("dropout", "Dropout").input(0, t).input(1, seed).attr("p", AttrValue::Float(p)).create1()
+    OpBuilder::new("dropout", &ir_ops::Dropout).input(0, t).input(1, seed).attr("p", AttrValue::Float(p)).create1()
 }

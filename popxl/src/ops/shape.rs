@@ -1,10 +1,11 @@
 //! Shape ops: reshape, flatten, transpose, slicing and indexing, concat, squeeze, gather.
 
+use popart_ir::ops::all as ir_ops;
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 
 use popart_ir::AttrValue;
 
-use super::OpSpec;
+use super::OpBuilder;
 use crate::{PopXlError, Result, Tensor};
 
 /// `t` with a new shape holding the same elements; one `-1` is inferred (op `Reshape`).
@@ -17,7 +18,7 @@ use crate::{PopXlError, Result, Tensor};
 /// assert!(popxl::ops::reshape(&a, &[5, -1]).is_err());
 /// ```
 pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
-    OpSpec::new("reshape", "Reshape").input(0, t).attr("shape", AttrValue::Ints(shape.to_vec())).create1()
+    OpBuilder::new("reshape", &ir_ops::Reshape).input(0, t).attr("shape", AttrValue::Ints(shape.to_vec())).create1()
 }
 
 /// `t` as one dimension (a `Reshape` to `[-1]`).
@@ -29,7 +30,7 @@ pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::flatten(&a).unwrap().shape(), &[6]);
 /// ```
 pub fn flatten(t: &Tensor) -> Result<Tensor> {
-    OpSpec::new("flatten", "Reshape").input(0, t).attr("shape", AttrValue::Ints(vec![-1])).create1()
+    OpBuilder::new("flatten", &ir_ops::Reshape).input(0, t).attr("shape", AttrValue::Ints(vec![-1])).create1()
 }
 
 /// Permute the dimensions by `perm`; empty `perm` reverses them (op `Transpose`).
@@ -43,7 +44,7 @@ pub fn flatten(t: &Tensor) -> Result<Tensor> {
 /// assert!(popxl::ops::transpose(&a, &[0, 0, 1]).is_err());
 /// ```
 pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
-    OpSpec::new("transpose", "Transpose").input(0, t).attr("perm", AttrValue::Ints(perm.to_vec())).create1()
+    OpBuilder::new("transpose", &ir_ops::Transpose).input(0, t).attr("perm", AttrValue::Ints(perm.to_vec())).create1()
 }
 
 /// Numpy slicing along `axes` (op `Slice`): for each k, elements
@@ -62,7 +63,7 @@ pub fn slice(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i6
     let n = starts.len();
     let steps = if steps.is_empty() { vec![1; n] } else { steps.to_vec() };
     let axes = if axes.is_empty() { (0..n as i64).collect() } else { axes.to_vec() };
-    OpSpec::new("slice", "Slice")
+    OpBuilder::new("slice", &ir_ops::Slice)
         .input(0, t)
         .attr("starts", AttrValue::Ints(starts.to_vec()))
         .attr("ends", AttrValue::Ints(ends.to_vec()))
@@ -255,7 +256,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::concat(&[&a, &b], 0).unwrap().shape(), &[3, 3]);
 /// ```
 pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
-    let mut spec = OpSpec::new("concat", "Concat").attr("axis", AttrValue::Int(axis));
+    let mut spec = OpBuilder::new("concat", &ir_ops::Concat).attr("axis", AttrValue::Int(axis));
     for (i, t) in ts.iter().enumerate() {
         spec = spec.input(i as u32, t);
     }
@@ -273,7 +274,7 @@ pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
 /// assert!(popxl::ops::squeeze(&a, &[1]).is_err());
 /// ```
 pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
-    OpSpec::new("squeeze", "Squeeze").input(0, t).attr("axes", AttrValue::Ints(axes.to_vec())).create1()
+    OpBuilder::new("squeeze", &ir_ops::Squeeze).input(0, t).attr("axes", AttrValue::Ints(axes.to_vec())).create1()
 }
 
 /// Pick the elements at integer `indices` along `axis` of `t` (op `Gather`);
@@ -287,5 +288,5 @@ pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::gather(&table, &idx, 0).unwrap().shape(), &[2, 3, 4]);
 /// ```
 pub fn gather(t: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor> {
-    OpSpec::new("gather", "Gather").input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis)).create1()
+    OpBuilder::new("gather", &ir_ops::Gather).input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis)).create1()
 }

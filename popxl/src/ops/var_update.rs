@@ -1,9 +1,10 @@
 //! In-place updates (PopXL's `var_updates`): output 0 aliases input 0, which is
 //! modified; each function returns the updated tensor.
 
+use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
 
-use super::OpSpec;
+use super::OpBuilder;
 use crate::{Result, Tensor};
 
 /// A scalar operand of an update: a constant (an attribute) or a scalar tensor
@@ -39,7 +40,7 @@ impl<'a> From<&'a Tensor> for Scalar<'a> {
     }
 }
 
-impl<'a> OpSpec<'a> {
+impl<'a> OpBuilder<'a> {
     /// Set a scalar as attribute `key` or connect it at input `index`.
     fn scalar(self, key: &str, index: u32, s: Scalar<'a>) -> Self {
         match s {
@@ -60,7 +61,7 @@ impl<'a> OpSpec<'a> {
 /// assert_eq!(w2.spec(), w.spec());
 /// ```
 pub fn add_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
-    OpSpec::new("add_", "AddInplace").input(0, t).input(1, x).create1()
+    OpBuilder::new("add_", &ir_ops::AddInplace).input(0, t).input(1, x).create1()
 }
 
 /// `t += f * x` in place (op `Accumulate`; PopXL's `accumulate_`); `f` is a
@@ -76,7 +77,7 @@ pub fn add_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
 /// popxl::ops::accumulate_(&acc, &g, &f).unwrap();
 /// ```
 pub fn accumulate_<'a>(t: &'a Tensor, x: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result<Tensor> {
-    OpSpec::new("accumulate_", "Accumulate").input(0, t).input(1, x).scalar("factor", 2, f.into()).create1()
+    OpBuilder::new("accumulate_", &ir_ops::Accumulate).input(0, t).input(1, x).scalar("factor", 2, f.into()).create1()
 }
 
 /// `x = a * x + b * y` in place (op `ScaledAddInplace`; PopXL's `scaled_add_`);
@@ -97,7 +98,7 @@ pub fn scaled_add_<'a>(
     a: impl Into<Scalar<'a>>,
     b: impl Into<Scalar<'a>>,
 ) -> Result<Tensor> {
-    OpSpec::new("scaled_add_", "ScaledAddInplace")
+    OpBuilder::new("scaled_add_", &ir_ops::ScaledAddInplace)
         .input(0, x)
         .input(1, y)
         .scalar("a", 2, a.into())
@@ -115,5 +116,5 @@ pub fn scaled_add_<'a>(
 /// assert!(popxl::ops::copy_var_update_(&w, &v).is_ok());
 /// ```
 pub fn copy_var_update_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
-    OpSpec::new("copy_var_update_", "CopyVarUpdate").input(0, t).input(1, x).create1()
+    OpBuilder::new("copy_var_update_", &ir_ops::CopyVarUpdate).input(0, t).input(1, x).create1()
 }

@@ -5,9 +5,12 @@ use popart_ir::DataType;
 
 use super::common::{
     boxed, f16_adapter, has_avx512, has_f16, par_range, par_range_cost, slice, slice_mut, wide_simd, with_any,
-    with_bits, with_num, Bool8, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
+    with_bits, with_num, Bool8, Broadcast, BuildResult, Num, SendPtr, Slot, SpecExt, Types,
 };
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use super::KernelEntry;
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use half::f16;
+use popart_ir::ops::all as ir;
 
 /// A scalar function of two operands; implemented by zero-sized op types.
 pub(crate) trait Map2<T, O>: Send + Sync + 'static {
@@ -140,83 +143,142 @@ impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for 
     }
 }
 
-macro_rules! map2_num {
-    ($($name:ident: |$a:ident, $b:ident| $e:expr;)*) => {$(
-        pub(crate) struct $name;
-        impl<T: Num> Map2<T, T> for $name {
+/// The elementwise binary op table (numpy broadcasting). Each line:
+/// `Op: arith|cmp |a, b| value;` where `Op` is the op type of
+/// `popart_ir::ops::binary`; `arith` ops run on every numeric type and return it,
+/// `cmp` ops run on every type and return bool. Defines [`TABLE`].
+macro_rules! binary_ops {
+    ($($op:ident: $kind:ident |$a:ident, $b:ident| $e:expr;)*) => {
+        /// Scalar maps, one per op type.
+        mod maps {
+            use super::*;
+            $(
+                pub(crate) struct $op;
+                binary_ops!(@impl $kind $op |$a, $b| $e);
+            )*
+        }
+        /// Kernels of the elementwise binary ops.
+        pub(crate) const TABLE: &[KernelEntry] = &[$((&ir::$op, binary_ops!(@build $kind $op)),)*];
+    };
+    (@impl arith $op:ident |$a:ident, $b:ident| $e:expr) => {
+        impl<T: Num> Map2<T, T> for $op {
             #[inline(always)]
             fn f($a: T, $b: T) -> T { $e }
         }
-    )*};
-}
-map2_num! {
-    AddOp: |a, b| a.add(b);
-    SubOp: |a, b| a.sub(b);
-    MulOp: |a, b| a.mul(b);
-    DivOp: |a, b| a.div(b);
-    PowOp: |a, b| a.pow(b);
-    MaxOp: |a, b| a.maximum(b);
-    MinOp: |a, b| a.minimum(b);
-}
-
-macro_rules! map2_cmp {
-    ($($name:ident: |$a:ident, $b:ident| $e:expr;)*) => {$(
-        pub(crate) struct $name;
-        impl<T: PartialOrd> Map2<T, Bool8> for $name {
+    };
+    (@impl cmp $op:ident |$a:ident, $b:ident| $e:expr) => {
+        impl<T: PartialOrd> Map2<T, Bool8> for $op {
             #[inline(always)]
             fn f($a: T, $b: T) -> Bool8 { Bool8(($e) as u8) }
         }
-    )*};
-}
-map2_cmp! {
-    GreaterOp: |a, b| a > b;
-    LessOp: |a, b| a < b;
-    EqualOp: |a, b| a == b;
+    };
+    (@build arith $op:ident) => { build_arith::<maps::$op> };
+    (@build cmp $op:ident) => { build_cmp::<maps::$op> };
 }
 
-/// Build `Add` ... `Equal`.
-pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
-    if spec.op_type == "Where" {
-        return build_where(spec);
-    }
+binary_ops! {
+    Add: arith |a, b| a.add(b);
+    Sub: arith |a, b| a.sub(b);
+    Mul: arith |a, b| a.mul(b);
+    Div: arith |a, b| a.div(b);
+    Pow: arith |a, b| a.pow(b);
+    Maximum: arith |a, b| a.maximum(b);
+    Minimum: arith |a, b| a.minimum(b);
+    Greater: cmp |a, b| a > b;
+    Less: cmp |a, b| a < b;
+    Equal: cmp |a, b| a == b;
+}
+
+/// The other kernels of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::Where, build_where)];
+
+/// Two operands of one dtype and the output: (a, b, y, dtype).
+fn operands<'s>(spec: &'s KernelSpec<'_>) -> Result<(Slot<'s>, Slot<'s>, Slot<'s>, DataType), KernelError> {
     let (a, b, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     if a.dtype() != b.dtype() {
         return Err(spec.error(format!("operand dtypes differ: {} and {}", a.dtype(), b.dtype())));
     }
-    let dt = a.dtype();
+    Ok((a, b, y, a.dtype()))
+}
+
+/// A comparison: any operand type, bool output.
+fn build_cmp<F: CmpMap>(spec: &KernelSpec<'_>) -> BuildResult {
+    let (a, b, y, dt) = operands(spec)?;
     let (out, shapes, pos) = (y.shape(), [a.shape(), b.shape()], [a.pos, b.pos]);
-    macro_rules! cmp {
-        ($op:ty) => {
-            with_any!(dt, T => Binary::<T, Bool8, $op>::boxed(spec, out, shapes, pos))
-        };
-    }
-    match spec.op_type {
-        "Greater" => return cmp!(GreaterOp),
-        "Less" => return cmp!(LessOp),
-        "Equal" => return cmp!(EqualOp),
-        _ => {}
-    }
+    with_any!(dt, T => Binary::<T, Bool8, F>::boxed(spec, out, shapes, pos))
+}
+
+/// Arithmetic: numeric operands, output of their type.
+fn build_arith<F: ArithMap>(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
-        return f16_adapter(spec, false, build);
+        return f16_adapter(spec, false, build_arith::<F>);
     }
+    let (a, b, y, dt) = operands(spec)?;
     if y.dtype() != dt {
         return Err(spec.error(format!("output dtype {} differs from operand dtype {dt}", y.dtype())));
     }
-    macro_rules! arith {
-        ($op:ty) => {
-            with_num!(dt, T => Binary::<T, T, $op>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
-        };
-    }
-    match spec.op_type {
-        "Add" => arith!(AddOp),
-        "Sub" => arith!(SubOp),
-        "Mul" => arith!(MulOp),
-        "Div" => arith!(DivOp),
-        "Pow" => arith!(PowOp),
-        "Maximum" => arith!(MaxOp),
-        "Minimum" => arith!(MinOp),
-        other => Err(spec.error(format!("`{other}` is not a binary op"))),
-    }
+    let (out, shapes, pos) = (y.shape(), [a.shape(), b.shape()], [a.pos, b.pos]);
+    with_num!(dt, T => Binary::<T, T, F>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// An arithmetic map for every numeric type.
+trait ArithMap:
+    Map2<i8, i8>
+    + Map2<i16, i16>
+    + Map2<i32, i32>
+    + Map2<i64, i64>
+    + Map2<u8, u8>
+    + Map2<u16, u16>
+    + Map2<u32, u32>
+    + Map2<u64, u64>
+    + Map2<f32, f32>
+    + Map2<f64, f64>
+{
+}
+impl<F> ArithMap for F where
+    F: Map2<i8, i8>
+        + Map2<i16, i16>
+        + Map2<i32, i32>
+        + Map2<i64, i64>
+        + Map2<u8, u8>
+        + Map2<u16, u16>
+        + Map2<u32, u32>
+        + Map2<u64, u64>
+        + Map2<f32, f32>
+        + Map2<f64, f64>
+{
+}
+
+/// A comparison for every type.
+trait CmpMap:
+    Map2<Bool8, Bool8>
+    + Map2<i8, Bool8>
+    + Map2<i16, Bool8>
+    + Map2<i32, Bool8>
+    + Map2<i64, Bool8>
+    + Map2<u8, Bool8>
+    + Map2<u16, Bool8>
+    + Map2<u32, Bool8>
+    + Map2<u64, Bool8>
+    + Map2<f16, Bool8>
+    + Map2<f32, Bool8>
+    + Map2<f64, Bool8>
+{
+}
+impl<F> CmpMap for F where
+    F: Map2<Bool8, Bool8>
+        + Map2<i8, Bool8>
+        + Map2<i16, Bool8>
+        + Map2<i32, Bool8>
+        + Map2<i64, Bool8>
+        + Map2<u8, Bool8>
+        + Map2<u16, Bool8>
+        + Map2<u32, Bool8>
+        + Map2<u64, Bool8>
+        + Map2<f16, Bool8>
+        + Map2<f32, Bool8>
+        + Map2<f64, Bool8>
+{
 }
 
 /// `Where(cond, lhs, rhs)`: moves elements, so one kernel per element size.

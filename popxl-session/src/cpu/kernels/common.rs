@@ -522,7 +522,7 @@ pub(crate) trait SpecExt {
 
 impl SpecExt for KernelSpec<'_> {
     fn error(&self, reason: impl Into<String>) -> KernelError {
-        KernelError { op_type: self.op_type.to_string(), reason: reason.into() }
+        KernelError { op_type: self.op_type().to_string(), reason: reason.into() }
     }
     fn input(&self, index: u32) -> Result<Slot<'_>, KernelError> {
         self.opt_input(index).ok_or_else(|| self.error(format!("input {index} is not connected")))
@@ -785,7 +785,7 @@ pub(crate) fn f16_adapter(
         }
     };
     let f32_spec = KernelSpec {
-        op_type: spec.op_type,
+        def: spec.def,
         attrs: spec.attrs,
         inputs: spec.inputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
         outputs: spec.outputs.iter().map(|(i, t)| (*i, promote(t))).collect(),

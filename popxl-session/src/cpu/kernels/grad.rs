@@ -7,44 +7,14 @@
 
 use popart_ir::DataType;
 
-use super::binary::{Binary, Map2, MapN, NAry};
+use super::binary::{MapN, NAry};
 use super::common::{
     boxed, f16_adapter, has_f16, norm_axes, par_range, slice, slice_mut, with_bits, with_float, with_num, Bool8,
-    Broadcast, BuildResult, Float, Num, SendPtr, SpecExt, Types,
+    Broadcast, BuildResult, Float, Num, SendPtr, Slot, SpecExt, Types,
 };
-use super::unary::{GELU_A, GELU_C};
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
-
-macro_rules! grad2 {
-    ($($name:ident $([$cost:expr])?: |$g:ident, $v:ident| $e:expr;)*) => {$(
-        struct $name;
-        impl<T: Float> Map2<T, T> for $name {
-            const COST: usize = { let _c = 1; $(let _c = $cost;)? _c };
-            #[inline(always)]
-            fn f($g: T, $v: T) -> T { $e }
-        }
-    )*};
-}
-// `[cost]`: work per element relative to an add (decides when to use threads).
-grad2! {
-    ReluG: |g, y| if y > T::ZERO { g } else { T::ZERO };
-    TanhG: |g, y| g * (T::ONE - y * y);
-    SigmoidG: |g, y| g * y * (T::ONE - y);
-    SqrtG[4]: |g, y| g / (T::from_f64(2.0) * y);
-    ExpG: |g, y| g * y;
-    LogG[4]: |g, x| g / x;
-    AbsG: |g, x| g * x.signum();
-    SinG[16]: |g, x| g * x.cos();
-    CosG[16]: |g, x| -(g * x.sin());
-    // gelu(x) = x · s with s = sigmoid(2u), u = c (x + a x³): gelu' = s + 2 x s (1 - s) u'.
-    GeluG[16]: |g, x| {
-        let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
-        let u = c * (x + a * x * x * x);
-        let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp());
-        let du = c * (T::ONE + T::from_f64(3.0) * a * x * x);
-        g * (s + T::from_f64(2.0) * x * s * (T::ONE - s) * du)
-    };
-}
+use super::{unary, KernelEntry};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use popart_ir::ops::all as ir;
 
 macro_rules! grad3 {
     ($($name:ident: |$g:ident, $p:ident, $q:ident| $e:expr;)*) => {$(
@@ -173,147 +143,143 @@ impl Kernel for InitKernel {
     }
 }
 
-/// Build the gradient kernels of this file.
-pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::Init, build_init),
+    (&ir::WhereGrad, build_where_grad),
+    (&ir::UnaryGrad, build_unary_grad),
+    (&ir::BinaryGrad, build_binary_grad),
+    (&ir::ReduceGrad, build_reduce_grad),
+    (&ir::Sum, build_sum),
+];
+
+fn build_init(spec: &KernelSpec<'_>) -> BuildResult {
+    Ok(Box::new(InitKernel { nbytes: spec.output(0)?.info.nbytes() }))
+}
+
+fn build_where_grad(spec: &KernelSpec<'_>) -> BuildResult {
     let y = spec.output(0)?;
-    match spec.op_type {
-        "Init" => return Ok(Box::new(InitKernel { nbytes: y.info.nbytes() })),
-        "WhereGrad" => {
-            let (g, c) = (spec.input(0)?, spec.input(1)?);
-            if c.dtype() != DataType::Bool || y.dtype() != g.dtype() {
-                return Err(spec.error(format!(
-                    "expected a bool condition and {} output, got {} and {}",
-                    g.dtype(),
-                    c.info,
-                    y.info
-                )));
-            }
-            let plan = Broadcast::new(y.shape(), [g.shape(), c.shape()])
-                .ok_or_else(|| spec.error("gradient and condition do not broadcast to the output"))?;
-            let pass = match spec.attr_int_or("arg", 0) {
-                0 => true,
-                1 => false,
-                a => return Err(spec.error(format!("`arg` must be 0 or 1, got {a}"))),
-            };
-            let pos = [g.pos, c.pos];
-            return with_bits!(g.dtype(), E => boxed(WhereGradKernel::<E> { plan, pos, pass, _t: Types::default() }));
-        }
-        _ => {}
+    let (g, c) = (spec.input(0)?, spec.input(1)?);
+    if c.dtype() != DataType::Bool || y.dtype() != g.dtype() {
+        return Err(spec.error(format!(
+            "expected a bool condition and {} output, got {} and {}",
+            g.dtype(),
+            c.info,
+            y.info
+        )));
     }
-    if has_f16(spec) {
-        return f16_adapter(spec, false, build);
-    }
-    let g = spec.input(0)?;
+    let plan = Broadcast::new(y.shape(), [g.shape(), c.shape()])
+        .ok_or_else(|| spec.error("gradient and condition do not broadcast to the output"))?;
+    let pass = match spec.attr_int_or("arg", 0) {
+        0 => true,
+        1 => false,
+        a => return Err(spec.error(format!("`arg` must be 0 or 1, got {a}"))),
+    };
+    let pos = [g.pos, c.pos];
+    with_bits!(g.dtype(), E => boxed(WhereGradKernel::<E> { plan, pos, pass, _t: Types::default() }))
+}
+
+/// The gradient `g` and output `y` of an arithmetic gradient op, of one dtype.
+fn grad_operands<'s>(spec: &'s KernelSpec<'_>) -> Result<(Slot<'s>, Slot<'s>, DataType), KernelError> {
+    let (g, y) = (spec.input(0)?, spec.output(0)?);
     let dt = g.dtype();
     if y.dtype() != dt {
         return Err(spec.error(format!("output dtype {} differs from the gradient's {dt}", y.dtype())));
     }
-    match spec.op_type {
-        "UnaryGrad" => {
-            let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
-            let from_y = matches!(func, "relu" | "tanh" | "sigmoid" | "sqrt" | "exp");
-            let v = spec.input(if from_y { 2 } else { 1 })?;
-            if v.info != g.info || y.info != g.info {
-                return Err(spec.error(format!(
-                    "gradient {}, forward tensor {} and output {} must match",
-                    g.info, v.info, y.info
-                )));
-            }
-            let (out, shapes, pos) = (y.shape(), [g.shape(), v.shape()], [g.pos, v.pos]);
-            macro_rules! un {
-                ($f:ty) => {
-                    with_float!(dt, T => Binary::<T, T, $f>::boxed(spec, out, shapes, pos),
-                        _ => Err(spec.unsupported_dtype(dt)))
-                };
-            }
-            match func {
-                "relu" => un!(ReluG),
-                "gelu" => un!(GeluG),
-                "tanh" => un!(TanhG),
-                "sigmoid" => un!(SigmoidG),
-                "sqrt" => un!(SqrtG),
-                "exp" => un!(ExpG),
-                "log" => un!(LogG),
-                "abs" => un!(AbsG),
-                "sin" => un!(SinG),
-                "cos" => un!(CosG),
-                other => Err(spec.error(format!("unknown unary gradient `{other}`"))),
-            }
-        }
-        "BinaryGrad" => {
-            let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
-            let (a, b) = (spec.input(1)?, spec.input(2)?);
-            if y.shape() != g.shape() {
-                return Err(spec.error(format!("output {} must have the gradient's shape {:?}", y.info, g.shape())));
-            }
-            let operands = match func {
-                "div_rhs" | "pow_lhs" => [g, a, b],
-                "pow_rhs" | "max_lhs" | "min_lhs" => [g, a, spec.input(3)?],
-                "max_rhs" | "min_rhs" => [g, b, spec.input(3)?],
-                other => return Err(spec.error(format!("unknown binary gradient `{other}`"))),
-            };
-            if operands.iter().any(|s| s.dtype() != dt) {
-                return Err(spec.error("operands must share the gradient's dtype"));
-            }
-            let shapes = [operands[0].shape(), operands[1].shape(), operands[2].shape()];
-            let pos = operands.map(|s| s.pos);
-            macro_rules! bin {
-                ($f:ty) => {
-                    with_float!(dt, T => NAry::<T, $f, 3>::boxed(spec, g.shape(), shapes, pos),
-                        _ => Err(spec.unsupported_dtype(dt)))
-                };
-            }
-            match func {
-                "div_rhs" => bin!(DivRhsG),
-                "pow_lhs" => bin!(PowLhsG),
-                "pow_rhs" => bin!(PowRhsG),
-                _ => bin!(MaskEqG),
-            }
-        }
-        "ReduceGrad" => {
-            let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
-            let x = spec.input(1)?;
-            if y.info != x.info {
-                return Err(spec.error(format!("output {} must match the forward input {}", y.info, x.info)));
-            }
-            let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
-            let kept: Vec<usize> =
-                x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
-            let kept_len: usize = kept.iter().product();
-            if g.nelms() != kept_len {
-                return Err(spec.error(format!("gradient {} does not match the reduced shape {kept:?}", g.info)));
-            }
-            let count = x.nelms().checked_div(kept_len).unwrap_or(1);
-            match func {
-                "sum" | "mean" => {
-                    let plan =
-                        Broadcast::new(x.shape(), [&kept[..]]).ok_or_else(|| spec.error("bad reduction shape"))?;
-                    let scale = if func == "mean" { 1.0 / count.max(1) as f64 } else { 1.0 };
-                    let src = g.pos;
-                    with_num!(dt, T => boxed(BroadcastScale::<T> { plan, scale: T::from_f64(scale), src }),
-                        _ => Err(spec.unsupported_dtype(dt)))
-                }
-                "max" | "min" => {
-                    let fy = spec.input(2)?;
-                    if fy.nelms() != kept_len {
-                        return Err(spec.error(format!("forward output {} does not match {kept:?}", fy.info)));
-                    }
-                    let shapes = [&kept[..], x.shape(), &kept[..]];
-                    with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, x.pos, fy.pos]),
-                        _ => Err(spec.unsupported_dtype(dt)))
-                }
-                other => Err(spec.error(format!("unknown reduction `{other}`"))),
-            }
-        }
-        "Sum" => {
-            if spec.inputs.is_empty() || spec.inputs.iter().any(|(_, t)| t != y.info) {
-                return Err(spec.error(format!("every input must be {}", y.info)));
-            }
-            let n = y.nelms();
-            with_num!(dt, T => boxed(SumKernel::<T> { n, _t: Types::default() }), _ => Err(spec.unsupported_dtype(dt)))
-        }
-        other => Err(spec.error(format!("`{other}` is not a gradient op"))),
+    Ok((g, y, dt))
+}
+
+/// `UnaryGrad{func}`: the derivative kernel registered with the unary op `func`.
+fn build_unary_grad(spec: &KernelSpec<'_>) -> BuildResult {
+    let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
+    let build =
+        unary::grad_builder(func).ok_or_else(|| spec.error(format!("no unary gradient kernel for `{func}`")))?;
+    build(spec)
+}
+
+fn build_binary_grad(spec: &KernelSpec<'_>) -> BuildResult {
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build_binary_grad);
     }
+    let (g, y, dt) = grad_operands(spec)?;
+    let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
+    let (a, b) = (spec.input(1)?, spec.input(2)?);
+    if y.shape() != g.shape() {
+        return Err(spec.error(format!("output {} must have the gradient's shape {:?}", y.info, g.shape())));
+    }
+    let operands = match func {
+        "div_rhs" | "pow_lhs" => [g, a, b],
+        "pow_rhs" | "max_lhs" | "min_lhs" => [g, a, spec.input(3)?],
+        "max_rhs" | "min_rhs" => [g, b, spec.input(3)?],
+        other => return Err(spec.error(format!("unknown binary gradient `{other}`"))),
+    };
+    if operands.iter().any(|s| s.dtype() != dt) {
+        return Err(spec.error("operands must share the gradient's dtype"));
+    }
+    let shapes = [operands[0].shape(), operands[1].shape(), operands[2].shape()];
+    let pos = operands.map(|s| s.pos);
+    macro_rules! bin {
+            ($f:ty) => {
+                with_float!(dt, T => NAry::<T, $f, 3>::boxed(spec, g.shape(), shapes, pos),
+                    _ => Err(spec.unsupported_dtype(dt)))
+            };
+        }
+    match func {
+        "div_rhs" => bin!(DivRhsG),
+        "pow_lhs" => bin!(PowLhsG),
+        "pow_rhs" => bin!(PowRhsG),
+        _ => bin!(MaskEqG),
+    }
+}
+
+fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build_reduce_grad);
+    }
+    let (g, y, dt) = grad_operands(spec)?;
+    let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
+    let x = spec.input(1)?;
+    if y.info != x.info {
+        return Err(spec.error(format!("output {} must match the forward input {}", y.info, x.info)));
+    }
+    let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
+    let kept: Vec<usize> = x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
+    let kept_len: usize = kept.iter().product();
+    if g.nelms() != kept_len {
+        return Err(spec.error(format!("gradient {} does not match the reduced shape {kept:?}", g.info)));
+    }
+    let count = x.nelms().checked_div(kept_len).unwrap_or(1);
+    match func {
+        "sum" | "mean" => {
+            let plan = Broadcast::new(x.shape(), [&kept[..]]).ok_or_else(|| spec.error("bad reduction shape"))?;
+            let scale = if func == "mean" { 1.0 / count.max(1) as f64 } else { 1.0 };
+            let src = g.pos;
+            with_num!(dt, T => boxed(BroadcastScale::<T> { plan, scale: T::from_f64(scale), src }),
+                    _ => Err(spec.unsupported_dtype(dt)))
+        }
+        "max" | "min" => {
+            let fy = spec.input(2)?;
+            if fy.nelms() != kept_len {
+                return Err(spec.error(format!("forward output {} does not match {kept:?}", fy.info)));
+            }
+            let shapes = [&kept[..], x.shape(), &kept[..]];
+            with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, x.pos, fy.pos]),
+                    _ => Err(spec.unsupported_dtype(dt)))
+        }
+        other => Err(spec.error(format!("unknown reduction `{other}`"))),
+    }
+}
+
+fn build_sum(spec: &KernelSpec<'_>) -> BuildResult {
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build_sum);
+    }
+    let (_, y, dt) = grad_operands(spec)?;
+    if spec.inputs.is_empty() || spec.inputs.iter().any(|(_, t)| t != y.info) {
+        return Err(spec.error(format!("every input must be {}", y.info)));
+    }
+    let n = y.nelms();
+    with_num!(dt, T => boxed(SumKernel::<T> { n, _t: Types::default() }), _ => Err(spec.unsupported_dtype(dt)))
 }
 
 #[cfg(test)]
@@ -332,40 +298,42 @@ mod tests {
     /// Every UnaryGrad func against a central difference of its forward op.
     #[test]
     fn unary_grads_match_finite_differences() {
+        // Every entry of the unary table with a gradient, connected as the IR's grad
+        // rule connects it (forward input or output), on positive inputs and, where
+        // the op is defined there, on negative ones (away from the kinks at 0).
+        use popart_ir::{GradRule, GradSource, Ir, TensorInfo};
         let mut rng = Rng::new(1);
-        let cases = [
-            ("Relu", "relu"),
-            ("Gelu", "gelu"),
-            ("Tanh", "tanh"),
-            ("Sigmoid", "sigmoid"),
-            ("Sqrt", "sqrt"),
-            ("Exp", "exp"),
-            ("Log", "log"),
-            ("Abs", "abs"),
-            ("Sin", "sin"),
-            ("Cos", "cos"),
-        ];
         let shape = [2, 3];
-        for (op, func) in cases {
-            let positive = matches!(func, "sqrt" | "log");
-            // Stay away from the kinks of relu and abs.
-            let x: Vec<f64> = rng
-                .vec(6, if positive { 0.2 } else { -2.0 }, 2.0)
-                .into_iter()
-                .map(|v| if v.abs() < 0.05 { 0.3 } else { v })
-                .collect();
-            let w = rng.vec(6, -1.0, 1.0);
-            let none = Attributes::new();
-            let want = numeric_grad(&x, 1e-6, |x| {
-                fwd(op, &none, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(a, b)| a * b).sum()
-            });
-            let y = fwd(op, &none, &[(0, f64s(&shape, &x))]);
-            let attrs = Attributes::new().with("func", AttrValue::Str(func.into()));
-            let ins = [(0, f64s(&shape, &w)), (1, f64s(&shape, &x)), (2, f64s(&shape, &y))];
-            let got = run_op("UnaryGrad", attrs.clone(), &ins)[0].to_f64_vec();
-            assert_close(&got, &want, 1e-7);
-            let ins32: Vec<_> = ins.iter().map(|(i, h)| (*i, t(DataType::Float32, &shape, &h.to_f64_vec()))).collect();
-            assert_close(&run_op("UnaryGrad", attrs, &ins32)[0].to_f64_vec(), &want, 1e-4);
+        for (def, _) in super::super::unary::GRAD_KERNELS {
+            let op = def.op_type();
+            let mut ir = Ir::new();
+            let main = ir.main_graph_id();
+            let xin = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float64, shape)).unwrap();
+            let id = ir.create_op(main, *def, Attributes::new(), &[(0, xin)], "f").unwrap();
+            let from_y = match def.grad(ir.main_graph().op(id).unwrap()) {
+                GradRule::Ops(specs) => specs[0].inputs.iter().any(|(_, s)| matches!(s, GradSource::FwdOutput(_))),
+                other => panic!("{op}: unexpected grad rule {other:?}"),
+            };
+            for sign in [1.0, -1.0] {
+                let x: Vec<f64> = rng.vec(6, 0.2, 2.0).into_iter().map(|v| sign * v).collect();
+                let none = Attributes::new();
+                let y = fwd(op, &none, &[(0, f64s(&shape, &x))]);
+                if y.iter().any(|v| !v.is_finite()) {
+                    continue; // outside the op's domain (log, sqrt of negatives)
+                }
+                let w = rng.vec(6, -1.0, 1.0);
+                let want = numeric_grad(&x, 1e-6, |x| {
+                    fwd(op, &none, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(a, b)| a * b).sum()
+                });
+                let attrs = Attributes::new().with("func", AttrValue::Str(op.into()));
+                let v = if from_y { (2, f64s(&shape, &y)) } else { (1, f64s(&shape, &x)) };
+                let ins = [(0, f64s(&shape, &w)), v];
+                let got = run_op("UnaryGrad", attrs.clone(), &ins)[0].to_f64_vec();
+                assert_close(&got, &want, 1e-7);
+                let ins32: Vec<_> =
+                    ins.iter().map(|(i, h)| (*i, t(DataType::Float32, &shape, &h.to_f64_vec()))).collect();
+                assert_close(&run_op("UnaryGrad", attrs, &ins32)[0].to_f64_vec(), &want, 1e-4);
+            }
         }
     }
 

@@ -14,8 +14,10 @@ use half::f16;
 use popart_ir::ops::broadcast_shapes;
 
 use super::common::{slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types};
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use crate::cpu::team;
+use popart_ir::ops::all as ir;
 use std::ops::Range;
 
 /// Multiply-adds from which one GEMM call is split over the worker team.
@@ -311,7 +313,7 @@ fn batch_pairs(ob: &[usize], ab: &[usize], bb: &[usize]) -> Option<Vec<(usize, u
 /// Build `MatMul`, `MatMulLhsGrad`, `MatMulRhsGrad` and `ScaledAddMatMulRhsGradInplace`
 /// (the rhs gradient accumulated into input 2, which output 0 aliases).
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
-    let update = if spec.op_type == "ScaledAddMatMulRhsGradInplace" {
+    let update = if spec.is::<ir::ScaledAddMatMulRhsGradInplace>() {
         let attr =
             |key: &str| spec.attrs.float(key).ok_or_else(|| spec.error(format!("missing float attribute `{key}`")));
         if !spec.input(2)?.dtype().is_floating_point() {
@@ -321,7 +323,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     } else {
         None
     };
-    let fwd = spec.op_type == "MatMul";
+    let fwd = spec.is::<ir::MatMul>();
     let (a, b) = if fwd { (spec.input(0)?, spec.input(1)?) } else { (spec.input(1)?, spec.input(2)?) };
     let g = if fwd { None } else { Some(spec.input(0)?) };
     let y = spec.output(0)?;
@@ -349,7 +351,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (want_y, g_ok) = match g {
         None => (out_shape.clone(), true),
         Some(g) => {
-            let want = if spec.op_type == "MatMulLhsGrad" { a.shape() } else { b.shape() };
+            let want = if spec.is::<ir::MatMulLhsGrad>() { a.shape() } else { b.shape() };
             (want.to_vec(), g.nelms() == out_shape.iter().product::<usize>())
         }
     };
@@ -368,8 +370,8 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         }
         !std::mem::replace(&mut seen[idx], true)
     };
-    let plan = match spec.op_type {
-        "MatMul" => {
+    let plan = match () {
+        _ if spec.is::<ir::MatMul>() => {
             let (m_eff, jobs) = if rhs_unbatched {
                 (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
             } else {
@@ -393,7 +395,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 out_len: y.nelms(),
             }
         }
-        "MatMulLhsGrad" => {
+        _ if spec.is::<ir::MatMulLhsGrad>() => {
             // dA[m, k] = g[m, n] @ bᵀ[n, k]; bᵀ(p, j) = b[j, p].
             let g = g.expect("grad op");
             let (m_eff, jobs) = if rhs_unbatched {
@@ -449,7 +451,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let zero_fill = plan.k == 0 || plan.jobs.is_empty() || nb == 0;
     let empty = plan.m == 0 || plan.n == 0;
-    let jobs_independent = plan.jobs.iter().all(|j| !j.accumulate) && spec.op_type == "MatMul";
+    let jobs_independent = plan.jobs.iter().all(|j| !j.accumulate) && spec.is::<ir::MatMul>();
     macro_rules! kernel {
         ($t:ty) => {{
             let mut plan = plan;
@@ -470,6 +472,14 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         _ => with_num!(dt, T => kernel!(T), _ => Err(spec.unsupported_dtype(dt))),
     }
 }
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::MatMul, build),
+    (&ir::MatMulLhsGrad, build),
+    (&ir::MatMulRhsGrad, build),
+    (&ir::ScaledAddMatMulRhsGradInplace, build),
+];
 
 #[cfg(test)]
 mod tests {

@@ -32,18 +32,13 @@
 //!   call for large products.
 //!
 //! ```
-//! use popart_ir::{Attributes, DataType, TensorInfo};
+//! use popart_ir::{ops::all::Add, Attributes, DataType, TensorInfo};
 //! use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
 //! use popxl_session::cpu::kernels::build_kernel;
 //!
 //! let info = TensorInfo::new(DataType::Float32, [3]);
 //! let attrs = Attributes::new();
-//! let spec = KernelSpec {
-//!     op_type: "Add",
-//!     attrs: &attrs,
-//!     inputs: vec![(0, info.clone()), (1, info.clone())],
-//!     outputs: vec![(0, info)],
-//! };
+//! let spec = KernelSpec { def: &Add, attrs: &attrs, inputs: vec![(0, info.clone()), (1, info.clone())], outputs: vec![(0, info)] };
 //! let kernel = build_kernel(&spec).unwrap();
 //! let (a, b, mut y) = ([1f32, 2.0, 3.0], [10f32, 20.0, 30.0], [0f32; 3]);
 //! let inputs = [a.as_ptr() as *const u8, b.as_ptr() as *const u8];
@@ -67,52 +62,80 @@ mod var_update;
 #[cfg(test)]
 mod testutil;
 
-use super::kernel::{Kernel, KernelError, KernelSpec};
+use std::sync::{OnceLock, RwLock};
 
-/// Op types the executor implements itself (host transfers and control flow).
-pub const EXECUTOR_OPS: &[&str] = &["HostLoad", "HostStore", "Call", "Repeat", "If"];
+use popart_ir::{OpDef, OpDefId};
 
-/// Build the kernel of one op, specialised for its attributes and tensor infos.
+use super::kernel::{Kernel, KernelBuilder, KernelError, KernelSpec};
+
+/// One builtin kernel table entry: the op's definition and its builder.
+pub(crate) type KernelEntry = (&'static dyn OpDef, KernelBuilder);
+
+type Registry = RwLock<std::collections::HashMap<OpDefId, KernelBuilder>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let tables: [&[KernelEntry]; 11] = [
+            unary::TABLE,
+            unary::KERNELS,
+            binary::TABLE,
+            binary::KERNELS,
+            matmul::KERNELS,
+            reduce::KERNELS,
+            nn::KERNELS,
+            shape::KERNELS,
+            var_update::KERNELS,
+            random::KERNELS,
+            grad::KERNELS,
+        ];
+        let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
+        RwLock::new(map)
+    })
+}
+
+/// Register the `cpu` kernel builder of an op type, by its definition (custom ops
+/// call this once, next to `popart_ir::register_op`). Replaces an earlier builder
+/// of the same op type.
+pub fn register_kernel(def: &'static dyn OpDef, builder: KernelBuilder) {
+    registry().write().unwrap_or_else(|e| e.into_inner()).insert(def.id(), builder);
+}
+
+/// The builder registered for an op type, if any.
+pub fn kernel_builder(def: &'static dyn OpDef) -> Option<KernelBuilder> {
+    registry().read().unwrap_or_else(|e| e.into_inner()).get(&def.id()).copied()
+}
+
+/// Build the kernel of one op, specialised for its attributes and tensor infos,
+/// with the builder registered for its definition.
 ///
-/// Covers every computing op type of the `popart_ir::ops` catalogue. Errors name
-/// the op type and what is unsupported: an unknown op type, an executor op
-/// ([`EXECUTOR_OPS`]), an unsupported dtype or inconsistent infos/attributes.
+/// Errors name the op type and what is unsupported: no kernel registered (host
+/// transfers and control flow are run by the executor itself, not by kernels), an
+/// unsupported dtype, or inconsistent infos/attributes.
 pub fn build_kernel(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
-    use common::SpecExt;
-    match spec.op_type {
-        "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Gelu" | "Tanh" | "Sigmoid" | "Sin" | "Cos" | "Sign"
-        | "Floor" | "Ceil" | "Identity" | "Detach" | "Cast" | "Reshape" | "Squeeze" | "ReshapeGrad" => {
-            unary::build(spec)
-        }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Maximum" | "Minimum" | "Greater" | "Less" | "Equal" | "Where" => {
-            binary::build(spec)
-        }
-        "MatMul" | "MatMulLhsGrad" | "MatMulRhsGrad" | "ScaledAddMatMulRhsGradInplace" => matmul::build(spec),
-        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceToShape" => reduce::build(spec),
-        "Softmax" | "NllLoss" | "NllLossWithSoftmaxGrad" | "SoftmaxGrad" | "NllLossGrad" => nn::build(spec),
-        "Transpose" | "Slice" | "Concat" | "Gather" | "SliceGrad" | "GatherGrad" | "ConcatGrad" => shape::build(spec),
-        "AddInplace" | "Accumulate" | "ScaledAddInplace" | "CopyVarUpdate" => var_update::build(spec),
-        "RandomUniform" | "RandomNormal" | "Dropout" => random::build(spec),
-        "UnaryGrad" | "BinaryGrad" | "WhereGrad" | "ReduceGrad" | "Sum" | "Init" => grad::build(spec),
-        op if EXECUTOR_OPS.contains(&op) => {
-            Err(spec.error("handled by the executor (host transfer or control flow), not by a kernel"))
-        }
-        _ => Err(spec.error("unknown op type")),
+    match kernel_builder(spec.def) {
+        Some(build) => build(spec),
+        None => Err(common::SpecExt::error(spec, "no cpu kernel is registered for this op type")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use popart_ir::Attributes;
+    use popart_ir::{lookup_op, Attributes, OpFlags};
+
+    fn spec<'a>(op: &str, attrs: &'a Attributes, inputs: Io, outputs: Io) -> KernelSpec<'a> {
+        KernelSpec { def: lookup_op(op).unwrap(), attrs, inputs, outputs }
+    }
+    type Io = Vec<(u32, popart_ir::TensorInfo)>;
 
     #[test]
-    fn executor_and_unknown_ops_are_errors() {
+    fn executor_ops_have_no_kernel() {
         let attrs = Attributes::new();
-        for op in EXECUTOR_OPS.iter().copied().chain(["NoSuchOp"]) {
-            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs: vec![], outputs: vec![] };
-            let err = build_kernel(&spec).err().expect("must fail");
+        for op in ["HostLoad", "HostStore", "Call", "Repeat", "If"] {
+            let err = build_kernel(&spec(op, &attrs, vec![], vec![])).err().expect("must fail");
             assert_eq!(err.op_type, op);
+            assert!(err.reason.contains("no cpu kernel is registered"), "{err}");
         }
     }
 
@@ -122,7 +145,6 @@ mod tests {
         let attrs = Attributes::new();
         let f = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
         let i = |s: &[usize]| TensorInfo::new(DataType::Int32, s);
-        type Io = Vec<(u32, TensorInfo)>;
         let cases: Vec<(&str, Io, Io)> = vec![
             ("Add", vec![(0, f(&[2])), (1, i(&[2]))], vec![(0, f(&[2]))]),
             ("Add", vec![(0, f(&[2])), (1, f(&[3]))], vec![(0, f(&[3]))]),
@@ -133,26 +155,23 @@ mod tests {
             ("Add", vec![(0, f(&[2]))], vec![(0, f(&[2]))]),
         ];
         for (op, inputs, outputs) in cases {
-            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs, outputs };
-            let err = build_kernel(&spec).err().unwrap_or_else(|| panic!("{op} must fail"));
+            let err =
+                build_kernel(&spec(op, &attrs, inputs, outputs)).err().unwrap_or_else(|| panic!("{op} must fail"));
             assert_eq!(err.op_type, op);
             assert!(!err.reason.is_empty());
         }
     }
 
     #[test]
-    fn every_computing_catalogue_op_has_a_kernel_path() {
-        // Build-time coverage: every registered builtin op type other than the
-        // executor's must be routed to a family (errors here would say "unknown").
-        let attrs = Attributes::new();
-        for op in popart_ir::registered_op_types() {
-            if EXECUTOR_OPS.contains(&op) || op.contains('.') {
+    fn every_computing_builtin_op_has_a_kernel() {
+        // Every builtin op type other than those the executor runs itself (host
+        // transfers, subgraph calls) has a registered kernel builder.
+        for def in popart_ir::registered_ops() {
+            let flags = def.flags(&Attributes::new());
+            if flags.intersects(OpFlags::HOST_IO | OpFlags::SUBGRAPH) || def.op_type().contains('.') {
                 continue;
             }
-            let spec = KernelSpec { op_type: op, attrs: &attrs, inputs: vec![], outputs: vec![] };
-            if let Err(e) = build_kernel(&spec) {
-                assert_ne!(e.reason, "unknown op type", "{op} has no kernel");
-            }
+            assert!(kernel_builder(def).is_some(), "{} has no kernel", def.op_type());
         }
     }
 }

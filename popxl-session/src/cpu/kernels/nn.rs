@@ -11,7 +11,9 @@ use super::common::{
     boxed, f16_adapter, has_f16, norm_axis, par_split, slice, slice_mut, with_float, with_index, BuildResult, Float,
     IndexElem, SendPtr, SpecExt, Types, PAR_MIN_ELEMS,
 };
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use popart_ir::ops::all as ir;
 
 /// `[outer, len, inner]` view of a tensor around `axis`.
 #[derive(Clone, Copy, Debug)]
@@ -280,9 +282,9 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build);
     }
-    match spec.op_type {
-        "Softmax" | "SoftmaxGrad" => {
-            let x = spec.input(if spec.op_type == "Softmax" { 0 } else { 1 })?;
+    match () {
+        _ if spec.is::<ir::Softmax>() || spec.is::<ir::SoftmaxGrad>() => {
+            let x = spec.input(if spec.is::<ir::Softmax>() { 0 } else { 1 })?;
             let y = spec.output(0)?;
             if y.info != x.info {
                 return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
@@ -293,7 +295,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let axis = norm_axis(spec, spec.attr_int_or("axis", -1), x.info.rank())?;
             let view = AxisView::new(x.shape(), axis);
             let dt = x.dtype();
-            if spec.op_type == "Softmax" {
+            if spec.is::<ir::Softmax>() {
                 with_float!(dt, T => boxed(Softmax::<T> { view, _t: Types::default() }),
                     _ => Err(spec.unsupported_dtype(dt)))
             } else {
@@ -306,7 +308,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     _ => Err(spec.unsupported_dtype(dt)))
             }
         }
-        "NllLoss" | "NllLossWithSoftmaxGrad" => {
+        _ if spec.is::<ir::NllLoss>() || spec.is::<ir::NllLossWithSoftmaxGrad>() => {
             let nll = Nll::from_spec(spec, 0, 1)?;
             let (p, l) = (spec.input(0)?, spec.input(1)?);
             let bad_labels = || spec.error(format!("labels must be integers, got {}", l.dtype()));
@@ -317,7 +319,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if spec.output(0)?.dtype() != dt {
                 return Err(spec.error("loss dtype must equal probs dtype"));
             }
-            if spec.op_type == "NllLoss" {
+            if spec.is::<ir::NllLoss>() {
                 with_float!(dt, T => with_index!(l.dtype(), L => boxed(NllLoss::<T, L> { nll, _t: Types::default() }),
                     _ => Err(bad_labels())),
                     _ => Err(spec.unsupported_dtype(dt)))
@@ -336,7 +338,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     _ => Err(spec.unsupported_dtype(dt)))
             }
         }
-        "NllLossGrad" => {
+        _ if spec.is::<ir::NllLossGrad>() => {
             let nll = Nll::from_spec(spec, 1, 2)?;
             let (g, p, l) = (spec.input(0)?, spec.input(1)?, spec.input(2)?);
             let bad_labels = || spec.error(format!("labels must be integers, got {}", l.dtype()));
@@ -354,9 +356,18 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 _ => Err(bad_labels())),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
-        other => Err(spec.error(format!("`{other}` is not an nn op"))),
+        _ => Err(spec.error(format!("`{}` is not an nn op", spec.op_type()))),
     }
 }
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::Softmax, build),
+    (&ir::NllLoss, build),
+    (&ir::NllLossWithSoftmaxGrad, build),
+    (&ir::SoftmaxGrad, build),
+    (&ir::NllLossGrad, build),
+];
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,9 @@
 use super::common::{
     boxed, f16_adapter, has_f16, par_range, slice, slice_mut, with_float, BuildResult, Float, SendPtr, SpecExt, Types,
 };
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use popart_ir::ops::all as ir;
 use popart_ir::DataType;
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -140,7 +142,7 @@ impl<T: Float> Kernel for DropoutKernel<T> {
 
 /// Build the random kernels.
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
-    let seed_index = if spec.op_type == "Dropout" { 1 } else { 0 };
+    let seed_index = if spec.is::<ir::Dropout>() { 1 } else { 0 };
     let seed = spec.input(seed_index)?;
     if seed.dtype() != DataType::Uint32 || seed.shape() != [2] {
         return Err(spec.error(format!("the seed must be uint32[2], got {}", seed.info)));
@@ -150,9 +152,9 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     }
     let y = spec.output(0)?;
     let (dt, n) = (y.dtype(), y.nelms());
-    match spec.op_type {
-        "RandomUniform" | "RandomNormal" => {
-            let dist = if spec.op_type == "RandomUniform" {
+    match () {
+        _ if spec.is::<ir::RandomUniform>() || spec.is::<ir::RandomNormal>() => {
+            let dist = if spec.is::<ir::RandomUniform>() {
                 Dist::Uniform { low: spec.attr_float_or("low", 0.0), high: spec.attr_float_or("high", 1.0) }
             } else {
                 Dist::Normal { mean: spec.attr_float_or("mean", 0.0), std: spec.attr_float_or("std", 1.0) }
@@ -161,7 +163,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             with_float!(dt, T => boxed(RandomKernel::<T> { n, dist, seed, _t: Types::default() }),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
-        "Dropout" => {
+        _ if spec.is::<ir::Dropout>() => {
             let x = spec.input(0)?;
             if x.info != y.info {
                 return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
@@ -174,9 +176,13 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             with_float!(dt, T => boxed(DropoutKernel::<T> { n, p, pos, _t: Types::default() }),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
-        other => Err(spec.error(format!("`{other}` is not a random op"))),
+        _ => Err(spec.error(format!("`{}` is not a random op", spec.op_type()))),
     }
 }
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] =
+    &[(&ir::RandomUniform, build), (&ir::RandomNormal, build), (&ir::Dropout, build)];
 
 #[cfg(test)]
 mod tests {
@@ -189,7 +195,7 @@ mod tests {
 
     fn rand_attrs(op: &str, n: usize, dtype: DataType) -> Attributes {
         let a = Attributes::new().with("shape", AttrValue::Ints(vec![n as i64])).with("dtype", AttrValue::DType(dtype));
-        if op == "RandomUniform" {
+        if op.ends_with("Uniform") {
             a.with("low", AttrValue::Float(-2.0)).with("high", AttrValue::Float(3.0))
         } else {
             a.with("mean", AttrValue::Float(1.5)).with("std", AttrValue::Float(0.5))

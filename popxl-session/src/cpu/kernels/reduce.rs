@@ -10,8 +10,10 @@ use super::common::{
     f16_adapter, has_f16, norm_axes, par_split, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr,
     SpecExt, Types, PAR_MIN_ELEMS,
 };
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use crate::cpu::team;
+use popart_ir::ops::all as ir;
 
 /// How values combine. Implemented by zero-sized reducer types.
 pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
@@ -245,7 +247,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build);
     }
-    let kept: Vec<usize> = if spec.op_type == "ReduceToShape" {
+    let kept: Vec<usize> = if spec.is::<ir::ReduceToShape>() {
         y.shape().to_vec()
     } else {
         let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
@@ -261,14 +263,23 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 _ => Err(spec.unsupported_dtype(dt)))
         };
     }
-    match spec.op_type {
-        "ReduceSum" | "ReduceToShape" => red!(SumR),
-        "ReduceMean" => red!(MeanR),
-        "ReduceMax" => red!(MaxR),
-        "ReduceMin" => red!(MinR),
-        other => Err(spec.error(format!("`{other}` is not a reduction"))),
+    match () {
+        _ if spec.is::<ir::ReduceSum>() || spec.is::<ir::ReduceToShape>() => red!(SumR),
+        _ if spec.is::<ir::ReduceMean>() => red!(MeanR),
+        _ if spec.is::<ir::ReduceMax>() => red!(MaxR),
+        _ if spec.is::<ir::ReduceMin>() => red!(MinR),
+        _ => Err(spec.error(format!("`{}` is not a reduction", spec.op_type()))),
     }
 }
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::ReduceSum, build),
+    (&ir::ReduceMean, build),
+    (&ir::ReduceMax, build),
+    (&ir::ReduceMin, build),
+    (&ir::ReduceToShape, build),
+];
 
 #[cfg(test)]
 mod tests {
@@ -295,10 +306,10 @@ mod tests {
             acc[o].push(v);
         }
         acc.iter()
-            .map(|vs| match op {
-                "ReduceSum" => vs.iter().sum(),
-                "ReduceMean" => vs.iter().sum::<f64>() / vs.len() as f64,
-                "ReduceMax" => vs.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+            .map(|vs| match op.strip_prefix("Reduce") {
+                Some("Sum") => vs.iter().sum(),
+                Some("Mean") => vs.iter().sum::<f64>() / vs.len() as f64,
+                Some("Max") => vs.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
                 _ => vs.iter().cloned().fold(f64::INFINITY, f64::min),
             })
             .collect()

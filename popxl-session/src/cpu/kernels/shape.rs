@@ -10,7 +10,9 @@ use super::common::{
     boxed, f16_adapter, has_f16, norm_axis, par_range, slice, slice_mut, with_bits, with_index, with_num, BuildResult,
     IndexElem, Num, SendPtr, SpecExt, Types, MAX_RANK,
 };
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use popart_ir::ops::all as ir;
 
 /// A strided view of a source tensor, enumerated in row-major order of `dims`.
 #[derive(Clone, Debug)]
@@ -317,8 +319,8 @@ impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
 /// Build the kernels of this family.
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     spec.output(0)?;
-    match spec.op_type {
-        "Transpose" => {
+    match () {
+        _ if spec.is::<ir::Transpose>() => {
             let x = spec.input(0)?;
             let rank = x.info.rank();
             let perm: Vec<usize> = match spec.attrs.ints("perm") {
@@ -337,13 +339,13 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let view = Strided::new(&dims, &strides, 0).ok_or_else(|| spec.error("rank too large"))?;
             with_bits!(x.dtype(), E => boxed(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }))
         }
-        "Slice" => {
+        _ if spec.is::<ir::Slice>() => {
             let x = spec.input(0)?;
             let (view, dims) = slice_view(spec, x.shape())?;
             check_out(spec, &dims, x.dtype())?;
             with_bits!(x.dtype(), E => boxed(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }))
         }
-        "SliceGrad" => {
+        _ if spec.is::<ir::SliceGrad>() => {
             let (g, x) = (spec.input(0)?, spec.input(1)?);
             let (view, dims) = slice_view(spec, x.shape())?;
             if g.shape() != dims.as_slice() || g.dtype() != x.dtype() {
@@ -353,7 +355,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let out_len = x.nelms();
             with_bits!(x.dtype(), E => boxed(StridedScatter::<E> { view, out_len, src: g.pos, _t: Types::default() }))
         }
-        "Concat" => {
+        _ if spec.is::<ir::Concat>() => {
             let first = spec.input(0)?;
             let rank = first.info.rank();
             let axis = norm_axis(spec, spec.attr_int_or("axis", 0), rank)?;
@@ -379,7 +381,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let row = off;
             with_bits!(first.dtype(), E => boxed(ConcatKernel::<E> { outer, row, parts, _t: Types::default() }))
         }
-        "ConcatGrad" => {
+        _ if spec.is::<ir::ConcatGrad>() => {
             let g = spec.input(0)?;
             let rank = g.info.rank();
             let axis = norm_axis(spec, spec.attr_int_or("axis", 0), rank)?;
@@ -408,8 +410,8 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             with_bits!(g.dtype(), E =>
                 boxed(ConcatGradKernel::<E> { outer, g_row, off, len, src, _t: Types::default() }))
         }
-        "Gather" | "GatherGrad" => {
-            let grad = spec.op_type == "GatherGrad";
+        _ if spec.is::<ir::Gather>() || spec.is::<ir::GatherGrad>() => {
+            let grad = spec.is::<ir::GatherGrad>();
             let (data, idx) = if grad { (spec.input(2)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
             let rank = data.info.rank();
             if rank == 0 {
@@ -446,7 +448,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 boxed(GatherGradKernel::<T, I> { d, pos, _t: Types::default() }), _ => Err(bad_idx())),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
-        other => Err(spec.error(format!("`{other}` is not a shape op"))),
+        _ => Err(spec.error(format!("`{}` is not a shape op", spec.op_type()))),
     }
 }
 
@@ -458,6 +460,17 @@ fn check_out(spec: &KernelSpec<'_>, shape: &[usize], dtype: popart_ir::DataType)
     }
     Ok(())
 }
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::Transpose, build),
+    (&ir::Slice, build),
+    (&ir::Concat, build),
+    (&ir::Gather, build),
+    (&ir::SliceGrad, build),
+    (&ir::GatherGrad, build),
+    (&ir::ConcatGrad, build),
+];
 
 #[cfg(test)]
 mod tests {

@@ -57,7 +57,7 @@ pub(crate) fn run_with_outputs(
     out_infos: &[TensorInfo],
 ) -> Vec<HostTensor> {
     let spec = KernelSpec {
-        op_type,
+        def: lookup_op(op_type).unwrap(),
         attrs,
         inputs: inputs.iter().map(|(i, t)| (*i, t.info.clone())).collect(),
         outputs: out_infos.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),

@@ -1,13 +1,20 @@
-//! Elementwise unary kernels (`Neg` ... `Ceil`), copies (`Identity`, `Detach`,
-//! `Reshape`, `Squeeze`) and `Cast` between every pair of dtypes.
+//! Elementwise unary kernels (`Neg` ... `Gelu`) and their derivatives (the
+//! `UnaryGrad` of each), copies (`Identity`, `Detach`, `Reshape`, `Squeeze`,
+//! `ReshapeGrad`) and `Cast` between every pair of dtypes.
+//!
+//! Adding an elementwise unary op here is one line of [`unary_ops!`]: its scalar
+//! function (and derivative, if it has a gradient) and its cost.
 
 use half::f16;
+use popart_ir::ops::all as ir;
 use popart_ir::DataType;
 
+use super::binary::{Binary, Map2};
 use super::common::{
     f16_adapter, has_avx512, has_f16, par_range, par_range_cost, slice, slice_mut, wide_simd, with_any, with_float,
     with_num, Bool8, BuildResult, Float, Num, SendPtr, SpecExt, Types,
 };
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 
 /// A scalar function applied elementwise; implemented by zero-sized op types.
@@ -53,33 +60,62 @@ impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
     }
 }
 
-macro_rules! map_num {
-    ($($name:ident: |$x:ident| $e:expr;)*) => {$(
-        pub(crate) struct $name;
-        impl<T: Num> Map1<T> for $name {
-            #[inline(always)]
-            fn f($x: T) -> T { $e }
+/// The elementwise unary op table. Each line:
+/// `Op [cost]: num|float |x| forward, grad [cost] |g, x_or_y| g times the derivative;`
+/// - `Op` is the op type of `popart_ir::ops::unary`; `num` ops also run on integers;
+/// - `[cost]` is the work per element relative to an add (threads start 16x earlier
+///   for a cost of 16), default 1;
+/// - `grad`: the `UnaryGrad` kernel, from the forward input `x` or output `y`
+///   (whichever the IR op's grad rule connects: name the parameter after it);
+///   absent for ops without `UnaryGrad`.
+///
+/// It defines the scalar maps, [`KERNELS`] (forward) and [`GRAD_KERNELS`] (the
+/// `UnaryGrad` kernel of each op, keyed by the forward op).
+macro_rules! unary_ops {
+    ($($op:ident $([$cost:expr])?: $kind:ident |$x:ident| $e:expr $(, grad $([$gcost:expr])? |$g:ident, $v:ident| $ge:expr)?;)*) => {
+        /// Forward scalar maps, one per op type.
+        mod fwd {
+            use super::*;
+            $(
+                pub(crate) struct $op;
+                unary_ops!(@impl $kind $op [$($cost)?] |$x| $e);
+            )*
         }
-    )*};
-}
-macro_rules! map_float {
-    ($($name:ident $([$cost:expr])?: |$x:ident| $e:expr;)*) => {$(
-        pub(crate) struct $name;
-        impl<T: Float> Map1<T> for $name {
+        /// Derivative maps `(g, x or y) -> dx`, one per differentiable op type.
+        mod derivative {
+            use super::*;
+            $($(
+                #[allow(unused_variables)]
+                pub(crate) struct $op;
+                impl<T: Float> Map2<T, T> for $op {
+                    const COST: usize = { let _c = 1; $(let _c = $gcost;)? _c };
+                    #[inline(always)]
+                    fn f($g: T, $v: T) -> T { $ge }
+                }
+            )?)*
+        }
+        /// Forward kernels of the elementwise unary ops.
+        pub(crate) const TABLE: &[KernelEntry] = &[$((&ir::$op, unary_ops!(@build $kind $op)),)*];
+        /// `UnaryGrad` kernels, keyed by the forward op they differentiate.
+        pub(crate) const GRAD_KERNELS: &[KernelEntry] = &[$($(unary_ops!(@grad $op $ge),)?)*];
+    };
+    (@impl num $op:ident [$($cost:expr)?] |$x:ident| $e:expr) => {
+        impl<T: Num> Map1<T> for $op {
             const COST: usize = { let _c = 1; $(let _c = $cost;)? _c };
             #[inline(always)]
             fn f($x: T) -> T { $e }
         }
-    )*};
-}
-
-map_num! {
-    NegOp: |x| x.neg();
-    AbsOp: |x| x.abs();
-    ReluOp: |x| if x > T::ZERO { x } else { T::ZERO };
-    SignOp: |x| x.signum();
-    FloorOp: |x| x.floor();
-    CeilOp: |x| x.ceil();
+    };
+    (@impl float $op:ident [$($cost:expr)?] |$x:ident| $e:expr) => {
+        impl<T: Float> Map1<T> for $op {
+            const COST: usize = { let _c = 1; $(let _c = $cost;)? _c };
+            #[inline(always)]
+            fn f($x: T) -> T { $e }
+        }
+    };
+    (@grad $op:ident $ge:expr) => { (&ir::$op, build_grad::<derivative::$op>) };
+    (@build num $op:ident) => { build_num::<fwd::$op> };
+    (@build float $op:ident) => { build_float::<fwd::$op> };
 }
 
 /// `sqrt(2/pi)`, the GELU tanh-approximation constant.
@@ -87,21 +123,45 @@ pub(crate) const GELU_C: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of the GELU tanh approximation.
 pub(crate) const GELU_A: f64 = 0.044_715;
 
-// `[cost]`: work per element relative to an add (decides when to use threads).
-map_float! {
-    ExpOp[16]: |x| x.exp();
-    LogOp[16]: |x| x.ln();
-    SqrtOp[4]: |x| x.sqrt();
-    TanhOp[16]: |x| x.tanh();
-    SinOp[16]: |x| x.sin();
-    CosOp[16]: |x| x.cos();
-    SigmoidOp[8]: |x| T::ONE / (T::ONE + (-x).fast_exp());
+// Derivatives read the forward input (x) or output (y), whichever gives the
+// cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), ...
+unary_ops! {
+    Neg: num |x| x.neg();
+    Abs: num |x| x.abs(), grad |g, x| g * x.signum();
+    Relu: num |x| if x > T::ZERO { x } else { T::ZERO }, grad |g, y| if y > T::ZERO { g } else { T::ZERO };
+    Sign: num |x| x.signum();
+    Floor: num |x| x.floor();
+    Ceil: num |x| x.ceil();
+    Exp[16]: float |x| x.exp(), grad |g, y| g * y;
+    Log[16]: float |x| x.ln(), grad [4] |g, x| g / x;
+    Sqrt[4]: float |x| x.sqrt(), grad [4] |g, y| g / (T::from_f64(2.0) * y);
+    Tanh[16]: float |x| x.tanh(), grad |g, y| g * (T::ONE - y * y);
+    Sin[16]: float |x| x.sin(), grad [16] |g, x| g * x.cos();
+    Cos[16]: float |x| x.cos(), grad [16] |g, x| -(g * x.sin());
+    Sigmoid[8]: float |x| T::ONE / (T::ONE + (-x).fast_exp()), grad |g, y| g * y * (T::ONE - y);
     // 0.5 x (1 + tanh(u)) = x · sigmoid(2u): no cancellation, and a vectorisable exp.
-    GeluOp[16]: |x| {
+    // gelu' = s + 2 x s (1 - s) u' with s = sigmoid(2u), u = c (x + a x³).
+    Gelu[16]: float |x| {
         let u = T::from_f64(GELU_C) * (x + T::from_f64(GELU_A) * x * x * x);
         x / (T::ONE + (T::from_f64(-2.0) * u).fast_exp())
+    }, grad [16] |g, x| {
+        let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
+        let u = c * (x + a * x * x * x);
+        let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp());
+        let du = c * (T::ONE + T::from_f64(3.0) * a * x * x);
+        g * (s + T::from_f64(2.0) * x * s * (T::ONE - s) * du)
     };
 }
+
+/// Every kernel of this file: the unary table, copies and casts.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::Identity, build_copy),
+    (&ir::Detach, build_copy),
+    (&ir::Reshape, build_copy),
+    (&ir::Squeeze, build_copy),
+    (&ir::ReshapeGrad, build_copy),
+    (&ir::Cast, build_cast),
+];
 
 /// Byte copy of a whole buffer (`Identity`, `Detach`, `Reshape`, `Squeeze`,
 /// `ReshapeGrad`, `CopyVarUpdate`).
@@ -121,55 +181,87 @@ impl Kernel for CopyKernel {
     }
 }
 
-/// Build a same-type unary op.
-pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+/// A view op run as a copy (when lowering could not share the buffer).
+fn build_copy(spec: &KernelSpec<'_>) -> BuildResult {
     let x = spec.input(0)?;
-    let n = x.nelms();
-    let dt = x.dtype();
-    match spec.op_type {
-        "Identity" | "Detach" | "Reshape" | "Squeeze" | "ReshapeGrad" => {
-            let y = spec.output(0)?;
-            if y.info.nbytes() != x.info.nbytes() {
-                return Err(spec.error(format!("output {} does not hold the input {}", y.info, x.info)));
-            }
-            return Ok(Box::new(CopyKernel { nbytes: x.info.nbytes(), src: x.pos }));
-        }
-        "Cast" => return build_cast(spec),
-        _ => {}
+    let y = spec.output(0)?;
+    if y.info.nbytes() != x.info.nbytes() {
+        return Err(spec.error(format!("output {} does not hold the input {}", y.info, x.info)));
     }
+    Ok(Box::new(CopyKernel { nbytes: x.info.nbytes(), src: x.pos }))
+}
+
+/// Checks shared by the same-type unary builders: one input, output of the same info.
+fn same_info(spec: &KernelSpec<'_>) -> Result<(usize, DataType), crate::cpu::kernel::KernelError> {
+    let x = spec.input(0)?;
     if spec.output(0)?.info != x.info {
         return Err(spec.error(format!("output {} differs from input {}", spec.output(0)?.info, x.info)));
     }
+    Ok((x.nelms(), x.dtype()))
+}
+
+/// A map defined for every numeric type (`num` lines of the table).
+trait NumMap:
+    Map1<i8> + Map1<i16> + Map1<i32> + Map1<i64> + Map1<u8> + Map1<u16> + Map1<u32> + Map1<u64> + Map1<f32> + Map1<f64>
+{
+}
+impl<F> NumMap for F where
+    F: Map1<i8>
+        + Map1<i16>
+        + Map1<i32>
+        + Map1<i64>
+        + Map1<u8>
+        + Map1<u16>
+        + Map1<u32>
+        + Map1<u64>
+        + Map1<f32>
+        + Map1<f64>
+{
+}
+
+/// A unary map defined for every numeric type.
+fn build_num<F: NumMap>(spec: &KernelSpec<'_>) -> BuildResult {
+    let (n, dt) = same_info(spec)?;
     if dt == DataType::Float16 || has_f16(spec) {
-        return f16_adapter(spec, false, build);
+        return f16_adapter(spec, false, build_num::<F>);
     }
-    macro_rules! num {
-        ($op:ty) => {
-            with_num!(dt, T => Ok(Unary::<T, $op>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
-        };
+    with_num!(dt, T => Ok(Unary::<T, F>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// A unary map defined for floating point types.
+fn build_float<F: Map1<f32> + Map1<f64>>(spec: &KernelSpec<'_>) -> BuildResult {
+    let (n, dt) = same_info(spec)?;
+    if dt == DataType::Float16 || has_f16(spec) {
+        return f16_adapter(spec, false, build_float::<F>);
     }
-    macro_rules! float {
-        ($op:ty) => {
-            with_float!(dt, T => Ok(Unary::<T, $op>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
-        };
+    with_float!(dt, T => Ok(Unary::<T, F>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// `UnaryGrad(g, x | y)`: `D(g, v)` elementwise, `v` the connected forward tensor.
+fn build_grad<D: Map2<f32, f32> + Map2<f64, f64>>(spec: &KernelSpec<'_>) -> BuildResult {
+    if has_f16(spec) {
+        return f16_adapter(spec, false, build_grad::<D>);
     }
-    match spec.op_type {
-        "Neg" => num!(NegOp),
-        "Abs" => num!(AbsOp),
-        "Relu" => num!(ReluOp),
-        "Sign" => num!(SignOp),
-        "Floor" => num!(FloorOp),
-        "Ceil" => num!(CeilOp),
-        "Exp" => float!(ExpOp),
-        "Log" => float!(LogOp),
-        "Sqrt" => float!(SqrtOp),
-        "Tanh" => float!(TanhOp),
-        "Sin" => float!(SinOp),
-        "Cos" => float!(CosOp),
-        "Sigmoid" => float!(SigmoidOp),
-        "Gelu" => float!(GeluOp),
-        other => Err(spec.error(format!("`{other}` is not a unary op"))),
+    let g = spec.input(0)?;
+    let y = spec.output(0)?;
+    let dt = g.dtype();
+    let v = match (spec.opt_input(1), spec.opt_input(2)) {
+        (Some(v), None) | (None, Some(v)) => v,
+        _ => return Err(spec.error("exactly one of the forward input (1) and output (2) must be connected")),
+    };
+    if v.info != g.info || y.info != g.info {
+        return Err(
+            spec.error(format!("gradient {}, forward tensor {} and output {} must match", g.info, v.info, y.info))
+        );
     }
+    let (out, shapes, pos) = (y.shape(), [g.shape(), v.shape()], [g.pos, v.pos]);
+    with_float!(dt, T => Binary::<T, T, D>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// The `UnaryGrad` kernel builder of the unary op type named `func`.
+pub(crate) fn grad_builder(func: &str) -> Option<crate::cpu::kernel::KernelBuilder> {
+    let def = popart_ir::lookup_op(func).ok()?;
+    GRAD_KERNELS.iter().find(|(d, _)| d.id() == def.id()).map(|(_, b)| *b)
 }
 
 // ---------------------------------------------------------------------------

@@ -6,7 +6,9 @@ use super::common::{
     f16_adapter, has_f16, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
 };
 use super::unary::CopyKernel;
+use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use popart_ir::ops::all as ir;
 
 /// Where a scalar coefficient comes from.
 #[derive(Clone, Copy, Debug)]
@@ -108,9 +110,9 @@ fn build_typed<T: Num>(spec: &KernelSpec<'_>) -> BuildResult {
     let (t, x) = (spec.input(0)?, spec.input(1)?);
     let plan = Broadcast::new(t.shape(), [x.shape()])
         .ok_or_else(|| spec.error(format!("update {} does not broadcast to {}", x.info, t.info)))?;
-    let (a, b): (Coef<T>, Coef<T>) = match spec.op_type {
-        "AddInplace" => (Coef::Const(T::ONE), Coef::Const(T::ONE)),
-        "Accumulate" => (Coef::Const(T::ONE), coef(spec, "factor", 2)?),
+    let (a, b): (Coef<T>, Coef<T>) = match () {
+        _ if spec.is::<ir::AddInplace>() => (Coef::Const(T::ONE), Coef::Const(T::ONE)),
+        _ if spec.is::<ir::Accumulate>() => (Coef::Const(T::ONE), coef(spec, "factor", 2)?),
         _ => (coef(spec, "a", 2)?, coef(spec, "b", 3)?),
     };
     let xp = x.pos;
@@ -132,7 +134,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     if t.pos != 0 {
         return Err(spec.error("the updated tensor must be input 0"));
     }
-    if spec.op_type == "CopyVarUpdate" {
+    if spec.is::<ir::CopyVarUpdate>() {
         if x.shape() != t.shape() {
             return Err(spec.error(format!("copy of {} into {}", x.info, t.info)));
         }
@@ -144,6 +146,10 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let dt = t.dtype();
     with_num!(dt, T => build_typed::<T>(spec), _ => Err(spec.unsupported_dtype(dt)))
 }
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] =
+    &[(&ir::AddInplace, build), (&ir::Accumulate, build), (&ir::ScaledAddInplace, build), (&ir::CopyVarUpdate, build)];
 
 #[cfg(test)]
 mod tests {
