@@ -26,14 +26,15 @@ pub enum AttrValue {
 }
 
 impl fmt::Display for AttrValue {
-    /// Graph values print as their id; the IR text form prints graph names instead.
+    /// Strings are quoted with [`crate::text::quote`]; graph values print as their id
+    /// (the IR text form prints graph names instead).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AttrValue::Int(i) => write!(f, "{i}"),
             AttrValue::Float(x) => write!(f, "{x:?}"),
             AttrValue::Ints(v) => write!(f, "{v:?}"),
             AttrValue::Floats(v) => write!(f, "{v:?}"),
-            AttrValue::Str(s) => write!(f, "{s:?}"),
+            AttrValue::Str(s) => f.write_str(&crate::text::quote(s)),
             AttrValue::Bool(b) => write!(f, "{b}"),
             AttrValue::DType(d) => write!(f, "{d}"),
             AttrValue::Graph(g) => write!(f, "{g:?}"),

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use slotmap::SecondaryMap;
 
+use crate::text::quote;
 use crate::{Graph, Ir, OpId, TensorId, TensorKind};
 
 /// The IR as a Graphviz `digraph`: one cluster per graph (main first), a box per op
@@ -97,21 +98,4 @@ pub fn to_dot(ir: &Ir) -> String {
     }
     out.push_str("}\n");
     out
-}
-
-/// A DOT double-quoted string.
-fn quote(s: &str) -> String {
-    let mut q = String::with_capacity(s.len() + 2);
-    q.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => q.push_str("\\\""),
-            '\\' => q.push_str("\\\\"),
-            '\n' => q.push_str("\\n"),
-            '\r' => {}
-            c => q.push(c),
-        }
-    }
-    q.push('"');
-    q
 }

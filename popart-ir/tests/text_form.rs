@@ -454,3 +454,24 @@ fn structural_diff_finds_differences() {
     assert_eq!(structural_diff(&a, &d), None);
     assert_eq!(text::to_text(&a), text::to_text(&d));
 }
+
+proptest::proptest! {
+    /// `text::quote` is the one string quoting: whatever a name or a string attribute
+    /// holds, the text holds it quoted (or bare, for a plain word) and parses back to it.
+    #[test]
+    fn quoted_names_and_strings_round_trip(s in r#"\PC*|[-a>"\\\n\r\t\x00-\x1f\x7f-\x9f ]*"#) {
+        let mut ir = Ir::new();
+        let main = ir.main_graph_id();
+        let x = ir.main_graph_mut().add_input(&s, f32i(&[1])).unwrap();
+        let neg = op1(&mut ir, main, "Neg", &[x], "neg").0;
+        ir.main_graph_mut().op_attrs_mut(neg).unwrap().set("note", AttrValue::Str(s.clone()));
+        let t = assert_round_trip(&ir);
+        let parsed = parse(&t).unwrap();
+        let g = parsed.main_graph();
+        proptest::prop_assert_eq!(&g.tensor(g.inputs()[0]).unwrap().name, &s);
+        let op = g.op_by_name("neg").unwrap();
+        proptest::prop_assert_eq!(op.attrs.str("note"), Some(s.as_str()));
+        let quoted = text::quote(&s);
+        proptest::prop_assert!(t.contains(&format!("note={quoted}")), "{}", t);
+    }
+}

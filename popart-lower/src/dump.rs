@@ -1,10 +1,12 @@
 //! A stable, human-readable text form of an [`Executable`] (used by snapshot tests).
 //!
 //! Everything is printed in id order; ids are assigned deterministically by
-//! [`crate::lower`], so the same IR always prints the same text.
+//! [`crate::lower`], so the same IR always prints the same text. Names and string
+//! attributes are quoted with [`popart_ir::text::quote`], as in the IR text form.
 
 use std::fmt::{self, Write};
 
+use popart_ir::text::quote;
 use popart_ir::StreamDirection;
 
 use crate::executable::*;
@@ -56,7 +58,7 @@ impl fmt::Display for Executable {
                 StreamKind::Data => "data",
                 StreamKind::Weight => "weight",
             };
-            writeln!(f, "  s{} {} {} {} \"{}\"", s.id.0, dir(s.direction), kind, s.info, s.name)?;
+            writeln!(f, "  s{} {} {} {} {}", s.id.0, dir(s.direction), kind, s.info, quote(&s.name))?;
         }
         writeln!(f, "functions:")?;
         for func in &self.functions {
@@ -102,9 +104,9 @@ fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, inde
             }
             writeln!(
                 f,
-                "{pad}execute {}{attrs} \"{}\" ({}) -> ({})",
+                "{pad}execute {}{attrs} {} ({}) -> ({})",
                 k.def.op_type(),
-                k.name,
+                quote(&k.name),
                 args(&k.inputs),
                 args(&k.outputs)
             )
@@ -125,10 +127,10 @@ fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, inde
             write_program(f, exe, else_branch, indent + 4)
         }
         Program::HostToDevice { stream, dst } => {
-            writeln!(f, "{pad}host_to_device s{} \"{}\" -> b{}", stream.0, exe.stream(*stream).name, dst.0)
+            writeln!(f, "{pad}host_to_device s{} {} -> b{}", stream.0, quote(&exe.stream(*stream).name), dst.0)
         }
         Program::DeviceToHost { src, stream } => {
-            writeln!(f, "{pad}device_to_host b{} -> s{} \"{}\"", src.0, stream.0, exe.stream(*stream).name)
+            writeln!(f, "{pad}device_to_host b{} -> s{} {}", src.0, stream.0, quote(&exe.stream(*stream).name))
         }
         Program::WriteConstant { constant } => {
             let c = &exe.constants[*constant];

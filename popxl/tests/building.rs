@@ -2,7 +2,8 @@
 
 use ndarray::{Array1, Array2};
 use popart_ir::{OpId, TensorKind};
-use popxl::{float32, ops, Ir, Module, Tensor, TensorSpec};
+use popxl::{float32, ops, Ir, Tensor, TensorSpec};
+use tests::Linear;
 
 /// (before, after) op names of every topological constraint of `graph`.
 fn topo_cons(ir: &Ir, graph: &popxl::Graph) -> Vec<(String, String)> {
@@ -258,42 +259,19 @@ fn variadic_graph_functions_and_graph_input_ordering() {
     assert_eq!(names, ["x", "y", "extra"]);
 }
 
-struct Linear {
-    out_features: usize,
-    bias: bool,
-    w: Option<Tensor>,
-    b: Option<Tensor>,
-}
-
-impl Module for Linear {
-    type Inputs = Tensor;
-    type Outputs = Tensor;
-    fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input([x.shape()[x.rank() - 1], self.out_features], float32, "W")?;
-        let mut y = x.matmul(&w)?;
-        self.w = Some(w);
-        if self.bias {
-            let b = popxl::graph_input([self.out_features], float32, "b")?;
-            y = &y + &b;
-            self.b = Some(b);
-        }
-        Ok(y)
-    }
-}
-
 #[test]
 fn module_graphs_keep_their_inputs_on_self() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let x = popxl::variable(Array2::<f32>::ones((4, 3)), "x").unwrap();
-    let mut with_bias = Linear { out_features: 2, bias: true, w: None, b: None };
-    let mut no_bias = Linear { out_features: 5, bias: false, w: None, b: None };
+    let mut with_bias = Linear::new(2);
+    let mut no_bias = Linear::without_bias(5);
     let g1 = ir.create_graph(&mut with_bias, &x).unwrap();
     let g2 = ir.create_graph(&mut no_bias, &x).unwrap();
     assert_eq!((g1.name(), g2.name()), ("Linear", "Linear_1"));
     assert_eq!(
         g1.inputs().unwrap(),
-        vec![g1.inputs().unwrap()[0].clone(), with_bias.w.clone().unwrap(), with_bias.b.clone().unwrap()]
+        vec![g1.inputs().unwrap()[0].clone(), with_bias.w().clone(), with_bias.b().clone()]
     );
     assert_eq!(g2.inputs().unwrap().len(), 2);
     assert!(no_bias.b.is_none());

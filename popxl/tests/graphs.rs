@@ -3,7 +3,8 @@
 //! the structure directly, verifies the IR and round-trips it through the parser.
 
 use ndarray::{Array2, ArrayD, IxDyn};
-use popxl::{ops, Ir, Module, Tensor};
+use popxl::{ops, Ir, Tensor};
+use tests::Linear;
 
 /// The IR's text form, after checking it verifies and parses back to the same text.
 fn text(ir: &Ir) -> String {
@@ -169,37 +170,8 @@ fn listing_9_5_repeat() {
     insta::assert_snapshot!(text(&ir));
 }
 
-/// The `Linear` module of listing 9.6.
-struct Linear {
-    out_features: usize,
-    bias: bool,
-    w: Option<Tensor>,
-    b: Option<Tensor>,
-}
-
-impl Linear {
-    fn new(out_features: usize) -> Self {
-        Linear { out_features, bias: true, w: None, b: None }
-    }
-}
-
-impl Module for Linear {
-    type Inputs = Tensor;
-    type Outputs = Tensor;
-    fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input([x.shape()[x.rank() - 1], self.out_features], popxl::float32, "W")?;
-        let mut y = x.matmul(&w)?;
-        self.w = Some(w);
-        if self.bias {
-            let b = popxl::graph_input([self.out_features], popxl::float32, "b")?;
-            y = &y + &b;
-            self.b = Some(b);
-        }
-        Ok(y)
-    }
-}
-
-/// Listing 9.6: `repeat` with `inputs_dict`, on a graph built from the `Linear` module.
+/// Listing 9.6: `repeat` with `inputs_dict`, on a graph built from the `Linear` module
+/// (shared with the cross-crate tests: `tests::Linear`).
 #[test]
 fn listing_9_6_repeat_with_inputs_dict_and_linear_module() {
     let ir = Ir::new();
@@ -213,7 +185,7 @@ fn listing_9_6_repeat_with_inputs_dict_and_linear_module() {
 
     // x, W and b are copied into the graph inputs before the first iteration; the
     // output of each iteration feeds `x` of the next.
-    let (lw, lb) = (linear.w.clone().unwrap(), linear.b.clone().unwrap());
+    let (lw, lb) = (linear.w().clone(), linear.b().clone());
     let o = ops::repeat(&linear_graph, 2, &[&x], &[(&lw, &w), (&lb, &b)]).unwrap();
 
     let o_d2h = popxl::d2h_stream(o[0].shape(), o[0].dtype(), "output_stream").unwrap();

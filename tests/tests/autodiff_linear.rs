@@ -7,25 +7,9 @@ use std::collections::HashMap;
 
 use ndarray::{array, Array1, Array2};
 use popxl::transforms::{self, ExpectedConnectionType};
-use popxl::{ops, HostArray, Ir, Module, Tensor};
+use popxl::{ops, HostArray, Ir, Tensor};
 use popxl_session::{Inputs, Session};
-
-struct Linear {
-    w: Option<Tensor>,
-    b: Option<Tensor>,
-}
-
-impl Module for Linear {
-    type Inputs = Tensor;
-    type Outputs = Tensor;
-    fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input([x.shape()[x.rank() - 1], 2], popxl::float32, "W")?;
-        let b = popxl::graph_input([2], popxl::float32, "b")?;
-        let y = &x.matmul(&w)? + &b;
-        (self.w, self.b) = (Some(w), Some(b));
-        Ok(y)
-    }
-}
+use tests::Linear;
 
 fn w_data() -> Array2<f32> {
     array![[0.05f32, -0.12], [0.17, 0.09]]
@@ -54,14 +38,9 @@ fn build() -> Model {
     let w = popxl::variable(w_data(), "W").unwrap();
     let b = popxl::variable(b_data(), "b").unwrap();
 
-    let mut linear = Linear { w: None, b: None };
+    let mut linear = Linear::new(2).with_inputs_first();
     let linear_graph = ir.create_graph(&mut linear, &x).unwrap();
-    let fwd_call_info = ops::call_with_info(
-        &linear_graph,
-        &[&x],
-        &[(linear.w.as_ref().unwrap(), &w), (linear.b.as_ref().unwrap(), &b)],
-    )
-    .unwrap();
+    let fwd_call_info = ops::call_with_info(&linear_graph, &[&x], &[(linear.w(), &w), (linear.b(), &b)]).unwrap();
     let y = fwd_call_info.parent_output(0).unwrap();
 
     let bwd_graph_info = transforms::autodiff(&linear_graph, None, None, &HashMap::new(), false).unwrap().grad_info;
@@ -74,12 +53,12 @@ fn build() -> Model {
 
     // The info's mappings agree with the outputs' order.
     let by_fwd_input = bwd_graph_info.fwd_graph_ins_to_grad_parent_outs(&grad_call_info).unwrap();
-    assert_eq!(&by_fwd_input[linear.w.as_ref().unwrap()], grads_w);
+    assert_eq!(&by_fwd_input[linear.w()], grads_w);
     let by_parent = bwd_graph_info.fwd_parent_ins_to_grad_parent_outs(&fwd_call_info, &grad_call_info).unwrap();
     assert_eq!((&by_parent[&x], &by_parent[&w], &by_parent[&b]), (grads_x, grads_w, grads_b));
     let outs = bwd_graph_info.expected_outputs().unwrap();
     assert!(outs.iter().all(|e| e.connection_type() == ExpectedConnectionType::FwdGrad));
-    assert_eq!(outs[1].fwd_tensor(), linear.w.as_ref().unwrap());
+    assert_eq!(outs[1].fwd_tensor(), linear.w());
 
     let store = |t: &Tensor, name: &str| {
         let s = popxl::d2h_stream(t.shape(), t.dtype(), name).unwrap();
@@ -104,11 +83,7 @@ fn matmul(a: &Array2<f64>, b: &Array2<f64>) -> Array2<f64> {
 }
 
 fn assert_close(got: &HostArray, want: &[f64]) {
-    let got = got.to_f64_vec();
-    assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "got {got:?}, want {want:?}");
-    }
+    tests::assert_close(&got.to_f64_vec(), want, 1e-5, "output");
 }
 
 #[test]
@@ -150,9 +125,9 @@ fn popxl_autodiff_errors_are_typed() {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
     let x = popxl::variable(x_data(), "x").unwrap();
-    let mut linear = Linear { w: None, b: None };
+    let mut linear = Linear::new(2).with_inputs_first();
     let g = ir.create_graph(&mut linear, &x).unwrap();
-    let w = linear.w.clone().unwrap();
+    let w = linear.w().clone();
     // A forward input is not an output, and a main-graph tensor is not part of the graph.
     let err = transforms::autodiff(&g, Some(std::slice::from_ref(&w)), None, &HashMap::new(), false).unwrap_err();
     assert_eq!(
@@ -171,7 +146,7 @@ fn popxl_autodiff_errors_are_typed() {
     // inputs_dict takes a call of the forward graph; a call of another graph is rejected.
     let wv = popxl::variable(w_data(), "Wv").unwrap();
     let bv = popxl::variable(b_data(), "bv").unwrap();
-    let fwd = ops::call_with_info(&g, &[&x], &[(&w, &wv), (linear.b.as_ref().unwrap(), &bv)]).unwrap();
+    let fwd = ops::call_with_info(&g, &[&x], &[(&w, &wv), (linear.b(), &bv)]).unwrap();
     let dict = info.inputs_dict(&fwd).unwrap();
     // MatMulRhsGrad reads x, and W for its shape; not b.
     let parents: Vec<&Tensor> = dict.iter().map(|(_, p)| p).collect();

@@ -2,7 +2,10 @@
 //! views lowered to buffer sharing, determinism, and a randomized differential test:
 //! random IRs with nested calls, repeats, in-place updates, views and host IO run on
 //! the cpu device must match an independent reference interpreter exactly (a wrong
-//! reuse, a wrongly shared view or a missing copy corrupts values).
+//! reuse, a wrongly shared view or a missing copy corrupts values). Plans that read
+//! best as the lowered program's text (a chain reusing two buffers, in-place outputs
+//! and permanent variables, a view chain across a call) are filetests in
+//! `tests/filetests/lower/`.
 
 use std::collections::HashMap;
 
@@ -24,49 +27,6 @@ fn out(ir: &Ir, g: GraphId, op: OpId) -> TensorId {
 
 fn stream_attrs(name: &str) -> Attributes {
     Attributes::new().with("stream", AttrValue::Str(name.into()))
-}
-
-#[test]
-fn chain_of_ops_needs_two_buffers_whatever_its_length() {
-    let mut ir = Ir::new();
-    let main = ir.main_graph_id();
-    let info = TensorInfo::new(DataType::Float32, [16]);
-    ir.main_graph_mut().add_tensor("x", info.clone(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
-    ir.main_graph_mut().add_tensor("y", info.clone(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
-    let load = ir.create_op(main, "HostLoad", stream_attrs("x"), &[], "load").unwrap();
-    let mut t = out(&ir, main, load);
-    for i in 0..100 {
-        let op = ir.create_op(main, "Relu", Attributes::new(), &[(0, t)], &format!("relu{i}")).unwrap();
-        t = out(&ir, main, op);
-    }
-    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, t)], "store").unwrap();
-    let exe = popart_lower::lower(&ir).unwrap();
-    // Each relu reads one 64-byte tensor and writes another: two live at a time.
-    assert_eq!(exe.memory.arena_bytes, 128);
-    assert_eq!(exe.memory.no_reuse_bytes, 101 * 64);
-    assert_eq!(exe.memory.permanent_bytes, 0);
-    for b in &exe.buffers {
-        assert_eq!(b.offset % 64, 0);
-    }
-}
-
-#[test]
-fn in_place_outputs_share_their_input_buffer_and_variables_are_permanent() {
-    let mut ir = Ir::new();
-    let main = ir.main_graph_id();
-    let v = ir.main_graph_mut().add_tensor("v", vec4(), TensorKind::Variable(HostTensor::zeros(vec4()))).unwrap();
-    let c = ir.main_graph_mut().add_tensor("c", vec4(), TensorKind::Constant(HostTensor::zeros(vec4()))).unwrap();
-    let e = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "e").unwrap();
-    let et = out(&ir, main, e);
-    let bump = ir.create_op(main, "AddInplace", Attributes::new(), &[(0, et), (1, c)], "bump").unwrap();
-    let upd = ir.create_op(main, "AddInplace", Attributes::new(), &[(0, v), (1, out(&ir, main, bump))], "upd").unwrap();
-    let exe = popart_lower::lower(&ir).unwrap();
-    assert_eq!(exe.buffer_of(main, et), exe.buffer_of(main, out(&ir, main, bump)));
-    let vb = exe.buffer_of(main, v).unwrap();
-    assert_eq!(Some(vb), exe.buffer_of(main, out(&ir, main, upd)));
-    assert_eq!(exe.buffer(vb).kind, popart_lower::BufferKind::Variable);
-    assert_eq!(exe.memory.permanent_bytes, 128, "the variable and the constant");
-    assert!(exe.buffer(vb).offset < exe.memory.permanent_bytes);
 }
 
 #[test]

@@ -3,18 +3,14 @@
 //! numerics are checked against values computed independently here.
 
 use ndarray::{array, Array2, ArrayD, IxDyn};
-use popxl::{ops, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Module, Tensor};
+use popxl::{ops, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Tensor};
 use popxl_session::{Inputs, Session};
+use tests::Linear;
 
-fn f32_array(a: &HostArray) -> ArrayD<f32> {
-    a.as_f32().expect("float32 output").clone()
-}
-
-fn assert_close(got: &ArrayD<f32>, want: &ArrayD<f32>) {
-    assert_eq!(got.shape(), want.shape());
-    for (g, w) in got.iter().zip(want.iter()) {
-        assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "got {got:?}, want {want:?}");
-    }
+fn assert_close(got: &HostArray, want: &ArrayD<f32>) {
+    assert_eq!(got.as_f32().expect("float32 output").shape(), want.shape());
+    let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+    tests::assert_close(&got.to_f64_vec(), &want, 1e-6, "output");
 }
 
 /// Run one `with session:` block with `inputs`; returns the session too.
@@ -123,30 +119,6 @@ fn repeat_graph_0() -> (Ir, DeviceToHostStream) {
     (ir, o_d2h)
 }
 
-/// The `Linear` module of listing 9.6.
-struct Linear {
-    out_features: usize,
-    bias: bool,
-    w: Option<Tensor>,
-    b: Option<Tensor>,
-}
-
-impl Module for Linear {
-    type Inputs = Tensor;
-    type Outputs = Tensor;
-    fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input([x.shape()[x.rank() - 1], self.out_features], popxl::float32, "W")?;
-        let mut y = x.matmul(&w)?;
-        self.w = Some(w);
-        if self.bias {
-            let b = popxl::graph_input([self.out_features], popxl::float32, "b")?;
-            y = ops::add(&y, &b)?;
-            self.b = Some(b);
-        }
-        Ok(y)
-    }
-}
-
 /// Listing 9.6 (repeat_graph_1.py): repeat with `inputs_dict`.
 fn repeat_graph_1() -> (Ir, DeviceToHostStream) {
     let ir = Ir::new();
@@ -154,9 +126,9 @@ fn repeat_graph_1() -> (Ir, DeviceToHostStream) {
     let x = popxl::variable(Array2::<f32>::ones((2, 2)), "x").unwrap();
     let w = popxl::variable(Array2::<f32>::ones((2, 2)), "W").unwrap();
     let b = popxl::variable(vec![1.0f32; 2], "b").unwrap();
-    let mut linear = Linear { out_features: 2, bias: true, w: None, b: None };
+    let mut linear = Linear::new(2);
     let linear_graph = ir.create_graph(&mut linear, &x).unwrap();
-    let (gw, gb) = (linear.w.clone().unwrap(), linear.b.clone().unwrap());
+    let (gw, gb) = (linear.w().clone(), linear.b().clone());
     let o = ops::repeat(&linear_graph, 2, &[&x], &[(&gw, &w), (&gb, &b)]).unwrap().remove(0);
     let o_d2h = popxl::d2h_stream(o.shape(), o.dtype(), "output_stream").unwrap();
     ops::host_store(&o_d2h, &o).unwrap();
@@ -204,7 +176,7 @@ fn numerics_9_1_basic_graph() {
     let x = input_data();
     let (_, outputs) = run(ir, [(input, HostArray::from(x.clone()))].into());
     let want = x.mapv(|v| v + 1.0).into_dyn();
-    assert_close(&f32_array(&outputs[&out]), &want);
+    assert_close(&outputs[&out], &want);
 }
 
 #[test]
@@ -215,7 +187,7 @@ fn numerics_9_2_two_graphs_from_one_function() {
     // (x @ ones(2,2)) @ ones(2): every entry of row i of x @ ones is the row sum;
     // the matrix-vector product then adds the two equal entries.
     let want: Vec<f32> = (0..2).map(|i| 2.0 * (x[[i, 0]] + x[[i, 1]])).collect();
-    assert_close(&f32_array(&outputs[&out]), &ArrayD::from_shape_vec(IxDyn(&[2]), want).unwrap());
+    assert_close(&outputs[&out], &ArrayD::from_shape_vec(IxDyn(&[2]), want).unwrap());
 }
 
 #[test]
@@ -224,7 +196,7 @@ fn numerics_9_3_graph_called_with_different_values() {
     let x = input_data();
     let (_, outputs) = run(ir, [(input, HostArray::from(x.clone()))].into());
     let want = x.mapv(|v| v + 1.0 + 2.0).into_dyn();
-    assert_close(&f32_array(&outputs[&out]), &want);
+    assert_close(&outputs[&out], &want);
 }
 
 #[test]
@@ -243,7 +215,7 @@ fn numerics_9_4_modified_input_is_visible_to_the_caller() {
 fn numerics_9_5_repeat_increments_twice() {
     let (ir, out) = repeat_graph_0();
     let (_, outputs) = run(ir, Inputs::new());
-    assert_close(&f32_array(&outputs[&out]), &ArrayD::from_elem(IxDyn(&[2, 2]), 3.0));
+    assert_close(&outputs[&out], &ArrayD::from_elem(IxDyn(&[2, 2]), 3.0));
 }
 
 #[test]
@@ -251,5 +223,5 @@ fn numerics_9_6_repeat_linear_with_inputs_dict() {
     let (ir, out) = repeat_graph_1();
     let (_, outputs) = run(ir, Inputs::new());
     // Iteration 1: ones @ ones + 1 = 3; iteration 2: 3s @ ones + 1 = 7 (W and b are not carried).
-    assert_close(&f32_array(&outputs[&out]), &ArrayD::from_elem(IxDyn(&[2, 2]), 7.0));
+    assert_close(&outputs[&out], &ArrayD::from_elem(IxDyn(&[2, 2]), 7.0));
 }

@@ -8,30 +8,14 @@
 use std::collections::HashMap;
 
 use ndarray::{Array2, ArrayD, IxDyn};
-use popxl::{ops, transforms, HostArray, Ir, Module, Tensor};
+use popxl::{ops, transforms, HostArray, Ir, Tensor};
 use popxl_session::{Session, SessionOptions};
+use tests::Linear;
 
 const M: usize = 4;
 const K: usize = 3;
 const N: usize = 2;
 const LR: f64 = 0.1;
-
-struct Linear {
-    w: Option<Tensor>,
-    b: Option<Tensor>,
-}
-
-impl Module for Linear {
-    type Inputs = Tensor;
-    type Outputs = Tensor;
-    fn build(&mut self, x: Tensor) -> popxl::Result<Tensor> {
-        let w = popxl::graph_input([K, N], popxl::float32, "W")?;
-        let b = popxl::graph_input([N], popxl::float32, "b")?;
-        let y = &x.matmul(&w)? + &b;
-        (self.w, self.b) = (Some(w), Some(b));
-        Ok(y)
-    }
-}
 
 /// Where an extra read of W goes, if any.
 #[derive(Clone, Copy, PartialEq)]
@@ -68,10 +52,9 @@ fn build(a: f64, reader: Reader, grad_calls: usize, sequenced: bool) -> Step {
     let dy = ops::host_load(&dy_s, "dy").unwrap();
     let w = popxl::variable(Array2::from_shape_vec((K, N), w0()).unwrap(), "W").unwrap();
     let b = popxl::variable(vec![0.5f32, -0.5], "b").unwrap();
-    let mut linear = Linear { w: None, b: None };
+    let mut linear = Linear::new(N).with_inputs_first();
     let graph = ir.create_graph(&mut linear, &x).unwrap();
-    let fwd = ops::call_with_info(&graph, &[&x], &[(linear.w.as_ref().unwrap(), &w), (linear.b.as_ref().unwrap(), &b)])
-        .unwrap();
+    let fwd = ops::call_with_info(&graph, &[&x], &[(linear.w(), &w), (linear.b(), &b)]).unwrap();
     let bwd = transforms::autodiff(&graph, None, None, &HashMap::new(), false).unwrap().grad_info;
     let acts = bwd.inputs_dict(&fwd).unwrap();
     let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
@@ -162,10 +145,7 @@ fn reference(a: f64, reader: Reader, steps: usize) -> (Vec<f64>, Vec<f64>, Vec<V
 }
 
 fn assert_close(got: &[f64], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{what}[{i}]: got {g}, want {w}");
-    }
+    tests::assert_close(got, want, 1e-5, what);
 }
 
 fn check(a: f64, reader: Reader, grad_calls: usize, expect_fused: bool) {

@@ -1,0 +1,428 @@
+//! Parsing text into an IR: lines to statements, statements to graphs, tensors and ops.
+
+use std::collections::HashMap;
+
+use crate::{
+    lookup_op, AttrValue, Attributes, DataType, Graph, GraphId, HostTensor, Ir, IrError, Result, StreamDirection,
+    TensorId, TensorInfo, TensorKind, MAIN_GRAPH_NAME,
+};
+
+use super::lexer::{perr, tokenize, Cursor, Tok};
+
+impl Cursor {
+    fn info(&mut self) -> Result<TensorInfo> {
+        let d = self.word("a data type")?;
+        let dtype = parse_dtype(&d).ok_or_else(|| self.err(format!("unknown data type `{d}`")))?;
+        let shape = self.list('[', ']', |c| c.usize("a dimension"))?;
+        Ok(TensorInfo::new(dtype, shape))
+    }
+
+    /// `[INDEX=NAME, ...]`
+    fn index_map(&mut self) -> Result<Vec<(u32, String)>> {
+        self.list('[', ']', |c| {
+            let w = c.word("an index")?;
+            let i: u32 = w.parse().map_err(|_| c.err(format!("expected an index, found `{w}`")))?;
+            c.punct('=')?;
+            Ok((i, c.name("a tensor name")?))
+        })
+    }
+}
+
+fn parse_dtype(s: &str) -> Option<DataType> {
+    DataType::ALL.iter().copied().find(|d| d.name() == s)
+}
+
+/// An attribute value as written: graph references are still names.
+enum AttrAst {
+    Value(AttrValue),
+    Graph(String),
+}
+
+struct TensorAst {
+    line: usize,
+    name: String,
+    kind: String,
+    info: TensorInfo,
+    data: Option<Vec<String>>,
+}
+
+struct OpAst {
+    line: usize,
+    name: String,
+    op_type: String,
+    attrs: Vec<(String, AttrAst)>,
+    inputs: Vec<(u32, String)>,
+    outputs: Vec<(u32, String)>,
+}
+
+struct ConAst {
+    line: usize,
+    before: String,
+    after: String,
+    tied: bool,
+}
+
+struct GraphAst {
+    line: usize,
+    name: String,
+    inputs: Option<(usize, Vec<String>)>,
+    outputs: Option<(usize, Vec<String>)>,
+    tensors: Vec<TensorAst>,
+    ops: Vec<OpAst>,
+    cons: Vec<ConAst>,
+}
+
+fn parse_attr(c: &mut Cursor) -> Result<AttrAst> {
+    let v = match c.next("an attribute value")? {
+        Tok::Str(s) => AttrValue::Str(s),
+        Tok::Punct('@') => return Ok(AttrAst::Graph(c.name("a graph name")?)),
+        Tok::Punct('[') => {
+            c.pos -= 1;
+            let items = c.list('[', ']', |c| c.word("an integer"))?;
+            let ints = items
+                .iter()
+                .map(|w| w.parse::<i64>().map_err(|_| c.err(format!("expected an integer, found `{w}`"))))
+                .collect::<Result<Vec<_>>>()?;
+            AttrValue::Ints(ints)
+        }
+        Tok::Word(w) if w == "floats" && c.at_punct('[') => {
+            let items = c.list('[', ']', |c| c.word("a float"))?;
+            let floats = items
+                .iter()
+                .map(|w| parse_f64(w).ok_or_else(|| c.err(format!("expected a float, found `{w}`"))))
+                .collect::<Result<Vec<_>>>()?;
+            AttrValue::Floats(floats)
+        }
+        Tok::Word(w) => match w.as_str() {
+            "true" => AttrValue::Bool(true),
+            "false" => AttrValue::Bool(false),
+            _ => {
+                if let Some(d) = parse_dtype(&w) {
+                    AttrValue::DType(d)
+                } else if let Ok(i) = w.parse::<i64>() {
+                    AttrValue::Int(i)
+                } else if let Some(x) = parse_f64(&w) {
+                    AttrValue::Float(x)
+                } else {
+                    return Err(c.err(format!("`{w}` is not an attribute value")));
+                }
+            }
+        },
+        other => return Err(c.err(format!("expected an attribute value, found {other}"))),
+    };
+    Ok(AttrAst::Value(v))
+}
+
+fn parse_f64(w: &str) -> Option<f64> {
+    if let Some(hex) = w.strip_prefix("nan:0x") {
+        return u64::from_str_radix(hex, 16).ok().map(f64::from_bits).filter(|x| x.is_nan());
+    }
+    w.parse::<f64>().ok()
+}
+
+fn parse_f32(w: &str) -> Option<f32> {
+    if let Some(hex) = w.strip_prefix("nan:0x") {
+        return u32::from_str_radix(hex, 16).ok().map(f32::from_bits).filter(|x| x.is_nan());
+    }
+    w.parse::<f32>().ok()
+}
+
+/// Encode element words as little-endian bytes of `dtype`.
+fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u8>> {
+    use DataType::*;
+    if words.len() != info.nelms() {
+        return Err(perr(line, format!("{} has {} elements but {} values are given", info, info.nelms(), words.len())));
+    }
+    let mut bytes = Vec::with_capacity(info.nbytes());
+    for w in words {
+        let bad = || perr(line, format!("`{w}` is not a {} value", info.dtype));
+        macro_rules! int {
+            ($t:ty) => {
+                bytes.extend_from_slice(&w.parse::<$t>().map_err(|_| bad())?.to_le_bytes())
+            };
+        }
+        match info.dtype {
+            Bool => bytes.push(match w.as_str() {
+                "true" => 1,
+                "false" => 0,
+                _ => w.parse::<u8>().map_err(|_| bad())?,
+            }),
+            Int8 => int!(i8),
+            Int16 => int!(i16),
+            Int32 => int!(i32),
+            Int64 => int!(i64),
+            Uint8 => int!(u8),
+            Uint16 => int!(u16),
+            Uint32 => int!(u32),
+            Uint64 => int!(u64),
+            Float16 => {
+                let h = if let Some(hex) = w.strip_prefix("nan:0x") {
+                    let h = u16::from_str_radix(hex, 16).ok().map(half::f16::from_bits).ok_or_else(bad)?;
+                    if !h.is_nan() {
+                        return Err(bad());
+                    }
+                    h
+                } else {
+                    half::f16::from_f32(parse_f32(w).ok_or_else(bad)?)
+                };
+                bytes.extend_from_slice(&h.to_le_bytes());
+            }
+            Float32 => bytes.extend_from_slice(&parse_f32(w).ok_or_else(bad)?.to_le_bytes()),
+            Float64 => bytes.extend_from_slice(&parse_f64(w).ok_or_else(bad)?.to_le_bytes()),
+        }
+    }
+    Ok(bytes)
+}
+
+fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
+    let mut header: Option<(usize, usize)> = None;
+    let mut graphs: Vec<GraphAst> = Vec::new();
+    for (k, raw) in text.lines().enumerate() {
+        let line = k + 1;
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let mut c = Cursor { line, toks: tokenize(line, trimmed)?, pos: 0 };
+        let kw = c.word("a statement")?;
+        if header.is_none() {
+            if kw != "ir" {
+                return Err(c.err(format!("expected the `ir` header line, found `{kw}`")));
+            }
+            let mut fields: HashMap<String, usize> = HashMap::new();
+            while c.peek().is_some() {
+                let key = c.word("a header field")?;
+                c.punct('=')?;
+                let v = c.usize("a number")?;
+                fields.insert(key, v);
+            }
+            let mut get = |k: &str| fields.remove(k).ok_or_else(|| perr(line, format!("the header lacks `{k}`")));
+            header = Some((get("num_host_transfers")?, get("replication_factor")?));
+            if let Some(k) = fields.keys().next() {
+                return Err(perr(line, format!("unknown header field `{k}`")));
+            }
+            continue;
+        }
+        if kw == "graph" {
+            let name = c.name("a graph name")?;
+            c.end()?;
+            graphs.push(GraphAst {
+                line,
+                name,
+                inputs: None,
+                outputs: None,
+                tensors: Vec::new(),
+                ops: Vec::new(),
+                cons: Vec::new(),
+            });
+            continue;
+        }
+        let Some(g) = graphs.last_mut() else {
+            return Err(c.err(format!("`{kw}` outside a graph (expected `graph NAME` first)")));
+        };
+        match kw.as_str() {
+            "inputs" | "outputs" => {
+                let names = c.list('[', ']', |c| c.name("a tensor name"))?;
+                c.end()?;
+                let slot = if kw == "inputs" { &mut g.inputs } else { &mut g.outputs };
+                if slot.is_some() {
+                    return Err(c.err(format!("a second `{kw}` line in graph `{}`", g.name)));
+                }
+                *slot = Some((line, names));
+            }
+            "tensor" => {
+                let name = c.name("a tensor name")?;
+                let kind = c.word("a tensor kind")?;
+                let info = c.info()?;
+                let data = if c.at_punct('=') {
+                    c.pos += 1;
+                    if matches!(c.peek(), Some(Tok::Word(w)) if w == "elided") {
+                        return Err(c.err(format!(
+                            "the data of tensor `{name}` was elided (text printed with `elide_data_over`) and cannot be parsed"
+                        )));
+                    }
+                    Some(c.list('[', ']', |c| c.word("a value"))?)
+                } else {
+                    None
+                };
+                c.end()?;
+                g.tensors.push(TensorAst { line, name, kind, info, data });
+            }
+            "op" => {
+                let name = c.name("an op name")?;
+                let op_type = c.name("an op type")?;
+                let attrs = if c.at_punct('{') {
+                    c.list('{', '}', |c| {
+                        let key = c.name("an attribute name")?;
+                        c.punct('=')?;
+                        Ok((key, parse_attr(c)?))
+                    })?
+                } else {
+                    Vec::new()
+                };
+                c.keyword("in")?;
+                let inputs = c.index_map()?;
+                c.keyword("out")?;
+                let outputs = c.index_map()?;
+                c.end()?;
+                g.ops.push(OpAst { line, name, op_type, attrs, inputs, outputs });
+            }
+            "topocon" => {
+                let before = c.name("an op name")?;
+                match c.next("`->`")? {
+                    Tok::Arrow => {}
+                    other => return Err(c.err(format!("expected `->`, found {other}"))),
+                }
+                let after = c.name("an op name")?;
+                let tied = match c.peek() {
+                    None => false,
+                    Some(Tok::Word(w)) if w == "tied" => {
+                        c.pos += 1;
+                        true
+                    }
+                    Some(t) => return Err(c.err(format!("expected `tied` or end of line, found {t}"))),
+                };
+                c.end()?;
+                g.cons.push(ConAst { line, before, after, tied });
+            }
+            other => return Err(c.err(format!("unknown statement `{other}`"))),
+        }
+    }
+    let (nht, rf) = header.ok_or_else(|| perr(text.lines().count().max(1), "missing the `ir` header line"))?;
+    Ok((nht, rf, graphs))
+}
+
+/// See [`super::parse`].
+pub(super) fn parse(text: &str) -> Result<Ir> {
+    let (num_host_transfers, replication_factor, graphs) = parse_lines(text)?;
+    let mut ir = Ir::new();
+    ir.num_host_transfers = num_host_transfers;
+    ir.replication_factor = replication_factor;
+    // Graphs.
+    let mut ids: Vec<GraphId> = Vec::with_capacity(graphs.len());
+    for (k, g) in graphs.iter().enumerate() {
+        if k == 0 {
+            if g.name != MAIN_GRAPH_NAME {
+                return Err(perr(g.line, format!("the first graph must be `{MAIN_GRAPH_NAME}`, found `{}`", g.name)));
+            }
+            ids.push(ir.main_graph_id());
+        } else {
+            let id = ir.create_graph(&g.name).map_err(|e| perr(g.line, e.to_string()))?;
+            ids.push(id);
+        }
+    }
+    if graphs.is_empty() {
+        return Err(perr(text.lines().count().max(1), format!("no `graph {MAIN_GRAPH_NAME}`")));
+    }
+    // Tensors, graph inputs and outputs of every graph (ops may refer to other graphs'
+    // signatures, and HostLoad/HostStore to main-graph streams).
+    for (g, &gid) in graphs.iter().zip(&ids) {
+        let graph = ir.graph_mut(gid)?;
+        for t in &g.tensors {
+            let data = |t: &TensorAst| -> Result<HostTensor> {
+                let words = t
+                    .data
+                    .as_ref()
+                    .ok_or_else(|| perr(t.line, format!("{} tensor `{}` needs `= [..]` data", t.kind, t.name)))?;
+                Ok(HostTensor { info: t.info.clone(), bytes: encode_data(t.line, &t.info, words)? })
+            };
+            let kind = match t.kind.as_str() {
+                "act" => TensorKind::ActGrad,
+                "var" => TensorKind::Variable(data(t)?),
+                "const" => TensorKind::Constant(data(t)?),
+                "h2d" => TensorKind::Stream(StreamDirection::HostToDevice),
+                "d2h" => TensorKind::Stream(StreamDirection::DeviceToHost),
+                other => {
+                    return Err(perr(
+                        t.line,
+                        format!("unknown tensor kind `{other}` (expected act, var, const, h2d or d2h)"),
+                    ))
+                }
+            };
+            if kind.data().is_none() && t.data.is_some() {
+                return Err(perr(t.line, format!("{} tensor `{}` cannot have data", t.kind, t.name)));
+            }
+            graph.add_tensor(&t.name, t.info.clone(), kind).map_err(|e| perr(t.line, e.to_string()))?;
+        }
+        let lookup = |graph: &Graph, line: usize, n: &str| -> Result<TensorId> {
+            graph.tensor_id(n).map_err(|e| perr(line, e.to_string()))
+        };
+        if let Some((line, names)) = &g.inputs {
+            for n in names {
+                let t = lookup(graph, *line, n)?;
+                let len = graph.inputs().len();
+                graph.insert_input(len, t).map_err(|e| perr(*line, e.to_string()))?;
+            }
+        }
+        if let Some((line, names)) = &g.outputs {
+            for n in names {
+                let t = lookup(graph, *line, n)?;
+                graph.add_output(t).map_err(|e| perr(*line, e.to_string()))?;
+            }
+        }
+    }
+    // Ops, in printed (= creation) order.
+    for (g, &gid) in graphs.iter().zip(&ids) {
+        for o in &g.ops {
+            let line = o.line;
+            let e = |e: IrError| perr(line, e.to_string());
+            let def = lookup_op(&o.op_type).map_err(e)?;
+            let mut attrs = Attributes::new();
+            for (key, v) in &o.attrs {
+                let v = match v {
+                    AttrAst::Value(v) => v.clone(),
+                    AttrAst::Graph(n) => AttrValue::Graph(ir.graph_by_name(n).map_err(e)?.id()),
+                };
+                if attrs.get(key).is_some() {
+                    return Err(perr(line, format!("attribute `{key}` given twice")));
+                }
+                attrs.set(key, v);
+            }
+            let graph = ir.graph(gid)?;
+            if graph.op_by_name(&o.name).is_ok() {
+                return Err(perr(line, format!("graph `{}` already has an op named `{}`", g.name, o.name)));
+            }
+            let resolve = |m: &[(u32, String)]| -> Result<Vec<(u32, TensorId)>> {
+                m.iter().map(|(i, n)| Ok((*i, graph.tensor_id(n).map_err(e)?))).collect()
+            };
+            let inputs = resolve(&o.inputs)?;
+            let outputs = resolve(&o.outputs)?;
+            let inferred = ir.infer_outputs(gid, def, &attrs, &inputs, &o.name).map_err(e)?;
+            let declared: Vec<(u32, &TensorInfo)> = outputs.iter().map(|&(i, t)| (i, &graph.tensors[t].info)).collect();
+            let agrees = declared.len() == inferred.len()
+                && declared.iter().all(|(i, info)| inferred.get(*i as usize) == Some(*info));
+            if !agrees {
+                return Err(perr(
+                    line,
+                    format!(
+                        "op `{}` declares outputs [{}] but shape inference gives [{}]",
+                        o.name,
+                        declared.iter().map(|(i, t)| format!("{i}: {t}")).collect::<Vec<_>>().join(", "),
+                        inferred.iter().enumerate().map(|(i, t)| format!("{i}: {t}")).collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+            let graph = ir.graph_mut(gid)?;
+            let op = graph.add_op(def, attrs, &o.name);
+            for &(i, t) in &inputs {
+                graph.connect_input(op, i, t).map_err(e)?;
+            }
+            for &(i, t) in &outputs {
+                graph.connect_output(op, i, t).map_err(e)?;
+            }
+        }
+        let graph = ir.graph_mut(gid)?;
+        for c in &g.cons {
+            let e = |e: IrError| perr(c.line, e.to_string());
+            let b = graph.op_by_name(&c.before).map_err(e)?.id;
+            let a = graph.op_by_name(&c.after).map_err(e)?.id;
+            if c.tied {
+                graph.add_tied_topo_con(b, a).map_err(e)?;
+            } else {
+                graph.add_topo_con(b, a).map_err(e)?;
+            }
+        }
+    }
+    ir.verify()?;
+    Ok(ir)
+}
