@@ -131,6 +131,12 @@ pub enum SessionError {
         /// The session's IR.
         session_ir_id: u64,
     },
+    /// No tensor of the session's main graph has this name.
+    #[error("the main graph of this session's IR has no tensor named `{name}`")]
+    UnknownTensor {
+        /// The name looked up.
+        name: String,
+    },
     /// Reading data of a tensor that is neither a variable nor a constant.
     #[error("tensor `{tensor}` is not of type Constant or Variable: get_tensor_data is not supported for it")]
     NotVariableOrConstant {

@@ -6,7 +6,8 @@
 //! A session prepares its IR (`popart_transforms::prepare`), lowers it
 //! (`popart_lower::lower`) and compiles the lowered programs for the cpu
 //! executor ([`cpu::executor`]) once; `run` then only moves stream data and
-//! executes the precompiled instructions.
+//! executes the precompiled instructions. A [`Session`] is `Send`: build the IR
+//! on one thread and run its session on another.
 
 #![warn(missing_docs)]
 

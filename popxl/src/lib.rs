@@ -45,6 +45,7 @@ pub mod ops;
 mod stream;
 mod tensor;
 pub mod transforms;
+mod unbound;
 mod variables;
 
 pub use build::{FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module};

@@ -1,0 +1,347 @@
+//! Attaching and detaching, session contexts (PopXL's `with session:`),
+//! weight transfers and the data of variables and constants.
+
+use std::borrow::Cow;
+
+use popart_ir::{GraphId, HostTensor, TensorId, TensorKind};
+use popxl::{HostArray, Tensor};
+
+use super::{DeviceType, Result, Session};
+use crate::cpu::executor::EngineProgram;
+use crate::SessionError;
+
+impl Session {
+    /// Try to attach: true on success. `cpu` and `ipu_model` always attach;
+    /// `ipu_hw` never does (no IPU hardware is available). Attaching loads the
+    /// executable: device memory is cleared and constants are written; variables
+    /// are not transferred (see [`Session::weights_from_host`]).
+    pub fn attach(&mut self) -> bool {
+        if self.attached {
+            return true;
+        }
+        if self.device == DeviceType::IpuHw {
+            return false;
+        }
+        self.attached = true;
+        self.executor.clear_memory();
+        self.executor.run(EngineProgram::Init);
+        true
+    }
+
+    /// Attach, or fail with [`SessionError::AttachFailed`]. With no IPU hardware
+    /// there is nothing to wait for, so `ipu_hw` fails at once.
+    pub fn try_attach_until_timeout(&mut self) -> Result<()> {
+        if self.attach() {
+            Ok(())
+        } else {
+            Err(SessionError::AttachFailed {
+                device: self.device.name(),
+                reason: "no IPU hardware is available".into(),
+            })
+        }
+    }
+
+    /// Detach (device memory is lost). Nothing happens if already detached.
+    pub fn detach(&mut self) {
+        self.attached = false;
+    }
+
+    /// Enter a session context (PopXL's `with session:`): attach and run
+    /// `weights_from_host` if detached. The returned guard dereferences to the
+    /// session; dropping it (or [`SessionContext::exit`]) leaves the context.
+    ///
+    /// ```
+    /// # use popxl::{ops, Ir};
+    /// # let ir = Ir::new();
+    /// # { let _g = ir.main_graph().enter();
+    /// #   let w = popxl::variable(1i32, "w").unwrap();
+    /// #   let out = popxl::d2h_stream([], popxl::int32, "o").unwrap();
+    /// #   ops::host_store(&out, &w).unwrap(); }
+    /// let mut session = popxl_session::Session::new(ir, "ipu_model").unwrap();
+    /// {
+    ///     let mut outer = session.enter().unwrap(); // attach + weights_from_host
+    ///     assert!(outer.is_attached());
+    ///     {
+    ///         let inner = outer.enter().unwrap(); // already attached: nothing happens
+    ///         assert!(inner.is_attached());
+    ///     } // attached on enter: no weights_to_host, no detach
+    ///     assert!(outer.is_attached());
+    /// } // weights_to_host + detach
+    /// assert!(!session.is_attached());
+    /// assert_eq!(session.transfer_counts().weights_from_host, 1);
+    /// assert_eq!(session.transfer_counts().weights_to_host, 1);
+    /// ```
+    pub fn enter(&mut self) -> Result<SessionContext<'_>> {
+        self.enter_context()?;
+        Ok(SessionContext { session: self, open: true })
+    }
+
+    /// Run `f` inside a session context (see [`Session::enter`]). When `f`
+    /// returns an error, leaving the context skips `weights_to_host` (but still
+    /// detaches if the context attached).
+    pub fn scope<T, E: From<SessionError>>(&mut self, f: impl FnOnce(&mut Session) -> Result<T, E>) -> Result<T, E> {
+        self.enter_context()?;
+        let r = f(self);
+        let exit = self.exit_context(r.is_ok());
+        let v = r?;
+        exit?;
+        Ok(v)
+    }
+
+    fn enter_context(&mut self) -> Result<()> {
+        let should_setup = !self.attached;
+        self.was_attached.push(self.attached);
+        if !self.attached {
+            if let Err(e) = self.try_attach_until_timeout() {
+                self.was_attached.pop();
+                return Err(e);
+            }
+        }
+        if should_setup {
+            if let Err(e) = self.weights_from_host() {
+                let _ = self.exit_context(false);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn exit_context(&mut self, success: bool) -> Result<()> {
+        let was_attached = self.was_attached.pop().ok_or(SessionError::NoOpenContext)?;
+        let mut r = Ok(());
+        if !was_attached {
+            if success && self.options.weights_to_host_on_exit {
+                r = self.weights_to_host();
+            }
+            self.detach();
+        }
+        r
+    }
+
+    pub(super) fn require_attached(&self, function: &'static str) -> Result<()> {
+        if self.attached {
+            Ok(())
+        } else {
+            Err(SessionError::NotAttached { function })
+        }
+    }
+
+    // ----- weights -----
+
+    /// Copy every variable from the host copies to the device.
+    pub fn weights_from_host(&mut self) -> Result<()> {
+        self.require_attached("weights_from_host")?;
+        for (k, v) in self.variables.iter_mut() {
+            let Some(w) = v.weight else { continue };
+            let stream = self.exe.weights[w].from_host;
+            let bytes = v.data.bytes.len();
+            // SAFETY: the host copy outlives this call and is not touched while
+            // the program runs; the stream is unbound right after.
+            unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
+                .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
+        }
+        self.executor.run(EngineProgram::WeightsFromHost);
+        self.executor.unbind_streams();
+        self.counts.weights_from_host += 1;
+        Ok(())
+    }
+
+    /// Copy every variable from the device to the host copies, which are then in sync.
+    pub fn weights_to_host(&mut self) -> Result<()> {
+        self.require_attached("weights_to_host")?;
+        for (k, v) in self.variables.iter_mut() {
+            let Some(w) = v.weight else { continue };
+            let stream = self.exe.weights[w].to_host;
+            let bytes = v.data.bytes.len();
+            // SAFETY: as in weights_from_host, for writes.
+            unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
+                .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
+        }
+        self.executor.run(EngineProgram::WeightsToHost);
+        self.executor.unbind_streams();
+        self.host_weights_in_sync = true;
+        self.counts.weights_to_host += 1;
+        Ok(())
+    }
+
+    // ----- tensor data -----
+
+    /// The tensor of the main graph with this (full, scoped) name, as an unbound
+    /// handle (see [`Session`]): how code on another thread than the one that
+    /// built the IR names a variable or constant for [`Session::get_tensor_data`]
+    /// or [`Session::write_variable_data`]. Variables, constants and streams keep
+    /// their names; activations may have been removed by preparation.
+    ///
+    /// ```
+    /// use popxl_session::{Session, SessionError};
+    /// let ir = popxl::Ir::new();
+    /// let w = ir.main_graph().with(|| popxl::variable(vec![1.0f32, 2.0], "w")).unwrap();
+    /// ir.main_graph().with(|| popxl::ops::scaled_add_(&w, &w, 1.0, 1.0)).unwrap();
+    /// let mut session = Session::new(ir, "cpu").unwrap();
+    /// let handle = std::thread::spawn(move || {
+    ///     let w = session.get_tensor("w").unwrap();
+    ///     assert_eq!(session.get_tensor("v").unwrap_err(), SessionError::UnknownTensor { name: "v".into() });
+    ///     session.scope(|s| s.run(&Default::default())).unwrap();
+    ///     session.get_tensor_data(&w).unwrap()
+    /// });
+    /// assert_eq!(handle.join().unwrap(), popxl::HostArray::from(vec![2.0f32, 4.0]));
+    /// ```
+    pub fn get_tensor(&self, name: &str) -> Result<Tensor> {
+        let main = self.prepared.main_graph();
+        let t = main.tensor_by_name(name).map_err(|_| SessionError::UnknownTensor { name: name.to_string() })?;
+        Ok(Tensor::unbound(&self.prepared, main.id(), t.id).expect("a tensor of the main graph"))
+    }
+
+    /// Resolve a handle to its graph and tensor ids and its tensor in the prepared
+    /// IR; a handle of another IR is a [`SessionError::ForeignTensor`] error.
+    fn resolve(&self, t: &Tensor) -> Result<(GraphId, TensorId, &popart_ir::Tensor)> {
+        if t.ir_id() != self.ir_id {
+            return Err(SessionError::ForeignTensor {
+                name: t.id().to_string(),
+                ir_id: t.ir_id(),
+                session_ir_id: self.ir_id,
+            });
+        }
+        let core = self
+            .prepared
+            .graph(t.graph_id())
+            .and_then(|g| g.tensor(t.tensor_id()))
+            .map_err(|_| SessionError::NotVariableOrConstant { tensor: t.id().to_string() })?;
+        Ok((t.graph_id(), t.tensor_id(), core))
+    }
+
+    /// The data of a variable or constant (see [`Session::get_tensors_data`]).
+    pub fn get_tensor_data(&mut self, tensor: &Tensor) -> Result<HostArray> {
+        Ok(self.get_tensors_data([tensor])?.remove(0))
+    }
+
+    /// The data of variables and constants, in the order given.
+    ///
+    /// The host copies of the variables are a cache of the device: when attached
+    /// and a runtime function may have changed the device variables since the
+    /// last `weights_to_host`, one `weights_to_host` runs first. Detached, the
+    /// host copies are returned as they are. Constants never need a transfer.
+    pub fn get_tensors_data<'t>(&mut self, tensors: impl IntoIterator<Item = &'t Tensor>) -> Result<Vec<HostArray>> {
+        let tensors: Vec<&Tensor> = tensors.into_iter().collect();
+        let mut any_variable = false;
+        for t in &tensors {
+            let (_, _, core) = self.resolve(t)?;
+            match core.kind {
+                TensorKind::Variable(_) => any_variable = true,
+                TensorKind::Constant(_) => {}
+                _ => return Err(SessionError::NotVariableOrConstant { tensor: t.id().to_string() }),
+            }
+        }
+        if any_variable && self.attached && !self.host_weights_in_sync {
+            self.weights_to_host()?;
+        }
+        tensors
+            .iter()
+            .map(|t| {
+                let (g, id, core) = self.resolve(t)?;
+                let data = match &core.kind {
+                    TensorKind::Constant(d) => d,
+                    _ => &self.variables[&(g, id)].data,
+                };
+                Ok(HostArray::from_host_tensor(data).expect("host data matches its info"))
+            })
+            .collect()
+    }
+
+    /// Write one variable (see [`Session::write_variables_data`]).
+    pub fn write_variable_data(&mut self, tensor: &Tensor, data: &HostArray) -> Result<()> {
+        self.write_variables_data([(tensor, data)])
+    }
+
+    /// Write variables from host arrays of their exact dtype and shape (a 0-d
+    /// array is cast to the dtype of a scalar variable). The host copies are
+    /// updated; when attached, the written variables are also transferred to the
+    /// device (only those: other variables changed on the device are kept). Host
+    /// weights are not invalidated. Nothing is written if any pair is invalid.
+    pub fn write_variables_data<'t>(
+        &mut self,
+        data: impl IntoIterator<Item = (&'t Tensor, &'t HostArray)>,
+    ) -> Result<()> {
+        let mut writes: Vec<((GraphId, TensorId), HostTensor)> = Vec::new();
+        for (t, arr) in data {
+            let (g, id, core) = self.resolve(t)?;
+            if !core.is_variable() {
+                return Err(SessionError::NotAVariable { tensor: t.id().to_string() });
+            }
+            let info = &core.info;
+            let arr = if arr.dtype() != info.dtype && arr.shape().is_empty() && info.shape.is_empty() {
+                Cow::Owned(arr.cast(info.dtype))
+            } else {
+                Cow::Borrowed(arr)
+            };
+            if arr.dtype() != info.dtype {
+                return Err(SessionError::WriteDTypeMismatch {
+                    tensor: t.id().to_string(),
+                    expected: info.dtype,
+                    got: arr.dtype(),
+                });
+            }
+            if arr.shape() != info.shape.as_slice() {
+                return Err(SessionError::WriteShapeMismatch {
+                    tensor: t.id().to_string(),
+                    expected: info.shape.clone(),
+                    got: arr.shape().to_vec(),
+                });
+            }
+            writes.push(((g, id), arr.to_host_tensor()));
+        }
+        let mut device_writes = false;
+        for (key, data) in writes {
+            let v = self.variables.get_mut(&key).expect("resolved variables have host copies");
+            v.data = data;
+            if self.attached {
+                if let Some(w) = v.weight {
+                    let buffer = self.exe.weights[w].buffer;
+                    self.executor.write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes);
+                    device_writes = true;
+                }
+            }
+        }
+        if device_writes {
+            self.counts.weights_from_host += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A session context (PopXL's `with session:` block): see [`Session::enter`].
+/// Dereferences to the [`Session`].
+pub struct SessionContext<'s> {
+    session: &'s mut Session,
+    open: bool,
+}
+
+impl SessionContext<'_> {
+    /// Leave the context now, returning the error of the exit's `weights_to_host`
+    /// (dropping the guard ignores it).
+    pub fn exit(mut self) -> Result<()> {
+        self.open = false;
+        self.session.exit_context(true)
+    }
+}
+
+impl std::ops::Deref for SessionContext<'_> {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        self.session
+    }
+}
+
+impl std::ops::DerefMut for SessionContext<'_> {
+    fn deref_mut(&mut self) -> &mut Session {
+        self.session
+    }
+}
+
+impl Drop for SessionContext<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.session.exit_context(!std::thread::panicking());
+        }
+    }
+}

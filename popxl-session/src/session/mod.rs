@@ -1,0 +1,419 @@
+//! [`Session`]: PopXL's runtime session.
+//!
+//! - this file: the session, its options and device, construction and properties;
+//! - [`attach`]: attaching, session contexts, weight transfers and tensor data;
+//! - [`run`]: running the main program with stream data;
+//! - [`kernel_library`]: the kernel library the executor is compiled with.
+
+mod attach;
+mod kernel_library;
+mod run;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use popart_ir::{DataType, GraphId, HostTensor, StreamDirection, TensorId, TensorKind};
+use popart_lower::{Executable, StreamId};
+use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream};
+
+use crate::cpu::executor::{CpuExecutor, ExecCounters, KernelFactory};
+use crate::SessionError;
+
+pub use attach::SessionContext;
+
+/// Result alias for sessions.
+pub type Result<T, E = SessionError> = std::result::Result<T, E>;
+
+/// Stream inputs of [`Session::run`]: one array per host-to-device stream.
+pub type Inputs = HashMap<HostToDeviceStream, HostArray>;
+
+/// Stream outputs of [`Session::run`]: one array per device-to-host stream.
+pub type Outputs = HashMap<DeviceToHostStream, HostArray>;
+
+/// The kind of device a session runs on.
+///
+/// ```
+/// use popxl_session::DeviceType;
+/// assert_eq!("ipu_model".parse::<DeviceType>().unwrap(), DeviceType::IpuModel);
+/// assert!("gpu".parse::<DeviceType>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    /// The host CPU (no replication).
+    Cpu,
+    /// The IPU model: executes like `cpu` here.
+    IpuModel,
+    /// Real IPU hardware: compiles, but attaching fails (no hardware is available).
+    IpuHw,
+}
+
+impl DeviceType {
+    /// The device string (`cpu`, `ipu_model`, `ipu_hw`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceType::Cpu => "cpu",
+            DeviceType::IpuModel => "ipu_model",
+            DeviceType::IpuHw => "ipu_hw",
+        }
+    }
+}
+
+impl fmt::Display for DeviceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DeviceType {
+    type Err = SessionError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(DeviceType::Cpu),
+            "ipu_model" => Ok(DeviceType::IpuModel),
+            "ipu_hw" => Ok(DeviceType::IpuHw),
+            other => Err(SessionError::UnknownDevice(other.to_string())),
+        }
+    }
+}
+
+/// Number of ops in the main graph and the graphs it calls, directly or not
+/// (PopXL removes isolated graphs before checking that an IR has ops).
+fn reachable_ops(ir: &popart_ir::Ir) -> usize {
+    let mut seen = HashSet::from([ir.main_graph_id()]);
+    let mut stack = vec![ir.main_graph_id()];
+    let mut n = 0;
+    while let Some(g) = stack.pop() {
+        let Ok(graph) = ir.graph(g) else { continue };
+        n += graph.num_ops();
+        stack.extend(graph.called_graphs().into_iter().filter(|c| seen.insert(*c)));
+    }
+    n
+}
+
+/// Options of a [`Session`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Leaving a context that attached does `weights_to_host` first (default true).
+    pub weights_to_host_on_exit: bool,
+    /// `run` converts 64-bit float/int input arrays to the 32-bit type of their
+    /// stream (PopXL's `downcast_inputs`, default true).
+    pub downcast_inputs: bool,
+    /// Apply the optimisation patterns of `popart_transforms::patterns` while
+    /// preparing the IR (default true; the results are the same up to rounding).
+    pub patterns: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true, patterns: true }
+    }
+}
+
+/// Host <-> device transfer counts of a session (to observe the host-cache rules).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferCounts {
+    /// `weights_from_host` transfers (including the partial ones of `write_variable_data`).
+    pub weights_from_host: u64,
+    /// `weights_to_host` transfers.
+    pub weights_to_host: u64,
+    /// Completed `run`s.
+    pub runs: u64,
+}
+
+struct DataStream {
+    id: StreamId,
+    name: String,
+    tensor: TensorId,
+    shape: Vec<usize>,
+    dtype: DataType,
+}
+
+/// Host copy of a variable.
+struct HostVariable {
+    data: HostTensor,
+    /// Index into `Executable::weights` (variables of unreachable graphs have none).
+    weight: Option<usize>,
+}
+
+/// A runtime session: prepares, lowers and compiles an IR once, then attaches to
+/// its device, moves weights and runs the main program (PopXL's `popxl.Session`).
+///
+/// The session freezes the IR it is given: the IR cannot change afterwards
+/// (building on it through any remaining `popxl` handle is a
+/// [`popxl::PopXlError::IrFrozen`] error). The session keeps its own copy of the
+/// IR core, not the [`popxl::Ir`] handle, so it is `Send`: build the IR and
+/// create the session on one thread, then move the session to another thread
+/// and attach and run it there. Methods that take `popxl` handles accept those
+/// of the session's IR (compared by IR id, graph id and tensor id; handles of
+/// another IR are a [`SessionError::ForeignTensor`] error); the stream handles a
+/// session returns ([`Session::expected_inputs`], the keys of [`Outputs`]) are
+/// unbound ([`popxl::Tensor::unbound`]): they compare equal to the IR's own
+/// handles and know their name, shape and type. [`Session::get_tensor`] finds a
+/// variable or constant by name. Sessions on several threads run concurrently;
+/// they share the `cpu` device's worker team ([`crate::cpu::team`]).
+///
+/// Once the caller drops its last [`popxl::Ir`] handle, the `popxl` IR is gone
+/// (its handles then report [`popxl::PopXlError::IrDropped`] for what needs the
+/// IR), but the session and every handle of the IR keep working together.
+///
+/// Attachment follows PopXL's context manager: [`Session::enter`] returns a guard
+/// (the `with session:` block). Entering attaches and runs `weights_from_host`
+/// only if the session was detached; dropping the guard runs `weights_to_host`
+/// (when [`SessionOptions::weights_to_host_on_exit`], and not while panicking)
+/// and detaches only if that enter attached. Contexts nest.
+/// [`Session::scope`] is the closure form (an `Err` skips `weights_to_host`, as an
+/// exception does in PopXL).
+///
+/// Device memory does not survive a detach: after each attach, constants are
+/// rewritten and variables hold zeros until the next `weights_from_host`.
+///
+/// ```
+/// use popxl::{ops, Ir};
+/// use popxl_session::Session;
+/// let ir = Ir::new();
+/// let (x, out) = {
+///     let _g = ir.main_graph().enter();
+///     let input = popxl::h2d_stream([2], popxl::float32, "x").unwrap();
+///     let w = popxl::variable(vec![1.0f32, 2.0], "w").unwrap();
+///     let y = &ops::host_load(&input, "x").unwrap() + &w;
+///     let out = popxl::d2h_stream([2], popxl::float32, "y").unwrap();
+///     ops::host_store(&out, &y).unwrap();
+///     (input, out)
+/// };
+/// let mut session = Session::new(ir, "cpu").unwrap();
+/// let outputs = session
+///     .scope(|s| s.run(&[(x, popxl::HostArray::from(vec![10.0f32, 20.0]))].into()))
+///     .unwrap();
+/// assert_eq!(outputs[&out], popxl::HostArray::from(vec![11.0f32, 22.0]));
+/// assert!(!session.is_attached());
+/// ```
+pub struct Session {
+    /// Id of the `popxl` IR the session was made from (that of its handles).
+    ir_id: u64,
+    /// The frozen IR core after preparation: what the executable was lowered from.
+    prepared: popart_ir::Ir,
+    exe: Executable,
+    executor: CpuExecutor,
+    device: DeviceType,
+    options: SessionOptions,
+    attached: bool,
+    was_attached: Vec<bool>,
+    host_weights_in_sync: bool,
+    variables: HashMap<(GraphId, TensorId), HostVariable>,
+    h2d: Vec<DataStream>,
+    d2h: Vec<DataStream>,
+    stream_position: HashMap<TensorId, usize>,
+    counts: TransferCounts,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("ir", &self.ir_id)
+            .field("device", &self.device)
+            .field("attached", &self.attached)
+            .field("executor", &self.executor)
+            .finish()
+    }
+}
+
+// Sessions move between threads: keep `Session` `Send`.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Session>();
+};
+
+impl Session {
+    /// Prepare, lower and compile `ir` for `device` (`"cpu"`, `"ipu_model"` or
+    /// `"ipu_hw"`); the IR is frozen. The session starts detached.
+    ///
+    /// Errors: an unknown device, replication on `cpu`/`ipu_model`, an invalid
+    /// IR (e.g. a topological-constraint cycle), an IR with no ops after pruning,
+    /// and ops the device cannot execute.
+    ///
+    /// ```
+    /// use popxl_session::{Session, SessionError};
+    /// let err = Session::new(popxl::Ir::new(), "tpu").unwrap_err();
+    /// assert_eq!(err, SessionError::UnknownDevice("tpu".into()));
+    /// ```
+    pub fn new(ir: popxl::Ir, device: &str) -> Result<Session> {
+        Self::with_options(ir, device, SessionOptions::default())
+    }
+
+    /// [`Session::new`] with options.
+    pub fn with_options(ir: popxl::Ir, device: &str, options: SessionOptions) -> Result<Session> {
+        Self::with_kernels(ir, device, options, &kernel_library::default_kernels)
+    }
+
+    /// [`Session::with_options`] with another kernel library (for devices under
+    /// test or custom kernels). `kernels` is called once per kernel execution of
+    /// the lowered programs.
+    pub fn with_kernels(
+        ir: popxl::Ir,
+        device: &str,
+        options: SessionOptions,
+        kernels: KernelFactory<'_>,
+    ) -> Result<Session> {
+        let device: DeviceType = device.parse()?;
+        ir.freeze();
+        let mut prepared = ir.with_ir(|core| core.clone());
+        let rf = prepared.replication_factor.max(1);
+        let num_ipus = rf.next_power_of_two();
+        match device {
+            DeviceType::Cpu if num_ipus > 1 => {
+                return Err(SessionError::CpuMultipleDevices { num_ipus, replication_factor: rf })
+            }
+            DeviceType::IpuModel if rf > 1 => {
+                return Err(SessionError::ReplicationUnsupported { device: device.name(), replication_factor: rf })
+            }
+            _ => {}
+        }
+        let prepare_options = popart_transforms::prepare::PrepareOptions { patterns: options.patterns };
+        popart_transforms::prepare::prepare_with(&mut prepared, prepare_options)?;
+        let ir_id = ir.id();
+        // Only the frozen flag of the `popxl` IR outlives this call (in the handles
+        // the caller keeps); the session works on its own copy of the core.
+        drop(ir);
+        if reachable_ops(&prepared) == 0 {
+            return Err(SessionError::NoOps { ir_id });
+        }
+        let exe = popart_lower::lower(&prepared)?;
+        let executor = kernel_library::compile(&exe, kernels)?;
+
+        let mut variables = HashMap::new();
+        for g in prepared.graphs() {
+            for t in g.variables() {
+                if let TensorKind::Variable(data) = &t.kind {
+                    variables.insert((g.id(), t.id), HostVariable { data: data.clone(), weight: None });
+                }
+            }
+        }
+        for (i, w) in exe.weights.iter().enumerate() {
+            if let Some(v) = variables.get_mut(&(w.tensor.graph, w.tensor.tensor)) {
+                v.weight = Some(i);
+            }
+        }
+        let mut h2d = Vec::new();
+        let mut d2h = Vec::new();
+        let mut stream_position = HashMap::new();
+        for dir in [StreamDirection::HostToDevice, StreamDirection::DeviceToHost] {
+            for s in exe.data_streams(dir) {
+                let list = if dir == StreamDirection::HostToDevice { &mut h2d } else { &mut d2h };
+                stream_position.insert(s.tensor, list.len());
+                list.push(DataStream {
+                    id: s.id,
+                    name: s.name.clone(),
+                    tensor: s.tensor,
+                    shape: s.info.shape.clone(),
+                    dtype: s.info.dtype,
+                });
+            }
+        }
+        Ok(Session {
+            ir_id,
+            prepared,
+            exe,
+            executor,
+            device,
+            options,
+            attached: false,
+            was_attached: Vec::new(),
+            host_weights_in_sync: true,
+            variables,
+            h2d,
+            d2h,
+            stream_position,
+            counts: TransferCounts::default(),
+        })
+    }
+
+    // ----- properties -----
+
+    /// Id of the IR the session was made from ([`popxl::Ir::id`]; its handles
+    /// report it as [`popxl::Tensor::ir_id`]).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.main_graph()
+    ///     .with(|| {
+    ///         let w = popxl::variable(1.0f32, "w")?;
+    ///         popxl::ops::scaled_add_(&w, &w, 1.0, 1.0)
+    ///     })
+    ///     .unwrap();
+    /// let id = ir.id();
+    /// let session = popxl_session::Session::new(ir, "cpu").unwrap();
+    /// assert_eq!(session.ir_id(), id);
+    /// ```
+    pub fn ir_id(&self) -> u64 {
+        self.ir_id
+    }
+
+    /// The frozen IR core after preparation (patterns, pruning): what
+    /// [`Session::executable`] was lowered from. Tensor and graph ids are those
+    /// of the session's IR.
+    pub fn prepared_ir(&self) -> &popart_ir::Ir {
+        &self.prepared
+    }
+
+    /// The lowered executable (programs, functions, memory plan).
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    /// The device type.
+    pub fn device(&self) -> DeviceType {
+        self.device
+    }
+
+    /// True while attached to the device.
+    pub fn is_attached(&self) -> bool {
+        self.attached
+    }
+
+    /// Host <-> device transfer counts since creation.
+    pub fn transfer_counts(&self) -> TransferCounts {
+        self.counts
+    }
+
+    /// Executor work counters since creation (kernels, copies, stream transfers).
+    pub fn exec_counters(&self) -> ExecCounters {
+        self.executor.counters()
+    }
+
+    /// Turn per-kernel timing of the compiled programs on (clearing earlier
+    /// timings) or off; see [`Session::kernel_profile`].
+    pub fn set_profiling(&mut self, on: bool) {
+        self.executor.set_profiling(on);
+    }
+
+    /// Wall-clock time per kernel since [`Session::set_profiling`]`(true)`,
+    /// slowest first (empty when profiling is off).
+    ///
+    /// ```
+    /// use popxl::ops;
+    /// use popxl_session::Session;
+    /// let ir = popxl::Ir::new();
+    /// let x = {
+    ///     let _g = ir.main_graph().enter();
+    ///     let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+    ///     ops::scaled_add_(&x, &x, 1.0, 2.0).unwrap();
+    ///     x
+    /// };
+    /// let mut session = Session::new(ir, "cpu").unwrap();
+    /// session.set_profiling(true);
+    /// session.scope(|s| s.run(&Default::default())).unwrap();
+    /// let profile = session.kernel_profile();
+    /// assert_eq!(profile.len(), 1);
+    /// assert_eq!((profile[0].op_type.as_str(), profile[0].calls), ("ScaledAddInplace", 1));
+    /// # let _ = x;
+    /// ```
+    pub fn kernel_profile(&self) -> Vec<crate::cpu::executor::KernelTime> {
+        self.executor.kernel_profile()
+    }
+
+    /// True when the host copies of the variables are known to match the device.
+    pub fn host_weights_in_sync(&self) -> bool {
+        self.host_weights_in_sync
+    }
+}

@@ -1,0 +1,236 @@
+//! Running the main program: stream inputs and outputs, and their checks.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use popart_ir::{DataType, TensorId};
+use popart_lower::StreamId;
+use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream, Tensor};
+
+use super::{DataStream, Inputs, Outputs, Result, Session};
+use crate::cpu::executor::EngineProgram;
+use crate::host::{assign_bytes, bytes_of, mut_ptr_of};
+use crate::SessionError;
+
+/// The 32-bit type a 64-bit array is downcast to (PopXL's `downcast_inputs`).
+fn downcast_target(dtype: DataType) -> Option<DataType> {
+    match dtype {
+        DataType::Int64 => Some(DataType::Int32),
+        DataType::Uint64 => Some(DataType::Uint32),
+        DataType::Float64 => Some(DataType::Float32),
+        _ => None,
+    }
+}
+
+impl Session {
+    /// The host-to-device streams `run` expects data for, in creation order
+    /// (unbound handles, equal to those of the IR: see [`Session`]).
+    pub fn expected_inputs(&self) -> Vec<HostToDeviceStream> {
+        self.h2d
+            .iter()
+            .map(|d| HostToDeviceStream::unbound(&self.prepared, d.tensor).expect("a data stream of the main graph"))
+            .collect()
+    }
+
+    /// Shape of the host array of a stream of shape `shape`:
+    /// `[num_host_transfers, replication_factor, *shape]` without the size-1 leading dims.
+    pub fn host_shape(&self, shape: &[usize]) -> Vec<usize> {
+        let mut v = Vec::with_capacity(shape.len() + 2);
+        if self.exe.num_host_transfers > 1 {
+            v.push(self.exe.num_host_transfers);
+        }
+        if self.exe.replication_factor > 1 {
+            v.push(self.exe.replication_factor);
+        }
+        v.extend_from_slice(shape);
+        v
+    }
+
+    /// A zero-filled output array for every device-to-host stream, shaped as
+    /// [`Session::host_shape`] (keyed by unbound handles: see [`Session`]).
+    pub fn create_host_outputs(&self) -> Outputs {
+        self.d2h
+            .iter()
+            .map(|d| {
+                let s = DeviceToHostStream::unbound(&self.prepared, d.tensor).expect("a data stream of the main graph");
+                let info = popart_ir::TensorInfo::new(d.dtype, self.host_shape(&d.shape));
+                (s, HostArray::full(&info, 0.0))
+            })
+            .collect()
+    }
+
+    /// Run the main program once with `inputs`, returning a new array for every
+    /// device-to-host stream ([`Session::create_host_outputs`] +
+    /// [`Session::run_with_outputs`]).
+    pub fn run(&mut self, inputs: &Inputs) -> Result<Outputs> {
+        self.require_attached("run")?;
+        let mut outputs = self.create_host_outputs();
+        self.run_with_outputs(inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// Run the main program once, reading `inputs` and writing into `outputs`.
+    ///
+    /// Every host-to-device stream needs an array and every device-to-host
+    /// stream an output array, shaped `[num_host_transfers, replication_factor,
+    /// *stream shape]` without the size-1 leading dims, of the stream's dtype
+    /// (64-bit inputs are downcast when [`crate::SessionOptions::downcast_inputs`]).
+    /// Each execution of a host load takes the next of the `num_host_transfers`
+    /// elements of its stream, wrapping around when a stream is used more often;
+    /// host stores likewise. The host copies of the variables become stale.
+    pub fn run_with_outputs(&mut self, inputs: &Inputs, outputs: &mut Outputs) -> Result<()> {
+        self.require_attached("run_with_outputs")?;
+        let nht = self.exe.num_host_transfers.max(1);
+        // Inputs: validate (downcasting 64-bit arrays if allowed) and borrow their bytes.
+        self.check_stream_set("input", inputs.keys().map(|s| s.tensor()), &self.h2d)?;
+        let mut arrays: Vec<(usize, Cow<'_, HostArray>)> = Vec::with_capacity(inputs.len());
+        for (s, arr) in inputs {
+            let pos = self.stream_position[&s.tensor().tensor_id()];
+            let ds = &self.h2d[pos];
+            let arr = if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) {
+                Cow::Owned(arr.clone().downcast_64bit())
+            } else {
+                Cow::Borrowed(arr)
+            };
+            self.check_array("input", ds, &arr)?;
+            arrays.push((pos, arr));
+        }
+        let in_data: Vec<(usize, Cow<'_, [u8]>)> = arrays.iter().map(|(pos, a)| (*pos, bytes_of(a))).collect();
+        // Outputs: validate, find pointers (or scratch for non-standard layouts).
+        self.check_stream_set("output", outputs.keys().map(|s| s.tensor()), &self.d2h)?;
+        for (s, arr) in outputs.iter() {
+            let ds = &self.d2h[self.stream_position[&s.tensor().tensor_id()]];
+            self.check_array("output", ds, arr)?;
+        }
+        let mut scratch: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut out_ptrs: Vec<(StreamId, *mut u8, usize)> = Vec::with_capacity(outputs.len());
+        for (s, arr) in outputs.iter_mut() {
+            let pos = self.stream_position[&s.tensor().tensor_id()];
+            let id = self.d2h[pos].id;
+            match mut_ptr_of(arr) {
+                Some((p, n)) => out_ptrs.push((id, p, n)),
+                None => scratch.push((pos, arr.to_host_tensor().bytes)),
+            }
+        }
+        for (pos, buf) in scratch.iter_mut() {
+            out_ptrs.push((self.d2h[*pos].id, buf.as_mut_ptr(), buf.len()));
+        }
+        // Bind, run, unbind.
+        for (pos, data) in &in_data {
+            let pos = *pos;
+            // SAFETY: the input bytes outlive the run and are only read
+            // (host-to-device transfers never write host memory).
+            unsafe { self.executor.bind_stream(self.h2d[pos].id, data.as_ptr() as *mut u8, data.len(), nht) }
+                .expect("sizes validated");
+        }
+        for &(id, p, n) in &out_ptrs {
+            // SAFETY: the output arrays (or scratch buffers) are exclusively borrowed
+            // for the whole run.
+            unsafe { self.executor.bind_stream(id, p, n, nht) }.expect("sizes validated");
+        }
+        self.executor.run(EngineProgram::Main);
+        self.executor.unbind_streams();
+        drop(in_data);
+        drop(arrays);
+        if !scratch.is_empty() {
+            for (s, arr) in outputs.iter_mut() {
+                let pos = self.stream_position[&s.tensor().tensor_id()];
+                if let Some((_, buf)) = scratch.iter().find(|(p, _)| *p == pos) {
+                    assign_bytes(arr, buf);
+                }
+            }
+        }
+        self.host_weights_in_sync = false;
+        self.counts.runs += 1;
+        Ok(())
+    }
+
+    fn check_stream_set<'a>(
+        &self,
+        role: &'static str,
+        given: impl Iterator<Item = &'a Tensor>,
+        expected: &[DataStream],
+    ) -> Result<()> {
+        let mut seen: HashSet<TensorId> = HashSet::new();
+        let mut unexpected = Vec::new();
+        for t in given {
+            let ok = t.ir_id() == self.ir_id
+                && self.stream_position.get(&t.tensor_id()).is_some_and(|&p| {
+                    expected.get(p).is_some_and(|d| d.tensor == t.tensor_id())
+                        && t.graph_id() == self.prepared.main_graph_id()
+                });
+            if ok {
+                seen.insert(t.tensor_id());
+            } else {
+                unexpected.push(t.id().to_string());
+            }
+        }
+        let missing: Vec<String> =
+            expected.iter().filter(|d| !seen.contains(&d.tensor)).map(|d| d.name.clone()).collect();
+        if unexpected.is_empty() && missing.is_empty() {
+            return Ok(());
+        }
+        unexpected.sort();
+        Err(SessionError::UnexpectedOrMissingStreams { role, unexpected, missing })
+    }
+
+    /// PopXL's shape rules for a stream array, plus an element-count check.
+    fn check_array(&self, role: &'static str, s: &DataStream, arr: &HostArray) -> Result<()> {
+        if arr.dtype() != s.dtype {
+            return Err(SessionError::StreamDTypeMismatch {
+                role,
+                stream: s.name.clone(),
+                expected: s.dtype,
+                got: arr.dtype(),
+            });
+        }
+        let nht = self.exe.num_host_transfers;
+        let rf = self.exe.replication_factor;
+        let shape = arr.shape();
+        let (mut repl_index, mut data_index) = (0, 0);
+        if nht > 1 {
+            repl_index += 1;
+            data_index += 1;
+            let got = shape.first().copied().unwrap_or(1);
+            if got < nht {
+                return Err(SessionError::TooFewHostTransfers {
+                    role,
+                    stream: s.name.clone(),
+                    got,
+                    num_host_transfers: nht,
+                });
+            }
+        }
+        if rf > 1 {
+            data_index += 1;
+            let got = shape.get(repl_index).copied().unwrap_or(1);
+            if got != rf {
+                return Err(SessionError::WrongReplicaDim {
+                    role,
+                    stream: s.name.clone(),
+                    dim: repl_index,
+                    got,
+                    replication_factor: rf,
+                });
+            }
+        }
+        let mismatch = || SessionError::StreamShapeMismatch {
+            role,
+            stream: s.name.clone(),
+            stream_shape: s.shape.clone(),
+            expected: self.host_shape(&s.shape),
+            got: shape.to_vec(),
+        };
+        let squeezed_rank = shape.iter().filter(|&&d| d != 1).count();
+        // PopXL accepts any array whose non-unit dims end before the data dims
+        // (scalar-like streams); otherwise the data dims must be the stream shape.
+        if squeezed_rank > data_index && shape.get(data_index..) != Some(s.shape.as_slice()) {
+            return Err(mismatch());
+        }
+        let element: usize = s.shape.iter().product();
+        if arr.nelms() < nht.max(1) * rf.max(1) * element {
+            return Err(mismatch());
+        }
+        Ok(())
+    }
+}
