@@ -204,11 +204,12 @@ proptest! {
     #[test]
     fn unary_ops(s in shape(3), seed in any::<u64>()) {
         type Gen = fn(&mut Rng) -> f64;
-        let cases: [(&str, UnaryOp, Gen); 12] = [
+        let cases: [(&str, UnaryOp, Gen); 13] = [
             ("negate", ops::negate, uniform),
             ("abs", ops::abs, away_from_zero),
             ("exp", ops::exp, uniform),
             ("log", ops::log, positive),
+            ("log1p", ops::log1p, positive),
             ("sqrt", ops::sqrt, positive),
             ("relu", ops::relu, away_from_zero),
             ("gelu", ops::gelu, uniform),

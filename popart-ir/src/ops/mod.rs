@@ -61,6 +61,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
     static ALL: std::sync::OnceLock<Vec<&'static dyn OpDef>> = std::sync::OnceLock::new();
     ALL.get_or_init(|| {
         let mut v: Vec<&'static dyn OpDef> = Vec::new();
+        v.extend_from_slice(unary::TABLE);
         v.extend_from_slice(unary::ALL);
         v.extend_from_slice(binary::ALL);
         v.extend_from_slice(matmul::ALL);

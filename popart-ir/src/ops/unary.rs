@@ -5,47 +5,21 @@ use super::{op_types, require_float};
 use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
-    /// `-x`
-    Neg,
-    /// `|x|`
-    Abs,
-    /// `e^x`
-    Exp,
-    /// natural log
-    Log,
-    /// square root
-    Sqrt,
-    /// `max(x, 0)`
-    Relu,
-    /// GELU, tanh approximation (as PopXL's `gelu`)
-    Gelu,
-    /// hyperbolic tangent
-    Tanh,
-    /// logistic sigmoid
-    Sigmoid,
-    /// sine
-    Sin,
-    /// cosine
-    Cos,
-    /// sign (-1, 0, 1)
-    Sign,
-    /// round down
-    Floor,
-    /// round up
-    Ceil,
-    /// copy (PopXL `identity`, used to rename)
-    Identity,
-    /// identity that stops gradients
-    Detach,
     /// convert to attribute `to`
     Cast,
 );
 
-/// Unary ops sharing the "same type and shape" rule; `float_only` restricts to float inputs;
-/// `grad` is the gradient rule (an expression of type `GradRule`).
+/// The table of unary ops sharing the "same type and shape" rule, one line each:
+/// `/// doc` then `Type => "OpType", float_only = bool, grad = GradRule expr[, flags = OpFlags];`.
+/// `float_only` restricts to float inputs. Declares each zero-sized type, its
+/// [`OpDef`] and the list [`TABLE`] that registers them.
 macro_rules! same_info_unary {
-    ($($ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr $(, flags = $flags:expr)?;)*) => {
+    ($($(#[$doc:meta])* $ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr $(, flags = $flags:expr)?;)*) => {
         $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $ty;
+
             impl OpDef for $ty {
                 fn op_type(&self) -> &'static str { $name }
                 fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
@@ -61,6 +35,9 @@ macro_rules! same_info_unary {
                 }
             }
         )*
+
+        /// Every op of the same-info table.
+        pub(crate) const TABLE: &[&dyn OpDef] = &[$(&$ty),*];
     };
 }
 
@@ -68,21 +45,39 @@ macro_rules! same_info_unary {
 // cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), sqrt' = 1/(2y),
 // exp' = y, log' = 1/x, abs' = sign(x), sin' = cos(x), cos' = -sin(x), gelu' from x.
 same_info_unary! {
+    /// `-x`
     Neg => "Neg", float_only = false, grad = GradRule::Ops(vec![simple(&Neg, &[(0, GradSource::GradOfOutput(0))], 0)]);
+    /// `|x|`
     Abs => "Abs", float_only = false, grad = unary_grad(&Abs, false);
+    /// `e^x`
     Exp => "Exp", float_only = true, grad = unary_grad(&Exp, true);
+    /// natural log
     Log => "Log", float_only = true, grad = unary_grad(&Log, false);
+    /// `ln(1 + x)`, accurate for small `x` (not in PopXL; for stable losses)
+    Log1p => "Log1p", float_only = true, grad = unary_grad(&Log1p, false);
+    /// square root
     Sqrt => "Sqrt", float_only = true, grad = unary_grad(&Sqrt, true);
+    /// `max(x, 0)`
     Relu => "Relu", float_only = false, grad = unary_grad(&Relu, true);
+    /// GELU, tanh approximation (as PopXL's `gelu`)
     Gelu => "Gelu", float_only = true, grad = unary_grad(&Gelu, false);
+    /// hyperbolic tangent
     Tanh => "Tanh", float_only = true, grad = unary_grad(&Tanh, true);
+    /// logistic sigmoid
     Sigmoid => "Sigmoid", float_only = true, grad = unary_grad(&Sigmoid, true);
+    /// sine
     Sin => "Sin", float_only = true, grad = unary_grad(&Sin, false);
+    /// cosine
     Cos => "Cos", float_only = true, grad = unary_grad(&Cos, false);
+    /// sign (-1, 0, 1)
     Sign => "Sign", float_only = false, grad = GradRule::Zero;
+    /// round down
     Floor => "Floor", float_only = false, grad = GradRule::Zero;
+    /// round up
     Ceil => "Ceil", float_only = false, grad = GradRule::Zero;
+    /// copy (PopXL `identity`, used to rename)
     Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]), flags = OpFlags::VIEW;
+    /// identity that stops gradients
     Detach => "Detach", float_only = false, grad = GradRule::Stop, flags = OpFlags::VIEW;
 }
 
@@ -105,7 +100,5 @@ impl OpDef for Cast {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[
-    &Neg, &Abs, &Exp, &Log, &Sqrt, &Relu, &Gelu, &Tanh, &Sigmoid, &Sin, &Cos, &Sign, &Floor, &Ceil, &Identity, &Detach,
-    &Cast,
-];
+/// The ops of this file outside [`TABLE`].
+pub(crate) const ALL: &[&dyn OpDef] = &[&Cast];

@@ -51,6 +51,16 @@ unary! {
     /// assert!(popxl::ops::log(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
     log => Log;
+    /// `ln(1 + t)`, accurate where `t` is tiny (op `Log1p`, floating point only; not in
+    /// PopXL, useful for numerically stable losses).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// assert!(popxl::ops::log1p(&popxl::constant(1e-9f32, "x").unwrap()).is_ok());
+    /// assert!(popxl::ops::log1p(&popxl::constant(1i32, "i").unwrap()).is_err());
+    /// ```
+    log1p => Log1p;
     /// Square root (op `Sqrt`, floating point only).
     ///
     /// ```

@@ -8,8 +8,7 @@
 //!
 //! | family | functions |
 //! |---|---|
-//! | unary | [`negate`] [`abs`] [`exp`] [`log`] [`sqrt`] [`relu`] [`gelu`] [`tanh`] [`sigmoid`] [`sin`] [`cos`] [`sign`] [`floor`] [`ceil`] [`identity`] [`detach`] [`cast`] |
-//! | binary | [`add`] [`sub`] [`mul`] [`div`] [`pow`] [`maximum`] [`minimum`] [`greater`] [`less`] [`equal`] [`select`] (`where`) |
+//! | unary, binary | every function of [`elementwise`] ([`negate`] [`exp`] [`log1p`] ... [`cast`]; [`add`] ... [`select`] (`where`)), also re-exported here |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] |
@@ -19,7 +18,7 @@
 //! | control | [`call`] [`call_with_info`] [`repeat`] [`conditional`] [`conditional_branches`] |
 
 mod control;
-mod elementwise;
+pub mod elementwise;
 mod io;
 mod nn;
 mod random;
@@ -27,10 +26,7 @@ mod shape;
 mod var_update;
 
 pub use control::{call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo};
-pub use elementwise::{
-    abs, add, cast, ceil, cos, detach, div, equal, exp, floor, gelu, greater, identity, less, log, maximum, minimum,
-    mul, negate, pow, relu, select, sigmoid, sign, sin, sqrt, sub, tanh,
-};
+pub use elementwise::*;
 pub use io::{host_load, host_store};
 pub use nn::{
     matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,

@@ -205,6 +205,28 @@ pub(crate) trait Float:
     fn tanh(self) -> Self;
     fn sin(self) -> Self;
     fn cos(self) -> Self;
+    /// Apply the standard library's function for this type (`x.std(f32::ln_1p,
+    /// f64::ln_1p)`): lets a kernel table use any `std` float function.
+    fn std(self, f32: fn(f32) -> f32, f64: fn(f64) -> f64) -> Self;
+}
+
+/// Picks the `f32` or `f64` function of a pair by the element type.
+trait StdFn<T> {
+    fn pick(f32: fn(f32) -> f32, f64: fn(f64) -> f64) -> fn(T) -> T;
+}
+
+impl StdFn<f32> for f32 {
+    #[inline(always)]
+    fn pick(f32: fn(f32) -> f32, _: fn(f64) -> f64) -> fn(f32) -> f32 {
+        f32
+    }
+}
+
+impl StdFn<f64> for f64 {
+    #[inline(always)]
+    fn pick(_: fn(f32) -> f32, f64: fn(f64) -> f64) -> fn(f64) -> f64 {
+        f64
+    }
 }
 
 /// Taylor coefficients of `tanh(x) / x` in powers of `x²` (enough for f64 below |x| = 0.25).
@@ -298,6 +320,9 @@ macro_rules! impl_float {
         impl Float for $t {
             #[inline(always)] fn exp(self) -> Self { <$t>::exp(self) }
             #[inline(always)] fn fast_exp(self) -> Self { FastExp::fast_exp(self) }
+            #[inline(always)] fn std(self, f32: fn(f32) -> f32, f64: fn(f64) -> f64) -> Self {
+                <$t as StdFn<$t>>::pick(f32, f64)(self)
+            }
             #[inline(always)] fn ln(self) -> Self { <$t>::ln(self) }
             #[inline(always)] fn sqrt(self) -> Self { <$t>::sqrt(self) }
             /// `(e - 1) / (e + 1)` with `e = exp(2|x|)` (libm's `exp` is several times

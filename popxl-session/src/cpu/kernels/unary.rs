@@ -134,6 +134,7 @@ unary_ops! {
     Ceil: num |x| x.ceil();
     Exp[16]: float |x| x.exp(), grad |g, y| g * y;
     Log[16]: float |x| x.ln(), grad [4] |g, x| g / x;
+    Log1p[16]: float |x| x.std(f32::ln_1p, f64::ln_1p), grad [4] |g, x| g / (T::ONE + x);
     Sqrt[4]: float |x| x.sqrt(), grad [4] |g, y| g / (T::from_f64(2.0) * y);
     Tanh[16]: float |x| x.tanh(), grad |g, y| g * (T::ONE - y * y);
     Sin[16]: float |x| x.sin(), grad [16] |g, x| g * x.cos();
@@ -441,6 +442,7 @@ mod tests {
             ("Abs", &xs, f64::abs),
             ("Exp", &xs, f64::exp),
             ("Log", &pos, f64::ln),
+            ("Log1p", &pos, f64::ln_1p),
             ("Sqrt", &pos, f64::sqrt),
             ("Relu", &xs, |x| x.max(0.0)),
             ("Tanh", &xs, f64::tanh),
@@ -493,6 +495,15 @@ mod tests {
         let x: f64 = 2.3;
         let want = 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + GELU_A * x.powi(3))).tanh());
         assert_close(&unary("Gelu", DataType::Float32, &[x]), &[want], 1e-6);
+    }
+
+    #[test]
+    fn log1p_is_accurate_for_tiny_inputs() {
+        // ln(1 + x) = x - x²/2 + ... ; forming 1 + x first would lose every digit of x = 1e-12.
+        let got = unary("Log1p", DataType::Float64, &[1e-12, -1e-12]);
+        assert_close(&got, &[1e-12 - 0.5e-24, -1e-12 - 0.5e-24], 1e-15);
+        let got32 = unary("Log1p", DataType::Float32, &[1e-7]);
+        assert!((got32[0] - 1e-7).abs() < 1e-13, "{got32:?}");
     }
 
     #[test]
