@@ -17,4 +17,20 @@ mod host;
 mod session;
 
 pub use error::{SessionError, StreamRole};
+
+/// Register a custom op in one call: its definition with the IR's registry (so it
+/// can be built, printed and parsed; see [`popart_ir::register_op`]) and its `cpu`
+/// kernel builder by op identity (see [`cpu::kernels::register_kernel`]).
+/// Registering the same op again is allowed; another definition under a taken
+/// name is an error.
+///
+/// The `custom_op` example registers a leaky ReLU and its gradient this way.
+pub fn register_custom_op(
+    def: &'static dyn popart_ir::OpDef,
+    kernel: cpu::kernel::KernelBuilder,
+) -> std::result::Result<(), popart_ir::IrError> {
+    popart_ir::register_op(def)?;
+    cpu::kernels::register_kernel(def, kernel);
+    Ok(())
+}
 pub use session::{DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts};
