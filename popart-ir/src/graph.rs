@@ -348,15 +348,16 @@ impl Graph {
 
     /// Graphs called by the ops of this graph (each once, in first-seen creation order).
     pub fn called_graphs(&self) -> Vec<GraphId> {
-        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for op in self.ops_in_creation_order() {
             for g in self.ops[op].called_graphs() {
-                if !seen.contains(&g) {
-                    seen.push(g);
+                if seen.insert(g) {
+                    out.push(g);
                 }
             }
         }
-        seen
+        out
     }
 
     // ----- tensors -----
@@ -656,12 +657,42 @@ impl Graph {
         Ok(t)
     }
 
+    /// Remove the outputs of `op` at `indices` (any order; duplicates and unconnected
+    /// indices are ignored) and renumber its other outputs 0..n in index order, in
+    /// one pass (linear however many go). Returns the removed tensors, in index order:
+    /// they stay in the graph, unproduced.
+    pub fn remove_op_outputs(&mut self, op: OpId, indices: &[u32]) -> Result<Vec<TensorId>> {
+        let Some(o) = self.ops.get_mut(op) else {
+            return Err(self.unknown_op(op));
+        };
+        let mut drop = vec![false; o.outputs.end() as usize];
+        for &i in indices {
+            if let Some(d) = drop.get_mut(i as usize) {
+                *d = true;
+            }
+        }
+        let removed = o.outputs.remove_and_renumber(|i| drop[i as usize]);
+        for (index, t) in o.outputs.iter() {
+            self.tensors[t].producer = Some(Port { op, index });
+        }
+        Ok(removed
+            .into_iter()
+            .map(|(_, t)| {
+                self.tensors[t].producer = None;
+                t
+            })
+            .collect())
+    }
+
     /// Disconnect every input and output of `op` and remove it with its topological
     /// constraints. Its output tensors stay in the graph, unproduced.
     pub fn erase_op(&mut self, op: OpId) -> Result<Op> {
         let o = self.op(op)?;
-        let ins: Vec<u32> = o.inputs.iter().map(|(i, _)| i).collect();
-        let outs: Vec<u32> = o.outputs.iter().map(|(i, _)| i).collect();
+        // Last index first: each removal is then at the end of the index map.
+        let mut ins: Vec<u32> = o.inputs.iter().map(|(i, _)| i).collect();
+        let mut outs: Vec<u32> = o.outputs.iter().map(|(i, _)| i).collect();
+        ins.reverse();
+        outs.reverse();
         for i in ins {
             self.disconnect_input(op, i)?;
         }
@@ -701,9 +732,7 @@ impl Graph {
         self.tensor(to)?;
         let consumers = std::mem::take(&mut self.tensors[from].consumers);
         for p in &consumers {
-            let ins = &mut self.ops[p.op].inputs;
-            ins.remove(p.index);
-            ins.insert(p.index, to);
+            self.ops[p.op].inputs.replace(p.index, to);
         }
         self.tensors[to].consumers.extend(consumers);
         for o in self.outputs.iter_mut() {

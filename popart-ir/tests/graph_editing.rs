@@ -652,3 +652,33 @@ fn bulk_output_and_tensor_removal() {
     assert!(g.tensor(t0).is_err() && g.tensor(t2).is_err());
     ir.verify().unwrap();
 }
+
+#[test]
+fn bulk_op_output_removal_renumbers_the_rest() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let sub = ir.create_graph("sub").unwrap();
+    let x = ir.graph_mut(sub).unwrap().add_input("x", f32i(&[2])).unwrap();
+    for k in 0..5 {
+        let (_, t) = op1(&mut ir, sub, "Relu", &[x], &format!("r{k}"));
+        ir.graph_mut(sub).unwrap().add_output(t).unwrap();
+    }
+    let c = ir.main_graph_mut().add_input("c", f32i(&[2])).unwrap();
+    let call = ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(sub)), &[(0, c)], "call");
+    let call = call.unwrap();
+    let g = ir.main_graph_mut();
+    let outs: Vec<_> = g.op(call).unwrap().outputs().tensors().collect();
+    // Any order, duplicates and unconnected indices ignored; removed in index order.
+    assert_eq!(g.remove_op_outputs(call, &[3, 1, 3, 9]).unwrap(), vec![outs[1], outs[3]]);
+    let left: Vec<_> = g.op(call).unwrap().outputs().iter().collect();
+    assert_eq!(left, vec![(0, outs[0]), (1, outs[2]), (2, outs[4])]);
+    for (i, t) in left {
+        assert_eq!(g.tensor(t).unwrap().producer(), Some(Port { op: call, index: i }));
+    }
+    assert_eq!(g.tensor(outs[1]).unwrap().producer(), None);
+    assert!(g.remove_op_outputs(call, &[]).unwrap().is_empty());
+    // The callee loses the same outputs: the IR verifies again.
+    g.remove_tensors(&[outs[1], outs[3]]).unwrap();
+    ir.graph_mut(sub).unwrap().remove_outputs(&[1, 3]).unwrap();
+    ir.verify().unwrap();
+}

@@ -1,6 +1,7 @@
 //! Graph transforms and patterns over `popart-ir`.
 pub mod autodiff;
 pub mod patterns;
+pub mod pipeline;
 pub mod prepare;
 pub mod prune;
 
@@ -8,3 +9,4 @@ pub use autodiff::{
     autodiff, AutodiffError, AutodiffOutput, CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo,
     GradGraphInfos,
 };
+pub use pipeline::{Pass, PassOutcome, Pipeline};
