@@ -682,3 +682,31 @@ fn bulk_op_output_removal_renumbers_the_rest() {
     ir.graph_mut(sub).unwrap().remove_outputs(&[1, 3]).unwrap();
     ir.verify().unwrap();
 }
+
+/// `add_10619` and `add_10692` have the same name hash (FxHash on digits that
+/// straddle an 8-byte boundary): lookups, removal and reuse stay exact.
+#[test]
+fn colliding_names_stay_distinct() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
+    let names = ["add_10619", "add_10692", "add_10619_x"];
+    let ops: Vec<_> = names.iter().map(|n| op1(&mut ir, main, "Relu", &[x], n).0).collect();
+    let g = ir.main_graph_mut();
+    for (&n, &o) in names.iter().zip(&ops) {
+        assert_eq!(g.op_by_name(n).unwrap().id, o);
+    }
+    // Remove the first of the colliding pair, then the second; reuse both names.
+    g.erase_op(ops[0]).unwrap();
+    assert!(g.op_by_name(names[0]).is_err());
+    assert_eq!(g.op_by_name(names[1]).unwrap().id, ops[1]);
+    let again = op1(&mut ir, main, "Relu", &[x], names[0]).0;
+    let g = ir.main_graph_mut();
+    assert_eq!(g.op(again).unwrap().name, names[0]);
+    g.erase_op(ops[1]).unwrap();
+    assert!(g.op_by_name(names[1]).is_err());
+    assert_eq!(g.op_by_name(names[0]).unwrap().id, again);
+    let again1 = op1(&mut ir, main, "Relu", &[x], names[1]).0;
+    assert_eq!(ir.main_graph().op(again1).unwrap().name, names[1]);
+    ir.verify().unwrap();
+}
