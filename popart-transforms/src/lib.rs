@@ -1,4 +1,5 @@
-//! Graph transforms and patterns over `popart-ir`.
+//! Graph transforms and patterns over `popart-ir`, and the pass [`Pipeline`] that
+//! prepares an IR for lowering.
 pub mod autodiff;
 pub mod patterns;
 pub mod pipeline;

@@ -5,9 +5,9 @@
 //! transform such as [`crate::prune::Prune`], a pattern such as
 //! [`crate::patterns::FuseWeightUpdates`] (PopART's op-local rewrites; here a
 //! pattern is simply a pass that preserves every graph's values), or a check such
-//! as [`Verify`]. A [`Pipeline`] is an ordered list of uniquely named passes; the
-//! session's preparation ([`crate::prepare::prepare`]) runs
-//! [`Pipeline::default_for`] its options:
+//! as [`Verify`]. A [`Pipeline`] is an ordered list of named passes (names should
+//! be unique: lookups by name find the first); the session's preparation
+//! ([`crate::prepare::prepare`]) runs [`Pipeline::default_for`] its options:
 //!
 //! ```text
 //! verify, prune, fuse-weight-update, verify-final
