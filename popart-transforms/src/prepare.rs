@@ -50,7 +50,8 @@ impl Default for PrepareOptions {
 }
 
 /// Prepare an IR for lowering: run the default pipeline (see the module docs). On
-/// error the IR may have been partly pruned but is otherwise unchanged.
+/// error the IR may have been partly rewritten by the passes up to the failing one
+/// (an invalid input IR fails the first `verify`, before any change).
 ///
 /// ```
 /// use popart_ir::{Attributes, DataType, HostTensor, Ir, TensorInfo, TensorKind};
