@@ -245,9 +245,10 @@ pub(crate) fn remove_call_outputs(
 fn graphs_with_side_effects(ir: &Ir, callees_first: &[GraphId]) -> HashSet<GraphId> {
     let mut out = HashSet::new();
     for g in callees_first.iter().filter_map(|&g| ir.graph(g).ok()) {
-        let has = g
-            .ops()
-            .any(|op| op.flags().contains(OpFlags::SIDE_EFFECT) || op.called_graphs().iter().any(|c| out.contains(c)));
+        let has = g.ops().any(|op| {
+            op.flags().contains(OpFlags::SIDE_EFFECT)
+                || (!out.is_empty() && op.attrs.graphs().any(|c| out.contains(&c)))
+        });
         if has {
             out.insert(g.id());
         }
@@ -366,7 +367,7 @@ fn required_ops(g: &Graph, is_main: bool, effectful: &HashSet<GraphId>) -> Secon
     for op in g.ops() {
         let flags = op.flags();
         let root = flags.contains(OpFlags::SIDE_EFFECT)
-            || op.called_graphs().iter().any(|c| effectful.contains(c))
+            || (!effectful.is_empty() && op.attrs.graphs().any(|c| effectful.contains(&c)))
             || op.modified_inputs().iter().filter_map(|&i| op.input(i)).any(|t| persistent.contains_key(class_of(t)));
         if root {
             keep.insert(op.id, ());
