@@ -510,6 +510,36 @@ impl TensorIndexMap {
         let pos = self.entries.as_slice().binary_search_by_key(&index, |(i, _)| *i).ok()?;
         Some(self.entries.remove(pos).1)
     }
+
+    /// Put `tensor` at the connected `index` in place; returns the tensor that was there.
+    pub(crate) fn replace(&mut self, index: u32, tensor: TensorId) -> Option<TensorId> {
+        let pos = self.entries.as_slice().binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        let slot = match &mut self.entries {
+            Entries::Inline { items, .. } => &mut items[pos],
+            Entries::Heap(v) => &mut v[pos],
+        };
+        Some(std::mem::replace(&mut slot.1, tensor))
+    }
+
+    /// Remove the entries whose index `drop` accepts and renumber the others 0..n in
+    /// index order, in one pass. Returns the removed entries.
+    pub(crate) fn remove_and_renumber(&mut self, mut drop: impl FnMut(u32) -> bool) -> Vec<(u32, TensorId)> {
+        let mut removed = Vec::new();
+        let mut kept = Vec::with_capacity(self.len());
+        for (i, t) in self.iter() {
+            if drop(i) {
+                removed.push((i, t));
+            } else {
+                kept.push((kept.len() as u32, t));
+            }
+        }
+        self.entries = Entries::default();
+        self.entries.reserve_exact(kept.len());
+        for (k, e) in kept.into_iter().enumerate() {
+            self.entries.insert(k, e);
+        }
+        removed
+    }
 }
 
 /// An op of a graph: its type, name, attributes and connections.

@@ -652,3 +652,61 @@ fn bulk_output_and_tensor_removal() {
     assert!(g.tensor(t0).is_err() && g.tensor(t2).is_err());
     ir.verify().unwrap();
 }
+
+#[test]
+fn bulk_op_output_removal_renumbers_the_rest() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let sub = ir.create_graph("sub").unwrap();
+    let x = ir.graph_mut(sub).unwrap().add_input("x", f32i(&[2])).unwrap();
+    for k in 0..5 {
+        let (_, t) = op1(&mut ir, sub, "Relu", &[x], &format!("r{k}"));
+        ir.graph_mut(sub).unwrap().add_output(t).unwrap();
+    }
+    let c = ir.main_graph_mut().add_input("c", f32i(&[2])).unwrap();
+    let call = ir.create_op(main, "Call", Attributes::new().with("graph", AttrValue::Graph(sub)), &[(0, c)], "call");
+    let call = call.unwrap();
+    let g = ir.main_graph_mut();
+    let outs: Vec<_> = g.op(call).unwrap().outputs().tensors().collect();
+    // Any order, duplicates and unconnected indices ignored; removed in index order.
+    assert_eq!(g.remove_op_outputs(call, &[3, 1, 3, 9]).unwrap(), vec![outs[1], outs[3]]);
+    let left: Vec<_> = g.op(call).unwrap().outputs().iter().collect();
+    assert_eq!(left, vec![(0, outs[0]), (1, outs[2]), (2, outs[4])]);
+    for (i, t) in left {
+        assert_eq!(g.tensor(t).unwrap().producer(), Some(Port { op: call, index: i }));
+    }
+    assert_eq!(g.tensor(outs[1]).unwrap().producer(), None);
+    assert!(g.remove_op_outputs(call, &[]).unwrap().is_empty());
+    // The callee loses the same outputs: the IR verifies again.
+    g.remove_tensors(&[outs[1], outs[3]]).unwrap();
+    ir.graph_mut(sub).unwrap().remove_outputs(&[1, 3]).unwrap();
+    ir.verify().unwrap();
+}
+
+/// `add_10619` and `add_10692` have the same name hash (FxHash on digits that
+/// straddle an 8-byte boundary): lookups, removal and reuse stay exact.
+#[test]
+fn colliding_names_stay_distinct() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
+    let names = ["add_10619", "add_10692", "add_10619_x"];
+    let ops: Vec<_> = names.iter().map(|n| op1(&mut ir, main, "Relu", &[x], n).0).collect();
+    let g = ir.main_graph_mut();
+    for (&n, &o) in names.iter().zip(&ops) {
+        assert_eq!(g.op_by_name(n).unwrap().id, o);
+    }
+    // Remove the first of the colliding pair, then the second; reuse both names.
+    g.erase_op(ops[0]).unwrap();
+    assert!(g.op_by_name(names[0]).is_err());
+    assert_eq!(g.op_by_name(names[1]).unwrap().id, ops[1]);
+    let again = op1(&mut ir, main, "Relu", &[x], names[0]).0;
+    let g = ir.main_graph_mut();
+    assert_eq!(g.op(again).unwrap().name, names[0]);
+    g.erase_op(ops[1]).unwrap();
+    assert!(g.op_by_name(names[1]).is_err());
+    assert_eq!(g.op_by_name(names[0]).unwrap().id, again);
+    let again1 = op1(&mut ir, main, "Relu", &[x], names[1]).0;
+    assert_eq!(ir.main_graph().op(again1).unwrap().name, names[1]);
+    ir.verify().unwrap();
+}

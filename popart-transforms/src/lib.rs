@@ -1,6 +1,8 @@
-//! Graph transforms and patterns over `popart-ir`.
+//! Graph transforms and patterns over `popart-ir`, and the pass [`Pipeline`] that
+//! prepares an IR for lowering.
 pub mod autodiff;
 pub mod patterns;
+pub mod pipeline;
 pub mod prepare;
 pub mod prune;
 
@@ -8,3 +10,4 @@ pub use autodiff::{
     autodiff, AutodiffError, AutodiffOutput, CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo,
     GradGraphInfos,
 };
+pub use pipeline::{Pass, PassOutcome, Pipeline};

@@ -1,28 +1,42 @@
-//! Session preparation: the mandatory steps between a user-built IR and lowering.
+//! Session preparation: the mandatory steps between a user-built IR and lowering,
+//! run as a [`Pipeline`] (the default one: [`Pipeline::default_for`]):
 //!
-//! 1. [`Ir::verify`]: every structural invariant, shape inference, schedulability
-//!    (a topological-constraint cycle is reported here);
-//! 2. [`prune`]: drop ops without side effects whose outputs
+//! 1. `verify` ([`Ir::verify`]): every structural invariant, shape inference,
+//!    schedulability (a topological-constraint cycle is reported here);
+//! 2. `prune` ([`crate::prune`]): drop ops without side effects whose outputs
 //!    nobody needs;
-//! 3. patterns ([`crate::patterns`]), unless [`PrepareOptions::patterns`] is off: no
-//!    pattern is mandatory (every op type has a direct lowering), they only make the
-//!    program faster or smaller;
-//! 4. verify again, so lowering only ever sees a valid IR.
+//! 3. the patterns ([`crate::patterns`]: `fuse-weight-update`), unless
+//!    [`PrepareOptions::patterns`] is off: no pattern is mandatory (every op type has
+//!    a direct lowering), they only make the program faster or smaller;
+//! 4. `verify-final`, so lowering only ever sees a valid IR.
+//!
+//! To run passes of one's own, build a pipeline from the default one and run it
+//! instead of [`prepare`] (see [`crate::pipeline`]).
 
 use popart_ir::{Ir, Result};
 
-use crate::prune::{prune, PruneReport};
+use crate::pipeline::{PassRecord, Pipeline};
+use crate::prune::PruneReport;
 
-/// What [`prepare`] did.
+/// What [`prepare`] (or [`Pipeline::run`]) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrepareReport {
-    /// What pruning removed.
+    /// What pruning removed (every prune pass of the pipeline, merged).
     pub pruned: PruneReport,
     /// `ScaledAddInplace` ops folded into their gradient's matmul (`graph/op` names).
     pub fused_weight_updates: Vec<String>,
+    /// Each pass that ran, in order: name, wall time, whether it changed the IR, its results.
+    pub passes: Vec<PassRecord>,
 }
 
-/// Options of [`prepare_with`].
+impl PrepareReport {
+    /// The record of the (first) pass called `name`.
+    pub fn pass(&self, name: &str) -> Option<&PassRecord> {
+        self.passes.iter().find(|r| r.name == name)
+    }
+}
+
+/// Options of [`prepare_with`] and [`Pipeline::default_for`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrepareOptions {
     /// Apply the optimisation patterns (default true).
@@ -35,8 +49,9 @@ impl Default for PrepareOptions {
     }
 }
 
-/// Prepare an IR for lowering (see the module docs). On error the IR may have been
-/// partly pruned but is otherwise unchanged.
+/// Prepare an IR for lowering: run the default pipeline (see the module docs). On
+/// error the IR may have been partly rewritten by the passes up to the failing one
+/// (an invalid input IR fails the first `verify`, before any change).
 ///
 /// ```
 /// use popart_ir::{Attributes, DataType, HostTensor, Ir, TensorInfo, TensorKind};
@@ -47,18 +62,15 @@ impl Default for PrepareOptions {
 /// ir.create_op(main, "Relu", Attributes::new(), &[(0, c)], "unused").unwrap();
 /// let report = popart_transforms::prepare::prepare(&mut ir).unwrap();
 /// assert_eq!(report.pruned.removed_ops, vec!["main/unused".to_string()]);
+/// assert_eq!(report.passes.len(), 4);
 /// ```
 pub fn prepare(ir: &mut Ir) -> Result<PrepareReport> {
     prepare_with(ir, PrepareOptions::default())
 }
 
-/// [`prepare`] with options.
+/// [`prepare`] with options: runs [`Pipeline::default_for`] `options`.
 pub fn prepare_with(ir: &mut Ir, options: PrepareOptions) -> Result<PrepareReport> {
-    ir.verify()?;
-    let pruned = prune(ir)?;
-    let fused_weight_updates = if options.patterns { crate::patterns::fuse_weight_updates(ir)? } else { Vec::new() };
-    ir.verify()?;
-    Ok(PrepareReport { pruned, fused_weight_updates })
+    Pipeline::default_for(options).run(ir)
 }
 
 #[cfg(test)]

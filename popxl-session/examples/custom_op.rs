@@ -185,17 +185,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let text = ir.to_text();
     let parsed = popart_ir::text::parse(&text)?;
     let round_trip = popart_ir::text::to_text(&parsed) == text;
-    println!("IR text round trip ({} lines): {}", text.lines().count(), if round_trip { "identical" } else { "DIFFERS" });
+    println!(
+        "IR text round trip ({} lines): {}",
+        text.lines().count(),
+        if round_trip { "identical" } else { "DIFFERS" }
+    );
 
     // 6. A custom pattern, run by the session's preparation pipeline.
-    let pipeline = popart_transforms::Pipeline::default_for(Default::default())
-        .with_pattern(LeakyReluZeroToRelu);
+    let pipeline = popart_transforms::Pipeline::default_for(Default::default()).with_pattern(LeakyReluZeroToRelu);
     println!("preparation pipeline: {pipeline}");
     let options = SessionOptions { pipeline: Some(pipeline), ..SessionOptions::default() };
 
     // 5. Forward and backward in a session, checked against the reference.
     let mut session = Session::with_options(ir.clone(), "cpu", options)?;
-    let relus = session.prepared_ir().graphs().flat_map(|g| g.ops()).filter(|op| op.is::<popart_ir::ops::all::Relu>()).count();
+    let relus =
+        session.prepared_ir().graphs().flat_map(|g| g.ops()).filter(|op| op.is::<popart_ir::ops::all::Relu>()).count();
     let out = {
         let mut ctx = session.enter()?;
         ctx.run(&HashMap::from([(x_in.clone(), HostArray::from(ndarray::Array2::from_shape_vec(shape, xs.clone())?))]))?

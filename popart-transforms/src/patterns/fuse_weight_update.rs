@@ -37,8 +37,29 @@ use popart_ir::ops::control::Call;
 use popart_ir::ops::grad::MatMulRhsGrad;
 use popart_ir::ops::var_update::{ScaledAddInplace, ScaledAddMatMulRhsGradInplace};
 use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, OpId, Result, TensorId};
+use slotmap::SecondaryMap;
 
+use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};
 use crate::prune::{call_sites, remove_call_outputs, AliasClasses};
+
+/// [`fuse_weight_updates`] as a pipeline [`Pass`] (a pattern) called `fuse-weight-update`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuseWeightUpdates;
+
+impl Pass for FuseWeightUpdates {
+    fn name(&self) -> &str {
+        Pipeline::FUSE_WEIGHT_UPDATE
+    }
+
+    fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
+        let fused = fuse_weight_updates(ir)?;
+        Ok(PassOutcome {
+            changed: !fused.is_empty(),
+            details: PassDetails::FusedWeightUpdates(fused),
+            notes: Vec::new(),
+        })
+    }
+}
 
 /// A match: everything the rewrite needs.
 struct Match {
@@ -61,12 +82,17 @@ struct Match {
 
 /// Apply the pattern everywhere it matches; returns the names (`graph/op`) of the
 /// `ScaledAddInplace` ops folded away. Linear in the size of the IR per round;
-/// a round finds every match of a graph at once.
+/// a round finds every match of a graph at once, and another round only runs when
+/// an update was rejected because another op touched its weight between the call
+/// and the update (the one check a rewrite can turn from failing to passing, when
+/// that op was a fused update).
 pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
     let mut fused = Vec::new();
+    // The pattern adds and removes no op calling a graph: the call sites stay valid.
+    let sites = call_sites(ir);
     for caller in ir.graph_ids() {
         loop {
-            let (matches, pos) = find_all(ir, caller)?;
+            let Found { matches, pos, retry } = find_all(ir, caller, &sites)?;
             if matches.is_empty() {
                 break;
             }
@@ -81,7 +107,7 @@ pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
                 per_call.entry(m.call).or_default().push((m.out, m.arg));
             }
             let mut calls: Vec<OpId> = per_call.keys().copied().collect();
-            calls.sort_by_key(|c| pos[c]);
+            calls.sort_by_key(|&c| pos[c]);
             for call in calls {
                 let (outs, args): (Vec<usize>, Vec<usize>) = per_call[&call].iter().copied().unzip();
                 let gone = remove_call_outputs(ir, caller, call, &outs)?;
@@ -91,6 +117,9 @@ pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
                 modified.extend(args.iter().map(|&a| a as i64));
                 modified.sort_unstable();
                 attrs.set("modified", AttrValue::Ints(modified));
+            }
+            if !retry {
+                break;
             }
         }
     }
@@ -116,22 +145,38 @@ fn reachable_from(g: &Graph, from: OpId) -> Result<HashSet<OpId>> {
     Ok(seen)
 }
 
+/// What one round of [`find_all`] found.
+struct Found {
+    /// Every match in the graph.
+    matches: Vec<Match>,
+    /// Schedule position of each op of the graph.
+    pos: SecondaryMap<OpId, usize>,
+    /// Whether an update was rejected only because another op touched its weight
+    /// between the call and the update: once the matches are applied, a new round
+    /// may match it.
+    retry: bool,
+}
+
 /// Every match in `caller`, and the caller's schedule positions.
-fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize>)> {
+fn find_all(ir: &Ir, caller: GraphId, sites: &HashMap<GraphId, Vec<(GraphId, OpId)>>) -> Result<Found> {
     let g = ir.graph(caller)?;
     if !g.ops().any(|op| op.is::<ScaledAddInplace>()) {
-        return Ok((Vec::new(), HashMap::new()));
+        return Ok(Found { matches: Vec::new(), pos: SecondaryMap::new(), retry: false });
     }
-    let sites = call_sites(ir);
     let schedule = g.schedule()?;
-    let pos: HashMap<OpId, usize> = schedule.iter().enumerate().map(|(i, &o)| (o, i)).collect();
+    let mut pos: SecondaryMap<OpId, usize> = SecondaryMap::with_capacity(schedule.len());
+    for (i, &o) in schedule.iter().enumerate() {
+        pos.insert(o, i);
+    }
     let classes = AliasClasses::new(g);
     let caller_outputs: HashSet<TensorId> = g.outputs().iter().copied().collect();
     // Per callee: alias classes and how often each tensor is an output. Per call:
-    // its input indices by alias class. (Built once, so a round stays linear.)
-    let mut callees: HashMap<GraphId, (AliasClasses, HashMap<TensorId, usize>)> = HashMap::new();
-    let mut call_args: HashMap<OpId, HashMap<TensorId, Vec<u32>>> = HashMap::new();
+    // by alias class, its first input index and how many inputs are in the class.
+    // (Built once, so a round stays linear.)
+    let mut callees: HashMap<GraphId, (AliasClasses, SecondaryMap<TensorId, usize>)> = HashMap::new();
+    let mut call_args: SecondaryMap<OpId, SecondaryMap<TensorId, (u32, u32)>> = SecondaryMap::new();
     let mut matches = Vec::new();
+    let mut retry = false;
     for &u in &schedule {
         let op = g.op(u)?;
         if !op.is::<ScaledAddInplace>() || op.inputs().len() != 2 {
@@ -158,14 +203,20 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
         }
         // The weight goes in at exactly one input, and no other input aliases it.
         let class = classes.class_of(w);
-        let by_class = call_args.entry(prod.op).or_insert_with(|| {
-            let mut m: HashMap<TensorId, Vec<u32>> = HashMap::new();
+        if !call_args.contains_key(prod.op) {
+            let mut m: SecondaryMap<TensorId, (u32, u32)> = SecondaryMap::new();
             for (i, t) in call.inputs().iter() {
-                m.entry(classes.class_of(t)).or_default().push(i);
+                let c = classes.class_of(t);
+                match m.get_mut(c) {
+                    Some((_, n)) => *n += 1,
+                    None => {
+                        m.insert(c, (i, 1));
+                    }
+                }
             }
-            m
-        });
-        let Some(&[arg]) = by_class.get(&class).map(Vec::as_slice) else { continue };
+            call_args.insert(prod.op, m);
+        }
+        let Some(&(arg, 1)) = call_args[prod.op].get(class) else { continue };
         if call.modified_inputs().contains(&arg) {
             continue;
         }
@@ -176,18 +227,23 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
         let wf = f.inputs()[arg as usize];
         let dw_ft = f.tensor(dw_f)?;
         let (f_classes, f_outputs) = callees.entry(callee_id).or_insert_with(|| {
-            let mut count: HashMap<TensorId, usize> = HashMap::new();
+            let mut count: SecondaryMap<TensorId, usize> = SecondaryMap::new();
             for &t in f.outputs() {
-                *count.entry(t).or_insert(0) += 1;
+                match count.get_mut(t) {
+                    Some(n) => *n += 1,
+                    None => {
+                        count.insert(t, 1);
+                    }
+                }
             }
             (AliasClasses::new(f), count)
         });
-        if f_outputs.get(&dw_f) != Some(&1) || !dw_ft.consumers().is_empty() {
+        if f_outputs.get(dw_f) != Some(&1) || !dw_ft.consumers().is_empty() {
             continue;
         }
         let Some(mm) = dw_ft.producer() else { continue };
         let mm_op = f.op(mm.op)?;
-        if !mm_op.is::<MatMulRhsGrad>() || f_outputs.contains_key(&wf) {
+        if !mm_op.is::<MatMulRhsGrad>() || f_outputs.contains_key(wf) {
             continue;
         }
         if !f_classes.members(f_classes.class_of(wf)).is_empty() {
@@ -205,20 +261,21 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
             }
         }
         // The caller side: nothing else touches the weight between the call and the update.
-        let (pc, pu) = (pos[&prod.op], pos[&u]);
+        let (pc, pu) = (pos[prod.op], pos[u]);
         let mut touching: Vec<OpId> = Vec::new();
         for &t in std::iter::once(&w).chain(classes.members(class)) {
             let tensor = g.tensor(t)?;
             touching.extend(tensor.consumers().iter().map(|p| p.op));
             touching.extend(tensor.producer().map(|p| p.op));
         }
-        touching.sort_by_key(|o| pos[o]);
+        touching.sort_by_key(|&o| pos[o]);
         touching.dedup();
         touching.retain(|&o| o != u && o != prod.op);
-        if touching.iter().any(|o| pc < pos[o] && pos[o] < pu) {
+        if touching.iter().any(|&o| pc < pos[o] && pos[o] < pu) {
+            retry = true;
             continue;
         }
-        let (before_call, after_update): (Vec<OpId>, Vec<OpId>) = touching.iter().partition(|o| pos[*o] < pc);
+        let (before_call, after_update): (Vec<OpId>, Vec<OpId>) = touching.iter().partition(|&&o| pos[o] < pc);
         matches.push(Match {
             update: u,
             call: prod.op,
@@ -233,10 +290,10 @@ fn find_all(ir: &Ir, caller: GraphId) -> Result<(Vec<Match>, HashMap<OpId, usize
             callee_readers,
         });
     }
-    Ok((matches, pos))
+    Ok(Found { matches, pos, retry })
 }
 
-fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &HashMap<OpId, usize>) -> Result<()> {
+fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize>) -> Result<()> {
     // Callee: the fused op replaces the matmul; the gradient output goes.
     let (g_in, x_in, wf, name) = {
         let f = ir.graph(m.callee)?;
@@ -277,7 +334,7 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &HashMap<OpId, usize>) ->
     let befores: Vec<OpId> = tc.befores(m.update).iter().map(|c| c.op).filter(|&o| o != m.call).collect();
     let afters: Vec<OpId> = tc.afters(m.update).iter().map(|c| c.op).collect();
     for &y in &befores {
-        if pos.get(&y).is_some_and(|&p| p < pos[&m.call]) {
+        if pos.get(y).is_some_and(|&p| p < pos[m.call]) {
             g.add_topo_con(y, m.call)?;
         }
     }

@@ -1,7 +1,7 @@
 //! Patterns: local rewrites applied to a prepared IR before lowering.
 //!
 //! Each pattern is a file with a function over the whole IR returning what it
-//! changed. Patterns preserve the values every graph computes and every
+//! changed, and a [`crate::pipeline::Pass`] running it. Patterns preserve the values every graph computes and every
 //! variable's final value; they only change how the work is done.
 //!
 //! | pattern | rewrite |
@@ -10,4 +10,4 @@
 
 pub mod fuse_weight_update;
 
-pub use fuse_weight_update::fuse_weight_updates;
+pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};

@@ -92,7 +92,7 @@ fn reachable_ops(ir: &popart_ir::Ir) -> usize {
 }
 
 /// Options of a [`Session`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SessionOptions {
     /// Leaving a context that attached does `weights_to_host` first (default true).
     pub weights_to_host_on_exit: bool,
@@ -102,11 +102,16 @@ pub struct SessionOptions {
     /// Apply the optimisation patterns of `popart_transforms::patterns` while
     /// preparing the IR (default true; the results are the same up to rounding).
     pub patterns: bool,
+    /// The preparation pipeline to run instead of the default one
+    /// (`Pipeline::default_for` the `patterns` option): how a user adds a pattern
+    /// of their own (`Pipeline::default().with_pattern(p)`). Its passes and their
+    /// times are logged with `tracing` at debug level.
+    pub pipeline: Option<popart_transforms::Pipeline>,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true, patterns: true }
+        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true, patterns: true, pipeline: None }
     }
 }
 
@@ -269,8 +274,13 @@ impl Session {
             }
             _ => {}
         }
-        let prepare_options = popart_transforms::prepare::PrepareOptions { patterns: options.patterns };
-        popart_transforms::prepare::prepare_with(&mut prepared, prepare_options)?;
+        let pipeline = match &options.pipeline {
+            Some(p) => p.clone(),
+            None => popart_transforms::Pipeline::default_for(popart_transforms::prepare::PrepareOptions {
+                patterns: options.patterns,
+            }),
+        };
+        pipeline.run(&mut prepared)?;
         let ir_id = ir.id();
         // Only the frozen flag of the `popxl` IR outlives this call (in the handles
         // the caller keeps); the session works on its own copy of the core.
