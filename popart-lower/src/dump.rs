@@ -1,7 +1,7 @@
 //! A stable, human-readable text form of an [`Executable`] (used by snapshot tests).
 //!
 //! Everything is printed in id order; ids are assigned deterministically by
-//! [`crate::lower`], so the same IR always prints the same text. Names and string
+//! [`crate::lower()`], so the same IR always prints the same text. Names and string
 //! attributes are quoted with [`popart_ir::text::quote`], as in the IR text form.
 
 use std::fmt::{self, Write};

@@ -170,7 +170,7 @@ pub struct Arg {
 /// Execution of one op by a device kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelCall {
-    /// The op's definition: devices pick the kernel by its identity ([`OpDef::id`]).
+    /// The op's definition: devices pick the kernel by its identity (`def.id()`, an [`popart_ir::OpDefId`]).
     pub def: &'static dyn OpDef,
     /// `graph name/op name`.
     pub name: String,

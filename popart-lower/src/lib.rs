@@ -27,6 +27,24 @@
 //!
 //! This crate knows no devices and no kernels: a device turns each
 //! [`KernelCall`] into its own kernel, keyed by op type.
+//!
+//! ## Layout
+//!
+//! - `executable`: the lowered form ([`Executable`] and its parts); `dump`: its text
+//!   dump;
+//! - `lower`: the algorithm behind [`lower()`], one module per concept:
+//!   - `index`: typed dense indices (`GraphIndex`, `TensorKey`, `ClassId`, `SiteId`,
+//!     `TempId`) and the `IndexVec` tables keyed by them;
+//!   - `graphs`: reachable graphs, their schedules and tensor keys; `sites`: call
+//!     sites (`Call`, `Repeat`, `If` branches) and their argument bindings;
+//!   - `classes`: alias classes (union-find); `sharing`: the passes merging them
+//!     (in-place aliases, call-copy elision, views);
+//!   - `copies`: the copies each call site still needs;
+//!   - `timeline`: the global step numbering with calls expanded in place;
+//!     `liveness`: local live intervals and class lifetimes;
+//!   - `buffers`: buffers numbered in program order and placed in the arena;
+//!   - `host`: streams, weights and constants; `emit`: functions and programs;
+//! - `memory`: offset assignment for buffers with live intervals.
 
 #![warn(missing_docs)]
 
