@@ -1,6 +1,6 @@
 //! Subgraph ops: `Call`, `Repeat` and `If`. Their outputs are the called graph's outputs.
 
-use super::op_types;
+use super::{infer_error, op_types};
 use crate::{Attributes, Graph, InferContext, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
@@ -14,6 +14,121 @@ op_types!(
     /// `then_inputs[k]` is the op input index passed as then-graph input k (same for else).
     If,
 );
+
+/// Why a graph cannot be repeated, or the branches of a conditional do not
+/// match. These are the checks of the `Repeat` and `If` shape inference,
+/// public so that front ends can run them before building the op and report
+/// them in their own terms.
+///
+/// ```
+/// use popart_ir::ops::control::{check_repeat_count, ControlFlowError};
+/// assert_eq!(check_repeat_count(0), Err(ControlFlowError::RepeatCount { count: 0 }));
+/// assert_eq!(check_repeat_count(0).unwrap_err().to_string(), "repeat count must be greater than 0, got 0");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlFlowError {
+    /// A repeat count below 1.
+    #[error("repeat count must be greater than 0, got {count}")]
+    RepeatCount {
+        /// The count given.
+        count: i64,
+    },
+    /// A repeated graph with more outputs than inputs (each output feeds the
+    /// input of the same index in the next iteration).
+    #[error(
+        "graph `{graph}` has {outputs} outputs but only {inputs} inputs; repeat needs at least as many inputs as outputs"
+    )]
+    RepeatFewerInputs {
+        /// The repeated graph.
+        graph: String,
+        /// Its number of inputs.
+        inputs: usize,
+        /// Its number of outputs.
+        outputs: usize,
+    },
+    /// A repeated graph whose output `index` differs in type or shape from its
+    /// input `index`, which it feeds in the next iteration.
+    #[error("graph `{graph}` output {index} is {output} but input {index} is {input}; loop-carried values must match")]
+    RepeatCarriedMismatch {
+        /// The repeated graph.
+        graph: String,
+        /// Index of the loop-carried pair.
+        index: usize,
+        /// The graph input.
+        input: TensorInfo,
+        /// The graph output.
+        output: TensorInfo,
+    },
+    /// Branches of a conditional whose outputs differ in number, type or shape.
+    #[error("branches `{then_graph}` and `{else_graph}` have different outputs: {then_outputs:?} vs {else_outputs:?}")]
+    BranchOutputsMismatch {
+        /// The then branch.
+        then_graph: String,
+        /// The else branch.
+        else_graph: String,
+        /// Outputs of the then branch.
+        then_outputs: Vec<TensorInfo>,
+        /// Outputs of the else branch.
+        else_outputs: Vec<TensorInfo>,
+    },
+}
+
+/// Check a `Repeat` count: at least 1.
+///
+/// ```
+/// use popart_ir::ops::control::check_repeat_count;
+/// assert!(check_repeat_count(1).is_ok());
+/// assert!(check_repeat_count(-2).is_err());
+/// ```
+pub fn check_repeat_count(count: i64) -> std::result::Result<(), ControlFlowError> {
+    if count < 1 {
+        return Err(ControlFlowError::RepeatCount { count });
+    }
+    Ok(())
+}
+
+/// Check that `graph` can be the body of a `Repeat`: at least as many inputs as
+/// outputs, and output `k` of the same type and shape as input `k` (the values
+/// carried from one iteration to the next).
+///
+/// ```
+/// use popart_ir::ops::control::{check_repeat_body, ControlFlowError};
+/// use popart_ir::{DataType, Ir, TensorInfo};
+/// let mut ir = Ir::new();
+/// let g = ir.create_graph("body").unwrap();
+/// let x = ir.graph_mut(g).unwrap().add_input("x", TensorInfo::new(DataType::Float32, [2])).unwrap();
+/// ir.graph_mut(g).unwrap().add_output(x).unwrap();
+/// assert_eq!(check_repeat_body(ir.graph(g).unwrap()), Ok(()));
+/// ```
+pub fn check_repeat_body(graph: &Graph) -> std::result::Result<(), ControlFlowError> {
+    let (ins, outs) = (graph.input_infos(), graph.output_infos());
+    if outs.len() > ins.len() {
+        return Err(ControlFlowError::RepeatFewerInputs {
+            graph: graph.name().to_string(),
+            inputs: ins.len(),
+            outputs: outs.len(),
+        });
+    }
+    if let Some((index, (output, input))) = outs.into_iter().zip(ins).enumerate().find(|(_, (o, i))| o != i) {
+        return Err(ControlFlowError::RepeatCarriedMismatch { graph: graph.name().to_string(), index, input, output });
+    }
+    Ok(())
+}
+
+/// Check that the branches of an `If` have the same outputs (number, types and
+/// shapes), so the op's outputs do not depend on the branch taken.
+pub fn check_branch_outputs(then_graph: &Graph, else_graph: &Graph) -> std::result::Result<(), ControlFlowError> {
+    let (then_outputs, else_outputs) = (then_graph.output_infos(), else_graph.output_infos());
+    if then_outputs != else_outputs {
+        return Err(ControlFlowError::BranchOutputsMismatch {
+            then_graph: then_graph.name().to_string(),
+            else_graph: else_graph.name().to_string(),
+            then_outputs,
+            else_outputs,
+        });
+    }
+    Ok(())
+}
 
 fn check_args(ctx: &InferContext<'_>, g: &Graph, inputs: &[u32]) -> Result<()> {
     let expected = g.input_infos();
@@ -78,30 +193,11 @@ impl OpDef for Repeat {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.graph("graph")?;
-        let count = ctx.int("count")?;
-        if count < 1 {
-            return Err(ctx.error(format!("repeat count must be greater than 0, got {count}")));
-        }
+        check_repeat_count(ctx.int("count")?).map_err(infer_error(ctx))?;
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
-        let (ins, outs) = (g.input_infos(), g.output_infos());
-        if outs.len() > ins.len() {
-            return Err(ctx.error(format!(
-                "graph `{}` has {} outputs but only {} inputs; repeat needs at least as many inputs as outputs",
-                g.name(),
-                outs.len(),
-                ins.len()
-            )));
-        }
-        for (k, (o, i)) in outs.iter().zip(&ins).enumerate() {
-            if o != i {
-                return Err(ctx.error(format!(
-                    "graph `{}` output {k} is {o} but input {k} is {i}; loop-carried values must match",
-                    g.name()
-                )));
-            }
-        }
-        Ok(outs)
+        check_repeat_body(g).map_err(infer_error(ctx))?;
+        Ok(g.output_infos())
     }
     fn flags(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH
@@ -121,15 +217,8 @@ impl OpDef for If {
         let as_idx = |key: &str| -> Vec<u32> { ctx.attrs.ints(key).unwrap_or(&[]).iter().map(|&i| i as u32).collect() };
         check_args(ctx, tg, &as_idx("then_inputs"))?;
         check_args(ctx, eg, &as_idx("else_inputs"))?;
-        let (to, eo) = (tg.output_infos(), eg.output_infos());
-        if to != eo {
-            return Err(ctx.error(format!(
-                "branches `{}` and `{}` have different outputs: {to:?} vs {eo:?}",
-                tg.name(),
-                eg.name()
-            )));
-        }
-        Ok(to)
+        check_branch_outputs(tg, eg).map_err(infer_error(ctx))?;
+        Ok(tg.output_infos())
     }
     fn flags(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH

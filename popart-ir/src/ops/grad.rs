@@ -177,7 +177,8 @@ impl OpDef for ReduceGrad {
             ctx.input(2)?;
         }
         let x = ctx.input(1)?;
-        let axes = super::normalize_axes(ctx, ctx.attrs.ints("axes").unwrap_or(&[]), x.rank())?;
+        let axes =
+            super::normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(super::infer_error(ctx))?;
         let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
         if ctx.input(0)?.shape != reduce::reduced_shape(&x.shape, &axes, keepdims) {
             return Err(ctx.error("gradient shape does not match the reduced shape"));
@@ -201,7 +202,7 @@ impl OpDef for SliceGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(1)?;
-        super::shape::resolve_slices(ctx, &x.shape)?;
+        super::shape::slice_dims(ctx, &x.shape)?;
         info_of_input(ctx, 1)
     }
 }
@@ -253,7 +254,7 @@ impl OpDef for ConcatGrad {
         if !(0..n).contains(&index) {
             return Err(ctx.error(format!("index {index} is not one of the {n} concat inputs")));
         }
-        let axis = super::normalize_axis(ctx, ctx.int("axis")?, g.rank())?;
+        let axis = super::normalize_axis(ctx.int("axis")?, g.rank()).map_err(super::infer_error(ctx))?;
         let mut total = 0;
         for i in 1..=n as u32 {
             let x = ctx.input(i)?;

@@ -26,6 +26,7 @@
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
 //! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
+mod axes;
 pub mod binary;
 pub mod control;
 pub mod grad;
@@ -38,7 +39,9 @@ pub mod shape;
 pub mod unary;
 pub mod var_update;
 
-use crate::{DataType, InferContext, OpDef, Result, TensorInfo};
+pub use axes::{normalize_axes, normalize_axis, AxisError};
+
+use crate::{DataType, InferContext, IrError, OpDef, Result, TensorInfo};
 
 /// Every builtin op type in one namespace (`ops::all::Relu`), for code that names
 /// many op types (the `popxl` facade, device kernel tables).
@@ -100,24 +103,10 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Normalise a possibly negative axis against `rank`.
-pub fn normalize_axis(ctx: &InferContext<'_>, axis: i64, rank: usize) -> Result<usize> {
-    let r = rank as i64;
-    if axis < -r || axis >= r {
-        return Err(ctx.error(format!("axis {axis} is out of range for rank {rank}")));
-    }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
-}
-
-/// Normalise a list of axes (sorted, deduplicated); empty means all axes.
-pub fn normalize_axes(ctx: &InferContext<'_>, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
-    if axes.is_empty() {
-        return Ok((0..rank).collect());
-    }
-    let mut v = axes.iter().map(|&a| normalize_axis(ctx, a, rank)).collect::<Result<Vec<_>>>()?;
-    v.sort_unstable();
-    v.dedup();
-    Ok(v)
+/// Report the error of a context-free check (such as [`normalize_axis`]) as an
+/// inference error of the op being inferred: `.map_err(infer_error(ctx))`.
+pub(crate) fn infer_error<'c, E: std::fmt::Display>(ctx: &'c InferContext<'_>) -> impl Fn(E) -> IrError + 'c {
+    move |e| ctx.error(e.to_string())
 }
 
 pub(crate) fn require_float(ctx: &InferContext<'_>, info: &TensorInfo, what: &str) -> Result<()> {

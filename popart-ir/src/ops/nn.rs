@@ -2,7 +2,7 @@
 
 use super::grad::spec;
 use super::grad::{NllLossGrad, SoftmaxGrad};
-use super::{normalize_axis, op_types, require_float};
+use super::{infer_error, normalize_axis, op_types, require_float};
 use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
 op_types!(
@@ -21,7 +21,7 @@ impl OpDef for Softmax {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         require_float(ctx, x, "the input")?;
-        normalize_axis(ctx, ctx.attrs.int("axis").unwrap_or(-1), x.rank())?;
+        normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), x.rank()).map_err(infer_error(ctx))?;
         Ok(vec![x.clone()])
     }
     /// `SoftmaxGrad{axis}(g, y)`.

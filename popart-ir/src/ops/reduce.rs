@@ -2,7 +2,7 @@
 
 use super::grad::spec;
 use super::grad::ReduceGrad;
-use super::{normalize_axes, op_types};
+use super::{infer_error, normalize_axes, op_types};
 use crate::{AttrValue, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
 op_types!(
@@ -31,7 +31,7 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usi
 
 pub(crate) fn infer_reduce(ctx: &InferContext<'_>) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
-    let axes = normalize_axes(ctx, ctx.attrs.ints("axes").unwrap_or(&[]), x.rank())?;
+    let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
     let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }

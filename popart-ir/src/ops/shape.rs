@@ -1,8 +1,9 @@
 //! Shape ops: reshape, transpose, slice, concat, squeeze, gather.
 
+pub use super::axes::{resolve_slices, transpose_perm, SliceDim};
 use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
-use super::{normalize_axes, normalize_axis, op_types};
+use super::{infer_error, normalize_axes, normalize_axis, op_types};
 use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 const G: GradSource = GradSource::GradOfOutput(0);
@@ -66,28 +67,13 @@ impl OpDef for Reshape {
     }
 }
 
-/// The permutation of a transpose (`perm` attribute, empty = reverse), validated.
-pub fn transpose_perm(ctx: &InferContext<'_>, rank: usize) -> Result<Vec<usize>> {
-    let perm = ctx.attrs.ints("perm").unwrap_or(&[]);
-    if perm.is_empty() {
-        return Ok((0..rank).rev().collect());
-    }
-    let p: Vec<usize> = perm.iter().map(|&a| normalize_axis(ctx, a, rank)).collect::<Result<_>>()?;
-    let mut sorted = p.clone();
-    sorted.sort_unstable();
-    if p.len() != rank || sorted != (0..rank).collect::<Vec<_>>() {
-        return Err(ctx.error(format!("{perm:?} is not a permutation of {rank} axes")));
-    }
-    Ok(p)
-}
-
 impl OpDef for Transpose {
     fn op_type(&self) -> &'static str {
         "Transpose"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let p = transpose_perm(ctx, x.rank())?;
+        let p = transpose_perm(ctx.attrs.ints("perm").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
         Ok(vec![TensorInfo::new(x.dtype, p.iter().map(|&i| x.shape[i]).collect::<Vec<_>>())])
     }
     /// `Transpose(g)` by the inverse permutation (reversal, the default, is its own inverse).
@@ -107,61 +93,11 @@ impl OpDef for Transpose {
     }
 }
 
-/// One resolved slice along an axis: first index, step and number of elements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SliceDim {
-    /// Axis.
-    pub axis: usize,
-    /// First element taken.
-    pub start: i64,
-    /// Step (non-zero, may be negative).
-    pub step: i64,
-    /// Elements taken.
-    pub len: usize,
-}
-
-/// Resolve numpy-style slices (`starts`, `ends`, `steps`, `axes` attributes) against `shape`.
-/// `steps` defaults to 1 and `axes` to 0..n.
-pub fn resolve_slices(ctx: &InferContext<'_>, shape: &[usize]) -> Result<Vec<SliceDim>> {
-    let starts = ctx.ints("starts")?;
-    let ends = ctx.ints("ends")?;
-    let n = starts.len();
-    let steps: Vec<i64> = ctx.attrs.ints("steps").map(<[i64]>::to_vec).unwrap_or_else(|| vec![1; n]);
-    let axes: Vec<i64> = ctx.attrs.ints("axes").map(<[i64]>::to_vec).unwrap_or_else(|| (0..n as i64).collect());
-    if ends.len() != n || steps.len() != n || axes.len() != n {
-        return Err(ctx.error("starts, ends, steps and axes must have the same length"));
-    }
-    let mut out = Vec::with_capacity(n);
-    for k in 0..n {
-        let axis = normalize_axis(ctx, axes[k], shape.len())?;
-        let dim = shape[axis] as i64;
-        let step = steps[k];
-        if step == 0 {
-            return Err(ctx.error("slice step cannot be 0"));
-        }
-        let norm = |v: i64, lo: i64, hi: i64| -> i64 {
-            let v = if v < 0 { v + dim } else { v };
-            v.clamp(lo, hi)
-        };
-        let (start, end) = if step > 0 {
-            (norm(starts[k], 0, dim), norm(ends[k], 0, dim))
-        } else {
-            (norm(starts[k], -1, dim - 1), norm(ends[k], -1, dim - 1))
-        };
-        let len = if step > 0 {
-            if end > start {
-                (end - start + step - 1) / step
-            } else {
-                0
-            }
-        } else if start > end {
-            (start - end + (-step) - 1) / (-step)
-        } else {
-            0
-        };
-        out.push(SliceDim { axis, start, step, len: len as usize });
-    }
-    Ok(out)
+/// The slices of a `Slice` or `SliceGrad` op (`starts`, `ends` and optional
+/// `steps`, `axes` attributes) resolved against `shape`.
+pub(crate) fn slice_dims(ctx: &InferContext<'_>, shape: &[usize]) -> Result<Vec<SliceDim>> {
+    let (starts, ends) = (ctx.ints("starts")?, ctx.ints("ends")?);
+    resolve_slices(shape, starts, ends, ctx.attrs.ints("steps"), ctx.attrs.ints("axes")).map_err(infer_error(ctx))
 }
 
 impl OpDef for Slice {
@@ -171,7 +107,7 @@ impl OpDef for Slice {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let mut shape = x.shape.clone();
-        for s in resolve_slices(ctx, &x.shape)? {
+        for s in slice_dims(ctx, &x.shape)? {
             shape[s.axis] = s.len;
         }
         Ok(vec![TensorInfo::new(x.dtype, shape)])
@@ -194,7 +130,7 @@ impl OpDef for Concat {
         if ins.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
             return Err(ctx.error("concat inputs must be at indices 0..n"));
         }
-        let axis = normalize_axis(ctx, ctx.int("axis")?, first.rank())?;
+        let axis = normalize_axis(ctx.int("axis")?, first.rank()).map_err(infer_error(ctx))?;
         let mut shape = first.shape.clone();
         shape[axis] = 0;
         for (i, t) in ins {
@@ -237,7 +173,7 @@ impl OpDef for Squeeze {
         let axes: Vec<usize> = if given.is_empty() {
             (0..x.rank()).filter(|&i| x.shape[i] == 1).collect()
         } else {
-            normalize_axes(ctx, given, x.rank())?
+            normalize_axes(given, x.rank()).map_err(infer_error(ctx))?
         };
         if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
             return Err(ctx.error(format!("cannot squeeze axis {a} of size {}", x.shape[a])));
@@ -260,7 +196,7 @@ impl OpDef for Gather {
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
-        let axis = normalize_axis(ctx, ctx.attrs.int("axis").unwrap_or(0), x.rank())?;
+        let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(infer_error(ctx))?;
         let mut shape = x.shape[..axis].to_vec();
         shape.extend_from_slice(&idx.shape);
         shape.extend_from_slice(&x.shape[axis + 1..]);

@@ -3,11 +3,11 @@
 use popart_ir::ops::all as ir_ops;
 use std::fmt;
 
-use popart_ir::{AttrValue, OpId};
+use popart_ir::{AttrValue, OpId, TensorInfo};
 
 use super::{target_graph, OpBuilder};
 use crate::tensor::check_in_graph;
-use crate::{Graph, PopXlError, Result, Tensor, TensorSpec};
+use crate::{Graph, PopXlError, Result, Tensor};
 
 /// Check `called` can be called from `parent`.
 fn check_callable(called: &Graph, parent: &Graph, what: &str) -> Result<()> {
@@ -457,32 +457,16 @@ pub fn repeat(
     inputs: &[&Tensor],
     inputs_dict: &[(&Tensor, &Tensor)],
 ) -> Result<Vec<Tensor>> {
-    if count == 0 {
-        return Err(PopXlError::RepeatCountZero { graph: graph.name().to_string() });
-    }
-    let (ins, outs) = (graph.inputs()?, graph.outputs()?);
-    if outs.len() > ins.len() {
-        return Err(PopXlError::RepeatFewerInputsThanOutputs {
-            graph: graph.name().to_string(),
-            inputs: ins.len(),
-            outputs: outs.len(),
-        });
-    }
-    for (k, (o, i)) in outs.iter().zip(&ins).enumerate() {
-        if o.info() != i.info() {
-            return Err(PopXlError::RepeatCarriedMismatch {
-                graph: graph.name().to_string(),
-                index: k,
-                input: i.spec(),
-                output: o.spec(),
-            });
-        }
-    }
+    // The IR's `Repeat` inference runs the same checks; running them first
+    // reports them as typed errors, before the inputs are resolved.
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    ir_ops::check_repeat_count(count).map_err(|e| control_flow_error(e, graph))?;
+    graph.read(ir_ops::check_repeat_body)?.map_err(|e| control_flow_error(e, graph))?;
     let parent = parent_graph(inputs, inputs_dict, "repeat")?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, "repeat")?;
     let mut spec = OpBuilder::new("repeat", &ir_ops::Repeat)
         .attr("graph", AttrValue::Graph(graph.id))
-        .attr("count", AttrValue::Int(count as i64))
+        .attr("count", AttrValue::Int(count))
         .in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(i as u32, p);
@@ -617,17 +601,11 @@ pub fn conditional_branches(
         resolve_inputs(then_branch.graph, &parent, then_branch.inputs, then_branch.inputs_dict, "conditional")?;
     let else_parents =
         resolve_inputs(else_branch.graph, &parent, else_branch.inputs, else_branch.inputs_dict, "conditional")?;
-    let specs = |g: &Graph| -> Result<Vec<TensorSpec>> { Ok(g.outputs()?.iter().map(Tensor::spec).collect()) };
-    let (to, eo) = (specs(then_branch.graph)?, specs(else_branch.graph)?);
-    if to != eo {
-        let show = |v: &[TensorSpec]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-        return Err(PopXlError::BranchOutputsMismatch {
-            then_graph: then_branch.graph.name().to_string(),
-            else_graph: else_branch.graph.name().to_string(),
-            then_outputs: show(&to),
-            else_outputs: show(&eo),
-        });
-    }
+    // The IR's `If` inference runs the same check; running it first reports it as a typed error.
+    then_branch
+        .graph
+        .read(|t| else_branch.graph.read(|e| ir_ops::check_branch_outputs(t, e)))??
+        .map_err(|e| control_flow_error(e, then_branch.graph))?;
     // Op input 0 is the condition; each distinct parent tensor is connected once.
     let mut then_idx = Vec::new();
     let mut else_idx = Vec::new();
@@ -648,6 +626,29 @@ pub fn conditional_branches(
         spec = spec.input(i as u32, t);
     }
     Ok(spec.create()?.outputs)
+}
+
+/// The typed error of a failed IR control-flow check (`graph` is the repeated graph).
+fn control_flow_error(e: ir_ops::ControlFlowError, graph: &Graph) -> PopXlError {
+    use ir_ops::ControlFlowError as E;
+    match e {
+        E::RepeatCount { .. } => PopXlError::RepeatCountZero { graph: graph.name().to_string() },
+        E::RepeatFewerInputs { graph, inputs, outputs } => {
+            PopXlError::RepeatFewerInputsThanOutputs { graph, inputs, outputs }
+        }
+        E::RepeatCarriedMismatch { graph, index, input, output } => {
+            PopXlError::RepeatCarriedMismatch { graph, index, input: input.into(), output: output.into() }
+        }
+        E::BranchOutputsMismatch { then_graph, else_graph, then_outputs, else_outputs } => {
+            let show = |v: &[TensorInfo]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            PopXlError::BranchOutputsMismatch {
+                then_graph,
+                else_graph,
+                then_outputs: show(&then_outputs),
+                else_outputs: show(&else_outputs),
+            }
+        }
+    }
 }
 
 /// Op input index of `t` in `order` (after the condition at 0), appending it if new.

@@ -3,10 +3,13 @@
 
 use popart_ir::DataType;
 
-use super::common::{
-    boxed, f16_adapter, has_avx512, has_f16, par_range, par_range_cost, slice, slice_mut, wide_simd, with_any,
-    with_bits, with_num, Bool8, Broadcast, BuildResult, Num, SendPtr, Slot, SpecExt, Types,
-};
+use super::broadcast::Broadcast;
+use super::dispatch::{with_any, with_bits, with_num};
+use super::elem::{Bool8, Num};
+use super::float16::{f16_adapter, has_f16};
+use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{boxed, BuildResult, Slot, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
 use half::f16;

@@ -8,10 +8,13 @@
 use popart_ir::DataType;
 
 use super::binary::{MapN, NAry};
-use super::common::{
-    boxed, f16_adapter, has_f16, norm_axes, par_range, slice, slice_mut, with_bits, with_float, with_num, Bool8,
-    Broadcast, BuildResult, Float, Num, SendPtr, Slot, SpecExt, Types,
-};
+use super::broadcast::Broadcast;
+use super::dispatch::{with_bits, with_float, with_num};
+use super::elem::{Bool8, Float, Num};
+use super::float16::{f16_adapter, has_f16};
+use super::par::par_range;
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{boxed, norm_axes, BuildResult, Slot, SpecExt, Types};
 use super::{unary, KernelEntry};
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
 use popart_ir::ops::all as ir;

@@ -13,7 +13,12 @@ use gemm::Parallelism;
 use half::f16;
 use popart_ir::ops::broadcast_shapes;
 
-use super::common::{slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types};
+use super::broadcast::Broadcast;
+use super::dispatch::with_num;
+use super::elem::Num;
+use super::par::par_split;
+use super::ptr::{slice_mut, SendPtr};
+use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use crate::cpu::team;
@@ -268,7 +273,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let (d, l, r) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T));
         if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
             // Many independent products: whole calls per task.
-            super::common::par_split(p.jobs.len(), 2, 1, |range| {
+            par_split(p.jobs.len(), 2, 1, |range| {
                 for j in &p.jobs[range] {
                     // SAFETY: independent jobs write disjoint output blocks.
                     unsafe { self.call(j, d.get(), l.get(), r.get()) };

@@ -31,6 +31,14 @@
 //!   exception is inside the `gemm` crate, which allocates its packing buffer per
 //!   call for large products.
 //!
+//! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`, `nn`,
+//! `shape`, `var_update`, `random`, `grad`), each exporting its `KERNELS` table,
+//! over the shared machinery: `spec` (typed spec accessors, build errors),
+//! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
+//! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
+//! (raw-pointer helpers) and `float16` (the f16-through-f32 adapter). Axis and
+//! slice arithmetic comes from `popart_ir::ops`, shared with shape inference.
+//!
 //! ```
 //! use popart_ir::{ops::all::Add, Attributes, DataType, TensorInfo};
 //! use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
@@ -49,13 +57,19 @@
 //! ```
 
 mod binary;
-mod common;
+mod broadcast;
+mod dispatch;
+mod elem;
+mod float16;
 mod grad;
 mod matmul;
 mod nn;
+mod par;
+mod ptr;
 mod random;
 mod reduce;
 mod shape;
+mod spec;
 mod unary;
 mod var_update;
 
@@ -115,7 +129,7 @@ pub fn kernel_builder(def: &'static dyn OpDef) -> Option<KernelBuilder> {
 pub fn build_kernel(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
     match kernel_builder(spec.def) {
         Some(build) => build(spec),
-        None => Err(common::SpecExt::error(spec, "no cpu kernel is registered for this op type")),
+        None => Err(spec::SpecExt::error(spec, "no cpu kernel is registered for this op type")),
     }
 }
 

@@ -7,10 +7,12 @@
 //! so gradients stay finite). A label outside `[0, C)` that is not ignored
 //! yields NaN for its row (kernels cannot fail at run time).
 
-use super::common::{
-    boxed, f16_adapter, has_f16, norm_axis, par_split, slice, slice_mut, with_float, with_index, BuildResult, Float,
-    IndexElem, SendPtr, SpecExt, Types, PAR_MIN_ELEMS,
-};
+use super::dispatch::{with_float, with_index};
+use super::elem::{Float, IndexElem};
+use super::float16::{f16_adapter, has_f16};
+use super::par::{par_split, PAR_MIN_ELEMS};
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use popart_ir::ops::all as ir;

@@ -6,9 +6,12 @@
 //! count and of run order, and two `Dropout`s with the same seed and shape (the
 //! forward op and the one applied to the incoming gradient) use the same mask.
 
-use super::common::{
-    boxed, f16_adapter, has_f16, par_range, slice, slice_mut, with_float, BuildResult, Float, SendPtr, SpecExt, Types,
-};
+use super::dispatch::with_float;
+use super::elem::Float;
+use super::float16::{f16_adapter, has_f16};
+use super::par::par_range;
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use popart_ir::ops::all as ir;

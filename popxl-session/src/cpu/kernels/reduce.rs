@@ -6,10 +6,13 @@
 //! dims), so contiguous runs are either folded into one output (innermost dim
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
-use super::common::{
-    f16_adapter, has_f16, norm_axes, par_split, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr,
-    SpecExt, Types, PAR_MIN_ELEMS,
-};
+use super::broadcast::Broadcast;
+use super::dispatch::with_num;
+use super::elem::Num;
+use super::float16::{f16_adapter, has_f16};
+use super::par::{par_split, PAR_MIN_ELEMS};
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use crate::cpu::team;

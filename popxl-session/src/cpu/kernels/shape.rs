@@ -6,13 +6,17 @@
 //! time. Element movement is dtype-agnostic (one kernel per element size);
 //! only `GatherGrad` does arithmetic.
 
-use super::common::{
-    boxed, f16_adapter, has_f16, norm_axis, par_range, slice, slice_mut, with_bits, with_index, with_num, BuildResult,
-    IndexElem, Num, SendPtr, SpecExt, Types, MAX_RANK,
-};
+use super::broadcast::{contiguous_strides, MAX_RANK};
+use super::dispatch::{with_bits, with_index, with_num};
+use super::elem::{IndexElem, Num};
+use super::float16::{f16_adapter, has_f16};
+use super::par::par_range;
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::shape::{resolve_slices, transpose_perm, SliceDim};
 
 /// A strided view of a source tensor, enumerated in row-major order of `dims`.
 #[derive(Clone, Debug)]
@@ -144,52 +148,16 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for StridedScatter<E> {
     }
 }
 
-/// Numpy slice parameters resolved against a shape: per sliced axis (axis, start, step, len).
-pub(crate) fn resolve_slices(
-    spec: &KernelSpec<'_>,
-    shape: &[usize],
-) -> Result<Vec<(usize, i64, i64, usize)>, KernelError> {
-    let starts = spec.attr_ints("starts")?;
-    let ends = spec.attr_ints("ends")?;
-    let n = starts.len();
-    let steps: Vec<i64> = spec.attrs.ints("steps").map(<[i64]>::to_vec).unwrap_or_else(|| vec![1; n]);
-    let axes: Vec<i64> = spec.attrs.ints("axes").map(<[i64]>::to_vec).unwrap_or_else(|| (0..n as i64).collect());
-    if ends.len() != n || steps.len() != n || axes.len() != n {
-        return Err(spec.error("starts, ends, steps and axes must have the same length"));
-    }
-    let mut out = Vec::with_capacity(n);
-    for k in 0..n {
-        let axis = norm_axis(spec, axes[k], shape.len())?;
-        let dim = shape[axis] as i64;
-        let step = steps[k];
-        if step == 0 {
-            return Err(spec.error("slice step cannot be 0"));
-        }
-        let norm = |v: i64, lo: i64, hi: i64| (if v < 0 { v + dim } else { v }).clamp(lo, hi);
-        let (start, end) = if step > 0 {
-            (norm(starts[k], 0, dim), norm(ends[k], 0, dim))
-        } else {
-            (norm(starts[k], -1, dim - 1), norm(ends[k], -1, dim - 1))
-        };
-        let len = if step > 0 && end > start {
-            (end - start + step - 1) / step
-        } else if step < 0 && start > end {
-            (start - end - step - 1) / -step
-        } else {
-            0
-        };
-        out.push((axis, start, step, len as usize));
-    }
-    Ok(out)
-}
-
 /// The strided view of `x` that a slice spec selects, and its shape.
 fn slice_view(spec: &KernelSpec<'_>, x_shape: &[usize]) -> Result<(Strided, Vec<usize>), KernelError> {
-    let xs = super::common::contiguous_strides(x_shape);
+    let xs = contiguous_strides(x_shape);
     let mut dims = x_shape.to_vec();
     let mut strides: Vec<isize> = xs.iter().map(|&s| s as isize).collect();
     let mut base = 0isize;
-    for (axis, start, step, len) in resolve_slices(spec, x_shape)? {
+    let (starts, ends) = (spec.attr_ints("starts")?, spec.attr_ints("ends")?);
+    let slices = resolve_slices(x_shape, starts, ends, spec.attrs.ints("steps"), spec.attrs.ints("axes"))
+        .map_err(|e| spec.error(e.to_string()))?;
+    for SliceDim { axis, start, step, len } in slices {
         dims[axis] = len;
         if len > 0 {
             base += start as isize * xs[axis] as isize;
@@ -322,17 +290,9 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     match () {
         _ if spec.is::<ir::Transpose>() => {
             let x = spec.input(0)?;
-            let rank = x.info.rank();
-            let perm: Vec<usize> = match spec.attrs.ints("perm") {
-                Some(p) if !p.is_empty() => p.iter().map(|&a| norm_axis(spec, a, rank)).collect::<Result<_, _>>()?,
-                _ => (0..rank).rev().collect(),
-            };
-            let mut sorted = perm.clone();
-            sorted.sort_unstable();
-            if sorted != (0..rank).collect::<Vec<_>>() {
-                return Err(spec.error(format!("{perm:?} is not a permutation of {rank} axes")));
-            }
-            let xs = super::common::contiguous_strides(x.shape());
+            let perm = transpose_perm(spec.attrs.ints("perm").unwrap_or(&[]), x.info.rank())
+                .map_err(|e| spec.error(e.to_string()))?;
+            let xs = contiguous_strides(x.shape());
             let dims: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
             let strides: Vec<isize> = perm.iter().map(|&p| xs[p] as isize).collect();
             check_out(spec, &dims, x.dtype())?;
@@ -519,6 +479,30 @@ mod tests {
         let v = out.to_f64_vec();
         assert_eq!(out.info.shape, vec![400, 300]);
         assert!((0..400).all(|j| (0..300).all(|i| v[j * 300 + i] == (i * 400 + j) as f64)));
+    }
+
+    #[test]
+    fn bad_axis_attributes_are_build_errors_with_the_ir_messages() {
+        use crate::cpu::kernel::KernelSpec;
+        let f = |s: &[usize]| popart_ir::TensorInfo::new(DataType::Float32, s);
+        let cases = [
+            (
+                "Slice",
+                attrs(&[ints("starts", &[0]), ints("ends", &[1]), ints("steps", &[0])]),
+                "slice step cannot be 0",
+            ),
+            ("Slice", attrs(&[ints("starts", &[0]), ints("ends", &[1, 2])]), "must have the same length"),
+            ("Slice", attrs(&[ints("starts", &[0]), ints("ends", &[1]), ints("axes", &[2])]), "axis 2 is out of range"),
+            ("Transpose", attrs(&[ints("perm", &[0, 0])]), "[0, 0] is not a permutation of 2 axes"),
+            ("Concat", attrs(&[(String::from("axis"), AttrValue::Int(-3))]), "axis -3 is out of range for rank 2"),
+        ];
+        for (op, a, want) in cases {
+            let def = popart_ir::lookup_op(op).unwrap();
+            let spec = KernelSpec { def, attrs: &a, inputs: vec![(0, f(&[2, 3]))], outputs: vec![(0, f(&[2, 3]))] };
+            let err = super::super::build_kernel(&spec).err().unwrap_or_else(|| panic!("{op} must fail"));
+            assert_eq!(err.op_type, op);
+            assert!(err.reason.contains(want), "{op}: {err}");
+        }
     }
 
     /// Python-style reference for one sliced axis.

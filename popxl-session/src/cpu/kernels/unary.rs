@@ -10,10 +10,12 @@ use popart_ir::ops::all as ir;
 use popart_ir::DataType;
 
 use super::binary::{Binary, Map2};
-use super::common::{
-    f16_adapter, has_avx512, has_f16, par_range, par_range_cost, slice, slice_mut, wide_simd, with_any, with_float,
-    with_num, Bool8, BuildResult, Float, Num, SendPtr, SpecExt, Types,
-};
+use super::dispatch::{with_any, with_float, with_num};
+use super::elem::{Bool8, Float, Num};
+use super::float16::{f16_adapter, has_f16};
+use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 

@@ -2,9 +2,13 @@
 //! `CopyVarUpdate`. The updated tensor (input 0) is read and written through
 //! output pointer 0 only, as the aliasing invariant requires.
 
-use super::common::{
-    f16_adapter, has_f16, slice, slice_mut, with_num, Broadcast, BuildResult, Num, SendPtr, SpecExt, Types,
-};
+use super::broadcast::Broadcast;
+use super::dispatch::with_num;
+use super::elem::Num;
+use super::float16::{f16_adapter, has_f16};
+use super::par::par_range;
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{BuildResult, SpecExt, Types};
 use super::unary::CopyKernel;
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
@@ -72,7 +76,7 @@ impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
         let t = SendPtr(args.outputs[0] as *mut T);
         let x = SendPtr(args.inputs[self.x] as *mut T);
         let [sx] = self.plan.inner_strides();
-        super::common::par_range(self.plan.len(), move |r| {
+        par_range(self.plan.len(), move |r| {
             self.plan.for_segments(r, |o, [ix], len| {
                 // SAFETY: `t` is only accessed through the output pointer; `x` is a
                 // different buffer (the executor guarantees non-overlap).
