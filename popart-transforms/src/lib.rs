@@ -1,5 +1,8 @@
 //! Graph transforms and patterns over `popart-ir`, and the pass [`Pipeline`] that
 //! prepares an IR for lowering.
+
+#![warn(missing_docs)]
+
 pub mod autodiff;
 pub mod patterns;
 pub mod pipeline;

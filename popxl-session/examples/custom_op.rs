@@ -146,7 +146,14 @@ fn reference(x: &[f32], w: &[f32], alpha: f32) -> (Vec<f32>, Vec<f32>) {
     (y, dx)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Runs the example (public so that the `tests` crate runs it too).
+pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `RUST_LOG=debug` shows the preparation pipeline's passes and their times.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
     register()?;
     let (alpha, shape) = (0.1, [2usize, 4]);
     let xs: Vec<f32> = vec![-2.0, -0.5, 0.0, 0.25, 1.0, 3.0, -7.5, 0.75];

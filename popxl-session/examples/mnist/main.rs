@@ -83,6 +83,12 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn main() -> AppResult<()> {
+    // `RUST_LOG=debug` shows the preparation pipeline's passes and their times.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let (cfg, extra) = parse_args()?;
     let train_set = data::load_split(&cfg.data, "train")?;
     let test_set = data::load_split(&cfg.data, "t10k")?;

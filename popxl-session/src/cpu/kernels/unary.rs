@@ -2,7 +2,7 @@
 //! `UnaryGrad` of each), copies (`Identity`, `Detach`, `Reshape`, `Squeeze`,
 //! `ReshapeGrad`) and `Cast` between every pair of dtypes.
 //!
-//! Adding an elementwise unary op here is one line of [`unary_ops!`]: its scalar
+//! Adding an elementwise unary op here is one line of `unary_ops!`: its scalar
 //! function (and derivative, if it has a gradient) and its cost.
 
 use half::f16;
