@@ -23,6 +23,28 @@ pub enum IrError {
         /// Op asked for.
         op: String,
     },
+    /// An op writes in place to a constant (PopXL refuses to modify constants).
+    #[error(
+        "op `{op}` in graph `{graph}` would modify constant `{tensor}` in place; use a variable, or an out-of-place op"
+    )]
+    ModifiesConstant {
+        /// Graph.
+        graph: String,
+        /// The in-place op.
+        op: String,
+        /// The constant.
+        tensor: String,
+    },
+    /// A host stream tensor used directly as an op input.
+    #[error("op `{op}` in graph `{graph}` reads stream `{tensor}` directly; load it with `host_load` first")]
+    StreamAsInput {
+        /// Graph.
+        graph: String,
+        /// The op.
+        op: String,
+        /// The stream tensor.
+        tensor: String,
+    },
     /// An op type that is not registered.
     #[error("unknown op type `{0}` (register custom ops with `popart_ir::register_op`)")]
     UnknownOpType(String),

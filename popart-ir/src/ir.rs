@@ -200,6 +200,7 @@ impl Ir {
         for called in attrs.graphs() {
             self.graph(called)?;
         }
+        crate::verify::check_input_kinds(g, name, def, attrs, inputs.iter().copied())?;
         with_input_infos(g, inputs.iter().copied(), |in_infos| {
             if let Some(w) = in_infos.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: w[0].0 });

@@ -69,6 +69,7 @@ impl Ir {
                     return bad(format!("op `{}` calls a graph that is not in this IR", op.name));
                 }
             }
+            check_input_kinds(g, &op.name, op.def, &op.attrs, op.inputs.iter())?;
             let expected = with_input_infos(g, op.inputs.iter(), |in_infos| {
                 op.def.infer(&InferContext {
                     op_name: &op.name,
@@ -233,4 +234,37 @@ pub mod test_hooks {
             Corruption::AddTopoCon { before, after } => g.topo_cons.insert(before, after, false),
         }
     }
+}
+
+/// Inputs an op may not take: a stream tensor (it must be loaded with `HostLoad`),
+/// or a constant at an input the op writes in place.
+pub(crate) fn check_input_kinds(
+    g: &Graph,
+    op_name: &str,
+    def: &dyn crate::OpDef,
+    attrs: &crate::Attributes,
+    inputs: impl Iterator<Item = (u32, crate::TensorId)>,
+) -> Result<()> {
+    let mut modified: Option<Vec<u32>> = None;
+    for (i, t) in inputs {
+        let Some(tensor) = g.tensors.get(t) else { continue };
+        match tensor.kind {
+            TensorKind::Stream(_) => {
+                return Err(IrError::StreamAsInput {
+                    graph: g.name.clone(),
+                    op: op_name.to_string(),
+                    tensor: tensor.name.clone(),
+                })
+            }
+            TensorKind::Constant(_) if modified.get_or_insert_with(|| def.modified_inputs(attrs)).contains(&i) => {
+                return Err(IrError::ModifiesConstant {
+                    graph: g.name.clone(),
+                    op: op_name.to_string(),
+                    tensor: tensor.name.clone(),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

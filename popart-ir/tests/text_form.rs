@@ -408,6 +408,12 @@ fn header_errors() {
     assert!(
         matches!(parse("ir num_host_transfers=1\n"), Err(IrError::Parse { line: 1, message }) if message.contains("replication_factor"))
     );
+    for zero in ["ir num_host_transfers=0 replication_factor=1\n", "ir num_host_transfers=2 replication_factor=0\n"] {
+        assert!(
+            matches!(parse(zero), Err(IrError::Parse { line: 1, message }) if message.contains("must be at least 1")),
+            "{zero}"
+        );
+    }
     assert!(matches!(
         parse("ir num_host_transfers=1 replication_factor=1 colour=3\n"),
         Err(IrError::Parse { line: 1, message }) if message.contains("unknown header field `colour`")

@@ -177,6 +177,11 @@ fn integer_paths_carry_no_gradient() {
     // Requiring x is an error naming it.
     let err = autodiff(&mut ir, g, None, Some(&[x]), &GradGraphInfos::new(), false).unwrap_err();
     assert_eq!(err, AutodiffError::NoGradientPath { graph: "f".into(), tensor: "x".into() });
+    // A tensor listed twice is an error naming it and the list.
+    let err = autodiff(&mut ir, g, Some(&[y, y]), None, &GradGraphInfos::new(), false).unwrap_err();
+    assert_eq!(err, AutodiffError::Duplicate { graph: "f".into(), tensor: y_name(&ir, g, y), list: "grads_provided" });
+    let err = autodiff(&mut ir, g, None, Some(&[w, w]), &GradGraphInfos::new(), false).unwrap_err();
+    assert_eq!(err, AutodiffError::Duplicate { graph: "f".into(), tensor: "w".into(), list: "grads_required" });
     ir.verify().unwrap();
 }
 

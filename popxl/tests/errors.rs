@@ -371,3 +371,37 @@ fn index_out_of_range() {
     let err = a.index(&popxl::s![0, 3]).unwrap_err();
     assert_eq!(err, PopXlError::IndexOutOfRange { what: "axis 1 of tensor `a`".into(), index: 3, len: 3 });
 }
+
+#[test]
+fn in_place_ops_on_constants_and_streams_as_inputs_are_build_errors() {
+    let ir = popxl::Ir::new();
+    let _g = ir.main_graph().enter();
+    let c = popxl::constant(vec![1.0f32, 2.0], "c").unwrap();
+    let v = popxl::variable(vec![1.0f32, 2.0], "v").unwrap();
+    // PopXL refuses to modify a constant; adding into a variable is fine.
+    let err = popxl::ops::add_(&c, &v).unwrap_err().to_string();
+    assert!(err.contains("constant `c`") && err.contains("in place"), "{err}");
+    popxl::ops::add_(&v, &c).unwrap();
+    // A stream must be loaded before an op can read it.
+    let s = popxl::h2d_stream([2], popxl::float32, "s").unwrap();
+    let err = popxl::ops::relu(s.tensor()).unwrap_err().to_string();
+    assert!(err.contains("stream `s`") && err.contains("host_load"), "{err}");
+}
+
+#[test]
+fn duplicate_reduce_axes_and_empty_max_are_build_errors() {
+    let ir = popxl::Ir::new();
+    let _g = ir.main_graph().enter();
+    let x = popxl::constant(ndarray::Array2::<f32>::zeros((2, 3)), "x").unwrap();
+    // numpy: "duplicate value in 'axis'".
+    let err = popxl::ops::sum(&x, &[1, -1], false).unwrap_err().to_string();
+    assert!(err.contains("axis 1 is listed more than once"), "{err}");
+    popxl::ops::sum(&x, &[0, 1], false).unwrap();
+    // numpy: max of a zero-size array has no identity; sum of one is 0.
+    let e = popxl::constant(ndarray::Array2::<f32>::zeros((2, 0)), "e").unwrap();
+    let err = popxl::ops::max(&e, &[1], false).unwrap_err().to_string();
+    assert!(err.contains("cannot reduce axis 1") && err.contains("ReduceMax"), "{err}");
+    assert!(popxl::ops::min(&e, &[], false).is_err());
+    assert_eq!(popxl::ops::max(&e, &[0], false).unwrap().shape(), vec![0]);
+    assert_eq!(popxl::ops::sum(&e, &[1], false).unwrap().shape(), vec![2]);
+}

@@ -33,6 +33,14 @@ pub enum AxisError {
     /// A slice step of 0.
     #[error("slice step cannot be 0")]
     ZeroSliceStep,
+    /// The same axis listed twice (numpy: "duplicate value in 'axis'").
+    #[error("axis {axis} is listed more than once in {axes:?}")]
+    DuplicateAxis {
+        /// The repeated axis, normalised.
+        axis: usize,
+        /// The axes given.
+        axes: Vec<i64>,
+    },
 }
 
 /// Normalise a possibly negative axis (`-1` is the last) against `rank`.
@@ -51,12 +59,13 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, AxisError> {
     Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
 }
 
-/// Normalise a list of axes against `rank`: sorted and deduplicated; empty means
-/// all axes.
+/// Normalise a list of axes against `rank`, sorted; empty means all axes. An axis
+/// listed twice (`-1` and `2` of a rank-3 tensor, say) is an error, as in numpy.
 ///
 /// ```
 /// use popart_ir::ops::normalize_axes;
-/// assert_eq!(normalize_axes(&[-1, 0, 2], 3), Ok(vec![0, 2]));
+/// assert_eq!(normalize_axes(&[-1, 0], 3), Ok(vec![0, 2]));
+/// assert!(normalize_axes(&[-1, 0, 2], 3).is_err());
 /// assert_eq!(normalize_axes(&[], 2), Ok(vec![0, 1]));
 /// assert!(normalize_axes(&[0, 5], 2).is_err());
 /// ```
@@ -66,7 +75,9 @@ pub fn normalize_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, AxisError
     }
     let mut v = axes.iter().map(|&a| normalize_axis(a, rank)).collect::<Result<Vec<_>, _>>()?;
     v.sort_unstable();
-    v.dedup();
+    if let Some(w) = v.windows(2).find(|w| w[0] == w[1]) {
+        return Err(AxisError::DuplicateAxis { axis: w[0], axes: axes.to_vec() });
+    }
     Ok(v)
 }
 

@@ -29,9 +29,15 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usi
         .collect()
 }
 
-pub(crate) fn infer_reduce(ctx: &InferContext<'_>) -> Result<TensorInfo> {
+/// The output of a reduction; without an identity (max, min), reducing an empty
+/// axis is an error, as numpy's "zero-size array to reduction operation which has
+/// no identity".
+fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
     let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
+    if let Some(&a) = axes.iter().find(|&&a| x.shape[a] == 0).filter(|_| !has_identity) {
+        return Err(ctx.error(format!("cannot reduce axis {a} of {x}: it is empty and the reduction has no identity")));
+    }
     let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }
@@ -48,11 +54,11 @@ fn reduce_grad(op: &Op, func: &str) -> GradRule {
 }
 
 macro_rules! reduce {
-    ($($ty:ident => $name:literal, $func:literal);*) => {$(
+    ($($ty:ident => $name:literal, $func:literal, $identity:literal);*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-                Ok(vec![infer_reduce(ctx)?])
+                Ok(vec![infer_reduce_with(ctx, $identity)?])
             }
             fn grad(&self, op: &Op) -> GradRule {
                 reduce_grad(op, $func)
@@ -60,6 +66,12 @@ macro_rules! reduce {
         }
     )*};
 }
-reduce!(ReduceSum => "ReduceSum", "sum"; ReduceMean => "ReduceMean", "mean"; ReduceMax => "ReduceMax", "max"; ReduceMin => "ReduceMin", "min");
+// The last field: whether the reduction has an identity (max and min of nothing are errors).
+reduce!(
+    ReduceSum => "ReduceSum", "sum", true;
+    ReduceMean => "ReduceMean", "mean", true;
+    ReduceMax => "ReduceMax", "max", false;
+    ReduceMin => "ReduceMin", "min", false
+);
 
 pub(crate) const ALL: &[&dyn OpDef] = &[&ReduceSum, &ReduceMean, &ReduceMax, &ReduceMin];

@@ -197,7 +197,11 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                 fields.insert(key, v);
             }
             let mut get = |k: &str| fields.remove(k).ok_or_else(|| perr(line, format!("the header lacks `{k}`")));
-            header = Some((get("num_host_transfers")?, get("replication_factor")?));
+            let (nht, rf) = (get("num_host_transfers")?, get("replication_factor")?);
+            if nht == 0 || rf == 0 {
+                return Err(perr(line, "`num_host_transfers` and `replication_factor` must be at least 1"));
+            }
+            header = Some((nht, rf));
             if let Some(k) = fields.keys().next() {
                 return Err(perr(line, format!("unknown header field `{k}`")));
             }

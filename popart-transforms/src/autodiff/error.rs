@@ -17,6 +17,16 @@ pub enum AutodiffError {
         /// The tensor given.
         tensor: String,
     },
+    /// A tensor listed twice in `grads_provided` or `grads_required`.
+    #[error("tensor `{tensor}` of graph `{graph}` is listed twice in `{list}`")]
+    Duplicate {
+        /// Forward graph.
+        graph: String,
+        /// The repeated tensor.
+        tensor: String,
+        /// `grads_provided` or `grads_required`.
+        list: &'static str,
+    },
     /// A tensor in `grads_required` that is not an input of the forward graph.
     #[error("tensor `{tensor}` is not an input of graph `{graph}`: gradients can only be required for graph inputs")]
     RequiredNotInput {

@@ -170,6 +170,7 @@ fn not_float(g: &Graph, t: TensorId) -> Option<AutodiffError> {
 fn resolve_provided(g: &Graph, provided: Option<&[TensorId]>) -> Result<Vec<TensorId>> {
     let Some(p) = provided else { return Ok(float_tensors(g, g.outputs())) };
     let io = GraphIo::of(g);
+    check_unique(g, p, "grads_provided")?;
     for &t in p {
         if io.output_index(t).is_none() {
             return Err(AutodiffError::ProvidedNotOutput { graph: g.name().to_string(), tensor: name(g, t) });
@@ -181,8 +182,18 @@ fn resolve_provided(g: &Graph, provided: Option<&[TensorId]>) -> Result<Vec<Tens
     Ok(p.to_vec())
 }
 
+/// A tensor listed twice is an error naming it (PopXL's lists are of distinct tensors).
+fn check_unique(g: &Graph, list: &[TensorId], what: &'static str) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
+    match list.iter().find(|&&t| !seen.insert(t)) {
+        Some(&t) => Err(AutodiffError::Duplicate { graph: g.name().to_string(), tensor: name(g, t), list: what }),
+        None => Ok(()),
+    }
+}
+
 fn resolve_required(g: &Graph, required: &[TensorId]) -> Result<Vec<TensorId>> {
     let io = GraphIo::of(g);
+    check_unique(g, required, "grads_required")?;
     for &t in required {
         if io.input_index(t).is_none() {
             return Err(AutodiffError::RequiredNotInput { graph: g.name().to_string(), tensor: name(g, t) });
