@@ -131,34 +131,32 @@ impl Session {
     /// Copy every variable from the host copies to the device.
     pub fn weights_from_host(&mut self) -> Result<()> {
         self.require_attached("weights_from_host")?;
+        self.run_weight_program(EngineProgram::WeightsFromHost);
+        self.counts.weights_from_host += 1;
+        Ok(())
+    }
+
+    /// Run a weight program with every variable's host copy bound to its weight
+    /// stream of that direction.
+    fn run_weight_program(&mut self, program: EngineProgram) {
+        let to_host = matches!(program, EngineProgram::WeightsToHost);
         for (k, v) in self.variables.iter_mut() {
             let Some(w) = v.weight else { continue };
-            let stream = self.exe.weights[w].from_host;
+            let stream = if to_host { self.exe.weights[w].to_host } else { self.exe.weights[w].from_host };
             let bytes = v.data.bytes.len();
-            // SAFETY: the host copy outlives this call and is not touched while
-            // the program runs; the stream is unbound right after.
+            // SAFETY: the host copy outlives this call and is not touched while the
+            // program reads or writes it; the streams are unbound right after.
             unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
                 .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
         }
-        self.executor.run(EngineProgram::WeightsFromHost);
+        self.executor.run(program);
         self.executor.unbind_streams();
-        self.counts.weights_from_host += 1;
-        Ok(())
     }
 
     /// Copy every variable from the device to the host copies, which are then in sync.
     pub fn weights_to_host(&mut self) -> Result<()> {
         self.require_attached("weights_to_host")?;
-        for (k, v) in self.variables.iter_mut() {
-            let Some(w) = v.weight else { continue };
-            let stream = self.exe.weights[w].to_host;
-            let bytes = v.data.bytes.len();
-            // SAFETY: as in weights_from_host, for writes.
-            unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
-                .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
-        }
-        self.executor.run(EngineProgram::WeightsToHost);
-        self.executor.unbind_streams();
+        self.run_weight_program(EngineProgram::WeightsToHost);
         self.host_weights_in_sync = true;
         self.counts.weights_to_host += 1;
         Ok(())

@@ -4,7 +4,7 @@
 use popart_ir::DataType;
 
 use super::broadcast::Broadcast;
-use super::dispatch::{with_any, with_bits, with_num};
+use super::dispatch::{bound_alias, with_any, with_bits, with_num};
 use super::elem::{Bool8, Num};
 use super::float16::{f16_adapter, has_f16};
 use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
@@ -224,65 +224,18 @@ fn build_arith<F: ArithMap>(spec: &KernelSpec<'_>) -> BuildResult {
     with_num!(dt, T => Binary::<T, T, F>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
 }
 
-/// An arithmetic map for every numeric type.
-trait ArithMap:
-    Map2<i8, i8>
-    + Map2<i16, i16>
-    + Map2<i32, i32>
-    + Map2<i64, i64>
-    + Map2<u8, u8>
-    + Map2<u16, u16>
-    + Map2<u32, u32>
-    + Map2<u64, u64>
-    + Map2<f32, f32>
-    + Map2<f64, f64>
-{
-}
-impl<F> ArithMap for F where
-    F: Map2<i8, i8>
-        + Map2<i16, i16>
-        + Map2<i32, i32>
-        + Map2<i64, i64>
-        + Map2<u8, u8>
-        + Map2<u16, u16>
-        + Map2<u32, u32>
-        + Map2<u64, u64>
-        + Map2<f32, f32>
-        + Map2<f64, f64>
-{
-}
+bound_alias!(
+    /// An arithmetic map for every numeric type (see `with_num!`).
+    ArithMap: Map2<i8, i8> + Map2<i16, i16> + Map2<i32, i32> + Map2<i64, i64> + Map2<u8, u8> + Map2<u16, u16>
+        + Map2<u32, u32> + Map2<u64, u64> + Map2<f32, f32> + Map2<f64, f64>
+);
 
-/// A comparison for every type.
-trait CmpMap:
-    Map2<Bool8, Bool8>
-    + Map2<i8, Bool8>
-    + Map2<i16, Bool8>
-    + Map2<i32, Bool8>
-    + Map2<i64, Bool8>
-    + Map2<u8, Bool8>
-    + Map2<u16, Bool8>
-    + Map2<u32, Bool8>
-    + Map2<u64, Bool8>
-    + Map2<f16, Bool8>
-    + Map2<f32, Bool8>
-    + Map2<f64, Bool8>
-{
-}
-impl<F> CmpMap for F where
-    F: Map2<Bool8, Bool8>
-        + Map2<i8, Bool8>
-        + Map2<i16, Bool8>
-        + Map2<i32, Bool8>
-        + Map2<i64, Bool8>
-        + Map2<u8, Bool8>
-        + Map2<u16, Bool8>
-        + Map2<u32, Bool8>
-        + Map2<u64, Bool8>
-        + Map2<f16, Bool8>
-        + Map2<f32, Bool8>
-        + Map2<f64, Bool8>
-{
-}
+bound_alias!(
+    /// A comparison for every type (see `with_any!`).
+    CmpMap: Map2<Bool8, Bool8> + Map2<i8, Bool8> + Map2<i16, Bool8> + Map2<i32, Bool8> + Map2<i64, Bool8>
+        + Map2<u8, Bool8> + Map2<u16, Bool8> + Map2<u32, Bool8> + Map2<u64, Bool8> + Map2<f16, Bool8>
+        + Map2<f32, Bool8> + Map2<f64, Bool8>
+);
 
 /// `Where(cond, lhs, rhs)`: moves elements, so one kernel per element size.
 struct WhereKernel<E> {

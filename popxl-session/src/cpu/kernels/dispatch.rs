@@ -84,3 +84,15 @@ macro_rules! with_bits {
     }};
 }
 pub(crate) use with_bits;
+
+/// `bound_alias!(Name: Trait<A> + Trait<B> ...)`: a trait naming the conjunction of
+/// the bounds, with the blanket impl, so a generic builder can require "this map is
+/// defined for every type its dispatch macro may pick" in one word.
+macro_rules! bound_alias {
+    ($(#[$m:meta])* $name:ident: $tr0:ident<$($a0:ty),+> $(+ $tr:ident<$($a:ty),+>)*) => {
+        $(#[$m])*
+        pub(crate) trait $name: $tr0<$($a0),+> $(+ $tr<$($a),+>)* {}
+        impl<F: $tr0<$($a0),+> $(+ $tr<$($a),+>)*> $name for F {}
+    };
+}
+pub(crate) use bound_alias;

@@ -10,7 +10,7 @@ use popart_ir::ops::all as ir;
 use popart_ir::DataType;
 
 use super::binary::{Binary, Map2};
-use super::dispatch::{with_any, with_float, with_num};
+use super::dispatch::{bound_alias, with_any, with_float, with_num};
 use super::elem::{Bool8, Float, Num};
 use super::float16::{f16_adapter, has_f16};
 use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
@@ -203,24 +203,11 @@ fn same_info(spec: &KernelSpec<'_>) -> Result<(usize, DataType), crate::cpu::ker
     Ok((x.nelms(), x.dtype()))
 }
 
-/// A map defined for every numeric type (`num` lines of the table).
-trait NumMap:
-    Map1<i8> + Map1<i16> + Map1<i32> + Map1<i64> + Map1<u8> + Map1<u16> + Map1<u32> + Map1<u64> + Map1<f32> + Map1<f64>
-{
-}
-impl<F> NumMap for F where
-    F: Map1<i8>
-        + Map1<i16>
-        + Map1<i32>
-        + Map1<i64>
-        + Map1<u8>
-        + Map1<u16>
-        + Map1<u32>
-        + Map1<u64>
-        + Map1<f32>
-        + Map1<f64>
-{
-}
+bound_alias!(
+    /// A map defined for every numeric type (`num` lines of the table; see `with_num!`).
+    NumMap: Map1<i8> + Map1<i16> + Map1<i32> + Map1<i64> + Map1<u8> + Map1<u16> + Map1<u32> + Map1<u64>
+        + Map1<f32> + Map1<f64>
+);
 
 /// A unary map defined for every numeric type.
 fn build_num<F: NumMap>(spec: &KernelSpec<'_>) -> BuildResult {
