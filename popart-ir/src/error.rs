@@ -140,6 +140,26 @@ pub enum IrError {
     /// A graph that calls itself, directly or through other graphs.
     #[error("graph `{0}` calls itself (recursion is not supported)")]
     RecursiveGraph(String),
+    /// A tensor whose byte size overflows (more than [`MAX_TENSOR_BYTES`](crate::size::MAX_TENSOR_BYTES)).
+    #[error("tensor `{tensor}` in graph `{graph}` is too large: {info} overflows the maximum tensor size")]
+    TensorTooLarge {
+        /// Graph name.
+        graph: String,
+        /// Tensor name.
+        tensor: String,
+        /// The declared info.
+        info: crate::TensorInfo,
+    },
+    /// The host data of a variable or constant does not match its info.
+    #[error("data of tensor `{tensor}` in graph `{graph}`: {source}")]
+    HostData {
+        /// Graph name.
+        graph: String,
+        /// Tensor name.
+        tensor: String,
+        /// What is wrong with the data.
+        source: crate::HostDataError,
+    },
     /// The verifier found a broken invariant.
     #[error("invalid IR: {0}")]
     Invalid(String),

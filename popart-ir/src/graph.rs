@@ -388,7 +388,13 @@ impl Graph {
         if self.tensor_names.get_hashed(h, &name, &self.tensors).is_some() {
             return Err(IrError::DuplicateTensorName { graph: self.name.clone(), name });
         }
+        if info.checked_nbytes().is_none() {
+            return Err(IrError::TensorTooLarge { graph: self.name.clone(), tensor: name, info });
+        }
         if let Some(data) = kind.data() {
+            if let Err(source) = data.validate() {
+                return Err(IrError::HostData { graph: self.name.clone(), tensor: name, source });
+            }
             if data.info != info {
                 return Err(IrError::Invalid(format!(
                     "data of tensor `{name}` in graph `{}` is {} but the tensor is declared {}",

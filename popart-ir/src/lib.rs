@@ -21,6 +21,7 @@ mod ir;
 mod op;
 pub mod ops;
 mod schedule;
+pub mod size;
 mod tensor;
 pub mod text;
 mod topocons;
@@ -36,7 +37,8 @@ pub use op::{
     OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use schedule::ScheduleOptions;
-pub use tensor::{HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};
+pub use size::SizeError;
+pub use tensor::{HostDataError, HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};
 pub use topocons::{TopoCon, TopoCons};
 #[doc(hidden)]
 pub use verify::test_hooks;

@@ -28,13 +28,44 @@ impl TensorInfo {
     }
 
     /// Number of elements (1 for a scalar).
+    ///
+    /// Saturates at `usize::MAX` when the product overflows; every tensor of an
+    /// [`Ir`](crate::Ir) has passed [`TensorInfo::checked_nbytes`], so for those
+    /// this is exact. Use [`TensorInfo::checked_nelms`] on shapes from users.
     pub fn nelms(&self) -> usize {
-        self.shape.iter().product()
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
     }
 
-    /// Number of bytes of the whole tensor.
+    /// Number of bytes of the whole tensor (saturating, as [`TensorInfo::nelms`]).
     pub fn nbytes(&self) -> usize {
-        self.nelms() * self.dtype.size_bytes()
+        self.nelms().saturating_mul(self.dtype.size_bytes())
+    }
+
+    /// Number of elements, or `None` when the product overflows `usize`.
+    pub fn checked_nelms(&self) -> Option<usize> {
+        crate::size::checked_product(&self.shape)
+    }
+
+    /// Number of bytes, or `None` when it overflows or exceeds
+    /// [`MAX_TENSOR_BYTES`](crate::size::MAX_TENSOR_BYTES).
+    ///
+    /// ```
+    /// use popart_ir::{DataType, TensorInfo};
+    /// assert_eq!(TensorInfo::new(DataType::Float32, [2, 3]).checked_nbytes(), Some(24));
+    /// assert_eq!(TensorInfo::new(DataType::Float32, [1 << 40, 1 << 40]).checked_nbytes(), None);
+    /// ```
+    pub fn checked_nbytes(&self) -> Option<usize> {
+        self.checked_nelms()?
+            .checked_mul(self.dtype.size_bytes())
+            .filter(|&b| b <= crate::size::MAX_TENSOR_BYTES)
+    }
+
+    /// [`TensorInfo::checked_nbytes`] as a typed error naming `what`.
+    pub fn check_size(&self, what: &str) -> Result<usize, crate::SizeError> {
+        self.checked_nbytes().ok_or_else(|| crate::SizeError::Overflow { what: format!("{what} {self}") })
     }
 
     /// Number of dimensions.
@@ -71,16 +102,77 @@ pub struct HostTensor {
     pub bytes: Vec<u8>,
 }
 
+/// Host data that does not match its info.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HostDataError {
+    /// The byte length is not `nelms x element size`.
+    #[error("{info} data must be {expected} bytes, got {got}")]
+    Length {
+        /// The declared info.
+        info: TensorInfo,
+        /// Bytes the info needs.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// A bool element is neither 0 nor 1.
+    #[error("bool element {index} is byte {byte}; bool data must be 0 or 1")]
+    InvalidBool {
+        /// Element index.
+        index: usize,
+        /// The offending byte.
+        byte: u8,
+    },
+    /// The shape's byte size overflows.
+    #[error(transparent)]
+    Size(#[from] crate::SizeError),
+}
+
 impl HostTensor {
-    /// Wrap raw bytes; returns `None` when the length does not match the info.
-    pub fn from_bytes(info: TensorInfo, bytes: Vec<u8>) -> Option<Self> {
-        (bytes.len() == info.nbytes()).then_some(HostTensor { info, bytes })
+    /// Wrap raw bytes, checking the length against the info and, for bool
+    /// data, that every byte is 0 or 1.
+    ///
+    /// ```
+    /// use popart_ir::{DataType, HostTensor, TensorInfo};
+    /// let info = TensorInfo::new(DataType::Bool, [2]);
+    /// assert!(HostTensor::from_bytes(info.clone(), vec![0, 1]).is_ok());
+    /// assert!(HostTensor::from_bytes(info.clone(), vec![0, 2]).is_err());
+    /// assert!(HostTensor::from_bytes(info, vec![0]).is_err());
+    /// ```
+    pub fn from_bytes(info: TensorInfo, bytes: Vec<u8>) -> Result<Self, HostDataError> {
+        let t = HostTensor { info, bytes };
+        t.validate()?;
+        Ok(t)
     }
 
-    /// All-zero data of the given info.
+    /// Check the invariants [`HostTensor::from_bytes`] establishes (the fields
+    /// are public, so data built by hand is checked again where it enters an IR
+    /// or a session).
+    pub fn validate(&self) -> Result<(), HostDataError> {
+        let expected = self.info.check_size("host data")?;
+        if self.bytes.len() != expected {
+            return Err(HostDataError::Length { info: self.info.clone(), expected, got: self.bytes.len() });
+        }
+        if self.info.dtype == DataType::Bool {
+            if let Some((index, &byte)) = self.bytes.iter().enumerate().find(|(_, &b)| b > 1) {
+                return Err(HostDataError::InvalidBool { index, byte });
+            }
+        }
+        Ok(())
+    }
+
+    /// All-zero data of the given info. Panics if the size overflows or the
+    /// allocation fails; see [`HostTensor::try_zeros`].
     pub fn zeros(info: TensorInfo) -> Self {
-        let bytes = vec![0; info.nbytes()];
-        HostTensor { info, bytes }
+        Self::try_zeros(info).unwrap_or_else(|e| panic!("HostTensor::zeros: {e}"))
+    }
+
+    /// All-zero data of the given info, or a typed error when the size
+    /// overflows or the allocator refuses it.
+    pub fn try_zeros(info: TensorInfo) -> Result<Self, crate::SizeError> {
+        let n = info.check_size("host data")?;
+        let bytes = crate::size::try_zeroed_bytes(n, &format!("host data {info}"))?;
+        Ok(HostTensor { info, bytes })
     }
 
     /// float32 data of the given shape. Panics if `data.len()` does not match `shape`.

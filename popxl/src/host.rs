@@ -299,7 +299,7 @@ impl HostArray {
             out
         }
         let bytes = for_each_variant!(self, a => bytes(a));
-        HostTensor::from_bytes(self.info(), bytes).expect("byte length matches the info")
+        HostTensor::from_bytes(self.info(), bytes).expect("byte length matches the info and bools are 0 or 1")
     }
 
     /// Convert IR host data back into an array of the matching element type.
