@@ -156,11 +156,9 @@ fn streams_only_in_the_main_graph() {
 fn variable_data_must_match_its_type() {
     let mut ir = Ir::new();
     let short = HostTensor { info: f32i(&[2]), bytes: vec![0; 7] };
-    ir.main_graph_mut().add_tensor("w", f32i(&[2]), TensorKind::Variable(short)).unwrap();
-    assert_eq!(
-        ir.verify(),
-        Err(IrError::Invalid("graph `main`: data of `w` does not match its type float32[2]".into()))
-    );
+    let err = ir.main_graph_mut().add_tensor("w", f32i(&[2]), TensorKind::Variable(short)).unwrap_err();
+    assert!(matches!(err, IrError::HostData { ref tensor, .. } if tensor == "w"), "{err:?}");
+    assert_eq!(err.to_string(), "data of tensor `w` in graph `main`: float32[2] data must be 8 bytes, got 7");
 }
 
 #[test]
