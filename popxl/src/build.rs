@@ -148,28 +148,33 @@ pub trait FromGraphInputs: Sized {
     /// assert_eq!(<popxl::Tensor as FromGraphInputs>::arity(), Some(1));
     /// ```
     fn arity() -> Option<usize>;
-    /// Build from exactly [`FromGraphInputs::arity`] inputs.
+    /// Build from exactly [`FromGraphInputs::arity`] inputs; `None` for any
+    /// other number.
     ///
     /// ```
     /// use popxl::FromGraphInputs;
-    /// assert!(<Vec<popxl::Tensor>>::from_graph_inputs(Vec::new()).is_empty());
+    /// assert!(<Vec<popxl::Tensor>>::from_graph_inputs(Vec::new()).unwrap().is_empty());
+    /// assert!(<popxl::Tensor as FromGraphInputs>::from_graph_inputs(Vec::new()).is_none());
     /// ```
-    fn from_graph_inputs(inputs: Vec<Tensor>) -> Self;
+    fn from_graph_inputs(inputs: Vec<Tensor>) -> Option<Self>;
 }
 
 impl FromGraphInputs for () {
     fn arity() -> Option<usize> {
         Some(0)
     }
-    fn from_graph_inputs(_: Vec<Tensor>) -> Self {}
+    fn from_graph_inputs(inputs: Vec<Tensor>) -> Option<Self> {
+        inputs.is_empty().then_some(())
+    }
 }
 
 impl FromGraphInputs for Tensor {
     fn arity() -> Option<usize> {
         Some(1)
     }
-    fn from_graph_inputs(inputs: Vec<Tensor>) -> Self {
-        inputs.into_iter().next().expect("arity checked")
+    fn from_graph_inputs(inputs: Vec<Tensor>) -> Option<Self> {
+        let [t]: [Tensor; 1] = inputs.try_into().ok()?;
+        Some(t)
     }
 }
 
@@ -177,8 +182,8 @@ impl FromGraphInputs for Vec<Tensor> {
     fn arity() -> Option<usize> {
         None
     }
-    fn from_graph_inputs(inputs: Vec<Tensor>) -> Self {
-        inputs
+    fn from_graph_inputs(inputs: Vec<Tensor>) -> Option<Self> {
+        Some(inputs)
     }
 }
 
@@ -189,10 +194,9 @@ macro_rules! tuple_inputs {
                 Some($n)
             }
             #[allow(non_snake_case)]
-            fn from_graph_inputs(inputs: Vec<Tensor>) -> Self {
-                let mut it = inputs.into_iter();
-                $(let $t = it.next().expect("arity checked");)+
-                ($($t,)+)
+            fn from_graph_inputs(inputs: Vec<Tensor>) -> Option<Self> {
+                let [$($t),+]: [Tensor; $n] = inputs.try_into().ok()?;
+                Some(($($t,)+))
             }
         }
     };
@@ -395,6 +399,13 @@ fn short_type_name<T: ?Sized>() -> String {
     }
 }
 
+/// A graph function given `given` inputs where it takes `expected` (only when
+/// `build_graph` is called directly: `create_graph` checks the arity first).
+fn argument_count_mismatch(graph: &str, expected: usize, given: usize) -> PopXlError {
+    let graph = crate::context::try_current_graph().map_or_else(|| graph.to_string(), |g| g.name().to_string());
+    PopXlError::ArgumentCountMismatch { graph, expected, given }
+}
+
 /// Marker for [`Module`] implementations of [`GraphFunction`].
 #[doc(hidden)]
 pub struct ModuleMarker;
@@ -407,7 +418,10 @@ impl<M: Module> GraphFunction<ModuleMarker> for &mut M {
         M::Inputs::arity()
     }
     fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        self.build(M::Inputs::from_graph_inputs(inputs))?.into_graph_outputs()
+        let given = inputs.len();
+        let inputs = M::Inputs::from_graph_inputs(inputs)
+            .ok_or_else(|| argument_count_mismatch(&self.graph_name(), M::Inputs::arity().unwrap_or(given), given))?;
+        self.build(inputs)?.into_graph_outputs()
     }
 }
 
@@ -424,7 +438,10 @@ where
         A::arity()
     }
     fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        self(A::from_graph_inputs(inputs)).into_graph_outputs()
+        let given = inputs.len();
+        let inputs = A::from_graph_inputs(inputs)
+            .ok_or_else(|| argument_count_mismatch(&self.graph_name(), A::arity().unwrap_or(given), given))?;
+        self(inputs).into_graph_outputs()
     }
 }
 
@@ -439,7 +456,10 @@ where
     fn arity(&self) -> Option<usize> {
         Some(0)
     }
-    fn build_graph(&mut self, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if !inputs.is_empty() {
+            return Err(argument_count_mismatch(&self.graph_name(), 0, inputs.len()));
+        }
         self().into_graph_outputs()
     }
 }
@@ -459,8 +479,9 @@ macro_rules! multi_arg_fn {
             }
             #[allow(non_snake_case)]
             fn build_graph(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-                let mut it = inputs.into_iter();
-                $(let $a = it.next().expect("arity checked");)+
+                let given = inputs.len();
+                let [$($a),+]: [Tensor; $n] =
+                    inputs.try_into().map_err(|_| argument_count_mismatch(&self.graph_name(), $n, given))?;
                 self($($a),+).into_graph_outputs()
             }
         }

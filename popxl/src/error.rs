@@ -1,6 +1,6 @@
 //! The crate's error type: every build-time mistake, with the names involved.
 
-use popart_ir::{DataType, IrError};
+use popart_ir::{DataType, HostDataError, IrError, SizeError};
 
 use crate::TensorSpec;
 
@@ -140,6 +140,14 @@ pub enum PopXlError {
         /// Called graph.
         graph: String,
     },
+    /// `repeat` with a count that does not fit the IR's trip count (an `i64`).
+    #[error("repeat of graph `{graph}`: the repeat count {count} does not fit the IR's 64-bit signed trip count")]
+    RepeatCountTooLarge {
+        /// Called graph.
+        graph: String,
+        /// The count given.
+        count: usize,
+    },
     /// `repeat` of a graph with more outputs than inputs.
     #[error("repeat of graph `{graph}`: it has {outputs} outputs but only {inputs} inputs; repeat needs at least as many inputs as outputs")]
     RepeatFewerInputsThanOutputs {
@@ -239,6 +247,44 @@ pub enum PopXlError {
         index: usize,
         /// The length.
         len: usize,
+    },
+    /// A user number that does not fit the integer type the IR stores it in
+    /// (a dimension, an index or a count above `i64::MAX`, say).
+    #[error("{what}: {value} does not fit in {ty}")]
+    IntegerOutOfRange {
+        /// What the number is, e.g. "dimension 1 of tensor `x`".
+        what: String,
+        /// The number, printed.
+        value: String,
+        /// The target type, e.g. "i64".
+        ty: &'static str,
+    },
+    /// A size that overflows or a buffer that cannot be allocated (host data
+    /// sized by the user), reported instead of aborting.
+    #[error(transparent)]
+    Size(#[from] SizeError),
+    /// Host data that does not match its declared type and shape (byte length,
+    /// bool bytes other than 0 and 1).
+    #[error("{what}: {source}")]
+    HostData {
+        /// Whose data, e.g. "variable `w`".
+        what: String,
+        /// What is wrong with it.
+        source: HostDataError,
+    },
+    /// A host value that the target data type cannot represent: an integer out
+    /// of range, NaN or infinity to an integer, a finite float that would
+    /// become infinite.
+    #[error("{what}: element {index} ({value}) cannot be represented as {dtype}")]
+    HostCast {
+        /// Whose data, e.g. "data of variable `w`".
+        what: String,
+        /// Row-major index of the first offending element.
+        index: usize,
+        /// The element, printed.
+        value: String,
+        /// The target data type.
+        dtype: DataType,
     },
     /// An argument with an invalid value; the message says which and why.
     #[error("{0}")]

@@ -2,7 +2,7 @@
 
 use half::f16;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
-use popart_ir::{DataType, HostTensor, TensorInfo};
+use popart_ir::{DataType, HostDataError, HostTensor, SizeError, TensorInfo};
 
 use crate::{PopXlError, Result};
 
@@ -94,14 +94,96 @@ mod sealed {
         fn unwrap_ref(h: &HostArray) -> Option<&ArrayD<Self>>;
         /// Append the little-endian bytes of `self`.
         fn push_le(self, out: &mut Vec<u8>);
-        /// Read one element from exactly its size in little-endian bytes.
-        fn read_le(b: &[u8]) -> Self;
+        /// Read one element from exactly its size in little-endian bytes
+        /// (`None` if `b` has another length).
+        fn read_le(b: &[u8]) -> Option<Self>;
+        /// The value, widened without loss.
+        fn widen(self) -> Wide;
+        /// `w` as this type, or `None` when it is not representable: out of
+        /// range, NaN or infinite to an integer, finite to an infinite float.
+        /// Fractional parts are truncated toward zero, as numpy's `astype`.
+        fn narrow(w: Wide) -> Option<Self>;
+        /// `w` as this type with Rust's `as` semantics (saturating, NaN to 0).
+        fn lossy(w: Wide) -> Self;
     }
 }
 use sealed::Element;
 
+/// One element widened without loss: integers and bools exactly, floats as `f64`.
+#[derive(Clone, Copy, Debug)]
+#[doc(hidden)]
+pub enum Wide {
+    /// An integer (bools as 0 and 1).
+    Int(i128),
+    /// A floating point value.
+    Float(f64),
+}
+
+impl Wide {
+    fn to_f64(self) -> f64 {
+        match self {
+            // i128 to f64 rounds to nearest; every element type fits f64's range.
+            Wide::Int(i) => i as f64,
+            Wide::Float(f) => f,
+        }
+    }
+
+    /// The integer `self` truncates to, if finite (saturating at the i128 range,
+    /// which is outside every element type's).
+    fn to_int(self) -> Option<i128> {
+        match self {
+            Wide::Int(i) => Some(i),
+            Wide::Float(f) if f.is_finite() => Some(f.trunc() as i128),
+            Wide::Float(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Wide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wide::Int(i) => write!(f, "{i}"),
+            Wide::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+macro_rules! int_element {
+    ($t:ty) => {
+        fn widen(self) -> Wide {
+            Wide::Int(i128::from(self))
+        }
+        fn narrow(w: Wide) -> Option<Self> {
+            w.to_int().and_then(|i| <$t>::try_from(i).ok())
+        }
+        fn lossy(w: Wide) -> Self {
+            match w {
+                Wide::Int(i) => <$t>::try_from(i).unwrap_or(if i < 0 { <$t>::MIN } else { <$t>::MAX }),
+                Wide::Float(f) => f as $t,
+            }
+        }
+    };
+}
+
+macro_rules! float_element {
+    ($t:ty, $from_f64:expr, $to_f64:expr) => {
+        fn widen(self) -> Wide {
+            Wide::Float($to_f64(self))
+        }
+        fn narrow(w: Wide) -> Option<Self> {
+            let x = w.to_f64();
+            let y: $t = $from_f64(x);
+            // Overflow to infinity is an error; NaN and infinities carry over.
+            (!x.is_finite() || $to_f64(y).is_finite()).then_some(y)
+        }
+        fn lossy(w: Wide) -> Self {
+            $from_f64(w.to_f64())
+        }
+    };
+}
+
 macro_rules! host_element {
-    ($($t:ty => $variant:ident, $dtype:ident, $as_ref:ident);* $(;)?) => {$(
+    ($($t:ty => $variant:ident, $dtype:ident, $as_ref:ident, $kind:ident $(($($k:tt)*))?);* $(;)?) => {$(
         impl HostElement for $t {
             const DTYPE: DataType = DataType::$dtype;
         }
@@ -119,9 +201,10 @@ macro_rules! host_element {
             fn push_le(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
             }
-            fn read_le(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(b.try_into().expect("element byte width"))
+            fn read_le(b: &[u8]) -> Option<Self> {
+                b.try_into().ok().map(<$t>::from_le_bytes)
             }
+            $kind!($t $(, $($k)*)?);
         }
 
         impl<D: Dimension> From<Array<$t, D>> for HostArray {
@@ -140,7 +223,7 @@ macro_rules! host_element {
         impl From<Vec<$t>> for HostArray {
             /// A 1-dimensional array.
             fn from(v: Vec<$t>) -> Self {
-                HostArray::$variant(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).expect("1-D shape"))
+                HostArray::$variant(ndarray::Array1::from_vec(v).into_dyn())
             }
         }
 
@@ -161,17 +244,17 @@ macro_rules! host_element {
 }
 
 host_element! {
-    i8 => I8, Int8, as_i8;
-    i16 => I16, Int16, as_i16;
-    i32 => I32, Int32, as_i32;
-    i64 => I64, Int64, as_i64;
-    u8 => U8, Uint8, as_u8;
-    u16 => U16, Uint16, as_u16;
-    u32 => U32, Uint32, as_u32;
-    u64 => U64, Uint64, as_u64;
-    f16 => F16, Float16, as_f16;
-    f32 => F32, Float32, as_f32;
-    f64 => F64, Float64, as_f64;
+    i8 => I8, Int8, as_i8, int_element;
+    i16 => I16, Int16, as_i16, int_element;
+    i32 => I32, Int32, as_i32, int_element;
+    i64 => I64, Int64, as_i64, int_element;
+    u8 => U8, Uint8, as_u8, int_element;
+    u16 => U16, Uint16, as_u16, int_element;
+    u32 => U32, Uint32, as_u32, int_element;
+    u64 => U64, Uint64, as_u64, int_element;
+    f16 => F16, Float16, as_f16, float_element(f16::from_f64, f16::to_f64);
+    f32 => F32, Float32, as_f32, float_element(|x: f64| x as f32, f64::from);
+    f64 => F64, Float64, as_f64, float_element(|x: f64| x, |x: f64| x);
 }
 
 impl HostElement for bool {
@@ -189,10 +272,28 @@ impl Element for bool {
         }
     }
     fn push_le(self, out: &mut Vec<u8>) {
-        out.push(self as u8);
+        out.push(u8::from(self));
     }
-    fn read_le(b: &[u8]) -> Self {
-        b[0] != 0
+    fn read_le(b: &[u8]) -> Option<Self> {
+        // Bytes other than 0 and 1 are rejected by `HostTensor::validate` first.
+        match b {
+            [0] => Some(false),
+            [1] => Some(true),
+            _ => None,
+        }
+    }
+    fn widen(self) -> Wide {
+        Wide::Int(i128::from(self))
+    }
+    fn narrow(w: Wide) -> Option<Self> {
+        // numpy: anything non-zero (NaN included) is `true`.
+        Some(Self::lossy(w))
+    }
+    fn lossy(w: Wide) -> Self {
+        match w {
+            Wide::Int(i) => i != 0,
+            Wide::Float(f) => f != 0.0,
+        }
     }
 }
 
@@ -212,7 +313,7 @@ impl From<bool> for HostArray {
 impl From<Vec<bool>> for HostArray {
     /// A 1-dimensional array.
     fn from(v: Vec<bool>) -> Self {
-        HostArray::Bool(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).expect("1-D shape"))
+        HostArray::Bool(ndarray::Array1::from_vec(v).into_dyn())
     }
 }
 
@@ -220,6 +321,100 @@ impl From<&HostArray> for HostArray {
     fn from(a: &HostArray) -> Self {
         a.clone()
     }
+}
+
+/// Runs `$body` with `$T` bound to the element type of `$dtype`.
+macro_rules! with_element_type {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DataType::Bool => {
+                type $T = bool;
+                $body
+            }
+            DataType::Int8 => {
+                type $T = i8;
+                $body
+            }
+            DataType::Int16 => {
+                type $T = i16;
+                $body
+            }
+            DataType::Int32 => {
+                type $T = i32;
+                $body
+            }
+            DataType::Int64 => {
+                type $T = i64;
+                $body
+            }
+            DataType::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            DataType::Uint16 => {
+                type $T = u16;
+                $body
+            }
+            DataType::Uint32 => {
+                type $T = u32;
+                $body
+            }
+            DataType::Uint64 => {
+                type $T = u64;
+                $body
+            }
+            DataType::Float16 => {
+                type $T = f16;
+                $body
+            }
+            DataType::Float32 => {
+                type $T = f32;
+                $body
+            }
+            DataType::Float64 => {
+                type $T = f64;
+                $body
+            }
+        }
+    };
+}
+
+/// An empty vector with room for `n` elements, or [`SizeError::OutOfMemory`]
+/// (never an abort) when the allocator refuses.
+fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| SizeError::OutOfMemory {
+        requested: n.saturating_mul(std::mem::size_of::<T>()),
+        what: what.to_string(),
+    })?;
+    Ok(v)
+}
+
+/// An array of `shape` from row-major `v` (`v.len()` is the shape's size by construction).
+fn shaped<T>(shape: &[usize], v: Vec<T>, what: &str) -> Result<ArrayD<T>> {
+    ArrayD::from_shape_vec(IxDyn(shape), v)
+        .map_err(|e| PopXlError::Size(SizeError::Overflow { what: format!("{what} of shape {shape:?} ({e})") }))
+}
+
+/// Convert every element of `a` to `T`, checked (see [`Element::narrow`]) or lossy.
+fn convert<S: Element, T: Element + HostElement>(a: &ArrayD<S>, what: &str, checked: bool) -> Result<ArrayD<T>> {
+    let mut v = try_vec::<T>(a.len(), what)?;
+    // `iter` walks in logical row-major order whatever the memory layout.
+    for (index, &x) in a.iter().enumerate() {
+        let w = x.widen();
+        let y = if checked {
+            T::narrow(w).ok_or_else(|| PopXlError::HostCast {
+                what: what.to_string(),
+                index,
+                value: w.to_string(),
+                dtype: T::DTYPE,
+            })?
+        } else {
+            T::lossy(w)
+        };
+        v.push(y);
+    }
+    shaped(a.shape(), v, what)
 }
 
 impl HostArray {
@@ -285,59 +480,68 @@ impl HostArray {
 
     /// The data as an IR [`HostTensor`] (row-major, little-endian bytes).
     ///
+    /// # Panics
+    ///
+    /// If the byte buffer cannot be allocated; [`HostArray::try_to_host_tensor`]
+    /// returns that as an error.
+    ///
     /// ```
     /// let t = popxl::HostArray::from(vec![1.0f32, 2.0]).to_host_tensor();
     /// assert_eq!(t.to_f64_vec(), vec![1.0, 2.0]);
     /// ```
     pub fn to_host_tensor(&self) -> HostTensor {
-        fn bytes<T: HostElement>(a: &ArrayD<T>) -> Vec<u8> {
-            let mut out = Vec::with_capacity(a.len() * T::DTYPE.size_bytes());
-            // `iter` walks in logical row-major order whatever the memory layout.
-            for &v in a.iter() {
-                v.push_le(&mut out);
-            }
-            out
-        }
-        let bytes = for_each_variant!(self, a => bytes(a));
-        HostTensor::from_bytes(self.info(), bytes).expect("byte length matches the info and bools are 0 or 1")
+        self.try_to_host_tensor().unwrap_or_else(|e| panic!("HostArray::to_host_tensor: {e}"))
+    }
+
+    /// The data as an IR [`HostTensor`], or [`PopXlError::Size`] when the
+    /// buffer cannot be allocated (never an abort).
+    ///
+    /// ```
+    /// let t = popxl::HostArray::from(vec![true, false]).try_to_host_tensor().unwrap();
+    /// assert_eq!(t.bytes, vec![1, 0]);
+    /// ```
+    pub fn try_to_host_tensor(&self) -> Result<HostTensor> {
+        self.host_tensor_for("host data")
+    }
+
+    /// [`HostArray::try_to_host_tensor`], naming `what` in errors.
+    pub(crate) fn host_tensor_for(&self, what: &str) -> Result<HostTensor> {
+        let info = self.info();
+        let n = info.check_size(what)?;
+        let mut out = try_vec::<u8>(n, what)?;
+        for_each_variant!(self, a => for &v in a.iter() {
+            v.push_le(&mut out);
+        });
+        HostTensor::from_bytes(info, out).map_err(|source| PopXlError::HostData { what: what.to_string(), source })
     }
 
     /// Convert IR host data back into an array of the matching element type.
+    /// The data is validated first ([`HostTensor::validate`]: byte length, bool
+    /// bytes 0 or 1); the array is allocated fallibly.
     ///
     /// ```
-    /// use popart_ir::HostTensor;
+    /// use popart_ir::{DataType, HostDataError, HostTensor, SizeError, TensorInfo};
     /// let a = popxl::HostArray::from_host_tensor(&HostTensor::from_f32(&[2], &[1.0, 2.0])).unwrap();
     /// assert_eq!(a.as_f32().unwrap().as_slice().unwrap(), &[1.0, 2.0]);
+    /// let bad = HostTensor { info: TensorInfo::new(DataType::Bool, [1]), bytes: vec![2] };
+    /// assert!(matches!(popxl::HostArray::from_host_tensor(&bad), Err(popxl::PopXlError::HostData { .. })));
     /// ```
     pub fn from_host_tensor(t: &HostTensor) -> Result<HostArray> {
+        const WHAT: &str = "host tensor";
         fn read<T: HostElement>(t: &HostTensor) -> Result<HostArray> {
             let sz = T::DTYPE.size_bytes();
-            if t.bytes.len() != t.info.nbytes() {
-                return Err(PopXlError::InvalidArgument(format!(
-                    "host tensor data has {} bytes but {} needs {}",
-                    t.bytes.len(),
-                    t.info,
-                    t.info.nbytes()
-                )));
+            let mut v = try_vec::<T>(t.bytes.len() / sz.max(1), WHAT)?;
+            for (index, chunk) in t.bytes.chunks_exact(sz).enumerate() {
+                let byte = chunk.first().copied().unwrap_or_default();
+                v.push(T::read_le(chunk).ok_or(PopXlError::HostData {
+                    what: WHAT.to_string(),
+                    source: HostDataError::InvalidBool { index, byte },
+                })?);
             }
-            let v: Vec<T> = t.bytes.chunks_exact(sz).map(T::read_le).collect();
-            let a = ArrayD::from_shape_vec(IxDyn(&t.info.shape), v).expect("element count matches the shape");
-            Ok(T::wrap(a))
+            Ok(T::wrap(shaped(&t.info.shape, v, WHAT)?))
         }
-        match t.info.dtype {
-            DataType::Bool => read::<bool>(t),
-            DataType::Int8 => read::<i8>(t),
-            DataType::Int16 => read::<i16>(t),
-            DataType::Int32 => read::<i32>(t),
-            DataType::Int64 => read::<i64>(t),
-            DataType::Uint8 => read::<u8>(t),
-            DataType::Uint16 => read::<u16>(t),
-            DataType::Uint32 => read::<u32>(t),
-            DataType::Uint64 => read::<u64>(t),
-            DataType::Float16 => read::<f16>(t),
-            DataType::Float32 => read::<f32>(t),
-            DataType::Float64 => read::<f64>(t),
-        }
+        t.validate().map_err(|source| PopXlError::HostData { what: WHAT.to_string(), source })?;
+        with_element_type!(t.info.dtype, T => read::<T>(t))
     }
 
     /// Every element converted to `f64` (bools as 0 and 1), in row-major order.
@@ -346,27 +550,57 @@ impl HostArray {
     /// assert_eq!(popxl::HostArray::from(vec![true, false]).to_f64_vec(), vec![1.0, 0.0]);
     /// ```
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        self.to_host_tensor().to_f64_vec()
+        for_each_variant!(self, a => a.iter().map(|&x| x.widen().to_f64()).collect())
     }
 
-    /// The data converted to `dtype` (through `f64`: integers are truncated toward
-    /// zero, bools become 0/1 and anything non-zero becomes `true`).
+    /// The data converted to `dtype` with Rust's `as` semantics: integers
+    /// saturate, floats to integers truncate toward zero (NaN becomes 0), bools
+    /// become 0/1 and anything non-zero becomes `true`. Lossy by design; see
+    /// [`HostArray::try_cast`] for the checked conversion.
+    ///
+    /// # Panics
+    ///
+    /// If the new array cannot be allocated.
     ///
     /// ```
     /// use popxl::{DataType, HostArray};
     /// let a = HostArray::from(vec![1.5f64, -2.5]).cast(DataType::Int32);
     /// assert_eq!(a, HostArray::from(vec![1i32, -2]));
+    /// assert_eq!(HostArray::from(vec![300i32]).cast(DataType::Uint8), HostArray::from(vec![255u8]));
     /// ```
     pub fn cast(&self, dtype: DataType) -> HostArray {
+        self.cast_as(dtype, "host data", false).unwrap_or_else(|e| panic!("HostArray::cast: {e}"))
+    }
+
+    /// The data converted to `dtype`, or [`PopXlError::HostCast`] naming the
+    /// first element that `dtype` cannot represent: an integer out of range, a
+    /// NaN or infinity to an integer type, a finite float that would become
+    /// infinite. Fractional parts are truncated toward zero (numpy's `astype`);
+    /// integers convert exactly (not through `f64`).
+    ///
+    /// ```
+    /// use popxl::{DataType, HostArray, PopXlError};
+    /// assert_eq!(HostArray::from(vec![1.5f64]).try_cast(DataType::Int32).unwrap(), HostArray::from(vec![1i32]));
+    /// let err = HostArray::from(vec![1i64, 1 << 40]).try_cast(DataType::Int32).unwrap_err();
+    /// assert!(matches!(err, PopXlError::HostCast { index: 1, .. }));
+    /// assert!(HostArray::from(vec![1e300f64]).try_cast(DataType::Float32).is_err());
+    /// ```
+    pub fn try_cast(&self, dtype: DataType) -> Result<HostArray> {
+        self.cast_as(dtype, "host data", true)
+    }
+
+    /// [`HostArray::try_cast`] (checked) or [`HostArray::cast`], naming `what` in errors.
+    pub(crate) fn cast_as(&self, dtype: DataType, what: &str, checked: bool) -> Result<HostArray> {
         if dtype == self.dtype() {
-            return self.clone();
+            return Ok(self.clone());
         }
-        let t = HostTensor::from_f64_values(dtype, self.shape(), &self.to_f64_vec());
-        HostArray::from_host_tensor(&t).expect("well-formed host tensor")
+        for_each_variant!(self, a => with_element_type!(dtype, T => Ok(T::wrap(convert::<_, T>(a, what, checked)?))))
     }
 
     /// PopXL's default `downcast`: 64-bit types become their 32-bit counterparts
     /// (`i64` to `i32`, `u64` to `u32`, `f64` to `f32`); others are unchanged.
+    /// Lossy like numpy's `astype` (integers wrap, large floats become
+    /// infinite); see [`HostArray::try_downcast_64bit`].
     ///
     /// ```
     /// use popxl::{DataType, HostArray};
@@ -375,6 +609,7 @@ impl HostArray {
     /// ```
     pub fn downcast_64bit(self) -> HostArray {
         match self {
+            // Wrapping, as numpy's `astype` (PopXL's downcast) does.
             HostArray::I64(a) => HostArray::I32(a.mapv(|v| v as i32)),
             HostArray::U64(a) => HostArray::U32(a.mapv(|v| v as u32)),
             HostArray::F64(a) => HostArray::F32(a.mapv(|v| v as f32)),
@@ -382,7 +617,36 @@ impl HostArray {
         }
     }
 
+    /// [`HostArray::downcast_64bit`], checked: a value the 32-bit type cannot
+    /// represent is a [`PopXlError::HostCast`] naming it (never a silently
+    /// wrapped integer or an infinity from a finite value).
+    ///
+    /// ```
+    /// use popxl::{DataType, HostArray};
+    /// assert_eq!(HostArray::from(vec![7i64]).try_downcast_64bit().unwrap(), HostArray::from(vec![7i32]));
+    /// assert!(HostArray::from(vec![u64::MAX]).try_downcast_64bit().is_err());
+    /// ```
+    pub fn try_downcast_64bit(self) -> Result<HostArray> {
+        self.downcast_for("host data")
+    }
+
+    /// [`HostArray::try_downcast_64bit`], naming `what` in errors.
+    pub(crate) fn downcast_for(self, what: &str) -> Result<HostArray> {
+        let to = match self.dtype() {
+            DataType::Int64 => DataType::Int32,
+            DataType::Uint64 => DataType::Uint32,
+            DataType::Float64 => DataType::Float32,
+            _ => return Ok(self),
+        };
+        self.cast_as(to, what, true)
+    }
+
     /// An array of `info`'s type and shape filled with `value` (converted as by [`HostArray::cast`]).
+    ///
+    /// # Panics
+    ///
+    /// If `info`'s size overflows or the array cannot be allocated;
+    /// [`HostArray::try_full`] returns those as errors.
     ///
     /// ```
     /// use popxl::{DataType, HostArray};
@@ -391,8 +655,57 @@ impl HostArray {
     /// assert_eq!(a, HostArray::from(vec![7i32, 7]));
     /// ```
     pub fn full(info: &TensorInfo, value: f64) -> HostArray {
-        let t = HostTensor::from_f64_values(info.dtype, &info.shape, &vec![value; info.nelms()]);
-        HostArray::from_host_tensor(&t).expect("well-formed host tensor")
+        Self::fill(info, Wide::Float(value), false).unwrap_or_else(|e| panic!("HostArray::full: {e}"))
+    }
+
+    /// An array of `info`'s type and shape filled with `value`, or a typed error:
+    /// [`PopXlError::Size`] when the size overflows or the allocation fails,
+    /// [`PopXlError::HostCast`] when `value` does not fit the type.
+    ///
+    /// ```
+    /// use popxl::{DataType, HostArray, PopXlError};
+    /// use popart_ir::TensorInfo;
+    /// let a = HostArray::try_full(&TensorInfo::new(DataType::Int32, [2]), 7.0).unwrap();
+    /// assert_eq!(a, HostArray::from(vec![7i32, 7]));
+    /// let huge = TensorInfo::new(DataType::Float32, [1 << 40, 1 << 40]);
+    /// assert!(matches!(HostArray::try_full(&huge, 0.0), Err(PopXlError::Size(_))));
+    /// assert!(matches!(HostArray::try_full(&TensorInfo::new(DataType::Uint8, [1]), -1.0), Err(PopXlError::HostCast { .. })));
+    /// ```
+    pub fn try_full(info: &TensorInfo, value: f64) -> Result<HostArray> {
+        Self::fill(info, Wide::Float(value), true)
+    }
+
+    fn fill(info: &TensorInfo, value: Wide, checked: bool) -> Result<HostArray> {
+        fn fill_as<T: HostElement>(info: &TensorInfo, value: Wide, checked: bool) -> Result<HostArray> {
+            let what = format!("host array {info}");
+            info.check_size(&what)?;
+            let x = if checked {
+                T::narrow(value).ok_or_else(|| PopXlError::HostCast {
+                    what: format!("fill value for {info}"),
+                    index: 0,
+                    value: value.to_string(),
+                    dtype: T::DTYPE,
+                })?
+            } else {
+                T::lossy(value)
+            };
+            let n = info.nelms();
+            let mut v = try_vec::<T>(n, &what)?;
+            v.resize(n, x);
+            Ok(T::wrap(shaped(&info.shape, v, &what)?))
+        }
+        with_element_type!(info.dtype, T => fill_as::<T>(info, value, checked))
+    }
+
+    /// A scalar of `dtype` holding `value` exactly converted (checked as
+    /// [`HostArray::try_cast`]); `what` names the value in errors.
+    pub(crate) fn scalar_of(dtype: DataType, value: Wide, what: &str) -> Result<HostArray> {
+        Self::fill(&TensorInfo::new(dtype, Vec::<usize>::new()), value, true).map_err(|e| match e {
+            PopXlError::HostCast { index, value, dtype, .. } => {
+                PopXlError::HostCast { what: what.to_string(), index, value, dtype }
+            }
+            e => e,
+        })
     }
 }
 
@@ -449,12 +762,40 @@ mod tests {
     #[test]
     fn wrong_byte_count_is_an_error() {
         let t = HostTensor { info: TensorInfo::new(DataType::Float32, [2]), bytes: vec![0; 3] };
-        assert!(matches!(HostArray::from_host_tensor(&t), Err(PopXlError::InvalidArgument(_))));
+        assert!(matches!(HostArray::from_host_tensor(&t), Err(PopXlError::HostData { .. })));
     }
 
     #[test]
     fn downcast_keeps_values() {
         let a = HostArray::from(array![1i64, -5]).downcast_64bit();
         assert_eq!(a, HostArray::from(array![1i32, -5]));
+    }
+
+    #[test]
+    fn checked_cast_is_exact_for_integers_and_names_the_first_bad_element() {
+        let big = (1i64 << 60) + 1;
+        assert_eq!(HostArray::from(vec![big]).try_cast(DataType::Uint64).unwrap(), HostArray::from(vec![big as u64]));
+        let err = HostArray::from(vec![0i64, -1]).try_cast(DataType::Uint64).unwrap_err();
+        assert!(matches!(&err, PopXlError::HostCast { index: 1, dtype: DataType::Uint64, .. }), "{err}");
+        assert!(err.to_string().contains("(-1)"), "{err}");
+        assert!(HostArray::from(vec![f64::NAN]).try_cast(DataType::Int32).is_err());
+        assert!(HostArray::from(vec![f64::NAN]).try_cast(DataType::Float32).is_ok());
+        assert!(HostArray::from(vec![70000.0f32]).try_cast(DataType::Float16).is_err());
+        assert_eq!(HostArray::from(vec![2.0f32]).try_cast(DataType::Bool).unwrap(), HostArray::from(vec![true]));
+    }
+
+    #[test]
+    fn invalid_bool_bytes_are_rejected() {
+        let t = HostTensor { info: TensorInfo::new(DataType::Bool, [2]), bytes: vec![1, 7] };
+        let err = HostArray::from_host_tensor(&t).unwrap_err();
+        assert!(matches!(err, PopXlError::HostData { source: HostDataError::InvalidBool { index: 1, byte: 7 }, .. }));
+    }
+
+    #[test]
+    fn full_of_an_overflowing_shape_is_a_size_error() {
+        let info = TensorInfo::new(DataType::Float32, [usize::MAX, 2]);
+        assert!(matches!(HostArray::try_full(&info, 0.0), Err(PopXlError::Size(_))));
+        let empty = TensorInfo::new(DataType::Float32, [0, usize::MAX]);
+        assert!(HostArray::try_full(&empty, 0.0).is_err());
     }
 }

@@ -34,6 +34,7 @@
 //! operators (`+ - * /`, unary `-`, `+=`) panic, like `ndarray`'s.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod build;
 mod context;

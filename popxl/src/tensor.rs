@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use popart_ir::{DataType, GraphId, TensorId, TensorInfo, TensorKind};
 
+use crate::host::Wide;
 use crate::{ops, Graph, PopXlError, Result, SliceIndex};
 
 /// Shape and data type of a tensor (PopXL's `TensorSpec`), used to create graph
@@ -445,10 +446,29 @@ fn expect_op(r: Result<Tensor>, what: &str, lhs: &str, rhs: &str) -> Tensor {
     }
 }
 
-/// A scalar constant of `like`'s data type, in the current graph (or `like`'s graph).
-fn scalar_like(like: &Tensor, value: f64) -> Result<Tensor> {
-    let data = crate::HostArray::full(&TensorInfo::new(like.dtype(), Vec::<usize>::new()), value);
+/// A scalar constant of `like`'s data type holding `value` (converted exactly,
+/// or an error naming it), in the current graph (or `like`'s graph).
+fn scalar_like(like: &Tensor, value: Wide) -> Result<Tensor> {
+    let what = format!("scalar operand {value} of tensor `{}`", like.name());
+    let data = crate::HostArray::scalar_of(like.dtype(), value, &what)?;
     crate::variables::constant_in_graph_of(like, data, "scalar")
+}
+
+/// A scalar operand of the operators, widened without loss.
+trait OperandScalar: Copy + std::fmt::Display {
+    fn wide(self) -> Wide;
+}
+
+impl OperandScalar for f64 {
+    fn wide(self) -> Wide {
+        Wide::Float(self)
+    }
+}
+
+impl OperandScalar for i64 {
+    fn wide(self) -> Wide {
+        Wide::Int(i128::from(self))
+    }
 }
 
 macro_rules! binary_operator {
@@ -484,7 +504,7 @@ macro_rules! binary_operator {
         impl $trait<$s> for &Tensor {
             type Output = Tensor;
             fn $method(self, rhs: $s) -> Tensor {
-                let r = scalar_like(self, rhs as f64).and_then(|c| $op(self, &c));
+                let r = scalar_like(self, rhs.wide()).and_then(|c| $op(self, &c));
                 expect_op(r, $sym, self.name(), &rhs.to_string())
             }
         }
@@ -497,7 +517,7 @@ macro_rules! binary_operator {
         impl $trait<&Tensor> for $s {
             type Output = Tensor;
             fn $method(self, rhs: &Tensor) -> Tensor {
-                let r = scalar_like(rhs, self as f64).and_then(|c| $op(&c, rhs));
+                let r = scalar_like(rhs, self.wide()).and_then(|c| $op(&c, rhs));
                 expect_op(r, $sym, &self.to_string(), rhs.name())
             }
         }

@@ -34,7 +34,9 @@ fn current(what: &str) -> Result<Graph> {
 /// The current graph must be the main graph: a variable in a subgraph is a
 /// [`PopXlError::VariableInSubgraph`] error (pass it to the subgraph as an input
 /// instead). As in PopXL, 64-bit data is downcast to 32 bits (`f64` to `f32`,
-/// `i64` to `i32`, `u64` to `u32`); use [`variable_as`] to choose the type.
+/// `i64` to `i32`, `u64` to `u32`), checked: a value the 32-bit type cannot
+/// represent is a [`PopXlError::HostCast`] naming the variable (PopXL wraps
+/// silently); use [`variable_as`] to choose the type.
 /// The name gets the current name scope; a taken name gets a suffix (`w_1`).
 ///
 /// ```
@@ -46,10 +48,12 @@ fn current(what: &str) -> Result<Graph> {
 /// assert!(w.is_variable());
 /// ```
 pub fn variable(data: impl Into<HostArray>, name: &str) -> Result<Tensor> {
-    create_variable(data.into().downcast_64bit(), name)
+    let data = data.into().downcast_for(&format!("data of variable `{name}`"))?;
+    create_variable(data, name)
 }
 
-/// A variable holding `data` converted to `dtype` (see [`HostArray::cast`]).
+/// A variable holding `data` converted to `dtype`, checked as by
+/// [`HostArray::try_cast`] (a value `dtype` cannot represent is an error).
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -58,7 +62,8 @@ pub fn variable(data: impl Into<HostArray>, name: &str) -> Result<Tensor> {
 /// assert_eq!(w.dtype(), popxl::float64);
 /// ```
 pub fn variable_as(data: impl Into<HostArray>, dtype: DataType, name: &str) -> Result<Tensor> {
-    create_variable(data.into().cast(dtype), name)
+    let data = data.into().cast_as(dtype, &format!("data of variable `{name}`"), true)?;
+    create_variable(data, name)
 }
 
 fn create_variable(data: HostArray, name: &str) -> Result<Tensor> {
@@ -66,12 +71,12 @@ fn create_variable(data: HostArray, name: &str) -> Result<Tensor> {
     if !graph.state()?.borrow().ir.main_graph_id().eq(&graph.id) {
         return Err(PopXlError::VariableInSubgraph { name: name.to_string(), graph: graph.name().to_string() });
     }
-    let host = data.to_host_tensor();
+    let host = data.host_tensor_for(&format!("data of variable `{name}`"))?;
     add_tensor(&graph, name, host.info.clone(), TensorKind::Variable(host), "variable")
 }
 
 /// A constant holding `data`, in the current graph (PopXL's `popxl.constant`).
-/// 64-bit data is downcast to 32 bits as for [`variable`]; see [`constant_as`].
+/// 64-bit data is downcast to 32 bits (checked) as for [`variable`]; see [`constant_as`].
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -81,10 +86,11 @@ fn create_variable(data: HostArray, name: &str) -> Result<Tensor> {
 /// ```
 pub fn constant(data: impl Into<HostArray>, name: &str) -> Result<Tensor> {
     let graph = current("constant")?;
-    constant_in(&graph, data.into().downcast_64bit(), name)
+    let data = data.into().downcast_for(&format!("data of constant `{name}`"))?;
+    constant_in(&graph, data, name)
 }
 
-/// A constant holding `data` converted to `dtype`.
+/// A constant holding `data` converted to `dtype` (checked, as [`HostArray::try_cast`]).
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -94,11 +100,12 @@ pub fn constant(data: impl Into<HostArray>, name: &str) -> Result<Tensor> {
 /// ```
 pub fn constant_as(data: impl Into<HostArray>, dtype: DataType, name: &str) -> Result<Tensor> {
     let graph = current("constant")?;
-    constant_in(&graph, data.into().cast(dtype), name)
+    let data = data.into().cast_as(dtype, &format!("data of constant `{name}`"), true)?;
+    constant_in(&graph, data, name)
 }
 
 fn constant_in(graph: &Graph, data: HostArray, name: &str) -> Result<Tensor> {
-    let host = data.to_host_tensor();
+    let host = data.host_tensor_for(&format!("data of constant `{name}`"))?;
     add_tensor(graph, name, host.info.clone(), TensorKind::Constant(host), "constant")
 }
 

@@ -65,7 +65,8 @@ fn resolve_inputs(
     if !missing.is_empty() {
         return Err(PopXlError::MissingCallInputs { graph: called.name().to_string(), missing });
     }
-    let parents: Vec<Tensor> = slots.into_iter().map(|s| s.expect("checked above")).collect();
+    // Every slot is filled (checked above).
+    let parents: Vec<Tensor> = slots.into_iter().flatten().collect();
     for (p, g) in parents.iter().zip(&graph_inputs) {
         check_in_graph(p, parent, what)?;
         if p.info() != g.info() {
@@ -127,7 +128,7 @@ fn create_call(
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, what)?;
     let mut spec = OpBuilder::new(what, &ir_ops::Call).attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
-        spec = spec.input(i as u32, p);
+        spec = spec.input(super::input_index(i, what)?, p);
     }
     spec.create()
 }
@@ -202,7 +203,9 @@ impl CallSiteInfo {
             if !o.is::<ir_ops::Call>() {
                 return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
             }
-            Ok(o.attrs.graph("graph").expect("a Call op has a graph attribute"))
+            o.attrs
+                .graph("graph")
+                .ok_or_else(|| PopXlError::InvalidArgument(format!("Call op `{}` has no `graph` attribute", o.name)))
         })??;
         let called = graph.ir()?.graph_handle(called);
         Ok(CallSiteInfo { parent: graph.clone(), op, called })
@@ -400,7 +403,7 @@ impl CallSiteInfo {
     /// assert_eq!(info.modified_inputs().unwrap(), vec![0]);
     /// ```
     pub fn set_parent_input_modified(&self, t: &Tensor) -> Result<()> {
-        let i = self.input_index(t)? as i64;
+        let i = super::to_i64(self.input_index(t)?, || format!("input index of tensor `{}`", t.name()))?;
         let st = self.parent.state()?;
         let mut st = st.borrow_mut();
         let attrs = st.building("set_parent_input_modified")?.graph_mut(self.parent.id)?.op_attrs_mut(self.op)?;
@@ -426,7 +429,8 @@ impl CallSiteInfo {
     pub fn modified_inputs(&self) -> Result<Vec<usize>> {
         self.parent.read(|g| -> Result<Vec<usize>> {
             let op = g.op(self.op)?;
-            Ok(op.attrs.ints("modified").unwrap_or(&[]).iter().map(|&i| i as usize).collect())
+            // Negative indices (only from hand-written IR text) name no input.
+            Ok(op.attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| usize::try_from(i).ok()).collect())
         })?
     }
 }
@@ -437,7 +441,8 @@ impl CallSiteInfo {
 /// inputs before the first iteration; after each iteration, output k becomes
 /// input k of the next; the outputs of the last iteration are returned. Inputs
 /// beyond the number of outputs keep their value. `count` must be greater than 0
-/// and the graph needs at least as many inputs as outputs, with output k of the
+/// (else [`PopXlError::RepeatCountZero`]) and at most `i64::MAX` (else
+/// [`PopXlError::RepeatCountTooLarge`]), and the graph needs at least as many inputs as outputs, with output k of the
 /// same shape and type as input k.
 ///
 /// ```
@@ -459,7 +464,8 @@ pub fn repeat(
 ) -> Result<Vec<Tensor>> {
     // The IR's `Repeat` inference runs the same checks; running them first
     // reports them as typed errors, before the inputs are resolved.
-    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    let count =
+        i64::try_from(count).map_err(|_| PopXlError::RepeatCountTooLarge { graph: graph.name().to_string(), count })?;
     ir_ops::check_repeat_count(count).map_err(|e| control_flow_error(e, graph))?;
     graph.read(ir_ops::check_repeat_body)?.map_err(|e| control_flow_error(e, graph))?;
     let parent = parent_graph(inputs, inputs_dict, "repeat")?;
@@ -469,7 +475,7 @@ pub fn repeat(
         .attr("count", AttrValue::Int(count))
         .in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
-        spec = spec.input(i as u32, p);
+        spec = spec.input(super::input_index(i, "repeat")?, p);
     }
     Ok(spec.create()?.outputs)
 }
@@ -611,10 +617,10 @@ pub fn conditional_branches(
     let mut else_idx = Vec::new();
     let mut order: Vec<&Tensor> = vec![condition];
     for t in &then_parents {
-        then_idx.push(position_or_push(&mut order, t));
+        then_idx.push(position_or_push(&mut order, t)?);
     }
     for t in &else_parents {
-        else_idx.push(position_or_push(&mut order, t));
+        else_idx.push(position_or_push(&mut order, t)?);
     }
     let mut spec = OpBuilder::new("conditional", &ir_ops::If)
         .attr("then_graph", AttrValue::Graph(then_branch.graph.id))
@@ -623,7 +629,7 @@ pub fn conditional_branches(
         .attr("else_inputs", AttrValue::Ints(else_idx))
         .in_graph(parent);
     for (i, t) in order.iter().enumerate() {
-        spec = spec.input(i as u32, t);
+        spec = spec.input(super::input_index(i, "conditional")?, t);
     }
     Ok(spec.create()?.outputs)
 }
@@ -652,12 +658,13 @@ fn control_flow_error(e: ir_ops::ControlFlowError, graph: &Graph) -> PopXlError 
 }
 
 /// Op input index of `t` in `order` (after the condition at 0), appending it if new.
-fn position_or_push<'a>(order: &mut Vec<&'a Tensor>, t: &'a Tensor) -> i64 {
-    match order.iter().skip(1).position(|p| *p == t) {
-        Some(i) => i as i64 + 1,
+fn position_or_push<'a>(order: &mut Vec<&'a Tensor>, t: &'a Tensor) -> Result<i64> {
+    let index = match order.iter().skip(1).position(|p| *p == t) {
+        Some(i) => i + 1,
         None => {
             order.push(t);
-            order.len() as i64 - 1
+            order.len() - 1
         }
-    }
+    };
+    super::to_i64(index, || "conditional input index".to_string())
 }

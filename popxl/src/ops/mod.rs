@@ -131,10 +131,16 @@ impl<'a> OpBuilder<'a> {
         Ok(CreatedOp { graph, op, outputs })
     }
 
-    /// Create the op and return its first output.
+    /// Create the op and return its first output (an op without outputs is a
+    /// [`PopXlError::IndexOutOfRange`] naming it; use [`OpBuilder::create_all`]).
     pub fn create1(self) -> Result<Tensor> {
-        let mut c = self.create()?;
-        Ok(c.outputs.swap_remove(0))
+        let c = self.create()?;
+        let op = c.graph.read(|g| g.op(c.op).map(|o| o.name.clone()))??;
+        c.outputs.into_iter().next().ok_or(PopXlError::IndexOutOfRange {
+            what: format!("output of op `{op}`"),
+            index: 0,
+            len: 0,
+        })
     }
 }
 
@@ -143,6 +149,24 @@ pub(crate) struct CreatedOp {
     pub graph: Graph,
     pub op: OpId,
     pub outputs: Vec<Tensor>,
+}
+
+/// Op input index `i` as the IR's `u32`, or an error naming `what`.
+pub(crate) fn input_index(i: usize, what: &str) -> Result<u32> {
+    u32::try_from(i).map_err(|_| PopXlError::IntegerOutOfRange {
+        what: format!("input index of `{what}`"),
+        value: i.to_string(),
+        ty: "u32",
+    })
+}
+
+/// A user `usize` as the IR's `i64`, or an error naming `what`.
+pub(crate) fn to_i64(value: usize, what: impl FnOnce() -> String) -> Result<i64> {
+    i64::try_from(value).map_err(|_| PopXlError::IntegerOutOfRange {
+        what: what(),
+        value: value.to_string(),
+        ty: "i64",
+    })
 }
 
 /// The graph an op goes into: the current graph, else the graph of its inputs.

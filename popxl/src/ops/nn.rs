@@ -4,7 +4,7 @@ use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
 
 use super::OpBuilder;
-use crate::{Result, Tensor};
+use crate::{PopXlError, Result, Tensor};
 
 /// Matrix product with numpy `matmul` semantics: batched, broadcast batch
 /// dimensions, 1-D operands promoted (op `MatMul`; PopXL's `@`).
@@ -221,8 +221,12 @@ pub fn nll_loss_with_softmax_grad_with(
     if let Some(g) = loss_grad {
         spec = spec.input(2, g);
     }
-    let mut outs = spec.create()?.outputs.into_iter();
-    let loss = outs.next().expect("NllLossWithSoftmaxGrad has two outputs");
-    let dlogits = outs.next().expect("NllLossWithSoftmaxGrad has two outputs");
+    let created = spec.create()?;
+    let n = created.outputs.len();
+    let [loss, dlogits]: [Tensor; 2] = created.outputs.try_into().map_err(|_| PopXlError::IndexOutOfRange {
+        what: "output of op NllLossWithSoftmaxGrad".into(),
+        index: 1,
+        len: n,
+    })?;
     Ok((loss, dlogits))
 }

@@ -6,8 +6,10 @@ use popart_ir::{AttrValue, DataType};
 use super::OpBuilder;
 use crate::{Result, Tensor};
 
-fn shape_attr(shape: &[usize]) -> AttrValue {
-    AttrValue::Ints(shape.iter().map(|&d| d as i64).collect())
+fn shape_attr(shape: &[usize]) -> Result<AttrValue> {
+    let dims =
+        shape.iter().enumerate().map(|(i, &d)| super::to_i64(d, || format!("dimension {i} of the random shape")));
+    Ok(AttrValue::Ints(dims.collect::<Result<_>>()?))
 }
 
 /// Uniform samples in `[low, high)` of `shape` and floating point `dtype`
@@ -23,7 +25,7 @@ fn shape_attr(shape: &[usize]) -> AttrValue {
 pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype: DataType) -> Result<Tensor> {
     OpBuilder::new("random_uniform", &ir_ops::RandomUniform)
         .input(0, seed)
-        .attr("shape", shape_attr(shape))
+        .attr("shape", shape_attr(shape)?)
         .attr("dtype", AttrValue::DType(dtype))
         .attr("low", AttrValue::Float(low))
         .attr("high", AttrValue::Float(high))
@@ -43,7 +45,7 @@ pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype
 pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype: DataType) -> Result<Tensor> {
     OpBuilder::new("random_normal", &ir_ops::RandomNormal)
         .input(0, seed)
-        .attr("shape", shape_attr(shape))
+        .attr("shape", shape_attr(shape)?)
         .attr("dtype", AttrValue::DType(dtype))
         .attr("mean", AttrValue::Float(mean))
         .attr("std", AttrValue::Float(std))

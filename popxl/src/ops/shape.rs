@@ -62,7 +62,11 @@ pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
 pub fn slice(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i64]) -> Result<Tensor> {
     let n = starts.len();
     let steps = if steps.is_empty() { vec![1; n] } else { steps.to_vec() };
-    let axes = if axes.is_empty() { (0..n as i64).collect() } else { axes.to_vec() };
+    let axes = if axes.is_empty() {
+        (0..n).map(|a| super::to_i64(a, || "slice axis".to_string())).collect::<Result<_>>()?
+    } else {
+        axes.to_vec()
+    };
     OpBuilder::new("slice", &ir_ops::Slice)
         .input(0, t)
         .attr("starts", AttrValue::Ints(starts.to_vec()))
@@ -121,48 +125,84 @@ impl From<RangeFull> for SliceIndex {
     }
 }
 
+/// An integer as a slice bound, saturating: a `usize` above `i64::MAX` is past
+/// the end of any axis (dimensions are at most `isize::MAX`), so saturating keeps
+/// the range's meaning and an index out of range stays out of range.
+trait SaturatingI64: Copy {
+    fn saturating_i64(self) -> i64;
+}
+
+impl SaturatingI64 for i32 {
+    fn saturating_i64(self) -> i64 {
+        i64::from(self)
+    }
+}
+
+impl SaturatingI64 for i64 {
+    fn saturating_i64(self) -> i64 {
+        self
+    }
+}
+
+impl SaturatingI64 for isize {
+    fn saturating_i64(self) -> i64 {
+        i64::try_from(self).unwrap_or(if self < 0 { i64::MIN } else { i64::MAX })
+    }
+}
+
+impl SaturatingI64 for usize {
+    fn saturating_i64(self) -> i64 {
+        i64::try_from(self).unwrap_or(i64::MAX)
+    }
+}
+
 macro_rules! slice_index_from_int {
     ($($t:ty),*) => {$(
         impl From<$t> for SliceIndex {
             fn from(i: $t) -> Self {
-                SliceIndex::Index(i as i64)
+                SliceIndex::Index(i.saturating_i64())
             }
         }
         impl From<Range<$t>> for SliceIndex {
             fn from(r: Range<$t>) -> Self {
-                SliceIndex::Range { start: Some(r.start as i64), end: Some(r.end as i64), step: 1 }
+                SliceIndex::Range { start: Some(r.start.saturating_i64()), end: Some(r.end.saturating_i64()), step: 1 }
             }
         }
         impl From<RangeFrom<$t>> for SliceIndex {
             fn from(r: RangeFrom<$t>) -> Self {
-                SliceIndex::Range { start: Some(r.start as i64), end: None, step: 1 }
+                SliceIndex::Range { start: Some(r.start.saturating_i64()), end: None, step: 1 }
             }
         }
         impl From<RangeTo<$t>> for SliceIndex {
             fn from(r: RangeTo<$t>) -> Self {
-                SliceIndex::Range { start: None, end: Some(r.end as i64), step: 1 }
+                SliceIndex::Range { start: None, end: Some(r.end.saturating_i64()), step: 1 }
             }
         }
         impl From<RangeInclusive<$t>> for SliceIndex {
             fn from(r: RangeInclusive<$t>) -> Self {
-                SliceIndex::Range { start: Some(*r.start() as i64), end: inclusive_end(*r.end() as i64), step: 1 }
+                SliceIndex::Range {
+                    start: Some(r.start().saturating_i64()),
+                    end: inclusive_end(r.end().saturating_i64()),
+                    step: 1,
+                }
             }
         }
         impl From<RangeToInclusive<$t>> for SliceIndex {
             fn from(r: RangeToInclusive<$t>) -> Self {
-                SliceIndex::Range { start: None, end: inclusive_end(r.end as i64), step: 1 }
+                SliceIndex::Range { start: None, end: inclusive_end(r.end.saturating_i64()), step: 1 }
             }
         }
     )*};
 }
 slice_index_from_int!(i32, i64, isize, usize);
 
-/// The exclusive end of an inclusive range ending at `e` (`..=-1` runs to the end).
+/// The exclusive end of an inclusive range ending at `e` (`..=-1` runs to the
+/// end; `..=i64::MAX` saturates, past the end of any axis).
 fn inclusive_end(e: i64) -> Option<i64> {
     if e == -1 {
         None
     } else {
-        Some(e + 1)
+        Some(e.saturating_add(1))
     }
 }
 
@@ -204,23 +244,24 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
         )));
     }
     let (mut starts, mut ends, mut steps, mut axes, mut squeeze_axes) = (vec![], vec![], vec![], vec![], vec![]);
-    for (axis, item) in items.iter().enumerate() {
-        let dim = t.shape()[axis] as i64;
+    for (axis, (item, &len)) in items.iter().zip(t.shape()).enumerate() {
+        let dim = super::to_i64(len, || format!("dimension {axis} of tensor `{}`", t.name()))?;
+        let axis_i64 = super::to_i64(axis, || format!("axis {axis} of tensor `{}`", t.name()))?;
         match *item {
             SliceIndex::Index(i) => {
                 let j = if i < 0 { i + dim } else { i };
                 if !(0..dim).contains(&j) {
                     return Err(PopXlError::IndexOutOfRange {
                         what: format!("axis {axis} of tensor `{}`", t.name()),
-                        index: i.unsigned_abs() as usize,
-                        len: dim as usize,
+                        index: usize::try_from(i.unsigned_abs()).unwrap_or(usize::MAX),
+                        len,
                     });
                 }
                 starts.push(j);
                 ends.push(j + 1);
                 steps.push(1);
-                axes.push(axis as i64);
-                squeeze_axes.push(axis as i64);
+                axes.push(axis_i64);
+                squeeze_axes.push(axis_i64);
             }
             SliceIndex::Range { start, end, step } => {
                 if step == 0 {
@@ -234,7 +275,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
                 starts.push(start.unwrap_or(s0));
                 ends.push(end.unwrap_or(e0));
                 steps.push(step);
-                axes.push(axis as i64);
+                axes.push(axis_i64);
             }
         }
     }
@@ -258,7 +299,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
 pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
     let mut spec = OpBuilder::new("concat", &ir_ops::Concat).attr("axis", AttrValue::Int(axis));
     for (i, t) in ts.iter().enumerate() {
-        spec = spec.input(i as u32, t);
+        spec = spec.input(super::input_index(i, "concat")?, t);
     }
     spec.create1()
 }

@@ -30,7 +30,7 @@ impl From<f64> for Scalar<'_> {
 
 impl From<f32> for Scalar<'_> {
     fn from(v: f32) -> Self {
-        Scalar::Const(v as f64)
+        Scalar::Const(f64::from(v))
     }
 }
 
