@@ -143,7 +143,8 @@ impl std::fmt::Display for Wide {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Wide::Int(i) => write!(f, "{i}"),
-            Wide::Float(x) => write!(f, "{x}"),
+            // `Debug` prints large and small floats in exponent form (`1e300`).
+            Wide::Float(x) => write!(f, "{x:?}"),
         }
     }
 }
