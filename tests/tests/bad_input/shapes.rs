@@ -100,6 +100,13 @@ pub fn cases() -> Vec<Case> {
                 ensure(s.shape() == [0], || format!("a[0:4:i64::MIN] has shape {:?}, numpy gives (0,)", s.shape()))
             })
         }),
+        pending!(Shapes, "slice_step_i64_min_backwards", "ir: checked Slice length (axes.rs:165 `start - end - step - 1` and `-step` overflow for step i64::MIN)", || {
+            in_main(|| {
+                let a = ones(&[4], "a")?;
+                let s = ops::slice(&a, &[3], &[0], &[i64::MIN], &[0])?;
+                ensure(s.shape() == [1], || format!("a[3:0:i64::MIN] has shape {:?}, numpy gives (1,)", s.shape()))
+            })
+        }),
         case(Shapes, "slice_extreme_bounds_clamp_like_numpy", || {
             in_main(|| {
                 let a = ones(&[4], "a")?;
