@@ -43,24 +43,40 @@ pub fn cases() -> Vec<Case> {
         case(GraphBuilding, "call_extra_input", || {
             let f = fixture()?;
             let _g = f.ir.main_graph().enter();
-            expect_err!(ops::call(&f.graph, &[&f.x, &f.value, &f.x], &[]), E::TooManyCallInputs { .. }, ["increment_fn", "x"])
+            expect_err!(
+                ops::call(&f.graph, &[&f.x, &f.value, &f.x], &[]),
+                E::TooManyCallInputs { .. },
+                ["increment_fn", "x"]
+            )
         }),
         case(GraphBuilding, "call_duplicate_input", || {
             let f = fixture()?;
             let _g = f.ir.main_graph().enter();
             let v_in = f.graph.inputs()?[1].clone();
-            expect_err!(ops::call(&f.graph, &[&f.x, &f.value], &[(&v_in, &f.x)]), E::DuplicateCallInput { .. }, ["increment_fn"])
+            expect_err!(
+                ops::call(&f.graph, &[&f.x, &f.value], &[(&v_in, &f.x)]),
+                E::DuplicateCallInput { .. },
+                ["increment_fn"]
+            )
         }),
         case(GraphBuilding, "call_inputs_dict_key_not_an_input", || {
             let f = fixture()?;
             let _g = f.ir.main_graph().enter();
-            expect_err!(ops::call(&f.graph, &[&f.x], &[(&f.value, &f.value)]), E::NotAGraphInput { .. }, ["`value`", "increment_fn"])
+            expect_err!(
+                ops::call(&f.graph, &[&f.x], &[(&f.value, &f.value)]),
+                E::NotAGraphInput { .. },
+                ["`value`", "increment_fn"]
+            )
         }),
         case(GraphBuilding, "call_input_wrong_shape", || {
             let f = fixture()?;
             let _g = f.ir.main_graph().enter();
             let big = var_ones(&[3], "big")?;
-            expect_err!(ops::call(&f.graph, &[&big, &f.value], &[]), E::CallInputMismatch { .. }, ["increment_fn", "`big`"])
+            expect_err!(
+                ops::call(&f.graph, &[&big, &f.value], &[]),
+                E::CallInputMismatch { .. },
+                ["increment_fn", "`big`"]
+            )
         }),
         case(GraphBuilding, "call_input_wrong_dtype", || {
             let f = fixture()?;
@@ -101,7 +117,9 @@ pub fn cases() -> Vec<Case> {
         }),
         case(GraphBuilding, "graph_input_in_main_graph", || {
             let ir = Ir::new();
-            ir.main_graph().with(|| expect_err!(popxl::graph_input([2], popxl::float32, "in"), E::GraphInputInMainGraph { .. }, ["`in`"]))
+            ir.main_graph().with(|| {
+                expect_err!(popxl::graph_input([2], popxl::float32, "in"), E::GraphInputInMainGraph { .. }, ["`in`"])
+            })
         }),
         case(GraphBuilding, "variable_without_graph_context", || {
             expect_err!(popxl::variable(1.0f32, "w"), E::NoGraphContext { .. }, ["variable"])
@@ -111,10 +129,14 @@ pub fn cases() -> Vec<Case> {
             let g = ir.create_empty_graph("self_caller")?;
             g.with(|| {
                 let x = popxl::graph_input([2], popxl::float32, "x")?;
-                expect_err!(ops::call(&g, &[&x], &[]), E::RecursiveCall { .. } | E::Ir(IrError::RecursiveGraph(_)), ["self_caller"])
+                expect_err!(
+                    ops::call(&g, &[&x], &[]),
+                    E::RecursiveCall { .. } | E::Ir(IrError::RecursiveGraph(_)),
+                    ["self_caller"]
+                )
             })
         }),
-        pending!(GraphBuilding, "mutual_recursion", "ir: IrError::RecursiveGraph when a call op is created (a -> b -> a is accepted today)", || {
+        pending!(GraphBuilding, "mutual_recursion", ir: "IrError::RecursiveGraph when a call op is created (a -> b -> a is accepted today)", || {
             let ir = Ir::new();
             let a = ir.create_empty_graph("a")?;
             let b = ir.create_empty_graph("b")?;
@@ -126,7 +148,7 @@ pub fn cases() -> Vec<Case> {
             })?;
             b.with(|| expect_err!(ops::call(&a, &[&popxl::graph_input([2], popxl::float32, "y")?], &[]), E::Ir(IrError::RecursiveGraph(_)) | E::RecursiveCall { .. }, ["a"]))
         }),
-        pending!(GraphBuilding, "topo_con_cycle", "ir: IrError::Cycle when a topological constraint closes a cycle (accepted today; only the verifier sees it)", || {
+        pending!(GraphBuilding, "topo_con_cycle", ir: "IrError::Cycle when a topological constraint closes a cycle (accepted today; only the verifier sees it)", || {
             let f = fixture()?;
             let main = f.ir.main_graph();
             let _g = main.enter();
@@ -178,7 +200,11 @@ pub fn cases() -> Vec<Case> {
         case(GraphBuilding, "repeat_fewer_inputs_than_outputs", || {
             let f = fixture()?;
             let _g = f.ir.main_graph().enter();
-            let g = f.ir.create_graph_named("two_out", |x: Tensor| -> popxl::Result<(Tensor, Tensor)> { Ok((ops::negate(&x)?, ops::relu(&x)?)) }, &f.x)?;
+            let g = f.ir.create_graph_named(
+                "two_out",
+                |x: Tensor| -> popxl::Result<(Tensor, Tensor)> { Ok((ops::negate(&x)?, ops::relu(&x)?)) },
+                &f.x,
+            )?;
             expect_err!(ops::repeat(&g, 2, &[&f.x], &[]), E::RepeatFewerInputsThanOutputs { .. }, ["two_out"])
         }),
         case(GraphBuilding, "repeat_carried_mismatch", || {
@@ -193,7 +219,11 @@ pub fn cases() -> Vec<Case> {
             let cond = popxl::variable(true, "cond")?;
             let then_g = neg_graph(&f.ir, &f.x, "then_g")?;
             let else_g = f.ir.create_graph_named("else_g", |x: Tensor| ops::concat(&[&x, &x], 0), &f.x)?;
-            expect_err!(ops::conditional(&cond, &then_g, &else_g, &[&f.x], &[]), E::BranchOutputsMismatch { .. }, ["then_g", "else_g"])
+            expect_err!(
+                ops::conditional(&cond, &then_g, &else_g, &[&f.x], &[]),
+                E::BranchOutputsMismatch { .. },
+                ["then_g", "else_g"]
+            )
         }),
         case(GraphBuilding, "conditional_non_bool_condition", || {
             let f = fixture()?;
@@ -219,7 +249,9 @@ pub fn cases() -> Vec<Case> {
             let ir = Ir::new();
             let a = ir.create_empty_graph("g")?;
             match ir.create_empty_graph("g") {
-                Ok(b) => crate::harness::ensure(a != b && b.name() != "g", || format!("second graph named {}", b.name())),
+                Ok(b) => {
+                    crate::harness::ensure(a != b && b.name() != "g", || format!("second graph named {}", b.name()))
+                }
                 Err(e) => expect_err!(Err::<(), _>(e), E::Ir(IrError::DuplicateGraphName(_)), ["g"]),
             }
         }),
@@ -235,12 +267,18 @@ pub fn cases() -> Vec<Case> {
             let r = ops::repeat(&neg_graph(&f.ir, &f.x, "n")?, 1, &[&f.x], &[])?;
             let t = r[0].tensor_id();
             let op = f.ir.with_ir(|core| core.graph(main.id()).ok()?.tensor(t).ok()?.producer().map(|p| p.op));
-            let Some(op) = op else { return Err(crate::harness::Failure::WrongError("repeat output has no producer".into())) };
+            let Some(op) = op else {
+                return Err(crate::harness::Failure::WrongError("repeat output has no producer".into()));
+            };
             expect_err!(ops::CallSiteInfo::from_op(&main, op), E::InvalidArgument(_), ["not a Call"])
         }),
         case(GraphBuilding, "tensor_spec_input_with_overflowing_shape", || {
             let ir = Ir::new();
-            let r = ir.create_graph_named("huge_arg", |x: Tensor| ops::negate(&x), TensorSpec::new([usize::MAX, 2], popxl::float32));
+            let r = ir.create_graph_named(
+                "huge_arg",
+                |x: Tensor| ops::negate(&x),
+                TensorSpec::new([usize::MAX, 2], popxl::float32),
+            );
             expect_err!(r, E::Ir(IrError::TensorTooLarge { .. }), ["huge_arg"])
         }),
     ]

@@ -89,15 +89,23 @@ pub fn case(category: Category, name: &'static str, run: fn() -> CaseResult) -> 
     Case { category, name, waits_on: None, run: Some(run) }
 }
 
-/// A case waiting for another helper's work: compiled and run only with the
-/// `pending` feature (its body may name variants that do not exist yet).
+/// A case waiting for another helper's work (`ir` or `sess`): compiled and run
+/// only with the feature `pending-ir` / `pending-sess` (its body may name
+/// variants that do not exist yet). `pending` enables both.
 macro_rules! pending {
-    ($category:expr, $name:literal, $waits_on:literal, $body:expr) => {{
-        #[cfg(feature = "pending")]
+    ($category:expr, $name:literal, ir: $waits_on:literal, $body:expr) => {{
+        #[cfg(feature = "pending-ir")]
         let run: Option<fn() -> $crate::harness::CaseResult> = Some($body);
-        #[cfg(not(feature = "pending"))]
+        #[cfg(not(feature = "pending-ir"))]
         let run: Option<fn() -> $crate::harness::CaseResult> = None;
-        $crate::harness::Case { category: $category, name: $name, waits_on: Some($waits_on), run }
+        $crate::harness::Case { category: $category, name: $name, waits_on: Some(concat!("ir: ", $waits_on)), run }
+    }};
+    ($category:expr, $name:literal, sess: $waits_on:literal, $body:expr) => {{
+        #[cfg(feature = "pending-sess")]
+        let run: Option<fn() -> $crate::harness::CaseResult> = Some($body);
+        #[cfg(not(feature = "pending-sess"))]
+        let run: Option<fn() -> $crate::harness::CaseResult> = None;
+        $crate::harness::Case { category: $category, name: $name, waits_on: Some(concat!("sess: ", $waits_on)), run }
     }};
 }
 
@@ -143,7 +151,6 @@ pub fn ensure(cond: bool, what: impl FnOnce() -> String) -> CaseResult {
 }
 
 /// What happened to one case.
-#[derive(Debug)]
 pub enum Outcome {
     /// As expected.
     Passed,
@@ -155,6 +162,18 @@ pub enum Outcome {
     AcceptedWrongly(String),
     /// Pending, built without the `pending` feature.
     NotRun,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Passed => f.write_str("passed"),
+            Outcome::Panicked(m) => write!(f, "PANICKED: {m}"),
+            Outcome::WrongError(m) => write!(f, "wrong error: {m}"),
+            Outcome::AcceptedWrongly(m) => write!(f, "accepted wrongly: {m}"),
+            Outcome::NotRun => f.write_str("pending, not run"),
+        }
+    }
 }
 
 fn run_one(case: &Case) -> Outcome {
@@ -213,7 +232,7 @@ pub fn run_and_report(cases: Vec<Case>) {
             }
             if !matches!(o, Outcome::Passed | Outcome::NotRun) {
                 let waits = c.waits_on.map(|w| format!(" [pending: {w}]")).unwrap_or_default();
-                failures.push(format!("{:?}/{}{waits}: {o:?}", c.category, c.name));
+                failures.push(format!("{:?}/{}{waits}: {o}", c.category, c.name));
             }
         }
         for (t, v) in totals.iter_mut().zip(n) {
@@ -235,8 +254,9 @@ pub fn run_and_report(cases: Vec<Case>) {
         "total", totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]
     ));
     println!("{table}");
-    if cfg!(not(feature = "pending")) && totals[5] > 0 {
-        println!("{} pending cases not run (enable with `--features pending`)", totals[5]);
+    let not_run = results.iter().filter(|(_, o)| matches!(o, Outcome::NotRun)).count();
+    if not_run > 0 {
+        println!("{not_run} pending cases not run (enable with `--features pending`, `pending-ir` or `pending-sess`)");
     }
     assert!(failures.is_empty(), "{} failing bad-input cases:\n{}\n{table}", failures.len(), failures.join("\n"));
 }

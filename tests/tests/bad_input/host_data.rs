@@ -73,7 +73,11 @@ pub fn cases() -> Vec<Case> {
         }),
         case(HostData, "host_array_from_hand_built_short_bytes", || {
             let t = HostTensor { info: info(DataType::Float64, &[2]), bytes: vec![0; 9] };
-            expect_err!(HostArray::from_host_tensor(&t), E::HostData { source: HostDataError::Length { .. }, .. }, ["float64[2]"])
+            expect_err!(
+                HostArray::from_host_tensor(&t),
+                E::HostData { source: HostDataError::Length { .. }, .. },
+                ["float64[2]"]
+            )
         }),
         case(HostData, "ir_variable_with_bool_byte_2", || {
             let mut ir = popart_ir::Ir::new();
@@ -100,11 +104,21 @@ pub fn cases() -> Vec<Case> {
         }),
         case(HostData, "variable_u64_max", || {
             in_main(|| {
-                expect_err!(popxl::variable(u64::MAX, "u"), E::HostCast { .. }, ["variable `u`", "18446744073709551615"])
+                expect_err!(
+                    popxl::variable(u64::MAX, "u"),
+                    E::HostCast { .. },
+                    ["variable `u`", "18446744073709551615"]
+                )
             })
         }),
         case(HostData, "variable_f64_overflows_f32", || {
-            in_main(|| expect_err!(popxl::variable(vec![0.5f64, 1e300], "f"), E::HostCast { index: 1, .. }, ["variable `f`", "1e300"]))
+            in_main(|| {
+                expect_err!(
+                    popxl::variable(vec![0.5f64, 1e300], "f"),
+                    E::HostCast { index: 1, .. },
+                    ["variable `f`", "1e300"]
+                )
+            })
         }),
         case(HostData, "variable_f64_infinity_is_kept", || {
             in_main(|| {
@@ -113,13 +127,31 @@ pub fn cases() -> Vec<Case> {
             })
         }),
         case(HostData, "constant_as_negative_to_uint8", || {
-            in_main(|| expect_err!(popxl::constant_as(vec![1i32, -1], DataType::Uint8, "c"), E::HostCast { index: 1, .. }, ["constant `c`", "-1", "uint8"]))
+            in_main(|| {
+                expect_err!(
+                    popxl::constant_as(vec![1i32, -1], DataType::Uint8, "c"),
+                    E::HostCast { index: 1, .. },
+                    ["constant `c`", "-1", "uint8"]
+                )
+            })
         }),
         case(HostData, "constant_as_nan_to_int32", || {
-            in_main(|| expect_err!(popxl::constant_as(f32::NAN, DataType::Int32, "n"), E::HostCast { .. }, ["constant `n`", "NaN"]))
+            in_main(|| {
+                expect_err!(
+                    popxl::constant_as(f32::NAN, DataType::Int32, "n"),
+                    E::HostCast { .. },
+                    ["constant `n`", "NaN"]
+                )
+            })
         }),
         case(HostData, "constant_as_to_float16_overflow", || {
-            in_main(|| expect_err!(popxl::constant_as(70000.0f32, DataType::Float16, "h"), E::HostCast { .. }, ["constant `h`", "70000"]))
+            in_main(|| {
+                expect_err!(
+                    popxl::constant_as(70000.0f32, DataType::Float16, "h"),
+                    E::HostCast { .. },
+                    ["constant `h`", "70000"]
+                )
+            })
         }),
         case(HostData, "variable_as_truncates_fractions_like_numpy", || {
             in_main(|| {
@@ -133,7 +165,11 @@ pub fn cases() -> Vec<Case> {
             ensure(a == HostArray::from(vec![big as u64]), || format!("{a:?}"))
         }),
         case(HostData, "try_downcast_u64_above_u32", || {
-            expect_err!(HostArray::from(vec![1u64 << 32]).try_downcast_64bit(), E::HostCast { .. }, ["4294967296", "uint32"])
+            expect_err!(
+                HostArray::from(vec![1u64 << 32]).try_downcast_64bit(),
+                E::HostCast { .. },
+                ["4294967296", "uint32"]
+            )
         }),
         case(HostData, "write_variable_wrong_dtype", || {
             let (mut s, w) = session()?;
@@ -161,7 +197,7 @@ pub fn cases() -> Vec<Case> {
             let after = s.get_tensor_data(&w)?;
             ensure(before == after, || format!("w changed from {before:?} to {after:?}"))
         }),
-        pending!(HostData, "write_scalar_variable_out_of_range", "sess: checked scalar auto-cast in write_variables_data (attach.rs:271 uses the lossy HostArray::cast; use try_cast)", || {
+        pending!(HostData, "write_scalar_variable_out_of_range", sess: "checked scalar auto-cast in write_variables_data (attach.rs:271 uses the lossy HostArray::cast; use try_cast)", || {
             let ir = Ir::new();
             let g = ir.main_graph();
             let _c = g.enter();

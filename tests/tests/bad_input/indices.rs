@@ -45,7 +45,7 @@ fn nll_values(labels: Vec<i32>, ignore_index: Option<i64>) -> Result<Vec<f64>, c
 }
 
 /// Run `ir` with `check_indices` on.
-#[cfg(feature = "pending")]
+#[cfg(feature = "pending-sess")]
 fn run_checked(ir: Ir) -> Result<popxl_session::Outputs, popxl_session::SessionError> {
     let options = popxl_session::SessionOptions { check_indices: true, ..Default::default() };
     let mut s = popxl_session::Session::with_options(ir, "cpu", options)?;
@@ -143,7 +143,7 @@ pub fn cases() -> Vec<Case> {
         pending!(
             Indices,
             "gather_out_of_range_with_check_indices",
-            "sess: SessionOptions::check_indices and SessionError::IndexOutOfRange",
+            sess: "SessionOptions::check_indices and SessionError::IndexOutOfRange",
             || {
                 let (ir, _) = gather_model(vec![0, 7])?;
                 expect_err!(
@@ -153,7 +153,7 @@ pub fn cases() -> Vec<Case> {
                 )
             }
         ),
-        pending!(Indices, "gather_in_range_with_check_indices", "sess: SessionOptions::check_indices", || {
+        pending!(Indices, "gather_in_range_with_check_indices", sess: "SessionOptions::check_indices", || {
             let (ir, out) = gather_model(vec![-1, 0])?;
             let got = values(&run_checked(ir)?, &out);
             ensure(got == [4.0, 5.0, 0.0, 1.0], || format!("gather rows [-1, 0] = {got:?}"))
@@ -161,7 +161,7 @@ pub fn cases() -> Vec<Case> {
         pending!(
             Indices,
             "gather_zero_oor_with_check_indices",
-            "sess: gather zero_OOR attribute (guessed name `zero_OOR`, Bool) honoured under check_indices",
+            sess: "gather zero_OOR attribute (guessed name `zero_OOR`, Bool) honoured under check_indices",
             || {
                 let (ir, out) = store_model(|| {
                     let table = popxl::constant(array![[0.0f32, 1.0], [2.0, 3.0], [4.0, 5.0]], "table")?;
@@ -180,7 +180,7 @@ pub fn cases() -> Vec<Case> {
         pending!(
             Indices,
             "nll_label_out_of_range_with_check_indices",
-            "sess: SessionOptions::check_indices and SessionError::IndexOutOfRange",
+            sess: "SessionOptions::check_indices and SessionError::IndexOutOfRange",
             || {
                 let (ir, _) = nll_model(vec![0, 3], None)?;
                 expect_err!(
@@ -193,7 +193,7 @@ pub fn cases() -> Vec<Case> {
         pending!(
             Indices,
             "nll_ignored_label_with_check_indices",
-            "sess: SessionOptions::check_indices skips ignore_index",
+            sess: "SessionOptions::check_indices skips ignore_index",
             || {
                 let (ir, out) = nll_model(vec![-100, 1], Some(-100))?;
                 let got = values(&run_checked(ir)?, &out);
@@ -203,7 +203,7 @@ pub fn cases() -> Vec<Case> {
         pending!(
             Indices,
             "session_usable_after_index_error",
-            "sess: check_indices error leaves the session usable",
+            sess: "check_indices error leaves the session usable",
             || {
                 let (ir, _) = gather_model(vec![9])?;
                 let options = popxl_session::SessionOptions { check_indices: true, ..Default::default() };
