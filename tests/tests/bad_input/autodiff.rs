@@ -60,7 +60,7 @@ pub fn cases() -> Vec<Case> {
         case(Autodiff, "grads_provided_duplicate", || {
             let f = fwd()?;
             expect_err!(
-                run(&f, Some(&[f.y.clone(), f.y.clone()]), Some(&[f.x.clone()])),
+                run(&f, Some(&[f.y.clone(), f.y.clone()]), Some(std::slice::from_ref(&f.x))),
                 E::Autodiff(A::Duplicate { .. }),
                 [f.y.name(), "fwd", "grads_provided"]
             )
@@ -75,24 +75,32 @@ pub fn cases() -> Vec<Case> {
         }),
         case(Autodiff, "grads_provided_not_an_output", || {
             let f = fwd()?;
-            expect_err!(run(&f, Some(&[f.x.clone()]), None), E::Autodiff(A::ProvidedNotOutput { .. }), ["`x`", "fwd"])
+            expect_err!(
+                run(&f, Some(std::slice::from_ref(&f.x)), None),
+                E::Autodiff(A::ProvidedNotOutput { .. }),
+                ["`x`", "fwd"]
+            )
         }),
         case(Autodiff, "grads_required_not_an_input", || {
             let f = fwd()?;
             expect_err!(
-                run(&f, None, Some(&[f.y.clone()])),
+                run(&f, None, Some(std::slice::from_ref(&f.y))),
                 E::Autodiff(A::RequiredNotInput { .. }),
                 [f.y.name(), "fwd"]
             )
         }),
         case(Autodiff, "grads_required_integer_input", || {
             let f = fwd()?;
-            expect_err!(run(&f, None, Some(&[f.n.clone()])), E::Autodiff(A::NotFloatingPoint { .. }), ["`n`", "int32"])
+            expect_err!(
+                run(&f, None, Some(std::slice::from_ref(&f.n))),
+                E::Autodiff(A::NotFloatingPoint { .. }),
+                ["`n`", "int32"]
+            )
         }),
         case(Autodiff, "grads_provided_integer_output", || {
             let f = fwd()?;
             expect_err!(
-                run(&f, Some(&[f.m.clone()]), Some(&[f.x.clone()])),
+                run(&f, Some(std::slice::from_ref(&f.m)), Some(std::slice::from_ref(&f.x))),
                 E::Autodiff(A::NotFloatingPoint { .. } | A::NoGradientPath { .. }),
                 [f.m.name()]
             )
@@ -110,7 +118,7 @@ pub fn cases() -> Vec<Case> {
             let f = fwd()?;
             let other = fwd()?;
             expect_err!(
-                run(&f, Some(&[other.y.clone()]), None),
+                run(&f, Some(std::slice::from_ref(&other.y)), None),
                 E::Autodiff(A::ProvidedNotOutput { .. }) | E::ForeignIr { .. },
                 [other.y.name()]
             )
@@ -119,7 +127,7 @@ pub fn cases() -> Vec<Case> {
             let f = fwd()?;
             let other = fwd()?;
             expect_err!(
-                run(&f, None, Some(&[other.x.clone()])),
+                run(&f, None, Some(std::slice::from_ref(&other.x))),
                 E::Autodiff(A::RequiredNotInput { .. }) | E::ForeignIr { .. },
                 ["`x`"]
             )
@@ -127,10 +135,11 @@ pub fn cases() -> Vec<Case> {
         case(Autodiff, "called_graph_grad_info_of_another_ir", || {
             let f = fwd()?;
             let other = fwd()?;
-            let info = autodiff(&other.graph, None, Some(&[other.x.clone()]), &HashMap::new(), false)?.grad_info;
+            let info =
+                autodiff(&other.graph, None, Some(std::slice::from_ref(&other.x)), &HashMap::new(), false)?.grad_info;
             let map = HashMap::from([(other.graph.clone(), info)]);
             expect_err!(
-                autodiff(&f.graph, None, Some(&[f.x.clone()]), &map, false),
+                autodiff(&f.graph, None, Some(std::slice::from_ref(&f.x)), &map, false),
                 E::ForeignIr { .. },
                 ["fwd", "autodiff"]
             )
@@ -139,7 +148,7 @@ pub fn cases() -> Vec<Case> {
             let f = fwd()?;
             // Only `m` (from `n`) is provided: no gradient reaches `x`.
             expect_err!(
-                run(&f, Some(&[f.m.clone()]), Some(&[f.x.clone()])),
+                run(&f, Some(std::slice::from_ref(&f.m)), Some(std::slice::from_ref(&f.x))),
                 E::Autodiff(A::NoGradientPath { .. } | A::NotFloatingPoint { .. }),
                 [f.m.name()]
             )
@@ -147,7 +156,7 @@ pub fn cases() -> Vec<Case> {
         case(Autodiff, "autodiff_of_a_frozen_ir", || {
             let f = fwd()?;
             f.ir.freeze();
-            expect_err!(run(&f, None, Some(&[f.x.clone()])), E::IrFrozen { .. }, ["frozen"])
+            expect_err!(run(&f, None, Some(std::slice::from_ref(&f.x))), E::IrFrozen { .. }, ["frozen"])
         }),
         case(Autodiff, "autodiff_of_a_dropped_ir", || {
             let f = fwd()?;
@@ -157,12 +166,16 @@ pub fn cases() -> Vec<Case> {
         }),
         case(Autodiff, "autodiff_succeeds_on_the_fixture", || -> CaseResult {
             let f = fwd()?;
-            run(&f, Some(&[f.y.clone()]), Some(&[f.x.clone(), f.w.clone()]))?;
+            run(&f, Some(std::slice::from_ref(&f.y)), Some(&[f.x.clone(), f.w.clone()]))?;
             Ok(())
         }),
         case(Autodiff, "grads_provided_empty_list", || {
             let f = fwd()?;
-            expect_err!(run(&f, Some(&[]), Some(&[f.x.clone()])), E::Autodiff(A::NoGradientPath { .. }), ["`x`"])
+            expect_err!(
+                run(&f, Some(&[]), Some(std::slice::from_ref(&f.x))),
+                E::Autodiff(A::NoGradientPath { .. }),
+                ["`x`"]
+            )
         }),
     ]
 }
