@@ -405,3 +405,31 @@ fn duplicate_reduce_axes_and_empty_max_are_build_errors() {
     assert_eq!(popxl::ops::max(&e, &[0], false).unwrap().shape(), vec![0]);
     assert_eq!(popxl::ops::sum(&e, &[1], false).unwrap().shape(), vec![2]);
 }
+
+#[test]
+fn user_numbers_that_do_not_fit_the_ir_are_typed_errors() {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let x = popxl::variable(Array1::<f32>::ones(2), "x").unwrap();
+    let g = ir.create_graph_named("body", |x: Tensor| -x, &x).unwrap();
+    // A trip count above i64::MAX is named, never wrapped to -1 or clamped.
+    let err = ops::repeat(&g, usize::MAX, &[&x], &[]).unwrap_err();
+    assert_eq!(err, PopXlError::RepeatCountTooLarge { graph: "body".into(), count: usize::MAX });
+    assert!(err.to_string().contains("18446744073709551615"), "{err}");
+    // A random shape dimension above i64::MAX.
+    let seed = popxl::variable(vec![0u32, 1], "seed").unwrap();
+    let err = ops::random_normal(&seed, &[2, usize::MAX], 0.0, 1.0, float32).unwrap_err();
+    assert!(matches!(err, PopXlError::IntegerOutOfRange { .. }) && err.to_string().contains("dimension 1"), "{err}");
+}
+
+#[test]
+fn host_data_that_the_tensor_type_cannot_hold_is_named() {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    // PopXL's downcast wraps silently; ours names the element.
+    let err = popxl::variable(vec![0i64, 1 << 40], "big").unwrap_err();
+    assert!(matches!(err, PopXlError::HostCast { index: 1, dtype: popxl::DataType::Int32, .. }), "{err:?}");
+    assert_eq!(err.to_string(), "data of variable `big`: element 1 (1099511627776) cannot be represented as int32");
+    assert!(popxl::constant_as(-1i32, popxl::uint8, "c").is_err());
+    assert!(popxl::constant_as(f32::NAN, int32, "n").is_err());
+}
