@@ -10,6 +10,7 @@
 //! on one thread and run its session on another.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cpu;
 mod error;

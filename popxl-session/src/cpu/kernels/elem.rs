@@ -271,7 +271,15 @@ macro_rules! impl_index {
         }
     )*};
 }
-impl_index!(i8, i16, i32, i64, u8, u16, u32, u64);
+impl_index!(i8, i16, i32, i64, u8, u16, u32);
+impl IndexElem for u64 {
+    /// Saturating: a value above `i64::MAX` stays out of range for every
+    /// dimension (a wrapping cast would read it as a negative index).
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        i64::try_from(self).unwrap_or(i64::MAX)
+    }
+}
 
 #[cfg(test)]
 mod tests {

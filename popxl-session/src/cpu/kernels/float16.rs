@@ -8,7 +8,7 @@ use popart_ir::{DataType, TensorInfo};
 
 use super::ptr::{slice, slice_mut};
 use super::spec::BuildResult;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 
 /// Runs an f32 kernel for an op whose float16 tensors are converted to and from
 /// f32 scratch buffers sized at build time.
@@ -56,6 +56,7 @@ pub(crate) fn f16_adapter(
         attrs: spec.attrs,
         inputs: spec.inputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
         outputs: spec.outputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
+        check_indices: spec.check_indices,
     };
     let inner = build(&f32_spec)?;
     let mut scratch = Vec::new();
@@ -77,7 +78,7 @@ pub(crate) fn f16_adapter(
 }
 
 impl Kernel for F16Adapter {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         use half::slice::HalfFloatSliceExt;
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let st = &mut *guard;
@@ -98,12 +99,14 @@ impl Kernel for F16Adapter {
                 None => args.outputs[p],
             };
         }
-        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs });
+        // An error means the inner kernel wrote nothing: neither do we.
+        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs })?;
         for (p, s) in self.outs.iter().enumerate() {
             if let Some(s) = *s {
                 let buf = &st.scratch[s];
                 slice_mut(args.outputs[p] as *mut f16, buf.len()).convert_from_f32_slice(buf);
             }
         }
+        Ok(())
     }
 }
