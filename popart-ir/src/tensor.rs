@@ -58,9 +58,7 @@ impl TensorInfo {
     /// assert_eq!(TensorInfo::new(DataType::Float32, [1 << 40, 1 << 40]).checked_nbytes(), None);
     /// ```
     pub fn checked_nbytes(&self) -> Option<usize> {
-        self.checked_nelms()?
-            .checked_mul(self.dtype.size_bytes())
-            .filter(|&b| b <= crate::size::MAX_TENSOR_BYTES)
+        self.checked_nelms()?.checked_mul(self.dtype.size_bytes()).filter(|&b| b <= crate::size::MAX_TENSOR_BYTES)
     }
 
     /// [`TensorInfo::checked_nbytes`] as a typed error naming `what`.
