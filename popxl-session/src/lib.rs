@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cpu;
 mod error;

@@ -568,12 +568,12 @@ impl CpuExecutor {
                         inputs: &self.in_ptrs[a..a + n_inputs as usize],
                         outputs: &self.out_ptrs[b..b + n_outputs as usize],
                     };
-                    // SAFETY: every pointer was checked at compile time to address a
-                    // buffer within the arena holding its info's bytes (`ptr_for`);
-                    // the memory plan keeps outputs disjoint from inputs except
-                    // declared aliases; the arena is 64-byte aligned with 64-byte
-                    // aligned offsets.
                     let r = if self.profile.is_empty() {
+                        // SAFETY: every pointer was checked at compile time to address
+                        // a buffer within the arena holding its info's bytes
+                        // (`ptr_for`); the memory plan keeps outputs disjoint from
+                        // inputs except declared aliases; the arena is 64-byte
+                        // aligned with 64-byte aligned offsets.
                         unsafe { self.kernels[kernel as usize].run(&args) }
                     } else {
                         let t = std::time::Instant::now();

@@ -116,6 +116,7 @@ fn repeat_with_host_load_pops_each_iteration_and_wraps() {
     // Two elements for three pops: the third pop wraps to element 0.
     let mut input = bytes(&[1.0, 2.0, 10.0, 20.0]);
     let mut output = vec![0u8; 8];
+    // SAFETY: both buffers hold the elements bound and outlive the run.
     unsafe {
         ex.bind_stream(StreamId(0), input.as_mut_ptr(), input.len(), 2).unwrap();
         ex.bind_stream(StreamId(1), output.as_mut_ptr(), output.len(), 1).unwrap();
@@ -144,9 +145,12 @@ fn binding_checks_sizes() {
     let exe = popart_lower::lower(&repeat_ir()).unwrap();
     let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
     let mut small = vec![0u8; 4];
+    // SAFETY: the bindings are refused (and `small` outlives the executor's use).
     let err = unsafe { ex.bind_stream(StreamId(0), small.as_mut_ptr(), 4, 1) }.unwrap_err();
     assert_eq!(err, BindError::TooSmall { stream: 0, got: 4, count: 1, element_bytes: 8 });
-    assert_eq!(unsafe { ex.bind_stream(StreamId(9), small.as_mut_ptr(), 4, 1) }, Err(BindError::UnknownStream(9)));
+    // SAFETY: as above.
+    let err = unsafe { ex.bind_stream(StreamId(9), small.as_mut_ptr(), 4, 1) };
+    assert_eq!(err, Err(BindError::UnknownStream(9)));
 }
 
 #[test]
@@ -201,6 +205,7 @@ fn if_runs_one_branch() {
     let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
     for (a, b, want) in [(5.0f32, 1.0f32, 6.0f32), (1.0, 5.0, 11.0)] {
         let (mut ia, mut ib, mut out) = (bytes(&[a]), bytes(&[b]), vec![0u8; 4]);
+        // SAFETY: each buffer holds one f32 and outlives the run.
         unsafe {
             ex.bind_stream(StreamId(0), ia.as_mut_ptr(), 4, 1).unwrap();
             ex.bind_stream(StreamId(1), ib.as_mut_ptr(), 4, 1).unwrap();

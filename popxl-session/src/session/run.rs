@@ -136,10 +136,10 @@ impl Session {
         let bind_error = |e: crate::cpu::executor::BindError| SessionError::Internal { reason: e.to_string() };
         let mut bound: Result<()> = Ok(());
         for (pos, data) in &in_data {
-            // SAFETY: the input bytes outlive the run (they are dropped below, after
-            // `unbind_streams`) and are only read (host-to-device transfers never
-            // write host memory).
             bound = bound.and_then(|_| {
+                // SAFETY: the input bytes outlive the run (they are dropped below,
+                // after `unbind_streams`) and are only read (host-to-device
+                // transfers never write host memory).
                 unsafe { self.executor.bind_stream(self.h2d[*pos].id, data.as_ptr() as *mut u8, data.len(), nht) }
                     .map_err(bind_error)
             });
