@@ -7,8 +7,8 @@ use half::f16;
 use popart_ir::{DataType, TensorInfo};
 
 use super::ptr::{slice, slice_mut};
-use super::spec::BuildResult;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
+use super::spec::{BuildResult, SpecExt};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 
 /// Runs an f32 kernel for an op whose float16 tensors are converted to and from
 /// f32 scratch buffers sized at build time.
@@ -60,15 +60,23 @@ pub(crate) fn f16_adapter(
     };
     let inner = build(&f32_spec)?;
     let mut scratch = Vec::new();
-    let mut slot = |t: &TensorInfo| {
-        (t.dtype == DataType::Float16).then(|| {
-            scratch.push(vec![0f32; t.nelms()]);
-            scratch.len() - 1
-        })
+    // Scratch is sized from user shapes: allocated fallibly (a refusal is a build error).
+    let mut slot = |t: &TensorInfo| -> Result<Option<usize>, KernelError> {
+        if t.dtype != DataType::Float16 {
+            return Ok(None);
+        }
+        let buf = popart_ir::size::try_zeroed_vec::<f32>(t.nelms(), "float32 scratch of a float16 kernel")
+            .map_err(|e| spec.error(e.to_string()))?;
+        scratch.push(buf);
+        Ok(Some(scratch.len() - 1))
     };
-    let outs: Vec<Option<usize>> = spec.outputs.iter().map(|(_, t)| slot(t)).collect();
-    let ins: Vec<Option<usize>> =
-        spec.inputs.iter().enumerate().map(|(p, (_, t))| if in_place && p == 0 { outs[0] } else { slot(t) }).collect();
+    let outs: Vec<Option<usize>> = spec.outputs.iter().map(|(_, t)| slot(t)).collect::<Result<_, _>>()?;
+    let ins: Vec<Option<usize>> = spec
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(p, (_, t))| if in_place && p == 0 { Ok(outs.first().copied().flatten()) } else { slot(t) })
+        .collect::<Result<_, _>>()?;
     let state = F16State {
         scratch,
         in_ptrs: vec![std::ptr::null(); spec.inputs.len()],
