@@ -27,9 +27,8 @@ use crate::SessionError;
 /// Builds the kernel of one kernel call (the device's kernel library).
 pub type KernelFactory<'a> = &'a dyn Fn(&KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError>;
 
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
+/// Alignment (and size granularity) of the arena: one cache line.
+const LINE: usize = 64;
 
 /// One executable instruction with every address resolved.
 #[derive(Clone, Copy, Debug)]
@@ -149,7 +148,7 @@ pub struct ExecCounters {
 
 /// The compiled form of an [`Executable`] for the `cpu` device.
 pub struct CpuExecutor {
-    arena: Box<[Line]>,
+    arena: Arena,
     arena_bytes: usize,
     blocks: Vec<Vec<Instr>>,
     entry: [u32; 4],
@@ -179,7 +178,8 @@ pub struct KernelTime {
     pub total: std::time::Duration,
 }
 
-// SAFETY: every raw pointer held points into `arena` (owned, never reallocated) or
+// SAFETY: every raw pointer held points into `arena` (owned, never reallocated or
+// moved: it is held through a raw pointer) or
 // into host memory bound only for the duration of a `&mut self` call; kernels are
 // `Send + Sync`.
 unsafe impl Send for CpuExecutor {}
@@ -373,8 +373,8 @@ impl CpuExecutor {
         check_indices: bool,
     ) -> Result<Self, SessionError> {
         let arena_bytes = exe.memory.arena_bytes;
-        let mut arena = alloc_arena(arena_bytes)?;
-        let base = arena.as_mut_ptr() as *mut u8;
+        let arena = Arena::zeroed(arena_bytes)?;
+        let base = arena.base();
         let mut constants = Vec::new();
         constants.try_reserve_exact(exe.constants.len()).map_err(|_| oom(exe.constants.len(), "the constant table"))?;
         for k in &exe.constants {
@@ -477,7 +477,7 @@ impl CpuExecutor {
 
     /// Fill device memory with zeros (what a fresh attach sees).
     pub fn clear_memory(&mut self) {
-        self.arena.fill(Line([0; 64]));
+        self.arena.clear();
     }
 
     /// Check that `offset..offset + len` lies within the arena.
@@ -493,9 +493,7 @@ impl CpuExecutor {
     pub fn write_buffer(&mut self, offset: usize, bytes: &[u8]) -> Result<(), BindError> {
         self.arena_range(offset, bytes.len())?;
         // SAFETY: checked to lie within the arena; no program is running (`&mut self`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (self.arena.as_mut_ptr() as *mut u8).add(offset), bytes.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena.base().add(offset), bytes.len()) };
         Ok(())
     }
 
@@ -503,7 +501,7 @@ impl CpuExecutor {
     pub fn read_buffer(&self, offset: usize, len: usize) -> Result<&[u8], BindError> {
         self.arena_range(offset, len)?;
         // SAFETY: checked to lie within the arena, which is initialised memory.
-        Ok(unsafe { std::slice::from_raw_parts((self.arena.as_ptr() as *const u8).add(offset), len) })
+        Ok(unsafe { std::slice::from_raw_parts(self.arena.base().add(offset) as *const u8, len) })
     }
 
     /// Bind stream `stream` to `count` elements of host memory at `host`
@@ -647,21 +645,46 @@ fn oom(requested: usize, what: &str) -> SessionError {
     SessionError::OutOfMemory { requested, what: what.to_string() }
 }
 
-/// A zeroed, 64-byte aligned arena of at least `bytes` bytes (at least one
-/// line), or [`SessionError::OutOfMemory`]. Zeroed pages come from the allocator
-/// (`alloc_zeroed`), so a large arena costs nothing until it is touched.
-fn alloc_arena(bytes: usize) -> Result<Box<[Line]>, SessionError> {
-    let lines = bytes.div_ceil(64).max(1);
-    let layout = std::alloc::Layout::array::<Line>(lines).map_err(|_| oom(bytes, "the device arena"))?;
-    // SAFETY: the layout has a non-zero size (at least one 64-byte line).
-    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Line;
-    if p.is_null() {
-        return Err(oom(layout.size(), "the device arena"));
+/// The device memory: zeroed, 64-byte aligned lines owned through a raw
+/// pointer. Every pointer the compiled instructions hold derives from
+/// [`Arena::base`] and every access of the executor goes through it; a `Box`
+/// would be retagged as unique on each move or `&mut` use and so invalidate
+/// those pointers (Miri's Stacked Borrows reports exactly that).
+struct Arena {
+    base: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl Arena {
+    /// At least `bytes` bytes (at least one line), or
+    /// [`SessionError::OutOfMemory`]. Zeroed pages come from the allocator
+    /// (`alloc_zeroed`), so a large arena costs nothing until it is touched.
+    fn zeroed(bytes: usize) -> Result<Arena, SessionError> {
+        let size = bytes.div_ceil(LINE).max(1).checked_mul(LINE).ok_or_else(|| oom(bytes, "the device arena"))?;
+        let layout = std::alloc::Layout::from_size_align(size, LINE).map_err(|_| oom(bytes, "the device arena"))?;
+        // SAFETY: the layout has a non-zero size (at least one 64-byte line).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let base = std::ptr::NonNull::new(p).ok_or_else(|| oom(layout.size(), "the device arena"))?;
+        Ok(Arena { base, layout })
     }
-    // SAFETY: `p` was allocated by the global allocator with the layout of
-    // `[Line; lines]` and is zero-initialised, a valid `Line` bit pattern; the box
-    // takes ownership and frees it with the same layout.
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, lines)) })
+
+    /// The first byte; valid for reads and writes of `layout.size()` bytes.
+    fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Zero every byte.
+    fn clear(&mut self) {
+        // SAFETY: the allocation holds `layout.size()` bytes; no program runs (`&mut self`).
+        unsafe { std::ptr::write_bytes(self.base(), 0, self.layout.size()) }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` by the global allocator with this layout.
+        unsafe { std::alloc::dealloc(self.base(), self.layout) }
+    }
 }
 
 /// Bytes from which a copy is split over the worker team.

@@ -300,6 +300,8 @@ mod tests {
     }
 
     #[test]
+    // Miri perturbs libm results on purpose: the ulp bound does not hold there.
+    #[cfg_attr(miri, ignore)]
     fn fast_tanh_is_within_a_few_ulp_of_libm() {
         for i in -40_000..=40_000 {
             let x = i as f64 * 5e-4; // [-20, 20], dense around the 0.25 switch
