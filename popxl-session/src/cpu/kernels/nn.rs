@@ -483,6 +483,8 @@ mod tests {
     /// Labels outside `[0, C)` count as ignored (zero loss and gradient, not in
     /// the mean); with run-time checks they are an error, `ignore_index` is not.
     #[test]
+    // Miri perturbs `ln` on purpose, so the helper's two runs differ in the last bits.
+    #[cfg_attr(miri, ignore)]
     fn out_of_range_labels_are_ignored_or_with_checks_an_error() {
         let probs = t(DataType::Float64, &[3, 2], &[0.25, 0.75, 0.5, 0.5, 0.9, 0.1]);
         let l = [-(0.75f64).ln(), -(0.1f64).ln()];
