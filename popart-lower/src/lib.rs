@@ -47,6 +47,8 @@
 //! - `memory`: offset assignment for buffers with live intervals.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![forbid(unsafe_code)]
 
 mod dump;
 mod executable;
@@ -78,6 +80,10 @@ pub enum LowerError {
         /// The stream name it gives.
         stream: String,
     },
+    /// The memory plan's total size overflows (tensors of user-given shapes whose
+    /// sizes add up to more than [`popart_ir::size::MAX_TENSOR_BYTES`]).
+    #[error(transparent)]
+    Size(#[from] popart_ir::SizeError),
     /// A broken invariant of the lowering itself (a bug, or an unverified IR).
     #[error("internal lowering error: {0}")]
     Internal(String),

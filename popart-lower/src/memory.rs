@@ -61,9 +61,10 @@ pub(crate) fn overlaps(x: &[(u64, u64)], y: &[(u64, u64)]) -> bool {
     false
 }
 
-/// Round `n` up to a multiple of `align` (a power of two).
+/// Round `n` up to a multiple of `align` (a power of two), saturating: a size
+/// near `usize::MAX` stays huge and fails the plan's total-size check.
 pub(crate) fn align_up(n: usize, align: usize) -> usize {
-    (n + align - 1) & !(align - 1)
+    n.saturating_add(align - 1) & !(align - 1)
 }
 
 /// First and last live step.

@@ -20,7 +20,7 @@ use popart_ir::{
 };
 use popxl::ops::{self, OpBuilder};
 use popxl::{HostArray, Tensor};
-use popxl_session::cpu::kernel::{Kernel, KernelArgs, KernelBuilder, KernelError, KernelSpec};
+use popxl_session::cpu::kernel::{Kernel, KernelArgs, KernelBuilder, KernelError, KernelResult, KernelSpec};
 use popxl_session::{Session, SessionOptions};
 
 // ---------------------------------------------------------------------------
@@ -84,7 +84,7 @@ struct LeakyKernel {
 }
 
 impl Kernel for LeakyKernel {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         // SAFETY: the executor passes buffers of `n` float32 each (checked at build time).
         let (v, x, out) = unsafe {
             (
@@ -96,6 +96,7 @@ impl Kernel for LeakyKernel {
         for ((o, &v), &x) in out.iter_mut().zip(v).zip(x) {
             *o = if x > 0.0 { v } else { self.alpha * v };
         }
+        Ok(())
     }
 }
 

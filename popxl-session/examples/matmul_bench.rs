@@ -60,6 +60,7 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
         attrs: &attrs,
         inputs: vec![(0, info.clone()), (1, info.clone())],
         outputs: vec![(0, info)],
+        check_indices: false,
     };
     let kernel = build_kernel(&spec).expect("MatMul kernel");
     let (a, b) = (buffer(n * n, 1), buffer(n * n, 2));
@@ -68,7 +69,7 @@ fn measure(n: usize, reps: usize, min_time: f64) -> (f64, f64, f64) {
     let outputs = [c.as_mut_ptr() as *mut u8];
     let args = KernelArgs { inputs: &inputs, outputs: &outputs };
     // SAFETY: the buffers hold n*n f32 each, are 64-byte aligned and do not overlap.
-    let run = || unsafe { kernel.run(&args) };
+    let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
     run(); // warm-up: thread pool, page faults, packing buffers
     let mut gflops: Vec<f64> = (0..reps)
         .map(|_| {
@@ -107,6 +108,7 @@ fn small_matmuls(threads: usize) {
             attrs: &attrs,
             inputs,
             outputs: vec![(0, out)],
+            check_indices: false,
         };
         let kernel = build_kernel(&spec).expect("kernel");
         let us = team::with_max_threads(threads, || {
@@ -114,7 +116,7 @@ fn small_matmuls(threads: usize) {
             let out_ptrs = [y.as_mut_ptr() as *mut u8];
             let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
             // SAFETY: buffers match the spec's infos and do not overlap.
-            let run = || unsafe { kernel.run(&args) };
+            let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
             run();
             let (iters, t0) = (20_000u32, Instant::now());
             for _ in 0..iters {

@@ -60,7 +60,7 @@ fn main() {
     assert_eq!(session.executable().kernel_calls().len(), CHAIN);
     let inputs: Inputs = [(input, HostArray::from(vec![0.5f32, -1.0, 2.0, 1e-3]))].into();
     let mut s = session.enter().unwrap();
-    let mut outputs = s.create_host_outputs();
+    let mut outputs = s.create_host_outputs().unwrap();
     let per_run = time(5, 20, || s.run_with_outputs(&inputs, &mut outputs).unwrap());
     let mem = s.executable().memory;
     println!("(a) chain of {CHAIN} elementwise ops on float32[4]");
@@ -81,7 +81,7 @@ fn main() {
     let run = time(5, 20_000, || {
         std::hint::black_box(s.run(&inputs).unwrap());
     });
-    let mut outputs = s.create_host_outputs();
+    let mut outputs = s.create_host_outputs().unwrap();
     let run_with_outputs = time(5, 20_000, || s.run_with_outputs(&inputs, &mut outputs).unwrap());
     println!("(b) one-op IR (host_load -> relu -> host_store), one input and one output stream");
     println!("    run              {:.2} us (target < 10 us)", run.as_secs_f64() * 1e6);

@@ -1,6 +1,6 @@
 //! The session error type: every mistake of PopXL's session API, with the names involved.
 
-use popart_ir::{DataType, IrError};
+use popart_ir::{DataType, HostDataError, IrError, SizeError};
 use popart_lower::LowerError;
 
 use crate::cpu::kernel::KernelError;
@@ -172,4 +172,59 @@ pub enum SessionError {
     /// Closing a session context that was not entered.
     #[error("no session context is open")]
     NoOpenContext,
+    /// The allocator refused a buffer whose size comes from the user (the device
+    /// arena, host copies of variables, the arrays of `run`). Nothing was changed.
+    #[error("out of memory: cannot allocate {requested} bytes for {what}")]
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+        /// What the buffer was for.
+        what: String,
+    },
+    /// A size computed from user data overflows (for example `num_host_transfers
+    /// x replication_factor x` a stream's elements, or the memory plan's total).
+    #[error("size of {what} overflows")]
+    SizeOverflow {
+        /// What was being sized.
+        what: String,
+    },
+    /// With [`crate::SessionOptions::check_indices`], an op met an index or label
+    /// out of range while running. The run stopped; the variables on the device
+    /// are as they were before the run and the session stays usable.
+    #[error("op `{op}` ({op_type}): index {index} is out of range for a dimension of size {bound}")]
+    IndexOutOfRange {
+        /// Name of the op (scoped, as in the lowered program: `graph/op`).
+        op: String,
+        /// Its type (`Gather`, `NllLoss`...).
+        op_type: String,
+        /// The index value (unsigned values above `i64::MAX` read as `i64::MAX`).
+        index: i64,
+        /// The size of the indexed dimension (classes, for labels).
+        bound: usize,
+    },
+    /// Host data for a tensor or stream is invalid (a bool byte other than 0 or
+    /// 1, a byte length that does not match the shape).
+    #[error("invalid host data for `{tensor}`: {source}")]
+    InvalidHostData {
+        /// The tensor or stream.
+        tensor: String,
+        /// What is wrong.
+        source: HostDataError,
+    },
+    /// A broken invariant of the session or its executor (a bug, not a user
+    /// mistake); the session may not be usable afterwards.
+    #[error("internal session error: {reason}")]
+    Internal {
+        /// What broke.
+        reason: String,
+    },
+}
+
+impl From<SizeError> for SessionError {
+    fn from(e: SizeError) -> Self {
+        match e {
+            SizeError::Overflow { what } => SessionError::SizeOverflow { what },
+            SizeError::OutOfMemory { requested, what } => SessionError::OutOfMemory { requested, what },
+        }
+    }
 }

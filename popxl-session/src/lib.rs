@@ -10,6 +10,8 @@
 //! on one thread and run its session on another.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cpu;
 mod error;

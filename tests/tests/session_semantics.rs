@@ -192,7 +192,7 @@ fn runtime_functions_need_attachment_but_data_access_does_not() {
     let (ir, a, b, _) = add_model();
     let mut session = Session::new(ir, "cpu").unwrap();
     assert_eq!(session.run(&Inputs::new()).unwrap_err(), SessionError::NotAttached { function: "run" });
-    let mut outputs = session.create_host_outputs();
+    let mut outputs = session.create_host_outputs().unwrap();
     assert_eq!(
         session.run_with_outputs(&Inputs::new(), &mut outputs).unwrap_err(),
         SessionError::NotAttached { function: "run_with_outputs" }
@@ -245,7 +245,7 @@ fn replication_is_rejected_on_cpu_and_ipu_model_and_shapes_host_arrays() {
     assert!(matches!(Session::new(build().0, "ipu_model"), Err(SessionError::ReplicationUnsupported { .. })));
     let (ir, out) = build();
     let session = Session::new(ir, "ipu_hw").unwrap();
-    assert_eq!(session.create_host_outputs()[&out].shape(), &[3, 2, 4]);
+    assert_eq!(session.create_host_outputs().unwrap()[&out].shape(), &[3, 2, 4]);
 }
 
 #[test]
@@ -406,7 +406,7 @@ fn stream_errors() {
     let y = s.run(&[(x.clone(), HostArray::from(x64))].into()).unwrap();
     assert_eq!(y[&out], HostArray::from(ndarray::array![[0.0f32, 2.0, 0.0], [4.0, 0.0, 6.0]]));
     // Output arrays are validated too.
-    let mut outputs = s.create_host_outputs();
+    let mut outputs = s.create_host_outputs().unwrap();
     outputs.insert(out.clone(), HostArray::from(ndarray::Array2::<f32>::zeros((2, 2))));
     assert!(matches!(
         s.run_with_outputs(&[(x.clone(), good.clone())].into(), &mut outputs),

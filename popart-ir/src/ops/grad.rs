@@ -67,7 +67,8 @@ op_types!(
     SoftmaxGrad,
     /// `SliceGrad{starts, ends, steps, axes}(g, x)`: zeros of `x`'s shape with `g` in the slice.
     SliceGrad,
-    /// `GatherGrad{axis}(g, indices, x)`: zeros of `x`'s shape, `g` scatter-added at `indices`.
+    /// `GatherGrad{axis, zero_OOR}(g, indices, x)`: zeros of `x`'s shape, `g`
+    /// scatter-added at `indices` (out-of-range indices add nothing).
     GatherGrad,
     /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`: `-g / probs` at each label
     /// (divided by the count of non-ignored labels for `mean`), zero elsewhere.

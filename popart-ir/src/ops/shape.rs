@@ -20,7 +20,9 @@ op_types!(
     Concat,
     /// remove size-1 `axes` (empty = all size-1 axes)
     Squeeze,
-    /// pick `indices` (integer tensor) along `axis` of `data`
+    /// pick `indices` (integer tensor) along `axis` of `data`; an index outside
+    /// `[-len, len)` gives a row of zeros (`zero_OOR` (bool, default false) says
+    /// the user asked for that, so run-time index checks let it pass)
     Gather,
 );
 
@@ -202,9 +204,13 @@ impl OpDef for Gather {
         shape.extend_from_slice(&x.shape[axis + 1..]);
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `GatherGrad{axis}(g, indices, data)`: scatter-add into zeros; the indices get none.
+    /// `GatherGrad{axis, zero_OOR}(g, indices, data)`: scatter-add into zeros
+    /// (out-of-range indices add nothing); the indices get none.
     fn grad(&self, op: &Op) -> GradRule {
-        let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
+        let mut attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
+        if op.attrs.bool("zero_OOR") == Some(true) {
+            attrs = attrs.with("zero_OOR", AttrValue::Bool(true));
+        }
         let ins = [(0, G), (1, GradSource::FwdInput(1)), (2, X)];
         GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)])])
     }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use popart_ir::size::{SizeError, MAX_TENSOR_BYTES};
 use popart_ir::{GraphId, TensorId, TensorKind};
 
 use super::index::{ClassId, IndexVec, TempId, TensorKey};
@@ -39,6 +40,9 @@ pub(super) struct Placement {
     pub(super) end: usize,
 }
 
+// Ids are u32 like every dense index here: more than 2^32 buffers would need
+// more than 2^32 tensors in memory, which no IR can hold.
+#[allow(clippy::expect_used)]
 fn buffer_id(i: usize) -> BufferId {
     BufferId(u32::try_from(i).expect("buffer count overflows u32"))
 }
@@ -156,7 +160,19 @@ impl Lowerer<'_> {
 impl BufferTable {
     /// Set every offset: permanent buffers first, one after the other, then
     /// activations with reuse.
-    pub(super) fn place(&mut self) -> Placement {
+    ///
+    /// The sum of every buffer's size (the no-reuse total) is checked first: it
+    /// must fit in [`MAX_TENSOR_BYTES`], else the plan is a
+    /// [`SizeError::Overflow`]. Every offset and end the strategies compute is at
+    /// most that total, so their unchecked arithmetic cannot overflow.
+    pub(super) fn place(&mut self) -> Result<Placement, SizeError> {
+        let total =
+            self.buffers.iter().try_fold(0usize, |acc, b| acc.checked_add(b.size)).filter(|&t| t <= MAX_TENSOR_BYTES);
+        if total.is_none() {
+            return Err(SizeError::Overflow {
+                what: format!("the memory plan ({} buffers, sizes {:?}..)", self.buffers.len(), self.largest_sizes()),
+            });
+        }
         let mut permanent_bytes = 0;
         for b in self.buffers.iter_mut().filter(|b| b.kind != BufferKind::Activation) {
             b.offset = permanent_bytes;
@@ -170,6 +186,14 @@ impl BufferTable {
                 b.offset = off;
             }
         }
-        Placement { permanent_bytes, end }
+        Ok(Placement { permanent_bytes, end })
+    }
+
+    /// The three largest buffer sizes (for the overflow message).
+    fn largest_sizes(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.buffers.iter().map(|b| b.size).collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.truncate(3);
+        v
     }
 }

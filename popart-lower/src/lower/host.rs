@@ -21,6 +21,9 @@ pub(super) struct HostIo<'a> {
     pub(super) constants: Vec<Constant>,
 }
 
+// Ids are u32 like every dense index here: more than 2^32 streams would need
+// more than 2^32 tensors in memory, which no IR can hold.
+#[allow(clippy::expect_used)]
 fn stream_id(i: usize) -> StreamId {
     StreamId(u32::try_from(i).expect("stream count overflows u32"))
 }

@@ -28,6 +28,9 @@ macro_rules! dense_index {
         pub(crate) struct $name(u32);
 
         impl Idx for $name {
+            // More than 2^32 entries would need more than 2^32 tensors or ops
+            // in memory, which no IR can hold.
+            #[allow(clippy::expect_used)]
             fn from_index(i: usize) -> Self {
                 $name(u32::try_from(i).expect(concat!(stringify!($name), " overflows u32")))
             }

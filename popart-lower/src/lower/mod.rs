@@ -119,6 +119,9 @@ impl<'a> Lowerer<'a> {
     }
 
     /// The tensor of `key`.
+    // Keys are made only for tensors of the reachable graphs (`graphs`), which
+    // the lowering never removes: the lookup cannot fail.
+    #[allow(clippy::expect_used)]
     fn tensor(&self, key: TensorKey) -> &'a Tensor {
         let (g, t) = self.tensors[key];
         self.graphs[g].graph.tensor(t).expect("keyed tensors exist")
@@ -151,7 +154,7 @@ impl<'a> Lowerer<'a> {
     fn finish(self, plans: IndexVec<SiteId, SitePlan>, locals: LocalSpans) -> Result<Executable, LowerError> {
         let lifetimes = self.class_lifetimes(&locals);
         let mut table = self.buffers(lifetimes)?;
-        let placement = table.place();
+        let placement = table.place()?;
         let host = HostIo::collect(self.ir, &table.buffers)?;
         let emitter = Emitter { l: &self, plans: &plans, buffers: &table, host: &host };
         let functions = emitter.functions()?;

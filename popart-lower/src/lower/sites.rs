@@ -141,14 +141,14 @@ fn if_branches(ir: &Ir, op: &Op) -> Result<Vec<OpCall>, LowerError> {
     {
         let callee = op.attrs.graph(gkey).ok_or_else(|| missing(op, gkey))?;
         let n = ir.graph(callee)?.inputs().len();
-        let indices = (0..n)
+        let pairs = (0..n)
             .map(|k| {
                 if_arg_index(op, ikey, k)
-                    .filter(|&i| op.input(i).is_some())
+                    .and_then(|i| Some((i, op.input(i)?)))
                     .ok_or_else(|| missing(op, &format!("{ikey}[{k}]")))
             })
-            .collect::<Result<Vec<u32>, _>>()?;
-        let args = indices.iter().map(|&i| op.input(i).expect("checked above")).collect();
+            .collect::<Result<Vec<_>, _>>()?;
+        let (indices, args): (Vec<u32>, Vec<_>) = pairs.into_iter().unzip();
         let outs = outs(ir, op, callee)?;
         v.push(OpCall { callee, kind, args, outs, modified: Vec::new(), reads: sorted(indices) });
     }

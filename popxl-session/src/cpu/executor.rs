@@ -1,8 +1,9 @@
 //! The `cpu` executor: runs the programs of a lowered [`Executable`].
 //!
 //! Compilation ([`CpuExecutor::new`]) happens once per session:
-//! - one arena of `memory.arena_bytes` bytes, 64-byte aligned, is allocated;
-//!   every buffer is a fixed pointer into it;
+//! - one arena of `memory.arena_bytes` bytes, 64-byte aligned, is allocated
+//!   (fallibly: a refused allocation is [`SessionError::OutOfMemory`]); every
+//!   buffer is a fixed pointer into it, checked to lie within it;
 //! - every program and function becomes a flat block of instructions with the
 //!   pointers and byte counts resolved; control flow refers to other blocks;
 //! - every kernel call becomes a `Box<dyn Kernel>` built by the kernel factory,
@@ -12,17 +13,22 @@
 //! Host streams are bound by the caller ([`CpuExecutor::bind_stream`]) to host
 //! memory before running and read or written as rings of `count` elements: the
 //! k-th transfer of a stream in one execution uses element `k % count`.
+//!
+//! A run fails only when a kernel built with run-time checks fails
+//! ([`KernelRunError`]) or a transfer finds its stream unbound; it then stops at
+//! once ([`ExecError`]). Whatever the program wrote before is left as it is:
+//! restoring state is the caller's business (see `Session::run_with_outputs`).
 
 use popart_lower::{Executable, Program, StreamId};
 
-use super::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use super::kernel::{Kernel, KernelArgs, KernelError, KernelRunError, KernelSpec};
+use crate::SessionError;
 
 /// Builds the kernel of one kernel call (the device's kernel library).
 pub type KernelFactory<'a> = &'a dyn Fn(&KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError>;
 
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
+/// Alignment (and size granularity) of the arena: one cache line.
+const LINE: usize = 64;
 
 /// One executable instruction with every address resolved.
 #[derive(Clone, Copy, Debug)]
@@ -63,7 +69,7 @@ pub enum EngineProgram {
     Main,
 }
 
-/// Why a stream could not be bound.
+/// Why host memory could not be bound to a stream, or device memory accessed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BindError {
     /// The stream id is not a stream of the executable.
@@ -81,6 +87,50 @@ pub enum BindError {
         /// Bytes per element.
         element_bytes: usize,
     },
+    /// A device-memory range that does not lie within the arena.
+    #[error("bytes {offset}..{offset}+{len} lie outside the arena of {arena_bytes} bytes")]
+    OutsideArena {
+        /// Start of the range.
+        offset: usize,
+        /// Its length.
+        len: usize,
+        /// Size of the arena.
+        arena_bytes: usize,
+    },
+}
+
+/// Why running an engine program stopped.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    /// A kernel built with run-time checks failed (before writing its outputs).
+    #[error("op `{op}` ({op_type}): {error}")]
+    Kernel {
+        /// Name of the op (scoped as in the lowered program).
+        op: String,
+        /// Its type.
+        op_type: String,
+        /// What failed.
+        error: KernelRunError,
+    },
+    /// A host transfer on a stream that is not bound (a bug of the caller).
+    #[error("stream s{stream} is not bound")]
+    UnboundStream {
+        /// Stream id.
+        stream: u32,
+    },
+}
+
+/// [`ExecError`] before names are attached: what the run loop returns (no
+/// allocation on the error path inside the loop).
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Kernel(u32, KernelRunError),
+    UnboundStream(u32),
+}
+
+/// A broken invariant of the compiled form (a bug, or an unverified executable).
+fn internal(reason: String) -> SessionError {
+    SessionError::Internal { reason }
 }
 
 /// Counters of executed work (debugging and tests).
@@ -98,7 +148,7 @@ pub struct ExecCounters {
 
 /// The compiled form of an [`Executable`] for the `cpu` device.
 pub struct CpuExecutor {
-    arena: Box<[Line]>,
+    arena: Arena,
     arena_bytes: usize,
     blocks: Vec<Vec<Instr>>,
     entry: [u32; 4],
@@ -128,7 +178,8 @@ pub struct KernelTime {
     pub total: std::time::Duration,
 }
 
-// SAFETY: every raw pointer held points into `arena` (owned, never reallocated) or
+// SAFETY: every raw pointer held points into `arena` (owned, never reallocated or
+// moved: it is held through a raw pointer) or
 // into host memory bound only for the duration of a `&mut self` call; kernels are
 // `Send + Sync`.
 unsafe impl Send for CpuExecutor {}
@@ -146,6 +197,8 @@ impl std::fmt::Debug for CpuExecutor {
 struct Compiler<'e> {
     exe: &'e Executable,
     base: *mut u8,
+    arena_bytes: usize,
+    check_indices: bool,
     factory: KernelFactory<'e>,
     blocks: Vec<Vec<Instr>>,
     function_blocks: Vec<u32>,
@@ -157,9 +210,34 @@ struct Compiler<'e> {
 }
 
 impl Compiler<'_> {
-    fn ptr(&self, b: popart_lower::BufferId) -> *mut u8 {
-        // SAFETY: offsets are within the arena by construction of the memory plan.
-        unsafe { self.base.add(self.exe.buffer(b).offset) }
+    /// Pointer to buffer `b`, checked to lie (with its whole size) within the
+    /// arena and to hold its info's bytes: the invariant every instruction's
+    /// `unsafe` relies on.
+    fn ptr(&self, b: popart_lower::BufferId) -> Result<*mut u8, SessionError> {
+        let buf = self.exe.buffers.get(b.index()).ok_or_else(|| internal(format!("buffer {b:?} does not exist")))?;
+        let fits = buf.offset.checked_add(buf.size).is_some_and(|end| end <= self.arena_bytes);
+        if !fits || buf.info.nbytes() > buf.size {
+            return Err(internal(format!(
+                "buffer {b:?} ({} bytes at {}) does not hold its info {} or lies outside the arena of {} bytes",
+                buf.size, buf.offset, buf.info, self.arena_bytes
+            )));
+        }
+        // SAFETY: `offset + size <= arena_bytes` (checked above): the result points
+        // into (or one past) the arena allocation.
+        Ok(unsafe { self.base.add(buf.offset) })
+    }
+
+    /// [`Compiler::ptr`] for an access of `len` bytes (copies, host transfers,
+    /// constants), also checked against the buffer's size.
+    fn ptr_for(&self, b: popart_lower::BufferId, len: usize) -> Result<*mut u8, SessionError> {
+        let p = self.ptr(b)?;
+        if len > self.exe.buffer(b).size {
+            return Err(internal(format!(
+                "an access of {len} bytes to buffer {b:?} of {} bytes",
+                self.exe.buffer(b).size
+            )));
+        }
+        Ok(p)
     }
 
     fn new_block(&mut self) -> u32 {
@@ -167,7 +245,7 @@ impl Compiler<'_> {
         (self.blocks.len() - 1) as u32
     }
 
-    fn block_of(&mut self, p: &Program) -> Result<u32, KernelError> {
+    fn block_of(&mut self, p: &Program) -> Result<u32, SessionError> {
         let b = self.new_block();
         let mut v = Vec::new();
         self.emit(p, &mut v)?;
@@ -175,7 +253,7 @@ impl Compiler<'_> {
         Ok(b)
     }
 
-    fn emit(&mut self, p: &Program, out: &mut Vec<Instr>) -> Result<(), KernelError> {
+    fn emit(&mut self, p: &Program, out: &mut Vec<Instr>) -> Result<(), SessionError> {
         match p {
             Program::Sequence(v) => {
                 for c in v {
@@ -188,6 +266,7 @@ impl Compiler<'_> {
                     attrs: &k.attrs,
                     inputs: k.inputs.iter().map(|a| (a.index, a.info.clone())).collect(),
                     outputs: k.outputs.iter().map(|a| (a.index, a.info.clone())).collect(),
+                    check_indices: self.check_indices,
                 };
                 let kernel = (self.factory)(&spec).map_err(|e| KernelError {
                     op_type: e.op_type,
@@ -195,12 +274,14 @@ impl Compiler<'_> {
                 })?;
                 let inputs = self.in_ptrs.len() as u32;
                 let outputs = self.out_ptrs.len() as u32;
+                // Each argument's buffer holds its info (`ptr_for`): the sizes
+                // `KernelArgs` promises kernels.
                 for a in &k.inputs {
-                    let p = self.ptr(a.buffer) as *const u8;
+                    let p = self.ptr_for(a.buffer, a.info.nbytes())? as *const u8;
                     self.in_ptrs.push(p);
                 }
                 for a in &k.outputs {
-                    let p = self.ptr(a.buffer);
+                    let p = self.ptr_for(a.buffer, a.info.nbytes())?;
                     self.out_ptrs.push(p);
                 }
                 out.push(Instr::Kernel {
@@ -216,10 +297,21 @@ impl Compiler<'_> {
             }
             Program::Copy { src, dst, bytes } => {
                 if *bytes > 0 {
-                    out.push(Instr::Copy { src: self.ptr(*src), dst: self.ptr(*dst), len: *bytes })
+                    if src == dst {
+                        return Err(internal(format!("a copy of buffer {src:?} onto itself")));
+                    }
+                    out.push(Instr::Copy {
+                        src: self.ptr_for(*src, *bytes)?,
+                        dst: self.ptr_for(*dst, *bytes)?,
+                        len: *bytes,
+                    })
                 }
             }
-            Program::Call(f) => out.push(Instr::Call { block: self.function_blocks[f.index()] }),
+            Program::Call(f) => {
+                let block =
+                    *self.function_blocks.get(f.index()).ok_or_else(|| internal(format!("no function {f:?}")))?;
+                out.push(Instr::Call { block })
+            }
             Program::Repeat { count, body } => {
                 let block = self.block_of(body)?;
                 out.push(Instr::Repeat { count: *count, block });
@@ -227,42 +319,75 @@ impl Compiler<'_> {
             Program::If { cond, then_branch, else_branch } => {
                 let then_block = self.block_of(then_branch)?;
                 let else_block = self.block_of(else_branch)?;
-                out.push(Instr::If { cond: self.ptr(*cond), then_block, else_block });
+                if self.exe.buffers.get(cond.index()).is_none_or(|b| b.info.dtype != popart_ir::DataType::Bool) {
+                    return Err(internal(format!("the condition buffer {cond:?} is not a bool")));
+                }
+                out.push(Instr::If { cond: self.ptr_for(*cond, 1)?, then_block, else_block });
             }
-            Program::HostToDevice { stream, dst } => out.push(Instr::HostToDevice {
-                stream: stream.0,
-                dst: self.ptr(*dst),
-                len: self.exe.stream(*stream).info.nbytes(),
-            }),
-            Program::DeviceToHost { src, stream } => out.push(Instr::DeviceToHost {
-                stream: stream.0,
-                src: self.ptr(*src),
-                len: self.exe.stream(*stream).info.nbytes(),
-            }),
+            Program::HostToDevice { stream, dst } => {
+                let len = self.stream_bytes(*stream)?;
+                out.push(Instr::HostToDevice { stream: stream.0, dst: self.ptr_for(*dst, len)?, len })
+            }
+            Program::DeviceToHost { src, stream } => {
+                let len = self.stream_bytes(*stream)?;
+                out.push(Instr::DeviceToHost { stream: stream.0, src: self.ptr_for(*src, len)?, len })
+            }
             Program::WriteConstant { constant } => {
-                let c = &self.exe.constants[*constant];
-                out.push(Instr::WriteConstant { constant: *constant as u32, dst: self.ptr(c.buffer) })
+                let c = self.exe.constants.get(*constant).ok_or_else(|| internal(format!("no constant {constant}")))?;
+                let dst = self.ptr_for(c.buffer, c.data.bytes.len())?;
+                let constant = u32::try_from(*constant).map_err(|_| internal("more than 2^32 constants".into()))?;
+                out.push(Instr::WriteConstant { constant, dst })
             }
             other => {
                 return Err(KernelError {
                     op_type: format!("{other:?}").split([' ', '(', '{']).next().unwrap_or("?").to_string(),
                     reason: "this program type is not supported by the cpu device".into(),
-                })
+                }
+                .into())
             }
         }
         Ok(())
+    }
+
+    /// Bytes of one element of stream `s`.
+    fn stream_bytes(&self, s: StreamId) -> Result<usize, SessionError> {
+        self.exe.streams.get(s.index()).map(|s| s.info.nbytes()).ok_or_else(|| internal(format!("no stream {s:?}")))
     }
 }
 
 impl CpuExecutor {
     /// Compile `exe`: allocate the arena, resolve every address and build every kernel.
-    pub fn new(exe: &Executable, factory: KernelFactory<'_>) -> Result<Self, KernelError> {
+    ///
+    /// Errors: a kernel the factory cannot build ([`SessionError::Kernel`]), an
+    /// arena or constant the allocator refuses ([`SessionError::OutOfMemory`]),
+    /// and a malformed executable ([`SessionError::Internal`]).
+    pub fn new(exe: &Executable, factory: KernelFactory<'_>) -> Result<Self, SessionError> {
+        Self::with_checks(exe, factory, false)
+    }
+
+    /// [`CpuExecutor::new`], building the kernels with run-time index checks
+    /// when `check_indices` (see [`KernelSpec::check_indices`]).
+    pub fn with_checks(
+        exe: &Executable,
+        factory: KernelFactory<'_>,
+        check_indices: bool,
+    ) -> Result<Self, SessionError> {
         let arena_bytes = exe.memory.arena_bytes;
-        let mut arena = vec![Line([0; 64]); arena_bytes.div_ceil(64).max(1)].into_boxed_slice();
-        let base = arena.as_mut_ptr() as *mut u8;
+        let arena = Arena::zeroed(arena_bytes)?;
+        let base = arena.base();
+        let mut constants = Vec::new();
+        constants.try_reserve_exact(exe.constants.len()).map_err(|_| oom(exe.constants.len(), "the constant table"))?;
+        for k in &exe.constants {
+            let mut bytes = Vec::new();
+            bytes.try_reserve_exact(k.data.bytes.len()).map_err(|_| oom(k.data.bytes.len(), "constant data"))?;
+            bytes.extend_from_slice(&k.data.bytes);
+            constants.push(bytes);
+        }
         let mut c = Compiler {
             exe,
             base,
+            arena_bytes,
+            check_indices,
             factory,
             blocks: Vec::new(),
             function_blocks: Vec::new(),
@@ -277,11 +402,13 @@ impl CpuExecutor {
             let b = c.new_block();
             c.function_blocks.push(b);
         }
-        for f in &exe.functions {
+        for (i, f) in exe.functions.iter().enumerate() {
+            if f.id.index() != i {
+                return Err(internal(format!("function {:?} listed at position {i}", f.id)));
+            }
             let mut v = Vec::new();
             c.emit(&f.body, &mut v)?;
-            let b = c.function_blocks[f.id.index()];
-            c.blocks[b as usize] = v;
+            c.blocks[c.function_blocks[i] as usize] = v;
         }
         let p = &exe.programs;
         let entry = [
@@ -300,7 +427,7 @@ impl CpuExecutor {
             kernel_types: c.kernel_types,
             in_ptrs: c.in_ptrs,
             out_ptrs: c.out_ptrs,
-            constants: exe.constants.iter().map(|k| k.data.bytes.clone()).collect(),
+            constants,
             streams: vec![StreamSlot::UNBOUND; exe.streams.len()],
             stream_bytes: exe.streams.iter().map(|s| s.info.nbytes()).collect(),
             counters: ExecCounters::default(),
@@ -350,24 +477,31 @@ impl CpuExecutor {
 
     /// Fill device memory with zeros (what a fresh attach sees).
     pub fn clear_memory(&mut self) {
-        self.arena.fill(Line([0; 64]));
+        self.arena.clear();
     }
 
-    /// Overwrite device memory at `offset` with `bytes` (single-variable writes).
-    /// Panics if the range is outside the arena.
-    pub fn write_buffer(&mut self, offset: usize, bytes: &[u8]) {
-        assert!(offset + bytes.len() <= self.arena_bytes, "write outside the arena");
+    /// Check that `offset..offset + len` lies within the arena.
+    fn arena_range(&self, offset: usize, len: usize) -> Result<(), BindError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.arena_bytes => Ok(()),
+            _ => Err(BindError::OutsideArena { offset, len, arena_bytes: self.arena_bytes }),
+        }
+    }
+
+    /// Overwrite device memory at `offset` with `bytes` (single-variable writes);
+    /// a range outside the arena is an error.
+    pub fn write_buffer(&mut self, offset: usize, bytes: &[u8]) -> Result<(), BindError> {
+        self.arena_range(offset, bytes.len())?;
         // SAFETY: checked to lie within the arena; no program is running (`&mut self`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (self.arena.as_mut_ptr() as *mut u8).add(offset), bytes.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena.base().add(offset), bytes.len()) };
+        Ok(())
     }
 
-    /// Device memory at `offset`, `len` bytes. Panics if outside the arena.
-    pub fn read_buffer(&self, offset: usize, len: usize) -> &[u8] {
-        assert!(offset + len <= self.arena_bytes, "read outside the arena");
+    /// Device memory at `offset`, `len` bytes; a range outside the arena is an error.
+    pub fn read_buffer(&self, offset: usize, len: usize) -> Result<&[u8], BindError> {
+        self.arena_range(offset, len)?;
         // SAFETY: checked to lie within the arena, which is initialised memory.
-        unsafe { std::slice::from_raw_parts((self.arena.as_ptr() as *const u8).add(offset), len) }
+        Ok(unsafe { std::slice::from_raw_parts(self.arena.base().add(offset) as *const u8, len) })
     }
 
     /// Bind stream `stream` to `count` elements of host memory at `host`
@@ -385,7 +519,9 @@ impl CpuExecutor {
         count: usize,
     ) -> Result<(), BindError> {
         let element_bytes = *self.stream_bytes.get(stream.index()).ok_or(BindError::UnknownStream(stream.0))?;
-        if count == 0 || bytes < element_bytes * count {
+        // This check establishes the invariant the transfers' `unsafe` relies on:
+        // element `k < count` lies within the `bytes` bound here.
+        if count == 0 || element_bytes.checked_mul(count).is_none_or(|need| bytes < need) {
             return Err(BindError::TooSmall { stream: stream.0, got: bytes, count, element_bytes });
         }
         self.streams[stream.index()] = StreamSlot { host, element_bytes, count, cursor: 0 };
@@ -402,14 +538,24 @@ impl CpuExecutor {
         self.streams.get(stream.index()).map_or(0, |s| s.cursor)
     }
 
-    /// Run one engine program. Every stream it transfers must be bound; a transfer
-    /// on an unbound stream panics (a bug of the caller, not of the user).
-    pub fn run(&mut self, program: EngineProgram) {
+    /// Run one engine program. Every stream it transfers must be bound (else
+    /// [`ExecError::UnboundStream`]); a kernel built with run-time checks may
+    /// fail ([`ExecError::Kernel`]). Either stops the program at once, leaving
+    /// device memory as the instructions before left it.
+    pub fn run(&mut self, program: EngineProgram) -> Result<(), ExecError> {
         let block = self.entry[program as usize];
-        self.exec(block);
+        self.exec(block).map_err(|stop| match stop {
+            Stop::Kernel(k, error) => ExecError::Kernel {
+                op: self.kernel_names.get(k as usize).cloned().unwrap_or_default(),
+                op_type: self.kernel_types.get(k as usize).cloned().unwrap_or_default(),
+                error,
+            },
+            Stop::UnboundStream(stream) => ExecError::UnboundStream { stream },
+        })
     }
 
-    fn exec(&mut self, block: u32) {
+    fn exec(&mut self, block: u32) -> Result<(), Stop> {
+        // Block ids are made by the compiler (`new_block`): always in range.
         let n = self.blocks[block as usize].len();
         for i in 0..n {
             let instr = self.blocks[block as usize][i];
@@ -420,62 +566,124 @@ impl CpuExecutor {
                         inputs: &self.in_ptrs[a..a + n_inputs as usize],
                         outputs: &self.out_ptrs[b..b + n_outputs as usize],
                     };
-                    // SAFETY: the pointers come from the memory plan, which keeps
-                    // outputs disjoint from inputs except declared aliases, and the
-                    // arena is 64-byte aligned with 64-byte aligned offsets.
-                    if self.profile.is_empty() {
-                        unsafe { self.kernels[kernel as usize].run(&args) };
+                    let r = if self.profile.is_empty() {
+                        // SAFETY: every pointer was checked at compile time to address
+                        // a buffer within the arena holding its info's bytes
+                        // (`ptr_for`); the memory plan keeps outputs disjoint from
+                        // inputs except declared aliases; the arena is 64-byte
+                        // aligned with 64-byte aligned offsets.
+                        unsafe { self.kernels[kernel as usize].run(&args) }
                     } else {
                         let t = std::time::Instant::now();
                         // SAFETY: as above.
-                        unsafe { self.kernels[kernel as usize].run(&args) };
+                        let r = unsafe { self.kernels[kernel as usize].run(&args) };
                         let p = &mut self.profile[kernel as usize];
                         p.0 += 1;
                         p.1 += t.elapsed().as_nanos() as u64;
-                    }
+                        r
+                    };
+                    r.map_err(|e| Stop::Kernel(kernel, e))?;
                     self.counters.kernels += 1;
                 }
                 Instr::Copy { src, dst, len } => {
-                    // SAFETY: distinct buffers of the plan; both within the arena.
+                    // SAFETY: distinct buffers (checked at compile time), both holding
+                    // `len` bytes within the arena (`ptr_for`).
                     unsafe { copy_bytes(src, dst, len) };
                     self.counters.copies += 1;
                 }
-                Instr::Call { block } => self.exec(block),
+                Instr::Call { block } => self.exec(block)?,
                 Instr::Repeat { count, block } => {
                     for _ in 0..count {
-                        self.exec(block);
+                        self.exec(block)?;
                     }
                 }
                 Instr::If { cond, then_block, else_block } => {
-                    // SAFETY: a bool buffer of one byte in the arena.
+                    // SAFETY: a one-byte bool buffer within the arena (checked at
+                    // compile time); any byte value is read as a u8.
                     let c = unsafe { *cond } != 0;
-                    self.exec(if c { then_block } else { else_block });
+                    self.exec(if c { then_block } else { else_block })?;
                 }
                 Instr::HostToDevice { stream, dst, len } => {
                     let s = &mut self.streams[stream as usize];
-                    assert!(!s.host.is_null(), "host-to-device stream s{stream} is not bound");
+                    if s.host.is_null() {
+                        return Err(Stop::UnboundStream(stream));
+                    }
                     let k = s.cursor % s.count;
                     s.cursor += 1;
-                    // SAFETY: binding guarantees `count * element_bytes` valid bytes; len == element_bytes.
+                    // SAFETY: `bind_stream` checked that the host memory holds
+                    // `count * element_bytes` bytes and `k < count`; `len ==
+                    // element_bytes` (both the stream's info bytes); `dst` holds
+                    // `len` bytes within the arena (`ptr_for`).
                     unsafe { copy_bytes(s.host.add(k * s.element_bytes), dst, len) };
                     self.counters.host_to_device += 1;
                 }
                 Instr::DeviceToHost { stream, src, len } => {
                     let s = &mut self.streams[stream as usize];
-                    assert!(!s.host.is_null(), "device-to-host stream s{stream} is not bound");
+                    if s.host.is_null() {
+                        return Err(Stop::UnboundStream(stream));
+                    }
                     let k = s.cursor % s.count;
                     s.cursor += 1;
-                    // SAFETY: as above, for writes.
+                    // SAFETY: as above, for writes (the binding promises exclusive access).
                     unsafe { copy_bytes(src, s.host.add(k * s.element_bytes), len) };
                     self.counters.device_to_host += 1;
                 }
                 Instr::WriteConstant { constant, dst } => {
                     let data = &self.constants[constant as usize];
-                    // SAFETY: the constant's buffer holds at least its bytes.
+                    // SAFETY: the constant's buffer holds its bytes within the arena
+                    // (`ptr_for` with the data's length, at compile time).
                     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
                 }
             }
         }
+        Ok(())
+    }
+}
+
+/// [`SessionError::OutOfMemory`] for `requested` bytes of `what`.
+fn oom(requested: usize, what: &str) -> SessionError {
+    SessionError::OutOfMemory { requested, what: what.to_string() }
+}
+
+/// The device memory: zeroed, 64-byte aligned lines owned through a raw
+/// pointer. Every pointer the compiled instructions hold derives from
+/// [`Arena::base`] and every access of the executor goes through it; a `Box`
+/// would be retagged as unique on each move or `&mut` use and so invalidate
+/// those pointers (Miri's Stacked Borrows reports exactly that).
+struct Arena {
+    base: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl Arena {
+    /// At least `bytes` bytes (at least one line), or
+    /// [`SessionError::OutOfMemory`]. Zeroed pages come from the allocator
+    /// (`alloc_zeroed`), so a large arena costs nothing until it is touched.
+    fn zeroed(bytes: usize) -> Result<Arena, SessionError> {
+        let size = bytes.div_ceil(LINE).max(1).checked_mul(LINE).ok_or_else(|| oom(bytes, "the device arena"))?;
+        let layout = std::alloc::Layout::from_size_align(size, LINE).map_err(|_| oom(bytes, "the device arena"))?;
+        // SAFETY: the layout has a non-zero size (at least one 64-byte line).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let base = std::ptr::NonNull::new(p).ok_or_else(|| oom(layout.size(), "the device arena"))?;
+        Ok(Arena { base, layout })
+    }
+
+    /// The first byte; valid for reads and writes of `layout.size()` bytes.
+    fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Zero every byte.
+    fn clear(&mut self) {
+        // SAFETY: the allocation holds `layout.size()` bytes; no program runs (`&mut self`).
+        unsafe { std::ptr::write_bytes(self.base(), 0, self.layout.size()) }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` by the global allocator with this layout.
+        unsafe { std::alloc::dealloc(self.base(), self.layout) }
     }
 }
 
@@ -514,215 +722,5 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
 }
 
 #[cfg(test)]
-mod tests {
-    //! Executor tests with a few trivial kernels of their own (f32 only).
-    use super::*;
-
-    #[test]
-    fn large_copies_split_over_threads_copy_every_byte() {
-        for len in [PAR_COPY_MIN - 1, PAR_COPY_MIN, 3 * PAR_COPY_MIN + 4097] {
-            let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-            let mut dst = vec![0u8; len + 1];
-            // SAFETY: both buffers hold `len` bytes and do not overlap.
-            unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), len) };
-            assert_eq!(&dst[..len], &src[..], "len {len}");
-            assert_eq!(dst[len], 0, "no byte past the end");
-        }
-    }
-    use popart_ir::{AttrValue, Attributes, DataType, HostTensor, Ir, StreamDirection, TensorInfo, TensorKind};
-
-    struct AddF32(usize);
-    impl Kernel for AddF32 {
-        unsafe fn run(&self, args: &KernelArgs<'_>) {
-            let (a, b) = (args.inputs[0] as *const f32, args.inputs[1] as *const f32);
-            let y = args.outputs[0] as *mut f32;
-            for i in 0..self.0 {
-                *y.add(i) = *a.add(i) + *b.add(i);
-            }
-        }
-    }
-    struct AddInplaceF32(usize);
-    impl Kernel for AddInplaceF32 {
-        unsafe fn run(&self, args: &KernelArgs<'_>) {
-            let (b, y) = (args.inputs[1] as *const f32, args.outputs[0] as *mut f32);
-            for i in 0..self.0 {
-                *y.add(i) += *b.add(i);
-            }
-        }
-    }
-    struct GreaterScalar;
-    impl Kernel for GreaterScalar {
-        unsafe fn run(&self, args: &KernelArgs<'_>) {
-            let (a, b) = (*(args.inputs[0] as *const f32), *(args.inputs[1] as *const f32));
-            *args.outputs[0] = (a > b) as u8;
-        }
-    }
-
-    fn factory(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
-        let n = spec.outputs.first().map_or(0, |o| o.1.nelms());
-        use popart_ir::ops::all as ir;
-        if spec.is::<ir::Add>() {
-            Ok(Box::new(AddF32(n)))
-        } else if spec.is::<ir::AddInplace>() {
-            Ok(Box::new(AddInplaceF32(n)))
-        } else if spec.is::<ir::Greater>() {
-            Ok(Box::new(GreaterScalar))
-        } else {
-            Err(KernelError { op_type: spec.op_type().into(), reason: "not in the test factory".into() })
-        }
-    }
-
-    fn f32s(n: usize) -> TensorInfo {
-        TensorInfo::new(DataType::Float32, [n])
-    }
-
-    fn stream_attrs(name: &str) -> Attributes {
-        Attributes::new().with("stream", AttrValue::Str(name.into()))
-    }
-
-    fn bytes(v: &[f32]) -> Vec<u8> {
-        v.iter().flat_map(|x| x.to_le_bytes()).collect()
-    }
-
-    fn floats(b: &[u8]) -> Vec<f32> {
-        b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
-    }
-
-    /// main: x = load(in); repeat 3 { acc = acc + x (loaded again inside) }; store(acc).
-    fn repeat_ir() -> Ir {
-        let mut ir = Ir::new();
-        let main = ir.main_graph_id();
-        let info = f32s(2);
-        ir.main_graph_mut().add_tensor("in", info.clone(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
-        ir.main_graph_mut().add_tensor("out", info.clone(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
-        let body = ir.create_graph("body").unwrap();
-        let acc = ir.graph_mut(body).unwrap().add_input("acc", info.clone()).unwrap();
-        let l = ir.create_op(body, "HostLoad", stream_attrs("in"), &[], "load").unwrap();
-        let x = ir.graph(body).unwrap().op(l).unwrap().output(0).unwrap();
-        let a = ir.create_op(body, "Add", Attributes::new(), &[(0, acc), (1, x)], "add").unwrap();
-        let y = ir.graph(body).unwrap().op(a).unwrap().output(0).unwrap();
-        ir.graph_mut(body).unwrap().add_output(y).unwrap();
-        let zero = ir
-            .main_graph_mut()
-            .add_tensor("zero", info.clone(), TensorKind::Constant(HostTensor::zeros(info)))
-            .unwrap();
-        let r = ir
-            .create_op(
-                main,
-                "Repeat",
-                Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(3)),
-                &[(0, zero)],
-                "rep",
-            )
-            .unwrap();
-        let o = ir.main_graph().op(r).unwrap().output(0).unwrap();
-        ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();
-        ir.verify().unwrap();
-        ir
-    }
-
-    #[test]
-    fn repeat_with_host_load_pops_each_iteration_and_wraps() {
-        let ir = repeat_ir();
-        let exe = popart_lower::lower(&ir).unwrap();
-        let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
-        ex.run(EngineProgram::Init);
-        // Two elements for three pops: the third pop wraps to element 0.
-        let mut input = bytes(&[1.0, 2.0, 10.0, 20.0]);
-        let mut output = vec![0u8; 8];
-        unsafe {
-            ex.bind_stream(StreamId(0), input.as_mut_ptr(), input.len(), 2).unwrap();
-            ex.bind_stream(StreamId(1), output.as_mut_ptr(), output.len(), 1).unwrap();
-        }
-        ex.run(EngineProgram::Main);
-        ex.unbind_streams();
-        assert_eq!(floats(&output), vec![1.0 + 10.0 + 1.0, 2.0 + 20.0 + 2.0]);
-        assert_eq!(ex.counters().host_to_device, 3);
-        assert_eq!(ex.counters().kernels, 3);
-    }
-
-    #[test]
-    fn unsupported_kernels_fail_at_compile_time_naming_the_op() {
-        let mut ir = Ir::new();
-        let main = ir.main_graph_id();
-        let c = ir.main_graph_mut().add_tensor("c", f32s(1), TensorKind::Constant(HostTensor::zeros(f32s(1)))).unwrap();
-        ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "my_exp").unwrap();
-        let exe = popart_lower::lower(&ir).unwrap();
-        let err = CpuExecutor::new(&exe, &factory).unwrap_err();
-        assert_eq!(err.op_type, "Exp");
-        assert!(err.reason.contains("main/my_exp"), "{}", err.reason);
-    }
-
-    #[test]
-    fn binding_checks_sizes() {
-        let exe = popart_lower::lower(&repeat_ir()).unwrap();
-        let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
-        let mut small = vec![0u8; 4];
-        let err = unsafe { ex.bind_stream(StreamId(0), small.as_mut_ptr(), 4, 1) }.unwrap_err();
-        assert_eq!(err, BindError::TooSmall { stream: 0, got: 4, count: 1, element_bytes: 8 });
-        assert_eq!(unsafe { ex.bind_stream(StreamId(9), small.as_mut_ptr(), 4, 1) }, Err(BindError::UnknownStream(9)));
-    }
-
-    #[test]
-    fn if_runs_one_branch() {
-        // out = (a > b) ? a + b : a (+)= b in place on a copy.
-        let mut ir = Ir::new();
-        let main = ir.main_graph_id();
-        let s = f32s(1);
-        for (n, d) in [
-            ("a", StreamDirection::HostToDevice),
-            ("b", StreamDirection::HostToDevice),
-            ("out", StreamDirection::DeviceToHost),
-        ] {
-            ir.main_graph_mut().add_tensor(n, s.clone(), TensorKind::Stream(d)).unwrap();
-        }
-        let mut branch = |name: &str, inplace: bool| {
-            let g = ir.create_graph(name).unwrap();
-            let x = ir.graph_mut(g).unwrap().add_input("x", s.clone()).unwrap();
-            let y = ir.graph_mut(g).unwrap().add_input("y", s.clone()).unwrap();
-            let op = ir
-                .create_op(g, if inplace { "AddInplace" } else { "Add" }, Attributes::new(), &[(0, x), (1, y)], "add")
-                .unwrap();
-            let o = ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap();
-            // then: x + y; else: x + y + y (in place twice)
-            let o = if inplace {
-                let op2 = ir.create_op(g, "AddInplace", Attributes::new(), &[(0, o), (1, y)], "add2").unwrap();
-                ir.graph(g).unwrap().op(op2).unwrap().output(0).unwrap()
-            } else {
-                o
-            };
-            ir.graph_mut(g).unwrap().add_output(o).unwrap();
-            g
-        };
-        let then_g = branch("then", false);
-        let else_g = branch("else", true);
-        let la = ir.create_op(main, "HostLoad", stream_attrs("a"), &[], "la").unwrap();
-        let lb = ir.create_op(main, "HostLoad", stream_attrs("b"), &[], "lb").unwrap();
-        let a = ir.main_graph().op(la).unwrap().output(0).unwrap();
-        let b = ir.main_graph().op(lb).unwrap().output(0).unwrap();
-        let gt = ir.create_op(main, "Greater", Attributes::new(), &[(0, a), (1, b)], "gt").unwrap();
-        let c = ir.main_graph().op(gt).unwrap().output(0).unwrap();
-        let attrs = Attributes::new()
-            .with("then_graph", AttrValue::Graph(then_g))
-            .with("else_graph", AttrValue::Graph(else_g))
-            .with("then_inputs", AttrValue::Ints(vec![1, 2]))
-            .with("else_inputs", AttrValue::Ints(vec![1, 2]));
-        let iff = ir.create_op(main, "If", attrs, &[(0, c), (1, a), (2, b)], "if").unwrap();
-        let o = ir.main_graph().op(iff).unwrap().output(0).unwrap();
-        ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();
-        ir.verify().unwrap();
-        let exe = popart_lower::lower(&ir).unwrap();
-        let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
-        for (a, b, want) in [(5.0f32, 1.0f32, 6.0f32), (1.0, 5.0, 11.0)] {
-            let (mut ia, mut ib, mut out) = (bytes(&[a]), bytes(&[b]), vec![0u8; 4]);
-            unsafe {
-                ex.bind_stream(StreamId(0), ia.as_mut_ptr(), 4, 1).unwrap();
-                ex.bind_stream(StreamId(1), ib.as_mut_ptr(), 4, 1).unwrap();
-                ex.bind_stream(StreamId(2), out.as_mut_ptr(), 4, 1).unwrap();
-            }
-            ex.run(EngineProgram::Main);
-            ex.unbind_streams();
-            assert_eq!(floats(&out), vec![want], "a={a} b={b}");
-        }
-    }
-}
+#[path = "executor_tests.rs"]
+mod tests;

@@ -10,6 +10,8 @@
 use popart_ir::{Attributes, OpDef, TensorInfo};
 
 /// Everything a kernel builder may look at, fixed at compile time.
+///
+/// Build one with [`KernelSpec::new`] (run-time checks off) or a struct literal.
 #[derive(Clone, Debug)]
 pub struct KernelSpec<'a> {
     /// The op's definition (its type).
@@ -20,6 +22,24 @@ pub struct KernelSpec<'a> {
     pub inputs: Vec<(u32, TensorInfo)>,
     /// Outputs as (op output index, info), sorted by index.
     pub outputs: Vec<(u32, TensorInfo)>,
+    /// Build the kernel with run-time index checks: an index or label out of
+    /// range makes [`Kernel::run`] fail with [`KernelRunError::IndexOutOfRange`]
+    /// before it writes anything, instead of the op's defined out-of-range
+    /// result (see [`crate::SessionOptions::check_indices`]). Kernels without
+    /// indices ignore it.
+    pub check_indices: bool,
+}
+
+impl<'a> KernelSpec<'a> {
+    /// A spec with run-time checks off.
+    pub fn new(
+        def: &'static dyn OpDef,
+        attrs: &'a Attributes,
+        inputs: Vec<(u32, TensorInfo)>,
+        outputs: Vec<(u32, TensorInfo)>,
+    ) -> Self {
+        KernelSpec { def, attrs, inputs, outputs, check_indices: false }
+    }
 }
 
 impl KernelSpec<'_> {
@@ -48,6 +68,25 @@ pub struct KernelError {
     pub reason: String,
 }
 
+/// Why a kernel failed while running. Only kernels built with
+/// [`KernelSpec::check_indices`] fail, and they fail before writing any output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KernelRunError {
+    /// An index (a gather index, a loss label) outside `[-bound, bound)` (gather)
+    /// or `[0, bound)` (labels). Unsigned indices above `i64::MAX` are reported
+    /// as `i64::MAX`.
+    #[error("index {index} is out of range for a dimension of size {bound}")]
+    IndexOutOfRange {
+        /// The index value.
+        index: i64,
+        /// The size of the indexed dimension.
+        bound: usize,
+    },
+}
+
+/// What [`Kernel::run`] returns.
+pub type KernelResult = Result<(), KernelRunError>;
+
 /// Raw buffers of one kernel execution, in the order of `KernelSpec::inputs` / `outputs`.
 ///
 /// Invariants guaranteed by the executor: every pointer is valid and aligned to 64
@@ -64,9 +103,10 @@ pub struct KernelArgs<'a> {
 
 /// One compiled kernel.
 pub trait Kernel: Send + Sync {
-    /// Execute on the given buffers.
+    /// Execute on the given buffers. An error (only from run-time checks, see
+    /// [`KernelRunError`]) means no output was written.
     ///
     /// # Safety
     /// The caller guarantees the invariants documented on [`KernelArgs`].
-    unsafe fn run(&self, args: &KernelArgs<'_>);
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult;
 }

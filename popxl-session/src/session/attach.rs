@@ -22,10 +22,11 @@ impl Session {
         if self.device == DeviceType::IpuHw {
             return false;
         }
-        self.attached = true;
         self.executor.clear_memory();
-        self.executor.run(EngineProgram::Init);
-        true
+        // The init program only writes constants (no kernels, no streams): it
+        // cannot fail; if it did, the session stays detached.
+        self.attached = self.executor.run(EngineProgram::Init).is_ok();
+        self.attached
     }
 
     /// Attach, or fail with [`SessionError::AttachFailed`]. With no IPU hardware
@@ -131,32 +132,40 @@ impl Session {
     /// Copy every variable from the host copies to the device.
     pub fn weights_from_host(&mut self) -> Result<()> {
         self.require_attached("weights_from_host")?;
-        self.run_weight_program(EngineProgram::WeightsFromHost);
+        self.run_weight_program(EngineProgram::WeightsFromHost)?;
         self.counts.weights_from_host += 1;
         Ok(())
     }
 
     /// Run a weight program with every variable's host copy bound to its weight
-    /// stream of that direction.
-    fn run_weight_program(&mut self, program: EngineProgram) {
+    /// stream of that direction. Binding checks each host copy holds its stream's
+    /// bytes; weight programs run no kernel, so they cannot fail once bound.
+    fn run_weight_program(&mut self, program: EngineProgram) -> Result<()> {
         let to_host = matches!(program, EngineProgram::WeightsToHost);
+        let mut bound = Ok(());
         for (k, v) in self.variables.iter_mut() {
             let Some(w) = v.weight else { continue };
             let stream = if to_host { self.exe.weights[w].to_host } else { self.exe.weights[w].from_host };
             let bytes = v.data.bytes.len();
             // SAFETY: the host copy outlives this call and is not touched while the
             // program reads or writes it; the streams are unbound right after.
-            unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) }
-                .unwrap_or_else(|e| unreachable!("weight stream of {k:?} sized from its variable: {e}"));
+            let r = unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) };
+            if let Err(e) = r {
+                bound = Err(SessionError::Internal { reason: format!("weight stream of {k:?}: {e}") });
+                break;
+            }
         }
-        self.executor.run(program);
+        let ran = bound.and_then(|_| {
+            self.executor.run(program).map_err(|e| SessionError::Internal { reason: format!("{program:?}: {e}") })
+        });
         self.executor.unbind_streams();
+        ran
     }
 
     /// Copy every variable from the device to the host copies, which are then in sync.
     pub fn weights_to_host(&mut self) -> Result<()> {
         self.require_attached("weights_to_host")?;
-        self.run_weight_program(EngineProgram::WeightsToHost);
+        self.run_weight_program(EngineProgram::WeightsToHost)?;
         self.host_weights_in_sync = true;
         self.counts.weights_to_host += 1;
         Ok(())
@@ -187,7 +196,8 @@ impl Session {
     pub fn get_tensor(&self, name: &str) -> Result<Tensor> {
         let main = self.prepared.main_graph();
         let t = main.tensor_by_name(name).map_err(|_| SessionError::UnknownTensor { name: name.to_string() })?;
-        Ok(Tensor::unbound(&self.prepared, main.id(), t.id).expect("a tensor of the main graph"))
+        Tensor::unbound(&self.prepared, main.id(), t.id)
+            .map_err(|e| SessionError::Internal { reason: format!("tensor `{name}` of the main graph: {e}") })
     }
 
     /// Resolve a handle to its graph and tensor ids and its tensor in the prepared
@@ -239,9 +249,21 @@ impl Session {
                 let (g, id, core) = self.resolve(t)?;
                 let data = match &core.kind {
                     TensorKind::Constant(d) => d,
-                    _ => &self.variables[&(g, id)].data,
+                    _ => {
+                        &self
+                            .variables
+                            .get(&(g, id))
+                            .ok_or_else(|| SessionError::Internal {
+                                reason: format!("variable `{}` has no host copy", t.id()),
+                            })?
+                            .data
+                    }
                 };
-                Ok(HostArray::from_host_tensor(data).expect("host data matches its info"))
+                // The host copy came from the device: check it (bool bytes 0 or 1).
+                data.validate()
+                    .map_err(|source| SessionError::InvalidHostData { tensor: t.id().to_string(), source })?;
+                HostArray::from_host_tensor(data)
+                    .map_err(|e| SessionError::Internal { reason: format!("data of `{}`: {e}", t.id()) })
             })
             .collect()
     }
@@ -286,16 +308,24 @@ impl Session {
                     got: arr.shape().to_vec(),
                 });
             }
-            writes.push(((g, id), arr.to_host_tensor()));
+            let data = arr.to_host_tensor();
+            data.validate().map_err(|source| SessionError::InvalidHostData { tensor: t.id().to_string(), source })?;
+            if !self.variables.contains_key(&(g, id)) {
+                return Err(SessionError::Internal { reason: format!("variable `{}` has no host copy", t.id()) });
+            }
+            writes.push(((g, id), data));
         }
         let mut device_writes = false;
         for (key, data) in writes {
-            let v = self.variables.get_mut(&key).expect("resolved variables have host copies");
+            let Some(v) = self.variables.get_mut(&key) else { continue };
             v.data = data;
             if self.attached {
                 if let Some(w) = v.weight {
                     let buffer = self.exe.weights[w].buffer;
-                    self.executor.write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes);
+                    // The buffer was checked to lie within the arena at compile time.
+                    self.executor
+                        .write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes)
+                        .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
                     device_writes = true;
                 }
             }

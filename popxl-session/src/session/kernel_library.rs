@@ -11,7 +11,11 @@ pub(super) fn default_kernels(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, 
 }
 
 /// Compile the lowered programs of `exe` for the `cpu` executor, building every
-/// kernel with `kernels`.
-pub(super) fn compile(exe: &popart_lower::Executable, kernels: KernelFactory<'_>) -> Result<CpuExecutor> {
-    Ok(CpuExecutor::new(exe, kernels)?)
+/// kernel with `kernels` (with run-time index checks when `check_indices`).
+pub(super) fn compile(
+    exe: &popart_lower::Executable,
+    kernels: KernelFactory<'_>,
+    check_indices: bool,
+) -> Result<CpuExecutor> {
+    CpuExecutor::with_checks(exe, kernels, check_indices)
 }

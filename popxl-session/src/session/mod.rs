@@ -91,6 +91,17 @@ fn reachable_ops(ir: &popart_ir::Ir) -> usize {
     n
 }
 
+/// A copy of host data, or [`SessionError::OutOfMemory`] naming `tensor`.
+fn try_clone_host(data: &HostTensor, tensor: &str) -> Result<HostTensor> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(data.bytes.len()).map_err(|_| SessionError::OutOfMemory {
+        requested: data.bytes.len(),
+        what: format!("the host copy of variable `{tensor}`"),
+    })?;
+    bytes.extend_from_slice(&data.bytes);
+    Ok(HostTensor { info: data.info.clone(), bytes })
+}
+
 /// Options of a [`Session`].
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -107,11 +118,27 @@ pub struct SessionOptions {
     /// of their own (`Pipeline::default().with_pattern(p)`). Its passes and their
     /// times are logged with `tracing` at debug level.
     pub pipeline: Option<popart_transforms::Pipeline>,
+    /// Check indices at run time (default false). Off, an out-of-range index has
+    /// the op's defined result: a `Gather` row of zeros (its gradient drops it),
+    /// a loss label treated like `ignore_index` (zero loss and gradient, not
+    /// counted in the mean). On, it makes [`Session::run`] fail with
+    /// [`SessionError::IndexOutOfRange`] naming the op, except for gathers built
+    /// with `zero_OOR` (zeros are what they ask for). On, every run also copies
+    /// the variables first (one copy of the permanent device memory, allocated
+    /// once at session creation) and restores them when the run fails, so a
+    /// failed run changes no variable.
+    pub check_indices: bool,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { weights_to_host_on_exit: true, downcast_inputs: true, patterns: true, pipeline: None }
+        SessionOptions {
+            weights_to_host_on_exit: true,
+            downcast_inputs: true,
+            patterns: true,
+            pipeline: None,
+            check_indices: false,
+        }
     }
 }
 
@@ -210,6 +237,10 @@ pub struct Session {
     d2h: Vec<DataStream>,
     stream_position: HashMap<TensorId, usize>,
     counts: TransferCounts,
+    /// Copy of the permanent device memory (variables, constants) taken at the
+    /// start of each run when [`SessionOptions::check_indices`], restored when the
+    /// run fails; empty otherwise.
+    snapshot: Vec<u8>,
 }
 
 impl fmt::Debug for Session {
@@ -264,7 +295,9 @@ impl Session {
         ir.freeze();
         let mut prepared = ir.with_ir(|core| core.clone());
         let rf = prepared.replication_factor.max(1);
-        let num_ipus = rf.next_power_of_two();
+        let num_ipus = rf.checked_next_power_of_two().ok_or_else(|| SessionError::SizeOverflow {
+            what: format!("the number of IPUs for replication_factor {rf}"),
+        })?;
         match device {
             DeviceType::Cpu if num_ipus > 1 => {
                 return Err(SessionError::CpuMultipleDevices { num_ipus, replication_factor: rf })
@@ -288,14 +321,23 @@ impl Session {
         if reachable_ops(&prepared) == 0 {
             return Err(SessionError::NoOps { ir_id });
         }
-        let exe = popart_lower::lower(&prepared)?;
-        let executor = kernel_library::compile(&exe, kernels)?;
+        let exe = popart_lower::lower(&prepared).map_err(|e| match e {
+            popart_lower::LowerError::Size(e) => SessionError::from(e),
+            e => SessionError::Lower(e),
+        })?;
+        let executor = kernel_library::compile(&exe, kernels, options.check_indices)?;
+        let snapshot = if options.check_indices {
+            popart_ir::size::try_zeroed_bytes(exe.memory.permanent_bytes, "the variable snapshot of check_indices")?
+        } else {
+            Vec::new()
+        };
 
         let mut variables = HashMap::new();
         for g in prepared.graphs() {
             for t in g.variables() {
                 if let TensorKind::Variable(data) = &t.kind {
-                    variables.insert((g.id(), t.id), HostVariable { data: data.clone(), weight: None });
+                    let data = try_clone_host(data, &t.name)?;
+                    variables.insert((g.id(), t.id), HostVariable { data, weight: None });
                 }
             }
         }
@@ -335,6 +377,7 @@ impl Session {
             d2h,
             stream_position,
             counts: TransferCounts::default(),
+            snapshot,
         })
     }
 

@@ -8,8 +8,9 @@ use popart_lower::StreamId;
 use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream, Tensor};
 
 use super::{DataStream, Inputs, Outputs, Result, Session};
-use crate::cpu::executor::EngineProgram;
-use crate::host::{assign_bytes, bytes_of, mut_ptr_of};
+use crate::cpu::executor::{EngineProgram, ExecError};
+use crate::cpu::kernel::KernelRunError;
+use crate::host::{assign_bytes, bytes_of, mut_ptr_of, try_zeros};
 use crate::SessionError;
 
 /// The 32-bit type a 64-bit array is downcast to (PopXL's `downcast_inputs`).
@@ -25,6 +26,9 @@ fn downcast_target(dtype: DataType) -> Option<DataType> {
 impl Session {
     /// The host-to-device streams `run` expects data for, in creation order
     /// (unbound handles, equal to those of the IR: see [`Session`]).
+    // The streams were collected from the prepared IR's main graph when the
+    // session was created, and that IR is frozen: the handles always exist.
+    #[allow(clippy::expect_used)]
     pub fn expected_inputs(&self) -> Vec<HostToDeviceStream> {
         self.h2d
             .iter()
@@ -48,15 +52,20 @@ impl Session {
 
     /// A zero-filled output array for every device-to-host stream, shaped as
     /// [`Session::host_shape`] (keyed by unbound handles: see [`Session`]).
-    pub fn create_host_outputs(&self) -> Outputs {
-        self.d2h
-            .iter()
-            .map(|d| {
-                let s = DeviceToHostStream::unbound(&self.prepared, d.tensor).expect("a data stream of the main graph");
-                let info = popart_ir::TensorInfo::new(d.dtype, self.host_shape(&d.shape));
-                (s, HostArray::full(&info, 0.0))
-            })
-            .collect()
+    ///
+    /// Errors: [`SessionError::SizeOverflow`] when `num_host_transfers x
+    /// replication_factor x` a stream's elements overflows, and
+    /// [`SessionError::OutOfMemory`] when the allocator refuses an array.
+    pub fn create_host_outputs(&self) -> Result<Outputs> {
+        let mut outputs = Outputs::with_capacity(self.d2h.len());
+        for d in &self.d2h {
+            let s = DeviceToHostStream::unbound(&self.prepared, d.tensor)
+                .map_err(|e| SessionError::Internal { reason: format!("device-to-host stream `{}`: {e}", d.name) })?;
+            let info = popart_ir::TensorInfo::new(d.dtype, self.host_shape(&d.shape));
+            let array = try_zeros(&info, &format!("the output array of stream `{}`", d.name))?;
+            outputs.insert(s, array);
+        }
+        Ok(outputs)
     }
 
     /// Run the main program once with `inputs`, returning a new array for every
@@ -64,7 +73,7 @@ impl Session {
     /// [`Session::run_with_outputs`]).
     pub fn run(&mut self, inputs: &Inputs) -> Result<Outputs> {
         self.require_attached("run")?;
-        let mut outputs = self.create_host_outputs();
+        let mut outputs = self.create_host_outputs()?;
         self.run_with_outputs(inputs, &mut outputs)?;
         Ok(outputs)
     }
@@ -78,6 +87,13 @@ impl Session {
     /// Each execution of a host load takes the next of the `num_host_transfers`
     /// elements of its stream, wrapping around when a stream is used more often;
     /// host stores likewise. The host copies of the variables become stale.
+    ///
+    /// Every input and output is checked before anything runs, so a wrong
+    /// stream set, shape or dtype changes nothing. A run that fails while
+    /// running ([`SessionError::IndexOutOfRange`], only with
+    /// [`crate::SessionOptions::check_indices`]) leaves every variable as it was
+    /// before the run; the output arrays then hold unspecified values. Either
+    /// way the session stays usable.
     pub fn run_with_outputs(&mut self, inputs: &Inputs, outputs: &mut Outputs) -> Result<()> {
         self.require_attached("run_with_outputs")?;
         let nht = self.exe.num_host_transfers.max(1);
@@ -115,28 +131,56 @@ impl Session {
         for (pos, buf) in scratch.iter_mut() {
             out_ptrs.push((self.d2h[*pos].id, buf.as_mut_ptr(), buf.len()));
         }
-        // Bind, run, unbind.
+        // Bind, run, unbind. `bind_stream` checks each buffer holds `nht`
+        // elements (validated above, so an error here is a bug).
+        let bind_error = |e: crate::cpu::executor::BindError| SessionError::Internal { reason: e.to_string() };
+        let mut bound: Result<()> = Ok(());
         for (pos, data) in &in_data {
-            let pos = *pos;
-            // SAFETY: the input bytes outlive the run and are only read
-            // (host-to-device transfers never write host memory).
-            unsafe { self.executor.bind_stream(self.h2d[pos].id, data.as_ptr() as *mut u8, data.len(), nht) }
-                .expect("sizes validated");
+            bound = bound.and_then(|_| {
+                // SAFETY: the input bytes outlive the run (they are dropped below,
+                // after `unbind_streams`) and are only read (host-to-device
+                // transfers never write host memory).
+                unsafe { self.executor.bind_stream(self.h2d[*pos].id, data.as_ptr() as *mut u8, data.len(), nht) }
+                    .map_err(bind_error)
+            });
         }
         for &(id, p, n) in &out_ptrs {
             // SAFETY: the output arrays (or scratch buffers) are exclusively borrowed
-            // for the whole run.
-            unsafe { self.executor.bind_stream(id, p, n, nht) }.expect("sizes validated");
+            // for the whole run and outlive it.
+            bound = bound.and_then(|_| unsafe { self.executor.bind_stream(id, p, n, nht) }.map_err(bind_error));
         }
-        self.executor.run(EngineProgram::Main);
+        if let Err(e) = bound {
+            self.executor.unbind_streams();
+            return Err(e);
+        }
+        if !self.snapshot.is_empty() {
+            match self.executor.read_buffer(0, self.snapshot.len()) {
+                Ok(permanent) => self.snapshot.copy_from_slice(permanent),
+                Err(e) => {
+                    self.executor.unbind_streams();
+                    return Err(SessionError::Internal { reason: e.to_string() });
+                }
+            }
+        }
+        let ran = self.executor.run(EngineProgram::Main);
         self.executor.unbind_streams();
+        if let Err(e) = ran {
+            // Restore the variables (and constants) as they were before the run.
+            if !self.snapshot.is_empty() {
+                self.executor
+                    .write_buffer(0, &self.snapshot)
+                    .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
+            }
+            return Err(exec_error(e));
+        }
         drop(in_data);
         drop(arrays);
         if !scratch.is_empty() {
             for (s, arr) in outputs.iter_mut() {
                 let pos = self.stream_position[&s.tensor().tensor_id()];
                 if let Some((_, buf)) = scratch.iter().find(|(p, _)| *p == pos) {
-                    assign_bytes(arr, buf);
+                    assign_bytes(arr, buf)
+                        .map_err(|e| SessionError::InvalidHostData { tensor: s.name().to_string(), source: e })?;
                 }
             }
         }
@@ -227,10 +271,24 @@ impl Session {
         if squeezed_rank > data_index && shape.get(data_index..) != Some(s.shape.as_slice()) {
             return Err(mismatch());
         }
-        let element: usize = s.shape.iter().product();
-        if arr.nelms() < nht.max(1) * rf.max(1) * element {
+        let mut dims = vec![nht.max(1), rf.max(1)];
+        dims.extend_from_slice(&s.shape);
+        let needed = popart_ir::size::checked_product(&dims).ok_or_else(|| SessionError::SizeOverflow {
+            what: format!("the host array of {role} stream `{}` ({dims:?} elements)", s.name),
+        })?;
+        if arr.nelms() < needed {
             return Err(mismatch());
         }
         Ok(())
+    }
+}
+
+/// The session error of a failed execution.
+fn exec_error(e: ExecError) -> SessionError {
+    match e {
+        ExecError::Kernel { op, op_type, error: KernelRunError::IndexOutOfRange { index, bound } } => {
+            SessionError::IndexOutOfRange { op, op_type, index, bound }
+        }
+        e @ ExecError::UnboundStream { .. } => SessionError::Internal { reason: e.to_string() },
     }
 }

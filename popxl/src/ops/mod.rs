@@ -11,7 +11,7 @@
 //! | unary, binary | every function of [`elementwise`] ([`negate`] [`exp`] [`log1p`] ... [`cast`]; [`add`] ... [`select`] (`where`)), also re-exported here |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
-//! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] |
+//! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
 //! | host IO | [`host_load`] [`host_store`] |
@@ -33,7 +33,7 @@ pub use nn::{
     softmax, sum, NllLossOptions, Reduction,
 };
 pub use random::{dropout, random_normal, random_uniform};
-pub use shape::{concat, flatten, gather, index, reshape, slice, squeeze, transpose, SliceIndex};
+pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
 pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
 
 use popart_ir::{Attributes, OpDef, OpId, TensorId};

@@ -321,6 +321,12 @@ pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
 /// Pick the elements at integer `indices` along `axis` of `t` (op `Gather`);
 /// the result's shape is `t.shape[..axis] + indices.shape + t.shape[axis+1..]`.
 ///
+/// Indices count from the end when negative (`numpy.take`); an index outside
+/// `[-len, len)` gives a row of zeros, and its gradient is dropped. PopXL
+/// leaves such rows undefined unless `zero_OOR`; with the session option
+/// `check_indices` they are a run-time error (see [`gather_with`] for
+/// `zero_OOR`, which asks for the zeros and so is never an error).
+///
 /// ```
 /// let ir = popxl::Ir::new();
 /// let _g = ir.main_graph().enter();
@@ -329,5 +335,25 @@ pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::gather(&table, &idx, 0).unwrap().shape(), &[2, 3, 4]);
 /// ```
 pub fn gather(t: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor> {
-    OpBuilder::new("gather", &ir_ops::Gather).input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis)).create1()
+    gather_with(t, indices, axis, false)
+}
+
+/// [`gather`] with PopXL's `zero_OOR`: `true` asks for zeros at out-of-range
+/// indices (what [`gather`] computes too), so run-time index checks
+/// (`check_indices`) do not report them.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let table = popxl::constant(ndarray::Array2::<f32>::ones((10, 4)), "table").unwrap();
+/// let idx = popxl::constant(ndarray::Array1::<i32>::from(vec![3, 99]), "idx").unwrap();
+/// assert_eq!(popxl::ops::gather_with(&table, &idx, 0, true).unwrap().shape(), &[2, 4]);
+/// ```
+pub fn gather_with(t: &Tensor, indices: &Tensor, axis: i64, zero_oor: bool) -> Result<Tensor> {
+    let mut b =
+        OpBuilder::new("gather", &ir_ops::Gather).input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis));
+    if zero_oor {
+        b = b.attr("zero_OOR", AttrValue::Bool(true));
+    }
+    b.create1()
 }

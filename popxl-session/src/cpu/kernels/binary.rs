@@ -11,7 +11,7 @@ use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, Slot, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use half::f16;
 use popart_ir::ops::all as ir;
 
@@ -61,7 +61,7 @@ where
     O: Copy + Send + Sync + 'static,
     F: Map2<T, O>,
 {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let a = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let b = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut O);
@@ -95,6 +95,7 @@ where
                 }
             });
         });
+        Ok(())
     }
 }
 
@@ -120,7 +121,7 @@ impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> NAry<T, F, 
 }
 
 impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for NAry<T, F, N> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let ins: [SendPtr<T>; N] = std::array::from_fn(|k| SendPtr(args.inputs[self.pos[k]] as *mut T));
         let y = SendPtr(args.outputs[0] as *mut T);
         let inner = self.plan.inner_strides();
@@ -143,6 +144,7 @@ impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for 
                 }
             });
         });
+        Ok(())
     }
 }
 
@@ -245,7 +247,7 @@ struct WhereKernel<E> {
 }
 
 impl<E: Copy + Send + Sync + 'static> Kernel for WhereKernel<E> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let c = SendPtr(args.inputs[self.pos[0]] as *mut u8);
         let a = SendPtr(args.inputs[self.pos[1]] as *mut E);
         let b = SendPtr(args.inputs[self.pos[2]] as *mut E);
@@ -270,6 +272,7 @@ impl<E: Copy + Send + Sync + 'static> Kernel for WhereKernel<E> {
                 }
             });
         });
+        Ok(())
     }
 }
 

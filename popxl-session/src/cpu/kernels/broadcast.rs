@@ -57,11 +57,14 @@ impl<const N: usize> Broadcast<N> {
                 }
             }
             // Merge with the previous dim when every operand stays contiguous.
-            if let Some(&last) = dims.last() {
-                if (0..N).all(|k| *strides[k].last().unwrap() == st[k] * od) {
-                    *dims.last_mut().unwrap() = last * od;
+            // (`strides[k]` has one entry per entry of `dims`.)
+            if let Some(last) = dims.last_mut() {
+                if (0..N).all(|k| strides[k].last() == Some(&(st[k] * od))) {
+                    *last *= od;
                     for k in 0..N {
-                        *strides[k].last_mut().unwrap() = st[k];
+                        if let Some(s) = strides[k].last_mut() {
+                            *s = st[k];
+                        }
                     }
                     continue;
                 }
@@ -108,7 +111,8 @@ impl<const N: usize> Broadcast<N> {
 
     /// Stride of the innermost collapsed dim per operand: 0 (broadcast) or 1.
     pub(crate) fn inner_strides(&self) -> [usize; N] {
-        std::array::from_fn(|k| *self.strides[k].last().unwrap())
+        // `new` gives every operand at least one collapsed dim.
+        std::array::from_fn(|k| self.strides[k].last().copied().unwrap_or(0))
     }
 
     /// Call `f(out_offset, operand_offsets, len)` for the contiguous output

@@ -7,8 +7,8 @@ use half::f16;
 use popart_ir::{DataType, TensorInfo};
 
 use super::ptr::{slice, slice_mut};
-use super::spec::BuildResult;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use super::spec::{BuildResult, SpecExt};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 
 /// Runs an f32 kernel for an op whose float16 tensors are converted to and from
 /// f32 scratch buffers sized at build time.
@@ -56,18 +56,27 @@ pub(crate) fn f16_adapter(
         attrs: spec.attrs,
         inputs: spec.inputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
         outputs: spec.outputs.iter().map(|(i, t)| (*i, promote(t))).collect(),
+        check_indices: spec.check_indices,
     };
     let inner = build(&f32_spec)?;
     let mut scratch = Vec::new();
-    let mut slot = |t: &TensorInfo| {
-        (t.dtype == DataType::Float16).then(|| {
-            scratch.push(vec![0f32; t.nelms()]);
-            scratch.len() - 1
-        })
+    // Scratch is sized from user shapes: allocated fallibly (a refusal is a build error).
+    let mut slot = |t: &TensorInfo| -> Result<Option<usize>, KernelError> {
+        if t.dtype != DataType::Float16 {
+            return Ok(None);
+        }
+        let buf = popart_ir::size::try_zeroed_vec::<f32>(t.nelms(), "float32 scratch of a float16 kernel")
+            .map_err(|e| spec.error(e.to_string()))?;
+        scratch.push(buf);
+        Ok(Some(scratch.len() - 1))
     };
-    let outs: Vec<Option<usize>> = spec.outputs.iter().map(|(_, t)| slot(t)).collect();
-    let ins: Vec<Option<usize>> =
-        spec.inputs.iter().enumerate().map(|(p, (_, t))| if in_place && p == 0 { outs[0] } else { slot(t) }).collect();
+    let outs: Vec<Option<usize>> = spec.outputs.iter().map(|(_, t)| slot(t)).collect::<Result<_, _>>()?;
+    let ins: Vec<Option<usize>> = spec
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(p, (_, t))| if in_place && p == 0 { Ok(outs.first().copied().flatten()) } else { slot(t) })
+        .collect::<Result<_, _>>()?;
     let state = F16State {
         scratch,
         in_ptrs: vec![std::ptr::null(); spec.inputs.len()],
@@ -77,7 +86,7 @@ pub(crate) fn f16_adapter(
 }
 
 impl Kernel for F16Adapter {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         use half::slice::HalfFloatSliceExt;
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let st = &mut *guard;
@@ -98,12 +107,14 @@ impl Kernel for F16Adapter {
                 None => args.outputs[p],
             };
         }
-        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs });
+        // An error means the inner kernel wrote nothing: neither do we.
+        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs })?;
         for (p, s) in self.outs.iter().enumerate() {
             if let Some(s) = *s {
                 let buf = &st.scratch[s];
                 slice_mut(args.outputs[p] as *mut f16, buf.len()).convert_from_f32_slice(buf);
             }
         }
+        Ok(())
     }
 }

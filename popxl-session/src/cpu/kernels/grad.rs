@@ -16,7 +16,7 @@ use super::par::par_range;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axes, BuildResult, Slot, SpecExt, Types};
 use super::{unary, KernelEntry};
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 
 macro_rules! grad3 {
@@ -46,7 +46,7 @@ struct BroadcastScale<T> {
 }
 
 impl<T: Num> Kernel for BroadcastScale<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let g = SendPtr(args.inputs[self.src] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
         let [s] = self.plan.inner_strides();
@@ -66,6 +66,7 @@ impl<T: Num> Kernel for BroadcastScale<T> {
                 }
             });
         });
+        Ok(())
     }
 }
 
@@ -79,7 +80,7 @@ struct WhereGradKernel<E> {
 }
 
 impl<E: Copy + Default + Send + Sync + 'static> Kernel for WhereGradKernel<E> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let g = SendPtr(args.inputs[self.pos[0]] as *mut E);
         let c = SendPtr(args.inputs[self.pos[1]] as *mut Bool8);
         let y = SendPtr(args.outputs[0] as *mut E);
@@ -96,6 +97,7 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for WhereGradKernel<E> {
                 }
             });
         });
+        Ok(())
     }
 }
 
@@ -106,7 +108,7 @@ struct SumKernel<T> {
 }
 
 impl<T: Num> Kernel for SumKernel<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let y = SendPtr(args.outputs[0] as *mut T);
         let ins = args.inputs;
         // Raw input pointers are only read; wrap for the closure.
@@ -132,6 +134,7 @@ impl<T: Num> Kernel for SumKernel<T> {
                 start += len;
             }
         });
+        Ok(())
     }
 }
 
@@ -141,8 +144,9 @@ struct InitKernel {
 }
 
 impl Kernel for InitKernel {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         slice_mut(args.outputs[0], self.nbytes).fill(0);
+        Ok(())
     }
 }
 

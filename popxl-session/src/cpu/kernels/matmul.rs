@@ -20,7 +20,7 @@ use super::par::par_split;
 use super::ptr::{slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use crate::cpu::team;
 use popart_ir::ops::all as ir;
 use std::ops::Range;
@@ -254,7 +254,7 @@ impl<T: MatElem> MatMulKernel<T> {
 }
 
 impl<T: MatElem> Kernel for MatMulKernel<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let p = &self.plan;
         let dst = args.outputs[0] as *mut T;
         if self.zero_fill {
@@ -264,7 +264,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
                 Some((a, _)) => out.iter_mut().for_each(|v| *v = v.times(a)),
                 None => out.fill(T::ZERO),
             }
-            return;
+            return Ok(());
         }
         let lhs = args.inputs[p.lhs_pos] as *const T;
         let rhs = args.inputs[p.rhs_pos] as *const T;
@@ -279,7 +279,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
                     unsafe { self.call(j, d.get(), l.get(), r.get()) };
                 }
             });
-            return;
+            return Ok(());
         }
         for j in &p.jobs {
             if threads > 1 && work >= GEMM_PAR_MIN {
@@ -288,6 +288,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
                 self.call(j, dst, lhs, rhs);
             }
         }
+        Ok(())
     }
 }
 
@@ -366,7 +367,11 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (mk, kn, mn) = (m * k, k * n, m * n);
     let rhs_unbatched = bb.iter().product::<usize>() == 1;
     let (ki, ni) = (k as isize, n as isize);
-    let pairs = if rhs_unbatched { Vec::new() } else { batch_pairs(&ob, &ab, &bb).expect("shapes broadcast") };
+    let pairs = if rhs_unbatched {
+        Vec::new()
+    } else {
+        batch_pairs(&ob, &ab, &bb).ok_or_else(|| spec.error("batch dims do not broadcast"))?
+    };
     // Accumulate flags: the first job writing a dst block overwrites it.
     let mut seen = Vec::new();
     let mut first_write = |idx: usize| {
@@ -402,7 +407,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         }
         _ if spec.is::<ir::MatMulLhsGrad>() => {
             // dA[m, k] = g[m, n] @ bᵀ[n, k]; bᵀ(p, j) = b[j, p].
-            let g = g.expect("grad op");
+            let g = g.ok_or_else(|| spec.error("a matmul gradient needs its incoming gradient"))?;
             let (m_eff, jobs) = if rhs_unbatched {
                 (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
             } else {
@@ -428,7 +433,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         }
         _ => {
             // dB[k, n] = aᵀ[k, m] @ g[m, n]; aᵀ(r, c) = a[c, r].
-            let g = g.expect("grad op");
+            let g = g.ok_or_else(|| spec.error("a matmul gradient needs its incoming gradient"))?;
             let (k_eff, jobs) = if rhs_unbatched {
                 // The batch folds into the reduction dim: a as [(B m), k], g as [(B m), n].
                 (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])

@@ -46,13 +46,13 @@
 //!
 //! let info = TensorInfo::new(DataType::Float32, [3]);
 //! let attrs = Attributes::new();
-//! let spec = KernelSpec { def: &Add, attrs: &attrs, inputs: vec![(0, info.clone()), (1, info.clone())], outputs: vec![(0, info)] };
+//! let spec = KernelSpec::new(&Add, &attrs, vec![(0, info.clone()), (1, info.clone())], vec![(0, info)]);
 //! let kernel = build_kernel(&spec).unwrap();
 //! let (a, b, mut y) = ([1f32, 2.0, 3.0], [10f32, 20.0, 30.0], [0f32; 3]);
 //! let inputs = [a.as_ptr() as *const u8, b.as_ptr() as *const u8];
 //! let outputs = [y.as_mut_ptr() as *mut u8];
 //! // SAFETY: the buffers match the spec and do not overlap.
-//! unsafe { kernel.run(&KernelArgs { inputs: &inputs, outputs: &outputs }) };
+//! unsafe { kernel.run(&KernelArgs { inputs: &inputs, outputs: &outputs }) }.unwrap();
 //! assert_eq!(y, [11.0, 22.0, 33.0]);
 //! ```
 
@@ -139,7 +139,7 @@ mod tests {
     use popart_ir::{lookup_op, Attributes, OpFlags};
 
     fn spec<'a>(op: &str, attrs: &'a Attributes, inputs: Io, outputs: Io) -> KernelSpec<'a> {
-        KernelSpec { def: lookup_op(op).unwrap(), attrs, inputs, outputs }
+        KernelSpec::new(lookup_op(op).unwrap(), attrs, inputs, outputs)
     }
     type Io = Vec<(u32, popart_ir::TensorInfo)>;
 

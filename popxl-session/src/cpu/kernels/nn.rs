@@ -4,8 +4,12 @@
 //! Loss semantics (PopXL `nll_loss`): `probs` is `[N.., C]`, `labels` `[N..]`;
 //! a row whose label equals `ignore_index` contributes 0 and is not counted;
 //! `mean` divides by the number of counted rows (by 1 if every row is ignored,
-//! so gradients stay finite). A label outside `[0, C)` that is not ignored
-//! yields NaN for its row (kernels cannot fail at run time).
+//! so gradients stay finite). A label outside `[0, C)` that is not ignored is
+//! treated like `ignore_index`: zero loss and zero gradient for its row, not
+//! counted for `mean` (PopART's one-hot encoding leaves such a row all zero, so
+//! its loss would be `-log(eps)`: a meaningless number we do not reproduce).
+//! Built with run-time checks ([`KernelSpec::check_indices`]), the kernels
+//! instead fail on such a label before writing anything.
 
 use super::dispatch::{with_float, with_index};
 use super::elem::{Float, IndexElem};
@@ -14,7 +18,7 @@ use super::par::{par_split, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
 
 /// `[outer, len, inner]` view of a tensor around `axis`.
@@ -58,7 +62,7 @@ struct Softmax<T> {
 }
 
 impl<T: Float> Kernel for Softmax<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (x, y) = (SendPtr(args.inputs[0] as *mut T), SendPtr(args.outputs[0] as *mut T));
         let len = self.view.len;
         self.view.for_rows(move |first, stride| {
@@ -92,6 +96,7 @@ impl<T: Float> Kernel for Softmax<T> {
                 }
             }
         });
+        Ok(())
     }
 }
 
@@ -103,7 +108,7 @@ struct SoftmaxGrad<T> {
 }
 
 impl<T: Float> Kernel for SoftmaxGrad<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let g = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let y = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let dx = SendPtr(args.outputs[0] as *mut T);
@@ -118,6 +123,7 @@ impl<T: Float> Kernel for SoftmaxGrad<T> {
                 }
             }
         });
+        Ok(())
     }
 }
 
@@ -135,6 +141,8 @@ struct Nll {
     classes: usize,
     reduction: Reduction,
     ignore: Option<i64>,
+    /// Fail on labels out of range instead of ignoring them.
+    check: bool,
 }
 
 impl Nll {
@@ -149,36 +157,44 @@ impl Nll {
             "none" => Reduction::None,
             other => return Err(spec.error(format!("unknown reduction `{other}`"))),
         };
-        let classes = *p.shape().last().unwrap();
-        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index") })
+        let Some(&classes) = p.shape().last() else { return Err(spec.error("probs must have a class dimension")) };
+        let check = spec.check_indices;
+        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index"), check })
     }
 
-    /// The class of row `i`: `Ok(Some(c))`, `Ok(None)` if ignored, `Err(())` if out of range.
+    /// The class of a row's label: `None` if ignored or out of range.
     #[inline(always)]
-    fn class<L: IndexElem>(&self, label: L) -> Result<Option<usize>, ()> {
+    fn class<L: IndexElem>(&self, label: L) -> Option<usize> {
         let v = label.to_i64();
-        if self.ignore == Some(v) {
-            Ok(None)
-        } else if v >= 0 && (v as usize) < self.classes {
-            Ok(Some(v as usize))
-        } else {
-            Err(())
-        }
+        (self.ignore != Some(v) && v >= 0 && (v as usize) < self.classes).then_some(v as usize)
     }
 
-    /// Number of non-ignored rows, at least 1.
+    /// With run-time checks, the first label that is neither ignored nor in
+    /// range as an error.
+    unsafe fn check_labels<L: IndexElem>(&self, labels: *const L) -> KernelResult {
+        if self.check {
+            for &l in slice(labels, self.rows) {
+                let v = l.to_i64();
+                if self.ignore != Some(v) && self.class(l).is_none() {
+                    return Err(KernelRunError::IndexOutOfRange { index: v, bound: self.classes });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of counted rows (in range, not ignored), at least 1.
     unsafe fn count<L: IndexElem>(&self, labels: *const L) -> usize {
         let ls = slice(labels, self.rows);
-        ls.iter().filter(|&&l| self.class(l) != Ok(None)).count().max(1)
+        ls.iter().filter(|&&l| self.class(l).is_some()).count().max(1)
     }
 
     /// Write the loss (per row or reduced) from `probs` and `labels`.
     unsafe fn loss<T: Float, L: IndexElem>(&self, p: *const T, labels: *const L, out: *mut T) {
         let ls = slice(labels, self.rows);
         let row_loss = |i: usize| match self.class(ls[i]) {
-            Ok(Some(c)) => -(*p.add(i * self.classes + c)).ln(),
-            Ok(None) => T::ZERO,
-            Err(()) => T::from_f64(f64::NAN),
+            Some(c) => -(*p.add(i * self.classes + c)).ln(),
+            None => T::ZERO,
         };
         match self.reduction {
             Reduction::None => {
@@ -201,8 +217,11 @@ struct NllLoss<T, L> {
 }
 
 impl<T: Float, L: IndexElem> Kernel for NllLoss<T, L> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
-        self.nll.loss::<T, L>(args.inputs[0] as *const T, args.inputs[1] as *const L, args.outputs[0] as *mut T);
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let labels = args.inputs[1] as *const L;
+        self.nll.check_labels(labels)?;
+        self.nll.loss::<T, L>(args.inputs[0] as *const T, labels, args.outputs[0] as *mut T);
+        Ok(())
     }
 }
 
@@ -215,10 +234,11 @@ struct NllSoftmaxGrad<T, L> {
 }
 
 impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let nll = self.nll;
         let p = args.inputs[0] as *const T;
         let labels = args.inputs[1] as *const L;
+        nll.check_labels(labels)?;
         nll.loss::<T, L>(p, labels, args.outputs[0] as *mut T);
         let mut scale = self.loss_grad.map_or(T::ONE, |pos| *(args.inputs[pos] as *const T));
         if nll.reduction == Reduction::Mean {
@@ -232,18 +252,18 @@ impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
                 for i in r {
                     let (ps, ds) = (slice(p.get().add(i * c), c), slice_mut(dx.get().add(i * c), c));
                     match nll.class(*l.get().add(i)) {
-                        Ok(Some(k)) => {
+                        Some(k) => {
                             for (d, &v) in ds.iter_mut().zip(ps) {
                                 *d = v * scale;
                             }
                             ds[k] = (ps[k] - T::ONE) * scale;
                         }
-                        Ok(None) => ds.fill(T::ZERO),
-                        Err(()) => ds.fill(T::from_f64(f64::NAN)),
+                        None => ds.fill(T::ZERO),
                     }
                 }
             }
         });
+        Ok(())
     }
 }
 
@@ -256,11 +276,12 @@ struct NllLossGrad<T, L> {
 }
 
 impl<T: Float, L: IndexElem> Kernel for NllLossGrad<T, L> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let nll = self.nll;
         let g = args.inputs[self.pos[0]] as *const T;
         let p = args.inputs[self.pos[1]] as *const T;
         let labels = args.inputs[self.pos[2]] as *const L;
+        nll.check_labels(labels)?;
         let c = nll.classes;
         let dx = slice_mut(args.outputs[0] as *mut T, nll.rows * c);
         dx.fill(T::ZERO);
@@ -270,12 +291,11 @@ impl<T: Float, L: IndexElem> Kernel for NllLossGrad<T, L> {
         };
         for (i, &label) in slice(labels, nll.rows).iter().enumerate() {
             let gi = if nll.reduction == Reduction::None { *g.add(i) } else { scale };
-            match nll.class(label) {
-                Ok(Some(k)) => dx[i * c + k] = -(gi / *p.add(i * c + k)),
-                Ok(None) => {}
-                Err(()) => dx[i * c..(i + 1) * c].fill(T::from_f64(f64::NAN)),
+            if let Some(k) = nll.class(label) {
+                dx[i * c + k] = -(gi / *p.add(i * c + k));
             }
         }
+        Ok(())
     }
 }
 
@@ -373,7 +393,8 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
+    use super::super::testutil::{assert_close, numeric_grad, run_op, t, try_run_op_checked, Rng};
+    use crate::cpu::kernel::KernelRunError;
     use popart_ir::{AttrValue, Attributes, DataType};
 
     fn softmax_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
@@ -457,10 +478,41 @@ mod tests {
         let none = t(DataType::Int64, &[3], &[-100.0, -100.0, -100.0]);
         let out = run_op("NllLoss", nll_attrs("mean", Some(-100)), &[(0, probs.clone()), (1, none)]);
         assert_eq!(out[0].to_f64_vec(), vec![0.0]);
-        // Out-of-range labels give NaN.
-        let bad = t(DataType::Int32, &[3], &[1.0, 5.0, 0.0]);
-        let out = run_op("NllLoss", nll_attrs("none", None), &[(0, probs), (1, bad)]);
-        assert!(out[0].to_f64_vec()[1].is_nan());
+    }
+
+    /// Labels outside `[0, C)` count as ignored (zero loss and gradient, not in
+    /// the mean); with run-time checks they are an error, `ignore_index` is not.
+    #[test]
+    // Miri perturbs `ln` on purpose, so the helper's two runs differ in the last bits.
+    #[cfg_attr(miri, ignore)]
+    fn out_of_range_labels_are_ignored_or_with_checks_an_error() {
+        let probs = t(DataType::Float64, &[3, 2], &[0.25, 0.75, 0.5, 0.5, 0.9, 0.1]);
+        let l = [-(0.75f64).ln(), -(0.1f64).ln()];
+        for bad in [2.0, -1.0, 1e12] {
+            let labels = t(DataType::Int64, &[3], &[1.0, bad, 1.0]);
+            let ins = [(0, probs.clone()), (1, labels.clone())];
+            let none = run_op("NllLoss", nll_attrs("none", None), &ins)[0].to_f64_vec();
+            assert_close(&none, &[l[0], 0.0, l[1]], 1e-15);
+            let mean = run_op("NllLoss", nll_attrs("mean", None), &ins)[0].to_f64_vec();
+            assert_close(&mean, &[(l[0] + l[1]) / 2.0], 1e-15);
+            let out = run_op("NllLossWithSoftmaxGrad", nll_attrs("mean", None), &ins);
+            assert_eq!(out[0].to_f64_vec(), mean);
+            assert_eq!(&out[1].to_f64_vec()[2..4], &[0.0, 0.0], "no gradient for the bad row");
+            assert!(out[1].to_f64_vec().iter().all(|v| v.is_finite()));
+            let g = t(DataType::Float64, &[], &[1.0]);
+            let grad_ins = [(0, g), (1, probs.clone()), (2, labels.clone())];
+            let dp = run_op("NllLossGrad", nll_attrs("sum", None), &grad_ins)[0].to_f64_vec();
+            assert_eq!(&dp[2..4], &[0.0, 0.0]);
+            let want = KernelRunError::IndexOutOfRange { index: bad as i64, bound: 2 };
+            for op in ["NllLoss", "NllLossWithSoftmaxGrad"] {
+                assert_eq!(try_run_op_checked(op, nll_attrs("mean", None), &ins).unwrap_err(), want, "{op}");
+            }
+            let err = try_run_op_checked("NllLossGrad", nll_attrs("sum", None), &grad_ins).unwrap_err();
+            assert_eq!(err, want);
+        }
+        let ignored = t(DataType::Int32, &[3], &[1.0, -100.0, 0.0]);
+        let ins = [(0, probs), (1, ignored)];
+        assert!(try_run_op_checked("NllLoss", nll_attrs("mean", Some(-100)), &ins).is_ok());
     }
 
     /// NllLossGrad against finite differences of NllLoss itself (f64).

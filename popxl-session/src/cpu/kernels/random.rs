@@ -13,7 +13,7 @@ use super::par::par_range;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::DataType;
 
@@ -90,7 +90,7 @@ struct RandomKernel<T> {
 }
 
 impl<T: Float> Kernel for RandomKernel<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let seed = read_seed(args.inputs[self.seed]);
         let y = SendPtr(args.outputs[0] as *mut T);
         let dist = self.dist;
@@ -115,6 +115,7 @@ impl<T: Float> Kernel for RandomKernel<T> {
                 }
             }
         });
+        Ok(())
     }
 }
 
@@ -127,7 +128,7 @@ struct DropoutKernel<T> {
 }
 
 impl<T: Float> Kernel for DropoutKernel<T> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let seed = read_seed(args.inputs[self.pos[1]]);
         let x = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
@@ -140,6 +141,7 @@ impl<T: Float> Kernel for DropoutKernel<T> {
                 *o = if unit24(bits(st, i)) >= p { v * scale } else { T::ZERO };
             }
         });
+        Ok(())
     }
 }
 

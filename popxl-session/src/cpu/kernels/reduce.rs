@@ -14,7 +14,7 @@ use super::par::{par_split, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use crate::cpu::team;
 use popart_ir::ops::all as ir;
 
@@ -172,7 +172,7 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
 }
 
 impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[self.src] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
         let in_len = self.plan.len();
@@ -199,7 +199,7 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                 R::fold(R::init(), slice(x.get(), in_len))
             };
             *out = R::finish(acc, self.count);
-            return;
+            return Ok(());
         }
         if in_len >= PAR_MIN_ELEMS && threads > 1 && ostr[0] != 0 && dims.len() > 1 {
             // Outermost dim kept: its slices write disjoint outputs.
@@ -213,7 +213,7 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                     self.finish(ys);
                 }
             });
-            return;
+            return Ok(());
         }
         if in_len >= PAR_MIN_ELEMS && threads > 1 && dims.len() == 2 && ostr[0] == 0 {
             // [R, K] -> [K]: split the kept columns.
@@ -232,12 +232,13 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                     self.finish(ys);
                 }
             });
-            return;
+            return Ok(());
         }
         let ys = slice_mut(y.get(), self.out_len);
         ys.fill(R::init());
         self.accumulate(x.get(), y.get(), 0..in_len);
         self.finish(ys);
+        Ok(())
     }
 }
 

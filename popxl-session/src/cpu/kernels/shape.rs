@@ -14,7 +14,7 @@ use super::par::par_range;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::shape::{resolve_slices, transpose_perm, SliceDim};
 
@@ -101,7 +101,7 @@ struct StridedCopy<E> {
 }
 
 impl<E: Copy + Send + Sync + 'static> Kernel for StridedCopy<E> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[self.src] as *mut E);
         let y = SendPtr(args.outputs[0] as *mut E);
         par_range(self.view.len, move |r| {
@@ -120,6 +120,7 @@ impl<E: Copy + Send + Sync + 'static> Kernel for StridedCopy<E> {
                 }
             });
         });
+        Ok(())
     }
 }
 
@@ -132,7 +133,7 @@ struct StridedScatter<E> {
 }
 
 impl<E: Copy + Default + Send + Sync + 'static> Kernel for StridedScatter<E> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         slice_mut(y, self.out_len).fill(E::default());
@@ -145,6 +146,7 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for StridedScatter<E> {
                 }
             }
         });
+        Ok(())
     }
 }
 
@@ -180,7 +182,7 @@ struct ConcatKernel<E> {
 }
 
 impl<E: Copy + Send + Sync + 'static> Kernel for ConcatKernel<E> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let y = args.outputs[0] as *mut E;
         for &(pos, off, len) in &self.parts {
             let x = args.inputs[pos] as *const E;
@@ -188,6 +190,7 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatKernel<E> {
                 slice_mut(y.add(o * self.row + off), len).copy_from_slice(slice(x.add(o * len), len));
             }
         }
+        Ok(())
     }
 }
 
@@ -203,12 +206,13 @@ struct ConcatGradKernel<E> {
 }
 
 impl<E: Copy + Send + Sync + 'static> Kernel for ConcatGradKernel<E> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         for o in 0..self.outer {
             slice_mut(y.add(o * self.len), self.len).copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len));
         }
+        Ok(())
     }
 }
 
@@ -231,18 +235,34 @@ impl GatherDims {
     }
 }
 
-/// `Gather`: out-of-range indices produce zero rows.
+impl GatherDims {
+    /// With `check`, the first index out of range as an error (before anything
+    /// is written); without, nothing (out-of-range rows have a defined result).
+    #[inline]
+    fn check<I: IndexElem>(&self, check: bool, idx: &[I]) -> KernelResult {
+        if check {
+            if let Some(&v) = idx.iter().find(|&&v| self.row(v.to_i64()).is_none()) {
+                return Err(KernelRunError::IndexOutOfRange { index: v.to_i64(), bound: self.axis_len });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Gather`: out-of-range indices produce zero rows (or, with `check`, an error).
 struct GatherKernel<E, I> {
     d: GatherDims,
     pos: [usize; 2],
+    check: bool,
     _t: Types<(E, I)>,
 }
 
 impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GatherKernel<E, I> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
         let x = args.inputs[self.pos[0]] as *const E;
         let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
+        d.check(self.check, idx)?;
         let y = args.outputs[0] as *mut E;
         for o in 0..d.outer {
             for (i, &v) in idx.iter().enumerate() {
@@ -253,21 +273,25 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GatherK
                 }
             }
         }
+        Ok(())
     }
 }
 
-/// `GatherGrad(g, indices, x)`: zeros of `x`'s shape with `g` rows added at the indices.
+/// `GatherGrad(g, indices, x)`: zeros of `x`'s shape with `g` rows added at the
+/// indices; out-of-range indices add nothing (or, with `check`, are an error).
 struct GatherGradKernel<T, I> {
     d: GatherDims,
     pos: [usize; 2],
+    check: bool,
     _t: Types<(T, I)>,
 }
 
 impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
         let g = args.inputs[self.pos[0]] as *const T;
         let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
+        d.check(self.check, idx)?;
         let y = slice_mut(args.outputs[0] as *mut T, d.outer * d.axis_len * d.inner);
         y.fill(T::ZERO);
         for o in 0..d.outer {
@@ -281,6 +305,7 @@ impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -388,11 +413,13 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             gathered.extend_from_slice(idx.shape());
             gathered.extend_from_slice(&data.shape()[axis + 1..]);
             let bad_idx = || spec.error(format!("indices must be integers, got {}", idx.dtype()));
+            // `zero_OOR` asks for zeros at out-of-range indices: never an error.
+            let check = spec.check_indices && spec.attrs.bool("zero_OOR") != Some(true);
             if !grad {
                 check_out(spec, &gathered, data.dtype())?;
                 let pos = [data.pos, idx.pos];
                 return with_bits!(data.dtype(), E => with_index!(idx.dtype(), I =>
-                    boxed(GatherKernel::<E, I> { d, pos, _t: Types::default() }), _ => Err(bad_idx())));
+                    boxed(GatherKernel::<E, I> { d, pos, check, _t: Types::default() }), _ => Err(bad_idx())));
             }
             let g = spec.input(0)?;
             if g.shape() != gathered.as_slice() || g.dtype() != data.dtype() {
@@ -405,7 +432,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let pos = [g.pos, idx.pos];
             let dt = data.dtype();
             with_num!(dt, T => with_index!(idx.dtype(), I =>
-                boxed(GatherGradKernel::<T, I> { d, pos, _t: Types::default() }), _ => Err(bad_idx())),
+                boxed(GatherGradKernel::<T, I> { d, pos, check, _t: Types::default() }), _ => Err(bad_idx())),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
         _ => Err(spec.error(format!("`{}` is not a shape op", spec.op_type()))),
@@ -434,7 +461,8 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
+    use super::super::testutil::{assert_close, numeric_grad, run_op, t, try_run_op_checked, Rng};
+    use crate::cpu::kernel::KernelRunError;
     use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
 
     fn iota(dtype: DataType, shape: &[usize]) -> HostTensor {
@@ -498,7 +526,7 @@ mod tests {
         ];
         for (op, a, want) in cases {
             let def = popart_ir::lookup_op(op).unwrap();
-            let spec = KernelSpec { def, attrs: &a, inputs: vec![(0, f(&[2, 3]))], outputs: vec![(0, f(&[2, 3]))] };
+            let spec = KernelSpec::new(def, &a, vec![(0, f(&[2, 3]))], vec![(0, f(&[2, 3]))]);
             let err = super::super::build_kernel(&spec).err().unwrap_or_else(|| panic!("{op} must fail"));
             assert_eq!(err.op_type, op);
             assert!(err.reason.contains(want), "{op}: {err}");
@@ -582,6 +610,46 @@ mod tests {
         assert_eq!(out.info.shape, vec![3, 2, 2]);
         let want: Vec<f64> = (0..3).flat_map(|r| [2, 0, 3, 1].map(|c| (r * 4 + c) as f64)).collect();
         assert_eq!(out.to_f64_vec(), want);
+    }
+
+    #[test]
+    fn out_of_range_gather_indices_give_zero_rows_and_no_gradient() {
+        let data = iota(DataType::Float32, &[3, 2]);
+        // 3 and -4 are just outside [-3, 3); 2^64 - 1 must not wrap to -1.
+        let cases = [
+            (DataType::Int32, vec![1.0, 3.0, -4.0, -1.0]),
+            (DataType::Int64, vec![1.0, 1e18, -1e18, 2.0]),
+            (DataType::Uint64, vec![1.0, 1.9e19, 3.0, 2.0]),
+        ];
+        for (dt, v) in cases {
+            let idx = t(dt, &[4], &v);
+            let out = &run_op("Gather", Attributes::new(), &[(0, data.clone()), (1, idx.clone())])[0];
+            assert_eq!(out.to_f64_vec(), vec![2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 4.0, 5.0], "{dt}");
+            let g = t(DataType::Float32, &[4, 2], &[1.0; 8]);
+            let dx = &run_op("GatherGrad", Attributes::new(), &[(0, g), (1, idx), (2, data.clone())])[0];
+            assert_eq!(dx.to_f64_vec(), vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0], "{dt}");
+        }
+    }
+
+    #[test]
+    fn checked_gather_reports_the_first_out_of_range_index_unless_zero_oor() {
+        let data = iota(DataType::Float32, &[3, 2]);
+        let idx = t(DataType::Int32, &[3], &[-3.0, 7.0, -9.0]);
+        let err = try_run_op_checked("Gather", Attributes::new(), &[(0, data.clone()), (1, idx.clone())]).unwrap_err();
+        assert_eq!(err, KernelRunError::IndexOutOfRange { index: 7, bound: 3 });
+        let g = t(DataType::Float32, &[3, 2], &[1.0; 6]);
+        let grad_ins = [(0, g), (1, idx.clone()), (2, data.clone())];
+        let err = try_run_op_checked("GatherGrad", Attributes::new(), &grad_ins).unwrap_err();
+        assert_eq!(err, KernelRunError::IndexOutOfRange { index: 7, bound: 3 });
+        // zero_OOR asks for the zeros: no error, same result as unchecked.
+        let zero_oor = Attributes::new().with("zero_OOR", AttrValue::Bool(true));
+        let out = try_run_op_checked("Gather", zero_oor.clone(), &[(0, data.clone()), (1, idx)]).unwrap();
+        assert_eq!(out[0].to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+        assert!(try_run_op_checked("GatherGrad", zero_oor, &grad_ins).is_ok());
+        // In range: checked and unchecked agree.
+        let ok = t(DataType::Int32, &[2], &[-1.0, 0.0]);
+        let out = try_run_op_checked("Gather", Attributes::new(), &[(0, data), (1, ok)]).unwrap();
+        assert_eq!(out[0].to_f64_vec(), vec![4.0, 5.0, 0.0, 1.0]);
     }
 
     #[test]

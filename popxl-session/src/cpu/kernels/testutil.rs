@@ -3,7 +3,7 @@
 use popart_ir::{lookup_op, Attributes, DataType, HostTensor, Ir, TensorInfo};
 
 use super::build_kernel;
-use crate::cpu::kernel::{KernelArgs, KernelSpec};
+use crate::cpu::kernel::{KernelArgs, KernelRunError, KernelSpec};
 
 /// A tensor info.
 pub(crate) fn ti(dtype: DataType, shape: &[usize]) -> TensorInfo {
@@ -56,11 +56,37 @@ pub(crate) fn run_with_outputs(
     inputs: &[(u32, HostTensor)],
     out_infos: &[TensorInfo],
 ) -> Vec<HostTensor> {
+    try_run_with_outputs(op_type, attrs, inputs, out_infos, false).unwrap_or_else(|e| panic!("{op_type}: {e}"))
+}
+
+/// [`run_op`] with run-time index checks on: the kernel's error, if any.
+pub(crate) fn try_run_op_checked(
+    op_type: &str,
+    attrs: Attributes,
+    inputs: &[(u32, HostTensor)],
+) -> Result<Vec<HostTensor>, KernelRunError> {
+    let mut inputs: Vec<(u32, HostTensor)> = inputs.to_vec();
+    inputs.sort_by_key(|(i, _)| *i);
+    let in_infos: Vec<(u32, TensorInfo)> = inputs.iter().map(|(i, t)| (*i, t.info.clone())).collect();
+    let out_infos = infer(op_type, &attrs, &in_infos);
+    try_run_with_outputs(op_type, &attrs, &inputs, &out_infos, true)
+}
+
+/// [`run_with_outputs`], with or without run-time index checks, returning the
+/// kernel's run error.
+pub(crate) fn try_run_with_outputs(
+    op_type: &str,
+    attrs: &Attributes,
+    inputs: &[(u32, HostTensor)],
+    out_infos: &[TensorInfo],
+    check_indices: bool,
+) -> Result<Vec<HostTensor>, KernelRunError> {
     let spec = KernelSpec {
         def: lookup_op(op_type).unwrap(),
         attrs,
         inputs: inputs.iter().map(|(i, t)| (*i, t.info.clone())).collect(),
         outputs: out_infos.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
+        check_indices,
     };
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{e}"));
     let aliases = lookup_op(op_type).map(|d| d.aliases(attrs)).unwrap_or_default();
@@ -90,21 +116,22 @@ pub(crate) fn run_with_outputs(
         .collect();
     // SAFETY: buffers are sized from the infos, 64-byte aligned, and aliased exactly
     // as the op declares.
-    unsafe { kernel.run(&KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs }) };
+    unsafe { kernel.run(&KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs }) }?;
     // A second run must give the same result for non-in-place ops (no hidden state).
     if aliases.is_empty() {
         let first: Vec<Vec<u8>> = out_bufs.iter().zip(out_infos).map(|(b, t)| bytes_of(b, t.nbytes())).collect();
-        unsafe { kernel.run(&KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs }) };
+        // SAFETY: as above.
+        unsafe { kernel.run(&KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs }) }?;
         for (k, (b, t)) in out_bufs.iter().zip(out_infos).enumerate() {
             assert_eq!(bytes_of(b, t.nbytes()), first[k], "second run of {op_type} differs at output {k}");
         }
     }
     out_ptrs.clear();
-    out_bufs
+    Ok(out_bufs
         .iter()
         .zip(out_infos)
         .map(|(b, t)| HostTensor::from_bytes(t.clone(), bytes_of(b, t.nbytes())).unwrap())
-        .collect()
+        .collect())
 }
 
 /// Assert `|got - want| <= tol * (1 + |want|)` elementwise.

@@ -17,7 +17,7 @@ use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 
 /// A scalar function applied elementwise; implemented by zero-sized op types.
 pub(crate) trait Map1<T>: Send + Sync + 'static {
@@ -50,7 +50,7 @@ fn map1_loop<T: Copy, F: Map1<T>>(xs: &[T], ys: &mut [T]) {
 wide_simd!(fn map1<T: Copy, F: Map1<T>>(xs: &[T], ys: &mut [T]) => map1_loop);
 
 impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
         let wide = self.wide;
@@ -59,6 +59,7 @@ impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
             let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
             map1::<T, F>(wide, xs, ys);
         });
+        Ok(())
     }
 }
 
@@ -176,11 +177,12 @@ pub(crate) struct CopyKernel {
 }
 
 impl Kernel for CopyKernel {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (src, dst) = (args.inputs[self.src], args.outputs[0]);
         if self.nbytes > 0 && !std::ptr::eq(src, dst) {
             std::ptr::copy_nonoverlapping(src, dst, self.nbytes);
         }
+        Ok(())
     }
 }
 
@@ -376,7 +378,7 @@ struct CastKernel<S, D> {
 }
 
 impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut S);
         let y = SendPtr(args.outputs[0] as *mut D);
         par_range(self.n, move |r| {
@@ -386,6 +388,7 @@ impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
                 *o = cast::<S, D>(v);
             }
         });
+        Ok(())
     }
 }
 

@@ -11,7 +11,7 @@ use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::unary::CopyKernel;
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 
 /// Where a scalar coefficient comes from.
@@ -71,7 +71,7 @@ struct InPlace<T, F> {
 }
 
 impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
-    unsafe fn run(&self, args: &KernelArgs<'_>) {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (a, b) = (self.a.get(args), self.b.get(args));
         let t = SendPtr(args.outputs[0] as *mut T);
         let x = SendPtr(args.inputs[self.x] as *mut T);
@@ -95,6 +95,7 @@ impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
                 }
             });
         });
+        Ok(())
     }
 }
 
