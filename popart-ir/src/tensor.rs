@@ -124,6 +124,18 @@ pub enum HostDataError {
     /// The shape's byte size overflows.
     #[error(transparent)]
     Size(#[from] crate::SizeError),
+    /// A host value the tensor's data type cannot represent (an integer out
+    /// of range, a NaN or infinity for an integer type, a finite float that
+    /// would become infinite).
+    #[error("element {index} ({value}) cannot be represented as {dtype}")]
+    Unrepresentable {
+        /// Row-major index of the first offending element.
+        index: usize,
+        /// The element, printed.
+        value: String,
+        /// The tensor's data type.
+        dtype: DataType,
+    },
 }
 
 impl HostTensor {

@@ -141,3 +141,20 @@ mod tests {
         assert!(matches!(try_zeros(&overflow, "overflow"), Err(SizeError::Overflow { .. })));
     }
 }
+
+/// A failed checked host conversion (`try_cast`, `try_downcast_64bit`) as a
+/// session error naming `tensor`.
+pub(crate) fn cast_error(tensor: &str, e: popxl::PopXlError) -> crate::SessionError {
+    use crate::SessionError;
+    match e {
+        popxl::PopXlError::HostCast { index, value, dtype, .. } => SessionError::InvalidHostData {
+            tensor: tensor.to_string(),
+            source: HostDataError::Unrepresentable { index, value, dtype },
+        },
+        popxl::PopXlError::Size(e) => e.into(),
+        popxl::PopXlError::HostData { source, .. } => {
+            SessionError::InvalidHostData { tensor: tensor.to_string(), source }
+        }
+        other => SessionError::Internal { reason: format!("converting data for `{tensor}`: {other}") },
+    }
+}

@@ -290,7 +290,7 @@ impl Session {
             }
             let info = &core.info;
             let arr = if arr.dtype() != info.dtype && arr.shape().is_empty() && info.shape.is_empty() {
-                Cow::Owned(arr.cast(info.dtype))
+                Cow::Owned(arr.try_cast(info.dtype).map_err(|e| crate::host::cast_error(&core.name, e))?)
             } else {
                 Cow::Borrowed(arr)
             };

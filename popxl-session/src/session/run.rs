@@ -104,7 +104,7 @@ impl Session {
             let pos = self.stream_position[&s.tensor().tensor_id()];
             let ds = &self.h2d[pos];
             let arr = if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) {
-                Cow::Owned(arr.clone().downcast_64bit())
+                Cow::Owned(arr.clone().try_downcast_64bit().map_err(|e| crate::host::cast_error(&ds.name, e))?)
             } else {
                 Cow::Borrowed(arr)
             };

@@ -226,6 +226,7 @@ pub fn cases() -> Vec<Case> {
             let options = popxl_session::SessionOptions { check_indices: true, ..Default::default() };
             let mut s = Session::with_options(ir, "cpu", options)?;
             s.try_attach_until_timeout()?;
+            s.weights_from_host()?;
             let before = s.get_tensor_data(&w)?;
             let r = s.run(&inputs(&idx_s, vec![5i32]));
             ensure(matches!(r, Err(S::IndexOutOfRange { .. })), || format!("out-of-range run: {r:?}"))?;
