@@ -648,6 +648,11 @@ impl Graph {
             return Err(IrError::IndexTaken { op: o.name.clone(), side: "output", index });
         }
         let (name, h) = self.tensor_names.unique_owned(name, &self.tensors);
+        // Every op output, inferred or given, passes through here: the one place
+        // where the size invariant of op outputs is enforced.
+        if info.checked_nbytes().is_none() {
+            return Err(IrError::TensorTooLarge { graph: self.name.clone(), tensor: name, info });
+        }
         let t = self.insert_tensor(name, h, info, TensorKind::ActGrad);
         // A fresh activation: not produced, not a graph input, index checked above.
         self.ops[op].outputs.insert(index, t);
@@ -764,6 +769,11 @@ impl Graph {
         if !n.inputs.is_empty() || !n.outputs.is_empty() {
             return Err(IrError::Invalid(format!("replacement op `{}` is already connected", n.name)));
         }
+        // `new` takes `old`'s place exactly; constraints of its own could close a
+        // cycle with `old`'s connections.
+        if !self.topo_cons.befores(new).is_empty() || !self.topo_cons.afters(new).is_empty() {
+            return Err(IrError::Invalid(format!("replacement op `{}` already has topological constraints", n.name)));
+        }
         self.topo_cons.transfer(old, new);
         self.erase_op(old)?;
         for (i, t) in o.inputs.iter() {
@@ -771,44 +781,6 @@ impl Graph {
         }
         for (i, t) in o.outputs.iter() {
             self.connect_output(new, i, t)?;
-        }
-        Ok(())
-    }
-
-    // ----- topological constraints -----
-
-    /// Require `before` to be scheduled before `after`.
-    pub fn add_topo_con(&mut self, before: OpId, after: OpId) -> Result<()> {
-        self.check_con(before, after)?;
-        self.topo_cons.insert(before, after, false);
-        Ok(())
-    }
-
-    /// Require `before` immediately before `after` (tied: scheduled adjacently).
-    pub fn add_tied_topo_con(&mut self, before: OpId, after: OpId) -> Result<()> {
-        self.check_con(before, after)?;
-        self.topo_cons.insert(before, after, true);
-        Ok(())
-    }
-
-    /// Remove the constraint `before -> after`; returns whether it existed.
-    pub fn remove_topo_con(&mut self, before: OpId, after: OpId) -> bool {
-        self.topo_cons.remove(before, after)
-    }
-
-    /// Move all constraints of `from` onto `to`.
-    pub fn transfer_topo_cons(&mut self, from: OpId, to: OpId) -> Result<()> {
-        self.op(from)?;
-        self.op(to)?;
-        self.topo_cons.transfer(from, to);
-        Ok(())
-    }
-
-    fn check_con(&self, before: OpId, after: OpId) -> Result<()> {
-        let b = self.op(before)?;
-        self.op(after)?;
-        if before == after {
-            return Err(IrError::SelfConstraint(b.name.clone()));
         }
         Ok(())
     }

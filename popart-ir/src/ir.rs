@@ -200,6 +200,7 @@ impl Ir {
         for called in attrs.graphs() {
             self.graph(called)?;
         }
+        self.check_not_recursive(graph, attrs)?;
         crate::verify::check_input_kinds(g, name, def, attrs, inputs.iter().copied())?;
         with_input_infos(g, inputs.iter().copied(), |in_infos| {
             if let Some(w) = in_infos.windows(2).find(|w| w[0].0 == w[1].0) {
@@ -251,6 +252,26 @@ impl Ir {
             g.create_output_owned(op, i as u32, base, info)?;
         }
         Ok(op)
+    }
+
+    /// [`IrError::RecursiveGraph`] if an op of `graph` calling the graphs named in
+    /// `attrs` would make `graph` call itself, directly or through other graphs.
+    /// Walks the graphs reachable from those callees once each.
+    fn check_not_recursive(&self, graph: GraphId, attrs: &Attributes) -> Result<()> {
+        let mut seen: slotmap::SecondaryMap<GraphId, ()> = slotmap::SecondaryMap::new();
+        let mut work: Vec<GraphId> = attrs.graphs().collect();
+        while let Some(g) = work.pop() {
+            if g == graph {
+                return Err(IrError::RecursiveGraph(self.graphs.get(graph).map_or_else(String::new, |g| g.name.clone())));
+            }
+            if seen.insert(g, ()).is_some() {
+                continue;
+            }
+            if let Some(callee) = self.graphs.get(g) {
+                work.extend(callee.ops.values().flat_map(|op| op.attrs.graphs()));
+            }
+        }
+        Ok(())
     }
 
     /// Graphs in an order where every called graph comes before its callers

@@ -79,9 +79,28 @@ impl Ir {
                     ir: self,
                 })
             })?;
-            let matches = expected.len() == op.outputs.len()
-                && op.outputs.iter().all(|(i, t)| expected.get(i as usize).is_some_and(|e| *e == g.tensors[t].info));
-            if !matches {
+            // Name the first output that disagrees (a hand-built gradient op with a
+            // wrong shape, an attribute edited after creation...).
+            if let Some((i, t)) = op.outputs.iter().find(|(i, t)| expected.get(*i as usize) != Some(&g.tensors[*t].info)) {
+                let tensor = &g.tensors[t];
+                return bad(match expected.get(i as usize) {
+                    Some(e) => format!(
+                        "output {i} (`{}`) of op `{}` ({}) is {} but shape inference gives {e}",
+                        tensor.name,
+                        op.name,
+                        op.op_type(),
+                        tensor.info
+                    ),
+                    None => format!(
+                        "op `{}` ({}) has output {i} (`{}`) but shape inference gives only {} outputs",
+                        op.name,
+                        op.op_type(),
+                        tensor.name,
+                        expected.len()
+                    ),
+                });
+            }
+            if expected.len() != op.outputs.len() {
                 return bad(format!(
                     "outputs of op `{}` are [{}] but shape inference gives [{}]",
                     op.name,
@@ -118,9 +137,15 @@ impl Ir {
             if matches!(t.kind, TensorKind::Stream(_)) && g.id != self.main_graph_id() {
                 return bad(format!("stream `{}` is not in the main graph", t.name));
             }
+            if t.info.checked_nbytes().is_none() {
+                return Err(IrError::TensorTooLarge { graph: g.name.clone(), tensor: t.name.clone(), info: t.info.clone() });
+            }
             if let Some(d) = t.kind.data() {
-                if d.info != t.info || d.bytes.len() != t.info.nbytes() {
-                    return bad(format!("data of `{}` does not match its type {}", t.name, t.info));
+                if d.info != t.info {
+                    return bad(format!("data of `{}` is {} but the tensor is {}", t.name, d.info, t.info));
+                }
+                if let Err(source) = d.validate() {
+                    return Err(IrError::HostData { graph: g.name.clone(), tensor: t.name.clone(), source });
                 }
             }
         }

@@ -180,7 +180,8 @@ impl OpDef for Call {
         }
     }
     fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
-        attrs.ints("modified").unwrap_or(&[]).iter().map(|&i| i as u32).collect()
+        // Out-of-range entries are rejected by `infer`; here they are skipped.
+        attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).collect()
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
         crate::GradRule::Subgraph
@@ -214,9 +215,14 @@ impl OpDef for If {
             return Err(ctx.error(format!("the condition must be a bool scalar, got {c}")));
         }
         let (tg, eg) = (ctx.graph("then_graph")?, ctx.graph("else_graph")?);
-        let as_idx = |key: &str| -> Vec<u32> { ctx.attrs.ints(key).unwrap_or(&[]).iter().map(|&i| i as u32).collect() };
-        check_args(ctx, tg, &as_idx("then_inputs"))?;
-        check_args(ctx, eg, &as_idx("else_inputs"))?;
+        let as_idx = |key: &str| -> Result<Vec<u32>> {
+            let v = ctx.attrs.ints(key).unwrap_or(&[]);
+            v.iter()
+                .map(|&i| u32::try_from(i).map_err(|_| ctx.error(format!("`{key}` names input {i}, not an input index"))))
+                .collect()
+        };
+        check_args(ctx, tg, &as_idx("then_inputs")?)?;
+        check_args(ctx, eg, &as_idx("else_inputs")?)?;
         check_branch_outputs(tg, eg).map_err(infer_error(ctx))?;
         Ok(tg.output_infos())
     }
