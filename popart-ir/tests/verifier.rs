@@ -110,7 +110,7 @@ fn non_activations_are_never_produced() {
 #[test]
 fn inferred_info_must_match() {
     let m = broken(|f| Corruption::SetInfo { tensor: f.z, info: TensorInfo::new(DataType::Float16, [2]) });
-    assert!(m.contains("outputs of op `exp` are [0: float16[2]] but shape inference gives [float32[2]]"), "{m}");
+    assert!(m.contains("output 0 (`exp:0`) of op `exp` (Exp) is float16[2] but shape inference gives float32[2]"), "{m}");
     // Through the public API: attribute edits do not re-run inference.
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
