@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use slotmap::SlotMap;
 
 use crate::hash::FxHashMap;
-use crate::op::InferContext;
 use crate::{Attributes, Graph, GraphId, IrError, OpDef, OpId, OpTypeRef, Result, TensorId, TensorInfo};
 
 static NEXT_IR_ID: AtomicU64 = AtomicU64::new(1);
@@ -206,7 +205,7 @@ impl Ir {
             if let Some(w) = in_infos.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: w[0].0 });
             }
-            def.infer(&InferContext { op_name: name, op_type: def.op_type(), inputs: in_infos, attrs, ir: self })
+            crate::op::run_infer(def, name, in_infos, attrs, self)
         })
     }
 
@@ -227,6 +226,11 @@ impl Ir {
         let g = self.graph_mut(graph)?;
         for &(_, t) in inputs {
             g.tensor(t)?;
+        }
+        // Sizes first, so that nothing is created when an output is too large.
+        if let Some((i, info)) = output_infos.iter().enumerate().find(|(_, info)| info.checked_nbytes().is_none()) {
+            let tensor = output_names.get(i).cloned().unwrap_or_else(|| format!("{name}:{i}"));
+            return Err(IrError::TensorTooLarge { graph: g.name.clone(), tensor, info: info.clone() });
         }
         let op = g.add_op(def, attrs, name);
         g.ops[op].inputs.reserve_exact(inputs.len());

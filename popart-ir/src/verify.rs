@@ -3,7 +3,6 @@
 use slotmap::SecondaryMap;
 
 use crate::ir::with_input_infos;
-use crate::op::InferContext;
 use crate::{Graph, Ir, IrError, Port, Result, TensorId, TensorKind};
 
 impl Ir {
@@ -71,13 +70,7 @@ impl Ir {
             }
             check_input_kinds(g, &op.name, op.def, &op.attrs, op.inputs.iter())?;
             let expected = with_input_infos(g, op.inputs.iter(), |in_infos| {
-                op.def.infer(&InferContext {
-                    op_name: &op.name,
-                    op_type: op.op_type(),
-                    inputs: in_infos,
-                    attrs: &op.attrs,
-                    ir: self,
-                })
+                crate::op::run_infer(op.def, &op.name, in_infos, &op.attrs, self)
             })?;
             // Name the first output that disagrees (a hand-built gradient op with a
             // wrong shape, an attribute edited after creation...).

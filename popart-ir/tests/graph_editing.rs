@@ -367,7 +367,8 @@ fn cycles_through_data_and_constraints_name_their_ops() {
     let (_, u) = op1(&mut ir, main, "Neg", &[x], "start");
     let (a, ya) = op1(&mut ir, main, "Neg", &[u], "a");
     let (_, yb) = op1(&mut ir, main, "Exp", &[ya], "b");
-    ir.main_graph_mut().connect_input(a, 1, yb).unwrap();
+    ir.main_graph_mut().disconnect_input(a, 0).unwrap();
+    ir.main_graph_mut().connect_input(a, 0, yb).unwrap();
     for err in [ir.main_graph().schedule().unwrap_err(), ir.verify().unwrap_err()] {
         let IrError::Cycle { graph, ops } = err else { panic!("expected a cycle, got {err:?}") };
         assert_eq!(graph, "main");
@@ -401,7 +402,8 @@ fn cycles_through_data_and_constraints_name_their_ops() {
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[1])).unwrap();
     let (s, ys) = op1(&mut ir, main, "Neg", &[x], "selfish");
-    ir.main_graph_mut().connect_input(s, 1, ys).unwrap();
+    ir.main_graph_mut().disconnect_input(s, 0).unwrap();
+    ir.main_graph_mut().connect_input(s, 0, ys).unwrap();
     assert_eq!(ir.verify(), Err(IrError::Cycle { graph: "main".into(), ops: vec!["selfish".into()] }));
 }
 
