@@ -160,7 +160,7 @@ pub(crate) fn push_decimal(s: &mut String, mut n: u64) {
             break;
         }
     }
-    s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+    s.extend(buf[i..].iter().map(|&b| b as char));
 }
 
 /// A hasher for keys that are already well-mixed 64-bit hashes.
@@ -494,7 +494,7 @@ impl Graph {
     pub fn remove_tensor(&mut self, t: TensorId) -> Result<Tensor> {
         let boundary = self.inputs.contains(&t) || self.outputs.contains(&t);
         self.check_removable(t, boundary)?;
-        Ok(self.remove_checked(t))
+        self.remove_checked(t)
     }
 
     /// [`Graph::remove_tensor`] for several tensors, in one pass over the graph's
@@ -507,7 +507,7 @@ impl Graph {
         }
         for &t in ts {
             if self.tensors.contains_key(t) {
-                self.remove_checked(t);
+                self.remove_checked(t)?;
             }
         }
         Ok(())
@@ -534,10 +534,10 @@ impl Graph {
         }
     }
 
-    fn remove_checked(&mut self, t: TensorId) -> Tensor {
-        let tensor = self.tensors.remove(t).expect("checked");
+    fn remove_checked(&mut self, t: TensorId) -> Result<Tensor> {
+        let tensor = self.tensors.remove(t).ok_or_else(|| self.unknown_tensor(t))?;
         self.tensor_names.remove(&tensor.name, t);
-        tensor
+        Ok(tensor)
     }
 
     // ----- ops -----
@@ -590,8 +590,10 @@ impl Graph {
             index,
         })?;
         let consumers = &mut self.tensors[t].consumers;
-        let pos = consumers.iter().position(|p| *p == Port { op, index }).expect("symmetric connectivity");
-        consumers.swap_remove(pos);
+        // Connectivity is symmetric, so the entry is there.
+        if let Some(pos) = consumers.iter().position(|p| *p == Port { op, index }) {
+            consumers.swap_remove(pos);
+        }
         Ok(t)
     }
 
@@ -717,7 +719,7 @@ impl Graph {
             self.disconnect_output(op, i)?;
         }
         self.topo_cons.remove_op(op);
-        let o = self.ops.remove(op).expect("checked above");
+        let o = self.ops.remove(op).ok_or_else(|| self.unknown_op(op))?;
         self.op_names.remove(&o.name, op);
         Ok(o)
     }

@@ -103,7 +103,15 @@ impl Ir {
         if !self.graph_names.contains_key(base) {
             return base.to_string();
         }
-        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.graph_names.contains_key(n)).expect("infinite")
+        // At most `graph_names.len()` candidates are taken, so one of these is free.
+        let mut i = 1usize;
+        loop {
+            let n = format!("{base}_{i}");
+            if !self.graph_names.contains_key(&n) {
+                return n;
+            }
+            i += 1;
+        }
     }
 
     /// A graph by id.
@@ -152,7 +160,7 @@ impl Ir {
         }
         self.graph_names.remove(&name);
         self.order.retain(|&g| g != id);
-        Ok(self.graphs.remove(id).expect("checked"))
+        self.graphs.remove(id).ok_or(IrError::UnknownGraph(name))
     }
 
     /// Create an op of a registered type in `graph`, connect `inputs`
@@ -237,7 +245,7 @@ impl Ir {
         g.ops[op].outputs.reserve_exact(output_infos.len());
         for &(i, t) in inputs {
             if let Err(e) = g.connect_input(op, i, t) {
-                g.erase_op(op).expect("just created");
+                g.erase_op(op)?;
                 return Err(e);
             }
         }
@@ -266,7 +274,9 @@ impl Ir {
         let mut work: Vec<GraphId> = attrs.graphs().collect();
         while let Some(g) = work.pop() {
             if g == graph {
-                return Err(IrError::RecursiveGraph(self.graphs.get(graph).map_or_else(String::new, |g| g.name.clone())));
+                return Err(IrError::RecursiveGraph(
+                    self.graphs.get(graph).map_or_else(String::new, |g| g.name.clone()),
+                ));
             }
             if seen.insert(g, ()).is_some() {
                 continue;

@@ -283,16 +283,18 @@ impl Graph {
             v.extend(self.topo_cons.befores(o).iter().map(|c| c.op));
             v
         };
-        let start = order.iter().copied().find(|&o| !done(o)).expect("a cycle exists");
+        let cycle = |ops: Vec<String>| IrError::Cycle { graph: self.name.clone(), ops };
+        // Callers only ask when some op is not done; without one there is nothing to name.
+        let Some(start) = order.iter().copied().find(|&o| !done(o)) else { return cycle(Vec::new()) };
         let mut path = vec![start];
         let mut pos: SecondaryMap<OpId, usize> = SecondaryMap::new();
         pos.insert(start, 0);
         let mut cur = start;
         loop {
-            let p = preds(cur)
-                .into_iter()
-                .find(|&p| !done(p))
-                .expect("an op left out of a topological order has a predecessor left out");
+            // An op left out of a topological order has a predecessor left out.
+            let Some(p) = preds(cur).into_iter().find(|&p| !done(p)) else {
+                return cycle(path.iter().rev().map(|&o| self.ops[o].name.clone()).collect());
+            };
             if let Some(&k) = pos.get(p) {
                 // path[k..] walks backwards along edges; reverse it into edge order.
                 let mut cyc: Vec<String> = path[k..].iter().map(|&o| self.ops[o].name.clone()).collect();

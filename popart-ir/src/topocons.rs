@@ -30,7 +30,9 @@ impl TopoCons {
     /// that a tied insert upgrades an untied edge.
     /// Callers check that both ops exist in the graph and differ.
     pub(crate) fn insert(&mut self, before: OpId, after: OpId, tied: bool) {
-        let afters = self.afters.entry(before).expect("live op").or_default();
+        // `entry` is `None` only for a removed op's key; callers pass live ops.
+        let Some(afters) = self.afters.entry(before) else { return };
+        let afters = afters.or_default();
         if let Some(e) = afters.iter_mut().find(|c| c.op == after) {
             e.tied |= tied;
             if let Some(b) = self.befores.get_mut(after).and_then(|v| v.iter_mut().find(|c| c.op == before)) {
@@ -38,8 +40,9 @@ impl TopoCons {
             }
             return;
         }
+        let Some(befores) = self.befores.entry(after) else { return };
         afters.push(TopoCon { op: after, tied });
-        self.befores.entry(after).expect("live op").or_default().push(TopoCon { op: before, tied });
+        befores.or_default().push(TopoCon { op: before, tied });
         self.len += 1;
     }
 

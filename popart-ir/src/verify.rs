@@ -74,7 +74,9 @@ impl Ir {
             })?;
             // Name the first output that disagrees (a hand-built gradient op with a
             // wrong shape, an attribute edited after creation...).
-            if let Some((i, t)) = op.outputs.iter().find(|(i, t)| expected.get(*i as usize) != Some(&g.tensors[*t].info)) {
+            if let Some((i, t)) =
+                op.outputs.iter().find(|(i, t)| expected.get(*i as usize) != Some(&g.tensors[*t].info))
+            {
                 let tensor = &g.tensors[t];
                 return bad(match expected.get(i as usize) {
                     Some(e) => format!(
@@ -131,7 +133,11 @@ impl Ir {
                 return bad(format!("stream `{}` is not in the main graph", t.name));
             }
             if t.info.checked_nbytes().is_none() {
-                return Err(IrError::TensorTooLarge { graph: g.name.clone(), tensor: t.name.clone(), info: t.info.clone() });
+                return Err(IrError::TensorTooLarge {
+                    graph: g.name.clone(),
+                    tensor: t.name.clone(),
+                    info: t.info.clone(),
+                });
             }
             if let Some(d) = t.kind.data() {
                 if d.info != t.info {
@@ -229,6 +235,8 @@ pub mod test_hooks {
     }
 
     /// Apply `c` to `g`, bypassing every check. Panics if an id it indexes by is dead.
+    // A test hook that corrupts on purpose: panicking on a dead id is its contract.
+    #[allow(clippy::expect_used)]
     pub fn corrupt(g: &mut Graph, c: Corruption) {
         match c {
             Corruption::DropConsumerEntry { op, index } => {

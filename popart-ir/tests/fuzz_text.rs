@@ -103,9 +103,36 @@ fn random_attr(rng: &mut Rng, key: &str, graphs: &[GraphId], streams: &[String])
 }
 
 const KEYS: &[&str] = &[
-    "axis", "axes", "keepdims", "shape", "perm", "starts", "ends", "steps", "to", "dtype", "a", "b", "factor", "graph",
-    "then_graph", "else_graph", "then_inputs", "else_inputs", "count", "modified", "stream", "reduction", "func",
-    "index", "low", "high", "mean", "std", "p", "ignore_index",
+    "axis",
+    "axes",
+    "keepdims",
+    "shape",
+    "perm",
+    "starts",
+    "ends",
+    "steps",
+    "to",
+    "dtype",
+    "a",
+    "b",
+    "factor",
+    "graph",
+    "then_graph",
+    "else_graph",
+    "then_inputs",
+    "else_inputs",
+    "count",
+    "modified",
+    "stream",
+    "reduction",
+    "func",
+    "index",
+    "low",
+    "high",
+    "mean",
+    "std",
+    "p",
+    "ignore_index",
 ];
 
 /// Fill graph `gid` with random tensors and ops; `callees` may be called.
@@ -300,9 +327,8 @@ fn mutate(rng: &mut Rng, s: &str) -> String {
                 }
                 _ => {
                     // Numbers mostly, so that shapes, indices and data get the extremes.
-                    let numeric: Vec<usize> = (0..t.len())
-                        .filter(|&k| t[k].starts_with(|c: char| c.is_ascii_digit() || c == '-'))
-                        .collect();
+                    let numeric: Vec<usize> =
+                        (0..t.len()).filter(|&k| t[k].starts_with(|c: char| c.is_ascii_digit() || c == '-')).collect();
                     let k = if numeric.is_empty() || rng.chance(20) { i } else { *rng.pick(&numeric) };
                     t[k] = rng.pick(EXTREMES).to_string();
                 }
@@ -328,13 +354,17 @@ fn mutate(rng: &mut Rng, s: &str) -> String {
         }
         6 => {
             // Shapes only.
-            s.replacen("[", *rng.pick(&["[4294967296,", "[0,", "[18446744073709551615,", "[-1,", "[1,"]), 1 + rng.below(3))
+            s.replacen(
+                "[",
+                rng.pick::<&str>(&["[4294967296,", "[0,", "[18446744073709551615,", "[-1,", "[1,"]),
+                1 + rng.below(3),
+            )
         }
         _ => {
             let mut v = s.to_string();
             let at = rng.below(v.len() + 1);
             let at = (0..=at).rev().find(|&k| v.is_char_boundary(k)).unwrap_or(0);
-            v.insert_str(at, *rng.pick(EXTREMES));
+            v.insert_str(at, rng.pick::<&str>(EXTREMES));
             v
         }
     }

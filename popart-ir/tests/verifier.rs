@@ -110,7 +110,10 @@ fn non_activations_are_never_produced() {
 #[test]
 fn inferred_info_must_match() {
     let m = broken(|f| Corruption::SetInfo { tensor: f.z, info: TensorInfo::new(DataType::Float16, [2]) });
-    assert!(m.contains("output 0 (`exp:0`) of op `exp` (Exp) is float16[2] but shape inference gives float32[2]"), "{m}");
+    assert!(
+        m.contains("output 0 (`exp:0`) of op `exp` (Exp) is float16[2] but shape inference gives float32[2]"),
+        "{m}"
+    );
     // Through the public API: attribute edits do not re-run inference.
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
@@ -215,7 +218,10 @@ fn unused_inputs_and_wrong_grad_shapes_are_refused() {
     let w = ir.main_graph_mut().add_input("w", TensorInfo::new(DataType::Float32, [3, 4])).unwrap();
     // A third input of Add would be ignored: refused, naming the op and index.
     let err = ir.create_op(main, "Add", Attributes::new(), &[(0, x), (1, x), (2, x)], "add3").unwrap_err();
-    assert!(matches!(&err, IrError::Inference { op, message, .. } if op == "add3" && message.contains("index 2")), "{err}");
+    assert!(
+        matches!(&err, IrError::Inference { op, message, .. } if op == "add3" && message.contains("index 2")),
+        "{err}"
+    );
     // A hand-built matmul gradient whose incoming gradient has the wrong shape.
     let bad_g = ir.main_graph_mut().add_input("g", TensorInfo::new(DataType::Float32, [2, 5])).unwrap();
     let err = ir.create_op(main, "MatMulRhsGrad", Attributes::new(), &[(0, bad_g), (1, x), (2, w)], "rg").unwrap_err();

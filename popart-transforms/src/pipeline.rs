@@ -217,7 +217,8 @@ impl Pipeline {
 
     /// An empty pipeline.
     pub fn new() -> Self {
-        let verify_each_pass = cfg!(debug_assertions) || std::env::var_os(VERIFY_EACH_PASS_ENV).is_some_and(|v| v == "1");
+        let verify_each_pass =
+            cfg!(debug_assertions) || std::env::var_os(VERIFY_EACH_PASS_ENV).is_some_and(|v| v == "1");
         Pipeline { passes: Vec::new(), verify_each_pass, patterns: Vec::new() }
     }
 

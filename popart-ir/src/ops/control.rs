@@ -218,7 +218,9 @@ impl OpDef for If {
         let as_idx = |key: &str| -> Result<Vec<u32>> {
             let v = ctx.attrs.ints(key).unwrap_or(&[]);
             v.iter()
-                .map(|&i| u32::try_from(i).map_err(|_| ctx.error(format!("`{key}` names input {i}, not an input index"))))
+                .map(|&i| {
+                    u32::try_from(i).map_err(|_| ctx.error(format!("`{key}` names input {i}, not an input index")))
+                })
                 .collect()
         };
         check_args(ctx, tg, &as_idx("then_inputs")?)?;

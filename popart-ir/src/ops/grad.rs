@@ -247,7 +247,8 @@ impl OpDef for GatherGrad {
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
-        let axis = super::normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(super::infer_error(ctx))?;
+        let axis =
+            super::normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(super::infer_error(ctx))?;
         let mut shape = x.shape[..axis].to_vec();
         shape.extend_from_slice(&idx.shape);
         shape.extend_from_slice(&x.shape[axis + 1..]);

@@ -167,14 +167,17 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
+    #[allow(clippy::expect_used)] // Cannot fail: the builder holds `&mut Ir` for its whole life and never removes the forward graph.
     fn fwd_graph(&self) -> &Graph {
         self.ir.graph(self.fwd).expect("forward graph exists")
     }
 
+    #[allow(clippy::expect_used)] // Cannot fail: the builder creates the gradient graph and never removes it.
     fn grad_graph(&self) -> &Graph {
         self.ir.graph(self.grad).expect("gradient graph exists")
     }
 
+    #[allow(clippy::expect_used)] // Cannot fail: the builder creates the gradient graph and never removes it.
     fn grad_graph_mut(&mut self) -> &mut Graph {
         self.ir.graph_mut(self.grad).expect("gradient graph exists")
     }
@@ -204,6 +207,7 @@ impl<'a> Builder<'a> {
 
     /// Name for the gradient of `x` contributed by one consumer: the final name when
     /// that consumer is the only one.
+    #[allow(clippy::expect_used)] // Cannot fail: `x` is a forward tensor the analysis found in the forward graph.
     fn partial_name(&self, x: TensorId) -> String {
         let g = self.fwd_graph();
         let t = g.tensor(x).expect("forward tensor");
@@ -304,6 +308,7 @@ impl<'a> Builder<'a> {
         Ok(self.ir.create_op_with_outputs(self.grad, def, attrs, inputs, infos, output_names, name)?)
     }
 
+    #[allow(clippy::expect_used)] // Cannot fail: `op` was just created and shape inference gave it output `index`.
     fn output(&self, op: OpId, index: u32) -> TensorId {
         self.grad_graph().op(op).expect("just created").output(index).expect("inferred output")
     }
@@ -666,6 +671,7 @@ impl<'a> Builder<'a> {
 
     /// `If(cond, ..)`: an `If` on the same condition whose branches call the branch
     /// graphs' gradient graphs (through wrapper graphs with identical outputs).
+    #[allow(clippy::expect_used)] // Cannot fail: `wanted` lists connected inputs of `op`.
     fn grow_if(&mut self, op: &Op) -> Result<()> {
         let grads = self.output_grads(op)?;
         if self.skip_if_zero(op, &grads) {
@@ -726,6 +732,7 @@ impl<'a> Builder<'a> {
     /// A graph taking the inputs of `info.graph` (typed like `parents`), calling it and
     /// returning, for each op input in `wanted`, the gradient of that `If` op input
     /// through this branch (zeros if the branch does not use it).
+    #[allow(clippy::expect_used)] // Cannot fail: `wanted` lists connected inputs of `op`; `call`, `Init` and `Sum` were just created with these outputs.
     fn if_branch_wrapper(
         &mut self,
         op: &Op,
