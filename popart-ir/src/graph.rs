@@ -684,13 +684,10 @@ impl Graph {
         let Some(o) = self.ops.get_mut(op) else {
             return Err(self.unknown_op(op));
         };
-        let mut drop = vec![false; o.outputs.end() as usize];
-        for &i in indices {
-            if let Some(d) = drop.get_mut(i as usize) {
-                *d = true;
-            }
-        }
-        let removed = o.outputs.remove_and_renumber(|i| drop[i as usize]);
+        // Sorted indices, not a table up to the largest index (which may be u32::MAX).
+        let mut drop = indices.to_vec();
+        drop.sort_unstable();
+        let removed = o.outputs.remove_and_renumber(|i| drop.binary_search(&i).is_ok());
         for (index, t) in o.outputs.iter() {
             self.tensors[t].producer = Some(Port { op, index });
         }

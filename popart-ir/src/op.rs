@@ -526,9 +526,9 @@ impl TensorIndexMap {
         self.len() == 0
     }
 
-    /// Largest index + 1 (0 when empty).
-    pub fn end(&self) -> u32 {
-        self.entries.as_slice().last().map_or(0, |(i, _)| i + 1)
+    /// Largest index + 1 (0 when empty); a `u64`, since an index may be `u32::MAX`.
+    pub fn end(&self) -> u64 {
+        self.entries.as_slice().last().map_or(0, |(i, _)| u64::from(*i) + 1)
     }
 
     pub(crate) fn reserve_exact(&mut self, additional: usize) {

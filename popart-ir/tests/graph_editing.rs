@@ -751,3 +751,19 @@ fn colliding_names_stay_distinct() {
     assert_eq!(ir.main_graph().op(again1).unwrap().name, names[1]);
     ir.verify().unwrap();
 }
+
+#[test]
+fn extreme_indices_do_not_overflow_or_allocate() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", f32i(&[1])).unwrap();
+    let (op, y) = op1(&mut ir, main, "Neg", &[x], "n");
+    let g = ir.main_graph_mut();
+    g.disconnect_output(op, 0).unwrap();
+    g.connect_output(op, u32::MAX, y).unwrap();
+    assert_eq!(g.op(op).unwrap().outputs().end(), u64::from(u32::MAX) + 1);
+    assert!(matches!(ir.verify(), Err(IrError::Invalid(m)) if m.contains("output 4294967295")));
+    let g = ir.main_graph_mut();
+    assert_eq!(g.remove_op_outputs(op, &[u32::MAX]).unwrap(), vec![y]);
+    assert!(g.op(op).unwrap().outputs().is_empty());
+}

@@ -337,6 +337,9 @@ impl OpDef for Sum {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let first = ctx.input(0)?;
+        if ctx.inputs().iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+            return Err(ctx.error("inputs must be at indices 0..n"));
+        }
         if let Some((i, t)) = ctx.inputs().iter().find(|(_, t)| t != first) {
             return Err(ctx.error(format!("input {i} is {t} but input 0 is {first}")));
         }
