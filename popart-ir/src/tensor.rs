@@ -183,7 +183,7 @@ impl HostTensor {
     /// Build from f64 values, converting to `dtype` (rounding toward zero for integers).
     pub fn from_f64_values(dtype: DataType, shape: &[usize], values: &[f64]) -> Self {
         let info = TensorInfo::new(dtype, shape);
-        let mut bytes = Vec::with_capacity(info.nbytes());
+        let mut bytes = Vec::with_capacity(values.len().saturating_mul(dtype.size_bytes()));
         for &v in values {
             push_value(&mut bytes, dtype, v);
         }

@@ -35,6 +35,12 @@ impl Ir {
     /// assert!(matches!(ir.verify(), Err(IrError::Invalid(_))));
     /// ```
     pub fn verify(&self) -> Result<()> {
+        if self.num_host_transfers == 0 || self.replication_factor == 0 {
+            return Err(IrError::Invalid(format!(
+                "num_host_transfers ({}) and replication_factor ({}) must be at least 1",
+                self.num_host_transfers, self.replication_factor
+            )));
+        }
         self.graphs_callees_first()?;
         for g in self.graphs() {
             self.verify_graph(g)?;

@@ -250,3 +250,16 @@ fn oversized_outputs_are_refused_where_they_are_created() {
     assert!(ir.create_op(main, "Reshape", shape, &[(0, a)], "r").is_err());
     ir.verify().unwrap();
 }
+
+#[test]
+fn zero_host_transfers_or_replicas_are_invalid() {
+    let mut ir = Ir::new();
+    ir.num_host_transfers = 0;
+    assert!(matches!(ir.verify(), Err(IrError::Invalid(m)) if m.contains("num_host_transfers (0)")));
+    ir.num_host_transfers = 1;
+    ir.replication_factor = 0;
+    assert!(ir.verify().is_err());
+    // Host data built by hand for a huge shape: no capacity overflow.
+    let t = HostTensor::from_f64_values(DataType::Float32, &[usize::MAX], &[]);
+    assert!(t.validate().is_err());
+}
