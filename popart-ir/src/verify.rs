@@ -11,10 +11,15 @@ impl Ir {
     /// - each tensor has at most one producer, and graph inputs, variables,
     ///   constants and streams have none;
     /// - graph inputs are distinct activations; graph outputs exist;
-    /// - streams live in the main graph only; variable and constant data match their type;
+    /// - every tensor's byte size fits ([`TensorInfo::checked_nbytes`](crate::TensorInfo::checked_nbytes),
+    ///   else [`IrError::TensorTooLarge`]); `num_host_transfers` and `replication_factor` are at least 1;
+    /// - streams live in the main graph only; variable and constant data match their type
+    ///   and are valid ([`IrError::HostData`]: length, bool bytes 0 or 1);
     /// - every op references tensors of its own graph and existing called graphs;
-    /// - shape inference, re-run on every op, agrees with its outputs (this also checks
-    ///   that subgraph ops match the arity and types of the graphs they call);
+    /// - shape inference, re-run on every op, reads every connected input and agrees with
+    ///   each output (the error names the op and the first output that differs; this also
+    ///   checks that subgraph ops match the arity and types of the graphs they call, and
+    ///   that hand-built gradient ops fit their forward tensors);
     /// - topological constraints join live ops of the same graph, and each graph
     ///   can be scheduled (no cycle through data edges and constraints);
     /// - no graph calls itself, directly or indirectly.
