@@ -110,6 +110,13 @@ pub(crate) fn run_infer(
         read: std::cell::Cell::new(0),
         read_all: std::cell::Cell::new(false),
     };
+    // Which graphs an op calls is read off its graph-valued attributes (the
+    // recursion check, call sites, lowering): only subgraph ops may have them.
+    if let Some((key, _)) = attrs.iter().find(|(_, v)| matches!(v, crate::AttrValue::Graph(_))) {
+        if !def.flags(attrs).contains(OpFlags::SUBGRAPH) {
+            return Err(ctx.error(format!("graph attribute `{key}` on an op that calls no graph")));
+        }
+    }
     let out = def.infer(&ctx)?;
     if !ctx.read_all.get() {
         let read = ctx.read.get();

@@ -263,3 +263,20 @@ fn zero_host_transfers_or_replicas_are_invalid() {
     let t = HostTensor::from_f64_values(DataType::Float32, &[usize::MAX], &[]);
     assert!(t.validate().is_err());
 }
+
+#[test]
+fn graph_attributes_only_where_a_graph_is_called() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let body = ir.create_graph("body").unwrap();
+    let bx = ir.graph_mut(body).unwrap().add_input("bx", f32i(&[2])).unwrap();
+    ir.graph_mut(body).unwrap().add_output(bx).unwrap();
+    let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
+    // A stray graph attribute would be taken for a call by every pass.
+    let relu = Attributes::new().with("graph", AttrValue::Graph(body));
+    let err = ir.create_op(main, "Relu", relu, &[(0, x)], "r").unwrap_err();
+    assert!(err.to_string().contains("graph attribute `graph` on an op that calls no graph"), "{err}");
+    let call = Attributes::new().with("graph", AttrValue::Graph(body)).with("aaa", AttrValue::Graph(body));
+    let err = ir.create_op(main, "Call", call, &[(0, x)], "c").unwrap_err();
+    assert!(err.to_string().contains("unexpected graph attribute `aaa`"), "{err}");
+}

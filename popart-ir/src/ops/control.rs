@@ -157,11 +157,21 @@ fn contiguous_inputs(ctx: &InferContext<'_>) -> Result<Vec<u32>> {
     Ok(idx)
 }
 
+/// Subgraph ops call exactly the graphs of the attributes they read (`keys`): no
+/// other graph-valued attribute, which every pass would take for a call.
+fn check_graph_attrs(ctx: &InferContext<'_>, keys: &[&str]) -> Result<()> {
+    match ctx.attrs.iter().find(|(k, v)| matches!(v, crate::AttrValue::Graph(_)) && !keys.contains(k)) {
+        Some((k, _)) => Err(ctx.error(format!("unexpected graph attribute `{k}` (expected {})", keys.join(", ")))),
+        None => Ok(()),
+    }
+}
+
 impl OpDef for Call {
     fn op_type(&self) -> &'static str {
         "Call"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        check_graph_attrs(ctx, &["graph"])?;
         let g = ctx.graph("graph")?;
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
@@ -193,6 +203,7 @@ impl OpDef for Repeat {
         "Repeat"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        check_graph_attrs(ctx, &["graph"])?;
         let g = ctx.graph("graph")?;
         check_repeat_count(ctx.int("count")?).map_err(infer_error(ctx))?;
         let inputs = contiguous_inputs(ctx)?;
@@ -214,6 +225,7 @@ impl OpDef for If {
         if c.dtype != crate::DataType::Bool || c.nelms() != 1 {
             return Err(ctx.error(format!("the condition must be a bool scalar, got {c}")));
         }
+        check_graph_attrs(ctx, &["then_graph", "else_graph"])?;
         let (tg, eg) = (ctx.graph("then_graph")?, ctx.graph("else_graph")?);
         let as_idx = |key: &str| -> Result<Vec<u32>> {
             let v = ctx.attrs.ints(key).unwrap_or(&[]);

@@ -210,7 +210,7 @@ fn find_all(ir: &Ir, caller: GraphId, sites: &HashMap<GraphId, Vec<(GraphId, OpI
         if !call.is::<Call>() {
             continue;
         }
-        let callee_id = call.called_graphs()[0];
+        let callee_id = crate::prune::call_callee(call)?;
         if sites.get(&callee_id).map(Vec::len) != Some(1) {
             continue;
         }
