@@ -160,6 +160,15 @@ pub enum IrError {
         /// What is wrong with the data.
         source: crate::HostDataError,
     },
+    /// A pipeline pass returned `Ok` but left an IR that fails verification
+    /// (reported when the pipeline verifies every pass: debug builds and tests).
+    #[error("pass `{pass}` left an invalid IR: {source}")]
+    InvalidAfterPass {
+        /// The pass's name.
+        pass: String,
+        /// What the verifier found.
+        source: Box<IrError>,
+    },
     /// The verifier found a broken invariant.
     #[error("invalid IR: {0}")]
     Invalid(String),

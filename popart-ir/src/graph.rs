@@ -160,7 +160,7 @@ pub(crate) fn push_decimal(s: &mut String, mut n: u64) {
             break;
         }
     }
-    s.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+    s.extend(buf[i..].iter().map(|&b| b as char));
 }
 
 /// A hasher for keys that are already well-mixed 64-bit hashes.
@@ -494,7 +494,7 @@ impl Graph {
     pub fn remove_tensor(&mut self, t: TensorId) -> Result<Tensor> {
         let boundary = self.inputs.contains(&t) || self.outputs.contains(&t);
         self.check_removable(t, boundary)?;
-        Ok(self.remove_checked(t))
+        self.remove_checked(t)
     }
 
     /// [`Graph::remove_tensor`] for several tensors, in one pass over the graph's
@@ -507,7 +507,7 @@ impl Graph {
         }
         for &t in ts {
             if self.tensors.contains_key(t) {
-                self.remove_checked(t);
+                self.remove_checked(t)?;
             }
         }
         Ok(())
@@ -534,10 +534,10 @@ impl Graph {
         }
     }
 
-    fn remove_checked(&mut self, t: TensorId) -> Tensor {
-        let tensor = self.tensors.remove(t).expect("checked");
+    fn remove_checked(&mut self, t: TensorId) -> Result<Tensor> {
+        let tensor = self.tensors.remove(t).ok_or_else(|| self.unknown_tensor(t))?;
         self.tensor_names.remove(&tensor.name, t);
-        tensor
+        Ok(tensor)
     }
 
     // ----- ops -----
@@ -590,8 +590,10 @@ impl Graph {
             index,
         })?;
         let consumers = &mut self.tensors[t].consumers;
-        let pos = consumers.iter().position(|p| *p == Port { op, index }).expect("symmetric connectivity");
-        consumers.swap_remove(pos);
+        // Connectivity is symmetric, so the entry is there.
+        if let Some(pos) = consumers.iter().position(|p| *p == Port { op, index }) {
+            consumers.swap_remove(pos);
+        }
         Ok(t)
     }
 
@@ -648,6 +650,11 @@ impl Graph {
             return Err(IrError::IndexTaken { op: o.name.clone(), side: "output", index });
         }
         let (name, h) = self.tensor_names.unique_owned(name, &self.tensors);
+        // Every op output, inferred or given, passes through here: the one place
+        // where the size invariant of op outputs is enforced.
+        if info.checked_nbytes().is_none() {
+            return Err(IrError::TensorTooLarge { graph: self.name.clone(), tensor: name, info });
+        }
         let t = self.insert_tensor(name, h, info, TensorKind::ActGrad);
         // A fresh activation: not produced, not a graph input, index checked above.
         self.ops[op].outputs.insert(index, t);
@@ -677,13 +684,10 @@ impl Graph {
         let Some(o) = self.ops.get_mut(op) else {
             return Err(self.unknown_op(op));
         };
-        let mut drop = vec![false; o.outputs.end() as usize];
-        for &i in indices {
-            if let Some(d) = drop.get_mut(i as usize) {
-                *d = true;
-            }
-        }
-        let removed = o.outputs.remove_and_renumber(|i| drop[i as usize]);
+        // Sorted indices, not a table up to the largest index (which may be u32::MAX).
+        let mut drop = indices.to_vec();
+        drop.sort_unstable();
+        let removed = o.outputs.remove_and_renumber(|i| drop.binary_search(&i).is_ok());
         for (index, t) in o.outputs.iter() {
             self.tensors[t].producer = Some(Port { op, index });
         }
@@ -712,7 +716,7 @@ impl Graph {
             self.disconnect_output(op, i)?;
         }
         self.topo_cons.remove_op(op);
-        let o = self.ops.remove(op).expect("checked above");
+        let o = self.ops.remove(op).ok_or_else(|| self.unknown_op(op))?;
         self.op_names.remove(&o.name, op);
         Ok(o)
     }
@@ -764,6 +768,11 @@ impl Graph {
         if !n.inputs.is_empty() || !n.outputs.is_empty() {
             return Err(IrError::Invalid(format!("replacement op `{}` is already connected", n.name)));
         }
+        // `new` takes `old`'s place exactly; constraints of its own could close a
+        // cycle with `old`'s connections.
+        if !self.topo_cons.befores(new).is_empty() || !self.topo_cons.afters(new).is_empty() {
+            return Err(IrError::Invalid(format!("replacement op `{}` already has topological constraints", n.name)));
+        }
         self.topo_cons.transfer(old, new);
         self.erase_op(old)?;
         for (i, t) in o.inputs.iter() {
@@ -771,44 +780,6 @@ impl Graph {
         }
         for (i, t) in o.outputs.iter() {
             self.connect_output(new, i, t)?;
-        }
-        Ok(())
-    }
-
-    // ----- topological constraints -----
-
-    /// Require `before` to be scheduled before `after`.
-    pub fn add_topo_con(&mut self, before: OpId, after: OpId) -> Result<()> {
-        self.check_con(before, after)?;
-        self.topo_cons.insert(before, after, false);
-        Ok(())
-    }
-
-    /// Require `before` immediately before `after` (tied: scheduled adjacently).
-    pub fn add_tied_topo_con(&mut self, before: OpId, after: OpId) -> Result<()> {
-        self.check_con(before, after)?;
-        self.topo_cons.insert(before, after, true);
-        Ok(())
-    }
-
-    /// Remove the constraint `before -> after`; returns whether it existed.
-    pub fn remove_topo_con(&mut self, before: OpId, after: OpId) -> bool {
-        self.topo_cons.remove(before, after)
-    }
-
-    /// Move all constraints of `from` onto `to`.
-    pub fn transfer_topo_cons(&mut self, from: OpId, to: OpId) -> Result<()> {
-        self.op(from)?;
-        self.op(to)?;
-        self.topo_cons.transfer(from, to);
-        Ok(())
-    }
-
-    fn check_con(&self, before: OpId, after: OpId) -> Result<()> {
-        let b = self.op(before)?;
-        self.op(after)?;
-        if before == after {
-            return Err(IrError::SelfConstraint(b.name.clone()));
         }
         Ok(())
     }

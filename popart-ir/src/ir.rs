@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use slotmap::SlotMap;
 
 use crate::hash::FxHashMap;
-use crate::op::InferContext;
 use crate::{Attributes, Graph, GraphId, IrError, OpDef, OpId, OpTypeRef, Result, TensorId, TensorInfo};
 
 static NEXT_IR_ID: AtomicU64 = AtomicU64::new(1);
@@ -104,7 +103,15 @@ impl Ir {
         if !self.graph_names.contains_key(base) {
             return base.to_string();
         }
-        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.graph_names.contains_key(n)).expect("infinite")
+        // At most `graph_names.len()` candidates are taken, so one of these is free.
+        let mut i = 1usize;
+        loop {
+            let n = format!("{base}_{i}");
+            if !self.graph_names.contains_key(&n) {
+                return n;
+            }
+            i += 1;
+        }
     }
 
     /// A graph by id.
@@ -153,7 +160,7 @@ impl Ir {
         }
         self.graph_names.remove(&name);
         self.order.retain(|&g| g != id);
-        Ok(self.graphs.remove(id).expect("checked"))
+        self.graphs.remove(id).ok_or(IrError::UnknownGraph(name))
     }
 
     /// Create an op of a registered type in `graph`, connect `inputs`
@@ -200,12 +207,13 @@ impl Ir {
         for called in attrs.graphs() {
             self.graph(called)?;
         }
+        self.check_not_recursive(graph, attrs)?;
         crate::verify::check_input_kinds(g, name, def, attrs, inputs.iter().copied())?;
         with_input_infos(g, inputs.iter().copied(), |in_infos| {
             if let Some(w) = in_infos.windows(2).find(|w| w[0].0 == w[1].0) {
                 return Err(IrError::IndexTaken { op: name.to_string(), side: "input", index: w[0].0 });
             }
-            def.infer(&InferContext { op_name: name, op_type: def.op_type(), inputs: in_infos, attrs, ir: self })
+            crate::op::run_infer(def, name, in_infos, attrs, self)
         })
     }
 
@@ -227,12 +235,17 @@ impl Ir {
         for &(_, t) in inputs {
             g.tensor(t)?;
         }
+        // Sizes first, so that nothing is created when an output is too large.
+        if let Some((i, info)) = output_infos.iter().enumerate().find(|(_, info)| info.checked_nbytes().is_none()) {
+            let tensor = output_names.get(i).cloned().unwrap_or_else(|| format!("{name}:{i}"));
+            return Err(IrError::TensorTooLarge { graph: g.name.clone(), tensor, info: info.clone() });
+        }
         let op = g.add_op(def, attrs, name);
         g.ops[op].inputs.reserve_exact(inputs.len());
         g.ops[op].outputs.reserve_exact(output_infos.len());
         for &(i, t) in inputs {
             if let Err(e) = g.connect_input(op, i, t) {
-                g.erase_op(op).expect("just created");
+                g.erase_op(op)?;
                 return Err(e);
             }
         }
@@ -251,6 +264,28 @@ impl Ir {
             g.create_output_owned(op, i as u32, base, info)?;
         }
         Ok(op)
+    }
+
+    /// [`IrError::RecursiveGraph`] if an op of `graph` calling the graphs named in
+    /// `attrs` would make `graph` call itself, directly or through other graphs.
+    /// Walks the graphs reachable from those callees once each.
+    fn check_not_recursive(&self, graph: GraphId, attrs: &Attributes) -> Result<()> {
+        let mut seen: slotmap::SecondaryMap<GraphId, ()> = slotmap::SecondaryMap::new();
+        let mut work: Vec<GraphId> = attrs.graphs().collect();
+        while let Some(g) = work.pop() {
+            if g == graph {
+                return Err(IrError::RecursiveGraph(
+                    self.graphs.get(graph).map_or_else(String::new, |g| g.name.clone()),
+                ));
+            }
+            if seen.insert(g, ()).is_some() {
+                continue;
+            }
+            if let Some(callee) = self.graphs.get(g) {
+                work.extend(callee.ops.values().flat_map(|op| op.attrs.graphs()));
+            }
+        }
+        Ok(())
     }
 
     /// Graphs in an order where every called graph comes before its callers

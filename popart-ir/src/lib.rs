@@ -10,6 +10,7 @@
 //! This crate knows nothing of devices, kernels or ndarray.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod attr;
 pub mod dot;

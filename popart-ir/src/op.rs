@@ -74,6 +74,10 @@ pub enum GradRule {
 }
 
 /// What shape inference sees: the op's inputs, attributes and the IR (for called graphs).
+///
+/// The context records which inputs inference reads; a connected input that it
+/// never reads (a third input of `Add`, say) is an error naming the op, so that
+/// no op silently ignores a tensor it was given.
 pub struct InferContext<'a> {
     pub(crate) op_name: &'a str,
     pub(crate) op_type: &'static str,
@@ -82,6 +86,46 @@ pub struct InferContext<'a> {
     pub attrs: &'a Attributes,
     /// The IR, to read the signatures of called graphs.
     pub ir: &'a Ir,
+    /// Positions in `inputs` read so far (bit k: `inputs[k]`); all of them once
+    /// [`InferContext::inputs`] has been called.
+    read: std::cell::Cell<u128>,
+    read_all: std::cell::Cell<bool>,
+}
+
+/// Run `def`'s shape inference on `inputs` (sorted by index) and check that it
+/// read every connected input.
+pub(crate) fn run_infer(
+    def: &dyn OpDef,
+    op_name: &str,
+    inputs: &[(u32, TensorInfo)],
+    attrs: &Attributes,
+    ir: &Ir,
+) -> Result<Vec<TensorInfo>> {
+    let ctx = InferContext {
+        op_name,
+        op_type: def.op_type(),
+        inputs,
+        attrs,
+        ir,
+        read: std::cell::Cell::new(0),
+        read_all: std::cell::Cell::new(false),
+    };
+    // Which graphs an op calls is read off its graph-valued attributes (the
+    // recursion check, call sites, lowering): only subgraph ops may have them.
+    if let Some((key, _)) = attrs.iter().find(|(_, v)| matches!(v, crate::AttrValue::Graph(_))) {
+        if !def.flags(attrs).contains(OpFlags::SUBGRAPH) {
+            return Err(ctx.error(format!("graph attribute `{key}` on an op that calls no graph")));
+        }
+    }
+    let out = def.infer(&ctx)?;
+    if !ctx.read_all.get() {
+        let read = ctx.read.get();
+        if let Some((k, (i, _))) = inputs.iter().enumerate().find(|(k, _)| *k >= 128 || read & (1u128 << k) == 0) {
+            let what = if k >= 128 { "too many inputs" } else { "unexpected input" };
+            return Err(ctx.error(format!("{what} at index {i} (this op type does not use it)")));
+        }
+    }
+    Ok(out)
 }
 
 impl<'a> InferContext<'a> {
@@ -98,11 +142,17 @@ impl<'a> InferContext<'a> {
     /// The info of input `index` if connected.
     pub fn optional_input(&self, index: u32) -> Option<&'a TensorInfo> {
         // Sorted by index (both `Ir::infer_outputs` and the verifier sort them).
-        self.inputs.binary_search_by_key(&index, |(i, _)| *i).ok().map(|k| &self.inputs[k].1)
+        let k = self.inputs.binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        if k < 128 {
+            self.read.set(self.read.get() | (1u128 << k));
+        }
+        self.inputs.get(k).map(|(_, info)| info)
     }
 
-    /// Every connected input, by index.
+    /// Every connected input, by index (variadic ops: inference that calls this
+    /// takes responsibility for every input).
     pub fn inputs(&self) -> &'a [(u32, TensorInfo)] {
+        self.read_all.set(true);
         self.inputs
     }
 
@@ -483,9 +533,9 @@ impl TensorIndexMap {
         self.len() == 0
     }
 
-    /// Largest index + 1 (0 when empty).
-    pub fn end(&self) -> u32 {
-        self.entries.as_slice().last().map_or(0, |(i, _)| i + 1)
+    /// Largest index + 1 (0 when empty); a `u64`, since an index may be `u32::MAX`.
+    pub fn end(&self) -> u64 {
+        self.entries.as_slice().last().map_or(0, |(i, _)| u64::from(*i) + 1)
     }
 
     pub(crate) fn reserve_exact(&mut self, additional: usize) {

@@ -29,6 +29,11 @@ impl Ir {
     }
 }
 
+/// Bytes of a tensor as the liveness cost counts them (saturating at `i64::MAX`).
+fn bytes_of(t: &crate::Tensor) -> i64 {
+    i64::try_from(t.info.nbytes()).unwrap_or(i64::MAX)
+}
+
 /// The dependency structure of a graph with ops numbered densely in creation order:
 /// successor lists (data edges and constraints) in CSR form, and in-degrees.
 struct Deps {
@@ -116,7 +121,7 @@ impl Graph {
         if options.optimize_liveness {
             live = SecondaryMap::with_capacity(self.tensors.len());
             for (id, t) in self.tensors.iter() {
-                let bytes = if matches!(t.kind, TensorKind::ActGrad) { t.info.nbytes() as i64 } else { 0 };
+                let bytes = if matches!(t.kind, TensorKind::ActGrad) { bytes_of(t) } else { 0 };
                 live.insert(id, Live { remaining: t.consumers.len() as u32, bytes });
             }
             for &o in &self.outputs {
@@ -126,7 +131,10 @@ impl Graph {
             }
             created = order
                 .iter()
-                .map(|&o| self.ops[o].outputs.tensors().map(|t| self.tensors[t].info.nbytes() as i64).sum::<i64>())
+                .map(|&o| {
+                    // Saturating: each size fits an i64, several may not.
+                    self.ops[o].outputs.tensors().fold(0i64, |acc, t| acc.saturating_add(bytes_of(&self.tensors[t])))
+                })
                 .collect();
         }
         // Bytes op `i` would add to the live set if scheduled now.
@@ -144,10 +152,10 @@ impl Graph {
                 for uses in ts.chunk_by(|a, b| a == b) {
                     let l = &live[uses[0]];
                     if l.bytes != 0 && l.remaining == uses.len() as u32 {
-                        freed += l.bytes;
+                        freed = freed.saturating_add(l.bytes);
                     }
                 }
-                return created[i] - freed;
+                return created[i].saturating_sub(freed);
             }
             for (k, (_, t)) in ins.iter().enumerate() {
                 let l = &live[t];
@@ -156,10 +164,10 @@ impl Graph {
                 }
                 let uses_here = ins.iter().skip(k).filter(|(_, u)| *u == t).count() as u32;
                 if l.remaining == uses_here {
-                    freed += l.bytes;
+                    freed = freed.saturating_add(l.bytes);
                 }
             }
-            created[i] - freed
+            created[i].saturating_sub(freed)
         };
 
         let mut heap: BinaryHeap<Reverse<(i64, u32)>> = BinaryHeap::new();
@@ -275,16 +283,18 @@ impl Graph {
             v.extend(self.topo_cons.befores(o).iter().map(|c| c.op));
             v
         };
-        let start = order.iter().copied().find(|&o| !done(o)).expect("a cycle exists");
+        let cycle = |ops: Vec<String>| IrError::Cycle { graph: self.name.clone(), ops };
+        // Callers only ask when some op is not done; without one there is nothing to name.
+        let Some(start) = order.iter().copied().find(|&o| !done(o)) else { return cycle(Vec::new()) };
         let mut path = vec![start];
         let mut pos: SecondaryMap<OpId, usize> = SecondaryMap::new();
         pos.insert(start, 0);
         let mut cur = start;
         loop {
-            let p = preds(cur)
-                .into_iter()
-                .find(|&p| !done(p))
-                .expect("an op left out of a topological order has a predecessor left out");
+            // An op left out of a topological order has a predecessor left out.
+            let Some(p) = preds(cur).into_iter().find(|&p| !done(p)) else {
+                return cycle(path.iter().rev().map(|&o| self.ops[o].name.clone()).collect());
+            };
             if let Some(&k) = pos.get(p) {
                 // path[k..] walks backwards along edges; reverse it into edge order.
                 let mut cyc: Vec<String> = path[k..].iter().map(|&o| self.ops[o].name.clone()).collect();

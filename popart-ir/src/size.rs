@@ -16,7 +16,7 @@ pub enum SizeError {
     /// A product or sum of sizes does not fit (in `usize`, or under [`MAX_TENSOR_BYTES`]).
     #[error("size of {what} overflows (more than {MAX_TENSOR_BYTES} bytes)")]
     Overflow {
-        /// What was being sized, e.g. "tensor `x` float32[4294967296,4294967296]".
+        /// What was being sized, e.g. `tensor x float32[4294967296,4294967296]`.
         what: String,
     },
     /// The allocator refused a buffer.

@@ -195,7 +195,7 @@ impl HostTensor {
     /// Build from f64 values, converting to `dtype` (rounding toward zero for integers).
     pub fn from_f64_values(dtype: DataType, shape: &[usize], values: &[f64]) -> Self {
         let info = TensorInfo::new(dtype, shape);
-        let mut bytes = Vec::with_capacity(info.nbytes());
+        let mut bytes = Vec::with_capacity(values.len().saturating_mul(dtype.size_bytes()));
         for &v in values {
             push_value(&mut bytes, dtype, v);
         }
@@ -204,9 +204,8 @@ impl HostTensor {
 
     /// Every element converted to f64 (bool as 0/1).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        let n = self.info.nelms();
         let sz = self.info.dtype.size_bytes();
-        (0..n).map(|i| read_value(&self.bytes[i * sz..(i + 1) * sz], self.info.dtype)).collect()
+        self.bytes.chunks_exact(sz).take(self.info.nelms()).map(|b| read_value(b, self.info.dtype)).collect()
     }
 }
 
@@ -231,19 +230,28 @@ fn push_value(out: &mut Vec<u8>, dtype: DataType, v: f64) {
 fn read_value(b: &[u8], dtype: DataType) -> f64 {
     use DataType::*;
     match dtype {
-        Bool => (b[0] != 0) as u8 as f64,
-        Int8 => i8::from_le_bytes([b[0]]) as f64,
-        Int16 => i16::from_le_bytes([b[0], b[1]]) as f64,
-        Int32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
-        Int64 => i64::from_le_bytes(b.try_into().unwrap()) as f64,
-        Uint8 => b[0] as f64,
-        Uint16 => u16::from_le_bytes([b[0], b[1]]) as f64,
-        Uint32 => u32::from_le_bytes(b.try_into().unwrap()) as f64,
-        Uint64 => u64::from_le_bytes(b.try_into().unwrap()) as f64,
-        Float16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
-        Float32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
-        Float64 => f64::from_le_bytes(b.try_into().unwrap()),
+        Bool => (le::<1>(b)[0] != 0) as u8 as f64,
+        Int8 => i8::from_le_bytes(le(b)) as f64,
+        Int16 => i16::from_le_bytes(le(b)) as f64,
+        Int32 => i32::from_le_bytes(le(b)) as f64,
+        Int64 => i64::from_le_bytes(le(b)) as f64,
+        Uint8 => u8::from_le_bytes(le(b)) as f64,
+        Uint16 => u16::from_le_bytes(le(b)) as f64,
+        Uint32 => u32::from_le_bytes(le(b)) as f64,
+        Uint64 => u64::from_le_bytes(le(b)) as f64,
+        Float16 => half::f16::from_le_bytes(le(b)).to_f64(),
+        Float32 => f32::from_le_bytes(le(b)) as f64,
+        Float64 => f64::from_le_bytes(le(b)),
     }
+}
+
+/// The first `N` bytes of `b` as an array (zero-filled if `b` is shorter; callers
+/// pass exactly one element's bytes).
+pub(crate) fn le<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    let n = b.len().min(N);
+    a[..n].copy_from_slice(&b[..n]);
+    a
 }
 
 /// Direction of a host stream.

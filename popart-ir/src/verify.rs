@@ -3,7 +3,6 @@
 use slotmap::SecondaryMap;
 
 use crate::ir::with_input_infos;
-use crate::op::InferContext;
 use crate::{Graph, Ir, IrError, Port, Result, TensorId, TensorKind};
 
 impl Ir {
@@ -12,10 +11,15 @@ impl Ir {
     /// - each tensor has at most one producer, and graph inputs, variables,
     ///   constants and streams have none;
     /// - graph inputs are distinct activations; graph outputs exist;
-    /// - streams live in the main graph only; variable and constant data match their type;
+    /// - every tensor's byte size fits ([`TensorInfo::checked_nbytes`](crate::TensorInfo::checked_nbytes),
+    ///   else [`IrError::TensorTooLarge`]); `num_host_transfers` and `replication_factor` are at least 1;
+    /// - streams live in the main graph only; variable and constant data match their type
+    ///   and are valid ([`IrError::HostData`]: length, bool bytes 0 or 1);
     /// - every op references tensors of its own graph and existing called graphs;
-    /// - shape inference, re-run on every op, agrees with its outputs (this also checks
-    ///   that subgraph ops match the arity and types of the graphs they call);
+    /// - shape inference, re-run on every op, reads every connected input and agrees with
+    ///   each output (the error names the op and the first output that differs; this also
+    ///   checks that subgraph ops match the arity and types of the graphs they call, and
+    ///   that hand-built gradient ops fit their forward tensors);
     /// - topological constraints join live ops of the same graph, and each graph
     ///   can be scheduled (no cycle through data edges and constraints);
     /// - no graph calls itself, directly or indirectly.
@@ -36,6 +40,12 @@ impl Ir {
     /// assert!(matches!(ir.verify(), Err(IrError::Invalid(_))));
     /// ```
     pub fn verify(&self) -> Result<()> {
+        if self.num_host_transfers == 0 || self.replication_factor == 0 {
+            return Err(IrError::Invalid(format!(
+                "num_host_transfers ({}) and replication_factor ({}) must be at least 1",
+                self.num_host_transfers, self.replication_factor
+            )));
+        }
         self.graphs_callees_first()?;
         for g in self.graphs() {
             self.verify_graph(g)?;
@@ -71,17 +81,32 @@ impl Ir {
             }
             check_input_kinds(g, &op.name, op.def, &op.attrs, op.inputs.iter())?;
             let expected = with_input_infos(g, op.inputs.iter(), |in_infos| {
-                op.def.infer(&InferContext {
-                    op_name: &op.name,
-                    op_type: op.op_type(),
-                    inputs: in_infos,
-                    attrs: &op.attrs,
-                    ir: self,
-                })
+                crate::op::run_infer(op.def, &op.name, in_infos, &op.attrs, self)
             })?;
-            let matches = expected.len() == op.outputs.len()
-                && op.outputs.iter().all(|(i, t)| expected.get(i as usize).is_some_and(|e| *e == g.tensors[t].info));
-            if !matches {
+            // Name the first output that disagrees (a hand-built gradient op with a
+            // wrong shape, an attribute edited after creation...).
+            if let Some((i, t)) =
+                op.outputs.iter().find(|(i, t)| expected.get(*i as usize) != Some(&g.tensors[*t].info))
+            {
+                let tensor = &g.tensors[t];
+                return bad(match expected.get(i as usize) {
+                    Some(e) => format!(
+                        "output {i} (`{}`) of op `{}` ({}) is {} but shape inference gives {e}",
+                        tensor.name,
+                        op.name,
+                        op.op_type(),
+                        tensor.info
+                    ),
+                    None => format!(
+                        "op `{}` ({}) has output {i} (`{}`) but shape inference gives only {} outputs",
+                        op.name,
+                        op.op_type(),
+                        tensor.name,
+                        expected.len()
+                    ),
+                });
+            }
+            if expected.len() != op.outputs.len() {
                 return bad(format!(
                     "outputs of op `{}` are [{}] but shape inference gives [{}]",
                     op.name,
@@ -118,9 +143,19 @@ impl Ir {
             if matches!(t.kind, TensorKind::Stream(_)) && g.id != self.main_graph_id() {
                 return bad(format!("stream `{}` is not in the main graph", t.name));
             }
+            if t.info.checked_nbytes().is_none() {
+                return Err(IrError::TensorTooLarge {
+                    graph: g.name.clone(),
+                    tensor: t.name.clone(),
+                    info: t.info.clone(),
+                });
+            }
             if let Some(d) = t.kind.data() {
-                if d.info != t.info || d.bytes.len() != t.info.nbytes() {
-                    return bad(format!("data of `{}` does not match its type {}", t.name, t.info));
+                if d.info != t.info {
+                    return bad(format!("data of `{}` is {} but the tensor is {}", t.name, d.info, t.info));
+                }
+                if let Err(source) = d.validate() {
+                    return Err(IrError::HostData { graph: g.name.clone(), tensor: t.name.clone(), source });
                 }
             }
         }
@@ -211,6 +246,8 @@ pub mod test_hooks {
     }
 
     /// Apply `c` to `g`, bypassing every check. Panics if an id it indexes by is dead.
+    // A test hook that corrupts on purpose: panicking on a dead id is its contract.
+    #[allow(clippy::expect_used)]
     pub fn corrupt(g: &mut Graph, c: Corruption) {
         match c {
             Corruption::DropConsumerEntry { op, index } => {

@@ -150,7 +150,16 @@ proptest! {
         prop_assume!(a < b);
         // Add the backward constraint b -> a: a cycle iff a already reaches b.
         let cyclic = reaches(ir.main_graph(), ops[a], ops[b]);
-        ir.main_graph_mut().add_topo_con(ops[b], ops[a]).unwrap();
+        // The checked path refuses exactly the cycles, naming a real one.
+        match ir.main_graph_mut().add_topo_con(ops[b], ops[a]) {
+            Ok(()) => prop_assert!(!cyclic, "add_topo_con missed a cycle"),
+            Err(IrError::Cycle { ops: names, .. }) => {
+                prop_assert!(cyclic, "add_topo_con reported a cycle that does not exist: {:?}", names);
+                ir.main_graph_mut().add_topo_con_unchecked(ops[b], ops[a]).unwrap();
+                assert_real_cycle(ir.main_graph(), &names);
+            }
+            Err(e) => prop_assert!(false, "unexpected error {}", e),
+        }
         let g = ir.main_graph();
         match g.schedule() {
             Ok(order) => {

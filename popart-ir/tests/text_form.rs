@@ -426,7 +426,7 @@ fn header_errors() {
 
 #[test]
 fn parsed_ir_is_verified() {
-    // A cycle through constraints parses but fails verification, naming the ops.
+    // A constraint closing a cycle is refused with the typed error, naming the ops.
     let body = "graph main\n  tensor x act float32[1]\n  tensor y act float32[1]\n  tensor z act float32[1]\n  op a Neg in[0=x] out[0=y]\n  op b Neg in[0=y] out[0=z]\n  topocon b -> a\n";
     match parse(&format!("{HEADER}{body}")) {
         Err(IrError::Cycle { graph, mut ops }) => {

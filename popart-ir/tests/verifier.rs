@@ -110,7 +110,10 @@ fn non_activations_are_never_produced() {
 #[test]
 fn inferred_info_must_match() {
     let m = broken(|f| Corruption::SetInfo { tensor: f.z, info: TensorInfo::new(DataType::Float16, [2]) });
-    assert!(m.contains("outputs of op `exp` are [0: float16[2]] but shape inference gives [float32[2]]"), "{m}");
+    assert!(
+        m.contains("output 0 (`exp:0`) of op `exp` (Exp) is float16[2] but shape inference gives float32[2]"),
+        "{m}"
+    );
     // Through the public API: attribute edits do not re-run inference.
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
@@ -205,4 +208,75 @@ fn calls_to_removed_graphs_are_caught() {
         Err(IrError::Invalid(m)) => assert!(m.contains("op `call` calls a graph that is not in this IR"), "{m}"),
         other => panic!("expected Invalid, got {other:?}"),
     }
+}
+
+#[test]
+fn unused_inputs_and_wrong_grad_shapes_are_refused() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2, 3])).unwrap();
+    let w = ir.main_graph_mut().add_input("w", TensorInfo::new(DataType::Float32, [3, 4])).unwrap();
+    // A third input of Add would be ignored: refused, naming the op and index.
+    let err = ir.create_op(main, "Add", Attributes::new(), &[(0, x), (1, x), (2, x)], "add3").unwrap_err();
+    assert!(
+        matches!(&err, IrError::Inference { op, message, .. } if op == "add3" && message.contains("index 2")),
+        "{err}"
+    );
+    // A hand-built matmul gradient whose incoming gradient has the wrong shape.
+    let bad_g = ir.main_graph_mut().add_input("g", TensorInfo::new(DataType::Float32, [2, 5])).unwrap();
+    let err = ir.create_op(main, "MatMulRhsGrad", Attributes::new(), &[(0, bad_g), (1, x), (2, w)], "rg").unwrap_err();
+    assert!(err.to_string().contains("does not match the forward output float32[2,4]"), "{err}");
+    let g = ir.main_graph_mut().add_input("g_ok", TensorInfo::new(DataType::Float32, [2, 4])).unwrap();
+    ir.create_op(main, "MatMulRhsGrad", Attributes::new(), &[(0, g), (1, x), (2, w)], "rg").unwrap();
+    ir.verify().unwrap();
+}
+
+#[test]
+fn oversized_outputs_are_refused_where_they_are_created() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let a = ir.main_graph_mut().add_input("a", TensorInfo::new(DataType::Float32, [1usize << 40, 1])).unwrap();
+    let b = ir.main_graph_mut().add_input("b", TensorInfo::new(DataType::Float32, [1, 1usize << 40])).unwrap();
+    // Each operand is 4 TiB; the broadcast product is 2^80 elements.
+    let err = ir.create_op(main, "Add", Attributes::new(), &[(0, a), (1, b)], "big").unwrap_err();
+    assert!(matches!(&err, IrError::TensorTooLarge { tensor, .. } if tensor == "big:0"), "{err}");
+    assert_eq!(ir.main_graph().num_ops(), 0, "nothing created");
+    // Concat lengths that overflow usize, reshape products that overflow.
+    let attrs = Attributes::new().with("axis", AttrValue::Int(0));
+    let huge = ir.main_graph_mut().add_input("h", TensorInfo::new(DataType::Bool, [usize::MAX / 2 - 1])).unwrap();
+    let err = ir.create_op(main, "Concat", attrs, &[(0, huge), (1, huge), (2, huge)], "cat").unwrap_err();
+    assert!(matches!(err, IrError::Inference { .. } | IrError::TensorTooLarge { .. }), "{err}");
+    let shape = Attributes::new().with("shape", AttrValue::Ints(vec![i64::MAX, i64::MAX, 0, -1]));
+    assert!(ir.create_op(main, "Reshape", shape, &[(0, a)], "r").is_err());
+    ir.verify().unwrap();
+}
+
+#[test]
+fn zero_host_transfers_or_replicas_are_invalid() {
+    let mut ir = Ir::new();
+    ir.num_host_transfers = 0;
+    assert!(matches!(ir.verify(), Err(IrError::Invalid(m)) if m.contains("num_host_transfers (0)")));
+    ir.num_host_transfers = 1;
+    ir.replication_factor = 0;
+    assert!(ir.verify().is_err());
+    // Host data built by hand for a huge shape: no capacity overflow.
+    let t = HostTensor::from_f64_values(DataType::Float32, &[usize::MAX], &[]);
+    assert!(t.validate().is_err());
+}
+
+#[test]
+fn graph_attributes_only_where_a_graph_is_called() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let body = ir.create_graph("body").unwrap();
+    let bx = ir.graph_mut(body).unwrap().add_input("bx", f32i(&[2])).unwrap();
+    ir.graph_mut(body).unwrap().add_output(bx).unwrap();
+    let x = ir.main_graph_mut().add_input("x", f32i(&[2])).unwrap();
+    // A stray graph attribute would be taken for a call by every pass.
+    let relu = Attributes::new().with("graph", AttrValue::Graph(body));
+    let err = ir.create_op(main, "Relu", relu, &[(0, x)], "r").unwrap_err();
+    assert!(err.to_string().contains("graph attribute `graph` on an op that calls no graph"), "{err}");
+    let call = Attributes::new().with("graph", AttrValue::Graph(body)).with("aaa", AttrValue::Graph(body));
+    let err = ir.create_op(main, "Call", call, &[(0, x)], "c").unwrap_err();
+    assert!(err.to_string().contains("unexpected graph attribute `aaa`"), "{err}");
 }

@@ -2,6 +2,7 @@
 //! prepares an IR for lowering.
 
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod autodiff;
 pub mod patterns;

@@ -19,7 +19,7 @@
 //! verification, which then checks what the new pass did).
 //!
 //! ```
-//! use popart_ir::{Ir, Result};
+//! use popart_ir::{Ir, IrError, Result};
 //! use popart_transforms::pipeline::{Pass, PassOutcome, Pipeline};
 //! use popart_transforms::prepare::PrepareOptions;
 //!
@@ -52,11 +52,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use popart_ir::{Ir, Result};
+use popart_ir::{Ir, IrError, Result};
 
 use crate::patterns::FuseWeightUpdates;
 use crate::prepare::{PrepareOptions, PrepareReport};
 use crate::prune::{Prune, PruneReport};
+
+/// Environment variable that, set to `1`, makes new pipelines verify the IR after
+/// every pass in release builds too (see [`Pipeline::with_verify_each_pass`]).
+pub const VERIFY_EACH_PASS_ENV: &str = "POPART_VERIFY_EACH_PASS";
 
 /// One step of a [`Pipeline`]: a transform, pattern or check over a whole IR.
 ///
@@ -194,6 +198,8 @@ pub struct UnknownPass(pub String);
 #[derive(Clone)]
 pub struct Pipeline {
     passes: Vec<Arc<dyn Pass>>,
+    /// Verify the IR after every pass (see [`Pipeline::with_verify_each_pass`]).
+    verify_each_pass: bool,
     /// Names of the passes [`Pipeline::with_pattern`] inserts after (the last of
     /// them still present).
     patterns: Vec<String>,
@@ -211,7 +217,25 @@ impl Pipeline {
 
     /// An empty pipeline.
     pub fn new() -> Self {
-        Pipeline { passes: Vec::new(), patterns: Vec::new() }
+        let verify_each_pass =
+            cfg!(debug_assertions) || std::env::var_os(VERIFY_EACH_PASS_ENV).is_some_and(|v| v == "1");
+        Pipeline { passes: Vec::new(), verify_each_pass, patterns: Vec::new() }
+    }
+
+    /// Verify the IR after every pass that succeeds, reporting a pass that leaves
+    /// an invalid IR as [`IrError::InvalidAfterPass`] with its name. On by default
+    /// in debug builds (`cfg(debug_assertions)`) and when the environment variable
+    /// [`VERIFY_EACH_PASS_ENV`] is `1`; otherwise off in release builds, where
+    /// only the pipeline's own verification passes run; tests turn it on. Costs one
+    /// linear verification per pass.
+    pub fn with_verify_each_pass(mut self, on: bool) -> Self {
+        self.verify_each_pass = on;
+        self
+    }
+
+    /// Whether the IR is verified after every pass.
+    pub fn verifies_each_pass(&self) -> bool {
+        self.verify_each_pass
     }
 
     /// The pipeline [`crate::prepare::prepare_with`] runs for `options`: `verify`,
@@ -321,6 +345,12 @@ impl Pipeline {
                 }
             };
             tracing::debug!(pass = name, ?elapsed, changed = outcome.changed, "pass done");
+            if self.verify_each_pass {
+                if let Err(e) = ir.verify() {
+                    tracing::debug!(pass = name, error = %e, "pass left an invalid IR");
+                    return Err(IrError::InvalidAfterPass { pass: name.to_string(), source: Box::new(e) });
+                }
+            }
             match &outcome.details {
                 PassDetails::None => {}
                 PassDetails::Pruned(r) => report.pruned.merge(r.clone()),

@@ -88,7 +88,9 @@ mod tests {
         let a = ir.create_op(main, "Relu", Attributes::new(), &[(0, c)], "a").unwrap();
         let b = ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "b").unwrap();
         ir.main_graph_mut().add_topo_con(a, b).unwrap();
-        ir.main_graph_mut().add_topo_con(b, a).unwrap();
+        // The checked API refuses the cycle; a pass or corruption could still add it.
+        assert!(matches!(ir.main_graph_mut().add_topo_con(b, a), Err(IrError::Cycle { .. })));
+        ir.main_graph_mut().add_topo_con_unchecked(b, a).unwrap();
         match prepare(&mut ir) {
             Err(IrError::Cycle { graph, ops }) => {
                 assert_eq!(graph, "main");

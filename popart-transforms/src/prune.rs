@@ -207,6 +207,13 @@ pub(crate) fn call_sites(ir: &Ir) -> HashMap<GraphId, Vec<(GraphId, OpId)>> {
     sites
 }
 
+/// The graph a `Call` op calls (its `graph` attribute).
+pub(crate) fn call_callee(op: &popart_ir::Op) -> Result<GraphId> {
+    op.attrs
+        .graph("graph")
+        .ok_or_else(|| popart_ir::IrError::Invalid(format!("call `{}` has no `graph` attribute", op.name)))
+}
+
 /// Remove outputs `indices` of the `Call` op `call` in graph `caller` and of the
 /// graph it calls, in one pass over each; the call's other outputs are renumbered
 /// 0..n in order; a callee tensor left without producer, consumers or role is
@@ -218,7 +225,7 @@ pub(crate) fn remove_call_outputs(
     call: OpId,
     indices: &[usize],
 ) -> Result<Vec<TensorId>> {
-    let callee = ir.graph(caller)?.op(call)?.called_graphs()[0];
+    let callee = call_callee(ir.graph(caller)?.op(call)?)?;
     let f = ir.graph_mut(callee)?;
     let removed = f.remove_outputs(indices)?;
     // A former output nothing produces or reads any more goes too, unless it is

@@ -146,25 +146,35 @@ pub fn resolve_slices(
     let mut out = Vec::with_capacity(n);
     for k in 0..n {
         let axis = normalize_axis(axes[k], shape.len())?;
-        let dim = shape[axis] as i64;
+        let dim = i64::try_from(shape[axis]).unwrap_or(i64::MAX);
         let step = steps[k];
         if step == 0 {
             return Err(AxisError::ZeroSliceStep);
         }
-        let norm = |v: i64, lo: i64, hi: i64| (if v < 0 { v + dim } else { v }).clamp(lo, hi);
+        // In i128: `v + dim`, `end - start + step` and `-step` overflow i64 for
+        // extreme attributes (`i64::MIN`, huge steps); the results fit back.
+        let (dim, step128) = (dim as i128, step as i128);
+        let norm = |v: i64, lo: i128, hi: i128| {
+            let v = v as i128;
+            (if v < 0 { v + dim } else { v }).clamp(lo, hi)
+        };
         let (start, end) = if step > 0 {
             (norm(starts[k], 0, dim), norm(ends[k], 0, dim))
         } else {
             (norm(starts[k], -1, dim - 1), norm(ends[k], -1, dim - 1))
         };
         let len = if step > 0 && end > start {
-            (end - start + step - 1) / step
+            (end - start + step128 - 1) / step128
         } else if step < 0 && start > end {
-            (start - end - step - 1) / -step
+            (start - end - step128 - 1) / -step128
         } else {
             0
         };
-        out.push(SliceDim { axis, start, step, len: len as usize });
+        // `start` is in -1..=dim and `len` in 0..=dim, so both fit their types.
+        let (Ok(start), Ok(len)) = (i64::try_from(start), usize::try_from(len)) else {
+            return Err(AxisError::OutOfRange { axis: axes[k], rank: shape.len() });
+        };
+        out.push(SliceDim { axis, start, step, len });
     }
     Ok(out)
 }
@@ -207,6 +217,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn extreme_slice_attributes_do_not_overflow() {
+        for v in [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX] {
+            for step in [i64::MIN, i64::MIN + 1, -1, 1, i64::MAX] {
+                let s = resolve_slices(&[7], &[v], &[-v.saturating_neg()], Some(&[step]), None).unwrap()[0];
+                assert!(s.len <= 7);
+                let s = resolve_slices(&[7], &[v], &[v], Some(&[step]), None).unwrap()[0];
+                assert_eq!(s.len, 0);
+            }
+        }
+        let s = resolve_slices(&[7], &[0], &[i64::MAX], Some(&[i64::MAX]), None).unwrap()[0];
+        assert_eq!(s.len, 1);
+        let s = resolve_slices(&[7], &[i64::MAX], &[i64::MIN], Some(&[i64::MIN]), None).unwrap()[0];
+        assert_eq!((s.start, s.len), (6, 1));
     }
 
     #[test]

@@ -157,11 +157,21 @@ fn contiguous_inputs(ctx: &InferContext<'_>) -> Result<Vec<u32>> {
     Ok(idx)
 }
 
+/// Subgraph ops call exactly the graphs of the attributes they read (`keys`): no
+/// other graph-valued attribute, which every pass would take for a call.
+fn check_graph_attrs(ctx: &InferContext<'_>, keys: &[&str]) -> Result<()> {
+    match ctx.attrs.iter().find(|(k, v)| matches!(v, crate::AttrValue::Graph(_)) && !keys.contains(k)) {
+        Some((k, _)) => Err(ctx.error(format!("unexpected graph attribute `{k}` (expected {})", keys.join(", ")))),
+        None => Ok(()),
+    }
+}
+
 impl OpDef for Call {
     fn op_type(&self) -> &'static str {
         "Call"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        check_graph_attrs(ctx, &["graph"])?;
         let g = ctx.graph("graph")?;
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
@@ -180,7 +190,8 @@ impl OpDef for Call {
         }
     }
     fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
-        attrs.ints("modified").unwrap_or(&[]).iter().map(|&i| i as u32).collect()
+        // Out-of-range entries are rejected by `infer`; here they are skipped.
+        attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).collect()
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
         crate::GradRule::Subgraph
@@ -192,6 +203,7 @@ impl OpDef for Repeat {
         "Repeat"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        check_graph_attrs(ctx, &["graph"])?;
         let g = ctx.graph("graph")?;
         check_repeat_count(ctx.int("count")?).map_err(infer_error(ctx))?;
         let inputs = contiguous_inputs(ctx)?;
@@ -213,10 +225,18 @@ impl OpDef for If {
         if c.dtype != crate::DataType::Bool || c.nelms() != 1 {
             return Err(ctx.error(format!("the condition must be a bool scalar, got {c}")));
         }
+        check_graph_attrs(ctx, &["then_graph", "else_graph"])?;
         let (tg, eg) = (ctx.graph("then_graph")?, ctx.graph("else_graph")?);
-        let as_idx = |key: &str| -> Vec<u32> { ctx.attrs.ints(key).unwrap_or(&[]).iter().map(|&i| i as u32).collect() };
-        check_args(ctx, tg, &as_idx("then_inputs"))?;
-        check_args(ctx, eg, &as_idx("else_inputs"))?;
+        let as_idx = |key: &str| -> Result<Vec<u32>> {
+            let v = ctx.attrs.ints(key).unwrap_or(&[]);
+            v.iter()
+                .map(|&i| {
+                    u32::try_from(i).map_err(|_| ctx.error(format!("`{key}` names input {i}, not an input index")))
+                })
+                .collect()
+        };
+        check_args(ctx, tg, &as_idx("then_inputs")?)?;
+        check_args(ctx, eg, &as_idx("else_inputs")?)?;
         check_branch_outputs(tg, eg).map_err(infer_error(ctx))?;
         Ok(tg.output_infos())
     }

@@ -96,6 +96,30 @@ fn info_of_input(ctx: &InferContext<'_>, i: u32) -> Result<Vec<TensorInfo>> {
     Ok(vec![ctx.input(i)?.clone()])
 }
 
+/// Check that the incoming gradient (input 0) has `expected`'s dtype and shape:
+/// the forward output it is the gradient of. Catches hand-built gradient ops
+/// whose gradient input does not fit the forward tensors.
+fn check_grad_input(ctx: &InferContext<'_>, dtype: crate::DataType, shape: &[usize]) -> Result<()> {
+    let g = ctx.input(0)?;
+    if g.dtype != dtype || g.shape != shape {
+        return Err(ctx.error(format!(
+            "gradient input {g} does not match the forward output {}",
+            TensorInfo::new(dtype, shape.to_vec())
+        )));
+    }
+    Ok(())
+}
+
+/// The forward output shape of `a @ b` for the matmul gradients.
+fn matmul_grad_check(ctx: &InferContext<'_>) -> Result<()> {
+    let (a, b) = (ctx.input(1)?, ctx.input(2)?);
+    if a.dtype != b.dtype {
+        return Err(ctx.error(format!("operands have different dtypes: {} and {}", a.dtype, b.dtype)));
+    }
+    let y = super::matmul::matmul_shape(&a.shape, &b.shape).map_err(|m| ctx.error(m))?;
+    check_grad_input(ctx, a.dtype, &y)
+}
+
 impl OpDef for UnaryGrad {
     fn op_type(&self) -> &'static str {
         "UnaryGrad"
@@ -150,7 +174,7 @@ impl OpDef for MatMulLhsGrad {
         "MatMulLhsGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        ctx.input(2)?;
+        matmul_grad_check(ctx)?;
         info_of_input(ctx, 1)
     }
 }
@@ -160,7 +184,7 @@ impl OpDef for MatMulRhsGrad {
         "MatMulRhsGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        ctx.input(1)?;
+        matmul_grad_check(ctx)?;
         info_of_input(ctx, 2)
     }
 }
@@ -193,6 +217,9 @@ impl OpDef for SoftmaxGrad {
         "SoftmaxGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let y = ctx.input(1)?;
+        check_grad_input(ctx, y.dtype, &y.shape)?;
+        super::normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), y.rank()).map_err(super::infer_error(ctx))?;
         info_of_input(ctx, 1)
     }
 }
@@ -203,7 +230,11 @@ impl OpDef for SliceGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(1)?;
-        super::shape::slice_dims(ctx, &x.shape)?;
+        let mut shape = x.shape.clone();
+        for s in super::shape::slice_dims(ctx, &x.shape)? {
+            shape[s.axis] = s.len;
+        }
+        check_grad_input(ctx, x.dtype, &shape)?;
         info_of_input(ctx, 1)
     }
 }
@@ -213,7 +244,16 @@ impl OpDef for GatherGrad {
         "GatherGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        ctx.input(1)?;
+        let (idx, x) = (ctx.input(1)?, ctx.input(2)?);
+        if !idx.dtype.is_int() {
+            return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
+        }
+        let axis =
+            super::normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(super::infer_error(ctx))?;
+        let mut shape = x.shape[..axis].to_vec();
+        shape.extend_from_slice(&idx.shape);
+        shape.extend_from_slice(&x.shape[axis + 1..]);
+        check_grad_input(ctx, x.dtype, &shape)?;
         info_of_input(ctx, 2)
     }
 }
@@ -256,7 +296,7 @@ impl OpDef for ConcatGrad {
             return Err(ctx.error(format!("index {index} is not one of the {n} concat inputs")));
         }
         let axis = super::normalize_axis(ctx.int("axis")?, g.rank()).map_err(super::infer_error(ctx))?;
-        let mut total = 0;
+        let mut total = 0usize;
         for i in 1..=n as u32 {
             let x = ctx.input(i)?;
             let fits = x.dtype == g.dtype
@@ -265,7 +305,9 @@ impl OpDef for ConcatGrad {
             if !fits {
                 return Err(ctx.error(format!("concat input {} ({x}) does not fit gradient {g}", i - 1)));
             }
-            total += x.shape[axis];
+            total = x.shape[axis]
+                .checked_add(total)
+                .ok_or_else(|| ctx.error(format!("the concatenated size along axis {axis} overflows")))?;
         }
         if total != g.shape[axis] {
             return Err(
@@ -296,6 +338,9 @@ impl OpDef for Sum {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let first = ctx.input(0)?;
+        if ctx.inputs().iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+            return Err(ctx.error("inputs must be at indices 0..n"));
+        }
         if let Some((i, t)) = ctx.inputs().iter().find(|(_, t)| t != first) {
             return Err(ctx.error(format!("input {i} is {t} but input 0 is {first}")));
         }

@@ -35,17 +35,20 @@ pub fn resolve_reshape(target: &[i64], nelms: usize) -> std::result::Result<Vec<
             -1 if unknown.is_none() => unknown = Some(i),
             -1 => return Err("more than one -1 in the target shape".into()),
             d if d < 0 => return Err(format!("negative dimension {d} in the target shape")),
-            d => known *= d as usize,
+            d => {
+                let d = usize::try_from(d).map_err(|_| format!("dimension {d} does not fit this platform"))?;
+                known = known.checked_mul(d).ok_or_else(|| format!("the size of {target:?} overflows"))?;
+            }
         }
     }
-    let mut shape: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
+    let mut shape: Vec<usize> = target.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect();
     if let Some(i) = unknown {
         if known == 0 || !nelms.is_multiple_of(known) {
             return Err(format!("cannot infer -1 in {target:?} for {nelms} elements"));
         }
         shape[i] = nelms / known;
     }
-    if shape.iter().product::<usize>() != nelms {
+    if crate::size::checked_product(&shape) != Some(nelms) {
         return Err(format!("cannot reshape {nelms} elements into {target:?}"));
     }
     Ok(shape)
@@ -141,7 +144,9 @@ impl OpDef for Concat {
             if t.dtype != first.dtype || !same_other_dims {
                 return Err(ctx.error(format!("input {i} ({t}) does not match input 0 ({first}) off axis {axis}")));
             }
-            shape[axis] += t.shape[axis];
+            shape[axis] = shape[axis]
+                .checked_add(t.shape[axis])
+                .ok_or_else(|| ctx.error(format!("the concatenated size along axis {axis} overflows")))?;
         }
         Ok(vec![TensorInfo::new(first.dtype, shape)])
     }

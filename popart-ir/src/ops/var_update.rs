@@ -74,7 +74,7 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
             return Err(ctx.error(format!("operands must share a float dtype: g {g}, x {x}, w {w}")));
         }
         let y = super::matmul::matmul_shape(&x.shape, &w.shape).map_err(|m| ctx.error(m))?;
-        if y.iter().product::<usize>() != g.nelms() {
+        if y != g.shape {
             return Err(ctx.error(format!("gradient {g} does not match {:?} @ {:?}", x.shape, w.shape)));
         }
         Ok(vec![w.clone()])

@@ -34,7 +34,7 @@
 //!   `const`, `h2d` or `d2h` (host streams) and `TYPE` is `dtype[d0,d1,..]`
 //!   (`float32[]` for a scalar). Variables and constants end with `= [v, ..]`: their
 //!   elements in row-major order, exactly: integers in decimal, `true`/`false` for
-//!   bools, floats in the shortest decimal that reads back to the same bits (`1.0`,
+//!   bools (`1`/`0` are read too; any other value is a parse error), floats in the shortest decimal that reads back to the same bits (`1.0`,
 //!   `-0.0`, `1e-8`, `inf`, `-inf`, `NaN`; a NaN other than the canonical quiet NaN
 //!   prints its bits as `nan:0x7fc00001`).
 //! - `op NAME TYPE {KEY=VALUE, ..} in[INDEX=TENSOR, ..] out[INDEX=TENSOR, ..]`: the
@@ -48,6 +48,12 @@
 //!   made only of ASCII letters, digits and `_ . : / + -` and does not contain `->`;
 //!   otherwise it is quoted like a string ([`quote`]): `"my tensor"`, with `\"`,
 //!   `\\`, `\n`, `\r`, `\t` and `\u{..}` escapes.
+//!
+//! Numbers that overflow their type (a dimension beyond `usize`, an index beyond
+//! `u32`, an integer attribute beyond `i64`, an element beyond its dtype) and shapes
+//! whose byte size exceeds [`MAX_TENSOR_BYTES`](crate::size::MAX_TENSOR_BYTES) are
+//! parse errors naming the line; no input makes the parser panic (see the
+//! `fuzz_text` tests and the `fuzz/` cargo-fuzz target).
 //!
 //! [`parse`] re-creates tensors and ops in the printed order (so creation order is
 //! kept), looks op types up in the registry ([`crate::lookup_op`]), checks that

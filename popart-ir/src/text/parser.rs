@@ -14,7 +14,11 @@ impl Cursor {
         let d = self.word("a data type")?;
         let dtype = parse_dtype(&d).ok_or_else(|| self.err(format!("unknown data type `{d}`")))?;
         let shape = self.list('[', ']', |c| c.usize("a dimension"))?;
-        Ok(TensorInfo::new(dtype, shape))
+        let info = TensorInfo::new(dtype, shape);
+        if info.checked_nbytes().is_none() {
+            return Err(self.err(format!("the size of {info} overflows the maximum tensor size")));
+        }
+        Ok(info)
     }
 
     /// `[INDEX=NAME, ...]`
@@ -130,10 +134,11 @@ fn parse_f32(w: &str) -> Option<f32> {
 /// Encode element words as little-endian bytes of `dtype`.
 fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u8>> {
     use DataType::*;
-    if words.len() != info.nelms() {
+    let nbytes = info.checked_nbytes().ok_or_else(|| perr(line, format!("the size of {info} overflows")))?;
+    if Some(words.len()) != info.checked_nelms() {
         return Err(perr(line, format!("{} has {} elements but {} values are given", info, info.nelms(), words.len())));
     }
-    let mut bytes = Vec::with_capacity(info.nbytes());
+    let mut bytes = Vec::with_capacity(nbytes);
     for w in words {
         let bad = || perr(line, format!("`{w}` is not a {} value", info.dtype));
         macro_rules! int {
@@ -142,10 +147,11 @@ fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u
             };
         }
         match info.dtype {
+            // Only the two values a bool has: `true`/`false`, or `1`/`0`.
             Bool => bytes.push(match w.as_str() {
-                "true" => 1,
-                "false" => 0,
-                _ => w.parse::<u8>().map_err(|_| bad())?,
+                "true" | "1" => 1,
+                "false" | "0" => 0,
+                _ => return Err(bad()),
             }),
             Int8 => int!(i8),
             Int16 => int!(i16),
@@ -417,7 +423,9 @@ pub(super) fn parse(text: &str) -> Result<Ir> {
         }
         let graph = ir.graph_mut(gid)?;
         for c in &g.cons {
-            let e = |e: IrError| perr(c.line, e.to_string());
+            // A constraint closing a cycle keeps its typed error (as the verifier
+            // would report it); other failures name the line.
+            let e = |e: IrError| if matches!(e, IrError::Cycle { .. }) { e } else { perr(c.line, e.to_string()) };
             let b = graph.op_by_name(&c.before).map_err(e)?.id;
             let a = graph.op_by_name(&c.after).map_err(e)?.id;
             if c.tied {

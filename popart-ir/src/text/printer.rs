@@ -118,21 +118,21 @@ fn write_data(out: &mut String, d: &HostTensor) {
             out.push_str(", ");
         }
         let _ = match d.info.dtype {
-            Bool => match b[0] {
+            Bool => match crate::tensor::le::<1>(b)[0] {
                 0 => write!(out, "false"),
                 1 => write!(out, "true"),
                 other => write!(out, "{other}"),
             },
-            Int8 => write!(out, "{}", i8::from_le_bytes([b[0]])),
-            Int16 => write!(out, "{}", i16::from_le_bytes([b[0], b[1]])),
-            Int32 => write!(out, "{}", i32::from_le_bytes(b.try_into().expect("4 bytes"))),
-            Int64 => write!(out, "{}", i64::from_le_bytes(b.try_into().expect("8 bytes"))),
-            Uint8 => write!(out, "{}", b[0]),
-            Uint16 => write!(out, "{}", u16::from_le_bytes([b[0], b[1]])),
-            Uint32 => write!(out, "{}", u32::from_le_bytes(b.try_into().expect("4 bytes"))),
-            Uint64 => write!(out, "{}", u64::from_le_bytes(b.try_into().expect("8 bytes"))),
+            Int8 => write!(out, "{}", i8::from_le_bytes(crate::tensor::le(b))),
+            Int16 => write!(out, "{}", i16::from_le_bytes(crate::tensor::le(b))),
+            Int32 => write!(out, "{}", i32::from_le_bytes(crate::tensor::le(b))),
+            Int64 => write!(out, "{}", i64::from_le_bytes(crate::tensor::le(b))),
+            Uint8 => write!(out, "{}", crate::tensor::le::<1>(b)[0]),
+            Uint16 => write!(out, "{}", u16::from_le_bytes(crate::tensor::le(b))),
+            Uint32 => write!(out, "{}", u32::from_le_bytes(crate::tensor::le(b))),
+            Uint64 => write!(out, "{}", u64::from_le_bytes(crate::tensor::le(b))),
             Float16 => {
-                let h = half::f16::from_le_bytes([b[0], b[1]]);
+                let h = half::f16::from_le_bytes(crate::tensor::le(b));
                 if h.is_nan() && h.to_bits() != half::f16::NAN.to_bits() {
                     write!(out, "nan:0x{:04x}", h.to_bits())
                 } else {
@@ -140,8 +140,8 @@ fn write_data(out: &mut String, d: &HostTensor) {
                     write!(out, "{}", fmt_f32(h.to_f32()))
                 }
             }
-            Float32 => write!(out, "{}", fmt_f32(f32::from_le_bytes(b.try_into().expect("4 bytes")))),
-            Float64 => write!(out, "{}", fmt_f64(f64::from_le_bytes(b.try_into().expect("8 bytes")))),
+            Float32 => write!(out, "{}", fmt_f32(f32::from_le_bytes(crate::tensor::le(b)))),
+            Float64 => write!(out, "{}", fmt_f64(f64::from_le_bytes(crate::tensor::le(b)))),
         };
     }
     out.push(']');

@@ -26,7 +26,7 @@ pub(crate) fn topological_order(g: &Graph) -> Vec<OpId> {
     let mut pending: SecondaryMap<OpId, usize> = SecondaryMap::with_capacity(ops.len());
     let mut ready = VecDeque::new();
     for &id in &ops {
-        let op = g.op(id).expect("listed op");
+        let Ok(op) = g.op(id) else { continue };
         let n = op.inputs().tensors().filter(|&t| g.tensor(t).is_ok_and(|t| t.producer().is_some())).count();
         pending.insert(id, n);
         if n == 0 {
@@ -36,9 +36,13 @@ pub(crate) fn topological_order(g: &Graph) -> Vec<OpId> {
     let mut order = Vec::with_capacity(ops.len());
     while let Some(id) = ready.pop_front() {
         order.push(id);
-        for t in g.op(id).expect("listed op").outputs().tensors() {
-            for port in g.tensor(t).expect("connected tensor").consumers() {
-                let n = pending.get_mut(port.op).expect("consumer in graph");
+        // Ids come from the graph itself, so every lookup succeeds; a failed one
+        // (a corrupted graph) leaves ops out, as a cycle does.
+        let Ok(op) = g.op(id) else { continue };
+        for t in op.outputs().tensors() {
+            let Ok(t) = g.tensor(t) else { continue };
+            for port in t.consumers() {
+                let Some(n) = pending.get_mut(port.op) else { continue };
                 *n -= 1;
                 if *n == 0 {
                     ready.push_back(port.op);

@@ -4,8 +4,8 @@ use popart_ir::ops::control::{Call, If};
 use popart_ir::ops::grad::{Init, ReduceToShape, Sum};
 use popart_ir::ops::unary::{Cast, Identity};
 use popart_ir::{
-    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpDef, OpFlags, OpId, TensorId,
-    TensorIndexMap, TensorInfo, TensorKind,
+    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, IrError, Op, OpDef, OpFlags, OpId,
+    TensorId, TensorIndexMap, TensorInfo, TensorKind,
 };
 use slotmap::SecondaryMap;
 
@@ -137,12 +137,26 @@ fn add_forward_outputs(ir: &mut Ir, fwd: GraphId, tensors: &[TensorId]) -> Resul
 }
 
 /// An index map as a vector indexed by index.
-fn dense(map: &TensorIndexMap) -> Vec<Option<TensorId>> {
-    let mut v = vec![None; map.end() as usize];
-    for (i, t) in map.iter() {
-        v[i as usize] = Some(t);
+/// Refuses maps whose largest index is far beyond their length (an index near
+/// `u32::MAX` connected by hand), which would make the vector huge.
+fn dense(map: &TensorIndexMap, op: &Op) -> Result<Vec<Option<TensorId>>> {
+    let end = usize::try_from(map.end()).unwrap_or(usize::MAX);
+    if end > 2 * map.len() + 64 {
+        return Err(IrError::Invalid(format!(
+            "op `{}` has an index map with index {} but {} entries",
+            op.name,
+            end - 1,
+            map.len()
+        ))
+        .into());
     }
-    v
+    let mut v = vec![None; end];
+    for (i, t) in map.iter() {
+        if let Some(slot) = v.get_mut(i as usize) {
+            *slot = Some(t);
+        }
+    }
+    Ok(v)
 }
 
 struct Builder<'a> {
@@ -167,14 +181,17 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
+    #[allow(clippy::expect_used)] // Cannot fail: the builder holds `&mut Ir` for its whole life and never removes the forward graph.
     fn fwd_graph(&self) -> &Graph {
         self.ir.graph(self.fwd).expect("forward graph exists")
     }
 
+    #[allow(clippy::expect_used)] // Cannot fail: the builder creates the gradient graph and never removes it.
     fn grad_graph(&self) -> &Graph {
         self.ir.graph(self.grad).expect("gradient graph exists")
     }
 
+    #[allow(clippy::expect_used)] // Cannot fail: the builder creates the gradient graph and never removes it.
     fn grad_graph_mut(&mut self) -> &mut Graph {
         self.ir.graph_mut(self.grad).expect("gradient graph exists")
     }
@@ -204,6 +221,7 @@ impl<'a> Builder<'a> {
 
     /// Name for the gradient of `x` contributed by one consumer: the final name when
     /// that consumer is the only one.
+    #[allow(clippy::expect_used)] // Cannot fail: `x` is a forward tensor the analysis found in the forward graph.
     fn partial_name(&self, x: TensorId) -> String {
         let g = self.fwd_graph();
         let t = g.tensor(x).expect("forward tensor");
@@ -304,6 +322,7 @@ impl<'a> Builder<'a> {
         Ok(self.ir.create_op_with_outputs(self.grad, def, attrs, inputs, infos, output_names, name)?)
     }
 
+    #[allow(clippy::expect_used)] // Cannot fail: `op` was just created and shape inference gave it output `index`.
     fn output(&self, op: OpId, index: u32) -> TensorId {
         self.grad_graph().op(op).expect("just created").output(index).expect("inferred output")
     }
@@ -444,9 +463,13 @@ impl<'a> Builder<'a> {
 
     /// Final gradients of the outputs of `op`, indexed by output index.
     fn output_grads(&mut self, op: &Op) -> Result<Vec<Option<Grad>>> {
-        let mut grads = vec![None; op.outputs().end() as usize];
+        let outs = dense(op.outputs(), op)?;
+        let mut grads = vec![None; outs.len()];
         for (k, y) in op.outputs().iter() {
-            grads[k as usize] = self.finalize(y)?;
+            let g = self.finalize(y)?;
+            if let Some(slot) = grads.get_mut(k as usize) {
+                *slot = g;
+            }
         }
         Ok(grads)
     }
@@ -566,7 +589,7 @@ impl<'a> Builder<'a> {
         };
         let mut out = Vec::with_capacity(info.expected_inputs.len());
         let io = GraphIo::of(self.ir.graph(callee)?);
-        let (op_ins, op_outs) = (dense(op.inputs()), dense(op.outputs()));
+        let (op_ins, op_outs) = (dense(op.inputs(), op)?, dense(op.outputs(), op)?);
         for e in &info.expected_inputs {
             let cg = self.ir.graph(callee)?;
             let t = match e.connection_type {
@@ -635,7 +658,7 @@ impl<'a> Builder<'a> {
         let inputs = self.callee_grad_inputs(op, callee, info, &|i| Some(i as u32), &grads)?;
         // Which op input each gradient-graph output is the gradient of.
         let io = GraphIo::of(self.ir.graph(callee)?);
-        let op_ins = dense(op.inputs());
+        let op_ins = dense(op.inputs(), op)?;
         let targets: Vec<Option<TensorId>> = info
             .expected_outputs
             .iter()
@@ -666,6 +689,7 @@ impl<'a> Builder<'a> {
 
     /// `If(cond, ..)`: an `If` on the same condition whose branches call the branch
     /// graphs' gradient graphs (through wrapper graphs with identical outputs).
+    #[allow(clippy::expect_used)] // Cannot fail: `wanted` lists connected inputs of `op`.
     fn grow_if(&mut self, op: &Op) -> Result<()> {
         let grads = self.output_grads(op)?;
         if self.skip_if_zero(op, &grads) {
@@ -726,6 +750,7 @@ impl<'a> Builder<'a> {
     /// A graph taking the inputs of `info.graph` (typed like `parents`), calling it and
     /// returning, for each op input in `wanted`, the gradient of that `If` op input
     /// through this branch (zeros if the branch does not use it).
+    #[allow(clippy::expect_used)] // Cannot fail: `wanted` lists connected inputs of `op`; `call`, `Init` and `Sum` were just created with these outputs.
     fn if_branch_wrapper(
         &mut self,
         op: &Op,

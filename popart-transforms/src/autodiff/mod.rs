@@ -27,7 +27,7 @@ mod info;
 
 use std::collections::BTreeSet;
 
-use popart_ir::{GradRule, Graph, GraphId, Ir, TensorId};
+use popart_ir::{GradRule, Graph, GraphId, Ir, IrError, TensorId};
 
 pub use error::{AutodiffError, Result};
 pub use info::{CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo, GradGraphInfos};
@@ -122,7 +122,10 @@ pub fn autodiff(
     let mut created = Vec::new();
     let result = (|| {
         for &c in &order {
-            let a = &analyses.iter().find(|(g, _)| *g == c).expect("analysed").1;
+            // Every graph of `order` is in `needed`, and every needed graph was analysed.
+            let Some((_, a)) = analyses.iter().find(|(g, _)| *g == c) else {
+                return Err(IrError::Invalid(format!("autodiff: graph {c:?} was not analysed")).into());
+            };
             let cg = ir.graph(c)?;
             let provided = float_tensors(cg, cg.outputs());
             let info = grow::differentiate(ir, c, a, &provided, None, &all, &mut created)?;

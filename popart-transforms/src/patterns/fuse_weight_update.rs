@@ -29,7 +29,10 @@
 //! - the update's scalars are attributes, shapes and dtypes (float) match exactly.
 //!
 //! No constraint added can close a cycle: in the caller each agrees with the
-//! existing schedule; in the callee the fused op reaches none of the readers.
+//! existing schedule (so they are added unchecked, keeping the pass linear); in
+//! the callee the fused op reaches none of the readers, checked against the
+//! rewrites already made in the same callee, and the callee's constraints go
+//! through the checked API.
 
 use std::collections::{HashMap, HashSet};
 
@@ -101,6 +104,16 @@ pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
             // (output index, weight input index) per call.
             let mut per_call: HashMap<OpId, Vec<(usize, usize)>> = HashMap::new();
             for m in &matches {
+                // An earlier rewrite of this round in the same callee may have
+                // ordered one of this weight's readers after this matmul (its
+                // fused op inherits the earlier matmul's constraints): then the
+                // readers could no longer go before this update.
+                if !m.callee_readers.is_empty() {
+                    let downstream = reachable_from(ir.graph(m.callee)?, m.matmul)?;
+                    if m.callee_readers.iter().any(|r| downstream.contains(r)) {
+                        continue;
+                    }
+                }
                 let g = ir.graph(caller)?;
                 fused.push(format!("{}/{}", g.name(), g.op(m.update)?.name));
                 apply(ir, caller, m, &pos)?;
@@ -197,7 +210,7 @@ fn find_all(ir: &Ir, caller: GraphId, sites: &HashMap<GraphId, Vec<(GraphId, OpI
         if !call.is::<Call>() {
             continue;
         }
-        let callee_id = call.called_graphs()[0];
+        let callee_id = crate::prune::call_callee(call)?;
         if sites.get(&callee_id).map(Vec::len) != Some(1) {
             continue;
         }
@@ -320,12 +333,12 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize
     // (Ops erased by an earlier rewrite of this round have passed their order on.)
     for &x in &m.before_call {
         if g.op(x).is_ok() {
-            g.add_topo_con(x, m.call)?;
+            g.add_topo_con_unchecked(x, m.call)?;
         }
     }
     for &x in &m.after_update {
         if g.op(x).is_ok() {
-            g.add_topo_con(m.call, x)?;
+            g.add_topo_con_unchecked(m.call, x)?;
         }
     }
     // The update's constraints as they stand now (earlier rewrites may have moved
@@ -335,13 +348,13 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize
     let afters: Vec<OpId> = tc.afters(m.update).iter().map(|c| c.op).collect();
     for &y in &befores {
         if pos.get(y).is_some_and(|&p| p < pos[m.call]) {
-            g.add_topo_con(y, m.call)?;
+            g.add_topo_con_unchecked(y, m.call)?;
         }
     }
     for &z in &afters {
-        g.add_topo_con(m.call, z)?;
+        g.add_topo_con_unchecked(m.call, z)?;
         for &y in &befores {
-            g.add_topo_con(y, z)?;
+            g.add_topo_con_unchecked(y, z)?;
         }
     }
     let (w, w2) = {
