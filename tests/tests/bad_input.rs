@@ -4,10 +4,6 @@
 //! the culprit, or the defined value. Cases run under `catch_unwind`, so a panic
 //! fails its case alone; one test per category (filterable, parallel) and
 //! `all_categories_table` print the count table.
-//!
-//! Cases that wait for work of other helpers are `pending!`: built and run only
-//! with `--features pending` (see each module's pending list and the
-//! `waits_on` text).
 
 #[macro_use]
 #[path = "bad_input/harness.rs"]

@@ -280,7 +280,7 @@ fn ir_without_ops_is_an_error() {
 }
 
 #[test]
-fn topocon_cycle_is_an_invalid_ir() {
+fn topocon_cycle_is_refused_when_added() {
     let ir = Ir::new();
     {
         let _g = ir.main_graph().enter();
@@ -295,11 +295,16 @@ fn topocon_cycle_is_an_invalid_ir() {
         (ops[0], ops[1])
     });
     ir.main_graph().add_topo_con(first, second).unwrap();
-    ir.main_graph().add_topo_con(second, first).unwrap();
-    match Session::new(ir, "cpu") {
-        Err(SessionError::InvalidIr(IrError::Cycle { graph, .. })) => assert_eq!(graph, "main"),
+    // The cycle is refused when the closing constraint is added (issue 13: early errors).
+    match ir.main_graph().add_topo_con(second, first) {
+        Err(popxl::PopXlError::Ir(IrError::Cycle { graph, ops })) => {
+            assert_eq!(graph, "main");
+            assert_eq!(ops.len(), 2, "{ops:?}");
+        }
         other => panic!("expected a cycle, got {other:?}"),
     }
+    // The IR is unchanged and still runs.
+    assert!(Session::new(ir, "cpu").is_ok());
 }
 
 #[test]

@@ -143,9 +143,12 @@ pub fn resolve_slices(
     if ends.len() != n || steps.len() != n || axes.len() != n {
         return Err(AxisError::SliceLengthMismatch);
     }
-    let mut out = Vec::with_capacity(n);
+    let mut out: Vec<SliceDim> = Vec::with_capacity(n);
     for k in 0..n {
         let axis = normalize_axis(axes[k], shape.len())?;
+        if out.iter().any(|d| d.axis == axis) {
+            return Err(AxisError::DuplicateAxis { axis, axes });
+        }
         let dim = i64::try_from(shape[axis]).unwrap_or(i64::MAX);
         let step = steps[k];
         if step == 0 {

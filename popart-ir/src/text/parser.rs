@@ -105,6 +105,11 @@ fn parse_attr(c: &mut Cursor) -> Result<AttrAst> {
                     AttrValue::DType(d)
                 } else if let Ok(i) = w.parse::<i64>() {
                     AttrValue::Int(i)
+                } else if is_integer_literal(&w) {
+                    // Floats always print with a `.`, an exponent or a name
+                    // (`inf`, `NaN`): digits alone are an integer, and one
+                    // that overflows must not silently become a float.
+                    return Err(c.err(format!("integer `{w}` does not fit int64")));
                 } else if let Some(x) = parse_f64(&w) {
                     AttrValue::Float(x)
                 } else {
@@ -115,6 +120,11 @@ fn parse_attr(c: &mut Cursor) -> Result<AttrAst> {
         other => return Err(c.err(format!("expected an attribute value, found {other}"))),
     };
     Ok(AttrAst::Value(v))
+}
+
+fn is_integer_literal(w: &str) -> bool {
+    let digits = w.strip_prefix(['-', '+']).unwrap_or(w);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn parse_f64(w: &str) -> Option<f64> {
@@ -200,7 +210,9 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                 let key = c.word("a header field")?;
                 c.punct('=')?;
                 let v = c.usize("a number")?;
-                fields.insert(key, v);
+                if fields.insert(key.clone(), v).is_some() {
+                    return Err(perr(line, format!("header field `{key}` given twice")));
+                }
             }
             let mut get = |k: &str| fields.remove(k).ok_or_else(|| perr(line, format!("the header lacks `{k}`")));
             let (nht, rf) = (get("num_host_transfers")?, get("replication_factor")?);

@@ -4,10 +4,8 @@
 
 use popart_ir::size::{try_zeroed_bytes, MAX_TENSOR_BYTES};
 use popart_ir::{DataType, HostTensor, IrError, SizeError, TensorInfo};
-#[cfg(any(feature = "pending-ir", feature = "pending-sess"))]
 use popxl::ops;
 use popxl::{HostArray, Ir, PopXlError as E, Tensor};
-#[cfg(feature = "pending-sess")]
 use popxl_session::{Inputs, Session, SessionError};
 
 use crate::harness::{case, Case, CaseResult, Category::Allocation};
@@ -27,7 +25,6 @@ fn input(shape: &[usize], dtype: DataType, name: &str) -> popxl::Result<Tensor> 
 }
 
 /// A session run of `ir` (no inputs): whichever of construction or run fails.
-#[cfg(feature = "pending-sess")]
 fn session_result(ir: Ir) -> Result<(), SessionError> {
     let mut s = Session::new(ir, "cpu")?;
     s.scope(|s| s.run(&Inputs::new()).map(|_| ()))
@@ -66,7 +63,7 @@ pub fn cases() -> Vec<Case> {
                 Ok(())
             })
         }),
-        pending!(Allocation, "matmul_output_overflows", ir: "op outputs checked for size (TensorTooLarge) or checked MatMul inference", || {
+        case(Allocation, "matmul_output_overflows", || {
             in_sub(|| -> CaseResult {
                 let a = input(&[1 << 32, 1], DataType::Float32, "a")?;
                 let b = input(&[1, 1 << 32], DataType::Float32, "b")?;
@@ -77,7 +74,7 @@ pub fn cases() -> Vec<Case> {
                 )
             })
         }),
-        pending!(Allocation, "broadcast_output_overflows", ir: "op outputs checked for size (TensorTooLarge) or checked broadcast inference", || {
+        case(Allocation, "broadcast_output_overflows", || {
             in_sub(|| -> CaseResult {
                 let a = input(&[1 << 31, 1], DataType::Float32, "a")?;
                 let b = input(&[1, 1 << 31], DataType::Float32, "b")?;
@@ -88,7 +85,7 @@ pub fn cases() -> Vec<Case> {
                 )
             })
         }),
-        pending!(Allocation, "concat_output_overflows", ir: "op outputs checked for size (TensorTooLarge) or checked Concat inference", || {
+        case(Allocation, "concat_output_overflows", || {
             in_sub(|| -> CaseResult {
                 let a = input(&[1 << 62], DataType::Bool, "a")?;
                 let b = input(&[1 << 62], DataType::Bool, "b")?;
@@ -132,12 +129,16 @@ pub fn cases() -> Vec<Case> {
                 ["the demo buffer"]
             )
         }),
-        pending!(Allocation, "replication_factor_usize_max_on_cpu", sess: "checked replication arithmetic (session/mod.rs:267 usize::MAX.next_power_of_two() is 0 in release, a panic in debug: the session is accepted)", || {
+        case(Allocation, "replication_factor_usize_max_on_cpu", || {
             let ir = crate::fixtures::step_model()?.ir;
             ir.set_replication_factor(usize::MAX)?;
-            expect_err!(Session::new(ir, "cpu"), SessionError::SizeOverflow { .. } | SessionError::CpuMultipleDevices { .. }, [usize::MAX])
+            expect_err!(
+                Session::new(ir, "cpu"),
+                SessionError::SizeOverflow { .. } | SessionError::CpuMultipleDevices { .. },
+                [usize::MAX]
+            )
         }),
-        pending!(Allocation, "session_huge_activation_is_out_of_memory", sess: "SessionError::OutOfMemory for the arena (today: abort)", || {
+        case(Allocation, "session_huge_activation_is_out_of_memory", || {
             let ir = Ir::new();
             let g = ir.main_graph();
             let _c = g.enter();
@@ -153,17 +154,17 @@ pub fn cases() -> Vec<Case> {
             });
             expect_err!(r, SessionError::OutOfMemory { .. }, [])
         }),
-        pending!(Allocation, "session_huge_num_host_transfers_outputs", sess: "checked host-transfer arithmetic and fallible host output buffers (create_host_outputs uses HostArray::full)", || {
+        case(Allocation, "session_huge_num_host_transfers_outputs", || {
             let m = crate::fixtures::step_model()?;
             m.ir.set_num_host_transfers(1 << 40)?;
             expect_err!(session_result(m.ir), SessionError::OutOfMemory { .. }, [])
         }),
-        pending!(Allocation, "session_num_host_transfers_usize_max", sess: "checked host-transfer arithmetic (num_host_transfers x stream size overflows)", || {
+        case(Allocation, "session_num_host_transfers_usize_max", || {
             let m = crate::fixtures::step_model()?;
             m.ir.set_num_host_transfers(usize::MAX)?;
             expect_err!(session_result(m.ir), SessionError::SizeOverflow { .. }, ["`y`"])
         }),
-        pending!(Allocation, "session_huge_variable_via_text", sess: "SessionError::OutOfMemory for weights; ir: text parser refuses data sizes it cannot hold", || {
+        case(Allocation, "session_huge_variable_via_text", || {
             // A zero-filled stream whose buffer cannot be allocated.
             let text = "ir num_host_transfers=1 replication_factor=1\ngraph main\n  tensor s h2d uint8[4611686018427387904]\n  tensor t act uint8[4611686018427387904]\n  op load HostLoad {stream=\"s\"} in[] out[0=t]\n";
             match popart_ir::text::parse(text) {

@@ -72,41 +72,19 @@ setup_errors!(popxl::PopXlError, popxl_session::SessionError, popart_ir::IrError
 /// The result of one case.
 pub type CaseResult = Result<(), Failure>;
 
-/// One case: a category, a name, the closure, and what it waits for when pending.
+/// One case: a category, a name and the closure.
 pub struct Case {
     /// Its category.
     pub category: Category,
     /// Its name (unique in the suite).
     pub name: &'static str,
-    /// For a pending case: the helper and the behaviour it waits for.
-    pub waits_on: Option<&'static str>,
-    /// The case; `None` for a pending case built without the `pending` feature.
-    pub run: Option<fn() -> CaseResult>,
+    /// The case.
+    pub run: fn() -> CaseResult,
 }
 
-/// A case that runs now.
+/// A case.
 pub fn case(category: Category, name: &'static str, run: fn() -> CaseResult) -> Case {
-    Case { category, name, waits_on: None, run: Some(run) }
-}
-
-/// A case waiting for another helper's work (`ir` or `sess`): compiled and run
-/// only with the feature `pending-ir` / `pending-sess` (its body may name
-/// variants that do not exist yet). `pending` enables both.
-macro_rules! pending {
-    ($category:expr, $name:literal, ir: $waits_on:literal, $body:expr) => {{
-        #[cfg(feature = "pending-ir")]
-        let run: Option<fn() -> $crate::harness::CaseResult> = Some($body);
-        #[cfg(not(feature = "pending-ir"))]
-        let run: Option<fn() -> $crate::harness::CaseResult> = None;
-        $crate::harness::Case { category: $category, name: $name, waits_on: Some(concat!("ir: ", $waits_on)), run }
-    }};
-    ($category:expr, $name:literal, sess: $waits_on:literal, $body:expr) => {{
-        #[cfg(feature = "pending-sess")]
-        let run: Option<fn() -> $crate::harness::CaseResult> = Some($body);
-        #[cfg(not(feature = "pending-sess"))]
-        let run: Option<fn() -> $crate::harness::CaseResult> = None;
-        $crate::harness::Case { category: $category, name: $name, waits_on: Some(concat!("sess: ", $waits_on)), run }
-    }};
+    Case { category, name, run }
 }
 
 /// `Err(e)` with `e` matching `$pat` and its message containing every name.
@@ -160,8 +138,6 @@ pub enum Outcome {
     WrongError(String),
     /// Bad input accepted.
     AcceptedWrongly(String),
-    /// Pending, built without the `pending` feature.
-    NotRun,
 }
 
 impl std::fmt::Display for Outcome {
@@ -171,14 +147,12 @@ impl std::fmt::Display for Outcome {
             Outcome::Panicked(m) => write!(f, "PANICKED: {m}"),
             Outcome::WrongError(m) => write!(f, "wrong error: {m}"),
             Outcome::AcceptedWrongly(m) => write!(f, "accepted wrongly: {m}"),
-            Outcome::NotRun => f.write_str("pending, not run"),
         }
     }
 }
 
 fn run_one(case: &Case) -> Outcome {
-    let Some(run) = case.run else { return Outcome::NotRun };
-    match catch_unwind(AssertUnwindSafe(run)) {
+    match catch_unwind(AssertUnwindSafe(case.run)) {
         Ok(Ok(())) => Outcome::Passed,
         Ok(Err(Failure::WrongError(m))) => Outcome::WrongError(m),
         Ok(Err(Failure::AcceptedWrongly(m))) => Outcome::AcceptedWrongly(m),
@@ -208,55 +182,45 @@ pub fn run_and_report(cases: Vec<Case>) {
         .collect();
     let mut table = String::new();
     table.push_str(&format!(
-        "{:<18} {:>6} {:>7} {:>9} {:>12} {:>17} {:>8}\n",
-        "category", "cases", "passed", "panicked", "wrong-error", "accepted-wrongly", "pending"
+        "{:<18} {:>6} {:>7} {:>9} {:>12} {:>17}\n",
+        "category", "cases", "passed", "panicked", "wrong-error", "accepted-wrongly"
     ));
     let mut failures = Vec::new();
-    let mut totals = [0usize; 6];
+    let mut totals = [0usize; 5];
     for cat in Category::ALL {
         let rows: Vec<&(Case, Outcome)> = results.iter().filter(|(c, _)| c.category == cat).collect();
         if rows.is_empty() {
             continue;
         }
-        let mut n = [rows.len(), 0, 0, 0, 0, 0];
+        let mut n = [rows.len(), 0, 0, 0, 0];
         for (c, o) in &rows {
-            if c.waits_on.is_some() {
-                n[5] += 1;
-            }
             match o {
                 Outcome::Passed => n[1] += 1,
                 Outcome::Panicked(_) => n[2] += 1,
                 Outcome::WrongError(_) => n[3] += 1,
                 Outcome::AcceptedWrongly(_) => n[4] += 1,
-                Outcome::NotRun => {}
             }
-            if !matches!(o, Outcome::Passed | Outcome::NotRun) {
-                let waits = c.waits_on.map(|w| format!(" [pending: {w}]")).unwrap_or_default();
-                failures.push(format!("{:?}/{}{waits}: {o}", c.category, c.name));
+            if !matches!(o, Outcome::Passed) {
+                failures.push(format!("{:?}/{}: {o}", c.category, c.name));
             }
         }
         for (t, v) in totals.iter_mut().zip(n) {
             *t += v;
         }
         table.push_str(&format!(
-            "{:<18} {:>6} {:>7} {:>9} {:>12} {:>17} {:>8}\n",
+            "{:<18} {:>6} {:>7} {:>9} {:>12} {:>17}\n",
             format!("{cat:?}"),
             n[0],
             n[1],
             n[2],
             n[3],
-            n[4],
-            n[5]
+            n[4]
         ));
     }
     table.push_str(&format!(
-        "{:<18} {:>6} {:>7} {:>9} {:>12} {:>17} {:>8}\n",
-        "total", totals[0], totals[1], totals[2], totals[3], totals[4], totals[5]
+        "{:<18} {:>6} {:>7} {:>9} {:>12} {:>17}\n",
+        "total", totals[0], totals[1], totals[2], totals[3], totals[4]
     ));
     println!("{table}");
-    let not_run = results.iter().filter(|(_, o)| matches!(o, Outcome::NotRun)).count();
-    if not_run > 0 {
-        println!("{not_run} pending cases not run (enable with `--features pending`, `pending-ir` or `pending-sess`)");
-    }
     assert!(failures.is_empty(), "{} failing bad-input cases:\n{}\n{table}", failures.len(), failures.join("\n"));
 }

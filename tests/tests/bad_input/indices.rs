@@ -45,7 +45,6 @@ fn nll_values(labels: Vec<i32>, ignore_index: Option<i64>) -> Result<Vec<f64>, c
 }
 
 /// Run `ir` with `check_indices` on.
-#[cfg(feature = "pending-sess")]
 fn run_checked(ir: Ir) -> Result<popxl_session::Outputs, popxl_session::SessionError> {
     let options = popxl_session::SessionOptions { check_indices: true, ..Default::default() };
     let mut s = popxl_session::Session::with_options(ir, "cpu", options)?;
@@ -102,16 +101,17 @@ pub fn cases() -> Vec<Case> {
             let want = -(0.25f64.ln());
             ensure(got.iter().all(|v| (v - want).abs() < 1e-6), || format!("losses {got:?}, want {want}"))
         }),
-        case(Indices, "nll_label_out_of_range_is_nan", || {
+        // Out-of-range labels count as ignored (ARCHITECTURE.md, "Index semantics").
+        case(Indices, "nll_label_out_of_range_is_ignored", || {
             let got = nll_values(vec![0, 3], None)?;
-            ensure(got.len() == 2 && got[0].is_finite() && got[1].is_nan(), || {
-                format!("losses {got:?}, want [finite, NaN]")
+            ensure(got.len() == 2 && got[0].is_finite() && got[0] > 0.0 && got[1] == 0.0, || {
+                format!("losses {got:?}, want [positive, 0]")
             })
         }),
-        case(Indices, "nll_negative_label_is_nan", || {
+        case(Indices, "nll_negative_label_is_ignored", || {
             let got = nll_values(vec![-1, 1], None)?;
-            ensure(got.len() == 2 && got[0].is_nan() && got[1].is_finite(), || {
-                format!("losses {got:?}, want [NaN, finite]")
+            ensure(got.len() == 2 && got[0] == 0.0 && got[1].is_finite() && got[1] > 0.0, || {
+                format!("losses {got:?}, want [0, positive]")
             })
         }),
         case(Indices, "nll_ignored_label_out_of_range_contributes_zero", || {
@@ -140,81 +140,56 @@ pub fn cases() -> Vec<Case> {
                 expect_err!(t.index(&popxl::s![1, 2]), E::IndexOutOfRange { index: 2, len: 2, .. }, ["axis 1", "`t`"])
             })
         }),
-        pending!(
-            Indices,
-            "gather_out_of_range_with_check_indices",
-            sess: "SessionOptions::check_indices and SessionError::IndexOutOfRange",
-            || {
-                let (ir, _) = gather_model(vec![0, 7])?;
-                expect_err!(
-                    run_checked(ir),
-                    popxl_session::SessionError::IndexOutOfRange { index: 7, bound: 3, .. },
-                    ["Gather", "7", "3"]
-                )
-            }
-        ),
-        pending!(Indices, "gather_in_range_with_check_indices", sess: "SessionOptions::check_indices", || {
+        case(Indices, "gather_out_of_range_with_check_indices", || {
+            let (ir, _) = gather_model(vec![0, 7])?;
+            expect_err!(
+                run_checked(ir),
+                popxl_session::SessionError::IndexOutOfRange { index: 7, bound: 3, .. },
+                ["Gather", "7", "3"]
+            )
+        }),
+        case(Indices, "gather_in_range_with_check_indices", || {
             let (ir, out) = gather_model(vec![-1, 0])?;
             let got = values(&run_checked(ir)?, &out);
             ensure(got == [4.0, 5.0, 0.0, 1.0], || format!("gather rows [-1, 0] = {got:?}"))
         }),
-        pending!(
-            Indices,
-            "gather_zero_oor_with_check_indices",
-            sess: "gather zero_OOR attribute (guessed name `zero_OOR`, Bool) honoured under check_indices",
-            || {
-                let (ir, out) = store_model(|| {
-                    let table = popxl::constant(array![[0.0f32, 1.0], [2.0, 3.0], [4.0, 5.0]], "table")?;
-                    let i = popxl::constant(vec![5i32, 1], "idx")?;
-                    ops::OpBuilder::new("gather", &popart_ir::ops::all::Gather)
-                        .input(0, &table)
-                        .input(1, &i)
-                        .attr("axis", popart_ir::AttrValue::Int(0))
-                        .attr("zero_OOR", popart_ir::AttrValue::Bool(true))
-                        .create1()
-                })?;
-                let got = values(&run_checked(ir)?, &out);
-                ensure(got == [0.0, 0.0, 2.0, 3.0], || format!("zero_OOR gather rows [5, 1] = {got:?}"))
-            }
-        ),
-        pending!(
-            Indices,
-            "nll_label_out_of_range_with_check_indices",
-            sess: "SessionOptions::check_indices and SessionError::IndexOutOfRange",
-            || {
-                let (ir, _) = nll_model(vec![0, 3], None)?;
-                expect_err!(
-                    run_checked(ir),
-                    popxl_session::SessionError::IndexOutOfRange { index: 3, bound: 3, .. },
-                    ["NllLoss", "3"]
-                )
-            }
-        ),
-        pending!(
-            Indices,
-            "nll_ignored_label_with_check_indices",
-            sess: "SessionOptions::check_indices skips ignore_index",
-            || {
-                let (ir, out) = nll_model(vec![-100, 1], Some(-100))?;
-                let got = values(&run_checked(ir)?, &out);
-                ensure(got.len() == 2 && got[0] == 0.0, || format!("losses {got:?}"))
-            }
-        ),
-        pending!(
-            Indices,
-            "session_usable_after_index_error",
-            sess: "check_indices error leaves the session usable",
-            || {
-                let (ir, _) = gather_model(vec![9])?;
-                let options = popxl_session::SessionOptions { check_indices: true, ..Default::default() };
-                let mut s = popxl_session::Session::with_options(ir, "cpu", options)?;
-                let first = s.scope(|s| s.run(&popxl_session::Inputs::new()));
-                ensure(first.is_err(), || "out-of-range gather accepted under check_indices".into())?;
-                let second = s.scope(|s| s.run(&popxl_session::Inputs::new()));
-                ensure(matches!(second, Err(popxl_session::SessionError::IndexOutOfRange { .. })), || {
-                    format!("second run: {second:?}")
-                })
-            }
-        ),
+        case(Indices, "gather_zero_oor_with_check_indices", || {
+            let (ir, out) = store_model(|| {
+                let table = popxl::constant(array![[0.0f32, 1.0], [2.0, 3.0], [4.0, 5.0]], "table")?;
+                let i = popxl::constant(vec![5i32, 1], "idx")?;
+                ops::OpBuilder::new("gather", &popart_ir::ops::all::Gather)
+                    .input(0, &table)
+                    .input(1, &i)
+                    .attr("axis", popart_ir::AttrValue::Int(0))
+                    .attr("zero_OOR", popart_ir::AttrValue::Bool(true))
+                    .create1()
+            })?;
+            let got = values(&run_checked(ir)?, &out);
+            ensure(got == [0.0, 0.0, 2.0, 3.0], || format!("zero_OOR gather rows [5, 1] = {got:?}"))
+        }),
+        case(Indices, "nll_label_out_of_range_with_check_indices", || {
+            let (ir, _) = nll_model(vec![0, 3], None)?;
+            expect_err!(
+                run_checked(ir),
+                popxl_session::SessionError::IndexOutOfRange { index: 3, bound: 3, .. },
+                ["NllLoss", "3"]
+            )
+        }),
+        case(Indices, "nll_ignored_label_with_check_indices", || {
+            let (ir, out) = nll_model(vec![-100, 1], Some(-100))?;
+            let got = values(&run_checked(ir)?, &out);
+            ensure(got.len() == 2 && got[0] == 0.0, || format!("losses {got:?}"))
+        }),
+        case(Indices, "session_usable_after_index_error", || {
+            let (ir, _) = gather_model(vec![9])?;
+            let options = popxl_session::SessionOptions { check_indices: true, ..Default::default() };
+            let mut s = popxl_session::Session::with_options(ir, "cpu", options)?;
+            let first = s.scope(|s| s.run(&popxl_session::Inputs::new()));
+            ensure(first.is_err(), || "out-of-range gather accepted under check_indices".into())?;
+            let second = s.scope(|s| s.run(&popxl_session::Inputs::new()));
+            ensure(matches!(second, Err(popxl_session::SessionError::IndexOutOfRange { .. })), || {
+                format!("second run: {second:?}")
+            })
+        }),
     ]
 }
