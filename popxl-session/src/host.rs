@@ -93,6 +93,23 @@ pub(crate) fn try_zeros(info: &TensorInfo, what: &str) -> Result<HostArray, Size
         Float16 => F16: half::f16, Float32 => F32: f32, Float64 => F64: f64))
 }
 
+/// A failed checked host conversion (`try_cast`, `try_downcast_64bit`) as a
+/// session error naming `tensor`.
+pub(crate) fn cast_error(tensor: &str, e: popxl::PopXlError) -> crate::SessionError {
+    use crate::SessionError;
+    match e {
+        popxl::PopXlError::HostCast { index, value, dtype, .. } => SessionError::InvalidHostData {
+            tensor: tensor.to_string(),
+            source: HostDataError::Unrepresentable { index, value, dtype },
+        },
+        popxl::PopXlError::Size(e) => e.into(),
+        popxl::PopXlError::HostData { source, .. } => {
+            SessionError::InvalidHostData { tensor: tensor.to_string(), source }
+        }
+        other => SessionError::Internal { reason: format!("converting data for `{tensor}`: {other}") },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,22 +156,5 @@ mod tests {
         assert!(matches!(try_zeros(&huge, "huge"), Err(SizeError::OutOfMemory { .. })));
         let overflow = TensorInfo::new(DataType::Float32, [1 << 40, 1 << 40]);
         assert!(matches!(try_zeros(&overflow, "overflow"), Err(SizeError::Overflow { .. })));
-    }
-}
-
-/// A failed checked host conversion (`try_cast`, `try_downcast_64bit`) as a
-/// session error naming `tensor`.
-pub(crate) fn cast_error(tensor: &str, e: popxl::PopXlError) -> crate::SessionError {
-    use crate::SessionError;
-    match e {
-        popxl::PopXlError::HostCast { index, value, dtype, .. } => SessionError::InvalidHostData {
-            tensor: tensor.to_string(),
-            source: HostDataError::Unrepresentable { index, value, dtype },
-        },
-        popxl::PopXlError::Size(e) => e.into(),
-        popxl::PopXlError::HostData { source, .. } => {
-            SessionError::InvalidHostData { tensor: tensor.to_string(), source }
-        }
-        other => SessionError::Internal { reason: format!("converting data for `{tensor}`: {other}") },
     }
 }
