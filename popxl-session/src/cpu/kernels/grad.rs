@@ -377,7 +377,11 @@ mod tests {
             });
             let y = fwd(op, &none, &[(0, f64s(&sa, &a)), (1, f64s(&sb, &b))]);
             let attrs = Attributes::new().with("func", AttrValue::Str(func.into()));
-            let ins = [(0, f64s(&so, &w)), (1, f64s(&sa, &a)), (2, f64s(&sb, &b)), (3, f64s(&so, &y))];
+            let mut ins = vec![(0, f64s(&so, &w)), (1, f64s(&sa, &a)), (2, f64s(&sb, &b))];
+            // Only the funcs that read the forward output take it (inference refuses unread inputs).
+            if !matches!(func, "div_rhs" | "pow_lhs") {
+                ins.push((3, f64s(&so, &y)));
+            }
             let got = run_op("BinaryGrad", attrs, &ins)[0].to_f64_vec();
             assert_close(&got, &want, 1e-7);
         }
@@ -412,7 +416,10 @@ mod tests {
                     fwd(op, &fa, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(p, q)| p * q).sum()
                 });
                 let ga = fa.clone().with("func", AttrValue::Str(func.into()));
-                let ins = [(0, f64s(&y.info.shape, &w)), (1, f64s(&shape, &x)), (2, y.clone())];
+                let mut ins = vec![(0, f64s(&y.info.shape, &w)), (1, f64s(&shape, &x))];
+                if matches!(func, "max" | "min") {
+                    ins.push((2, y.clone()));
+                }
                 let got = run_op("ReduceGrad", ga, &ins)[0].to_f64_vec();
                 assert_close(&got, &want, 1e-7);
             }
