@@ -54,7 +54,14 @@ pub fn checked_product(dims: &[usize]) -> Option<usize> {
 /// assert!(try_zeroed_bytes(usize::MAX / 2, "demo").is_err());
 /// ```
 pub fn try_zeroed_bytes(n: usize, what: &str) -> Result<Vec<u8>, SizeError> {
-    try_zeroed_vec(n, what)
+    if n > MAX_TENSOR_BYTES {
+        return Err(SizeError::OutOfMemory { requested: n, what: what.to_string() });
+    }
+    // `alloc_zeroed` (calloc): fresh pages come zeroed from the kernel and cost
+    // nothing until touched, as with `vec![0; n]`, but a refusal is an error.
+    bytemuck::allocation::try_zeroed_slice_box::<u8>(n)
+        .map(Vec::from)
+        .map_err(|()| SizeError::OutOfMemory { requested: n, what: what.to_string() })
 }
 
 /// A vector of `n` default values, or [`SizeError::OutOfMemory`] if the allocator

@@ -1,7 +1,7 @@
 //! Topological constraints: explicit orderings between ops of one graph,
 //! beyond the data edges.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use slotmap::SecondaryMap;
 
@@ -265,8 +265,10 @@ impl Graph {
     fn check_no_path(&self, from: OpId, to: OpId) -> Result<()> {
         // Parent links: forward (op -> the op it was reached from, toward `from`),
         // backward (op -> the op it was reached from, toward `to`).
-        let mut fwd: SecondaryMap<OpId, OpId> = SecondaryMap::new();
-        let mut bwd: SecondaryMap<OpId, OpId> = SecondaryMap::new();
+        // Hash maps, not `SecondaryMap`s: a secondary map grows to the largest
+        // slot index it holds, which would make every check linear in the graph.
+        let mut fwd: HashMap<OpId, OpId> = HashMap::new();
+        let mut bwd: HashMap<OpId, OpId> = HashMap::new();
         fwd.insert(from, from);
         bwd.insert(to, to);
         let (mut fq, mut bq) = (vec![from], vec![to]);
@@ -276,9 +278,9 @@ impl Graph {
             let o = fq[fi];
             fi += 1;
             self.for_each_successor(o, |s| {
-                if meet.is_none() && !fwd.contains_key(s) {
+                if meet.is_none() && !fwd.contains_key(&s) {
                     fwd.insert(s, o);
-                    if bwd.contains_key(s) {
+                    if bwd.contains_key(&s) {
                         meet = Some(s);
                     }
                     fq.push(s);
@@ -290,9 +292,9 @@ impl Graph {
             let o = bq[bi];
             bi += 1;
             self.for_each_predecessor(o, |p| {
-                if meet.is_none() && !bwd.contains_key(p) {
+                if meet.is_none() && !bwd.contains_key(&p) {
                     bwd.insert(p, o);
-                    if fwd.contains_key(p) {
+                    if fwd.contains_key(&p) {
                         meet = Some(p);
                     }
                     bq.push(p);
@@ -304,13 +306,13 @@ impl Graph {
         let mut head = vec![m];
         let mut cur = m;
         while cur != from {
-            cur = fwd.get(cur).copied().unwrap_or(from);
+            cur = fwd.get(&cur).copied().unwrap_or(from);
             head.push(cur);
         }
         head.reverse();
         let mut cur = m;
         while cur != to {
-            cur = bwd.get(cur).copied().unwrap_or(to);
+            cur = bwd.get(&cur).copied().unwrap_or(to);
             head.push(cur);
         }
         // `head` runs from -> .. -> to; the new constraint closes it.
