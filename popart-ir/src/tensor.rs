@@ -193,6 +193,10 @@ impl HostTensor {
     }
 
     /// Build from f64 values, converting to `dtype` (rounding toward zero for integers).
+    ///
+    /// The number of values is not checked against `shape` here: a mismatch is
+    /// reported by [`HostTensor::validate`], which runs wherever host data enters
+    /// an IR (`IrError::HostData`) or a session.
     pub fn from_f64_values(dtype: DataType, shape: &[usize], values: &[f64]) -> Self {
         let info = TensorInfo::new(dtype, shape);
         let mut bytes = Vec::with_capacity(values.len().saturating_mul(dtype.size_bytes()));
