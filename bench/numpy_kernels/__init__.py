@@ -1,0 +1,1 @@
+"""numpy baselines of the `kernel_bench --suite ops` rows, one module per family."""

@@ -1,0 +1,4 @@
+//! Gradient checks of the var_random ops.
+
+#[allow(unused_imports)]
+use crate::harness::*;
