@@ -35,6 +35,24 @@ pub enum IrError {
         /// The constant.
         tensor: String,
     },
+    /// An in-place write whose effect depends on the schedule: another op reads
+    /// (or writes) an alias of the written tensor and neither op is ordered
+    /// before the other (see `popart_ir::alias::check_inplace_ambiguity`).
+    #[error(
+        "in-place op `{op}` in graph `{graph}` writes `{tensor}`, which op `{other}` also uses (through `{through}`), and neither is ordered before the other; add a data dependency or a topological constraint (build under in_sequence), or turn the in-place ambiguity check off"
+    )]
+    InplaceAmbiguity {
+        /// Graph.
+        graph: String,
+        /// The in-place op.
+        op: String,
+        /// The tensor it writes.
+        tensor: String,
+        /// The unordered op.
+        other: String,
+        /// The alias of `tensor` that `other` uses.
+        through: String,
+    },
     /// A host stream tensor used directly as an op input.
     #[error("op `{op}` in graph `{graph}` reads stream `{tensor}` directly; load it with `host_load` first")]
     StreamAsInput {

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod alias;
 mod attr;
 pub mod dot;
 mod dtype;

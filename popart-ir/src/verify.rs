@@ -300,6 +300,16 @@ pub(crate) fn check_input_kinds(
                     tensor: tensor.name.clone(),
                 })
             }
+            _ if modified.get_or_insert_with(|| def.modified_inputs(attrs)).contains(&i) => {
+                // A write through a view of a constant writes the constant.
+                if let Some(c) = crate::alias::aliased_constant(g, t) {
+                    return Err(IrError::ModifiesConstant {
+                        graph: g.name.clone(),
+                        op: op_name.to_string(),
+                        tensor: g.tensors.get(c).map_or_else(String::new, |c| c.name.clone()),
+                    });
+                }
+            }
             _ => {}
         }
     }

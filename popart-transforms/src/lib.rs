@@ -9,6 +9,7 @@ pub mod patterns;
 pub mod pipeline;
 pub mod prepare;
 pub mod prune;
+pub mod views;
 
 pub use autodiff::{
     autodiff, AutodiffError, AutodiffOutput, CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo,

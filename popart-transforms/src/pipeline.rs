@@ -10,7 +10,7 @@
 //! ([`crate::prepare::prepare`]) runs [`Pipeline::default_for`] its options:
 //!
 //! ```text
-//! verify, prune, fuse-weight-update, verify-final
+//! verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, verify-final
 //! ```
 //!
 //! Users start from that pipeline and insert their own passes, by position
@@ -36,7 +36,7 @@
 //! }
 //!
 //! let pipeline = Pipeline::default_for(PrepareOptions::default()).with_pattern(CountOps);
-//! assert_eq!(pipeline.to_string(), "verify, prune, fuse-weight-update, count-ops, verify-final");
+//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, count-ops, verify-final");
 //! let report = pipeline.run(&mut Ir::new()).unwrap();
 //! assert_eq!(report.pass("count-ops").unwrap().notes, vec!["0 ops".to_string()]);
 //! ```
@@ -57,6 +57,7 @@ use popart_ir::{Ir, IrError, Result};
 use crate::patterns::FuseWeightUpdates;
 use crate::prepare::{PrepareOptions, PrepareReport};
 use crate::prune::{Prune, PruneReport};
+use crate::views::{InplaceAmbiguityCheck, MaterializeViews};
 
 /// Environment variable that, set to `1`, makes new pipelines verify the IR after
 /// every pass in release builds too (see [`Pipeline::with_verify_each_pass`]).
@@ -242,7 +243,11 @@ impl Pipeline {
     /// `prune`, the patterns (`fuse-weight-update`) if [`PrepareOptions::patterns`],
     /// `verify-final`.
     pub fn default_for(options: PrepareOptions) -> Self {
-        let mut p = Pipeline::new().with_pass(Verify::named(Self::VERIFY)).with_pass(Prune);
+        let mut p = Pipeline::new().with_pass(Verify::named(Self::VERIFY));
+        if options.check_inplace_ambiguity {
+            p = p.with_pass(InplaceAmbiguityCheck);
+        }
+        p = p.with_pass(Prune).with_pass(MaterializeViews);
         if options.patterns {
             p = p.with_pattern(FuseWeightUpdates);
         }
@@ -406,15 +411,27 @@ mod tests {
     fn default_pipeline_names_in_order() {
         assert_send_sync_clone::<Pipeline>();
         let p = Pipeline::default_for(PrepareOptions::default());
-        assert_eq!(p.names().collect::<Vec<_>>(), vec!["verify", "prune", "fuse-weight-update", "verify-final"]);
-        assert_eq!(p.to_string(), "verify, prune, fuse-weight-update, verify-final");
-        assert_eq!(format!("{p:?}"), r#"["verify", "prune", "fuse-weight-update", "verify-final"]"#);
-        let p = Pipeline::default_for(PrepareOptions { patterns: false });
-        assert_eq!(p.to_string(), "verify, prune, verify-final");
-        assert_eq!(p.len(), 3);
+        assert_eq!(
+            p.names().collect::<Vec<_>>(),
+            vec!["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "verify-final"]
+        );
+        assert_eq!(
+            p.to_string(),
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, verify-final"
+        );
+        assert_eq!(
+            format!("{p:?}"),
+            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "verify-final"]"#
+        );
+        let p = Pipeline::default_for(PrepareOptions { patterns: false, ..PrepareOptions::default() });
+        assert_eq!(p.to_string(), "verify, inplace-ambiguity, prune, materialize-views, verify-final");
+        assert_eq!(p.len(), 5);
         assert!(!p.contains(Pipeline::FUSE_WEIGHT_UPDATE));
         assert!(Pipeline::new().is_empty());
-        assert_eq!(Pipeline::default().to_string(), "verify, prune, fuse-weight-update, verify-final");
+        assert_eq!(
+            Pipeline::default().to_string(),
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, verify-final"
+        );
     }
 
     /// Tags every op of the main graph with an attribute `tag = <k>` and counts its runs.
@@ -559,7 +576,10 @@ mod tests {
     #[test]
     fn final_verify_catches_a_pass_that_breaks_the_ir() {
         let p = Pipeline::default_for(PrepareOptions::default()).with_pattern(BreakIr);
-        assert_eq!(p.to_string(), "verify, prune, fuse-weight-update, break-ir, verify-final");
+        assert_eq!(
+            p.to_string(),
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, break-ir, verify-final"
+        );
         let err = p.run(&mut small_ir()).unwrap_err();
         assert!(matches!(&err, IrError::Inference { op, .. } if op == "relu"), "{err:?}");
         // Without the final verification nothing notices.

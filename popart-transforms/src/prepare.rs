@@ -41,11 +41,14 @@ impl PrepareReport {
 pub struct PrepareOptions {
     /// Apply the optimisation patterns (default true).
     pub patterns: bool,
+    /// Reject ambiguous in-place writes (the `inplace-ambiguity` pass; default
+    /// true, as PopXL).
+    pub check_inplace_ambiguity: bool,
 }
 
 impl Default for PrepareOptions {
     fn default() -> Self {
-        PrepareOptions { patterns: true }
+        PrepareOptions { patterns: true, check_inplace_ambiguity: true }
     }
 }
 

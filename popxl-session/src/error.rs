@@ -30,8 +30,9 @@ pub enum SessionError {
         /// The IR's replication factor.
         replication_factor: usize,
     },
-    /// The IR has no ops left after preparation.
-    #[error("the IR {ir_id} has no ops: the graphs may have all been optimised to nothing; add operations (a host_store, a variable update) to your graphs")]
+    /// The IR has no ops reachable from the main graph (an IR whose ops are
+    /// all pruned away is valid: its runs do nothing).
+    #[error("the IR {ir_id} has no ops in its main graph (or in graphs it calls); add operations (a host_store, a variable update) to your graphs")]
     NoOps {
         /// Id of the IR.
         ir_id: u64,

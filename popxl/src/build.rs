@@ -1,6 +1,6 @@
 //! Creating subgraphs by tracing functions and modules (PopXL's `ir.create_graph`).
 
-use crate::variables::graph_input_in;
+use crate::variables::graph_input_in_by;
 use crate::{Graph, Ir, PopXlError, Result, Tensor, TensorSpec};
 
 /// One argument of [`Ir::create_graph`]: the spec of a graph input and,
@@ -18,6 +18,36 @@ pub struct GraphArg {
     pub spec: TensorSpec,
     /// Name of the graph input (`None`: `arg<i>`).
     pub name: Option<String>,
+    /// Pass by reference (see [`TensorByRef`]).
+    pub by_ref: bool,
+}
+
+/// A tensor argument of [`Ir::create_graph`] whose graph input is passed by
+/// reference (PopXL's `TensorByRef`): in-place writes of the graph to it reach
+/// the caller's tensor, as every call site marks its parent input modified.
+///
+/// ```
+/// use popxl::{ops, Tensor, TensorByRef};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let g = ir.create_graph(|t: Tensor| ops::add_(&t, &popxl::constant(1.0f32, "one")?), TensorByRef(x.clone())).unwrap();
+/// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+/// assert_eq!(info.modified_inputs().unwrap(), vec![0]);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorByRef(pub Tensor);
+
+impl From<TensorByRef> for GraphArg {
+    fn from(t: TensorByRef) -> Self {
+        GraphArg { by_ref: true, ..GraphArg::from(&t.0) }
+    }
+}
+
+impl From<&TensorByRef> for GraphArg {
+    fn from(t: &TensorByRef) -> Self {
+        GraphArg { by_ref: true, ..GraphArg::from(&t.0) }
+    }
 }
 
 impl GraphArg {
@@ -35,7 +65,7 @@ impl GraphArg {
 
 impl From<&Tensor> for GraphArg {
     fn from(t: &Tensor) -> Self {
-        GraphArg { spec: t.spec(), name: Some(t.base_name().to_string()) }
+        GraphArg { spec: t.spec(), name: Some(t.base_name().to_string()), by_ref: false }
     }
 }
 
@@ -47,13 +77,13 @@ impl From<Tensor> for GraphArg {
 
 impl From<TensorSpec> for GraphArg {
     fn from(spec: TensorSpec) -> Self {
-        GraphArg { spec, name: None }
+        GraphArg { spec, name: None, by_ref: false }
     }
 }
 
 impl From<&TensorSpec> for GraphArg {
     fn from(spec: &TensorSpec) -> Self {
-        GraphArg { spec: spec.clone(), name: None }
+        GraphArg { spec: spec.clone(), name: None, by_ref: false }
     }
 }
 
@@ -86,7 +116,7 @@ macro_rules! single_arg {
         }
     )*};
 }
-single_arg!(&Tensor, Tensor, TensorSpec, &TensorSpec, GraphArg);
+single_arg!(&Tensor, Tensor, TensorSpec, &TensorSpec, GraphArg, TensorByRef, &TensorByRef);
 
 impl IntoGraphArgs for () {
     fn into_graph_args(self) -> Vec<GraphArg> {
@@ -524,7 +554,7 @@ pub(crate) fn create_graph<M>(ir: &Ir, name: &str, mut f: impl GraphFunction<M>,
         let mut inputs = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
             let input_name = a.name.clone().unwrap_or_else(|| format!("arg{i}"));
-            inputs.push(graph_input_in(&graph, a.spec.to_info(), &input_name)?);
+            inputs.push(graph_input_in_by(&graph, a.spec.to_info(), &input_name, a.by_ref)?);
         }
         let outputs = f.build_graph(inputs)?;
         for t in &outputs {

@@ -24,6 +24,16 @@ pub enum PopXlError {
     /// An error reported by the IR core (shape inference, duplicate names...).
     #[error(transparent)]
     Ir(#[from] IrError),
+    /// A matrix operation (`Tensor::diag`) on a tensor that is not 2-D.
+    #[error("`{what}` needs a 2-D tensor; `{tensor}` has rank {rank}")]
+    NotAMatrix {
+        /// The operation.
+        what: String,
+        /// The tensor.
+        tensor: String,
+        /// Its rank.
+        rank: usize,
+    },
     /// A graph (or its context) was used after its [`crate::Ir`] was dropped.
     #[error("graph `{graph}` is no longer usable: its IR has been dropped")]
     IrDropped {

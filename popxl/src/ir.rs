@@ -14,6 +14,9 @@ use crate::{Graph, PopXlError, Result};
 pub(crate) struct IrState {
     pub(crate) ir: popart_ir::Ir,
     pub(crate) frozen: bool,
+    /// Graph inputs passed by reference (`graph_input_by_ref`, [`crate::TensorByRef`]):
+    /// every call site marks the parent input modified.
+    pub(crate) by_ref: std::collections::HashSet<(popart_ir::GraphId, popart_ir::TensorId)>,
 }
 
 impl IrState {
@@ -94,7 +97,7 @@ impl Ir {
     /// ```
     pub fn from_ir(ir: popart_ir::Ir) -> Self {
         let id = ir.id();
-        Ir { state: Rc::new(RefCell::new(IrState { ir, frozen: false })), id }
+        Ir { state: Rc::new(RefCell::new(IrState { ir, frozen: false, by_ref: Default::default() })), id }
     }
 
     pub(crate) fn from_state(state: Rc<RefCell<IrState>>) -> Self {

@@ -49,7 +49,7 @@ pub mod transforms;
 mod unbound;
 mod variables;
 
-pub use build::{FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module};
+pub use build::{FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module, TensorByRef};
 pub use context::{
     current_graph, current_ir, current_main_graph, current_name_scope, in_sequence, name_scope, GraphContext,
     NameScope, SequenceContext,
@@ -62,7 +62,7 @@ pub use ops::SliceIndex;
 pub use popart_ir::DataType;
 pub use stream::{d2h_stream, h2d_stream, DeviceToHostStream, HostToDeviceStream};
 pub use tensor::{Tensor, TensorSpec};
-pub use variables::{constant, constant_as, graph_input, graph_output, variable, variable_as};
+pub use variables::{constant, constant_as, graph_input, graph_input_by_ref, graph_output, variable, variable_as};
 
 pub use dtypes::*;
 

@@ -420,6 +420,78 @@ impl Tensor {
         ops::detach(self)
     }
 
+    /// Reverse the dimensions as an alias of `self` (PopXL's `T_`). See [`ops::transpose_`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::variable(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+    /// assert_eq!(a.t_().unwrap().shape(), &[3, 2]);
+    /// ```
+    #[doc(alias = "T_")]
+    pub fn t_(&self) -> Result<Tensor> {
+        ops::transpose_(self, &[])
+    }
+
+    /// Permute the dimensions as an alias of `self`. See [`ops::transpose_`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::variable(ndarray::Array3::<f32>::ones((2, 3, 4)), "a").unwrap();
+    /// assert_eq!(a.transpose_(&[1, 0, 2]).unwrap().shape(), &[3, 2, 4]);
+    /// ```
+    pub fn transpose_(&self, perm: &[i64]) -> Result<Tensor> {
+        ops::transpose_(self, perm)
+    }
+
+    /// A new shape as an alias of `self`. See [`ops::reshape_`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::variable(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+    /// assert_eq!(a.reshape_(&[3, -1]).unwrap().shape(), &[3, 2]);
+    /// ```
+    pub fn reshape_(&self, shape: &[i64]) -> Result<Tensor> {
+        ops::reshape_(self, shape)
+    }
+
+    /// One dimension, as an alias of `self`. See [`ops::flatten_`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::variable(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
+    /// assert_eq!(a.flatten_().unwrap().shape(), &[6]);
+    /// ```
+    pub fn flatten_(&self) -> Result<Tensor> {
+        ops::flatten_(self)
+    }
+
+    /// The diagonal of a 2-D tensor (PopXL's `diag()`: `flatten()[::cols + 1]`);
+    /// any other rank is [`PopXlError::NotAMatrix`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((3, 2)), "a").unwrap();
+    /// assert_eq!(a.diag().unwrap().shape(), &[2]);
+    /// assert!(popxl::constant(vec![1.0f32, 2.0], "v").unwrap().diag().is_err());
+    /// ```
+    pub fn diag(&self) -> Result<Tensor> {
+        let &[_, cols] = self.shape() else {
+            return Err(PopXlError::NotAMatrix {
+                what: "diag".into(),
+                tensor: self.name().to_string(),
+                rank: self.rank(),
+            });
+        };
+        let step = ops::to_i64(cols + 1, || "diag step".to_string())?;
+        let n = ops::to_i64(self.nelms(), || "diag length".to_string())?;
+        ops::slice(&self.flatten()?, &[0], &[n], &[step], &[0])
+    }
+
     /// Numpy-style indexing (PopXL's `t[key]`): integers pick (and drop) an axis,
     /// ranges slice (with an optional step); missing trailing axes are kept whole.
     /// See [`ops::index`] and the [`crate::s!`] macro.

@@ -136,7 +136,33 @@ pub fn graph_input(shape: impl Into<Vec<usize>>, dtype: DataType, name: &str) ->
     graph_input_in(&graph, TensorInfo::new(dtype, shape), name)
 }
 
+/// [`graph_input`] passed by reference (PopXL's `graph_input(..., by_ref=True)`):
+/// in-place writes of the graph to this input reach the caller's tensor, as
+/// every call site marks its parent input modified.
+///
+/// ```
+/// use popxl::{ops, Tensor};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let g = ir.create_graph(|| -> popxl::Result<()> {
+///     let t = popxl::graph_input_by_ref([], popxl::float32, "t")?;
+///     ops::add_(&t, &popxl::constant(1.0f32, "one")?)?;
+///     Ok(())
+/// }, ()).unwrap();
+/// let info = ops::call_with_info(&g, &[&x], &[]).unwrap();
+/// assert_eq!(info.modified_inputs().unwrap(), vec![0]);
+/// ```
+pub fn graph_input_by_ref(shape: impl Into<Vec<usize>>, dtype: DataType, name: &str) -> Result<Tensor> {
+    let graph = current("graph_input_by_ref")?;
+    graph_input_in_by(&graph, TensorInfo::new(dtype, shape), name, true)
+}
+
 pub(crate) fn graph_input_in(graph: &Graph, info: TensorInfo, name: &str) -> Result<Tensor> {
+    graph_input_in_by(graph, info, name, false)
+}
+
+pub(crate) fn graph_input_in_by(graph: &Graph, info: TensorInfo, name: &str, by_ref: bool) -> Result<Tensor> {
     let state = graph.state()?;
     let mut st = state.borrow_mut();
     let ir = st.building("graph_input")?;
@@ -146,7 +172,11 @@ pub(crate) fn graph_input_in(graph: &Graph, info: TensorInfo, name: &str) -> Res
     let g = ir.graph_mut(graph.id)?;
     let unique = g.unique_tensor_name(&context::scoped(name_or(name, "input")));
     let id = g.add_input(&unique, info)?;
-    Ok(Tensor::from_core(graph, g.tensor(id)?))
+    let t = Tensor::from_core(graph, g.tensor(id)?);
+    if by_ref {
+        st.by_ref.insert((graph.id, id));
+    }
+    Ok(t)
 }
 
 /// Append `t` to the outputs of its graph, the current graph (PopXL's `popxl.graph_output`).

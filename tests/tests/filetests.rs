@@ -114,7 +114,7 @@ fn run(command: &str, input: &str) -> Result<String, SetupError> {
         }
         "prepare" => {
             opts.allow(&["no_patterns"])?;
-            let options = PrepareOptions { patterns: !opts.flag("no_patterns") };
+            let options = PrepareOptions { patterns: !opts.flag("no_patterns"), ..PrepareOptions::default() };
             prepare_with(&mut ir, options).map_err(|e| e.to_string()).and_then(|r| {
                 let mut report = prune_report(&r.pruned);
                 report.push(format!("fused: {}", list(&r.fused_weight_updates)));

@@ -21,6 +21,7 @@
 //! | [`shape`] | `Squeeze` | `axes: ints` (empty = all size-1 axes) |
 //! | [`shape`] | `Gather(data, indices)` | `axis: int` |
 //! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)`, `ScaledAddMatMulRhsGradInplace(g, x, w)` (made by a pattern) | `factor`, `a`, `b: float` |
+//! | [`view`] | `ReshapeInplace TransposeInplace SliceInplace ConcatInplace` (in-place views: output aliases input), `SliceUpdateInplace(base, update)` | as `Reshape Transpose Slice Concat` (+ `num_inputs: int` for `ConcatInplace`) |
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
@@ -38,6 +39,7 @@ pub mod reduce;
 pub mod shape;
 pub mod unary;
 pub mod var_update;
+pub mod view;
 
 pub use axes::{normalize_axes, normalize_axis, AxisError};
 
@@ -57,6 +59,7 @@ pub mod all {
     pub use super::shape::*;
     pub use super::unary::*;
     pub use super::var_update::*;
+    pub use super::view::*;
 }
 
 /// Every builtin op definition.
@@ -76,6 +79,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(io::ALL);
         v.extend_from_slice(control::ALL);
         v.extend_from_slice(grad::ALL);
+        v.extend_from_slice(view::ALL);
         v
     })
 }

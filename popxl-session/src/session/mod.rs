@@ -128,6 +128,10 @@ pub struct SessionOptions {
     /// once at session creation) and restores them when the run fails, so a
     /// failed run changes no variable.
     pub check_indices: bool,
+    /// Reject in-place writes whose effect depends on the schedule (PopXL's
+    /// in-place ambiguity check; default true): `Session::new` fails with
+    /// `IrError::InplaceAmbiguity` naming the in-place op and the unordered op.
+    pub check_inplace_ambiguity: bool,
 }
 
 impl Default for SessionOptions {
@@ -138,6 +142,7 @@ impl Default for SessionOptions {
             patterns: true,
             pipeline: None,
             check_indices: false,
+            check_inplace_ambiguity: true,
         }
     }
 }
@@ -311,16 +316,19 @@ impl Session {
             Some(p) => p.clone(),
             None => popart_transforms::Pipeline::default_for(popart_transforms::prepare::PrepareOptions {
                 patterns: options.patterns,
+                check_inplace_ambiguity: options.check_inplace_ambiguity,
             }),
         };
-        pipeline.run(&mut prepared)?;
         let ir_id = ir.id();
-        // Only the frozen flag of the `popxl` IR outlives this call (in the handles
-        // the caller keeps); the session works on its own copy of the core.
-        drop(ir);
+        // An IR built without ops is a mistake; one whose ops were all pruned
+        // is a valid (if idle) program, as in PopXL: running it does nothing.
         if reachable_ops(&prepared) == 0 {
             return Err(SessionError::NoOps { ir_id });
         }
+        pipeline.run(&mut prepared)?;
+        // Only the frozen flag of the `popxl` IR outlives this call (in the handles
+        // the caller keeps); the session works on its own copy of the core.
+        drop(ir);
         let exe = popart_lower::lower(&prepared).map_err(|e| match e {
             popart_lower::LowerError::Size(e) => SessionError::from(e),
             e => SessionError::Lower(e),

@@ -130,7 +130,25 @@ fn create_call(
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(super::input_index(i, what)?, p);
     }
+    let by_ref = by_ref_inputs(graph)?;
+    if !by_ref.is_empty() {
+        spec = spec.attr("modified", AttrValue::Ints(by_ref));
+    }
     spec.create()
+}
+
+/// Positions of `graph`'s inputs passed by reference.
+fn by_ref_inputs(graph: &Graph) -> Result<Vec<i64>> {
+    let state = graph.state()?;
+    let st = state.borrow();
+    let g = st.ir.graph(graph.id)?;
+    let mut v = Vec::new();
+    for (k, &t) in g.inputs().iter().enumerate() {
+        if st.by_ref.contains(&(graph.id, t)) {
+            v.push(super::to_i64(k, || "by-ref input position".to_string())?);
+        }
+    }
+    Ok(v)
 }
 
 /// [`call`], returning a [`CallSiteInfo`] describing the call site (PopXL's `ops.call_with_info`).
@@ -462,6 +480,15 @@ pub fn repeat(
     inputs: &[&Tensor],
     inputs_dict: &[(&Tensor, &Tensor)],
 ) -> Result<Vec<Tensor>> {
+    Ok(create_repeat(graph, count, inputs, inputs_dict)?.outputs)
+}
+
+fn create_repeat(
+    graph: &Graph,
+    count: usize,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+) -> Result<super::CreatedOp> {
     // The IR's `Repeat` inference runs the same checks; running them first
     // reports them as typed errors, before the inputs are resolved.
     let count =
@@ -477,7 +504,31 @@ pub fn repeat(
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(super::input_index(i, "repeat")?, p);
     }
-    Ok(spec.create()?.outputs)
+    spec.create()
+}
+
+/// [`repeat`], returning the call site's [`CallSiteInfo`] (PopXL's
+/// `ops.repeat_with_info`): the `Repeat` op, its parent graph and the body.
+///
+/// ```
+/// use popxl::{ops, Ir, Tensor};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let g = ir.create_graph(|x: Tensor| &x * 2.0, &x).unwrap();
+/// let info = ops::repeat_with_info(&g, 3, &[&x], &[]).unwrap();
+/// assert_eq!(info.called_graph(), g);
+/// assert_eq!(info.parent_input(0).unwrap(), x);
+/// assert_eq!(info.outputs().unwrap().len(), 1);
+/// ```
+pub fn repeat_with_info(
+    graph: &Graph,
+    count: usize,
+    inputs: &[&Tensor],
+    inputs_dict: &[(&Tensor, &Tensor)],
+) -> Result<CallSiteInfo> {
+    let created = create_repeat(graph, count, inputs, inputs_dict)?;
+    Ok(CallSiteInfo { parent: created.graph, op: created.op, called: graph.clone() })
 }
 
 /// One branch of [`conditional_branches`]: a graph and its inputs.

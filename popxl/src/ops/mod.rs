@@ -13,9 +13,10 @@
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
+//! | views (in place) | [`reshape_`] [`flatten_`] [`transpose_`] [`slice_`] [`concat_`] (aliases of their inputs) |
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
 //! | host IO | [`host_load`] [`host_store`] |
-//! | control | [`call`] [`call_with_info`] [`repeat`] [`conditional`] [`conditional_branches`] |
+//! | control | [`call`] [`call_with_info`] [`repeat`] [`repeat_with_info`] [`conditional`] [`conditional_branches`] |
 
 mod control;
 pub mod elementwise;
@@ -24,8 +25,11 @@ mod nn;
 mod random;
 mod shape;
 mod var_update;
+mod view;
 
-pub use control::{call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo};
+pub use control::{
+    call, call_with_info, conditional, conditional_branches, repeat, repeat_with_info, Branch, CallSiteInfo,
+};
 pub use elementwise::*;
 pub use io::{host_load, host_store};
 pub use nn::{
@@ -35,6 +39,7 @@ pub use nn::{
 pub use random::{dropout, random_normal, random_uniform};
 pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
 pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
+pub use view::{concat_, flatten_, reshape_, slice_, transpose_};
 
 use popart_ir::{Attributes, OpDef, OpId, TensorId};
 

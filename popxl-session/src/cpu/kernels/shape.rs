@@ -125,10 +125,13 @@ impl<E: Copy + Send + Sync + 'static> Kernel for StridedCopy<E> {
 }
 
 /// Scatter a contiguous input into a strided view of a zeroed output (`SliceGrad`).
+/// Without `zero_fill`, the other output elements keep their values
+/// (`SliceUpdateInplace`, whose output 0 is its input 0).
 struct StridedScatter<E> {
     view: Strided,
     out_len: usize,
     src: usize,
+    zero_fill: bool,
     _t: Types<E>,
 }
 
@@ -136,7 +139,9 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for StridedScatter<E> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
-        slice_mut(y, self.out_len).fill(E::default());
+        if self.zero_fill {
+            slice_mut(y, self.out_len).fill(E::default());
+        }
         self.view.for_segments(0..self.view.len, |o, s, len, st| {
             // SAFETY: the view addresses only output elements; input runs are in range.
             unsafe {
@@ -338,7 +343,20 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             }
             check_out(spec, x.shape(), x.dtype())?;
             let out_len = x.nelms();
-            with_bits!(x.dtype(), E => boxed(StridedScatter::<E> { view, out_len, src: g.pos, _t: Types::default() }))
+            with_bits!(x.dtype(), E => boxed(StridedScatter::<E> { view, out_len, src: g.pos, zero_fill: true, _t: Types::default() }))
+        }
+        _ if spec.is::<ir::SliceUpdateInplace>() => {
+            let (x, u) = (spec.input(0)?, spec.input(1)?);
+            let (view, dims) = slice_view(spec, x.shape())?;
+            if u.shape() != dims.as_slice() || u.dtype() != x.dtype() {
+                return Err(spec.error(format!("update {} does not match the slice {dims:?}", u.info)));
+            }
+            check_out(spec, x.shape(), x.dtype())?;
+            let out_len = x.nelms();
+            with_bits!(x.dtype(), E => boxed(StridedScatter::<E> { view, out_len, src: u.pos, zero_fill: false, _t: Types::default() }))
+        }
+        _ if popart_ir::ops::view::is_strided_view(spec.def) => {
+            Err(spec.error("a strided in-place view runs as copies made by the `materialize-views` pass; prepare the IR with the default pipeline"))
         }
         _ if spec.is::<ir::Concat>() => {
             let first = spec.input(0)?;
@@ -455,6 +473,10 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Concat, build),
     (&ir::Gather, build),
     (&ir::SliceGrad, build),
+    (&ir::SliceUpdateInplace, build),
+    (&ir::TransposeInplace, build),
+    (&ir::SliceInplace, build),
+    (&ir::ConcatInplace, build),
     (&ir::GatherGrad, build),
     (&ir::ConcatGrad, build),
 ];

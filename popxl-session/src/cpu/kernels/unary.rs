@@ -160,6 +160,7 @@ unary_ops! {
 /// Every kernel of this file: the unary table, copies and casts.
 pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Identity, build_copy),
+    (&ir::ReshapeInplace, build_copy),
     (&ir::Detach, build_copy),
     (&ir::Reshape, build_copy),
     (&ir::Squeeze, build_copy),

@@ -1,0 +1,177 @@
+//! The alias model of in-place ops and views (PopART's `AliasModel`, reduced
+//! to what this IR needs): which tensors of a graph share memory, which ops
+//! are ordered against which, and the in-place ambiguity check.
+//!
+//! Two tensors alias when an op declares an (input, output) pair between them
+//! with [`OpDef::aliases`](crate::OpDef::aliases): in-place updates
+//! (`AddInplace`, `ReluInplace`...) and views (`ReshapeInplace`,
+//! `TransposeInplace`...). Aliasing is transitive: an [`AliasGroups`] class is
+//! every tensor reachable through such pairs.
+//!
+//! An in-place write is **ambiguous** when another op reads (or writes) a
+//! tensor of the written tensor's class and neither op is ordered before the
+//! other, by data edges or topological constraints: the value it sees would
+//! depend on the scheduler. [`check_inplace_ambiguity`] rejects such graphs,
+//! as PopXL does by default. Pure view ops (aliases, no write) are not readers:
+//! they move no data, their consumers are checked instead.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::{Graph, IrError, OpId, Result, TensorId, TensorKind};
+
+/// The alias classes of one graph's tensors (union-find over the alias pairs
+/// of its ops). Tensors that alias nothing are their own class.
+#[derive(Clone, Debug, Default)]
+pub struct AliasGroups {
+    parent: HashMap<TensorId, TensorId>,
+}
+
+impl AliasGroups {
+    /// The classes of `graph`.
+    pub fn of(graph: &Graph) -> AliasGroups {
+        AliasGroups::of_ops(graph, |_| true)
+    }
+
+    /// The classes of `graph` formed by the alias pairs of the ops `keep` accepts.
+    pub fn of_ops(graph: &Graph, keep: impl Fn(&crate::Op) -> bool) -> AliasGroups {
+        let mut groups = AliasGroups::default();
+        for op in graph.ops().filter(|o| keep(o)) {
+            for (i, o) in op.def().aliases(&op.attrs) {
+                if let (Some(a), Some(b)) = (op.input(i), op.output(o)) {
+                    groups.union(a, b);
+                }
+            }
+        }
+        groups
+    }
+
+    /// The representative of `t`'s class.
+    pub fn find(&self, mut t: TensorId) -> TensorId {
+        while let Some(&p) = self.parent.get(&t) {
+            if p == t {
+                break;
+            }
+            t = p;
+        }
+        t
+    }
+
+    fn union(&mut self, a: TensorId, b: TensorId) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra != rb {
+            self.parent.insert(ra, rb);
+            self.parent.entry(rb).or_insert(rb);
+        }
+    }
+
+    /// True if `t` aliases at least one other tensor.
+    pub fn has_aliases(&self, t: TensorId) -> bool {
+        self.parent.contains_key(&t)
+    }
+
+    /// Every tensor of `t`'s class, `t` included.
+    pub fn members(&self, t: TensorId) -> Vec<TensorId> {
+        if !self.has_aliases(t) {
+            return vec![t];
+        }
+        let root = self.find(t);
+        self.parent.keys().copied().filter(|&u| self.find(u) == root).collect()
+    }
+}
+
+/// Ops strictly after (`forward`) or before `op` in every schedule: reachable
+/// through data edges and topological constraints.
+pub fn ordered_from(graph: &Graph, op: OpId, forward: bool) -> Result<HashSet<OpId>> {
+    let mut seen = HashSet::new();
+    let mut queue = VecDeque::from([op]);
+    while let Some(o) = queue.pop_front() {
+        let node = graph.op(o)?;
+        let mut next: Vec<OpId> = Vec::new();
+        if forward {
+            for t in node.outputs().tensors() {
+                next.extend(graph.tensor(t)?.consumers().iter().map(|p| p.op));
+            }
+            next.extend(graph.topo_cons().afters(o).iter().map(|c| c.op));
+        } else {
+            for t in node.inputs().tensors() {
+                next.extend(graph.tensor(t)?.producer().map(|p| p.op));
+            }
+            next.extend(graph.topo_cons().befores(o).iter().map(|c| c.op));
+        }
+        for n in next {
+            if seen.insert(n) {
+                queue.push_back(n);
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// The constant that `t` is (or aliases through the producers' alias pairs),
+/// if any: writing `t` in place would write that constant.
+pub fn aliased_constant(graph: &Graph, t: TensorId) -> Option<TensorId> {
+    let mut stack = vec![t];
+    let mut seen = HashSet::new();
+    while let Some(t) = stack.pop() {
+        if !seen.insert(t) {
+            continue;
+        }
+        let Ok(tensor) = graph.tensor(t) else { continue };
+        if matches!(tensor.kind, TensorKind::Constant(_)) {
+            return Some(t);
+        }
+        let Some(p) = tensor.producer() else { continue };
+        let Ok(op) = graph.op(p.op) else { continue };
+        for (i, o) in op.def().aliases(&op.attrs) {
+            if o == p.index {
+                stack.extend(op.input(i));
+            }
+        }
+    }
+    None
+}
+
+/// True for an op that only creates aliases (a view): it declares alias pairs
+/// and writes nothing.
+fn is_pure_view(graph: &Graph, op: OpId) -> bool {
+    graph.op(op).is_ok_and(|o| !o.def().aliases(&o.attrs).is_empty() && o.modified_inputs().is_empty())
+}
+
+/// Reject in-place writes whose effect depends on the schedule (see the module
+/// docs): for every op writing a tensor in place, every other op consuming a
+/// tensor of the same alias class must be ordered before or after it.
+pub fn check_inplace_ambiguity(graph: &Graph) -> Result<()> {
+    let mut groups: Option<AliasGroups> = None;
+    for op in graph.ops() {
+        let modified = op.modified_inputs();
+        if modified.is_empty() {
+            continue;
+        }
+        let groups = groups.get_or_insert_with(|| AliasGroups::of(graph));
+        let mut ordered: Option<(HashSet<OpId>, HashSet<OpId>)> = None;
+        for i in modified {
+            let Some(t) = op.input(i) else { continue };
+            for u in groups.members(t) {
+                for reader in graph.tensor(u)?.consumers().iter().map(|p| p.op) {
+                    if reader == op.id || is_pure_view(graph, reader) {
+                        continue;
+                    }
+                    if ordered.is_none() {
+                        ordered = Some((ordered_from(graph, op.id, true)?, ordered_from(graph, op.id, false)?));
+                    }
+                    let Some((after, before)) = &ordered else { continue };
+                    if !after.contains(&reader) && !before.contains(&reader) {
+                        return Err(IrError::InplaceAmbiguity {
+                            graph: graph.name().to_string(),
+                            op: op.name.clone(),
+                            tensor: graph.tensor(t)?.name.clone(),
+                            other: graph.op(reader)?.name.clone(),
+                            through: graph.tensor(u)?.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
