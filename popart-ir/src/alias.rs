@@ -161,13 +161,13 @@ pub fn check_inplace_ambiguity(graph: &Graph) -> Result<()> {
                     }
                     let Some((after, before)) = &ordered else { continue };
                     if !after.contains(&reader) && !before.contains(&reader) {
-                        return Err(IrError::InplaceAmbiguity {
+                        return Err(IrError::InplaceAmbiguity(Box::new(crate::InplaceAmbiguity {
                             graph: graph.name().to_string(),
                             op: op.name.clone(),
                             tensor: graph.tensor(t)?.name.clone(),
                             other: graph.op(reader)?.name.clone(),
                             through: graph.tensor(u)?.name.clone(),
-                        });
+                        })));
                     }
                 }
             }

@@ -39,20 +39,10 @@ pub enum IrError {
     /// (or writes) an alias of the written tensor and neither op is ordered
     /// before the other (see `popart_ir::alias::check_inplace_ambiguity`).
     #[error(
-        "in-place op `{op}` in graph `{graph}` writes `{tensor}`, which op `{other}` also uses (through `{through}`), and neither is ordered before the other; add a data dependency or a topological constraint (build under in_sequence), or turn the in-place ambiguity check off"
+        "in-place op `{}` in graph `{}` writes `{}`, which op `{}` also uses (through `{}`), and neither is ordered before the other; add a data dependency or a topological constraint (build under in_sequence), or turn the in-place ambiguity check off",
+        .0.op, .0.graph, .0.tensor, .0.other, .0.through
     )]
-    InplaceAmbiguity {
-        /// Graph.
-        graph: String,
-        /// The in-place op.
-        op: String,
-        /// The tensor it writes.
-        tensor: String,
-        /// The unordered op.
-        other: String,
-        /// The alias of `tensor` that `other` uses.
-        through: String,
-    },
+    InplaceAmbiguity(Box<InplaceAmbiguity>),
     /// A host stream tensor used directly as an op input.
     #[error("op `{op}` in graph `{graph}` reads stream `{tensor}` directly; load it with `host_load` first")]
     StreamAsInput {
@@ -202,3 +192,18 @@ pub enum IrError {
 
 /// Result alias for this crate.
 pub type Result<T, E = IrError> = std::result::Result<T, E>;
+
+/// The ops and tensors of an [`IrError::InplaceAmbiguity`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InplaceAmbiguity {
+    /// Graph.
+    pub graph: String,
+    /// The in-place op.
+    pub op: String,
+    /// The tensor it writes.
+    pub tensor: String,
+    /// The unordered op.
+    pub other: String,
+    /// The alias of `tensor` that `other` uses.
+    pub through: String,
+}

@@ -31,7 +31,7 @@ mod verify;
 
 pub use attr::{AttrValue, Attributes};
 pub use dtype::{DataType, UnknownDataType};
-pub use error::{IrError, Result};
+pub use error::{InplaceAmbiguity, IrError, Result};
 pub use graph::Graph;
 pub use ir::{Ir, MAIN_GRAPH_NAME};
 pub use op::{

@@ -478,7 +478,10 @@ mod tests {
         let tag = Arc::new(TagOps { runs: AtomicUsize::new(0) });
         let p =
             Pipeline::default_for(PrepareOptions::default()).insert_after(Pipeline::PRUNE, Arc::clone(&tag)).unwrap();
-        assert_eq!(p.to_string(), "verify, prune, tag-ops, fuse-weight-update, verify-final");
+        assert_eq!(
+            p.to_string(),
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, verify-final"
+        );
         let mut ir = small_ir();
         let report = p.run(&mut ir).unwrap();
         assert_eq!(tag.runs.load(Ordering::Relaxed), 1);
@@ -502,7 +505,10 @@ mod tests {
 
         // A clone shares the pass; a boxed pass goes in as well.
         let p2 = p.clone().with_pattern(Box::new(Verify::named("verify-patterns")) as Box<dyn Pass>);
-        assert_eq!(p2.to_string(), "verify, prune, tag-ops, fuse-weight-update, verify-patterns, verify-final");
+        assert_eq!(
+            p2.to_string(),
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, verify-patterns, verify-final"
+        );
         p2.run(&mut small_ir()).unwrap();
         assert_eq!(tag.runs.load(Ordering::Relaxed), 2);
         assert_eq!(p.insert_before("nope", Verify::default()).unwrap_err(), UnknownPass("nope".into()));

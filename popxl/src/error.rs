@@ -24,6 +24,13 @@ pub enum PopXlError {
     /// An error reported by the IR core (shape inference, duplicate names...).
     #[error(transparent)]
     Ir(#[from] IrError),
+    /// A graph with by-reference inputs given to `repeat` (only `call` passes
+    /// inputs by reference so far).
+    #[error("graph `{graph}` has by-reference inputs; repeat passes inputs by value only (use call)")]
+    ByRefInRepeat {
+        /// The graph.
+        graph: String,
+    },
     /// A matrix operation (`Tensor::diag`) on a tensor that is not 2-D.
     #[error("`{what}` needs a 2-D tensor; `{tensor}` has rank {rank}")]
     NotAMatrix {

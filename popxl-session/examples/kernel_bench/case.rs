@@ -23,6 +23,7 @@ pub struct Case {
     pub data: HashMap<usize, Vec<u8>>,
 }
 
+#[allow(dead_code)] // builders used by some families' rows only
 impl Case {
     /// `op` on `inputs`, one output.
     pub fn new(label: impl Into<String>, op: &'static str, inputs: Vec<TensorInfo>, output: TensorInfo) -> Case {

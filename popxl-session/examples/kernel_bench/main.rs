@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use popart_ir::{Attributes, DataType, TensorInfo};
+use popart_ir::{DataType, TensorInfo};
 use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
 use popxl_session::cpu::kernels::build_kernel;
 use popxl_session::cpu::team;
@@ -49,7 +49,6 @@ fn ops_cases(n: usize) -> Vec<Case> {
 
 /// One measured row.
 struct Row {
-    label: String,
     us_median: f64,
     bytes: usize,
 }
@@ -97,7 +96,7 @@ fn run_case(c: &Case, threads: usize, calls: usize) -> Row {
     });
     times.sort_by(f64::total_cmp);
     let bytes = c.inputs.iter().chain(&c.outputs).map(TensorInfo::nbytes).sum();
-    Row { label: c.label.clone(), us_median: times[times.len() / 2], bytes }
+    Row { us_median: times[times.len() / 2], bytes }
 }
 
 /// Copy raw bytes into the start of a line buffer.

@@ -495,6 +495,9 @@ fn create_repeat(
         i64::try_from(count).map_err(|_| PopXlError::RepeatCountTooLarge { graph: graph.name().to_string(), count })?;
     ir_ops::check_repeat_count(count).map_err(|e| control_flow_error(e, graph))?;
     graph.read(ir_ops::check_repeat_body)?.map_err(|e| control_flow_error(e, graph))?;
+    if !by_ref_inputs(graph)?.is_empty() {
+        return Err(PopXlError::ByRefInRepeat { graph: graph.name().to_string() });
+    }
     let parent = parent_graph(inputs, inputs_dict, "repeat")?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, "repeat")?;
     let mut spec = OpBuilder::new("repeat", &ir_ops::Repeat)
