@@ -106,14 +106,7 @@ fn materialize_graph(ir: &mut Ir, gid: GraphId) -> Result<usize> {
     // The views now own their buffers: their out-of-place ops compute them.
     let n = edges.len();
     for e in edges {
-        let (def, attrs): (&'static dyn OpDef, Attributes) = if e.def.is::<ConcatInplace>() {
-            let axis = e.attrs.int("axis").unwrap_or(0);
-            (&Concat, Attributes::new().with("axis", AttrValue::Int(axis)))
-        } else if e.def.is::<SliceInplace>() {
-            (&Slice, e.attrs.clone())
-        } else {
-            (&Transpose, e.attrs.clone())
-        };
+        let (def, attrs) = out_of_place(&e);
         let g = ir.graph_mut(gid)?;
         let name = g.unique_op_name(&format!("{}_materialized", g.op(e.op)?.name));
         let new = g.add_op(def, attrs, &name);
@@ -169,13 +162,7 @@ fn propagate(
                 befores.push(e.op);
                 let srcs: Vec<TensorId> =
                     e.bases.iter().map(|&b| current.get(&nodes.find(b)).copied().unwrap_or(b)).collect();
-                let (def, attrs): (&'static dyn OpDef, Attributes) = if e.def.is::<ConcatInplace>() {
-                    (&Concat, Attributes::new().with("axis", AttrValue::Int(e.attrs.int("axis").unwrap_or(0))))
-                } else if e.def.is::<SliceInplace>() {
-                    (&Slice, e.attrs.clone())
-                } else {
-                    (&Transpose, e.attrs.clone())
-                };
+                let (def, attrs) = out_of_place(e);
                 let inputs: Vec<(u32, TensorId)> = srcs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
                 let tmp = op1(ir, gid, def, attrs, &inputs, "view_refresh", &mut created)?;
                 let out = op1(
@@ -193,7 +180,7 @@ fn propagate(
                 // Write the view back into each base.
                 let src = current.get(&node).copied().unwrap_or(e.view);
                 let mut offset = 0i64;
-                for (j, &b) in e.bases.iter().enumerate() {
+                for &b in &e.bases {
                     let base_node = nodes.find(b);
                     let len = base_len(ir, gid, e, b)?;
                     if current.contains_key(&base_node) {
@@ -233,7 +220,6 @@ fn propagate(
                         )?
                     };
                     offset += len;
-                    let _ = j;
                     current.insert(base_node, out);
                     queue.push_back(base_node);
                 }
@@ -270,6 +256,17 @@ fn propagate(
         g.add_topo_con(last, r)?;
     }
     Ok(())
+}
+
+/// The out-of-place op computing a strided view from its bases, and its attributes.
+fn out_of_place(e: &Edge) -> (&'static dyn OpDef, Attributes) {
+    if e.def.is::<ConcatInplace>() {
+        (&Concat, Attributes::new().with("axis", AttrValue::Int(e.attrs.int("axis").unwrap_or(0))))
+    } else if e.def.is::<SliceInplace>() {
+        (&Slice, e.attrs.clone())
+    } else {
+        (&Transpose, e.attrs.clone())
+    }
 }
 
 /// Create a one-output op in `gid`, record it, return its output.
