@@ -60,26 +60,32 @@ pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
 /// assert_eq!(s.shape(), &[4, 3]);
 /// ```
 pub fn slice(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i64]) -> Result<Tensor> {
-    let (steps, axes) = slice_defaults(starts.len(), steps, axes)?;
-    OpBuilder::new("slice", &ir_ops::Slice)
-        .input(0, t)
-        .attr("starts", AttrValue::Ints(starts.to_vec()))
-        .attr("ends", AttrValue::Ints(ends.to_vec()))
-        .attr("steps", AttrValue::Ints(steps))
-        .attr("axes", AttrValue::Ints(axes))
-        .create1()
+    slice_op(OpBuilder::new("slice", &ir_ops::Slice), t, starts, ends, steps, axes)
 }
 
-/// `steps` and `axes` of a slice of `n` dims with the defaults filled in
-/// (steps all 1, axes `0..n`).
-pub(crate) fn slice_defaults(n: usize, steps: &[i64], axes: &[i64]) -> Result<(Vec<i64>, Vec<i64>)> {
+/// Connect `t` to a slice-like op (`Slice`, `SliceInplace`) and set its
+/// `starts/ends/steps/axes`, with the defaults filled in (steps all 1, axes `0..n`).
+pub(crate) fn slice_op(
+    op: OpBuilder<'_>,
+    t: &Tensor,
+    starts: &[i64],
+    ends: &[i64],
+    steps: &[i64],
+    axes: &[i64],
+) -> Result<Tensor> {
+    let n = starts.len();
     let steps = if steps.is_empty() { vec![1; n] } else { steps.to_vec() };
     let axes = if axes.is_empty() {
         (0..n).map(|a| super::to_i64(a, || "slice axis".to_string())).collect::<Result<_>>()?
     } else {
         axes.to_vec()
     };
-    Ok((steps, axes))
+    op.input(0, t)
+        .attr("starts", AttrValue::Ints(starts.to_vec()))
+        .attr("ends", AttrValue::Ints(ends.to_vec()))
+        .attr("steps", AttrValue::Ints(steps))
+        .attr("axes", AttrValue::Ints(axes))
+        .create1()
 }
 
 /// One item of a numpy-style index (see [`index`] and [`crate::s!`]): an integer

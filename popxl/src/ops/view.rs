@@ -75,14 +75,7 @@ pub fn transpose_(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::slice_(&x, &[1], &[100], &[2], &[1]).unwrap().shape(), &[4, 3]);
 /// ```
 pub fn slice_(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i64]) -> Result<Tensor> {
-    let (steps, axes) = super::shape::slice_defaults(starts.len(), steps, axes)?;
-    OpBuilder::new("slice_", &ir_ops::SliceInplace)
-        .input(0, t)
-        .attr("starts", AttrValue::Ints(starts.to_vec()))
-        .attr("ends", AttrValue::Ints(ends.to_vec()))
-        .attr("steps", AttrValue::Ints(steps))
-        .attr("axes", AttrValue::Ints(axes))
-        .create1()
+    super::shape::slice_op(OpBuilder::new("slice_", &ir_ops::SliceInplace), t, starts, ends, steps, axes)
 }
 
 /// `ts` joined along `axis`, as an alias of every input (op `ConcatInplace`):
