@@ -5,6 +5,8 @@
 //! every float dtype). Each case runs in each dtype it lists; also float16
 //! through the adapter, and the typed errors of bad axes, `k` and levels.
 
+#[rustfmt::skip]
+#[allow(clippy::approx_constant)]
 #[path = "ops_reduce/expected.rs"]
 mod expected;
 

@@ -124,8 +124,7 @@ impl OpDef for Histogram {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         require_float(ctx, x, "the input")?;
-        let levels =
-            ctx.attrs.floats("levels").ok_or_else(|| ctx.error("missing float-list attribute `levels`"))?;
+        let levels = ctx.attrs.floats("levels").ok_or_else(|| ctx.error("missing float-list attribute `levels`"))?;
         if levels.iter().any(|l| l.is_nan()) || levels.windows(2).any(|w| w[0] >= w[1]) {
             return Err(ctx.error(format!("levels {levels:?} are not strictly increasing")));
         }

@@ -40,8 +40,8 @@ pub use reduce::{
     cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,
     CumSumOptions,
 };
-pub use sort::{argmax, argmin, histogram, topk};
 pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
+pub use sort::{argmax, argmin, histogram, topk};
 pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
 
 use popart_ir::{Attributes, OpDef, OpId, TensorId};

@@ -2,8 +2,8 @@
 //! catalogue: prod (also with zeros), median, l1, l2, logsum, logsumexp,
 //! sumsquare, cumsum (exclusive, reverse) and topk.
 
-use crate::harness::*;
 use crate::harness::Rng;
+use crate::harness::*;
 use ndarray::{ArrayD, IxDyn};
 use popxl::ops::{self, CumSumOptions};
 use popxl::Tensor;

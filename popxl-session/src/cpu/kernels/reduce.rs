@@ -361,6 +361,29 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
     }
 }
 
+/// `sum(exp(x - m))` over a contiguous run, in blocks of 16 lanes (vectorises;
+/// the blocks are summed pairwise as [`pairwise`] does).
+#[inline]
+fn sum_exp_shifted<T: Float>(xs: &[T], m: T) -> T {
+    if xs.len() > 1024 {
+        let (a, b) = xs.split_at(xs.len() / 2 / 16 * 16);
+        return sum_exp_shifted(a, m) + sum_exp_shifted(b, m);
+    }
+    let mut lanes = [T::ZERO; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = *l + (v - m).fast_exp();
+        }
+    }
+    let mut s = T::ZERO;
+    for &v in rest {
+        s = s + (v - m).fast_exp();
+    }
+    pairwise(&lanes, |v| v, T::ZERO, <T as Num>::add) + s
+}
+
 /// `ReduceLogSumExp`, stable: the maximum `m` of each group goes to the output,
 /// `s = sum(exp(x - m))` to a scratch buffer sized at build time, then
 /// `y = m + ln(s)` (`y = m` where `m` is not finite: all `-inf`, `+inf` or NaN).
@@ -379,7 +402,14 @@ impl<T: Float> LogSumExp<T> {
 
     /// Both passes over the input range `range`, whose outputs (and scratch
     /// entries) `outs` no other range touches.
-    unsafe fn pass(&self, x: *const T, y: *mut T, s: *mut T, range: std::ops::Range<usize>, outs: std::ops::Range<usize>) {
+    unsafe fn pass(
+        &self,
+        x: *const T,
+        y: *mut T,
+        s: *mut T,
+        range: std::ops::Range<usize>,
+        outs: std::ops::Range<usize>,
+    ) {
         slice_mut(y.add(outs.start), outs.len()).fill(T::LOWEST);
         slice_mut(s.add(outs.start), outs.len()).fill(T::ZERO);
         self.max.accumulate(x, y, range.clone());
@@ -388,7 +418,7 @@ impl<T: Float> LogSumExp<T> {
             let xs = slice(x.add(i), len);
             if st == 0 {
                 let m = *y.add(o);
-                *s.add(o) = (*s.add(o)) + pairwise(xs, |v| (v - m).fast_exp(), T::ZERO, <T as Num>::add);
+                *s.add(o) = (*s.add(o)) + sum_exp_shifted(xs, m);
             } else {
                 let (ms, ss) = (slice(y.add(o), len), slice_mut(s.add(o), len));
                 for ((acc, &v), &m) in ss.iter_mut().zip(xs).zip(ms) {
@@ -419,7 +449,13 @@ impl<T: Float> Kernel for LogSumExp<T> {
             par_split(n0, 2, 1, |r| {
                 // SAFETY: pieces own disjoint input blocks, outputs and scratch entries.
                 unsafe {
-                    self.pass(x.get(), y.get(), s.get(), r.start * in_blk..r.end * in_blk, r.start * out_blk..r.end * out_blk)
+                    self.pass(
+                        x.get(),
+                        y.get(),
+                        s.get(),
+                        r.start * in_blk..r.end * in_blk,
+                        r.start * out_blk..r.end * out_blk,
+                    )
                 }
             });
         } else {

@@ -116,7 +116,12 @@ impl Groups {
     pub(crate) fn new(spec: &KernelSpec<'_>, shape: &[usize], axes: &[usize]) -> Result<Groups, KernelError> {
         let strides = super::broadcast::contiguous_strides(shape);
         let pairs = |reduced: bool| {
-            shape.iter().zip(&strides).enumerate().filter(move |(d, _)| axes.contains(d) == reduced).map(|(_, (&n, &s))| (n, s))
+            shape
+                .iter()
+                .zip(&strides)
+                .enumerate()
+                .filter(move |(d, _)| axes.contains(d) == reduced)
+                .map(|(_, (&n, &s))| (n, s))
         };
         let (kept, red) = (Strided::new(pairs(false)), Strided::new(pairs(true)));
         if kept.dims.len() > MAX_RANK {
@@ -180,7 +185,8 @@ impl<T: Num> Kernel for Median<T> {
             let (v, at) = match buf.iter().position(|v| v != v) {
                 Some(p) => (buf[p], p),
                 None => {
-                    let (_, v, _) = buf.select_nth_unstable_by(m, |a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+                    let (_, v, _) =
+                        buf.select_nth_unstable_by(m, |a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
                     let v = *v;
                     let at = (0..n).find(|&k| *xb.add(self.groups.offset(k)) == v).unwrap_or(0);
                     (v, at)
@@ -200,7 +206,11 @@ fn build_median(spec: &KernelSpec<'_>) -> BuildResult {
     let (x, y, ind) = (spec.input(0)?, spec.output(0)?, spec.output(1)?);
     let axes = axes_of(spec, x.info.rank())?;
     let groups = Groups::new(spec, x.shape(), &axes)?;
-    if y.dtype() != x.dtype() || ind.dtype() != DataType::Int32 || groups.kept.len() != y.nelms() || ind.nelms() != y.nelms() {
+    if y.dtype() != x.dtype()
+        || ind.dtype() != DataType::Int32
+        || groups.kept.len() != y.nelms()
+        || ind.nelms() != y.nelms()
+    {
         return Err(spec.error(format!("outputs {} and {} do not fit the median of {}", y.info, ind.info, x.info)));
     }
     if groups.count == 0 && y.nelms() > 0 {
@@ -253,7 +263,9 @@ fn build_median_grad(spec: &KernelSpec<'_>) -> BuildResult {
     let groups = Groups::new(spec, x.shape(), &axes)?;
     let fits = y.info == x.info && g.dtype() == x.dtype() && g.nelms() == groups.kept.len() && ind.nelms() == g.nelms();
     if !fits || ind.dtype() != DataType::Int32 {
-        return Err(spec.error(format!("gradient {} and indices {} do not fit the median of {}", g.info, ind.info, x.info)));
+        return Err(
+            spec.error(format!("gradient {} and indices {} do not fit the median of {}", g.info, ind.info, x.info))
+        );
     }
     let dt = x.dtype();
     let (pos, len, check) = ([g.pos, ind.pos], x.nelms(), spec.check_indices);

@@ -15,7 +15,6 @@ use super::dispatch::{with_float, with_num};
 use super::elem::Num;
 use super::float16::{f16_adapter, has_f16};
 use super::ptr::{slice, slice_mut};
-use super::reduce::pairwise;
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
@@ -53,6 +52,44 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
         let nan = v != v && b == b;
         nan || if MAX { v > b } else { v < b }
     }
+    /// The first extreme of a contiguous row: the extreme over sixteen lanes (a
+    /// vectorised max or min, with a lane-wise NaN flag), then the first chunk of
+    /// sixteen holding it; a NaN anywhere returns the first NaN.
+    #[inline]
+    #[allow(clippy::eq_op)]
+    fn arg_row(xs: &[T]) -> usize {
+        const L: usize = 16;
+        let Some(&first) = xs.first() else { return 0 };
+        let mut best = [first; L];
+        let mut nan = [0u32; L];
+        let chunks = xs.chunks_exact(L);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for i in 0..L {
+                let v = c[i];
+                let better = if MAX { v > best[i] } else { v < best[i] };
+                best[i] = if better { v } else { best[i] };
+                nan[i] |= u32::from(v != v);
+            }
+        }
+        if nan.iter().any(|&f| f != 0) || rest.iter().any(|v| v != v) {
+            return xs.iter().position(|v| v != v).unwrap_or(0);
+        }
+        let mut m = first;
+        for &v in best.iter().chain(rest) {
+            if if MAX { v > m } else { v < m } {
+                m = v;
+            }
+        }
+        let mut base = 0;
+        for c in xs.chunks(L) {
+            if c.iter().fold(false, |a, &v| a | (v == m)) {
+                return base + c.iter().position(|&v| v == m).unwrap_or(0);
+            }
+            base += c.len();
+        }
+        0
+    }
 }
 
 impl<T: Num, const MAX: bool> Kernel for Arg<T, MAX> {
@@ -63,16 +100,7 @@ impl<T: Num, const MAX: bool> Kernel for Arg<T, MAX> {
         for o in 0..self.outer {
             let xo = x.add(o * n * inner);
             if inner == 1 {
-                // The extreme value (NaN-propagating, vectorised), then its first position.
-                let xs = slice(xo, n);
-                let ext = if MAX {
-                    pairwise(xs, |v| v, T::LOWEST, T::maximum)
-                } else {
-                    pairwise(xs, |v| v, T::HIGHEST, T::minimum)
-                };
-                #[allow(clippy::eq_op)]
-                let at = if ext != ext { xs.iter().position(|v| v != v) } else { xs.iter().position(|&v| v == ext) };
-                *y.add(o) = at.unwrap_or(0) as i32;
+                *y.add(o) = Self::arg_row(slice(xo, n)) as i32;
                 continue;
             }
             // Lanes in blocks: running best values and indices on the stack.
@@ -156,8 +184,15 @@ impl<T: Num> TopK<T> {
             let mut filled = 0;
             for (i, &v) in vals.iter().enumerate() {
                 let i = i as u32;
-                if filled == k && !self.before(v, i, bv[k - 1], bi[k - 1]) {
-                    continue;
+                if filled == k {
+                    // Most elements: one comparison with the k-th best (a number).
+                    let t = bv[k - 1];
+                    // Negated comparisons on purpose: NaN never passes `v > t` nor `v < t`.
+                    #[allow(clippy::eq_op, clippy::neg_cmp_op_on_partial_ord)]
+                    let reject = t == t && if self.largest { !(v > t) && v == v } else { !(v < t) };
+                    if reject || !self.before(v, i, t, bi[k - 1]) {
+                        continue;
+                    }
                 }
                 // Insert after every element ranking before (or tied with, lower index) it.
                 let mut p = filled.min(k - 1);
@@ -353,6 +388,8 @@ struct Histogram<T> {
 }
 
 impl<T: Num> Kernel for Histogram<T> {
+    // `!(v < l)` rather than `v >= l`: NaN counts in the last bin.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let xs = slice(args.inputs[self.src] as *const T, self.n);
         let counts = slice_mut(args.outputs[0] as *mut u32, self.levels.len() + 1);
