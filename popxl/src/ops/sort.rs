@@ -23,7 +23,7 @@ fn arg(what: &'static str, def: &'static dyn popart_ir::OpDef, t: &Tensor, dim: 
 /// let _g = ir.main_graph().enter();
 /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
 /// let i = popxl::ops::argmax(&a, 1, false).unwrap();
-/// assert_eq!((i.dtype(), i.shape()), (popxl::int32, vec![2]));
+/// assert_eq!((i.dtype(), i.shape()), (popxl::int32, &[2usize][..]));
 /// ```
 pub fn argmax(t: &Tensor, dim: i64, keepdim: bool) -> Result<Tensor> {
     arg("argmax", &ir_ops::ArgMax, t, dim, keepdim)
@@ -53,7 +53,7 @@ pub fn argmin(t: &Tensor, dim: i64, keepdim: bool) -> Result<Tensor> {
 /// let _g = ir.main_graph().enter();
 /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 5)), "a").unwrap();
 /// let (v, i) = popxl::ops::topk(&a, 3, -1, true, true).unwrap();
-/// assert_eq!((v.shape(), i.dtype()), (vec![2, 3], popxl::int32));
+/// assert_eq!((v.shape(), i.dtype()), (&[2usize, 3][..], popxl::int32));
 /// assert!(popxl::ops::topk(&a, 6, -1, true, true).is_err());
 /// ```
 pub fn topk(t: &Tensor, k: usize, axis: i64, largest: bool, sorted: bool) -> Result<(Tensor, Tensor)> {
@@ -84,7 +84,7 @@ pub fn topk(t: &Tensor, k: usize, axis: i64, largest: bool, sorted: bool) -> Res
 /// let _g = ir.main_graph().enter();
 /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
 /// let h = popxl::ops::histogram(&a, &[0.1, 3.1, 7.0], false).unwrap();
-/// assert_eq!((h.dtype(), h.shape()), (popxl::uint32, vec![4]));
+/// assert_eq!((h.dtype(), h.shape()), (popxl::uint32, &[4usize][..]));
 /// assert!(popxl::ops::histogram(&a, &[1.0, 1.0], false).is_err());
 /// ```
 pub fn histogram(t: &Tensor, levels: &[f64], absolute_of_input: bool) -> Result<Tensor> {
