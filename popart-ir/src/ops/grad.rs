@@ -61,7 +61,10 @@ op_types!(
     /// `MatMulRhsGrad(g, a, b)`: `aᵀ @ g` reduced to `b`'s shape.
     MatMulRhsGrad,
     /// `ReduceGrad{func, axes, keepdims}(g, x, y?)`: broadcast `g` back to `x`'s shape;
-    /// `mean` divides by the reduced count, `max`/`min` mask where `x == y`.
+    /// `mean` divides by the reduced count, `max`/`min` mask where `x == y`; `prod`
+    /// multiplies by the product of the other elements, `l1` by `sign(x)`, `l2` by
+    /// `x / y`, `logsum` by `1 / exp(y)`, `logsumexp` by `exp(x - y)`, `sumsquare` by
+    /// `2x` (`y`, input 2, is read by `max min l2 logsum logsumexp`).
     ReduceGrad,
     /// `SoftmaxGrad{axis}(g, y)`: `y · (g - sum(g · y, axis))`.
     SoftmaxGrad,
@@ -195,10 +198,8 @@ impl OpDef for ReduceGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
-        if !["sum", "mean", "max", "min"].contains(&f) {
-            return Err(ctx.error(format!("unknown reduction `{f}`")));
-        }
-        if matches!(f, "max" | "min") {
+        let reads_output = reduce::grad_func(f).ok_or_else(|| ctx.error(format!("unknown reduction `{f}`")))?;
+        if reads_output {
             ctx.input(2)?;
         }
         let x = ctx.input(1)?;

@@ -10,7 +10,10 @@
 //! | [`binary`] | `Add Sub Mul Div Pow Maximum Minimum` (numpy broadcasting, equal dtypes) | none |
 //! | [`binary`] | `Greater Less Equal` (bool output), `Where(cond, lhs, rhs)` | none |
 //! | [`matmul`] | `MatMul` (numpy `matmul`: batched, broadcast batch dims, 1-D operands promoted) | none |
-//! | [`reduce`] | `ReduceSum ReduceMean ReduceMax ReduceMin` | `axes: ints` (empty = all), `keepdims: bool` |
+//! | [`reduce`] | `ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceSumSquare` | `axes: ints` (empty = all), `keepdims: bool` |
+//! | [`reduce`] | `ReduceMedian` -> `(values, int32 indices)`, `ReduceMedianGrad(g, indices, x)`; `LambSquare` (float32 scalar) | `axes`, `keepdims`; none |
+//! | [`scan`] | `CumSum` | `axis: int`, `exclusive, reverse: bool` |
+//! | [`sort`] | `ArgMax ArgMin` (int32); `TopK` -> `(values, int32 indices)`, `TopKGrad(g, indices, x)`; `Histogram` (uint32) | `axis: int`, `keepdims: bool`; `k: int`, `axis`, `largest, sorted: bool`; `levels: floats`, `absolute_of_input: bool` |
 //! | [`nn`] | `Softmax` | `axis: int` |
 //! | [`nn`] | `NllLoss(probs, labels)` | `reduction: "mean"\|"sum"\|"none"`, optional `ignore_index: int` |
 //! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
@@ -36,7 +39,9 @@ pub mod matmul;
 pub mod nn;
 pub mod random;
 pub mod reduce;
+pub mod scan;
 pub mod shape;
+pub mod sort;
 pub mod unary;
 pub mod var_update;
 pub mod view;
@@ -56,7 +61,9 @@ pub mod all {
     pub use super::nn::*;
     pub use super::random::*;
     pub use super::reduce::*;
+    pub use super::scan::*;
     pub use super::shape::*;
+    pub use super::sort::*;
     pub use super::unary::*;
     pub use super::var_update::*;
     pub use super::view::*;
@@ -72,6 +79,8 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(binary::ALL);
         v.extend_from_slice(matmul::ALL);
         v.extend_from_slice(reduce::ALL);
+        v.extend_from_slice(scan::ALL);
+        v.extend_from_slice(sort::ALL);
         v.extend_from_slice(nn::ALL);
         v.extend_from_slice(shape::ALL);
         v.extend_from_slice(var_update::ALL);

@@ -1,9 +1,14 @@
 //! Reductions over axes: attributes `axes` (empty = all) and `keepdims`.
+//!
+//! `ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare` have one output;
+//! `ReduceMedian` also outputs the int32 index of the median within each reduced
+//! group (row-major over the reduced axes), which its gradient reads. `LambSquare`
+//! is the sum of squares of every element as a float32 scalar.
 
 use super::grad::spec;
 use super::grad::ReduceGrad;
-use super::{infer_error, normalize_axes, op_types};
-use crate::{AttrValue, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use super::{infer_error, normalize_axes, op_types, require_float};
+use crate::{AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
 
 op_types!(
     /// sum over `axes`
@@ -14,6 +19,26 @@ op_types!(
     ReduceMax,
     /// minimum over `axes`
     ReduceMin,
+    /// product over `axes` (PopXL `prod`)
+    ReduceProd,
+    /// sum of absolute values over `axes` (PopXL `l1`)
+    ReduceL1,
+    /// square root of the sum of squares over `axes` (PopXL `l2`, floats)
+    ReduceL2,
+    /// natural log of the sum over `axes` (PopXL `logsum`, floats)
+    ReduceLogSum,
+    /// `log(sum(exp(x)))` over `axes`, computed stably from the maximum (PopXL `logsumexp`, floats)
+    ReduceLogSumExp,
+    /// sum of squares over `axes` (PopXL `sumsquare`)
+    ReduceSumSquare,
+    /// lower median over `axes` (PopXL `median`): outputs `(values, indices)`, the
+    /// indices int32 positions within each reduced group
+    ReduceMedian,
+    /// `ReduceMedianGrad{axes, keepdims}(g, indices, x)`: zeros of `x`'s shape with `g`
+    /// at the median positions `indices` (`x` is read for its shape only)
+    ReduceMedianGrad,
+    /// sum of the squares of every element, as a float32 scalar (PopXL `lamb_square`)
+    LambSquare,
 );
 
 /// Output shape of reducing `shape` over `axes` (already normalised).
@@ -29,11 +54,27 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usi
         .collect()
 }
 
-/// The output of a reduction; without an identity (max, min), reducing an empty
-/// axis is an error, as numpy's "zero-size array to reduction operation which has
-/// no identity".
-fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool) -> Result<TensorInfo> {
+/// What a reduction accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Domain {
+    /// Every dtype the kernels have (the original four reductions).
+    Any,
+    /// Numbers, not bool.
+    Num,
+    /// Floating point only.
+    Float,
+}
+
+/// The output of a reduction; without an identity (max, min, median), reducing an
+/// empty axis is an error, as numpy's "zero-size array to reduction operation which
+/// has no identity".
+fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool, domain: Domain) -> Result<TensorInfo> {
     let x = ctx.input(0)?;
+    match domain {
+        Domain::Float => require_float(ctx, x, "the input")?,
+        Domain::Num if x.dtype == DataType::Bool => return Err(ctx.error("the input must be numeric, got bool")),
+        _ => {}
+    }
     let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
     if let Some(&a) = axes.iter().find(|&&a| x.shape[a] == 0).filter(|_| !has_identity) {
         return Err(ctx.error(format!("cannot reduce axis {a} of {x}: it is empty and the reduction has no identity")));
@@ -42,23 +83,33 @@ fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool) -> Result<Tenso
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }
 
-/// `ReduceGrad{func, axes, keepdims}(g, x[, y])`: `max`/`min` also read the forward output
-/// to find the selected elements.
+/// The `func` values of [`ReduceGrad`]: `Some(reads_output)` for a known
+/// reduction (whether its gradient also reads the forward output, input 2).
+pub(crate) fn grad_func(func: &str) -> Option<bool> {
+    match func {
+        "sum" | "mean" | "prod" | "l1" | "sumsquare" => Some(false),
+        "max" | "min" | "l2" | "logsum" | "logsumexp" => Some(true),
+        _ => None,
+    }
+}
+
+/// `ReduceGrad{func, axes, keepdims}(g, x[, y])`: `max`, `min`, `l2`, `logsum`
+/// and `logsumexp` also read the forward output.
 fn reduce_grad(op: &Op, func: &str) -> GradRule {
     let mut attrs = op.attrs.clone();
     attrs.set("func", AttrValue::Str(func.to_string()));
     let (g, x, y) = (GradSource::GradOfOutput(0), GradSource::FwdInput(0), GradSource::FwdOutput(0));
     let inputs: &[(u32, GradSource)] =
-        if matches!(func, "max" | "min") { &[(0, g), (1, x), (2, y)] } else { &[(0, g), (1, x)] };
+        if grad_func(func) == Some(true) { &[(0, g), (1, x), (2, y)] } else { &[(0, g), (1, x)] };
     GradRule::Ops(vec![spec(&ReduceGrad, attrs, inputs, &[(0, 0)])])
 }
 
 macro_rules! reduce {
-    ($($ty:ident => $name:literal, $func:literal, $identity:literal);*) => {$(
+    ($($ty:ident => $name:literal, $func:literal, $identity:literal, $domain:ident);*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-                Ok(vec![infer_reduce_with(ctx, $identity)?])
+                Ok(vec![infer_reduce_with(ctx, $identity, Domain::$domain)?])
             }
             fn grad(&self, op: &Op) -> GradRule {
                 reduce_grad(op, $func)
@@ -66,12 +117,83 @@ macro_rules! reduce {
         }
     )*};
 }
-// The last field: whether the reduction has an identity (max and min of nothing are errors).
+// Fields: type name, ReduceGrad func, whether the reduction has an identity (max
+// and min of nothing are errors), accepted dtypes.
 reduce!(
-    ReduceSum => "ReduceSum", "sum", true;
-    ReduceMean => "ReduceMean", "mean", true;
-    ReduceMax => "ReduceMax", "max", false;
-    ReduceMin => "ReduceMin", "min", false
+    ReduceSum => "ReduceSum", "sum", true, Any;
+    ReduceMean => "ReduceMean", "mean", true, Any;
+    ReduceMax => "ReduceMax", "max", false, Any;
+    ReduceMin => "ReduceMin", "min", false, Any;
+    ReduceProd => "ReduceProd", "prod", true, Num;
+    ReduceL1 => "ReduceL1", "l1", true, Num;
+    ReduceL2 => "ReduceL2", "l2", true, Float;
+    ReduceLogSum => "ReduceLogSum", "logsum", true, Float;
+    ReduceLogSumExp => "ReduceLogSumExp", "logsumexp", true, Float;
+    ReduceSumSquare => "ReduceSumSquare", "sumsquare", true, Num
 );
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&ReduceSum, &ReduceMean, &ReduceMax, &ReduceMin];
+impl OpDef for ReduceMedian {
+    fn op_type(&self) -> &'static str {
+        "ReduceMedian"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let y = infer_reduce_with(ctx, false, Domain::Num)?;
+        let count = ctx.input(0)?.nelms() / y.nelms().max(1);
+        if i32::try_from(count).is_err() {
+            return Err(ctx.error(format!("{count} elements per median do not fit int32 indices")));
+        }
+        let indices = TensorInfo::new(DataType::Int32, y.shape.clone());
+        Ok(vec![y, indices])
+    }
+    /// `ReduceMedianGrad{axes, keepdims}(g, indices, x)`.
+    fn grad(&self, op: &Op) -> GradRule {
+        let attrs = op.attrs.clone();
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1)), (2, GradSource::FwdInput(0))];
+        GradRule::Ops(vec![spec(&ReduceMedianGrad, attrs, &ins, &[(0, 0)])])
+    }
+}
+
+impl OpDef for ReduceMedianGrad {
+    fn op_type(&self) -> &'static str {
+        "ReduceMedianGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (g, idx, x) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
+        let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
+        let reduced = reduced_shape(&x.shape, &axes, keepdims);
+        if g.dtype != x.dtype || g.shape != reduced {
+            return Err(ctx.error(format!("gradient {g} does not match the reduced shape {reduced:?} of {x}")));
+        }
+        if idx.dtype != DataType::Int32 || idx.shape != reduced {
+            return Err(ctx.error(format!("indices {idx} must be int32 of shape {reduced:?}")));
+        }
+        Ok(vec![x.clone()])
+    }
+}
+
+impl OpDef for LambSquare {
+    fn op_type(&self) -> &'static str {
+        "LambSquare"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        require_float(ctx, ctx.input(0)?, "the input")?;
+        Ok(vec![TensorInfo::new(DataType::Float32, Vec::<usize>::new())])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[
+    &ReduceSum,
+    &ReduceMean,
+    &ReduceMax,
+    &ReduceMin,
+    &ReduceProd,
+    &ReduceL1,
+    &ReduceL2,
+    &ReduceLogSum,
+    &ReduceLogSumExp,
+    &ReduceSumSquare,
+    &ReduceMedian,
+    &ReduceMedianGrad,
+    &LambSquare,
+];

@@ -10,7 +10,8 @@
 //! |---|---|
 //! | unary, binary | every function of [`elementwise`] ([`negate`] [`exp`] [`log1p`] ... [`cast`]; [`add`] ... [`select`] (`where`)), also re-exported here |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
-//! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
+//! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
+//! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
 //! | views (in place) | [`reshape_`] [`flatten_`] [`transpose_`] [`slice_`] [`concat_`] (aliases of their inputs) |
@@ -23,7 +24,9 @@ pub mod elementwise;
 mod io;
 mod nn;
 mod random;
+mod reduce;
 mod shape;
+mod sort;
 mod var_update;
 mod view;
 
@@ -33,11 +36,16 @@ pub use control::{
 pub use elementwise::*;
 pub use io::{host_load, host_store};
 pub use nn::{
-    matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,
-    softmax, sum, NllLossOptions, Reduction,
+    matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
+    NllLossOptions, Reduction,
 };
 pub use random::{dropout, random_normal, random_uniform};
+pub use reduce::{
+    cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,
+    CumSumOptions,
+};
 pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
+pub use sort::{argmax, argmin, histogram, topk};
 pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
 pub use view::{concat_, flatten_, reshape_, slice_, transpose_};
 

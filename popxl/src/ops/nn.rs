@@ -1,4 +1,4 @@
-//! Matmul, reductions, softmax and the negative log-likelihood losses.
+//! Matmul, softmax and the negative log-likelihood losses (the reductions are in `reduce`).
 
 use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
@@ -19,61 +19,6 @@ use crate::{PopXlError, Result, Tensor};
 /// ```
 pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
     OpBuilder::new("matmul", &ir_ops::MatMul).input(0, lhs).input(1, rhs).create1()
-}
-
-macro_rules! reduce {
-    ($($(#[$doc:meta])* $fn:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        pub fn $fn(t: &Tensor, axes: &[i64], keepdims: bool) -> Result<Tensor> {
-            OpBuilder::new(stringify!($fn), &ir_ops::$op)
-                .input(0, t)
-                .attr("axes", AttrValue::Ints(axes.to_vec()))
-                .attr("keepdims", AttrValue::Bool(keepdims))
-                .create1()
-        }
-    )*};
-}
-
-reduce! {
-    /// Sum over `axes` (empty: all axes; negative axes count from the end),
-    /// keeping reduced axes as size 1 if `keepdims` (op `ReduceSum`).
-    ///
-    /// ```
-    /// let ir = popxl::Ir::new();
-    /// let _g = ir.main_graph().enter();
-    /// let a = popxl::constant(ndarray::Array3::<f32>::ones((2, 3, 4)), "a").unwrap();
-    /// assert_eq!(popxl::ops::sum(&a, &[-1], false).unwrap().shape(), &[2, 3]);
-    /// assert_eq!(popxl::ops::sum(&a, &[1], true).unwrap().shape(), &[2, 1, 4]);
-    /// assert_eq!(popxl::ops::sum(&a, &[], false).unwrap().shape(), &[] as &[usize]);
-    /// ```
-    sum => ReduceSum;
-    /// Mean over `axes` (op `ReduceMean`); see [`sum`].
-    ///
-    /// ```
-    /// let ir = popxl::Ir::new();
-    /// let _g = ir.main_graph().enter();
-    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
-    /// assert_eq!(popxl::ops::mean(&a, &[0], false).unwrap().shape(), &[3]);
-    /// ```
-    mean => ReduceMean;
-    /// Maximum over `axes` (op `ReduceMax`); see [`sum`].
-    ///
-    /// ```
-    /// let ir = popxl::Ir::new();
-    /// let _g = ir.main_graph().enter();
-    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
-    /// assert_eq!(popxl::ops::max(&a, &[1], false).unwrap().shape(), &[2]);
-    /// ```
-    max => ReduceMax;
-    /// Minimum over `axes` (op `ReduceMin`); see [`sum`].
-    ///
-    /// ```
-    /// let ir = popxl::Ir::new();
-    /// let _g = ir.main_graph().enter();
-    /// let a = popxl::constant(ndarray::Array2::<f32>::ones((2, 3)), "a").unwrap();
-    /// assert_eq!(popxl::ops::min(&a, &[1], true).unwrap().shape(), &[2, 1]);
-    /// ```
-    min => ReduceMin;
 }
 
 /// Softmax along `axis` (negative counts from the end; op `Softmax`).

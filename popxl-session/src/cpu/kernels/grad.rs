@@ -273,7 +273,7 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
             with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, x.pos, fy.pos]),
                     _ => Err(spec.unsupported_dtype(dt)))
         }
-        other => Err(spec.error(format!("unknown reduction `{other}`"))),
+        other => super::reduce_ext::build_reduce_grad(spec, other),
     }
 }
 

@@ -31,8 +31,9 @@
 //!   exception is inside the `gemm` crate, which allocates its packing buffer per
 //!   call for large products.
 //!
-//! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`, `nn`,
-//! `shape`, `var_update`, `random`, `grad`), each exporting its `KERNELS` table,
+//! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
+//! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `random`, `grad`),
+//! each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -68,7 +69,10 @@ mod par;
 mod ptr;
 mod random;
 mod reduce;
+mod reduce_ext;
+mod scan;
 mod shape;
+mod sort;
 mod spec;
 mod unary;
 mod var_update;
@@ -90,13 +94,16 @@ type Registry = RwLock<std::collections::HashMap<OpDefId, KernelBuilder>>;
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let tables: [&[KernelEntry]; 11] = [
+        let tables: [&[KernelEntry]; 14] = [
             unary::TABLE,
             unary::KERNELS,
             binary::TABLE,
             binary::KERNELS,
             matmul::KERNELS,
             reduce::KERNELS,
+            reduce_ext::KERNELS,
+            scan::KERNELS,
+            sort::KERNELS,
             nn::KERNELS,
             shape::KERNELS,
             var_update::KERNELS,

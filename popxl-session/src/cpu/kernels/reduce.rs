@@ -1,5 +1,5 @@
-//! Reductions: `ReduceSum/Mean/Max/Min` over axes and `ReduceToShape` (the sum
-//! that undoes broadcasting).
+//! Reductions: `ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare`
+//! over axes and `ReduceToShape` (the sum that undoes broadcasting).
 //!
 //! The plan iterates the input in order and maps each element to its output
 //! with a broadcast plan of the keepdims output shape (stride 0 on reduced
@@ -7,27 +7,36 @@
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
 use super::broadcast::Broadcast;
-use super::dispatch::with_num;
-use super::elem::Num;
+use std::sync::Mutex;
+
+use super::dispatch::{with_float, with_num};
+use super::elem::{Float, Num};
 use super::float16::{f16_adapter, has_f16};
 use super::par::{par_split, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::cpu::team;
 use popart_ir::ops::all as ir;
 
-/// How values combine. Implemented by zero-sized reducer types.
+/// How values combine. Implemented by zero-sized reducer types: each element is
+/// `map`ped, then `combine`d into the accumulator (partial accumulators of a
+/// split reduction are merged with `combine` too).
 pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
     /// The identity of `combine`.
     fn init() -> T;
-    /// Combine an accumulator with a value.
+    /// Transform of each element before it is combined (`|x|` for l1, `x²` for sums of squares).
+    #[inline(always)]
+    fn map(x: T) -> T {
+        x
+    }
+    /// Combine an accumulator with a mapped value (or another accumulator).
     fn combine(acc: T, x: T) -> T;
     /// Fold a contiguous run.
     #[inline(always)]
     fn fold(acc: T, xs: &[T]) -> T {
-        xs.iter().fold(acc, |a, &x| Self::combine(a, x))
+        xs.iter().fold(acc, |a, &x| Self::combine(a, Self::map(x)))
     }
     /// Final transform of each output given the number of reduced elements.
     #[inline(always)]
@@ -43,28 +52,37 @@ pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
 /// error grows with `log n` rather than `n`.
 #[inline]
 fn sum_fold<T: Num>(acc: T, xs: &[T]) -> T {
-    acc.add(pairwise(xs))
+    acc.add(pairwise(xs, |x| x, T::ZERO, T::add))
 }
 
-fn pairwise<T: Num>(xs: &[T]) -> T {
+/// [`sum_fold`] of `map(x)`.
+#[inline(always)]
+fn sum_fold_map<T: Num>(acc: T, xs: &[T], map: impl Fn(T) -> T + Copy) -> T {
+    acc.add(pairwise(xs, map, T::ZERO, T::add))
+}
+
+/// The pairwise fold of `map(x)` with `op` (associative, identity `id`): halves
+/// recursively down to blocks of 256, folded with eight independent lanes.
+#[inline(always)]
+pub(crate) fn pairwise<T: Num>(xs: &[T], map: impl Fn(T) -> T + Copy, id: T, op: impl Fn(T, T) -> T + Copy) -> T {
     if xs.len() > 256 {
         let (a, b) = xs.split_at(xs.len() / 2 / 8 * 8);
-        return pairwise(a).add(pairwise(b));
+        return op(pairwise(a, map, id, op), pairwise(b, map, id, op));
     }
-    let mut lanes = [T::ZERO; 8];
+    let mut lanes = [id; 8];
     let chunks = xs.chunks_exact(8);
     let rest = chunks.remainder();
     for c in chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
-            *l = l.add(v);
+            *l = op(*l, map(v));
         }
     }
-    let mut s = T::ZERO;
+    let mut s = id;
     for x in rest {
-        s = s.add(*x);
+        s = op(s, map(*x));
     }
-    let l = [lanes[0].add(lanes[4]), lanes[1].add(lanes[5]), lanes[2].add(lanes[6]), lanes[3].add(lanes[7])];
-    l[0].add(l[2]).add(l[1].add(l[3])).add(s)
+    let l = [op(lanes[0], lanes[4]), op(lanes[1], lanes[5]), op(lanes[2], lanes[6]), op(lanes[3], lanes[7])];
+    op(op(op(l[0], l[2]), op(l[1], l[3])), s)
 }
 
 pub(crate) struct SumR;
@@ -124,6 +142,103 @@ impl<T: Num> Reducer<T> for MinR {
     }
 }
 
+pub(crate) struct ProdR;
+impl<T: Num> Reducer<T> for ProdR {
+    fn init() -> T {
+        T::ONE
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.mul(x)
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        acc.mul(pairwise(xs, |x| x, T::ONE, T::mul))
+    }
+}
+
+pub(crate) struct L1R;
+impl<T: Num> Reducer<T> for L1R {
+    fn init() -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn map(x: T) -> T {
+        x.abs()
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.add(x)
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        sum_fold_map(acc, xs, T::abs)
+    }
+}
+
+pub(crate) struct SumSquareR;
+impl<T: Num> Reducer<T> for SumSquareR {
+    fn init() -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn map(x: T) -> T {
+        x.mul(x)
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc.add(x)
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        sum_fold_map(acc, xs, |x| x.mul(x))
+    }
+}
+
+pub(crate) struct L2R;
+impl<T: Float> Reducer<T> for L2R {
+    fn init() -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn map(x: T) -> T {
+        x * x
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc + x
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        sum_fold_map(acc, xs, |x| x * x)
+    }
+    #[inline(always)]
+    fn finish(acc: T, _count: usize) -> T {
+        acc.sqrt()
+    }
+    const PLAIN_FINISH: bool = false;
+}
+
+pub(crate) struct LogSumR;
+impl<T: Float> Reducer<T> for LogSumR {
+    fn init() -> T {
+        T::ZERO
+    }
+    #[inline(always)]
+    fn combine(acc: T, x: T) -> T {
+        acc + x
+    }
+    #[inline(always)]
+    fn fold(acc: T, xs: &[T]) -> T {
+        sum_fold(acc, xs)
+    }
+    #[inline(always)]
+    fn finish(acc: T, _count: usize) -> T {
+        acc.ln()
+    }
+    const PLAIN_FINISH: bool = false;
+}
+
 /// Reduce an input of `in_shape` into an output whose keepdims shape broadcasts to it.
 pub(crate) struct Reduce<T, R> {
     plan: Broadcast<1>,
@@ -137,12 +252,16 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
     /// Reduce input position `src` of `in_shape` to `kept_shape` (same rank or
     /// right-aligned, size 1 on reduced dims).
     pub(crate) fn boxed(spec: &KernelSpec<'_>, in_shape: &[usize], kept_shape: &[usize], src: usize) -> BuildResult {
+        Ok(Box::new(Self::new(spec, in_shape, kept_shape, src)?))
+    }
+
+    fn new(spec: &KernelSpec<'_>, in_shape: &[usize], kept_shape: &[usize], src: usize) -> Result<Self, KernelError> {
         let plan = Broadcast::new(in_shape, [kept_shape])
             .ok_or_else(|| spec.error(format!("{kept_shape:?} is not a reduction of {in_shape:?}")))?;
         let out_len: usize = kept_shape.iter().product();
         let in_len: usize = in_shape.iter().product();
         let count = in_len.checked_div(out_len).unwrap_or(0);
-        Ok(Box::new(Reduce::<T, R> { plan, out_len, count, src, _t: Types::default() }))
+        Ok(Reduce::<T, R> { plan, out_len, count, src, _t: Types::default() })
     }
 
     /// Reduce the flat input range `range` into the outputs (already initialised).
@@ -156,7 +275,7 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
                 *out = R::fold(*out, xs);
             } else {
                 for (out, &v) in slice_mut(y.add(o), len).iter_mut().zip(xs) {
-                    *out = R::combine(*out, v);
+                    *out = R::combine(*out, R::map(v));
                 }
             }
         });
@@ -226,7 +345,7 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                     for r in 0..rows {
                         let xs = slice(x.get().add(r * cols + c.start), c.len());
                         for (o, &v) in ys.iter_mut().zip(xs) {
-                            *o = R::combine(*o, v);
+                            *o = R::combine(*o, R::map(v));
                         }
                     }
                     self.finish(ys);
@@ -242,7 +361,111 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
     }
 }
 
-/// Build `ReduceSum/Mean/Max/Min` and `ReduceToShape`.
+/// `sum(exp(x - m))` over a contiguous run, in blocks of 16 lanes (vectorises;
+/// the blocks are summed pairwise as [`pairwise`] does).
+#[inline]
+fn sum_exp_shifted<T: Float>(xs: &[T], m: T) -> T {
+    if xs.len() > 1024 {
+        let (a, b) = xs.split_at(xs.len() / 2 / 16 * 16);
+        return sum_exp_shifted(a, m) + sum_exp_shifted(b, m);
+    }
+    let mut lanes = [T::ZERO; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = *l + (v - m).fast_exp();
+        }
+    }
+    let mut s = T::ZERO;
+    for &v in rest {
+        s = s + (v - m).fast_exp();
+    }
+    pairwise(&lanes, |v| v, T::ZERO, <T as Num>::add) + s
+}
+
+/// `ReduceLogSumExp`, stable: the maximum `m` of each group goes to the output,
+/// `s = sum(exp(x - m))` to a scratch buffer sized at build time, then
+/// `y = m + ln(s)` (`y = m` where `m` is not finite: all `-inf`, `+inf` or NaN).
+pub(crate) struct LogSumExp<T: Num> {
+    max: Reduce<T, MaxR>,
+    scratch: Mutex<Vec<T>>,
+}
+
+impl<T: Float> LogSumExp<T> {
+    fn boxed(spec: &KernelSpec<'_>, in_shape: &[usize], kept_shape: &[usize], src: usize) -> BuildResult {
+        let max = Reduce::<T, MaxR>::new(spec, in_shape, kept_shape, src)?;
+        let scratch = popart_ir::size::try_zeroed_vec::<T>(max.out_len, "logsumexp scratch")
+            .map_err(|e| spec.error(e.to_string()))?;
+        Ok(Box::new(LogSumExp { max, scratch: Mutex::new(scratch) }))
+    }
+
+    /// Both passes over the input range `range`, whose outputs (and scratch
+    /// entries) `outs` no other range touches.
+    unsafe fn pass(
+        &self,
+        x: *const T,
+        y: *mut T,
+        s: *mut T,
+        range: std::ops::Range<usize>,
+        outs: std::ops::Range<usize>,
+    ) {
+        slice_mut(y.add(outs.start), outs.len()).fill(T::LOWEST);
+        slice_mut(s.add(outs.start), outs.len()).fill(T::ZERO);
+        self.max.accumulate(x, y, range.clone());
+        let [st] = self.max.plan.inner_strides();
+        self.max.plan.for_segments(range, |i, [o], len| {
+            let xs = slice(x.add(i), len);
+            if st == 0 {
+                let m = *y.add(o);
+                *s.add(o) = (*s.add(o)) + sum_exp_shifted(xs, m);
+            } else {
+                let (ms, ss) = (slice(y.add(o), len), slice_mut(s.add(o), len));
+                for ((acc, &v), &m) in ss.iter_mut().zip(xs).zip(ms) {
+                    *acc = *acc + (v - m).fast_exp();
+                }
+            }
+        });
+        let (ys, ss) = (slice_mut(y.add(outs.start), outs.len()), slice(s.add(outs.start), outs.len()));
+        for (m, &sum) in ys.iter_mut().zip(ss) {
+            if *m > T::LOWEST && *m < T::HIGHEST {
+                *m = *m + sum.ln();
+            }
+        }
+    }
+}
+
+impl<T: Float> Kernel for LogSumExp<T> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let x = SendPtr(args.inputs[self.max.src] as *mut T);
+        let y = SendPtr(args.outputs[0] as *mut T);
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = SendPtr(guard.as_mut_ptr());
+        let (plan, out_len) = (&self.max.plan, self.max.out_len);
+        let (in_len, dims, ostr) = (plan.len(), plan.dims(), plan.strides(0));
+        if in_len >= PAR_MIN_ELEMS / 16 && team::num_threads() > 1 && ostr[0] != 0 && dims.len() > 1 {
+            // Outermost dim kept: its slices own disjoint outputs.
+            let (n0, in_blk, out_blk) = (dims[0], in_len / dims[0], ostr[0]);
+            par_split(n0, 2, 1, |r| {
+                // SAFETY: pieces own disjoint input blocks, outputs and scratch entries.
+                unsafe {
+                    self.pass(
+                        x.get(),
+                        y.get(),
+                        s.get(),
+                        r.start * in_blk..r.end * in_blk,
+                        r.start * out_blk..r.end * out_blk,
+                    )
+                }
+            });
+        } else {
+            self.pass(x.get(), y.get(), s.get(), 0..in_len, 0..out_len);
+        }
+        Ok(())
+    }
+}
+
+/// Build the reductions of this file and `ReduceToShape`.
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (x, y) = (spec.input(0)?, spec.output(0)?);
     if x.dtype() != y.dtype() {
@@ -267,11 +490,26 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 _ => Err(spec.unsupported_dtype(dt)))
         };
     }
+    macro_rules! redf {
+        ($r:ty) => {
+            with_float!(dt, T => Reduce::<T, $r>::boxed(spec, x.shape(), &kept, x.pos),
+                _ => Err(spec.unsupported_dtype(dt)))
+        };
+    }
     match () {
         _ if spec.is::<ir::ReduceSum>() || spec.is::<ir::ReduceToShape>() => red!(SumR),
         _ if spec.is::<ir::ReduceMean>() => red!(MeanR),
         _ if spec.is::<ir::ReduceMax>() => red!(MaxR),
         _ if spec.is::<ir::ReduceMin>() => red!(MinR),
+        _ if spec.is::<ir::ReduceProd>() => red!(ProdR),
+        _ if spec.is::<ir::ReduceL1>() => red!(L1R),
+        _ if spec.is::<ir::ReduceSumSquare>() => red!(SumSquareR),
+        _ if spec.is::<ir::ReduceL2>() => redf!(L2R),
+        _ if spec.is::<ir::ReduceLogSum>() => redf!(LogSumR),
+        _ if spec.is::<ir::ReduceLogSumExp>() => {
+            with_float!(dt, T => LogSumExp::<T>::boxed(spec, x.shape(), &kept, x.pos),
+                _ => Err(spec.unsupported_dtype(dt)))
+        }
         _ => Err(spec.error(format!("`{}` is not a reduction", spec.op_type()))),
     }
 }
@@ -283,6 +521,12 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::ReduceMax, build),
     (&ir::ReduceMin, build),
     (&ir::ReduceToShape, build),
+    (&ir::ReduceProd, build),
+    (&ir::ReduceL1, build),
+    (&ir::ReduceL2, build),
+    (&ir::ReduceLogSum, build),
+    (&ir::ReduceLogSumExp, build),
+    (&ir::ReduceSumSquare, build),
 ];
 
 #[cfg(test)]

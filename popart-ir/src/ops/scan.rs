@@ -1,0 +1,35 @@
+//! Scans: `CumSum` along one axis.
+
+use super::grad::spec;
+use super::{infer_error, normalize_axis, op_types};
+use crate::{AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+
+op_types!(
+    /// `CumSum{axis, exclusive, reverse}(x)`: cumulative sum along `axis` (default 0);
+    /// `exclusive` leaves each element out of its own sum (the first is 0), `reverse`
+    /// sums from the end (PopXL `cumsum`, PopART's `CumSumOp` attributes)
+    CumSum,
+);
+
+impl OpDef for CumSum {
+    fn op_type(&self) -> &'static str {
+        "CumSum"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        if x.dtype == DataType::Bool {
+            return Err(ctx.error("the input must be numeric, got bool"));
+        }
+        normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(infer_error(ctx))?;
+        Ok(vec![x.clone()])
+    }
+    /// The gradient of a cumulative sum is the cumulative sum of `g` in the other
+    /// direction, with the same `exclusive`: `CumSum{axis, exclusive, !reverse}(g)`.
+    fn grad(&self, op: &Op) -> GradRule {
+        let mut attrs = op.attrs.clone();
+        attrs.set("reverse", AttrValue::Bool(!op.attrs.bool("reverse").unwrap_or(false)));
+        GradRule::Ops(vec![spec(&CumSum, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&CumSum];
