@@ -9,6 +9,10 @@
 //! | family | functions |
 //! |---|---|
 //! | unary, binary | every function of [`elementwise`] ([`negate`] [`exp`] [`log1p`] ... [`cast`]; [`add`] ... [`select`] (`where`)), also re-exported here |
+//! | elementwise (more) | [`log2`] [`geluerf`] [`swish`] [`clip`] [`clamp`] [`increment_mod`] [`fmod`] [`maximum`] [`minimum`] (n-ary) [`scaled_add`] |
+//! | in place (elementwise) | [`exp_`] [`relu_`] [`gelu_`] [`geluerf_`] [`swish_`] [`detach_`] [`increment_mod_`] |
+//! | logical | [`isnan`] [`isinf`] [`isfinite`] [`logical_not`] [`logical_and`] [`logical_or`] |
+//! | print | [`print_tensor`] ([`PrintTensorOptions`]) |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
@@ -20,7 +24,9 @@
 mod control;
 pub mod elementwise;
 mod io;
+mod logical;
 mod nn;
+mod print;
 mod random;
 mod shape;
 mod var_update;
@@ -28,10 +34,12 @@ mod var_update;
 pub use control::{call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo};
 pub use elementwise::*;
 pub use io::{host_load, host_store};
+pub use logical::{isfinite, isinf, isnan, logical_and, logical_not, logical_or};
 pub use nn::{
     matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,
     softmax, sum, NllLossOptions, Reduction,
 };
+pub use print::{print_tensor, FloatFormat, PrintTensorOptions};
 pub use random::{dropout, random_normal, random_uniform};
 pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
 pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};

@@ -60,11 +60,14 @@ mod binary;
 mod broadcast;
 mod dispatch;
 mod elem;
+mod elementwise_ext;
 mod float16;
 mod grad;
+mod logical;
 mod matmul;
 mod nn;
 mod par;
+mod print;
 mod ptr;
 mod random;
 mod reduce;
@@ -75,6 +78,8 @@ mod var_update;
 
 #[cfg(test)]
 mod testutil;
+
+pub use print::{capture_prints, set_print_sink, PrintSink};
 
 use std::sync::{OnceLock, RwLock};
 
@@ -90,7 +95,7 @@ type Registry = RwLock<std::collections::HashMap<OpDefId, KernelBuilder>>;
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let tables: [&[KernelEntry]; 11] = [
+        let tables: [&[KernelEntry]; 14] = [
             unary::TABLE,
             unary::KERNELS,
             binary::TABLE,
@@ -102,6 +107,9 @@ fn registry() -> &'static Registry {
             var_update::KERNELS,
             random::KERNELS,
             grad::KERNELS,
+            elementwise_ext::KERNELS,
+            logical::KERNELS,
+            print::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)
