@@ -2,6 +2,7 @@
 //! (both, one or no bound), `fmod` (w.r.t. the dividend, with broadcasting), the
 //! n-ary `maximum`/`minimum` and `print_tensor` (the gradient passes through).
 
+use crate::harness::Rng;
 use crate::harness::*;
 use ndarray::{ArrayD, IxDyn};
 use popart_ir::DataType;
