@@ -11,7 +11,7 @@ pub fn cases(n: usize) -> Vec<Case> {
     let x = f32s(&[n]);
     let b = TensorInfo::new(DataType::Bool, [n]);
     // Valid bool bytes (0 or 1), alternating in runs of 3 and 5.
-    let bits = |k: usize| (0..n).map(|i| u8::from((i / k) % 2 == 0)).collect::<Vec<u8>>();
+    let bits = |k: usize| (0..n).map(|i| u8::from((i / k) & 1 == 0)).collect::<Vec<u8>>();
     vec![
         Case::new("exp", "Exp", vec![x.clone()], x.clone()),
         Case::new("add", "Add", vec![x.clone(), x.clone()], x.clone()),

@@ -105,7 +105,7 @@ struct NotKernel {
 impl Kernel for NotKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut u8);
-        let y = SendPtr(args.outputs[0] as *mut u8);
+        let y = SendPtr(args.outputs[0]);
         par_range(self.n, move |r| {
             // SAFETY: buffers hold `n` bytes and do not overlap.
             let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
