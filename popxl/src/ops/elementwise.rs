@@ -465,7 +465,7 @@ fn extremum(what: &'static str, def: &'static dyn popart_ir::OpDef, ts: &[&Tenso
 /// let _g = ir.main_graph().enter();
 /// let a = popxl::constant(vec![1.0f32, 5.0], "a").unwrap();
 /// let b = popxl::constant(2.0f32, "b").unwrap();
-/// let c = popxl::constant(vec![[0.0f32], [9.0]], "c").unwrap();
+/// let c = popxl::constant(ndarray::arr2(&[[0.0f32], [9.0]]), "c").unwrap();
 /// assert_eq!(popxl::ops::maximum(&[&a, &b, &c]).unwrap().shape(), &[2, 2]);
 /// assert!(popxl::ops::maximum(&[]).is_err());
 /// ```

@@ -27,12 +27,13 @@
 //! - Kernels cannot fail at run time: integer division by zero gives 0, an
 //!   out-of-range `Gather` index gives a zero row, an out-of-range (not ignored)
 //!   loss label gives NaN.
-//! - `run` allocates nothing: scratch space is sized at build time. The one
-//!   exception is inside the `gemm` crate, which allocates its packing buffer per
-//!   call for large products.
+//! - `run` allocates nothing: scratch space is sized at build time. The
+//!   exceptions are inside the `gemm` crate, which allocates its packing buffer per
+//!   call for large products, and `PrintTensor` when it prints (it formats text).
 //!
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`, `nn`,
-//! `shape`, `var_update`, `random`, `grad`), each exporting its `KERNELS` table,
+//! `shape`, `var_update`, `random`, `grad`, `elementwise_ext`, `logical`,
+//! `print`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
