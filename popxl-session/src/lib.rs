@@ -35,4 +35,5 @@ pub fn register_custom_op(
     cpu::kernels::register_kernel(def, kernel);
     Ok(())
 }
+pub use cpu::kernels::{capture_prints, set_print_sink, PrintSink};
 pub use session::{DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts};

@@ -95,8 +95,9 @@ fn binary_ops_broadcast() {
         (ops::mul, "Mul"),
         (ops::div, "Div"),
         (ops::pow, "Pow"),
-        (ops::maximum, "Maximum"),
-        (ops::minimum, "Minimum"),
+        (|a, b| ops::maximum(&[a, b]), "Maximum"),
+        (|a, b| ops::minimum(&[a, b]), "Minimum"),
+        (ops::fmod, "Fmod"),
     ];
     for (f, ty) in cases {
         f(&m.x, &b).unwrap();

@@ -19,10 +19,18 @@ op_types!(
     Div,
     /// `a ^ b`
     Pow,
-    /// elementwise maximum
+    /// elementwise maximum of n >= 1 inputs at indices 0..n, all broadcast
+    /// together (PopXL `maximum(*ts)`, ONNX `Max`)
     Maximum,
-    /// elementwise minimum
+    /// elementwise minimum of n >= 1 inputs (PopXL `minimum(*ts)`, ONNX `Min`)
     Minimum,
+    /// `fmod(a, b)`: remainder of the truncated division, with the sign of `a`
+    /// (C `fmod`; integers too, a zero divisor gives 0). Gradient: `g` for `a`,
+    /// none for `b` (PopART's `FmodArg0Grad`).
+    Fmod,
+    /// `a * x + b * y`, `y` broadcast to `x`'s shape (PopXL `scaled_add`): float
+    /// attributes `a`, `b` (default 1) or scalar tensors at inputs 2, 3. No gradient.
+    ScaledAdd,
     /// `a > b` (bool output)
     Greater,
     /// `a < b` (bool output)
@@ -81,8 +89,92 @@ arithmetic! {
     Mul => "Mul", grad = vec![simple(&Mul, &[(0, G), (1, B)], 0), simple(&Mul, &[(0, G), (1, A)], 1)];
     Div => "Div", grad = vec![simple(&Div, &[(0, G), (1, B)], 0), binary_grad("div_rhs", false, 1)];
     Pow => "Pow", grad = vec![binary_grad("pow_lhs", false, 0), binary_grad("pow_rhs", true, 1)];
-    Maximum => "Maximum", grad = vec![binary_grad("max_lhs", true, 0), binary_grad("max_rhs", true, 1)];
-    Minimum => "Minimum", grad = vec![binary_grad("min_lhs", true, 0), binary_grad("min_rhs", true, 1)];
+    Fmod => "Fmod", grad = vec![pass_through(0)];
+}
+
+/// Output info of a variadic broadcasting op: inputs at 0..n (n >= 1), one dtype.
+fn variadic_info(ctx: &InferContext<'_>) -> Result<TensorInfo> {
+    let first = ctx.input(0)?;
+    let mut shape = first.shape.clone();
+    for (k, (i, t)) in ctx.inputs().iter().enumerate() {
+        if *i as usize != k {
+            return Err(ctx.error("inputs must be at indices 0..n"));
+        }
+        if t.dtype != first.dtype {
+            return Err(ctx.error(format!("input {i} is {} but input 0 is {}", t.dtype, first.dtype)));
+        }
+        shape = broadcast_shapes(&shape, &t.shape)
+            .ok_or_else(|| ctx.error(format!("input {i} of shape {:?} does not broadcast to {shape:?}", t.shape)))?;
+    }
+    Ok(TensorInfo::new(first.dtype, shape))
+}
+
+/// The gradient of each input of an n-ary maximum or minimum: `g` where the input
+/// equals the output (every tied input gets it, as PopART's `MaxArgGrad`). Two
+/// inputs use `BinaryGrad{max_lhs, max_rhs}`; otherwise input `i` uses
+/// `BinaryGrad{max_lhs}(g, x_i, y, y)`: `max_lhs` masks on `a == y` and reads
+/// `b` for nothing but its connection.
+fn extremum_grad(op: &Op, lhs: &str, rhs: &str) -> GradRule {
+    let n = op.inputs().len() as u32;
+    if n == 2 {
+        return GradRule::Ops(vec![binary_grad(lhs, true, 0), binary_grad(rhs, true, 1)]);
+    }
+    let attrs = Attributes::new().with("func", AttrValue::Str(lhs.to_string()));
+    let specs = (0..n)
+        .map(|i| spec(&BinaryGrad, attrs.clone(), &[(0, G), (1, GradSource::FwdInput(i)), (2, Y), (3, Y)], &[(0, i)]))
+        .collect();
+    GradRule::Ops(specs)
+}
+
+impl OpDef for Maximum {
+    fn op_type(&self) -> &'static str {
+        "Maximum"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        Ok(vec![variadic_info(ctx)?])
+    }
+    fn grad(&self, op: &Op) -> GradRule {
+        extremum_grad(op, "max_lhs", "max_rhs")
+    }
+}
+
+impl OpDef for Minimum {
+    fn op_type(&self) -> &'static str {
+        "Minimum"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        Ok(vec![variadic_info(ctx)?])
+    }
+    fn grad(&self, op: &Op) -> GradRule {
+        extremum_grad(op, "min_lhs", "min_rhs")
+    }
+}
+
+impl OpDef for ScaledAdd {
+    fn op_type(&self) -> &'static str {
+        "ScaledAdd"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (x, y) = (ctx.input(0)?, ctx.input(1)?);
+        let out = broadcast_info(ctx, 0, 1)?;
+        if out.shape != x.shape {
+            return Err(ctx.error(format!("y of shape {:?} does not broadcast to x's shape {:?}", y.shape, x.shape)));
+        }
+        if x.dtype == DataType::Bool {
+            return Err(ctx.error("operands must be numeric, got bool"));
+        }
+        for (i, key) in [(2, "a"), (3, "b")] {
+            if let Some(s) = ctx.optional_input(i) {
+                if s.nelms() != 1 || s.dtype != x.dtype {
+                    return Err(ctx.error(format!("input {i} (`{key}`) must be a {} scalar, got {s}", x.dtype)));
+                }
+                if ctx.attrs.get(key).is_some() {
+                    return Err(ctx.error(format!("`{key}` is given both as attribute and as input {i}")));
+                }
+            }
+        }
+        Ok(vec![x.clone()])
+    }
 }
 
 macro_rules! comparison {
@@ -125,4 +217,4 @@ impl OpDef for Where {
 }
 
 pub(crate) const ALL: &[&dyn OpDef] =
-    &[&Add, &Sub, &Mul, &Div, &Pow, &Maximum, &Minimum, &Greater, &Less, &Equal, &Where];
+    &[&Add, &Sub, &Mul, &Div, &Pow, &Maximum, &Minimum, &Greater, &Less, &Equal, &Where, &Fmod, &ScaledAdd];

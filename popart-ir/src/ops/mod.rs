@@ -7,7 +7,14 @@
 //! |---|---|---|
 //! | [`unary`] | `Neg Abs Exp Log Sqrt Relu Gelu Tanh Sigmoid Sin Cos Sign Floor Ceil Identity Detach` | none |
 //! | [`unary`] | `Cast` | `to: dtype` |
-//! | [`binary`] | `Add Sub Mul Div Pow Maximum Minimum` (numpy broadcasting, equal dtypes) | none |
+//! | [`unary`] | `Log2 GeluErf Swish`; in place: `ExpInplace ReluInplace GeluInplace GeluErfInplace SwishInplace DetachInplace` | none |
+//! | [`unary`] | `Clip`, `ClipGrad(g, y)` | `min, max: float` (absent: unbounded) |
+//! | [`unary`] | `IncrementMod`, `IncrementModInplace` | `increment, modulus: float` |
+//! | [`binary`] | `Add Sub Mul Div Pow Fmod` (numpy broadcasting, equal dtypes) | none |
+//! | [`binary`] | `Maximum Minimum` (n >= 1 inputs, broadcast together) | none |
+//! | [`binary`] | `ScaledAdd(x, y[, a, b])` | `a, b: float` |
+//! | [`logical`] | `IsNan IsInf IsFinite` (float in), `LogicalNot LogicalAnd LogicalOr` (bool in), bool out | none |
+//! | [`print`] | `PrintTensor` | `title: str`, `print_self, print_gradient: bool`, format (see [`print::PrintFormat`]) |
 //! | [`binary`] | `Greater Less Equal` (bool output), `Where(cond, lhs, rhs)` | none |
 //! | [`matmul`] | `MatMul` (numpy `matmul`: batched, broadcast batch dims, 1-D operands promoted) | none |
 //! | [`reduce`] | `ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceSumSquare` | `axes: ints` (empty = all), `keepdims: bool` |
@@ -35,8 +42,10 @@ pub mod binary;
 pub mod control;
 pub mod grad;
 pub mod io;
+pub mod logical;
 pub mod matmul;
 pub mod nn;
+pub mod print;
 pub mod random;
 pub mod reduce;
 pub mod scan;
@@ -57,8 +66,10 @@ pub mod all {
     pub use super::control::*;
     pub use super::grad::*;
     pub use super::io::*;
+    pub use super::logical::*;
     pub use super::matmul::*;
     pub use super::nn::*;
+    pub use super::print::PrintTensor;
     pub use super::random::*;
     pub use super::reduce::*;
     pub use super::scan::*;
@@ -89,6 +100,9 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(control::ALL);
         v.extend_from_slice(grad::ALL);
         v.extend_from_slice(view::ALL);
+        v.extend_from_slice(unary::INPLACE);
+        v.extend_from_slice(logical::ALL);
+        v.extend_from_slice(print::ALL);
         v
     })
 }

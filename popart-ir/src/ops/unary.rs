@@ -1,12 +1,28 @@
 //! Elementwise unary ops: output has the input's type and shape (except `Cast`).
 
-use super::grad::{pass_through, simple, unary_grad};
+use super::grad::{pass_through, simple, spec, unary_grad};
 use super::{op_types, require_float};
-use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
     /// convert to attribute `to`
     Cast,
+    /// `clamp(x, min, max)` (PopXL `clip`/`clamp`); float attributes `min`, `max`
+    /// (absent: unbounded), cast to the element type. NaN propagates.
+    Clip,
+    /// `ClipGrad{min, max}(g, y)`: `g` where the forward output `y` is strictly
+    /// inside `(min, max)`, else 0 (PopART's rule: the gradient is zero where the
+    /// output equals a bound, including an input exactly on it).
+    ClipGrad,
+    /// `(x + increment) % modulus` (PopXL `increment_mod`); float attributes
+    /// `increment`, `modulus` cast to the element type (C remainder: the result has
+    /// the sign of `x + increment`).
+    IncrementMod,
+    /// `increment_mod` in place (PopXL `increment_mod_`).
+    IncrementModInplace,
+    /// `detach` in place (PopXL `detach_`): output 0 aliases input 0, nothing is
+    /// written, gradients stop.
+    DetachInplace,
 );
 
 /// The table of unary ops sharing the "same type and shape" rule, one line each:
@@ -53,6 +69,8 @@ same_info_unary! {
     Exp => "Exp", float_only = true, grad = unary_grad(&Exp, true);
     /// natural log
     Log => "Log", float_only = true, grad = unary_grad(&Log, false);
+    /// base-2 logarithm (PopXL `log2`)
+    Log2 => "Log2", float_only = true, grad = unary_grad(&Log2, false);
     /// `ln(1 + x)`, accurate for small `x` (not in PopXL; for stable losses)
     Log1p => "Log1p", float_only = true, grad = unary_grad(&Log1p, false);
     /// square root
@@ -61,6 +79,10 @@ same_info_unary! {
     Relu => "Relu", float_only = false, grad = unary_grad(&Relu, true);
     /// GELU, tanh approximation (as PopXL's `gelu`)
     Gelu => "Gelu", float_only = true, grad = unary_grad(&Gelu, false);
+    /// GELU with the exact erf, `x Φ(x)` (PopXL `geluerf`)
+    GeluErf => "GeluErf", float_only = true, grad = unary_grad(&GeluErf, false);
+    /// `x · sigmoid(x)` (PopXL `swish`)
+    Swish => "Swish", float_only = true, grad = unary_grad(&Swish, false);
     /// hyperbolic tangent
     Tanh => "Tanh", float_only = true, grad = unary_grad(&Tanh, true);
     /// logistic sigmoid
@@ -100,5 +122,167 @@ impl OpDef for Cast {
     }
 }
 
-/// The ops of this file outside [`TABLE`].
-pub(crate) const ALL: &[&dyn OpDef] = &[&Cast];
+/// In-place variants of unary ops of the table (PopXL's `exp_`, `relu_`...): same
+/// inference as the out-of-place op, output 0 aliases input 0, which is written;
+/// no gradient (PopXL marks in-place variants ✗).
+macro_rules! inplace_unary {
+    ($($(#[$doc:meta])* $ty:ident => $name:literal of $fwd:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $ty;
+
+            impl OpDef for $ty {
+                fn op_type(&self) -> &'static str { $name }
+                fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+                    $fwd.infer(ctx)
+                }
+                fn flags(&self, _attrs: &Attributes) -> OpFlags {
+                    OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+                }
+                fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> { vec![0] }
+                fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> { vec![(0, 0)] }
+            }
+        )*
+        /// Every in-place unary op of the table above.
+        pub(crate) const INPLACE: &[&dyn OpDef] = &[$(&$ty),*];
+    };
+}
+
+inplace_unary! {
+    /// `exp` in place (PopXL `exp_`)
+    ExpInplace => "ExpInplace" of Exp;
+    /// `relu` in place (PopXL `relu_`)
+    ReluInplace => "ReluInplace" of Relu;
+    /// `gelu` in place (PopXL `gelu_`)
+    GeluInplace => "GeluInplace" of Gelu;
+    /// `geluerf` in place (PopXL `geluerf_`)
+    GeluErfInplace => "GeluErfInplace" of GeluErf;
+    /// `swish` in place (PopXL `swish_`)
+    SwishInplace => "SwishInplace" of Swish;
+}
+
+impl OpDef for DetachInplace {
+    fn op_type(&self) -> &'static str {
+        "DetachInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        Ok(vec![ctx.input(0)?.clone()])
+    }
+    /// Aliases its input without writing it: no `MODIFIES_INPUTS`.
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::INPLACE
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(0, 0)]
+    }
+    fn grad(&self, _op: &Op) -> GradRule {
+        GradRule::Stop
+    }
+}
+
+/// A numeric (not bool) input.
+fn require_numeric<'a>(ctx: &InferContext<'a>, index: u32) -> Result<&'a TensorInfo> {
+    let x = ctx.input(index)?;
+    if x.dtype == crate::DataType::Bool {
+        return Err(ctx.error("the input must be numeric, got bool"));
+    }
+    Ok(x)
+}
+
+/// Optional float attributes `min` and `max` (NaN refused; min <= max).
+fn clip_bounds(ctx: &InferContext<'_>) -> Result<(f64, f64)> {
+    let min = ctx.attrs.float("min").unwrap_or(f64::NEG_INFINITY);
+    let max = ctx.attrs.float("max").unwrap_or(f64::INFINITY);
+    if min.is_nan() || max.is_nan() {
+        return Err(ctx.error("clip bounds must not be NaN"));
+    }
+    if min > max {
+        return Err(ctx.error(format!("clip bounds are inverted: min {min} > max {max}")));
+    }
+    Ok((min, max))
+}
+
+impl OpDef for Clip {
+    fn op_type(&self) -> &'static str {
+        "Clip"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        clip_bounds(ctx)?;
+        Ok(vec![require_numeric(ctx, 0)?.clone()])
+    }
+    /// `ClipGrad{min, max}(g, y)`, from the forward output as PopART.
+    fn grad(&self, op: &Op) -> GradRule {
+        let mut attrs = Attributes::new();
+        for key in ["min", "max"] {
+            if let Some(v) = op.attrs.float(key) {
+                attrs.set(key, AttrValue::Float(v));
+            }
+        }
+        GradRule::Ops(vec![spec(
+            &ClipGrad,
+            attrs,
+            &[(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(0))],
+            &[(0, 0)],
+        )])
+    }
+}
+
+impl OpDef for ClipGrad {
+    fn op_type(&self) -> &'static str {
+        "ClipGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        clip_bounds(ctx)?;
+        let (g, y) = (ctx.input(0)?, ctx.input(1)?);
+        if g != y {
+            return Err(ctx.error(format!("gradient {g} does not match the forward output {y}")));
+        }
+        Ok(vec![g.clone()])
+    }
+}
+
+/// Checks `increment` and `modulus` (finite; a modulus that is zero in the
+/// element type is refused) and returns the input's info.
+fn infer_increment_mod(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let x = require_numeric(ctx, 0)?;
+    let (inc, modulus) = (ctx.float("increment")?, ctx.float("modulus")?);
+    if !inc.is_finite() || !modulus.is_finite() {
+        return Err(ctx.error(format!("increment {inc} and modulus {modulus} must be finite")));
+    }
+    let zero = if x.dtype.is_floating_point() { modulus == 0.0 } else { modulus.trunc() == 0.0 };
+    if zero {
+        return Err(ctx.error(format!("modulus {modulus} is zero as {}", x.dtype)));
+    }
+    Ok(vec![x.clone()])
+}
+
+impl OpDef for IncrementMod {
+    fn op_type(&self) -> &'static str {
+        "IncrementMod"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        infer_increment_mod(ctx)
+    }
+}
+
+impl OpDef for IncrementModInplace {
+    fn op_type(&self) -> &'static str {
+        "IncrementModInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        infer_increment_mod(ctx)
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![0]
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(0, 0)]
+    }
+}
+
+/// The ops of this file outside [`TABLE`] and [`INPLACE`].
+pub(crate) const ALL: &[&dyn OpDef] = &[&Cast, &Clip, &ClipGrad, &IncrementMod, &IncrementModInplace, &DetachInplace];

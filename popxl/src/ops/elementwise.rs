@@ -1,4 +1,6 @@
-//! Elementwise ops: unary (`Neg`...`Cast`) and binary with numpy broadcasting.
+//! Elementwise ops: unary (`Neg`...`Cast`, `clip`, `increment_mod`), their
+//! in-place variants (`exp_`...), binary with numpy broadcasting (`add`...`fmod`),
+//! the n-ary `maximum`/`minimum` and `scaled_add`.
 
 use popart_ir::ops::all as ir_ops;
 use popart_ir::{AttrValue, DataType};
@@ -61,6 +63,15 @@ unary! {
     /// assert!(popxl::ops::log1p(&popxl::constant(1i32, "i").unwrap()).is_err());
     /// ```
     log1p => Log1p;
+    /// Base-2 logarithm (op `Log2`, floating point only; PopXL `log2`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// assert!(popxl::ops::log2(&popxl::constant(8.0f32, "x").unwrap()).is_ok());
+    /// assert!(popxl::ops::log2(&popxl::constant(8i32, "i").unwrap()).is_err());
+    /// ```
+    log2 => Log2;
     /// Square root (op `Sqrt`, floating point only).
     ///
     /// ```
@@ -85,6 +96,23 @@ unary! {
     /// assert!(popxl::ops::gelu(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
     /// ```
     gelu => Gelu;
+    /// GELU with the exact error function, `t Φ(t)` (op `GeluErf`, floating point
+    /// only; PopXL `geluerf`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// assert!(popxl::ops::geluerf(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
+    /// ```
+    geluerf => GeluErf;
+    /// Swish, `t · sigmoid(t)` (op `Swish`, floating point only).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// assert!(popxl::ops::swish(&popxl::constant(1.0f32, "x").unwrap()).is_ok());
+    /// ```
+    swish => Swish;
     /// Hyperbolic tangent (op `Tanh`).
     ///
     /// ```
@@ -149,6 +177,153 @@ unary! {
     /// assert!(popxl::ops::detach(&popxl::constant(1.5f32, "x").unwrap()).is_ok());
     /// ```
     detach => Detach;
+}
+
+macro_rules! unary_inplace {
+    ($($(#[$doc:meta])* $fn:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $fn(t: &Tensor) -> Result<Tensor> {
+            OpBuilder::new(stringify!($fn), &ir_ops::$op).input(0, t).create1()
+        }
+    )*};
+}
+
+unary_inplace! {
+    /// `exp` in place: `t` is overwritten and returned aliased (op `ExpInplace`;
+    /// no gradient).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let w = popxl::variable(vec![0.0f32, 1.0], "w").unwrap();
+    /// assert_eq!(popxl::ops::exp_(&w).unwrap().shape(), &[2]);
+    /// ```
+    exp_ => ExpInplace;
+    /// `relu` in place (op `ReluInplace`; no gradient).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let w = popxl::variable(vec![-1.0f32, 1.0], "w").unwrap();
+    /// assert!(popxl::ops::relu_(&w).is_ok());
+    /// // A constant cannot be written in place.
+    /// assert!(popxl::ops::relu_(&popxl::constant(1.0f32, "c").unwrap()).is_err());
+    /// ```
+    relu_ => ReluInplace;
+    /// `gelu` in place (op `GeluInplace`; no gradient).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let w = popxl::variable(vec![-1.0f32, 1.0], "w").unwrap();
+    /// assert!(popxl::ops::gelu_(&w).is_ok());
+    /// ```
+    gelu_ => GeluInplace;
+    /// `geluerf` in place (op `GeluErfInplace`; no gradient).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let w = popxl::variable(vec![-1.0f32, 1.0], "w").unwrap();
+    /// assert!(popxl::ops::geluerf_(&w).is_ok());
+    /// ```
+    geluerf_ => GeluErfInplace;
+    /// `swish` in place (op `SwishInplace`; no gradient).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let w = popxl::variable(vec![-1.0f32, 1.0], "w").unwrap();
+    /// assert!(popxl::ops::swish_(&w).is_ok());
+    /// ```
+    swish_ => SwishInplace;
+    /// `detach` without a copy: the result aliases `t` and stops gradients (op
+    /// `DetachInplace`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::constant(vec![1.0f32], "x").unwrap();
+    /// assert!(popxl::ops::detach_(&x).is_ok());
+    /// ```
+    detach_ => DetachInplace;
+}
+
+/// Clamp every element of `t` into `[min, max]`; `None` leaves that side open
+/// (PopXL's `clip(t, min=-inf, max=inf)`, op `Clip`). NaN propagates. The gradient
+/// passes where the output is strictly between the bounds (PopART's `ClipGrad`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(vec![-2.0f32, 0.5, 3.0], "x").unwrap();
+/// assert!(popxl::ops::clip(&x, Some(-1.0), Some(1.0)).is_ok());
+/// assert!(popxl::ops::clip(&x, None, Some(0.0)).is_ok());
+/// assert!(popxl::ops::clip(&x, Some(1.0), Some(0.0)).is_err());
+/// ```
+pub fn clip(t: &Tensor, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+    let mut b = OpBuilder::new("clip", &ir_ops::Clip).input(0, t);
+    if let Some(v) = min {
+        b = b.attr("min", AttrValue::Float(v));
+    }
+    if let Some(v) = max {
+        b = b.attr("max", AttrValue::Float(v));
+    }
+    b.create1()
+}
+
+/// PopXL's alias of [`clip`].
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(vec![-2i32, 5], "x").unwrap();
+/// assert!(popxl::ops::clamp(&x, Some(0.0), None).is_ok());
+/// ```
+pub fn clamp(t: &Tensor, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+    clip(t, min, max)
+}
+
+fn increment_mod_op(
+    what: &'static str,
+    def: &'static dyn popart_ir::OpDef,
+    t: &Tensor,
+    inc: f64,
+    m: f64,
+) -> Result<Tensor> {
+    OpBuilder::new(what, def)
+        .input(0, t)
+        .attr("increment", AttrValue::Float(inc))
+        .attr("modulus", AttrValue::Float(m))
+        .create1()
+}
+
+/// `(t + increment) % modulus` (op `IncrementMod`; no gradient). `increment` and
+/// `modulus` are converted to `t`'s dtype (integers truncate); the remainder has
+/// the sign of `t + increment` (C `fmod`). A modulus that is zero in `t`'s dtype
+/// is an error.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let step = popxl::constant(vec![0i32, 3], "step").unwrap();
+/// assert!(popxl::ops::increment_mod(&step, 1.0, 4.0).is_ok());
+/// assert!(popxl::ops::increment_mod(&step, 1.0, 0.5).is_err());
+/// ```
+pub fn increment_mod(t: &Tensor, increment: f64, modulus: f64) -> Result<Tensor> {
+    increment_mod_op("increment_mod", &ir_ops::IncrementMod, t, increment, modulus)
+}
+
+/// [`increment_mod`] in place (op `IncrementModInplace`): the usual step counter.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let step = popxl::variable(0i32, "step").unwrap();
+/// assert!(popxl::ops::increment_mod_(&step, 1.0, 10.0).is_ok());
+/// ```
+pub fn increment_mod_(t: &Tensor, increment: f64, modulus: f64) -> Result<Tensor> {
+    increment_mod_op("increment_mod_", &ir_ops::IncrementModInplace, t, increment, modulus)
 }
 
 /// A copy of `t` named `name` (op `Identity`; PopXL's `identity(t, output_name)`).
@@ -233,24 +408,17 @@ binary! {
     /// assert!(popxl::ops::pow(&a, &a).is_ok());
     /// ```
     pow => Pow;
-    /// Elementwise maximum (op `Maximum`).
+    /// Remainder of the truncated division, with the sign of `lhs` (C `fmod`;
+    /// op `Fmod`, integers too). Gradient: `g` for `lhs`, none for `rhs`.
     ///
     /// ```
     /// let ir = popxl::Ir::new();
     /// let _g = ir.main_graph().enter();
-    /// let a = popxl::constant(2.0f32, "a").unwrap();
-    /// assert!(popxl::ops::maximum(&a, &a).is_ok());
+    /// let a = popxl::constant(vec![-7.0f32, 7.0], "a").unwrap();
+    /// let b = popxl::constant(3.0f32, "b").unwrap();
+    /// assert_eq!(popxl::ops::fmod(&a, &b).unwrap().shape(), &[2]);
     /// ```
-    maximum => Maximum;
-    /// Elementwise minimum (op `Minimum`).
-    ///
-    /// ```
-    /// let ir = popxl::Ir::new();
-    /// let _g = ir.main_graph().enter();
-    /// let a = popxl::constant(2.0f32, "a").unwrap();
-    /// assert!(popxl::ops::minimum(&a, &a).is_ok());
-    /// ```
-    minimum => Minimum;
+    fmod => Fmod;
     /// `lhs > rhs`, bool output (op `Greater`).
     ///
     /// ```
@@ -278,6 +446,71 @@ binary! {
     /// assert_eq!(popxl::ops::equal(&a, &a).unwrap().dtype(), popxl::bool);
     /// ```
     equal => Equal;
+}
+
+fn extremum(what: &'static str, def: &'static dyn popart_ir::OpDef, ts: &[&Tensor]) -> Result<Tensor> {
+    let mut b = OpBuilder::new(what, def);
+    for (i, t) in ts.iter().enumerate() {
+        b = b.input(super::input_index(i, what)?, t);
+    }
+    b.create1()
+}
+
+/// Elementwise maximum of one or more tensors, all broadcast together (op
+/// `Maximum`; PopXL's `maximum(*ts)`). Equal dtypes. The gradient goes to every
+/// input equal to the output (ties included, as PopART).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(vec![1.0f32, 5.0], "a").unwrap();
+/// let b = popxl::constant(2.0f32, "b").unwrap();
+/// let c = popxl::constant(ndarray::arr2(&[[0.0f32], [9.0]]), "c").unwrap();
+/// assert_eq!(popxl::ops::maximum(&[&a, &b, &c]).unwrap().shape(), &[2, 2]);
+/// assert!(popxl::ops::maximum(&[]).is_err());
+/// ```
+pub fn maximum(ts: &[&Tensor]) -> Result<Tensor> {
+    extremum("maximum", &ir_ops::Maximum, ts)
+}
+
+/// Elementwise minimum of one or more tensors (op `Minimum`; PopXL's `minimum(*ts)`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(2.0f32, "a").unwrap();
+/// assert!(popxl::ops::minimum(&[&a, &a]).is_ok());
+/// ```
+pub fn minimum(ts: &[&Tensor]) -> Result<Tensor> {
+    extremum("minimum", &ir_ops::Minimum, ts)
+}
+
+/// `a * x + b * y`, `y` broadcast to `x`'s shape, equal dtypes (op `ScaledAdd`;
+/// PopXL's `scaled_add`, out of place; no gradient). `a`, `b`: constants or scalar
+/// tensors of `x`'s dtype.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(vec![1.0f32, 2.0], "x").unwrap();
+/// let y = popxl::constant(vec![3.0f32, 4.0], "y").unwrap();
+/// let s = popxl::constant(0.5f32, "s").unwrap();
+/// assert!(popxl::ops::scaled_add(&x, &y, 2.0, &s).is_ok());
+/// ```
+pub fn scaled_add<'a>(
+    x: &'a Tensor,
+    y: &'a Tensor,
+    a: impl Into<super::Scalar<'a>>,
+    b: impl Into<super::Scalar<'a>>,
+) -> Result<Tensor> {
+    let mut op = OpBuilder::new("scaled_add", &ir_ops::ScaledAdd).input(0, x).input(1, y);
+    for (key, index, s) in [("a", 2, a.into()), ("b", 3, b.into())] {
+        op = match s {
+            super::Scalar::Const(v) => op.attr(key, AttrValue::Float(v)),
+            super::Scalar::Tensor(t) => op.input(index, t),
+        };
+    }
+    op.create1()
 }
 
 /// PopXL's `where(condition, lhs, rhs)`: `lhs` where `condition` is true, else

@@ -9,6 +9,10 @@
 //! | family | functions |
 //! |---|---|
 //! | unary, binary | every function of [`elementwise`] ([`negate`] [`exp`] [`log1p`] ... [`cast`]; [`add`] ... [`select`] (`where`)), also re-exported here |
+//! | elementwise (more) | [`log2`] [`geluerf`] [`swish`] [`clip`] [`clamp`] [`increment_mod`] [`fmod`] [`maximum`] [`minimum`] (n-ary) [`scaled_add`] |
+//! | in place (elementwise) | [`exp_`] [`relu_`] [`gelu_`] [`geluerf_`] [`swish_`] [`detach_`] [`increment_mod_`] |
+//! | logical | [`isnan`] [`isinf`] [`isfinite`] [`logical_not`] [`logical_and`] [`logical_or`] |
+//! | print | [`print_tensor`] ([`PrintTensorOptions`]) |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
@@ -22,7 +26,9 @@
 mod control;
 pub mod elementwise;
 mod io;
+mod logical;
 mod nn;
+mod print;
 mod random;
 mod reduce;
 mod shape;
@@ -35,10 +41,12 @@ pub use control::{
 };
 pub use elementwise::*;
 pub use io::{host_load, host_store};
+pub use logical::{isfinite, isinf, isnan, logical_and, logical_not, logical_or};
 pub use nn::{
     matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
     NllLossOptions, Reduction,
 };
+pub use print::{print_tensor, FloatFormat, PrintTensorOptions};
 pub use random::{dropout, random_normal, random_uniform};
 pub use reduce::{
     cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,

@@ -1,5 +1,6 @@
 //! Elementwise binary kernels with numpy broadcasting: arithmetic, comparisons
-//! and `Where`; plus a generic n-ary broadcasting kernel reused by gradient ops.
+//! and `Where`; plus a generic n-ary broadcasting kernel reused by gradient ops
+//! (the n-ary `Maximum`/`Minimum` and `Fmod` are in `elementwise_ext`).
 
 use popart_ir::DataType;
 
@@ -187,8 +188,6 @@ binary_ops! {
     Mul: arith |a, b| a.mul(b);
     Div: arith |a, b| a.div(b);
     Pow: arith |a, b| a.pow(b);
-    Maximum: arith |a, b| a.maximum(b);
-    Minimum: arith |a, b| a.minimum(b);
     Greater: cmp |a, b| a > b;
     Less: cmp |a, b| a < b;
     Equal: cmp |a, b| a == b;

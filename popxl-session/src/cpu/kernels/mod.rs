@@ -27,13 +27,13 @@
 //! - Kernels cannot fail at run time: integer division by zero gives 0, an
 //!   out-of-range `Gather` index gives a zero row, an out-of-range (not ignored)
 //!   loss label gives NaN.
-//! - `run` allocates nothing: scratch space is sized at build time. The one
-//!   exception is inside the `gemm` crate, which allocates its packing buffer per
-//!   call for large products.
+//! - `run` allocates nothing: scratch space is sized at build time. The
+//!   exceptions are inside the `gemm` crate, which allocates its packing buffer per
+//!   call for large products, and `PrintTensor` when it prints (it formats text).
 //!
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
-//! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `random`, `grad`),
-//! each exporting its `KERNELS` table,
+//! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `random`, `grad`,
+//! `elementwise_ext`, `logical`, `print`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -61,11 +61,14 @@ mod binary;
 mod broadcast;
 mod dispatch;
 mod elem;
+mod elementwise_ext;
 mod float16;
 mod grad;
+mod logical;
 mod matmul;
 mod nn;
 mod par;
+mod print;
 mod ptr;
 mod random;
 mod reduce;
@@ -79,6 +82,8 @@ mod var_update;
 
 #[cfg(test)]
 mod testutil;
+
+pub use print::{capture_prints, set_print_sink, PrintSink};
 
 use std::sync::{OnceLock, RwLock};
 
@@ -94,7 +99,7 @@ type Registry = RwLock<std::collections::HashMap<OpDefId, KernelBuilder>>;
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let tables: [&[KernelEntry]; 14] = [
+        let tables: &[&[KernelEntry]] = &[
             unary::TABLE,
             unary::KERNELS,
             binary::TABLE,
@@ -109,6 +114,9 @@ fn registry() -> &'static Registry {
             var_update::KERNELS,
             random::KERNELS,
             grad::KERNELS,
+            elementwise_ext::KERNELS,
+            logical::KERNELS,
+            print::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)

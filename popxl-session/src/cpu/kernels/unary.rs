@@ -155,9 +155,81 @@ unary_ops! {
         let du = c * (T::ONE + T::from_f64(3.0) * a * x * x);
         g * (s + T::from_f64(2.0) * x * s * (T::ONE - s) * du)
     };
+    Log2[16]: float |x| x.std(f32::log2, f64::log2), grad [4] |g, x| g / (x * T::from_f64(std::f64::consts::LN_2));
+    // x Φ(x) = x erfc(-x/√2) / 2: one libm call, accurate in both tails.
+    // geluerf' = Φ(x) + x φ(x), φ(x) = exp(-x²/2) / √(2π).
+    GeluErf[32]: float |x| {
+        T::from_f64(0.5) * x * (x * T::from_f64(-std::f64::consts::FRAC_1_SQRT_2)).std(libm::erfcf, libm::erfc)
+    }, grad [48] |g, x| {
+        let cdf = T::from_f64(0.5) * (x * T::from_f64(-std::f64::consts::FRAC_1_SQRT_2)).std(libm::erfcf, libm::erfc);
+        let pdf = T::from_f64(INV_SQRT_2PI) * (T::from_f64(-0.5) * x * x).exp();
+        g * (cdf + x * pdf)
+    };
+    // x sigmoid(x); swish' = s + x s (1 - s), s = sigmoid(x).
+    Swish[8]: float |x| x / (T::ONE + (-x).fast_exp()), grad [8] |g, x| {
+        let s = T::ONE / (T::ONE + (-x).fast_exp());
+        g * (s + x * s * (T::ONE - s))
+    };
 }
 
-/// Every kernel of this file: the unary table, copies and casts.
+/// `1 / √(2π)`, the normal density at 0.
+const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// `y[i] = F(y[i])` in place over `n` elements: the in-place variants (`ExpInplace`
+/// ...) read their input through output pointer 0, as the aliasing contract requires.
+pub(crate) struct UnaryInplace<T, F> {
+    n: usize,
+    wide: bool,
+    _t: Types<(T, F)>,
+}
+
+#[inline(always)]
+fn map1_inplace_loop<T: Copy, F: Map1<T>>(ys: &mut [T]) {
+    for v in ys.iter_mut() {
+        *v = F::f(*v);
+    }
+}
+
+wide_simd!(fn map1_inplace<T: Copy, F: Map1<T>>(ys: &mut [T]) => map1_inplace_loop);
+
+impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for UnaryInplace<T, F> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let y = SendPtr(args.outputs[0] as *mut T);
+        let wide = self.wide;
+        par_range_cost(self.n, F::COST, move |r| {
+            // SAFETY: the output holds `n` elements (input 0 is the same buffer, never
+            // read through its own pointer); tasks get disjoint ranges.
+            let ys = unsafe { slice_mut(y.get().add(r.start), r.len()) };
+            map1_inplace::<T, F>(wide, ys);
+        });
+        Ok(())
+    }
+}
+
+/// An in-place unary map over numeric types (`ReluInplace`).
+fn build_inplace_num<F: NumMap>(spec: &KernelSpec<'_>) -> BuildResult {
+    let (n, dt) = same_info(spec)?;
+    if dt == DataType::Float16 {
+        return f16_adapter(spec, true, build_inplace_num::<F>);
+    }
+    let wide = <F as Map1<f32>>::COST > 1 && has_avx512();
+    with_num!(dt, T => Ok(Box::new(UnaryInplace::<T, F> { n, wide, _t: Types::default() })),
+        _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// An in-place unary map over float types (`ExpInplace`, `GeluInplace`...).
+fn build_inplace_float<F: Map1<f32> + Map1<f64>>(spec: &KernelSpec<'_>) -> BuildResult {
+    let (n, dt) = same_info(spec)?;
+    if dt == DataType::Float16 {
+        return f16_adapter(spec, true, build_inplace_float::<F>);
+    }
+    let wide = <F as Map1<f32>>::COST > 1 && has_avx512();
+    with_float!(dt, T => Ok(Box::new(UnaryInplace::<T, F> { n, wide, _t: Types::default() })),
+        _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// Every kernel of this file: copies, casts and the in-place variants of the
+/// table's maps (the table itself is [`TABLE`]).
 pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Identity, build_copy),
     (&ir::ReshapeInplace, build_copy),
@@ -166,6 +238,13 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Squeeze, build_copy),
     (&ir::ReshapeGrad, build_copy),
     (&ir::Cast, build_cast),
+    (&ir::ExpInplace, build_inplace_float::<fwd::Exp>),
+    (&ir::ReluInplace, build_inplace_num::<fwd::Relu>),
+    (&ir::GeluInplace, build_inplace_float::<fwd::Gelu>),
+    (&ir::GeluErfInplace, build_inplace_float::<fwd::GeluErf>),
+    (&ir::SwishInplace, build_inplace_float::<fwd::Swish>),
+    // Aliases its input and writes nothing: the copy is skipped (same pointer).
+    (&ir::DetachInplace, build_copy),
 ];
 
 /// Byte copy of a whole buffer (`Identity`, `Detach`, `Reshape`, `Squeeze`,
