@@ -12,6 +12,7 @@
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
+//! | indexing | [`subsample`] [`split`] [`scatter`] [`scatter_reduce`] [`dynamic_slice`] [`dynamic_update`] [`dynamic_update_`] [`onehot`] [`gather_with_options`] [`tied_gather`] [`groupedgather`] [`init`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
 //! | host IO | [`host_load`] [`host_store`] |
@@ -19,6 +20,7 @@
 
 mod control;
 pub mod elementwise;
+mod indexing;
 mod io;
 mod nn;
 mod random;
@@ -27,6 +29,11 @@ mod var_update;
 
 pub use control::{call, call_with_info, conditional, conditional_branches, repeat, Branch, CallSiteInfo};
 pub use elementwise::*;
+pub use indexing::{
+    dynamic_slice, dynamic_update, dynamic_update_, gather_with_options, groupedgather, init, onehot, scatter,
+    scatter_reduce, split, subsample, tied_gather, GatherOptions, GroupedGatherOptions, InitType, ScatterReduceOptions,
+    Splits,
+};
 pub use io::{host_load, host_store};
 pub use nn::{
     matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,

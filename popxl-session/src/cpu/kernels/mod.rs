@@ -32,7 +32,7 @@
 //!   call for large products.
 //!
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`, `nn`,
-//! `shape`, `var_update`, `random`, `grad`), each exporting its `KERNELS` table,
+//! `shape`, `var_update`, `random`, `grad`, `indexing`, `scatter`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -62,6 +62,8 @@ mod dispatch;
 mod elem;
 mod float16;
 mod grad;
+mod indexing;
+mod scatter;
 mod matmul;
 mod nn;
 mod par;
@@ -90,7 +92,7 @@ type Registry = RwLock<std::collections::HashMap<OpDefId, KernelBuilder>>;
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let tables: [&[KernelEntry]; 11] = [
+        let tables: [&[KernelEntry]; 13] = [
             unary::TABLE,
             unary::KERNELS,
             binary::TABLE,
@@ -102,6 +104,8 @@ fn registry() -> &'static Registry {
             var_update::KERNELS,
             random::KERNELS,
             grad::KERNELS,
+            indexing::KERNELS,
+            scatter::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)
