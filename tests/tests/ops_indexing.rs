@@ -16,6 +16,9 @@ use popxl_session::{Inputs, Session, SessionError, SessionOptions};
 
 type Case = (&'static [usize], &'static [f64]);
 
+/// An output's shape and values.
+type Values = (Vec<usize>, Vec<f64>);
+
 /// A constant of `dtype` holding the case's values.
 fn c(case: Case, dtype: DataType, name: &str) -> popxl::Result<Tensor> {
     let a = ArrayD::from_shape_vec(IxDyn(case.0), case.1.to_vec()).expect("fixture shape");
@@ -35,7 +38,7 @@ where
 fn try_run_with(
     options: SessionOptions,
     f: impl FnOnce() -> popxl::Result<Vec<Tensor>>,
-) -> Result<Vec<(Vec<usize>, Vec<f64>)>, SessionError> {
+) -> Result<Vec<Values>, SessionError> {
     let ir = Ir::new();
     let streams = {
         let _g = ir.main_graph().enter();
@@ -54,11 +57,11 @@ fn try_run_with(
     Ok(streams.iter().map(|s| (out[s].shape().to_vec(), out[s].to_f64_vec())).collect())
 }
 
-fn run(f: impl FnOnce() -> popxl::Result<Vec<Tensor>>) -> Vec<(Vec<usize>, Vec<f64>)> {
+fn run(f: impl FnOnce() -> popxl::Result<Vec<Tensor>>) -> Vec<Values> {
     try_run_with(SessionOptions::default(), f).expect("run")
 }
 
-fn run1(f: impl FnOnce() -> popxl::Result<Tensor>) -> (Vec<usize>, Vec<f64>) {
+fn run1(f: impl FnOnce() -> popxl::Result<Tensor>) -> Values {
     run(|| Ok(vec![f()?])).remove(0)
 }
 
@@ -69,7 +72,7 @@ fn run_checked(f: impl FnOnce() -> popxl::Result<Tensor>) -> Result<Vec<f64>, Se
 
 /// Assert the output equals the expected case (shape and values).
 #[track_caller]
-fn assert_case(got: (Vec<usize>, Vec<f64>), want: Case) {
+fn assert_case(got: Values, want: Case) {
     assert_eq!(got.0, want.0, "shape");
     assert_eq!(got.1, want.1, "values");
 }
@@ -329,7 +332,9 @@ fn scatter_indices_out_of_range_are_skipped_or_checked() {
 
 #[test]
 fn init_gives_zeros_of_any_dtype() {
-    for (dt, kind) in [(popxl::float32, InitType::Zero), (popxl::int16, InitType::Undef), (popxl::dtypes::bool, InitType::Zero)] {
+    for (dt, kind) in
+        [(popxl::float32, InitType::Zero), (popxl::int16, InitType::Undef), (popxl::dtypes::bool, InitType::Zero)]
+    {
         let (shape, v) = run1(|| ops::init(&[2, 3], dt, "z", kind));
         assert_eq!((shape, v), (vec![2, 3], vec![0.0; 6]));
     }

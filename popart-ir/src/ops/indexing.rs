@@ -238,7 +238,11 @@ pub(crate) fn reduction_attr(ctx: &InferContext<'_>) -> Result<Reduction> {
 /// assert!(dynamic_slices(&[4, 5], &[0], &[5]).is_err());
 /// assert!(dynamic_slices(&[4, 5], &[0, 0], &[1, 1]).is_err());
 /// ```
-pub fn dynamic_slices(shape: &[usize], axes: &[i64], sizes: &[i64]) -> std::result::Result<Vec<(usize, usize)>, String> {
+pub fn dynamic_slices(
+    shape: &[usize],
+    axes: &[i64],
+    sizes: &[i64],
+) -> std::result::Result<Vec<(usize, usize)>, String> {
     if axes.len() != sizes.len() {
         return Err(format!("{} axes but {} sizes", axes.len(), sizes.len()));
     }
@@ -299,7 +303,11 @@ fn infer_dynamic_update(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
 /// assert_eq!(onehot_shape(&[2, 3], 5, 0), Ok((0, vec![5, 2, 3])));
 /// assert!(onehot_shape(&[2, 3], 5, 3).is_err());
 /// ```
-pub fn onehot_shape(indices: &[usize], num_classes: usize, axis: i64) -> std::result::Result<(usize, Vec<usize>), String> {
+pub fn onehot_shape(
+    indices: &[usize],
+    num_classes: usize,
+    axis: i64,
+) -> std::result::Result<(usize, Vec<usize>), String> {
     let axis = normalize_axis(axis, indices.len() + 1).map_err(|e| e.to_string())?;
     let mut shape = indices.to_vec();
     shape.insert(axis, num_classes);
@@ -450,12 +458,19 @@ impl OpDef for ScatterReduce {
         let axis = axis_attr(ctx, 0, data.rank())?;
         let reduction = reduction_attr(ctx)?;
         if reduction != Reduction::None && !is_numeric(data.dtype) {
-            return Err(ctx.error(format!("reduction `{}` needs a numeric tensor, got {}", reduction.name(), data.dtype)));
+            return Err(ctx.error(format!(
+                "reduction `{}` needs a numeric tensor, got {}",
+                reduction.name(),
+                data.dtype
+            )));
         }
         let axis_size = match ctx.attrs.int("axis_size") {
-            Some(s) => Some(usize::try_from(s).ok().filter(|&s| s >= 1).ok_or_else(|| {
-                ctx.error(format!("axis_size {s} must be at least 1"))
-            })?),
+            Some(s) => Some(
+                usize::try_from(s)
+                    .ok()
+                    .filter(|&s| s >= 1)
+                    .ok_or_else(|| ctx.error(format!("axis_size {s} must be at least 1")))?,
+            ),
             None => None,
         };
         let out = match (ctx.optional_input(2), axis_size) {
@@ -611,8 +626,8 @@ impl OpDef for TiedGather {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
         require_int_indices(ctx, idx)?;
-        let (_, shape) =
-            grouped_gather_shape(&x.shape, &idx.shape, ctx.attrs.int("axis").unwrap_or(0), 1).map_err(|m| ctx.error(m))?;
+        let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, ctx.attrs.int("axis").unwrap_or(0), 1)
+            .map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `GatherGrad{axis, zero_OOR}(g, indices, data)`, as `Gather` (PopART's

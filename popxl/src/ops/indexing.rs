@@ -104,7 +104,7 @@ pub fn split(t: &Tensor, splits: impl Into<Splits>, axis: i64) -> Result<Vec<Ten
     let sizes = match splits.into() {
         Splits::Parts(n) => {
             let len = t.shape()[ax];
-            if n == 0 || len % n != 0 {
+            if n == 0 || !len.is_multiple_of(n) {
                 return Err(PopXlError::InvalidArgument(format!(
                     "split {n} does not equally divide axis {ax} of length {len} of tensor `{}`",
                     t.name()
@@ -194,7 +194,12 @@ pub struct ScatterReduceOptions<'a> {
 /// assert_eq!(popxl::ops::scatter_reduce(&x, &i, "sum", o).unwrap().shape(), &[5, 2]);
 /// assert!(popxl::ops::scatter_reduce(&x, &i, "mul", ScatterReduceOptions::default()).is_err());
 /// ```
-pub fn scatter_reduce(data: &Tensor, indices: &Tensor, reduction: &str, opts: ScatterReduceOptions<'_>) -> Result<Tensor> {
+pub fn scatter_reduce(
+    data: &Tensor,
+    indices: &Tensor,
+    reduction: &str,
+    opts: ScatterReduceOptions<'_>,
+) -> Result<Tensor> {
     if popart_ir::ops::indexing::Reduction::parse(reduction).is_none() {
         return Err(PopXlError::InvalidArgument(format!(
             "scatter_reduce reduction `{reduction}` is not one of sum, max, min, none"
@@ -220,7 +225,13 @@ pub fn scatter_reduce(data: &Tensor, indices: &Tensor, reduction: &str, opts: Sc
 }
 
 /// The attributes of a dynamic slice.
-fn dynamic<'a>(what: &'static str, def: &'static dyn popart_ir::OpDef, axes: &[i64], sizes: &[i64], no_overlap: bool) -> OpBuilder<'a> {
+fn dynamic<'a>(
+    what: &'static str,
+    def: &'static dyn popart_ir::OpDef,
+    axes: &[i64],
+    sizes: &[i64],
+    no_overlap: bool,
+) -> OpBuilder<'a> {
     OpBuilder::new(what, def)
         .attr("axes", AttrValue::Ints(axes.to_vec()))
         .attr("sizes", AttrValue::Ints(sizes.to_vec()))

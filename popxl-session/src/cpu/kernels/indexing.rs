@@ -19,7 +19,12 @@ use popart_ir::ops::indexing::{dynamic_slices, grouped_gather_shape, onehot_shap
 use popart_ir::DataType;
 
 /// Check output `index` has the expected shape and dtype.
-pub(super) fn check_out(spec: &KernelSpec<'_>, index: u32, shape: &[usize], dtype: DataType) -> Result<(), KernelError> {
+pub(super) fn check_out(
+    spec: &KernelSpec<'_>,
+    index: u32,
+    shape: &[usize],
+    dtype: DataType,
+) -> Result<(), KernelError> {
     let y = spec.output(index)?;
     if y.shape() != shape || y.dtype() != dtype {
         return Err(spec.error(format!("output {index} {} should be {dtype}{shape:?}", y.info)));
@@ -55,7 +60,12 @@ impl StridedRows {
         let s: Vec<usize> = cs.iter().zip(strides).map(|(a, b)| a * b).collect();
         match out.len() {
             0 => StridedRows { outer: vec![], strides: vec![], len: 1, step: 1 },
-            r => StridedRows { outer: out[..r - 1].to_vec(), strides: s[..r - 1].to_vec(), len: out[r - 1], step: s[r - 1] },
+            r => StridedRows {
+                outer: out[..r - 1].to_vec(),
+                strides: s[..r - 1].to_vec(),
+                len: out[r - 1],
+                step: s[r - 1],
+            },
         }
     }
 
@@ -213,8 +223,8 @@ struct DynPlan {
 impl DynPlan {
     fn new(spec: &KernelSpec<'_>, dims: &[usize]) -> Result<Self, KernelError> {
         check_rank(spec, dims.len())?;
-        let slices = dynamic_slices(dims, spec.attr_ints("axes")?, spec.attr_ints("sizes")?)
-            .map_err(|m| spec.error(m))?;
+        let slices =
+            dynamic_slices(dims, spec.attr_ints("axes")?, spec.attr_ints("sizes")?).map_err(|m| spec.error(m))?;
         let mut entry = vec![None; dims.len()];
         let mut slice_dims = dims.to_vec();
         for (k, &(a, s)) in slices.iter().enumerate() {
@@ -328,29 +338,34 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
         let y = args.outputs[0] as *mut E;
         let big = args.inputs[self.pos[0]] as *const E;
         let small = args.inputs[self.pos[2]] as *const E;
-        // SAFETY (every block below): the plan's runs lie inside the tensor and its
-        // slice, both sized by the spec; in place, `t` is read through `y` only.
+        // Copy `n` elements from `src + s` to `y + t` (the slice is the source,
+        // `up`) or from `src + t` to `y + s` (`!up`).
+        let copy = |src: *const E, up: bool| {
+            move |t: usize, s: usize, n: usize| {
+                let (from, to) = if up { (s, t) } else { (t, s) };
+                // SAFETY: the plan's runs lie inside the tensor and its slice, both
+                // sized by the spec; in place, `t` is only accessed through `y`.
+                unsafe { slice_mut(y.add(to), n).copy_from_slice(slice(src.add(from), n)) }
+            }
+        };
         match self.mode {
-            DynMode::Slice => self.plan.for_runs(&starts, |t, s, n| unsafe {
-                slice_mut(y.add(s), n).copy_from_slice(slice(big.add(t), n))
-            }),
+            DynMode::Slice => self.plan.for_runs(&starts, copy(big, false)),
             DynMode::Update | DynMode::UpdateInplace => {
                 if self.mode == DynMode::Update {
                     slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms));
                 }
-                self.plan.for_runs(&starts, |t, s, n| unsafe {
-                    slice_mut(y.add(t), n).copy_from_slice(slice(small.add(s), n))
-                });
+                self.plan.for_runs(&starts, copy(small, true));
             }
             DynMode::SliceGrad => {
                 slice_mut(y, self.nelms).fill(E::default());
-                self.plan.for_runs(&starts, |t, s, n| unsafe {
-                    slice_mut(y.add(t), n).copy_from_slice(slice(small.add(s), n))
-                });
+                self.plan.for_runs(&starts, copy(small, true));
             }
             DynMode::UpdateGrad => {
                 slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms));
-                self.plan.for_runs(&starts, |t, _, n| unsafe { slice_mut(y.add(t), n).fill(E::default()) });
+                self.plan.for_runs(&starts, |t, _, n| {
+                    // SAFETY: as above.
+                    unsafe { slice_mut(y.add(t), n).fill(E::default()) }
+                });
             }
         }
         Ok(())

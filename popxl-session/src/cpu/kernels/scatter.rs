@@ -261,7 +261,10 @@ impl<T: Num, I: IndexElem> Kernel for ScatterGradKernel<T, I> {
         let g = slice(args.inputs[self.pos[0]] as *const T, p.out_len);
         let select = matches!(self.reduction, Reduction::Max | Reduction::Min);
         let (data, y) = if select {
-            (slice(args.inputs[self.pos[2]] as *const T, p.src_len), slice(args.inputs[self.pos[3]] as *const T, p.out_len))
+            (
+                slice(args.inputs[self.pos[2]] as *const T, p.src_len),
+                slice(args.inputs[self.pos[3]] as *const T, p.out_len),
+            )
         } else {
             (&[][..], &[][..])
         };
@@ -311,11 +314,8 @@ fn reduction_of(spec: &KernelSpec<'_>) -> Result<Reduction, KernelError> {
 fn build_scatter(spec: &KernelSpec<'_>) -> BuildResult {
     // Scatter(t, indices, values): source input 2, initial values input 0.
     let is_scatter = spec.is::<ir::Scatter>();
-    let (src, init) = if is_scatter {
-        (spec.input(2)?, Some(spec.input(0)?))
-    } else {
-        (spec.input(0)?, spec.opt_input(2))
-    };
+    let (src, init) =
+        if is_scatter { (spec.input(2)?, Some(spec.input(0)?)) } else { (spec.input(0)?, spec.opt_input(2)) };
     let idx = spec.input(1)?;
     let reduction = if is_scatter { Reduction::None } else { reduction_of(spec)? };
     let y = spec.output(0)?;
@@ -334,7 +334,8 @@ fn build_scatter(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_scatter);
     }
     let touched = if init.is_none() && matches!(reduction, Reduction::Max | Reduction::Min) {
-        let v = popart_ir::size::try_zeroed_vec::<u8>(plan.out_len, "scatter mask").map_err(|e| spec.error(e.to_string()))?;
+        let v = popart_ir::size::try_zeroed_vec::<u8>(plan.out_len, "scatter mask")
+            .map_err(|e| spec.error(e.to_string()))?;
         Some(Mutex::new(v))
     } else {
         None
