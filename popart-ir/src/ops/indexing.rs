@@ -49,8 +49,9 @@ op_types!(
     DynamicUpdate,
     /// `DynamicUpdateInplace(t, index, update)`: [`DynamicUpdate`] writing `t` in place
     DynamicUpdateInplace,
-    /// `Onehot(indices, values)`: `values[1]` where the class along `axis` is the index,
-    /// `values[0]` elsewhere; `num_classes` classes (PopART reads them from a constant)
+    /// `Onehot(indices, num_classes, values)`: `values[1]` where the class along `axis`
+    /// is the index, `values[0]` elsewhere; the attribute `num_classes` is the value
+    /// of the integer scalar `num_classes` (a constant: PopART reads it when building)
     Onehot,
     /// `GroupedGather(data, indices)`: for each group `g` of the leading dim
     /// (`group_size` groups), `Gather(data[g], indices[g])` along `axis` (>= 1)
@@ -579,8 +580,11 @@ impl OpDef for Onehot {
         "Onehot"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (idx, values) = (ctx.input(0)?, ctx.input(2)?);
+        let (idx, depth, values) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
         require_int_indices(ctx, idx)?;
+        if depth.nelms() != 1 || !depth.dtype.is_int() {
+            return Err(ctx.error(format!("num_classes must be an integer scalar, got {depth}")));
+        }
         if values.shape != [2] {
             return Err(ctx.error(format!("values must be a [off, on] pair of shape [2], got {values}")));
         }

@@ -58,8 +58,9 @@ pub fn cases(n: usize) -> Vec<Case> {
         .alias(0, 0)
         .attr("axes", ints(vec![0]))
         .attr("sizes", ints(vec![rows as i64])),
-        Case::new("onehot 1024 classes", "Onehot", vec![i32s(&[rows]), f32s(&[2])], f32s(&[rows, 1024]))
+        Case::new("onehot 1024 classes", "Onehot", vec![i32s(&[rows]), i32s(&[]), f32s(&[2])], f32s(&[rows, 1024]))
             .data(0, i32_bytes(lcg(rows, 1024)))
+            .data(1, i32_bytes([1024]))
             .attr("num_classes", AttrValue::Int(1024))
             .attr("axis", AttrValue::Int(-1)),
     ]

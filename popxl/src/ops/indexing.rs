@@ -348,6 +348,7 @@ pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> R
     }
     OpBuilder::new("onehot", &ir_ops::Onehot)
         .input(0, t)
+        .input(1, num_classes)
         .input(2, values)
         .attr("num_classes", AttrValue::Int(c as i64))
         .attr("axis", AttrValue::Int(axis))
