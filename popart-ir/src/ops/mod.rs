@@ -35,12 +35,18 @@
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
+//! | [`indexing`] | `Subsample`, `Split` (n outputs), `Scatter(t, indices, values)`, `ScatterReduce(data, indices[, initial_values])` | `strides`; `axis, split`; `axis`; `axis, reduction, axis_size` |
+//! | [`indexing`] | `DynamicSlice(t, index)`, `DynamicUpdate(t, index, update)`, `DynamicUpdateInplace` | `axes, sizes: ints`, `no_overlap: bool` |
+//! | [`indexing`] | `Onehot(indices, num_classes, values)`, `GroupedGather(data, indices)`, `TiedGather(data, indices)` | `axis, num_classes`; `axis, group_size, zero_OOR` |
+//! | [`indexing_grad`] | `SubsampleGrad ScatterReduceGrad DynamicSliceGrad DynamicUpdateGrad OnehotGrad GroupedGatherGrad` | see each type |
 //! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
 mod axes;
 pub mod binary;
 pub mod control;
 pub mod grad;
+pub mod indexing;
+pub mod indexing_grad;
 pub mod io;
 pub mod logical;
 pub mod matmul;
@@ -65,6 +71,8 @@ pub mod all {
     pub use super::binary::*;
     pub use super::control::*;
     pub use super::grad::*;
+    pub use super::indexing::*;
+    pub use super::indexing_grad::*;
     pub use super::io::*;
     pub use super::logical::*;
     pub use super::matmul::*;
@@ -103,6 +111,8 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(unary::INPLACE);
         v.extend_from_slice(logical::ALL);
         v.extend_from_slice(print::ALL);
+        v.extend_from_slice(indexing::ALL);
+        v.extend_from_slice(indexing_grad::ALL);
         v
     })
 }

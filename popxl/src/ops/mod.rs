@@ -17,6 +17,7 @@
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
+//! | indexing | [`subsample`] [`split`] [`scatter`] [`scatter_reduce`] [`dynamic_slice`] [`dynamic_update`] [`dynamic_update_`] [`onehot`] [`gather_with_options`] [`tied_gather`] [`groupedgather`] [`init`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
 //! | views (in place) | [`reshape_`] [`flatten_`] [`transpose_`] [`slice_`] [`concat_`] (aliases of their inputs) |
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
@@ -25,6 +26,7 @@
 
 mod control;
 pub mod elementwise;
+mod indexing;
 mod io;
 mod logical;
 mod nn;
@@ -40,6 +42,11 @@ pub use control::{
     call, call_with_info, conditional, conditional_branches, repeat, repeat_with_info, Branch, CallSiteInfo,
 };
 pub use elementwise::*;
+pub use indexing::{
+    dynamic_slice, dynamic_update, dynamic_update_, gather_with_options, groupedgather, init, onehot, scatter,
+    scatter_reduce, split, subsample, tied_gather, GatherOptions, GroupedGatherOptions, InitType, ScatterReduceOptions,
+    Splits,
+};
 pub use io::{host_load, host_store};
 pub use logical::{isfinite, isinf, isnan, logical_and, logical_not, logical_or};
 pub use nn::{

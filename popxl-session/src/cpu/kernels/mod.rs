@@ -33,7 +33,8 @@
 //!
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `random`, `grad`,
-//! `elementwise_ext`, `logical`, `print`), each exporting its `KERNELS` table,
+//! `elementwise_ext`, `logical`, `print`, `indexing`, `scatter`), each exporting
+//! its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -65,6 +66,7 @@ mod elementwise_ext;
 mod float16;
 mod grad;
 mod logical;
+mod indexing;
 mod matmul;
 mod nn;
 mod par;
@@ -74,6 +76,7 @@ mod random;
 mod reduce;
 mod reduce_ext;
 mod scan;
+mod scatter;
 mod shape;
 mod sort;
 mod spec;
@@ -117,6 +120,8 @@ fn registry() -> &'static Registry {
             elementwise_ext::KERNELS,
             logical::KERNELS,
             print::KERNELS,
+            indexing::KERNELS,
+            scatter::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)

@@ -1,0 +1,167 @@
+//! Gradient ops of the indexing ops ([`super::indexing`]), created by autodiff.
+//! Input 0 is always the incoming gradient `g`; the others are forward tensors
+//! as listed per type (some read for their shape only).
+
+use super::indexing::{
+    dynamic_slice_shape, dynamic_slices, grouped_gather_shape, is_numeric, num_classes_attr, onehot_shape,
+    reduction_attr, scatter_indices, subsample_shape, Reduction,
+};
+use super::{infer_error, normalize_axis, op_types};
+use crate::{InferContext, OpDef, Result, TensorInfo};
+
+op_types!(
+    /// `SubsampleGrad{strides}(g, x)`: zeros of `x`'s shape with `g` at every
+    /// `strides[d]`-th element.
+    SubsampleGrad,
+    /// `ScatterReduceGrad{axis, reduction, with_initial}(g, indices, data[, y[, initial]])`:
+    /// output 0, the gradient of the scattered `data`: `g` gathered where each element
+    /// went (times `data == y` there for `max`/`min`; zero for ignored indices);
+    /// output 1 (if `with_initial`), the gradient of the initial values: `g` (`sum`),
+    /// `g` zeroed at the scattered positions (`none`), `g` where `y == initial`
+    /// (`max`/`min`). `y` (the forward output, input 3) and `initial` (input 4) are
+    /// read by `max`/`min` only.
+    ScatterReduceGrad,
+    /// `DynamicSliceGrad{axes, sizes}(g, index, t)`: zeros of `t`'s shape with `g`
+    /// written at the slice (as `DynamicUpdate` writes it).
+    DynamicSliceGrad,
+    /// `DynamicUpdateGrad{axes, sizes}(g, index)`: `g` with the slice zeroed (the
+    /// gradient of the updated tensor).
+    DynamicUpdateGrad,
+    /// `OnehotGrad{axis, num_classes}(g, indices, values)`: `[sum of g off the hot
+    /// positions, sum of g on them]`, of `values`' type and shape.
+    OnehotGrad,
+    /// `GroupedGatherGrad{axis, group_size, zero_OOR}(g, indices, x)`: zeros of `x`'s
+    /// shape, `g` scatter-added per group at `indices` (out-of-range indices add nothing).
+    GroupedGatherGrad,
+);
+
+/// Check that the incoming gradient (input 0) is `want`.
+fn check_grad(ctx: &InferContext<'_>, want: &TensorInfo) -> Result<()> {
+    let g = ctx.input(0)?;
+    if g != want {
+        return Err(ctx.error(format!("gradient input {g} does not match the forward output {want}")));
+    }
+    Ok(())
+}
+
+/// Float gradients only (the forward tensor may be anything, its gradient is not).
+fn require_numeric(ctx: &InferContext<'_>, info: &TensorInfo) -> Result<()> {
+    if !is_numeric(info.dtype) {
+        return Err(ctx.error(format!("gradient of a {} tensor", info.dtype)));
+    }
+    Ok(())
+}
+
+impl OpDef for SubsampleGrad {
+    fn op_type(&self) -> &'static str {
+        "SubsampleGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(1)?;
+        let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
+        check_grad(ctx, &TensorInfo::new(x.dtype, shape))?;
+        Ok(vec![x.clone()])
+    }
+}
+
+impl OpDef for ScatterReduceGrad {
+    fn op_type(&self) -> &'static str {
+        "ScatterReduceGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (g, idx, data) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        require_numeric(ctx, g)?;
+        if g.dtype != data.dtype || g.rank() != data.rank() || data.rank() == 0 {
+            return Err(ctx.error(format!("gradient {g} does not fit the scattered tensor {data}")));
+        }
+        let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), data.rank()).map_err(infer_error(ctx))?;
+        if !idx.dtype.is_int() {
+            return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
+        }
+        if (0..data.rank()).any(|d| d != axis && g.shape[d] < data.shape[d]) {
+            return Err(ctx.error(format!("gradient {g} does not hold the scattered tensor {data} off axis {axis}")));
+        }
+        scatter_indices(&idx.shape, &data.shape, axis).map_err(|m| ctx.error(m))?;
+        let reduction = reduction_attr(ctx)?;
+        let with_initial = ctx.attrs.bool("with_initial").unwrap_or(false);
+        if matches!(reduction, Reduction::Max | Reduction::Min) {
+            check_grad(ctx, ctx.input(3)?)?;
+            if with_initial {
+                check_grad(ctx, ctx.input(4)?)?;
+            }
+        }
+        let mut out = vec![data.clone()];
+        if with_initial {
+            out.push(g.clone());
+        }
+        Ok(out)
+    }
+}
+
+impl OpDef for DynamicSliceGrad {
+    fn op_type(&self) -> &'static str {
+        "DynamicSliceGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let t = ctx.input(2)?;
+        let slices = dynamic_slices(&t.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
+        let index = ctx.input(1)?;
+        if !index.dtype.is_int() || index.nelms() != slices.len() {
+            return Err(ctx.error(format!("index {index} must hold one integer offset per sliced axis")));
+        }
+        check_grad(ctx, &TensorInfo::new(t.dtype, dynamic_slice_shape(&t.shape, &slices)))?;
+        Ok(vec![t.clone()])
+    }
+}
+
+impl OpDef for DynamicUpdateGrad {
+    fn op_type(&self) -> &'static str {
+        "DynamicUpdateGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let g = ctx.input(0)?;
+        let slices = dynamic_slices(&g.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
+        let index = ctx.input(1)?;
+        if !index.dtype.is_int() || index.nelms() != slices.len() {
+            return Err(ctx.error(format!("index {index} must hold one integer offset per sliced axis")));
+        }
+        Ok(vec![g.clone()])
+    }
+}
+
+impl OpDef for OnehotGrad {
+    fn op_type(&self) -> &'static str {
+        "OnehotGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (idx, values) = (ctx.input(1)?, ctx.input(2)?);
+        if !idx.dtype.is_int() || values.shape != [2] {
+            return Err(ctx.error(format!("indices {idx} and values {values} do not fit a one-hot encoding")));
+        }
+        require_numeric(ctx, values)?;
+        let c = num_classes_attr(ctx)?;
+        let (_, shape) = onehot_shape(&idx.shape, c, ctx.attrs.int("axis").unwrap_or(-1)).map_err(|m| ctx.error(m))?;
+        check_grad(ctx, &TensorInfo::new(values.dtype, shape))?;
+        Ok(vec![values.clone()])
+    }
+}
+
+impl OpDef for GroupedGatherGrad {
+    fn op_type(&self) -> &'static str {
+        "GroupedGatherGrad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (idx, x) = (ctx.input(1)?, ctx.input(2)?);
+        if !idx.dtype.is_int() {
+            return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
+        }
+        require_numeric(ctx, x)?;
+        let (axis, groups) = (ctx.attrs.int("axis").unwrap_or(0), ctx.attrs.int("group_size").unwrap_or(1));
+        let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, axis, groups).map_err(|m| ctx.error(m))?;
+        check_grad(ctx, &TensorInfo::new(x.dtype, shape))?;
+        Ok(vec![x.clone()])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] =
+    &[&SubsampleGrad, &ScatterReduceGrad, &DynamicSliceGrad, &DynamicUpdateGrad, &OnehotGrad, &GroupedGatherGrad];
