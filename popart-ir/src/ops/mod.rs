@@ -21,7 +21,10 @@
 //! | [`shape`] | `Squeeze` | `axes: ints` (empty = all size-1 axes) |
 //! | [`shape`] | `Gather(data, indices)` | `axis: int` |
 //! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)`, `ScaledAddMatMulRhsGradInplace(g, x, w)` (made by a pattern) | `factor`, `a`, `b: float` |
+//! | [`var_update`] | `Accumulate` types, `AccumulatorScale(t[, factor])`, `SparseAccumulate(t, x[, factor], indices[, W])` | `type: str` ([`var_update::AccumulationType`]), `factor: float`, `axis: int` |
+//! | [`optimizer`] | `AdamUpdater(w?, m, v, step?, wd?, beta1?, beta2?, eps?)`, `AdamVarUpdate(w, x, r1sq?, r2sq?, lr?, mwn?)` | `mode: str` ([`optimizer::AdamMode`]), `weight_decay, beta1, beta2, epsilon, learning_rate, max_weight_norm: float` |
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
+//! | [`random`] | `ShapedDropout(x, seed)`, `ModifyRandomSeed(seed, modifier)` | `shape, ratio` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
 //! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
@@ -33,6 +36,7 @@ pub mod grad;
 pub mod io;
 pub mod matmul;
 pub mod nn;
+pub mod optimizer;
 pub mod random;
 pub mod reduce;
 pub mod shape;
@@ -52,6 +56,7 @@ pub mod all {
     pub use super::io::*;
     pub use super::matmul::*;
     pub use super::nn::*;
+    pub use super::optimizer::*;
     pub use super::random::*;
     pub use super::reduce::*;
     pub use super::shape::*;
@@ -72,6 +77,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(nn::ALL);
         v.extend_from_slice(shape::ALL);
         v.extend_from_slice(var_update::ALL);
+        v.extend_from_slice(optimizer::ALL);
         v.extend_from_slice(random::ALL);
         v.extend_from_slice(io::ALL);
         v.extend_from_slice(control::ALL);

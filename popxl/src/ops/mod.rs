@@ -13,7 +13,10 @@
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
+//! | in place (accumulators) | [`accumulate_square_`] [`accumulate_mean_`] [`accumulate_moving_average_`] [`accumulate_moving_average_square_`] [`accumulator_scale_`] [`accumulator_zero_`] [`sparse_accumulate_`] |
+//! | optimizers | [`adam_updater`] [`lamb_updater`] [`adamax_updater`] [`adam_var_update`] |
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
+//! | random (seeds) | [`shaped_dropout`] [`create_random_seed`] [`split_random_seed`] (host seeds: [`crate::create_seeds`]) |
 //! | host IO | [`host_load`] [`host_store`] |
 //! | control | [`call`] [`call_with_info`] [`repeat`] [`conditional`] [`conditional_branches`] |
 
@@ -21,6 +24,7 @@ mod control;
 pub mod elementwise;
 mod io;
 mod nn;
+mod optimizer;
 mod random;
 mod shape;
 mod var_update;
@@ -32,9 +36,14 @@ pub use nn::{
     matmul, max, mean, min, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with,
     softmax, sum, NllLossOptions, Reduction,
 };
-pub use random::{dropout, random_normal, random_uniform};
+pub use optimizer::{adam_updater, adam_var_update, adamax_updater, lamb_updater, AdamUpdaterOptions};
+pub use random::{create_random_seed, dropout, random_normal, random_uniform, shaped_dropout, split_random_seed};
 pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
-pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
+pub use var_update::{
+    accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_, accumulate_square_,
+    accumulator_scale_, accumulator_zero_, add_, copy_var_update_, scaled_add_, sparse_accumulate_, Scalar,
+    SparseAccumulateOptions,
+};
 
 use popart_ir::{Attributes, OpDef, OpId, TensorId};
 
