@@ -110,7 +110,9 @@ impl OpDef for AdamUpdater {
         if let Some(s) = step {
             let ok = s.nelms() == 1 && !matches!(s.dtype, DataType::Bool | DataType::Float16);
             if !ok {
-                return Err(ctx.error(format!("the time step must be a one-element float32/float64/integer tensor, got {s}")));
+                return Err(
+                    ctx.error(format!("the time step must be a one-element float32/float64/integer tensor, got {s}"))
+                );
             }
         }
         let wd_tensor = check_scalar(ctx, m, 4, "weight_decay")?;

@@ -131,5 +131,4 @@ impl OpDef for ModifyRandomSeed {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] =
-    &[&RandomUniform, &RandomNormal, &Dropout, &ShapedDropout, &ModifyRandomSeed];
+pub(crate) const ALL: &[&dyn OpDef] = &[&RandomUniform, &RandomNormal, &Dropout, &ShapedDropout, &ModifyRandomSeed];

@@ -124,7 +124,8 @@ pub(crate) fn float_compatible(a: DataType, b: DataType) -> bool {
 /// for integer `t`, of any float type for float `t`.
 pub(crate) fn check_scalar(ctx: &InferContext<'_>, t: &TensorInfo, index: u32, what: &str) -> Result<bool> {
     let Some(s) = ctx.optional_input(index) else { return Ok(false) };
-    let ok = s.nelms() == 1 && if t.dtype.is_floating_point() { s.dtype.is_floating_point() } else { s.dtype == t.dtype };
+    let ok =
+        s.nelms() == 1 && if t.dtype.is_floating_point() { s.dtype.is_floating_point() } else { s.dtype == t.dtype };
     if !ok {
         let want = if t.dtype.is_floating_point() { "floating point".to_string() } else { t.dtype.to_string() };
         return Err(ctx.error(format!("{what} (input {index}) must be a one-element {want} tensor, got {s}")));

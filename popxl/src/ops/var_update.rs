@@ -157,11 +157,7 @@ pub fn accumulate_moving_average_<'a>(t: &'a Tensor, x: &'a Tensor, f: impl Into
 /// let g = popxl::constant(vec![1.0f32, 2.0], "g").unwrap();
 /// popxl::ops::accumulate_moving_average_square_(&v, &g, 0.999).unwrap();
 /// ```
-pub fn accumulate_moving_average_square_<'a>(
-    t: &'a Tensor,
-    x: &'a Tensor,
-    f: impl Into<Scalar<'a>>,
-) -> Result<Tensor> {
+pub fn accumulate_moving_average_square_<'a>(t: &'a Tensor, x: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result<Tensor> {
     accumulate_typed("accumulate_moving_average_square_", AccumulationType::MovingAverageSquare, t, x, f.into())
 }
 

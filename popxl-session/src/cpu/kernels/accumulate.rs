@@ -53,7 +53,9 @@ impl Scalar {
     ) -> Result<Scalar, KernelError> {
         match spec.opt_input(index) {
             Some(s) if s.nelms() == 1 && s.dtype() != DataType::Bool => Ok(Scalar::Input(s.pos, s.dtype())),
-            Some(s) => Err(spec.error(format!("`{attr}` (input {index}) must be a one-element tensor, got {}", s.info))),
+            Some(s) => {
+                Err(spec.error(format!("`{attr}` (input {index}) must be a one-element tensor, got {}", s.info)))
+            }
             None => spec
                 .attrs
                 .float(attr)
@@ -396,7 +398,8 @@ mod tests {
 
     #[test]
     fn float32_accumulator_takes_float16_updates() {
-        let ins = [(0, t(DataType::Float32, &[3], &[1.0, 2.0, 3.0])), (1, t(DataType::Float16, &[3], &[0.5, 0.25, 2.0]))];
+        let ins =
+            [(0, t(DataType::Float32, &[3], &[1.0, 2.0, 3.0])), (1, t(DataType::Float16, &[3], &[0.5, 0.25, 2.0]))];
         let out = run_op("Accumulate", acc("dampened_add_square", Some(2.0)), &ins);
         assert_eq!(out[0].info.dtype, DataType::Float32);
         assert_eq!(out[0].to_f64_vec(), vec![1.5, 2.125, 11.0]);

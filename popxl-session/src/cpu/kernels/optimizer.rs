@@ -81,7 +81,8 @@ impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKern
         let (c1, c2) = (T::from_f64(c1), T::from_f64(c2));
         let eps = T::from_f64(self.eps.get(args));
         let wd = T::from_f64(if DECAY { self.wd.get(args) } else { 0.0 });
-        let (m, v, w) = (args.inputs[self.m] as *const T, args.inputs[self.v] as *const T, args.inputs[self.w] as *const T);
+        let (m, v, w) =
+            (args.inputs[self.m] as *const T, args.inputs[self.v] as *const T, args.inputs[self.w] as *const T);
         let (m, v, w) = (SendPtr(m as *mut T), SendPtr(v as *mut T), SendPtr(w as *mut T));
         let y = SendPtr(args.outputs[0] as *mut T);
         par_range_cost(self.n, 4, move |r| {
@@ -122,7 +123,9 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
         Some(s) if s.nelms() == 1 && !matches!(s.dtype(), DataType::Float16 | DataType::Bool) => {
             Some((s.pos, s.dtype()))
         }
-        Some(s) => return Err(spec.error(format!("the time step must be a float32/float64/integer scalar, got {}", s.info))),
+        Some(s) => {
+            return Err(spec.error(format!("the time step must be a float32/float64/integer scalar, got {}", s.info)))
+        }
         None => None,
     };
     if mode.bias_correction() && step.is_none() {
@@ -146,7 +149,8 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let bias = mode.bias_correction();
     let beta = |i, key| if bias { Scalar::of(spec, i, key, None) } else { Ok(Scalar::Const(0.0)) };
-    let (beta1, beta2) = (beta(5, "beta1")?, if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, "beta2")? });
+    let (beta1, beta2) =
+        (beta(5, "beta1")?, if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, "beta2")? });
     let eps = Scalar::of(spec, 7, "epsilon", Some(1e-7))?;
     let (n, m, v) = (y.nelms(), m.pos, v.pos);
     macro_rules! kernel {

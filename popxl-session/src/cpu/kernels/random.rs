@@ -75,12 +75,15 @@ fn unit53(b: u64) -> f64 {
     (b >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// Standard normal by Box–Muller from the two 32-bit halves of `b`.
+/// Two independent standard normals by Box–Muller from the two 32-bit halves of
+/// `b`: elements `2k` and `2k + 1` of a normal tensor share the draw `bits(state, k)`.
 #[inline(always)]
-fn normal(b: u64) -> f64 {
+fn normal_pair(b: u64) -> (f64, f64) {
     let u1 = ((b >> 32) as f64 + 1.0) * (1.0 / 4_294_967_296.0); // (0, 1]
     let u2 = (b & 0xFFFF_FFFF) as f64 * (1.0 / 4_294_967_296.0); // [0, 1)
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    let r = (-2.0 * u1.ln()).sqrt();
+    let (s, c) = (std::f64::consts::TAU * u2).sin_cos();
+    (r * c, r * s)
 }
 
 #[inline(always)]
@@ -123,8 +126,22 @@ impl<T: Float> Kernel for RandomKernel<T> {
                 }
                 Dist::Normal { mean, std } => {
                     let st = stream_state(seed, Stream::Normal);
-                    for (i, o) in (r.start as u64..).zip(ys) {
-                        *o = T::from_f64(mean + std * normal(bits(st, i)));
+                    let z = |v: f64| T::from_f64(mean + std * v);
+                    // A piece starting at an odd index takes the second of its pair.
+                    let odd = r.start % 2;
+                    let (head, body) = ys.split_at_mut(odd.min(ys.len()));
+                    if let Some(o) = head.first_mut() {
+                        *o = z(normal_pair(bits(st, r.start as u64 / 2)).1);
+                    }
+                    let first_pair = (r.start + odd) as u64 / 2;
+                    let mut pairs = body.chunks_exact_mut(2);
+                    for (k, o) in (first_pair..).zip(&mut pairs) {
+                        let (a, b) = normal_pair(bits(st, k));
+                        o[0] = z(a);
+                        o[1] = z(b);
+                    }
+                    if let [last] = pairs.into_remainder() {
+                        *last = z(normal_pair(bits(st, (r.end as u64 - 1) / 2)).0);
                     }
                 }
             }
@@ -229,7 +246,9 @@ fn build_modify_seed(spec: &KernelSpec<'_>) -> BuildResult {
     let (seed, m, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     let is_seed = |t: &TensorInfo| t.dtype == DataType::Uint32 && t.shape == [2];
     if !is_seed(seed.info) || !is_seed(y.info) || m.dtype() != DataType::Uint32 || m.nelms() != 1 {
-        return Err(spec.error(format!("expected uint32[2] seeds and a uint32 modifier, got {} and {}", seed.info, m.info)));
+        return Err(
+            spec.error(format!("expected uint32[2] seeds and a uint32 modifier, got {} and {}", seed.info, m.info))
+        );
     }
     boxed(ModifySeedKernel { pos: [seed.pos, m.pos] })
 }
@@ -358,6 +377,11 @@ mod tests {
         // A longer tensor starts with the same values (element i depends on i only).
         let long = run_op("RandomUniform", rand_attrs("RandomUniform", 100_000, DataType::Float64), &[(0, seed(5, 6))]);
         assert_eq!(&long[0].to_f64_vec()[..10], &x[..]);
+        // Normals come in pairs: any split of the range (odd lengths, pieces of a
+        // parallel run starting at odd indices) gives the same values.
+        let short = run_op("RandomNormal", rand_attrs("RandomNormal", 11, DataType::Float64), &[(0, seed(5, 6))]);
+        let long = run_op("RandomNormal", rand_attrs("RandomNormal", 300_001, DataType::Float64), &[(0, seed(5, 6))]);
+        assert_eq!(&long[0].to_f64_vec()[..11], &short[0].to_f64_vec()[..]);
     }
 
     #[test]
@@ -384,7 +408,8 @@ mod tests {
         // x [200, 50] with a mask [200, 1]: whole rows are kept or dropped.
         let (r, c) = (200, 50);
         let x: Vec<f64> = (0..r * c).map(|i| 1.0 + i as f64).collect();
-        let a = Attributes::new().with("ratio", AttrValue::Float(0.5)).with("shape", AttrValue::Ints(vec![r as i64, 1]));
+        let a =
+            Attributes::new().with("ratio", AttrValue::Float(0.5)).with("shape", AttrValue::Ints(vec![r as i64, 1]));
         let y = run_op("ShapedDropout", a.clone(), &[(0, t(DataType::Float64, &[r, c], &x)), (1, seed(3, 4))])[0]
             .to_f64_vec();
         let mut kept = 0;
