@@ -320,7 +320,7 @@ fn integer_time_step_and_float64() {
 fn main_graph_error(build: impl FnOnce() -> popxl::Result<Tensor>) -> PopXlError {
     let ir = Ir::new();
     let _g = ir.main_graph().enter();
-    build().err().expect("must fail")
+    build().expect_err("must fail")
 }
 
 fn is_inference_error(e: &PopXlError) -> bool {

@@ -201,7 +201,8 @@ fn infer_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         .ok_or_else(|| ctx.error(format!("unknown accumulation type {:?}", ctx.attrs.str("type").unwrap_or(""))))?;
     let plain = matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd);
     // Sums of equal types work for integers too; every other rule is float arithmetic.
-    if !(plain && t.dtype == x.dtype && t.dtype != DataType::Bool) && !float_compatible(t.dtype, x.dtype) {
+    let same_numeric = plain && t.dtype == x.dtype && t.dtype != DataType::Bool;
+    if !(same_numeric || float_compatible(t.dtype, x.dtype)) {
         return Err(ctx.error(format!(
             "cannot accumulate {} into {} with type {} (float types: equal, or float16 with float32)",
             x.dtype,
@@ -232,7 +233,7 @@ fn infer_accumulator_scale(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
 
 fn infer_sparse_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     let (t, x, idx) = (ctx.input(0)?, ctx.input(1)?, ctx.input(3)?);
-    if !(t.dtype == x.dtype && t.dtype.is_floating_point()) && !float_compatible(t.dtype, x.dtype) {
+    if !float_compatible(t.dtype, x.dtype) {
         return Err(ctx.error(format!("cannot accumulate {} into {} (float types only)", x.dtype, t.dtype)));
     }
     if !idx.dtype.is_int() {

@@ -65,12 +65,9 @@ struct AdamUpdaterKernel<T, const ADAMAX: bool, const DECAY: bool> {
 
 impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKernel<T, ADAMAX, DECAY> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let step = match self.step {
-            // The step is a modified input: written through its own pointer, which
-            // the executor gives this op alone for the duration of the run.
-            Some((p, dt)) => Some(increment_step(args.inputs[p] as *mut u8, dt)),
-            None => None,
-        };
+        // The step is a modified input: written through its own pointer, which the
+        // executor gives this op alone for the duration of the run.
+        let step = self.step.map(|(p, dt)| increment_step(args.inputs[p] as *mut u8, dt));
         let (mut c1, mut c2) = (1.0, 1.0);
         if let (true, Some(t)) = (self.bias, step) {
             c1 = 1.0 - self.beta1.get(args).powf(t);
