@@ -102,7 +102,7 @@ pub fn shaped_dropout(t: &Tensor, seed_tensor: &Tensor, shape: &[usize], ratio: 
 /// let seed = popxl::variable(vec![0u32, 42], "seed").unwrap();
 /// let m = popxl::constant(3u32, "m").unwrap();
 /// let s = popxl::ops::create_random_seed(&seed, &m).unwrap();
-/// assert_eq!((s.shape(), s.dtype()), (vec![2], popxl::uint32));
+/// assert_eq!((s.shape(), s.dtype()), (&[2usize][..], popxl::uint32));
 /// ```
 pub fn create_random_seed(seed: &Tensor, modifier: &Tensor) -> Result<Tensor> {
     OpBuilder::new("create_random_seed", &ir_ops::ModifyRandomSeed).input(0, seed).input(1, modifier).create1()
