@@ -32,7 +32,10 @@
 //! | [`shape`] | `Gather(data, indices)` | `axis: int` |
 //! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)`, `ScaledAddMatMulRhsGradInplace(g, x, w)` (made by a pattern) | `factor`, `a`, `b: float` |
 //! | [`view`] | `ReshapeInplace TransposeInplace SliceInplace ConcatInplace` (in-place views: output aliases input), `SliceUpdateInplace(base, update)` | as `Reshape Transpose Slice Concat` (+ `num_inputs: int` for `ConcatInplace`) |
+//! | [`var_update`] | `Accumulate` types, `AccumulatorScale(t[, factor])`, `SparseAccumulate(t, x[, factor], indices[, W])` | `type: str` ([`var_update::AccumulationType`]), `factor: float`, `axis: int` |
+//! | [`optimizer`] | `AdamUpdater(w?, m, v, step?, wd?, beta1?, beta2?, eps?)`, `AdamVarUpdate(w, x, r1sq?, r2sq?, lr?, mwn?)` | `mode: str` ([`optimizer::AdamMode`]), `weight_decay, beta1, beta2, epsilon, learning_rate, max_weight_norm: float` |
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
+//! | [`random`] | `ShapedDropout(x, seed)`, `ModifyRandomSeed(seed, modifier)` | `shape, ratio` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
 //! | [`indexing`] | `Subsample`, `Split` (n outputs), `Scatter(t, indices, values)`, `ScatterReduce(data, indices[, initial_values])` | `strides`; `axis, split`; `axis`; `axis, reduction, axis_size` |
@@ -51,6 +54,7 @@ pub mod io;
 pub mod logical;
 pub mod matmul;
 pub mod nn;
+pub mod optimizer;
 pub mod print;
 pub mod random;
 pub mod reduce;
@@ -77,6 +81,7 @@ pub mod all {
     pub use super::logical::*;
     pub use super::matmul::*;
     pub use super::nn::*;
+    pub use super::optimizer::*;
     pub use super::print::PrintTensor;
     pub use super::random::*;
     pub use super::reduce::*;
@@ -103,6 +108,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(nn::ALL);
         v.extend_from_slice(shape::ALL);
         v.extend_from_slice(var_update::ALL);
+        v.extend_from_slice(optimizer::ALL);
         v.extend_from_slice(random::ALL);
         v.extend_from_slice(io::ALL);
         v.extend_from_slice(control::ALL);

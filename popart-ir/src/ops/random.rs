@@ -1,7 +1,8 @@
-//! Random ops driven by an explicit `uint32[2]` seed tensor (input 0, or 1 for dropout).
+//! Random ops driven by an explicit `uint32[2]` seed tensor (input 0, or 1 for
+//! dropout), and the derivation of new seeds from a seed.
 
 use super::grad::spec;
-use super::{op_types, require_float, to_shape};
+use super::{broadcast_shapes, op_types, require_float, to_shape};
 use crate::{Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
@@ -11,6 +12,14 @@ op_types!(
     RandomNormal,
     /// zero elements with probability `p`, scale the rest by `1/(1-p)`
     Dropout,
+    /// `ShapedDropout(x, seed)`: dropout with one mask of attribute `shape` (which
+    /// broadcasts to `x`'s shape) drawn with probability `ratio` of dropping,
+    /// broadcast over `x`; kept elements are scaled by `1/(1-ratio)`
+    ShapedDropout,
+    /// `ModifyRandomSeed(seed, modifier)`: a new `uint32[2]` seed `[L, h(L, R + modifier)]`
+    /// from `seed = [L, R]` and a `uint32` scalar `modifier` (PopXL's
+    /// `split_random_seed` uses modifiers 0..n)
+    ModifyRandomSeed,
 );
 
 fn check_seed(ctx: &InferContext<'_>, index: u32) -> Result<()> {
@@ -80,4 +89,46 @@ impl OpDef for Dropout {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&RandomUniform, &RandomNormal, &Dropout];
+impl OpDef for ShapedDropout {
+    fn op_type(&self) -> &'static str {
+        "ShapedDropout"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        require_float(ctx, x, "the input")?;
+        check_seed(ctx, 1)?;
+        let ratio = ctx.float("ratio")?;
+        if !(0.0..1.0).contains(&ratio) {
+            return Err(ctx.error(format!("dropout ratio must be in [0, 1), got {ratio}")));
+        }
+        let shape = to_shape(ctx, ctx.ints("shape")?, "the mask shape")?;
+        if broadcast_shapes(&x.shape, &shape).as_ref() != Some(&x.shape) {
+            return Err(ctx.error(format!("mask shape {shape:?} does not broadcast to the input shape {:?}", x.shape)));
+        }
+        Ok(vec![x.clone()])
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::RANDOM
+    }
+    /// `ShapedDropout(g, seed)` with the same seed, shape and ratio: the same mask.
+    fn grad(&self, op: &Op) -> GradRule {
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(1))];
+        GradRule::Ops(vec![spec(&ShapedDropout, op.attrs.clone(), &ins, &[(0, 0)])])
+    }
+}
+
+impl OpDef for ModifyRandomSeed {
+    fn op_type(&self) -> &'static str {
+        "ModifyRandomSeed"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        check_seed(ctx, 0)?;
+        let m = ctx.input(1)?;
+        if m.dtype != DataType::Uint32 || m.nelms() != 1 || m.rank() > 1 {
+            return Err(ctx.error(format!("the seed modifier must be a uint32 scalar, got {m}")));
+        }
+        Ok(vec![TensorInfo::new(DataType::Uint32, [2])])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&RandomUniform, &RandomNormal, &Dropout, &ShapedDropout, &ModifyRandomSeed];

@@ -1,13 +1,32 @@
 //! In-place variable updates: output 0 is input 0, modified in place.
+//!
+//! The accumulator family follows PopART's `AccumulateOp` (attribute `type`, see
+//! [`AccumulationType`]), `AccumulatorScaleOp` and `SparseAccumulateOp`. Like
+//! PopART's mixed-precision PopLibs updates, a float accumulator may take an
+//! update (and a factor tensor) of another float type: float16 with float32 is
+//! computed in float32.
 
-use super::{broadcast_shapes, op_types};
-use crate::{Attributes, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use super::{broadcast_shapes, normalize_axis, op_types};
+use crate::{Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
 
 op_types!(
     /// `t += x` (PopXL `add_`)
     AddInplace,
-    /// `t += factor * x` (PopXL `accumulate_`); factor from attribute `factor` or optional input 2
+    /// `t = rule(t, x, f)` for the [`AccumulationType`] in attribute `type` (default
+    /// `dampened_add`: `t += f * x`); `f` from attribute `factor` or optional input 2.
+    /// PopXL's `accumulate_`, `accumulate_square_`, `accumulate_mean_`,
+    /// `accumulate_moving_average_` and `accumulate_moving_average_square_`.
     Accumulate,
+    /// `t *= f` (PopXL `accumulator_scale_`, `accumulator_zero_`); `f` from attribute
+    /// `factor` or optional input 2. A constant factor of 0 writes zeros (also over
+    /// NaN and infinities), for any dtype.
+    AccumulatorScale,
+    /// `t[.., indices[j], ..] += f * x[.., j, ..]` along attribute `axis` (PopXL
+    /// `sparse_accumulate_`): inputs `(t, x[, f], indices[, W])` at 0, 1, 2, 3, 4;
+    /// `x` has `t`'s shape with the `axis` dimension replaced by the indices' shape;
+    /// repeated indices add up, negative ones count from the end, out-of-range ones
+    /// add nothing. `W` (PopART's tile-layout reference) must have `t`'s shape.
+    SparseAccumulate,
     /// `x = a * x + b * y` (PopXL `scaled_add_`); a, b from attributes or optional inputs 2, 3
     ScaledAddInplace,
     /// `t = x` (PopXL `copy_var_update_`)
@@ -19,17 +38,108 @@ op_types!(
     ScaledAddMatMulRhsGradInplace,
 );
 
+/// PopART's `AccumulationType`: how [`Accumulate`] combines the accumulator `t`,
+/// the update `g` and the factor `f` (attribute `type`, in snake case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccumulationType {
+    /// `t += g` (no factor)
+    Add,
+    /// `t += f * g` (`f` defaults to 1)
+    DampenedAdd,
+    /// `t += f * g²` (`f` defaults to 1)
+    DampenedAddSquare,
+    /// `t = f * t + g`
+    DecayAdd,
+    /// `t = f * t + g²`
+    DecayAddSquare,
+    /// `t = f * t + (1 - f) * g`
+    MovingAverage,
+    /// `t = f * t + (1 - f) * g²`
+    MovingAverageSquare,
+    /// `t = max(f * t, |g|)`
+    Infinity,
+    /// `t = (f / (f + 1)) * t + (1 / (f + 1)) * g`, `f` the number of values accumulated so far
+    Mean,
+}
+
+impl AccumulationType {
+    /// Every type, in PopART's order.
+    pub const ALL: [AccumulationType; 9] = [
+        Self::Add,
+        Self::DampenedAdd,
+        Self::DampenedAddSquare,
+        Self::DecayAdd,
+        Self::DecayAddSquare,
+        Self::MovingAverage,
+        Self::MovingAverageSquare,
+        Self::Infinity,
+        Self::Mean,
+    ];
+
+    /// The attribute value (`"moving_average"`...).
+    ///
+    /// ```
+    /// use popart_ir::ops::var_update::AccumulationType;
+    /// assert_eq!(AccumulationType::MovingAverageSquare.name(), "moving_average_square");
+    /// assert_eq!(AccumulationType::from_name("mean"), Some(AccumulationType::Mean));
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Add => "add",
+            Self::DampenedAdd => "dampened_add",
+            Self::DampenedAddSquare => "dampened_add_square",
+            Self::DecayAdd => "decay_add",
+            Self::DecayAddSquare => "decay_add_square",
+            Self::MovingAverage => "moving_average",
+            Self::MovingAverageSquare => "moving_average_square",
+            Self::Infinity => "infinity",
+            Self::Mean => "mean",
+        }
+    }
+
+    /// The type named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The type of an op's attributes (`dampened_add` when absent), if valid.
+    pub fn of(attrs: &Attributes) -> Option<Self> {
+        attrs.str("type").map_or(Some(Self::DampenedAdd), Self::from_name)
+    }
+
+    /// Whether the factor defaults to 1 (else it is required).
+    pub fn factor_defaults_to_one(self) -> bool {
+        matches!(self, Self::DampenedAdd | Self::DampenedAddSquare)
+    }
+}
+
+/// True if a float tensor of dtype `b` may update one of dtype `a` (or scale it):
+/// the same float type, or float16 and float32 mixed (computed in float32).
+pub(crate) fn float_compatible(a: DataType, b: DataType) -> bool {
+    let half_or_single = |d| matches!(d, DataType::Float16 | DataType::Float32);
+    a.is_floating_point() && b.is_floating_point() && (a == b || (half_or_single(a) && half_or_single(b)))
+}
+
+/// Checks an optional scalar operand at input `index` (one element): of `t`'s dtype
+/// for integer `t`, of any float type for float `t`.
+pub(crate) fn check_scalar(ctx: &InferContext<'_>, t: &TensorInfo, index: u32, what: &str) -> Result<bool> {
+    let Some(s) = ctx.optional_input(index) else { return Ok(false) };
+    let ok =
+        s.nelms() == 1 && if t.dtype.is_floating_point() { s.dtype.is_floating_point() } else { s.dtype == t.dtype };
+    if !ok {
+        let want = if t.dtype.is_floating_point() { "floating point".to_string() } else { t.dtype.to_string() };
+        return Err(ctx.error(format!("{what} (input {index}) must be a one-element {want} tensor, got {s}")));
+    }
+    Ok(true)
+}
+
 /// Checks input 1 (and optional scalar inputs) against the updated input 0; returns input 0's info.
 fn infer_update(ctx: &InferContext<'_>, exact_shape: bool, scalar_inputs: &[u32]) -> Result<Vec<TensorInfo>> {
     let (t, x) = (ctx.input(0)?, ctx.input(1)?);
     if t.dtype != x.dtype {
         return Err(ctx.error(format!("updated tensor is {} but the update is {}", t.dtype, x.dtype)));
     }
-    let ok =
-        if exact_shape { t.shape == x.shape } else { broadcast_shapes(&t.shape, &x.shape).as_ref() == Some(&t.shape) };
-    if !ok {
-        return Err(ctx.error(format!("update of shape {:?} does not fit tensor of shape {:?}", x.shape, t.shape)));
-    }
+    check_fits(ctx, t, x, exact_shape)?;
     for &i in scalar_inputs {
         if let Some(s) = ctx.optional_input(i) {
             if s.nelms() != 1 || s.dtype != t.dtype {
@@ -40,12 +150,22 @@ fn infer_update(ctx: &InferContext<'_>, exact_shape: bool, scalar_inputs: &[u32]
     Ok(vec![t.clone()])
 }
 
+fn check_fits(ctx: &InferContext<'_>, t: &TensorInfo, x: &TensorInfo, exact_shape: bool) -> Result<()> {
+    let ok =
+        if exact_shape { t.shape == x.shape } else { broadcast_shapes(&t.shape, &x.shape).as_ref() == Some(&t.shape) };
+    if !ok {
+        return Err(ctx.error(format!("update of shape {:?} does not fit tensor of shape {:?}", x.shape, t.shape)));
+    }
+    Ok(())
+}
+
 macro_rules! update {
-    ($($ty:ident => $name:literal, exact = $exact:literal, scalars = $scalars:expr;)*) => {$(
+    ($($ty:ident => $name:literal, $infer:expr;)*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-                infer_update(ctx, $exact, $scalars)
+                let infer: fn(&InferContext<'_>) -> Result<Vec<TensorInfo>> = $infer;
+                infer(ctx)
             }
             fn flags(&self, _attrs: &Attributes) -> OpFlags {
                 OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
@@ -56,10 +176,86 @@ macro_rules! update {
     )*};
 }
 update! {
-    AddInplace => "AddInplace", exact = false, scalars = &[];
-    Accumulate => "Accumulate", exact = false, scalars = &[2];
-    ScaledAddInplace => "ScaledAddInplace", exact = false, scalars = &[2, 3];
-    CopyVarUpdate => "CopyVarUpdate", exact = true, scalars = &[];
+    AddInplace => "AddInplace", |ctx| infer_update(ctx, false, &[]);
+    Accumulate => "Accumulate", infer_accumulate;
+    AccumulatorScale => "AccumulatorScale", infer_accumulator_scale;
+    SparseAccumulate => "SparseAccumulate", infer_sparse_accumulate;
+    ScaledAddInplace => "ScaledAddInplace", |ctx| infer_update(ctx, false, &[2, 3]);
+    CopyVarUpdate => "CopyVarUpdate", |ctx| infer_update(ctx, true, &[]);
+}
+
+/// The factor of an update: attribute `factor` or input 2 (not both); required
+/// unless `default_one`.
+fn check_factor(ctx: &InferContext<'_>, t: &TensorInfo, default_one: bool) -> Result<()> {
+    let input = check_scalar(ctx, t, 2, "the factor")?;
+    match (input, ctx.attrs.float("factor")) {
+        (true, Some(_)) => Err(ctx.error("the factor is given both as attribute `factor` and as input 2")),
+        (false, None) if !default_one => Err(ctx.error("missing factor: attribute `factor` or input 2")),
+        _ => Ok(()),
+    }
+}
+
+fn infer_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let (t, x) = (ctx.input(0)?, ctx.input(1)?);
+    let ty = AccumulationType::of(ctx.attrs)
+        .ok_or_else(|| ctx.error(format!("unknown accumulation type {:?}", ctx.attrs.str("type").unwrap_or(""))))?;
+    let plain = matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd);
+    // Sums of equal types work for integers too; every other rule is float arithmetic.
+    let same_numeric = plain && t.dtype == x.dtype && t.dtype != DataType::Bool;
+    if !(same_numeric || float_compatible(t.dtype, x.dtype)) {
+        return Err(ctx.error(format!(
+            "cannot accumulate {} into {} with type {} (float types: equal, or float16 with float32)",
+            x.dtype,
+            t.dtype,
+            ty.name()
+        )));
+    }
+    check_fits(ctx, t, x, false)?;
+    if ty == AccumulationType::Add {
+        if ctx.optional_input(2).is_some() || ctx.attrs.float("factor").is_some() {
+            return Err(ctx.error("accumulation type add takes no factor"));
+        }
+    } else {
+        check_factor(ctx, t, ty.factor_defaults_to_one())?;
+    }
+    Ok(vec![t.clone()])
+}
+
+fn infer_accumulator_scale(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let t = ctx.input(0)?;
+    check_factor(ctx, t, false)?;
+    let zeroing = ctx.optional_input(2).is_none() && ctx.attrs.float("factor") == Some(0.0);
+    if !zeroing && !t.dtype.is_floating_point() {
+        return Err(ctx.error(format!("only a constant factor of 0 applies to a {} tensor", t.dtype)));
+    }
+    Ok(vec![t.clone()])
+}
+
+fn infer_sparse_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let (t, x, idx) = (ctx.input(0)?, ctx.input(1)?, ctx.input(3)?);
+    if !float_compatible(t.dtype, x.dtype) {
+        return Err(ctx.error(format!("cannot accumulate {} into {} (float types only)", x.dtype, t.dtype)));
+    }
+    if !idx.dtype.is_int() {
+        return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
+    }
+    if t.rank() == 0 {
+        return Err(ctx.error("cannot sparse-accumulate into a scalar"));
+    }
+    let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), t.rank()).map_err(super::infer_error(ctx))?;
+    let mut want = t.shape[..axis].to_vec();
+    want.extend_from_slice(&idx.shape);
+    want.extend_from_slice(&t.shape[axis + 1..]);
+    if x.shape != want {
+        return Err(ctx.error(format!("update {x} should have shape {want:?} (indices {idx} along axis {axis})")));
+    }
+    check_factor(ctx, t, true)?;
+    if let Some(w) = ctx.optional_input(4) {
+        if w.shape != t.shape {
+            return Err(ctx.error(format!("reference weight {w} must have the shape of {t}")));
+        }
+    }
+    Ok(vec![t.clone()])
 }
 
 impl OpDef for ScaledAddMatMulRhsGradInplace {
@@ -90,5 +286,12 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] =
-    &[&AddInplace, &Accumulate, &ScaledAddInplace, &CopyVarUpdate, &ScaledAddMatMulRhsGradInplace];
+pub(crate) const ALL: &[&dyn OpDef] = &[
+    &AddInplace,
+    &Accumulate,
+    &AccumulatorScale,
+    &SparseAccumulate,
+    &ScaledAddInplace,
+    &CopyVarUpdate,
+    &ScaledAddMatMulRhsGradInplace,
+];

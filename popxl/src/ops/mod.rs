@@ -20,7 +20,10 @@
 //! | indexing | [`subsample`] [`split`] [`scatter`] [`scatter_reduce`] [`dynamic_slice`] [`dynamic_update`] [`dynamic_update_`] [`onehot`] [`gather_with_options`] [`tied_gather`] [`groupedgather`] [`init`] |
 //! | in place | [`add_`] [`accumulate_`] [`scaled_add_`] [`copy_var_update_`] |
 //! | views (in place) | [`reshape_`] [`flatten_`] [`transpose_`] [`slice_`] [`concat_`] (aliases of their inputs) |
+//! | in place (accumulators) | [`accumulate_square_`] [`accumulate_mean_`] [`accumulate_moving_average_`] [`accumulate_moving_average_square_`] [`accumulator_scale_`] [`accumulator_zero_`] [`sparse_accumulate_`] |
+//! | optimizers | [`adam_updater`] [`lamb_updater`] [`adamax_updater`] [`adam_var_update`] |
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
+//! | random (seeds) | [`shaped_dropout`] [`create_random_seed`] [`split_random_seed`] (host seeds: [`crate::create_seeds`]) |
 //! | host IO | [`host_load`] [`host_store`] |
 //! | control | [`call`] [`call_with_info`] [`repeat`] [`repeat_with_info`] [`conditional`] [`conditional_branches`] |
 
@@ -30,6 +33,7 @@ mod indexing;
 mod io;
 mod logical;
 mod nn;
+mod optimizer;
 mod print;
 mod random;
 mod reduce;
@@ -53,15 +57,20 @@ pub use nn::{
     matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
     NllLossOptions, Reduction,
 };
+pub use optimizer::{adam_updater, adam_var_update, adamax_updater, lamb_updater, AdamUpdaterOptions};
 pub use print::{print_tensor, FloatFormat, PrintTensorOptions};
-pub use random::{dropout, random_normal, random_uniform};
+pub use random::{create_random_seed, dropout, random_normal, random_uniform, shaped_dropout, split_random_seed};
 pub use reduce::{
     cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,
     CumSumOptions,
 };
 pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
 pub use sort::{argmax, argmin, histogram, topk};
-pub use var_update::{accumulate_, add_, copy_var_update_, scaled_add_, Scalar};
+pub use var_update::{
+    accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_, accumulate_square_,
+    accumulator_scale_, accumulator_zero_, add_, copy_var_update_, scaled_add_, sparse_accumulate_, Scalar,
+    SparseAccumulateOptions,
+};
 pub use view::{concat_, flatten_, reshape_, slice_, transpose_};
 
 use popart_ir::{Attributes, OpDef, OpId, TensorId};

@@ -66,3 +66,72 @@ pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype:
 pub fn dropout(t: &Tensor, seed: &Tensor, p: f64) -> Result<Tensor> {
     OpBuilder::new("dropout", &ir_ops::Dropout).input(0, t).input(1, seed).attr("p", AttrValue::Float(p)).create1()
 }
+
+/// Dropout with one mask of `shape` broadcast over `t` (op `ShapedDropout`;
+/// PopXL's `shaped_dropout`): whole slices of `t` (the broadcast dimensions of
+/// the mask) are kept together or dropped, with probability `ratio` (in `[0, 1)`)
+/// of dropping; kept elements are scaled by `1 / (1 - ratio)`. The gradient
+/// applies the same mask (same seed).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let seed = popxl::variable(vec![0u32, 42], "seed").unwrap();
+/// let x = popxl::constant(ndarray::Array2::<f32>::ones((4, 8)), "x").unwrap();
+/// // One decision per row.
+/// let y = popxl::ops::shaped_dropout(&x, &seed, &[4, 1], 0.5).unwrap();
+/// assert_eq!(y.shape(), &[4, 8]);
+/// assert!(popxl::ops::shaped_dropout(&x, &seed, &[3, 1], 0.5).is_err());
+/// ```
+pub fn shaped_dropout(t: &Tensor, seed_tensor: &Tensor, shape: &[usize], ratio: f64) -> Result<Tensor> {
+    OpBuilder::new("shaped_dropout", &ir_ops::ShapedDropout)
+        .input(0, t)
+        .input(1, seed_tensor)
+        .attr("shape", shape_attr(shape)?)
+        .attr("ratio", AttrValue::Float(ratio))
+        .create1()
+}
+
+/// A new seed from `seed` (`uint32[2]`) and a `uint32` scalar `modifier` (op
+/// `ModifyRandomSeed`; PopXL's `ops.random_seed.create_random_seed`): `[L, h]`
+/// where `h` depends on `L` and `R + modifier` only (see the op's doc).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let seed = popxl::variable(vec![0u32, 42], "seed").unwrap();
+/// let m = popxl::constant(3u32, "m").unwrap();
+/// let s = popxl::ops::create_random_seed(&seed, &m).unwrap();
+/// assert_eq!((s.shape(), s.dtype()), (&[2usize][..], popxl::uint32));
+/// ```
+pub fn create_random_seed(seed: &Tensor, modifier: &Tensor) -> Result<Tensor> {
+    OpBuilder::new("create_random_seed", &ir_ops::ModifyRandomSeed).input(0, seed).input(1, modifier).create1()
+}
+
+/// `n` new seeds from `seed` (PopXL's `split_random_seed`, default `n = 2`):
+/// [`create_random_seed`] with modifiers `0..n` (uint32 constants). Chaining
+/// `let [seed, s1] = split(seed)` gives every random op of a program its own
+/// stream.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let seed = popxl::variable(vec![0u32, 42], "seed").unwrap();
+/// let seeds = popxl::ops::split_random_seed(&seed, 2).unwrap();
+/// assert_eq!(seeds.len(), 2);
+/// let x = popxl::constant(vec![1.0f32; 8], "x").unwrap();
+/// popxl::ops::dropout(&x, &seeds[1], 0.1).unwrap();
+/// ```
+pub fn split_random_seed(seed: &Tensor, n: usize) -> Result<Vec<Tensor>> {
+    (0..n)
+        .map(|i| {
+            let m = u32::try_from(i).map_err(|_| crate::PopXlError::IntegerOutOfRange {
+                what: "split_random_seed modifier".to_string(),
+                value: i.to_string(),
+                ty: "u32",
+            })?;
+            let modifier = crate::constant(m, &format!("seed_modifier_{i}"))?;
+            create_random_seed(seed, &modifier)
+        })
+        .collect()
+}

@@ -19,8 +19,11 @@
 //!   `Where`, `Gather`, `Cast`) support every dtype, arithmetic and comparisons
 //!   support the integer types too (wrapping; integer division by zero gives 0).
 //! - In-place updates (`AddInplace`, `Accumulate`, `ScaledAddInplace`,
-//!   `CopyVarUpdate`) read the updated tensor through output pointer 0, per the
-//!   aliasing invariant of [`KernelArgs`](super::kernel::KernelArgs).
+//!   `CopyVarUpdate`, `AccumulatorScale`, `SparseAccumulate`, `AdamVarUpdate`)
+//!   read the updated tensor through output pointer 0, per the aliasing
+//!   invariant of [`KernelArgs`](super::kernel::KernelArgs). `AdamUpdater`
+//!   increments its time step, a modified input without an output, through
+//!   the input's own pointer.
 //! - Random ops are counter based: element `i` of a tensor depends only on the
 //!   `uint32[2]` seed value and `i`, so `Dropout` on the same seed and shape
 //!   draws the same mask in the forward and backward passes.
@@ -32,9 +35,9 @@
 //!   call for large products, and `PrintTensor` when it prints (it formats text).
 //!
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
-//! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `random`, `grad`,
-//! `elementwise_ext`, `logical`, `print`, `indexing`, `scatter`), each exporting
-//! its `KERNELS` table,
+//! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
+//! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
+//! `indexing`, `scatter`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -58,6 +61,7 @@
 //! assert_eq!(y, [11.0, 22.0, 33.0]);
 //! ```
 
+mod accumulate;
 mod binary;
 mod broadcast;
 mod dispatch;
@@ -65,10 +69,11 @@ mod elem;
 mod elementwise_ext;
 mod float16;
 mod grad;
-mod logical;
 mod indexing;
+mod logical;
 mod matmul;
 mod nn;
+mod optimizer;
 mod par;
 mod print;
 mod ptr;
@@ -115,6 +120,8 @@ fn registry() -> &'static Registry {
             nn::KERNELS,
             shape::KERNELS,
             var_update::KERNELS,
+            accumulate::KERNELS,
+            optimizer::KERNELS,
             random::KERNELS,
             grad::KERNELS,
             elementwise_ext::KERNELS,

@@ -1,6 +1,7 @@
-//! In-place variable updates: `AddInplace`, `Accumulate`, `ScaledAddInplace`,
-//! `CopyVarUpdate`. The updated tensor (input 0) is read and written through
-//! output pointer 0 only, as the aliasing invariant requires.
+//! In-place variable updates: `AddInplace`, `ScaledAddInplace`, `CopyVarUpdate`
+//! and integer `Accumulate` (float accumulators are in `accumulate`). The updated
+//! tensor (input 0) is read and written through output pointer 0 only, as the
+//! aliasing invariant requires.
 
 use super::broadcast::Broadcast;
 use super::dispatch::with_num;
@@ -154,7 +155,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
 
 /// Every kernel of this file.
 pub(crate) const KERNELS: &[KernelEntry] =
-    &[(&ir::AddInplace, build), (&ir::Accumulate, build), (&ir::ScaledAddInplace, build), (&ir::CopyVarUpdate, build)];
+    &[(&ir::AddInplace, build), (&ir::ScaledAddInplace, build), (&ir::CopyVarUpdate, build)];
 
 #[cfg(test)]
 mod tests {

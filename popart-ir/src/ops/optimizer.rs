@@ -1,0 +1,182 @@
+//! Optimizer ops of PopART's Adam family: `AdamUpdater` (the updater term of
+//! Adam, LAMB and AdaMax) and `AdamVarUpdate` (the weight update with LAMB's
+//! trust ratio). Their scalar hyper-parameters are attributes or optional scalar
+//! tensor inputs of any float type (PopART's non-constant `OptimizerValue`s).
+
+use super::op_types;
+use super::var_update::{check_scalar, float_compatible};
+use crate::{Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+
+op_types!(
+    /// The updater term of Adam/LAMB/AdaMax (PopART `AdamUpdaterOp`): inputs
+    /// `(w?, m, v, step?, wd?, beta1?, beta2?, eps?)` at 0..=7, attributes `mode`
+    /// ([`AdamMode`]) and `weight_decay`, `beta1`, `beta2`, `epsilon` (for the
+    /// scalars not given as tensors). With `step`, `step += 1` in place first and
+    /// `mc = m / (1 - beta1^step)`, `vc = v / (1 - beta2^step)` (AdaMax: `vc = v`);
+    /// without, `mc = m`, `vc = v`. Output `mc / (sqrt(vc) + eps) + wd * w`
+    /// (AdaMax: `mc / (vc + eps) + wd * w`), of `w`'s dtype (else `m`'s).
+    AdamUpdater,
+    /// `w -= lr * ratio * x` in place (PopART `AdamVarUpdateOp`): inputs
+    /// `(w, x, r1sq?, r2sq?, lr?, mwn?)` at 0..=5, attributes `learning_rate` and
+    /// `max_weight_norm` (absent: no clipping). With both squared norms `r1sq = |w|²`
+    /// and `r2sq = |x|²` (LAMB): `ratio = min(sqrt(r1sq), mwn) / sqrt(r2sq)`, or 1
+    /// when `r1sq`, `r2sq` or `mwn` is 0; without them `ratio = 1` (Adam).
+    AdamVarUpdate,
+);
+
+/// PopART's `AdamMode` as attribute `mode` of [`AdamUpdater`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AdamMode {
+    /// Adam with bias correction (`step` required)
+    Adam,
+    /// Adam without bias correction
+    AdamNoBias,
+    /// LAMB with bias correction (`step` required); the updater is Adam's
+    Lamb,
+    /// LAMB without bias correction
+    LambNoBias,
+    /// AdaMax: bias correction of `m` only (`step` required), `v` not square-rooted
+    AdaMax,
+}
+
+impl AdamMode {
+    const ALL: [AdamMode; 5] = [Self::Adam, Self::AdamNoBias, Self::Lamb, Self::LambNoBias, Self::AdaMax];
+
+    /// The attribute value.
+    ///
+    /// ```
+    /// use popart_ir::ops::optimizer::AdamMode;
+    /// assert_eq!(AdamMode::from_name(AdamMode::LambNoBias.name()), Some(AdamMode::LambNoBias));
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Adam => "adam",
+            Self::AdamNoBias => "adam_no_bias",
+            Self::Lamb => "lamb",
+            Self::LambNoBias => "lamb_no_bias",
+            Self::AdaMax => "adamax",
+        }
+    }
+
+    /// The mode named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The mode of an op's attributes (`adam_no_bias` when absent), if valid.
+    pub fn of(attrs: &Attributes) -> Option<Self> {
+        attrs.str("mode").map_or(Some(Self::AdamNoBias), Self::from_name)
+    }
+
+    /// Whether the mode corrects the bias of `m` (and of `v`, but for AdaMax).
+    pub fn bias_correction(self) -> bool {
+        matches!(self, Self::Adam | Self::Lamb | Self::AdaMax)
+    }
+}
+
+/// A scalar hyper-parameter at input `index` or attribute `key`: whether it is
+/// present (tensor or attribute); both at once is an error.
+fn hyper(ctx: &InferContext<'_>, like: &TensorInfo, index: u32, key: &str) -> Result<bool> {
+    let input = check_scalar(ctx, like, index, key)?;
+    if input && ctx.attrs.get(key).is_some() {
+        return Err(ctx.error(format!("`{key}` is given both as an attribute and as input {index}")));
+    }
+    if let Some(v) = ctx.attrs.get(key) {
+        if ctx.attrs.float(key).is_none() {
+            return Err(ctx.error(format!("attribute `{key}` must be a float, got {v:?}")));
+        }
+    }
+    Ok(input || ctx.attrs.get(key).is_some())
+}
+
+impl OpDef for AdamUpdater {
+    fn op_type(&self) -> &'static str {
+        "AdamUpdater"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let mode = AdamMode::of(ctx.attrs)
+            .ok_or_else(|| ctx.error(format!("unknown Adam mode {:?}", ctx.attrs.str("mode").unwrap_or(""))))?;
+        let (m, v) = (ctx.input(1)?, ctx.input(2)?);
+        if !float_compatible(m.dtype, v.dtype) || m.shape != v.shape {
+            return Err(ctx.error(format!("the moments must be float tensors of one shape, got {m} and {v}")));
+        }
+        let w = ctx.optional_input(0);
+        if let Some(w) = w {
+            if !float_compatible(w.dtype, m.dtype) || w.shape != m.shape {
+                return Err(ctx.error(format!("the weight {w} must be a float tensor of the moments' shape {m}")));
+            }
+        }
+        let step = ctx.optional_input(3);
+        if let Some(s) = step {
+            let ok = s.nelms() == 1 && !matches!(s.dtype, DataType::Bool | DataType::Float16);
+            if !ok {
+                return Err(
+                    ctx.error(format!("the time step must be a one-element float32/float64/integer tensor, got {s}"))
+                );
+            }
+        }
+        let wd_tensor = check_scalar(ctx, m, 4, "weight_decay")?;
+        if wd_tensor && ctx.attrs.get("weight_decay").is_some() {
+            return Err(ctx.error("`weight_decay` is given both as an attribute and as input 4"));
+        }
+        let decays = wd_tensor || ctx.attrs.float("weight_decay").is_some_and(|wd| wd != 0.0);
+        if decays && w.is_none() {
+            return Err(ctx.error("weight decay needs the weight (input 0)"));
+        }
+        let b1 = hyper(ctx, m, 5, "beta1")?;
+        let b2 = hyper(ctx, m, 6, "beta2")?;
+        hyper(ctx, m, 7, "epsilon")?;
+        if mode.bias_correction() {
+            let betas = if mode == AdamMode::AdaMax { b1 } else { b1 && b2 };
+            if step.is_none() || !betas {
+                return Err(ctx.error(format!(
+                    "mode {} corrects the bias: it needs the time step (input 3) and beta1{}",
+                    mode.name(),
+                    if mode == AdamMode::AdaMax { "" } else { " and beta2" }
+                )));
+            }
+        }
+        let dtype = w.map_or(m.dtype, |w| w.dtype);
+        Ok(vec![TensorInfo::new(dtype, m.shape.clone())])
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS
+    }
+    /// The time step (input 3), incremented in place when connected.
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![3]
+    }
+}
+
+impl OpDef for AdamVarUpdate {
+    fn op_type(&self) -> &'static str {
+        "AdamVarUpdate"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (w, x) = (ctx.input(0)?, ctx.input(1)?);
+        if !float_compatible(w.dtype, x.dtype) || w.shape != x.shape {
+            return Err(ctx.error(format!("the updater {x} must be a float tensor of the weight's shape {w}")));
+        }
+        let r1 = check_scalar(ctx, w, 2, "r1 (the squared weight norm)")?;
+        let r2 = check_scalar(ctx, w, 3, "r2 (the squared updater norm)")?;
+        if r1 != r2 {
+            return Err(ctx.error("the LAMB norms r1 and r2 (inputs 2 and 3) go together"));
+        }
+        if !hyper(ctx, w, 4, "learning_rate")? {
+            return Err(ctx.error("missing learning rate: attribute `learning_rate` or input 4"));
+        }
+        hyper(ctx, w, 5, "max_weight_norm")?;
+        Ok(vec![w.clone()])
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![0]
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(0, 0)]
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&AdamUpdater, &AdamVarUpdate];
