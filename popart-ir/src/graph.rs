@@ -264,6 +264,15 @@ impl Graph {
             .ok_or_else(|| IrError::UnknownOp { graph: self.name.clone(), op: name.to_string() })
     }
 
+    /// Set where an op runs (an annotation; see [`crate::Placement`]).
+    pub fn set_op_placement(&mut self, id: OpId, placement: crate::Placement) -> Result<()> {
+        let Some(o) = self.ops.get_mut(id) else {
+            return Err(self.unknown_op(id));
+        };
+        o.placement = placement;
+        Ok(())
+    }
+
     /// Mutable access to an op's attributes. Changing attributes does not re-run
     /// shape inference; passes that change shapes must re-create the op.
     pub fn op_attrs_mut(&mut self, id: OpId) -> Result<&mut Attributes> {
@@ -556,6 +565,7 @@ impl Graph {
             inputs: TensorIndexMap::default(),
             outputs: TensorIndexMap::default(),
             seq,
+            placement: crate::Placement::default(),
         });
         self.op_names.insert_hashed(h, id);
         id

@@ -22,6 +22,7 @@ mod hash;
 mod ir;
 mod op;
 pub mod ops;
+mod placement;
 mod schedule;
 pub mod size;
 mod tensor;
@@ -38,6 +39,7 @@ pub use op::{
     lookup_op, register_op, registered_op_types, registered_ops, GradOpSpec, GradRule, GradSource, InferContext, Op,
     OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
+pub use placement::{Placement, TileSet};
 pub use schedule::ScheduleOptions;
 pub use size::SizeError;
 pub use tensor::{HostDataError, HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};

@@ -606,6 +606,8 @@ pub struct Op {
     pub(crate) outputs: TensorIndexMap,
     /// Creation sequence number within the graph: the scheduler's final tie-break.
     pub(crate) seq: u64,
+    /// Where the op runs (an annotation; see [`crate::Placement`]).
+    pub placement: crate::Placement,
 }
 
 impl Op {

@@ -8,17 +8,16 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 
-use popart_ir::{GraphId, OpId};
+use popart_ir::{GraphId, OpId, Placement, TileSet};
 
 use crate::{Graph, Ir, PopXlError, Result};
 
 /// Key of a graph across IRs: (IR id, graph id).
 type GraphKey = (u64, GraphId);
 
-#[derive(Default)]
 struct SeqFrame {
     token: u64,
-    enabled: bool,
+    mode: SequenceMode,
     /// Ops that the next op created in this frame (per graph) must follow.
     must_follow: HashMap<GraphKey, Vec<OpId>>,
     /// The frame's "sink" ops (per graph): what the op created after the frame
@@ -32,6 +31,8 @@ struct Context {
     graphs: Vec<(u64, Graph)>,
     sequences: Vec<SeqFrame>,
     scopes: Vec<(u64, String)>,
+    ipus: Vec<(u64, u32)>,
+    io_tiles: Vec<u64>,
 }
 
 impl Context {
@@ -145,13 +146,45 @@ pub struct SequenceContext {
     _not_send: NotSend,
 }
 
+/// The mode of an [`in_sequence`] block (PopXL's `True`, `False` and `'pass'`).
+/// `bool`s convert: `in_sequence(true)` is [`SequenceMode::On`].
+///
+/// ```
+/// use popxl::SequenceMode;
+/// assert_eq!(SequenceMode::from(false), SequenceMode::Off);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SequenceMode {
+    /// Each op created in the block runs after the op created before it.
+    On,
+    /// No order among the block's ops; inside an [`SequenceMode::On`] block the
+    /// whole block is one unit of the outer sequence.
+    Off,
+    /// PopXL's `'pass'`: creating an op adds no constraint at all (for
+    /// transforms that add their own), and the block is not a unit of an
+    /// enclosing sequence. Blocks nested inside start a fresh sequence.
+    Pass,
+}
+
+impl From<bool> for SequenceMode {
+    fn from(enabled: bool) -> Self {
+        if enabled {
+            SequenceMode::On
+        } else {
+            SequenceMode::Off
+        }
+    }
+}
+
 /// Order ops by creation (PopXL's `in_sequence`).
 ///
 /// While the returned guard lives, every op created in a graph is constrained
 /// (by a topological constraint) to run after the op created before it in that
 /// graph. An `in_sequence(false)` block inside an `in_sequence(true)` block is
 /// one unit: its ops run after the ops before the block and before the ops
-/// after it, in any order among themselves.
+/// after it, in any order among themselves. An
+/// `in_sequence(SequenceMode::Pass)` block adds no constraints (see
+/// [`SequenceMode::Pass`]).
 ///
 /// ```
 /// use popxl::{ops, Ir};
@@ -169,11 +202,15 @@ pub struct SequenceContext {
 /// });
 /// # let _ = b;
 /// ```
-pub fn in_sequence(enabled: bool) -> SequenceContext {
+pub fn in_sequence(mode: impl Into<SequenceMode>) -> SequenceContext {
+    let mode = mode.into();
     let token = with_ctx(|c| {
         let token = c.token();
-        let must_follow = c.sequences.last().map(|p| p.must_follow.clone()).unwrap_or_default();
-        c.sequences.push(SeqFrame { token, enabled, must_follow, tail: HashMap::new() });
+        let must_follow = match (mode, c.sequences.last()) {
+            (SequenceMode::Pass, _) | (_, None) => HashMap::new(),
+            (_, Some(p)) => p.must_follow.clone(),
+        };
+        c.sequences.push(SeqFrame { token, mode, must_follow, tail: HashMap::new() });
         token
     });
     SequenceContext { token, _not_send: PhantomData }
@@ -192,11 +229,14 @@ impl Drop for SequenceContext {
                 return;
             }
             let parent = &mut c.sequences[i - 1];
+            if parent.mode == SequenceMode::Pass {
+                return;
+            }
             for (g, tail) in frame.tail {
                 if tail.is_empty() {
                     continue;
                 }
-                if parent.enabled {
+                if parent.mode == SequenceMode::On {
                     parent.must_follow.insert(g, tail.clone());
                     parent.tail.insert(g, tail);
                 } else {
@@ -215,11 +255,13 @@ pub(crate) fn on_op_created(ir: u64, graph: GraphId, op: OpId) -> Vec<OpId> {
         };
         let key = (ir, graph);
         let before = frame.must_follow.get(&key).cloned().unwrap_or_default();
-        if frame.enabled {
-            frame.must_follow.insert(key, vec![op]);
-            frame.tail.insert(key, vec![op]);
-        } else {
-            frame.tail.entry(key).or_default().push(op);
+        match frame.mode {
+            SequenceMode::On => {
+                frame.must_follow.insert(key, vec![op]);
+                frame.tail.insert(key, vec![op]);
+            }
+            SequenceMode::Off => frame.tail.entry(key).or_default().push(op),
+            SequenceMode::Pass => {}
         }
         before
     })
@@ -294,4 +336,108 @@ pub(crate) fn scoped(name: &str) -> String {
 pub fn current_name_scope() -> String {
     let s = scoped("");
     s.trim_end_matches('/').to_string()
+}
+
+/// Guard returned by [`ipu`]; restores the previous IPU when dropped.
+///
+/// ```
+/// let _p = popxl::ipu(1);
+/// ```
+#[must_use = "the placement applies only while the guard is alive: bind it with `let _p = ...`"]
+pub struct IpuContext {
+    token: u64,
+    _not_send: NotSend,
+}
+
+/// Place ops created while the guard lives on IPU `n` (PopXL's `ipu(n)`).
+///
+/// The placement is an annotation stored on each op ([`popart_ir::Placement`],
+/// shown in the text IR and read back by [`crate::Tensor::ipu`]); the `cpu`
+/// device runs every op on the host whatever its placement.
+///
+/// ```
+/// use popxl::{ops, Ir};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let y = {
+///     let _p = popxl::ipu(1);
+///     ops::relu(&x).unwrap()
+/// };
+/// assert_eq!(y.ipu().unwrap(), 1);
+/// assert!(ir.to_text().contains("place[ipu=1]"));
+/// ```
+pub fn ipu(n: u32) -> IpuContext {
+    let token = with_ctx(|c| {
+        let t = c.token();
+        c.ipus.push((t, n));
+        t
+    });
+    IpuContext { token, _not_send: PhantomData }
+}
+
+impl Drop for IpuContext {
+    fn drop(&mut self) {
+        let token = self.token;
+        with_ctx(|c| {
+            if let Some(i) = c.ipus.iter().rposition(|(t, _)| *t == token) {
+                c.ipus.remove(i);
+            }
+        });
+    }
+}
+
+/// Guard returned by [`io_tiles`]; leaves the IO tiles when dropped.
+///
+/// ```
+/// let _t = popxl::io_tiles();
+/// ```
+#[must_use = "the placement applies only while the guard is alive: bind it with `let _t = ...`"]
+pub struct IoTilesContext {
+    token: u64,
+    _not_send: NotSend,
+}
+
+/// Run ops created while the guard lives on the IO tiles of the current IPU
+/// (PopXL's `io_tiles()`). An annotation like [`ipu`]; see
+/// [`crate::Tensor::tile_set`] and [`crate::ops::io_tile_copy`].
+///
+/// ```
+/// use popxl::{ops, Ir, TileSet};
+/// let ir = Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(1.0f32, "x").unwrap();
+/// let y = {
+///     let _t = popxl::io_tiles();
+///     ops::io_tile_copy(&x).unwrap()
+/// };
+/// assert_eq!(y.tile_set().unwrap(), TileSet::Io);
+/// ```
+pub fn io_tiles() -> IoTilesContext {
+    let token = with_ctx(|c| {
+        let t = c.token();
+        c.io_tiles.push(t);
+        t
+    });
+    IoTilesContext { token, _not_send: PhantomData }
+}
+
+impl Drop for IoTilesContext {
+    fn drop(&mut self) {
+        let token = self.token;
+        with_ctx(|c| {
+            if let Some(i) = c.io_tiles.iter().rposition(|t| *t == token) {
+                c.io_tiles.remove(i);
+            }
+        });
+    }
+}
+
+/// The placement of an op created now: the innermost [`ipu`] and whether an
+/// [`io_tiles`] guard is alive.
+pub(crate) fn current_placement() -> Placement {
+    with_ctx(|c| Placement {
+        ipu: c.ipus.last().map(|(_, n)| *n),
+        tile_set: if c.io_tiles.is_empty() { TileSet::Compute } else { TileSet::Io },
+    })
 }

@@ -31,6 +31,18 @@ pub enum PopXlError {
         /// The graph.
         graph: String,
     },
+    /// A tensor's placement was read but never set (PopXL's `UndefinedValue`):
+    /// `Tensor::ipu` of a tensor made outside any `ipu(n)` context, or
+    /// `Tensor::tile_set` of a tensor no op produces or consumes.
+    #[error("the {what} of tensor `{tensor}` is undefined: {reason}")]
+    UndefinedValue {
+        /// `IPU` or `tile set`.
+        what: String,
+        /// The tensor.
+        tensor: String,
+        /// Why.
+        reason: String,
+    },
     /// A matrix operation (`Tensor::diag`) on a tensor that is not 2-D.
     #[error("`{what}` needs a 2-D tensor; `{tensor}` has rank {rank}")]
     NotAMatrix {

@@ -46,24 +46,25 @@ pub mod ops;
 mod seeds;
 mod stream;
 mod tensor;
+mod tensor_ops;
 pub mod transforms;
 mod unbound;
 mod variables;
 
 pub use build::{FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module, TensorByRef};
 pub use context::{
-    current_graph, current_ir, current_main_graph, current_name_scope, in_sequence, name_scope, GraphContext,
-    NameScope, SequenceContext,
+    current_graph, current_ir, current_main_graph, current_name_scope, in_sequence, io_tiles, ipu, name_scope,
+    GraphContext, IoTilesContext, IpuContext, NameScope, SequenceContext, SequenceMode,
 };
 pub use error::{PopXlError, Result};
 pub use graph::Graph;
 pub use host::{HostArray, HostElement};
 pub use ir::Ir;
 pub use ops::SliceIndex;
-pub use popart_ir::DataType;
+pub use popart_ir::{DataType, Placement, TileSet};
 pub use seeds::{create_seeds, create_seeds_with, SeedOptions};
 pub use stream::{d2h_stream, h2d_stream, DeviceToHostStream, HostToDeviceStream};
-pub use tensor::{Tensor, TensorSpec};
+pub use tensor::{IndexKey, Tensor, TensorSpec};
 pub use variables::{constant, constant_as, graph_input, graph_input_by_ref, graph_output, variable, variable_as};
 
 pub use dtypes::*;

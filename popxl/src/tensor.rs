@@ -2,12 +2,10 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 use std::rc::Rc;
 
 use popart_ir::{DataType, GraphId, TensorId, TensorInfo, TensorKind};
 
-use crate::host::Wide;
 use crate::{ops, Graph, PopXlError, Result, SliceIndex};
 
 /// Shape and data type of a tensor (PopXL's `TensorSpec`), used to create graph
@@ -325,6 +323,69 @@ impl Tensor {
         Ok(st.ir.graph(self.graph.id)?.tensor(self.id)?.kind.clone())
     }
 
+    /// The placement of the op that produces this tensor, else of its first
+    /// consumer (a variable or graph input takes its consumer's), else `None`
+    /// (PopART's `getVirtualGraphIdAndTileSetUnsafe`).
+    fn placement(&self) -> Result<Option<popart_ir::Placement>> {
+        let st = self.graph.state()?;
+        let st = st.borrow();
+        let g = st.ir.graph(self.graph.id)?;
+        let t = g.tensor(self.id)?;
+        let port = t
+            .producer()
+            .or_else(|| t.consumers().iter().min_by_key(|p| g.op(p.op).map_or(u64::MAX, |o| o.seq())).copied());
+        Ok(match port {
+            Some(p) => Some(g.op(p.op)?.placement),
+            None => None,
+        })
+    }
+
+    /// The IPU this tensor is on (PopXL's `Tensor.ipu`): the `ipu(n)` context
+    /// its producer (or, without one, its first consumer) was created in.
+    /// Unset is [`PopXlError::UndefinedValue`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::variable(1.0f32, "x").unwrap();
+    /// assert!(x.ipu().is_err()); // no op uses it yet
+    /// let _p = popxl::ipu(2);
+    /// let y = popxl::ops::exp(&x).unwrap();
+    /// assert_eq!((x.ipu().unwrap(), y.ipu().unwrap()), (2, 2));
+    /// ```
+    pub fn ipu(&self) -> Result<u32> {
+        let undefined = |reason: &str| PopXlError::UndefinedValue {
+            what: "IPU".into(),
+            tensor: self.name().to_string(),
+            reason: reason.into(),
+        };
+        match self.placement()? {
+            Some(p) => p.ipu.ok_or_else(|| undefined("its op was not created in an `ipu(n)` context")),
+            None => Err(undefined("no op produces or consumes it")),
+        }
+    }
+
+    /// The tile set this tensor is on (PopXL's `Tensor.tile_set`): IO inside an
+    /// [`crate::io_tiles`] context, else compute; read from its producer or,
+    /// without one, its first consumer. A tensor no op touches is
+    /// [`PopXlError::UndefinedValue`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::variable(1.0f32, "x").unwrap();
+    /// assert!(x.tile_set().is_err());
+    /// let y = popxl::ops::exp(&x).unwrap();
+    /// assert_eq!(y.tile_set().unwrap(), popxl::TileSet::Compute);
+    /// ```
+    pub fn tile_set(&self) -> Result<popart_ir::TileSet> {
+        self.placement()?.map(|p| p.tile_set).ok_or_else(|| PopXlError::UndefinedValue {
+            what: "tile set".into(),
+            tensor: self.name().to_string(),
+            reason: "no op produces or consumes it".into(),
+        })
+    }
+
     /// True for variables.
     ///
     /// ```
@@ -492,9 +553,11 @@ impl Tensor {
         ops::slice(&self.flatten()?, &[0], &[n], &[step], &[0])
     }
 
-    /// Numpy-style indexing (PopXL's `t[key]`): integers pick (and drop) an axis,
-    /// ranges slice (with an optional step); missing trailing axes are kept whole.
-    /// See [`ops::index`] and the [`crate::s!`] macro.
+    /// PopXL's `t[key]`. With integers and ranges ([`crate::s!`]): numpy-style
+    /// slicing, see [`ops::index`] (integers pick and drop an axis, ranges slice
+    /// with an optional step, missing trailing axes are kept whole). With a
+    /// tensor: an integer tensor gathers rows (axis 0), a bool tensor masks
+    /// (`where(mask, t, 0)`), see [`ops::index_with`].
     ///
     /// ```
     /// use popxl::{s, SliceIndex};
@@ -503,138 +566,111 @@ impl Tensor {
     /// let a = popxl::constant(ndarray::Array3::<f32>::ones((4, 5, 6)), "a").unwrap();
     /// assert_eq!(a.index(&s![1, 1..3]).unwrap().shape(), &[2, 6]);
     /// assert_eq!(a.index(&s![.., -1, SliceIndex::from(..).step(2)]).unwrap().shape(), &[4, 3]);
+    /// let rows = popxl::constant(vec![3i32, 0], "rows").unwrap();
+    /// assert_eq!(a.index(&rows).unwrap().shape(), &[2, 5, 6]);
+    /// let mask = popxl::constant(vec![true, false, true, true, false, false], "mask").unwrap();
+    /// assert_eq!(a.index(&mask).unwrap().shape(), &[4, 5, 6]);
     /// ```
-    pub fn index(&self, items: &[SliceIndex]) -> Result<Tensor> {
-        ops::index(self, items)
+    pub fn index<'a>(&self, key: impl Into<IndexKey<'a>>) -> Result<Tensor> {
+        match key.into() {
+            IndexKey::Items(items) => ops::index(self, items),
+            IndexKey::Tensor(t) => ops::index_with(self, t),
+        }
+    }
+
+    /// Stop gradients, as an alias of `self`. See [`ops::detach_`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::variable(1.0f32, "a").unwrap();
+    /// assert_eq!(a.detach_().unwrap().spec(), a.spec());
+    /// ```
+    pub fn detach_(&self) -> Result<Tensor> {
+        ops::detach_(self)
+    }
+
+    /// `self ** exponent` (PopXL's `**`). See [`ops::pow`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(vec![2.0f32, 3.0], "a").unwrap();
+    /// assert_eq!(a.pow(&a).unwrap().shape(), &[2]);
+    /// ```
+    pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
+        ops::pow(self, exponent)
+    }
+
+    /// `self > other` elementwise, bool output. See [`ops::greater`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(vec![1.0f32, 3.0], "a").unwrap();
+    /// let b = popxl::constant(2.0f32, "b").unwrap();
+    /// assert_eq!(a.greater(&b).unwrap().dtype(), popxl::bool);
+    /// ```
+    pub fn greater(&self, other: &Tensor) -> Result<Tensor> {
+        ops::greater(self, other)
+    }
+
+    /// `self < other` elementwise, bool output (`greater(other, self)`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(vec![1.0f32, 3.0], "a").unwrap();
+    /// let b = popxl::constant(2.0f32, "b").unwrap();
+    /// assert_eq!(a.less(&b).unwrap().shape(), &[2]);
+    /// ```
+    pub fn less(&self, other: &Tensor) -> Result<Tensor> {
+        ops::greater(other, self)
+    }
+
+    /// `self == other` elementwise, bool output. See [`ops::equal`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(vec![1i32, 2], "a").unwrap();
+    /// assert_eq!(a.equal(&a).unwrap().dtype(), popxl::bool);
+    /// ```
+    pub fn equal(&self, other: &Tensor) -> Result<Tensor> {
+        ops::equal(self, other)
     }
 }
 
-fn expect_op(r: Result<Tensor>, what: &str, lhs: &str, rhs: &str) -> Tensor {
-    match r {
-        Ok(t) => t,
-        Err(e) => {
-            panic!("popxl: `{lhs} {what} {rhs}` failed: {e} (use the fallible `popxl::ops` functions to handle this)")
-        }
+/// What [`Tensor::index`] accepts: integers and ranges, or an index tensor.
+#[derive(Clone, Copy, Debug)]
+pub enum IndexKey<'a> {
+    /// Numpy-style basic indexing, one item per leading axis ([`crate::s!`]).
+    Items(&'a [SliceIndex]),
+    /// An integer tensor (gather along axis 0) or a bool mask (`where(mask, t, 0)`).
+    Tensor(&'a Tensor),
+}
+
+impl<'a> From<&'a [SliceIndex]> for IndexKey<'a> {
+    fn from(items: &'a [SliceIndex]) -> Self {
+        IndexKey::Items(items)
     }
 }
 
-/// A scalar constant of `like`'s data type holding `value` (converted exactly,
-/// or an error naming it), in the current graph (or `like`'s graph).
-fn scalar_like(like: &Tensor, value: Wide) -> Result<Tensor> {
-    let what = format!("scalar operand {value} of tensor `{}`", like.name());
-    let data = crate::HostArray::scalar_of(like.dtype(), value, &what)?;
-    crate::variables::constant_in_graph_of(like, data, "scalar")
-}
-
-/// A scalar operand of the operators, widened without loss.
-trait OperandScalar: Copy + std::fmt::Display {
-    fn wide(self) -> Wide;
-}
-
-impl OperandScalar for f64 {
-    fn wide(self) -> Wide {
-        Wide::Float(self)
+impl<'a, const N: usize> From<&'a [SliceIndex; N]> for IndexKey<'a> {
+    fn from(items: &'a [SliceIndex; N]) -> Self {
+        IndexKey::Items(items)
     }
 }
 
-impl OperandScalar for i64 {
-    fn wide(self) -> Wide {
-        Wide::Int(i128::from(self))
+impl<'a> From<&'a Vec<SliceIndex>> for IndexKey<'a> {
+    fn from(items: &'a Vec<SliceIndex>) -> Self {
+        IndexKey::Items(items)
     }
 }
 
-macro_rules! binary_operator {
-    ($trait:ident, $method:ident, $op:path, $sym:literal) => {
-        impl $trait<&Tensor> for &Tensor {
-            type Output = Tensor;
-            fn $method(self, rhs: &Tensor) -> Tensor {
-                expect_op($op(self, rhs), $sym, self.name(), rhs.name())
-            }
-        }
-        impl $trait<Tensor> for Tensor {
-            type Output = Tensor;
-            fn $method(self, rhs: Tensor) -> Tensor {
-                (&self).$method(&rhs)
-            }
-        }
-        impl $trait<&Tensor> for Tensor {
-            type Output = Tensor;
-            fn $method(self, rhs: &Tensor) -> Tensor {
-                (&self).$method(rhs)
-            }
-        }
-        impl $trait<Tensor> for &Tensor {
-            type Output = Tensor;
-            fn $method(self, rhs: Tensor) -> Tensor {
-                self.$method(&rhs)
-            }
-        }
-        binary_operator!(@scalar $trait, $method, $op, $sym, f64);
-        binary_operator!(@scalar $trait, $method, $op, $sym, i64);
-    };
-    (@scalar $trait:ident, $method:ident, $op:path, $sym:literal, $s:ty) => {
-        impl $trait<$s> for &Tensor {
-            type Output = Tensor;
-            fn $method(self, rhs: $s) -> Tensor {
-                let r = scalar_like(self, rhs.wide()).and_then(|c| $op(self, &c));
-                expect_op(r, $sym, self.name(), &rhs.to_string())
-            }
-        }
-        impl $trait<$s> for Tensor {
-            type Output = Tensor;
-            fn $method(self, rhs: $s) -> Tensor {
-                (&self).$method(rhs)
-            }
-        }
-        impl $trait<&Tensor> for $s {
-            type Output = Tensor;
-            fn $method(self, rhs: &Tensor) -> Tensor {
-                let r = scalar_like(rhs, self.wide()).and_then(|c| $op(&c, rhs));
-                expect_op(r, $sym, &self.to_string(), rhs.name())
-            }
-        }
-        impl $trait<Tensor> for $s {
-            type Output = Tensor;
-            fn $method(self, rhs: Tensor) -> Tensor {
-                self.$method(&rhs)
-            }
-        }
-    };
-}
-
-binary_operator!(Add, add, ops::add, "+");
-binary_operator!(Sub, sub, ops::sub, "-");
-binary_operator!(Mul, mul, ops::mul, "*");
-binary_operator!(Div, div, ops::div, "/");
-
-impl Neg for &Tensor {
-    type Output = Tensor;
-    fn neg(self) -> Tensor {
-        match ops::negate(self) {
-            Ok(t) => t,
-            Err(e) => panic!("popxl: `-{}` failed: {e}", self.name()),
-        }
-    }
-}
-
-impl Neg for Tensor {
-    type Output = Tensor;
-    fn neg(self) -> Tensor {
-        -&self
-    }
-}
-
-/// `t += x` is PopXL's in-place `add_`: `t` becomes the updated tensor (an alias
-/// of the old one). Panics like the other operators; see [`ops::add_`].
-impl AddAssign<&Tensor> for Tensor {
-    fn add_assign(&mut self, rhs: &Tensor) {
-        *self = expect_op(ops::add_(self, rhs), "+=", self.name(), rhs.name());
-    }
-}
-
-impl AddAssign<Tensor> for Tensor {
-    fn add_assign(&mut self, rhs: Tensor) {
-        *self += &rhs;
+impl<'a> From<&'a Tensor> for IndexKey<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        IndexKey::Tensor(t)
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! | family | op types | attributes |
 //! |---|---|---|
-//! | [`unary`] | `Neg Abs Exp Log Sqrt Relu Gelu Tanh Sigmoid Sin Cos Sign Floor Ceil Identity Detach` | none |
+//! | [`unary`] | `Neg Abs Exp Log Sqrt Relu Gelu Tanh Sigmoid Sin Cos Sign Floor Ceil Identity Detach IoTileCopy` | none |
 //! | [`unary`] | `Cast` | `to: dtype` |
 //! | [`unary`] | `Log2 GeluErf Swish`; in place: `ExpInplace ReluInplace GeluInplace GeluErfInplace SwishInplace DetachInplace` | none |
 //! | [`unary`] | `Clip`, `ClipGrad(g, y)` | `min, max: float` (absent: unbounded) |

@@ -101,6 +101,9 @@ same_info_unary! {
     Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]), flags = OpFlags::VIEW;
     /// identity that stops gradients
     Detach => "Detach", float_only = false, grad = GradRule::Stop, flags = OpFlags::VIEW;
+    /// copy between compute and IO tiles (PopXL `io_tile_copy`; the op's
+    /// placement names the destination tile set)
+    IoTileCopy => "IoTileCopy", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]);
 }
 
 impl OpDef for Cast {

@@ -90,6 +90,9 @@ fn graph_diff(ia: &Ir, a: &Graph, ib: &Ir, b: &Graph) -> Option<String> {
         if attrs(ia, x) != attrs(ib, y) {
             return Some(format!("attributes of op `{}` differ", x.name));
         }
+        if x.placement != y.placement {
+            return Some(format!("placement of op `{}` differs: [{}] vs [{}]", x.name, x.placement, y.placement));
+        }
         let map = |g: &Graph, m: &crate::TensorIndexMap| m.iter().map(|(i, t)| (i, tn(g, t))).collect::<Vec<_>>();
         if map(a, &x.inputs) != map(b, &y.inputs) || map(a, &x.outputs) != map(b, &y.outputs) {
             return Some(format!("connections of op `{}` differ", x.name));

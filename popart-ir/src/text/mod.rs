@@ -42,6 +42,8 @@
 //!   integers (`3`), floats (always with a `.` or exponent: `1.0`, `1e-7`), integer
 //!   lists (`[0, -1]`), float lists (`floats[0.5, 1.0]`), strings (`"mean"`), booleans
 //!   (`true`), data types (`float16`) and called graphs (`@body`).
+//! - An op placed by PopXL's `ipu(n)` / `io_tiles()` ends with
+//!   `place[ipu=N, tiles=io]` (each key only when set; see [`crate::Placement`]).
 //! - `topocon BEFORE -> AFTER`, with a trailing `tied` for tied constraints, sorted by
 //!   the creation order of `BEFORE` then `AFTER`.
 //! - A name (of a graph, tensor, op, op type or attribute) is printed bare when it is

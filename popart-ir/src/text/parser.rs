@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    lookup_op, AttrValue, Attributes, DataType, Graph, GraphId, HostTensor, Ir, IrError, Result, StreamDirection,
-    TensorId, TensorInfo, TensorKind, MAIN_GRAPH_NAME,
+    lookup_op, AttrValue, Attributes, DataType, Graph, GraphId, HostTensor, Ir, IrError, Placement, Result,
+    StreamDirection, TensorId, TensorInfo, TensorKind, TileSet, MAIN_GRAPH_NAME,
 };
 
 use super::lexer::{perr, tokenize, Cursor, Tok};
@@ -19,6 +19,28 @@ impl Cursor {
             return Err(self.err(format!("the size of {info} overflows the maximum tensor size")));
         }
         Ok(info)
+    }
+
+    /// `place[ipu=N, tiles=compute|io]` (either key may be left out).
+    fn placement(&mut self) -> Result<Placement> {
+        let mut p = Placement::default();
+        let items = self.list('[', ']', |c| {
+            let key = c.word("`ipu` or `tiles`")?;
+            c.punct('=')?;
+            let v = c.word("a placement value")?;
+            Ok((key, v))
+        })?;
+        for (key, v) in items {
+            match key.as_str() {
+                "ipu" => p.ipu = Some(v.parse().map_err(|_| self.err(format!("expected an IPU number, found `{v}`")))?),
+                "tiles" => {
+                    p.tile_set = TileSet::parse(&v)
+                        .ok_or_else(|| self.err(format!("expected `compute` or `io`, found `{v}`")))?
+                }
+                _ => return Err(self.err(format!("unknown placement key `{key}` (expected `ipu` or `tiles`)"))),
+            }
+        }
+        Ok(p)
     }
 
     /// `[INDEX=NAME, ...]`
@@ -57,6 +79,7 @@ struct OpAst {
     attrs: Vec<(String, AttrAst)>,
     inputs: Vec<(u32, String)>,
     outputs: Vec<(u32, String)>,
+    placement: Placement,
 }
 
 struct ConAst {
@@ -286,8 +309,14 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                 let inputs = c.index_map()?;
                 c.keyword("out")?;
                 let outputs = c.index_map()?;
+                let placement = if matches!(c.peek(), Some(Tok::Word(w)) if w == "place") {
+                    c.keyword("place")?;
+                    c.placement()?
+                } else {
+                    Placement::default()
+                };
                 c.end()?;
-                g.ops.push(OpAst { line, name, op_type, attrs, inputs, outputs });
+                g.ops.push(OpAst { line, name, op_type, attrs, inputs, outputs, placement });
             }
             "topocon" => {
                 let before = c.name("an op name")?;
@@ -426,6 +455,7 @@ pub(super) fn parse(text: &str) -> Result<Ir> {
             }
             let graph = ir.graph_mut(gid)?;
             let op = graph.add_op(def, attrs, &o.name);
+            graph.set_op_placement(op, o.placement)?;
             for &(i, t) in &inputs {
                 graph.connect_input(op, i, t).map_err(e)?;
             }

@@ -56,7 +56,11 @@ fn write_graph(out: &mut String, ir: &Ir, g: &Graph, options: &TextOptions) {
             out.push('}');
         }
         let map = |m: &crate::TensorIndexMap| m.iter().map(|(i, t)| format!("{i}={}", tname(t))).collect::<Vec<_>>();
-        let _ = writeln!(out, " in[{}] out[{}]", map(op.inputs()).join(", "), map(op.outputs()).join(", "));
+        let _ = write!(out, " in[{}] out[{}]", map(op.inputs()).join(", "), map(op.outputs()).join(", "));
+        if !op.placement.is_default() {
+            let _ = write!(out, " place[{}]", op.placement);
+        }
+        out.push('\n');
     }
     for (b, a, tied) in g.topo_cons().sorted_edges(|o| g.ops.get(o).map_or(u64::MAX, |op| op.seq)) {
         let oname = |o: OpId| g.ops.get(o).map_or_else(|| format!("{o:?}"), |op| name(&op.name).into_owned());

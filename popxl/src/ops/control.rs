@@ -1,4 +1,5 @@
-//! Subgraph ops: `call`, `call_with_info` ([`CallSiteInfo`]), `repeat` and `conditional`.
+//! Subgraph ops: `call`, `call_with_info` ([`CallSiteInfo`]) and `repeat`
+//! (`conditional` is in its own file).
 
 use popart_ir::ops::all as ir_ops;
 use std::fmt;
@@ -22,7 +23,7 @@ fn check_callable(called: &Graph, parent: &Graph, what: &str) -> Result<()> {
 
 /// The parent tensor for every input of `called`, in input order, from the
 /// positional `inputs` and the `inputs_dict` pairs (subgraph input, parent tensor).
-fn resolve_inputs(
+pub(super) fn resolve_inputs(
     called: &Graph,
     parent: &Graph,
     inputs: &[&Tensor],
@@ -534,162 +535,8 @@ pub fn repeat_with_info(
     Ok(CallSiteInfo { parent: created.graph, op: created.op, called: graph.clone() })
 }
 
-/// One branch of [`conditional_branches`]: a graph and its inputs.
-///
-/// ```
-/// use popxl::{ops::Branch, Tensor};
-/// let ir = popxl::Ir::new();
-/// let _g = ir.main_graph().enter();
-/// let x = popxl::variable(1.0f32, "x").unwrap();
-/// let g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
-/// let inputs = [&x];
-/// let b = Branch::new(&g, &inputs);
-/// assert_eq!(b.inputs.len(), 1);
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct Branch<'a> {
-    /// The graph run by this branch.
-    pub graph: &'a Graph,
-    /// Positional inputs.
-    pub inputs: &'a [&'a Tensor],
-    /// (subgraph input, parent tensor) pairs.
-    pub inputs_dict: &'a [(&'a Tensor, &'a Tensor)],
-}
-
-impl<'a> Branch<'a> {
-    /// A branch with positional inputs only.
-    ///
-    /// ```
-    /// # use popxl::{ops::Branch, Tensor};
-    /// # let ir = popxl::Ir::new();
-    /// # let g = ir.create_empty_graph("g").unwrap();
-    /// let b = Branch::new(&g, &[]);
-    /// assert!(b.inputs_dict.is_empty());
-    /// ```
-    pub fn new(graph: &'a Graph, inputs: &'a [&'a Tensor]) -> Self {
-        Branch { graph, inputs, inputs_dict: &[] }
-    }
-
-    /// The same branch with `inputs_dict`.
-    ///
-    /// ```
-    /// # use popxl::{ops::Branch, Tensor};
-    /// # let ir = popxl::Ir::new();
-    /// # let g = ir.create_empty_graph("g").unwrap();
-    /// let b = Branch::new(&g, &[]).with_inputs_dict(&[]);
-    /// assert!(b.inputs.is_empty());
-    /// ```
-    pub fn with_inputs_dict(mut self, inputs_dict: &'a [(&'a Tensor, &'a Tensor)]) -> Self {
-        self.inputs_dict = inputs_dict;
-        self
-    }
-}
-
-/// Run `then_graph` if the bool scalar `condition` is true, else `else_graph`
-/// (op `If`; PopXL's `ops.conditional`), and return the outputs of the branch
-/// that ran. Both branches must have the same output shapes and types.
-///
-/// `inputs` are passed positionally to both branches; each `inputs_dict` pair
-/// goes to the branch owning its subgraph tensor.
-///
-/// ```
-/// use popxl::{ops, Ir, Tensor};
-/// let ir = Ir::new();
-/// let _g = ir.main_graph().enter();
-/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
-/// let c = popxl::variable(true, "c").unwrap();
-/// let then_g = ir.create_graph(|x: Tensor| &x * 2.0, &x).unwrap();
-/// let else_g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
-/// let y = ops::conditional(&c, &then_g, &else_g, &[&x], &[]).unwrap();
-/// assert_eq!(y[0].shape(), &[2]);
-/// ```
-pub fn conditional(
-    condition: &Tensor,
-    then_graph: &Graph,
-    else_graph: &Graph,
-    inputs: &[&Tensor],
-    inputs_dict: &[(&Tensor, &Tensor)],
-) -> Result<Vec<Tensor>> {
-    let (mut then_dict, mut else_dict) = (Vec::new(), Vec::new());
-    for &(k, v) in inputs_dict {
-        if k.graph() == *then_graph {
-            then_dict.push((k, v));
-        } else if k.graph() == *else_graph {
-            else_dict.push((k, v));
-        } else {
-            return Err(PopXlError::NotAGraphInput {
-                tensor: k.name().to_string(),
-                tensor_graph: k.graph().name().to_string(),
-                graph: format!("{}` or `{}", then_graph.name(), else_graph.name()),
-            });
-        }
-    }
-    conditional_branches(
-        condition,
-        Branch { graph: then_graph, inputs, inputs_dict: &then_dict },
-        Branch { graph: else_graph, inputs, inputs_dict: &else_dict },
-    )
-}
-
-/// [`conditional`] with separate inputs per branch (PopXL's `then_inputs` /
-/// `else_inputs` and their dicts).
-///
-/// ```
-/// use popxl::{ops::{self, Branch}, Ir, Tensor};
-/// let ir = Ir::new();
-/// let _g = ir.main_graph().enter();
-/// let x = popxl::variable(1.0f32, "x").unwrap();
-/// let y = popxl::variable(2.0f32, "y").unwrap();
-/// let c = popxl::variable(false, "c").unwrap();
-/// let then_g = ir.create_graph(|x: Tensor| -x, &x).unwrap();
-/// let else_g = ir.create_graph(|a: Tensor, b: Tensor| &a + &b, (&x, &y)).unwrap();
-/// let out = ops::conditional_branches(&c, Branch::new(&then_g, &[&y]), Branch::new(&else_g, &[&x, &y])).unwrap();
-/// assert_eq!(out.len(), 1);
-/// ```
-pub fn conditional_branches(
-    condition: &Tensor,
-    then_branch: Branch<'_>,
-    else_branch: Branch<'_>,
-) -> Result<Vec<Tensor>> {
-    let mut all: Vec<&Tensor> = vec![condition];
-    for b in [&then_branch, &else_branch] {
-        all.extend(b.inputs.iter().copied());
-        all.extend(b.inputs_dict.iter().map(|(_, p)| *p));
-    }
-    let parent = target_graph(&all, "conditional")?;
-    let then_parents =
-        resolve_inputs(then_branch.graph, &parent, then_branch.inputs, then_branch.inputs_dict, "conditional")?;
-    let else_parents =
-        resolve_inputs(else_branch.graph, &parent, else_branch.inputs, else_branch.inputs_dict, "conditional")?;
-    // The IR's `If` inference runs the same check; running it first reports it as a typed error.
-    then_branch
-        .graph
-        .read(|t| else_branch.graph.read(|e| ir_ops::check_branch_outputs(t, e)))??
-        .map_err(|e| control_flow_error(e, then_branch.graph))?;
-    // Op input 0 is the condition; each distinct parent tensor is connected once.
-    let mut then_idx = Vec::new();
-    let mut else_idx = Vec::new();
-    let mut order: Vec<&Tensor> = vec![condition];
-    for t in &then_parents {
-        then_idx.push(position_or_push(&mut order, t)?);
-    }
-    for t in &else_parents {
-        else_idx.push(position_or_push(&mut order, t)?);
-    }
-    let mut spec = OpBuilder::new("conditional", &ir_ops::If)
-        .attr("then_graph", AttrValue::Graph(then_branch.graph.id))
-        .attr("else_graph", AttrValue::Graph(else_branch.graph.id))
-        .attr("then_inputs", AttrValue::Ints(then_idx))
-        .attr("else_inputs", AttrValue::Ints(else_idx))
-        .in_graph(parent);
-    for (i, t) in order.iter().enumerate() {
-        spec = spec.input(super::input_index(i, "conditional")?, t);
-    }
-    Ok(spec.create()?.outputs)
-}
-
 /// The typed error of a failed IR control-flow check (`graph` is the repeated graph).
-fn control_flow_error(e: ir_ops::ControlFlowError, graph: &Graph) -> PopXlError {
+pub(super) fn control_flow_error(e: ir_ops::ControlFlowError, graph: &Graph) -> PopXlError {
     use ir_ops::ControlFlowError as E;
     match e {
         E::RepeatCount { .. } => PopXlError::RepeatCountZero { graph: graph.name().to_string() },
@@ -709,16 +556,4 @@ fn control_flow_error(e: ir_ops::ControlFlowError, graph: &Graph) -> PopXlError 
             }
         }
     }
-}
-
-/// Op input index of `t` in `order` (after the condition at 0), appending it if new.
-fn position_or_push<'a>(order: &mut Vec<&'a Tensor>, t: &'a Tensor) -> Result<i64> {
-    let index = match order.iter().skip(1).position(|p| *p == t) {
-        Some(i) => i + 1,
-        None => {
-            order.push(t);
-            order.len() - 1
-        }
-    };
-    super::to_i64(index, || "conditional input index".to_string())
 }

@@ -1,4 +1,5 @@
-//! Host IO: `host_load` from a host-to-device stream, `host_store` to a device-to-host stream.
+//! Host IO: `host_load` from a host-to-device stream, `host_store` to a
+//! device-to-host stream; `io_tile_copy` between compute and IO tiles.
 
 use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
@@ -76,4 +77,25 @@ pub fn host_store(stream: &DeviceToHostStream, t: &Tensor) -> Result<()> {
         .attr("stream", AttrValue::Str(stream.name().to_string()))
         .create()?;
     Ok(())
+}
+
+/// Copy `t` between the compute and IO tiles of its IPU (op `IoTileCopy`;
+/// PopXL's `ops.io_tile_copy`): inside [`crate::io_tiles`] the copy lands on
+/// the IO tiles, outside it on the compute tiles. The values are unchanged;
+/// the gradient passes through.
+///
+/// ```
+/// use popxl::{ops, TileSet};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+/// let on_io = {
+///     let _t = popxl::io_tiles();
+///     ops::io_tile_copy(&x).unwrap()
+/// };
+/// let back = ops::io_tile_copy(&on_io).unwrap();
+/// assert_eq!((on_io.tile_set().unwrap(), back.tile_set().unwrap()), (TileSet::Io, TileSet::Compute));
+/// ```
+pub fn io_tile_copy(t: &Tensor) -> Result<Tensor> {
+    OpBuilder::new("io_tile_copy", &ir_ops::IoTileCopy).input(0, t).create1()
 }

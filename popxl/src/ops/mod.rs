@@ -25,8 +25,9 @@
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
 //! | random (seeds) | [`shaped_dropout`] [`create_random_seed`] [`split_random_seed`] (host seeds: [`crate::create_seeds`]) |
 //! | host IO | [`host_load`] [`host_store`] |
-//! | control | [`call`] [`call_with_info`] [`repeat`] [`repeat_with_info`] [`conditional`] [`conditional_branches`] |
+//! | control | [`call`] [`call_with_info`] [`repeat`] [`repeat_with_info`] [`conditional`] [`conditional_branches`] [`conditional_with_info`] |
 
+mod conditional;
 mod control;
 pub mod elementwise;
 mod indexing;
@@ -42,16 +43,15 @@ mod sort;
 mod var_update;
 mod view;
 
-pub use control::{
-    call, call_with_info, conditional, conditional_branches, repeat, repeat_with_info, Branch, CallSiteInfo,
-};
+pub use conditional::{conditional, conditional_branches, conditional_with_info, Branch, ConditionalSiteInfo};
+pub use control::{call, call_with_info, repeat, repeat_with_info, CallSiteInfo};
 pub use elementwise::*;
 pub use indexing::{
     dynamic_slice, dynamic_update, dynamic_update_, gather_with_options, groupedgather, init, onehot, scatter,
     scatter_reduce, split, subsample, tied_gather, GatherOptions, GroupedGatherOptions, InitType, ScatterReduceOptions,
     Splits,
 };
-pub use io::{host_load, host_store};
+pub use io::{host_load, host_store, io_tile_copy};
 pub use logical::{isfinite, isinf, isnan, logical_and, logical_not, logical_or};
 pub use nn::{
     matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
@@ -64,7 +64,9 @@ pub use reduce::{
     cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,
     CumSumOptions,
 };
-pub use shape::{concat, flatten, gather, gather_with, index, reshape, slice, squeeze, transpose, SliceIndex};
+pub use shape::{
+    concat, flatten, gather, gather_with, index, index_with, reshape, slice, squeeze, transpose, SliceIndex,
+};
 pub use sort::{argmax, argmin, histogram, topk};
 pub use var_update::{
     accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_, accumulate_square_,
@@ -156,6 +158,10 @@ impl<'a> OpBuilder<'a> {
         let out_names: Vec<String> = self.output_names.iter().map(|n| context::scoped(n)).collect();
         let op = ir.create_op_with_outputs(graph.id, def, self.attrs, &ids, infos, &out_names, &name)?;
         let g = ir.graph_mut(graph.id)?;
+        let placement = context::current_placement();
+        if !placement.is_default() {
+            g.set_op_placement(op, placement)?;
+        }
         for before in context::on_op_created(graph.ir_id, graph.id, op) {
             g.add_topo_con(before, op)?;
         }

@@ -6,7 +6,7 @@ use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToIncl
 use popart_ir::AttrValue;
 
 use super::OpBuilder;
-use crate::{PopXlError, Result, Tensor};
+use crate::{DataType, PopXlError, Result, Tensor};
 
 /// `t` with a new shape holding the same elements; one `-1` is inferred (op `Reshape`).
 ///
@@ -296,6 +296,40 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
         Ok(sliced)
     } else {
         squeeze(&sliced, &squeeze_axes)
+    }
+}
+
+/// PopXL's `t[key]` with a tensor key: an integer `key` gathers along axis 0
+/// ([`gather`]: output shape `key.shape + t.shape[1..]`); a bool `key` is a
+/// mask, `where(key, t, 0)` ([`super::select`], broadcast together). Any other
+/// key dtype is [`PopXlError::InvalidArgument`].
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let a = popxl::constant(ndarray::Array2::<f32>::ones((4, 3)), "a").unwrap();
+/// let rows = popxl::constant(vec![3i32, 1], "rows").unwrap();
+/// assert_eq!(popxl::ops::index_with(&a, &rows).unwrap().shape(), &[2, 3]);
+/// let mask = popxl::constant(vec![true, false, true], "mask").unwrap();
+/// assert_eq!(popxl::ops::index_with(&a, &mask).unwrap().shape(), &[4, 3]);
+/// let bad = popxl::constant(1.0f32, "bad").unwrap();
+/// assert!(popxl::ops::index_with(&a, &bad).is_err());
+/// ```
+pub fn index_with(t: &Tensor, key: &Tensor) -> Result<Tensor> {
+    let dtype = key.dtype();
+    if dtype == DataType::Bool {
+        let what = format!("zero for masking tensor `{}`", t.name());
+        let zero = crate::HostArray::scalar_of(t.dtype(), crate::host::Wide::Int(0), &what)?;
+        let zero = crate::variables::constant_in_graph_of(t, zero, "mask_zero")?;
+        super::select(key, t, &zero)
+    } else if dtype.is_int() {
+        gather(t, key, 0)
+    } else {
+        Err(PopXlError::InvalidArgument(format!(
+            "index tensor `{}` of tensor `{}` must be an integer or bool tensor, not {dtype}",
+            key.name(),
+            t.name()
+        )))
     }
 }
 

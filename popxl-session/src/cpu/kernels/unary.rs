@@ -232,6 +232,7 @@ fn build_inplace_float<F: Map1<f32> + Map1<f64>>(spec: &KernelSpec<'_>) -> Build
 /// table's maps (the table itself is [`TABLE`]).
 pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Identity, build_copy),
+    (&ir::IoTileCopy, build_copy),
     (&ir::ReshapeInplace, build_copy),
     (&ir::Detach, build_copy),
     (&ir::Reshape, build_copy),
