@@ -178,6 +178,36 @@ fn nan_inf_and_empty_edge_cases() {
     // argmax/argmin pick the first NaN, as numpy.
     assert_eq!(f(&[4], &[1.0, nan, 3.0, nan], &|t| ops::argmax(t, 0, false)), vec![1.0]);
     assert_eq!(f(&[4], &[1.0, nan, 3.0, nan], &|t| ops::argmin(t, 0, false)), vec![1.0]);
+    // Long rows (the vectorised path): infinities, NaN after them, ties across lanes.
+    let n = 150;
+    let row = |set: &[(usize, f64)]| {
+        let mut v: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 10.0).collect();
+        for &(i, x) in set {
+            v[i] = x;
+        }
+        v
+    };
+    for dt in [DataType::Float32, DataType::Float64] {
+        let g = |x: &[f64], max: bool| {
+            run(&[n], x, dt, |t| if max { ops::argmax(t, 0, false) } else { ops::argmin(t, 0, false) }.map(|o| vec![o]))
+                .remove(0)
+                .to_f64_vec()
+        };
+        let first_max = |x: &[f64]| x.iter().enumerate().fold(0, |b, (i, &v)| if v > x[b] { i } else { b }) as f64;
+        let first_min = |x: &[f64]| x.iter().enumerate().fold(0, |b, (i, &v)| if v < x[b] { i } else { b }) as f64;
+        for x in [
+            row(&[]),
+            row(&[(40, inf)]),
+            row(&[(40, ninf), (90, ninf)]),
+            row(&[(40, inf), (70, nan)]),
+            row(&[(3, 50.0), (133, 50.0), (140, -50.0), (7, -50.0)]),
+            row(&[(149, nan)]),
+        ] {
+            let want = x.iter().position(|v| v.is_nan()).map(|p| p as f64);
+            assert_eq!(g(&x, true), vec![want.unwrap_or_else(|| first_max(&x))], "argmax {dt} {x:?}");
+            assert_eq!(g(&x, false), vec![want.unwrap_or_else(|| first_min(&x))], "argmin {dt} {x:?}");
+        }
+    }
     // median of a group with NaN is NaN.
     assert!(f(&[3], &[1.0, nan, 3.0], &|t| ops::median(t, &[], false))[0].is_nan());
     // Reductions with an identity over an empty axis.

@@ -52,28 +52,43 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
         let nan = v != v && b == b;
         nan || if MAX { v > b } else { v < b }
     }
-    /// The first extreme of a contiguous row: the extreme over sixteen lanes (a
-    /// vectorised max or min, with a lane-wise NaN flag), then the first chunk of
-    /// sixteen holding it; a NaN anywhere returns the first NaN.
+    /// The first extreme of a contiguous row, in one pass that keeps the running
+    /// extreme of 32 lanes (a vectorised max or min, four independent vector
+    /// chains) and a NaN detector per lane (`chk += x - x`, NaN only for a NaN
+    /// or infinite element), then a scan for the first element equal to the
+    /// extreme. A detector that fired sends the row to the exact NaN search:
+    /// a NaN anywhere returns the first NaN.
     #[inline]
     #[allow(clippy::eq_op)]
     fn arg_row(xs: &[T]) -> usize {
-        const L: usize = 16;
+        const L: usize = 32;
         let Some(&first) = xs.first() else { return 0 };
         let mut best = [first; L];
-        let mut nan = [0u32; L];
+        let mut chk = [T::ZERO; L];
         let chunks = xs.chunks_exact(L);
         let rest = chunks.remainder();
         for c in chunks {
             for i in 0..L {
                 let v = c[i];
-                let better = if MAX { v > best[i] } else { v < best[i] };
-                best[i] = if better { v } else { best[i] };
-                nan[i] |= u32::from(v != v);
+                let b = best[i];
+                best[i] = if MAX {
+                    if v > b {
+                        v
+                    } else {
+                        b
+                    }
+                } else if v < b {
+                    v
+                } else {
+                    b
+                };
+                chk[i] = chk[i].add(v.sub(v));
             }
         }
-        if nan.iter().any(|&f| f != 0) || rest.iter().any(|v| v != v) {
-            return xs.iter().position(|v| v != v).unwrap_or(0);
+        if chk.iter().any(|&c| c != c) || rest.iter().any(|&v| v != v) {
+            if let Some(p) = xs.iter().position(|&v| v != v) {
+                return p;
+            }
         }
         let mut m = first;
         for &v in best.iter().chain(rest) {
