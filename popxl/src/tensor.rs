@@ -209,6 +209,52 @@ impl Tensor {
         &self.meta.info.shape
     }
 
+    /// The size of dimension 0 (PopXL's `len(t)`); a scalar has none
+    /// ([`PopXlError::InvalidArgument`]).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// assert_eq!(popxl::constant(vec![1.0f32, 2.0], "c").unwrap().len().unwrap(), 2);
+    /// assert!(popxl::constant(1.0f32, "s").unwrap().len().is_err());
+    /// ```
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> Result<usize> {
+        self.shape().first().copied().ok_or_else(|| {
+            PopXlError::InvalidArgument(format!("tensor `{}` is a scalar and doesn't have a length", self.name()))
+        })
+    }
+
+    /// Bytes to step along each dimension of the row-major layout (PopXL's
+    /// `strides()`, as numpy's `ndarray.strides`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let a = popxl::constant(ndarray::Array2::<f32>::zeros((2, 3)), "a").unwrap();
+    /// assert_eq!(a.strides(), vec![12, 4]);
+    /// ```
+    pub fn strides(&self) -> Vec<usize> {
+        let mut strides = vec![0; self.rank()];
+        let mut step = self.dtype().size_bytes();
+        for (s, &d) in strides.iter_mut().zip(self.shape()).rev() {
+            *s = step;
+            step = step.saturating_mul(d);
+        }
+        strides
+    }
+
+    /// The IR this tensor belongs to (PopXL's `t.ir`).
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// assert_eq!(popxl::constant(1.0f32, "c").unwrap().ir().unwrap().id(), ir.id());
+    /// ```
+    pub fn ir(&self) -> Result<crate::Ir> {
+        self.graph.ir()
+    }
+
     /// The element data type.
     ///
     /// ```
