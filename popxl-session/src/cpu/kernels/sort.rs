@@ -54,8 +54,9 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
     }
     /// The first extreme of a contiguous row, in one pass that keeps the running
     /// extreme of 32 lanes (a vectorised max or min, four independent vector
-    /// chains) and a NaN detector per lane (`chk += x - x`, NaN only for a NaN
-    /// or infinite element), then a scan for the first element equal to the
+    /// chains) and a NaN detector per lane (a running sum: NaN if an element is
+    /// NaN, or by overflow, which only costs the exact search), then a scan for
+    /// the first element equal to the
     /// extreme. A detector that fired sends the row to the exact NaN search:
     /// a NaN anywhere returns the first NaN.
     #[inline]
@@ -82,7 +83,7 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
                 } else {
                     b
                 };
-                chk[i] = chk[i].add(v.sub(v));
+                chk[i] = chk[i].add(v);
             }
         }
         if chk.iter().any(|&c| c != c) || rest.iter().any(|&v| v != v) {
@@ -96,9 +97,11 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
                 m = v;
             }
         }
+        // Count matches per chunk (a vectorised compare and sum), then find the
+        // first in the first chunk that has one.
         let mut base = 0;
         for c in xs.chunks(L) {
-            if c.iter().fold(false, |a, &v| a | (v == m)) {
+            if c.iter().map(|&v| u32::from(v == m)).sum::<u32>() != 0 {
                 return base + c.iter().position(|&v| v == m).unwrap_or(0);
             }
             base += c.len();
