@@ -202,6 +202,9 @@ fn nan_inf_and_empty_edge_cases() {
             row(&[(40, inf), (70, nan)]),
             row(&[(3, 50.0), (133, 50.0), (140, -50.0), (7, -50.0)]),
             row(&[(149, nan)]),
+            // Ties across lanes and blocks of the vectorised pass (blocks of 64, 8 lanes).
+            row(&[(70, 50.0), (9, 50.0), (65, 50.0), (71, -50.0), (10, -50.0)]),
+            row(&[(64, 60.0), (7, 60.0), (127, -60.0), (56, -60.0)]),
         ] {
             let want = x.iter().position(|v| v.is_nan()).map(|p| p as f64);
             assert_eq!(g(&x, true), vec![want.unwrap_or_else(|| first_max(&x))], "argmax {dt} {x:?}");

@@ -52,38 +52,40 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
         let nan = v != v && b == b;
         nan || if MAX { v > b } else { v < b }
     }
-    /// The first extreme of a contiguous row, in one pass that keeps the running
-    /// extreme of 32 lanes (a vectorised max or min, four independent vector
-    /// chains) and a NaN detector per lane (a running sum: NaN if an element is
-    /// NaN, or by overflow, which only costs the exact search), then a scan for
-    /// the first element equal to the
-    /// extreme. A detector that fired sends the row to the exact NaN search:
-    /// a NaN anywhere returns the first NaN.
+    /// The first extreme of a contiguous row, in one pass over blocks of 64:
+    /// per block, the extreme of each of 8 lanes (a tree of vector max or min)
+    /// and a NaN detector (the block's sum added to a running sum: NaN if an
+    /// element is NaN, or by overflow, which only costs the exact search);
+    /// each lane keeps its running extreme and the first block that reached it.
+    /// The answer is the first match in the earliest block holding the extreme,
+    /// then the tail. A fired detector sends the row to the exact NaN search: a
+    /// NaN anywhere returns the first NaN.
     #[inline]
     #[allow(clippy::eq_op)]
     fn arg_row(xs: &[T]) -> usize {
-        const L: usize = 32;
+        const L: usize = 8;
+        const B: usize = 8 * L;
         let Some(&first) = xs.first() else { return 0 };
+        let pick = |v: T, b: T| if (MAX && v > b) || (!MAX && v < b) { v } else { b };
         let mut best = [first; L];
+        let mut block = [0usize; L];
         let mut chk = [T::ZERO; L];
-        let chunks = xs.chunks_exact(L);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for i in 0..L {
-                let v = c[i];
-                let b = best[i];
-                best[i] = if MAX {
-                    if v > b {
-                        v
-                    } else {
-                        b
-                    }
-                } else if v < b {
-                    v
-                } else {
-                    b
-                };
-                chk[i] = chk[i].add(v);
+        let blocks = xs.chunks_exact(B);
+        let rest = blocks.remainder();
+        let full = xs.len() / B;
+        for (k, c) in blocks.enumerate() {
+            let mut m = [T::ZERO; L];
+            let mut sum = [T::ZERO; L];
+            for l in 0..L {
+                let v = |j: usize| c[j * L + l];
+                m[l] = pick(pick(pick(v(0), v(1)), pick(v(2), v(3))), pick(pick(v(4), v(5)), pick(v(6), v(7))));
+                sum[l] = v(0).add(v(1)).add(v(2).add(v(3))).add(v(4).add(v(5)).add(v(6).add(v(7))));
+            }
+            for l in 0..L {
+                chk[l] = chk[l].add(sum[l]);
+                let better = if MAX { m[l] > best[l] } else { m[l] < best[l] };
+                best[l] = if better { m[l] } else { best[l] };
+                block[l] = if better { k } else { block[l] };
             }
         }
         if chk.iter().any(|&c| c != c) || rest.iter().any(|&v| v != v) {
@@ -91,22 +93,21 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
                 return p;
             }
         }
-        let mut m = first;
-        for &v in best.iter().chain(rest) {
+        let (mut m, mut pos) = (first, 0);
+        if full > 0 {
+            for &b in &best {
+                m = pick(b, m);
+            }
+            let k = (0..L).filter(|&l| best[l] == m).map(|l| block[l]).min().unwrap_or(0);
+            pos = k * B + xs[k * B..(k + 1) * B].iter().position(|&v| v == m).unwrap_or(0);
+        }
+        for (j, &v) in rest.iter().enumerate() {
             if if MAX { v > m } else { v < m } {
                 m = v;
+                pos = full * B + j;
             }
         }
-        // Count matches per chunk (a vectorised compare and sum), then find the
-        // first in the first chunk that has one.
-        let mut base = 0;
-        for c in xs.chunks(L) {
-            if c.iter().map(|&v| u32::from(v == m)).sum::<u32>() != 0 {
-                return base + c.iter().position(|&v| v == m).unwrap_or(0);
-            }
-            base += c.len();
-        }
-        0
+        pos
     }
 }
 
