@@ -46,8 +46,9 @@ pub(crate) trait Float:
 {
     fn exp(self) -> Self;
     /// `exp` written branch-free so loops over it vectorise (f32: within ~2 ulp of
-    /// libm for results above 1e-38; f64: libm). Used inside composite functions
-    /// (gelu, sigmoid) where it dominates the cost.
+    /// libm for normal results, the full range including overflow to +inf and
+    /// subnormal results; f64: libm). The `Exp` op and composite functions
+    /// (gelu, sigmoid, swish, logsumexp) use it.
     fn fast_exp(self) -> Self;
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
@@ -100,7 +101,9 @@ trait FastExp {
 impl FastExp for f32 {
     /// `exp(x) = 2^k · exp(r)`, `k = round(x / ln 2)`, `|r| <= ln(2) / 2`, with `exp(r)`
     /// from its degree-7 Taylor polynomial (truncation error below 6e-9 relative).
-    /// Inputs are clamped to [-87.3, 88.7], so results stay normal and finite.
+    /// Full range: inputs are clamped to [-104, 89], past which the result is 0 or
+    /// +inf anyway, and `2^k` is applied as two normal powers of two, so results
+    /// overflow to +inf and underflow through the subnormals to 0 as libm's do.
     #[inline(always)]
     fn fast_exp(self) -> f32 {
         const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -108,7 +111,7 @@ impl FastExp for f32 {
         const LN2_LO: f32 = 1.428_606_8e-6;
         // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without SSE4.1.
         const ROUND: f32 = 12_582_912.0;
-        let x = self.clamp(-87.3, 88.7);
+        let x = self.clamp(-104.0, 89.0);
         let kr = x * LOG2E + ROUND;
         let k = kr - ROUND;
         // k as an integer, read from the mantissa (an `as i32` cast would not vectorise).
@@ -122,8 +125,11 @@ impl FastExp for f32 {
         p = p.mul_add(r, 0.5);
         p = p.mul_add(r, 1.0);
         p = p.mul_add(r, 1.0);
-        let scale = f32::from_bits(((ki + 127) as u32) << 23);
-        let y = p * scale;
+        // k in [-150, 129]: 2^k = 2^(k/2) · 2^(k - k/2), both factors normal.
+        let k1 = ki >> 1;
+        let s1 = f32::from_bits(((k1 + 127) as u32) << 23);
+        let s2 = f32::from_bits(((ki - k1 + 127) as u32) << 23);
+        let y = p * s1 * s2;
         if self.is_nan() {
             self
         } else {
@@ -297,6 +303,21 @@ mod tests {
         assert!(worst < 3.0 * f32::EPSILON as f64, "worst relative error {worst}");
         assert!(Float::fast_exp(f32::NAN).is_nan());
         assert_eq!(Float::fast_exp(0.0f32), 1.0);
+        // The ends of the range: overflow, subnormals, underflow to zero.
+        assert_eq!(Float::fast_exp(f32::INFINITY), f32::INFINITY);
+        assert_eq!(Float::fast_exp(88.8f32), f32::INFINITY);
+        assert_eq!(Float::fast_exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(Float::fast_exp(-104.0f32), 0.0);
+        let mut x = -103.5f32;
+        while x < -87.0 {
+            // Subnormal results: within one subnormal step (2^-149) plus 3 ulp of the exact value.
+            let (got, want) = (Float::fast_exp(x) as f64, (x as f64).exp());
+            let tol = 1.5 * 2f64.powi(-149) + 3.0 * f32::EPSILON as f64 * want;
+            assert!((got - want).abs() <= tol, "exp({x}) = {got}, want {want}");
+            x += 0.0371;
+        }
+        let max = Float::fast_exp(88.72f32) as f64;
+        assert!((max - f64::from(88.72f32).exp()).abs() <= 3.0 * f32::EPSILON as f64 * max, "exp(88.72) = {max}");
     }
 
     #[test]

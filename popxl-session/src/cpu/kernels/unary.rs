@@ -135,7 +135,7 @@ unary_ops! {
     Sign: num |x| x.signum();
     Floor: num |x| x.floor();
     Ceil: num |x| x.ceil();
-    Exp[16]: float |x| x.exp(), grad |g, y| g * y;
+    Exp[16]: float |x| x.fast_exp(), grad |g, y| g * y;
     Log[16]: float |x| x.ln(), grad [4] |g, x| g / x;
     Log1p[16]: float |x| x.std(f32::ln_1p, f64::ln_1p), grad [4] |g, x| g / (T::ONE + x);
     Sqrt[4]: float |x| x.sqrt(), grad [4] |g, y| g / (T::from_f64(2.0) * y);
