@@ -1,0 +1,379 @@
+//! `cargo run --release --example gpt -- [options]`: train a GPT-2-style
+//! character-level language model on Tiny Shakespeare, report the validation
+//! loss, and sample text from it.
+
+#[path = "../mnist/data.rs"]
+#[allow(dead_code)]
+mod data;
+mod model;
+#[path = "../mnist/npy.rs"]
+mod npy;
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ndarray::{ArrayD, IxDyn};
+use popxl::{ops, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Tensor};
+use popxl_session::Session;
+
+pub use data::Rng;
+use model::Shape;
+
+type AppResult<T> = Result<T, Box<dyn Error>>;
+
+const USAGE: &str = "\
+Train a GPT-2-style character model on Tiny Shakespeare, then sample from it.
+
+Options:
+  --data FILE          text file (default data/tinyshakespeare/input.txt)
+  --layers N           transformer blocks (default 4)
+  --heads N            attention heads (default 4)
+  --width N            model width (default 256)
+  --seq N              context length (default 128)
+  --batch N            sequences per step (default 16)
+  --lr X               Adam learning rate (default 1e-3)
+  --steps N            training steps (default 2000)
+  --eval-every N       validation loss every N steps (default 500; 0: only at the end)
+  --eval-batches N     validation batches per evaluation (default 8)
+  --seed N             initialisation and batch seed (default 0)
+  --sample N           characters to sample after training (default 400)
+  --temperature X      sampling temperature (default 0.8)
+  --save PATH          write the trained weights (.npz or a directory of .npy)
+  --load PATH          start from saved weights
+  --bench              print ms/step, tokens/s and model GFLOP/s
+  -h, --help           this text";
+
+struct Config {
+    data: PathBuf,
+    shape: Shape,
+    lr: f32,
+    steps: usize,
+    eval_every: usize,
+    eval_batches: usize,
+    seed: u64,
+    sample: usize,
+    temperature: f64,
+    save: Option<PathBuf>,
+    load: Option<PathBuf>,
+    bench: bool,
+}
+
+fn parse_args() -> AppResult<Config> {
+    let mut c = Config {
+        data: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/tinyshakespeare/input.txt")),
+        shape: Shape { layers: 4, heads: 4, width: 256, seq: 128, batch: 16, vocab: 0 },
+        lr: 1e-3,
+        steps: 2000,
+        eval_every: 500,
+        eval_batches: 8,
+        seed: 0,
+        sample: 400,
+        temperature: 0.8,
+        save: None,
+        load: None,
+        bench: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--data" => c.data = PathBuf::from(value()?),
+            "--layers" => c.shape.layers = value()?.parse()?,
+            "--heads" => c.shape.heads = value()?.parse()?,
+            "--width" => c.shape.width = value()?.parse()?,
+            "--seq" => c.shape.seq = value()?.parse()?,
+            "--batch" => c.shape.batch = value()?.parse()?,
+            "--lr" => c.lr = value()?.parse()?,
+            "--steps" => c.steps = value()?.parse()?,
+            "--eval-every" => c.eval_every = value()?.parse()?,
+            "--eval-batches" => c.eval_batches = value()?.parse()?,
+            "--seed" => c.seed = value()?.parse()?,
+            "--sample" => c.sample = value()?.parse()?,
+            "--temperature" => c.temperature = value()?.parse()?,
+            "--save" => c.save = Some(PathBuf::from(value()?)),
+            "--load" => c.load = Some(PathBuf::from(value()?)),
+            "--bench" => c.bench = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown option `{other}`\n\n{USAGE}").into()),
+        }
+    }
+    let s = &c.shape;
+    if s.layers == 0 || s.heads == 0 || s.width == 0 || s.seq == 0 || s.batch == 0 || !s.width.is_multiple_of(s.heads) {
+        return Err(
+            "--layers, --heads, --width, --seq and --batch must be positive, the width a multiple of the heads".into(),
+        );
+    }
+    if c.temperature.is_nan() || c.temperature <= 0.0 {
+        return Err("--temperature must be positive".into());
+    }
+    Ok(c)
+}
+
+/// The text as token ids, its vocabulary, and the 90% / 10% split point.
+struct Corpus {
+    vocab: Vec<char>,
+    ids: Vec<i32>,
+    split: usize,
+}
+
+fn load_corpus(path: &std::path::Path) -> AppResult<Corpus> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut vocab: Vec<char> = text.chars().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    vocab.sort_unstable();
+    let lut: HashMap<char, i32> = vocab.iter().enumerate().map(|(i, &c)| (c, i as i32)).collect();
+    let ids: Vec<i32> = text.chars().map(|c| lut[&c]).collect();
+    let split = ids.len() * 9 / 10;
+    Ok(Corpus { vocab, ids, split })
+}
+
+/// A batch of `batch` windows of `seq + 1` tokens from `ids[lo..hi]`: inputs and next-token targets.
+fn batch(rng: &mut Rng, ids: &[i32], lo: usize, hi: usize, s: &Shape) -> (HostArray, HostArray) {
+    let (mut x, mut y) = (Vec::with_capacity(s.batch * s.seq), Vec::with_capacity(s.batch * s.seq));
+    let span = hi - lo - s.seq - 1;
+    for _ in 0..s.batch {
+        let i = lo + (rng.next_u64() % span as u64) as usize;
+        x.extend_from_slice(&ids[i..i + s.seq]);
+        y.extend_from_slice(&ids[i + 1..i + s.seq + 1]);
+    }
+    let arr = |v: Vec<i32>| -> HostArray { ArrayD::from_shape_vec(IxDyn(&[s.batch, s.seq]), v).expect("shape").into() };
+    (arr(x), arr(y))
+}
+
+/// An IR with the parameters as variables and token/target streams in.
+struct Program {
+    ir: Ir,
+    tokens: HostToDeviceStream,
+    targets: HostToDeviceStream,
+    out: DeviceToHostStream,
+    params: Vec<Tensor>,
+}
+
+/// `train`: one Adam step, streaming the loss out. Otherwise forward only,
+/// streaming the loss (`targets` used) or, with `logits_only`, the logits.
+fn build(s: &Shape, init: &[(String, HostArray)], train: Option<f32>, logits_only: bool) -> AppResult<Program> {
+    let ir = Ir::new();
+    let main = ir.main_graph();
+    let _g = main.enter();
+    let _sq = popxl::in_sequence(true);
+    let tokens = popxl::h2d_stream([s.batch, s.seq], popxl::int32, "tokens")?;
+    let targets = popxl::h2d_stream([s.batch, s.seq], popxl::int32, "targets")?;
+    let params: Vec<Tensor> = init.iter().map(|(n, a)| popxl::variable(a.clone(), n)).collect::<popxl::Result<_>>()?;
+    let p: HashMap<String, Tensor> = init.iter().map(|(n, _)| n.clone()).zip(params.iter().cloned()).collect();
+    let graphs = model::trace(&ir, s)?;
+    let tok = ops::host_load(&tokens, "x")?;
+    let tgt = ops::host_load(&targets, "y")?;
+    let result = match train {
+        Some(lr) => model::train_step(&graphs, s, &tok, &tgt, &p, lr)?,
+        None => {
+            let f = model::forward(&graphs, s, &tok, &p)?;
+            if logits_only {
+                f.logits
+            } else {
+                model::loss_and_grad(&f.logits, &tgt)?.0
+            }
+        }
+    };
+    let out = popxl::d2h_stream(result.shape(), result.dtype(), "out")?;
+    ops::host_store(&out, &result)?;
+    Ok(Program { ir: ir.clone(), tokens, targets, out, params })
+}
+
+fn inputs(p: &Program, x: HostArray, y: HostArray) -> popxl_session::Inputs {
+    let mut i = popxl_session::Inputs::new();
+    i.insert(p.tokens.clone(), x);
+    i.insert(p.targets.clone(), y);
+    i
+}
+
+/// Copy `weights` (by name) into the variables of `session`'s program.
+fn write_weights(session: &mut Session, p: &Program, weights: &[(String, HostArray)]) -> AppResult<()> {
+    let by_name: HashMap<&str, &HostArray> = weights.iter().map(|(n, a)| (n.as_str(), a)).collect();
+    let writes: Vec<(&Tensor, &HostArray)> = p
+        .params
+        .iter()
+        .map(|v| by_name.get(v.name()).map(|a| (v, *a)).ok_or_else(|| format!("no value for `{}`", v.name())))
+        .collect::<Result<_, _>>()?;
+    session.write_variables_data(writes)?;
+    Ok(())
+}
+
+fn read_weights(session: &mut Session, p: &Program, names: &[String]) -> AppResult<Vec<(String, HostArray)>> {
+    let wanted: Vec<&Tensor> = p.params.iter().filter(|t| names.iter().any(|n| n == t.name())).collect();
+    let data = session.get_tensors_data(wanted.iter().copied())?;
+    Ok(wanted.iter().map(|t| t.name().to_string()).zip(data).collect())
+}
+
+/// Mean loss over `batches` validation batches.
+fn validate(session: &mut Session, p: &Program, corpus: &Corpus, s: &Shape, batches: usize) -> AppResult<f64> {
+    let mut rng = Rng::new(12345);
+    let mut total = 0.0;
+    session.scope(|sess| -> AppResult<()> {
+        for _ in 0..batches {
+            let (x, y) = batch(&mut rng, &corpus.ids, corpus.split, corpus.ids.len(), s);
+            total += sess.run(&inputs(p, x, y))?[&p.out].to_f64_vec()[0];
+        }
+        Ok(())
+    })?;
+    Ok(total / batches.max(1) as f64)
+}
+
+/// Sample `n` characters after a newline prompt with the logits-only program (batch 1).
+fn sample(
+    session: &mut Session,
+    p: &Program,
+    corpus: &Corpus,
+    s: &Shape,
+    n: usize,
+    temp: f64,
+    seed: u64,
+) -> AppResult<String> {
+    let mut rng = Rng::new(seed ^ 0x5A5A);
+    let newline = corpus.vocab.iter().position(|&c| c == '\n').unwrap_or(0) as i32;
+    let mut ctx = vec![newline];
+    let mut out = String::new();
+    session.scope(|sess| -> AppResult<()> {
+        for _ in 0..n {
+            let start = ctx.len().saturating_sub(s.seq);
+            let window = &ctx[start..];
+            let mut x = window.to_vec();
+            x.resize(s.seq, 0);
+            let xa: HostArray = ArrayD::from_shape_vec(IxDyn(&[1, s.seq]), x.clone())?.into();
+            let ya: HostArray = ArrayD::from_shape_vec(IxDyn(&[1, s.seq]), x)?.into();
+            let r = sess.run(&inputs(p, xa, ya))?;
+            let logits = r[&p.out].to_f64_vec();
+            let row = &logits[(window.len() - 1) * s.vocab..window.len() * s.vocab];
+            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = row.iter().map(|&l| ((l - m) / temp).exp()).collect();
+            let mut u = rng.uniform() * w.iter().sum::<f64>();
+            let mut pick = w.len() - 1;
+            for (i, &wi) in w.iter().enumerate() {
+                if u < wi {
+                    pick = i;
+                    break;
+                }
+                u -= wi;
+            }
+            ctx.push(pick as i32);
+            out.push(corpus.vocab[pick]);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Matmul FLOPs of one training step (`gpt_common.model_flops_per_step`).
+fn flops_per_step(s: &Shape) -> f64 {
+    let (d, t, b, l, v) = (s.width as f64, s.seq as f64, s.batch as f64, s.layers as f64, s.vocab as f64);
+    let per_token = l * (2.0 * d * 3.0 * d + 2.0 * d * d + 2.0 * d * 4.0 * d * 2.0) + 2.0 * d * v;
+    let attn = l * 2.0 * 2.0 * t * t * d;
+    3.0 * (b * t * per_token + b * attn)
+}
+
+fn main() -> AppResult<()> {
+    let mut cfg = parse_args()?;
+    let corpus = load_corpus(&cfg.data)?;
+    cfg.shape.vocab = corpus.vocab.len();
+    let s = cfg.shape;
+    if corpus.split <= s.seq + 1 || corpus.ids.len() - corpus.split <= s.seq + 1 {
+        return Err("the text is too short for this context length".into());
+    }
+    eprintln!(
+        "GPT: {} layers, {} heads, width {}, context {}, batch {}, vocab {}; {} train / {} validation characters",
+        s.layers,
+        s.heads,
+        s.width,
+        s.seq,
+        s.batch,
+        s.vocab,
+        corpus.split,
+        corpus.ids.len() - corpus.split
+    );
+    let names = model::param_names(s.layers);
+    let init = match &cfg.load {
+        Some(path) => {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            npy::load(path, &refs)?
+        }
+        None => model::init_params(&s, cfg.seed),
+    };
+    let start = Instant::now();
+    let train = build(&s, &init, Some(cfg.lr), false)?;
+    let mut session = Session::new(train.ir.clone(), "cpu")?;
+    let eval_prog = build(&s, &init, None, false)?;
+    let mut eval = Session::new(eval_prog.ir.clone(), "cpu")?;
+    eprintln!("built and prepared the training and evaluation programs in {:.2} s", start.elapsed().as_secs_f64());
+
+    let bar = indicatif::ProgressBar::new(cfg.steps as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} steps [{elapsed_precise}] {msg}")
+            .expect("valid template"),
+    );
+    let mut rng = Rng::new(cfg.seed.wrapping_add(1));
+    let mut losses = Vec::with_capacity(cfg.steps);
+    let mut step_times: Vec<Duration> = Vec::with_capacity(cfg.steps);
+    let tokens_per_step = (s.batch * s.seq) as f64;
+    let mut evals = Vec::new();
+    for step in 0..cfg.steps {
+        let (x, y) = batch(&mut rng, &corpus.ids, 0, corpus.split, &s);
+        let t = Instant::now();
+        let out = session.scope(|sess| sess.run(&inputs(&train, x, y)))?;
+        step_times.push(t.elapsed());
+        losses.push(out[&train.out].to_f64_vec()[0]);
+        bar.inc(1);
+        let recent = &losses[losses.len().saturating_sub(50)..];
+        let secs: f64 = step_times[step_times.len().saturating_sub(50)..].iter().map(Duration::as_secs_f64).sum();
+        bar.set_message(format!(
+            "loss {:.4}, {:.0} tokens/s",
+            recent.iter().sum::<f64>() / recent.len() as f64,
+            tokens_per_step * recent.len() as f64 / secs
+        ));
+        if cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && step + 1 < cfg.steps {
+            let w = read_weights(&mut session, &train, &names)?;
+            write_weights(&mut eval, &eval_prog, &w)?;
+            let v = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
+            bar.println(format!("step {}: validation loss {v:.4}", step + 1));
+            evals.push((step + 1, v));
+        }
+    }
+    bar.finish_and_clear();
+    let weights = read_weights(&mut session, &train, &names)?;
+    write_weights(&mut eval, &eval_prog, &weights)?;
+    let val = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
+    let n = losses.len();
+    let tail = &losses[n.saturating_sub(50)..];
+    println!(
+        "Trained {n} steps; mean training loss of the last {}: {:.4}; validation loss {val:.4} nats/char",
+        tail.len(),
+        tail.iter().sum::<f64>() / tail.len().max(1) as f64
+    );
+    if let Some(path) = &cfg.save {
+        npy::save(path, &weights)?;
+        eprintln!("saved the weights to {}", path.display());
+    }
+    if cfg.bench && step_times.len() > 1 {
+        let mut ms: Vec<f64> = step_times[1..].iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        ms.sort_by(f64::total_cmp);
+        let med = ms[ms.len() / 2];
+        println!(
+            "bench: step median {med:.2} ms (p10 {:.2}, p90 {:.2}), {:.0} tokens/s, {:.1} model GFLOP/s",
+            ms[ms.len() / 10],
+            ms[ms.len() * 9 / 10],
+            tokens_per_step / (med / 1e3),
+            flops_per_step(&s) / (med / 1e3) / 1e9
+        );
+    }
+    if cfg.sample > 0 {
+        let one = Shape { batch: 1, ..s };
+        let prog = build(&one, &weights, None, true)?;
+        let mut sess = Session::new(prog.ir.clone(), "cpu")?;
+        let text = sample(&mut sess, &prog, &corpus, &one, cfg.sample, cfg.temperature, cfg.seed)?;
+        println!("--- sample (temperature {}) ---\n{text}\n---", cfg.temperature);
+    }
+    let _ = evals;
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! The GPT of the `gpt` example, built the PopXL way: three graphs traced once
+//! (`embed`, one transformer `Block`, `head`), the block graph called once per
+//! layer with that layer's weights, each graph differentiated once with
+//! `autodiff`, and Adam through `accumulate_moving_average(_square)_`,
+//! `adam_updater` and `scaled_add_`. Model as `gpt_common.py`: pre-LayerNorm
+//! GPT-2 blocks, learned positions, causal softmax attention, GELU (tanh),
+//! LM head tied to the token embedding, mean cross-entropy.
+
+use std::collections::HashMap;
+
+use ndarray::{Array2, ArrayD, IxDyn};
+use popxl::ops::{self, CallSiteInfo};
+use popxl::{transforms, Graph, HostArray, Ir, Tensor};
+
+/// Model and batch sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Model width (d_model).
+    pub width: usize,
+    /// Context length T.
+    pub seq: usize,
+    /// Sequences per batch.
+    pub batch: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+}
+
+/// The parameter names of one block, in `gpt_common.param_names` order.
+pub const BLOCK_PARAMS: [&str; 12] =
+    ["ln1_g", "ln1_b", "attn_w", "attn_b", "proj_w", "proj_b", "ln2_g", "ln2_b", "fc_w", "fc_b", "fc2_w", "fc2_b"];
+
+/// Every parameter name (`gpt_common.param_names`).
+pub fn param_names(layers: usize) -> Vec<String> {
+    let mut names = vec!["wte".to_string(), "wpe".to_string()];
+    for l in 0..layers {
+        names.extend(BLOCK_PARAMS.iter().map(|p| format!("h{l}.{p}")));
+    }
+    names.extend(["lnf_g".to_string(), "lnf_b".to_string()]);
+    names
+}
+
+fn param_shape(name: &str, s: &Shape) -> Vec<usize> {
+    let d = s.width;
+    match name.rsplit('.').next().unwrap_or(name) {
+        "wte" => vec![s.vocab, d],
+        "wpe" => vec![s.seq, d],
+        "attn_w" => vec![d, 3 * d],
+        "attn_b" => vec![3 * d],
+        "proj_w" => vec![d, d],
+        "fc_w" => vec![d, 4 * d],
+        "fc_b" => vec![4 * d],
+        "fc2_w" => vec![4 * d, d],
+        _ => vec![d],
+    }
+}
+
+/// Initial weights as `gpt_common.init_params` (same distributions; our own
+/// generator): matrices ~ N(0, 0.02), the residual outputs (`proj_w`, `fc2_w`)
+/// ~ N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gains 1.
+pub fn init_params(s: &Shape, seed: u64) -> Vec<(String, HostArray)> {
+    let mut rng = crate::Rng::new(seed);
+    param_names(s.layers)
+        .into_iter()
+        .map(|n| {
+            let shape = param_shape(&n, s);
+            let len: usize = shape.iter().product();
+            let v: Vec<f32> = if n.ends_with("_g") {
+                vec![1.0; len]
+            } else if n.ends_with("_b") {
+                vec![0.0; len]
+            } else {
+                let std = if n.ends_with("proj_w") || n.ends_with("fc2_w") {
+                    0.02 / ((2 * s.layers) as f64).sqrt()
+                } else {
+                    0.02
+                };
+                (0..len).map(|_| (rng.normal() * std) as f32).collect()
+            };
+            let a: HostArray = ArrayD::from_shape_vec(IxDyn(&shape), v).expect("shape").into();
+            (n, a)
+        })
+        .collect()
+}
+
+/// `(x - mean) / sqrt(var + 1e-5) * g + b` over the last axis.
+fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
+    let m = ops::mean(x, &[-1], true)?;
+    let xc = ops::sub(x, &m)?;
+    let var = ops::mean(&ops::mul(&xc, &xc)?, &[-1], true)?;
+    let sd = ops::sqrt(&ops::add(&var, &popxl::constant(1e-5f32, "eps")?)?)?;
+    ops::add(&ops::mul(&ops::div(&xc, &sd)?, g)?, b)
+}
+
+/// One transformer block on `x` [B, T, d] with its 12 parameters.
+fn block(s: &Shape, x: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
+    let (b, t, d, h) = (s.batch as i64, s.seq as i64, s.width as i64, s.heads as i64);
+    let dh = d / h;
+    let heads = |u: &Tensor| ops::transpose(&u.reshape(&[b, t, h, dh])?, &[0, 2, 1, 3]);
+    let causal = popxl::constant(Array2::from_shape_fn((s.seq, s.seq), |(i, j)| j <= i), "causal")?;
+    let masked = popxl::constant(-1e9f32, "masked")?;
+    let scale = popxl::constant(1.0 / (dh as f32).sqrt(), "scale")?;
+
+    let n1 = layer_norm(x, &p[0], &p[1])?;
+    let qkv = ops::add(&n1.matmul(&p[2])?, &p[3])?;
+    let parts = ops::split(&qkv, vec![s.width; 3], -1)?;
+    let (q, k, v) = (heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?);
+    let att = ops::mul(&q.matmul(&ops::transpose(&k, &[0, 1, 3, 2])?)?, &scale)?;
+    let att = ops::softmax(&ops::select(&causal, &att, &masked)?, -1)?;
+    let y = ops::transpose(&att.matmul(&v)?, &[0, 2, 1, 3])?.reshape(&[b, t, d])?;
+    let x = ops::add(x, &ops::add(&y.matmul(&p[4])?, &p[5])?)?;
+    let n2 = layer_norm(&x, &p[6], &p[7])?;
+    let f = ops::gelu(&ops::add(&n2.matmul(&p[8])?, &p[9])?)?;
+    ops::add(&x, &ops::add(&f.matmul(&p[10])?, &p[11])?)
+}
+
+/// The traced graphs of one model shape.
+pub struct Graphs {
+    /// `(tokens, wte, wpe) -> x`.
+    pub embed: Graph,
+    /// `(x, 12 block parameters) -> x`.
+    pub block: Graph,
+    /// `(x, lnf_g, lnf_b, wte) -> logits [B*T, V]`.
+    pub head: Graph,
+}
+
+/// Trace the three graphs for `s` (in the current graph's IR).
+pub fn trace(ir: &Ir, s: &Shape) -> popxl::Result<Graphs> {
+    let f32_ = popxl::float32;
+    let d = s.width;
+    let spec = |shape: Vec<usize>| popxl::TensorSpec::new(shape, f32_);
+    let embed = ir.create_graph(
+        |tok: Tensor, wte: Tensor, wpe: Tensor| ops::add(&ops::gather(&wte, &tok, 0)?, &wpe),
+        (popxl::TensorSpec::new([s.batch, s.seq], popxl::int32), spec(vec![s.vocab, d]), spec(vec![s.seq, d])),
+    )?;
+    let mut args = vec![spec(vec![s.batch, s.seq, d])];
+    args.extend(BLOCK_PARAMS.iter().map(|n| spec(param_shape(n, s))));
+    let block = ir.create_graph(|ts: Vec<Tensor>| block(s, &ts[0], &ts[1..]), args)?;
+    let head = ir.create_graph(
+        |x: Tensor, g: Tensor, b: Tensor, wte: Tensor| -> popxl::Result<Tensor> {
+            let x = layer_norm(&x, &g, &b)?.reshape(&[(s.batch * s.seq) as i64, d as i64])?;
+            x.matmul(&ops::transpose(&wte, &[1, 0])?)
+        },
+        (spec(vec![s.batch, s.seq, d]), spec(vec![d]), spec(vec![d]), spec(vec![s.vocab, d])),
+    )?;
+    Ok(Graphs { embed, block, head })
+}
+
+/// Forward through every graph: call sites (embed, blocks..., head) and logits.
+pub struct Forward {
+    /// Call sites in order: embed, each block, head.
+    pub sites: Vec<CallSiteInfo>,
+    /// The block inputs, per layer, and the head input last.
+    pub xs: Vec<Tensor>,
+    /// `[B*T, V]` logits.
+    pub logits: Tensor,
+}
+
+/// The forward pass in the current graph, from `tokens` and the parameter variables.
+pub fn forward(g: &Graphs, s: &Shape, tokens: &Tensor, p: &HashMap<String, Tensor>) -> popxl::Result<Forward> {
+    let embed = ops::call_with_info(&g.embed, &[tokens, &p["wte"], &p["wpe"]], &[])?;
+    let mut x = embed.parent_output(0)?;
+    let mut sites = vec![embed];
+    let mut xs = vec![];
+    for l in 0..s.layers {
+        let mut ins = vec![&x];
+        let names: Vec<String> = BLOCK_PARAMS.iter().map(|n| format!("h{l}.{n}")).collect();
+        ins.extend(names.iter().map(|n| &p[n]));
+        let site = ops::call_with_info(&g.block, &ins, &[])?;
+        xs.push(x.clone());
+        x = site.parent_output(0)?;
+        sites.push(site);
+    }
+    let head = ops::call_with_info(&g.head, &[&x, &p["lnf_g"], &p["lnf_b"], &p["wte"]], &[])?;
+    xs.push(x);
+    let logits = head.parent_output(0)?;
+    sites.push(head);
+    Ok(Forward { sites, xs, logits })
+}
+
+/// Mean cross-entropy of `logits` against `targets` [B, T], and d(loss)/d(logits).
+pub fn loss_and_grad(logits: &Tensor, targets: &Tensor) -> popxl::Result<(Tensor, Tensor)> {
+    let probs = ops::softmax(logits, -1)?;
+    let labels = targets.reshape(&[-1])?;
+    ops::nll_loss_with_softmax_grad(&probs, &labels)
+}
+
+/// Build one training step in the current graph: forward, backward through the
+/// three gradient graphs (the block's in reverse layer order), Adam on every
+/// parameter. Returns the loss.
+pub fn train_step(
+    g: &Graphs,
+    s: &Shape,
+    tokens: &Tensor,
+    targets: &Tensor,
+    p: &HashMap<String, Tensor>,
+    lr: f32,
+) -> popxl::Result<Tensor> {
+    let f = forward(g, s, tokens, p)?;
+    let (loss, dlogits) = loss_and_grad(&f.logits, targets)?;
+    let none = HashMap::new();
+    let grad_of = |graph: &Graph, skip_first: bool| -> popxl::Result<transforms::GradGraphInfo> {
+        let ins = graph.inputs()?;
+        let required: Vec<Tensor> = if skip_first { ins[1..].to_vec() } else { ins };
+        Ok(transforms::autodiff(graph, None, Some(&required), &none, false)?.grad_info)
+    };
+    let (dhead, dblock, dembed) = (grad_of(&g.head, false)?, grad_of(&g.block, false)?, grad_of(&g.embed, true)?);
+    let mut grads: HashMap<String, Tensor> = HashMap::new();
+    let back = |info: &transforms::GradGraphInfo, site: &CallSiteInfo, seed: &Tensor| {
+        let acts = info.inputs_dict(site)?;
+        let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
+        let call = ops::call_with_info(&info.graph(), &[seed], &acts)?;
+        info.fwd_parent_ins_to_grad_parent_outs(site, &call)
+    };
+    let n = f.sites.len();
+    let gh = back(&dhead, &f.sites[n - 1], &dlogits)?;
+    let mut dx = gh[&f.xs[s.layers]].clone();
+    for name in ["lnf_g", "lnf_b", "wte"] {
+        grads.insert(name.to_string(), gh[&p[name]].clone());
+    }
+    for l in (0..s.layers).rev() {
+        let gb = back(&dblock, &f.sites[l + 1], &dx)?;
+        for n in BLOCK_PARAMS {
+            let name = format!("h{l}.{n}");
+            grads.insert(name.clone(), gb[&p[&name]].clone());
+        }
+        dx = gb[&f.xs[l]].clone();
+    }
+    let ge = back(&dembed, &f.sites[0], &dx)?;
+    let dwte = ops::add(&grads["wte"], &ge[&p["wte"]])?;
+    grads.insert("wte".into(), dwte);
+    grads.insert("wpe".into(), ge[&p["wpe"]].clone());
+
+    let mut names: Vec<&String> = p.keys().collect();
+    names.sort();
+    for name in names {
+        adam(&p[name], &grads[name], name, lr)?;
+    }
+    Ok(loss)
+}
+
+/// Adam (betas 0.9/0.999, eps 1e-8, bias-corrected, no weight decay) on `w`.
+fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
+    let zeros = HostArray::full(w.info(), 0.0);
+    let m = popxl::variable(zeros.clone(), &format!("{name}.adam_m"))?;
+    let v = popxl::variable(zeros, &format!("{name}.adam_v"))?;
+    let t = popxl::variable(0.0f32, &format!("{name}.adam_t"))?;
+    ops::accumulate_moving_average_(&m, g, 0.9f32)?;
+    ops::accumulate_moving_average_square_(&v, g, 0.999f32)?;
+    let opts = ops::AdamUpdaterOptions {
+        time_step: Some(&t),
+        beta1: Some(0.9.into()),
+        beta2: Some(0.999.into()),
+        epsilon: 1e-8.into(),
+        ..Default::default()
+    };
+    let upd = ops::adam_updater(&m, &v, opts)?;
+    ops::scaled_add_(w, &upd, 1.0f32, -lr)?;
+    Ok(())
+}
