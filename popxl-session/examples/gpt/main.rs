@@ -336,7 +336,13 @@ fn main() -> AppResult<()> {
             let w = read_weights(&mut session, &train, &names)?;
             write_weights(&mut eval, &eval_prog, &w)?;
             let v = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
-            bar.println(format!("step {}: validation loss {v:.4}", step + 1));
+            let line = format!("step {}: validation loss {v:.4}", step + 1);
+            // A hidden bar (stderr not a terminal) drops `println`.
+            if bar.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                bar.println(line);
+            }
             evals.push((step + 1, v));
         }
     }
