@@ -43,6 +43,7 @@ Options:
   --save PATH          write the trained weights (.npz or a directory of .npy)
   --load PATH          start from saved weights
   --bench              print ms/step, tokens/s and model GFLOP/s
+  --profile            time every kernel and print the op types that take the most time per step
   -h, --help           this text";
 
 struct Config {
@@ -58,6 +59,7 @@ struct Config {
     save: Option<PathBuf>,
     load: Option<PathBuf>,
     bench: bool,
+    profile: bool,
 }
 
 fn parse_args() -> AppResult<Config> {
@@ -74,6 +76,7 @@ fn parse_args() -> AppResult<Config> {
         save: None,
         load: None,
         bench: false,
+        profile: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -95,6 +98,7 @@ fn parse_args() -> AppResult<Config> {
             "--save" => c.save = Some(PathBuf::from(value()?)),
             "--load" => c.load = Some(PathBuf::from(value()?)),
             "--bench" => c.bench = true,
+            "--profile" => c.profile = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -266,6 +270,23 @@ fn sample(
     Ok(out)
 }
 
+/// Kernel time per step by op type, largest first.
+fn print_profile(kernels: &[popxl_session::cpu::executor::KernelTime], steps: usize) {
+    let mut by_type: HashMap<&str, (f64, usize)> = HashMap::new();
+    for k in kernels {
+        let e = by_type.entry(k.op_type.as_str()).or_default();
+        e.0 += k.total.as_secs_f64() * 1e3 / steps as f64;
+        e.1 += 1;
+    }
+    let total: f64 = by_type.values().map(|v| v.0).sum();
+    let mut rows: Vec<_> = by_type.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    println!("profile: {total:.1} ms of kernels per step");
+    for (op, (ms, n)) in rows.iter().take(15) {
+        println!("  {ms:8.2} ms {:5.1}%  {op:<28} ({n} kernels)", 100.0 * ms / total);
+    }
+}
+
 /// Matmul FLOPs of one training step (`gpt_common.model_flops_per_step`).
 fn flops_per_step(s: &Shape) -> f64 {
     let (d, t, b, l, v) = (s.width as f64, s.seq as f64, s.batch as f64, s.layers as f64, s.vocab as f64);
@@ -323,6 +344,10 @@ fn main() -> AppResult<()> {
         let t = Instant::now();
         let out = session.scope(|sess| sess.run(&inputs(&train, x, y)))?;
         step_times.push(t.elapsed());
+        if step == 0 {
+            // Profile the steady state, not the first run.
+            session.set_profiling(cfg.profile);
+        }
         losses.push(out[&train.out].to_f64_vec()[0]);
         bar.inc(1);
         let recent = &losses[losses.len().saturating_sub(50)..];
@@ -372,6 +397,9 @@ fn main() -> AppResult<()> {
             tokens_per_step / (med / 1e3),
             flops_per_step(&s) / (med / 1e3) / 1e9
         );
+    }
+    if cfg.profile && cfg.steps > 1 {
+        print_profile(&session.kernel_profile(), cfg.steps - 1);
     }
     if cfg.sample > 0 {
         let one = Shape { batch: 1, ..s };
