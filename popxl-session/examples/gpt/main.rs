@@ -43,6 +43,7 @@ Options:
   --save PATH          write the trained weights (.npz or a directory of .npy)
   --load PATH          start from saved weights
   --bench              print ms/step, tokens/s and model GFLOP/s
+  --dump               print the lowered training program to stderr
   --profile            time every kernel and print the op types that take the most time per step
   -h, --help           this text";
 
@@ -60,6 +61,7 @@ struct Config {
     load: Option<PathBuf>,
     bench: bool,
     profile: bool,
+    dump: bool,
 }
 
 fn parse_args() -> AppResult<Config> {
@@ -77,6 +79,7 @@ fn parse_args() -> AppResult<Config> {
         load: None,
         bench: false,
         profile: false,
+        dump: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -99,6 +102,7 @@ fn parse_args() -> AppResult<Config> {
             "--load" => c.load = Some(PathBuf::from(value()?)),
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
+            "--dump" => c.dump = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -325,6 +329,9 @@ fn main() -> AppResult<()> {
     let start = Instant::now();
     let train = build(&s, &init, Some(cfg.lr), false)?;
     let mut session = Session::new(train.ir.clone(), "cpu")?;
+    if cfg.dump {
+        eprintln!("{}", session.executable().dump());
+    }
     let eval_prog = build(&s, &init, None, false)?;
     let mut eval = Session::new(eval_prog.ir.clone(), "cpu")?;
     eprintln!("built and prepared the training and evaluation programs in {:.2} s", start.elapsed().as_secs_f64());
