@@ -42,7 +42,9 @@ Options:
   --temperature X      sampling temperature (default 0.8)
   --save PATH          write the trained weights (.npz or a directory of .npy)
   --load PATH          start from saved weights
-  --bench              print ms/step, tokens/s and model GFLOP/s
+  --bench              print ms/step, tokens/s and model GFLOP/s, then run the PyTorch and JAX
+                       baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios
+  --baselines DIR      where those scripts are (default ../shared/bench beside the project)
   --dump               print the lowered training program to stderr
   --profile            time every kernel and print the op types that take the most time per step
   -h, --help           this text";
@@ -62,6 +64,7 @@ struct Config {
     bench: bool,
     profile: bool,
     dump: bool,
+    baselines: PathBuf,
 }
 
 fn parse_args() -> AppResult<Config> {
@@ -80,6 +83,7 @@ fn parse_args() -> AppResult<Config> {
         bench: false,
         profile: false,
         dump: false,
+        baselines: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench")),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -103,6 +107,7 @@ fn parse_args() -> AppResult<Config> {
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
             "--dump" => c.dump = true,
+            "--baselines" => c.baselines = PathBuf::from(value()?),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -274,6 +279,41 @@ fn sample(
     Ok(out)
 }
 
+/// Run a baseline script (`torch_gpt.py` / `jax_gpt.py`) on the same
+/// configuration (10 timed steps) and read `step_median_ms` from its JSON line.
+fn baseline_ms(script: &std::path::Path, data: &std::path::Path, s: &Shape) -> Result<f64, String> {
+    if !script.exists() {
+        return Err(format!("{} not found; --baselines DIR", script.display()));
+    }
+    let args: Vec<String> = [
+        ("--layers", s.layers),
+        ("--heads", s.heads),
+        ("--width", s.width),
+        ("--seq", s.seq),
+        ("--batch", s.batch),
+        ("--steps", 10),
+    ]
+    .iter()
+    .flat_map(|(k, v)| [k.to_string(), v.to_string()])
+    .collect();
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(&args)
+        .arg("--data")
+        .arg(data)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(err.lines().last().unwrap_or("failed").to_string());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let key = "\"step_median_ms\": ";
+    let at = text.rfind(key).ok_or("no step_median_ms in its output")? + key.len();
+    let num: String = text[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    num.parse().map_err(|e| format!("step_median_ms `{num}`: {e}"))
+}
+
 /// Kernel time per step by op type, largest first.
 fn print_profile(kernels: &[popxl_session::cpu::executor::KernelTime], steps: usize) {
     let mut by_type: HashMap<&str, (f64, usize)> = HashMap::new();
@@ -404,6 +444,15 @@ fn main() -> AppResult<()> {
             tokens_per_step / (med / 1e3),
             flops_per_step(&s) / (med / 1e3) / 1e9
         );
+        for script in ["torch_gpt.py", "jax_gpt.py"] {
+            match baseline_ms(&cfg.baselines.join(script), &cfg.data, &s) {
+                Ok(theirs) => println!(
+                    "bench: {script}: step median {theirs:.2} ms; ours is {:.2}x its steps per second",
+                    theirs / med
+                ),
+                Err(why) => println!("bench: {script}: not run ({why})"),
+            }
+        }
     }
     if cfg.profile && cfg.steps > 1 {
         print_profile(&session.kernel_profile(), cfg.steps - 1);
