@@ -17,6 +17,7 @@ use super::float16::{f16_adapter, has_f16};
 use super::par::par_range;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
+use super::var_update::update_in_place;
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 
@@ -143,27 +144,10 @@ impl<T: Float, F: Form<T>> Kernel for AccumulateKernel<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (a, b) = coefficients(self.ty, self.factor.get(args));
         let (a, b) = (T::from_f64(a), T::from_f64(b));
-        let t = SendPtr(args.outputs[0] as *mut T);
-        let x = SendPtr(args.inputs[self.x] as *mut T);
-        let [sx] = self.plan.inner_strides();
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ix], len| {
-                // SAFETY: `t` is accessed through the output pointer only and `x` is
-                // another buffer; segments of different pieces are disjoint.
-                unsafe {
-                    let ts = slice_mut(t.get().add(o), len);
-                    if sx == 1 {
-                        for (v, &u) in ts.iter_mut().zip(slice(x.get().add(ix), len)) {
-                            *v = F::f(*v, u, a, b);
-                        }
-                    } else {
-                        let u = *x.get().add(ix);
-                        for v in ts {
-                            *v = F::f(*v, u, a, b);
-                        }
-                    }
-                }
-            });
+        // SAFETY: the accumulator is read and written through output 0 only and
+        // `x` is another buffer.
+        update_in_place(&self.plan, args.outputs[0] as *mut T, args.inputs[self.x] as *const T, |t, u| {
+            F::f(t, u, a, b)
         });
         Ok(())
     }

@@ -71,30 +71,46 @@ struct InPlace<T, F> {
     _t: Types<F>,
 }
 
+/// `t[i] = f(t[i], x[i])` over `plan` (`x` broadcast to `t`), threaded.
+///
+/// # Safety
+/// `t` is the updated tensor's buffer, accessed only through this pointer (the
+/// kernel's output pointer); `x` is a different buffer of the planned shape.
+pub(super) unsafe fn update_in_place<T: Copy + Send + Sync>(
+    plan: &Broadcast<1>,
+    t: *mut T,
+    x: *const T,
+    f: impl Fn(T, T) -> T + Send + Sync,
+) {
+    let (t, x) = (SendPtr(t), SendPtr(x as *mut T));
+    let [sx] = plan.inner_strides();
+    par_range(plan.len(), move |r| {
+        plan.for_segments(r, |o, [ix], len| {
+            // SAFETY: the caller's contract; segments of different pieces are disjoint.
+            unsafe {
+                let ts = slice_mut(t.get().add(o), len);
+                if sx == 1 {
+                    for (v, &u) in ts.iter_mut().zip(slice(x.get().add(ix), len)) {
+                        *v = f(*v, u);
+                    }
+                } else {
+                    let u = *x.get().add(ix);
+                    for v in ts {
+                        *v = f(*v, u);
+                    }
+                }
+            }
+        });
+    });
+}
+
 impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (a, b) = (self.a.get(args), self.b.get(args));
-        let t = SendPtr(args.outputs[0] as *mut T);
-        let x = SendPtr(args.inputs[self.x] as *mut T);
-        let [sx] = self.plan.inner_strides();
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ix], len| {
-                // SAFETY: `t` is only accessed through the output pointer; `x` is a
-                // different buffer (the executor guarantees non-overlap).
-                unsafe {
-                    let ts = slice_mut(t.get().add(o), len);
-                    if sx == 1 {
-                        for (v, &u) in ts.iter_mut().zip(slice(x.get().add(ix), len)) {
-                            *v = F::f(*v, u, a, b);
-                        }
-                    } else {
-                        let u = *x.get().add(ix);
-                        for v in ts {
-                            *v = F::f(*v, u, a, b);
-                        }
-                    }
-                }
-            });
+        // SAFETY: the updated tensor is read and written through output 0 only;
+        // `x` is a different buffer (the executor guarantees non-overlap).
+        update_in_place(&self.plan, args.outputs[0] as *mut T, args.inputs[self.x] as *const T, |t, u| {
+            F::f(t, u, a, b)
         });
         Ok(())
     }
