@@ -16,6 +16,8 @@
 mod harness;
 
 // One file of checks per op family.
+#[path = "autodiff_gradcheck/conv.rs"]
+mod conv;
 #[path = "autodiff_gradcheck/elementwise_ext.rs"]
 mod elementwise_ext;
 #[path = "autodiff_gradcheck/indexing.rs"]

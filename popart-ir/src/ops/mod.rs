@@ -24,6 +24,7 @@
 //! | [`nn`] | `Softmax` | `axis: int` |
 //! | [`nn`] | `NllLoss(probs, labels)` | `reduction: "mean"\|"sum"\|"none"`, optional `ignore_index: int` |
 //! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
+//! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
 //! | [`shape`] | `Reshape` | `shape: ints` (one `-1` allowed) |
 //! | [`shape`] | `Transpose` | `perm: ints` |
 //! | [`shape`] | `Slice` | `starts, ends, steps, axes: ints` (numpy slice semantics, clamped) |
@@ -47,6 +48,7 @@
 mod axes;
 pub mod binary;
 pub mod control;
+pub mod conv;
 pub mod grad;
 pub mod indexing;
 pub mod indexing_grad;
@@ -74,6 +76,7 @@ use crate::{DataType, InferContext, IrError, OpDef, Result, TensorInfo};
 pub mod all {
     pub use super::binary::*;
     pub use super::control::*;
+    pub use super::conv::*;
     pub use super::grad::*;
     pub use super::indexing::*;
     pub use super::indexing_grad::*;
@@ -119,6 +122,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(print::ALL);
         v.extend_from_slice(indexing::ALL);
         v.extend_from_slice(indexing_grad::ALL);
+        v.extend_from_slice(conv::ALL);
         v
     })
 }

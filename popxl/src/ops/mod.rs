@@ -14,6 +14,7 @@
 //! | logical | [`isnan`] [`isinf`] [`isfinite`] [`logical_not`] [`logical_and`] [`logical_or`] |
 //! | print | [`print_tensor`] ([`PrintTensorOptions`]) |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
+//! | nn (convolution) | [`conv`] [`conv_with`] ([`ConvOptions`], [`PadType`]) [`conv_transpose`] ([`ConvTransposeOptions`]) |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
@@ -29,6 +30,7 @@
 
 mod conditional;
 mod control;
+mod conv;
 pub mod elementwise;
 mod indexing;
 mod io;
@@ -45,6 +47,7 @@ mod view;
 
 pub use conditional::{conditional, conditional_branches, conditional_with_info, Branch, ConditionalSiteInfo};
 pub use control::{call, call_with_info, repeat, repeat_with_info, CallSiteInfo};
+pub use conv::{conv, conv_transpose, conv_with, ConvOptions, ConvTransposeOptions, PadType};
 pub use elementwise::*;
 pub use indexing::{
     dynamic_slice, dynamic_update, dynamic_update_, gather_with_options, groupedgather, init, onehot, scatter,

@@ -37,7 +37,7 @@
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
 //! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`), each exporting its `KERNELS` table,
+//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -64,6 +64,8 @@
 mod accumulate;
 mod binary;
 mod broadcast;
+mod conv;
+mod conv_layout;
 mod dispatch;
 mod elem;
 mod elementwise_ext;
@@ -129,6 +131,7 @@ fn registry() -> &'static Registry {
             print::KERNELS,
             indexing::KERNELS,
             scatter::KERNELS,
+            conv::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)

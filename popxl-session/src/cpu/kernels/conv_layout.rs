@@ -1,0 +1,329 @@
+//! The layout work of the convolution kernels: the 2-D geometry every
+//! convolution is reduced to, `im2col` / `col2im` over blocks of rows and
+//! columns, and the direct loops used when each output channel reads a single
+//! input channel (depthwise convolutions and `C_in / group == 1`).
+//!
+//! A 1-D convolution is a 2-D one of height 1. Column `p` of an im2col matrix is
+//! output position `(p / ow, p % ow)`; row `r` is `(c, ki, kj)` with
+//! `r = (c · kh + ki) · kw + kj`, the weight layout `[C_out, C_in / group, kh, kw]`.
+
+use std::ops::{AddAssign, Mul, Range};
+
+use popart_ir::ops::conv::ConvGeometry;
+
+use super::matmul::MatElem;
+
+/// Element types of the convolution kernels (f32, f64).
+pub(crate) trait ConvElem: MatElem + AddAssign + Mul<Output = Self> + Default {}
+impl<T: MatElem + AddAssign + Mul<Output = T> + Default> ConvElem for T {}
+
+/// A convolution with two spatial dims, sizes as `usize`, padding as `isize`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geo2 {
+    pub n: usize,
+    pub groups: usize,
+    /// Input and output channels per group.
+    pub ci_g: usize,
+    pub co_g: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub dh: usize,
+    pub dw: usize,
+    pub ph: isize,
+    pub pw: isize,
+}
+
+impl Geo2 {
+    /// The 2-D form of a 1-D or 2-D geometry; `None` for more spatial dims.
+    pub(crate) fn new(g: &ConvGeometry) -> Option<Self> {
+        let two = |v: &[usize], fill: usize| match v.len() {
+            1 => Some((fill, v[0])),
+            2 => Some((v[0], v[1])),
+            _ => None,
+        };
+        let (ih, iw) = two(&g.in_size, 1)?;
+        let (kh, kw) = two(&g.kernel, 1)?;
+        let (oh, ow) = two(&g.out_size, 1)?;
+        let (sh, sw) = two(&g.strides, 1)?;
+        let (dh, dw) = two(&g.dilations, 1)?;
+        let (ph, pw) = two(&g.pad_begin, 0)?;
+        Some(Geo2 {
+            n: g.batch,
+            groups: g.group,
+            ci_g: g.in_channels / g.group,
+            co_g: g.out_channels / g.group,
+            ih,
+            iw,
+            kh,
+            kw,
+            oh,
+            ow,
+            sh,
+            sw,
+            dh,
+            dw,
+            ph: ph as isize,
+            pw: pw as isize,
+        })
+    }
+    /// Kernel taps per channel.
+    pub(crate) fn kk(&self) -> usize {
+        self.kh * self.kw
+    }
+    /// Rows of the im2col matrix of one group.
+    pub(crate) fn kdim(&self) -> usize {
+        self.ci_g * self.kk()
+    }
+    /// Input plane size.
+    pub(crate) fn ip(&self) -> usize {
+        self.ih * self.iw
+    }
+    /// Output plane size.
+    pub(crate) fn op(&self) -> usize {
+        self.oh * self.ow
+    }
+    /// A 1x1, stride 1, unpadded convolution: the input planes are the im2col matrix.
+    pub(crate) fn pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.sh == 1 && self.sw == 1 && self.ph == 0 && self.pw == 0
+    }
+    /// The input row read by output row `o` at tap `ki`, if inside the input.
+    #[inline]
+    pub(crate) fn in_row(&self, o: usize, ki: usize) -> Option<usize> {
+        let r = (o * self.sh + ki * self.dh) as isize - self.ph;
+        (r >= 0 && (r as usize) < self.ih).then_some(r as usize)
+    }
+    /// The output columns `t` whose input column `t·sw + kj·dw − pw` is inside the
+    /// input, and the input column of `t = 0` (possibly negative).
+    #[inline]
+    pub(crate) fn valid_cols(&self, kj: usize) -> (Range<usize>, isize) {
+        let off = (kj * self.dw) as isize - self.pw;
+        let sw = self.sw as isize;
+        // t·sw + off >= 0  and  t·sw + off < iw
+        let lo = if off >= 0 { 0 } else { ((-off) + sw - 1) / sw };
+        let hi = if (self.iw as isize) <= off { 0 } else { ((self.iw as isize - off) + sw - 1) / sw };
+        let (lo, hi) = (lo as usize, (hi as usize).min(self.ow));
+        (lo.min(hi)..hi, off)
+    }
+}
+
+/// Writes im2col rows `rows` and columns `cols` of one image group (`x`: its
+/// `ci_g` input planes) into `dst` with leading dimension `ld`.
+///
+/// # Safety
+/// `x` must be valid for `ci_g · ih · iw` reads and `dst` for `rows.len() · ld` writes.
+pub(crate) unsafe fn im2col<T: ConvElem>(
+    g: &Geo2,
+    x: *const T,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    dst: *mut T,
+    ld: usize,
+) {
+    let kk = g.kk();
+    for (ri, r) in rows.enumerate() {
+        let (c, ki, kj) = (r / kk, (r % kk) / g.kw, r % g.kw);
+        let plane = x.add(c * g.ip());
+        let drow = dst.add(ri * ld);
+        let (valid, off) = g.valid_cols(kj);
+        let mut p = cols.start;
+        while p < cols.end {
+            let (o, t0) = (p / g.ow, p % g.ow);
+            let t1 = g.ow.min(t0 + cols.end - p);
+            let d = drow.add(p - cols.start);
+            match g.in_row(o, ki) {
+                None => std::ptr::write_bytes(d, 0, t1 - t0),
+                Some(ir) => {
+                    let src = plane.add(ir * g.iw);
+                    let (lo, hi) = (valid.start.clamp(t0, t1), valid.end.clamp(t0, t1));
+                    std::ptr::write_bytes(d, 0, lo - t0);
+                    if g.sw == 1 {
+                        std::ptr::copy_nonoverlapping(src.offset(lo as isize + off), d.add(lo - t0), hi - lo);
+                    } else {
+                        for t in lo..hi {
+                            *d.add(t - t0) = *src.offset((t * g.sw) as isize + off);
+                        }
+                    }
+                    std::ptr::write_bytes(d.add(hi - t0), 0, t1 - hi);
+                }
+            }
+            p += t1 - t0;
+        }
+    }
+}
+
+/// Adds im2col rows `rows` (all `op` columns, leading dimension `op`) of `src`
+/// back into the input planes `dx` of one image group: the adjoint of [`im2col`].
+///
+/// # Safety
+/// `src` must be valid for `rows.len() · op` reads and `dx` for `ci_g · ih · iw`
+/// reads and writes, not overlapping.
+pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, rows: Range<usize>, dx: *mut T) {
+    let (kk, op) = (g.kk(), g.op());
+    for (ri, r) in rows.enumerate() {
+        let (c, ki, kj) = (r / kk, (r % kk) / g.kw, r % g.kw);
+        let plane = dx.add(c * g.ip());
+        let (valid, off) = g.valid_cols(kj);
+        for o in 0..g.oh {
+            let Some(ir) = g.in_row(o, ki) else { continue };
+            let s = src.add(ri * op + o * g.ow);
+            let d = plane.add(ir * g.iw);
+            if g.sw == 1 {
+                let d = d.offset(off);
+                for t in valid.clone() {
+                    *d.add(t) += *s.add(t);
+                }
+            } else {
+                for t in valid.clone() {
+                    *d.offset((t * g.sw) as isize + off) += *s.add(t);
+                }
+            }
+        }
+    }
+}
+
+/// Direct convolution of one output plane `y` from one input plane `x` with
+/// the `kh · kw` taps `w`: `y = Σ taps` (overwrites `y`).
+///
+/// # Safety
+/// `x`: `ih · iw` reads, `y`: `oh · ow` writes, `w`: `kh · kw` reads.
+pub(crate) unsafe fn direct_fwd_plane<T: ConvElem>(g: &Geo2, x: *const T, w: *const T, y: *mut T) {
+    std::ptr::write_bytes(y, 0, g.op());
+    for o in 0..g.oh {
+        let yr = y.add(o * g.ow);
+        for ki in 0..g.kh {
+            let Some(ir) = g.in_row(o, ki) else { continue };
+            let xr = x.add(ir * g.iw);
+            for kj in 0..g.kw {
+                let wv = *w.add(ki * g.kw + kj);
+                let (valid, off) = g.valid_cols(kj);
+                if g.sw == 1 {
+                    let xs = xr.offset(off);
+                    for t in valid {
+                        *yr.add(t) += wv * *xs.add(t);
+                    }
+                } else {
+                    for t in valid {
+                        *yr.add(t) += wv * *xr.offset((t * g.sw) as isize + off);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the data gradient of one direct plane convolution: `dx += adjoint(dy)`.
+///
+/// # Safety
+/// `dy`: `oh · ow` reads, `dx`: `ih · iw` reads and writes, `w`: `kh · kw` reads.
+pub(crate) unsafe fn direct_data_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T, w: *const T, dx: *mut T) {
+    for o in 0..g.oh {
+        let gr = dy.add(o * g.ow);
+        for ki in 0..g.kh {
+            let Some(ir) = g.in_row(o, ki) else { continue };
+            let xr = dx.add(ir * g.iw);
+            for kj in 0..g.kw {
+                let wv = *w.add(ki * g.kw + kj);
+                let (valid, off) = g.valid_cols(kj);
+                if g.sw == 1 {
+                    let xs = xr.offset(off);
+                    for t in valid {
+                        *xs.add(t) += wv * *gr.add(t);
+                    }
+                } else {
+                    for t in valid {
+                        *xr.offset((t * g.sw) as isize + off) += wv * *gr.add(t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the weight gradient of one direct plane convolution to the taps `dw`:
+/// `dw[ki, kj] += Σ_p dy[p] · x[input of p at (ki, kj)]`.
+///
+/// # Safety
+/// `dy`: `oh · ow` reads, `x`: `ih · iw` reads, `dw`: `kh · kw` reads and writes.
+pub(crate) unsafe fn direct_weight_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T, x: *const T, dw: *mut T) {
+    for ki in 0..g.kh {
+        for kj in 0..g.kw {
+            let (valid, off) = g.valid_cols(kj);
+            let mut acc = T::ZERO;
+            for o in 0..g.oh {
+                let Some(ir) = g.in_row(o, ki) else { continue };
+                let gr = dy.add(o * g.ow);
+                let xr = x.add(ir * g.iw);
+                // Four partial sums so the loop vectorises.
+                let mut part = [T::ZERO; 4];
+                if g.sw == 1 {
+                    let xs = xr.offset(off);
+                    let (mut t, end) = (valid.start, valid.end);
+                    while t + 4 <= end {
+                        for (l, p) in part.iter_mut().enumerate() {
+                            *p += *gr.add(t + l) * *xs.add(t + l);
+                        }
+                        t += 4;
+                    }
+                    for t in t..end {
+                        part[0] += *gr.add(t) * *xs.add(t);
+                    }
+                } else {
+                    for t in valid.clone() {
+                        part[0] += *gr.add(t) * *xr.offset((t * g.sw) as isize + off);
+                    }
+                }
+                for p in part {
+                    acc += p;
+                }
+            }
+            *dw.add(ki * g.kw + kj) += acc;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use popart_ir::ops::conv::conv_geometry;
+    use popart_ir::{AttrValue, Attributes};
+
+    fn geo(x: &[usize], w: &[usize], strides: &[i64], pads: &[i64], dil: &[i64]) -> Geo2 {
+        let a = Attributes::new()
+            .with("strides", AttrValue::Ints(strides.to_vec()))
+            .with("pads", AttrValue::Ints(pads.to_vec()))
+            .with("dilations", AttrValue::Ints(dil.to_vec()));
+        Geo2::new(&conv_geometry(x, w, &a).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn col2im_is_the_adjoint_of_im2col() {
+        // <im2col(x), c> == <x, col2im(c)> for random x and c.
+        let g = geo(&[1, 2, 7, 6], &[1, 2, 3, 2], &[2, 1], &[1, 0, 2, 1], &[1, 2]);
+        let (rows, cols) = (g.kdim(), g.op());
+        let x: Vec<f64> = (0..g.ci_g * g.ip()).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+        let c: Vec<f64> = (0..rows * cols).map(|i| ((i * 13) % 7) as f64 - 3.0).collect();
+        let mut col = vec![0.0; rows * cols];
+        let mut back = vec![0.0; x.len()];
+        // SAFETY: the buffers have the sizes the functions read and write.
+        unsafe {
+            im2col(&g, x.as_ptr(), 0..rows, 0..cols, col.as_mut_ptr(), cols);
+            col2im(&g, c.as_ptr(), 0..rows, back.as_mut_ptr());
+        }
+        let lhs: f64 = col.iter().zip(&c).map(|(a, b)| a * b).sum();
+        let rhs: f64 = x.iter().zip(&back).map(|(a, b)| a * b).sum();
+        assert_eq!(lhs, rhs);
+        // A block of rows and columns equals the same block of the whole matrix.
+        let mut part = vec![0.0; 3 * 5];
+        // SAFETY: `part` holds 3 rows of 5 columns.
+        unsafe { im2col(&g, x.as_ptr(), 2..5, 4..9, part.as_mut_ptr(), 5) };
+        for r in 0..3 {
+            assert_eq!(part[r * 5..r * 5 + 5], col[(r + 2) * cols + 4..(r + 2) * cols + 9]);
+        }
+    }
+}
