@@ -16,13 +16,13 @@
 //! the batch in a fixed number of chunks (fixed at build time) reduced in a
 //! fixed order, so results do not depend on thread timing.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::all as ir;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
 
 use super::conv_layout::{
-    col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, ConvElem, Geo2,
+    col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, ConvElem, Geo2, Padded,
 };
 use super::dispatch::with_float;
 use super::ptr::{slice_mut, SendPtr};
@@ -37,8 +37,11 @@ pub(crate) const KERNELS: &[KernelEntry] =
 
 /// Multiply-adds below which a convolution runs on the calling thread only.
 const PAR_MIN_MACS: usize = 1 << 18;
-/// Elements of one im2col block (1 MiB of f32): keeps a block in L2.
-const BLOCK_ELEMS: usize = 1 << 18;
+/// Elements of one im2col block (4 MiB of f32): large blocks make few, large
+/// GEMM calls, which the `gemm` crate runs closest to peak.
+const BLOCK_ELEMS: usize = 1 << 20;
+/// Narrowest column block a forward task is cut to before it splits output channels.
+const MIN_COLS: usize = 256;
 
 /// What a kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,20 +63,38 @@ enum Method {
 }
 
 /// One unit of work: image `n` (or the batch chunk `n` for weight gradients),
-/// group `g`, and a block `lo..hi` of output columns (forward) or of input
-/// channels within the group (gradients).
+/// group `g` (output channel for direct weight gradients), a block `lo..hi` of
+/// output columns (forward) or of input channels within the group
+/// (gradients), and a block `o0..o1` of output channels within the group.
 #[derive(Clone, Copy, Debug)]
 struct Task {
     n: usize,
     g: usize,
     lo: usize,
     hi: usize,
+    o0: usize,
+    o1: usize,
+}
+
+/// Scratch buffers shared by every convolution kernel of the process: piece
+/// `p` of a running kernel uses slot `p`. Kernels grow the slots they use when
+/// they are built, never while they run; a slot is locked while in use, so
+/// sessions running convolutions on different threads take turns.
+fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
+    static SLOTS: Mutex<Vec<Arc<Mutex<Vec<u64>>>>> = Mutex::new(Vec::new());
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    while slots.len() <= p {
+        slots.push(Arc::new(Mutex::new(Vec::new())));
+    }
+    slots[p].clone()
 }
 
 struct ConvKernel<T> {
     geo: Geo2,
     pass: Pass,
     method: Method,
+    /// The padded plane of the stride-1 direct path.
+    padded: Option<Padded>,
     tasks: Vec<Task>,
     /// Batch chunks of the weight gradient (chunk `c` covers images `chunks[c]..chunks[c + 1]`).
     chunks: Vec<usize>,
@@ -82,8 +103,8 @@ struct ConvKernel<T> {
     parallel: bool,
     /// No multiply-add at all (an empty dim): the result is zeros of `out_len` elements.
     zero_fill: Option<usize>,
-    /// One im2col buffer per concurrent piece.
-    scratch: Vec<Mutex<Vec<T>>>,
+    /// The shared scratch slots of the pieces (see [`scratch_slot`]).
+    scratch: Vec<Arc<Mutex<Vec<u64>>>>,
     /// Partial weight gradients of chunks 1.. (chunk 0 writes the output).
     partials: Mutex<Vec<T>>,
     _t: Types<T>,
@@ -148,41 +169,49 @@ impl<T: ConvElem> ConvKernel<T> {
         } else {
             Method::Im2col
         };
+        let padded = if method == Method::Direct { Padded::new(&g) } else { None };
         let (kk, op) = (g.kk(), g.op());
         let mut tasks = Vec::new();
         let mut chunks = vec![0, g.n];
-        let mut block_elems = 0;
-        match (pass, method) {
+        let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
+        let block_elems = match (pass, method) {
             (_, Method::Direct) => {
-                // Forward: one task per output plane; data: per input plane; weights: per output channel.
-                let (outer, inner) = match pass {
-                    Pass::Forward => (g.n, g.groups * g.co_g),
-                    Pass::Data => (g.n, g.groups),
-                    Pass::Weights => (1, g.groups * g.co_g),
-                };
+                // Forward and data: one task per input plane (its group's output planes);
+                // weights: one per output channel.
+                let (outer, inner) = if pass == Pass::Weights { (1, g.groups * g.co_g) } else { (g.n, g.groups) };
                 for n in 0..outer {
                     for c in 0..inner {
-                        tasks.push(Task { n, g: c, lo: 0, hi: 0 });
+                        tasks.push(task(n, c, 0, 0, 0, g.co_g));
                     }
                 }
+                padded.map_or(0, |p| p.scratch_len(&g))
             }
             (Pass::Forward, _) => {
-                // Column blocks: cache-sized, and enough of them for the team.
+                // Column blocks: cache-sized, and enough of them for the team, down to
+                // MIN_COLS; then blocks of output channels.
                 let per_img = g.n * g.groups;
                 let mut cols =
                     if method == Method::Im2col { (BLOCK_ELEMS / g.kdim().max(1)).max(16).min(op) } else { op };
-                let pieces = op.div_ceil(cols) * per_img;
-                if pieces < want {
-                    cols = op.div_ceil(want.div_ceil(per_img)).next_multiple_of(16).min(op);
+                if op.div_ceil(cols) * per_img < want {
+                    cols = op.div_ceil(want.div_ceil(per_img)).next_multiple_of(16).max(MIN_COLS).min(op);
                 }
+                let pieces = op.div_ceil(cols.max(1)) * per_img;
+                let ob =
+                    if pieces < want { g.co_g.div_ceil(want.div_ceil(pieces)).next_multiple_of(8) } else { g.co_g };
                 for n in 0..g.n {
                     for gi in 0..g.groups {
                         for lo in (0..op).step_by(cols.max(1)) {
-                            tasks.push(Task { n, g: gi, lo, hi: (lo + cols).min(op) });
+                            for o0 in (0..g.co_g).step_by(ob.max(1)) {
+                                tasks.push(task(n, gi, lo, (lo + cols).min(op), o0, (o0 + ob).min(g.co_g)));
+                            }
                         }
                     }
                 }
-                block_elems = if method == Method::Im2col { g.kdim() * cols } else { 0 };
+                if method == Method::Im2col {
+                    g.kdim() * cols
+                } else {
+                    0
+                }
             }
             (Pass::Data | Pass::Weights, _) => {
                 // Blocks of input channels (their im2col rows are independent).
@@ -201,37 +230,114 @@ impl<T: ConvElem> ConvKernel<T> {
                 for n in 0..outer {
                     for gi in 0..g.groups {
                         for lo in (0..g.ci_g).step_by(cb) {
-                            tasks.push(Task { n, g: gi, lo, hi: (lo + cb).min(g.ci_g) });
+                            tasks.push(task(n, gi, lo, (lo + cb).min(g.ci_g), 0, g.co_g));
                         }
                     }
                 }
-                block_elems = if method == Method::Im2col { cb * kk * op } else { 0 };
+                if method == Method::Im2col {
+                    cb * kk * op
+                } else {
+                    0
+                }
             }
-        }
-        let slots = if parallel { threads.min(tasks.len()).max(1) } else { 1 };
-        let alloc = |n: usize, what: &str| {
-            popart_ir::size::try_zeroed_vec::<T>(n, what)
-                .map_err(|e| spec.error(format!("cannot allocate {what}: {e}")))
         };
+        let slots = if parallel { threads.min(tasks.len()).max(1) } else { 1 };
+        let err = |what: &str| spec.error(format!("cannot allocate the {what}"));
+        // Scratch in u64 words (aligned for f32 and f64).
+        let words = (block_elems * std::mem::size_of::<T>()).div_ceil(8);
         let mut scratch = Vec::with_capacity(slots);
-        for _ in 0..slots {
-            scratch.push(Mutex::new(alloc(block_elems, "convolution scratch")?));
+        for p in 0..slots {
+            let slot = scratch_slot(p);
+            {
+                let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
+                if v.len() < words {
+                    let extra = words - v.len();
+                    v.try_reserve_exact(extra).map_err(|_| err("convolution scratch"))?;
+                    v.resize(words, 0);
+                }
+            }
+            scratch.push(slot);
         }
         let wlen = g.groups * g.co_g * g.kdim();
-        let partials = Mutex::new(alloc((chunks.len() - 2) * wlen, "convolution weight-gradient partials")?);
+        let partials = popart_ir::size::try_zeroed_vec::<T>((chunks.len() - 2) * wlen, "conv partials")
+            .map_err(|_| err("convolution weight-gradient partials"))?;
         Ok(Box::new(ConvKernel::<T> {
             geo: g,
             pass,
             method,
+            padded,
             tasks,
             chunks,
             pos,
             parallel,
             zero_fill: (macs == 0).then_some(out_len),
             scratch,
-            partials,
+            partials: Mutex::new(partials),
             _t: Types::default(),
         }))
+    }
+
+    /// Runs a task of the direct method with the scratch `col`.
+    unsafe fn direct_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
+        let g = &self.geo;
+        let (kk, ip, op) = (g.kk(), g.ip(), g.op());
+        // Output channel o (of all groups) reads input channel o / co_g.
+        let y_plane = |n: usize, o: usize| y.add((n * g.groups * g.co_g + o) * op);
+        let (xp, ext) = match self.padded {
+            Some(p) => (col, col.add(p.plane_len(g))),
+            None => (col, col),
+        };
+        match self.pass {
+            Pass::Forward => {
+                let (n, c) = (t.n, t.g);
+                let xi = x.add((n * g.groups + c) * ip);
+                if let Some(p) = self.padded {
+                    p.pad(g, xi, xp);
+                }
+                for o in c * g.co_g..(c + 1) * g.co_g {
+                    match self.padded {
+                        Some(p) => p.fwd(g, xp, w.add(o * kk), ext, y_plane(n, o)),
+                        None => direct_fwd_plane(g, xi, w.add(o * kk), y_plane(n, o)),
+                    }
+                }
+            }
+            Pass::Data => {
+                let (n, c) = (t.n, t.g);
+                let dx = x.add((n * g.groups + c) * ip);
+                match self.padded {
+                    Some(p) => std::ptr::write_bytes(xp, 0, p.plane_len(g)),
+                    None => std::ptr::write_bytes(dx, 0, ip),
+                }
+                for o in c * g.co_g..(c + 1) * g.co_g {
+                    match self.padded {
+                        Some(p) => {
+                            p.spread(g, y_plane(n, o), ext);
+                            p.data_grad(g, ext, w.add(o * kk), xp);
+                        }
+                        None => direct_data_grad_plane(g, y_plane(n, o), w.add(o * kk), dx),
+                    }
+                }
+                if let Some(p) = self.padded {
+                    p.crop(g, xp, dx);
+                }
+            }
+            Pass::Weights => {
+                let o = t.g;
+                let dw = w.add(o * kk);
+                std::ptr::write_bytes(dw, 0, kk);
+                for n in 0..g.n {
+                    let xi = x.add((n * g.groups + o / g.co_g) * ip);
+                    match self.padded {
+                        Some(p) => {
+                            p.pad(g, xi, xp);
+                            p.spread(g, y_plane(n, o), ext);
+                            p.weight_grad(g, ext, xp, dw);
+                        }
+                        None => direct_weight_grad_plane(g, y_plane(n, o), xi, dw),
+                    }
+                }
+            }
+        }
     }
 
     /// Runs task `t` with the scratch buffer `col`; `wpart` is where chunk `t.n`
@@ -245,29 +351,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
         let wg = w.add(t.g * g.co_g * kdim);
         match (self.pass, self.method) {
-            (Pass::Forward, Method::Direct) => {
-                // t.g is the output channel; its input channel is its group.
-                let (n, o) = (t.n, t.g);
-                let xi = x.add((n * g.groups + o / g.co_g) * ip);
-                direct_fwd_plane(g, xi, w.add(o * kk), y.add((n * g.groups * g.co_g + o) * op));
-            }
-            (Pass::Data, Method::Direct) => {
-                let (n, c) = (t.n, t.g);
-                let dx = x.add((n * g.groups + c) * ip);
-                std::ptr::write_bytes(dx, 0, ip);
-                for o in c * g.co_g..(c + 1) * g.co_g {
-                    direct_data_grad_plane(g, y.add((n * g.groups * g.co_g + o) * op), w.add(o * kk), dx);
-                }
-            }
-            (Pass::Weights, Method::Direct) => {
-                let o = t.g;
-                let dw = w.add(o * kk);
-                std::ptr::write_bytes(dw, 0, kk);
-                for n in 0..g.n {
-                    let xi = x.add((n * g.groups + o / g.co_g) * ip);
-                    direct_weight_grad_plane(g, y.add((n * g.groups * g.co_g + o) * op), xi, dw);
-                }
-            }
+            (_, Method::Direct) => self.direct_task(t, x, w, y, col),
             (Pass::Forward, m) => {
                 let cols = t.hi - t.lo;
                 let (rhs, rs) = if m == Method::Pointwise {
@@ -277,14 +361,14 @@ impl<T: ConvElem> ConvKernel<T> {
                     (col as *const T, cols)
                 };
                 T::gemm(
-                    g.co_g,
+                    t.o1 - t.o0,
                     cols,
                     kdim,
-                    yg(t.n).add(t.lo),
+                    yg(t.n).add(t.o0 * op + t.lo),
                     op as isize,
                     1,
                     false,
-                    wg,
+                    wg.add(t.o0 * kdim),
                     kdim as isize,
                     1,
                     rhs,
@@ -382,7 +466,8 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
         let pieces = self.scratch.len();
         let piece = |p: usize| {
             let mut col = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
-            let col = SendPtr(col.as_mut_ptr());
+            // u64 words reinterpreted as T (f32 or f64): aligned, sized at build time.
+            let col = SendPtr(col.as_mut_ptr() as *mut T);
             for t in self.tasks.iter().skip(p).step_by(pieces) {
                 // SAFETY: tasks write disjoint outputs (planes, column blocks,
                 // channel blocks, weight rows of one chunk); `col` is this piece's own.

@@ -18,7 +18,7 @@ pub(crate) trait ConvElem: MatElem + AddAssign + Mul<Output = Self> + Default {}
 impl<T: MatElem + AddAssign + Mul<Output = T> + Default> ConvElem for T {}
 
 /// A convolution with two spatial dims, sizes as `usize`, padding as `isize`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Geo2 {
     pub n: usize,
     pub groups: usize,
@@ -37,6 +37,9 @@ pub(crate) struct Geo2 {
     pub dw: usize,
     pub ph: isize,
     pub pw: isize,
+    /// Per kernel column `kj`: the valid output columns and the input column of
+    /// output column 0 (see [`Geo2::valid_cols`]), computed once.
+    cols: Vec<(usize, usize, isize)>,
 }
 
 impl Geo2 {
@@ -53,7 +56,7 @@ impl Geo2 {
         let (sh, sw) = two(&g.strides, 1)?;
         let (dh, dw) = two(&g.dilations, 1)?;
         let (ph, pw) = two(&g.pad_begin, 0)?;
-        Some(Geo2 {
+        let mut geo = Geo2 {
             n: g.batch,
             groups: g.group,
             ci_g: g.in_channels / g.group,
@@ -70,7 +73,10 @@ impl Geo2 {
             dw,
             ph: ph as isize,
             pw: pw as isize,
-        })
+            cols: Vec::new(),
+        };
+        geo.cols = (0..kw).map(|kj| geo.compute_valid_cols(kj)).collect();
+        Some(geo)
     }
     /// Kernel taps per channel.
     pub(crate) fn kk(&self) -> usize {
@@ -102,13 +108,18 @@ impl Geo2 {
     /// input, and the input column of `t = 0` (possibly negative).
     #[inline]
     pub(crate) fn valid_cols(&self, kj: usize) -> (Range<usize>, isize) {
+        let (lo, hi, off) = self.cols[kj];
+        (lo..hi, off)
+    }
+
+    fn compute_valid_cols(&self, kj: usize) -> (usize, usize, isize) {
         let off = (kj * self.dw) as isize - self.pw;
         let sw = self.sw as isize;
         // t·sw + off >= 0  and  t·sw + off < iw
         let lo = if off >= 0 { 0 } else { ((-off) + sw - 1) / sw };
         let hi = if (self.iw as isize) <= off { 0 } else { ((self.iw as isize - off) + sw - 1) / sw };
         let (lo, hi) = (lo as usize, (hi as usize).min(self.ow));
-        (lo.min(hi)..hi, off)
+        (lo.min(hi), hi, off)
     }
 }
 
@@ -283,6 +294,182 @@ pub(crate) unsafe fn direct_weight_grad_plane<T: ConvElem>(g: &Geo2, dy: *const 
                 }
             }
             *dw.add(ki * g.kw + kj) += acc;
+        }
+    }
+}
+
+/// Copies `n` elements: short rows (the planes of late layers are 7 to 14 wide)
+/// by fixed-size chunks instead of a `memcpy` call each.
+///
+/// # Safety
+/// `src` valid for `n` reads, `dst` for `n` writes, not overlapping.
+#[inline(always)]
+unsafe fn copy_row<T: Copy>(src: *const T, dst: *mut T, n: usize) {
+    if n > 32 {
+        std::ptr::copy_nonoverlapping(src, dst, n);
+        return;
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        (dst.add(i) as *mut [T; 8]).write_unaligned((src.add(i) as *const [T; 8]).read_unaligned());
+        i += 8;
+    }
+    while i < n {
+        *dst.add(i) = *src.add(i);
+        i += 1;
+    }
+}
+
+/// The zero-padded plane of the stride-1 direct path: `hp` rows of `wp`
+/// columns hold the input at offset `(ph, pw)`, so that every output of the
+/// `oh × wp` extended grid (its last `wp − ow` columns are discarded) is
+/// `Σ_taps w · xp[q + ki·dh·wp + kj·dw]`: one contiguous multiply-add per tap
+/// over the whole plane, whatever its width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Padded {
+    pub hp: usize,
+    pub wp: usize,
+}
+
+impl Padded {
+    /// The padded plane of a stride-1 geometry, or `None` for other strides.
+    pub(crate) fn new(g: &Geo2) -> Option<Self> {
+        (g.sh == 1 && g.sw == 1).then(|| Padded { hp: g.oh + (g.kh - 1) * g.dh, wp: g.ow + (g.kw - 1) * g.dw })
+    }
+    /// Elements of the padded plane, with the slack the last taps read past its end.
+    pub(crate) fn plane_len(&self, g: &Geo2) -> usize {
+        self.hp * self.wp + (g.kw - 1) * g.dw
+    }
+    /// Elements of the extended output grid.
+    pub(crate) fn ext_len(&self, g: &Geo2) -> usize {
+        g.oh * self.wp
+    }
+    /// Scratch of one plane and one grid.
+    pub(crate) fn scratch_len(&self, g: &Geo2) -> usize {
+        self.plane_len(g) + self.ext_len(g)
+    }
+    /// Offset of tap `(ki, kj)` in the padded plane.
+    #[inline]
+    fn tap(&self, g: &Geo2, ki: usize, kj: usize) -> usize {
+        ki * g.dh * self.wp + kj * g.dw
+    }
+
+    /// Copies the input plane `x` into the padded plane `xp` (zeros around).
+    ///
+    /// # Safety
+    /// `x`: `ih · iw` reads; `xp`: [`Padded::plane_len`] writes.
+    pub(crate) unsafe fn pad<T: ConvElem>(&self, g: &Geo2, x: *const T, xp: *mut T) {
+        std::ptr::write_bytes(xp, 0, self.plane_len(g));
+        for r in 0..self.hp {
+            let ir = r as isize - g.ph;
+            if ir < 0 || ir as usize >= g.ih {
+                continue;
+            }
+            let (lo, hi) = ((g.pw.max(0) as usize).min(self.wp), ((g.iw as isize + g.pw).max(0) as usize).min(self.wp));
+            if lo < hi {
+                let src = x.add(ir as usize * g.iw).offset(lo as isize - g.pw);
+                copy_row(src, xp.add(r * self.wp + lo), hi - lo);
+            }
+        }
+    }
+
+    /// `y = conv(plane)` for one output plane from the padded input `xp`, through the grid `ext`.
+    ///
+    /// # Safety
+    /// `xp`: [`Padded::plane_len`] reads; `w`: `kh · kw` reads; `ext`: grid writes; `y`: `oh · ow` writes.
+    pub(crate) unsafe fn fwd<T: ConvElem>(&self, g: &Geo2, xp: *const T, w: *const T, ext: *mut T, y: *mut T) {
+        let n = self.ext_len(g);
+        let e = std::slice::from_raw_parts_mut(ext, n);
+        e.fill(T::ZERO);
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let wv = *w.add(ki * g.kw + kj);
+                let src = std::slice::from_raw_parts(xp.add(self.tap(g, ki, kj)), n);
+                for (d, &s) in e.iter_mut().zip(src) {
+                    *d += wv * s;
+                }
+            }
+        }
+        for o in 0..g.oh {
+            copy_row(ext.add(o * self.wp), y.add(o * g.ow), g.ow);
+        }
+    }
+
+    /// Spreads the output plane `dy` over the grid `ext` (zeros in the extra columns).
+    ///
+    /// # Safety
+    /// `dy`: `oh · ow` reads; `ext`: grid writes.
+    pub(crate) unsafe fn spread<T: ConvElem>(&self, g: &Geo2, dy: *const T, ext: *mut T) {
+        std::ptr::write_bytes(ext, 0, self.ext_len(g));
+        for o in 0..g.oh {
+            copy_row(dy.add(o * g.ow), ext.add(o * self.wp), g.ow);
+        }
+    }
+
+    /// `dxp += adjoint(ext)` with the taps `w`: the data gradient on the padded plane.
+    ///
+    /// # Safety
+    /// `ext`: grid reads; `w`: `kh · kw` reads; `dxp`: [`Padded::plane_len`] reads and writes.
+    pub(crate) unsafe fn data_grad<T: ConvElem>(&self, g: &Geo2, ext: *const T, w: *const T, dxp: *mut T) {
+        let n = self.ext_len(g);
+        let e = std::slice::from_raw_parts(ext, n);
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let wv = *w.add(ki * g.kw + kj);
+                let dst = std::slice::from_raw_parts_mut(dxp.add(self.tap(g, ki, kj)), n);
+                for (d, &s) in dst.iter_mut().zip(e) {
+                    *d += wv * s;
+                }
+            }
+        }
+    }
+
+    /// Copies the input-sized part of the padded plane `xp` to `x` (the inverse of [`Padded::pad`]).
+    ///
+    /// # Safety
+    /// `xp`: [`Padded::plane_len`] reads; `x`: `ih · iw` writes.
+    pub(crate) unsafe fn crop<T: ConvElem>(&self, g: &Geo2, xp: *const T, x: *mut T) {
+        std::ptr::write_bytes(x, 0, g.ip());
+        for ir in 0..g.ih {
+            let r = ir as isize + g.ph;
+            if r < 0 || r as usize >= self.hp {
+                continue;
+            }
+            let (lo, hi) = ((g.pw.max(0) as usize).min(self.wp), ((g.iw as isize + g.pw).max(0) as usize).min(self.wp));
+            if lo < hi {
+                let dst = x.add(ir * g.iw).offset(lo as isize - g.pw);
+                copy_row(xp.add(r as usize * self.wp + lo), dst, hi - lo);
+            }
+        }
+    }
+
+    /// `dw[tap] += <ext, xp shifted by tap>` for every tap.
+    ///
+    /// # Safety
+    /// `ext`: grid reads; `xp`: [`Padded::plane_len`] reads; `dw`: `kh · kw` reads and writes.
+    pub(crate) unsafe fn weight_grad<T: ConvElem>(&self, g: &Geo2, ext: *const T, xp: *const T, dw: *mut T) {
+        let n = self.ext_len(g);
+        let e = std::slice::from_raw_parts(ext, n);
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let src = std::slice::from_raw_parts(xp.add(self.tap(g, ki, kj)), n);
+                let mut part = [T::ZERO; 8];
+                let (ec, sc) = (e.chunks_exact(8), src.chunks_exact(8));
+                let (er, sr) = (ec.remainder(), sc.remainder());
+                for (a, b) in ec.zip(sc) {
+                    for l in 0..8 {
+                        part[l] += a[l] * b[l];
+                    }
+                }
+                for (a, b) in er.iter().zip(sr) {
+                    part[0] += *a * *b;
+                }
+                let mut acc = T::ZERO;
+                for p in part {
+                    acc += p;
+                }
+                *dw.add(ki * g.kw + kj) += acc;
+            }
         }
     }
 }

@@ -1,0 +1,201 @@
+//! Convolution throughput of the `cpu` device: forward, data gradient and weight
+//! gradient for ResNet-style and MobileNet-style float32 shapes (3x3 stride 1
+//! and 2, 1x1, depthwise 3x3, the 7x7 stride-2 stem), batch 1 and 32, from
+//! 56x56 down to 7x7.
+//!
+//! Each kernel is built through `build_kernel` exactly as a session does and
+//! timed with the worker team capped at `--threads` (median of `--reps`
+//! measurements of at least `--min-time` seconds). GFLOP/s counts 2 FLOPs per
+//! multiply-add; "peak" is the fraction of this machine's fp32 FMA peak on
+//! that many threads, measured at start-up (`support/peak.rs`). With
+//! `--torch bench/torch_conv_bench.py` PyTorch (oneDNN) times the same shapes
+//! in the same run and the table prints PyTorch's time over ours (above 1:
+//! we are faster).
+//!
+//! ```text
+//! cargo run --release --example conv_bench -- --threads 2 --torch bench/torch_conv_bench.py
+//! ```
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use popart_ir::{AttrValue, Attributes, DataType, TensorInfo};
+use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
+use popxl_session::cpu::kernels::build_kernel;
+use popxl_session::cpu::team;
+
+#[path = "support/buffers.rs"]
+mod buffers;
+#[path = "support/peak.rs"]
+mod peak;
+use buffers::{buffer, parse_list, Line};
+
+struct Options {
+    threads: usize,
+    batches: Vec<usize>,
+    reps: usize,
+    min_time: f64,
+    only: String,
+    torch: Option<String>,
+}
+
+fn options() -> Options {
+    let mut o = Options { threads: 2, batches: vec![1, 32], reps: 3, min_time: 0.2, only: String::new(), torch: None };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--threads" => o.threads = value.parse().expect("--threads takes an integer"),
+            "--batches" => o.batches = parse_list(&value),
+            "--reps" => o.reps = value.parse().expect("--reps takes an integer"),
+            "--min-time" => o.min_time = value.parse().expect("--min-time takes seconds"),
+            "--only" => o.only = value,
+            "--torch" => o.torch = Some(value),
+            other => panic!("unknown option {other}; see the example's doc comment"),
+        }
+        i += 2;
+    }
+    o
+}
+
+/// (label, N, C_in, H (= W), C_out, k, stride, pad, groups): the list of `bench/torch_conv_bench.py`.
+type Shape = (String, usize, usize, usize, usize, usize, usize, usize, usize);
+
+/// (label, C_in, H, C_out, k, stride, pad, groups).
+type BaseShape = (&'static str, usize, usize, usize, usize, usize, usize, usize);
+
+fn shapes(batches: &[usize]) -> Vec<Shape> {
+    let base: [BaseShape; 13] = [
+        ("stem7x7s2", 3, 224, 64, 7, 2, 3, 1),
+        ("3x3s1_c64_56", 64, 56, 64, 3, 1, 1, 1),
+        ("3x3s1_c128_28", 128, 28, 128, 3, 1, 1, 1),
+        ("3x3s1_c256_14", 256, 14, 256, 3, 1, 1, 1),
+        ("3x3s1_c512_7", 512, 7, 512, 3, 1, 1, 1),
+        ("3x3s2_c64_56", 64, 56, 128, 3, 2, 1, 1),
+        ("3x3s2_c256_14", 256, 14, 512, 3, 2, 1, 1),
+        ("1x1_c256_56", 256, 56, 64, 1, 1, 0, 1),
+        ("1x1_c1024_14", 1024, 14, 256, 1, 1, 0, 1),
+        ("1x1_c2048_7", 2048, 7, 512, 1, 1, 0, 1),
+        ("dw3x3_c64_56", 64, 56, 64, 3, 1, 1, 64),
+        ("dw3x3_c256_14", 256, 14, 256, 3, 1, 1, 256),
+        ("dw3x3_c512_7", 512, 7, 512, 3, 1, 1, 512),
+    ];
+    let mut v = Vec::new();
+    for &n in batches {
+        for (label, ci, h, co, k, s, p, g) in base {
+            v.push((format!("b{n}_{label}"), n, ci, h, co, k, s, p, g));
+        }
+    }
+    v
+}
+
+/// Median milliseconds of one kernel call.
+fn time_op(op: &str, attrs: &Attributes, inputs: &[TensorInfo], out: &TensorInfo, reps: usize, min_time: f64) -> f64 {
+    let spec = KernelSpec {
+        def: popart_ir::lookup_op(op).expect("builtin op"),
+        attrs,
+        inputs: inputs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
+        outputs: vec![(0, out.clone())],
+        check_indices: false,
+    };
+    let kernel = build_kernel(&spec).expect("convolution kernel");
+    let bufs: Vec<Vec<Line>> = inputs.iter().enumerate().map(|(i, t)| buffer(t.nelms(), i as u64 + 1)).collect();
+    let mut y = buffer(out.nelms(), 9);
+    let in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
+    let out_ptrs = [y.as_mut_ptr() as *mut u8];
+    let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
+    // SAFETY: the buffers match the spec's infos, are 64-byte aligned and do not overlap.
+    let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
+    run();
+    let mut ms: Vec<f64> = (0..reps)
+        .map(|_| {
+            let (mut iters, t0) = (0u32, Instant::now());
+            loop {
+                run();
+                iters += 1;
+                let el = t0.elapsed().as_secs_f64();
+                if el >= min_time {
+                    break el / iters as f64 * 1e3;
+                }
+            }
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms[ms.len() / 2]
+}
+
+/// PyTorch's (fwd, data, weight) ms per label, from its script.
+fn torch_times(script: &str, o: &Options) -> HashMap<String, [f64; 3]> {
+    let batches: Vec<String> = o.batches.iter().map(|b| b.to_string()).collect();
+    let out = std::process::Command::new("python3")
+        .args([script, "--threads", &o.threads.to_string(), "--batches", &batches.join(","), "--only", &o.only])
+        .args(["--reps", &o.reps.to_string(), "--min-time", &o.min_time.to_string()])
+        .output();
+    let mut map = HashMap::new();
+    match out {
+        Ok(out) if out.status.success() => {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if let [label, a, b, c] = f[..] {
+                    if let (Ok(a), Ok(b), Ok(c)) = (a.parse(), b.parse(), c.parse()) {
+                        map.insert(label.to_string(), [a, b, c]);
+                    }
+                }
+            }
+        }
+        Ok(out) => eprintln!("{script} failed:\n{}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => eprintln!("cannot run python3 {script}: {e}"),
+    }
+    map
+}
+
+fn main() {
+    let o = options();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let (peak, isa) = peak::fma_peak_gflops(o.threads);
+    println!("{cpu}, {} threads; measured fp32 FMA peak {peak:.0} GFLOP/s ({isa})", o.threads);
+    let torch = o.torch.as_ref().map(|s| torch_times(s, &o)).unwrap_or_default();
+    println!(
+        "{:<22} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>6} {:>6}",
+        "shape", "fwd ms", "data ms", "wgt ms", "GFLOP/s", "peak", "t/fwd", "t/data", "t/wgt"
+    );
+    let f32s = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
+    for (label, n, ci, h, co, k, s, p, g) in shapes(&o.batches) {
+        if !label.contains(&o.only) {
+            continue;
+        }
+        let attrs = Attributes::new()
+            .with("strides", AttrValue::Ints(vec![s as i64; 2]))
+            .with("pads", AttrValue::Ints(vec![p as i64; 4]))
+            .with("group", AttrValue::Int(g as i64));
+        let oh = (h + 2 * p - k) / s + 1;
+        let (x, w, y) = (f32s(&[n, ci, h, h]), f32s(&[co, ci / g, k, k]), f32s(&[n, co, oh, oh]));
+        let flops = 2.0 * (n * co * (ci / g) * oh * oh * k * k) as f64;
+        let t = |op: &str, ins: &[TensorInfo], out: &TensorInfo| {
+            team::with_max_threads(o.threads, || time_op(op, &attrs, ins, out, o.reps, o.min_time))
+        };
+        let fwd = t("Conv", &[x.clone(), w.clone()], &y);
+        let data = t("ConvDataGrad", &[y.clone(), w.clone(), x.clone()], &x);
+        let wgt = t("ConvWeightsGrad", &[y.clone(), x.clone(), w.clone()], &w);
+        let gflops = 3.0 * flops / ((fwd + data + wgt) * 1e-3) / 1e9;
+        let ratio = |i: usize, ours: f64| torch.get(&label).map_or("-".to_string(), |v| format!("{:.2}", v[i] / ours));
+        println!(
+            "{label:<22} {fwd:>9.3} {data:>9.3} {wgt:>9.3} {gflops:>7.1} {:>5.0}% {:>6} {:>6} {:>6}",
+            100.0 * gflops / peak,
+            ratio(0, fwd),
+            ratio(1, data),
+            ratio(2, wgt)
+        );
+    }
+    if !torch.is_empty() {
+        println!("t/x: PyTorch's time over ours (above 1: faster than PyTorch)");
+    }
+}
