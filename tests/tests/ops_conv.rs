@@ -5,14 +5,16 @@
 //! padding, dilation, groups, depthwise, 1x1, 1-d and every pad type; the
 //! last ones run in float32 on shapes large enough to be split over threads.
 
-use std::collections::HashMap;
 use std::fs::File;
+
+#[path = "support/forward_backward.rs"]
+mod forward_backward;
+use forward_backward::run_with_grads;
 
 use ndarray::ArrayD;
 use ndarray_npy::NpzReader;
 use popxl::ops::{self, ConvOptions, ConvTransposeOptions, PadType};
-use popxl::{transforms, DataType, HostArray, Ir, Tensor};
-use popxl_session::{Inputs, Session};
+use popxl::{DataType, HostArray, Ir, Tensor};
 
 /// (strides, pads, dilations, groups, pad type) of case `c{i}`, as in the generator.
 fn cases() -> Vec<ConvOptions> {
@@ -71,49 +73,6 @@ fn read(npz: &mut NpzReader<File>, key: &str, dtype: DataType) -> HostArray {
     }
 }
 
-/// Runs `f(x, w)` and, when `gy` is given, the gradients of `sum(f(x, w) · gy)`
-/// w.r.t. `x` and `w` from autodiff. Returns `[y, dx?, dw?]`.
-fn run(
-    f: &dyn Fn(&Tensor, &Tensor) -> popxl::Result<Tensor>,
-    x: HostArray,
-    w: HostArray,
-    gy: Option<HostArray>,
-) -> Vec<Vec<f64>> {
-    let ir = Ir::new();
-    let g = ir.main_graph().enter();
-    let (xs, ws) =
-        (popxl::h2d_stream(x.shape(), x.dtype(), "x").unwrap(), popxl::h2d_stream(w.shape(), w.dtype(), "w").unwrap());
-    let (xt, wt) = (ops::host_load(&xs, "x").unwrap(), ops::host_load(&ws, "w").unwrap());
-    let graph = ir.create_graph(|t: Vec<Tensor>| f(&t[0], &t[1]), vec![xt.clone(), wt.clone()]).unwrap();
-    let fwd = ops::call_with_info(&graph, &[&xt, &wt], &[]).unwrap();
-    let y = fwd.parent_output(0).unwrap();
-    let mut outs = vec![popxl::d2h_stream(y.shape(), y.dtype(), "y").unwrap()];
-    ops::host_store(&outs[0], &y).unwrap();
-    let mut inputs: Inputs = [(xs, x), (ws, w)].into_iter().collect();
-    if let Some(gy) = gy {
-        let provided = [graph.outputs().unwrap()[0].clone()];
-        let info = transforms::autodiff(&graph, Some(&provided), None, &HashMap::new(), false).unwrap().grad_info;
-        let gs = popxl::h2d_stream(y.shape(), y.dtype(), "gy").unwrap();
-        let gt = ops::host_load(&gs, "gy").unwrap();
-        let acts = info.inputs_dict(&fwd).unwrap();
-        let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
-        let grads = ops::call(&info.graph(), &[&gt], &acts).unwrap();
-        let fwd_inputs = graph.inputs().unwrap();
-        let expected = info.expected_outputs().unwrap();
-        for want in &fwd_inputs {
-            let k = expected.iter().position(|e| e.fwd_tensor() == want).expect("a gradient per input");
-            let s = popxl::d2h_stream(grads[k].shape(), grads[k].dtype(), "grad").unwrap();
-            ops::host_store(&s, &grads[k]).unwrap();
-            outs.push(s);
-        }
-        inputs.insert(gs, gy);
-    }
-    drop(g);
-    let mut session = Session::new(ir, "cpu").unwrap();
-    let result = session.scope(|s| s.run(&inputs)).unwrap();
-    outs.iter().map(|s| result[s].to_f64_vec()).collect()
-}
-
 fn assert_close(got: &[f64], want: &[f64], rtol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1.0);
@@ -128,7 +87,7 @@ fn conv_and_its_gradients_match_numpy() {
     for (i, o) in cases().into_iter().enumerate() {
         let (dt, rtol) = if i >= FIRST_F32 { (DataType::Float32, 2e-5) } else { (DataType::Float64, 1e-12) };
         let [x, w, gy] = ["x", "w", "gy"].map(|k| read(&mut npz, &format!("c{i}_{k}"), dt));
-        let got = run(&|x, w| ops::conv_with(x, w, &o), x, w, Some(gy));
+        let got = run_with_grads(&|t| ops::conv_with(&t[0], &t[1], &o), vec![x, w], Some(gy));
         for (k, name) in ["y", "dx", "dw"].iter().enumerate() {
             let want = read(&mut npz, &format!("c{i}_{name}"), dt).to_f64_vec();
             assert_close(&got[k], &want, rtol, &format!("case {i} {name} ({o:?})"));
@@ -141,7 +100,7 @@ fn conv_transpose_matches_numpy() {
     let mut npz = fixture();
     for (i, o) in transposed_cases().into_iter().enumerate() {
         let [x, w] = ["x", "w"].map(|k| read(&mut npz, &format!("t{i}_{k}"), DataType::Float64));
-        let got = run(&|x, w| ops::conv_transpose(x, w, &o), x, w, None);
+        let got = run_with_grads(&|t| ops::conv_transpose(&t[0], &t[1], &o), vec![x, w], None);
         let want = read(&mut npz, &format!("t{i}_y"), DataType::Float64).to_f64_vec();
         assert_close(&got[0], &want, 1e-12, &format!("transposed case {i}"));
     }
@@ -152,9 +111,11 @@ fn conv_results_do_not_depend_on_the_thread_count() {
     let mut npz = fixture();
     let o = &cases()[10];
     let [x, w, gy] = ["x", "w", "gy"].map(|k| read(&mut npz, &format!("c10_{k}"), DataType::Float32));
-    let f = |x: &Tensor, w: &Tensor| ops::conv_with(x, w, o);
-    let one = popxl_session::cpu::team::with_max_threads(1, || run(&f, x.clone(), w.clone(), Some(gy.clone())));
-    let many = run(&f, x, w, Some(gy));
+    let f = |t: &[Tensor]| ops::conv_with(&t[0], &t[1], o);
+    let one = popxl_session::cpu::team::with_max_threads(1, || {
+        run_with_grads(&f, vec![x.clone(), w.clone()], Some(gy.clone()))
+    });
+    let many = run_with_grads(&f, vec![x, w], Some(gy));
     // The forward pass and data gradient are exact; the weight gradient sums
     // the batch in chunks fixed at build time, close but possibly reordered.
     assert_eq!(one[..2], many[..2]);

@@ -25,6 +25,7 @@
 //! | [`nn`] | `NllLoss(probs, labels)` | `reduction: "mean"\|"sum"\|"none"`, optional `ignore_index: int` |
 //! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
 //! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
+//! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
 //! | [`shape`] | `Reshape` | `shape: ints` (one `-1` allowed) |
 //! | [`shape`] | `Transpose` | `perm: ints` |
 //! | [`shape`] | `Slice` | `starts, ends, steps, axes: ints` (numpy slice semantics, clamped) |
@@ -57,6 +58,7 @@ pub mod logical;
 pub mod matmul;
 pub mod nn;
 pub mod optimizer;
+pub mod pool;
 pub mod print;
 pub mod random;
 pub mod reduce;
@@ -85,6 +87,7 @@ pub mod all {
     pub use super::matmul::*;
     pub use super::nn::*;
     pub use super::optimizer::*;
+    pub use super::pool::*;
     pub use super::print::PrintTensor;
     pub use super::random::*;
     pub use super::reduce::*;
@@ -123,6 +126,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(indexing::ALL);
         v.extend_from_slice(indexing_grad::ALL);
         v.extend_from_slice(conv::ALL);
+        v.extend_from_slice(pool::ALL);
         v
     })
 }

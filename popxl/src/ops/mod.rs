@@ -15,6 +15,7 @@
 //! | print | [`print_tensor`] ([`PrintTensorOptions`]) |
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | nn (convolution) | [`conv`] [`conv_with`] ([`ConvOptions`], [`PadType`]) [`conv_transpose`] ([`ConvTransposeOptions`]) |
+//! | nn (pooling) | [`max_pool`] [`max_pool_with`] [`average_pool`] [`average_pool_with`] ([`PoolOptions`], [`StorageOrder`]) |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
@@ -37,6 +38,7 @@ mod io;
 mod logical;
 mod nn;
 mod optimizer;
+mod pool;
 mod print;
 mod random;
 mod reduce;
@@ -61,6 +63,7 @@ pub use nn::{
     NllLossOptions, Reduction,
 };
 pub use optimizer::{adam_updater, adam_var_update, adamax_updater, lamb_updater, AdamUpdaterOptions};
+pub use pool::{average_pool, average_pool_with, max_pool, max_pool_with, PoolOptions, StorageOrder};
 pub use print::{print_tensor, FloatFormat, PrintTensorOptions};
 pub use random::{create_random_seed, dropout, random_normal, random_uniform, shaped_dropout, split_random_seed};
 pub use reduce::{
