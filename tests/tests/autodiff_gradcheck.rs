@@ -22,6 +22,8 @@ mod conv;
 mod elementwise_ext;
 #[path = "autodiff_gradcheck/indexing.rs"]
 mod indexing;
+#[path = "autodiff_gradcheck/norm.rs"]
+mod norm;
 #[path = "autodiff_gradcheck/pool.rs"]
 mod pool;
 #[path = "autodiff_gradcheck/reduce_ext.rs"]

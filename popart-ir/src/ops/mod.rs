@@ -26,6 +26,7 @@
 //! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
 //! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
 //! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
+//! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std) -> (dx, dw, db)` | `num_groups: int`, `epsilon: float` |
 //! | [`shape`] | `Reshape` | `shape: ints` (one `-1` allowed) |
 //! | [`shape`] | `Transpose` | `perm: ints` |
 //! | [`shape`] | `Slice` | `starts, ends, steps, axes: ints` (numpy slice semantics, clamped) |
@@ -57,6 +58,7 @@ pub mod io;
 pub mod logical;
 pub mod matmul;
 pub mod nn;
+pub mod norm;
 pub mod optimizer;
 pub mod pool;
 pub mod print;
@@ -86,6 +88,7 @@ pub mod all {
     pub use super::logical::*;
     pub use super::matmul::*;
     pub use super::nn::*;
+    pub use super::norm::*;
     pub use super::optimizer::*;
     pub use super::pool::*;
     pub use super::print::PrintTensor;
@@ -127,6 +130,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(indexing_grad::ALL);
         v.extend_from_slice(conv::ALL);
         v.extend_from_slice(pool::ALL);
+        v.extend_from_slice(norm::ALL);
         v
     })
 }

@@ -8,6 +8,8 @@ mod data;
 mod model;
 #[path = "../mnist/npy.rs"]
 mod npy;
+#[path = "../support/profile.rs"]
+mod profile;
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -315,22 +317,6 @@ fn baseline_ms(script: &std::path::Path, data: &std::path::Path, s: &Shape) -> R
 }
 
 /// Kernel time per step by op type, largest first.
-fn print_profile(kernels: &[popxl_session::cpu::executor::KernelTime], steps: usize) {
-    let mut by_type: HashMap<&str, (f64, usize)> = HashMap::new();
-    for k in kernels {
-        let e = by_type.entry(k.op_type.as_str()).or_default();
-        e.0 += k.total.as_secs_f64() * 1e3 / steps as f64;
-        e.1 += 1;
-    }
-    let total: f64 = by_type.values().map(|v| v.0).sum();
-    let mut rows: Vec<_> = by_type.into_iter().collect();
-    rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-    println!("profile: {total:.1} ms of kernels per step");
-    for (op, (ms, n)) in rows.iter().take(15) {
-        println!("  {ms:8.2} ms {:5.1}%  {op:<28} ({n} kernels)", 100.0 * ms / total);
-    }
-}
-
 /// Matmul FLOPs of one training step (`gpt_common.model_flops_per_step`).
 fn flops_per_step(s: &Shape) -> f64 {
     let (d, t, b, l, v) = (s.width as f64, s.seq as f64, s.batch as f64, s.layers as f64, s.vocab as f64);
@@ -455,7 +441,7 @@ fn main() -> AppResult<()> {
         }
     }
     if cfg.profile && cfg.steps > 1 {
-        print_profile(&session.kernel_profile(), cfg.steps - 1);
+        profile::print_profile(&session.kernel_profile(), cfg.steps - 1);
     }
     if cfg.sample > 0 {
         let one = Shape { batch: 1, ..s };

@@ -37,7 +37,7 @@
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
 //! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, `pool`), each exporting its `KERNELS` table,
+//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, `pool`, `norm`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -75,6 +75,7 @@ mod indexing;
 mod logical;
 mod matmul;
 mod nn;
+mod norm;
 mod optimizer;
 mod par;
 mod pool;
@@ -134,6 +135,7 @@ fn registry() -> &'static Registry {
             scatter::KERNELS,
             conv::KERNELS,
             pool::KERNELS,
+            norm::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)

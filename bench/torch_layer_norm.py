@@ -1,0 +1,57 @@
+"""PyTorch side of `cargo run --release --example layer_norm_bench`.
+
+Times float32 `torch.nn.functional.layer_norm` over the last dim (with weight
+and bias) forward, and forward + backward (`torch.autograd.grad` of the
+output for a given output gradient, w.r.t. input, weight and bias), for each
+shape; median of `--reps` measurements of at least `--min-time` seconds.
+Prints one line per shape: `ROWSxCOLS fwd_ms fwdbwd_ms`.
+
+    python3 bench/torch_layer_norm.py --threads 2 --shapes 1024x1024,4096x256
+"""
+import argparse
+import time
+
+import torch
+
+
+def timed(f, reps, min_time):
+    f()
+    out = []
+    for _ in range(reps):
+        iters, t0 = 0, time.perf_counter()
+        while True:
+            f()
+            iters += 1
+            el = time.perf_counter() - t0
+            if el >= min_time:
+                out.append(el / iters * 1e3)
+                break
+    return sorted(out)[len(out) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--shapes", default="1024x1024,4096x256")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    for s in a.shapes.split(","):
+        r, c = (int(v) for v in s.split("x"))
+        x = torch.randn(r, c, requires_grad=True)
+        w = torch.rand(c, requires_grad=True)
+        b = torch.rand(c, requires_grad=True)
+        gy = torch.randn(r, c)
+        with torch.no_grad():
+            fwd = timed(lambda: torch.nn.functional.layer_norm(x, (c,), w, b, 1e-5), a.reps, a.min_time)
+
+        def both():
+            y = torch.nn.functional.layer_norm(x, (c,), w, b, 1e-5)
+            return torch.autograd.grad(y, (x, w, b), gy)
+
+        print(f"{s} {fwd:.4f} {timed(both, a.reps, a.min_time):.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+//! Normalisation: [`group_norm`], [`layer_norm`] (one group, as PopXL) and
+//! [`batch_norm_inference`].
+
+use popart_ir::ops::all as ir_ops;
+use popart_ir::AttrValue;
+
+use super::OpBuilder;
+use crate::host::Wide;
+use crate::{ops, HostArray, PopXlError, Result, Tensor};
+
+/// Group normalisation of `t` `[N, C, ..]` (op `GroupNorm`; PopXL `group_norm`):
+/// the channels are split into `num_groups` groups, each (sample, group) is
+/// normalised over its elements (biased variance, `eps` added), then scaled by
+/// `weight[c]` and shifted by `bias[c]` (both `[C]`). Differentiable w.r.t. all
+/// three inputs (the gradient reuses the saved mean and inverse standard deviation).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(ndarray::Array4::<f32>::ones((2, 4, 3, 3)), "x").unwrap();
+/// let w = popxl::constant(ndarray::Array1::<f32>::ones(4), "w").unwrap();
+/// let b = popxl::constant(ndarray::Array1::<f32>::zeros(4), "b").unwrap();
+/// assert_eq!(popxl::ops::group_norm(&x, &w, &b, 2, 1e-5).unwrap().shape(), &[2, 4, 3, 3]);
+/// assert!(popxl::ops::group_norm(&x, &w, &b, 3, 1e-5).is_err());
+/// ```
+pub fn group_norm(t: &Tensor, weight: &Tensor, bias: &Tensor, num_groups: i64, eps: f64) -> Result<Tensor> {
+    OpBuilder::new("group_norm", &ir_ops::GroupNorm)
+        .input(0, t)
+        .input(1, weight)
+        .input(2, bias)
+        .attr("num_groups", AttrValue::Int(num_groups))
+        .attr("epsilon", AttrValue::Float(eps))
+        .create1()
+}
+
+/// Layer normalisation: [`group_norm`] with one group, as PopXL, so `t`
+/// `[N, C, ..]` is normalised per sample over all its other dims and scaled
+/// per channel (`weight`, `bias`: `[C]`). For `[N, D]` this is the usual
+/// layer norm over `D`; reshape `[B, T, D]` to `[B·T, D]` first, as PopXL programs do.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(ndarray::Array2::<f32>::ones((8, 16)), "x").unwrap();
+/// let w = popxl::constant(ndarray::Array1::<f32>::ones(16), "w").unwrap();
+/// let b = popxl::constant(ndarray::Array1::<f32>::zeros(16), "b").unwrap();
+/// assert_eq!(popxl::ops::layer_norm(&x, &w, &b, 1e-5).unwrap().shape(), &[8, 16]);
+/// ```
+pub fn layer_norm(t: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+    group_norm(t, weight, bias, 1, eps)
+}
+
+/// Batch normalisation with the given statistics (PopXL `batch_norm_inference`):
+/// `(t − mean[c]) / sqrt(var[c] + eps) · scale[c] + bias[c]` over the channel
+/// dim 1 of `t` `[N, C, ..]`; all four parameters are `[C]`. `momentum` only
+/// matters for training statistics and is accepted for PopXL compatibility
+/// (it must be in [0, 1]). Built from elementwise ops, so it is differentiable
+/// w.r.t. every input.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(ndarray::Array4::<f32>::ones((2, 3, 4, 4)), "x").unwrap();
+/// let p = popxl::constant(ndarray::Array1::<f32>::ones(3), "p").unwrap();
+/// let y = popxl::ops::batch_norm_inference(&x, &p, &p, &p, &p, 1e-5, 0.9).unwrap();
+/// assert_eq!(y.shape(), &[2, 3, 4, 4]);
+/// ```
+pub fn batch_norm_inference(
+    t: &Tensor,
+    scale: &Tensor,
+    bias: &Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    eps: f64,
+    momentum: f64,
+) -> Result<Tensor> {
+    if t.rank() < 2 {
+        return Err(PopXlError::InvalidArgument(format!(
+            "batch_norm_inference: the input must be [N, C, ..], got {:?}",
+            t.shape()
+        )));
+    }
+    if !((0.0..=1.0).contains(&momentum) && eps >= 0.0 && eps.is_finite()) {
+        return Err(PopXlError::InvalidArgument(format!(
+            "batch_norm_inference: momentum must be in [0, 1] and epsilon finite and >= 0, got {momentum} and {eps}"
+        )));
+    }
+    let c = t.shape()[1];
+    let mut bshape = vec![1i64; t.rank()];
+    bshape[1] = c as i64;
+    for (p, what) in [(scale, "scale"), (bias, "bias"), (mean, "mean"), (var, "var")] {
+        if p.shape() != [c] || p.dtype() != t.dtype() {
+            return Err(PopXlError::InvalidArgument(format!(
+                "batch_norm_inference: {what} must be a {} tensor of shape [{c}], got {:?} {}",
+                t.dtype(),
+                p.shape(),
+                p.dtype()
+            )));
+        }
+    }
+    let col = |p: &Tensor| ops::reshape(p, &bshape);
+    let eps_t = crate::variables::constant_in_graph_of(
+        t,
+        HostArray::scalar_of(t.dtype(), Wide::Float(eps), "epsilon")?,
+        "epsilon",
+    )?;
+    let inv = ops::div(&col(scale)?, &ops::sqrt(&ops::add(&col(var)?, &eps_t)?)?)?;
+    ops::add(&ops::mul(&ops::sub(t, &col(mean)?)?, &inv)?, &col(bias)?)
+}
