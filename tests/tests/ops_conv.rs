@@ -38,6 +38,7 @@ fn cases() -> Vec<ConvOptions> {
         o(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1, NotSet),
         o(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1, NotSet),
         o(&[2, 1], &[2, 1, 1, 1], &[1, 2], 2, NotSet),
+        o(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1, NotSet),
     ]
 }
 /// Cases from this index on are float32.
@@ -109,17 +110,20 @@ fn conv_transpose_matches_numpy() {
 #[test]
 fn conv_results_do_not_depend_on_the_thread_count() {
     let mut npz = fixture();
-    let o = &cases()[10];
-    let [x, w, gy] = ["x", "w", "gy"].map(|k| read(&mut npz, &format!("c10_{k}"), DataType::Float32));
-    let f = |t: &[Tensor]| ops::conv_with(&t[0], &t[1], o);
-    let one = popxl_session::cpu::team::with_max_threads(1, || {
-        run_with_grads(&f, vec![x.clone(), w.clone()], Some(gy.clone()))
-    });
-    let many = run_with_grads(&f, vec![x, w], Some(gy));
-    // The forward pass and data gradient are exact; the weight gradient sums
-    // the batch in chunks fixed at build time, close but possibly reordered.
-    assert_eq!(one[..2], many[..2]);
-    assert_close(&one[2], &many[2], 1e-5, "dw");
+    // Column blocks (case 10) and several images per GEMM (case 15).
+    for case in [10, 15] {
+        let o = &cases()[case];
+        let [x, w, gy] = ["x", "w", "gy"].map(|k| read(&mut npz, &format!("c{case}_{k}"), DataType::Float32));
+        let f = |t: &[Tensor]| ops::conv_with(&t[0], &t[1], o);
+        let one = popxl_session::cpu::team::with_max_threads(1, || {
+            run_with_grads(&f, vec![x.clone(), w.clone()], Some(gy.clone()))
+        });
+        let many = run_with_grads(&f, vec![x, w], Some(gy));
+        // The forward pass and data gradient are exact; the weight gradient sums
+        // the batch in chunks fixed at build time, close but possibly reordered.
+        assert_eq!(one[..2], many[..2], "case {case}");
+        assert_close(&one[2], &many[2], 1e-5, "dw");
+    }
 }
 
 #[test]

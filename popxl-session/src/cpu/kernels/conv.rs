@@ -60,6 +60,11 @@ enum Method {
     Pointwise,
     Direct,
     Im2col,
+    /// im2col over `images` images side by side: one GEMM for several small
+    /// planes (late layers, where one plane has too few columns for a fast GEMM).
+    Batched {
+        images: usize,
+    },
 }
 
 /// One unit of work: image `n` (or the batch chunk `n` for weight gradients),
@@ -164,11 +169,30 @@ impl<T: ConvElem> ConvKernel<T> {
         let want = if parallel { 2 * threads } else { 1 };
         let method = if g.pointwise() {
             Method::Pointwise
-        } else if g.ci_g == 1 {
+        } else if g.ci_g == 1 && g.co_g <= 4 {
             Method::Direct
         } else {
             Method::Im2col
         };
+        // Small planes: several images per GEMM, keeping enough tasks for the team.
+        let op = g.op();
+        let method = if method != Method::Direct && op < MIN_COLS && g.n > 1 {
+            let per = g.groups * if pass == Pass::Forward { 1 } else { g.ci_g.min(want) };
+            let mut images = MIN_COLS.div_ceil(op).next_power_of_two().min(g.n);
+            while images > 1 && g.n.div_ceil(images) * per < want {
+                images /= 2;
+            }
+            if images > 1 {
+                Method::Batched { images }
+            } else {
+                method
+            }
+        } else {
+            method
+        };
+        if let Method::Batched { images } = method {
+            return Self::plan_batched(spec, g, pass, pos, macs, out_len, images, parallel, want);
+        }
         let padded = if method == Method::Direct { Padded::new(&g) } else { None };
         let (kk, op) = (g.kk(), g.op());
         let mut tasks = Vec::new();
@@ -241,6 +265,92 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
         };
+        Self::finish(spec, g, pass, method, padded, tasks, chunks, pos, parallel, macs, out_len, block_elems)
+    }
+
+    /// Plans the batched im2col method: forward tasks are (image block, group,
+    /// output-channel block); gradient tasks (image block or batch chunk,
+    /// group, input-channel block).
+    #[allow(clippy::too_many_arguments)]
+    fn plan_batched(
+        spec: &KernelSpec<'_>,
+        g: Geo2,
+        pass: Pass,
+        pos: [usize; 3],
+        macs: usize,
+        out_len: usize,
+        images: usize,
+        parallel: bool,
+        want: usize,
+    ) -> BuildResult {
+        let (kk, op) = (g.kk(), g.op());
+        let cols = images * op;
+        let blocks = g.n.div_ceil(images);
+        let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
+        let mut tasks = Vec::new();
+        let mut chunks = vec![0, g.n];
+        let block_elems = match pass {
+            Pass::Forward => {
+                let pieces = blocks * g.groups;
+                let ob =
+                    if pieces < want { g.co_g.div_ceil(want.div_ceil(pieces)).next_multiple_of(8) } else { g.co_g };
+                for b in 0..blocks {
+                    for gi in 0..g.groups {
+                        for o0 in (0..g.co_g).step_by(ob.max(1)) {
+                            tasks.push(task(b * images, gi, 0, op, o0, (o0 + ob).min(g.co_g)));
+                        }
+                    }
+                }
+                g.kdim() * cols + ob.min(g.co_g) * cols
+            }
+            Pass::Data | Pass::Weights => {
+                let per = if pass == Pass::Data { blocks * g.groups } else { g.groups };
+                let mut cb = (BLOCK_ELEMS / (kk * cols).max(1)).min(g.ci_g).max(1);
+                if g.ci_g.div_ceil(cb) * per < want {
+                    cb = g.ci_g.div_ceil(want.div_ceil(per)).max(1);
+                }
+                let nb = g.ci_g.div_ceil(cb);
+                if pass == Pass::Weights && nb * per < want && blocks > 1 {
+                    // Chunks of whole image blocks, reduced in order at the end.
+                    let c = want.div_ceil(nb * per).min(blocks);
+                    chunks = (0..=c).map(|i| (i * blocks / c * images).min(g.n)).collect();
+                }
+                let outer: Vec<usize> = if pass == Pass::Data {
+                    (0..blocks).map(|b| b * images).collect()
+                } else {
+                    (0..chunks.len() - 1).collect()
+                };
+                for &n in &outer {
+                    for gi in 0..g.groups {
+                        for lo in (0..g.ci_g).step_by(cb) {
+                            tasks.push(task(n, gi, lo, (lo + cb).min(g.ci_g), 0, g.co_g));
+                        }
+                    }
+                }
+                g.co_g * cols + cb * kk * cols
+            }
+        };
+        let method = Method::Batched { images };
+        Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)
+    }
+
+    /// Reserves the scratch slots and partial buffers of a plan and makes the kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        spec: &KernelSpec<'_>,
+        g: Geo2,
+        pass: Pass,
+        method: Method,
+        padded: Option<Padded>,
+        tasks: Vec<Task>,
+        chunks: Vec<usize>,
+        pos: [usize; 3],
+        parallel: bool,
+        macs: usize,
+        out_len: usize,
+        block_elems: usize,
+    ) -> BuildResult {
+        let threads = team::num_threads();
         let slots = if parallel { threads.min(tasks.len()).max(1) } else { 1 };
         let err = |what: &str| spec.error(format!("cannot allocate the {what}"));
         // Scratch in u64 words (aligned for f32 and f64).
@@ -275,6 +385,116 @@ impl<T: ConvElem> ConvKernel<T> {
             partials: Mutex::new(partials),
             _t: Types::default(),
         }))
+    }
+
+    /// Runs a task of the batched im2col method (see [`Method::Batched`]).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn batched_task(&self, t: Task, images: usize, x: *mut T, w: *mut T, y: *mut T, col: *mut T, wpart: *mut T) {
+        let g = &self.geo;
+        let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
+        let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
+        let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
+        let wg = w.add(t.g * g.co_g * kdim);
+        // dy of images n0.. side by side: [co_g, nimg · op].
+        let gather = |n0: usize, nimg: usize, dst: *mut T| {
+            for i in 0..nimg {
+                for o in 0..g.co_g {
+                    std::ptr::copy_nonoverlapping(yg(n0 + i).add(o * op), dst.add(o * nimg * op + i * op), op);
+                }
+            }
+        };
+        match self.pass {
+            Pass::Forward => {
+                let nimg = images.min(g.n - t.n);
+                let ld = nimg * op;
+                for i in 0..nimg {
+                    im2col(g, xg(t.n + i), 0..kdim, 0..op, col.add(i * op), ld);
+                }
+                let ob = t.o1 - t.o0;
+                let ybuf = col.add(kdim * images * op);
+                T::gemm(
+                    ob,
+                    ld,
+                    kdim,
+                    ybuf,
+                    ld as isize,
+                    1,
+                    false,
+                    wg.add(t.o0 * kdim),
+                    kdim as isize,
+                    1,
+                    col,
+                    ld as isize,
+                    1,
+                    T::ONE,
+                    T::ONE,
+                );
+                for i in 0..nimg {
+                    for o in 0..ob {
+                        std::ptr::copy_nonoverlapping(ybuf.add(o * ld + i * op), yg(t.n + i).add((t.o0 + o) * op), op);
+                    }
+                }
+            }
+            Pass::Data => {
+                let nimg = images.min(g.n - t.n);
+                let ld = nimg * op;
+                let (dys, dcol) = (col, col.add(g.co_g * images * op));
+                gather(t.n, nimg, dys);
+                let rows = (t.lo * kk)..(t.hi * kk);
+                T::gemm(
+                    rows.len(),
+                    ld,
+                    g.co_g,
+                    dcol,
+                    ld as isize,
+                    1,
+                    false,
+                    wg.add(rows.start),
+                    1,
+                    kdim as isize,
+                    dys,
+                    ld as isize,
+                    1,
+                    T::ONE,
+                    T::ONE,
+                );
+                for i in 0..nimg {
+                    std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
+                    col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
+                }
+            }
+            Pass::Weights => {
+                let rows = (t.lo * kk)..(t.hi * kk);
+                let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
+                let (dys, cols) = (col, col.add(g.co_g * images * op));
+                let (start, end) = (self.chunks[t.n], self.chunks[t.n + 1]);
+                for (k, n0) in (start..end).step_by(images).enumerate() {
+                    let nimg = images.min(end - n0);
+                    let ld = nimg * op;
+                    gather(n0, nimg, dys);
+                    for i in 0..nimg {
+                        im2col(g, xg(n0 + i), rows.clone(), 0..op, cols.add(i * op), ld);
+                    }
+                    T::gemm(
+                        g.co_g,
+                        rows.len(),
+                        ld,
+                        dst,
+                        kdim as isize,
+                        1,
+                        k > 0,
+                        dys,
+                        ld as isize,
+                        1,
+                        cols,
+                        1,
+                        ld as isize,
+                        T::ONE,
+                        T::ONE,
+                    );
+                }
+            }
+        }
     }
 
     /// Runs a task of the direct method with the scratch `col`.
@@ -352,6 +572,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let wg = w.add(t.g * g.co_g * kdim);
         match (self.pass, self.method) {
             (_, Method::Direct) => self.direct_task(t, x, w, y, col),
+            (_, Method::Batched { images }) => self.batched_task(t, images, x, w, y, col, wpart),
             (Pass::Forward, m) => {
                 let cols = t.hi - t.lo;
                 let (rhs, rs) = if m == Method::Pointwise {
@@ -402,7 +623,7 @@ impl<T: ConvElem> ConvKernel<T> {
                 );
                 if m == Method::Im2col {
                     std::ptr::write_bytes(dx, 0, (t.hi - t.lo) * ip);
-                    col2im(g, col, (t.lo * kk)..(t.hi * kk), xg(t.n));
+                    col2im(g, col, op, (t.lo * kk)..(t.hi * kk), xg(t.n));
                 }
             }
             (Pass::Weights, m) => {

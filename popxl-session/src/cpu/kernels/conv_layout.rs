@@ -168,14 +168,14 @@ pub(crate) unsafe fn im2col<T: ConvElem>(
     }
 }
 
-/// Adds im2col rows `rows` (all `op` columns, leading dimension `op`) of `src`
+/// Adds im2col rows `rows` (all `op` columns, leading dimension `ld`) of `src`
 /// back into the input planes `dx` of one image group: the adjoint of [`im2col`].
 ///
 /// # Safety
-/// `src` must be valid for `rows.len() · op` reads and `dx` for `ci_g · ih · iw`
+/// `src` must be valid for `rows.len() · ld` reads and `dx` for `ci_g · ih · iw`
 /// reads and writes, not overlapping.
-pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, rows: Range<usize>, dx: *mut T) {
-    let (kk, op) = (g.kk(), g.op());
+pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, ld: usize, rows: Range<usize>, dx: *mut T) {
+    let (kk, op) = (g.kk(), ld);
     for (ri, r) in rows.enumerate() {
         let (c, ki, kj) = (r / kk, (r % kk) / g.kw, r % g.kw);
         let plane = dx.add(c * g.ip());
@@ -500,7 +500,7 @@ mod tests {
         // SAFETY: the buffers have the sizes the functions read and write.
         unsafe {
             im2col(&g, x.as_ptr(), 0..rows, 0..cols, col.as_mut_ptr(), cols);
-            col2im(&g, c.as_ptr(), 0..rows, back.as_mut_ptr());
+            col2im(&g, c.as_ptr(), cols, 0..rows, back.as_mut_ptr());
         }
         let lhs: f64 = col.iter().zip(&c).map(|(a, b)| a * b).sum();
         let rhs: f64 = x.iter().zip(&back).map(|(a, b)| a * b).sum();
