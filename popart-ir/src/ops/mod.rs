@@ -27,6 +27,7 @@
 //! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
 //! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
 //! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std) -> (dx, dw, db)` | `num_groups: int`, `epsilon: float` |
+//! | [`resize`] | `Resize(x)`, `ResizeGrad(g, x)` | `scales: floats`, `mode, nearest_mode, coordinate_transformation_mode: str` |
 //! | [`shape`] | `Reshape` | `shape: ints` (one `-1` allowed) |
 //! | [`shape`] | `Transpose` | `perm: ints` |
 //! | [`shape`] | `Slice` | `starts, ends, steps, axes: ints` (numpy slice semantics, clamped) |
@@ -64,6 +65,7 @@ pub mod pool;
 pub mod print;
 pub mod random;
 pub mod reduce;
+pub mod resize;
 pub mod scan;
 pub mod shape;
 pub mod sort;
@@ -94,6 +96,7 @@ pub mod all {
     pub use super::print::PrintTensor;
     pub use super::random::*;
     pub use super::reduce::*;
+    pub use super::resize::{Resize, ResizeGrad};
     pub use super::scan::*;
     pub use super::shape::*;
     pub use super::sort::*;
@@ -131,6 +134,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(conv::ALL);
         v.extend_from_slice(pool::ALL);
         v.extend_from_slice(norm::ALL);
+        v.extend_from_slice(resize::ALL);
         v
     })
 }

@@ -17,6 +17,7 @@
 //! | nn (convolution) | [`conv`] [`conv_with`] ([`ConvOptions`], [`PadType`]) [`conv_transpose`] ([`ConvTransposeOptions`]) |
 //! | nn (pooling) | [`max_pool`] [`max_pool_with`] [`average_pool`] [`average_pool_with`] ([`PoolOptions`], [`StorageOrder`]) |
 //! | nn (normalisation) | [`group_norm`] [`layer_norm`] [`batch_norm_inference`] |
+//! | nn (resizing) | [`interpolate`] ([`InterpolateOptions`]) |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
@@ -44,6 +45,7 @@ mod pool;
 mod print;
 mod random;
 mod reduce;
+mod resize;
 mod shape;
 mod sort;
 mod var_update;
@@ -73,6 +75,7 @@ pub use reduce::{
     cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,
     CumSumOptions,
 };
+pub use resize::{interpolate, InterpolateOptions};
 pub use shape::{
     concat, flatten, gather, gather_with, index, index_with, reshape, slice, squeeze, transpose, SliceIndex,
 };

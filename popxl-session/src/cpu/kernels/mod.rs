@@ -37,7 +37,7 @@
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
 //! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, `pool`, `norm`), each exporting its `KERNELS` table,
+//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, `pool`, `norm`, `resize`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -84,6 +84,7 @@ mod ptr;
 mod random;
 mod reduce;
 mod reduce_ext;
+mod resize;
 mod scan;
 mod scatter;
 mod shape;
@@ -136,6 +137,7 @@ fn registry() -> &'static Registry {
             conv::KERNELS,
             pool::KERNELS,
             norm::KERNELS,
+            resize::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)
