@@ -28,6 +28,7 @@
 //! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
 //! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std) -> (dx, dw, db)` | `num_groups: int`, `epsilon: float` |
 //! | [`resize`] | `Resize(x)`, `ResizeGrad(g, x)` | `scales: floats`, `mode, nearest_mode, coordinate_transformation_mode: str` |
+//! | [`roi_align`] | `RoiAlign(x, rois, batch_index)`, `RoiAlignGrad(g, x, rois, batch_index)` | `output_height, output_width, sampling_ratio: int`, `spatial_scale: float` |
 //! | [`shape`] | `Reshape` | `shape: ints` (one `-1` allowed) |
 //! | [`shape`] | `Transpose` | `perm: ints` |
 //! | [`shape`] | `Slice` | `starts, ends, steps, axes: ints` (numpy slice semantics, clamped) |
@@ -66,6 +67,7 @@ pub mod print;
 pub mod random;
 pub mod reduce;
 pub mod resize;
+pub mod roi_align;
 pub mod scan;
 pub mod shape;
 pub mod sort;
@@ -97,6 +99,7 @@ pub mod all {
     pub use super::random::*;
     pub use super::reduce::*;
     pub use super::resize::{Resize, ResizeGrad};
+    pub use super::roi_align::*;
     pub use super::scan::*;
     pub use super::shape::*;
     pub use super::sort::*;
@@ -135,6 +138,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(pool::ALL);
         v.extend_from_slice(norm::ALL);
         v.extend_from_slice(resize::ALL);
+        v.extend_from_slice(roi_align::ALL);
         v
     })
 }

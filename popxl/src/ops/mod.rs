@@ -17,7 +17,7 @@
 //! | nn (convolution) | [`conv`] [`conv_with`] ([`ConvOptions`], [`PadType`]) [`conv_transpose`] ([`ConvTransposeOptions`]) |
 //! | nn (pooling) | [`max_pool`] [`max_pool_with`] [`average_pool`] [`average_pool_with`] ([`PoolOptions`], [`StorageOrder`]) |
 //! | nn (normalisation) | [`group_norm`] [`layer_norm`] [`batch_norm_inference`] |
-//! | nn (resizing) | [`interpolate`] ([`InterpolateOptions`]) |
+//! | nn (resizing) | [`interpolate`] ([`InterpolateOptions`]) [`roi_align`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
 //! | shape | [`reshape`] [`flatten`] [`transpose`] [`slice()`] [`index`] [`concat()`] [`squeeze`] [`gather`] [`gather_with`] |
@@ -46,6 +46,7 @@ mod print;
 mod random;
 mod reduce;
 mod resize;
+mod roi_align;
 mod shape;
 mod sort;
 mod var_update;
@@ -76,6 +77,7 @@ pub use reduce::{
     CumSumOptions,
 };
 pub use resize::{interpolate, InterpolateOptions};
+pub use roi_align::roi_align;
 pub use shape::{
     concat, flatten, gather, gather_with, index, index_with, reshape, slice, squeeze, transpose, SliceIndex,
 };

@@ -24,3 +24,30 @@ proptest! {
         gradcheck(&[Arg::Diff(x)], &f, F64, seed)?;
     }
 }
+
+proptest! {
+    #![proptest_config(cfg(12))]
+
+    /// `roi_align` (PopXL ✓, `RoiAlignGrad`) w.r.t. the feature map, random
+    /// boxes partly outside it, fixed and adaptive sampling.
+    #[test]
+    fn roi_align(h in 2usize..6, w in 2usize..6, rois in 1usize..4, ratio in 0i64..3, seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let x = rng.array(&[2, 2, h, w], uniform);
+        let boxes: Vec<f64> = (0..rois)
+            .flat_map(|_| {
+                let (x0, y0) = (rng.uniform(-1.0, w as f64), rng.uniform(-1.0, h as f64));
+                [x0, y0, x0 + rng.uniform(0.5, 4.0), y0 + rng.uniform(0.5, 4.0)]
+            })
+            .collect();
+        let idx: Vec<i32> = (0..rois).map(|_| rng.below(2) as i32).collect();
+        let boxes = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[rois, 4]), boxes).expect("shape");
+        let idx = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[rois]), idx).expect("shape");
+        let f = move |t: &[popxl::Tensor]| {
+            let r = popxl::constant_as(boxes.clone(), popxl::DataType::Float64, "rois")?;
+            let b = popxl::constant(idx.clone(), "batch_index")?;
+            ops::roi_align(&t[0], &r, &b, [2, 2], 1.0, ratio)
+        };
+        gradcheck(&[Arg::Diff(x)], &f, F64, seed)?;
+    }
+}

@@ -37,7 +37,7 @@
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
 //! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, `pool`, `norm`, `resize`), each exporting its `KERNELS` table,
+//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, `pool`, `norm`, `resize`, `roi_align`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -85,6 +85,7 @@ mod random;
 mod reduce;
 mod reduce_ext;
 mod resize;
+mod roi_align;
 mod scan;
 mod scatter;
 mod shape;
@@ -138,6 +139,7 @@ fn registry() -> &'static Registry {
             pool::KERNELS,
             norm::KERNELS,
             resize::KERNELS,
+            roi_align::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)
