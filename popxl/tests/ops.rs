@@ -164,7 +164,7 @@ fn nll_losses() {
     let labels = popxl::variable(Array1::<i32>::zeros(2), "labels").unwrap();
     ops::nll_loss(&m.x, &labels).unwrap();
     m.check("NllLoss", &[("reduction", AttrValue::Str("mean".into()))], &["x", "labels"], &[&[]]);
-    let opts = ops::NllLossOptions { reduction: ops::Reduction::None, ignore_index: Some(-100) };
+    let opts = ops::NllLossOptions { reduction: ops::Reduction::None, ignore_index: Some(-100), log_prob: false };
     ops::nll_loss_with(&m.x, &labels, opts).unwrap();
     m.check(
         "NllLoss",
@@ -181,7 +181,7 @@ fn nll_losses() {
     );
     assert_eq!((loss.rank(), dlogits.shape()), (0, &[2usize, 3][..]));
     let g = popxl::constant(2.0f32, "g").unwrap();
-    let sum = ops::NllLossOptions { reduction: ops::Reduction::Sum, ignore_index: None };
+    let sum = ops::NllLossOptions { reduction: ops::Reduction::Sum, ignore_index: None, log_prob: false };
     ops::nll_loss_with_softmax_grad_with(&m.x, &labels, Some(&g), sum).unwrap();
     m.check(
         "NllLossWithSoftmaxGrad",

@@ -218,13 +218,15 @@ proptest! {
     }
 
     #[test]
-    fn nll_loss(batch in 1usize..4, classes in 2usize..5, reduction in 0usize..3, ignore in any::<bool>(), seed in any::<u64>()) {
+    fn nll_loss(batch in 1usize..4, classes in 2usize..5, reduction in 0usize..3, ignore in any::<bool>(), log_prob in any::<bool>(), seed in any::<u64>()) {
         let mut rng = Rng(seed);
+        // Probabilities, or log-probabilities with `log_prob` (PopXL `log_prob=True`).
         let probs = rng.array(&[batch, classes], |r| r.uniform(0.1, 1.0));
+        let probs = if log_prob { probs.mapv(f64::ln) } else { probs };
         let labels = rng.array(&[batch], |r| r.below(classes) as f64).mapv(|v| v as i32);
         let ignore_index = (ignore && batch > 1).then(|| i64::from(labels[[0]]));
         let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][reduction];
-        let options = NllLossOptions { reduction, ignore_index };
+        let options = NllLossOptions { reduction, ignore_index, log_prob };
         let args = [Arg::Diff(probs), Arg::Fixed(HostArray::from(labels))];
         gradcheck(&args, &move |t| ops::nll_loss_with(&t[0], &t[1], options), F64, seed)?;
     }

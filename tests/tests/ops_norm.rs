@@ -81,3 +81,35 @@ fn bad_norms_are_typed_errors() {
     assert!(msg(ops::layer_norm(&x, &w, &w, -1.0)).contains("epsilon"));
     assert!(msg(ops::batch_norm_inference(&x, &w, &w, &w, &t(&[3]), 1e-5, 0.9)).contains("var"));
 }
+
+/// `nll_loss(log_prob=True)` on log-probabilities equals `nll_loss` on the
+/// probabilities (values from numpy: -mean(log p[label])).
+#[test]
+fn nll_loss_of_log_probabilities() {
+    let ir = Ir::new();
+    let (loss, loss_lp) = {
+        let _g = ir.main_graph().enter();
+        let p = ndarray::arr2(&[[0.2f64, 0.5, 0.3], [0.1, 0.1, 0.8]]);
+        let probs = popxl::constant_as(p.clone(), DataType::Float64, "p").unwrap();
+        let logp = popxl::constant_as(p.mapv(f64::ln), DataType::Float64, "logp").unwrap();
+        let labels = popxl::constant(ndarray::arr1(&[1i32, 2]), "l").unwrap();
+        let lp = ops::NllLossOptions { log_prob: true, ..Default::default() };
+        (ops::nll_loss(&probs, &labels).unwrap(), ops::nll_loss_with(&logp, &labels, lp).unwrap())
+    };
+    let streams: Vec<_> = [&loss, &loss_lp]
+        .iter()
+        .map(|t| {
+            let _g = ir.main_graph().enter();
+            let s = popxl::d2h_stream(t.shape(), t.dtype(), "out").unwrap();
+            ops::host_store(&s, t).unwrap();
+            s
+        })
+        .collect();
+    let mut session = popxl_session::Session::new(ir, "cpu").unwrap();
+    let out = session.scope(|s| s.run(&popxl_session::Inputs::new())).unwrap();
+    // -(ln 0.5 + ln 0.8) / 2
+    let want = 0.458_145_365_937_077_5;
+    for s in &streams {
+        assert!((out[s].to_f64_vec()[0] - want).abs() < 1e-15);
+    }
+}

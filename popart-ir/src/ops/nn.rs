@@ -45,6 +45,9 @@ fn nll_loss_info(ctx: &InferContext<'_>) -> Result<TensorInfo> {
             l.shape, p.shape
         )));
     }
+    if ctx.attrs.bool("log_prob").unwrap_or(false) && ctx.optional_input(2).is_some() {
+        return Err(ctx.error("log_prob inputs cannot take a loss gradient input"));
+    }
     match ctx.attrs.str("reduction").unwrap_or("mean") {
         "mean" | "sum" => Ok(TensorInfo::new(p.dtype, Vec::<usize>::new())),
         "none" => Ok(TensorInfo::new(p.dtype, l.shape.clone())),

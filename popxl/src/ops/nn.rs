@@ -70,7 +70,7 @@ impl Reduction {
 ///
 /// ```
 /// use popxl::ops::{NllLossOptions, Reduction};
-/// let o = NllLossOptions { reduction: Reduction::Sum, ignore_index: Some(-1) };
+/// let o = NllLossOptions { reduction: Reduction::Sum, ignore_index: Some(-1), log_prob: false };
 /// assert_ne!(o, NllLossOptions::default());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -79,6 +79,10 @@ pub struct NllLossOptions {
     pub reduction: Reduction,
     /// Samples with this label contribute nothing (and no gradient).
     pub ignore_index: Option<i64>,
+    /// The input holds log-probabilities (PopXL `log_prob=True`): the loss is
+    /// `-logp[label]`, e.g. of a `log_softmax` computed stably. Not accepted
+    /// by the `*_with_softmax_grad` forms.
+    pub log_prob: bool,
 }
 
 fn nll_spec<'a>(
@@ -94,6 +98,9 @@ fn nll_spec<'a>(
         .attr("reduction", AttrValue::Str(options.reduction.as_str().to_string()));
     if let Some(i) = options.ignore_index {
         spec = spec.attr("ignore_index", AttrValue::Int(i));
+    }
+    if options.log_prob {
+        spec = spec.attr("log_prob", AttrValue::Bool(true));
     }
     spec
 }
@@ -120,7 +127,7 @@ pub fn nll_loss(probs: &Tensor, labels: &Tensor) -> Result<Tensor> {
 /// let _g = ir.main_graph().enter();
 /// let p = popxl::constant(ndarray::Array2::<f32>::ones((4, 10)), "p").unwrap();
 /// let l = popxl::constant(ndarray::Array1::<i32>::zeros(4), "l").unwrap();
-/// let o = NllLossOptions { reduction: Reduction::None, ignore_index: None };
+/// let o = NllLossOptions { reduction: Reduction::None, ignore_index: None, ..Default::default() };
 /// assert_eq!(popxl::ops::nll_loss_with(&p, &l, o).unwrap().shape(), &[4]);
 /// ```
 pub fn nll_loss_with(probs: &Tensor, labels: &Tensor, options: NllLossOptions) -> Result<Tensor> {

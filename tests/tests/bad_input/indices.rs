@@ -30,7 +30,7 @@ fn nll_model(labels: Vec<i32>, ignore_index: Option<i64>) -> popxl::Result<(Ir, 
         let n = labels.len();
         let probs = popxl::constant(ndarray::Array2::<f32>::from_elem((n, 3), 0.25), "probs")?;
         let l = popxl::constant(Array1::from(labels), "labels")?;
-        ops::nll_loss_with(&probs, &l, NllLossOptions { reduction: Reduction::None, ignore_index })
+        ops::nll_loss_with(&probs, &l, NllLossOptions { reduction: Reduction::None, ignore_index, log_prob: false })
     })
 }
 

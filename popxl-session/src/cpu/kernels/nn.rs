@@ -143,6 +143,8 @@ struct Nll {
     ignore: Option<i64>,
     /// Fail on labels out of range instead of ignoring them.
     check: bool,
+    /// The inputs are log-probabilities (PopXL `log_prob=True`).
+    log_prob: bool,
 }
 
 impl Nll {
@@ -159,7 +161,11 @@ impl Nll {
         };
         let Some(&classes) = p.shape().last() else { return Err(spec.error("probs must have a class dimension")) };
         let check = spec.check_indices;
-        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index"), check })
+        let log_prob = spec.attrs.bool("log_prob").unwrap_or(false);
+        if log_prob && spec.is::<ir::NllLossWithSoftmaxGrad>() {
+            return Err(spec.error("log_prob inputs have no softmax gradient form"));
+        }
+        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index"), check, log_prob })
     }
 
     /// The class of a row's label: `None` if ignored or out of range.
@@ -193,6 +199,7 @@ impl Nll {
     unsafe fn loss<T: Float, L: IndexElem>(&self, p: *const T, labels: *const L, out: *mut T) {
         let ls = slice(labels, self.rows);
         let row_loss = |i: usize| match self.class(ls[i]) {
+            Some(c) if self.log_prob => -*p.add(i * self.classes + c),
             Some(c) => -(*p.add(i * self.classes + c)).ln(),
             None => T::ZERO,
         };
@@ -267,8 +274,9 @@ impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
     }
 }
 
-/// `NllLossGrad(g, probs, labels) -> dprobs`: `-g / p` at each label (divided by
-/// the counted rows for mean), zero elsewhere; `g` is per row for `none`.
+/// `NllLossGrad(g, probs, labels) -> dprobs`: `-g / p` (`-g` for log-probabilities)
+/// at each label (divided by the counted rows for mean), zero elsewhere; `g` is
+/// per row for `none`.
 struct NllLossGrad<T, L> {
     nll: Nll,
     pos: [usize; 3],
@@ -292,7 +300,7 @@ impl<T: Float, L: IndexElem> Kernel for NllLossGrad<T, L> {
         for (i, &label) in slice(labels, nll.rows).iter().enumerate() {
             let gi = if nll.reduction == Reduction::None { *g.add(i) } else { scale };
             if let Some(k) = nll.class(label) {
-                dx[i * c + k] = -(gi / *p.add(i * c + k));
+                dx[i * c + k] = if nll.log_prob { -gi } else { -(gi / *p.add(i * c + k)) };
             }
         }
         Ok(())
