@@ -39,6 +39,7 @@ fn cases() -> Vec<ConvOptions> {
         o(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1, NotSet),
         o(&[2, 1], &[2, 1, 1, 1], &[1, 2], 2, NotSet),
         o(&[1, 1], &[0, 0, 0, 0], &[1, 1], 1, NotSet),
+        o(&[1, 1], &[1, 1, 1, 1], &[1, 1], 1, NotSet),
     ]
 }
 /// Cases from this index on are float32.
@@ -110,8 +111,9 @@ fn conv_transpose_matches_numpy() {
 #[test]
 fn conv_results_do_not_depend_on_the_thread_count() {
     let mut npz = fixture();
-    // Column blocks (case 10) and several images per GEMM (case 15).
-    for case in [10, 15] {
+    // Column blocks (case 10), several images per GEMM (case 15), one image's
+    // output channels over a shared im2col matrix (case 16).
+    for case in [10, 15, 16] {
         let o = &cases()[case];
         let [x, w, gy] = ["x", "w", "gy"].map(|k| read(&mut npz, &format!("c{case}_{k}"), DataType::Float32));
         let f = |t: &[Tensor]| ops::conv_with(&t[0], &t[1], o);

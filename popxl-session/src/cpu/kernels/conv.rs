@@ -106,6 +106,9 @@ struct ConvKernel<T> {
     /// Positions of (x, w, y) in the kernel args (one of them is the output).
     pos: [usize; 3],
     parallel: bool,
+    /// Forward tasks split one image's output channels: its im2col matrix is
+    /// built once, by all threads, then shared by the tasks' GEMMs.
+    shared_col: bool,
     /// No multiply-add at all (an empty dim): the result is zeros of `out_len` elements.
     zero_fill: Option<usize>,
     /// The shared scratch slots of the pieces (see [`scratch_slot`]).
@@ -197,6 +200,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let (kk, op) = (g.kk(), g.op());
         let mut tasks = Vec::new();
         let mut chunks = vec![0, g.n];
+        let mut shared_col = false;
         let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
         let block_elems = match (pass, method) {
             (_, Method::Direct) => {
@@ -219,9 +223,12 @@ impl<T: ConvElem> ConvKernel<T> {
                 if op.div_ceil(cols) * per_img < want {
                     cols = op.div_ceil(want.div_ceil(per_img)).next_multiple_of(16).max(MIN_COLS).min(op);
                 }
+                // Even blocks, so no thread is left with a sliver.
+                let cols = op.div_ceil(op.div_ceil(cols.max(1))).next_multiple_of(16).min(op);
                 let pieces = op.div_ceil(cols.max(1)) * per_img;
                 let ob =
                     if pieces < want { g.co_g.div_ceil(want.div_ceil(pieces)).next_multiple_of(8) } else { g.co_g };
+                shared_col = method == Method::Im2col && cols == op && ob < g.co_g && parallel;
                 for n in 0..g.n {
                     for gi in 0..g.groups {
                         for lo in (0..op).step_by(cols.max(1)) {
@@ -265,7 +272,10 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
         };
-        Self::finish(spec, g, pass, method, padded, tasks, chunks, pos, parallel, macs, out_len, block_elems)
+        let mut k =
+            Self::finish(spec, g, pass, method, padded, tasks, chunks, pos, parallel, macs, out_len, block_elems)?;
+        k.shared_col = shared_col;
+        Ok(k)
     }
 
     /// Plans the batched im2col method: forward tasks are (image block, group,
@@ -331,7 +341,7 @@ impl<T: ConvElem> ConvKernel<T> {
             }
         };
         let method = Method::Batched { images };
-        Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)
+        Ok(Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)?)
     }
 
     /// Reserves the scratch slots and partial buffers of a plan and makes the kernel.
@@ -349,7 +359,7 @@ impl<T: ConvElem> ConvKernel<T> {
         macs: usize,
         out_len: usize,
         block_elems: usize,
-    ) -> BuildResult {
+    ) -> Result<Box<Self>, crate::cpu::kernel::KernelError> {
         let threads = team::num_threads();
         let slots = if parallel { threads.min(tasks.len()).max(1) } else { 1 };
         let err = |what: &str| spec.error(format!("cannot allocate the {what}"));
@@ -380,6 +390,7 @@ impl<T: ConvElem> ConvKernel<T> {
             chunks,
             pos,
             parallel,
+            shared_col: false,
             zero_fill: (macs == 0).then_some(out_len),
             scratch,
             partials: Mutex::new(partials),
@@ -660,6 +671,58 @@ impl<T: ConvElem> ConvKernel<T> {
     }
 }
 
+impl<T: ConvElem> ConvKernel<T> {
+    /// The forward pass with a shared im2col matrix per image (see
+    /// `shared_col`): the rows are built in parallel, then the output-channel
+    /// blocks multiply it in parallel.
+    unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
+        let g = &self.geo;
+        let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
+        let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
+        let col = SendPtr(col.as_mut_ptr() as *mut T);
+        let threads = team::num_threads().max(1);
+        let rb = kdim.div_ceil(threads);
+        let mut start = 0;
+        while start < self.tasks.len() {
+            let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
+            let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
+            let xg = SendPtr(x.get().add((n * g.groups + gi) * g.ci_g * ip));
+            team::run(kdim.div_ceil(rb), &|i| {
+                let rows = i * rb..((i + 1) * rb).min(kdim);
+                // SAFETY: each task writes its own rows of the shared matrix.
+                unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) };
+            });
+            let tasks = &self.tasks[start..end];
+            team::run(tasks.len(), &|j| {
+                let t = tasks[j];
+                let yg = y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op);
+                let wg = w.get().add((gi * g.co_g + t.o0) * kdim);
+                // SAFETY: each task writes its own output channels; the matrix is read only.
+                unsafe {
+                    T::gemm(
+                        t.o1 - t.o0,
+                        op,
+                        kdim,
+                        yg,
+                        op as isize,
+                        1,
+                        false,
+                        wg,
+                        kdim as isize,
+                        1,
+                        col.get(),
+                        op as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    )
+                };
+            });
+            start = end;
+        }
+    }
+}
+
 impl<T: ConvElem> Kernel for ConvKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let ptr = |role: usize| -> SendPtr<T> {
@@ -684,6 +747,10 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         let parts = SendPtr(partials.as_mut_ptr());
         let wpart = |chunk: usize| if chunk == 0 { w.get() } else { parts.get().add((chunk - 1) * wlen) };
+        if self.shared_col {
+            self.run_shared_col(x, w, y);
+            return Ok(());
+        }
         let pieces = self.scratch.len();
         let piece = |p: usize| {
             let mut col = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
