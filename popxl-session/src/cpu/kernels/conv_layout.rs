@@ -338,11 +338,13 @@ impl Padded {
     }
     /// Elements of the padded plane, with the slack the last taps read past its end.
     pub(crate) fn plane_len(&self, g: &Geo2) -> usize {
-        self.hp * self.wp + (g.kw - 1) * g.dw
+        (self.hp * self.wp).max(self.tap(g, g.kh - 1, g.kw - 1) + self.ext_len(g))
     }
-    /// Elements of the extended output grid.
+    /// Elements of the extended output grid, rounded up to whole vectors (the
+    /// extra elements are computed and discarded: no scalar remainder loops,
+    /// which dominate on the 7x7 planes of late layers).
     pub(crate) fn ext_len(&self, g: &Geo2) -> usize {
-        g.oh * self.wp
+        (g.oh * self.wp).next_multiple_of(16)
     }
     /// Scratch of one plane and one grid.
     pub(crate) fn scratch_len(&self, g: &Geo2) -> usize {
