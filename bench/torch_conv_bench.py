@@ -9,9 +9,13 @@ line per shape: `label fwd_ms data_ms weight_ms`.
     python3 bench/torch_conv_bench.py --threads 2 [--only TEXT] [--batches 1,32]
 """
 import argparse
-import time
+import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import timed  # noqa: E402
 
 
 def shapes(batches):
@@ -32,21 +36,6 @@ def shapes(batches):
         ("dw3x3_c512_7", 512, 7, 512, 3, 1, 1, 512),
     ]
     return [(f"b{n}_{label}", n) + tuple(rest) for n in batches for (label, *rest) in base]
-
-
-def timed(f, reps, min_time):
-    f()
-    out = []
-    for _ in range(reps):
-        iters, t0 = 0, time.perf_counter()
-        while True:
-            f()
-            iters += 1
-            el = time.perf_counter() - t0
-            if el >= min_time:
-                out.append(el / iters * 1e3)
-                break
-    return sorted(out)[len(out) // 2]
 
 
 def main():

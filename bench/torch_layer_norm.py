@@ -9,24 +9,13 @@ Prints one line per shape: `ROWSxCOLS fwd_ms fwdbwd_ms`.
     python3 bench/torch_layer_norm.py --threads 2 --shapes 1024x1024,4096x256
 """
 import argparse
-import time
+import os
+import sys
 
 import torch
 
-
-def timed(f, reps, min_time):
-    f()
-    out = []
-    for _ in range(reps):
-        iters, t0 = 0, time.perf_counter()
-        while True:
-            f()
-            iters += 1
-            el = time.perf_counter() - t0
-            if el >= min_time:
-                out.append(el / iters * 1e3)
-                break
-    return sorted(out)[len(out) // 2]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import timed  # noqa: E402
 
 
 def main():

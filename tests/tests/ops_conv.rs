@@ -9,12 +9,12 @@ use std::fs::File;
 
 #[path = "support/forward_backward.rs"]
 mod forward_backward;
-use forward_backward::run_with_grads;
+use forward_backward::{read_npz as read, run_with_grads};
 
 use ndarray::ArrayD;
 use ndarray_npy::NpzReader;
 use popxl::ops::{self, ConvOptions, ConvTransposeOptions, PadType};
-use popxl::{DataType, HostArray, Ir, Tensor};
+use popxl::{DataType, Ir, Tensor};
 
 /// (strides, pads, dilations, groups, pad type) of case `c{i}`, as in the generator.
 fn cases() -> Vec<ConvOptions> {
@@ -63,16 +63,6 @@ fn transposed_cases() -> Vec<ConvTransposeOptions> {
 fn fixture() -> NpzReader<File> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ops_conv.npz");
     NpzReader::new(File::open(path).expect("fixture ops_conv.npz")).expect("npz")
-}
-
-fn read(npz: &mut NpzReader<File>, key: &str, dtype: DataType) -> HostArray {
-    if dtype == DataType::Float32 {
-        let a: ArrayD<f32> = npz.by_name(key).expect(key);
-        HostArray::from(a)
-    } else {
-        let a: ArrayD<f64> = npz.by_name(key).expect(key);
-        HostArray::from(a)
-    }
 }
 
 fn assert_close(got: &[f64], want: &[f64], rtol: f64, what: &str) {

@@ -7,12 +7,12 @@ use std::fs::File;
 
 #[path = "support/forward_backward.rs"]
 mod forward_backward;
-use forward_backward::run_with_grads;
+use forward_backward::{read_npz as read, run_with_grads};
 
 use ndarray::ArrayD;
 use ndarray_npy::NpzReader;
 use popxl::ops;
-use popxl::{DataType, HostArray, Ir};
+use popxl::{DataType, Ir};
 
 const GROUPS: [i64; 7] = [1, 2, 4, 1, 3, 1, 8];
 const FIRST_F32: usize = 5;
@@ -20,16 +20,6 @@ const FIRST_F32: usize = 5;
 fn fixture() -> NpzReader<File> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ops_norm.npz");
     NpzReader::new(File::open(path).expect("fixture ops_norm.npz")).expect("npz")
-}
-
-fn read(npz: &mut NpzReader<File>, key: &str, dtype: DataType) -> HostArray {
-    if dtype == DataType::Float32 {
-        let a: ArrayD<f32> = npz.by_name(key).expect(key);
-        HostArray::from(a)
-    } else {
-        let a: ArrayD<f64> = npz.by_name(key).expect(key);
-        HostArray::from(a)
-    }
 }
 
 #[test]

@@ -7,8 +7,21 @@
 
 use std::collections::HashMap;
 
-use popxl::{ops, transforms, HostArray, Ir, Tensor};
+use ndarray::ArrayD;
+use ndarray_npy::NpzReader;
+use popxl::{ops, transforms, DataType, HostArray, Ir, Tensor};
 use popxl_session::{Inputs, Session};
+
+/// Array `key` of an `.npz` fixture, read as float32 or float64.
+pub fn read_npz<R: std::io::Read + std::io::Seek>(npz: &mut NpzReader<R>, key: &str, dtype: DataType) -> HostArray {
+    if dtype == DataType::Float32 {
+        let a: ArrayD<f32> = npz.by_name(key).expect(key);
+        HostArray::from(a)
+    } else {
+        let a: ArrayD<f64> = npz.by_name(key).expect(key);
+        HostArray::from(a)
+    }
+}
 
 /// Runs `f(inputs)` and, when `gy` is given, the gradients of `sum(f(inputs) · gy)`
 /// w.r.t. every input. Returns `[y, d_input_0, d_input_1, ..]` as f64.

@@ -1,0 +1,19 @@
+"""Timing helper shared by the PyTorch benchmark scripts of this directory."""
+import time
+
+
+def timed(f, reps, min_time):
+    """Median milliseconds of one call of `f`: `reps` measurements, each
+    repeating `f` for at least `min_time` seconds, after one warm-up call."""
+    f()
+    out = []
+    for _ in range(reps):
+        iters, t0 = 0, time.perf_counter()
+        while True:
+            f()
+            iters += 1
+            el = time.perf_counter() - t0
+            if el >= min_time:
+                out.append(el / iters * 1e3)
+                break
+    return sorted(out)[len(out) // 2]
