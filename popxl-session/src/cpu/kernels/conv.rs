@@ -5,10 +5,15 @@
 //! The builder resolves the op to a [`ConvGeometry`] and picks, by shape, once:
 //! - **pointwise** (1x1, stride 1, unpadded): the input planes already are the
 //!   im2col matrix, so each product is one GEMM on the tensors, no copy;
-//! - **direct** (each output channel reads one input channel: depthwise,
-//!   `C_in / group == 1`): plane loops vectorised along the output row;
-//! - **im2col + GEMM** otherwise: blocks of the im2col matrix are written to a
-//!   per-thread scratch buffer sized here and multiplied by the `gemm` crate.
+//! - **direct** (depthwise-like: one input channel and at most 4 output
+//!   channels per group): plane loops; stride 1 goes through a zero-padded
+//!   plane so each tap is one long multiply-add over the whole plane;
+//! - **im2col + GEMM** otherwise: blocks of the im2col matrix are written to
+//!   scratch sized here and multiplied by the `gemm` crate; a forward pass
+//!   whose tasks split one image's output channels builds that image's matrix
+//!   once, in parallel, and shares it;
+//! - **batched im2col** for planes under 256 positions: several images side
+//!   by side in one GEMM.
 //!
 //! Work is cut into tasks (images × groups × column or channel blocks) sized
 //! for the cache and the worker team at build time. The forward pass and the
