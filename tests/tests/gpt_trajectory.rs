@@ -43,13 +43,13 @@ fn scalar(v: f32, name: &str) -> popxl::Result<Tensor> {
     popxl::constant(v, name)
 }
 
-/// `(x - mean) / sqrt(var + 1e-5) * g + b` over the last axis.
+/// `(x - mean) / sqrt(var + 1e-5) * g + b` over the last axis: PopXL's
+/// `layer_norm` (one fused op, `GroupNorm`) on the rows of `[B·T, D]`.
 fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
-    let m = ops::mean(x, &[-1], true)?;
-    let xc = ops::sub(x, &m)?;
-    let var = ops::mean(&ops::mul(&xc, &xc)?, &[-1], true)?;
-    let inv = ops::sqrt(&ops::add(&var, &scalar(1e-5, "eps")?)?)?;
-    ops::add(&ops::mul(&ops::div(&xc, &inv)?, g)?, b)
+    let d = *x.shape().last().unwrap_or(&1) as i64;
+    let y = ops::layer_norm(&x.reshape(&[-1, d])?, g, b, 1e-5)?;
+    let shape: Vec<i64> = x.shape().iter().map(|&v| v as i64).collect();
+    y.reshape(&shape)
 }
 
 /// [B, T, d] -> [B, H, T, dh]

@@ -88,11 +88,11 @@ pub fn init_params(s: &Shape, seed: u64) -> Vec<(String, HostArray)> {
 
 /// `(x - mean) / sqrt(var + 1e-5) * g + b` over the last axis.
 fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
-    let m = ops::mean(x, &[-1], true)?;
-    let xc = ops::sub(x, &m)?;
-    let var = ops::mean(&ops::mul(&xc, &xc)?, &[-1], true)?;
-    let sd = ops::sqrt(&ops::add(&var, &popxl::constant(1e-5f32, "eps")?)?)?;
-    ops::add(&ops::mul(&ops::div(&xc, &sd)?, g)?, b)
+    // PopXL's layer_norm normalises [N, C] rows: fold the leading dims, as PopXL programs do.
+    let d = *x.shape().last().unwrap_or(&1) as i64;
+    let y = ops::layer_norm(&x.reshape(&[-1, d])?, g, b, 1e-5)?;
+    let shape: Vec<i64> = x.shape().iter().map(|&v| v as i64).collect();
+    y.reshape(&shape)
 }
 
 /// One transformer block on `x` [B, T, d] with its 12 parameters.
