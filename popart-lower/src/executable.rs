@@ -344,6 +344,8 @@ pub struct Executable {
     /// `replication_factor` of the IR.
     pub replication_factor: usize,
     pub(crate) tensor_buffers: HashMap<(GraphId, TensorId), BufferId>,
+    /// Live steps of each buffer (inclusive, normalized; empty for permanent buffers).
+    pub(crate) lives: Vec<crate::memory::Intervals>,
 }
 
 impl Executable {

@@ -54,12 +54,14 @@ mod dump;
 mod executable;
 mod lower;
 mod memory;
+mod report;
 
 pub use executable::{
     Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall, MemoryPlan, Program,
     Programs, Stream, StreamId, StreamKind, TensorRef, Weight, BUFFER_ALIGNMENT,
 };
 pub use lower::lower;
+pub use report::{LiveBuffer, MemoryReport};
 
 /// Why an IR could not be lowered.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

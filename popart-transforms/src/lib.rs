@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod autodiff;
+pub mod inline;
 pub mod patterns;
 pub mod pipeline;
 pub mod prepare;

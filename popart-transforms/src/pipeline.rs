@@ -10,7 +10,7 @@
 //! ([`crate::prepare::prepare`]) runs [`Pipeline::default_for`] its options:
 //!
 //! ```text
-//! verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, verify-final
+//! verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, verify-final
 //! ```
 //!
 //! Users start from that pipeline and insert their own passes, by position
@@ -36,7 +36,7 @@
 //! }
 //!
 //! let pipeline = Pipeline::default_for(PrepareOptions::default()).with_pattern(CountOps);
-//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, count-ops, verify-final");
+//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, count-ops, verify-final");
 //! let report = pipeline.run(&mut Ir::new()).unwrap();
 //! assert_eq!(report.pass("count-ops").unwrap().notes, vec!["0 ops".to_string()]);
 //! ```
@@ -54,7 +54,8 @@ use std::time::{Duration, Instant};
 
 use popart_ir::{Ir, IrError, Result};
 
-use crate::patterns::FuseWeightUpdates;
+use crate::inline::InlineCalls;
+use crate::patterns::{FuseMaskedSoftmax, FuseWeightUpdates};
 use crate::prepare::{PrepareOptions, PrepareReport};
 use crate::prune::{Prune, PruneReport};
 use crate::views::{InplaceAmbiguityCheck, MaterializeViews};
@@ -249,7 +250,10 @@ impl Pipeline {
         }
         p = p.with_pass(Prune).with_pass(MaterializeViews);
         if options.patterns {
-            p = p.with_pattern(FuseWeightUpdates);
+            p = p.with_pattern(FuseWeightUpdates).with_pattern(FuseMaskedSoftmax);
+        }
+        if options.inline_calls {
+            p = p.with_pass(InlineCalls);
         }
         p.with_pass(Verify::named(Self::VERIFY_FINAL))
     }
@@ -413,15 +417,23 @@ mod tests {
         let p = Pipeline::default_for(PrepareOptions::default());
         assert_eq!(
             p.names().collect::<Vec<_>>(),
-            vec!["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "verify-final"]
+            vec![
+                "verify",
+                "inplace-ambiguity",
+                "prune",
+                "materialize-views",
+                "fuse-weight-update",
+                "fuse-masked-softmax",
+                "verify-final"
+            ]
         );
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, verify-final"
         );
         assert_eq!(
             format!("{p:?}"),
-            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "verify-final"]"#
+            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "fuse-masked-softmax", "verify-final"]"#
         );
         let p = Pipeline::default_for(PrepareOptions { patterns: false, ..PrepareOptions::default() });
         assert_eq!(p.to_string(), "verify, inplace-ambiguity, prune, materialize-views, verify-final");
@@ -430,7 +442,7 @@ mod tests {
         assert!(Pipeline::new().is_empty());
         assert_eq!(
             Pipeline::default().to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, verify-final"
         );
     }
 
@@ -480,7 +492,7 @@ mod tests {
             Pipeline::default_for(PrepareOptions::default()).insert_after(Pipeline::PRUNE, Arc::clone(&tag)).unwrap();
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-masked-softmax, verify-final"
         );
         let mut ir = small_ir();
         let report = p.run(&mut ir).unwrap();
@@ -507,7 +519,7 @@ mod tests {
         let p2 = p.clone().with_pattern(Box::new(Verify::named("verify-patterns")) as Box<dyn Pass>);
         assert_eq!(
             p2.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, verify-patterns, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-masked-softmax, verify-patterns, verify-final"
         );
         p2.run(&mut small_ir()).unwrap();
         assert_eq!(tag.runs.load(Ordering::Relaxed), 2);
@@ -584,7 +596,7 @@ mod tests {
         let p = Pipeline::default_for(PrepareOptions::default()).with_pattern(BreakIr);
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, break-ir, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, break-ir, verify-final"
         );
         let err = p.run(&mut small_ir()).unwrap_err();
         assert!(matches!(&err, IrError::Inference { op, .. } if op == "relu"), "{err:?}");

@@ -5,10 +5,11 @@
 //!    schedulability (a topological-constraint cycle is reported here);
 //! 2. `prune` ([`crate::prune`]): drop ops without side effects whose outputs
 //!    nobody needs;
-//! 3. the patterns ([`crate::patterns`]: `fuse-weight-update`), unless
+//! 3. the patterns ([`crate::patterns`]: `fuse-weight-update`, `fuse-masked-softmax`), unless
 //!    [`PrepareOptions::patterns`] is off: no pattern is mandatory (every op type has
 //!    a direct lowering), they only make the program faster or smaller;
-//! 4. `verify-final`, so lowering only ever sees a valid IR.
+//! 4. `inline-calls` ([`crate::inline`]) when [`PrepareOptions::inline_calls`] is on;
+//! 5. `verify-final`, so lowering only ever sees a valid IR.
 //!
 //! To run passes of one's own, build a pipeline from the default one and run it
 //! instead of [`prepare`] (see [`crate::pipeline`]).
@@ -44,11 +45,15 @@ pub struct PrepareOptions {
     /// Reject ambiguous in-place writes (the `inplace-ambiguity` pass; default
     /// true, as PopXL).
     pub check_inplace_ambiguity: bool,
+    /// Inline `Call`s into their callers (the `inline-calls` pass,
+    /// [`crate::inline`]; default false: lowered programs keep PopART's one
+    /// function per subgraph, called through copies). The `cpu` session turns it on.
+    pub inline_calls: bool,
 }
 
 impl Default for PrepareOptions {
     fn default() -> Self {
-        PrepareOptions { patterns: true, check_inplace_ambiguity: true }
+        PrepareOptions { patterns: true, check_inplace_ambiguity: true, inline_calls: false }
     }
 }
 
@@ -65,7 +70,7 @@ impl Default for PrepareOptions {
 /// ir.create_op(main, "Relu", Attributes::new(), &[(0, c)], "unused").unwrap();
 /// let report = popart_transforms::prepare::prepare(&mut ir).unwrap();
 /// assert_eq!(report.pruned.removed_ops, vec!["main/unused".to_string()]);
-/// assert_eq!(report.passes.len(), 6);
+/// assert_eq!(report.passes.len(), 7);
 /// ```
 pub fn prepare(ir: &mut Ir) -> Result<PrepareReport> {
     prepare_with(ir, PrepareOptions::default())

@@ -504,7 +504,9 @@ fn eval(ir: &Ir, g: GraphId, args: Vec<[f32; N]>, io: &mut HostIo) -> (Vec<[f32;
 #[test]
 fn random_programs_match_a_reference_interpreter() {
     let mut tested = 0;
-    for seed in 0..200u64 {
+    // Subgraph calls lowered as functions, and inlined (the session's default):
+    // the interpreter runs the IR prepared by the same pipeline as the session.
+    for (seed, inline) in (0..200u64).flat_map(|s| [(s, false), (s, true)]) {
         let m = random_model(seed);
         let mut rng = Rng(seed + 1000);
         let data: HashMap<String, Vec<[f32; N]>> = m
@@ -526,12 +528,13 @@ fn random_programs_match_a_reference_interpreter() {
         };
         // Interpret the prepared IR: pruning may change the schedule of the host loads.
         let mut prepared = m.ir.clone();
-        prepare_unchecked(&mut prepared);
+        prepare_unchecked(&mut prepared, inline);
         eval(&prepared, prepared.main_graph_id(), Vec::new(), &mut io);
 
         let ir = popxl::Ir::from_ir(m.ir.clone());
         let options = popxl_session::SessionOptions {
             check_inplace_ambiguity: false,
+            inline_calls: Some(inline),
             ..popxl_session::SessionOptions::default()
         };
         let mut session = match Session::with_options(ir.clone(), "cpu", options) {
@@ -554,11 +557,17 @@ fn random_programs_match_a_reference_interpreter() {
         for s in ir.d2h_streams() {
             let want: Vec<f64> = io.outputs[s.name()].0.iter().flatten().map(|&v| v as f64).collect();
             let got = outputs[&s].to_f64_vec();
-            assert_eq!(got, want, "seed {seed}, stream {}:\n{}", s.name(), session.executable().dump());
+            assert_eq!(
+                got,
+                want,
+                "seed {seed}, inline {inline}, stream {}:\n{}",
+                s.name(),
+                session.executable().dump()
+            );
         }
         tested += 1;
     }
-    assert_eq!(tested, 200);
+    assert_eq!(tested, 400);
 }
 
 /// Structural invariants of the plan, independent of execution: no copy reads
@@ -570,7 +579,7 @@ fn random_programs_never_overlap_copy_or_kernel_arguments() {
     for seed in 0..200u64 {
         let m = random_model(seed);
         let mut prepared = m.ir.clone();
-        prepare_unchecked(&mut prepared);
+        prepare_unchecked(&mut prepared, false);
         let exe = popart_lower::lower(&prepared).unwrap();
         let is_view = |def: &'static dyn popart_ir::OpDef, attrs| def.flags(attrs).contains(popart_ir::OpFlags::VIEW);
         views += prepared.graphs().flat_map(|g| g.ops()).filter(|op| is_view(op.def(), &op.attrs)).count();
@@ -609,9 +618,10 @@ fn random_programs_never_overlap_copy_or_kernel_arguments() {
 /// Prepare without the in-place ambiguity check: the random programs write in
 /// place without ordering every reader, and the scheduler's order defines what
 /// they compute (the check would reject them, as PopXL does by default).
-fn prepare_unchecked(ir: &mut popart_ir::Ir) {
+fn prepare_unchecked(ir: &mut popart_ir::Ir, inline_calls: bool) {
     let options = popart_transforms::prepare::PrepareOptions {
         check_inplace_ambiguity: false,
+        inline_calls,
         ..popart_transforms::prepare::PrepareOptions::default()
     };
     popart_transforms::prepare::prepare_with(ir, options).unwrap();

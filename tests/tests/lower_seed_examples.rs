@@ -137,7 +137,10 @@ fn repeat_graph_1() -> (Ir, DeviceToHostStream) {
 }
 
 fn dump(ir: Ir) -> String {
-    Session::new(ir, "cpu").expect("session").executable().dump()
+    // Calls lowered as PopART does, one function per subgraph (the cpu device
+    // would inline them: `SessionOptions::inline_calls`).
+    let options = popxl_session::SessionOptions { inline_calls: Some(false), ..Default::default() };
+    Session::with_options(ir, "cpu", options).expect("session").executable().dump()
 }
 
 #[test]

@@ -106,7 +106,8 @@ fn nested_functions_are_emitted_once_and_called_from_every_site() {
         ops::host_store(&out, &c).unwrap();
         (input, out)
     };
-    let mut session = Session::new(ir, "cpu").unwrap();
+    let options = popxl_session::SessionOptions { inline_calls: Some(false), ..Default::default() };
+    let mut session = Session::with_options(ir, "cpu", options).unwrap();
     let exe = session.executable();
     assert_eq!(exe.functions.len(), 2);
     assert_eq!(exe.kernel_calls().len(), 2, "one Mul in inner, one Sub in outer");

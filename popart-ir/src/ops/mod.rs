@@ -24,6 +24,7 @@
 //! | [`nn`] | `Softmax` | `axis: int` |
 //! | [`nn`] | `NllLoss(probs, labels)` | `reduction: "mean"\|"sum"\|"none"`, optional `ignore_index: int` |
 //! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
+//! | [`nn`] | `MaskedSoftmax(x, mask)` (made by a pattern) | `scale, fill: float`, `axis: -1` |
 //! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
 //! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
 //! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std) -> (dx, dw, db)` | `num_groups: int`, `epsilon: float` |

@@ -12,6 +12,9 @@ op_types!(
     NllLoss,
     /// `NllLoss` plus the gradient of the loss w.r.t. the logits that produced `probs` by softmax
     NllLossWithSoftmaxGrad,
+    /// `softmax(where(mask, x · scale, fill))` along the last axis, in one pass (made by
+    /// the `fuse-masked-softmax` pattern from `Mul`, `Where` and `Softmax`; no gradient)
+    MaskedSoftmax,
 );
 
 impl OpDef for Softmax {
@@ -84,4 +87,31 @@ impl OpDef for NllLossWithSoftmaxGrad {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&Softmax, &NllLoss, &NllLossWithSoftmaxGrad];
+impl OpDef for MaskedSoftmax {
+    fn op_type(&self) -> &'static str {
+        "MaskedSoftmax"
+    }
+    /// `MaskedSoftmax{scale, fill}(x, mask)`: `x` float of rank >= 1, `mask` bool
+    /// broadcasting to `x`; the result is `x`'s info.
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (x, mask) = (ctx.input(0)?, ctx.input(1)?);
+        require_float(ctx, x, "the input")?;
+        if x.rank() == 0 {
+            return Err(ctx.error("a masked softmax needs an input of rank >= 1"));
+        }
+        if mask.dtype != crate::DataType::Bool {
+            return Err(ctx.error(format!("the mask must be bool, got {}", mask.dtype)));
+        }
+        if super::broadcast_shapes(&x.shape, &mask.shape).as_deref() != Some(&x.shape[..]) {
+            return Err(ctx.error(format!("mask shape {:?} does not broadcast to {:?}", mask.shape, x.shape)));
+        }
+        for key in ["scale", "fill"] {
+            if ctx.attrs.float(key).is_none() {
+                return Err(ctx.error(format!("missing float attribute `{key}`")));
+            }
+        }
+        Ok(vec![x.clone()])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&Softmax, &NllLoss, &NllLossWithSoftmaxGrad, &MaskedSoftmax];

@@ -23,7 +23,7 @@ pub(super) struct BufferTable {
     /// Every buffer, in id order (offsets are set by [`BufferTable::place`]).
     pub(super) buffers: Vec<Buffer>,
     /// Normalized live steps of each buffer (empty for permanent buffers).
-    lives: Vec<Intervals>,
+    pub(super) lives: Vec<Intervals>,
     /// Buffer of each class.
     pub(super) class_buffer: ClassBuffers,
     /// Buffer of each copy temporary.

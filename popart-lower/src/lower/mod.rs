@@ -161,7 +161,7 @@ impl<'a> Lowerer<'a> {
         let programs = emitter.programs()?;
         let memory = memory_plan(&table, placement, &programs, &functions);
         let HostIo { streams, weights, constants, .. } = host;
-        let BufferTable { buffers, tensor_buffers, .. } = table;
+        let BufferTable { buffers, tensor_buffers, lives, .. } = table;
         Ok(Executable {
             buffers,
             functions,
@@ -173,6 +173,7 @@ impl<'a> Lowerer<'a> {
             num_host_transfers: self.ir.num_host_transfers,
             replication_factor: self.ir.replication_factor,
             tensor_buffers,
+            lives,
         })
     }
 }

@@ -7,7 +7,10 @@
 //! | pattern | rewrite |
 //! |---|---|
 //! | [`fuse_weight_update`] | `ScaledAddInplace(W, Call(..)[o])` whose gradient is a callee's `MatMulRhsGrad` becomes one `ScaledAddMatMulRhsGradInplace` inside the callee, accumulating into `W` |
+//! | [`fuse_masked_softmax`] | `Softmax(Where(mask, Mul(x, scale), fill))` over the last axis becomes one `MaskedSoftmax{scale, fill}(x, mask)` |
 
+pub mod fuse_masked_softmax;
 pub mod fuse_weight_update;
 
+pub use fuse_masked_softmax::FuseMaskedSoftmax;
 pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};

@@ -10,6 +10,7 @@ mod model;
 mod npy;
 #[path = "../support/profile.rs"]
 mod profile;
+mod scan;
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -47,7 +48,10 @@ Options:
   --bench              print ms/step, tokens/s and model GFLOP/s, then run the PyTorch and JAX
                        baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios
   --baselines DIR      where those scripts are (default ../shared/bench beside the project)
+  --scan-layers        build the blocks as one `repeat` over stacked weights, differentiated
+                       through the loop (same losses; smaller program)
   --dump               print the lowered training program to stderr
+  --memory-top N       tensors listed in the memory report (live at the planned peak; default 8)
   --profile            time every kernel and print the op types that take the most time per step
   -h, --help           this text";
 
@@ -66,6 +70,8 @@ struct Config {
     bench: bool,
     profile: bool,
     dump: bool,
+    scan_layers: bool,
+    memory_top: usize,
     baselines: PathBuf,
 }
 
@@ -85,6 +91,8 @@ fn parse_args() -> AppResult<Config> {
         bench: false,
         profile: false,
         dump: false,
+        scan_layers: false,
+        memory_top: 8,
         baselines: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench")),
     };
     let mut args = std::env::args().skip(1);
@@ -109,6 +117,8 @@ fn parse_args() -> AppResult<Config> {
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
             "--dump" => c.dump = true,
+            "--scan-layers" => c.scan_layers = true,
+            "--memory-top" => c.memory_top = value()?.parse()?,
             "--baselines" => c.baselines = PathBuf::from(value()?),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -170,7 +180,14 @@ struct Program {
 
 /// `train`: one Adam step, streaming the loss out. Otherwise forward only,
 /// streaming the loss (`targets` used) or, with `logits_only`, the logits.
-fn build(s: &Shape, init: &[(String, HostArray)], train: Option<f32>, logits_only: bool) -> AppResult<Program> {
+/// With `scan`, `init` holds the stacked weights of [`scan`] and the blocks run as one loop.
+fn build(
+    s: &Shape,
+    init: &[(String, HostArray)],
+    train: Option<f32>,
+    logits_only: bool,
+    scan: bool,
+) -> AppResult<Program> {
     let ir = Ir::new();
     let main = ir.main_graph();
     let _g = main.enter();
@@ -183,6 +200,10 @@ fn build(s: &Shape, init: &[(String, HostArray)], train: Option<f32>, logits_onl
     let tok = ops::host_load(&tokens, "x")?;
     let tgt = ops::host_load(&targets, "y")?;
     let result = match train {
+        Some(lr) if scan => {
+            let layers = scan::trace_layers(&ir, s)?;
+            scan::train_step(&graphs, &layers, &tok, &tgt, &p, lr)?
+        }
         Some(lr) => model::train_step(&graphs, s, &tok, &tgt, &p, lr)?,
         None => {
             let f = model::forward(&graphs, s, &tok, &p)?;
@@ -353,12 +374,33 @@ fn main() -> AppResult<()> {
         None => model::init_params(&s, cfg.seed),
     };
     let start = Instant::now();
-    let train = build(&s, &init, Some(cfg.lr), false)?;
+    let (train, train_names) = if cfg.scan_layers {
+        (build(&s, &scan::stack(&s, &init)?, Some(cfg.lr), false, true)?, scan::stacked_names())
+    } else {
+        (build(&s, &init, Some(cfg.lr), false, false)?, names.clone())
+    };
     let mut session = Session::new(train.ir.clone(), "cpu")?;
+    eprintln!(
+        "training program{}: {} kernel calls, {} ops after preparation, built and lowered in {:.3} s",
+        if cfg.scan_layers { " (layers as one repeat)" } else { "" },
+        session.executable().kernel_calls().len(),
+        session.prepared_ir().graphs().map(|g| g.num_ops()).sum::<usize>(),
+        start.elapsed().as_secs_f64()
+    );
+    // Per-layer weights of the training program (unstacked when the layers are a loop).
+    let layer_weights = |w: Vec<(String, HostArray)>| -> AppResult<Vec<(String, HostArray)>> {
+        if cfg.scan_layers {
+            Ok(scan::unstack(&s, &w)?)
+        } else {
+            Ok(w)
+        }
+    };
     if cfg.dump {
         eprintln!("{}", session.executable().dump());
     }
-    let eval_prog = build(&s, &init, None, false)?;
+    // The training step's memory plan: planned peak and the tensors live there.
+    eprint!("{}", session.executable().memory_report().table(cfg.memory_top));
+    let eval_prog = build(&s, &init, None, false, false)?;
     let mut eval = Session::new(eval_prog.ir.clone(), "cpu")?;
     eprintln!("built and prepared the training and evaluation programs in {:.2} s", start.elapsed().as_secs_f64());
 
@@ -372,14 +414,17 @@ fn main() -> AppResult<()> {
     let mut step_times: Vec<Duration> = Vec::with_capacity(cfg.steps);
     let tokens_per_step = (s.batch * s.seq) as f64;
     let mut evals = Vec::new();
+    // `with session:` around the whole loop, as PopXL programs train: the
+    // weights stay on the device between steps.
+    let mut ctx = session.enter()?;
     for step in 0..cfg.steps {
         let (x, y) = batch(&mut rng, &corpus.ids, 0, corpus.split, &s);
         let t = Instant::now();
-        let out = session.scope(|sess| sess.run(&inputs(&train, x, y)))?;
+        let out = ctx.run(&inputs(&train, x, y))?;
         step_times.push(t.elapsed());
         if step == 0 {
             // Profile the steady state, not the first run.
-            session.set_profiling(cfg.profile);
+            ctx.set_profiling(cfg.profile);
         }
         losses.push(out[&train.out].to_f64_vec()[0]);
         bar.inc(1);
@@ -391,7 +436,7 @@ fn main() -> AppResult<()> {
             tokens_per_step * recent.len() as f64 / secs
         ));
         if cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0 && step + 1 < cfg.steps {
-            let w = read_weights(&mut session, &train, &names)?;
+            let w = layer_weights(read_weights(&mut ctx, &train, &train_names)?)?;
             write_weights(&mut eval, &eval_prog, &w)?;
             let v = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
             let line = format!("step {}: validation loss {v:.4}", step + 1);
@@ -405,7 +450,8 @@ fn main() -> AppResult<()> {
         }
     }
     bar.finish_and_clear();
-    let weights = read_weights(&mut session, &train, &names)?;
+    ctx.exit()?;
+    let weights = layer_weights(read_weights(&mut session, &train, &train_names)?)?;
     write_weights(&mut eval, &eval_prog, &weights)?;
     let val = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
     let n = losses.len();
@@ -442,10 +488,11 @@ fn main() -> AppResult<()> {
     }
     if cfg.profile && cfg.steps > 1 {
         profile::print_profile(&session.kernel_profile(), cfg.steps - 1);
+        profile::print_top_kernels(&session.kernel_profile(), cfg.steps - 1, 30);
     }
     if cfg.sample > 0 {
         let one = Shape { batch: 1, ..s };
-        let prog = build(&one, &weights, None, true)?;
+        let prog = build(&one, &weights, None, true, false)?;
         let mut sess = Session::new(prog.ir.clone(), "cpu")?;
         let text = sample(&mut sess, &prog, &corpus, &one, cfg.sample, cfg.temperature, cfg.seed)?;
         println!("--- sample (temperature {}) ---\n{text}\n---", cfg.temperature);

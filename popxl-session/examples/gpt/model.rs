@@ -43,7 +43,7 @@ pub fn param_names(layers: usize) -> Vec<String> {
     names
 }
 
-fn param_shape(name: &str, s: &Shape) -> Vec<usize> {
+pub fn param_shape(name: &str, s: &Shape) -> Vec<usize> {
     let d = s.width;
     match name.rsplit('.').next().unwrap_or(name) {
         "wte" => vec![s.vocab, d],
@@ -96,7 +96,7 @@ fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
 }
 
 /// One transformer block on `x` [B, T, d] with its 12 parameters.
-fn block(s: &Shape, x: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
+pub fn block(s: &Shape, x: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
     let (b, t, d, h) = (s.batch as i64, s.seq as i64, s.width as i64, s.heads as i64);
     let dh = d / h;
     let heads = |u: &Tensor| ops::transpose(&u.reshape(&[b, t, h, dh])?, &[0, 2, 1, 3]);
@@ -243,7 +243,7 @@ pub fn train_step(
 }
 
 /// Adam (betas 0.9/0.999, eps 1e-8, bias-corrected, no weight decay) on `w`.
-fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
+pub fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
     let zeros = HostArray::full(w.info(), 0.0);
     let m = popxl::variable(zeros.clone(), &format!("{name}.adam_m"))?;
     let v = popxl::variable(zeros, &format!("{name}.adam_v"))?;

@@ -3,7 +3,7 @@
 //! buffers.
 //!
 //! ```text
-//! cargo run --release -p popxl-session --example kernel_bench -- [--suite mnist|ops] [--threads 1,2] [--only gelu] [--numpy]
+//! cargo run --release -p popxl-session --example kernel_bench -- [--suite mnist|ops|gpt] [--threads 1,2] [--only gelu] [--numpy]
 //! ```
 //!
 //! - `--suite mnist` (default): the kernels of one MNIST training step at the
@@ -13,6 +13,8 @@
 //!   outputs written). With `--numpy`, it then runs
 //!   `bench/numpy_kernel_bench.py` (same labels, same sizes, numpy on one
 //!   thread) in the same run and prints our time next to numpy's.
+//! - `--suite gpt`: the matmuls of one layer of the `gpt` example (forward and
+//!   both gradients of the qkv, fc and fc2 projections).
 //! - `--only TEXT` keeps the kernels whose label contains TEXT.
 //!
 //! Prints one JSON line per (threads, kernel) with the median of the calls.
@@ -154,6 +156,7 @@ fn main() {
     let (cases, calls) = match suite.as_str() {
         "mnist" => (mnist::cases(batch, hidden), 200),
         "ops" => (ops_cases(elements), 50),
+        "gpt" => (gpt_cases(), 20),
         other => panic!("unknown suite {other}: mnist or ops"),
     };
     let cases: Vec<Case> = cases.into_iter().filter(|c| c.label.contains(only.as_str())).collect();
@@ -187,6 +190,24 @@ fn main() {
 }
 
 /// A float32 info.
+/// The matmuls of one layer of the `gpt` example's default model ([2048, 256] tokens),
+/// forward and both gradients.
+fn gpt_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (name, k, n) in [("qkv", 256, 768), ("fc", 256, 1024), ("fc2", 1024, 256)] {
+        let (x, w, y) = (f32s(&[16, 128, k]), f32s(&[k, n]), f32s(&[16, 128, n]));
+        v.push(Case::new(format!("{name} fwd"), "MatMul", vec![x.clone(), w.clone()], y.clone()));
+        v.push(Case::new(
+            format!("{name} lhs grad"),
+            "MatMulLhsGrad",
+            vec![y.clone(), x.clone(), w.clone()],
+            x.clone(),
+        ));
+        v.push(Case::new(format!("{name} rhs grad"), "MatMulRhsGrad", vec![y, x, w.clone()], w));
+    }
+    v
+}
+
 pub fn f32s(shape: &[usize]) -> TensorInfo {
     TensorInfo::new(DataType::Float32, shape)
 }

@@ -13,6 +13,15 @@ pub fn cases(n: usize) -> Vec<Case> {
     let mut v = vec![Case::new("sum last axis", "ReduceSum", vec![x.clone()], f32s(&[rows]))
         .attr("axes", AttrValue::Ints(vec![-1]))
         .attr("keepdims", AttrValue::Bool(false))];
+    // Attention-sized softmax rows (128 wide) and their gradient.
+    let att = f32s(&[(n / 128).max(1), 128]);
+    v.push(
+        Case::new("softmax rows of 128", "Softmax", vec![att.clone()], att.clone()).attr("axis", AttrValue::Int(-1)),
+    );
+    v.push(
+        Case::new("softmax_grad rows of 128", "SoftmaxGrad", vec![att.clone(), att.clone()], att.clone())
+            .attr("axis", AttrValue::Int(-1)),
+    );
     let reductions = [
         ("prod", "ReduceProd"),
         ("l1", "ReduceL1"),

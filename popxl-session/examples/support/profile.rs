@@ -20,3 +20,15 @@ pub fn print_profile(kernels: &[KernelTime], steps: usize) {
         println!("  {ms:8.3} ms {:5.1}%  {op:<28} ({n} kernels)", 100.0 * ms / total);
     }
 }
+
+/// Prints the `n` kernels (op instances) taking the most time per step.
+#[allow(dead_code)] // used by some of the examples sharing this file
+pub fn print_top_kernels(kernels: &[KernelTime], steps: usize, n: usize) {
+    let mut rows: Vec<&KernelTime> = kernels.iter().collect();
+    rows.sort_by_key(|k| std::cmp::Reverse(k.total));
+    println!("profile: the {n} slowest kernels");
+    for k in rows.iter().take(n) {
+        let ms = k.total.as_secs_f64() * 1e3 / steps.max(1) as f64;
+        println!("  {ms:8.3} ms  {:<24} {}", k.op_type, k.name);
+    }
+}

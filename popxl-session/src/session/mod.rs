@@ -132,6 +132,17 @@ pub struct SessionOptions {
     /// in-place ambiguity check; default true): `Session::new` fails with
     /// `IrError::InplaceAmbiguity` naming the in-place op and the unordered op.
     pub check_inplace_ambiguity: bool,
+    /// Inline subgraph calls into their callers before lowering (the
+    /// `inline-calls` pass of `popart_transforms::inline`). A call lowered as a
+    /// function copies its inputs in and its outputs out at every call site;
+    /// inlined, the callee's ops read and write the caller's tensors and the
+    /// memory plan reuses buffers across call sites (a model whose layer is one
+    /// graph called per layer moves no activation). Calls that modify their
+    /// inputs stay functions. `None` (the default) lets the device choose: `cpu`
+    /// inlines, `ipu_model` keeps PopART's one function per subgraph (an IPU's
+    /// code is shared by its call sites). Also applied to a custom `pipeline`
+    /// that has no `inline-calls` pass (inserted before its final verification).
+    pub inline_calls: Option<bool>,
 }
 
 impl Default for SessionOptions {
@@ -143,6 +154,7 @@ impl Default for SessionOptions {
             pipeline: None,
             check_indices: false,
             check_inplace_ambiguity: true,
+            inline_calls: None,
         }
     }
 }
@@ -312,11 +324,24 @@ impl Session {
             }
             _ => {}
         }
+        use popart_transforms::inline::InlineCalls;
+        let inline_calls = options.inline_calls.unwrap_or(device == DeviceType::Cpu);
         let pipeline = match &options.pipeline {
+            Some(p) if inline_calls && !p.contains(InlineCalls::NAME) => {
+                let last = popart_transforms::Pipeline::VERIFY_FINAL;
+                if p.contains(last) {
+                    p.clone()
+                        .insert_before(last, InlineCalls)
+                        .map_err(|e| SessionError::Internal { reason: e.to_string() })?
+                } else {
+                    p.clone().with_pass(InlineCalls)
+                }
+            }
             Some(p) => p.clone(),
             None => popart_transforms::Pipeline::default_for(popart_transforms::prepare::PrepareOptions {
                 patterns: options.patterns,
                 check_inplace_ambiguity: options.check_inplace_ambiguity,
+                inline_calls,
             }),
         };
         let ir_id = ir.id();

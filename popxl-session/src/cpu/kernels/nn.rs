@@ -14,7 +14,7 @@
 use super::dispatch::{with_float, with_index};
 use super::elem::{Float, IndexElem};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{par_split, PAR_MIN_ELEMS};
+use super::par::{has_avx512, par_split, wide_simd, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -55,37 +55,223 @@ impl AxisView {
     }
 }
 
+/// Lanes of the independent accumulators in the row loops below: 16 f32 (one
+/// AVX-512 or two AVX2 registers), so the reductions vectorise.
+const LANES: usize = 16;
+
+/// The largest element of `xs`, ignoring NaN (a NaN still makes the softmax row
+/// NaN: `NaN - max` is NaN); `T::LOWEST` for an empty row.
+#[inline(always)]
+fn row_max<T: Float>(xs: &[T]) -> T {
+    let mut acc = [T::LOWEST; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let m = acc.iter().fold(T::LOWEST, |m, &v| if v > m { v } else { m });
+    rest.iter().fold(m, |m, &v| if v > m { v } else { m })
+}
+
+/// `sum(xs · ys)`, in lanes.
+#[inline(always)]
+fn row_dot<T: Float>(xs: &[T], ys: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let (cx, cy) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
+    let (rx, ry) = (cx.remainder(), cy.remainder());
+    for (a, b) in cx.zip(cy) {
+        for ((s, &u), &v) in acc.iter_mut().zip(a).zip(b) {
+            *s = *s + u * v;
+        }
+    }
+    let tail = rx.iter().zip(ry).fold(T::ZERO, |s, (&u, &v)| s + u * v);
+    acc.iter().fold(tail, |s, &v| s + v)
+}
+
+/// One contiguous softmax row: `ys = exp(xs - max) / sum`.
+#[inline(always)]
+fn softmax_row_loop<T: Float>(xs: &[T], ys: &mut [T]) {
+    let max = row_max(xs);
+    let mut acc = [T::ZERO; LANES];
+    let (cx, cy) = (xs.chunks_exact(LANES), ys.chunks_exact_mut(LANES));
+    let rx = cx.remainder();
+    for (a, o) in cx.zip(cy) {
+        for ((s, &v), y) in acc.iter_mut().zip(a).zip(o) {
+            *y = (v - max).fast_exp();
+            *s = *s + *y;
+        }
+    }
+    let n = xs.len() - rx.len();
+    let mut sum = acc.iter().fold(T::ZERO, |s, &v| s + v);
+    for (&v, y) in rx.iter().zip(&mut ys[n..]) {
+        *y = (v - max).fast_exp();
+        sum = sum + *y;
+    }
+    let inv = T::ONE / sum;
+    for y in ys {
+        *y = *y * inv;
+    }
+}
+wide_simd!(fn softmax_row<T: Float>(xs: &[T], ys: &mut [T]) => softmax_row_loop);
+
+/// One masked softmax row: `ys = softmax(where(mask, xs · scale, fill))`; `mask`
+/// has one byte per element, or one for the whole row.
+#[inline(always)]
+fn masked_softmax_row_loop<T: Float>(xs: &[T], mask: &[u8], scale: T, fill: T, ys: &mut [T]) {
+    if mask.len() == 1 {
+        let keep = mask[0] != 0;
+        for (y, &x) in ys.iter_mut().zip(xs) {
+            *y = if keep { x * scale } else { fill };
+        }
+    } else {
+        for ((y, &x), &m) in ys.iter_mut().zip(xs).zip(mask) {
+            *y = if m != 0 { x * scale } else { fill };
+        }
+    }
+    let max = row_max(ys);
+    let mut acc = [T::ZERO; LANES];
+    let mut chunks = ys.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (s, y) in acc.iter_mut().zip(c) {
+            *y = (*y - max).fast_exp();
+            *s = *s + *y;
+        }
+    }
+    let mut sum = acc.iter().fold(T::ZERO, |s, &v| s + v);
+    for y in chunks.into_remainder() {
+        *y = (*y - max).fast_exp();
+        sum = sum + *y;
+    }
+    let inv = T::ONE / sum;
+    for y in ys {
+        *y = *y * inv;
+    }
+}
+wide_simd!(fn masked_softmax_row<T: Float>(xs: &[T], mask: &[u8], scale: T, fill: T, ys: &mut [T]) => masked_softmax_row_loop);
+
+/// `MaskedSoftmax{scale, fill}(x, mask)` along the last axis.
+struct MaskedSoftmax<T> {
+    len: usize,
+    /// Offset of each row's mask in the mask tensor.
+    mask_rows: Vec<usize>,
+    /// The mask has one byte per element of a row (else one per row).
+    mask_per_element: bool,
+    scale: T,
+    fill: T,
+    wide: bool,
+}
+
+impl<T: Float> Kernel for MaskedSoftmax<T> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let (x, y) = (SendPtr(args.inputs[0] as *mut T), SendPtr(args.outputs[0] as *mut T));
+        let mask = SendPtr(args.inputs[1] as *mut u8);
+        let (len, rows) = (self.len, self.mask_rows.len());
+        let mlen = if self.mask_per_element { len } else { 1 };
+        let min_total = if rows * len >= PAR_MIN_ELEMS { 0 } else { usize::MAX };
+        par_split(rows, min_total, (1 << 14) / len.max(1), |r| {
+            for row in r {
+                // SAFETY: rows are disjoint; the mask offsets were computed from the
+                // mask's shape at build time.
+                unsafe {
+                    let xs = slice(x.get().add(row * len), len);
+                    let ys = slice_mut(y.get().add(row * len), len);
+                    let m = slice(mask.get().add(self.mask_rows[row]), mlen);
+                    masked_softmax_row(self.wide, xs, m, self.scale, self.fill, ys);
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Build `MaskedSoftmax`: the mask offset of every row, from the broadcast of the
+/// mask's shape (right-aligned) to the input's.
+fn build_masked_softmax(spec: &KernelSpec<'_>) -> BuildResult {
+    let (x, mask, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
+    if y.info != x.info || x.info.rank() == 0 || mask.dtype() != popart_ir::DataType::Bool {
+        return Err(spec.error(format!("masked softmax of {} with mask {} into {}", x.info, mask.info, y.info)));
+    }
+    let shape = x.shape();
+    let rank = shape.len();
+    let ms = mask.shape();
+    if ms.len() > rank {
+        return Err(spec.error(format!("mask {} has a higher rank than the input {}", mask.info, x.info)));
+    }
+    let mut mshape = vec![1; rank - ms.len()];
+    mshape.extend_from_slice(ms);
+    if mshape.iter().zip(shape).any(|(&m, &d)| m != d && m != 1) {
+        return Err(spec.error(format!("mask {} does not broadcast to {}", mask.info, x.info)));
+    }
+    // Row-major strides of the mask, 0 along broadcast dims.
+    let mut strides = vec![0usize; rank];
+    let mut acc = 1;
+    for d in (0..rank).rev() {
+        strides[d] = if mshape[d] == 1 { 0 } else { acc };
+        acc *= mshape[d];
+    }
+    let len = shape[rank - 1];
+    let rows: usize = shape[..rank - 1].iter().product();
+    let mut mask_rows = Vec::with_capacity(rows);
+    let mut idx = vec![0usize; rank.saturating_sub(1)];
+    for _ in 0..rows {
+        mask_rows.push(idx.iter().zip(&strides).map(|(&i, &s)| i * s).sum());
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let mask_per_element = mshape[rank - 1] != 1 || len == 1;
+    let attr = |key: &str| spec.attrs.float(key).ok_or_else(|| spec.error(format!("missing float attribute `{key}`")));
+    let (scale, fill) = (attr("scale")?, attr("fill")?);
+    let dt = x.dtype();
+    with_float!(dt, T => Ok(Box::new(MaskedSoftmax::<T> {
+            len,
+            mask_rows,
+            mask_per_element,
+            scale: <T as super::elem::Num>::from_f64(scale),
+            fill: <T as super::elem::Num>::from_f64(fill),
+            wide: has_avx512(),
+        }) as Box<dyn Kernel>),
+        _ => Err(spec.unsupported_dtype(dt)))
+}
+
+/// One contiguous softmax gradient row: `dx = y · (g - sum(g · y))`.
+#[inline(always)]
+fn softmax_grad_row_loop<T: Float>(g: &[T], y: &[T], dx: &mut [T]) {
+    let dot = row_dot(g, y);
+    for ((o, &gv), &yv) in dx.iter_mut().zip(g).zip(y) {
+        *o = yv * (gv - dot);
+    }
+}
+wide_simd!(fn softmax_grad_row<T: Float>(g: &[T], y: &[T], dx: &mut [T]) => softmax_grad_row_loop);
+
 /// Softmax along an axis: `y = exp(x - max) / sum(exp(x - max))`.
 struct Softmax<T> {
     view: AxisView,
+    wide: bool,
     _t: Types<T>,
 }
 
 impl<T: Float> Kernel for Softmax<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (x, y) = (SendPtr(args.inputs[0] as *mut T), SendPtr(args.outputs[0] as *mut T));
-        let len = self.view.len;
+        let (len, wide) = (self.view.len, self.wide);
         self.view.for_rows(move |first, stride| {
             // SAFETY: rows are disjoint; all indices are inside the buffers.
             unsafe {
                 let (x, y) = (x.get().add(first), y.get().add(first));
                 if stride == 1 {
-                    let (xs, ys) = (slice(x, len), slice_mut(y, len));
-                    let max = xs.iter().fold(T::LOWEST, |m, &v| m.maximum(v));
-                    let mut sum = T::ZERO;
-                    for (o, &v) in ys.iter_mut().zip(xs) {
-                        *o = (v - max).exp();
-                        sum = sum + *o;
-                    }
-                    let inv = T::ONE / sum;
-                    for o in ys {
-                        *o = *o * inv;
-                    }
+                    softmax_row(wide, slice(x, len), slice_mut(y, len));
                 } else {
                     let max = (0..len).fold(T::LOWEST, |m, i| m.maximum(*x.add(i * stride)));
                     let mut sum = T::ZERO;
                     for i in 0..len {
-                        let e = (*x.add(i * stride) - max).exp();
+                        let e = (*x.add(i * stride) - max).fast_exp();
                         *y.add(i * stride) = e;
                         sum = sum + e;
                     }
@@ -104,6 +290,7 @@ impl<T: Float> Kernel for Softmax<T> {
 struct SoftmaxGrad<T> {
     view: AxisView,
     pos: [usize; 2],
+    wide: bool,
     _t: Types<T>,
 }
 
@@ -112,11 +299,15 @@ impl<T: Float> Kernel for SoftmaxGrad<T> {
         let g = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let y = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let dx = SendPtr(args.outputs[0] as *mut T);
-        let len = self.view.len;
+        let (len, wide) = (self.view.len, self.wide);
         self.view.for_rows(move |first, s| {
             // SAFETY: rows are disjoint; all indices are inside the buffers.
             unsafe {
                 let (g, y, dx) = (g.get().add(first), y.get().add(first), dx.get().add(first));
+                if s == 1 {
+                    softmax_grad_row(wide, slice(g, len), slice(y, len), slice_mut(dx, len));
+                    return;
+                }
                 let dot = (0..len).fold(T::ZERO, |acc, i| acc + *g.add(i * s) * *y.add(i * s));
                 for i in 0..len {
                     *dx.add(i * s) = *y.add(i * s) * (*g.add(i * s) - dot);
@@ -326,7 +517,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let view = AxisView::new(x.shape(), axis);
             let dt = x.dtype();
             if spec.is::<ir::Softmax>() {
-                with_float!(dt, T => boxed(Softmax::<T> { view, _t: Types::default() }),
+                with_float!(dt, T => boxed(Softmax::<T> { view, wide: has_avx512(), _t: Types::default() }),
                     _ => Err(spec.unsupported_dtype(dt)))
             } else {
                 let g = spec.input(0)?;
@@ -334,7 +525,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     return Err(spec.error(format!("gradient {} differs from the softmax output {}", g.info, x.info)));
                 }
                 let pos = [g.pos, x.pos];
-                with_float!(dt, T => boxed(SoftmaxGrad::<T> { view, pos, _t: Types::default() }),
+                with_float!(dt, T => boxed(SoftmaxGrad::<T> { view, pos, wide: has_avx512(), _t: Types::default() }),
                     _ => Err(spec.unsupported_dtype(dt)))
             }
         }
@@ -397,6 +588,7 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::NllLossWithSoftmaxGrad, build),
     (&ir::SoftmaxGrad, build),
     (&ir::NllLossGrad, build),
+    (&ir::MaskedSoftmax, build_masked_softmax),
 ];
 
 #[cfg(test)]
@@ -445,6 +637,44 @@ mod tests {
         let big = rng.vec(300 * 257, -5.0, 5.0);
         let out = &run_op("Softmax", axis(1), &[(0, t(DataType::Float64, &[300, 257], &big))])[0];
         assert_close(&out.to_f64_vec(), &softmax_ref(&big, &[300, 257], 1), 1e-14);
+    }
+
+    #[test]
+    fn masked_softmax_matches_where_then_softmax() {
+        let mut rng = Rng::new(7);
+        let (b, h, n) = (2, 3, 37);
+        let shape = [b, h, n, n];
+        let x = rng.vec(b * h * n * n, -4.0, 4.0);
+        let (scale, fill) = (0.125, -1e9);
+        // Causal [n, n] mask, a per-row [n, 1] mask, and a full-shape mask.
+        let causal: Vec<f64> = (0..n * n).map(|k| f64::from(u8::from(k % n <= k / n))).collect();
+        let per_row: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i % 3 != 0))).collect();
+        let full: Vec<f64> = (0..x.len()).map(|k| f64::from(u8::from(k % 5 != 1))).collect();
+        for (mshape, mask) in [(vec![n, n], &causal), (vec![n, 1], &per_row), (shape.to_vec(), &full)] {
+            // Independent reference: broadcast the mask by index arithmetic, then softmax in f64.
+            let (mr, mc) = (mshape[mshape.len() - 2.min(mshape.len())], mshape[mshape.len() - 1]);
+            let masked: Vec<f64> = (0..x.len())
+                .map(|k| {
+                    let (j, i) = (k % n, (k / n) % n);
+                    let m = if mshape.len() == 4 { mask[k] } else { mask[(i % mr) * mc + j % mc] };
+                    if m != 0.0 {
+                        x[k] * scale
+                    } else {
+                        fill
+                    }
+                })
+                .collect();
+            let want = softmax_ref(&masked, &shape, 3);
+            let attrs = Attributes::new()
+                .with("scale", AttrValue::Float(scale))
+                .with("fill", AttrValue::Float(fill))
+                .with("axis", AttrValue::Int(-1));
+            for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-6)] {
+                let ins = [(0, t(dt, &shape, &x)), (1, t(DataType::Bool, &mshape, mask))];
+                let out = &run_op("MaskedSoftmax", attrs.clone(), &ins)[0];
+                assert_close(&out.to_f64_vec(), &want, tol);
+            }
+        }
     }
 
     #[test]
