@@ -24,6 +24,8 @@ mod analysis;
 mod error;
 mod grow;
 mod info;
+mod repeat;
+mod subgraph;
 
 use std::collections::BTreeSet;
 
