@@ -462,6 +462,22 @@ fn repeat_stashes_forward_and_loops_in_reverse() {
 }
 
 #[test]
+fn differentiating_a_stashing_repeat_again_is_a_typed_error() {
+    let mut ir = Ir::new();
+    let (_, f, _) = repeat_of_sin(&mut ir, 3);
+    grad(&mut ir, f);
+    let graphs_before = ir.graph_ids().len();
+    let err = autodiff(&mut ir, f, None, None, &GradGraphInfos::new(), false).unwrap_err();
+    assert!(
+        matches!(err, AutodiffError::NotDifferentiable { ref op_type, ref reason, .. }
+            if op_type == "DynamicUpdateInplace" && reason.contains("in place")),
+        "{err}"
+    );
+    assert_eq!(ir.graph_ids().len(), graphs_before, "nothing is created on error");
+    ir.verify().unwrap();
+}
+
+#[test]
 fn repeat_count_beyond_the_int32_counter_is_an_error() {
     let mut ir = Ir::new();
     let (_, f, _) = repeat_of_sin(&mut ir, i64::from(i32::MAX) + 1);
