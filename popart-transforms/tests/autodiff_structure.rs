@@ -477,6 +477,58 @@ fn differentiating_a_stashing_repeat_again_is_a_typed_error() {
     ir.verify().unwrap();
 }
 
+/// Stacked weights `W [3, 2]` read through `DynamicSlice` at a carried counter: the
+/// backward loop adds each iteration's slice gradient into its accumulator in place
+/// (a copy of the body's gradient graph returns the slice and its index instead of
+/// the zero-padded `DynamicSliceGrad`).
+#[test]
+fn stacked_weight_gradients_accumulate_in_place() {
+    let mut ir = Ir::new();
+    let body = ir.create_graph("body").unwrap();
+    let bx = input(&mut ir, body, "x", f32s(&[1, 2]));
+    let bi = input(&mut ir, body, "i", TensorInfo::new(DataType::Int32, []));
+    let bw = input(&mut ir, body, "W", f32s(&[3, 2]));
+    let slice = Attributes::new().with("axes", AttrValue::Ints(vec![0])).with("sizes", AttrValue::Ints(vec![1]));
+    let wl = op(&mut ir, body, "DynamicSlice", slice, &[bw, bi]);
+    let y = op0(&mut ir, body, "Mul", &[bx, wl]);
+    let one = ir
+        .graph_mut(body)
+        .unwrap()
+        .add_tensor(
+            "one",
+            TensorInfo::new(DataType::Int32, []),
+            popart_ir::TensorKind::Constant(popart_ir::HostTensor::from_f64_values(DataType::Int32, &[], &[1.0])),
+        )
+        .unwrap();
+    let next = op0(&mut ir, body, "Add", &[bi, one]);
+    output(&mut ir, body, y);
+    output(&mut ir, body, next);
+    let f = ir.create_graph("f").unwrap();
+    let x = input(&mut ir, f, "x", f32s(&[1, 2]));
+    let i = input(&mut ir, f, "i", TensorInfo::new(DataType::Int32, []));
+    let w = input(&mut ir, f, "W", f32s(&[3, 2]));
+    let attrs = Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(3));
+    let rep = ir.create_op(f, "Repeat", attrs, &[(0, x), (1, i), (2, w)], "repeat").unwrap();
+    let out = ir.graph(f).unwrap().op(rep).unwrap().output(0).unwrap();
+    output(&mut ir, f, out);
+    let info = grad(&mut ir, f);
+    ir.verify().unwrap();
+    let gg = ir.graph(info.graph).unwrap();
+    let back = gg.ops().find(|o| o.op_type() == "Repeat").unwrap();
+    let bw_graph = back.attrs.graph("graph").unwrap();
+    let mut kinds = op_types(&ir, bw_graph);
+    kinds.dedup();
+    assert_eq!(kinds, ["Add", "Call", "DynamicSlice", "DynamicUpdateInplace", "Reshape", "Sub"]);
+    let bwg = ir.graph(bw_graph).unwrap();
+    let called = bwg.ops().find(|o| o.op_type() == "Call").unwrap().attrs.graph("graph").unwrap();
+    assert!(!op_types(&ir, called).contains(&"DynamicSliceGrad"), "{:?}", op_types(&ir, called));
+    // The accumulator (a [3, 2] input) is updated in place, never added whole.
+    for o in bwg.ops().filter(|o| o.op_type() == "Add") {
+        let t = o.output(0).unwrap();
+        assert_ne!(bwg.tensor(t).unwrap().info.shape, [3, 2], "full-size add `{}`", o.name);
+    }
+}
+
 #[test]
 fn repeat_count_beyond_the_int32_counter_is_an_error() {
     let mut ir = Ir::new();

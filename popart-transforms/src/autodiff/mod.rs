@@ -28,7 +28,8 @@
 //!   slices the stashes, calls the body's gradient graph, passes the carried
 //!   gradients to the earlier iteration and sums the gradients of loop-invariant
 //!   inputs in carried accumulators (stacked weights sliced with `DynamicSlice` at
-//!   a counter get the sum of the per-layer `DynamicSliceGrad`s). Differentiating
+//!   a counter get the sum of the per-layer `DynamicSliceGrad`s, each slice added
+//!   into its accumulator in place). Differentiating
 //!   the forward graph again repeats the stashing wrapper, whose in-place stash
 //!   update is not differentiable: that is a typed error (see `repeat.rs`).
 

@@ -24,7 +24,11 @@
 //! 3. **Accumulation.** The gradients of the invariant inputs are summed over the
 //!    iterations in carried accumulators that start from zeros. With stacked
 //!    weights `W [L, ..]` read through `DynamicSlice(W, counter)`, each iteration
-//!    contributes a `DynamicSliceGrad` (zeros but for its layer's slice).
+//!    contributes a `DynamicSliceGrad` (zeros but for its layer's slice); when the
+//!    gradient graph returns it as such, the backward loop calls a copy of that
+//!    graph returning the slice and its index instead and adds the slice into the
+//!    accumulator in place (`DynamicSlice`, `Add`, `DynamicUpdateInplace`): no
+//!    zero-padded tensor is built or added per iteration.
 //!
 //! The gradients of the initial carried inputs are the final carried gradients;
 //! those of the invariants are the final accumulators.
@@ -35,12 +39,16 @@ use popart_ir::ops::binary::{Add, Sub};
 use popart_ir::ops::control::{Call, Repeat};
 use popart_ir::ops::grad::{Init, Sum};
 use popart_ir::ops::indexing::{DynamicSlice, DynamicUpdateInplace};
+use popart_ir::ops::indexing_grad::DynamicSliceGrad;
 use popart_ir::ops::shape::Reshape;
 use popart_ir::{
     AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, IrError, Op, OpDef, OpId, TensorId, TensorInfo,
     TensorKind,
 };
 
+use slotmap::SecondaryMap;
+
+use super::analysis::topological_order;
 use super::error::{AutodiffError, Result};
 use super::grow::{dense, Builder, Grad};
 use super::info::{name, ExpectedConnectionType, GradGraphInfo, GraphIo};
@@ -300,6 +308,123 @@ fn stash_forward(
     result
 }
 
+/// A gradient graph output that is a `DynamicSliceGrad` (zeros but for one slice):
+/// the gradient of a stacked weight read through `DynamicSlice` at a counter.
+struct SlicedGrad {
+    /// The body input it is the gradient of.
+    input: usize,
+    /// Its position among the gradient graph's outputs (the slice, in the variant).
+    output: usize,
+    /// Position of the variant's extra output holding the slice index.
+    index: usize,
+    /// `axes` and `sizes` of the slice.
+    attrs: Attributes,
+}
+
+/// For the accumulated inputs whose gradient the gradient graph `info.graph` returns
+/// as a `DynamicSliceGrad`, a copy of that graph returning the slice gradient and
+/// its index instead (extra outputs at the end), so the backward loop adds the
+/// slice into its accumulator in place rather than a zero-padded tensor.
+fn sliced_variant(
+    ir: &mut Ir,
+    info: &GradGraphInfo,
+    io: &GraphIo,
+    accumulated: &[usize],
+) -> Result<Option<(GraphId, Vec<SlicedGrad>)>> {
+    let gg = ir.graph(info.graph)?;
+    let mut sliced = Vec::new();
+    let mut skip = Vec::new();
+    let mut outputs = gg.outputs().to_vec();
+    for (p, e) in info.expected_outputs.iter().enumerate() {
+        let Some(i) = io.input_index(e.fwd_tensor).filter(|i| accumulated.contains(i)) else { continue };
+        let once = info.expected_outputs.iter().filter(|f| io.input_index(f.fwd_tensor) == Some(i)).count() == 1;
+        let Some(&t) = outputs.get(p) else { continue };
+        let tensor = gg.tensor(t)?;
+        let Some(port) = tensor.producer() else { continue };
+        let op = gg.op(port.op)?;
+        let (Some(g), Some(index)) = (op.input(0), op.input(1)) else { continue };
+        let single_use = tensor.consumers().is_empty() && gg.outputs().iter().filter(|&&o| o == t).count() == 1;
+        if !once || !single_use || !op.is::<DynamicSliceGrad>() {
+            continue;
+        }
+        outputs[p] = g;
+        sliced.push(SlicedGrad {
+            input: i,
+            output: p,
+            index: gg.outputs().len() + sliced.len(),
+            attrs: op.attrs.clone(),
+        });
+        outputs.push(index);
+        skip.push(op.id);
+    }
+    if sliced.is_empty() {
+        return Ok(None);
+    }
+    let name = ir.unique_graph_name(&format!("{}_sliced", gg.name()));
+    let copy = clone_graph(ir, info.graph, &name, &skip, &outputs)?;
+    Ok(Some((copy, sliced)))
+}
+
+/// A copy of graph `src` named `name`, without the ops `skip`, whose outputs are the
+/// copies of `outputs` (tensors of `src`).
+fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[TensorId]) -> Result<GraphId> {
+    let g = ir.graph(src)?.clone();
+    let copy = ir.create_graph(name)?;
+    let build = |ir: &mut Ir| -> Result<()> {
+        let mut map: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
+        for &t in g.inputs() {
+            let x = g.tensor(t)?;
+            map.insert(t, ir.graph_mut(copy)?.add_input(&x.name, x.info.clone())?);
+        }
+        for x in g.tensors() {
+            if x.producer().is_none() && !map.contains_key(x.id) {
+                map.insert(x.id, ir.graph_mut(copy)?.add_tensor(&x.name, x.info.clone(), x.kind.clone())?);
+            }
+        }
+        for id in topological_order(&g) {
+            let op = g.op(id)?;
+            if skip.contains(&id) {
+                continue;
+            }
+            let inputs = op
+                .inputs()
+                .iter()
+                .map(|(i, t)| map.get(t).map(|&n| (i, n)))
+                .collect::<Option<Vec<(u32, TensorId)>>>()
+                .ok_or_else(|| {
+                    IrError::Invalid(format!("op `{}` of `{}` reads a tensor not copied", op.name, g.name()))
+                })?;
+            let mut infos = Vec::new();
+            let mut names = Vec::new();
+            for t in op.outputs().tensors() {
+                let x = g.tensor(t)?;
+                infos.push(x.info.clone());
+                names.push(x.name.clone());
+            }
+            let new = ir.create_op_with_outputs(copy, op.def(), op.attrs.clone(), &inputs, infos, &names, &op.name)?;
+            let cg = ir.graph_mut(copy)?;
+            cg.set_op_placement(new, op.placement)?;
+            let outs: Vec<TensorId> = cg.op(new)?.outputs().tensors().collect();
+            for (t, n) in op.outputs().tensors().zip(outs) {
+                map.insert(t, n);
+            }
+        }
+        let cg = ir.graph_mut(copy)?;
+        for &t in outputs {
+            let n = map.get(t).copied().ok_or_else(|| IrError::Invalid(format!("output of `{name}` is not copied")))?;
+            cg.add_output(n)?;
+        }
+        Ok(())
+    };
+    match build(ir) {
+        Ok(()) => Ok(copy),
+        Err(e) => {
+            let _ = ir.remove_graph(copy);
+            Err(e)
+        }
+    }
+}
+
 impl Builder<'_> {
     /// `Repeat(body)`: stash the carried inputs in the forward op, then a `Repeat` in
     /// reverse over the body's gradient graph (see the module doc).
@@ -406,6 +531,11 @@ impl Builder<'_> {
         let wname = self.ir.unique_graph_name(&format!("{grad_name}_{}", op.name));
         let w = self.ir.create_graph(&wname)?;
         self.created.push(w);
+        let variant = sliced_variant(self.ir, info, &io, &needs.accumulated)?;
+        if let Some((v, _)) = &variant {
+            self.created.push(*v);
+        }
+        let (grad_graph, sliced) = variant.map_or((info.graph, Vec::new()), |(v, s)| (v, s));
         let ir = &mut *self.ir;
         let add_input = |ir: &mut Ir, base: &str, info: TensorInfo| -> Result<TensorId> {
             let g = ir.graph_mut(w)?;
@@ -481,7 +611,7 @@ impl Builder<'_> {
             };
             call_ins.push(v);
         }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
+        let attrs = Attributes::new().with("graph", AttrValue::Graph(grad_graph));
         let grads = create(ir, w, &Call, attrs, &call_ins, "body_grad")?;
 
         // Gradients by body input.
@@ -509,9 +639,26 @@ impl Builder<'_> {
             });
         }
         for (j, &i) in needs.accumulated.iter().enumerate() {
+            let n = &binputs[i].0;
+            if let Some(sg) = sliced.iter().find(|sg| sg.input == i) {
+                // acc[index] += slice, in place.
+                let (g, index) = (grads[sg.output], grads[sg.index]);
+                let row =
+                    create1(ir, w, &DynamicSlice, sg.attrs.clone(), &[acc[j], index], &format!("{n}_grad_acc_row"))?;
+                let sum = create1(ir, w, &Add, Attributes::new(), &[row, g], &format!("{n}_grad_acc_row_add"))?;
+                let attrs = sg.attrs.clone();
+                outs.push(create1(
+                    ir,
+                    w,
+                    &DynamicUpdateInplace,
+                    attrs,
+                    &[acc[j], index, sum],
+                    &format!("{n}_grad_acc"),
+                )?);
+                continue;
+            }
             let mut parts = vec![acc[j]];
             parts.extend_from_slice(&by_input[i]);
-            let n = &binputs[i].0;
             outs.push(match parts[..] {
                 [a, g] => create1(ir, w, &Add, Attributes::new(), &[a, g], &format!("{n}_grad_acc_add"))?,
                 _ => create1(ir, w, &Sum, Attributes::new(), &parts, &format!("{n}_grad_acc_sum"))?,
