@@ -69,7 +69,7 @@ pub enum GradRule {
     Stop,
     /// Gradient ops to create.
     Ops(Vec<GradOpSpec>),
-    /// A subgraph op (call, if): autodiff differentiates the called graphs itself.
+    /// A subgraph op (call, repeat, if): autodiff differentiates the called graphs itself.
     Subgraph,
 }
 

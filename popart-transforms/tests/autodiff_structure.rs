@@ -411,20 +411,137 @@ fn bad_grad_graph_info_is_rejected() {
     assert!(matches!(err, AutodiffError::InvalidGradGraphInfo { ref graph, .. } if graph == "other"), "{err}");
 }
 
+/// `f(x, w) = Repeat{body, 2}(x, w)` with `body(x, w) = sin(x) * w`: `x` is
+/// loop-carried, `w` invariant.
+fn repeat_of_sin(ir: &mut Ir, count: i64) -> (GraphId, GraphId, OpId) {
+    let body = ir.create_graph("body").unwrap();
+    let bx = input(ir, body, "x", f32s(&[3]));
+    let bw = input(ir, body, "w", f32s(&[3]));
+    let s = op0(ir, body, "Sin", &[bx]);
+    let by = op0(ir, body, "Mul", &[s, bw]);
+    output(ir, body, by);
+    let f = ir.create_graph("f").unwrap();
+    let x = input(ir, f, "x", f32s(&[3]));
+    let w = input(ir, f, "w", f32s(&[3]));
+    let attrs = Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(count));
+    let ins = [(0, x), (1, w)];
+    let rep = ir.create_op(f, "Repeat", attrs, &ins, "repeat").unwrap();
+    let y = ir.graph(f).unwrap().op(rep).unwrap().output(0).unwrap();
+    output(ir, f, y);
+    (body, f, rep)
+}
+
 #[test]
-fn repeat_is_not_differentiable() {
+fn repeat_stashes_forward_and_loops_in_reverse() {
+    let mut ir = Ir::new();
+    let (body, f, rep) = repeat_of_sin(&mut ir, 2);
+    let info = grad(&mut ir, f);
+    ir.verify().unwrap();
+    // The forward op now repeats a wrapper that calls the body, stashing `x`: its
+    // outputs are the body's, the final counter and the stash `[2, 3]`.
+    let fg = ir.graph(f).unwrap();
+    let op = fg.op(rep).unwrap();
+    let wrapper = op.attrs.graph("graph").unwrap();
+    assert_ne!(wrapper, body);
+    assert_eq!(op_types(&ir, wrapper), ["Add", "Call", "DynamicUpdateInplace", "Reshape"]);
+    let outs: Vec<TensorInfo> = op.outputs().tensors().map(|t| fg.tensor(t).unwrap().info.clone()).collect();
+    assert_eq!(outs, [f32s(&[3]), TensorInfo::new(DataType::Int32, []), f32s(&[2, 3])]);
+    // The stash is a forward output read by the gradient graph, which repeats the
+    // backward wrapper twice.
+    let stash = op.output(2).unwrap();
+    assert!(fg.outputs().contains(&stash));
+    assert!(info.expected_inputs.contains(&ExpectedConnection::fwd(stash)));
+    let gg = ir.graph(info.graph).unwrap();
+    let back = gg.ops().find(|o| o.op_type() == "Repeat").unwrap();
+    assert_eq!(back.attrs.int("count"), Some(2));
+    let bw = back.attrs.graph("graph").unwrap();
+    let mut bw_ops = op_types(&ir, bw);
+    bw_ops.dedup();
+    assert_eq!(bw_ops, ["Add", "Call", "DynamicSlice", "Reshape", "Sub"]);
+    assert_eq!(info.expected_outputs.len(), 2);
+}
+
+#[test]
+fn differentiating_a_stashing_repeat_again_is_a_typed_error() {
+    let mut ir = Ir::new();
+    let (_, f, _) = repeat_of_sin(&mut ir, 3);
+    grad(&mut ir, f);
+    let graphs_before = ir.graph_ids().len();
+    let err = autodiff(&mut ir, f, None, None, &GradGraphInfos::new(), false).unwrap_err();
+    assert!(
+        matches!(err, AutodiffError::NotDifferentiable { ref op_type, ref reason, .. }
+            if op_type == "DynamicUpdateInplace" && reason.contains("in place")),
+        "{err}"
+    );
+    assert_eq!(ir.graph_ids().len(), graphs_before, "nothing is created on error");
+    ir.verify().unwrap();
+}
+
+/// Stacked weights `W [3, 2]` read through `DynamicSlice` at a carried counter: the
+/// backward loop adds each iteration's slice gradient into its accumulator in place
+/// (a copy of the body's gradient graph returns the slice and its index instead of
+/// the zero-padded `DynamicSliceGrad`).
+#[test]
+fn stacked_weight_gradients_accumulate_in_place() {
     let mut ir = Ir::new();
     let body = ir.create_graph("body").unwrap();
-    let bx = input(&mut ir, body, "x", f32s(&[3]));
-    let by = op0(&mut ir, body, "Sin", &[bx]);
-    output(&mut ir, body, by);
+    let bx = input(&mut ir, body, "x", f32s(&[1, 2]));
+    let bi = input(&mut ir, body, "i", TensorInfo::new(DataType::Int32, []));
+    let bw = input(&mut ir, body, "W", f32s(&[3, 2]));
+    let slice = Attributes::new().with("axes", AttrValue::Ints(vec![0])).with("sizes", AttrValue::Ints(vec![1]));
+    let wl = op(&mut ir, body, "DynamicSlice", slice, &[bw, bi]);
+    let y = op0(&mut ir, body, "Mul", &[bx, wl]);
+    let one = ir
+        .graph_mut(body)
+        .unwrap()
+        .add_tensor(
+            "one",
+            TensorInfo::new(DataType::Int32, []),
+            popart_ir::TensorKind::Constant(popart_ir::HostTensor::from_f64_values(DataType::Int32, &[], &[1.0])),
+        )
+        .unwrap();
+    let next = op0(&mut ir, body, "Add", &[bi, one]);
+    output(&mut ir, body, y);
+    output(&mut ir, body, next);
     let f = ir.create_graph("f").unwrap();
-    let x = input(&mut ir, f, "x", f32s(&[3]));
-    let attrs = Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(2));
-    let y = op(&mut ir, f, "Repeat", attrs, &[x]);
-    output(&mut ir, f, y);
+    let x = input(&mut ir, f, "x", f32s(&[1, 2]));
+    let i = input(&mut ir, f, "i", TensorInfo::new(DataType::Int32, []));
+    let w = input(&mut ir, f, "W", f32s(&[3, 2]));
+    let attrs = Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(3));
+    let rep = ir.create_op(f, "Repeat", attrs, &[(0, x), (1, i), (2, w)], "repeat").unwrap();
+    let out = ir.graph(f).unwrap().op(rep).unwrap().output(0).unwrap();
+    output(&mut ir, f, out);
+    let info = grad(&mut ir, f);
+    ir.verify().unwrap();
+    let gg = ir.graph(info.graph).unwrap();
+    let back = gg.ops().find(|o| o.op_type() == "Repeat").unwrap();
+    let bw_graph = back.attrs.graph("graph").unwrap();
+    let mut kinds = op_types(&ir, bw_graph);
+    kinds.dedup();
+    assert_eq!(kinds, ["Add", "Call", "DynamicSlice", "DynamicUpdateInplace", "Reshape", "Sub"]);
+    let bwg = ir.graph(bw_graph).unwrap();
+    let called = bwg.ops().find(|o| o.op_type() == "Call").unwrap().attrs.graph("graph").unwrap();
+    assert!(!op_types(&ir, called).contains(&"DynamicSliceGrad"), "{:?}", op_types(&ir, called));
+    // The accumulator (a [3, 2] input) is updated in place, never added whole.
+    for o in bwg.ops().filter(|o| o.op_type() == "Add") {
+        let t = o.output(0).unwrap();
+        assert_ne!(bwg.tensor(t).unwrap().info.shape, [3, 2], "full-size add `{}`", o.name);
+    }
+}
+
+#[test]
+fn repeat_count_beyond_the_int32_counter_is_an_error() {
+    let mut ir = Ir::new();
+    let (_, f, _) = repeat_of_sin(&mut ir, i64::from(i32::MAX) + 1);
+    let graphs_before = ir.graph_ids().len();
     let err = autodiff(&mut ir, f, None, None, &GradGraphInfos::new(), false).unwrap_err();
-    assert!(matches!(err, AutodiffError::NotDifferentiable { ref op_type, .. } if op_type == "Repeat"), "{err}");
+    assert!(
+        matches!(err, AutodiffError::NotDifferentiable { ref op_type, ref reason, .. }
+            if op_type == "Repeat" && reason.contains("count")),
+        "{err}"
+    );
+    assert_eq!(ir.graph_ids().len(), graphs_before, "nothing is created on error");
+    ir.verify().unwrap();
 }
 
 /// Every gradient rule yields a gradient graph that passes shape inference and the

@@ -28,6 +28,8 @@ mod norm;
 mod pool;
 #[path = "autodiff_gradcheck/reduce_ext.rs"]
 mod reduce_ext;
+#[path = "autodiff_gradcheck/repeat.rs"]
+mod repeat;
 #[path = "autodiff_gradcheck/resize.rs"]
 mod resize;
 #[path = "autodiff_gradcheck/var_random.rs"]

@@ -214,6 +214,9 @@ impl OpDef for Repeat {
     fn flags(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH
     }
+    fn grad(&self, _op: &crate::Op) -> crate::GradRule {
+        crate::GradRule::Subgraph
+    }
 }
 
 impl OpDef for If {

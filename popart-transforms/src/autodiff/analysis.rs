@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use popart_ir::ops::control::{Call, If};
+use popart_ir::ops::control::{Call, If, Repeat};
 use popart_ir::{GradRule, Graph, OpFlags, OpId, TensorId};
 use slotmap::SecondaryMap;
 
@@ -119,8 +119,8 @@ pub(crate) fn analyse(g: &Graph, provided: &[TensorId], required: &[TensorId]) -
             _ if op.flags().contains(OpFlags::MODIFIES_INPUTS) => {
                 return Err(not_differentiable("it modifies its inputs in place"))
             }
-            GradRule::Subgraph if !op.is::<Call>() && !op.is::<If>() => {
-                return Err(not_differentiable("autodiff differentiates only Call and If subgraph ops"))
+            GradRule::Subgraph if !op.is::<Call>() && !op.is::<If>() && !op.is::<Repeat>() => {
+                return Err(not_differentiable("autodiff differentiates only Call, If and Repeat subgraph ops"))
             }
             _ => {}
         }

@@ -1,6 +1,6 @@
 //! Growing the gradient graph of one forward graph.
 
-use popart_ir::ops::control::{Call, If};
+use popart_ir::ops::control::{Call, If, Repeat};
 use popart_ir::ops::grad::{Init, ReduceToShape, Sum};
 use popart_ir::ops::unary::{Cast, Identity};
 use popart_ir::{
@@ -11,11 +11,11 @@ use slotmap::SecondaryMap;
 
 use super::analysis::Analysis;
 use super::error::{AutodiffError, Result};
-use super::info::{name, ExpectedConnection, ExpectedConnectionType, GradGraphInfo, GradGraphInfos, GraphIo};
+use super::info::{name, ExpectedConnection, GradGraphInfo, GradGraphInfos, GraphIo};
 
 /// A gradient value: symbolically zero, or a tensor of the gradient graph.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Grad {
+pub(super) enum Grad {
     Zero,
     Tensor(TensorId),
 }
@@ -139,7 +139,7 @@ fn add_forward_outputs(ir: &mut Ir, fwd: GraphId, tensors: &[TensorId]) -> Resul
 /// An index map as a vector indexed by index.
 /// Refuses maps whose largest index is far beyond their length (an index near
 /// `u32::MAX` connected by hand), which would make the vector huge.
-fn dense(map: &TensorIndexMap, op: &Op) -> Result<Vec<Option<TensorId>>> {
+pub(super) fn dense(map: &TensorIndexMap, op: &Op) -> Result<Vec<Option<TensorId>>> {
     let end = usize::try_from(map.end()).unwrap_or(usize::MAX);
     if end > 2 * map.len() + 64 {
         return Err(IrError::Invalid(format!(
@@ -159,53 +159,53 @@ fn dense(map: &TensorIndexMap, op: &Op) -> Result<Vec<Option<TensorId>>> {
     Ok(v)
 }
 
-struct Builder<'a> {
-    ir: &'a mut Ir,
-    fwd: GraphId,
+pub(super) struct Builder<'a> {
+    pub(super) ir: &'a mut Ir,
+    pub(super) fwd: GraphId,
     /// Input and output positions of the forward graph.
-    fwd_io: GraphIo,
-    grad: GraphId,
-    infos: &'a GradGraphInfos,
-    wants_grad: &'a SecondaryMap<TensorId, ()>,
-    recompute: bool,
-    created: &'a mut Vec<GraphId>,
+    pub(super) fwd_io: GraphIo,
+    pub(super) grad: GraphId,
+    pub(super) infos: &'a GradGraphInfos,
+    pub(super) wants_grad: &'a SecondaryMap<TensorId, ()>,
+    pub(super) recompute: bool,
+    pub(super) created: &'a mut Vec<GraphId>,
     /// Forward tensor -> the tensor standing for it in the gradient graph.
-    fwd_map: SecondaryMap<TensorId, TensorId>,
+    pub(super) fwd_map: SecondaryMap<TensorId, TensorId>,
     /// Forward tensor -> gradient contributions not yet summed.
     partials: SecondaryMap<TensorId, Partials>,
     /// Forward tensor -> its final gradient (once every consumer has contributed).
-    finals: SecondaryMap<TensorId, Option<Grad>>,
-    expected_inputs: Vec<ExpectedConnection>,
+    pub(super) finals: SecondaryMap<TensorId, Option<Grad>>,
+    pub(super) expected_inputs: Vec<ExpectedConnection>,
     /// Forward intermediates read by the gradient graph, to become forward outputs.
-    new_fwd_outputs: Vec<TensorId>,
+    pub(super) new_fwd_outputs: Vec<TensorId>,
 }
 
 impl<'a> Builder<'a> {
     #[allow(clippy::expect_used)] // Cannot fail: the builder holds `&mut Ir` for its whole life and never removes the forward graph.
-    fn fwd_graph(&self) -> &Graph {
+    pub(super) fn fwd_graph(&self) -> &Graph {
         self.ir.graph(self.fwd).expect("forward graph exists")
     }
 
     #[allow(clippy::expect_used)] // Cannot fail: the builder creates the gradient graph and never removes it.
-    fn grad_graph(&self) -> &Graph {
+    pub(super) fn grad_graph(&self) -> &Graph {
         self.ir.graph(self.grad).expect("gradient graph exists")
     }
 
     #[allow(clippy::expect_used)] // Cannot fail: the builder creates the gradient graph and never removes it.
-    fn grad_graph_mut(&mut self) -> &mut Graph {
+    pub(super) fn grad_graph_mut(&mut self) -> &mut Graph {
         self.ir.graph_mut(self.grad).expect("gradient graph exists")
     }
 
-    fn fwd_tensor(&self, t: TensorId) -> Result<(&str, &TensorInfo)> {
+    pub(super) fn fwd_tensor(&self, t: TensorId) -> Result<(&str, &TensorInfo)> {
         let t = self.fwd_graph().tensor(t)?;
         Ok((&t.name, &t.info))
     }
 
-    fn wants(&self, t: TensorId) -> bool {
+    pub(super) fn wants(&self, t: TensorId) -> bool {
         self.wants_grad.contains_key(t)
     }
 
-    fn add_partial(&mut self, x: TensorId, g: Grad) {
+    pub(super) fn add_partial(&mut self, x: TensorId, g: Grad) {
         if !self.wants(x) {
             return;
         }
@@ -222,7 +222,7 @@ impl<'a> Builder<'a> {
     /// Name for the gradient of `x` contributed by one consumer: the final name when
     /// that consumer is the only one.
     #[allow(clippy::expect_used)] // Cannot fail: `x` is a forward tensor the analysis found in the forward graph.
-    fn partial_name(&self, x: TensorId) -> String {
+    pub(super) fn partial_name(&self, x: TensorId) -> String {
         let g = self.fwd_graph();
         let t = g.tensor(x).expect("forward tensor");
         if t.consumers().len() == 1 && self.fwd_io.output_index(x).is_none() {
@@ -233,7 +233,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The gradient of `x`, summing its contributions (once; later calls return the same).
-    fn finalize(&mut self, x: TensorId) -> Result<Option<Grad>> {
+    pub(super) fn finalize(&mut self, x: TensorId) -> Result<Option<Grad>> {
         if let Some(g) = self.finals.get(x) {
             return Ok(*g);
         }
@@ -259,7 +259,7 @@ impl<'a> Builder<'a> {
     }
 
     /// A gradient as a tensor of the gradient graph (zeros of `x`'s info if zero or absent).
-    fn materialize(&mut self, g: Option<Grad>, x: TensorId) -> Result<TensorId> {
+    pub(super) fn materialize(&mut self, g: Option<Grad>, x: TensorId) -> Result<TensorId> {
         match g {
             Some(Grad::Tensor(t)) => Ok(t),
             _ => {
@@ -270,7 +270,7 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn zeros(&mut self, info: &TensorInfo, name: &str) -> Result<TensorId> {
+    pub(super) fn zeros(&mut self, info: &TensorInfo, name: &str) -> Result<TensorId> {
         let attrs = Attributes::new()
             .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
             .with("dtype", AttrValue::DType(info.dtype));
@@ -279,7 +279,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Reduce and cast a gradient-graph tensor to the shape and dtype of forward tensor `x`.
-    fn fit(&mut self, t: TensorId, x: TensorId) -> Result<TensorId> {
+    pub(super) fn fit(&mut self, t: TensorId, x: TensorId) -> Result<TensorId> {
         let (xname, xinfo) = self.fwd_tensor(x)?;
         let (xname, xinfo) = (xname.to_string(), xinfo.clone());
         let tinfo = self.grad_graph().tensor(t)?.info.clone();
@@ -310,7 +310,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Create an op in the gradient graph; `output_names` name its first outputs.
-    fn create(
+    pub(super) fn create(
         &mut self,
         def: &'static dyn OpDef,
         attrs: Attributes,
@@ -323,7 +323,7 @@ impl<'a> Builder<'a> {
     }
 
     #[allow(clippy::expect_used)] // Cannot fail: `op` was just created and shape inference gave it output `index`.
-    fn output(&self, op: OpId, index: u32) -> TensorId {
+    pub(super) fn output(&self, op: OpId, index: u32) -> TensorId {
         self.grad_graph().op(op).expect("just created").output(index).expect("inferred output")
     }
 
@@ -337,7 +337,7 @@ impl<'a> Builder<'a> {
 
     /// The gradient-graph tensor standing for forward tensor `x`: a copy of a
     /// constant, a new gradient-graph input (expected `Fwd`), or a recomputation.
-    fn need_fwd(&mut self, x: TensorId) -> Result<TensorId> {
+    pub(super) fn need_fwd(&mut self, x: TensorId) -> Result<TensorId> {
         if let Some(&t) = self.fwd_map.get(x) {
             return Ok(t);
         }
@@ -429,7 +429,7 @@ impl<'a> Builder<'a> {
         Ok(self.fwd_map[x])
     }
 
-    fn not_differentiable(&self, op: &Op, reason: &str) -> AutodiffError {
+    pub(super) fn not_differentiable(&self, op: &Op, reason: &str) -> AutodiffError {
         AutodiffError::NotDifferentiable {
             graph: self.fwd_graph().name().to_string(),
             op: op.name.clone(),
@@ -455,14 +455,15 @@ impl<'a> Builder<'a> {
             GradRule::Ops(specs) => self.grow_specs(&op, specs),
             GradRule::Subgraph if op.is::<Call>() => self.grow_call(&op),
             GradRule::Subgraph if op.is::<If>() => self.grow_if(&op),
+            GradRule::Subgraph if op.is::<Repeat>() => self.grow_repeat(&op),
             GradRule::Subgraph => {
-                Err(self.not_differentiable(&op, "autodiff differentiates only Call and If subgraph ops"))
+                Err(self.not_differentiable(&op, "autodiff differentiates only Call, If and Repeat subgraph ops"))
             }
         }
     }
 
     /// Final gradients of the outputs of `op`, indexed by output index.
-    fn output_grads(&mut self, op: &Op) -> Result<Vec<Option<Grad>>> {
+    pub(super) fn output_grads(&mut self, op: &Op) -> Result<Vec<Option<Grad>>> {
         let outs = dense(op.outputs(), op)?;
         let mut grads = vec![None; outs.len()];
         for (k, y) in op.outputs().iter() {
@@ -476,7 +477,7 @@ impl<'a> Builder<'a> {
 
     /// If no output of `op` has a non-zero gradient, give its inputs zero (or no)
     /// gradients and return true.
-    fn skip_if_zero(&mut self, op: &Op, grads: &[Option<Grad>]) -> bool {
+    pub(super) fn skip_if_zero(&mut self, op: &Op, grads: &[Option<Grad>]) -> bool {
         if grads.iter().any(|g| matches!(g, Some(Grad::Tensor(_)))) {
             return false;
         }
@@ -557,250 +558,5 @@ impl<'a> Builder<'a> {
             }
         }
         Ok(())
-    }
-
-    fn callee_info(&self, op: &Op, key: &str) -> Result<(GraphId, &'a GradGraphInfo)> {
-        let infos: &'a GradGraphInfos = self.infos;
-        let g = op
-            .attrs
-            .graph(key)
-            .ok_or_else(|| self.not_differentiable(op, &format!("missing graph attribute `{key}`")))?;
-        let info = infos.get(&g).ok_or_else(|| AutodiffError::InvalidGradGraphInfo {
-            graph: self.ir.graph(g).map_or_else(|_| format!("{g:?}"), |g| g.name().to_string()),
-            reason: "no gradient graph was made for it".to_string(),
-        })?;
-        Ok((g, info))
-    }
-
-    /// The gradient-graph tensors feeding a call of the callee's gradient graph, for the
-    /// forward subgraph op `op` whose callee input `k` is op input `op_input(k)` and
-    /// whose callee outputs are the op's outputs.
-    fn callee_grad_inputs(
-        &mut self,
-        op: &Op,
-        callee: GraphId,
-        info: &GradGraphInfo,
-        op_input: &dyn Fn(usize) -> Option<u32>,
-        grads: &[Option<Grad>],
-    ) -> Result<Vec<TensorId>> {
-        let invalid = |b: &Self, reason: String| AutodiffError::InvalidGradGraphInfo {
-            graph: b.ir.graph(callee).map_or_else(|_| format!("{callee:?}"), |g| g.name().to_string()),
-            reason,
-        };
-        let mut out = Vec::with_capacity(info.expected_inputs.len());
-        let io = GraphIo::of(self.ir.graph(callee)?);
-        let (op_ins, op_outs) = (dense(op.inputs(), op)?, dense(op.outputs(), op)?);
-        for e in &info.expected_inputs {
-            let cg = self.ir.graph(callee)?;
-            let t = match e.connection_type {
-                ExpectedConnectionType::FwdGrad => {
-                    let ks: Vec<u32> = io.output_indices(e.fwd_tensor).iter().map(|&k| k as u32).collect();
-                    let Some(&k0) = ks.first() else {
-                        return Err(invalid(
-                            self,
-                            format!("expected input `{}` is not an output", name(cg, e.fwd_tensor)),
-                        ));
-                    };
-                    let y0 = op_outs
-                        .get(k0 as usize)
-                        .copied()
-                        .flatten()
-                        .ok_or_else(|| self.not_differentiable(op, &format!("output {k0} is missing")))?;
-                    let parts: Vec<TensorId> = ks
-                        .iter()
-                        .filter_map(|&k| grads.get(k as usize).copied().flatten())
-                        .filter_map(|g| if let Grad::Tensor(t) = g { Some(t) } else { None })
-                        .collect();
-                    match parts.len() {
-                        0 => self.materialize(None, y0)?,
-                        1 => parts[0],
-                        _ => {
-                            let base = self.fwd_tensor(y0)?.0.to_string();
-                            let ins: Vec<(u32, TensorId)> =
-                                parts.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-                            let s = self.create(&Sum, Attributes::new(), &ins, &format!("{base}_grad_sum"), &[])?;
-                            self.output(s, 0)
-                        }
-                    }
-                }
-                ExpectedConnectionType::Fwd => {
-                    let parent = if let Some(i) = io.input_index(e.fwd_tensor) {
-                        op_input(i).and_then(|i| op_ins.get(i as usize).copied().flatten())
-                    } else if let Some(k) = io.output_index(e.fwd_tensor) {
-                        op_outs.get(k).copied().flatten()
-                    } else {
-                        return Err(invalid(
-                            self,
-                            format!(
-                                "expected input `{}` is neither an input nor an output of the graph",
-                                name(cg, e.fwd_tensor)
-                            ),
-                        ));
-                    };
-                    let parent = parent.ok_or_else(|| {
-                        self.not_differentiable(op, &format!("it does not connect `{}`", name(cg, e.fwd_tensor)))
-                    })?;
-                    self.need_fwd(parent)?
-                }
-            };
-            out.push(t);
-        }
-        Ok(out)
-    }
-
-    /// `Call(graph)`: a call of the callee's gradient graph.
-    fn grow_call(&mut self, op: &Op) -> Result<()> {
-        let grads = self.output_grads(op)?;
-        if self.skip_if_zero(op, &grads) {
-            return Ok(());
-        }
-        let (callee, info) = self.callee_info(op, "graph")?;
-        let inputs = self.callee_grad_inputs(op, callee, info, &|i| Some(i as u32), &grads)?;
-        // Which op input each gradient-graph output is the gradient of.
-        let io = GraphIo::of(self.ir.graph(callee)?);
-        let op_ins = dense(op.inputs(), op)?;
-        let targets: Vec<Option<TensorId>> = info
-            .expected_outputs
-            .iter()
-            .map(|e| {
-                io.input_index(e.fwd_tensor).and_then(|i| op_ins.get(i).copied().flatten()).filter(|&x| self.wants(x))
-            })
-            .collect();
-        if targets.iter().all(Option::is_none) {
-            return Ok(());
-        }
-        let op_name = format!("{}_grad", op.name);
-        let names: Vec<String> = targets
-            .iter()
-            .enumerate()
-            .map(|(k, x)| x.map_or_else(|| format!("{op_name}:{k}"), |x| self.partial_name(x)))
-            .collect();
-        let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
-        let call = self.create(&Call, attrs, &ins, &op_name, &names)?;
-        for (k, x) in targets.into_iter().enumerate() {
-            if let Some(x) = x {
-                let t = self.fit(self.output(call, k as u32), x)?;
-                self.add_partial(x, Grad::Tensor(t));
-            }
-        }
-        Ok(())
-    }
-
-    /// `If(cond, ..)`: an `If` on the same condition whose branches call the branch
-    /// graphs' gradient graphs (through wrapper graphs with identical outputs).
-    #[allow(clippy::expect_used)] // Cannot fail: `wanted` lists connected inputs of `op`.
-    fn grow_if(&mut self, op: &Op) -> Result<()> {
-        let grads = self.output_grads(op)?;
-        if self.skip_if_zero(op, &grads) {
-            return Ok(());
-        }
-        let branch_map =
-            |key: &str| -> Vec<u32> { op.attrs.ints(key).unwrap_or(&[]).iter().map(|&i| i as u32).collect() };
-        let branches = [("then_graph", branch_map("then_inputs")), ("else_graph", branch_map("else_inputs"))];
-        // Op inputs receiving a gradient from at least one branch.
-        let mut wanted: Vec<u32> = Vec::new();
-        for (key, map) in &branches {
-            let (callee, info) = self.callee_info(op, key)?;
-            let io = GraphIo::of(self.ir.graph(callee)?);
-            for e in &info.expected_outputs {
-                if let Some(&j) = io.input_index(e.fwd_tensor).and_then(|i| map.get(i)) {
-                    if op.input(j).is_some_and(|x| self.wants(x)) && !wanted.contains(&j) {
-                        wanted.push(j);
-                    }
-                }
-            }
-        }
-        wanted.sort_unstable();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        let cond = self.need_fwd(op.input(0).ok_or_else(|| self.not_differentiable(op, "it has no condition"))?)?;
-        let mut if_inputs = vec![cond];
-        let mut attrs = Attributes::new();
-        for (key, map) in &branches {
-            let (callee, info) = self.callee_info(op, key)?;
-            let parents = self.callee_grad_inputs(op, callee, info, &|i| map.get(i).copied(), &grads)?;
-            let wrapper = self.if_branch_wrapper(op, callee, info, map, &parents, &wanted)?;
-            let mut indices = Vec::with_capacity(parents.len());
-            for t in parents {
-                let k = if_inputs.iter().position(|&u| u == t).unwrap_or_else(|| {
-                    if_inputs.push(t);
-                    if_inputs.len() - 1
-                });
-                indices.push(k as i64);
-            }
-            attrs.set(key, AttrValue::Graph(wrapper));
-            let inputs_key = if *key == "then_graph" { "then_inputs" } else { "else_inputs" };
-            attrs.set(inputs_key, AttrValue::Ints(indices));
-        }
-        let op_name = format!("{}_grad", op.name);
-        let names: Vec<String> =
-            wanted.iter().map(|&j| self.partial_name(op.input(j).expect("wanted input"))).collect();
-        let ins: Vec<(u32, TensorId)> = if_inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-        let new = self.create(&If, attrs, &ins, &op_name, &names)?;
-        for (k, &j) in wanted.iter().enumerate() {
-            let x = op.input(j).expect("wanted input");
-            let t = self.fit(self.output(new, k as u32), x)?;
-            self.add_partial(x, Grad::Tensor(t));
-        }
-        Ok(())
-    }
-
-    /// A graph taking the inputs of `info.graph` (typed like `parents`), calling it and
-    /// returning, for each op input in `wanted`, the gradient of that `If` op input
-    /// through this branch (zeros if the branch does not use it).
-    #[allow(clippy::expect_used)] // Cannot fail: `wanted` lists connected inputs of `op`; `call`, `Init` and `Sum` were just created with these outputs.
-    fn if_branch_wrapper(
-        &mut self,
-        op: &Op,
-        branch: GraphId,
-        info: &GradGraphInfo,
-        map: &[u32],
-        parents: &[TensorId],
-        wanted: &[u32],
-    ) -> Result<GraphId> {
-        let wname = self.ir.unique_graph_name(&format!("{}_{}", self.ir.graph(info.graph)?.name(), op.name));
-        let w = self.ir.create_graph(&wname)?;
-        self.created.push(w);
-        let mut call_inputs = Vec::with_capacity(parents.len());
-        for (k, &p) in parents.iter().enumerate() {
-            let t = self.grad_graph().tensor(p)?;
-            let (n, i) = (t.name.clone(), t.info.clone());
-            let g = self.ir.graph_mut(w)?;
-            let n = g.unique_tensor_name(&n);
-            call_inputs.push((k as u32, g.add_input(&n, i)?));
-        }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
-        let call = self.ir.create_op(w, &Call, attrs, &call_inputs, "call_grad")?;
-        let io = GraphIo::of(self.ir.graph(branch)?);
-        let mut per_input: Vec<Vec<TensorId>> = vec![Vec::new(); wanted.len()];
-        for (k, e) in info.expected_outputs.iter().enumerate() {
-            let j = io.input_index(e.fwd_tensor).and_then(|i| map.get(i));
-            if let Some(slot) = j.and_then(|j| wanted.iter().position(|w| w == j)) {
-                per_input[slot].push(self.ir.graph(w)?.op(call)?.output(k as u32).expect("call output"));
-            }
-        }
-        for (slot, parts) in per_input.into_iter().enumerate() {
-            let x = op.input(wanted[slot]).expect("wanted input");
-            let t = match parts.len() {
-                1 => parts[0],
-                0 => {
-                    let info = self.fwd_tensor(x)?.1.clone();
-                    let attrs = Attributes::new()
-                        .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
-                        .with("dtype", AttrValue::DType(info.dtype));
-                    let z = self.ir.create_op(w, &Init, attrs, &[], "zeros")?;
-                    self.ir.graph(w)?.op(z)?.output(0).expect("init output")
-                }
-                _ => {
-                    let ins: Vec<(u32, TensorId)> = parts.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-                    let s = self.ir.create_op(w, &Sum, Attributes::new(), &ins, "sum")?;
-                    self.ir.graph(w)?.op(s)?.output(0).expect("sum output")
-                }
-            };
-            self.ir.graph_mut(w)?.add_output(t)?;
-        }
-        Ok(w)
     }
 }

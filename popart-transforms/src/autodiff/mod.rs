@@ -12,18 +12,33 @@
 //! - only floating point tensors carry gradients; `Detach` stops them; ops whose rule
 //!   is [`GradRule::Zero`] give zeros, symbolically, so nothing is
 //!   computed for them unless a zero tensor is actually needed (`Init`);
-//! - `Call` and `If` ops are differentiated through their called graphs, which are
-//!   differentiated first (callees before callers) unless their gradient graphs are
-//!   passed in, so a graph called from many places gets one gradient graph;
+//! - `Call`, `If` and `Repeat` ops are differentiated through their called graphs,
+//!   which are differentiated first (callees before callers) unless their gradient
+//!   graphs are passed in, so a graph called from many places gets one gradient graph;
 //! - forward intermediates the gradient graph reads become extra outputs of the
 //!   forward graph, and every `Call` of it gets the matching outputs; when the graph
 //!   is called by an op whose outputs cannot grow (`If`, `Repeat`), they are
-//!   recomputed in the gradient graph instead.
+//!   recomputed in the gradient graph instead;
+//! - `Repeat` (which PopXL does not differentiate) stashes, per iteration, the
+//!   loop-carried inputs its body's gradient graph reads: the forward op is
+//!   rewritten to repeat a wrapper body that also carries an int32 counter and one
+//!   stash `[count, ..]` per such input, written in place at the counter. Body
+//!   internals are recomputed from the stashed inputs, not stashed. The gradient is
+//!   a `Repeat` of a backward wrapper with the counter going `count-1 .. 0`: it
+//!   slices the stashes, calls the body's gradient graph, passes the carried
+//!   gradients to the earlier iteration and sums the gradients of loop-invariant
+//!   inputs in carried accumulators (stacked weights sliced with `DynamicSlice` at
+//!   a counter get the sum of the per-layer `DynamicSliceGrad`s, each slice added
+//!   into its accumulator in place). Differentiating
+//!   the forward graph again repeats the stashing wrapper, whose in-place stash
+//!   update is not differentiable: that is a typed error (see `repeat.rs`).
 
 mod analysis;
 mod error;
 mod grow;
 mod info;
+mod repeat;
+mod subgraph;
 
 use std::collections::BTreeSet;
 
