@@ -59,6 +59,20 @@ impl AxisView {
 /// AVX-512 or two AVX2 registers), so the reductions vectorise.
 const LANES: usize = 16;
 
+/// `exp(x)` for softmax terms `x = v - max <= 0`, flushed to zero below -87
+/// (`exp(-87) < 2^-125`): those terms cannot change a sum that contains
+/// `exp(0) = 1`, and computing them would produce subnormal floats, whose
+/// arithmetic is a hundred times slower on x86 (masked attention scores are
+/// all such terms).
+#[inline(always)]
+fn exp_ftz<T: Float>(x: T) -> T {
+    if x < <T as super::elem::Num>::from_f64(-87.0) {
+        T::ZERO
+    } else {
+        x.fast_exp()
+    }
+}
+
 /// The largest element of `xs`, ignoring NaN (a NaN still makes the softmax row
 /// NaN: `NaN - max` is NaN); `T::LOWEST` for an empty row.
 #[inline(always)]
@@ -99,14 +113,14 @@ fn softmax_row_loop<T: Float>(xs: &[T], ys: &mut [T]) {
     let rx = cx.remainder();
     for (a, o) in cx.zip(cy) {
         for ((s, &v), y) in acc.iter_mut().zip(a).zip(o) {
-            *y = (v - max).fast_exp();
+            *y = exp_ftz(v - max);
             *s = *s + *y;
         }
     }
     let n = xs.len() - rx.len();
     let mut sum = acc.iter().fold(T::ZERO, |s, &v| s + v);
     for (&v, y) in rx.iter().zip(&mut ys[n..]) {
-        *y = (v - max).fast_exp();
+        *y = exp_ftz(v - max);
         sum = sum + *y;
     }
     let inv = T::ONE / sum;
@@ -135,13 +149,13 @@ fn masked_softmax_row_loop<T: Float>(xs: &[T], mask: &[u8], scale: T, fill: T, y
     let mut chunks = ys.chunks_exact_mut(LANES);
     for c in &mut chunks {
         for (s, y) in acc.iter_mut().zip(c) {
-            *y = (*y - max).fast_exp();
+            *y = exp_ftz(*y - max);
             *s = *s + *y;
         }
     }
     let mut sum = acc.iter().fold(T::ZERO, |s, &v| s + v);
     for y in chunks.into_remainder() {
-        *y = (*y - max).fast_exp();
+        *y = exp_ftz(*y - max);
         sum = sum + *y;
     }
     let inv = T::ONE / sum;
@@ -271,7 +285,7 @@ impl<T: Float> Kernel for Softmax<T> {
                     let max = (0..len).fold(T::LOWEST, |m, i| m.maximum(*x.add(i * stride)));
                     let mut sum = T::ZERO;
                     for i in 0..len {
-                        let e = (*x.add(i * stride) - max).fast_exp();
+                        let e = exp_ftz(*x.add(i * stride) - max);
                         *y.add(i * stride) = e;
                         sum = sum + e;
                     }
