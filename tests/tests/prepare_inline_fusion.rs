@@ -194,3 +194,40 @@ fn masked_softmax_pattern_fuses_attention_scores() {
         assert!((f - w).abs() < 1e-6 && (p - w).abs() < 1e-6, "{f} {p} {w}");
     }
 }
+
+#[test]
+fn matmul_bias_pattern_adds_the_bias_in_the_gemm() {
+    // Large enough for the GEMM to be split over the worker team.
+    let (m, k, n) = (300, 40, 70);
+    let run = |patterns: bool| {
+        let ir = Ir::new();
+        let _g = ir.main_graph().enter();
+        let x_s = popxl::h2d_stream([2, m, k], popxl::float32, "x").unwrap();
+        let y_s = popxl::d2h_stream([2, m, n], popxl::float32, "y").unwrap();
+        let x = ops::host_load(&x_s, "x").unwrap();
+        let w = popxl::constant(data(&[k, n], 5), "w").unwrap();
+        let b = popxl::constant(data(&[n], 6), "b").unwrap();
+        // Bias on either side of the add.
+        let y = ops::add(&b, &x.matmul(&w).unwrap()).unwrap();
+        ops::host_store(&y_s, &y).unwrap();
+        let options = SessionOptions { patterns, ..SessionOptions::default() };
+        let mut session = Session::with_options(ir.clone(), "cpu", options).unwrap();
+        let input = data(&[2, m, k], 7);
+        let out = session.scope(|s| s.run(&HashMap::from([(x_s.clone(), HostArray::from(input.clone()))]))).unwrap();
+        (out[&y_s].to_f64_vec(), count_ops(&session, "MatMulAdd"), input)
+    };
+    let (fused, n_fused, input) = run(true);
+    let (plain, n_plain, _) = run(false);
+    assert_eq!((n_fused, n_plain), (1, 0));
+    let (w, b) = (data(&[k, n], 5), data(&[n], 6));
+    for bi in 0..2 {
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = f64::from(b[[j]])
+                    + (0..k).map(|p| f64::from(input[[bi, i, p]]) * f64::from(w[[p, j]])).sum::<f64>();
+                let at = (bi * m + i) * n + j;
+                assert!((fused[at] - want).abs() < 1e-5 && (plain[at] - want).abs() < 1e-5, "{bi} {i} {j}");
+            }
+        }
+    }
+}

@@ -9,6 +9,9 @@ op_types!(
     /// `a @ b`: batched over leading dims with broadcasting; a 1-D lhs is a row vector and a
     /// 1-D rhs a column vector, the promoted dim being removed from the output (numpy rules).
     MatMul,
+    /// `a @ b + c` with `c` of shape `[n]` added to every row (made by the
+    /// `fuse-matmul-bias` pattern from `MatMul` and `Add`; no gradient)
+    MatMulAdd,
 );
 
 /// Output shape of `a @ b` under numpy rules, or a message saying why not.
@@ -56,4 +59,22 @@ impl OpDef for MatMul {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&MatMul];
+impl OpDef for MatMulAdd {
+    fn op_type(&self) -> &'static str {
+        "MatMulAdd"
+    }
+    /// `MatMulAdd(a, b, c)`: `MatMul(a, b)`'s info; `c` is `[n]`, `n` the result's last dim.
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let y = MatMul.infer(ctx)?.remove(0);
+        let c = ctx.input(2)?;
+        if c.dtype != y.dtype
+            || !y.dtype.is_floating_point()
+            || y.shape.last().map(|&n| vec![n]) != Some(c.shape.clone())
+        {
+            return Err(ctx.error(format!("the addend {c} must be a {}[n] vector, n the last dim of {y}", y.dtype)));
+        }
+        Ok(vec![y])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&MatMul, &MatMulAdd];

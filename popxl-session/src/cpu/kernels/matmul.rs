@@ -17,7 +17,7 @@ use super::broadcast::Broadcast;
 use super::dispatch::with_num;
 use super::elem::Num;
 use super::par::par_split;
-use super::ptr::{slice_mut, SendPtr};
+use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
@@ -188,6 +188,8 @@ struct GemmPlan {
 
 struct MatMulKernel<T> {
     plan: GemmPlan,
+    /// `MatMulAdd`: input position of the row vector added to every result row.
+    bias_pos: Option<usize>,
     /// `ScaledAddMatMulRhsGradInplace`: `dst = a · dst + b · product`, as (a, b).
     update: Option<(T, T)>,
     zero_fill: bool,
@@ -198,18 +200,38 @@ struct MatMulKernel<T> {
 impl<T: MatElem> MatMulKernel<T> {
     /// One GEMM call of the plan, single-threaded.
     #[inline]
-    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T) {
+    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, bias: *const T) {
         let p = &self.plan;
-        self.block(j, dst, lhs, rhs, 0..p.m, 0..p.n);
+        self.block(j, dst, lhs, rhs, bias, 0..p.m, 0..p.n);
     }
 
-    /// Rows `rows` and columns `cols` of one GEMM call's result.
+    /// Rows `rows` and columns `cols` of one GEMM call's result (`bias`: the
+    /// `MatMulAdd` row vector, written into the block first and accumulated onto).
     #[inline]
-    unsafe fn block(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, rows: Range<usize>, cols: Range<usize>) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block(
+        &self,
+        j: &Job,
+        dst: *mut T,
+        lhs: *const T,
+        rhs: *const T,
+        bias: *const T,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
         let p = &self.plan;
         let (r0, c0) = (rows.start as isize, cols.start as isize);
+        if self.bias_pos.is_some() {
+            let b = slice(bias.add(cols.start), cols.len());
+            for r in rows.clone() {
+                let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
+                for (c, &v) in b.iter().enumerate() {
+                    *row.offset(c as isize * p.dst_s.1) = v;
+                }
+            }
+        }
         let (read_dst, alpha, beta) = match self.update {
-            None => (j.accumulate, T::ONE, T::ONE),
+            None => (j.accumulate || self.bias_pos.is_some(), T::ONE, T::ONE),
             // The first product into a block scales the old value by `a`; later ones add.
             Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
         };
@@ -235,20 +257,20 @@ impl<T: MatElem> MatMulKernel<T> {
     /// One GEMM call split over the worker team: the larger of the row and
     /// column ranges is cut into one block per thread (multiples of 16), each
     /// block a single-threaded GEMM.
-    unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, threads: usize) {
+    unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: SendPtr<T>, threads: usize) {
         let p = &self.plan;
         let by_rows = p.m > p.n;
         let len = if by_rows { p.m } else { p.n };
         let block = len.div_ceil(threads).next_multiple_of(16);
         let pieces = len.div_ceil(block);
         if pieces < 2 {
-            return self.call(j, d.get(), l.get(), r.get());
+            return self.call(j, d.get(), l.get(), r.get(), b.get());
         }
         team::run(pieces, &|i| {
             let part = i * block..((i + 1) * block).min(len);
             let (rows, cols) = if by_rows { (part, 0..p.n) } else { (0..p.m, part) };
             // SAFETY: blocks write disjoint parts of the result.
-            unsafe { self.block(j, d.get(), l.get(), r.get(), rows, cols) };
+            unsafe { self.block(j, d.get(), l.get(), r.get(), b.get(), rows, cols) };
         });
     }
 }
@@ -257,12 +279,17 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let p = &self.plan;
         let dst = args.outputs[0] as *mut T;
+        let bias = self.bias_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
         if self.zero_fill {
             let out = slice_mut(dst, p.out_len);
-            match self.update {
+            match (self.update, self.bias_pos) {
                 // An empty product: the update only scales.
-                Some((a, _)) => out.iter_mut().for_each(|v| *v = v.times(a)),
-                None => out.fill(T::ZERO),
+                (Some((a, _)), _) => out.iter_mut().for_each(|v| *v = v.times(a)),
+                (None, Some(_)) => {
+                    let b = slice(bias, p.n);
+                    out.chunks_mut(p.n.max(1)).for_each(|row| row.copy_from_slice(&b[..row.len()]));
+                }
+                (None, None) => out.fill(T::ZERO),
             }
             return Ok(());
         }
@@ -270,22 +297,22 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let rhs = args.inputs[p.rhs_pos] as *const T;
         let work = p.m * p.n * p.k;
         let threads = team::num_threads();
-        let (d, l, r) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T));
+        let (d, l, r, b) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T), SendPtr(bias as *mut T));
         if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
             // Many independent products: whole calls per task.
             par_split(p.jobs.len(), 2, 1, |range| {
                 for j in &p.jobs[range] {
                     // SAFETY: independent jobs write disjoint output blocks.
-                    unsafe { self.call(j, d.get(), l.get(), r.get()) };
+                    unsafe { self.call(j, d.get(), l.get(), r.get(), b.get()) };
                 }
             });
             return Ok(());
         }
         for j in &p.jobs {
             if threads > 1 && work >= GEMM_PAR_MIN {
-                self.call_split(j, d, l, r, threads);
+                self.call_split(j, d, l, r, b, threads);
             } else {
-                self.call(j, dst, lhs, rhs);
+                self.call(j, dst, lhs, rhs, bias);
             }
         }
         Ok(())
@@ -329,7 +356,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     } else {
         None
     };
-    let fwd = spec.is::<ir::MatMul>();
+    let fwd = spec.is::<ir::MatMul>() || spec.is::<ir::MatMulAdd>();
     let (a, b) = if fwd { (spec.input(0)?, spec.input(1)?) } else { (spec.input(1)?, spec.input(2)?) };
     let g = if fwd { None } else { Some(spec.input(0)?) };
     let y = spec.output(0)?;
@@ -381,7 +408,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         !std::mem::replace(&mut seen[idx], true)
     };
     let plan = match () {
-        _ if spec.is::<ir::MatMul>() => {
+        _ if fwd => {
             let (m_eff, jobs) = if rhs_unbatched {
                 (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
             } else {
@@ -461,7 +488,16 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let zero_fill = plan.k == 0 || plan.jobs.is_empty() || nb == 0;
     let empty = plan.m == 0 || plan.n == 0;
-    let jobs_independent = plan.jobs.iter().all(|j| !j.accumulate) && spec.is::<ir::MatMul>();
+    let jobs_independent = plan.jobs.iter().all(|j| !j.accumulate) && fwd;
+    let bias_pos = if spec.is::<ir::MatMulAdd>() {
+        let c = spec.input(2)?;
+        if c.dtype() != dt || c.shape() != [n] || y.shape().last() != Some(&n) {
+            return Err(spec.error(format!("the addend {} must be a {dt}[{n}] vector", c.info)));
+        }
+        Some(c.pos)
+    } else {
+        None
+    };
     macro_rules! kernel {
         ($t:ty) => {{
             let mut plan = plan;
@@ -470,6 +506,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             }
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
+                bias_pos,
                 update: update.map(|(a, b)| (<$t as MatElem>::from_f64(a), <$t as MatElem>::from_f64(b))),
                 zero_fill: zero_fill && !empty,
                 jobs_independent,
@@ -486,6 +523,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
 /// Every kernel of this file.
 pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::MatMul, build),
+    (&ir::MatMulAdd, build),
     (&ir::MatMulLhsGrad, build),
     (&ir::MatMulRhsGrad, build),
     (&ir::ScaledAddMatMulRhsGradInplace, build),

@@ -1,0 +1,102 @@
+//! `fuse_matmul_bias`: a linear layer's bias added by the GEMM.
+//!
+//! ```text
+//! t = MatMul(a, b)        t read by nothing else, not a graph output
+//! y = Add(t, c)           c: [n], n the last dim of t; y has t's shape
+//! ```
+//!
+//! becomes `y = MatMulAdd(a, b, c)`: the kernel writes `c` into each output block
+//! and the GEMM accumulates onto it while the block is in cache, instead of a
+//! separate pass that reads `t` and writes `y`. After autodiff the gradients read
+//! `a`, `b` and the incoming gradient, never `t`, so training graphs match. Every
+//! value is unchanged up to the order of one addition (`c + a·b` rather than
+//! `a·b + c`, which is the same float result).
+
+use popart_ir::ops::all::{Add, MatMul};
+use popart_ir::ops::matmul::MatMulAdd;
+use popart_ir::{Graph, Ir, OpId, Result, TensorId};
+
+use crate::pipeline::{Pass, PassOutcome};
+
+/// The `fuse-matmul-bias` pattern (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuseMatMulBias;
+
+impl FuseMatMulBias {
+    /// The pass's name in a pipeline.
+    pub const NAME: &'static str = "fuse-matmul-bias";
+}
+
+impl Pass for FuseMatMulBias {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
+        let mut count = 0usize;
+        for g in ir.graph_ids() {
+            let matches: Vec<Match> = {
+                let graph = ir.graph(g)?;
+                graph.ops().filter_map(|op| find(graph, op.id)).collect()
+            };
+            let graph = ir.graph_mut(g)?;
+            for m in matches {
+                rewrite(graph, m)?;
+                count += 1;
+            }
+        }
+        Ok(PassOutcome::changed(count > 0).with_note(format!("{count} biases fused")))
+    }
+}
+
+struct Match {
+    add: OpId,
+    matmul: OpId,
+    a: TensorId,
+    b: TensorId,
+    c: TensorId,
+}
+
+fn find(g: &Graph, add: OpId) -> Option<Match> {
+    let op = g.op(add).ok()?;
+    if !op.is::<Add>() {
+        return None;
+    }
+    let y = g.tensor(op.output(0)?).ok()?;
+    let (x0, x1) = (op.input(0)?, op.input(1)?);
+    [(x0, x1), (x1, x0)].into_iter().find_map(|(t, c)| {
+        let tt = g.tensor(t).ok()?;
+        let ct = g.tensor(c).ok()?;
+        let mm = g.op(tt.producer()?.op).ok()?;
+        let n = *tt.info.shape.last()?;
+        let fits = mm.is::<MatMul>()
+            && tt.consumers().len() == 1
+            && g.output_index(t).is_none()
+            && tt.info == y.info
+            && ct.info.dtype == y.info.dtype
+            && y.info.dtype.is_floating_point()
+            && ct.info.shape == [n];
+        fits.then(|| Some(Match { add, matmul: mm.id, a: mm.input(0)?, b: mm.input(1)?, c }))?
+    })
+}
+
+fn rewrite(g: &mut Graph, m: Match) -> Result<()> {
+    let name = g.op(m.matmul)?.name.clone();
+    let placement = g.op(m.matmul)?.placement;
+    let attrs = g.op(m.matmul)?.attrs.clone();
+    let fused = g.add_op(&MatMulAdd, attrs, &format!("{name}_bias"));
+    g.set_op_placement(fused, placement)?;
+    let y = g.disconnect_output(m.add, 0)?;
+    g.remove_topo_con(m.matmul, m.add);
+    g.remove_topo_con(m.add, m.matmul);
+    for op in [m.add, m.matmul] {
+        g.transfer_topo_cons(op, fused)?;
+    }
+    g.erase_op_and_outputs(m.add)?;
+    g.erase_op_and_outputs(m.matmul)?;
+    g.connect_input(fused, 0, m.a)?;
+    g.connect_input(fused, 1, m.b)?;
+    g.connect_input(fused, 2, m.c)?;
+    g.connect_output(fused, 0, y)?;
+    Ok(())
+}
