@@ -8,6 +8,8 @@ mod data;
 mod model;
 #[path = "../mnist/npy.rs"]
 mod npy;
+#[path = "../support/peak.rs"]
+mod peak;
 #[path = "../support/profile.rs"]
 mod profile;
 mod scan;
@@ -469,12 +471,16 @@ fn main() -> AppResult<()> {
         let mut ms: Vec<f64> = step_times[1..].iter().map(|d| d.as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
         let med = ms[ms.len() / 2];
+        let gflops = flops_per_step(&s) / (med / 1e3) / 1e9;
+        let threads = popxl_session::cpu::team::num_threads();
+        let (peak, isa) = peak::fma_peak_gflops(threads);
         println!(
-            "bench: step median {med:.2} ms (p10 {:.2}, p90 {:.2}), {:.0} tokens/s, {:.1} model GFLOP/s",
+            "bench: step median {med:.2} ms (p10 {:.2}, p90 {:.2}), {:.0} tokens/s, {gflops:.1} model GFLOP/s = {:.0}% of \
+             this machine's fp32 FMA peak ({peak:.0} GFLOP/s on {threads} threads, {isa})",
             ms[ms.len() / 10],
             ms[ms.len() * 9 / 10],
             tokens_per_step / (med / 1e3),
-            flops_per_step(&s) / (med / 1e3) / 1e9
+            100.0 * gflops / peak
         );
         for script in ["torch_gpt.py", "jax_gpt.py"] {
             match baseline_ms(&cfg.baselines.join(script), &cfg.data, &s) {
