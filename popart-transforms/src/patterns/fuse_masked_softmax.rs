@@ -17,6 +17,8 @@ use popart_ir::ops::all::{Mul, Softmax, Where};
 use popart_ir::ops::nn::MaskedSoftmax;
 use popart_ir::{AttrValue, Attributes, Graph, Ir, OpId, Result, TensorId, TensorKind};
 
+use super::{fuse_ops, rewrite_matches};
+
 use crate::pipeline::{Pass, PassOutcome};
 
 /// The `fuse-masked-softmax` pattern (see the module docs).
@@ -34,18 +36,8 @@ impl Pass for FuseMaskedSoftmax {
     }
 
     fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
-        let mut fused = Vec::new();
-        for g in ir.graph_ids() {
-            let matches: Vec<Match> = {
-                let graph = ir.graph(g)?;
-                graph.ops().filter_map(|op| find(graph, op.id)).collect()
-            };
-            let graph = ir.graph_mut(g)?;
-            for m in matches {
-                fused.push(rewrite(graph, m)?);
-            }
-        }
-        Ok(PassOutcome::changed(!fused.is_empty()).with_note(format!("{} softmaxes fused", fused.len())))
+        let n = rewrite_matches(ir, find, rewrite)?;
+        Ok(PassOutcome::changed(n > 0).with_note(format!("{n} softmaxes fused")))
     }
 }
 
@@ -114,32 +106,15 @@ fn find(g: &Graph, softmax: OpId) -> Option<Match> {
     Some(m)
 }
 
-fn rewrite(g: &mut Graph, m: Match) -> Result<String> {
-    let name = g.op(m.softmax)?.name.clone();
-    let placement = g.op(m.softmax)?.placement;
+fn rewrite(g: &mut Graph, m: Match) -> Result<()> {
+    let name = format!("{}_masked", g.op(m.softmax)?.name);
     let attrs = Attributes::new()
         .with("scale", AttrValue::Float(m.scale))
         .with("fill", AttrValue::Float(m.fill))
         .with("axis", AttrValue::Int(-1));
-    let fused = g.add_op(&MaskedSoftmax, attrs, &format!("{name}_masked"));
-    g.set_op_placement(fused, placement)?;
-    let y = g.disconnect_output(m.softmax, 0)?;
-    let mut erased = vec![m.softmax, m.where_];
-    erased.extend(m.mul);
-    // Constraints among the fused ops vanish; the others move to the fused op.
-    for &a in &erased {
-        for &b in &erased {
-            g.remove_topo_con(a, b);
-        }
-    }
-    for &op in &erased {
-        g.transfer_topo_cons(op, fused)?;
-    }
-    for &op in &erased {
-        g.erase_op_and_outputs(op)?;
-    }
-    g.connect_input(fused, 0, m.x)?;
-    g.connect_input(fused, 1, m.mask)?;
-    g.connect_output(fused, 0, y)?;
-    Ok(name)
+    // Consumers before producers: the softmax, the where, the mul.
+    let mut ops = vec![m.softmax, m.where_];
+    ops.extend(m.mul);
+    fuse_ops(g, &ops, &MaskedSoftmax, attrs, &name, &[m.x, m.mask])?;
+    Ok(())
 }

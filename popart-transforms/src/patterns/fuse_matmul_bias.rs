@@ -16,6 +16,8 @@ use popart_ir::ops::all::{Add, MatMul};
 use popart_ir::ops::matmul::MatMulAdd;
 use popart_ir::{Graph, Ir, OpId, Result, TensorId};
 
+use super::{fuse_ops, rewrite_matches};
+
 use crate::pipeline::{Pass, PassOutcome};
 
 /// The `fuse-matmul-bias` pattern (see the module docs).
@@ -33,19 +35,8 @@ impl Pass for FuseMatMulBias {
     }
 
     fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
-        let mut count = 0usize;
-        for g in ir.graph_ids() {
-            let matches: Vec<Match> = {
-                let graph = ir.graph(g)?;
-                graph.ops().filter_map(|op| find(graph, op.id)).collect()
-            };
-            let graph = ir.graph_mut(g)?;
-            for m in matches {
-                rewrite(graph, m)?;
-                count += 1;
-            }
-        }
-        Ok(PassOutcome::changed(count > 0).with_note(format!("{count} biases fused")))
+        let n = rewrite_matches(ir, find, rewrite)?;
+        Ok(PassOutcome::changed(n > 0).with_note(format!("{n} biases fused")))
     }
 }
 
@@ -81,22 +72,8 @@ fn find(g: &Graph, add: OpId) -> Option<Match> {
 }
 
 fn rewrite(g: &mut Graph, m: Match) -> Result<()> {
-    let name = g.op(m.matmul)?.name.clone();
-    let placement = g.op(m.matmul)?.placement;
+    let name = format!("{}_bias", g.op(m.matmul)?.name);
     let attrs = g.op(m.matmul)?.attrs.clone();
-    let fused = g.add_op(&MatMulAdd, attrs, &format!("{name}_bias"));
-    g.set_op_placement(fused, placement)?;
-    let y = g.disconnect_output(m.add, 0)?;
-    g.remove_topo_con(m.matmul, m.add);
-    g.remove_topo_con(m.add, m.matmul);
-    for op in [m.add, m.matmul] {
-        g.transfer_topo_cons(op, fused)?;
-    }
-    g.erase_op_and_outputs(m.add)?;
-    g.erase_op_and_outputs(m.matmul)?;
-    g.connect_input(fused, 0, m.a)?;
-    g.connect_input(fused, 1, m.b)?;
-    g.connect_input(fused, 2, m.c)?;
-    g.connect_output(fused, 0, y)?;
+    fuse_ops(g, &[m.add, m.matmul], &MatMulAdd, attrs, &name, &[m.a, m.b, m.c])?;
     Ok(())
 }

@@ -17,3 +17,65 @@ pub mod fuse_weight_update;
 pub use fuse_masked_softmax::FuseMaskedSoftmax;
 pub use fuse_matmul_bias::FuseMatMulBias;
 pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};
+
+use popart_ir::{Attributes, Graph, Ir, OpDef, OpId, Result, TensorId};
+
+/// Run a local pattern over every graph: collect the matches `find` reports for
+/// each op of a graph, then apply `rewrite` to each; returns the number rewritten.
+/// `find` must report disjoint matches (no op in two of them).
+pub(crate) fn rewrite_matches<M>(
+    ir: &mut Ir,
+    find: impl Fn(&Graph, OpId) -> Option<M>,
+    mut rewrite: impl FnMut(&mut Graph, M) -> Result<()>,
+) -> Result<usize> {
+    let mut count = 0;
+    for g in ir.graph_ids() {
+        let matches: Vec<M> = {
+            let graph = ir.graph(g)?;
+            graph.ops().filter_map(|op| find(graph, op.id)).collect()
+        };
+        let graph = ir.graph_mut(g)?;
+        for m in matches {
+            rewrite(graph, m)?;
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
+/// Replace the connected ops `ops` by one new op of type `def` reading `inputs`
+/// (at indices 0..) and producing the output tensor of `ops[0]`'s output 0 (kept:
+/// its id, name and consumers do not change). The new op takes the placement of
+/// `ops[0]` and every topological constraint of `ops` with other ops; the other
+/// outputs of `ops` must be read by nothing but `ops`, and are erased with them.
+pub(crate) fn fuse_ops(
+    g: &mut Graph,
+    ops: &[OpId],
+    def: &'static dyn OpDef,
+    attrs: Attributes,
+    name: &str,
+    inputs: &[TensorId],
+) -> Result<OpId> {
+    let placement = g.op(ops[0])?.placement;
+    let fused = g.add_op(def, attrs, name);
+    g.set_op_placement(fused, placement)?;
+    let y = g.disconnect_output(ops[0], 0)?;
+    // Constraints among the fused ops vanish; the others move to the fused op.
+    for &a in ops {
+        for &b in ops {
+            g.remove_topo_con(a, b);
+        }
+    }
+    for &op in ops {
+        g.transfer_topo_cons(op, fused)?;
+    }
+    // Consumers first: each op's outputs are then unread when it is erased.
+    for &op in ops {
+        g.erase_op_and_outputs(op)?;
+    }
+    for (i, &t) in inputs.iter().enumerate() {
+        g.connect_input(fused, i as u32, t)?;
+    }
+    g.connect_output(fused, 0, y)?;
+    Ok(fused)
+}

@@ -188,6 +188,27 @@ pub fn loss_and_grad(logits: &Tensor, targets: &Tensor) -> popxl::Result<(Tensor
     ops::nll_loss_with_softmax_grad(&probs, &labels)
 }
 
+/// The gradient graph of `graph` for every input (but the first, an integer
+/// token input, with `skip_first`).
+pub fn grad_graph(graph: &Graph, skip_first: bool) -> popxl::Result<transforms::GradGraphInfo> {
+    let ins = graph.inputs()?;
+    let required: Vec<Tensor> = if skip_first { ins[1..].to_vec() } else { ins };
+    Ok(transforms::autodiff(graph, None, Some(&required), &HashMap::new(), false)?.grad_info)
+}
+
+/// Call the gradient graph `info` for the forward call `site` with the gradient
+/// `seed` of its output; returns each forward parent input's gradient.
+pub fn backward(
+    info: &transforms::GradGraphInfo,
+    site: &CallSiteInfo,
+    seed: &Tensor,
+) -> popxl::Result<HashMap<Tensor, Tensor>> {
+    let acts = info.inputs_dict(site)?;
+    let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
+    let call = ops::call_with_info(&info.graph(), &[seed], &acts)?;
+    info.fwd_parent_ins_to_grad_parent_outs(site, &call)
+}
+
 /// Build one training step in the current graph: forward, backward through the
 /// three gradient graphs (the block's in reverse layer order), Adam on every
 /// parameter. Returns the loss.
@@ -201,35 +222,24 @@ pub fn train_step(
 ) -> popxl::Result<Tensor> {
     let f = forward(g, s, tokens, p)?;
     let (loss, dlogits) = loss_and_grad(&f.logits, targets)?;
-    let none = HashMap::new();
-    let grad_of = |graph: &Graph, skip_first: bool| -> popxl::Result<transforms::GradGraphInfo> {
-        let ins = graph.inputs()?;
-        let required: Vec<Tensor> = if skip_first { ins[1..].to_vec() } else { ins };
-        Ok(transforms::autodiff(graph, None, Some(&required), &none, false)?.grad_info)
-    };
-    let (dhead, dblock, dembed) = (grad_of(&g.head, false)?, grad_of(&g.block, false)?, grad_of(&g.embed, true)?);
+    let (dhead, dblock, dembed) =
+        (grad_graph(&g.head, false)?, grad_graph(&g.block, false)?, grad_graph(&g.embed, true)?);
     let mut grads: HashMap<String, Tensor> = HashMap::new();
-    let back = |info: &transforms::GradGraphInfo, site: &CallSiteInfo, seed: &Tensor| {
-        let acts = info.inputs_dict(site)?;
-        let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
-        let call = ops::call_with_info(&info.graph(), &[seed], &acts)?;
-        info.fwd_parent_ins_to_grad_parent_outs(site, &call)
-    };
     let n = f.sites.len();
-    let gh = back(&dhead, &f.sites[n - 1], &dlogits)?;
+    let gh = backward(&dhead, &f.sites[n - 1], &dlogits)?;
     let mut dx = gh[&f.xs[s.layers]].clone();
     for name in ["lnf_g", "lnf_b", "wte"] {
         grads.insert(name.to_string(), gh[&p[name]].clone());
     }
     for l in (0..s.layers).rev() {
-        let gb = back(&dblock, &f.sites[l + 1], &dx)?;
+        let gb = backward(&dblock, &f.sites[l + 1], &dx)?;
         for n in BLOCK_PARAMS {
             let name = format!("h{l}.{n}");
             grads.insert(name.clone(), gb[&p[&name]].clone());
         }
         dx = gb[&f.xs[l]].clone();
     }
-    let ge = back(&dembed, &f.sites[0], &dx)?;
+    let ge = backward(&dembed, &f.sites[0], &dx)?;
     let dwte = ops::add(&grads["wte"], &ge[&p["wte"]])?;
     grads.insert("wte".into(), dwte);
     grads.insert("wpe".into(), ge[&p["wpe"]].clone());

@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 
 use ndarray::{Array1, ArrayD, Axis};
-use popxl::ops::{self, CallSiteInfo};
-use popxl::{transforms, Graph, HostArray, Ir, Tensor};
+use popxl::ops;
+use popxl::{Graph, HostArray, Ir, Tensor};
 
 use crate::model::{self, Graphs, Shape, BLOCK_PARAMS};
 
@@ -138,21 +138,9 @@ pub fn train_step(
     let head = ops::call_with_info(&g.head, &[&x, &p["lnf_g"], &p["lnf_b"], &p["wte"]], &[])?;
     let (loss, dlogits) = model::loss_and_grad(&head.parent_output(0)?, targets)?;
 
-    let none = HashMap::new();
-    let grad_of = |graph: &Graph, skip_first: bool| -> popxl::Result<transforms::GradGraphInfo> {
-        let ins = graph.inputs()?;
-        let required: Vec<Tensor> = if skip_first { ins[1..].to_vec() } else { ins };
-        Ok(transforms::autodiff(graph, None, Some(&required), &none, false)?.grad_info)
-    };
-    let back = |info: &transforms::GradGraphInfo, site: &CallSiteInfo, seed: &Tensor| {
-        let acts = info.inputs_dict(site)?;
-        let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
-        let call = ops::call_with_info(&info.graph(), &[seed], &acts)?;
-        info.fwd_parent_ins_to_grad_parent_outs(site, &call)
-    };
-    let gh = back(&grad_of(&g.head, false)?, &head, &dlogits)?;
-    let gl = back(&grad_of(layers, false)?, &body, &gh[&x])?;
-    let ge = back(&grad_of(&g.embed, true)?, &embed, &gl[&x0])?;
+    let gh = model::backward(&model::grad_graph(&g.head, false)?, &head, &dlogits)?;
+    let gl = model::backward(&model::grad_graph(layers, false)?, &body, &gh[&x])?;
+    let ge = model::backward(&model::grad_graph(&g.embed, true)?, &embed, &gl[&x0])?;
     let mut grads: HashMap<String, Tensor> = HashMap::new();
     grads.insert("wte".into(), ops::add(&gh[&p["wte"]], &ge[&p["wte"]])?);
     grads.insert("wpe".into(), ge[&p["wpe"]].clone());
