@@ -24,7 +24,8 @@
 //! unchanged. Topological constraints of the callee are copied; those of the call
 //! op go to the inlined ops with no producer among the inlined ops (constraints
 //! before the call) and to those whose outputs no inlined op reads (after the call).
-//! Inlined ops are named `<call op>/<callee op>`.
+//! Inlined ops are named `<call op>/<callee op>`; a callee's constants are copied
+//! into a caller once, however many of its calls are inlined there.
 
 use std::collections::HashMap;
 
@@ -50,6 +51,7 @@ impl Pass for InlineCalls {
 
     fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
         let mut inlinable: HashMap<GraphId, bool> = HashMap::new();
+        let mut constants = ConstantCopies::new();
         let mut count = 0usize;
         // Callees first, so a graph called from many places is inlined into after
         // its own calls were inlined into it (each nested op is copied once per level).
@@ -78,7 +80,7 @@ impl Pass for InlineCalls {
                     }
                 };
                 if ok {
-                    inline_call(ir, g, call, callee)?;
+                    inline_call(ir, g, call, callee, &mut constants)?;
                     count += 1;
                 }
             }
@@ -115,6 +117,10 @@ fn can_inline(ir: &Ir, callee: GraphId) -> Result<bool> {
     Ok(true)
 }
 
+/// The caller's copy of each callee constant, per (caller, callee, constant): a
+/// graph inlined at many sites of one caller gets one copy of its constants.
+type ConstantCopies = HashMap<(GraphId, GraphId, TensorId), TensorId>;
+
 /// One op of the callee, as copied into the caller.
 struct OpCopy {
     id: OpId,
@@ -127,7 +133,13 @@ struct OpCopy {
 }
 
 /// Replace `call` (in `parent`, calling `callee`) by copies of `callee`'s ops.
-fn inline_call(ir: &mut Ir, parent: GraphId, call: OpId, callee: GraphId) -> Result<()> {
+fn inline_call(
+    ir: &mut Ir,
+    parent: GraphId,
+    call: OpId,
+    callee: GraphId,
+    constant_copies: &mut ConstantCopies,
+) -> Result<()> {
     // Read everything needed from the callee first (the caller is mutated next).
     let g = ir.graph(callee)?;
     let order = g.schedule()?;
@@ -175,8 +187,16 @@ fn inline_call(ir: &mut Ir, parent: GraphId, call: OpId, callee: GraphId) -> Res
         map.insert(t, parent_t);
     }
     for (t, name, info, kind) in constants {
-        let name = pg.unique_tensor_name(&format!("{prefix}/{name}"));
-        map.insert(t, pg.add_tensor(&name, info, kind)?);
+        let copy = match constant_copies.get(&(parent, callee, t)) {
+            Some(&c) => c,
+            None => {
+                let name = pg.unique_tensor_name(&format!("{prefix}/{name}"));
+                let c = pg.add_tensor(&name, info, kind)?;
+                constant_copies.insert((parent, callee, t), c);
+                c
+            }
+        };
+        map.insert(t, copy);
     }
     // The call's outputs are kept: the callee's producers will produce them.
     let mut outputs_of_call: HashMap<TensorId, TensorId> = HashMap::new();

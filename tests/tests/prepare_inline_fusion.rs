@@ -96,6 +96,10 @@ fn inlined_calls_train_exactly_as_functions() {
     assert!(!s_fn.executable().functions.is_empty());
     // Inlined: no call and no function left.
     assert_eq!(count_ops(&s_in, "Call"), 0);
+    // The constant `c` of the layer and the one of its gradient graph are each
+    // copied into the main graph once, not once per call (3 calls of each).
+    let main = s_in.prepared_ir().main_graph();
+    assert_eq!(main.constants().filter(|t| t.name.ends_with("/c")).count(), 2);
     assert!(s_in.executable().functions.is_empty());
     // Every op computes the same elementwise arithmetic: the results agree.
     for (a, b) in l_fn.iter().zip(&l_in) {
