@@ -8,9 +8,9 @@
 //! becomes `y = MatMulAdd(a, b, c)`: the kernel writes `c` into each output block
 //! and the GEMM accumulates onto it while the block is in cache, instead of a
 //! separate pass that reads `t` and writes `y`. After autodiff the gradients read
-//! `a`, `b` and the incoming gradient, never `t`, so training graphs match. Every
-//! value is unchanged up to the order of one addition (`c + a·b` rather than
-//! `a·b + c`, which is the same float result).
+//! `a`, `b` and the incoming gradient, never `t`, so training graphs match. Values
+//! agree up to rounding: the GEMM adds its partial sums over blocks of the
+//! reduction onto `c` one after the other, where `a·b + c` adds `c` last.
 
 use popart_ir::ops::all::{Add, MatMul};
 use popart_ir::ops::matmul::MatMulAdd;
