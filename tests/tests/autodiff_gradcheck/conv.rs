@@ -46,3 +46,20 @@ proptest! {
         gradcheck(&[Arg::Diff(x), Arg::Diff(w)], &f, F64, seed)?;
     }
 }
+
+/// A 1x1 depthwise convolution padded only at the end (found by the property test
+/// above): its output is wider than its input, so it is not a pointwise product.
+#[test]
+fn one_by_one_conv_with_end_padding() {
+    let o = ConvOptions::default()
+        .stride(vec![1])
+        .padding(vec![0, 2])
+        .dilation(vec![1])
+        .groups(3)
+        .pad_type(PadType::NotSet);
+    let seed = 161949765u64;
+    let mut rng = Rng(seed);
+    let (x, w) = (rng.array(&[1, 3, 2], uniform), rng.array(&[3, 1, 1], uniform));
+    let f = move |t: &[popxl::Tensor]| ops::conv_with(&t[0], &t[1], &o);
+    gradcheck(&[Arg::Diff(x), Arg::Diff(w)], &f, F64, seed).expect("gradients match");
+}

@@ -96,7 +96,15 @@ impl Geo2 {
     }
     /// A 1x1, stride 1, unpadded convolution: the input planes are the im2col matrix.
     pub(crate) fn pointwise(&self) -> bool {
-        self.kh == 1 && self.kw == 1 && self.sh == 1 && self.sw == 1 && self.ph == 0 && self.pw == 0
+        // End padding makes the output larger than the input: not a plain product.
+        self.kh == 1
+            && self.kw == 1
+            && self.sh == 1
+            && self.sw == 1
+            && self.ph == 0
+            && self.pw == 0
+            && self.oh == self.ih
+            && self.ow == self.iw
     }
     /// The input row read by output row `o` at tap `ki`, if inside the input.
     #[inline]
