@@ -27,7 +27,7 @@
 //! Inlined ops are named `<call op>/<callee op>`; a callee's constants are copied
 //! into a caller once, however many of its calls are inlined there.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use popart_ir::alias::AliasGroups;
 use popart_ir::ops::control::Call;
@@ -198,21 +198,15 @@ fn inline_call(
         };
         map.insert(t, copy);
     }
-    // The call's outputs are kept: the callee's producers will produce them.
-    let mut outputs_of_call: HashMap<TensorId, TensorId> = HashMap::new();
-    for (j, &t) in callee_outputs.iter().enumerate() {
-        if call_op.output(j as u32).is_some() {
-            outputs_of_call.insert(t, pg.disconnect_output(call, j as u32)?);
-        }
-    }
-    for (j, _) in call_op.inputs().iter().collect::<Vec<_>>() {
-        pg.disconnect_input(call, j)?;
-    }
+    // The call's outputs are kept (erasing the call leaves them unproduced): the
+    // callee's producers will produce them.
+    let outputs_of_call: HashMap<TensorId, TensorId> =
+        callee_outputs.iter().enumerate().filter_map(|(j, &t)| Some((t, call_op.output(j as u32)?))).collect();
     pg.erase_op(call)?;
 
     let mut new_ops: HashMap<OpId, OpId> = HashMap::with_capacity(ops.len());
     let mut produced_inside: Vec<bool> = Vec::with_capacity(ops.len());
-    let mut read_inside: HashMap<OpId, bool> = HashMap::new();
+    let mut read_inside: HashSet<OpId> = HashSet::new();
     let producer_of: HashMap<TensorId, OpId> =
         ops.iter().flat_map(|c| c.outputs.iter().map(move |o| (o.1, c.id))).collect();
     for c in &ops {
@@ -222,7 +216,7 @@ fn inline_call(
         for &(i, t) in &c.inputs {
             if let Some(&p) = producer_of.get(&t) {
                 any_inside = true;
-                read_inside.insert(p, true);
+                read_inside.insert(p);
             }
             let pt = *map.get(&t).ok_or_else(|| {
                 IrError::Invalid(format!("inlining `{prefix}`: op `{}` reads an unknown tensor", c.name))
@@ -254,7 +248,7 @@ fn inline_call(
                 add_con(pg, b, new, tied)?;
             }
         }
-        if !read_inside.contains_key(&c.id) {
+        if !read_inside.contains(&c.id) {
             for &(a, tied) in &afters {
                 add_con(pg, new, a, tied)?;
             }

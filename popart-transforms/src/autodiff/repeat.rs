@@ -197,8 +197,7 @@ fn stash_wrapper(ir: &mut Ir, body: GraphId, count: usize, stash: &[usize]) -> R
         .map(|&t| bg.tensor(t).map(|t| (t.name.clone(), t.info.clone())))
         .collect::<std::result::Result<_, _>>()?;
     let wname = ir.unique_graph_name(&format!("{}_stash", bg.name()));
-    let w = ir.create_graph(&wname)?;
-    let build = |ir: &mut Ir| -> Result<()> {
+    new_graph(ir, &wname, |ir, w| {
         let mut ins = Vec::with_capacity(inputs.len());
         let add_input = |ir: &mut Ir, base: &str, info: TensorInfo| -> Result<TensorId> {
             let g = ir.graph_mut(w)?;
@@ -236,14 +235,7 @@ fn stash_wrapper(ir: &mut Ir, body: GraphId, count: usize, stash: &[usize]) -> R
             g.add_output(t)?;
         }
         Ok(())
-    };
-    match build(ir) {
-        Ok(()) => Ok(w),
-        Err(e) => {
-            let _ = ir.remove_graph(w);
-            Err(e)
-        }
-    }
+    })
 }
 
 /// Rewrite forward `Repeat` op `id` of `fwd` (body `body`) to call a stashing wrapper
@@ -369,8 +361,7 @@ fn sliced_variant(
 /// copies of `outputs` (tensors of `src`).
 fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[TensorId]) -> Result<GraphId> {
     let g = ir.graph(src)?.clone();
-    let copy = ir.create_graph(name)?;
-    let build = |ir: &mut Ir| -> Result<()> {
+    new_graph(ir, name, |ir, copy| {
         let mut map: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
         for &t in g.inputs() {
             let x = g.tensor(t)?;
@@ -415,11 +406,17 @@ fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[
             cg.add_output(n)?;
         }
         Ok(())
-    };
-    match build(ir) {
-        Ok(()) => Ok(copy),
+    })
+}
+
+/// Create graph `name` and fill it with `build`; on failure the half-built graph is
+/// removed again, so a failed autodiff leaves no stray graph behind.
+fn new_graph(ir: &mut Ir, name: &str, build: impl FnOnce(&mut Ir, GraphId) -> Result<()>) -> Result<GraphId> {
+    let g = ir.create_graph(name)?;
+    match build(ir, g) {
+        Ok(()) => Ok(g),
         Err(e) => {
-            let _ = ir.remove_graph(copy);
+            let _ = ir.remove_graph(g);
             Err(e)
         }
     }

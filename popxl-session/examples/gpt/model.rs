@@ -244,16 +244,22 @@ pub fn train_step(
     grads.insert("wte".into(), dwte);
     grads.insert("wpe".into(), ge[&p["wpe"]].clone());
 
+    adam_all(p, &grads, lr)?;
+    Ok(loss)
+}
+
+/// [`adam`] on every parameter of `p` with its gradient in `grads`, in name order.
+pub fn adam_all(p: &HashMap<String, Tensor>, grads: &HashMap<String, Tensor>, lr: f32) -> popxl::Result<()> {
     let mut names: Vec<&String> = p.keys().collect();
     names.sort();
     for name in names {
         adam(&p[name], &grads[name], name, lr)?;
     }
-    Ok(loss)
+    Ok(())
 }
 
 /// Adam (betas 0.9/0.999, eps 1e-8, bias-corrected, no weight decay) on `w`.
-pub fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
+fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
     let zeros = HostArray::full(w.info(), 0.0);
     let m = popxl::variable(zeros.clone(), &format!("{name}.adam_m"))?;
     let v = popxl::variable(zeros, &format!("{name}.adam_v"))?;

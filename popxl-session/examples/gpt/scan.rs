@@ -150,10 +150,6 @@ pub fn train_step(
     for name in &stacked {
         grads.insert(name.clone(), gl[&p[name]].clone());
     }
-    let mut names: Vec<&String> = p.keys().collect();
-    names.sort();
-    for name in names {
-        model::adam(&p[name], &grads[name], name, lr)?;
-    }
+    model::adam_all(p, &grads, lr)?;
     Ok(loss)
 }
