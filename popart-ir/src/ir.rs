@@ -41,6 +41,8 @@ pub struct Ir {
     pub num_host_transfers: usize,
     /// Number of replicas (PopXL's `replication_factor`).
     pub replication_factor: usize,
+    /// Remote buffers and remote variables ([`crate::remote`]).
+    pub(crate) remote: crate::remote::RemoteState,
 }
 
 impl Default for Ir {
@@ -64,6 +66,7 @@ impl Ir {
             main,
             num_host_transfers: 1,
             replication_factor: 1,
+            remote: Default::default(),
         }
     }
 
@@ -231,6 +234,15 @@ impl Ir {
         output_names: &[String],
         name: &str,
     ) -> Result<OpId> {
+        if graph == self.main {
+            if let Some(&(_, t)) = inputs.iter().find(|&&(_, t)| self.remote.variables.contains_key(&t)) {
+                let tname = self.main_graph().tensor(t).map_or_else(|_| format!("{t:?}"), |t| t.name.clone());
+                return Err(IrError::Invalid(format!(
+                    "op `{name}` reads remote variable `{tname}`, which lives in streaming memory: \
+                     load it with a remote load first"
+                )));
+            }
+        }
         let g = self.graph_mut(graph)?;
         for &(_, t) in inputs {
             g.tensor(t)?;

@@ -23,6 +23,7 @@ mod ir;
 mod op;
 pub mod ops;
 mod placement;
+mod remote;
 mod schedule;
 pub mod size;
 mod tensor;
@@ -40,6 +41,7 @@ pub use op::{
     OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use placement::{Placement, TileSet};
+pub use remote::{RemoteBuffer, RemoteBufferId, RemoteSlot};
 pub use schedule::ScheduleOptions;
 pub use size::SizeError;
 pub use tensor::{HostDataError, HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};

@@ -50,7 +50,7 @@ impl Ir {
         for g in self.graphs() {
             self.verify_graph(g)?;
         }
-        Ok(())
+        self.verify_remote()
     }
 
     fn verify_graph(&self, g: &Graph) -> Result<()> {

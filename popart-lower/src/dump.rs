@@ -60,6 +60,31 @@ impl fmt::Display for Executable {
             };
             writeln!(f, "  s{} {} {} {} {}", s.id.0, dir(s.direction), kind, s.info, quote(&s.name))?;
         }
+        if !self.remote_buffers.is_empty() {
+            writeln!(f, "remote buffers:")?;
+            for r in &self.remote_buffers {
+                let vars: Vec<String> = self
+                    .remote_weights
+                    .iter()
+                    .filter(|w| w.slot.buffer == r.id)
+                    .map(|w| format!("[{}] {}", w.slot.entry, w.tensor.name))
+                    .collect();
+                let vars = if vars.is_empty() { String::new() } else { format!(": {}", vars.join(", ")) };
+                writeln!(f, "  r{} {} x {} entries{vars}", r.id, r.info, r.entries)?;
+            }
+        }
+        if self.code.iter().any(|c| c.loaded) {
+            writeln!(f, "code liveness ({} timeline steps):", self.timeline_steps)?;
+            for c in &self.code {
+                let live = c.live.iter().map(|(a, b)| format!("{a}-{b}")).collect::<Vec<_>>().join(" ");
+                if c.loaded {
+                    let loads = c.loads.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" ");
+                    writeln!(f, "  f{} {}: loaded at [{loads}], live [{live}]", c.function.0, c.graph)?;
+                } else {
+                    writeln!(f, "  f{} {}: always live", c.function.0, c.graph)?;
+                }
+            }
+        }
         writeln!(f, "functions:")?;
         for func in &self.functions {
             let ins = func.inputs.iter().map(|b| format!("b{}", b.0)).collect::<Vec<_>>().join(", ");
@@ -135,6 +160,22 @@ fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, inde
         Program::WriteConstant { constant } => {
             let c = &exe.constants[*constant];
             writeln!(f, "{pad}write_constant {} -> b{}", c.tensor.name, c.buffer.0)
+        }
+        Program::RemoteLoad { buffer, offset, dst } => {
+            writeln!(f, "{pad}remote_load r{buffer}[{offset}] -> b{}", dst.0)
+        }
+        Program::RemoteStore { src, buffer, offset } => {
+            writeln!(f, "{pad}remote_store b{} -> r{buffer}[{offset}]", src.0)
+        }
+        Program::HostToRemote { stream, buffer, entry } => {
+            writeln!(f, "{pad}host_to_remote s{} {} -> r{buffer}[{entry}]", stream.0, quote(&exe.stream(*stream).name))
+        }
+        Program::RemoteToHost { buffer, entry, stream } => {
+            writeln!(f, "{pad}remote_to_host r{buffer}[{entry}] -> s{} {}", stream.0, quote(&exe.stream(*stream).name))
+        }
+        Program::CodeLoad { function } => {
+            let name = exe.functions.get(function.index()).map_or("?", |f| f.name.as_str());
+            writeln!(f, "{pad}code_load f{} {name}", function.0)
         }
     }
 }

@@ -2,7 +2,10 @@
 
 use std::collections::HashMap;
 
-use popart_ir::{Attributes, GraphId, HostTensor, OpDef, StreamDirection, TensorId, TensorInfo};
+use popart_ir::{
+    Attributes, GraphId, HostTensor, OpDef, RemoteBuffer, RemoteBufferId, RemoteSlot, StreamDirection, TensorId,
+    TensorInfo,
+};
 
 /// Alignment of every buffer in the arena, in bytes.
 pub const BUFFER_ALIGNMENT: usize = 64;
@@ -145,6 +148,55 @@ pub struct Weight {
     pub to_host: StreamId,
 }
 
+/// A remote variable (PopXL's `remote_variable`): its home is an entry of a
+/// remote buffer in streaming memory, written by `weights_from_host` and read
+/// back by `weights_to_host`; it has no buffer in the arena.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteWeight {
+    /// The variable tensor (of the main graph).
+    pub tensor: TensorRef,
+    /// Where it lives.
+    pub slot: RemoteSlot,
+    /// Its host-to-device weight stream (weights_from_host).
+    pub from_host: StreamId,
+    /// Its device-to-host weight stream (weights_to_host).
+    pub to_host: StreamId,
+}
+
+/// The entry of a remote transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteOffset {
+    /// Known when lowering (checked to be in range).
+    Entry(usize),
+    /// Read at run time from an int32 scalar in this buffer; the device checks it.
+    Tensor(BufferId),
+}
+
+impl std::fmt::Display for RemoteOffset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteOffset::Entry(e) => write!(f, "{e}"),
+            RemoteOffset::Tensor(b) => write!(f, "b{}", b.0),
+        }
+    }
+}
+
+/// When a function's code is live in tile memory (code loading, seed §9.7.2;
+/// see [`crate::lower`]'s code-liveness analysis).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeLiveness {
+    /// The function.
+    pub function: FunctionId,
+    /// Its graph's name.
+    pub graph: String,
+    /// Some `RemoteCodeLoad` loads it; when false its code is always live.
+    pub loaded: bool,
+    /// Timeline steps of its loads (every call instance of a loading graph).
+    pub loads: Vec<u64>,
+    /// Timeline steps (inclusive intervals, sorted, disjoint) on which its code is live.
+    pub live: Vec<(u64, u64)>,
+}
+
 /// A constant and where it lives.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Constant {
@@ -239,6 +291,50 @@ pub enum Program {
     WriteConstant {
         /// Index into [`Executable::constants`].
         constant: usize,
+    },
+    /// Copy entry `offset` of remote buffer `buffer` into `dst`.
+    RemoteLoad {
+        /// Remote buffer.
+        buffer: RemoteBufferId,
+        /// Entry.
+        offset: RemoteOffset,
+        /// Destination buffer.
+        dst: BufferId,
+    },
+    /// Copy `src` into entry `offset` of remote buffer `buffer`.
+    RemoteStore {
+        /// Source buffer.
+        src: BufferId,
+        /// Remote buffer.
+        buffer: RemoteBufferId,
+        /// Entry.
+        offset: RemoteOffset,
+    },
+    /// Pop the next element of a weight stream into an entry of a remote buffer
+    /// (`weights_from_host` of a remote variable).
+    HostToRemote {
+        /// Stream.
+        stream: StreamId,
+        /// Remote buffer.
+        buffer: RemoteBufferId,
+        /// Entry.
+        entry: usize,
+    },
+    /// Push an entry of a remote buffer to a weight stream (`weights_to_host`
+    /// of a remote variable).
+    RemoteToHost {
+        /// Remote buffer.
+        buffer: RemoteBufferId,
+        /// Entry.
+        entry: usize,
+        /// Stream.
+        stream: StreamId,
+    },
+    /// Load a function's code into tile memory from its code buffer
+    /// (`RemoteCodeLoad`): no effect on values; see [`Executable::code`].
+    CodeLoad {
+        /// The function.
+        function: FunctionId,
     },
 }
 
@@ -335,6 +431,15 @@ pub struct Executable {
     pub weights: Vec<Weight>,
     /// Constants.
     pub constants: Vec<Constant>,
+    /// Remote buffers of the IR (streaming memory), by id (id `k + 1` at position `k`).
+    pub remote_buffers: Vec<RemoteBuffer>,
+    /// Remote variables.
+    pub remote_weights: Vec<RemoteWeight>,
+    /// Code liveness of every function, in function order.
+    pub code: Vec<CodeLiveness>,
+    /// Steps of the timeline (the main program with every call expanded), on
+    /// which buffer lifetimes and [`CodeLiveness::live`] are counted.
+    pub timeline_steps: u64,
     /// The engine programs.
     pub programs: Programs,
     /// Arena sizes.
@@ -358,6 +463,11 @@ impl Executable {
     /// A buffer by id.
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.index()]
+    }
+
+    /// A remote buffer by id.
+    pub fn remote_buffer(&self, id: RemoteBufferId) -> Option<&RemoteBuffer> {
+        (id.0 as usize).checked_sub(1).and_then(|k| self.remote_buffers.get(k))
     }
 
     /// A stream by id.

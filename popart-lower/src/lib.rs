@@ -57,8 +57,9 @@ mod memory;
 mod report;
 
 pub use executable::{
-    Arg, Buffer, BufferId, BufferKind, Constant, Executable, Function, FunctionId, KernelCall, MemoryPlan, Program,
-    Programs, Stream, StreamId, StreamKind, TensorRef, Weight, BUFFER_ALIGNMENT,
+    Arg, Buffer, BufferId, BufferKind, CodeLiveness, Constant, Executable, Function, FunctionId, KernelCall,
+    MemoryPlan, Program, Programs, RemoteOffset, RemoteWeight, Stream, StreamId, StreamKind, TensorRef, Weight,
+    BUFFER_ALIGNMENT,
 };
 pub use lower::lower;
 pub use report::{LiveBuffer, MemoryReport};

@@ -17,7 +17,8 @@
 //!   otherwise be written through);
 //! - every callee output is produced by an op of the callee, appears once among
 //!   the outputs and aliases no callee input (a pass-through or view output would
-//!   otherwise alias the caller's tensor).
+//!   otherwise alias the caller's tensor);
+//! - no `RemoteCodeLoad` loads the callee (the program manages its code).
 //!
 //! The call's output tensors keep their ids and names (the callee's producers are
 //! connected to them), so consumers, graph outputs and session handles are
@@ -91,6 +92,13 @@ impl Pass for InlineCalls {
 
 /// Whether calls of `callee` can be inlined (see the module docs).
 fn can_inline(ir: &Ir, callee: GraphId) -> Result<bool> {
+    // A graph whose code the program loads explicitly stays a function.
+    let code_loaded = ir.graphs().any(|g| {
+        g.ops().any(|op| op.is::<popart_ir::ops::remote::RemoteCodeLoad>() && op.attrs.graph("graph") == Some(callee))
+    });
+    if code_loaded {
+        return Ok(false);
+    }
     let g = ir.graph(callee)?;
     let aliases = AliasGroups::of(g);
     let input_classes: Vec<TensorId> = g.inputs().iter().map(|&t| aliases.find(t)).collect();

@@ -203,6 +203,18 @@ pub enum SessionError {
         /// The size of the indexed dimension (classes, for labels).
         bound: usize,
     },
+    /// A remote load or store computed an offset (an int32 tensor) that its
+    /// remote buffer does not have. The run stops there: what it wrote before
+    /// stays written (variables are restored only with `check_indices`).
+    #[error("remote buffer {buffer}: offset {offset} is out of range for its {entries} entries")]
+    RemoteOffsetOutOfRange {
+        /// The remote buffer's id.
+        buffer: u32,
+        /// The offset.
+        offset: i64,
+        /// Its entries.
+        entries: usize,
+    },
     /// Host data for a tensor or stream is invalid (a bool byte other than 0 or
     /// 1, a byte length that does not match the shape).
     #[error("invalid host data for `{tensor}`: {source}")]

@@ -68,11 +68,16 @@ pub fn variable_as(data: impl Into<HostArray>, dtype: DataType, name: &str) -> R
 
 fn create_variable(data: HostArray, name: &str) -> Result<Tensor> {
     let graph = current("variable")?;
+    variable_in_main(&graph, data, name)
+}
+
+/// A variable holding `data` in `graph`, which must be the main graph.
+pub(crate) fn variable_in_main(graph: &Graph, data: HostArray, name: &str) -> Result<Tensor> {
     if !graph.state()?.borrow().ir.main_graph_id().eq(&graph.id) {
         return Err(PopXlError::VariableInSubgraph { name: name.to_string(), graph: graph.name().to_string() });
     }
     let host = data.host_tensor_for(&format!("data of variable `{name}`"))?;
-    add_tensor(&graph, name, host.info.clone(), TensorKind::Variable(host), "variable")
+    add_tensor(graph, name, host.info.clone(), TensorKind::Variable(host), "variable")
 }
 
 /// A constant holding `data`, in the current graph (PopXL's `popxl.constant`).

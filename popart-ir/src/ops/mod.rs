@@ -44,6 +44,7 @@
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
 //! | [`random`] | `ShapedDropout(x, seed)`, `ModifyRandomSeed(seed, modifier)` | `shape, ratio` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
+//! | [`remote`] | `RemoteLoad([_, offset]) -> t`, `RemoteLoadInplace(t[, offset])`, `RemoteStore(t[, offset])`, `RemoteCodeLoad` | `remote_buffer: int`, `offset: int` (or input 1: int32 scalar); `graph`, `destination: str` |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
 //! | [`indexing`] | `Subsample`, `Split` (n outputs), `Scatter(t, indices, values)`, `ScatterReduce(data, indices[, initial_values])` | `strides`; `axis, split`; `axis`; `axis, reduction, axis_size` |
 //! | [`indexing`] | `DynamicSlice(t, index)`, `DynamicUpdate(t, index, update)`, `DynamicUpdateInplace` | `axes, sizes: ints`, `no_overlap: bool` |
@@ -68,6 +69,7 @@ pub mod pool;
 pub mod print;
 pub mod random;
 pub mod reduce;
+pub mod remote;
 pub mod resize;
 pub mod roi_align;
 pub mod scan;
@@ -100,6 +102,7 @@ pub mod all {
     pub use super::print::PrintTensor;
     pub use super::random::*;
     pub use super::reduce::*;
+    pub use super::remote::{RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
     pub use super::resize::{Resize, ResizeGrad};
     pub use super::roi_align::*;
     pub use super::scan::*;
@@ -128,6 +131,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(optimizer::ALL);
         v.extend_from_slice(random::ALL);
         v.extend_from_slice(io::ALL);
+        v.extend_from_slice(remote::ALL);
         v.extend_from_slice(control::ALL);
         v.extend_from_slice(grad::ALL);
         v.extend_from_slice(view::ALL);

@@ -9,6 +9,21 @@ pub(super) fn structural_diff(a: &Ir, b: &Ir) -> Option<String> {
     if (a.num_host_transfers, a.replication_factor) != (b.num_host_transfers, b.replication_factor) {
         return Some("num_host_transfers or replication_factor differ".into());
     }
+    if a.remote_buffers() != b.remote_buffers() {
+        return Some("remote buffers differ".into());
+    }
+    let remote_vars = |ir: &Ir| {
+        let g = ir.main_graph();
+        let mut v: Vec<_> = ir
+            .remote_variables()
+            .map(|(t, s)| (g.tensors.get(t).map_or_else(String::new, |t| t.name.clone()), s.buffer, s.entry))
+            .collect();
+        v.sort();
+        v
+    };
+    if remote_vars(a) != remote_vars(b) {
+        return Some(format!("remote variables differ: {:?} vs {:?}", remote_vars(a), remote_vars(b)));
+    }
     let (ga, gb): (Vec<&Graph>, Vec<&Graph>) = (a.graphs().collect(), b.graphs().collect());
     let names = |gs: &[&Graph]| gs.iter().map(|g| g.name().to_string()).collect::<Vec<_>>();
     if names(&ga) != names(&gb) {

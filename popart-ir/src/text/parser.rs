@@ -89,8 +89,31 @@ struct ConAst {
     tied: bool,
 }
 
+struct RemoteVarAst {
+    line: usize,
+    name: String,
+    buffer: usize,
+    entry: usize,
+}
+
+struct RemoteBufferAst {
+    line: usize,
+    id: usize,
+    info: TensorInfo,
+    entries: usize,
+}
+
+/// The parsed lines: header, remote buffers, graphs.
+struct IrAst {
+    num_host_transfers: usize,
+    replication_factor: usize,
+    remote_buffers: Vec<RemoteBufferAst>,
+    graphs: Vec<GraphAst>,
+}
+
 struct GraphAst {
     line: usize,
+    remote_vars: Vec<RemoteVarAst>,
     name: String,
     inputs: Option<(usize, Vec<String>)>,
     outputs: Option<(usize, Vec<String>)>,
@@ -213,8 +236,9 @@ fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u
     Ok(bytes)
 }
 
-fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
+fn parse_lines(text: &str) -> Result<IrAst> {
     let mut header: Option<(usize, usize)> = None;
+    let mut remote_buffers: Vec<RemoteBufferAst> = Vec::new();
     let mut graphs: Vec<GraphAst> = Vec::new();
     for (k, raw) in text.lines().enumerate() {
         let line = k + 1;
@@ -248,11 +272,25 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
             }
             continue;
         }
+        if kw == "remote_buffer" {
+            if !graphs.is_empty() {
+                return Err(c.err("`remote_buffer` after a graph (remote buffers come before the graphs)"));
+            }
+            let id = c.usize("a remote buffer id")?;
+            let info = c.info()?;
+            c.keyword("entries")?;
+            c.punct('=')?;
+            let entries = c.usize("a number of entries")?;
+            c.end()?;
+            remote_buffers.push(RemoteBufferAst { line, id, info, entries });
+            continue;
+        }
         if kw == "graph" {
             let name = c.name("a graph name")?;
             c.end()?;
             graphs.push(GraphAst {
                 line,
+                remote_vars: Vec::new(),
                 name,
                 inputs: None,
                 outputs: None,
@@ -336,19 +374,36 @@ fn parse_lines(text: &str) -> Result<(usize, usize, Vec<GraphAst>)> {
                 c.end()?;
                 g.cons.push(ConAst { line, before, after, tied });
             }
+            "remote_variable" => {
+                let name = c.name("a tensor name")?;
+                c.keyword("buffer")?;
+                c.punct('=')?;
+                let buffer = c.usize("a remote buffer id")?;
+                c.keyword("entry")?;
+                c.punct('=')?;
+                let entry = c.usize("an entry")?;
+                c.end()?;
+                g.remote_vars.push(RemoteVarAst { line, name, buffer, entry });
+            }
             other => return Err(c.err(format!("unknown statement `{other}`"))),
         }
     }
     let (nht, rf) = header.ok_or_else(|| perr(text.lines().count().max(1), "missing the `ir` header line"))?;
-    Ok((nht, rf, graphs))
+    Ok(IrAst { num_host_transfers: nht, replication_factor: rf, remote_buffers, graphs })
 }
 
 /// See [`super::parse`].
 pub(super) fn parse(text: &str) -> Result<Ir> {
-    let (num_host_transfers, replication_factor, graphs) = parse_lines(text)?;
+    let IrAst { num_host_transfers, replication_factor, remote_buffers, graphs } = parse_lines(text)?;
     let mut ir = Ir::new();
     ir.num_host_transfers = num_host_transfers;
     ir.replication_factor = replication_factor;
+    for b in &remote_buffers {
+        let id = ir.add_remote_buffer(b.info.clone(), b.entries).map_err(|e| perr(b.line, e.to_string()))?;
+        if id.0 as usize != b.id {
+            return Err(perr(b.line, format!("remote buffer {} out of order (expected id {id})", b.id)));
+        }
+    }
     // Graphs.
     let mut ids: Vec<GraphId> = Vec::with_capacity(graphs.len());
     for (k, g) in graphs.iter().enumerate() {
@@ -410,6 +465,18 @@ pub(super) fn parse(text: &str) -> Result<Ir> {
                 let t = lookup(graph, *line, n)?;
                 graph.add_output(t).map_err(|e| perr(*line, e.to_string()))?;
             }
+        }
+    }
+    // Remote variables (main graph only).
+    for (k, g) in graphs.iter().enumerate() {
+        for v in &g.remote_vars {
+            if k != 0 {
+                return Err(perr(v.line, "`remote_variable` outside the main graph"));
+            }
+            let t = ir.main_graph().tensor_id(&v.name).map_err(|e| perr(v.line, e.to_string()))?;
+            let buffer = u32::try_from(v.buffer).map_err(|_| perr(v.line, format!("no remote buffer {}", v.buffer)))?;
+            ir.set_remote_variable(t, crate::RemoteSlot { buffer: crate::RemoteBufferId(buffer), entry: v.entry })
+                .map_err(|e| perr(v.line, e.to_string()))?;
         }
     }
     // Ops, in printed (= creation) order.

@@ -13,6 +13,9 @@ pub(super) fn print_ir(ir: &Ir, options: &TextOptions) -> String {
     let mut out = String::new();
     let _ =
         writeln!(out, "ir num_host_transfers={} replication_factor={}", ir.num_host_transfers, ir.replication_factor);
+    for b in ir.remote_buffers() {
+        let _ = writeln!(out, "remote_buffer {} {} entries={}", b.id, b.info, b.entries);
+    }
     for g in ir.graphs() {
         out.push('\n');
         write_graph(&mut out, ir, g, options);
@@ -65,6 +68,13 @@ fn write_graph(out: &mut String, ir: &Ir, g: &Graph, options: &TextOptions) {
     for (b, a, tied) in g.topo_cons().sorted_edges(|o| g.ops.get(o).map_or(u64::MAX, |op| op.seq)) {
         let oname = |o: OpId| g.ops.get(o).map_or_else(|| format!("{o:?}"), |op| name(&op.name).into_owned());
         let _ = writeln!(out, "  topocon {} -> {}{}", oname(b), oname(a), if tied { " tied" } else { "" });
+    }
+    if g.id() == ir.main_graph_id() {
+        let mut vars: Vec<_> = ir.remote_variables().filter(|(t, _)| g.tensors.contains_key(*t)).collect();
+        vars.sort_by_key(|(t, _)| g.tensors[*t].seq);
+        for (t, slot) in vars {
+            let _ = writeln!(out, "  remote_variable {} buffer={} entry={}", tname(t), slot.buffer, slot.entry);
+        }
     }
 }
 

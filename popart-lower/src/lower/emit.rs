@@ -3,7 +3,8 @@
 //! programs.
 
 use popart_ir::ops::io::{HostLoad, HostStore};
-use popart_ir::{Op, StreamDirection, TensorId};
+use popart_ir::ops::remote::{RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
+use popart_ir::{Op, RemoteBufferId, StreamDirection, TensorId};
 
 use super::buffers::BufferTable;
 use super::copies::{Loc, PlannedCopy, SitePlan};
@@ -11,7 +12,7 @@ use super::host::HostIo;
 use super::index::{GraphIndex, IndexVec, SiteId};
 use super::sites::{SiteKind, SiteRange};
 use super::Lowerer;
-use crate::executable::{Arg, BufferId, Function, FunctionId, KernelCall, Program, Programs, StreamId};
+use crate::executable::{Arg, BufferId, Function, FunctionId, KernelCall, Program, Programs, RemoteOffset, StreamId};
 use crate::LowerError;
 
 /// Builds programs once buffers and streams are known.
@@ -64,6 +65,17 @@ impl Emitter<'_, '_> {
         })
     }
 
+    /// The remote buffer and entry of a remote load or store.
+    fn remote_target(&self, g: GraphIndex, op: &Op) -> Result<(RemoteBufferId, RemoteOffset), LowerError> {
+        let id = op.attrs.int("remote_buffer").and_then(|b| u32::try_from(b).ok());
+        let id = id.ok_or_else(|| internal(format!("`{}` has no remote buffer", op.name)))?;
+        let offset = match op.input(1) {
+            Some(t) => RemoteOffset::Tensor(self.buf(g, t)?),
+            None => RemoteOffset::Entry(usize::try_from(op.attrs.int("offset").unwrap_or(0)).unwrap_or(usize::MAX)),
+        };
+        Ok((RemoteBufferId(id), offset))
+    }
+
     /// One function per subgraph, in reachable-graph order.
     pub(super) fn functions(&self) -> Result<Vec<Function>, LowerError> {
         let mut functions = Vec::new();
@@ -85,15 +97,25 @@ impl Emitter<'_, '_> {
     /// The engine's programs: the main graph's body, constants for init, and the
     /// weight transfers.
     pub(super) fn programs(&self) -> Result<Programs, LowerError> {
-        let (weights, constants) = (&self.host.weights, &self.host.constants);
+        let (weights, constants, remote) = (&self.host.weights, &self.host.constants, &self.host.remote_weights);
+        let from_host = weights.iter().map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer }).chain(
+            remote.iter().map(|w| Program::HostToRemote {
+                stream: w.from_host,
+                buffer: w.slot.buffer,
+                entry: w.slot.entry,
+            }),
+        );
+        let to_host = weights.iter().map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host }).chain(
+            remote.iter().map(|w| Program::RemoteToHost {
+                buffer: w.slot.buffer,
+                entry: w.slot.entry,
+                stream: w.to_host,
+            }),
+        );
         Ok(Programs {
             init: Program::Sequence((0..constants.len()).map(|constant| Program::WriteConstant { constant }).collect()),
-            weights_from_host: Program::Sequence(
-                weights.iter().map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer }).collect(),
-            ),
-            weights_to_host: Program::Sequence(
-                weights.iter().map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host }).collect(),
-            ),
+            weights_from_host: Program::Sequence(from_host.collect()),
+            weights_to_host: Program::Sequence(to_host.collect()),
             main: self.graph_body(GraphIndex::MAIN)?,
         })
     }
@@ -118,6 +140,23 @@ impl Emitter<'_, '_> {
                     let stream = self.stream(g, op, StreamDirection::DeviceToHost)?;
                     let t = op.input(0).ok_or_else(|| internal(format!("`{}` has no input", op.name)))?;
                     seq.push(Program::DeviceToHost { src: self.buf(g, t)?, stream });
+                }
+                def if def.is::<RemoteLoad>() || def.is::<RemoteLoadInplace>() => {
+                    let (buffer, offset) = self.remote_target(g, op)?;
+                    let out = op.output(0).ok_or_else(|| internal(format!("`{}` has no output", op.name)))?;
+                    seq.push(Program::RemoteLoad { buffer, offset, dst: self.buf(g, out)? });
+                }
+                def if def.is::<RemoteStore>() => {
+                    let (buffer, offset) = self.remote_target(g, op)?;
+                    let t = op.input(0).ok_or_else(|| internal(format!("`{}` has no input", op.name)))?;
+                    seq.push(Program::RemoteStore { src: self.buf(g, t)?, buffer, offset });
+                }
+                def if def.is::<RemoteCodeLoad>() => {
+                    // A graph with no function (never called, or inlined) has no code to load.
+                    let target = op.attrs.graph("graph").and_then(|id| self.l.graph_index(id));
+                    if let Some(function) = target.and_then(|t| t.function_id()) {
+                        seq.push(Program::CodeLoad { function });
+                    }
                 }
                 _ => match sites.first() {
                     Some(first) => self.call_op(op, first, sites, &mut seq)?,

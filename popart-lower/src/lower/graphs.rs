@@ -112,11 +112,17 @@ pub(super) fn discover(ir: &Ir) -> Result<Reachable<'_>, LowerError> {
 
 /// Key every tensor that has a buffer, graph by graph; returns the (graph, tensor)
 /// of every key.
-pub(super) fn key_tensors(graphs: &mut IndexVec<GraphIndex, GraphData>) -> IndexVec<TensorKey, (GraphIndex, TensorId)> {
+/// Streams and remote variables (which live in streaming memory) have none.
+pub(super) fn key_tensors(
+    ir: &Ir,
+    graphs: &mut IndexVec<GraphIndex, GraphData>,
+) -> IndexVec<TensorKey, (GraphIndex, TensorId)> {
     let mut tensors = IndexVec::new();
     for (gi, gd) in graphs.iter_enumerated_mut() {
+        let main = gi == GraphIndex::MAIN;
         for t in gd.graph.tensors() {
-            if !matches!(t.kind, TensorKind::Stream(_)) {
+            let remote = main && ir.remote_variable(t.id).is_some();
+            if !matches!(t.kind, TensorKind::Stream(_)) && !remote {
                 gd.keys.insert(t.id, tensors.push((gi, t.id)));
             }
         }

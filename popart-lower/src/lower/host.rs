@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use popart_ir::{Ir, StreamDirection, TensorKind};
 
-use crate::executable::{Buffer, Constant, Stream, StreamId, StreamKind, TensorRef, Weight};
+use crate::executable::{Buffer, Constant, RemoteWeight, Stream, StreamId, StreamKind, TensorRef, Weight};
 use crate::LowerError;
 
 /// The streams, weights and constants of an executable.
@@ -19,6 +19,8 @@ pub(super) struct HostIo<'a> {
     pub(super) weights: Vec<Weight>,
     /// Constants, in buffer order.
     pub(super) constants: Vec<Constant>,
+    /// Remote variables, in tensor creation order.
+    pub(super) remote_weights: Vec<RemoteWeight>,
 }
 
 // Ids are u32 like every dense index here: more than 2^32 streams would need
@@ -32,8 +34,13 @@ impl<'a> HostIo<'a> {
     /// The data streams of `ir`, and the variables and constants among the members
     /// of `buffers`.
     pub(super) fn collect(ir: &'a Ir, buffers: &[Buffer]) -> Result<Self, LowerError> {
-        let mut io =
-            HostIo { streams: Vec::new(), data_streams: HashMap::new(), weights: Vec::new(), constants: Vec::new() };
+        let mut io = HostIo {
+            streams: Vec::new(),
+            data_streams: HashMap::new(),
+            weights: Vec::new(),
+            constants: Vec::new(),
+            remote_weights: Vec::new(),
+        };
         let main = ir.main_graph();
         for t in main.tensors() {
             if let TensorKind::Stream(direction) = t.kind {
@@ -61,11 +68,26 @@ impl<'a> HostIo<'a> {
                 }
             }
         }
+        let mut remote: Vec<_> = ir.remote_variables().collect();
+        remote.sort_by_key(|&(t, _)| main.tensor(t).map_or(u64::MAX, |t| t.seq()));
+        for (t, slot) in remote {
+            let r =
+                TensorRef { graph: main.id(), tensor: t, name: format!("{}/{}", main.name(), main.tensor(t)?.name) };
+            let (from_host, to_host) = io.weight_streams(ir, &r)?;
+            io.remote_weights.push(RemoteWeight { tensor: r, slot, from_host, to_host });
+        }
         Ok(io)
     }
 
     /// Variable `r` stored in buffer `b`, with its two weight streams.
     fn add_weight(&mut self, ir: &Ir, r: &TensorRef, b: &Buffer) -> Result<(), LowerError> {
+        let (from_host, to_host) = self.weight_streams(ir, r)?;
+        self.weights.push(Weight { tensor: r.clone(), buffer: b.id, from_host, to_host });
+        Ok(())
+    }
+
+    /// The two weight streams of variable `r`.
+    fn weight_streams(&mut self, ir: &Ir, r: &TensorRef) -> Result<(StreamId, StreamId), LowerError> {
         let tensor = ir.graph(r.graph)?.tensor(r.tensor)?;
         let mut stream = |direction| {
             let id = stream_id(self.streams.len());
@@ -82,7 +104,6 @@ impl<'a> HostIo<'a> {
         };
         let from_host = stream(StreamDirection::HostToDevice);
         let to_host = stream(StreamDirection::DeviceToHost);
-        self.weights.push(Weight { tensor: r.clone(), buffer: b.id, from_host, to_host });
-        Ok(())
+        Ok((from_host, to_host))
     }
 }

@@ -30,6 +30,7 @@
 
 mod buffers;
 mod classes;
+mod code;
 mod copies;
 mod emit;
 mod graphs;
@@ -100,7 +101,7 @@ struct Lowerer<'a> {
 impl<'a> Lowerer<'a> {
     fn new(ir: &'a Ir) -> Result<Self, LowerError> {
         let Reachable { mut graphs, sites, callers_first } = graphs::discover(ir)?;
-        let tensors = graphs::key_tensors(&mut graphs);
+        let tensors = graphs::key_tensors(ir, &mut graphs);
         let classes = Classes::new(tensors.len());
         Ok(Lowerer { ir, graphs, callers_first, tensors, classes, sites, temps: IndexVec::new() })
     }
@@ -159,8 +160,9 @@ impl<'a> Lowerer<'a> {
         let emitter = Emitter { l: &self, plans: &plans, buffers: &table, host: &host };
         let functions = emitter.functions()?;
         let programs = emitter.programs()?;
+        let code = self.code_liveness()?;
         let memory = memory_plan(&table, placement, &programs, &functions);
-        let HostIo { streams, weights, constants, .. } = host;
+        let HostIo { streams, weights, constants, remote_weights, .. } = host;
         let BufferTable { buffers, tensor_buffers, lives, .. } = table;
         Ok(Executable {
             buffers,
@@ -168,6 +170,10 @@ impl<'a> Lowerer<'a> {
             streams,
             weights,
             constants,
+            remote_buffers: self.ir.remote_buffers().to_vec(),
+            remote_weights,
+            code,
+            timeline_steps: u64::try_from(self.graphs[GraphIndex::MAIN].len).unwrap_or(0),
             programs,
             memory,
             num_host_transfers: self.ir.num_host_transfers,

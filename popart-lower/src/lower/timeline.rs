@@ -49,7 +49,7 @@ impl Lowerer<'_> {
         self.op_sites(g, o).first().map(|s| (s, self.sites[s].kind))
     }
 
-    fn op_len(&self, g: GraphIndex, o: OpId) -> i64 {
+    pub(super) fn op_len(&self, g: GraphIndex, o: OpId) -> i64 {
         match self.first_site_kind(g, o) {
             None => 1,
             Some((s, SiteKind::Call)) => 2 + self.site_len(s),
@@ -75,7 +75,7 @@ impl Lowerer<'_> {
     }
 
     /// Step, relative to the op's start, at which the callee of site `s` starts.
-    fn callee_offset(&self, s: SiteId) -> i64 {
+    pub(super) fn callee_offset(&self, s: SiteId) -> i64 {
         let site = &self.sites[s];
         match site.kind {
             SiteKind::Call | SiteKind::Repeat | SiteKind::IfThen => 1,

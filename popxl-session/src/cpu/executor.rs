@@ -19,7 +19,8 @@
 //! once ([`ExecError`]). Whatever the program wrote before is left as it is:
 //! restoring state is the caller's business (see `Session::run_with_outputs`).
 
-use popart_lower::{Executable, Program, StreamId};
+use popart_ir::RemoteBufferId;
+use popart_lower::{Executable, Program, RemoteOffset, StreamId};
 
 use super::kernel::{Kernel, KernelArgs, KernelError, KernelRunError, KernelSpec};
 use crate::SessionError;
@@ -33,14 +34,82 @@ const LINE: usize = 64;
 /// One executable instruction with every address resolved.
 #[derive(Clone, Copy, Debug)]
 enum Instr {
-    Kernel { kernel: u32, inputs: u32, n_inputs: u32, outputs: u32, n_outputs: u32 },
-    Copy { src: *const u8, dst: *mut u8, len: usize },
-    Call { block: u32 },
-    Repeat { count: u64, block: u32 },
-    If { cond: *const u8, then_block: u32, else_block: u32 },
-    HostToDevice { stream: u32, dst: *mut u8, len: usize },
-    DeviceToHost { stream: u32, src: *const u8, len: usize },
-    WriteConstant { constant: u32, dst: *mut u8 },
+    Kernel {
+        kernel: u32,
+        inputs: u32,
+        n_inputs: u32,
+        outputs: u32,
+        n_outputs: u32,
+    },
+    Copy {
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+    },
+    Call {
+        block: u32,
+    },
+    Repeat {
+        count: u64,
+        block: u32,
+    },
+    If {
+        cond: *const u8,
+        then_block: u32,
+        else_block: u32,
+    },
+    HostToDevice {
+        stream: u32,
+        dst: *mut u8,
+        len: usize,
+    },
+    DeviceToHost {
+        stream: u32,
+        src: *const u8,
+        len: usize,
+    },
+    WriteConstant {
+        constant: u32,
+        dst: *mut u8,
+    },
+    /// Remote buffer `buffer`'s entry `offset` -> `dst` (`len` bytes: one entry).
+    RemoteLoad {
+        buffer: u32,
+        offset: Offset,
+        dst: *mut u8,
+        len: usize,
+    },
+    /// `src` -> remote buffer `buffer`'s entry `offset`.
+    RemoteStore {
+        src: *const u8,
+        buffer: u32,
+        offset: Offset,
+        len: usize,
+    },
+    /// Weight stream -> remote entry.
+    HostToRemote {
+        stream: u32,
+        buffer: u32,
+        entry: usize,
+        len: usize,
+    },
+    /// Remote entry -> weight stream.
+    RemoteToHost {
+        buffer: u32,
+        entry: usize,
+        stream: u32,
+        len: usize,
+    },
+    /// A code load: nothing to do on a cpu (counted).
+    CodeLoad,
+}
+
+/// The entry of a remote transfer: known at compile time (and checked then),
+/// or read from an int32 scalar in the arena and checked when it runs.
+#[derive(Clone, Copy, Debug)]
+enum Offset {
+    Entry(usize),
+    Tensor(*const u8),
 }
 
 /// Host side of one stream during an execution.
@@ -97,6 +166,16 @@ pub enum BindError {
         /// Size of the arena.
         arena_bytes: usize,
     },
+    /// An entry that a remote buffer does not have.
+    #[error("remote buffer {buffer} has no entry {entry} ({entries} entries)")]
+    RemoteEntry {
+        /// Remote buffer id.
+        buffer: u32,
+        /// Entry asked for.
+        entry: usize,
+        /// Its entries.
+        entries: usize,
+    },
 }
 
 /// Why running an engine program stopped.
@@ -118,6 +197,16 @@ pub enum ExecError {
         /// Stream id.
         stream: u32,
     },
+    /// A remote load or store at an entry its buffer does not have.
+    #[error("remote buffer {buffer}: offset {offset} is out of range ({entries} entries)")]
+    RemoteOffset {
+        /// Remote buffer id.
+        buffer: u32,
+        /// The offset the program computed.
+        offset: i64,
+        /// Entries of the buffer.
+        entries: usize,
+    },
 }
 
 /// [`ExecError`] before names are attached: what the run loop returns (no
@@ -126,6 +215,8 @@ pub enum ExecError {
 enum Stop {
     Kernel(u32, KernelRunError),
     UnboundStream(u32),
+    /// (buffer index, offset).
+    RemoteOffset(u32, i64),
 }
 
 /// A broken invariant of the compiled form (a bug, or an unverified executable).
@@ -144,6 +235,10 @@ pub struct ExecCounters {
     pub host_to_device: u64,
     /// Device-to-host transfers (stream pushes).
     pub device_to_host: u64,
+    /// Remote loads and stores (streaming memory transfers).
+    pub remote_transfers: u64,
+    /// Code loads.
+    pub code_loads: u64,
 }
 
 /// The compiled form of an [`Executable`] for the `cpu` device.
@@ -160,6 +255,10 @@ pub struct CpuExecutor {
     constants: Vec<Vec<u8>>,
     streams: Vec<StreamSlot>,
     stream_bytes: Vec<usize>,
+    /// Streaming memory: one zeroed allocation per remote buffer (entries x entry bytes).
+    remote: Vec<Vec<u8>>,
+    /// Bytes of one entry of each remote buffer.
+    remote_entry_bytes: Vec<usize>,
     counters: ExecCounters,
     /// Per-kernel (calls, nanoseconds) while profiling; empty otherwise.
     profile: Vec<(u64, u64)>,
@@ -332,6 +431,38 @@ impl Compiler<'_> {
                 let len = self.stream_bytes(*stream)?;
                 out.push(Instr::DeviceToHost { stream: stream.0, src: self.ptr_for(*src, len)?, len })
             }
+            Program::RemoteLoad { buffer, offset, dst } => {
+                let (b, len, offset) = self.remote(*buffer, *offset)?;
+                out.push(Instr::RemoteLoad { buffer: b, offset, dst: self.ptr_for(*dst, len)?, len })
+            }
+            Program::RemoteStore { src, buffer, offset } => {
+                let (b, len, offset) = self.remote(*buffer, *offset)?;
+                out.push(Instr::RemoteStore { src: self.ptr_for(*src, len)?, buffer: b, offset, len })
+            }
+            Program::HostToRemote { stream, buffer, entry } => {
+                let (b, len, _) = self.remote(*buffer, RemoteOffset::Entry(*entry))?;
+                if self.stream_bytes(*stream)? != len {
+                    return Err(internal(format!(
+                        "stream {stream:?} does not carry entries of remote buffer {buffer}"
+                    )));
+                }
+                out.push(Instr::HostToRemote { stream: stream.0, buffer: b, entry: *entry, len })
+            }
+            Program::RemoteToHost { buffer, entry, stream } => {
+                let (b, len, _) = self.remote(*buffer, RemoteOffset::Entry(*entry))?;
+                if self.stream_bytes(*stream)? != len {
+                    return Err(internal(format!(
+                        "stream {stream:?} does not carry entries of remote buffer {buffer}"
+                    )));
+                }
+                out.push(Instr::RemoteToHost { buffer: b, entry: *entry, stream: stream.0, len })
+            }
+            Program::CodeLoad { function } => {
+                if function.index() >= self.exe.functions.len() {
+                    return Err(internal(format!("a code load of function {function:?}, which does not exist")));
+                }
+                out.push(Instr::CodeLoad)
+            }
             Program::WriteConstant { constant } => {
                 let c = self.exe.constants.get(*constant).ok_or_else(|| internal(format!("no constant {constant}")))?;
                 let dst = self.ptr_for(c.buffer, c.data.bytes.len())?;
@@ -347,6 +478,26 @@ impl Compiler<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Index and entry bytes of remote buffer `id`, and the offset of a transfer,
+    /// checked: a constant entry in range, an offset tensor an int32 scalar buffer.
+    fn remote(&self, id: RemoteBufferId, offset: RemoteOffset) -> Result<(u32, usize, Offset), SessionError> {
+        let r = self.exe.remote_buffer(id).ok_or_else(|| internal(format!("remote buffer {id} does not exist")))?;
+        let offset = match offset {
+            RemoteOffset::Entry(e) if e < r.entries => Offset::Entry(e),
+            RemoteOffset::Entry(e) => {
+                return Err(internal(format!("entry {e} of remote buffer {id} of {} entries", r.entries)))
+            }
+            RemoteOffset::Tensor(b) => {
+                let info = &self.exe.buffer(b).info;
+                if info.dtype != popart_ir::DataType::Int32 || info.nelms() != 1 {
+                    return Err(internal(format!("the offset of remote buffer {id} is {info}, not an int32 scalar")));
+                }
+                Offset::Tensor(self.ptr_for(b, 4)?)
+            }
+        };
+        Ok((id.0 - 1, r.info.nbytes(), offset))
     }
 
     /// Bytes of one element of stream `s`.
@@ -382,6 +533,11 @@ impl CpuExecutor {
             bytes.try_reserve_exact(k.data.bytes.len()).map_err(|_| oom(k.data.bytes.len(), "constant data"))?;
             bytes.extend_from_slice(&k.data.bytes);
             constants.push(bytes);
+        }
+        let mut remote = Vec::new();
+        for r in &exe.remote_buffers {
+            let n = r.checked_nbytes().ok_or_else(|| oom(usize::MAX, "a remote buffer"))?;
+            remote.push(popart_ir::size::try_zeroed_bytes(n, "a remote buffer").map_err(SessionError::from)?);
         }
         let mut c = Compiler {
             exe,
@@ -430,6 +586,8 @@ impl CpuExecutor {
             constants,
             streams: vec![StreamSlot::UNBOUND; exe.streams.len()],
             stream_bytes: exe.streams.iter().map(|s| s.info.nbytes()).collect(),
+            remote,
+            remote_entry_bytes: exe.remote_buffers.iter().map(|r| r.info.nbytes()).collect(),
             counters: ExecCounters::default(),
             profile: Vec::new(),
         })
@@ -475,9 +633,40 @@ impl CpuExecutor {
         v
     }
 
-    /// Fill device memory with zeros (what a fresh attach sees).
+    /// Fill device memory (the arena and streaming memory) with zeros (what a
+    /// fresh attach sees).
     pub fn clear_memory(&mut self) {
         self.arena.clear();
+        self.remote.iter_mut().for_each(|r| r.fill(0));
+    }
+
+    /// The bytes of entry `entry` of remote buffer `id` (streaming memory).
+    pub fn remote_entry(&self, id: RemoteBufferId, entry: usize) -> Result<&[u8], BindError> {
+        let (k, len) = self.remote_range(id, entry)?;
+        Ok(&self.remote[k][entry * len..(entry + 1) * len])
+    }
+
+    /// Overwrite entry `entry` of remote buffer `id` with `bytes` (one entry's bytes).
+    pub fn write_remote_entry(&mut self, id: RemoteBufferId, entry: usize, bytes: &[u8]) -> Result<(), BindError> {
+        let (k, len) = self.remote_range(id, entry)?;
+        if bytes.len() != len {
+            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: self.remote[k].len() / len.max(1) });
+        }
+        self.remote[k][entry * len..(entry + 1) * len].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// (index, entry bytes) of remote buffer `id`, checking that `entry` exists.
+    fn remote_range(&self, id: RemoteBufferId, entry: usize) -> Result<(usize, usize), BindError> {
+        let k = (id.0 as usize).wrapping_sub(1);
+        let (Some(data), Some(&len)) = (self.remote.get(k), self.remote_entry_bytes.get(k)) else {
+            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: 0 });
+        };
+        let entries = if len == 0 { 0 } else { data.len() / len };
+        if entry >= entries.max(usize::from(len == 0)) {
+            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries });
+        }
+        Ok((k, len))
     }
 
     /// Check that `offset..offset + len` lies within the arena.
@@ -551,6 +740,17 @@ impl CpuExecutor {
                 error,
             },
             Stop::UnboundStream(stream) => ExecError::UnboundStream { stream },
+            Stop::RemoteOffset(k, offset) => ExecError::RemoteOffset {
+                buffer: k + 1,
+                offset,
+                entries: self.remote_entry_bytes.get(k as usize).map_or(0, |&len| {
+                    if len == 0 {
+                        0
+                    } else {
+                        self.remote[k as usize].len() / len
+                    }
+                }),
+            },
         })
     }
 
@@ -628,6 +828,43 @@ impl CpuExecutor {
                     unsafe { copy_bytes(src, s.host.add(k * s.element_bytes), len) };
                     self.counters.device_to_host += 1;
                 }
+                Instr::RemoteLoad { buffer, offset, dst, len } => {
+                    let start = self.remote_start(buffer, offset, len)?;
+                    // SAFETY: `remote_start` checked `start + len` lies within the
+                    // remote buffer; `dst` holds `len` bytes of the arena (`ptr_for`).
+                    unsafe { copy_bytes(self.remote[buffer as usize].as_ptr().add(start), dst, len) };
+                    self.counters.remote_transfers += 1;
+                }
+                Instr::RemoteStore { src, buffer, offset, len } => {
+                    let start = self.remote_start(buffer, offset, len)?;
+                    // SAFETY: as above, the other way.
+                    unsafe { copy_bytes(src, self.remote[buffer as usize].as_mut_ptr().add(start), len) };
+                    self.counters.remote_transfers += 1;
+                }
+                Instr::HostToRemote { stream, buffer, entry, len } => {
+                    let s = &mut self.streams[stream as usize];
+                    if s.host.is_null() {
+                        return Err(Stop::UnboundStream(stream));
+                    }
+                    let k = s.cursor % s.count;
+                    s.cursor += 1;
+                    let dst = &mut self.remote[buffer as usize][entry * len..(entry + 1) * len];
+                    // SAFETY: `bind_stream` checked the host memory holds element `k`
+                    // of `len` (= element_bytes) bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(s.host.add(k * s.element_bytes), dst.as_mut_ptr(), len) };
+                }
+                Instr::RemoteToHost { buffer, entry, stream, len } => {
+                    let s = &mut self.streams[stream as usize];
+                    if s.host.is_null() {
+                        return Err(Stop::UnboundStream(stream));
+                    }
+                    let k = s.cursor % s.count;
+                    s.cursor += 1;
+                    let src = &self.remote[buffer as usize][entry * len..(entry + 1) * len];
+                    // SAFETY: as above, for writes.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), s.host.add(k * s.element_bytes), len) };
+                }
+                Instr::CodeLoad => self.counters.code_loads += 1,
                 Instr::WriteConstant { constant, dst } => {
                     let data = &self.constants[constant as usize];
                     // SAFETY: the constant's buffer holds its bytes within the arena
@@ -637,6 +874,24 @@ impl CpuExecutor {
             }
         }
         Ok(())
+    }
+}
+
+impl CpuExecutor {
+    /// First byte of the entry a remote transfer addresses, checked against the
+    /// buffer (an offset tensor holding an entry the buffer lacks stops the run).
+    fn remote_start(&self, buffer: u32, offset: Offset, len: usize) -> Result<usize, Stop> {
+        let entry = match offset {
+            Offset::Entry(e) => e as i64,
+            // SAFETY: a 4-byte int32 buffer within the arena (checked at compile
+            // time); the arena is 64-byte aligned with 64-byte aligned offsets.
+            Offset::Tensor(p) => i64::from(unsafe { *(p as *const i32) }),
+        };
+        let total = self.remote[buffer as usize].len();
+        match usize::try_from(entry).ok().and_then(|e| e.checked_mul(len)) {
+            Some(start) if start.checked_add(len).is_some_and(|end| end <= total) => Ok(start),
+            _ => Err(Stop::RemoteOffset(buffer, entry)),
+        }
     }
 }
 

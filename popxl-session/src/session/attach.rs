@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use popart_ir::{GraphId, HostTensor, TensorId, TensorKind};
 use popxl::{HostArray, Tensor};
 
-use super::{DeviceType, Result, Session};
+use super::{DeviceType, Result, Session, WeightSlot};
 use crate::cpu::executor::EngineProgram;
 use crate::SessionError;
 
@@ -144,8 +144,14 @@ impl Session {
         let to_host = matches!(program, EngineProgram::WeightsToHost);
         let mut bound = Ok(());
         for (k, v) in self.variables.iter_mut() {
-            let Some(w) = v.weight else { continue };
-            let stream = if to_host { self.exe.weights[w].to_host } else { self.exe.weights[w].from_host };
+            let (from_host, to_host_stream) = match v.weight {
+                None => continue,
+                Some(WeightSlot::Device(w)) => (self.exe.weights[w].from_host, self.exe.weights[w].to_host),
+                Some(WeightSlot::Remote(w)) => {
+                    (self.exe.remote_weights[w].from_host, self.exe.remote_weights[w].to_host)
+                }
+            };
+            let stream = if to_host { to_host_stream } else { from_host };
             let bytes = v.data.bytes.len();
             // SAFETY: the host copy outlives this call and is not touched while the
             // program reads or writes it; the streams are unbound right after.
@@ -320,13 +326,23 @@ impl Session {
             let Some(v) = self.variables.get_mut(&key) else { continue };
             v.data = data;
             if self.attached {
-                if let Some(w) = v.weight {
-                    let buffer = self.exe.weights[w].buffer;
-                    // The buffer was checked to lie within the arena at compile time.
-                    self.executor
-                        .write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes)
-                        .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
-                    device_writes = true;
+                match v.weight {
+                    Some(WeightSlot::Device(w)) => {
+                        let buffer = self.exe.weights[w].buffer;
+                        // The buffer was checked to lie within the arena at compile time.
+                        self.executor
+                            .write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes)
+                            .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
+                        device_writes = true;
+                    }
+                    Some(WeightSlot::Remote(w)) => {
+                        let slot = self.exe.remote_weights[w].slot;
+                        self.executor
+                            .write_remote_entry(slot.buffer, slot.entry, &v.data.bytes)
+                            .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
+                        device_writes = true;
+                    }
+                    None => {}
                 }
             }
         }

@@ -178,11 +178,20 @@ struct DataStream {
     dtype: DataType,
 }
 
+/// Where the device copy of a variable lives.
+#[derive(Clone, Copy, Debug)]
+enum WeightSlot {
+    /// Index into `Executable::weights` (tile memory).
+    Device(usize),
+    /// Index into `Executable::remote_weights` (streaming memory).
+    Remote(usize),
+}
+
 /// Host copy of a variable.
 struct HostVariable {
     data: HostTensor,
-    /// Index into `Executable::weights` (variables of unreachable graphs have none).
-    weight: Option<usize>,
+    /// Its device copy (variables of unreachable graphs have none).
+    weight: Option<WeightSlot>,
 }
 
 /// A runtime session: prepares, lowers and compiles an IR once, then attaches to
@@ -376,7 +385,12 @@ impl Session {
         }
         for (i, w) in exe.weights.iter().enumerate() {
             if let Some(v) = variables.get_mut(&(w.tensor.graph, w.tensor.tensor)) {
-                v.weight = Some(i);
+                v.weight = Some(WeightSlot::Device(i));
+            }
+        }
+        for (i, w) in exe.remote_weights.iter().enumerate() {
+            if let Some(v) = variables.get_mut(&(w.tensor.graph, w.tensor.tensor)) {
+                v.weight = Some(WeightSlot::Remote(i));
             }
         }
         let mut h2d = Vec::new();

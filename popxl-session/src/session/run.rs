@@ -289,6 +289,9 @@ fn exec_error(e: ExecError) -> SessionError {
         ExecError::Kernel { op, op_type, error: KernelRunError::IndexOutOfRange { index, bound } } => {
             SessionError::IndexOutOfRange { op, op_type, index, bound }
         }
+        ExecError::RemoteOffset { buffer, offset, entries } => {
+            SessionError::RemoteOffsetOutOfRange { buffer, offset, entries }
+        }
         e @ ExecError::UnboundStream { .. } => SessionError::Internal { reason: e.to_string() },
     }
 }

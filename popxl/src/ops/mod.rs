@@ -45,6 +45,7 @@ mod pool;
 mod print;
 mod random;
 mod reduce;
+mod remote;
 mod resize;
 mod roi_align;
 mod shape;
@@ -76,6 +77,7 @@ pub use reduce::{
     cumsum, cumsum_with, l1, l2, lamb_square, logsum, logsumexp, max, mean, median, min, prod, sum, sumsquare,
     CumSumOptions,
 };
+pub use remote::{remote_code_load, remote_load, remote_load_, remote_store, RemoteOffset};
 pub use resize::{interpolate, InterpolateOptions};
 pub use roi_align::roi_align;
 pub use shape::{

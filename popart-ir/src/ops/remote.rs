@@ -1,0 +1,155 @@
+//! Streaming memory: loads and stores between tile memory and a remote buffer
+//! ([`crate::RemoteBuffer`]), and code loading.
+//!
+//! Attributes of the transfers: `remote_buffer: int` (the buffer's id) and
+//! `offset: int` (the entry, default 0) unless input 1 is connected: an int32
+//! scalar holding the entry at run time (checked by the device when it runs).
+//! A constant offset is checked here, when the op is created.
+//!
+//! `RemoteCodeLoad{graph, destination}` loads the code of `graph` from its
+//! implicit code buffer into tile memory (`destination = "executable"`). It
+//! has no effect on values; it tells the lowering's code-liveness analysis
+//! when the graph's code must be live (see `popart_lower`).
+//!
+//! These ops are lowered to device programs, not kernels (`HOST_IO`). None
+//! is differentiable: gradients stop at a remote load.
+
+use super::op_types;
+use crate::{Attributes, DataType, GradRule, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+
+op_types!(
+    /// `RemoteLoad([_, offset]) -> t`: entry `offset` of buffer `remote_buffer`.
+    RemoteLoad,
+    /// `RemoteLoadInplace(t[, offset]) -> t'`: overwrite `t` with the entry (output aliases `t`).
+    RemoteLoadInplace,
+    /// `RemoteStore(t[, offset])`: write `t` to the entry.
+    RemoteStore,
+    /// `RemoteCodeLoad{graph, destination}`: load `graph`'s code.
+    RemoteCodeLoad,
+);
+
+/// The code-load destinations PopXL offers.
+pub const CODE_LOAD_DESTINATIONS: &[&str] = &["executable"];
+
+/// The buffer's entry type, after checking the offset (attribute or input 1).
+fn buffer_info<'a>(ctx: &InferContext<'a>) -> Result<&'a TensorInfo> {
+    let id = ctx.int("remote_buffer")?;
+    let id = u32::try_from(id).map_err(|_| ctx.error(format!("no remote buffer {id}")))?;
+    let buf = ctx.ir.remote_buffer(crate::RemoteBufferId(id)).map_err(|e| ctx.error(e.to_string()))?;
+    match ctx.optional_input(1) {
+        Some(off) => {
+            if ctx.attrs.int("offset").is_some() {
+                return Err(ctx.error("an offset tensor and an `offset` attribute: give one"));
+            }
+            if off.dtype != DataType::Int32 || off.nelms() != 1 {
+                return Err(ctx.error(format!("the offset tensor must be an int32 scalar, not {off}")));
+            }
+        }
+        None => {
+            let off = ctx.attrs.int("offset").unwrap_or(0);
+            if off < 0 || off as u128 >= buf.entries as u128 {
+                return Err(ctx
+                    .error(format!("offset {off} is out of range for remote buffer {id} of {} entries", buf.entries)));
+            }
+        }
+    }
+    Ok(&buf.info)
+}
+
+/// Check that `t` matches the buffer's entry type.
+fn check_entry(ctx: &InferContext<'_>, t: &TensorInfo, entry: &TensorInfo) -> Result<()> {
+    if t != entry {
+        let id = ctx.attrs.int("remote_buffer").unwrap_or(0);
+        return Err(ctx.error(format!("tensor {t} does not match remote buffer {id} of {entry}")));
+    }
+    Ok(())
+}
+
+impl OpDef for RemoteLoad {
+    fn op_type(&self) -> &'static str {
+        "RemoteLoad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        if ctx.optional_input(0).is_some() {
+            return Err(ctx.error("input 0 is not used (RemoteLoadInplace loads into a tensor)"));
+        }
+        Ok(vec![buffer_info(ctx)?.clone()])
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::HOST_IO
+    }
+    fn grad(&self, _: &Op) -> GradRule {
+        GradRule::Stop
+    }
+}
+
+impl OpDef for RemoteLoadInplace {
+    fn op_type(&self) -> &'static str {
+        "RemoteLoadInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let entry = buffer_info(ctx)?;
+        let t = ctx.input(0)?;
+        check_entry(ctx, t, entry)?;
+        Ok(vec![t.clone()])
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::HOST_IO | OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _: &Attributes) -> Vec<u32> {
+        vec![0]
+    }
+    fn aliases(&self, _: &Attributes) -> Vec<(u32, u32)> {
+        vec![(0, 0)]
+    }
+    fn grad(&self, _: &Op) -> GradRule {
+        GradRule::Stop
+    }
+}
+
+impl OpDef for RemoteStore {
+    fn op_type(&self) -> &'static str {
+        "RemoteStore"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let entry = buffer_info(ctx)?;
+        check_entry(ctx, ctx.input(0)?, entry)?;
+        Ok(vec![])
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        OpFlags::HOST_IO | OpFlags::SIDE_EFFECT
+    }
+    fn grad(&self, _: &Op) -> GradRule {
+        GradRule::Stop
+    }
+}
+
+impl OpDef for RemoteCodeLoad {
+    fn op_type(&self) -> &'static str {
+        "RemoteCodeLoad"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let g = ctx.graph("graph")?;
+        if g.id() == ctx.ir.main_graph_id() {
+            return Err(ctx.error("the main graph's code is always live and cannot be loaded"));
+        }
+        let dest = ctx.attrs.str("destination").unwrap_or("executable");
+        if !CODE_LOAD_DESTINATIONS.contains(&dest) {
+            return Err(ctx.error(format!(
+                "unknown destination `{dest}` (expected one of: {})",
+                CODE_LOAD_DESTINATIONS.join(", ")
+            )));
+        }
+        Ok(vec![])
+    }
+    fn flags(&self, _: &Attributes) -> OpFlags {
+        // SUBGRAPH: it names a graph (kept reachable, printed by name); it does
+        // not run it. SIDE_EFFECT: pruning keeps it.
+        OpFlags::HOST_IO | OpFlags::SIDE_EFFECT | OpFlags::SUBGRAPH
+    }
+    fn grad(&self, _: &Op) -> GradRule {
+        GradRule::Stop
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&RemoteLoad, &RemoteLoadInplace, &RemoteStore, &RemoteCodeLoad];
