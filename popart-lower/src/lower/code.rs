@@ -203,7 +203,9 @@ impl Lowerer<'_> {
             } else {
                 (false, if steps > 0 { vec![(0, to_u(steps - 1))] } else { Vec::new() })
             };
-            let loads = w.loads.remove(&g).unwrap_or_default().into_iter().map(to_u).collect();
+            let mut loads: Vec<u64> = w.loads.remove(&g).unwrap_or_default().into_iter().map(to_u).collect();
+            loads.sort_unstable();
+            loads.dedup();
             out.push(CodeLiveness { function, graph: gd.graph.name().to_string(), loaded, loads, live });
         }
         Ok(out)
