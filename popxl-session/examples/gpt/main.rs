@@ -52,6 +52,8 @@ Options:
   --baselines DIR      where those scripts are (default ../shared/bench beside the project)
   --scan-layers        build the blocks as one `repeat` over stacked weights, differentiated
                        through the loop (same losses; smaller program)
+  --offload-optimizer  keep Adam's moments in remote buffers (streaming memory), loaded before and
+                       stored after each parameter's update (same losses)
   --dump               print the lowered training program to stderr
   --memory-top N       tensors listed in the memory report (live at the planned peak; default 8)
   --profile            time every kernel and print the op types that take the most time per step
@@ -73,6 +75,7 @@ struct Config {
     profile: bool,
     dump: bool,
     scan_layers: bool,
+    offload_optimizer: bool,
     memory_top: usize,
     baselines: PathBuf,
 }
@@ -94,6 +97,7 @@ fn parse_args() -> AppResult<Config> {
         profile: false,
         dump: false,
         scan_layers: false,
+        offload_optimizer: false,
         memory_top: 8,
         baselines: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench")),
     };
@@ -120,6 +124,7 @@ fn parse_args() -> AppResult<Config> {
             "--profile" => c.profile = true,
             "--dump" => c.dump = true,
             "--scan-layers" => c.scan_layers = true,
+            "--offload-optimizer" => c.offload_optimizer = true,
             "--memory-top" => c.memory_top = value()?.parse()?,
             "--baselines" => c.baselines = PathBuf::from(value()?),
             "-h" | "--help" => {
@@ -186,7 +191,7 @@ struct Program {
 fn build(
     s: &Shape,
     init: &[(String, HostArray)],
-    train: Option<f32>,
+    train: Option<model::Adam>,
     logits_only: bool,
     scan: bool,
 ) -> AppResult<Program> {
@@ -202,11 +207,11 @@ fn build(
     let tok = ops::host_load(&tokens, "x")?;
     let tgt = ops::host_load(&targets, "y")?;
     let result = match train {
-        Some(lr) if scan => {
+        Some(opt) if scan => {
             let layers = scan::trace_layers(&ir, s)?;
-            scan::train_step(&graphs, &layers, &tok, &tgt, &p, lr)?
+            scan::train_step(&graphs, &layers, &tok, &tgt, &p, opt)?
         }
-        Some(lr) => model::train_step(&graphs, s, &tok, &tgt, &p, lr)?,
+        Some(opt) => model::train_step(&graphs, s, &tok, &tgt, &p, opt)?,
         None => {
             let f = model::forward(&graphs, s, &tok, &p)?;
             if logits_only {
@@ -375,11 +380,12 @@ fn main() -> AppResult<()> {
         }
         None => model::init_params(&s, cfg.seed),
     };
+    let adam = model::Adam { lr: cfg.lr, offload: cfg.offload_optimizer };
     let start = Instant::now();
     let (train, train_names) = if cfg.scan_layers {
-        (build(&s, &scan::stack(&s, &init)?, Some(cfg.lr), false, true)?, scan::stacked_names())
+        (build(&s, &scan::stack(&s, &init)?, Some(adam), false, true)?, scan::stacked_names())
     } else {
-        (build(&s, &init, Some(cfg.lr), false, false)?, names.clone())
+        (build(&s, &init, Some(adam), false, false)?, names.clone())
     };
     let mut session = Session::new(train.ir.clone(), "cpu")?;
     eprintln!(

@@ -218,7 +218,7 @@ pub fn train_step(
     tokens: &Tensor,
     targets: &Tensor,
     p: &HashMap<String, Tensor>,
-    lr: f32,
+    opt: impl Into<Adam>,
 ) -> popxl::Result<Tensor> {
     let f = forward(g, s, tokens, p)?;
     let (loss, dlogits) = loss_and_grad(&f.logits, targets)?;
@@ -244,28 +244,53 @@ pub fn train_step(
     grads.insert("wte".into(), dwte);
     grads.insert("wpe".into(), ge[&p["wpe"]].clone());
 
-    adam_all(p, &grads, lr)?;
+    adam_all(p, &grads, opt.into())?;
     Ok(loss)
 }
 
+/// The optimizer: Adam with learning rate `lr`; with `offload`, its state
+/// (the moments of each parameter) lives in streaming memory (a remote buffer
+/// of two entries per parameter, as remote variables), loaded before and
+/// stored after the parameter's update.
+#[derive(Clone, Copy, Debug)]
+pub struct Adam {
+    /// Learning rate.
+    pub lr: f32,
+    /// Keep the moments in remote buffers.
+    pub offload: bool,
+}
+
+impl From<f32> for Adam {
+    fn from(lr: f32) -> Adam {
+        Adam { lr, offload: false }
+    }
+}
+
 /// [`adam`] on every parameter of `p` with its gradient in `grads`, in name order.
-pub fn adam_all(p: &HashMap<String, Tensor>, grads: &HashMap<String, Tensor>, lr: f32) -> popxl::Result<()> {
+pub fn adam_all(p: &HashMap<String, Tensor>, grads: &HashMap<String, Tensor>, opt: Adam) -> popxl::Result<()> {
     let mut names: Vec<&String> = p.keys().collect();
     names.sort();
     for name in names {
-        adam(&p[name], &grads[name], name, lr)?;
+        adam(&p[name], &grads[name], name, opt)?;
     }
     Ok(())
 }
 
 /// Adam (betas 0.9/0.999, eps 1e-8, bias-corrected, no weight decay) on `w`.
-fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
+fn adam(w: &Tensor, g: &Tensor, name: &str, opt: Adam) -> popxl::Result<()> {
     let zeros = HostArray::full(w.info(), 0.0);
-    let m = popxl::variable(zeros.clone(), &format!("{name}.adam_m"))?;
-    let v = popxl::variable(zeros, &format!("{name}.adam_v"))?;
+    let (m_name, v_name) = (format!("{name}.adam_m"), format!("{name}.adam_v"));
+    let (m, v, remote) = if opt.offload {
+        let buf = popxl::remote_buffer(w.shape(), w.dtype(), 2)?;
+        popxl::remote_variable(zeros.clone(), &buf, 0, &m_name)?;
+        popxl::remote_variable(zeros, &buf, 1, &v_name)?;
+        (ops::remote_load(&buf, 0, &m_name)?, ops::remote_load(&buf, 1, &v_name)?, Some(buf))
+    } else {
+        (popxl::variable(zeros.clone(), &m_name)?, popxl::variable(zeros, &v_name)?, None)
+    };
     let t = popxl::variable(0.0f32, &format!("{name}.adam_t"))?;
-    ops::accumulate_moving_average_(&m, g, 0.9f32)?;
-    ops::accumulate_moving_average_square_(&v, g, 0.999f32)?;
+    let m = ops::accumulate_moving_average_(&m, g, 0.9f32)?;
+    let v = ops::accumulate_moving_average_square_(&v, g, 0.999f32)?;
     let opts = ops::AdamUpdaterOptions {
         time_step: Some(&t),
         beta1: Some(0.9.into()),
@@ -274,6 +299,10 @@ fn adam(w: &Tensor, g: &Tensor, name: &str, lr: f32) -> popxl::Result<()> {
         ..Default::default()
     };
     let upd = ops::adam_updater(&m, &v, opts)?;
-    ops::scaled_add_(w, &upd, 1.0f32, -lr)?;
+    ops::scaled_add_(w, &upd, 1.0f32, -opt.lr)?;
+    if let Some(buf) = remote {
+        ops::remote_store(&buf, 0, &m)?;
+        ops::remote_store(&buf, 1, &v)?;
+    }
     Ok(())
 }

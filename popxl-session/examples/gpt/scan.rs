@@ -126,7 +126,7 @@ pub fn train_step(
     tokens: &Tensor,
     targets: &Tensor,
     p: &HashMap<String, Tensor>,
-    lr: f32,
+    opt: impl Into<model::Adam>,
 ) -> popxl::Result<Tensor> {
     let embed = ops::call_with_info(&g.embed, &[tokens, &p["wte"], &p["wpe"]], &[])?;
     let x0 = embed.parent_output(0)?;
@@ -150,6 +150,6 @@ pub fn train_step(
     for name in &stacked {
         grads.insert(name.clone(), gl[&p[name]].clone());
     }
-    model::adam_all(p, &grads, lr)?;
+    model::adam_all(p, &grads, opt.into())?;
     Ok(loss)
 }
