@@ -116,7 +116,11 @@ fn report(name: &str, build: fn(bool) -> Ir) {
         let options = SessionOptions { inline_calls: Some(false), ..Default::default() };
         let session = Session::with_options(build(load), "ipu_model", options).expect("session");
         let exe = session.executable();
-        println!("  {} ({} timeline steps):", if load { "with remote_code_load" } else { "without loads" }, exe.timeline_steps);
+        println!(
+            "  {} ({} timeline steps):",
+            if load { "with remote_code_load" } else { "without loads" },
+            exe.timeline_steps
+        );
         for c in &exe.code {
             let live: Vec<String> = c.live.iter().map(|(a, b)| format!("{a}-{b}")).collect();
             let how = if c.loaded { format!("loaded at {:?}", c.loads) } else { "always live".to_string() };
@@ -130,4 +134,9 @@ fn main() {
     report("1. minimal: one load, three calls", minimal);
     report("2. a load before every call", load_per_call);
     report("3. nested: calling load_g1 loads g1", nested);
+}
+
+fn print_memory(session: &Session) {
+    let r = session.executable().memory_report();
+    println!("    planned tensor memory: peak {} B at step {}", r.arena_bytes, r.peak_step);
 }

@@ -89,11 +89,7 @@ fn main() {
     println!("remote load/store of 1 MiB tensors, {transfers} transfers per run, best of {ROUNDS} runs:");
     println!("  remote transfers (cpu device): {:8.1} us each, {:6.2} GB/s", per(ours), gbs(ours));
     println!("  memcpy, one thread:            {:8.1} us each, {:6.2} GB/s", per(one_thread), gbs(one_thread));
-    println!(
-        "  memcpy, {threads} threads (scoped):    {:8.1} us each, {:6.2} GB/s",
-        per(parallel),
-        gbs(parallel)
-    );
+    println!("  memcpy, {threads} threads (scoped):    {:8.1} us each, {:6.2} GB/s", per(parallel), gbs(parallel));
     println!(
         "remote transfer time / one-thread memcpy time = {:.2} (acceptance: at most 1.5)",
         ours.as_secs_f64() / one_thread.as_secs_f64()
