@@ -259,6 +259,8 @@ pub struct CpuExecutor {
     remote: Vec<Vec<u8>>,
     /// Bytes of one entry of each remote buffer.
     remote_entry_bytes: Vec<usize>,
+    /// Entries of each remote buffer.
+    remote_entries: Vec<usize>,
     counters: ExecCounters,
     /// Per-kernel (calls, nanoseconds) while profiling; empty otherwise.
     profile: Vec<(u64, u64)>,
@@ -588,6 +590,7 @@ impl CpuExecutor {
             stream_bytes: exe.streams.iter().map(|s| s.info.nbytes()).collect(),
             remote,
             remote_entry_bytes: exe.remote_buffers.iter().map(|r| r.info.nbytes()).collect(),
+            remote_entries: exe.remote_buffers.iter().map(|r| r.entries).collect(),
             counters: ExecCounters::default(),
             profile: Vec::new(),
         })
@@ -650,7 +653,7 @@ impl CpuExecutor {
     pub fn write_remote_entry(&mut self, id: RemoteBufferId, entry: usize, bytes: &[u8]) -> Result<(), BindError> {
         let (k, len) = self.remote_range(id, entry)?;
         if bytes.len() != len {
-            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: self.remote[k].len() / len.max(1) });
+            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: self.remote_entries[k] });
         }
         self.remote[k][entry * len..(entry + 1) * len].copy_from_slice(bytes);
         Ok(())
@@ -659,11 +662,10 @@ impl CpuExecutor {
     /// (index, entry bytes) of remote buffer `id`, checking that `entry` exists.
     fn remote_range(&self, id: RemoteBufferId, entry: usize) -> Result<(usize, usize), BindError> {
         let k = (id.0 as usize).wrapping_sub(1);
-        let (Some(data), Some(&len)) = (self.remote.get(k), self.remote_entry_bytes.get(k)) else {
+        let (Some(&len), Some(&entries)) = (self.remote_entry_bytes.get(k), self.remote_entries.get(k)) else {
             return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: 0 });
         };
-        let entries = if len == 0 { 0 } else { data.len() / len };
-        if entry >= entries.max(usize::from(len == 0)) {
+        if entry >= entries {
             return Err(BindError::RemoteEntry { buffer: id.0, entry, entries });
         }
         Ok((k, len))
@@ -743,13 +745,7 @@ impl CpuExecutor {
             Stop::RemoteOffset(k, offset) => ExecError::RemoteOffset {
                 buffer: k + 1,
                 offset,
-                entries: self.remote_entry_bytes.get(k as usize).map_or(0, |&len| {
-                    if len == 0 {
-                        0
-                    } else {
-                        self.remote[k as usize].len() / len
-                    }
-                }),
+                entries: self.remote_entries.get(k as usize).copied().unwrap_or(0),
             },
         })
     }
