@@ -155,3 +155,53 @@ fn remote_buffers_round_trip_through_the_ir_text_form() {
     assert_eq!(popart_ir::text::to_text(&parsed), text);
     parsed.verify().unwrap();
 }
+
+/// The layer-streaming pattern: a `repeat` whose body loads entry `i` (a
+/// loop-carried int32 counter), adds it to an accumulator, scales the entry
+/// by 2 and stores it back at `i`. After one run: acc = sum of entries,
+/// every entry doubled; checked against values computed here.
+#[test]
+fn a_loop_streams_entries_at_a_runtime_counter() {
+    let entries = 5usize;
+    let data: Vec<Vec<f32>> = (0..entries).map(|k| vec![k as f32 + 1.0, -(k as f32) * 0.5]).collect();
+    for device in DEVICES {
+        let ir = Ir::new();
+        let (vars, acc_out) = {
+            let _g = ir.main_graph().enter();
+            let buf = popxl::remote_buffer([2], popxl::float32, entries).unwrap();
+            let vars: Vec<popxl::Tensor> = data
+                .iter()
+                .enumerate()
+                .map(|(k, d)| popxl::remote_variable(d.clone(), &buf, k, &format!("layer{k}")).unwrap())
+                .collect();
+            let i0 = popxl::constant(0i32, "i0").unwrap();
+            let acc0 = popxl::constant(vec![0.0f32, 0.0], "acc0").unwrap();
+            let body = ir
+                .create_graph(
+                    |i: popxl::Tensor, acc: popxl::Tensor| -> popxl::Result<Vec<popxl::Tensor>> {
+                        let _s = popxl::in_sequence(true);
+                        let w = ops::remote_load(&buf, &i, "w")?;
+                        let acc = ops::add(&acc, &w)?;
+                        let two = popxl::constant(2.0f32, "two")?;
+                        ops::remote_store(&buf, &i, &ops::mul(&w, &two)?)?;
+                        let next = ops::increment_mod(&i, 1.0, entries as f64)?;
+                        Ok(vec![next, acc])
+                    },
+                    (&i0, &acc0),
+                )
+                .unwrap();
+            let outs = ops::repeat(&body, entries, &[&i0, &acc0], &[]).unwrap();
+            let acc_out = popxl::d2h_stream([2], popxl::float32, "acc").unwrap();
+            ops::host_store(&acc_out, &outs[1]).unwrap();
+            (vars, acc_out)
+        };
+        let mut session = Session::new(ir, device).unwrap();
+        let out = session.scope(|s| s.run(&Default::default())).unwrap();
+        let want: Vec<f64> = (0..2).map(|j| data.iter().map(|d| d[j] as f64).sum()).collect();
+        assert_eq!(out[&acc_out].to_f64_vec(), want, "{device}");
+        for (v, d) in vars.iter().zip(&data) {
+            let doubled: Vec<f64> = d.iter().map(|&x| 2.0 * x as f64).collect();
+            assert_eq!(session.get_tensor_data(v).unwrap().to_f64_vec(), doubled, "{device}: {}", v.name());
+        }
+    }
+}
