@@ -131,6 +131,44 @@ pub fn aliased_constant(graph: &Graph, t: TensorId) -> Option<TensorId> {
     None
 }
 
+/// The remote buffer a remote load or store accesses.
+fn remote_access(op: &crate::Op) -> Option<i64> {
+    use crate::ops::remote::{RemoteLoad, RemoteLoadInplace, RemoteStore};
+    let remote = op.is::<RemoteLoad>() || op.is::<RemoteLoadInplace>() || op.is::<RemoteStore>();
+    remote.then(|| op.attrs.int("remote_buffer")).flatten()
+}
+
+/// Every pair (store, other access) of one remote buffer is ordered.
+fn check_remote_ambiguity(graph: &Graph) -> Result<()> {
+    let accesses: Vec<(OpId, i64)> = graph.ops().filter_map(|op| Some((op.id, remote_access(op)?))).collect();
+    for &(store, buf) in &accesses {
+        if !graph.op(store)?.is::<crate::ops::remote::RemoteStore>() {
+            continue;
+        }
+        let mut ordered: Option<(HashSet<OpId>, HashSet<OpId>)> = None;
+        for &(other, b) in &accesses {
+            if other == store || b != buf {
+                continue;
+            }
+            if ordered.is_none() {
+                ordered = Some((ordered_from(graph, store, true)?, ordered_from(graph, store, false)?));
+            }
+            let Some((after, before)) = &ordered else { continue };
+            if !after.contains(&other) && !before.contains(&other) {
+                let what = format!("remote buffer {buf}");
+                return Err(IrError::InplaceAmbiguity(Box::new(crate::InplaceAmbiguity {
+                    graph: graph.name().to_string(),
+                    op: graph.op(store)?.name.clone(),
+                    tensor: what.clone(),
+                    other: graph.op(other)?.name.clone(),
+                    through: what,
+                })));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// True for an op that only creates aliases (a view): it declares alias pairs
 /// and writes nothing.
 fn is_pure_view(graph: &Graph, op: OpId) -> bool {
@@ -139,8 +177,12 @@ fn is_pure_view(graph: &Graph, op: OpId) -> bool {
 
 /// Reject in-place writes whose effect depends on the schedule (see the module
 /// docs): for every op writing a tensor in place, every other op consuming a
-/// tensor of the same alias class must be ordered before or after it.
+/// tensor of the same alias class must be ordered before or after it. Remote
+/// buffers are written in place too: every other remote load or store of the
+/// buffer a `RemoteStore` writes must be ordered against it (the error names
+/// `remote buffer N` as the tensor).
 pub fn check_inplace_ambiguity(graph: &Graph) -> Result<()> {
+    check_remote_ambiguity(graph)?;
     let mut groups: Option<AliasGroups> = None;
     for op in graph.ops() {
         let modified = op.modified_inputs();

@@ -205,3 +205,29 @@ fn a_loop_streams_entries_at_a_runtime_counter() {
         }
     }
 }
+
+/// A store and a load of the same buffer with no order between them would read
+/// either value depending on the schedule: refused at `Session::new`, as an
+/// in-place write with an unordered reader is.
+#[test]
+fn unordered_accesses_to_a_stored_buffer_are_refused() {
+    let build = |ordered: bool| {
+        let ir = Ir::new();
+        let _g = ir.main_graph().enter();
+        let buf = popxl::remote_buffer([2], popxl::float32, 1).unwrap();
+        let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+        let _s = popxl::in_sequence(ordered);
+        ops::remote_store(&buf, 0, &x).unwrap();
+        let y = ops::remote_load(&buf, 0, "y").unwrap();
+        let out = popxl::d2h_stream([2], popxl::float32, "out").unwrap();
+        ops::host_store(&out, &y).unwrap();
+        drop(_s);
+        drop(_g);
+        ir
+    };
+    let err = Session::new(build(false), "cpu").unwrap_err();
+    assert!(err.to_string().contains("remote buffer 1"), "{err}");
+    let mut s = Session::new(build(true), "cpu").unwrap();
+    let out = s.scope(|s| s.run(&Default::default())).unwrap();
+    assert_eq!(out.values().next().unwrap().to_f64_vec(), vec![1.0, 2.0]);
+}
