@@ -194,9 +194,8 @@ impl IpuModelConfig {
         }
     }
 
-    /// Check the figures a model divides by or counts with: at least one compute
-    /// tile (also with IO tiles), non-zero rates, grain and memory, and positive
-    /// clock and bandwidths.
+    /// Check the figures a model divides by or counts with: at least one tile,
+    /// non-zero rates, grain and memory, and positive clock and bandwidths.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
             ("clock_hz", self.clock_hz),
@@ -224,7 +223,14 @@ impl IpuModelConfig {
                 return Err(format!("`{name}` must not be 0"));
             }
         }
-        if self.io_tiles >= self.tiles {
+        Ok(())
+    }
+
+    /// [`IpuModelConfig::validate`], and when the program uses IO tiles, that
+    /// they leave at least one compute tile.
+    pub fn validate_for(&self, uses_io_tiles: bool) -> Result<(), String> {
+        self.validate()?;
+        if uses_io_tiles && self.io_tiles >= self.tiles {
             return Err(format!("`io_tiles` ({}) leaves no compute tile of {}", self.io_tiles, self.tiles));
         }
         Ok(())

@@ -104,8 +104,8 @@ fn uses_io_tiles(exe: &Executable) -> bool {
 /// Model `exe` on the IPU `config` describes: tile mapping, code sizes, live
 /// memory per program point and the timeline of one run.
 pub fn estimate(exe: &Executable, config: &IpuModelConfig) -> Result<IpuModelReport, IpuModelError> {
-    config.validate().map_err(IpuModelError::InvalidConfig)?;
     let io = uses_io_tiles(exe);
+    config.validate_for(io).map_err(IpuModelError::InvalidConfig)?;
     let n = config.compute_tiles(io);
     let spans = tiles::map_buffers(exe.buffers.iter().map(|b| b.size as u64), config.grain_bytes, n);
     let blocks = code::code_blocks(exe, config, &spans, n)?;
