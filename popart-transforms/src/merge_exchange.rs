@@ -46,11 +46,8 @@ pub struct MergeExchangeReport {
 
 /// Direct predecessors of `o`: producers of its inputs and ops constrained before it.
 fn predecessors(g: &Graph, op: &Op) -> Vec<OpId> {
-    let mut v: Vec<OpId> = op
-        .inputs()
-        .tensors()
-        .filter_map(|t| g.tensor(t).ok().and_then(|t| t.producer()).map(|p| p.op))
-        .collect();
+    let mut v: Vec<OpId> =
+        op.inputs().tensors().filter_map(|t| g.tensor(t).ok().and_then(|t| t.producer()).map(|p| p.op)).collect();
     v.extend(g.topo_cons().befores(op.id).iter().map(|c| c.op));
     v
 }

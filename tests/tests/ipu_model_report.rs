@@ -172,9 +172,8 @@ fn exchanges(merge: bool) -> (Ir, Vec<popxl::HostToDeviceStream>, Vec<popxl::Dev
 #[test]
 fn merge_exchange_keeps_results_and_merges_exchanges() {
     let n = 256;
-    let data: Vec<HostArray> = (0..2)
-        .map(|i| HostArray::from(ndarray::Array1::<f32>::linspace(-1.0 - i as f32, 1.0, n)))
-        .collect();
+    let data: Vec<HostArray> =
+        (0..2).map(|i| HostArray::from(ndarray::Array1::<f32>::linspace(-1.0 - i as f32, 1.0, n))).collect();
     for device in ["cpu", "ipu_model"] {
         let mut results = Vec::new();
         let mut counts = Vec::new();

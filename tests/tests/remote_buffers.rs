@@ -41,7 +41,7 @@ fn store_then_load_round_trips_at_constant_and_runtime_offsets() {
         session
             .scope(|s| {
                 for (entry, want) in [(2, x.to_vec()), (3, x.iter().map(|v| v * 2.0).collect()), (0, vec![0.0; 6])] {
-                    let outs = s.run(&[(i.clone(), HostArray::from(entry as i32))].into())?;
+                    let outs = s.run(&[(i.clone(), HostArray::from(entry))].into())?;
                     assert_eq!(outs[&out_i].to_f64_vec(), want.iter().map(|&v| v as f64).collect::<Vec<_>>());
                     assert_eq!(outs[&out_2].to_f64_vec(), x.iter().map(|&v| v as f64).collect::<Vec<_>>());
                 }

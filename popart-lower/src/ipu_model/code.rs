@@ -123,7 +123,13 @@ impl Estimate<'_> {
         }
     }
 
-    fn block(&self, name: String, function: Option<FunctionId>, loaded: bool, load: TileLoad) -> Result<CodeBlock, SizeError> {
+    fn block(
+        &self,
+        name: String,
+        function: Option<FunctionId>,
+        loaded: bool,
+        load: TileLoad,
+    ) -> Result<CodeBlock, SizeError> {
         let bytes = load.total(self.n)?;
         let max_tile_bytes = (0..self.n).map(|t| load.on(t, self.n)).max().unwrap_or(0);
         Ok(CodeBlock { name, function, loaded, bytes, max_tile_bytes, load })

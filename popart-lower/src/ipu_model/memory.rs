@@ -172,13 +172,7 @@ impl fmt::Display for OutOfMemory {
         writeln!(
             f,
             "out of memory on {}: tile {} needs {} B of {} B (exceeds by {} B) at timeline step {} of {}",
-            self.device,
-            self.tile,
-            self.tile_bytes,
-            self.tile_memory_bytes,
-            self.excess_bytes,
-            self.step,
-            self.steps
+            self.device, self.tile, self.tile_bytes, self.tile_memory_bytes, self.excess_bytes, self.step, self.steps
         )?;
         writeln!(
             f,
@@ -188,7 +182,11 @@ impl fmt::Display for OutOfMemory {
         writeln!(f, "  largest tensors (bytes on tile {}, total bytes, tiles):", self.tile)?;
         for t in &self.tensors {
             let kind = t.kind.short_name();
-            writeln!(f, "    {:>10} {:>14} {:>6}  {kind:<5} {} {}", t.peak_tile_bytes, t.bytes, t.tiles, t.info, t.name)?;
+            writeln!(
+                f,
+                "    {:>10} {:>14} {:>6}  {kind:<5} {} {}",
+                t.peak_tile_bytes, t.bytes, t.tiles, t.info, t.name
+            )?;
         }
         if self.more_tensors > 0 {
             writeln!(f, "    ... and {} more tensors", self.more_tensors)?;
@@ -198,7 +196,10 @@ impl fmt::Display for OutOfMemory {
             let how = if c.loaded { " (loaded)" } else { "" };
             writeln!(f, "    {:>10} {:>14}  {}{how}", c.peak_tile_bytes, c.bytes, c.name)?;
         }
-        write!(f, "  reduce live memory at that step: offload tensors to remote buffers, load code with remote_code_load")
+        write!(
+            f,
+            "  reduce live memory at that step: offload tensors to remote buffers, load code with remote_code_load"
+        )
     }
 }
 
@@ -309,9 +310,8 @@ pub(crate) fn memory_model(
             });
         }
     }
-    tensors_at_peak.sort_by(|a, b| {
-        (b.peak_tile_bytes, b.bytes).cmp(&(a.peak_tile_bytes, a.bytes)).then(a.buffer.cmp(&b.buffer))
-    });
+    tensors_at_peak
+        .sort_by(|a, b| (b.peak_tile_bytes, b.bytes).cmp(&(a.peak_tile_bytes, a.bytes)).then(a.buffer.cmp(&b.buffer)));
     let mut code_at_peak: Vec<LiveCode> = Vec::new();
     for block in &blocks {
         let live = match block.function.and_then(|f| exe.code.iter().find(|c| c.function == f && c.loaded)) {
@@ -328,7 +328,7 @@ pub(crate) fn memory_model(
             });
         }
     }
-    code_at_peak.sort_by(|a, b| (b.peak_tile_bytes, b.bytes).cmp(&(a.peak_tile_bytes, a.bytes)));
+    code_at_peak.sort_by_key(|c| std::cmp::Reverse((c.peak_tile_bytes, c.bytes)));
     Ok(MemoryModel {
         compute_tiles: n,
         tile_memory_bytes,

@@ -38,8 +38,8 @@
 //! println!("{report}");
 //! ```
 
-pub mod config;
 mod code;
+pub mod config;
 pub mod memory;
 mod tiles;
 pub mod timeline;
@@ -109,8 +109,7 @@ pub fn estimate(exe: &Executable, config: &IpuModelConfig) -> Result<IpuModelRep
     let n = config.compute_tiles(io);
     let spans = tiles::map_buffers(exe.buffers.iter().map(|b| b.size as u64), config.grain_bytes, n);
     let blocks = code::code_blocks(exe, config, &spans, n)?;
-    let code_bytes: Vec<u64> =
-        exe.functions.iter().map(|f| blocks.get(f.id.index()).map_or(0, |b| b.bytes)).collect();
+    let code_bytes: Vec<u64> = exe.functions.iter().map(|f| blocks.get(f.id.index()).map_or(0, |b| b.bytes)).collect();
     let memory = memory::memory_model(exe, &spans, blocks, n, config.grain_bytes, config.tile_memory_bytes)?;
     let timeline = timeline::timeline(exe, config, &spans, &code_bytes, n);
     Ok(IpuModelReport { config: config.clone(), uses_io_tiles: io, spans, memory, timeline })

@@ -211,7 +211,8 @@ impl Walker<'_> {
     /// the pending exchanges it depends on, or hide pending cycles behind it.
     fn overlap(&mut self, reads: &[BufferId], writes: &[BufferId], cycles: u64) {
         let p = &self.pending;
-        let depends = reads.iter().chain(writes).any(|b| p.loads.contains(b)) || writes.iter().any(|b| p.stores.contains(b));
+        let depends =
+            reads.iter().chain(writes).any(|b| p.loads.contains(b)) || writes.iter().any(|b| p.stores.contains(b));
         if depends {
             self.flush();
             return;
@@ -270,8 +271,9 @@ impl Walker<'_> {
 
     fn copy(&mut self, src: BufferId, dst: BufferId, bytes: u64, repeats: u64) {
         let c = self.config;
-        let cycles =
-            c.sync_cycles.saturating_add(ceil_div(bytes, c.exchange_bytes_per_cycle.saturating_mul(self.tiles_of(dst))));
+        let cycles = c
+            .sync_cycles
+            .saturating_add(ceil_div(bytes, c.exchange_bytes_per_cycle.saturating_mul(self.tiles_of(dst))));
         self.overlap(&[src], &[dst], cycles);
         self.push(TimelineRow {
             kind: StepKind::Copy,
@@ -300,12 +302,20 @@ impl Walker<'_> {
                 let s = exe.streams.get(stream.index()).map_or("?", |s| s.name.as_str());
                 (StepKind::HostStore, format!("host_store b{} -> {s}", src.0), size(src), *tiles, true)
             }
-            Program::RemoteLoad { buffer, offset, dst, tiles } => {
-                (StepKind::RemoteLoad, format!("remote_load r{buffer}[{offset}] -> b{}", dst.0), size(dst), *tiles, false)
-            }
-            Program::RemoteStore { src, buffer, offset, tiles } => {
-                (StepKind::RemoteStore, format!("remote_store b{} -> r{buffer}[{offset}]", src.0), size(src), *tiles, false)
-            }
+            Program::RemoteLoad { buffer, offset, dst, tiles } => (
+                StepKind::RemoteLoad,
+                format!("remote_load r{buffer}[{offset}] -> b{}", dst.0),
+                size(dst),
+                *tiles,
+                false,
+            ),
+            Program::RemoteStore { src, buffer, offset, tiles } => (
+                StepKind::RemoteStore,
+                format!("remote_store b{} -> r{buffer}[{offset}]", src.0),
+                size(src),
+                *tiles,
+                false,
+            ),
             Program::CodeLoad { function, tiles } => {
                 let name = exe.functions.get(function.index()).map_or("?", |f| f.name.as_str());
                 let bytes = self.code_bytes.get(function.index()).copied().unwrap_or(0);
@@ -428,16 +438,8 @@ pub(crate) fn timeline(
     code_bytes: &[u64],
     n: u32,
 ) -> Timeline {
-    let mut w = Walker {
-        exe,
-        config,
-        spans,
-        code_bytes,
-        n,
-        rows: Vec::new(),
-        pending: Pending::default(),
-        exchanges: 0,
-    };
+    let mut w =
+        Walker { exe, config, spans, code_bytes, n, rows: Vec::new(), pending: Pending::default(), exchanges: 0 };
     w.program(&exe.programs.main, 1, 0);
     let mut t = TimelineTotals { exchanges: w.exchanges, ..TimelineTotals::default() };
     for r in &w.rows {
@@ -481,7 +483,11 @@ impl Timeline {
         }
         let rest = self.rows.len().saturating_sub(max_rows);
         if rest > 0 {
-            let cycles = self.rows.iter().skip(max_rows).fold(0u64, |a, r| a.saturating_add(r.cycles().saturating_mul(r.repeats)));
+            let cycles = self
+                .rows
+                .iter()
+                .skip(max_rows)
+                .fold(0u64, |a, r| a.saturating_add(r.cycles().saturating_mul(r.repeats)));
             s += &format!("  ... {rest} more rows: {cycles} cycles\n");
         }
         let t = &self.totals;

@@ -98,20 +98,22 @@ impl Emitter<'_, '_> {
     /// weight transfers.
     pub(super) fn programs(&self) -> Result<Programs, LowerError> {
         let (weights, constants, remote) = (&self.host.weights, &self.host.constants, &self.host.remote_weights);
-        let from_host = weights.iter().map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer, tiles: TileSet::Compute }).chain(
-            remote.iter().map(|w| Program::HostToRemote {
+        let from_host = weights
+            .iter()
+            .map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer, tiles: TileSet::Compute })
+            .chain(remote.iter().map(|w| Program::HostToRemote {
                 stream: w.from_host,
                 buffer: w.slot.buffer,
                 entry: w.slot.entry,
-            }),
-        );
-        let to_host = weights.iter().map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host, tiles: TileSet::Compute }).chain(
-            remote.iter().map(|w| Program::RemoteToHost {
+            }));
+        let to_host = weights
+            .iter()
+            .map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host, tiles: TileSet::Compute })
+            .chain(remote.iter().map(|w| Program::RemoteToHost {
                 buffer: w.slot.buffer,
                 entry: w.slot.entry,
                 stream: w.to_host,
-            }),
-        );
+            }));
         Ok(Programs {
             init: Program::Sequence((0..constants.len()).map(|constant| Program::WriteConstant { constant }).collect()),
             weights_from_host: Program::Sequence(from_host.collect()),

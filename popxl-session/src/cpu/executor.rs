@@ -662,7 +662,7 @@ impl CpuExecutor {
         let (Some(data), Some(&len)) = (self.remote.get(k), self.remote_entry_bytes.get(k)) else {
             return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: 0 });
         };
-        let entries = if len == 0 { 0 } else { data.len() / len };
+        let entries = data.len().checked_div(len).unwrap_or(0);
         if entry >= entries.max(usize::from(len == 0)) {
             return Err(BindError::RemoteEntry { buffer: id.0, entry, entries });
         }
@@ -743,13 +743,10 @@ impl CpuExecutor {
             Stop::RemoteOffset(k, offset) => ExecError::RemoteOffset {
                 buffer: k + 1,
                 offset,
-                entries: self.remote_entry_bytes.get(k as usize).map_or(0, |&len| {
-                    if len == 0 {
-                        0
-                    } else {
-                        self.remote[k as usize].len() / len
-                    }
-                }),
+                entries: self
+                    .remote_entry_bytes
+                    .get(k as usize)
+                    .map_or(0, |&len| self.remote.get(k as usize).and_then(|r| r.len().checked_div(len)).unwrap_or(0)),
             },
         })
     }
