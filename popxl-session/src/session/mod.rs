@@ -44,7 +44,9 @@ pub type Outputs = HashMap<DeviceToHostStream, HostArray>;
 pub enum DeviceType {
     /// The host CPU (no replication).
     Cpu,
-    /// The IPU model: executes like `cpu` here.
+    /// The IPU model: executes like `cpu`, keeps subgraphs as functions, and
+    /// refuses programs that do not fit in the modelled tile memory
+    /// ([`SessionOptions::ipu_model`], [`Session::ipu_model_report`]).
     IpuModel,
     /// Real IPU hardware: compiles, but attaching fails (no hardware is available).
     IpuHw,

@@ -127,7 +127,7 @@ pub fn remote_store<'a>(buf: &RemoteBuffer, offset: impl Into<RemoteOffset<'a>>,
 /// let g = ir.create_graph(|x: Tensor| ops::relu(&x), &x).unwrap();
 /// let _s = popxl::in_sequence(true);
 /// ops::remote_code_load(&g, "executable").unwrap();
-/// ops::call(&g, &[&x]).unwrap();
+/// ops::call(&g, &[&x], &[]).unwrap();
 /// assert!(ops::remote_code_load(&g, "stream").is_err());
 /// assert!(ops::remote_code_load(&ir.main_graph(), "executable").is_err());
 /// ```
