@@ -188,6 +188,9 @@ fn merge_exchange_keeps_results_and_merges_exchanges() {
         }
         assert_eq!(results[0], results[1], "{device}: merge_exchange changed the results");
         let ((before, cycles_before), (after, cycles_after)) = (counts[0], counts[1]);
+        println!(
+            "{device}: {before} exchanges, {cycles_before} cycles -> merged: {after} exchanges, {cycles_after} cycles"
+        );
         assert!(after < before, "{device}: {before} exchanges before merge_exchange, {after} after");
         assert!(cycles_after < cycles_before, "{device}: {cycles_before} -> {cycles_after} cycles");
     }
