@@ -7,7 +7,7 @@
 use std::fmt::{self, Write};
 
 use popart_ir::text::quote;
-use popart_ir::StreamDirection;
+use popart_ir::{StreamDirection, TileSet};
 
 use crate::executable::*;
 
@@ -22,6 +22,14 @@ fn dir(d: StreamDirection) -> &'static str {
     match d {
         StreamDirection::HostToDevice => "h2d",
         StreamDirection::DeviceToHost => "d2h",
+    }
+}
+
+/// The suffix of a transfer on IO tiles (nothing for compute tiles, the default).
+fn on(tiles: TileSet) -> &'static str {
+    match tiles {
+        TileSet::Io => " on io tiles",
+        TileSet::Compute => "",
     }
 }
 
@@ -151,21 +159,23 @@ fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, inde
             writeln!(f, "{pad}  else:")?;
             write_program(f, exe, else_branch, indent + 4)
         }
-        Program::HostToDevice { stream, dst } => {
-            writeln!(f, "{pad}host_to_device s{} {} -> b{}", stream.0, quote(&exe.stream(*stream).name), dst.0)
+        Program::HostToDevice { stream, dst, tiles } => {
+            let (name, io) = (quote(&exe.stream(*stream).name), on(*tiles));
+            writeln!(f, "{pad}host_to_device s{} {name} -> b{}{io}", stream.0, dst.0)
         }
-        Program::DeviceToHost { src, stream } => {
-            writeln!(f, "{pad}device_to_host b{} -> s{} {}", src.0, stream.0, quote(&exe.stream(*stream).name))
+        Program::DeviceToHost { src, stream, tiles } => {
+            let (name, io) = (quote(&exe.stream(*stream).name), on(*tiles));
+            writeln!(f, "{pad}device_to_host b{} -> s{} {name}{io}", src.0, stream.0)
         }
         Program::WriteConstant { constant } => {
             let c = &exe.constants[*constant];
             writeln!(f, "{pad}write_constant {} -> b{}", c.tensor.name, c.buffer.0)
         }
-        Program::RemoteLoad { buffer, offset, dst } => {
-            writeln!(f, "{pad}remote_load r{buffer}[{offset}] -> b{}", dst.0)
+        Program::RemoteLoad { buffer, offset, dst, tiles } => {
+            writeln!(f, "{pad}remote_load r{buffer}[{offset}] -> b{}{}", dst.0, on(*tiles))
         }
-        Program::RemoteStore { src, buffer, offset } => {
-            writeln!(f, "{pad}remote_store b{} -> r{buffer}[{offset}]", src.0)
+        Program::RemoteStore { src, buffer, offset, tiles } => {
+            writeln!(f, "{pad}remote_store b{} -> r{buffer}[{offset}]{}", src.0, on(*tiles))
         }
         Program::HostToRemote { stream, buffer, entry } => {
             writeln!(f, "{pad}host_to_remote s{} {} -> r{buffer}[{entry}]", stream.0, quote(&exe.stream(*stream).name))
@@ -173,9 +183,9 @@ fn write_program(f: &mut fmt::Formatter<'_>, exe: &Executable, p: &Program, inde
         Program::RemoteToHost { buffer, entry, stream } => {
             writeln!(f, "{pad}remote_to_host r{buffer}[{entry}] -> s{} {}", stream.0, quote(&exe.stream(*stream).name))
         }
-        Program::CodeLoad { function } => {
+        Program::CodeLoad { function, tiles } => {
             let name = exe.functions.get(function.index()).map_or("?", |f| f.name.as_str());
-            writeln!(f, "{pad}code_load f{} {name}", function.0)
+            writeln!(f, "{pad}code_load f{} {name}{}", function.0, on(*tiles))
         }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use popart_ir::{
     Attributes, GraphId, HostTensor, OpDef, RemoteBuffer, RemoteBufferId, RemoteSlot, StreamDirection, TensorId,
-    TensorInfo,
+    TensorInfo, TileSet,
 };
 
 /// Alignment of every buffer in the arena, in bytes.
@@ -279,6 +279,9 @@ pub enum Program {
         stream: StreamId,
         /// Destination buffer.
         dst: BufferId,
+        /// Tiles the transfer runs on (the op's placement: IO tiles overlap it
+        /// with compute in the `ipu_model` timeline; see [`crate::ipu_model`]).
+        tiles: TileSet,
     },
     /// Push `src` as the next element of a device-to-host stream.
     DeviceToHost {
@@ -286,6 +289,9 @@ pub enum Program {
         src: BufferId,
         /// Stream.
         stream: StreamId,
+        /// Tiles the transfer runs on (the op's placement: IO tiles overlap it
+        /// with compute in the `ipu_model` timeline; see [`crate::ipu_model`]).
+        tiles: TileSet,
     },
     /// Write constant `constant` (index into [`Executable::constants`]) into its buffer.
     WriteConstant {
@@ -300,6 +306,9 @@ pub enum Program {
         offset: RemoteOffset,
         /// Destination buffer.
         dst: BufferId,
+        /// Tiles the transfer runs on (the op's placement: IO tiles overlap it
+        /// with compute in the `ipu_model` timeline; see [`crate::ipu_model`]).
+        tiles: TileSet,
     },
     /// Copy `src` into entry `offset` of remote buffer `buffer`.
     RemoteStore {
@@ -309,6 +318,9 @@ pub enum Program {
         buffer: RemoteBufferId,
         /// Entry.
         offset: RemoteOffset,
+        /// Tiles the transfer runs on (the op's placement: IO tiles overlap it
+        /// with compute in the `ipu_model` timeline; see [`crate::ipu_model`]).
+        tiles: TileSet,
     },
     /// Pop the next element of a weight stream into an entry of a remote buffer
     /// (`weights_from_host` of a remote variable).
@@ -335,6 +347,9 @@ pub enum Program {
     CodeLoad {
         /// The function.
         function: FunctionId,
+        /// Tiles the transfer runs on (the op's placement: IO tiles overlap it
+        /// with compute in the `ipu_model` timeline; see [`crate::ipu_model`]).
+        tiles: TileSet,
     },
 }
 

@@ -44,7 +44,10 @@
 //!     `liveness`: local live intervals and class lifetimes;
 //!   - `buffers`: buffers numbered in program order and placed in the arena;
 //!   - `host`: streams, weights and constants; `emit`: functions and programs;
-//! - `memory`: offset assignment for buffers with live intervals.
+//! - `memory`: offset assignment for buffers with live intervals;
+//! - [`ipu_model`]: an IPU model of an executable (tile memory per program point
+//!   and an estimated timeline), a pure function of the executable and an
+//!   [`IpuModelConfig`].
 
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -52,6 +55,7 @@
 
 mod dump;
 mod executable;
+pub mod ipu_model;
 mod lower;
 mod memory;
 mod report;
@@ -61,6 +65,7 @@ pub use executable::{
     MemoryPlan, Program, Programs, RemoteOffset, RemoteWeight, Stream, StreamId, StreamKind, TensorRef, Weight,
     BUFFER_ALIGNMENT,
 };
+pub use ipu_model::{IpuModelConfig, IpuModelReport};
 pub use lower::lower;
 pub use report::{LiveBuffer, MemoryReport};
 

@@ -6,6 +6,7 @@
 
 pub mod autodiff;
 pub mod inline;
+pub mod merge_exchange;
 pub mod patterns;
 pub mod pipeline;
 pub mod prepare;

@@ -224,6 +224,16 @@ pub enum SessionError {
         /// What is wrong.
         source: HostDataError,
     },
+    /// The program does not fit in the tile memory of the modelled IPU
+    /// (`ipu_model` device; `cpu` ignores the limit): the report names the peak
+    /// program point, the most loaded tile, by how much it exceeds, and the
+    /// largest tensors and code blocks live there.
+    #[error("{0}")]
+    TileMemoryExceeded(Box<popart_lower::ipu_model::OutOfMemory>),
+    /// The `ipu_model` estimate could not be made (an unusable
+    /// [`crate::SessionOptions::ipu_model`] config, or live bytes overflowing).
+    #[error("ipu_model: {0}")]
+    IpuModel(#[from] popart_lower::ipu_model::IpuModelError),
     /// A broken invariant of the session or its executor (a bug, not a user
     /// mistake); the session may not be usable afterwards.
     #[error("internal session error: {reason}")]

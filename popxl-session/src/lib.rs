@@ -19,6 +19,9 @@ mod host;
 mod session;
 
 pub use error::{SessionError, StreamRole};
+/// The `ipu_model` device's model of an IPU (re-exported from `popart_lower`):
+/// its config, report and out-of-memory report.
+pub use popart_lower::ipu_model::{IpuModelConfig, IpuModelReport, OutOfMemory};
 
 /// Register a custom op in one call: its definition with the IR's registry (so it
 /// can be built, printed and parsed; see [`popart_ir::register_op`]) and its `cpu`

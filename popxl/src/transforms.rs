@@ -286,3 +286,30 @@ pub fn autodiff(
         .collect();
     Ok(AutodiffOutput { grad_info: GradGraphInfo::wrap(&ir, out.grad_info), all })
 }
+
+/// Make the host and remote transfers of the current graph adjacent in its
+/// schedule where data dependencies allow (PopXL's
+/// `popxl.transforms.merge_exchange()`), so the device merges each run of
+/// adjacent transfers into one exchange paying one latency (see
+/// `popart_transforms::merge_exchange` for the rule). Values are unchanged:
+/// only topological constraints are added. Returns the number of groups of two
+/// or more transfers made adjacent.
+///
+/// ```
+/// use popxl::{ops, transforms};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let (a, b) = (popxl::h2d_stream([4], popxl::float32, "a")?, popxl::h2d_stream([4], popxl::float32, "b")?);
+/// let out = popxl::d2h_stream([4], popxl::float32, "out")?;
+/// let x = ops::relu(&ops::host_load(&a, "a")?)?;
+/// let y = &x + &ops::host_load(&b, "b")?;
+/// ops::host_store(&out, &y)?;
+/// assert_eq!(transforms::merge_exchange()?, 1); // the two host loads
+/// # Ok::<(), popxl::PopXlError>(())
+/// ```
+pub fn merge_exchange() -> Result<usize> {
+    let graph = crate::current_graph()?;
+    let ir = graph.ir()?;
+    let report = ir.with_ir_mut(|core| popart_transforms::merge_exchange::merge_exchange(core, graph.id))??;
+    Ok(report.groups.len())
+}

@@ -4,7 +4,7 @@
 
 use popart_ir::ops::io::{HostLoad, HostStore};
 use popart_ir::ops::remote::{RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
-use popart_ir::{Op, RemoteBufferId, StreamDirection, TensorId};
+use popart_ir::{Op, RemoteBufferId, StreamDirection, TensorId, TileSet};
 
 use super::buffers::BufferTable;
 use super::copies::{Loc, PlannedCopy, SitePlan};
@@ -98,20 +98,22 @@ impl Emitter<'_, '_> {
     /// weight transfers.
     pub(super) fn programs(&self) -> Result<Programs, LowerError> {
         let (weights, constants, remote) = (&self.host.weights, &self.host.constants, &self.host.remote_weights);
-        let from_host = weights.iter().map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer }).chain(
-            remote.iter().map(|w| Program::HostToRemote {
+        let from_host = weights
+            .iter()
+            .map(|w| Program::HostToDevice { stream: w.from_host, dst: w.buffer, tiles: TileSet::Compute })
+            .chain(remote.iter().map(|w| Program::HostToRemote {
                 stream: w.from_host,
                 buffer: w.slot.buffer,
                 entry: w.slot.entry,
-            }),
-        );
-        let to_host = weights.iter().map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host }).chain(
-            remote.iter().map(|w| Program::RemoteToHost {
+            }));
+        let to_host = weights
+            .iter()
+            .map(|w| Program::DeviceToHost { src: w.buffer, stream: w.to_host, tiles: TileSet::Compute })
+            .chain(remote.iter().map(|w| Program::RemoteToHost {
                 buffer: w.slot.buffer,
                 entry: w.slot.entry,
                 stream: w.to_host,
-            }),
-        );
+            }));
         Ok(Programs {
             init: Program::Sequence((0..constants.len()).map(|constant| Program::WriteConstant { constant }).collect()),
             weights_from_host: Program::Sequence(from_host.collect()),
@@ -130,32 +132,33 @@ impl Emitter<'_, '_> {
             }
             let op = gd.graph.op(o)?;
             let sites = self.l.op_sites(g, o);
+            let tiles = op.placement.tile_set;
             match op.def() {
                 def if def.is::<HostLoad>() => {
                     let stream = self.stream(g, op, StreamDirection::HostToDevice)?;
                     let out = op.output(0).ok_or_else(|| internal(format!("`{}` has no output", op.name)))?;
-                    seq.push(Program::HostToDevice { stream, dst: self.buf(g, out)? });
+                    seq.push(Program::HostToDevice { stream, dst: self.buf(g, out)?, tiles });
                 }
                 def if def.is::<HostStore>() => {
                     let stream = self.stream(g, op, StreamDirection::DeviceToHost)?;
                     let t = op.input(0).ok_or_else(|| internal(format!("`{}` has no input", op.name)))?;
-                    seq.push(Program::DeviceToHost { src: self.buf(g, t)?, stream });
+                    seq.push(Program::DeviceToHost { src: self.buf(g, t)?, stream, tiles });
                 }
                 def if def.is::<RemoteLoad>() || def.is::<RemoteLoadInplace>() => {
                     let (buffer, offset) = self.remote_target(g, op)?;
                     let out = op.output(0).ok_or_else(|| internal(format!("`{}` has no output", op.name)))?;
-                    seq.push(Program::RemoteLoad { buffer, offset, dst: self.buf(g, out)? });
+                    seq.push(Program::RemoteLoad { buffer, offset, dst: self.buf(g, out)?, tiles });
                 }
                 def if def.is::<RemoteStore>() => {
                     let (buffer, offset) = self.remote_target(g, op)?;
                     let t = op.input(0).ok_or_else(|| internal(format!("`{}` has no input", op.name)))?;
-                    seq.push(Program::RemoteStore { src: self.buf(g, t)?, buffer, offset });
+                    seq.push(Program::RemoteStore { src: self.buf(g, t)?, buffer, offset, tiles });
                 }
                 def if def.is::<RemoteCodeLoad>() => {
                     // A graph with no function (never called, or inlined) has no code to load.
                     let target = op.attrs.graph("graph").and_then(|id| self.l.graph_index(id));
                     if let Some(function) = target.and_then(|t| t.function_id()) {
-                        seq.push(Program::CodeLoad { function });
+                        seq.push(Program::CodeLoad { function, tiles });
                     }
                 }
                 _ => match sites.first() {

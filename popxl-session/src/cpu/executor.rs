@@ -425,19 +425,19 @@ impl Compiler<'_> {
                 }
                 out.push(Instr::If { cond: self.ptr_for(*cond, 1)?, then_block, else_block });
             }
-            Program::HostToDevice { stream, dst } => {
+            Program::HostToDevice { stream, dst, .. } => {
                 let len = self.stream_bytes(*stream)?;
                 out.push(Instr::HostToDevice { stream: stream.0, dst: self.ptr_for(*dst, len)?, len })
             }
-            Program::DeviceToHost { src, stream } => {
+            Program::DeviceToHost { src, stream, .. } => {
                 let len = self.stream_bytes(*stream)?;
                 out.push(Instr::DeviceToHost { stream: stream.0, src: self.ptr_for(*src, len)?, len })
             }
-            Program::RemoteLoad { buffer, offset, dst } => {
+            Program::RemoteLoad { buffer, offset, dst, .. } => {
                 let (b, len, offset) = self.remote(*buffer, *offset)?;
                 out.push(Instr::RemoteLoad { buffer: b, offset, dst: self.ptr_for(*dst, len)?, len })
             }
-            Program::RemoteStore { src, buffer, offset } => {
+            Program::RemoteStore { src, buffer, offset, .. } => {
                 let (b, len, offset) = self.remote(*buffer, *offset)?;
                 out.push(Instr::RemoteStore { src: self.ptr_for(*src, len)?, buffer: b, offset, len })
             }
@@ -459,7 +459,7 @@ impl Compiler<'_> {
                 }
                 out.push(Instr::RemoteToHost { buffer: b, entry: *entry, stream: stream.0, len })
             }
-            Program::CodeLoad { function } => {
+            Program::CodeLoad { function, .. } => {
                 if function.index() >= self.exe.functions.len() {
                     return Err(internal(format!("a code load of function {function:?}, which does not exist")));
                 }

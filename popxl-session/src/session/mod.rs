@@ -3,9 +3,11 @@
 //! - this file: the session, its options and device, construction and properties;
 //! - [`attach`]: attaching, session contexts, weight transfers and tensor data;
 //! - [`run`]: running the main program with stream data;
-//! - [`kernel_library`]: the kernel library the executor is compiled with.
+//! - [`kernel_library`]: the kernel library the executor is compiled with;
+//! - [`ipu_report`]: the `ipu_model` device's memory check and report.
 
 mod attach;
+mod ipu_report;
 mod kernel_library;
 mod run;
 
@@ -42,7 +44,9 @@ pub type Outputs = HashMap<DeviceToHostStream, HostArray>;
 pub enum DeviceType {
     /// The host CPU (no replication).
     Cpu,
-    /// The IPU model: executes like `cpu` here.
+    /// The IPU model: executes like `cpu`, keeps subgraphs as functions, and
+    /// refuses programs that do not fit in the modelled tile memory
+    /// ([`SessionOptions::ipu_model`], [`Session::ipu_model_report`]).
     IpuModel,
     /// Real IPU hardware: compiles, but attaching fails (no hardware is available).
     IpuHw,
@@ -143,6 +147,11 @@ pub struct SessionOptions {
     /// code is shared by its call sites). Also applied to a custom `pipeline`
     /// that has no `inline-calls` pass (inserted before its final verification).
     pub inline_calls: Option<bool>,
+    /// The IPU the `ipu_model` device models (default: Mk2 GC200,
+    /// [`popart_lower::IpuModelConfig::mk2`]): `Session::new` on `ipu_model`
+    /// fails with [`SessionError::TileMemoryExceeded`] when the program does not
+    /// fit in its tile memory, and [`Session::ipu_model_report`] uses it.
+    pub ipu_model: popart_lower::IpuModelConfig,
 }
 
 impl Default for SessionOptions {
@@ -155,6 +164,7 @@ impl Default for SessionOptions {
             check_indices: false,
             check_inplace_ambiguity: true,
             inline_calls: None,
+            ipu_model: popart_lower::IpuModelConfig::default(),
         }
     }
 }
@@ -292,7 +302,9 @@ impl Session {
     ///
     /// Errors: an unknown device, replication on `cpu`/`ipu_model`, an invalid
     /// IR (e.g. a topological-constraint cycle), an IR with no ops after pruning,
-    /// and ops the device cannot execute.
+    /// ops the device cannot execute, and on `ipu_model` a program that does not
+    /// fit in the modelled tile memory ([`SessionError::TileMemoryExceeded`]; see
+    /// [`Session::ipu_model_report`]).
     ///
     /// ```
     /// use popxl_session::{Session, SessionError};
@@ -367,6 +379,9 @@ impl Session {
             popart_lower::LowerError::Size(e) => SessionError::from(e),
             e => SessionError::Lower(e),
         })?;
+        if device == DeviceType::IpuModel {
+            ipu_report::check_fits(&exe, &options.ipu_model)?;
+        }
         let executor = kernel_library::compile(&exe, kernels, options.check_indices)?;
         let snapshot = if options.check_indices {
             popart_ir::size::try_zeroed_bytes(exe.memory.permanent_bytes, "the variable snapshot of check_indices")?
