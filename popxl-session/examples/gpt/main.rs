@@ -54,6 +54,8 @@ Options:
                        through the loop (same losses; smaller program)
   --offload-optimizer  keep Adam's moments in remote buffers (streaming memory), loaded before and
                        stored after each parameter's update (same losses)
+  --ipu-model-report   print the ipu_model estimate of the training step (Mk2 tile memory per
+                       program point, code, and the estimated timeline), lowered for ipu_model
   --dump               print the lowered training program to stderr
   --memory-top N       tensors listed in the memory report (live at the planned peak; default 8)
   --profile            time every kernel and print the op types that take the most time per step
@@ -76,6 +78,7 @@ struct Config {
     dump: bool,
     scan_layers: bool,
     offload_optimizer: bool,
+    ipu_model_report: bool,
     memory_top: usize,
     baselines: PathBuf,
 }
@@ -98,6 +101,7 @@ fn parse_args() -> AppResult<Config> {
         dump: false,
         scan_layers: false,
         offload_optimizer: false,
+        ipu_model_report: false,
         memory_top: 8,
         baselines: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench")),
     };
@@ -125,6 +129,7 @@ fn parse_args() -> AppResult<Config> {
             "--dump" => c.dump = true,
             "--scan-layers" => c.scan_layers = true,
             "--offload-optimizer" => c.offload_optimizer = true,
+            "--ipu-model-report" => c.ipu_model_report = true,
             "--memory-top" => c.memory_top = value()?.parse()?,
             "--baselines" => c.baselines = PathBuf::from(value()?),
             "-h" | "--help" => {
@@ -387,6 +392,24 @@ fn main() -> AppResult<()> {
     } else {
         (build(&s, &init, Some(adam), false, false)?, names.clone())
     };
+    if cfg.ipu_model_report {
+        // The same step lowered for ipu_model (one function per graph): what an
+        // IPU would hold and how long the step would take there.
+        let again = if cfg.scan_layers {
+            build(&s, &scan::stack(&s, &init)?, Some(adam), false, true)?
+        } else {
+            build(&s, &init, Some(adam), false, false)?
+        };
+        match Session::new(again.ir, "ipu_model") {
+            Ok(ipu) => {
+                let report = ipu.ipu_model_report()?;
+                eprint!("{}", report.memory_table(8));
+                eprintln!("timeline of one step (cycles at {} GHz):", report.config.clock_hz / 1e9);
+                eprint!("{}", report.timeline.table(0));
+            }
+            Err(e) => eprintln!("ipu_model: {e}"),
+        }
+    }
     let mut session = Session::new(train.ir.clone(), "cpu")?;
     eprintln!(
         "training program{}: {} kernel calls, {} ops after preparation, built and lowered in {:.3} s",
