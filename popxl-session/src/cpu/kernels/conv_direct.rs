@@ -1,0 +1,392 @@
+//! The direct, register-blocked stride-1 convolution of float32 on AVX-512:
+//! the forward pass and the data gradient (itself a stride-1 convolution of
+//! the output gradient with the flipped, transposed weights).
+//!
+//! The input planes of one image group are copied once per call into a
+//! zero-padded plane of `wp` columns, so that every output of the extended
+//! `oh × wp` grid (its last `wp − ow` columns are discarded) is
+//! `Σ_c Σ_taps w · xp[c][q + tap]`. A register tile holds [`PB`] vectors of
+//! 16 consecutive grid positions for [`RB`] output channels (24 accumulators)
+//! across every input channel and tap: per input channel and tap, `PB` vector
+//! loads and `RB` weight broadcasts feed `PB · RB` FMAs. The weights are read
+//! where they are (8 strided rows of broadcasts), so nothing is repacked;
+//! finished tiles go to a grid in scratch, whose rows are then copied out.
+
+use std::any::TypeId;
+
+use super::conv::{ConvKernel, Method, Pass, Task};
+use super::conv_layout::{ConvElem, Geo2};
+use super::spec::BuildResult;
+use crate::cpu::kernel::KernelSpec;
+
+/// Output channels per register tile.
+pub(crate) const RB: usize = 8;
+/// Vectors of 16 grid positions per register tile.
+const PB: usize = 3;
+/// Lanes of one vector.
+const LANES: usize = 16;
+
+/// A stride-1 correlation of `cin` input planes (`ih × iw`) into `cout` output
+/// planes (`oh × ow`) per group, through the padded plane (see the module doc).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Blocked {
+    pub cin: usize,
+    pub cout: usize,
+    ih: usize,
+    iw: usize,
+    oh: usize,
+    ow: usize,
+    /// Row and column of the padded plane holding input row and column 0
+    /// (negative: the first input rows or columns are never read).
+    top: isize,
+    left: isize,
+    hp: usize,
+    wp: usize,
+    /// Elements of one padded plane (with the slack the last taps read past its end).
+    plane: usize,
+    /// Elements of one output grid (`oh · wp` rounded up to whole vectors).
+    ext: usize,
+    /// Offset of each tap in the padded plane, and of its weight within a weight row.
+    taps: Vec<usize>,
+    woff: Vec<usize>,
+    /// Weight strides between output channels and between input channels.
+    wr: usize,
+    wc: usize,
+}
+
+impl Blocked {
+    /// The blocked forward pass of a stride-1 geometry.
+    pub(crate) fn forward(g: &Geo2) -> Option<Self> {
+        (g.sh == 1 && g.sw == 1).then(|| {
+            let (kk, kdim) = (g.kk(), g.kdim());
+            Self::new(g, (g.ci_g, g.co_g), (g.ih, g.iw), (g.oh, g.ow), (g.ph, g.pw), (kdim, kk), |t| t)
+        })
+    }
+
+    /// The blocked data gradient of a stride-1 geometry: `dy` padded by
+    /// `(k − 1) · d − p`, correlated with the flipped taps, channels swapped.
+    pub(crate) fn data(g: &Geo2) -> Option<Self> {
+        (g.sh == 1 && g.sw == 1).then(|| {
+            let (kk, kdim) = (g.kk(), g.kdim());
+            let top = ((g.kh - 1) * g.dh) as isize - g.ph;
+            let left = ((g.kw - 1) * g.dw) as isize - g.pw;
+            Self::new(g, (g.co_g, g.ci_g), (g.oh, g.ow), (g.ih, g.iw), (top, left), (kk, kdim), |t| kk - 1 - t)
+        })
+    }
+
+    fn new(
+        g: &Geo2,
+        (cin, cout): (usize, usize),
+        (ih, iw): (usize, usize),
+        (oh, ow): (usize, usize),
+        (top, left): (isize, isize),
+        (wr, wc): (usize, usize),
+        woff: impl Fn(usize) -> usize,
+    ) -> Self {
+        let (hp, wp) = (oh + (g.kh - 1) * g.dh, ow + (g.kw - 1) * g.dw);
+        let taps: Vec<usize> =
+            (0..g.kh).flat_map(|ki| (0..g.kw).map(move |kj| (ki * g.dh, kj * g.dw))).map(|(r, c)| r * wp + c).collect();
+        let ext = (oh * wp).next_multiple_of(LANES);
+        let max_tap = taps.iter().copied().max().unwrap_or(0);
+        let plane = (hp * wp).max(ext + max_tap).next_multiple_of(LANES);
+        let woff = (0..g.kk()).map(woff).collect();
+        Blocked { cin, cout, ih, iw, oh, ow, top, left, hp, wp, plane, ext, taps, woff, wr, wc }
+    }
+
+    /// Scratch elements of one task: the padded input planes and one grid per
+    /// output channel of a tile.
+    pub(crate) fn scratch_len(&self) -> usize {
+        self.cin * self.plane + RB * self.ext
+    }
+
+    /// Copies the `cin` input planes `x` into the padded planes `xp` (zeros around).
+    ///
+    /// # Safety
+    /// `x`: `cin · ih · iw` reads; `xp`: `cin · plane` writes.
+    unsafe fn pad(&self, x: *const f32, xp: *mut f32) {
+        let lo = self.left.clamp(0, self.wp as isize) as usize;
+        let hi = (self.left + self.iw as isize).clamp(0, self.wp as isize) as usize;
+        for c in 0..self.cin {
+            let (src, dst) = (x.add(c * self.ih * self.iw), xp.add(c * self.plane));
+            for r in 0..self.hp {
+                let d = dst.add(r * self.wp);
+                let ir = r as isize - self.top;
+                if ir < 0 || ir as usize >= self.ih || lo >= hi {
+                    std::ptr::write_bytes(d, 0, self.wp);
+                    continue;
+                }
+                std::ptr::write_bytes(d, 0, lo);
+                let s = src.add(ir as usize * self.iw).offset(lo as isize - self.left);
+                std::ptr::copy_nonoverlapping(s, d.add(lo), hi - lo);
+                std::ptr::write_bytes(d.add(hi), 0, self.wp - hi);
+            }
+            let used = self.hp * self.wp;
+            std::ptr::write_bytes(dst.add(used), 0, self.plane - used);
+        }
+    }
+
+    /// Output channels `o0..o1` of one image group: `x` its `cin` input planes,
+    /// `w` the group's weights, `y` its `cout` output planes, `scratch` of
+    /// [`Blocked::scratch_len`] elements.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; the pointers valid for the reads and writes
+    /// above, `y` not overlapping the others.
+    pub(crate) unsafe fn run(
+        &self,
+        x: *const f32,
+        w: *const f32,
+        y: *mut f32,
+        o0: usize,
+        o1: usize,
+        scratch: *mut f32,
+    ) {
+        let (xp, ext) = (scratch, scratch.add(self.cin * self.plane));
+        self.pad(x, xp);
+        let nv = self.ext / LANES;
+        for ob in (o0..o1).step_by(RB) {
+            let r = RB.min(o1 - ob);
+            let wb = w.add(ob * self.wr);
+            let mut v = 0;
+            while v < nv {
+                let p = PB.min(nv - v);
+                let (xv, ev) = (xp.add(v * LANES), ext.add(v * LANES));
+                #[cfg(target_arch = "x86_64")]
+                tile_dispatch(p, r, self, xv, wb, ev);
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (r, xv, wb, ev);
+                v += p;
+            }
+            for i in 0..r {
+                let (src, dst) = (ext.add(i * self.ext), y.add((ob + i) * self.oh * self.ow));
+                for row in 0..self.oh {
+                    std::ptr::copy_nonoverlapping(src.add(row * self.wp), dst.add(row * self.ow), self.ow);
+                }
+            }
+        }
+    }
+}
+
+/// True when this CPU runs the blocked kernel.
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the blocked kernel suits a convolution of this geometry (stride 1,
+/// more than one tap, enough channels to fill a tile).
+fn suits(g: &Geo2) -> bool {
+    g.sh == 1 && g.sw == 1 && g.kk() > 1 && g.ci_g * g.co_g >= 16
+}
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// The blocked plan of a forward pass or data gradient, when the element
+    /// type is f32, the CPU has AVX-512 and the shape suits it.
+    pub(super) fn blocked_plan(g: &Geo2, pass: Pass) -> Option<Blocked> {
+        if TypeId::of::<T>() != TypeId::of::<f32>() || !available() || !suits(g) {
+            return None;
+        }
+        match pass {
+            Pass::Forward => Blocked::forward(g),
+            Pass::Data => Blocked::data(g),
+            Pass::Weights => None,
+        }
+    }
+
+    /// Plans the blocked method: tasks are (image, group, block of output
+    /// channels), the blocks cut so the team has at least `want` tasks.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plan_blocked(
+        spec: &KernelSpec<'_>,
+        g: Geo2,
+        pass: Pass,
+        pos: [usize; 3],
+        macs: usize,
+        out_len: usize,
+        b: Blocked,
+        parallel: bool,
+        want: usize,
+    ) -> BuildResult {
+        let per = (g.n * g.groups).max(1);
+        let k = if parallel { want.div_ceil(per) } else { 1 };
+        let ob = b.cout.div_ceil(k).next_multiple_of(RB);
+        let mut tasks = Vec::new();
+        for n in 0..g.n {
+            for gi in 0..g.groups {
+                for o0 in (0..b.cout).step_by(ob) {
+                    tasks.push(Task { n, g: gi, lo: 0, hi: 0, o0, o1: (o0 + ob).min(b.cout) });
+                }
+            }
+        }
+        let scratch = b.scratch_len();
+        let chunks = vec![0, g.n];
+        let mut k =
+            Self::finish(spec, g, pass, Method::Blocked, None, tasks, chunks, pos, parallel, macs, out_len, scratch)?;
+        k.blocked = Some(b);
+        Ok(k)
+    }
+}
+
+/// Runs the `p × r` tile (`p ≤ PB`, `r ≤ RB`) with const sizes.
+///
+/// # Safety
+/// As [`Blocked::run`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile_dispatch(p: usize, r: usize, b: &Blocked, x: *const f32, w: *const f32, e: *mut f32) {
+    macro_rules! rs {
+        ($p:literal) => {
+            match r {
+                1 => tile::<$p, 1>(b, x, w, e),
+                2 => tile::<$p, 2>(b, x, w, e),
+                3 => tile::<$p, 3>(b, x, w, e),
+                4 => tile::<$p, 4>(b, x, w, e),
+                5 => tile::<$p, 5>(b, x, w, e),
+                6 => tile::<$p, 6>(b, x, w, e),
+                7 => tile::<$p, 7>(b, x, w, e),
+                _ => tile::<$p, 8>(b, x, w, e),
+            }
+        };
+    }
+    match p {
+        1 => rs!(1),
+        2 => rs!(2),
+        _ => rs!(3),
+    }
+}
+
+/// One register tile: `P` vectors of grid positions from `x` (padded planes),
+/// `R` output channels from the weight rows at `w`, summed over every input
+/// channel and tap, stored to the grids at `e` (stride `ext`).
+///
+/// # Safety
+/// As [`Blocked::run`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn tile<const P: usize, const R: usize>(b: &Blocked, x: *const f32, w: *const f32, e: *mut f32) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); R]; P];
+    let (wr, wc, plane) = (b.wr, b.wc, b.plane);
+    for c in 0..b.cin {
+        let xc = x.add(c * plane);
+        let wcp = w.add(c * wc);
+        for (&tap, &wo) in b.taps.iter().zip(&b.woff) {
+            let xs = xc.add(tap);
+            let mut xv = [_mm512_setzero_ps(); P];
+            for (p, v) in xv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(xs.add(p * LANES));
+            }
+            let wt = wcp.add(wo);
+            for r in 0..R {
+                let wv = _mm512_set1_ps(*wt.add(r * wr));
+                for p in 0..P {
+                    acc[p][r] = _mm512_fmadd_ps(xv[p], wv, acc[p][r]);
+                }
+            }
+        }
+    }
+    for (p, row) in acc.iter().enumerate() {
+        for (r, a) in row.iter().enumerate() {
+            _mm512_storeu_ps(e.add(r * b.ext + p * LANES), *a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use popart_ir::{AttrValue, Attributes, DataType};
+
+    use super::super::testutil::{assert_close, infer, run_with_outputs, t, Rng};
+
+    /// (n, groups, ci_g, co_g, h, w, kh, kw, pads [t, l, b, r], dilations).
+    type Case = (usize, usize, usize, usize, usize, usize, usize, usize, [usize; 4], [usize; 2]);
+
+    /// The stride-1 convolution `y` of `x` and `w`, and the data gradient `dx` of `dy`, in f64.
+    fn naive(c: Case, x: &[f64], w: &[f64], dy: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
+        let oh = h + p[0] + p[2] - (kh - 1) * d[0];
+        let ow = wd + p[1] + p[3] - (kw - 1) * d[1];
+        let (ci, co) = (groups * ci_g, groups * co_g);
+        let mut y = vec![0.0; n * co * oh * ow];
+        let mut dx = vec![0.0; x.len()];
+        for b in 0..n {
+            for o in 0..co {
+                let gi = o / co_g;
+                for i in 0..ci_g {
+                    let c = gi * ci_g + i;
+                    for ki in 0..kh {
+                        for kj in 0..kw {
+                            let wv = w[((o * ci_g + i) * kh + ki) * kw + kj];
+                            for r in 0..oh {
+                                for q in 0..ow {
+                                    let (ir, iq) = (
+                                        (r + ki * d[0]) as isize - p[0] as isize,
+                                        (q + kj * d[1]) as isize - p[1] as isize,
+                                    );
+                                    if ir < 0 || iq < 0 || ir as usize >= h || iq as usize >= wd {
+                                        continue;
+                                    }
+                                    let xi = ((b * ci + c) * h + ir as usize) * wd + iq as usize;
+                                    let yi = ((b * co + o) * oh + r) * ow + q;
+                                    y[yi] += wv * x[xi];
+                                    dx[xi] += wv * dy[yi];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (y, dx)
+    }
+
+    fn check(c: Case, dt: DataType, seed: u64) {
+        let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
+        let attrs = Attributes::new()
+            .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
+            .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
+            .with("group", AttrValue::Int(groups as i64));
+        let mut rng = Rng::new(seed);
+        let xs = [n, groups * ci_g, h, wd];
+        let ws = [groups * co_g, ci_g, kh, kw];
+        let (xv, wv) = (rng.vec(xs.iter().product(), -1.0, 1.0), rng.vec(ws.iter().product(), -1.0, 1.0));
+        let (x, w) = (t(dt, &xs, &xv), t(dt, &ws, &wv));
+        let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
+        let dyv = rng.vec(y_info.nelms(), -1.0, 1.0);
+        let (want_y, want_dx) = naive(c, &xv, &wv, &dyv);
+        let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], &[y_info.clone()]);
+        let dy = t(dt, &y_info.shape, &dyv);
+        let dx = run_with_outputs("ConvDataGrad", &attrs, &[(0, dy), (1, w), (2, x.clone())], &[x.info.clone()]);
+        let tol = if dt == DataType::Float32 { 1e-4 } else { 1e-10 };
+        assert_close(&y[0].to_f64_vec(), &want_y, tol);
+        assert_close(&dx[0].to_f64_vec(), &want_dx, tol);
+    }
+
+    #[test]
+    fn blocked_stride_one_matches_a_naive_loop() {
+        // Tiles of every width, remainder channels, asymmetric and large padding,
+        // dilation, groups, planes narrower than the kernel's reach, and one
+        // case big enough to be split over threads.
+        let cases: [Case; 10] = [
+            (1, 1, 3, 16, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+            (2, 1, 5, 13, 9, 11, 3, 3, [1, 1, 1, 1], [1, 1]),
+            (1, 2, 4, 9, 6, 5, 2, 3, [0, 2, 1, 0], [1, 1]),
+            (3, 1, 8, 8, 10, 10, 3, 3, [2, 2, 2, 2], [2, 2]),
+            (1, 3, 2, 11, 5, 13, 5, 1, [3, 0, 4, 0], [1, 1]),
+            (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
+            (1, 1, 7, 17, 4, 4, 4, 4, [0, 0, 0, 0], [1, 1]),
+            (1, 1, 6, 6, 3, 8, 3, 3, [5, 4, 0, 1], [1, 1]),
+            (2, 2, 1, 20, 12, 12, 5, 5, [0, 0, 0, 0], [1, 1]),
+            (1, 1, 20, 3, 8, 8, 5, 5, [2, 2, 2, 2], [1, 2]),
+        ];
+        for (i, c) in cases.into_iter().enumerate() {
+            check(c, DataType::Float32, i as u64);
+            check(c, DataType::Float64, i as u64 + 100);
+        }
+    }
+}
