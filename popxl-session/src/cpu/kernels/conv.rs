@@ -422,12 +422,7 @@ impl<T: ConvElem> ConvKernel<T> {
         match (self.pass, self.method) {
             (_, Method::Direct) => self.direct_task(t, x, w, y, col),
             (_, Method::Batched { images }) => self.batched_task(t, images, x, w, y, col, wpart),
-            (_, Method::Blocked) => {
-                // The blocked plan exists only for f32 (see `blocked_plan`).
-                let b = self.blocked.as_ref().expect("blocked plan");
-                let (src, dst) = if self.pass == Pass::Forward { (xg(t.n), yg(t.n)) } else { (yg(t.n), xg(t.n)) };
-                b.run(src as *const f32, wg as *const f32, dst as *mut f32, t.o0, t.o1, col as *mut f32);
-            }
+            (_, Method::Blocked) => self.blocked_task(t, x, w, y, col),
             (Pass::Forward, m) => {
                 let cols = t.hi - t.lo;
                 let (rhs, rs) = if m == Method::Pointwise {

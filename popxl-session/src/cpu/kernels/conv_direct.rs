@@ -25,10 +25,17 @@ pub(crate) const RB: usize = 8;
 const PB: usize = 3;
 /// Lanes of one vector.
 const LANES: usize = 16;
+/// Output-grid positions worth putting side by side (small planes).
+const GRID: usize = 1024;
 
 /// A stride-1 correlation of `cin` input planes (`ih × iw`) into `cout` output
 /// planes (`oh × ow`) per group, through the padded plane (see the module doc).
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Up to `imgs` images go side by side in one padded plane, `pitch` columns
+/// apart (neighbours share their zero columns when the padding allows it), so
+/// that small planes make long grids and each block of weights read serves
+/// several images.
+#[derive(Debug)]
 pub(crate) struct Blocked {
     pub cin: usize,
     pub cout: usize,
@@ -36,10 +43,15 @@ pub(crate) struct Blocked {
     iw: usize,
     oh: usize,
     ow: usize,
-    /// Row and column of the padded plane holding input row and column 0
-    /// (negative: the first input rows or columns are never read).
+    /// Row and column of the padded plane holding input row and column 0 of
+    /// the first image (negative: the first input rows or columns are never read).
     top: isize,
     left: isize,
+    /// Images per plane, and the columns between two images.
+    pub imgs: usize,
+    pitch: usize,
+    /// Columns of the padded plane an image reads.
+    reach: usize,
     hp: usize,
     wp: usize,
     /// Elements of one padded plane (with the slack the last taps read past its end).
@@ -52,45 +64,89 @@ pub(crate) struct Blocked {
     /// Weight strides between output channels and between input channels.
     wr: usize,
     wc: usize,
+    /// Elements between two images of the input and of the output.
+    xs: usize,
+    ys: usize,
 }
 
+/// The sizes of one side of a [`Blocked`] correlation: channels, plane, image stride.
+type Side = (usize, (usize, usize), usize);
+
 impl Blocked {
-    /// The blocked forward pass of a stride-1 geometry.
-    pub(crate) fn forward(g: &Geo2) -> Option<Self> {
+    /// The blocked forward pass of a stride-1 geometry, `imgs` images per plane.
+    pub(crate) fn forward(g: &Geo2, imgs: usize) -> Option<Self> {
         (g.sh == 1 && g.sw == 1).then(|| {
             let (kk, kdim) = (g.kk(), g.kdim());
-            Self::new(g, (g.ci_g, g.co_g), (g.ih, g.iw), (g.oh, g.ow), (g.ph, g.pw), (kdim, kk), |t| t)
+            let x = (g.ci_g, (g.ih, g.iw), g.groups * g.ci_g * g.ip());
+            let y = (g.co_g, (g.oh, g.ow), g.groups * g.co_g * g.op());
+            Self::new(g, imgs, x, y, (g.ph, g.pw), (kdim, kk), |t| t)
         })
     }
 
     /// The blocked data gradient of a stride-1 geometry: `dy` padded by
     /// `(k − 1) · d − p`, correlated with the flipped taps, channels swapped.
-    pub(crate) fn data(g: &Geo2) -> Option<Self> {
+    pub(crate) fn data(g: &Geo2, imgs: usize) -> Option<Self> {
         (g.sh == 1 && g.sw == 1).then(|| {
             let (kk, kdim) = (g.kk(), g.kdim());
             let top = ((g.kh - 1) * g.dh) as isize - g.ph;
             let left = ((g.kw - 1) * g.dw) as isize - g.pw;
-            Self::new(g, (g.co_g, g.ci_g), (g.oh, g.ow), (g.ih, g.iw), (top, left), (kk, kdim), |t| kk - 1 - t)
+            let x = (g.ci_g, (g.ih, g.iw), g.groups * g.ci_g * g.ip());
+            let y = (g.co_g, (g.oh, g.ow), g.groups * g.co_g * g.op());
+            Self::new(g, imgs, y, x, (top, left), (kk, kdim), |t| kk - 1 - t)
         })
     }
 
     fn new(
         g: &Geo2,
-        (cin, cout): (usize, usize),
-        (ih, iw): (usize, usize),
-        (oh, ow): (usize, usize),
+        imgs: usize,
+        (cin, (ih, iw), xs): Side,
+        (cout, (oh, ow), ys): Side,
         (top, left): (isize, isize),
         (wr, wc): (usize, usize),
         woff: impl Fn(usize) -> usize,
     ) -> Self {
-        let (hp, wp) = (oh + (g.kh - 1) * g.dh, ow + (g.kw - 1) * g.dw);
+        let imgs = imgs.max(1);
+        let reach = ow + (g.kw - 1) * g.dw;
+        // Zero columns right of the input within an image's reach.
+        let right = reach as isize - left - iw as isize;
+        let pitch = if left >= 0 && right >= 0 { ow.max(iw + left.max(right) as usize) } else { reach };
+        let (hp, wp) = (oh + (g.kh - 1) * g.dh, (imgs - 1) * pitch + reach);
         let taps: Vec<usize> =
             (0..g.kh).flat_map(|ki| (0..g.kw).map(move |kj| (ki * g.dh, kj * g.dw))).map(|(r, c)| r * wp + c).collect();
         let ext = (oh * wp).next_multiple_of(LANES);
         let max_tap = taps.iter().copied().max().unwrap_or(0);
         let plane = (hp * wp).max(ext + max_tap).next_multiple_of(LANES);
         let woff = (0..g.kk()).map(woff).collect();
-        Blocked { cin, cout, ih, iw, oh, ow, top, left, hp, wp, plane, ext, taps, woff, wr, wc }
+        Blocked {
+            cin,
+            cout,
+            ih,
+            iw,
+            oh,
+            ow,
+            top,
+            left,
+            imgs,
+            pitch,
+            reach,
+            hp,
+            wp,
+            plane,
+            ext,
+            taps,
+            woff,
+            wr,
+            wc,
+            xs,
+            ys,
+        }
+    }
+
+    /// Positions of the output grid per useful output (the cost of the padding
+    /// columns and of the rounding to whole vectors).
+    #[allow(dead_code)]
+    pub(crate) fn waste(&self) -> f64 {
+        self.ext as f64 / (self.imgs * self.oh * self.ow).max(1) as f64
     }
 
     /// Scratch elements of one task: the padded input planes and one grid per
@@ -99,42 +155,48 @@ impl Blocked {
         self.cin * self.plane + RB * self.ext
     }
 
-    /// Copies the `cin` input planes `x` into the padded planes `xp` (zeros around).
+    /// Copies the `cin` input planes of `nimg` images from `x` into the padded
+    /// planes `xp` (zeros around).
     ///
     /// # Safety
-    /// `x`: `cin · ih · iw` reads; `xp`: `cin · plane` writes.
-    unsafe fn pad(&self, x: *const f32, xp: *mut f32) {
-        let lo = self.left.clamp(0, self.wp as isize) as usize;
-        let hi = (self.left + self.iw as isize).clamp(0, self.wp as isize) as usize;
+    /// `x`: the images' input planes; `xp`: `cin · plane` writes.
+    unsafe fn pad(&self, x: *const f32, nimg: usize, xp: *mut f32) {
+        // Input columns of image j land at j·pitch + left + col, kept within its reach.
+        let lo = self.left.clamp(0, self.reach.min(self.pitch) as isize) as usize;
+        let hi = (self.left + self.iw as isize).clamp(0, self.reach.min(self.pitch) as isize) as usize;
         for c in 0..self.cin {
-            let (src, dst) = (x.add(c * self.ih * self.iw), xp.add(c * self.plane));
-            for r in 0..self.hp {
-                let d = dst.add(r * self.wp);
-                let ir = r as isize - self.top;
-                if ir < 0 || ir as usize >= self.ih || lo >= hi {
-                    std::ptr::write_bytes(d, 0, self.wp);
-                    continue;
-                }
-                std::ptr::write_bytes(d, 0, lo);
-                let s = src.add(ir as usize * self.iw).offset(lo as isize - self.left);
-                std::ptr::copy_nonoverlapping(s, d.add(lo), hi - lo);
-                std::ptr::write_bytes(d.add(hi), 0, self.wp - hi);
+            let dst = xp.add(c * self.plane);
+            std::ptr::write_bytes(dst, 0, self.plane);
+            if lo >= hi {
+                continue;
             }
-            let used = self.hp * self.wp;
-            std::ptr::write_bytes(dst.add(used), 0, self.plane - used);
+            for j in 0..nimg {
+                let src = x.add(j * self.xs + c * self.ih * self.iw);
+                for r in 0..self.hp {
+                    let ir = r as isize - self.top;
+                    if ir < 0 || ir as usize >= self.ih {
+                        continue;
+                    }
+                    let s = src.add(ir as usize * self.iw).offset(lo as isize - self.left);
+                    std::ptr::copy_nonoverlapping(s, dst.add(r * self.wp + j * self.pitch + lo), hi - lo);
+                }
+            }
         }
     }
 
-    /// Output channels `o0..o1` of one image group: `x` its `cin` input planes,
-    /// `w` the group's weights, `y` its `cout` output planes, `scratch` of
+    /// Output channels `o0..o1` of `nimg` images (at most `imgs`) of one group:
+    /// `x` the first image's `cin` input planes, `w` the group's weights, `y`
+    /// the first image's `cout` output planes, `scratch` of
     /// [`Blocked::scratch_len`] elements.
     ///
     /// # Safety
     /// The CPU must have AVX-512F; the pointers valid for the reads and writes
     /// above, `y` not overlapping the others.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn run(
         &self,
         x: *const f32,
+        nimg: usize,
         w: *const f32,
         y: *mut f32,
         o0: usize,
@@ -142,8 +204,10 @@ impl Blocked {
         scratch: *mut f32,
     ) {
         let (xp, ext) = (scratch, scratch.add(self.cin * self.plane));
-        self.pad(x, xp);
-        let nv = self.ext / LANES;
+        self.pad(x, nimg, xp);
+        // Only the rows' vectors up to the last image's outputs are needed.
+        let used = (self.oh - 1) * self.wp + (nimg - 1) * self.pitch + self.ow;
+        let nv = used.div_ceil(LANES);
         for ob in (o0..o1).step_by(RB) {
             let r = RB.min(o1 - ob);
             let wb = w.add(ob * self.wr);
@@ -158,9 +222,13 @@ impl Blocked {
                 v += p;
             }
             for i in 0..r {
-                let (src, dst) = (ext.add(i * self.ext), y.add((ob + i) * self.oh * self.ow));
-                for row in 0..self.oh {
-                    std::ptr::copy_nonoverlapping(src.add(row * self.wp), dst.add(row * self.ow), self.ow);
+                let src = ext.add(i * self.ext);
+                for j in 0..nimg {
+                    let dst = y.add(j * self.ys + (ob + i) * self.oh * self.ow);
+                    for row in 0..self.oh {
+                        let s = src.add(row * self.wp + j * self.pitch);
+                        std::ptr::copy_nonoverlapping(s, dst.add(row * self.ow), self.ow);
+                    }
                 }
             }
         }
@@ -192,15 +260,20 @@ impl<T: ConvElem> ConvKernel<T> {
         if TypeId::of::<T>() != TypeId::of::<f32>() || !available() || !suits(g) {
             return None;
         }
-        match pass {
-            Pass::Forward => Blocked::forward(g),
-            Pass::Data => Blocked::data(g),
+        let make = |imgs| match pass {
+            Pass::Forward => Blocked::forward(g, imgs),
+            Pass::Data => Blocked::data(g, imgs),
             Pass::Weights => None,
-        }
+        };
+        // Small planes: enough images side by side for a grid of GRID positions.
+        let one = make(1)?;
+        let per = (one.oh * one.pitch).max(1);
+        let imgs = GRID.div_ceil(per).clamp(1, g.n.max(1));
+        make(g.n.max(1).div_ceil(g.n.max(1).div_ceil(imgs)))
     }
 
-    /// Plans the blocked method: tasks are (image, group, block of output
-    /// channels), the blocks cut so the team has at least `want` tasks.
+    /// Plans the blocked method: tasks are (image block, group, block of
+    /// output channels), the blocks cut so the team has at least `want` tasks.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn plan_blocked(
         spec: &KernelSpec<'_>,
@@ -213,11 +286,11 @@ impl<T: ConvElem> ConvKernel<T> {
         parallel: bool,
         want: usize,
     ) -> BuildResult {
-        let per = (g.n * g.groups).max(1);
+        let per = (g.n.div_ceil(b.imgs) * g.groups).max(1);
         let k = if parallel { want.div_ceil(per) } else { 1 };
         let ob = b.cout.div_ceil(k).next_multiple_of(RB);
         let mut tasks = Vec::new();
-        for n in 0..g.n {
+        for n in (0..g.n).step_by(b.imgs) {
             for gi in 0..g.groups {
                 for o0 in (0..b.cout).step_by(ob) {
                     tasks.push(Task { n, g: gi, lo: 0, hi: 0, o0, o1: (o0 + ob).min(b.cout) });
@@ -230,6 +303,20 @@ impl<T: ConvElem> ConvKernel<T> {
             Self::finish(spec, g, pass, Method::Blocked, None, tasks, chunks, pos, parallel, macs, out_len, scratch)?;
         k.blocked = Some(b);
         Ok(k)
+    }
+
+    /// Runs task `t` of the blocked method with the scratch `col`.
+    ///
+    /// # Safety
+    /// As [`Blocked::run`]; `T` is f32 (see [`ConvKernel::blocked_plan`]).
+    pub(super) unsafe fn blocked_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
+        let (g, b) = (&self.geo, self.blocked.as_ref().expect("blocked plan"));
+        let xg = x.add((t.n * g.groups + t.g) * g.ci_g * g.ip());
+        let yg = y.add((t.n * g.groups + t.g) * g.co_g * g.op());
+        let wg = w.add(t.g * g.co_g * g.kdim());
+        let (src, dst) = if self.pass == Pass::Forward { (xg, yg) } else { (yg, xg) };
+        let nimg = b.imgs.min(g.n - t.n);
+        b.run(src as *const f32, nimg, wg as *const f32, dst as *mut f32, t.o0, t.o1, col as *mut f32);
     }
 }
 
@@ -375,12 +462,12 @@ mod tests {
         let cases: [Case; 10] = [
             (1, 1, 3, 16, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
             (2, 1, 5, 13, 9, 11, 3, 3, [1, 1, 1, 1], [1, 1]),
-            (1, 2, 4, 9, 6, 5, 2, 3, [0, 2, 1, 0], [1, 1]),
+            (3, 2, 4, 9, 6, 5, 2, 3, [0, 2, 1, 0], [1, 1]),
             (3, 1, 8, 8, 10, 10, 3, 3, [2, 2, 2, 2], [2, 2]),
-            (1, 3, 2, 11, 5, 13, 5, 1, [3, 0, 4, 0], [1, 1]),
+            (4, 3, 2, 11, 5, 13, 5, 1, [3, 0, 4, 0], [1, 1]),
             (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
             (1, 1, 7, 17, 4, 4, 4, 4, [0, 0, 0, 0], [1, 1]),
-            (1, 1, 6, 6, 3, 8, 3, 3, [5, 4, 0, 1], [1, 1]),
+            (3, 1, 6, 6, 3, 8, 3, 3, [5, 4, 0, 1], [1, 1]),
             (2, 2, 1, 20, 12, 12, 5, 5, [0, 0, 0, 0], [1, 1]),
             (1, 1, 20, 3, 8, 8, 5, 5, [2, 2, 2, 2], [1, 2]),
         ];
