@@ -27,6 +27,8 @@ const PB: usize = 3;
 const LANES: usize = 16;
 /// Output-grid positions worth putting side by side (small planes).
 const GRID: usize = 1024;
+/// Elements of padded input kept in the level-2 cache (1 MiB of f32).
+const L2_ELEMS: usize = 1 << 18;
 
 /// A stride-1 correlation of `cin` input planes (`ih × iw`) into `cout` output
 /// planes (`oh × ow`) per group, through the padded plane (see the module doc).
@@ -149,22 +151,29 @@ impl Blocked {
         self.ext as f64 / (self.imgs * self.oh * self.ow).max(1) as f64
     }
 
-    /// Scratch elements of one task: the padded input planes and one grid per
-    /// output channel of a tile.
-    pub(crate) fn scratch_len(&self) -> usize {
-        self.cin * self.plane + RB * self.ext
+    /// Input channels padded and swept at a time: a block that stays in the
+    /// level-2 cache while every output channel of a task goes over it.
+    fn cin_block(&self) -> usize {
+        let cb = (L2_ELEMS / self.plane).clamp(1, self.cin.max(1));
+        self.cin.div_ceil(self.cin.div_ceil(cb))
     }
 
-    /// Copies the `cin` input planes of `nimg` images from `x` into the padded
+    /// Scratch elements of a task of up to `ob` output channels: one block of
+    /// padded input planes and the output grids.
+    pub(crate) fn scratch_len(&self, ob: usize) -> usize {
+        self.cin_block() * self.plane + ob.next_multiple_of(RB) * self.ext
+    }
+
+    /// Copies `cin` input planes of `nimg` images from `x` into the padded
     /// planes `xp` (zeros around).
     ///
     /// # Safety
     /// `x`: the images' input planes; `xp`: `cin · plane` writes.
-    unsafe fn pad(&self, x: *const f32, nimg: usize, xp: *mut f32) {
+    unsafe fn pad(&self, x: *const f32, cin: usize, nimg: usize, xp: *mut f32) {
         // Input columns of image j land at j·pitch + left + col, kept within its reach.
         let lo = self.left.clamp(0, self.reach.min(self.pitch) as isize) as usize;
         let hi = (self.left + self.iw as isize).clamp(0, self.reach.min(self.pitch) as isize) as usize;
-        for c in 0..self.cin {
+        for c in 0..cin {
             let dst = xp.add(c * self.plane);
             std::ptr::write_bytes(dst, 0, self.plane);
             if lo >= hi {
@@ -203,32 +212,37 @@ impl Blocked {
         o1: usize,
         scratch: *mut f32,
     ) {
-        let (xp, ext) = (scratch, scratch.add(self.cin * self.plane));
-        self.pad(x, nimg, xp);
+        let (xp, ext) = (scratch, scratch.add(self.cin_block() * self.plane));
         // Only the rows' vectors up to the last image's outputs are needed.
         let used = (self.oh - 1) * self.wp + (nimg - 1) * self.pitch + self.ow;
         let nv = used.div_ceil(LANES);
-        for ob in (o0..o1).step_by(RB) {
-            let r = RB.min(o1 - ob);
-            let wb = w.add(ob * self.wr);
-            let mut v = 0;
-            while v < nv {
-                let p = PB.min(nv - v);
-                let (xv, ev) = (xp.add(v * LANES), ext.add(v * LANES));
-                #[cfg(target_arch = "x86_64")]
-                tile_dispatch(p, r, self, xv, wb, ev);
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = (r, xv, wb, ev);
-                v += p;
+        let cb = self.cin_block();
+        for c0 in (0..self.cin).step_by(cb) {
+            let cn = cb.min(self.cin - c0);
+            self.pad(x.add(c0 * self.ih * self.iw), cn, nimg, xp);
+            for ob in (o0..o1).step_by(RB) {
+                let r = RB.min(o1 - ob);
+                let wb = w.add(ob * self.wr + c0 * self.wc);
+                let eb = ext.add((ob - o0) * self.ext);
+                let mut v = 0;
+                while v < nv {
+                    let p = PB.min(nv - v);
+                    let (xv, ev) = (xp.add(v * LANES), eb.add(v * LANES));
+                    #[cfg(target_arch = "x86_64")]
+                    tile_dispatch(p, r, self, cn, c0 > 0, xv, wb, ev);
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let _ = (r, cn, xv, wb, ev);
+                    v += p;
+                }
             }
-            for i in 0..r {
-                let src = ext.add(i * self.ext);
-                for j in 0..nimg {
-                    let dst = y.add(j * self.ys + (ob + i) * self.oh * self.ow);
-                    for row in 0..self.oh {
-                        let s = src.add(row * self.wp + j * self.pitch);
-                        std::ptr::copy_nonoverlapping(s, dst.add(row * self.ow), self.ow);
-                    }
+        }
+        for o in o0..o1 {
+            let src = ext.add((o - o0) * self.ext);
+            for j in 0..nimg {
+                let dst = y.add(j * self.ys + o * self.oh * self.ow);
+                for row in 0..self.oh {
+                    let s = src.add(row * self.wp + j * self.pitch);
+                    std::ptr::copy_nonoverlapping(s, dst.add(row * self.ow), self.ow);
                 }
             }
         }
@@ -297,7 +311,7 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
         }
-        let scratch = b.scratch_len();
+        let scratch = b.scratch_len(ob.min(b.cout));
         let chunks = vec![0, g.n];
         let mut k =
             Self::finish(spec, g, pass, Method::Blocked, None, tasks, chunks, pos, parallel, macs, out_len, scratch)?;
@@ -325,18 +339,28 @@ impl<T: ConvElem> ConvKernel<T> {
 /// # Safety
 /// As [`Blocked::run`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn tile_dispatch(p: usize, r: usize, b: &Blocked, x: *const f32, w: *const f32, e: *mut f32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_dispatch(
+    p: usize,
+    r: usize,
+    b: &Blocked,
+    cin: usize,
+    add: bool,
+    x: *const f32,
+    w: *const f32,
+    e: *mut f32,
+) {
     macro_rules! rs {
         ($p:literal) => {
             match r {
-                1 => tile::<$p, 1>(b, x, w, e),
-                2 => tile::<$p, 2>(b, x, w, e),
-                3 => tile::<$p, 3>(b, x, w, e),
-                4 => tile::<$p, 4>(b, x, w, e),
-                5 => tile::<$p, 5>(b, x, w, e),
-                6 => tile::<$p, 6>(b, x, w, e),
-                7 => tile::<$p, 7>(b, x, w, e),
-                _ => tile::<$p, 8>(b, x, w, e),
+                1 => tile::<$p, 1>(b, cin, add, x, w, e),
+                2 => tile::<$p, 2>(b, cin, add, x, w, e),
+                3 => tile::<$p, 3>(b, cin, add, x, w, e),
+                4 => tile::<$p, 4>(b, cin, add, x, w, e),
+                5 => tile::<$p, 5>(b, cin, add, x, w, e),
+                6 => tile::<$p, 6>(b, cin, add, x, w, e),
+                7 => tile::<$p, 7>(b, cin, add, x, w, e),
+                _ => tile::<$p, 8>(b, cin, add, x, w, e),
             }
         };
     }
@@ -355,11 +379,25 @@ unsafe fn tile_dispatch(p: usize, r: usize, b: &Blocked, x: *const f32, w: *cons
 /// As [`Blocked::run`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn tile<const P: usize, const R: usize>(b: &Blocked, x: *const f32, w: *const f32, e: *mut f32) {
+unsafe fn tile<const P: usize, const R: usize>(
+    b: &Blocked,
+    cin: usize,
+    add: bool,
+    x: *const f32,
+    w: *const f32,
+    e: *mut f32,
+) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); R]; P];
+    if add {
+        for (p, row) in acc.iter_mut().enumerate() {
+            for (r, a) in row.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(e.add(r * b.ext + p * LANES));
+            }
+        }
+    }
     let (wr, wc, plane) = (b.wr, b.wc, b.plane);
-    for c in 0..b.cin {
+    for c in 0..cin {
         let xc = x.add(c * plane);
         let wcp = w.add(c * wc);
         for (&tap, &wo) in b.taps.iter().zip(&b.woff) {
@@ -458,8 +496,9 @@ mod tests {
     fn blocked_stride_one_matches_a_naive_loop() {
         // Tiles of every width, remainder channels, asymmetric and large padding,
         // dilation, groups, planes narrower than the kernel's reach, and one
-        // case big enough to be split over threads.
-        let cases: [Case; 10] = [
+        // case big enough to be split over threads and into input-channel blocks.
+        let cases: [Case; 11] = [
+            (1, 1, 72, 9, 64, 64, 3, 3, [1, 1, 1, 1], [1, 1]),
             (1, 1, 3, 16, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
             (2, 1, 5, 13, 9, 11, 3, 3, [1, 1, 1, 1], [1, 1]),
             (3, 2, 4, 9, 6, 5, 2, 3, [0, 2, 1, 0], [1, 1]),
