@@ -45,7 +45,15 @@ struct Options {
 }
 
 fn options() -> Options {
-    let mut o = Options { threads: 2, batches: vec![1, 32], reps: 3, min_time: 0.2, only: String::new(), torch: None, cpu_time: false };
+    let mut o = Options {
+        threads: 2,
+        batches: vec![1, 32],
+        reps: 3,
+        min_time: 0.2,
+        only: String::new(),
+        torch: None,
+        cpu_time: false,
+    };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {

@@ -23,6 +23,8 @@ use crate::cpu::kernel::KernelSpec;
 pub(crate) const RB: usize = 8;
 /// Vectors of 16 grid positions per register tile.
 const PB: usize = 3;
+/// Vectors per register tile of a single output channel.
+const PB1: usize = 6;
 /// Lanes of one vector.
 const LANES: usize = 16;
 /// Output-grid positions worth putting side by side (small planes).
@@ -226,7 +228,7 @@ impl Blocked {
                 let eb = ext.add((ob - o0) * self.ext);
                 let mut v = 0;
                 while v < nv {
-                    let p = PB.min(nv - v);
+                    let p = if r == 1 { PB1 } else { PB }.min(nv - v);
                     let (xv, ev) = (xp.add(v * LANES), eb.add(v * LANES));
                     #[cfg(target_arch = "x86_64")]
                     tile_dispatch(p, r, self, cn, c0 > 0, xv, wb, ev);
@@ -247,6 +249,41 @@ impl Blocked {
             }
         }
     }
+
+    /// The weight gradient of a depthwise forward plan (one channel): `dw`
+    /// gets `Σ_n Σ_q dy[n][q] · x[n][q + tap]` for every tap, over `n` images
+    /// `xs` and `ys` elements apart, `imgs` at a time side by side: the input
+    /// padded, the output gradient spread over the grid (zeros elsewhere),
+    /// then one sweep with one vector accumulator per tap. `scratch`: of
+    /// [`Blocked::scratch_len`]`(1)` elements.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; the pointers valid for those reads.
+    pub(crate) unsafe fn depthwise_weight_grad(
+        &self,
+        x: *const f32,
+        dy: *const f32,
+        n: usize,
+        dw: &mut [f32],
+        scratch: *mut f32,
+    ) {
+        let (xp, ext) = (scratch, scratch.add(self.cin_block() * self.plane));
+        dw.fill(0.0);
+        for n0 in (0..n).step_by(self.imgs) {
+            let nimg = self.imgs.min(n - n0);
+            self.pad(x.add(n0 * self.xs), 1, nimg, xp);
+            std::ptr::write_bytes(ext, 0, self.ext);
+            for j in 0..nimg {
+                let src = dy.add((n0 + j) * self.ys);
+                for row in 0..self.oh {
+                    let d = ext.add(row * self.wp + j * self.pitch);
+                    std::ptr::copy_nonoverlapping(src.add(row * self.ow), d, self.ow);
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            tap_dots(self, xp, ext, dw);
+        }
+    }
 }
 
 /// True when this CPU runs the blocked kernel.
@@ -261,23 +298,32 @@ pub(crate) fn available() -> bool {
     }
 }
 
-/// Whether the blocked kernel suits a convolution of this geometry (stride 1,
-/// more than one tap, enough channels to fill a tile).
+/// Whether the blocked kernel suits a convolution of this geometry: stride 1,
+/// more than one tap, and enough channels to fill a tile or depthwise (one
+/// input and one output channel per group, images side by side).
 fn suits(g: &Geo2) -> bool {
-    g.sh == 1 && g.sw == 1 && g.kk() > 1 && g.ci_g * g.co_g >= 16
+    g.sh == 1 && g.sw == 1 && g.kk() > 1 && (g.ci_g * g.co_g >= 16 || depthwise(g))
+}
+
+/// One input and one output channel per group.
+fn depthwise(g: &Geo2) -> bool {
+    g.ci_g == 1 && g.co_g == 1
 }
 
 impl<T: ConvElem> ConvKernel<T> {
     /// The blocked plan of a forward pass or data gradient, when the element
     /// type is f32, the CPU has AVX-512 and the shape suits it.
     pub(super) fn blocked_plan(g: &Geo2, pass: Pass) -> Option<Blocked> {
+        if std::env::var("TMP_NO_BLOCKED").is_ok() {
+            return None;
+        }
         if TypeId::of::<T>() != TypeId::of::<f32>() || !available() || !suits(g) {
             return None;
         }
         let make = |imgs| match pass {
             Pass::Forward => Blocked::forward(g, imgs),
             Pass::Data => Blocked::data(g, imgs),
-            Pass::Weights => None,
+            Pass::Weights => depthwise(g).then(|| Blocked::forward(g, imgs)).flatten(),
         };
         // Small planes: enough images side by side for a grid of GRID positions.
         let one = make(1)?;
@@ -304,7 +350,9 @@ impl<T: ConvElem> ConvKernel<T> {
         let k = if parallel { want.div_ceil(per) } else { 1 };
         let ob = b.cout.div_ceil(k).next_multiple_of(RB);
         let mut tasks = Vec::new();
-        for n in (0..g.n).step_by(b.imgs) {
+        // Depthwise weight gradients: one task per channel, over the whole batch.
+        let starts = if pass == Pass::Weights { 0..1 } else { 0..g.n };
+        for n in starts.step_by(b.imgs) {
             for gi in 0..g.groups {
                 for o0 in (0..b.cout).step_by(ob) {
                     tasks.push(Task { n, g: gi, lo: 0, hi: 0, o0, o1: (o0 + ob).min(b.cout) });
@@ -328,7 +376,14 @@ impl<T: ConvElem> ConvKernel<T> {
         let xg = x.add((t.n * g.groups + t.g) * g.ci_g * g.ip());
         let yg = y.add((t.n * g.groups + t.g) * g.co_g * g.op());
         let wg = w.add(t.g * g.co_g * g.kdim());
-        let (src, dst) = if self.pass == Pass::Forward { (xg, yg) } else { (yg, xg) };
+        let (src, dst) = match self.pass {
+            Pass::Forward => (xg, yg),
+            Pass::Data => (yg, xg),
+            Pass::Weights => {
+                let dw = std::slice::from_raw_parts_mut(wg as *mut f32, g.kk());
+                return b.depthwise_weight_grad(xg as *const f32, yg as *const f32, g.n, dw, col as *mut f32);
+            }
+        };
         let nimg = b.imgs.min(g.n - t.n);
         b.run(src as *const f32, nimg, wg as *const f32, dst as *mut f32, t.o0, t.o1, col as *mut f32);
     }
@@ -364,9 +419,12 @@ unsafe fn tile_dispatch(
             }
         };
     }
-    match p {
-        1 => rs!(1),
-        2 => rs!(2),
+    match (p, r) {
+        (4, 1) => tile::<4, 1>(b, cin, add, x, w, e),
+        (5, 1) => tile::<5, 1>(b, cin, add, x, w, e),
+        (6, 1) => tile::<6, 1>(b, cin, add, x, w, e),
+        (1, _) => rs!(1),
+        (2, _) => rs!(2),
         _ => rs!(3),
     }
 }
@@ -422,6 +480,51 @@ unsafe fn tile<const P: usize, const R: usize>(
     }
 }
 
+/// `dw[t] += <ext, xp shifted by tap t>` over the whole grid, for every tap.
+///
+/// # Safety
+/// As [`Blocked::depthwise_weight_grad`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn tap_dots(b: &Blocked, xp: *const f32, ext: *const f32, dw: &mut [f32]) {
+    let kk = b.taps.len();
+    match kk {
+        9 => dots::<9>(b, xp, ext, 0, dw),
+        25 => dots::<25>(b, xp, ext, 0, dw),
+        _ => {
+            let mut t = 0;
+            while t + 8 <= kk {
+                dots::<8>(b, xp, ext, t, dw);
+                t += 8;
+            }
+            for t in t..kk {
+                dots::<1>(b, xp, ext, t, dw);
+            }
+        }
+    }
+}
+
+/// [`tap_dots`] for the `K` taps from `t0`, one vector accumulator each.
+///
+/// # Safety
+/// As [`Blocked::depthwise_weight_grad`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn dots<const K: usize>(b: &Blocked, xp: *const f32, ext: *const f32, t0: usize, dw: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut taps = [0usize; K];
+    taps.copy_from_slice(&b.taps[t0..t0 + K]);
+    let mut acc = [_mm512_setzero_ps(); K];
+    for v in 0..b.ext / LANES {
+        let e = _mm512_loadu_ps(ext.add(v * LANES));
+        for k in 0..K {
+            acc[k] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xp.add(taps[k] + v * LANES)), acc[k]);
+        }
+    }
+    for k in 0..K {
+        dw[b.woff[t0 + k]] += _mm512_reduce_add_ps(acc[k]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use popart_ir::{AttrValue, Attributes, DataType};
@@ -431,14 +534,16 @@ mod tests {
     /// (n, groups, ci_g, co_g, h, w, kh, kw, pads [t, l, b, r], dilations).
     type Case = (usize, usize, usize, usize, usize, usize, usize, usize, [usize; 4], [usize; 2]);
 
-    /// The stride-1 convolution `y` of `x` and `w`, and the data gradient `dx` of `dy`, in f64.
-    fn naive(c: Case, x: &[f64], w: &[f64], dy: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    /// The stride-1 convolution `y` of `x` and `w`, and the data and weight
+    /// gradients `dx`, `dw` of `dy`, in f64.
+    fn naive(c: Case, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
         let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
         let oh = h + p[0] + p[2] - (kh - 1) * d[0];
         let ow = wd + p[1] + p[3] - (kw - 1) * d[1];
         let (ci, co) = (groups * ci_g, groups * co_g);
         let mut y = vec![0.0; n * co * oh * ow];
         let mut dx = vec![0.0; x.len()];
+        let mut dw = vec![0.0; w.len()];
         for b in 0..n {
             for o in 0..co {
                 let gi = o / co_g;
@@ -446,7 +551,8 @@ mod tests {
                     let c = gi * ci_g + i;
                     for ki in 0..kh {
                         for kj in 0..kw {
-                            let wv = w[((o * ci_g + i) * kh + ki) * kw + kj];
+                            let wi = ((o * ci_g + i) * kh + ki) * kw + kj;
+                            let wv = w[wi];
                             for r in 0..oh {
                                 for q in 0..ow {
                                     let (ir, iq) = (
@@ -460,6 +566,7 @@ mod tests {
                                     let yi = ((b * co + o) * oh + r) * ow + q;
                                     y[yi] += wv * x[xi];
                                     dx[xi] += wv * dy[yi];
+                                    dw[wi] += x[xi] * dy[yi];
                                 }
                             }
                         }
@@ -467,7 +574,7 @@ mod tests {
                 }
             }
         }
-        (y, dx)
+        [y, dx, dw]
     }
 
     fn check(c: Case, dt: DataType, seed: u64) {
@@ -483,21 +590,34 @@ mod tests {
         let (x, w) = (t(dt, &xs, &xv), t(dt, &ws, &wv));
         let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
         let dyv = rng.vec(y_info.nelms(), -1.0, 1.0);
-        let (want_y, want_dx) = naive(c, &xv, &wv, &dyv);
+        let [want_y, want_dx, want_dw] = naive(c, &xv, &wv, &dyv);
         let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], &[y_info.clone()]);
         let dy = t(dt, &y_info.shape, &dyv);
-        let dx = run_with_outputs("ConvDataGrad", &attrs, &[(0, dy), (1, w), (2, x.clone())], &[x.info.clone()]);
+        let dx = run_with_outputs(
+            "ConvDataGrad",
+            &attrs,
+            &[(0, dy.clone()), (1, w.clone()), (2, x.clone())],
+            &[x.info.clone()],
+        );
+        let dw = run_with_outputs("ConvWeightsGrad", &attrs, &[(0, dy), (1, x), (2, w.clone())], &[w.info.clone()]);
         let tol = if dt == DataType::Float32 { 1e-4 } else { 1e-10 };
         assert_close(&y[0].to_f64_vec(), &want_y, tol);
         assert_close(&dx[0].to_f64_vec(), &want_dx, tol);
+        assert_close(&dw[0].to_f64_vec(), &want_dw, tol * 10.0);
     }
 
     #[test]
     fn blocked_stride_one_matches_a_naive_loop() {
-        // Tiles of every width, remainder channels, asymmetric and large padding,
+        // Depthwise (images side by side, one tile width per tap count), tiles
+        // of every width, remainder channels, asymmetric and large padding,
         // dilation, groups, planes narrower than the kernel's reach, and one
         // case big enough to be split over threads and into input-channel blocks.
-        let cases: [Case; 11] = [
+        let cases: [Case; 16] = [
+            (3, 8, 1, 1, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+            (5, 4, 1, 1, 9, 6, 5, 5, [2, 2, 2, 2], [1, 1]),
+            (2, 3, 1, 1, 5, 11, 3, 2, [0, 1, 2, 0], [2, 1]),
+            (3, 2, 1, 1, 8, 8, 4, 4, [3, 0, 1, 2], [1, 1]),
+            (40, 2, 1, 1, 3, 3, 2, 3, [1, 1, 0, 0], [1, 1]),
             (1, 1, 72, 9, 64, 64, 3, 3, [1, 1, 1, 1], [1, 1]),
             (1, 1, 3, 16, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
             (2, 1, 5, 13, 9, 11, 3, 3, [1, 1, 1, 1], [1, 1]),
