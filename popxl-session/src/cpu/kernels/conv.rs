@@ -46,6 +46,12 @@ const PAR_MIN_MACS: usize = 1 << 18;
 /// Elements of one im2col block (4 MiB of f32): large blocks make few, large
 /// GEMM calls, which the `gemm` crate runs closest to peak.
 pub(super) const BLOCK_ELEMS: usize = 1 << 20;
+/// Elements of one im2col block of a weight gradient: a level-2-cache-sized
+/// slice of columns, multiplied while it is still in cache.
+const WGRAD_COL_ELEMS: usize = 1 << 18;
+/// Output planes from which weight-gradient im2col blocks are cut in columns
+/// (on smaller planes the shorter products cost more than the cache saves).
+const WGRAD_MIN_OP: usize = 2048;
 /// Narrowest column block a forward task is cut to before it splits output channels.
 const MIN_COLS: usize = 256;
 
@@ -477,33 +483,43 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
             (Pass::Weights, m) => {
-                // dw[:, rows] (+)= dy @ colᵀ over the images of chunk t.n.
+                // dw[:, rows] (+)= dy @ colᵀ over the images of chunk t.n, the
+                // im2col matrix built in column blocks that stay in cache.
                 let rows = (t.lo * kk)..(t.hi * kk);
                 let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
+                let cb = if m == Method::Pointwise || op < WGRAD_MIN_OP {
+                    op
+                } else {
+                    let cb = (WGRAD_COL_ELEMS / rows.len().max(1)).max(256);
+                    op.div_ceil(op.div_ceil(cb))
+                };
                 for (i, n) in (self.chunks[t.n]..self.chunks[t.n + 1]).enumerate() {
-                    let (rhs, cs) = if m == Method::Pointwise {
-                        (xg(n).add(t.lo * ip) as *const T, ip)
-                    } else {
-                        im2col(g, xg(n), rows.clone(), 0..op, col, op);
-                        (col as *const T, op)
-                    };
-                    T::gemm(
-                        g.co_g,
-                        rows.len(),
-                        op,
-                        dst,
-                        kdim as isize,
-                        1,
-                        i > 0,
-                        yg(n),
-                        op as isize,
-                        1,
-                        rhs,
-                        1,
-                        cs as isize,
-                        T::ONE,
-                        T::ONE,
-                    );
+                    for lo in (0..op).step_by(cb) {
+                        let cols = lo..(lo + cb).min(op);
+                        let (rhs, cs) = if m == Method::Pointwise {
+                            (xg(n).add(t.lo * ip) as *const T, ip)
+                        } else {
+                            im2col(g, xg(n), rows.clone(), cols.clone(), col, cols.len());
+                            (col as *const T, cols.len())
+                        };
+                        T::gemm(
+                            g.co_g,
+                            rows.len(),
+                            cols.len(),
+                            dst,
+                            kdim as isize,
+                            1,
+                            i > 0 || lo > 0,
+                            yg(n).add(lo),
+                            op as isize,
+                            1,
+                            rhs,
+                            1,
+                            cs as isize,
+                            T::ONE,
+                            T::ONE,
+                        );
+                    }
                 }
             }
         }
