@@ -119,6 +119,8 @@ pub(super) struct ConvKernel<T> {
     pub(super) tasks: Vec<Task>,
     /// Batch chunks of the weight gradient (chunk `c` covers images `chunks[c]..chunks[c + 1]`).
     pub(super) chunks: Vec<usize>,
+    /// The chunks are of columns (output positions) of a batch of one image.
+    pub(super) col_chunks: bool,
     /// Positions of (x, w, y) in the kernel args (one of them is the output).
     pub(super) pos: [usize; 3],
     pub(super) parallel: bool,
@@ -220,6 +222,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let mut tasks = Vec::new();
         let mut chunks = vec![0, g.n];
         let mut shared_col = false;
+        let mut col_chunks = false;
         let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
         let block_elems = match (pass, method) {
             (_, Method::Direct) => {
@@ -275,6 +278,13 @@ impl<T: ConvElem> ConvKernel<T> {
                     // Too little work per batch: sum the batch in chunks, reduced at the end.
                     let c = want.div_ceil(blocks * per).min(g.n);
                     chunks = (0..=c).map(|i| i * g.n / c).collect();
+                } else if pass == Pass::Weights && blocks * per < want && method == Method::Im2col && op >= WGRAD_MIN_OP
+                {
+                    // One large image (a stem): sum its columns in chunks instead.
+                    let c = want.div_ceil(per);
+                    chunks = (0..=c).map(|i| i * op / c).collect();
+                    col_chunks = true;
+                    cb = (BLOCK_ELEMS / (kk * op.div_ceil(c)).max(1)).clamp(1, g.ci_g);
                 }
                 let outer = if pass == Pass::Data { g.n } else { chunks.len() - 1 };
                 for n in 0..outer {
@@ -294,6 +304,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let mut k =
             Self::finish(spec, g, pass, method, padded, tasks, chunks, pos, parallel, macs, out_len, block_elems)?;
         k.shared_col = shared_col;
+        k.col_chunks = col_chunks;
         Ok(k)
     }
 
@@ -345,6 +356,7 @@ impl<T: ConvElem> ConvKernel<T> {
             pos,
             parallel,
             shared_col: false,
+            col_chunks: false,
             zero_fill: (macs == 0).then_some(out_len),
             scratch,
             partials: Mutex::new(partials),
@@ -493,11 +505,13 @@ impl<T: ConvElem> ConvKernel<T> {
                     let cb = (WGRAD_COL_ELEMS / rows.len().max(1)).max(256);
                     op.div_ceil(op.div_ceil(cb))
                 };
-                for (i, n) in (self.chunks[t.n]..self.chunks[t.n + 1]).enumerate() {
-                    for lo in (0..op).step_by(cb) {
-                        let cols = lo..(lo + cb).min(op);
+                let chunk = self.chunks[t.n]..self.chunks[t.n + 1];
+                let (images, span) = if self.col_chunks { (0..1, chunk) } else { (chunk, 0..op) };
+                for (i, n) in images.enumerate() {
+                    for lo in (span.start..span.end).step_by(cb.max(1)) {
+                        let cols = lo..(lo + cb).min(span.end);
                         let (rhs, cs) = if m == Method::Pointwise {
-                            (xg(n).add(t.lo * ip) as *const T, ip)
+                            (xg(n).add(t.lo * ip + cols.start) as *const T, ip)
                         } else {
                             im2col(g, xg(n), rows.clone(), cols.clone(), col, cols.len());
                             (col as *const T, cols.len())
@@ -509,7 +523,7 @@ impl<T: ConvElem> ConvKernel<T> {
                             dst,
                             kdim as isize,
                             1,
-                            i > 0 || lo > 0,
+                            i > 0 || lo > span.start,
                             yg(n).add(lo),
                             op as isize,
                             1,

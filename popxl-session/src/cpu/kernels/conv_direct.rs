@@ -314,9 +314,6 @@ impl<T: ConvElem> ConvKernel<T> {
     /// The blocked plan of a forward pass or data gradient, when the element
     /// type is f32, the CPU has AVX-512 and the shape suits it.
     pub(super) fn blocked_plan(g: &Geo2, pass: Pass) -> Option<Blocked> {
-        if std::env::var("TMP_NO_BLOCKED").is_ok() {
-            return None;
-        }
         if TypeId::of::<T>() != TypeId::of::<f32>() || !available() || !suits(g) {
             return None;
         }
@@ -536,10 +533,10 @@ mod tests {
 
     /// The stride-1 convolution `y` of `x` and `w`, and the data and weight
     /// gradients `dx`, `dw` of `dy`, in f64.
-    fn naive(c: Case, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
+    fn naive(c: Case, s: usize, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
         let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
-        let oh = h + p[0] + p[2] - (kh - 1) * d[0];
-        let ow = wd + p[1] + p[3] - (kw - 1) * d[1];
+        let oh = (h + p[0] + p[2] - (kh - 1) * d[0] - 1) / s + 1;
+        let ow = (wd + p[1] + p[3] - (kw - 1) * d[1] - 1) / s + 1;
         let (ci, co) = (groups * ci_g, groups * co_g);
         let mut y = vec![0.0; n * co * oh * ow];
         let mut dx = vec![0.0; x.len()];
@@ -556,8 +553,8 @@ mod tests {
                             for r in 0..oh {
                                 for q in 0..ow {
                                     let (ir, iq) = (
-                                        (r + ki * d[0]) as isize - p[0] as isize,
-                                        (q + kj * d[1]) as isize - p[1] as isize,
+                                        (r * s + ki * d[0]) as isize - p[0] as isize,
+                                        (q * s + kj * d[1]) as isize - p[1] as isize,
                                     );
                                     if ir < 0 || iq < 0 || ir as usize >= h || iq as usize >= wd {
                                         continue;
@@ -577,9 +574,10 @@ mod tests {
         [y, dx, dw]
     }
 
-    fn check(c: Case, dt: DataType, seed: u64) {
+    fn check(c: Case, s: usize, dt: DataType, seed: u64) {
         let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
         let attrs = Attributes::new()
+            .with("strides", AttrValue::Ints(vec![s as i64; 2]))
             .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
             .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
             .with("group", AttrValue::Int(groups as i64));
@@ -590,7 +588,7 @@ mod tests {
         let (x, w) = (t(dt, &xs, &xv), t(dt, &ws, &wv));
         let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
         let dyv = rng.vec(y_info.nelms(), -1.0, 1.0);
-        let [want_y, want_dx, want_dw] = naive(c, &xv, &wv, &dyv);
+        let [want_y, want_dx, want_dw] = naive(c, s, &xv, &wv, &dyv);
         let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], &[y_info.clone()]);
         let dy = t(dt, &y_info.shape, &dyv);
         let dx = run_with_outputs(
@@ -631,8 +629,17 @@ mod tests {
             (1, 1, 20, 3, 8, 8, 5, 5, [2, 2, 2, 2], [1, 2]),
         ];
         for (i, c) in cases.into_iter().enumerate() {
-            check(c, DataType::Float32, i as u64);
-            check(c, DataType::Float64, i as u64 + 100);
+            check(c, 1, DataType::Float32, i as u64);
+            check(c, 1, DataType::Float64, i as u64 + 100);
         }
+    }
+
+    #[test]
+    fn one_image_weight_gradient_in_column_chunks_matches_a_naive_loop() {
+        // A stem-like stride-2 convolution of one large image: its weight
+        // gradient sums column chunks (and column blocks) over the team.
+        check((1, 1, 3, 8, 30, 30, 3, 3, [1, 1, 1, 1], [1, 1]), 2, DataType::Float64, 9);
+        check((1, 1, 3, 8, 100, 98, 7, 7, [3, 3, 3, 2], [1, 1]), 2, DataType::Float32, 7);
+        check((1, 1, 2, 4, 70, 70, 3, 3, [1, 1, 1, 1], [1, 1]), 1, DataType::Float64, 8);
     }
 }
