@@ -13,7 +13,16 @@
 //!   whose tasks split one image's output channels builds that image's matrix
 //!   once, in parallel, and shares it;
 //! - **batched im2col** for planes under 256 positions: several images side
-//!   by side in one GEMM.
+//!   by side in one GEMM;
+//! - **blocked** (`conv_direct`, float32 on AVX-512): the stride-1 forward
+//!   pass and data gradient of every shape with more than one tap and
+//!   enough channels, and all three passes of stride-1 depthwise
+//!   convolutions, by a register-blocked direct kernel over zero-padded
+//!   planes (small planes several images side by side).
+//!
+//! Weight gradients by im2col build the matrix of large planes in column
+//! blocks that stay in cache; one large image (a stem) is summed in column
+//! chunks over the team.
 //!
 //! Work is cut into tasks (images × groups × column or channel blocks) sized
 //! for the cache and the worker team at build time. The forward pass and the

@@ -1,16 +1,26 @@
 //! The direct, register-blocked stride-1 convolution of float32 on AVX-512:
 //! the forward pass and the data gradient (itself a stride-1 convolution of
-//! the output gradient with the flipped, transposed weights).
+//! the output gradient with the flipped, transposed weights), and the weight
+//! gradient of depthwise convolutions.
 //!
-//! The input planes of one image group are copied once per call into a
-//! zero-padded plane of `wp` columns, so that every output of the extended
-//! `oh × wp` grid (its last `wp − ow` columns are discarded) is
-//! `Σ_c Σ_taps w · xp[c][q + tap]`. A register tile holds [`PB`] vectors of
-//! 16 consecutive grid positions for [`RB`] output channels (24 accumulators)
-//! across every input channel and tap: per input channel and tap, `PB` vector
-//! loads and `RB` weight broadcasts feed `PB · RB` FMAs. The weights are read
-//! where they are (8 strided rows of broadcasts), so nothing is repacked;
-//! finished tiles go to a grid in scratch, whose rows are then copied out.
+//! The input planes of a task are copied, a cache-sized block of input
+//! channels at a time, into zero-padded planes of `wp` columns, so that every
+//! output of the extended `oh × wp` grid (the columns past an image's `ow`
+//! are discarded) is `Σ_c Σ_taps w · xp[c][q + tap]`. Small planes put several
+//! images side by side in one padded plane (neighbours share their zero
+//! columns), so grids are long and each weight read serves several images.
+//! A register tile holds [`PB`] vectors of 16 consecutive grid positions for
+//! [`RB`] output channels (24 accumulators; [`PB1`] vectors for a single
+//! channel) across the block's input channels and taps: per input channel and
+//! tap, `PB` vector loads and `RB` weight broadcasts feed `PB · RB` FMAs. The
+//! weights are read where they are (strided rows of broadcasts), so nothing
+//! is repacked; tiles accumulate in output grids in scratch, whose rows are
+//! copied out at the end. Each output is summed in the same order whatever
+//! the task split, so results do not depend on the thread count.
+//!
+//! The depthwise weight gradient spreads the output gradient over the grid
+//! (zeros in the discarded columns) and sweeps it once with one vector
+//! accumulator per tap.
 
 use std::any::TypeId;
 
@@ -369,7 +379,8 @@ impl<T: ConvElem> ConvKernel<T> {
     /// # Safety
     /// As [`Blocked::run`]; `T` is f32 (see [`ConvKernel::blocked_plan`]).
     pub(super) unsafe fn blocked_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
-        let (g, b) = (&self.geo, self.blocked.as_ref().expect("blocked plan"));
+        let Some(b) = self.blocked.as_ref() else { return };
+        let g = &self.geo;
         let xg = x.add((t.n * g.groups + t.g) * g.ci_g * g.ip());
         let yg = y.add((t.n * g.groups + t.g) * g.co_g * g.op());
         let wg = w.add(t.g * g.co_g * g.kdim());
@@ -434,6 +445,7 @@ unsafe fn tile_dispatch(
 /// As [`Blocked::run`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::needless_range_loop)] // explicit indices keep the register tile visible
 unsafe fn tile<const P: usize, const R: usize>(
     b: &Blocked,
     cin: usize,
@@ -506,6 +518,7 @@ unsafe fn tap_dots(b: &Blocked, xp: *const f32, ext: *const f32, dw: &mut [f32])
 /// As [`Blocked::depthwise_weight_grad`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::needless_range_loop)] // explicit indices keep the accumulators visible
 unsafe fn dots<const K: usize>(b: &Blocked, xp: *const f32, ext: *const f32, t0: usize, dw: &mut [f32]) {
     use std::arch::x86_64::*;
     let mut taps = [0usize; K];
@@ -589,15 +602,20 @@ mod tests {
         let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
         let dyv = rng.vec(y_info.nelms(), -1.0, 1.0);
         let [want_y, want_dx, want_dw] = naive(c, s, &xv, &wv, &dyv);
-        let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], &[y_info.clone()]);
+        let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], std::slice::from_ref(&y_info));
         let dy = t(dt, &y_info.shape, &dyv);
         let dx = run_with_outputs(
             "ConvDataGrad",
             &attrs,
             &[(0, dy.clone()), (1, w.clone()), (2, x.clone())],
-            &[x.info.clone()],
+            std::slice::from_ref(&x.info),
         );
-        let dw = run_with_outputs("ConvWeightsGrad", &attrs, &[(0, dy), (1, x), (2, w.clone())], &[w.info.clone()]);
+        let dw = run_with_outputs(
+            "ConvWeightsGrad",
+            &attrs,
+            &[(0, dy), (1, x), (2, w.clone())],
+            std::slice::from_ref(&w.info),
+        );
         let tol = if dt == DataType::Float32 { 1e-4 } else { 1e-10 };
         assert_close(&y[0].to_f64_vec(), &want_y, tol);
         assert_close(&dx[0].to_f64_vec(), &want_dx, tol);
