@@ -15,6 +15,10 @@
 //! ```text
 //! cargo run --release --example conv_bench -- --threads 2 --torch bench/torch_conv_bench.py
 //! ```
+//!
+//! `--cpu-time` (Linux, with `--threads 1`) times our kernels by the calling
+//! thread's CPU clock instead of the wall clock: comparisons between builds
+//! that survive other processes sharing the cores.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -37,10 +41,19 @@ struct Options {
     min_time: f64,
     only: String,
     torch: Option<String>,
+    cpu_time: bool,
 }
 
 fn options() -> Options {
-    let mut o = Options { threads: 2, batches: vec![1, 32], reps: 3, min_time: 0.2, only: String::new(), torch: None };
+    let mut o = Options {
+        threads: 2,
+        batches: vec![1, 32],
+        reps: 3,
+        min_time: 0.2,
+        only: String::new(),
+        torch: None,
+        cpu_time: false,
+    };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
@@ -52,6 +65,11 @@ fn options() -> Options {
             "--min-time" => o.min_time = value.parse().expect("--min-time takes seconds"),
             "--only" => o.only = value,
             "--torch" => o.torch = Some(value),
+            "--cpu-time" => {
+                o.cpu_time = true;
+                i += 1;
+                continue;
+            }
             other => panic!("unknown option {other}; see the example's doc comment"),
         }
         i += 2;
@@ -90,8 +108,58 @@ fn shapes(batches: &[usize]) -> Vec<Shape> {
     v
 }
 
+/// Seconds on a clock: the wall clock, or the calling thread's CPU clock.
+struct Clock {
+    cpu: bool,
+    wall: Instant,
+}
+
+impl Clock {
+    fn new(cpu: bool) -> Self {
+        Clock { cpu, wall: Instant::now() }
+    }
+    fn now(&self) -> f64 {
+        if self.cpu {
+            thread_cpu_seconds()
+        } else {
+            self.wall.elapsed().as_secs_f64()
+        }
+    }
+}
+
+/// CPU seconds of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+#[cfg(target_os = "linux")]
+fn thread_cpu_seconds() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    let mut t = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: `t` is a valid timespec; clock 3 is CLOCK_THREAD_CPUTIME_ID.
+    unsafe { clock_gettime(3, &mut t) };
+    t.sec as f64 + t.nsec as f64 * 1e-9
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_cpu_seconds() -> f64 {
+    panic!("--cpu-time needs Linux")
+}
+
 /// Median milliseconds of one kernel call.
-fn time_op(op: &str, attrs: &Attributes, inputs: &[TensorInfo], out: &TensorInfo, reps: usize, min_time: f64) -> f64 {
+#[allow(clippy::too_many_arguments)]
+fn time_op(
+    op: &str,
+    attrs: &Attributes,
+    inputs: &[TensorInfo],
+    out: &TensorInfo,
+    reps: usize,
+    min_time: f64,
+    cpu: bool,
+) -> f64 {
     let spec = KernelSpec {
         def: popart_ir::lookup_op(op).expect("builtin op"),
         attrs,
@@ -110,11 +178,12 @@ fn time_op(op: &str, attrs: &Attributes, inputs: &[TensorInfo], out: &TensorInfo
     run();
     let mut ms: Vec<f64> = (0..reps)
         .map(|_| {
-            let (mut iters, t0) = (0u32, Instant::now());
+            let clock = Clock::new(cpu);
+            let (mut iters, t0) = (0u32, clock.now());
             loop {
                 run();
                 iters += 1;
-                let el = t0.elapsed().as_secs_f64();
+                let el = clock.now() - t0;
                 if el >= min_time {
                     break el / iters as f64 * 1e3;
                 }
@@ -180,7 +249,7 @@ fn main() {
         let (x, w, y) = (f32s(&[n, ci, h, h]), f32s(&[co, ci / g, k, k]), f32s(&[n, co, oh, oh]));
         let flops = 2.0 * (n * co * (ci / g) * oh * oh * k * k) as f64;
         let t = |op: &str, ins: &[TensorInfo], out: &TensorInfo| {
-            team::with_max_threads(o.threads, || time_op(op, &attrs, ins, out, o.reps, o.min_time))
+            team::with_max_threads(o.threads, || time_op(op, &attrs, ins, out, o.reps, o.min_time, o.cpu_time))
         };
         let fwd = t("Conv", &[x.clone(), w.clone()], &y);
         let data = t("ConvDataGrad", &[y.clone(), w.clone(), x.clone()], &x);

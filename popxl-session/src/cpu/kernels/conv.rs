@@ -13,7 +13,16 @@
 //!   whose tasks split one image's output channels builds that image's matrix
 //!   once, in parallel, and shares it;
 //! - **batched im2col** for planes under 256 positions: several images side
-//!   by side in one GEMM.
+//!   by side in one GEMM;
+//! - **blocked** (`conv_direct`, float32 on AVX-512): the stride-1 forward
+//!   pass and data gradient of every shape with more than one tap and
+//!   enough channels, and all three passes of stride-1 depthwise
+//!   convolutions, by a register-blocked direct kernel over zero-padded
+//!   planes (small planes several images side by side).
+//!
+//! Weight gradients by im2col build the matrix of large planes in column
+//! blocks that stay in cache; one large image (a stem) is summed in column
+//! chunks over the team.
 //!
 //! Work is cut into tasks (images × groups × column or channel blocks) sized
 //! for the cache and the worker team at build time. The forward pass and the
@@ -26,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
 
+use super::conv_direct::Blocked;
 use super::conv_layout::{
     col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, ConvElem, Geo2, Padded,
 };
@@ -44,13 +54,19 @@ pub(crate) const KERNELS: &[KernelEntry] =
 const PAR_MIN_MACS: usize = 1 << 18;
 /// Elements of one im2col block (4 MiB of f32): large blocks make few, large
 /// GEMM calls, which the `gemm` crate runs closest to peak.
-const BLOCK_ELEMS: usize = 1 << 20;
+pub(super) const BLOCK_ELEMS: usize = 1 << 20;
+/// Elements of one im2col block of a weight gradient: a level-2-cache-sized
+/// slice of columns, multiplied while it is still in cache.
+const WGRAD_COL_ELEMS: usize = 1 << 18;
+/// Output planes from which weight-gradient im2col blocks are cut in columns
+/// (on smaller planes the shorter products cost more than the cache saves).
+const WGRAD_MIN_OP: usize = 2048;
 /// Narrowest column block a forward task is cut to before it splits output channels.
 const MIN_COLS: usize = 256;
 
 /// What a kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pass {
+pub(super) enum Pass {
     /// `y` from `x` and `w`.
     Forward,
     /// `x` from `y` and `w` (data gradient, transposed convolution).
@@ -61,7 +77,7 @@ enum Pass {
 
 /// How products are formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Method {
+pub(super) enum Method {
     Pointwise,
     Direct,
     Im2col,
@@ -70,6 +86,8 @@ enum Method {
     Batched {
         images: usize,
     },
+    /// The register-blocked stride-1 kernel of `conv_direct` (f32, AVX-512).
+    Blocked,
 }
 
 /// One unit of work: image `n` (or the batch chunk `n` for weight gradients),
@@ -77,13 +95,13 @@ enum Method {
 /// output columns (forward) or of input channels within the group
 /// (gradients), and a block `o0..o1` of output channels within the group.
 #[derive(Clone, Copy, Debug)]
-struct Task {
-    n: usize,
-    g: usize,
-    lo: usize,
-    hi: usize,
-    o0: usize,
-    o1: usize,
+pub(super) struct Task {
+    pub(super) n: usize,
+    pub(super) g: usize,
+    pub(super) lo: usize,
+    pub(super) hi: usize,
+    pub(super) o0: usize,
+    pub(super) o1: usize,
 }
 
 /// Scratch buffers shared by every convolution kernel of the process: piece
@@ -99,28 +117,32 @@ fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
     slots[p].clone()
 }
 
-struct ConvKernel<T> {
-    geo: Geo2,
-    pass: Pass,
-    method: Method,
+pub(super) struct ConvKernel<T> {
+    pub(super) geo: Geo2,
+    pub(super) pass: Pass,
+    pub(super) method: Method,
     /// The padded plane of the stride-1 direct path.
-    padded: Option<Padded>,
-    tasks: Vec<Task>,
+    pub(super) padded: Option<Padded>,
+    /// The plan of the blocked method.
+    pub(super) blocked: Option<Blocked>,
+    pub(super) tasks: Vec<Task>,
     /// Batch chunks of the weight gradient (chunk `c` covers images `chunks[c]..chunks[c + 1]`).
-    chunks: Vec<usize>,
+    pub(super) chunks: Vec<usize>,
+    /// The chunks are of columns (output positions) of a batch of one image.
+    pub(super) col_chunks: bool,
     /// Positions of (x, w, y) in the kernel args (one of them is the output).
-    pos: [usize; 3],
-    parallel: bool,
+    pub(super) pos: [usize; 3],
+    pub(super) parallel: bool,
     /// Forward tasks split one image's output channels: its im2col matrix is
     /// built once, by all threads, then shared by the tasks' GEMMs.
-    shared_col: bool,
+    pub(super) shared_col: bool,
     /// No multiply-add at all (an empty dim): the result is zeros of `out_len` elements.
-    zero_fill: Option<usize>,
+    pub(super) zero_fill: Option<usize>,
     /// The shared scratch slots of the pieces (see [`scratch_slot`]).
-    scratch: Vec<Arc<Mutex<Vec<u64>>>>,
+    pub(super) scratch: Vec<Arc<Mutex<Vec<u64>>>>,
     /// Partial weight gradients of chunks 1.. (chunk 0 writes the output).
-    partials: Mutex<Vec<T>>,
-    _t: Types<T>,
+    pub(super) partials: Mutex<Vec<T>>,
+    pub(super) _t: Types<T>,
 }
 
 /// Resolve the geometry of any of the four ops from its spec.
@@ -198,6 +220,9 @@ impl<T: ConvElem> ConvKernel<T> {
         } else {
             method
         };
+        if let Some(b) = Self::blocked_plan(&g, pass) {
+            return Self::plan_blocked(spec, g, pass, pos, macs, out_len, b, parallel, want);
+        }
         if let Method::Batched { images } = method {
             return Self::plan_batched(spec, g, pass, pos, macs, out_len, images, parallel, want);
         }
@@ -206,6 +231,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let mut tasks = Vec::new();
         let mut chunks = vec![0, g.n];
         let mut shared_col = false;
+        let mut col_chunks = false;
         let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
         let block_elems = match (pass, method) {
             (_, Method::Direct) => {
@@ -261,6 +287,13 @@ impl<T: ConvElem> ConvKernel<T> {
                     // Too little work per batch: sum the batch in chunks, reduced at the end.
                     let c = want.div_ceil(blocks * per).min(g.n);
                     chunks = (0..=c).map(|i| i * g.n / c).collect();
+                } else if pass == Pass::Weights && blocks * per < want && method == Method::Im2col && op >= WGRAD_MIN_OP
+                {
+                    // One large image (a stem): sum its columns in chunks instead.
+                    let c = want.div_ceil(per);
+                    chunks = (0..=c).map(|i| i * op / c).collect();
+                    col_chunks = true;
+                    cb = (BLOCK_ELEMS / (kk * op.div_ceil(c)).max(1)).clamp(1, g.ci_g);
                 }
                 let outer = if pass == Pass::Data { g.n } else { chunks.len() - 1 };
                 for n in 0..outer {
@@ -280,78 +313,13 @@ impl<T: ConvElem> ConvKernel<T> {
         let mut k =
             Self::finish(spec, g, pass, method, padded, tasks, chunks, pos, parallel, macs, out_len, block_elems)?;
         k.shared_col = shared_col;
+        k.col_chunks = col_chunks;
         Ok(k)
-    }
-
-    /// Plans the batched im2col method: forward tasks are (image block, group,
-    /// output-channel block); gradient tasks (image block or batch chunk,
-    /// group, input-channel block).
-    #[allow(clippy::too_many_arguments)]
-    fn plan_batched(
-        spec: &KernelSpec<'_>,
-        g: Geo2,
-        pass: Pass,
-        pos: [usize; 3],
-        macs: usize,
-        out_len: usize,
-        images: usize,
-        parallel: bool,
-        want: usize,
-    ) -> BuildResult {
-        let (kk, op) = (g.kk(), g.op());
-        let cols = images * op;
-        let blocks = g.n.div_ceil(images);
-        let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
-        let mut tasks = Vec::new();
-        let mut chunks = vec![0, g.n];
-        let block_elems = match pass {
-            Pass::Forward => {
-                let pieces = blocks * g.groups;
-                let ob =
-                    if pieces < want { g.co_g.div_ceil(want.div_ceil(pieces)).next_multiple_of(8) } else { g.co_g };
-                for b in 0..blocks {
-                    for gi in 0..g.groups {
-                        for o0 in (0..g.co_g).step_by(ob.max(1)) {
-                            tasks.push(task(b * images, gi, 0, op, o0, (o0 + ob).min(g.co_g)));
-                        }
-                    }
-                }
-                g.kdim() * cols + ob.min(g.co_g) * cols
-            }
-            Pass::Data | Pass::Weights => {
-                let per = if pass == Pass::Data { blocks * g.groups } else { g.groups };
-                let mut cb = (BLOCK_ELEMS / (kk * cols).max(1)).min(g.ci_g).max(1);
-                if g.ci_g.div_ceil(cb) * per < want {
-                    cb = g.ci_g.div_ceil(want.div_ceil(per)).max(1);
-                }
-                let nb = g.ci_g.div_ceil(cb);
-                if pass == Pass::Weights && nb * per < want && blocks > 1 {
-                    // Chunks of whole image blocks, reduced in order at the end.
-                    let c = want.div_ceil(nb * per).min(blocks);
-                    chunks = (0..=c).map(|i| (i * blocks / c * images).min(g.n)).collect();
-                }
-                let outer: Vec<usize> = if pass == Pass::Data {
-                    (0..blocks).map(|b| b * images).collect()
-                } else {
-                    (0..chunks.len() - 1).collect()
-                };
-                for &n in &outer {
-                    for gi in 0..g.groups {
-                        for lo in (0..g.ci_g).step_by(cb) {
-                            tasks.push(task(n, gi, lo, (lo + cb).min(g.ci_g), 0, g.co_g));
-                        }
-                    }
-                }
-                g.co_g * cols + cb * kk * cols
-            }
-        };
-        let method = Method::Batched { images };
-        Ok(Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)?)
     }
 
     /// Reserves the scratch slots and partial buffers of a plan and makes the kernel.
     #[allow(clippy::too_many_arguments)]
-    fn finish(
+    pub(super) fn finish(
         spec: &KernelSpec<'_>,
         g: Geo2,
         pass: Pass,
@@ -391,126 +359,18 @@ impl<T: ConvElem> ConvKernel<T> {
             pass,
             method,
             padded,
+            blocked: None,
             tasks,
             chunks,
             pos,
             parallel,
             shared_col: false,
+            col_chunks: false,
             zero_fill: (macs == 0).then_some(out_len),
             scratch,
             partials: Mutex::new(partials),
             _t: Types::default(),
         }))
-    }
-
-    /// Runs a task of the batched im2col method (see [`Method::Batched`]).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn batched_task(&self, t: Task, images: usize, x: *mut T, w: *mut T, y: *mut T, col: *mut T, wpart: *mut T) {
-        let g = &self.geo;
-        let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
-        let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
-        let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
-        let wg = w.add(t.g * g.co_g * kdim);
-        // dy of images n0.. side by side: [co_g, nimg · op].
-        let gather = |n0: usize, nimg: usize, dst: *mut T| {
-            for i in 0..nimg {
-                for o in 0..g.co_g {
-                    std::ptr::copy_nonoverlapping(yg(n0 + i).add(o * op), dst.add(o * nimg * op + i * op), op);
-                }
-            }
-        };
-        match self.pass {
-            Pass::Forward => {
-                let nimg = images.min(g.n - t.n);
-                let ld = nimg * op;
-                for i in 0..nimg {
-                    im2col(g, xg(t.n + i), 0..kdim, 0..op, col.add(i * op), ld);
-                }
-                let ob = t.o1 - t.o0;
-                let ybuf = col.add(kdim * images * op);
-                T::gemm(
-                    ob,
-                    ld,
-                    kdim,
-                    ybuf,
-                    ld as isize,
-                    1,
-                    false,
-                    wg.add(t.o0 * kdim),
-                    kdim as isize,
-                    1,
-                    col,
-                    ld as isize,
-                    1,
-                    T::ONE,
-                    T::ONE,
-                );
-                for i in 0..nimg {
-                    for o in 0..ob {
-                        std::ptr::copy_nonoverlapping(ybuf.add(o * ld + i * op), yg(t.n + i).add((t.o0 + o) * op), op);
-                    }
-                }
-            }
-            Pass::Data => {
-                let nimg = images.min(g.n - t.n);
-                let ld = nimg * op;
-                let (dys, dcol) = (col, col.add(g.co_g * images * op));
-                gather(t.n, nimg, dys);
-                let rows = (t.lo * kk)..(t.hi * kk);
-                T::gemm(
-                    rows.len(),
-                    ld,
-                    g.co_g,
-                    dcol,
-                    ld as isize,
-                    1,
-                    false,
-                    wg.add(rows.start),
-                    1,
-                    kdim as isize,
-                    dys,
-                    ld as isize,
-                    1,
-                    T::ONE,
-                    T::ONE,
-                );
-                for i in 0..nimg {
-                    std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
-                    col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
-                }
-            }
-            Pass::Weights => {
-                let rows = (t.lo * kk)..(t.hi * kk);
-                let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
-                let (dys, cols) = (col, col.add(g.co_g * images * op));
-                let (start, end) = (self.chunks[t.n], self.chunks[t.n + 1]);
-                for (k, n0) in (start..end).step_by(images).enumerate() {
-                    let nimg = images.min(end - n0);
-                    let ld = nimg * op;
-                    gather(n0, nimg, dys);
-                    for i in 0..nimg {
-                        im2col(g, xg(n0 + i), rows.clone(), 0..op, cols.add(i * op), ld);
-                    }
-                    T::gemm(
-                        g.co_g,
-                        rows.len(),
-                        ld,
-                        dst,
-                        kdim as isize,
-                        1,
-                        k > 0,
-                        dys,
-                        ld as isize,
-                        1,
-                        cols,
-                        1,
-                        ld as isize,
-                        T::ONE,
-                        T::ONE,
-                    );
-                }
-            }
-        }
     }
 
     /// Runs a task of the direct method with the scratch `col`.
@@ -589,6 +449,7 @@ impl<T: ConvElem> ConvKernel<T> {
         match (self.pass, self.method) {
             (_, Method::Direct) => self.direct_task(t, x, w, y, col),
             (_, Method::Batched { images }) => self.batched_task(t, images, x, w, y, col, wpart),
+            (_, Method::Blocked) => self.blocked_task(t, x, w, y, col),
             (Pass::Forward, m) => {
                 let cols = t.hi - t.lo;
                 let (rhs, rs) = if m == Method::Pointwise {
@@ -643,87 +504,47 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
             (Pass::Weights, m) => {
-                // dw[:, rows] (+)= dy @ colᵀ over the images of chunk t.n.
+                // dw[:, rows] (+)= dy @ colᵀ over the images of chunk t.n, the
+                // im2col matrix built in column blocks that stay in cache.
                 let rows = (t.lo * kk)..(t.hi * kk);
                 let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
-                for (i, n) in (self.chunks[t.n]..self.chunks[t.n + 1]).enumerate() {
-                    let (rhs, cs) = if m == Method::Pointwise {
-                        (xg(n).add(t.lo * ip) as *const T, ip)
-                    } else {
-                        im2col(g, xg(n), rows.clone(), 0..op, col, op);
-                        (col as *const T, op)
-                    };
-                    T::gemm(
-                        g.co_g,
-                        rows.len(),
-                        op,
-                        dst,
-                        kdim as isize,
-                        1,
-                        i > 0,
-                        yg(n),
-                        op as isize,
-                        1,
-                        rhs,
-                        1,
-                        cs as isize,
-                        T::ONE,
-                        T::ONE,
-                    );
+                let cb = if m == Method::Pointwise || op < WGRAD_MIN_OP {
+                    op
+                } else {
+                    let cb = (WGRAD_COL_ELEMS / rows.len().max(1)).max(256);
+                    op.div_ceil(op.div_ceil(cb))
+                };
+                let chunk = self.chunks[t.n]..self.chunks[t.n + 1];
+                let (images, span) = if self.col_chunks { (0..1, chunk) } else { (chunk, 0..op) };
+                for (i, n) in images.enumerate() {
+                    for lo in (span.start..span.end).step_by(cb.max(1)) {
+                        let cols = lo..(lo + cb).min(span.end);
+                        let (rhs, cs) = if m == Method::Pointwise {
+                            (xg(n).add(t.lo * ip + cols.start) as *const T, ip)
+                        } else {
+                            im2col(g, xg(n), rows.clone(), cols.clone(), col, cols.len());
+                            (col as *const T, cols.len())
+                        };
+                        T::gemm(
+                            g.co_g,
+                            rows.len(),
+                            cols.len(),
+                            dst,
+                            kdim as isize,
+                            1,
+                            i > 0 || lo > span.start,
+                            yg(n).add(lo),
+                            op as isize,
+                            1,
+                            rhs,
+                            1,
+                            cs as isize,
+                            T::ONE,
+                            T::ONE,
+                        );
+                    }
                 }
             }
-        }
-    }
-}
-
-impl<T: ConvElem> ConvKernel<T> {
-    /// The forward pass with a shared im2col matrix per image (see
-    /// `shared_col`): the rows are built in parallel, then the output-channel
-    /// blocks multiply it in parallel.
-    unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
-        let g = &self.geo;
-        let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
-        let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
-        let col = SendPtr(col.as_mut_ptr() as *mut T);
-        let threads = team::num_threads().max(1);
-        let rb = kdim.div_ceil(threads);
-        let mut start = 0;
-        while start < self.tasks.len() {
-            let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
-            let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
-            let xg = SendPtr(x.get().add((n * g.groups + gi) * g.ci_g * ip));
-            team::run(kdim.div_ceil(rb), &|i| {
-                let rows = i * rb..((i + 1) * rb).min(kdim);
-                // SAFETY: each task writes its own rows of the shared matrix.
-                unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) };
-            });
-            let tasks = &self.tasks[start..end];
-            team::run(tasks.len(), &|j| {
-                let t = tasks[j];
-                let yg = y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op);
-                let wg = w.get().add((gi * g.co_g + t.o0) * kdim);
-                // SAFETY: each task writes its own output channels; the matrix is read only.
-                unsafe {
-                    T::gemm(
-                        t.o1 - t.o0,
-                        op,
-                        kdim,
-                        yg,
-                        op as isize,
-                        1,
-                        false,
-                        wg,
-                        kdim as isize,
-                        1,
-                        col.get(),
-                        op as isize,
-                        1,
-                        T::ONE,
-                        T::ONE,
-                    )
-                };
-            });
-            start = end;
         }
     }
 }
