@@ -145,19 +145,19 @@ fn exchanges(merge: bool) -> (Ir, Vec<popxl::HostToDeviceStream>, Vec<popxl::Dev
     let w = popxl::variable(ndarray::Array1::<f32>::linspace(0.0, 1.0, n), "w").unwrap();
     let ins: Vec<_> = (0..2).map(|i| popxl::h2d_stream([n], popxl::float32, &format!("in{i}")).unwrap()).collect();
     let outs: Vec<_> = (0..2).map(|i| popxl::d2h_stream([n], popxl::float32, &format!("out{i}")).unwrap()).collect();
-    // Store w twice first (in sequence), so the loads below read it back.
-    {
+    // Store w twice, then load both entries back (in sequence: a store and a
+    // load of one buffer must be ordered).
+    let (r0, r1) = {
         let _s = popxl::in_sequence(true);
         ops::remote_store(&buf, 0, &w).unwrap();
         let w3 = ops::mul(&w, &popxl::constant(3.0f32, "three").unwrap()).unwrap();
         ops::remote_store(&buf, 1, &w3).unwrap();
-    }
+        (ops::remote_load(&buf, 0, "r0").unwrap(), ops::remote_load(&buf, 1, "r1").unwrap())
+    };
     let a = ops::host_load(&ins[0], "a").unwrap();
     let a2 = ops::relu(&ops::negate(&a).unwrap()).unwrap();
     let b = ops::host_load(&ins[1], "b").unwrap();
     let b2 = ops::relu(&b).unwrap();
-    let r0 = ops::remote_load(&buf, 0, "r0").unwrap();
-    let r1 = ops::remote_load(&buf, 1, "r1").unwrap();
     let y0 = &(&a2 + &r0) * &b2;
     let y1 = &ops::exp(&r1).unwrap() - &b2;
     ops::host_store(&outs[0], &y0).unwrap();
