@@ -138,77 +138,6 @@ pub enum EngineProgram {
     Main,
 }
 
-/// Why host memory could not be bound to a stream, or device memory accessed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum BindError {
-    /// The stream id is not a stream of the executable.
-    #[error("stream s{0} does not exist")]
-    UnknownStream(u32),
-    /// The host memory is too small for `count` elements.
-    #[error("stream s{stream}: host memory of {got} bytes cannot hold {count} elements of {element_bytes} bytes")]
-    TooSmall {
-        /// Stream id.
-        stream: u32,
-        /// Bytes given.
-        got: usize,
-        /// Elements requested.
-        count: usize,
-        /// Bytes per element.
-        element_bytes: usize,
-    },
-    /// A device-memory range that does not lie within the arena.
-    #[error("bytes {offset}..{offset}+{len} lie outside the arena of {arena_bytes} bytes")]
-    OutsideArena {
-        /// Start of the range.
-        offset: usize,
-        /// Its length.
-        len: usize,
-        /// Size of the arena.
-        arena_bytes: usize,
-    },
-    /// An entry that a remote buffer does not have.
-    #[error("remote buffer {buffer} has no entry {entry} ({entries} entries)")]
-    RemoteEntry {
-        /// Remote buffer id.
-        buffer: u32,
-        /// Entry asked for.
-        entry: usize,
-        /// Its entries.
-        entries: usize,
-    },
-}
-
-/// Why running an engine program stopped.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ExecError {
-    /// A kernel built with run-time checks failed (before writing its outputs).
-    #[error("op `{op}` ({op_type}): {error}")]
-    Kernel {
-        /// Name of the op (scoped as in the lowered program).
-        op: String,
-        /// Its type.
-        op_type: String,
-        /// What failed.
-        error: KernelRunError,
-    },
-    /// A host transfer on a stream that is not bound (a bug of the caller).
-    #[error("stream s{stream} is not bound")]
-    UnboundStream {
-        /// Stream id.
-        stream: u32,
-    },
-    /// A remote load or store at an entry its buffer does not have.
-    #[error("remote buffer {buffer}: offset {offset} is out of range ({entries} entries)")]
-    RemoteOffset {
-        /// Remote buffer id.
-        buffer: u32,
-        /// The offset the program computed.
-        offset: i64,
-        /// Entries of the buffer.
-        entries: usize,
-    },
-}
-
 /// [`ExecError`] before names are attached: what the run loop returns (no
 /// allocation on the error path inside the loop).
 #[derive(Clone, Copy, Debug)]
@@ -643,34 +572,6 @@ impl CpuExecutor {
         self.remote.iter_mut().for_each(|r| r.fill(0));
     }
 
-    /// The bytes of entry `entry` of remote buffer `id` (streaming memory).
-    pub fn remote_entry(&self, id: RemoteBufferId, entry: usize) -> Result<&[u8], BindError> {
-        let (k, len) = self.remote_range(id, entry)?;
-        Ok(&self.remote[k][entry * len..(entry + 1) * len])
-    }
-
-    /// Overwrite entry `entry` of remote buffer `id` with `bytes` (one entry's bytes).
-    pub fn write_remote_entry(&mut self, id: RemoteBufferId, entry: usize, bytes: &[u8]) -> Result<(), BindError> {
-        let (k, len) = self.remote_range(id, entry)?;
-        if bytes.len() != len {
-            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: self.remote_entries[k] });
-        }
-        self.remote[k][entry * len..(entry + 1) * len].copy_from_slice(bytes);
-        Ok(())
-    }
-
-    /// (index, entry bytes) of remote buffer `id`, checking that `entry` exists.
-    fn remote_range(&self, id: RemoteBufferId, entry: usize) -> Result<(usize, usize), BindError> {
-        let k = (id.0 as usize).wrapping_sub(1);
-        let (Some(&len), Some(&entries)) = (self.remote_entry_bytes.get(k), self.remote_entries.get(k)) else {
-            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries: 0 });
-        };
-        if entry >= entries {
-            return Err(BindError::RemoteEntry { buffer: id.0, entry, entries });
-        }
-        Ok((k, len))
-    }
-
     /// Check that `offset..offset + len` lies within the arena.
     fn arena_range(&self, offset: usize, len: usize) -> Result<(), BindError> {
         match offset.checked_add(len) {
@@ -873,104 +774,21 @@ impl CpuExecutor {
     }
 }
 
-impl CpuExecutor {
-    /// First byte of the entry a remote transfer addresses, checked against the
-    /// buffer (an offset tensor holding an entry the buffer lacks stops the run).
-    fn remote_start(&self, buffer: u32, offset: Offset, len: usize) -> Result<usize, Stop> {
-        let entry = match offset {
-            Offset::Entry(e) => e as i64,
-            // SAFETY: a 4-byte int32 buffer within the arena (checked at compile
-            // time); the arena is 64-byte aligned with 64-byte aligned offsets.
-            Offset::Tensor(p) => i64::from(unsafe { *(p as *const i32) }),
-        };
-        let total = self.remote[buffer as usize].len();
-        match usize::try_from(entry).ok().and_then(|e| e.checked_mul(len)) {
-            Some(start) if start.checked_add(len).is_some_and(|end| end <= total) => Ok(start),
-            _ => Err(Stop::RemoteOffset(buffer, entry)),
-        }
-    }
-}
-
 /// [`SessionError::OutOfMemory`] for `requested` bytes of `what`.
 fn oom(requested: usize, what: &str) -> SessionError {
     SessionError::OutOfMemory { requested, what: what.to_string() }
 }
 
-/// The device memory: zeroed, 64-byte aligned lines owned through a raw
-/// pointer. Every pointer the compiled instructions hold derives from
-/// [`Arena::base`] and every access of the executor goes through it; a `Box`
-/// would be retagged as unique on each move or `&mut` use and so invalidate
-/// those pointers (Miri's Stacked Borrows reports exactly that).
-struct Arena {
-    base: std::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
-}
-
-impl Arena {
-    /// At least `bytes` bytes (at least one line), or
-    /// [`SessionError::OutOfMemory`]. Zeroed pages come from the allocator
-    /// (`alloc_zeroed`), so a large arena costs nothing until it is touched.
-    fn zeroed(bytes: usize) -> Result<Arena, SessionError> {
-        let size = bytes.div_ceil(LINE).max(1).checked_mul(LINE).ok_or_else(|| oom(bytes, "the device arena"))?;
-        let layout = std::alloc::Layout::from_size_align(size, LINE).map_err(|_| oom(bytes, "the device arena"))?;
-        // SAFETY: the layout has a non-zero size (at least one 64-byte line).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let base = std::ptr::NonNull::new(p).ok_or_else(|| oom(layout.size(), "the device arena"))?;
-        Ok(Arena { base, layout })
-    }
-
-    /// The first byte; valid for reads and writes of `layout.size()` bytes.
-    fn base(&self) -> *mut u8 {
-        self.base.as_ptr()
-    }
-
-    /// Zero every byte.
-    fn clear(&mut self) {
-        // SAFETY: the allocation holds `layout.size()` bytes; no program runs (`&mut self`).
-        unsafe { std::ptr::write_bytes(self.base(), 0, self.layout.size()) }
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` by the global allocator with this layout.
-        unsafe { std::alloc::dealloc(self.base(), self.layout) }
-    }
-}
-
-/// Bytes from which a copy is split over the worker team.
-const PAR_COPY_MIN: usize = 1 << 18;
-
-/// `copy_nonoverlapping` of `len` bytes, split over the worker team when large.
-///
-/// # Safety
-/// As `std::ptr::copy_nonoverlapping`.
-unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    let threads = super::team::num_threads();
-    if len < PAR_COPY_MIN || threads < 2 {
-        std::ptr::copy_nonoverlapping(src, dst, len);
-        return;
-    }
-    struct Ptrs(*const u8, *mut u8);
-    // SAFETY: the tasks copy disjoint ranges of buffers that outlive the call.
-    unsafe impl Sync for Ptrs {}
-    impl Ptrs {
-        /// Copy bytes `start..start + n`.
-        ///
-        /// # Safety
-        /// The range lies within both buffers.
-        unsafe fn copy(&self, start: usize, n: usize) {
-            std::ptr::copy_nonoverlapping(self.0.add(start), self.1.add(start), n)
-        }
-    }
-    let p = Ptrs(src, dst);
-    let chunk = len.div_ceil(threads).next_multiple_of(4096);
-    super::team::run(len.div_ceil(chunk), &|i| {
-        let start = i * chunk;
-        // SAFETY: `start + n <= len`; ranges of different tasks are disjoint.
-        unsafe { p.copy(start, chunk.min(len - start)) };
-    });
-}
+#[path = "executor_error.rs"]
+mod error;
+pub use error::{BindError, ExecError};
+#[path = "executor_arena.rs"]
+mod arena;
+#[path = "executor_remote.rs"]
+mod remote;
+#[cfg(test)]
+use arena::PAR_COPY_MIN;
+use arena::{copy_bytes, Arena};
 
 #[cfg(test)]
 #[path = "executor_tests.rs"]
