@@ -168,7 +168,7 @@ pub struct RemoteWeight {
 pub enum RemoteOffset {
     /// Known when lowering (checked to be in range).
     Entry(usize),
-    /// Read at run time from an int32 scalar in this buffer; the device checks it.
+    /// Read at run time from an int32 or uint32 scalar in this buffer; the device checks it.
     Tensor(BufferId),
 }
 

@@ -78,7 +78,9 @@ fn constant_offsets_and_types_are_checked_when_ops_are_created() {
     let wrong_type = popxl::variable(vec![1i32, 2], "w").unwrap();
     assert!(ops::remote_store(&buf, 0, &wrong_type).is_err());
     let f_offset = popxl::constant(1.0f32, "f").unwrap();
-    assert!(ops::remote_load(&buf, &f_offset, "y").is_err(), "offsets are int32 scalars");
+    assert!(ops::remote_load(&buf, &f_offset, "y").is_err(), "offsets are int32 or uint32 scalars");
+    let u_offset = popxl::constant_as(1u32, popxl::uint32, "u").unwrap();
+    ops::remote_load(&buf, &u_offset, "from_u").unwrap();
     assert!(popxl::remote_buffer([2], popxl::float32, 0).is_err());
     // Entries in use cannot be removed.
     ops::remote_store(&buf, 1, &x).unwrap();
@@ -230,4 +232,29 @@ fn unordered_accesses_to_a_stored_buffer_are_refused() {
     let mut s = Session::new(build(true), "cpu").unwrap();
     let out = s.scope(|s| s.run(&Default::default())).unwrap();
     assert_eq!(out.values().next().unwrap().to_f64_vec(), vec![1.0, 2.0]);
+}
+
+/// PopXL makes uint32 offsets: a uint32 offset tensor computed at run time
+/// addresses the entry it holds, and a value past the last entry is refused.
+#[test]
+fn uint32_offsets_work_and_are_checked() {
+    for device in DEVICES {
+        let ir = Ir::new();
+        let (i_stream, out) = {
+            let _g = ir.main_graph().enter();
+            let buf = popxl::remote_buffer([2], popxl::float32, 3).unwrap();
+            popxl::remote_variable(vec![5.0f32, 6.0], &buf, 2, "v").unwrap();
+            let i_stream = popxl::h2d_stream([], popxl::uint32, "i").unwrap();
+            let i = ops::host_load(&i_stream, "i").unwrap();
+            let y = ops::remote_load(&buf, &i, "y").unwrap();
+            let out = popxl::d2h_stream([2], popxl::float32, "out").unwrap();
+            ops::host_store(&out, &y).unwrap();
+            (i_stream, out)
+        };
+        let mut s = Session::new(ir, device).unwrap();
+        let got = s.scope(|s| s.run(&[(i_stream.clone(), HostArray::from(2u32))].into())).unwrap();
+        assert_eq!(got[&out].to_f64_vec(), vec![5.0, 6.0], "{device}");
+        let err = s.scope(|s| s.run(&[(i_stream.clone(), HostArray::from(u32::MAX))].into())).unwrap_err();
+        assert_eq!(err, SessionError::RemoteOffsetOutOfRange { buffer: 1, offset: u32::MAX as i64, entries: 3 });
+    }
 }

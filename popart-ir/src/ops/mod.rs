@@ -44,7 +44,7 @@
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
 //! | [`random`] | `ShapedDropout(x, seed)`, `ModifyRandomSeed(seed, modifier)` | `shape, ratio` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |
-//! | [`remote`] | `RemoteLoad([_, offset]) -> t`, `RemoteLoadInplace(t[, offset])`, `RemoteStore(t[, offset])`, `RemoteCodeLoad` | `remote_buffer: int`, `offset: int` (or input 1: int32 scalar); `graph`, `destination: str` |
+//! | [`remote`] | `RemoteLoad([_, offset]) -> t`, `RemoteLoadInplace(t[, offset])`, `RemoteStore(t[, offset])`, `RemoteCodeLoad` | `remote_buffer: int`, `offset: int` (or input 1: int32 or uint32 scalar); `graph`, `destination: str` |
 //! | [`control`] | `Call`, `Repeat`, `If` | `graph`, `modified`, `count`, `then_graph/else_graph`, `then_inputs/else_inputs` |
 //! | [`indexing`] | `Subsample`, `Split` (n outputs), `Scatter(t, indices, values)`, `ScatterReduce(data, indices[, initial_values])` | `strides`; `axis, split`; `axis`; `axis, reduction, axis_size` |
 //! | [`indexing`] | `DynamicSlice(t, index)`, `DynamicUpdate(t, index, update)`, `DynamicUpdateInplace` | `axes, sizes: ints`, `no_overlap: bool` |

@@ -3,7 +3,7 @@
 //!
 //! Attributes of the transfers: `remote_buffer: int` (the buffer's id) and
 //! `offset: int` (the entry, default 0) unless input 1 is connected: an int32
-//! scalar holding the entry at run time (checked by the device when it runs).
+//! or uint32 scalar (PopXL makes uint32 offsets) holding the entry at run time (checked by the device when it runs).
 //! A constant offset is checked here, when the op is created.
 //!
 //! `RemoteCodeLoad{graph, destination}` loads the code of `graph` from its
@@ -41,8 +41,8 @@ fn buffer_info<'a>(ctx: &InferContext<'a>) -> Result<&'a TensorInfo> {
             if ctx.attrs.int("offset").is_some() {
                 return Err(ctx.error("an offset tensor and an `offset` attribute: give one"));
             }
-            if off.dtype != DataType::Int32 || off.nelms() != 1 {
-                return Err(ctx.error(format!("the offset tensor must be an int32 scalar, not {off}")));
+            if !matches!(off.dtype, DataType::Int32 | DataType::Uint32) || off.nelms() != 1 {
+                return Err(ctx.error(format!("the offset tensor must be an int32 or uint32 scalar, not {off}")));
             }
         }
         None => {

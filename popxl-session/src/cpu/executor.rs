@@ -105,11 +105,11 @@ enum Instr {
 }
 
 /// The entry of a remote transfer: known at compile time (and checked then),
-/// or read from an int32 scalar in the arena and checked when it runs.
+/// or read from an int32 or uint32 scalar in the arena and checked when it runs.
 #[derive(Clone, Copy, Debug)]
 enum Offset {
     Entry(usize),
-    Tensor(*const u8),
+    Tensor { ptr: *const u8, signed: bool },
 }
 
 /// Host side of one stream during an execution.
@@ -412,7 +412,7 @@ impl Compiler<'_> {
     }
 
     /// Index and entry bytes of remote buffer `id`, and the offset of a transfer,
-    /// checked: a constant entry in range, an offset tensor an int32 scalar buffer.
+    /// checked: a constant entry in range, an offset tensor an int32 or uint32 scalar buffer.
     fn remote(&self, id: RemoteBufferId, offset: RemoteOffset) -> Result<(u32, usize, Offset), SessionError> {
         let r = self.exe.remote_buffer(id).ok_or_else(|| internal(format!("remote buffer {id} does not exist")))?;
         let offset = match offset {
@@ -422,10 +422,19 @@ impl Compiler<'_> {
             }
             RemoteOffset::Tensor(b) => {
                 let info = &self.exe.buffer(b).info;
-                if info.dtype != popart_ir::DataType::Int32 || info.nelms() != 1 {
-                    return Err(internal(format!("the offset of remote buffer {id} is {info}, not an int32 scalar")));
+                let signed = match info.dtype {
+                    popart_ir::DataType::Int32 => true,
+                    popart_ir::DataType::Uint32 => false,
+                    _ => {
+                        return Err(internal(format!(
+                            "the offset of remote buffer {id} is {info}, not a 32-bit integer"
+                        )))
+                    }
+                };
+                if info.nelms() != 1 {
+                    return Err(internal(format!("the offset of remote buffer {id} is {info}, not a scalar")));
                 }
-                Offset::Tensor(self.ptr_for(b, 4)?)
+                Offset::Tensor { ptr: self.ptr_for(b, 4)?, signed }
             }
         };
         Ok((id.0 - 1, r.info.nbytes(), offset))

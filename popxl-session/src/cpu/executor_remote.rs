@@ -40,9 +40,11 @@ impl CpuExecutor {
     pub(super) fn remote_start(&self, buffer: u32, offset: Offset, len: usize) -> Result<usize, Stop> {
         let entry = match offset {
             Offset::Entry(e) => e as i64,
-            // SAFETY: a 4-byte int32 buffer within the arena (checked at compile
-            // time); the arena is 64-byte aligned with 64-byte aligned offsets.
-            Offset::Tensor(p) => i64::from(unsafe { *(p as *const i32) }),
+            // SAFETY: a 4-byte int32 or uint32 buffer within the arena (checked
+            // at compile time); the arena is 64-byte aligned with 64-byte aligned offsets.
+            Offset::Tensor { ptr, signed: true } => i64::from(unsafe { *(ptr as *const i32) }),
+            // SAFETY: as above.
+            Offset::Tensor { ptr, signed: false } => i64::from(unsafe { *(ptr as *const u32) }),
         };
         let total = self.remote[buffer as usize].len();
         match usize::try_from(entry).ok().and_then(|e| e.checked_mul(len)) {

@@ -11,13 +11,13 @@ use super::OpBuilder;
 use crate::{Graph, PopXlError, RemoteBuffer, Result, Tensor};
 
 /// The entry of a remote transfer: a number known while building, or an int32
-/// scalar tensor computed at run time (an out-of-range value then stops the
+/// or uint32 scalar tensor computed at run time (an out-of-range value then stops the
 /// run with `SessionError::RemoteOffsetOutOfRange` naming the buffer).
 #[derive(Clone, Copy, Debug)]
 pub enum RemoteOffset<'a> {
     /// A fixed entry (checked against the buffer when the op is created).
     Entry(usize),
-    /// An int32 scalar tensor.
+    /// An int32 or uint32 scalar tensor.
     Tensor(&'a Tensor),
 }
 
