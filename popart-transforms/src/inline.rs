@@ -52,6 +52,13 @@ impl Pass for InlineCalls {
 
     fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
         let mut inlinable: HashMap<GraphId, bool> = HashMap::new();
+        // A graph whose code the program loads explicitly stays a function.
+        let code_loaded: HashSet<GraphId> = ir
+            .graphs()
+            .flat_map(|g| g.ops())
+            .filter(|op| op.is::<popart_ir::ops::remote::RemoteCodeLoad>())
+            .filter_map(|op| op.attrs.graph("graph"))
+            .collect();
         let mut constants = ConstantCopies::new();
         let mut count = 0usize;
         // Callees first, so a graph called from many places is inlined into after
@@ -75,7 +82,7 @@ impl Pass for InlineCalls {
                 let ok = match inlinable.get(&callee) {
                     Some(&ok) => ok,
                     None => {
-                        let ok = can_inline(ir, callee)?;
+                        let ok = !code_loaded.contains(&callee) && can_inline(ir, callee)?;
                         inlinable.insert(callee, ok);
                         ok
                     }
