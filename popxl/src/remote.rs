@@ -157,6 +157,8 @@ pub fn remote_buffer(shape: impl Into<Vec<usize>>, dtype: DataType, entries: usi
 /// let loaded = ops::remote_load(&buf, 1, "w_loaded").unwrap();
 /// assert_eq!(loaded.shape(), &[2]);
 /// assert!(popxl::remote_variable(vec![1.0f32, 2.0], &buf, 2, "bad").is_err()); // no entry 2
+/// assert!(popxl::remote_variable(vec![3.0f32, 4.0], &buf, 1, "twice").is_err()); // entry 1 is taken
+/// assert_eq!(ir.main_graph().variables().unwrap().len(), 1); // refused calls add nothing
 /// assert!(ops::relu(&w).is_err()); // live in streaming memory: load them first
 /// ```
 pub fn remote_variable(data: impl Into<HostArray>, buf: &RemoteBuffer, offset: usize, name: &str) -> Result<Tensor> {
@@ -182,6 +184,16 @@ pub fn remote_variable(data: impl Into<HostArray>, buf: &RemoteBuffer, offset: u
             data.shape(),
             buf.id,
             buf.tensor_shape()
+        )));
+    }
+    // Check the slot before creating the variable, so a refused call adds nothing.
+    let taken = buf
+        .ir()?
+        .with_ir(|core| core.remote_variables().any(|(_, s)| s == RemoteSlot { buffer: buf.id, entry: offset }));
+    if taken {
+        return Err(PopXlError::InvalidArgument(format!(
+            "remote_variable `{name}`: entry {offset} of remote buffer {} already holds a remote variable",
+            buf.id
         )));
     }
     let t = crate::variables::variable_in_main(&graph, data, name)?;

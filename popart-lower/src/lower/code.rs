@@ -50,6 +50,8 @@ type State = HashMap<GraphIndex, Vec<Path>>;
 
 struct Walk<'l, 'a> {
     l: &'l Lowerer<'a>,
+    /// Index of every reachable graph.
+    index: HashMap<popart_ir::GraphId, GraphIndex>,
     /// Graphs some `RemoteCodeLoad` loads.
     loaded: Vec<bool>,
     /// Live steps found so far, per graph.
@@ -77,7 +79,7 @@ impl Walk<'_, '_> {
             let t = base + gd.start[o];
             let op = gd.graph.op(o)?;
             if op.is::<RemoteCodeLoad>() {
-                let target = op.attrs.graph("graph").and_then(|id| self.l.graph_index(id));
+                let target = op.attrs.graph("graph").and_then(|id| self.index.get(&id).copied());
                 if let Some(target) = target {
                     state.insert(target, vec![Path { segs: Vec::new(), open: t }]);
                     self.live.entry(target).or_default().push((t, t));
@@ -176,10 +178,12 @@ impl Lowerer<'_> {
     /// Code liveness of every function (see the module docs).
     pub(super) fn code_liveness(&self) -> Result<Vec<CodeLiveness>, LowerError> {
         let steps = self.graphs[GraphIndex::MAIN].len;
+        let index: HashMap<popart_ir::GraphId, GraphIndex> =
+            self.graphs.iter_enumerated().map(|(i, gd)| (gd.id, i)).collect();
         let mut loaded = vec![false; self.graphs.len()];
         for gd in self.graphs.iter() {
             for op in gd.graph.ops().filter(|op| op.is::<RemoteCodeLoad>()) {
-                if let Some(i) = op.attrs.graph("graph").and_then(|id| self.graph_index(id)) {
+                if let Some(&i) = op.attrs.graph("graph").and_then(|id| index.get(&id)) {
                     loaded[i.index()] = true;
                 }
             }
@@ -190,7 +194,7 @@ impl Lowerer<'_> {
                 state.insert(GraphIndex::from_index(i), vec![Path { segs: Vec::new(), open: 0 }]);
             }
         }
-        let mut w = Walk { l: self, loaded, live: HashMap::new(), loads: HashMap::new() };
+        let mut w = Walk { l: self, index, loaded, live: HashMap::new(), loads: HashMap::new() };
         w.graph(GraphIndex::MAIN, 0, &mut state)?;
         let mut out = Vec::new();
         for (g, gd) in self.graphs.iter_enumerated().skip(1) {
