@@ -24,6 +24,7 @@ mod op;
 pub mod ops;
 mod placement;
 mod remote;
+mod replica_grouping;
 mod schedule;
 pub mod size;
 mod tensor;
@@ -42,6 +43,7 @@ pub use op::{
 };
 pub use placement::{Placement, TileSet};
 pub use remote::{RemoteBuffer, RemoteBufferId, RemoteSlot};
+pub use replica_grouping::{ReplicaGrouping, ReplicaGroupingError, RetrievalMode};
 pub use schedule::ScheduleOptions;
 pub use size::SizeError;
 pub use tensor::{HostDataError, HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};

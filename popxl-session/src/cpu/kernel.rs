@@ -82,6 +82,11 @@ pub enum KernelRunError {
         /// The size of the indexed dimension.
         bound: usize,
     },
+    /// A collective was abandoned because another replica failed (see
+    /// [`crate::cpu::replicas::Comm::exchange`]); the executor reports the
+    /// failing replica's error instead.
+    #[error("a collective was abandoned because another replica failed")]
+    ReplicaAborted,
 }
 
 /// What [`Kernel::run`] returns.

@@ -2,4 +2,5 @@
 pub mod executor;
 pub mod kernel;
 pub mod kernels;
+pub mod replicas;
 pub mod team;

@@ -292,6 +292,8 @@ fn exec_error(e: ExecError) -> SessionError {
         ExecError::RemoteOffset { buffer, offset, entries } => {
             SessionError::RemoteOffsetOutOfRange { buffer, offset, entries }
         }
-        e @ ExecError::UnboundStream { .. } => SessionError::Internal { reason: e.to_string() },
+        e @ (ExecError::UnboundStream { .. } | ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. }) => {
+            SessionError::Internal { reason: e.to_string() }
+        }
     }
 }

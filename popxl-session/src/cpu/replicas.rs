@@ -1,0 +1,333 @@
+//! Replicas on the `cpu` device: the communicator collectives use and the
+//! per-thread replica context.
+//!
+//! A replicated session runs one executor per replica, each on its own thread
+//! (replica 0 on the caller's). The replicas run independently and meet only
+//! at collectives: a collective kernel calls [`Comm::exchange`], which
+//! 1. publishes the replica's input and output pointers,
+//! 2. waits until every replica has published (a barrier),
+//! 3. runs the kernel's closure, which may read every replica's input and
+//!    write any part of every replica's output that it alone writes (kernels
+//!    split the work by the replica's position in its group, so each element
+//!    is computed by exactly one replica, in a fixed order: results do not
+//!    depend on thread timing),
+//! 4. waits until every replica has finished its part (a second barrier), so
+//!    no replica reuses its buffers while another still reads them.
+//!
+//! Every replica executes the same program, so they reach the same collectives
+//! in the same order. When one replica fails (a kernel's run-time check), it
+//! [aborts](Comm::abort) the communicator: replicas waiting in or arriving at
+//! an exchange get [`Aborted`] and stop too, so a failure never deadlocks.
+//!
+//! A kernel finds its replica through [`current`], set by [`enter`] for the
+//! duration of a replica's execution; without one (a session with one
+//! replica) collectives act on a single replica.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The collective was abandoned because another replica failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("another replica failed: the collective was abandoned")]
+pub struct Aborted;
+
+/// How long a waiting replica spins before yielding, and yields before parking.
+const SPIN: Duration = Duration::from_micros(20);
+const YIELD: Duration = Duration::from_micros(200);
+
+/// A reusable barrier of `n` threads that can be aborted.
+struct Barrier {
+    n: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+    aborted: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Barrier {
+    fn new(n: usize) -> Self {
+        Barrier {
+            n,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+            aborted: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn wait(&self) -> Result<(), Aborted> {
+        if self.aborted.load(SeqCst) {
+            return Err(Aborted);
+        }
+        let gen = self.generation.load(SeqCst);
+        if self.arrived.fetch_add(1, SeqCst) + 1 == self.n {
+            self.arrived.store(0, SeqCst);
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.generation.fetch_add(1, SeqCst);
+            self.wake.notify_all();
+            return Ok(());
+        }
+        let start = Instant::now();
+        loop {
+            if self.generation.load(SeqCst) != gen {
+                return Ok(());
+            }
+            if self.aborted.load(SeqCst) {
+                return Err(Aborted);
+            }
+            let waited = start.elapsed();
+            if waited < SPIN {
+                std::hint::spin_loop();
+            } else if waited < YIELD {
+                std::thread::yield_now();
+            } else {
+                let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                if self.generation.load(SeqCst) == gen && !self.aborted.load(SeqCst) {
+                    let _ = self.wake.wait_timeout(g, Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    fn abort(&self) {
+        self.aborted.store(true, SeqCst);
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.notify_all();
+    }
+
+    fn reset(&mut self) {
+        *self.arrived.get_mut() = 0;
+        *self.aborted.get_mut() = false;
+    }
+}
+
+/// The communicator of the replicas of one session.
+pub struct Comm {
+    barrier: Barrier,
+    inputs: Vec<AtomicPtr<u8>>,
+    outputs: Vec<AtomicPtr<u8>>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm").field("replicas", &self.inputs.len()).finish()
+    }
+}
+
+impl Comm {
+    /// A communicator for `replicas` replicas (at least 1).
+    pub fn new(replicas: usize) -> Self {
+        let n = replicas.max(1);
+        let null = || AtomicPtr::new(std::ptr::null_mut());
+        Comm {
+            barrier: Barrier::new(n),
+            inputs: (0..n).map(|_| null()).collect(),
+            outputs: (0..n).map(|_| null()).collect(),
+        }
+    }
+
+    /// Number of replicas.
+    pub fn num_replicas(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Make the next execution start afresh (after an abort).
+    pub fn reset(&mut self) {
+        self.barrier.reset();
+    }
+
+    /// Abandon every exchange in progress or to come until [`Comm::reset`].
+    pub fn abort(&self) {
+        self.barrier.abort();
+    }
+
+    /// One collective step, called by every replica with its own pointers:
+    /// after all replicas have published theirs, `work(peers)` runs on each
+    /// replica with the pointers of all replicas ([`Peers`]), and
+    /// the call returns when every replica's `work` has returned.
+    ///
+    /// `work` must only write output bytes that no other replica's `work`
+    /// writes or reads (split the elements by the replica's position in its
+    /// group), and may read any input bytes that no replica writes.
+    pub fn exchange(
+        &self,
+        replica: usize,
+        input: *const u8,
+        output: *mut u8,
+        work: impl FnOnce(Peers<'_>),
+    ) -> Result<(), Aborted> {
+        let n = self.num_replicas();
+        if replica >= n {
+            return Err(Aborted);
+        }
+        self.inputs[replica].store(input as *mut u8, SeqCst);
+        self.outputs[replica].store(output, SeqCst);
+        self.barrier.wait()?;
+        work(Peers { comm: self });
+        self.barrier.wait()
+    }
+}
+
+/// The pointers every replica published for one [`Comm::exchange`].
+#[derive(Clone, Copy)]
+pub struct Peers<'a> {
+    comm: &'a Comm,
+}
+
+impl Peers<'_> {
+    /// Replica `r`'s input pointer (null for `r` out of range).
+    pub fn input(&self, r: usize) -> *const u8 {
+        self.comm.inputs.get(r).map_or(std::ptr::null(), |p| p.load(SeqCst) as *const u8)
+    }
+
+    /// Replica `r`'s output pointer (null for `r` out of range).
+    pub fn output(&self, r: usize) -> *mut u8 {
+        self.comm.outputs.get(r).map_or(std::ptr::null_mut(), |p| p.load(SeqCst))
+    }
+}
+
+/// The replica a thread is executing, for kernels ([`current`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaCtx<'a> {
+    /// This replica's index, `0..num_replicas`.
+    pub index: usize,
+    /// The communicator of all replicas.
+    pub comm: &'a Comm,
+}
+
+impl ReplicaCtx<'_> {
+    /// Number of replicas.
+    pub fn num_replicas(&self) -> usize {
+        self.comm.num_replicas()
+    }
+}
+
+thread_local! {
+    static CURRENT: Cell<Option<(usize, *const Comm)>> = const { Cell::new(None) };
+}
+
+/// Run `f` as replica `index` of `comm`: kernels called inside see it through [`current`].
+pub fn enter<R>(index: usize, comm: &Comm, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<(usize, *const Comm)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT.with(|c| c.replace(Some((index, comm as *const Comm)))));
+    f()
+}
+
+/// Call `f` with the replica the current thread executes (`None` outside a
+/// replicated execution).
+pub fn current<R>(f: impl FnOnce(Option<ReplicaCtx<'_>>) -> R) -> R {
+    match CURRENT.with(Cell::get) {
+        // SAFETY: `enter` sets the pointer from a reference that outlives its
+        // closure and restores the previous value when the closure returns; the
+        // context handed to `f` does not outlive this call.
+        Some((index, comm)) => f(Some(ReplicaCtx { index, comm: unsafe { &*comm } })),
+        None => f(None),
+    }
+}
+
+/// The index of the replica the current thread executes (0 outside a replicated execution).
+pub fn current_index() -> usize {
+    CURRENT.with(Cell::get).map_or(0, |(i, _)| i)
+}
+
+/// The group of one replica under a constant grouping `(stride, group_size)`:
+/// its members are `member(0) < member(1) < ... < member(size - 1)` and the
+/// replica is `member(index)` (computed in closed form, no allocation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupPos {
+    /// The group's first replica.
+    pub base: usize,
+    /// Distance between consecutive members.
+    pub stride: usize,
+    /// Members in the group.
+    pub size: usize,
+    /// The replica's position in its group.
+    pub index: usize,
+}
+
+impl GroupPos {
+    /// The group of `replica` under `(stride, group_size)` over `num_replicas`
+    /// replicas; `None` when the grouping does not partition the replicas (see
+    /// [`popart_ir::ReplicaGrouping::new`]) or `replica` is out of range.
+    pub fn of(num_replicas: usize, stride: usize, group_size: usize, replica: usize) -> Option<GroupPos> {
+        let stride = if group_size == 1 { 1 } else { stride };
+        let span = stride.checked_mul(group_size)?;
+        if stride == 0 || group_size == 0 || replica >= num_replicas || num_replicas % span != 0 {
+            return None;
+        }
+        let base = replica / span * span + replica % stride;
+        Some(GroupPos { base, stride, size: group_size, index: (replica / stride) % group_size })
+    }
+
+    /// The `i`-th member.
+    pub fn member(&self, i: usize) -> usize {
+        self.base + i * self.stride
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exchange_sums_in_replica_order_and_aborts_release_waiters() {
+        let comm = Comm::new(4);
+        let data: Vec<Vec<f32>> = (0..4).map(|r| (0..8).map(|i| (r * 10 + i) as f32).collect()).collect();
+        let mut outs = vec![vec![0f32; 8]; 4];
+        let out_ptrs: Vec<usize> = outs.iter_mut().map(|o| o.as_mut_ptr() as usize).collect();
+        std::thread::scope(|s| {
+            for r in 0..4 {
+                let (comm, data, out) = (&comm, &data, out_ptrs[r]);
+                s.spawn(move || {
+                    comm.exchange(r, data[r].as_ptr() as *const u8, out as *mut u8, |peers| {
+                        // Replica r reduces elements 2r, 2r+1 for everyone.
+                        for e in 2 * r..2 * r + 2 {
+                            // SAFETY: every pointer holds 8 f32s; element e is written by replica r only.
+                            let sum: f32 = (0..4).map(|p| unsafe { *(peers.input(p) as *const f32).add(e) }).sum();
+                            for p in 0..4 {
+                                unsafe { *(peers.output(p) as *mut f32).add(e) = sum }
+                            }
+                        }
+                    })
+                    .unwrap();
+                });
+            }
+        });
+        let expected: Vec<f32> = (0..8).map(|i| (0..4).map(|r| (r * 10 + i) as f32).sum()).collect();
+        for o in &outs {
+            assert_eq!(o, &expected);
+        }
+        let comm = Comm::new(2);
+        std::thread::scope(|s| {
+            let c = &comm;
+            let waiter = s.spawn(move || c.exchange(0, std::ptr::null(), std::ptr::null_mut(), |_| {}));
+            std::thread::sleep(Duration::from_millis(5));
+            comm.abort();
+            assert_eq!(waiter.join().unwrap(), Err(Aborted));
+        });
+    }
+
+    #[test]
+    fn groups_follow_the_grouping() {
+        for (rf, s, g) in [(8, 2, 2), (8, 1, 4), (8, 4, 2), (8, 2, 4), (4, 1, 1), (6, 3, 2), (1, 1, 1)] {
+            let rg = popart_ir::ReplicaGrouping::new(rf, s, g).unwrap();
+            for r in 0..rf {
+                let pos = GroupPos::of(rf, s, g, r).unwrap();
+                let members: Vec<usize> = (0..pos.size).map(|i| pos.member(i)).collect();
+                assert_eq!(members, rg.members(rg.group_at(r)), "rf {rf} ({s},{g}) replica {r}");
+                assert_eq!(pos.member(pos.index), r);
+            }
+        }
+        assert_eq!(GroupPos::of(8, 3, 2, 0), None);
+        assert_eq!(GroupPos::of(8, 1, 2, 8), None);
+    }
+}
