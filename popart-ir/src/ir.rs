@@ -43,6 +43,8 @@ pub struct Ir {
     pub replication_factor: usize,
     /// Remote buffers and remote variables ([`crate::remote`]).
     pub(crate) remote: crate::remote::RemoteState,
+    /// Replicated variables ([`crate::VariableSettings`]).
+    pub(crate) settings: crate::variable_settings::SettingsState,
 }
 
 impl Default for Ir {
@@ -67,6 +69,7 @@ impl Ir {
             num_host_transfers: 1,
             replication_factor: 1,
             remote: Default::default(),
+            settings: Default::default(),
         }
     }
 

@@ -30,6 +30,7 @@ pub mod size;
 mod tensor;
 pub mod text;
 mod topocons;
+mod variable_settings;
 mod verify;
 
 pub use attr::{AttrValue, Attributes};
@@ -48,6 +49,7 @@ pub use schedule::ScheduleOptions;
 pub use size::SizeError;
 pub use tensor::{HostDataError, HostTensor, Port, StreamDirection, Tensor, TensorInfo, TensorKind};
 pub use topocons::{TopoCon, TopoCons};
+pub use variable_settings::VariableSettings;
 #[doc(hidden)]
 pub use verify::test_hooks;
 

@@ -50,7 +50,8 @@ impl Ir {
         for g in self.graphs() {
             self.verify_graph(g)?;
         }
-        self.verify_remote()
+        self.verify_remote()?;
+        self.verify_variable_settings()
     }
 
     fn verify_graph(&self, g: &Graph) -> Result<()> {

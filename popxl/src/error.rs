@@ -24,6 +24,9 @@ pub enum PopXlError {
     /// An error reported by the IR core (shape inference, duplicate names...).
     #[error(transparent)]
     Ir(#[from] IrError),
+    /// An invalid replica grouping, or one used where it cannot be.
+    #[error(transparent)]
+    ReplicaGrouping(#[from] popart_ir::ReplicaGroupingError),
     /// A graph with by-reference inputs given to `repeat` (only `call` passes
     /// inputs by reference so far).
     #[error("graph `{graph}` has by-reference inputs; repeat passes inputs by value only (use call)")]

@@ -44,6 +44,7 @@ mod host;
 mod ir;
 pub mod ops;
 mod remote;
+mod replication;
 mod seeds;
 mod stream;
 mod tensor;
@@ -64,6 +65,10 @@ pub use ir::Ir;
 pub use ops::SliceIndex;
 pub use popart_ir::{DataType, Placement, TileSet};
 pub use remote::{remote_buffer, remote_variable, RemoteBuffer};
+pub use replication::{
+    remote_replica_sharded_variable, replica_sharded_buffer, replica_sharded_variable, variable_grouped,
+    ReplicaGrouping, ReplicaGroupingError, RetrievalMode,
+};
 pub use seeds::{create_seeds, create_seeds_with, SeedOptions};
 pub use stream::{d2h_stream, h2d_stream, DeviceToHostStream, HostToDeviceStream};
 pub use tensor::{IndexKey, Tensor, TensorSpec};

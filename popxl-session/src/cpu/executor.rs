@@ -119,10 +119,22 @@ struct StreamSlot {
     element_bytes: usize,
     count: usize,
     cursor: usize,
+    /// Transfer `k` uses element `(k % count) * stride + first` of the host memory.
+    stride: usize,
+    first: usize,
 }
 
 impl StreamSlot {
-    const UNBOUND: StreamSlot = StreamSlot { host: std::ptr::null_mut(), element_bytes: 0, count: 0, cursor: 0 };
+    const UNBOUND: StreamSlot =
+        StreamSlot { host: std::ptr::null_mut(), element_bytes: 0, count: 0, cursor: 0, stride: 1, first: 0 };
+
+    /// Byte offset of the next transfer's element (advancing the cursor).
+    #[inline(always)]
+    fn next(&mut self) -> usize {
+        let k = self.cursor % self.count;
+        self.cursor += 1;
+        (k * self.stride + self.first) * self.element_bytes
+    }
 }
 
 /// Which engine program to run.
@@ -619,13 +631,36 @@ impl CpuExecutor {
         bytes: usize,
         count: usize,
     ) -> Result<(), BindError> {
+        self.bind_stream_strided(stream, host, bytes, count, 1, 0)
+    }
+
+    /// [`CpuExecutor::bind_stream`] to every `stride`-th element from element
+    /// `first`: transfer `k` uses element `(k % count) * stride + first` (how a
+    /// replica reads its slice of a `[num_host_transfers, replication_factor,
+    /// ...]` host array: `stride` = replication factor, `first` = replica).
+    ///
+    /// # Safety
+    /// As [`CpuExecutor::bind_stream`]; elements of other replicas in between
+    /// may be accessed by other executors at the same time (never written by
+    /// this one).
+    pub unsafe fn bind_stream_strided(
+        &mut self,
+        stream: StreamId,
+        host: *mut u8,
+        bytes: usize,
+        count: usize,
+        stride: usize,
+        first: usize,
+    ) -> Result<(), BindError> {
         let element_bytes = *self.stream_bytes.get(stream.index()).ok_or(BindError::UnknownStream(stream.0))?;
         // This check establishes the invariant the transfers' `unsafe` relies on:
-        // element `k < count` lies within the `bytes` bound here.
-        if count == 0 || element_bytes.checked_mul(count).is_none_or(|need| bytes < need) {
+        // every element `(k % count) * stride + first` lies within the `bytes` bound here.
+        let last = count.checked_sub(1).and_then(|c| c.checked_mul(stride)).and_then(|e| e.checked_add(first));
+        let need = last.and_then(|e| e.checked_add(1)).and_then(|n| n.checked_mul(element_bytes));
+        if stride == 0 || need.is_none_or(|need| bytes < need) {
             return Err(BindError::TooSmall { stream: stream.0, got: bytes, count, element_bytes });
         }
-        self.streams[stream.index()] = StreamSlot { host, element_bytes, count, cursor: 0 };
+        self.streams[stream.index()] = StreamSlot { host, element_bytes, count, cursor: 0, stride, first };
         Ok(())
     }
 
@@ -714,13 +749,12 @@ impl CpuExecutor {
                     if s.host.is_null() {
                         return Err(Stop::UnboundStream(stream));
                     }
-                    let k = s.cursor % s.count;
-                    s.cursor += 1;
+                    let at = s.next();
                     // SAFETY: `bind_stream` checked that the host memory holds
-                    // `count * element_bytes` bytes and `k < count`; `len ==
+                    // element `(k % count) * stride + first` for every k; `len ==
                     // element_bytes` (both the stream's info bytes); `dst` holds
                     // `len` bytes within the arena (`ptr_for`).
-                    unsafe { copy_bytes(s.host.add(k * s.element_bytes), dst, len) };
+                    unsafe { copy_bytes(s.host.add(at), dst, len) };
                     self.counters.host_to_device += 1;
                 }
                 Instr::DeviceToHost { stream, src, len } => {
@@ -728,10 +762,9 @@ impl CpuExecutor {
                     if s.host.is_null() {
                         return Err(Stop::UnboundStream(stream));
                     }
-                    let k = s.cursor % s.count;
-                    s.cursor += 1;
+                    let at = s.next();
                     // SAFETY: as above, for writes (the binding promises exclusive access).
-                    unsafe { copy_bytes(src, s.host.add(k * s.element_bytes), len) };
+                    unsafe { copy_bytes(src, s.host.add(at), len) };
                     self.counters.device_to_host += 1;
                 }
                 Instr::RemoteLoad { buffer, offset, dst, len } => {
@@ -752,23 +785,21 @@ impl CpuExecutor {
                     if s.host.is_null() {
                         return Err(Stop::UnboundStream(stream));
                     }
-                    let k = s.cursor % s.count;
-                    s.cursor += 1;
+                    let at = s.next();
                     let dst = &mut self.remote[buffer as usize][entry * len..(entry + 1) * len];
-                    // SAFETY: `bind_stream` checked the host memory holds element `k`
-                    // of `len` (= element_bytes) bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(s.host.add(k * s.element_bytes), dst.as_mut_ptr(), len) };
+                    // SAFETY: `bind_stream` checked the host memory holds every
+                    // element the cursor reaches, of `len` (= element_bytes) bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(s.host.add(at), dst.as_mut_ptr(), len) };
                 }
                 Instr::RemoteToHost { buffer, entry, stream, len } => {
                     let s = &mut self.streams[stream as usize];
                     if s.host.is_null() {
                         return Err(Stop::UnboundStream(stream));
                     }
-                    let k = s.cursor % s.count;
-                    s.cursor += 1;
+                    let at = s.next();
                     let src = &self.remote[buffer as usize][entry * len..(entry + 1) * len];
                     // SAFETY: as above, for writes.
-                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), s.host.add(k * s.element_bytes), len) };
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), s.host.add(at), len) };
                 }
                 Instr::CodeLoad => self.counters.code_loads += 1,
                 Instr::WriteConstant { constant, dst } => {
