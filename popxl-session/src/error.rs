@@ -14,21 +14,20 @@ pub enum SessionError {
     /// A device string other than `cpu`, `ipu_model` and `ipu_hw`.
     #[error("unknown device `{0}`: expected one of `cpu`, `ipu_model`, `ipu_hw`")]
     UnknownDevice(String),
-    /// A `cpu` device asked for more than one IPU (replication).
-    #[error("for a cpu device, multiple devices are not supported: this IR needs {num_ipus} (replication_factor {replication_factor})")]
-    CpuMultipleDevices {
-        /// IPUs the IR needs.
-        num_ipus: usize,
+    /// More replicas than a session runs ([`crate::MAX_REPLICAS`]).
+    #[error("replication_factor {replication_factor} is too large: a session runs at most {max} replicas")]
+    TooManyReplicas {
         /// The IR's replication factor.
         replication_factor: usize,
+        /// The limit.
+        max: usize,
     },
-    /// Replication on a device that cannot simulate it.
-    #[error("device `{device}` does not support replication (replication_factor {replication_factor})")]
-    ReplicationUnsupported {
-        /// The device.
-        device: &'static str,
-        /// The IR's replication factor.
-        replication_factor: usize,
+    /// `write_variable_data` on a variable whose retrieval mode is all_replicas
+    /// and whose groups hold several replicas (PopXL's NotImplementedError).
+    #[error("cannot write variable `{tensor}`: writing variables with retrieval_mode all_replicas is not supported")]
+    WriteAllReplicas {
+        /// The variable.
+        tensor: String,
     },
     /// The IR has no ops reachable from the main graph (an IR whose ops are
     /// all pruned away is valid: its runs do nothing).

@@ -39,4 +39,6 @@ pub fn register_custom_op(
     Ok(())
 }
 pub use cpu::kernels::{capture_prints, set_print_sink, PrintSink};
-pub use session::{DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts};
+pub use session::{
+    DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts, MAX_REPLICAS,
+};

@@ -225,7 +225,7 @@ fn devices() {
 }
 
 #[test]
-fn replication_is_rejected_on_cpu_and_ipu_model_and_shapes_host_arrays() {
+fn replication_runs_on_cpu_and_ipu_model_and_shapes_host_arrays() {
     let build = || {
         let ir = Ir::new();
         ir.set_replication_factor(2).unwrap();
@@ -238,11 +238,12 @@ fn replication_is_rejected_on_cpu_and_ipu_model_and_shapes_host_arrays() {
         drop(_g);
         (ir, out)
     };
-    assert_eq!(
-        Session::new(build().0, "cpu").unwrap_err(),
-        SessionError::CpuMultipleDevices { num_ipus: 2, replication_factor: 2 }
-    );
-    assert!(matches!(Session::new(build().0, "ipu_model"), Err(SessionError::ReplicationUnsupported { .. })));
+    for device in ["cpu", "ipu_model"] {
+        let (ir, out) = build();
+        let session = Session::new(ir, device).unwrap();
+        assert_eq!(session.replication_factor(), 2);
+        assert_eq!(session.create_host_outputs().unwrap()[&out].shape(), &[3, 2, 4]);
+    }
     let (ir, out) = build();
     let session = Session::new(ir, "ipu_hw").unwrap();
     assert_eq!(session.create_host_outputs().unwrap()[&out].shape(), &[3, 2, 4]);

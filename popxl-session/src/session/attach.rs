@@ -22,10 +22,12 @@ impl Session {
         if self.device == DeviceType::IpuHw {
             return false;
         }
-        self.executor.clear_memory();
         // The init program only writes constants (no kernels, no streams): it
         // cannot fail; if it did, the session stays detached.
-        self.attached = self.executor.run(EngineProgram::Init).is_ok();
+        self.attached = self.executors.iter_mut().all(|e| {
+            e.clear_memory();
+            e.run(EngineProgram::Init).is_ok()
+        });
         self.attached
     }
 
@@ -137,35 +139,8 @@ impl Session {
         Ok(())
     }
 
-    /// Run a weight program with every variable's host copy bound to its weight
-    /// stream of that direction. Binding checks each host copy holds its stream's
-    /// bytes; weight programs run no kernel, so they cannot fail once bound.
     fn run_weight_program(&mut self, program: EngineProgram) -> Result<()> {
-        let to_host = matches!(program, EngineProgram::WeightsToHost);
-        let mut bound = Ok(());
-        for (k, v) in self.variables.iter_mut() {
-            let (from_host, to_host_stream) = match v.weight {
-                None => continue,
-                Some(WeightSlot::Device(w)) => (self.exe.weights[w].from_host, self.exe.weights[w].to_host),
-                Some(WeightSlot::Remote(w)) => {
-                    (self.exe.remote_weights[w].from_host, self.exe.remote_weights[w].to_host)
-                }
-            };
-            let stream = if to_host { to_host_stream } else { from_host };
-            let bytes = v.data.bytes.len();
-            // SAFETY: the host copy outlives this call and is not touched while the
-            // program reads or writes it; the streams are unbound right after.
-            let r = unsafe { self.executor.bind_stream(stream, v.data.bytes.as_mut_ptr(), bytes, 1) };
-            if let Err(e) = r {
-                bound = Err(SessionError::Internal { reason: format!("weight stream of {k:?}: {e}") });
-                break;
-            }
-        }
-        let ran = bound.and_then(|_| {
-            self.executor.run(program).map_err(|e| SessionError::Internal { reason: format!("{program:?}: {e}") })
-        });
-        self.executor.unbind_streams();
-        ran
+        self.run_weight_programs(program)
     }
 
     /// Copy every variable from the device to the host copies, which are then in sync.
@@ -249,20 +224,40 @@ impl Session {
         if any_variable && self.attached && !self.host_weights_in_sync {
             self.weights_to_host()?;
         }
+        let rf = self.executors.len();
         tensors
             .iter()
             .map(|t| {
                 let (g, id, core) = self.resolve(t)?;
+                let all_replicas;
                 let data = match &core.kind {
                     TensorKind::Constant(d) => d,
                     _ => {
-                        &self
-                            .variables
-                            .get(&(g, id))
-                            .ok_or_else(|| SessionError::Internal {
-                                reason: format!("variable `{}` has no host copy", t.id()),
-                            })?
-                            .data
+                        let v = self.variables.get(&(g, id)).ok_or_else(|| SessionError::Internal {
+                            reason: format!("variable `{}` has no host copy", t.id()),
+                        })?;
+                        let all = v.settings.as_ref().is_some_and(|s| {
+                            s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas && s.grouping.num_groups() < rf
+                        });
+                        if all {
+                            all_replicas = match super::replicated::all_replica_values(v, rf) {
+                                Some(d) => d,
+                                None => {
+                                    let mut bytes = Vec::new();
+                                    for r in 0..rf {
+                                        bytes.extend_from_slice(&super::replicated::replica_bytes(v, r)?);
+                                    }
+                                    let info =
+                                        v.settings.as_ref().map_or_else(|| core.info.clone(), |s| s.replica_info());
+                                    let mut shape = vec![rf];
+                                    shape.extend_from_slice(&info.shape);
+                                    HostTensor { info: popart_ir::TensorInfo::new(info.dtype, shape), bytes }
+                                }
+                            };
+                            &all_replicas
+                        } else {
+                            &v.data
+                        }
                     }
                 };
                 // The host copy came from the device: check it (bool bytes 0 or 1).
@@ -294,7 +289,15 @@ impl Session {
             if !core.is_variable() {
                 return Err(SessionError::NotAVariable { tensor: t.id().to_string() });
             }
-            let info = &core.info;
+            let host_info = self.variables.get(&(g, id)).map(|v| v.data.info.clone());
+            let info = host_info.as_ref().unwrap_or(&core.info);
+            if let Some(s) = self.variables.get(&(g, id)).and_then(|v| v.settings.as_ref()) {
+                if s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas
+                    && s.grouping.num_groups() < self.executors.len()
+                {
+                    return Err(SessionError::WriteAllReplicas { tensor: t.id().to_string() });
+                }
+            }
             let arr = if arr.dtype() != info.dtype && arr.shape().is_empty() && info.shape.is_empty() {
                 Cow::Owned(arr.try_cast(info.dtype).map_err(|e| crate::host::cast_error(&core.name, e))?)
             } else {
@@ -325,25 +328,27 @@ impl Session {
         for (key, data) in writes {
             let Some(v) = self.variables.get_mut(&key) else { continue };
             v.data = data;
-            if self.attached {
-                match v.weight {
-                    Some(WeightSlot::Device(w)) => {
-                        let buffer = self.exe.weights[w].buffer;
-                        // The buffer was checked to lie within the arena at compile time.
-                        self.executor
-                            .write_buffer(self.exe.buffer(buffer).offset, &v.data.bytes)
-                            .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
-                        device_writes = true;
-                    }
-                    Some(WeightSlot::Remote(w)) => {
-                        let slot = self.exe.remote_weights[w].slot;
-                        self.executor
-                            .write_remote_entry(slot.buffer, slot.entry, &v.data.bytes)
-                            .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
-                        device_writes = true;
-                    }
-                    None => {}
+            if let Some(s) = v.settings.as_mut() {
+                s.host = v.data.clone();
+                v.replica_values.clear();
+            }
+            if self.attached && v.weight.is_some() {
+                for (r, exec) in self.executors.iter_mut().enumerate() {
+                    let bytes = super::replicated::replica_bytes(v, r)?;
+                    let written = match v.weight {
+                        Some(WeightSlot::Device(w)) => {
+                            // The buffer was checked to lie within the arena at compile time.
+                            exec.write_buffer(self.exe.buffer(self.exe.weights[w].buffer).offset, &bytes)
+                        }
+                        Some(WeightSlot::Remote(w)) => {
+                            let slot = self.exe.remote_weights[w].slot;
+                            exec.write_remote_entry(slot.buffer, slot.entry, &bytes)
+                        }
+                        None => Ok(()),
+                    };
+                    written.map_err(|e| SessionError::Internal { reason: e.to_string() })?;
                 }
+                device_writes = true;
             }
         }
         if device_writes {

@@ -9,6 +9,7 @@
 mod attach;
 mod ipu_report;
 mod kernel_library;
+mod replicated;
 mod run;
 
 use std::collections::{HashMap, HashSet};
@@ -23,6 +24,10 @@ use crate::cpu::executor::{CpuExecutor, ExecCounters, KernelFactory};
 use crate::SessionError;
 
 pub use attach::SessionContext;
+
+/// The largest replication factor a session runs (each replica is a thread
+/// with its own device memory; the largest IPU-POD has 1,024 IPUs).
+pub const MAX_REPLICAS: usize = 1024;
 
 /// Result alias for sessions.
 pub type Result<T, E = SessionError> = std::result::Result<T, E>;
@@ -42,7 +47,7 @@ pub type Outputs = HashMap<DeviceToHostStream, HostArray>;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DeviceType {
-    /// The host CPU (no replication).
+    /// The host CPU (replicas run concurrently on its cores).
     Cpu,
     /// The IPU model: executes like `cpu`, keeps subgraphs as functions, and
     /// refuses programs that do not fit in the modelled tile memory
@@ -199,9 +204,16 @@ enum WeightSlot {
 
 /// Host copy of a variable.
 struct HostVariable {
+    /// The host value (`shape_on_host`: with a group dim for grouped variables,
+    /// the full value for sharded ones).
     data: HostTensor,
     /// Its device copy (variables of unreachable graphs have none).
     weight: Option<WeightSlot>,
+    /// How replicas hold it (`None`: the same value on every replica).
+    settings: Option<popart_ir::VariableSettings>,
+    /// Every replica's value (`retrieval_mode` all_replicas), as of the last
+    /// `weights_to_host`; empty until then.
+    replica_values: Vec<u8>,
 }
 
 /// A runtime session: prepares, lowers and compiles an IR once, then attaches to
@@ -262,7 +274,10 @@ pub struct Session {
     /// The frozen IR core after preparation: what the executable was lowered from.
     prepared: popart_ir::Ir,
     exe: Executable,
-    executor: CpuExecutor,
+    /// One executor per replica (replica 0 first).
+    executors: Vec<CpuExecutor>,
+    /// The replicas' communicator (collectives).
+    comm: crate::cpu::replicas::Comm,
     device: DeviceType,
     options: SessionOptions,
     attached: bool,
@@ -273,10 +288,10 @@ pub struct Session {
     d2h: Vec<DataStream>,
     stream_position: HashMap<TensorId, usize>,
     counts: TransferCounts,
-    /// Copy of the permanent device memory (variables, constants) taken at the
-    /// start of each run when [`SessionOptions::check_indices`], restored when the
-    /// run fails; empty otherwise.
-    snapshot: Vec<u8>,
+    /// Copy of each replica's permanent device memory (variables, constants)
+    /// taken at the start of each run when [`SessionOptions::check_indices`],
+    /// restored when the run fails; empty otherwise.
+    snapshot: Vec<Vec<u8>>,
 }
 
 impl fmt::Debug for Session {
@@ -285,7 +300,7 @@ impl fmt::Debug for Session {
             .field("ir", &self.ir_id)
             .field("device", &self.device)
             .field("attached", &self.attached)
-            .field("executor", &self.executor)
+            .field("executors", &self.executors)
             .finish()
     }
 }
@@ -300,7 +315,12 @@ impl Session {
     /// Prepare, lower and compile `ir` for `device` (`"cpu"`, `"ipu_model"` or
     /// `"ipu_hw"`); the IR is frozen. The session starts detached.
     ///
-    /// Errors: an unknown device, replication on `cpu`/`ipu_model`, an invalid
+    /// With `replication_factor` r > 1 the session compiles the program once
+    /// per replica: each replica has its own device memory (variables, remote
+    /// buffers) and runs on its own thread; see [`Session::run_with_outputs`]
+    /// for the host arrays and `popxl::ops::collectives` for how replicas meet.
+    ///
+    /// Errors: an unknown device, an invalid
     /// IR (e.g. a topological-constraint cycle), an IR with no ops after pruning,
     /// ops the device cannot execute, and on `ipu_model` a program that does not
     /// fit in the modelled tile memory ([`SessionError::TileMemoryExceeded`]; see
@@ -333,17 +353,11 @@ impl Session {
         ir.freeze();
         let mut prepared = ir.with_ir(|core| core.clone());
         let rf = prepared.replication_factor.max(1);
-        let num_ipus = rf.checked_next_power_of_two().ok_or_else(|| SessionError::SizeOverflow {
+        rf.checked_next_power_of_two().ok_or_else(|| SessionError::SizeOverflow {
             what: format!("the number of IPUs for replication_factor {rf}"),
         })?;
-        match device {
-            DeviceType::Cpu if num_ipus > 1 => {
-                return Err(SessionError::CpuMultipleDevices { num_ipus, replication_factor: rf })
-            }
-            DeviceType::IpuModel if rf > 1 => {
-                return Err(SessionError::ReplicationUnsupported { device: device.name(), replication_factor: rf })
-            }
-            _ => {}
+        if rf > MAX_REPLICAS {
+            return Err(SessionError::TooManyReplicas { replication_factor: rf, max: MAX_REPLICAS });
         }
         use popart_transforms::inline::InlineCalls;
         let inline_calls = options.inline_calls.unwrap_or(device == DeviceType::Cpu);
@@ -382,19 +396,31 @@ impl Session {
         if device == DeviceType::IpuModel {
             ipu_report::check_fits(&exe, &options.ipu_model)?;
         }
-        let executor = kernel_library::compile(&exe, kernels, options.check_indices)?;
-        let snapshot = if options.check_indices {
-            popart_ir::size::try_zeroed_bytes(exe.memory.permanent_bytes, "the variable snapshot of check_indices")?
-        } else {
-            Vec::new()
-        };
+        let mut executors = Vec::with_capacity(rf);
+        let mut snapshot = Vec::new();
+        for _ in 0..rf {
+            executors.push(kernel_library::compile(&exe, kernels, options.check_indices)?);
+            if options.check_indices {
+                snapshot.push(popart_ir::size::try_zeroed_bytes(
+                    exe.memory.permanent_bytes,
+                    "the variable snapshot of check_indices",
+                )?);
+            }
+        }
 
         let mut variables = HashMap::new();
         for g in prepared.graphs() {
             for t in g.variables() {
                 if let TensorKind::Variable(data) = &t.kind {
-                    let data = try_clone_host(data, &t.name)?;
-                    variables.insert((g.id(), t.id), HostVariable { data, weight: None });
+                    let settings = if g.id() == prepared.main_graph_id() {
+                        prepared.variable_settings(t.id).cloned()
+                    } else {
+                        None
+                    };
+                    let host = settings.as_ref().map_or(data, |s| &s.host);
+                    let data = try_clone_host(host, &t.name)?;
+                    let v = HostVariable { data, weight: None, settings, replica_values: Vec::new() };
+                    variables.insert((g.id(), t.id), v);
                 }
             }
         }
@@ -428,7 +454,8 @@ impl Session {
             ir_id,
             prepared,
             exe,
-            executor,
+            executors,
+            comm: crate::cpu::replicas::Comm::new(rf),
             device,
             options,
             attached: false,
@@ -491,19 +518,32 @@ impl Session {
         self.counts
     }
 
-    /// Executor work counters since creation (kernels, copies, stream transfers).
+    /// Executor work counters since creation (kernels, copies, stream
+    /// transfers), summed over the replicas.
     pub fn exec_counters(&self) -> ExecCounters {
-        self.executor.counters()
+        self.executors.iter().map(CpuExecutor::counters).fold(ExecCounters::default(), |a, c| ExecCounters {
+            kernels: a.kernels + c.kernels,
+            copies: a.copies + c.copies,
+            host_to_device: a.host_to_device + c.host_to_device,
+            device_to_host: a.device_to_host + c.device_to_host,
+            remote_transfers: a.remote_transfers + c.remote_transfers,
+            code_loads: a.code_loads + c.code_loads,
+        })
+    }
+
+    /// Number of replicas the session runs (the IR's `replication_factor`).
+    pub fn replication_factor(&self) -> usize {
+        self.executors.len()
     }
 
     /// Turn per-kernel timing of the compiled programs on (clearing earlier
     /// timings) or off; see [`Session::kernel_profile`].
     pub fn set_profiling(&mut self, on: bool) {
-        self.executor.set_profiling(on);
+        self.executors.iter_mut().for_each(|e| e.set_profiling(on));
     }
 
     /// Wall-clock time per kernel since [`Session::set_profiling`]`(true)`,
-    /// slowest first (empty when profiling is off).
+    /// slowest first (empty when profiling is off); replica 0's when replicated.
     ///
     /// ```
     /// use popxl::ops;
@@ -524,7 +564,7 @@ impl Session {
     /// # let _ = x;
     /// ```
     pub fn kernel_profile(&self) -> Vec<crate::cpu::executor::KernelTime> {
-        self.executor.kernel_profile()
+        self.executors[0].kernel_profile()
     }
 
     /// True when the host copies of the variables are known to match the device.

@@ -131,45 +131,53 @@ impl Session {
         for (pos, buf) in scratch.iter_mut() {
             out_ptrs.push((self.d2h[*pos].id, buf.as_mut_ptr(), buf.len()));
         }
-        // Bind, run, unbind. `bind_stream` checks each buffer holds `nht`
-        // elements (validated above, so an error here is a bug).
+        // Bind, run, unbind. `bind_stream_strided` checks each buffer holds
+        // element `(nht - 1) * rf + r` of every replica `r` (validated above, so
+        // an error here is a bug). Replica `r` reads and writes elements
+        // `k * rf + r` only, so replicas never touch the same bytes.
+        let rf = self.executors.len();
         let bind_error = |e: crate::cpu::executor::BindError| SessionError::Internal { reason: e.to_string() };
         let mut bound: Result<()> = Ok(());
-        for (pos, data) in &in_data {
-            bound = bound.and_then(|_| {
-                // SAFETY: the input bytes outlive the run (they are dropped below,
-                // after `unbind_streams`) and are only read (host-to-device
-                // transfers never write host memory).
-                unsafe { self.executor.bind_stream(self.h2d[*pos].id, data.as_ptr() as *mut u8, data.len(), nht) }
+        for (r, exec) in self.executors.iter_mut().enumerate() {
+            for (pos, data) in &in_data {
+                bound = bound.and_then(|_| {
+                    // SAFETY: the input bytes outlive the run (they are dropped below,
+                    // after `unbind_streams`) and are only read (host-to-device
+                    // transfers never write host memory).
+                    unsafe {
+                        exec.bind_stream_strided(self.h2d[*pos].id, data.as_ptr() as *mut u8, data.len(), nht, rf, r)
+                    }
                     .map_err(bind_error)
-            });
+                });
+            }
+            for &(id, p, n) in &out_ptrs {
+                // SAFETY: the output arrays (or scratch buffers) are exclusively borrowed
+                // for the whole run and outlive it; replicas write disjoint elements.
+                bound =
+                    bound.and_then(|_| unsafe { exec.bind_stream_strided(id, p, n, nht, rf, r) }.map_err(bind_error));
+            }
         }
-        for &(id, p, n) in &out_ptrs {
-            // SAFETY: the output arrays (or scratch buffers) are exclusively borrowed
-            // for the whole run and outlive it.
-            bound = bound.and_then(|_| unsafe { self.executor.bind_stream(id, p, n, nht) }.map_err(bind_error));
-        }
+        let unbind = |s: &mut Session| s.executors.iter_mut().for_each(|e| e.unbind_streams());
         if let Err(e) = bound {
-            self.executor.unbind_streams();
+            unbind(self);
             return Err(e);
         }
-        if !self.snapshot.is_empty() {
-            match self.executor.read_buffer(0, self.snapshot.len()) {
-                Ok(permanent) => self.snapshot.copy_from_slice(permanent),
+        for (exec, snapshot) in self.executors.iter().zip(self.snapshot.iter_mut()) {
+            match exec.read_buffer(0, snapshot.len()) {
+                Ok(permanent) => snapshot.copy_from_slice(permanent),
                 Err(e) => {
-                    self.executor.unbind_streams();
-                    return Err(SessionError::Internal { reason: e.to_string() });
+                    let reason = e.to_string();
+                    unbind(self);
+                    return Err(SessionError::Internal { reason });
                 }
             }
         }
-        let ran = self.executor.run(EngineProgram::Main);
-        self.executor.unbind_streams();
+        let ran = super::replicated::run_all(&mut self.executors, &mut self.comm, EngineProgram::Main);
+        unbind(self);
         if let Err(e) = ran {
             // Restore the variables (and constants) as they were before the run.
-            if !self.snapshot.is_empty() {
-                self.executor
-                    .write_buffer(0, &self.snapshot)
-                    .map_err(|e| SessionError::Internal { reason: e.to_string() })?;
+            for (exec, snapshot) in self.executors.iter_mut().zip(&self.snapshot) {
+                exec.write_buffer(0, snapshot).map_err(|e| SessionError::Internal { reason: e.to_string() })?;
             }
             return Err(exec_error(e));
         }

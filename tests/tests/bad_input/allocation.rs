@@ -134,7 +134,7 @@ pub fn cases() -> Vec<Case> {
             ir.set_replication_factor(usize::MAX)?;
             expect_err!(
                 Session::new(ir, "cpu"),
-                SessionError::SizeOverflow { .. } | SessionError::CpuMultipleDevices { .. },
+                SessionError::SizeOverflow { .. } | SessionError::TooManyReplicas { .. },
                 [usize::MAX]
             )
         }),

@@ -168,10 +168,10 @@ pub fn cases() -> Vec<Case> {
             let ir = Ir::new();
             expect_err!(Session::new(ir, "cpu"), S::NoOps { .. }, ["no ops"])
         }),
-        case(Cat, "replication_on_cpu", || {
+        case(Cat, "replication_factor_too_large", || {
             let m = step_model()?;
-            m.ir.set_replication_factor(2)?;
-            expect_err!(Session::new(m.ir, "cpu"), S::CpuMultipleDevices { .. }, ["2"])
+            m.ir.set_replication_factor(1 << 20)?;
+            expect_err!(Session::new(m.ir, "cpu"), S::TooManyReplicas { .. }, ["1048576"])
         }),
         case(Cat, "zero_num_host_transfers", || {
             let m = step_model()?;

@@ -9,6 +9,9 @@
 //! `ShapedDropout` draws element `j` of its mask (of the `shape` attribute) the
 //! same way, into a scratch buffer sized at build time, then broadcasts it.
 //!
+//! In a replicated session each replica folds its index into every seed
+//! (see `stream_state`), so data-parallel dropout masks differ per replica.
+//!
 //! `ModifyRandomSeed([L, R], m)` is `[L, h]` with `h` the high 32 bits of the
 //! first value of the `SeedSplit` stream of the seed `[L, R + m]` (wrapping).
 //! PopART draws `h` with poprand on the IPU, which cannot be reproduced; this
@@ -50,10 +53,14 @@ enum Stream {
     SeedSplit = 5,
 }
 
-/// Start of the stream of `seed` for `stream`.
+/// Start of the stream of `seed` for `stream`. In a replicated session the
+/// replica index is folded into the seed, so replicas given the same seed
+/// draw different numbers (replica 0 draws what an unreplicated run draws).
 #[inline(always)]
 fn stream_state(seed: [u32; 2], stream: Stream) -> u64 {
     let key = ((seed[1] as u64) << 32) | seed[0] as u64;
+    let replica = crate::cpu::replicas::current_index() as u64;
+    let key = if replica == 0 { key } else { key ^ mix(replica.wrapping_mul(GOLDEN) ^ 0x5EED) };
     mix(key ^ mix((stream as u64).wrapping_mul(GOLDEN)))
 }
 

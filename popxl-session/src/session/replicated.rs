@@ -1,0 +1,187 @@
+//! Running the replicas of a session: the main program on every replica at
+//! once, and weight programs replica by replica with each replica's share of
+//! the host values.
+//!
+//! Replica 0 runs on the caller's thread and replicas 1.. on scoped threads,
+//! each entered as its replica ([`crate::cpu::replicas::enter`]) so collective
+//! kernels and random ops know it. Each replica's kernels get an equal share
+//! of the worker team's threads (one each when there are at least as many
+//! replicas as cores), so replicas do not oversubscribe the machine.
+
+use popart_ir::HostTensor;
+
+use super::{HostVariable, Result, Session, WeightSlot};
+use crate::cpu::executor::{CpuExecutor, EngineProgram, ExecError};
+use crate::cpu::kernel::KernelRunError;
+use crate::cpu::replicas::{self, Comm};
+use crate::cpu::team;
+use crate::SessionError;
+
+/// Run `program` on every executor at once, executor `r` as replica `r`.
+/// Returns the first failure that is not a replica abandoning a collective
+/// because another failed.
+pub(super) fn run_all(executors: &mut [CpuExecutor], comm: &mut Comm, program: EngineProgram) -> Result<(), ExecError> {
+    let Some((first, rest)) = executors.split_first_mut() else { return Ok(()) };
+    if rest.is_empty() {
+        return first.run(program);
+    }
+    comm.reset();
+    let n = rest.len() + 1;
+    let threads = (team::num_threads() / n).max(1);
+    let comm: &Comm = comm;
+    let one = move |r: usize, e: &mut CpuExecutor| {
+        let out = replicas::enter(r, comm, || team::with_max_threads(threads, || e.run(program)));
+        if out.is_err() {
+            comm.abort();
+        }
+        out
+    };
+    let results: Vec<Result<(), ExecError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = rest.iter_mut().enumerate().map(|(i, e)| s.spawn(move || one(i + 1, e))).collect();
+        let mut results = vec![one(0, first)];
+        for h in handles {
+            // A panicking kernel is a bug: re-raise it on the caller.
+            results.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        results
+    });
+    let aborted = |e: &ExecError| matches!(e, ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. });
+    let mut errors = results.into_iter().filter_map(Result::err);
+    let first_err = errors.next();
+    match first_err {
+        Some(e) if aborted(&e) => Err(errors.find(|e| !aborted(e)).unwrap_or(e)),
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// What one replica's weight stream of a variable is bound to.
+enum Binding {
+    /// The host value itself (a variable every replica holds whole).
+    Host,
+    /// A per-replica buffer: the replica's value, or where it is read back to.
+    Scratch(Vec<u8>),
+    /// A buffer whose contents are dropped (replicas whose value is not read back).
+    Sink,
+}
+
+impl Session {
+    /// Run a weight program on every replica, with every variable's weight
+    /// stream of that direction bound to that replica's value: the host value
+    /// itself for plain variables (read back from replica 0 only), its group's
+    /// value or shard for grouped and sharded ones ([`popart_ir::VariableSettings`]).
+    /// Weight programs run no kernel, so they cannot fail once bound.
+    pub(super) fn run_weight_programs(&mut self, program: EngineProgram) -> Result<()> {
+        let to_host = matches!(program, EngineProgram::WeightsToHost);
+        let rf = self.executors.len();
+        let mut sink: Vec<u8> = Vec::new();
+        for r in 0..rf {
+            let mut bindings: Vec<(&mut HostVariable, popart_lower::StreamId, Binding)> = Vec::new();
+            for v in self.variables.values_mut() {
+                let (from_host, to_host_stream) = match v.weight {
+                    None => continue,
+                    Some(WeightSlot::Device(w)) => (self.exe.weights[w].from_host, self.exe.weights[w].to_host),
+                    Some(WeightSlot::Remote(w)) => {
+                        (self.exe.remote_weights[w].from_host, self.exe.remote_weights[w].to_host)
+                    }
+                };
+                let stream = if to_host { to_host_stream } else { from_host };
+                let binding = match &v.settings {
+                    None if !to_host || r == 0 => Binding::Host,
+                    None => Binding::Sink,
+                    Some(s) => {
+                        let all = s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas;
+                        let n = s.replica_info().nbytes();
+                        if to_host && !s.is_source(r) && !all {
+                            Binding::Sink
+                        } else {
+                            let mut buf = popart_ir::size::try_zeroed_bytes(n, "a replica's variable value")?;
+                            if !to_host {
+                                s.replica_value(r, &mut buf);
+                            }
+                            Binding::Scratch(buf)
+                        }
+                    }
+                };
+                if matches!(binding, Binding::Sink) {
+                    let n = self.exe.streams.get(stream.index()).map_or(0, |s| s.info.nbytes());
+                    if sink.len() < n {
+                        sink = popart_ir::size::try_zeroed_bytes(n, "a weight stream sink")?;
+                    }
+                }
+                bindings.push((v, stream, binding));
+            }
+            let exec = &mut self.executors[r];
+            let mut bound = Ok(());
+            for (v, stream, binding) in bindings.iter_mut() {
+                let (ptr, len) = match binding {
+                    Binding::Host => (v.data.bytes.as_mut_ptr(), v.data.bytes.len()),
+                    Binding::Scratch(b) => (b.as_mut_ptr(), b.len()),
+                    Binding::Sink => (sink.as_mut_ptr(), sink.len()),
+                };
+                // SAFETY: the host value, scratch and sink buffers outlive this
+                // call and nothing else touches them while the program runs; the
+                // streams are unbound right after.
+                if let Err(e) = unsafe { exec.bind_stream(*stream, ptr, len, 1) } {
+                    bound = Err(SessionError::Internal { reason: format!("weight stream {stream:?}: {e}") });
+                    break;
+                }
+            }
+            let ran = bound.and_then(|_| {
+                exec.run(program).map_err(|e| SessionError::Internal { reason: format!("{program:?}: {e}") })
+            });
+            exec.unbind_streams();
+            ran?;
+            if to_host {
+                for (v, _, binding) in bindings {
+                    let Binding::Scratch(buf) = binding else { continue };
+                    store_replica_value(v, r, rf, &buf)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Put replica `r`'s device value `value` of a replicated variable into its
+/// host value (when the replica is a source of it) and its per-replica values.
+fn store_replica_value(v: &mut HostVariable, r: usize, rf: usize, value: &[u8]) -> Result<()> {
+    let Some(s) = &v.settings else { return Ok(()) };
+    if s.is_source(r) {
+        let (start, len) = s.replica_range(r);
+        v.data.bytes[start..start + len].copy_from_slice(&value[..len]);
+    }
+    if s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas {
+        let n = value.len();
+        if v.replica_values.len() != n * rf {
+            v.replica_values = popart_ir::size::try_zeroed_bytes(n * rf, "the per-replica values of a variable")?;
+        }
+        v.replica_values[r * n..(r + 1) * n].copy_from_slice(value);
+    }
+    Ok(())
+}
+
+/// Replica `r`'s device value of a variable whose host value is `data`.
+pub(super) fn replica_bytes<'a>(v: &'a HostVariable, r: usize) -> Result<std::borrow::Cow<'a, [u8]>> {
+    match &v.settings {
+        None => Ok(std::borrow::Cow::Borrowed(&v.data.bytes)),
+        Some(s) => {
+            let mut buf = popart_ir::size::try_zeroed_bytes(s.replica_info().nbytes(), "a replica's variable value")?;
+            s.replica_value(r, &mut buf);
+            Ok(std::borrow::Cow::Owned(buf))
+        }
+    }
+}
+
+/// The per-replica values of an all_replicas variable as a host tensor
+/// `[replication_factor, *replica shape]`, or `None` when they were never read back.
+pub(super) fn all_replica_values(v: &HostVariable, rf: usize) -> Option<HostTensor> {
+    let s = v.settings.as_ref()?;
+    if s.retrieval_mode != popart_ir::RetrievalMode::AllReplicas || v.replica_values.is_empty() {
+        return None;
+    }
+    let info = s.replica_info();
+    let mut shape = vec![rf];
+    shape.extend_from_slice(&info.shape);
+    Some(HostTensor { info: popart_ir::TensorInfo::new(info.dtype, shape), bytes: v.replica_values.clone() })
+}

@@ -1,0 +1,136 @@
+//! Replicated execution on `cpu` and `ipu_model`: `[num_host_transfers,
+//! replication_factor, *shape]` host arrays, per-replica variables, grouped
+//! and sharded variables moved by `weights_from_host` / `weights_to_host`.
+
+use popxl::{ops, HostArray, Ir, RetrievalMode};
+use popxl_session::Session;
+
+/// y = x + w per replica, w += x; x streamed as [nht, rf, 3].
+fn add_program(rf: usize, nht: usize) -> (Ir, popxl::HostToDeviceStream, popxl::DeviceToHostStream, popxl::Tensor) {
+    let ir = Ir::new();
+    ir.set_replication_factor(rf).unwrap();
+    ir.set_num_host_transfers(nht).unwrap();
+    let (x, y, w) = ir
+        .main_graph()
+        .with(|| {
+            let x = popxl::h2d_stream([3], popxl::float32, "x")?;
+            let y = popxl::d2h_stream([3], popxl::float32, "y")?;
+            let w = popxl::variable(vec![1.0f32, 2.0, 3.0], "w")?;
+            let _s = popxl::in_sequence(true);
+            let xv = ops::host_load(&x, "x")?;
+            let out = &xv + &w;
+            ops::host_store(&y, &out)?;
+            ops::scaled_add_(&w, &xv, 1.0, 1.0)?;
+            Ok::<_, popxl::PopXlError>((x, y, w))
+        })
+        .unwrap();
+    (ir, x, y, w)
+}
+
+#[test]
+fn each_replica_reads_and_writes_its_slice_of_the_host_arrays() {
+    for device in ["cpu", "ipu_model"] {
+        for (rf, nht) in [(1, 1), (2, 1), (2, 3), (4, 2), (8, 1)] {
+            let (ir, x, y, w) = add_program(rf, nht);
+            let mut session = Session::new(ir, device).unwrap();
+            let n = nht * rf * 3;
+            let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let shape: Vec<usize> = session.host_shape(&[3]);
+            let input = HostArray::from(ndarray::ArrayD::from_shape_vec(shape.clone(), data.clone()).unwrap());
+            let out = session.scope(|s| s.run(&[(x.clone(), input)].into())).unwrap();
+            let got = out[&y].to_f64_vec();
+            // One run executes the host load once: replica r reads element
+            // (0, r); later elements are left for later loads (none here).
+            let mut expected = vec![0.0; n];
+            for r in 0..rf {
+                let mut wr = [1.0, 2.0, 3.0];
+                for k in 0..1 {
+                    for j in 0..3 {
+                        let e = (k * rf + r) * 3 + j;
+                        expected[e] = data[e] as f64 + wr[j];
+                        wr[j] += data[e] as f64;
+                    }
+                }
+            }
+            assert_eq!(got, expected, "{device} rf {rf} nht {nht}");
+            // Ungrouped variables are read back from replica 0.
+            let w0: Vec<f64> = (0..3).map(|j| [1.0, 2.0, 3.0][j] + data[j] as f64).collect();
+            assert_eq!(session.get_tensor_data(&w).unwrap().to_f64_vec(), w0, "{device} rf {rf} nht {nht}");
+        }
+    }
+}
+
+#[test]
+fn wrong_replica_dim_is_an_error() {
+    let (ir, x, _, _) = add_program(2, 1);
+    let mut session = Session::new(ir, "cpu").unwrap();
+    let bad = HostArray::from(ndarray::ArrayD::<f32>::zeros(vec![3, 3]));
+    let err = session.scope(|s| s.run(&[(x.clone(), bad)].into())).unwrap_err();
+    assert!(matches!(err, popxl_session::SessionError::WrongReplicaDim { got: 3, replication_factor: 2, .. }), "{err}");
+}
+
+#[test]
+fn grouped_variables_hold_one_value_per_group() {
+    let ir = Ir::new();
+    ir.set_replication_factor(4).unwrap();
+    let rg = ir.replica_grouping(2, Some(2)).unwrap(); // [0, 1, 0, 1]
+    let (w, y) = ir
+        .main_graph()
+        .with(|| {
+            let w = popxl::variable_grouped(
+                ndarray::array![[1.0f32, 2.0], [10.0, 20.0]],
+                "w",
+                &rg,
+                RetrievalMode::OnePerGroup,
+            )?;
+            let a =
+                popxl::variable_grouped(ndarray::Array2::<f32>::zeros((2, 2)), "a", &rg, RetrievalMode::AllReplicas)?;
+            let y = popxl::d2h_stream([2], popxl::float32, "y")?;
+            let _s = popxl::in_sequence(true);
+            ops::host_store(&y, &w)?;
+            ops::scaled_add_(&w, &w, 1.0, 1.0)?;
+            ops::scaled_add_(&a, &w, 1.0, 1.0)?;
+            Ok::<_, popxl::PopXlError>(((w, a), y))
+        })
+        .unwrap();
+    let (w, a) = w;
+    let mut session = Session::new(ir, "cpu").unwrap();
+    let out = session.scope(|s| s.run(&Default::default())).unwrap();
+    assert_eq!(out[&y].shape(), &[4, 2]);
+    assert_eq!(out[&y].to_f64_vec(), [1.0, 2.0, 10.0, 20.0, 1.0, 2.0, 10.0, 20.0]);
+    let wd = session.get_tensor_data(&w).unwrap();
+    assert_eq!((wd.shape(), wd.to_f64_vec()), (&[2usize, 2][..], vec![2.0, 4.0, 20.0, 40.0]));
+    let ad = session.get_tensor_data(&a).unwrap();
+    assert_eq!((ad.shape(), ad.to_f64_vec()), (&[4usize, 2][..], vec![2.0, 4.0, 20.0, 40.0, 2.0, 4.0, 20.0, 40.0]));
+    assert!(matches!(
+        session.write_variable_data(&a, &HostArray::from(ndarray::Array2::<f32>::zeros((2, 2)))),
+        Err(popxl_session::SessionError::WriteAllReplicas { .. })
+    ));
+    // Writing per group reaches every replica of the group.
+    session.write_variable_data(&w, &HostArray::from(ndarray::array![[5.0f32, 6.0], [7.0, 8.0]])).unwrap();
+    let out = session.scope(|s| s.run(&Default::default())).unwrap();
+    assert_eq!(out[&y].to_f64_vec(), [5.0, 6.0, 7.0, 8.0, 5.0, 6.0, 7.0, 8.0]);
+}
+
+#[test]
+fn sharded_variables_scatter_and_gather_their_shards() {
+    let ir = Ir::new();
+    ir.set_replication_factor(2).unwrap();
+    let (full, y) = ir
+        .main_graph()
+        .with(|| {
+            let (full, shard) =
+                popxl::replica_sharded_variable(vec![1.0f32, 2.0, 3.0], "w", None, None, RetrievalMode::OnePerGroup)?;
+            let y = popxl::d2h_stream([2], popxl::float32, "y")?;
+            let _s = popxl::in_sequence(true);
+            ops::host_store(&y, &shard)?;
+            ops::scaled_add_(&shard, &shard, 2.0, 0.0)?;
+            Ok::<_, popxl::PopXlError>((full, y))
+        })
+        .unwrap();
+    let mut session = Session::new(ir, "cpu").unwrap();
+    let out = session.scope(|s| s.run(&Default::default())).unwrap();
+    // Shards of [1, 2, 3] padded to 4: [1, 2] and [3, 0].
+    assert_eq!(out[&y].to_f64_vec(), [1.0, 2.0, 3.0, 0.0]);
+    assert_eq!(session.get_tensor_data(&full).unwrap().to_f64_vec(), [2.0, 4.0, 6.0]);
+}
