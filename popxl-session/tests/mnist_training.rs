@@ -68,3 +68,46 @@ fn weights_round_trip_through_npy_files_and_npz_archives() {
     assert!(npy::load(&npz, &["W9"]).is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Largest |a - b| / max(|b|, 1e-3 * max|b|) over two parameter sets.
+fn max_rel_diff(a: &app::Params, b: &app::Params) -> f64 {
+    let mut worst = 0.0f64;
+    for ((na, xa), (nb, xb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        let (va, vb) = (xa.to_f64_vec(), xb.to_f64_vec());
+        assert_eq!(va.len(), vb.len(), "{na}");
+        let scale = vb.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (x, y) in va.iter().zip(&vb) {
+            worst = worst.max((x - y).abs() / y.abs().max(1e-3 * scale));
+        }
+    }
+    worst
+}
+
+#[test]
+fn replicas_with_averaged_gradients_match_one_replica_with_the_global_batch() {
+    // R replicas of batch b (gradients all-reduced with mean, or reduce-scattered
+    // onto weight shards with RTS) train exactly as one replica of batch R * b.
+    let base = app::Config {
+        limit_batches: Some(12),
+        batch: 16,
+        hidden: 24,
+        lr: 0.05,
+        progress: false,
+        ..app::Config::default()
+    };
+    let train_set = data::load_split(&base.data, "train").expect("bundled MNIST train split");
+    let one = app::train(&base, &train_set).expect("one replica");
+    for (replicas, rts, host_transfers) in [(2, false, 1), (4, false, 1), (2, true, 1), (4, true, 1), (2, false, 3), (2, true, 2)] {
+        let cfg = app::Config { replicas, rts, host_transfers, ..base.clone() };
+        let many = app::train(&cfg, &train_set).expect("replicated");
+        assert_eq!(many.losses.len(), one.losses.len() / host_transfers * host_transfers);
+        for (a, b) in many.losses.iter().zip(&one.losses) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "R {replicas} rts {rts}: loss {a} vs {b}");
+        }
+        if host_transfers == 1 {
+            let d = max_rel_diff(&many.params, &one.params);
+            assert!(d < 1e-5, "R {replicas} rts {rts}: weights differ by {d:e} (relative)");
+        }
+    }
+}

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
+use popxl::ops::collectives::{self, AllGatherShape, CollectiveOp};
 use popxl::{ops, transforms, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Module, Tensor};
 use popxl_session::{Session, SessionOptions};
 
@@ -47,6 +48,15 @@ pub struct Config {
     pub profile: bool,
     /// Let the session apply its optimisation patterns (`SessionOptions::patterns`).
     pub patterns: bool,
+    /// Data-parallel replicas (`replication_factor`): each takes `batch /
+    /// replicas` samples of every batch; gradients are averaged across
+    /// replicas (`replicated_all_reduce` mean) before the update.
+    pub replicas: usize,
+    /// With replicas: shard the weight matrices over the replicas (replicated
+    /// tensor sharding, as PopXL's mnist_rts): each replica holds and updates
+    /// one shard, gathers the full weight for the forward pass and gets its
+    /// shard of the averaged gradient with `replicated_reduce_scatter`.
+    pub rts: bool,
 }
 
 impl Default for Config {
@@ -66,6 +76,8 @@ impl Default for Config {
             dump: false,
             profile: false,
             patterns: true,
+            replicas: 1,
+            rts: false,
         }
     }
 }
@@ -131,7 +143,8 @@ pub struct TrainProgram {
     pub labels: HostToDeviceStream,
     /// Loss out.
     pub loss: DeviceToHostStream,
-    /// The variables W0, b0, W1, b1.
+    /// The variables W0, b0, W1, b1 (with RTS the weights are the sharded
+    /// variables: their host value is the full matrix).
     pub variables: Vec<Tensor>,
 }
 
@@ -142,17 +155,31 @@ pub struct TrainProgram {
 /// are loop-carried and copied back into the variables afterwards), so one `run`
 /// trains on `host_transfers` batches.
 pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
+    if cfg.replicas == 0 || cfg.batch % cfg.replicas != 0 {
+        return Err(format!("--batch ({}) must be a multiple of --replicas ({})", cfg.batch, cfg.replicas).into());
+    }
     let ir = Ir::new();
     ir.set_num_host_transfers(cfg.host_transfers)?;
+    ir.set_replication_factor(cfg.replicas)?;
     let main = ir.main_graph();
     let _g = main.enter();
     let _s = popxl::in_sequence(true);
 
-    let images = popxl::h2d_stream([cfg.batch, 28, 28], popxl::float32, "images")?;
-    let labels = popxl::h2d_stream([cfg.batch], popxl::int32, "labels")?;
+    let per_replica = cfg.batch / cfg.replicas;
+    let images = popxl::h2d_stream([per_replica, 28, 28], popxl::float32, "images")?;
+    let labels = popxl::h2d_stream([per_replica], popxl::int32, "labels")?;
     let loss = popxl::d2h_stream([], popxl::float32, "loss")?;
-    let variables: Vec<Tensor> =
-        params.iter().map(|(name, data)| popxl::variable(data.clone(), name)).collect::<popxl::Result<_>>()?;
+    let variables: Vec<Tensor> = params
+        .iter()
+        .map(|(name, data)| {
+            if sharded(cfg, name) {
+                let one = popxl::RetrievalMode::OnePerGroup;
+                Ok(popxl::replica_sharded_variable(data.clone(), name, None, None, one)?.1)
+            } else {
+                popxl::variable(data.clone(), name)
+            }
+        })
+        .collect::<popxl::Result<_>>()?;
     let streams = Streams { images: &images, labels: &labels, loss: &loss };
     if cfg.host_transfers == 1 {
         train_step(cfg, &ir, &streams, &variables)?;
@@ -181,11 +208,44 @@ struct Streams<'a> {
     loss: &'a DeviceToHostStream,
 }
 
+/// True when parameter `name` is sharded over the replicas (RTS: the weight matrices).
+fn sharded(cfg: &Config, name: &str) -> bool {
+    cfg.rts && cfg.replicas > 1 && name.starts_with('W')
+}
+
+/// The SGD update of parameter `p` (the device variable: a shard with RTS) with
+/// the gradient `g` of its full value: averaged over the replicas first.
+fn sgd_update(cfg: &Config, p: &Tensor, full: &Tensor, g: &Tensor) -> popxl::Result<()> {
+    if cfg.replicas == 1 {
+        return ops::scaled_add_(p, g, 1.0f32, -cfg.lr).map(|_| ());
+    }
+    let g = if p.shape() != full.shape() {
+        collectives::replicated_reduce_scatter(g, CollectiveOp::Mean, None, true)?
+    } else {
+        collectives::replicated_all_reduce(g, CollectiveOp::Mean, None)?
+    };
+    ops::scaled_add_(p, &g, 1.0f32, -cfg.lr).map(|_| ())
+}
+
+/// The full value of parameter `p`: gathered from the replicas' shards with RTS.
+fn full_value(cfg: &Config, p: &Tensor, shape: &[usize]) -> popxl::Result<Tensor> {
+    if !(cfg.rts && cfg.replicas > 1) || p.shape() == shape {
+        return Ok(p.clone());
+    }
+    let flat = collectives::replicated_all_gather(p, 0, None, AllGatherShape::Concat)?;
+    let n: usize = shape.iter().product();
+    let flat = if flat.shape()[0] == n { flat } else { ops::slice(&flat, &[0], &[n as i64], None, &[0])? };
+    let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    flat.reshape(&shape)
+}
+
 /// One SGD step in the current graph, updating `params` (W0, b0, W1, b1) in place.
 fn train_step(cfg: &Config, ir: &Ir, streams: &Streams<'_>, params: &[Tensor]) -> popxl::Result<()> {
     let x = ops::host_load(streams.images, "x")?.reshape(&[-1, PIXELS as i64])?;
     let labels = ops::host_load(streams.labels, "label")?;
-    let (w0, b0, w1, b1) = (&params[0], &params[1], &params[2], &params[3]);
+    let w0 = &full_value(cfg, &params[0], &[PIXELS, cfg.hidden])?;
+    let w1 = &full_value(cfg, &params[2], &[cfg.hidden, 10])?;
+    let (b0, b1) = (&params[1], &params[3]);
 
     let mut layer0 = Linear::new(cfg.hidden);
     let graph0 = ir.create_graph(&mut layer0, &x)?;
@@ -210,8 +270,8 @@ fn train_step(cfg: &Config, ir: &Ir, streams: &Streams<'_>, params: &[Tensor]) -
     let acts1: Vec<(&Tensor, &Tensor)> = acts1.iter().map(|(k, v)| (k, v)).collect();
     let bwd1_call = ops::call_with_info(&bwd1.graph(), &[&dy], &acts1)?;
     let grads1 = bwd1.fwd_parent_ins_to_grad_parent_outs(&fwd1, &bwd1_call)?;
-    for p in [w1, b1] {
-        ops::scaled_add_(p, &grads1[p], 1.0f32, -cfg.lr)?;
+    for (p, full) in [(&params[2], w1), (&params[3], b1)] {
+        sgd_update(cfg, p, full, &grads1[full])?;
     }
 
     let required = [layer0.w.clone().expect("built"), layer0.b.clone().expect("built")];
@@ -221,8 +281,8 @@ fn train_step(cfg: &Config, ir: &Ir, streams: &Streams<'_>, params: &[Tensor]) -
     let bwd0_call = ops::call_with_info(&bwd0.graph(), &[&grads1[&x1]], &acts0)?;
     let grads0 = bwd0.fwd_parent_ins_to_grad_parent_outs(&fwd0, &bwd0_call)?;
 
-    for p in [w0, b0] {
-        ops::scaled_add_(p, &grads0[p], 1.0f32, -cfg.lr)?;
+    for (p, full) in [(&params[0], w0), (&params[1], b0)] {
+        sgd_update(cfg, p, full, &grads0[full])?;
     }
     Ok(())
 }
@@ -288,9 +348,14 @@ fn host_batch(shape: Vec<usize>, data: Vec<f32>) -> HostArray {
     ArrayD::from_shape_vec(IxDyn(&shape), data).expect("batch shape").into()
 }
 
-/// Stream array shape: `[host_transfers, *shape]`, the leading dim dropped when 1 (as PopXL).
-fn host_shape(n: usize, shape: &[usize]) -> Vec<usize> {
+/// Stream array shape: `[host_transfers, replicas, *shape]`, the leading dims
+/// dropped when 1 (as PopXL). A global batch split over the replicas is the
+/// same data: replica `r` takes samples `r * b / R .. (r + 1) * b / R`.
+fn host_shape(n: usize, replicas: usize, shape: &[usize]) -> Vec<usize> {
     let mut s = if n > 1 { vec![n] } else { vec![] };
+    if replicas > 1 {
+        s.push(replicas);
+    }
     s.extend_from_slice(shape);
     s
 }
@@ -334,8 +399,9 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
             let order = rng.permutation(train_set.len());
             for r in 0..runs_per_epoch {
                 data::gather(train_set, &order[r * per_run..(r + 1) * per_run], &mut img, &mut lbl);
-                let ishape = host_shape(cfg.host_transfers, &[cfg.batch, 28, 28]);
-                let lshape = host_shape(cfg.host_transfers, &[cfg.batch]);
+                let pb = cfg.batch / cfg.replicas;
+                let ishape = host_shape(cfg.host_transfers, cfg.replicas, &[pb, 28, 28]);
+                let lshape = host_shape(cfg.host_transfers, cfg.replicas, &[pb]);
                 inputs.insert(program.images.clone(), host_batch(ishape, std::mem::take(&mut img)));
                 let labels: HostArray = ArrayD::from_shape_vec(IxDyn(&lshape), std::mem::take(&mut lbl))?.into();
                 inputs.insert(program.labels.clone(), labels);
@@ -347,8 +413,13 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                     report.time_to_first_step = start.elapsed();
                     session.set_profiling(cfg.profile);
                 }
+                // One loss per step and replica: the step's loss is their mean
+                // (the loss of the global batch).
                 let losses = out[&program.loss].as_f32().ok_or("loss is not float32")?;
-                report.losses.extend(losses.iter().copied());
+                let losses: Vec<f32> = losses.iter().copied().collect();
+                for step in losses.chunks(cfg.replicas) {
+                    report.losses.push(step.iter().sum::<f32>() / cfg.replicas as f32);
+                }
                 bar.inc(cfg.host_transfers as u64);
                 let n = report.losses.len();
                 let recent = &report.losses[n.saturating_sub(100)..];

@@ -22,6 +22,10 @@ Options:
   --epochs N            epochs (default 1)
   --hidden N            hidden width (default 32)
   --host-transfers N    batches per Session::run (num_host_transfers, default 1)
+  --replicas R          data-parallel replicas (replication_factor, default 1): each takes
+                        batch / R samples; gradients are averaged with replicated_all_reduce
+  --rts                 with --replicas: shard the weight matrices over the replicas
+                        (replicated tensor sharding, as PopXL's mnist_rts)
   --seed N              initialisation and shuffle seed (default 0)
   --limit-batches N     train on at most N batches per epoch
   --device D            cpu | ipu_model | ipu_hw (default cpu)
@@ -57,6 +61,8 @@ fn parse_args() -> AppResult<(Config, Extra)> {
             "--hidden" => cfg.hidden = value()?.parse()?,
             "--host-transfers" => cfg.host_transfers = value()?.parse()?,
             "--seed" => cfg.seed = value()?.parse()?,
+            "--replicas" => cfg.replicas = value()?.parse()?,
+            "--rts" => cfg.rts = true,
             "--limit-batches" => cfg.limit_batches = Some(value()?.parse()?),
             "--device" => cfg.device = value()?,
             "--bench" => extra.bench = true,
@@ -72,8 +78,11 @@ fn parse_args() -> AppResult<(Config, Extra)> {
             other => return Err(format!("unknown option `{other}`\n\n{USAGE}").into()),
         }
     }
-    if cfg.batch == 0 || cfg.test_batch == 0 || cfg.host_transfers == 0 {
-        return Err("--batch, --test-batch and --host-transfers must be positive".into());
+    if cfg.batch == 0 || cfg.test_batch == 0 || cfg.host_transfers == 0 || cfg.replicas == 0 {
+        return Err("--batch, --test-batch, --host-transfers and --replicas must be positive".into());
+    }
+    if cfg.batch % cfg.replicas != 0 {
+        return Err(format!("--batch ({}) must be a multiple of --replicas ({})", cfg.batch, cfg.replicas).into());
     }
     Ok((cfg, extra))
 }
@@ -93,14 +102,16 @@ fn main() -> AppResult<()> {
     let train_set = data::load_split(&cfg.data, "train")?;
     let test_set = data::load_split(&cfg.data, "t10k")?;
     eprintln!(
-        "MNIST: {} train / {} test samples from {}; batch {}, lr {}, {} epoch(s), hidden {}",
+        "MNIST: {} train / {} test samples from {}; batch {}, lr {}, {} epoch(s), hidden {}, {} replica(s){}",
         train_set.len(),
         test_set.len(),
         cfg.data.display(),
         cfg.batch,
         cfg.lr,
         cfg.epochs,
-        cfg.hidden
+        cfg.hidden,
+        cfg.replicas,
+        if cfg.rts && cfg.replicas > 1 { " with RTS" } else { "" }
     );
     if let Some(dir) = &extra.load {
         let params: app::Params = npy::load(dir, &["W0", "b0", "W1", "b1"])?;
