@@ -266,8 +266,7 @@ mod tests {
         assert_eq!(c.max_on(1), (0, 128));
         assert_eq!(c.max_on(0), (0, 64));
         assert_eq!(c.max(), (1, 0, 128));
-        let mut code = TileLoad::default();
-        code.uniform = 8;
+        let mut code = TileLoad { uniform: 8, ..TileLoad::default() };
         code.add_range(1, 2, 4, 100, 4);
         code.add_range(0, 3, 2, 1, 4);
         c.load(&code, 1);
