@@ -177,6 +177,17 @@ pub enum IrError {
         /// What the verifier found.
         source: Box<IrError>,
     },
+    /// [`crate::Ir::num_ipus`] does not fit in 64 bits.
+    #[error(
+        "the number of IPUs overflows: {ipus_per_replica} IPUs per replica x replication factor \
+         {replication_factor}, rounded up to a power of two, does not fit in 64 bits"
+    )]
+    TooManyIpus {
+        /// IPUs of one replica ([`crate::Ir::ipus_per_replica`]).
+        ipus_per_replica: u64,
+        /// The IR's replication factor.
+        replication_factor: usize,
+    },
     /// The verifier found a broken invariant.
     #[error("invalid IR: {0}")]
     Invalid(String),

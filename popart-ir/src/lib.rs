@@ -42,7 +42,7 @@ pub use op::{
     lookup_op, register_op, registered_op_types, registered_ops, GradOpSpec, GradRule, GradSource, InferContext, Op,
     OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
-pub use placement::{Placement, TileSet};
+pub use placement::{IpuRoute, Placement, TileSet};
 pub use remote::{RemoteBuffer, RemoteBufferId, RemoteSlot};
 pub use replica_grouping::{ReplicaGrouping, ReplicaGroupingError, RetrievalMode};
 pub use schedule::ScheduleOptions;

@@ -236,6 +236,15 @@ pub trait OpDef: Send + Sync + 'static {
         GradRule::None
     }
 
+    /// For an op type that moves tensors between IPUs (`IpuCopy`): the IPU its
+    /// inputs are on and the IPU its outputs are written on, from its
+    /// attributes. `None` (the default, and for malformed attributes, which
+    /// inference refuses): inputs and outputs are on the op's own IPU, its
+    /// [`crate::Placement`]. See [`Op::input_ipu`] and [`Op::output_ipu`].
+    fn ipu_route(&self, _attrs: &Attributes) -> Option<crate::IpuRoute> {
+        None
+    }
+
     /// The Rust type of this definition, so that registering the same definition
     /// twice can be told apart from a clash. Do not override.
     #[doc(hidden)]
@@ -669,5 +678,30 @@ impl Op {
     /// Creation sequence number within the graph.
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// The IPU this op reads its inputs on: an `IpuCopy`'s source
+    /// ([`OpDef::ipu_route`]), else its placement's IPU (PopART's
+    /// `getIntrospectionInVirtualGraphId`).
+    pub fn input_ipu(&self) -> Option<u32> {
+        self.def.ipu_route(&self.attrs).map(|r| r.source).or(self.placement.ipu)
+    }
+
+    /// The IPU this op writes its outputs on: an `IpuCopy`'s destination
+    /// ([`OpDef::ipu_route`]), else its placement's IPU (PopART's
+    /// `getIntrospectionOutVirtualGraphId`).
+    ///
+    /// ```
+    /// use popart_ir::{AttrValue, Attributes, DataType, Ir, TensorInfo};
+    /// let mut ir = Ir::new();
+    /// let main = ir.main_graph_id();
+    /// let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2])).unwrap();
+    /// let attrs = Attributes::new().with("source", AttrValue::Int(0)).with("destination", AttrValue::Int(1));
+    /// let copy = ir.create_op(main, "IpuCopy", attrs, &[(0, x)], "copy").unwrap();
+    /// let op = ir.main_graph().op(copy).unwrap();
+    /// assert_eq!((op.input_ipu(), op.output_ipu()), (Some(0), Some(1)));
+    /// ```
+    pub fn output_ipu(&self) -> Option<u32> {
+        self.def.ipu_route(&self.attrs).map(|r| r.destination).or(self.placement.ipu)
     }
 }

@@ -16,6 +16,8 @@ impl Ir {
     /// - streams live in the main graph only; variable and constant data match their type
     ///   and are valid ([`IrError::HostData`]: length, bool bytes 0 or 1);
     /// - every op references tensors of its own graph and existing called graphs;
+    /// - an op with an [`crate::IpuRoute`] (`IpuCopy`) placed on an IPU is placed on
+    ///   its destination;
     /// - shape inference, re-run on every op, reads every connected input and agrees with
     ///   each output (the error names the op and the first output that differs; this also
     ///   checks that subgraph ops match the arity and types of the graphs they call, and
@@ -81,6 +83,16 @@ impl Ir {
                 }
             }
             check_input_kinds(g, &op.name, op.def, &op.attrs, op.inputs.iter())?;
+            if let (Some(route), Some(ipu)) = (op.def.ipu_route(&op.attrs), op.placement.ipu) {
+                if ipu != route.destination {
+                    return bad(format!(
+                        "op `{}` ({}) copies to IPU {} but is placed on IPU {ipu}",
+                        op.name,
+                        op.op_type(),
+                        route.destination
+                    ));
+                }
+            }
             let expected = with_input_infos(g, op.inputs.iter(), |in_infos| {
                 crate::op::run_infer(op.def, &op.name, in_infos, &op.attrs, self)
             })?;

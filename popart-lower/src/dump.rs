@@ -58,7 +58,8 @@ impl fmt::Display for Executable {
             } else {
                 b.tensors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
             };
-            writeln!(f, "  b{} {} {} @{}+{}: {}", b.id.0, b.kind.short_name(), b.info, b.offset, b.size, names)?;
+            let ipu = if b.ipu == 0 { String::new() } else { format!(" ipu{}", b.ipu) };
+            writeln!(f, "  b{} {} {} @{}+{}{ipu}: {}", b.id.0, b.kind.short_name(), b.info, b.offset, b.size, names)?;
         }
         writeln!(f, "streams:")?;
         for s in &self.streams {

@@ -95,6 +95,14 @@ pub struct Buffer {
     pub size: usize,
     /// IR tensors stored here; empty for copy temporaries.
     pub tensors: Vec<TensorRef>,
+    /// The IPU whose tiles hold it (0 without `ipu(n)` placements): for the
+    /// first member tensor with a known IPU, the IPU its producer writes it on
+    /// ([`popart_ir::Op::output_ipu`]), or for a tensor without a producer
+    /// (variable, constant, graph input) the IPU its first consumer reads it on
+    /// ([`popart_ir::Op::input_ipu`]), as PopXL's `Tensor.ipu`; for a copy
+    /// temporary, its source's. Devices with one memory ignore it; the
+    /// [`crate::ipu_model`] maps the buffer onto that IPU's tiles.
+    pub ipu: u32,
 }
 
 impl Buffer {

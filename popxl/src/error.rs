@@ -46,6 +46,13 @@ pub enum PopXlError {
         /// Why.
         reason: String,
     },
+    /// `ipu_copy` without a `source` of a tensor whose IPU cannot be inferred
+    /// (PopXL's `ValueError`): no op placed on an IPU produces or consumes it.
+    #[error("could not infer the IPU of tensor `{tensor}` to be copied: specify `source` when copying this tensor")]
+    IpuCopySourceUnknown {
+        /// The tensor.
+        tensor: String,
+    },
     /// A matrix operation (`Tensor::diag`) on a tensor that is not 2-D.
     #[error("`{what}` needs a 2-D tensor; `{tensor}` has rank {rank}")]
     NotAMatrix {

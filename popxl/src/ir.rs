@@ -289,6 +289,30 @@ impl Ir {
         Ok(())
     }
 
+    /// The number of IPUs a session of this IR needs, as PopXL counts them:
+    /// `2^ceil(log2((max ipu + 1) * replication_factor))` over every op of
+    /// every graph (ops outside any [`crate::ipu`] context count as IPU 0; an
+    /// `ipu_copy` counts its source and destination). See
+    /// [`popart_ir::Ir::num_ipus`]; a count that overflows 64 bits is an error.
+    ///
+    /// ```
+    /// use popxl::ops;
+    /// let ir = popxl::Ir::new();
+    /// assert_eq!(ir.num_ipus().unwrap(), 1);
+    /// {
+    ///     let _g = ir.main_graph().enter();
+    ///     let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+    ///     let _p = popxl::ipu(2);
+    ///     ops::relu(&x).unwrap();
+    /// }
+    /// assert_eq!(ir.num_ipus().unwrap(), 4); // IPUs 0..=2, rounded up
+    /// ir.set_replication_factor(2).unwrap();
+    /// assert_eq!(ir.num_ipus().unwrap(), 8);
+    /// ```
+    pub fn num_ipus(&self) -> Result<u64> {
+        Ok(self.state.borrow().ir.num_ipus()?)
+    }
+
     /// Read access to the IR core (used by sessions, lowering and tests).
     /// Do not call other `popxl` functions on this IR from inside `f`.
     ///

@@ -371,17 +371,24 @@ impl Tensor {
 
     /// The placement of the op that produces this tensor, else of its first
     /// consumer (a variable or graph input takes its consumer's), else `None`
-    /// (PopART's `getVirtualGraphIdAndTileSetUnsafe`).
+    /// (PopART's `getVirtualGraphIdAndTileSetUnsafe`). The IPU is the one the
+    /// producer writes on or the consumer reads on: an `ipu_copy`'s output is
+    /// on its destination, its input on its source.
     fn placement(&self) -> Result<Option<popart_ir::Placement>> {
         let st = self.graph.state()?;
         let st = st.borrow();
         let g = st.ir.graph(self.graph.id)?;
         let t = g.tensor(self.id)?;
-        let port = t
-            .producer()
-            .or_else(|| t.consumers().iter().min_by_key(|p| g.op(p.op).map_or(u64::MAX, |o| o.seq())).copied());
-        Ok(match port {
-            Some(p) => Some(g.op(p.op)?.placement),
+        if let Some(p) = t.producer() {
+            let op = g.op(p.op)?;
+            return Ok(Some(popart_ir::Placement { ipu: op.output_ipu(), ..op.placement }));
+        }
+        let first = t.consumers().iter().min_by_key(|p| g.op(p.op).map_or(u64::MAX, |o| o.seq()));
+        Ok(match first {
+            Some(p) => {
+                let op = g.op(p.op)?;
+                Some(popart_ir::Placement { ipu: op.input_ipu(), ..op.placement })
+            }
             None => None,
         })
     }
@@ -430,6 +437,20 @@ impl Tensor {
             tensor: self.name().to_string(),
             reason: "no op produces or consumes it".into(),
         })
+    }
+
+    /// Copy this tensor to IPU `destination` (PopXL's `Tensor.copy_to_ipu`;
+    /// `source` defaults to [`Tensor::ipu`]). See [`ops::ipu_copy`].
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// let _g = ir.main_graph().enter();
+    /// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+    /// let on_1 = x.copy_to_ipu(1, Some(0)).unwrap();
+    /// assert_eq!((x.ipu().unwrap(), on_1.ipu().unwrap()), (0, 1));
+    /// ```
+    pub fn copy_to_ipu(&self, destination: u32, source: Option<u32>) -> Result<Tensor> {
+        ops::ipu_copy(self, destination, source)
     }
 
     /// True for variables.

@@ -10,6 +10,7 @@
 //! | [`unary`] | `Log2 GeluErf Swish`; in place: `ExpInplace ReluInplace GeluInplace GeluErfInplace SwishInplace DetachInplace` | none |
 //! | [`unary`] | `Clip`, `ClipGrad(g, y)` | `min, max: float` (absent: unbounded) |
 //! | [`unary`] | `IncrementMod`, `IncrementModInplace` | `increment, modulus: float` |
+//! | [`unary`] | `IpuCopy` (copy between IPUs; runs on `destination`) | `source, destination: int` |
 //! | [`binary`] | `Add Sub Mul Div Pow Fmod` (numpy broadcasting, equal dtypes) | none |
 //! | [`binary`] | `Maximum Minimum` (n >= 1 inputs, broadcast together) | none |
 //! | [`binary`] | `ScaledAdd(x, y[, a, b])` | `a, b: float` |

@@ -2,7 +2,9 @@
 
 use super::grad::{pass_through, simple, spec, unary_grad};
 use super::{op_types, require_float};
-use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    AttrValue, Attributes, GradRule, GradSource, InferContext, IpuRoute, Op, OpDef, OpFlags, Result, TensorInfo,
+};
 
 op_types!(
     /// convert to attribute `to`
@@ -23,6 +25,12 @@ op_types!(
     /// `detach` in place (PopXL `detach_`): output 0 aliases input 0, nothing is
     /// written, gradients stop.
     DetachInplace,
+    /// `IpuCopy{source, destination}(t)`: `t` copied from IPU `source` to IPU
+    /// `destination` (PopXL `ipu_copy`); same type and shape. The op runs on
+    /// the destination (its placement), reads on the source
+    /// ([`OpDef::ipu_route`]); its gradient copies the gradient back from
+    /// `destination` to `source`. The `cpu` device runs it as a plain copy.
+    IpuCopy,
 );
 
 /// The table of unary ops sharing the "same type and shape" rule, one line each:
@@ -184,6 +192,39 @@ impl OpDef for DetachInplace {
     }
 }
 
+/// The IPU number of attribute `key` (an integer in `0..=u32::MAX`).
+fn ipu_attr(ctx: &InferContext<'_>, key: &str) -> Result<u32> {
+    let v = ctx.int(key)?;
+    u32::try_from(v).map_err(|_| ctx.error(format!("`{key}` must be an IPU number (0 to {}), got {v}", u32::MAX)))
+}
+
+impl OpDef for IpuCopy {
+    fn op_type(&self) -> &'static str {
+        "IpuCopy"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        ipu_attr(ctx, "source")?;
+        ipu_attr(ctx, "destination")?;
+        Ok(vec![ctx.input(0)?.clone()])
+    }
+    /// An `IpuCopy` back: from the forward destination to the forward source,
+    /// where the gradient of the input is needed (PopART's IPU copies of
+    /// gradients run the other way).
+    fn grad(&self, op: &Op) -> GradRule {
+        let mut attrs = Attributes::new();
+        for (from, to) in [("source", "destination"), ("destination", "source")] {
+            if let Some(v) = op.attrs.int(from) {
+                attrs.set(to, AttrValue::Int(v));
+            }
+        }
+        GradRule::Ops(vec![spec(&IpuCopy, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
+    }
+    fn ipu_route(&self, attrs: &Attributes) -> Option<IpuRoute> {
+        let ipu = |key: &str| attrs.int(key).and_then(|v| u32::try_from(v).ok());
+        Some(IpuRoute { source: ipu("source")?, destination: ipu("destination")? })
+    }
+}
+
 /// A numeric (not bool) input.
 fn require_numeric<'a>(ctx: &InferContext<'a>, index: u32) -> Result<&'a TensorInfo> {
     let x = ctx.input(index)?;
@@ -288,4 +329,5 @@ impl OpDef for IncrementModInplace {
 }
 
 /// The ops of this file outside [`TABLE`] and [`INPLACE`].
-pub(crate) const ALL: &[&dyn OpDef] = &[&Cast, &Clip, &ClipGrad, &IncrementMod, &IncrementModInplace, &DetachInplace];
+pub(crate) const ALL: &[&dyn OpDef] =
+    &[&Cast, &Clip, &ClipGrad, &IncrementMod, &IncrementModInplace, &DetachInplace, &IpuCopy];

@@ -20,6 +20,10 @@
 //! `main` (the engine programs: main, init and the weight programs; always
 //! live) and `codelets` (shared by every program, always live: Poplar does not
 //! offload them).
+//!
+//! With several IPUs, a kernel's or copy's code lies on the tiles of the IPU of
+//! the buffer it writes, and control code on every tile of every IPU (each
+//! runs the program's control flow).
 
 use std::collections::HashMap;
 
@@ -75,7 +79,8 @@ struct Estimate<'a> {
     config: &'a IpuModelConfig,
     spans: &'a [TileSpan],
     n: u32,
-    /// Tiles running each vertex type, and whether it is an AMP type.
+    ipus: u32,
+    /// Tiles running each vertex type (IPU after IPU), and whether it is an AMP type.
     codelets: HashMap<OpDefId, (Vec<bool>, bool)>,
 }
 
@@ -86,7 +91,7 @@ impl Estimate<'_> {
 
     fn on_buffer(&self, load: &mut TileLoad, b: BufferId, bytes: u64) {
         let span = self.span_of(b);
-        load.add_range(span.start, span.tiles(self.n), bytes, self.n);
+        load.add_range(span.ipu, span.start, span.tiles(self.n), bytes, self.n);
     }
 
     fn program(&mut self, p: &Program, load: &mut TileLoad) {
@@ -101,10 +106,12 @@ impl Estimate<'_> {
                 self.on_buffer(load, b, c.vertex_bytes_per_tile);
                 let span = self.span_of(b);
                 let amp = is_amp(k.def);
-                let (tiles, _) = self.codelets.entry(k.def.id()).or_insert_with(|| (vec![false; n as usize], amp));
+                let all = n as usize * self.ipus as usize;
+                let (tiles, _) = self.codelets.entry(k.def.id()).or_insert_with(|| (vec![false; all], amp));
                 let (start, count) = (span.start as usize, span.tiles(n) as usize);
+                let first = span.ipu as usize * n as usize;
                 for i in 0..count {
-                    if let Some(t) = tiles.get_mut((start + i) % (n as usize).max(1)) {
+                    if let Some(t) = tiles.get_mut(first + (start + i) % (n as usize).max(1)) {
                         *t = true;
                     }
                 }
@@ -130,20 +137,22 @@ impl Estimate<'_> {
         loaded: bool,
         load: TileLoad,
     ) -> Result<CodeBlock, SizeError> {
-        let bytes = load.total(self.n)?;
-        let max_tile_bytes = (0..self.n).map(|t| load.on(t, self.n)).max().unwrap_or(0);
+        let bytes = load.total(self.n, self.ipus)?;
+        let max_tile_bytes = load.max_tile(self.n, self.ipus);
         Ok(CodeBlock { name, function, loaded, bytes, max_tile_bytes, load })
     }
 }
 
-/// The code blocks of `exe`: every function in order, then `main`, then `codelets`.
+/// The code blocks of `exe` over `ipus` IPUs of `n` tiles: every function in
+/// order, then `main`, then `codelets`.
 pub(crate) fn code_blocks(
     exe: &Executable,
     config: &IpuModelConfig,
     spans: &[TileSpan],
     n: u32,
+    ipus: u32,
 ) -> Result<Vec<CodeBlock>, SizeError> {
-    let mut e = Estimate { exe, config, spans, n, codelets: HashMap::new() };
+    let mut e = Estimate { exe, config, spans, n, ipus, codelets: HashMap::new() };
     let mut blocks = Vec::new();
     for f in &e.exe.functions {
         let mut load = TileLoad::default();
@@ -158,20 +167,23 @@ pub(crate) fn code_blocks(
     }
     blocks.push(e.block("main".to_string(), None, false, load)?);
     // Codelets: per tile, the sum over the vertex types running there.
-    let mut per_tile = vec![0u64; n as usize];
+    let mut per_tile = vec![0u64; n as usize * ipus as usize];
     for (tiles, amp) in e.codelets.values() {
         let bytes = if *amp { config.matmul_codelet_bytes } else { config.codelet_bytes };
         for (acc, _) in per_tile.iter_mut().zip(tiles).filter(|(_, &on)| on) {
             *acc = acc.saturating_add(bytes);
         }
     }
-    // Runs of equal bytes become one range each.
+    // Runs of equal bytes on one IPU become one range each.
     let mut load = TileLoad::default();
-    let mut start = 0usize;
-    for run in per_tile.chunk_by(|a, b| a == b) {
-        let (first, count) = (u32::try_from(start).unwrap_or(0), u32::try_from(run.len()).unwrap_or(0));
-        load.add_range(first, count, run[0], n);
-        start += run.len();
+    for (ipu, tiles) in per_tile.chunks(n.max(1) as usize).enumerate() {
+        let ipu = u32::try_from(ipu).unwrap_or(u32::MAX);
+        let mut start = 0usize;
+        for run in tiles.chunk_by(|a, b| a == b) {
+            let (first, count) = (u32::try_from(start).unwrap_or(0), u32::try_from(run.len()).unwrap_or(0));
+            load.add_range(ipu, first, count, run[0], n);
+            start += run.len();
+        }
     }
     blocks.push(e.block("codelets".to_string(), None, false, load)?);
     Ok(blocks)

@@ -9,6 +9,11 @@
 //! not the arena: the tile mapping gives each buffer its own tiles, whatever
 //! arena offset the plan reuses. Remote buffers live in streaming memory and
 //! take no tile memory.
+//!
+//! With several IPUs (ops placed with `ipu(n)`), each buffer and kernel's code
+//! lies on its IPU's tiles ([`crate::Buffer::ipu`]): every point records the
+//! most loaded tile over all IPUs, and [`MemoryModel::ipu_peaks`] the peak of
+//! each IPU, so a program fits when every IPU's most loaded tile does.
 
 use std::fmt;
 
@@ -28,7 +33,9 @@ pub struct MemoryPoint {
     pub tensor_bytes: u64,
     /// Live code bytes over all tiles.
     pub code_bytes: u64,
-    /// The most loaded tile (the first of equals).
+    /// The IPU of the most loaded tile (0 with one IPU).
+    pub ipu: u32,
+    /// The most loaded tile (the first of equals), numbered within its IPU.
     pub max_tile: u32,
     /// Tensor and code bytes on that tile.
     pub max_tile_bytes: u64,
@@ -54,6 +61,8 @@ pub struct LiveTensor {
     pub kind: BufferKind,
     /// Bytes over all tiles.
     pub bytes: u64,
+    /// The IPU holding it.
+    pub ipu: u32,
     /// Tiles it is spread over.
     pub tiles: u32,
     /// Its bytes on the peak tile.
@@ -78,16 +87,21 @@ pub struct LiveCode {
 /// Tile memory over the program ([`super::IpuModelReport::memory`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemoryModel {
-    /// Tiles holding tensors and code.
+    /// Tiles holding tensors and code, per IPU.
     pub compute_tiles: u32,
     /// Memory of one tile.
     pub tile_memory_bytes: u64,
     /// Timeline steps of the main program.
     pub steps: u64,
+    /// The peak of each IPU, by IPU (one entry per IPU of a replica, from 0 to
+    /// the largest [`crate::Buffer::ipu`]): the first point where that IPU's
+    /// most loaded tile holds most, with that IPU's own live tensor and code
+    /// bytes. With one IPU, `[peak]`.
+    pub ipu_peaks: Vec<MemoryPoint>,
     /// Every program point, in step order.
     pub points: Vec<MemoryPoint>,
-    /// The point where the most loaded tile holds the most (what decides whether
-    /// the program fits).
+    /// The point where the most loaded tile (of any IPU) holds the most (what
+    /// decides whether the program fits); its byte counts are over every IPU.
     pub peak: MemoryPoint,
     /// The point with the most live bytes over all tiles.
     pub peak_total: MemoryPoint,
@@ -100,7 +114,7 @@ pub struct MemoryModel {
 }
 
 impl MemoryModel {
-    /// True when no tile ever holds more than its memory.
+    /// True when no tile of any IPU ever holds more than its memory.
     pub fn fits(&self) -> bool {
         self.peak.max_tile_bytes <= self.tile_memory_bytes
     }
@@ -112,17 +126,20 @@ impl MemoryModel {
             return None;
         }
         let p = self.peak;
+        let on_ipu = self.ipu_peaks.get(p.ipu as usize).filter(|q| q.step == p.step).copied().unwrap_or(p);
         Some(OutOfMemory {
             device: device.to_string(),
             step: p.step,
             steps: self.steps,
+            ipus: u32::try_from(self.ipu_peaks.len()).unwrap_or(u32::MAX).max(1),
+            ipu: p.ipu,
             tile: p.max_tile,
             tile_bytes: p.max_tile_bytes,
             tile_memory_bytes: self.tile_memory_bytes,
             excess_bytes: p.max_tile_bytes.saturating_sub(self.tile_memory_bytes),
             compute_tiles: self.compute_tiles,
-            tensor_bytes: p.tensor_bytes,
-            code_bytes: p.code_bytes,
+            tensor_bytes: on_ipu.tensor_bytes,
+            code_bytes: on_ipu.code_bytes,
             tensors: self.tensors_at_peak.iter().take(OutOfMemory::LISTED).cloned().collect(),
             more_tensors: self.tensors_at_peak.len().saturating_sub(OutOfMemory::LISTED),
             code: self.code_at_peak.iter().take(OutOfMemory::LISTED).cloned().collect(),
@@ -140,7 +157,11 @@ pub struct OutOfMemory {
     pub step: u64,
     /// Timeline steps of the program.
     pub steps: u64,
-    /// The most loaded tile.
+    /// IPUs of one replica (1 without `ipu(n)` placements).
+    pub ipus: u32,
+    /// The IPU of the most loaded tile.
+    pub ipu: u32,
+    /// The most loaded tile (of that IPU).
     pub tile: u32,
     /// Its bytes.
     pub tile_bytes: u64,
@@ -148,11 +169,11 @@ pub struct OutOfMemory {
     pub tile_memory_bytes: u64,
     /// `tile_bytes - tile_memory_bytes`.
     pub excess_bytes: u64,
-    /// Tiles holding tensors and code.
+    /// Tiles holding tensors and code, per IPU.
     pub compute_tiles: u32,
-    /// Live tensor bytes over all tiles at the peak.
+    /// Live tensor bytes over all tiles of that IPU at the peak.
     pub tensor_bytes: u64,
-    /// Live code bytes over all tiles at the peak.
+    /// Live code bytes over all tiles of that IPU at the peak.
     pub code_bytes: u64,
     /// The largest tensors live there (most bytes on the tile first).
     pub tensors: Vec<LiveTensor>,
@@ -169,9 +190,10 @@ impl OutOfMemory {
 
 impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ipu = if self.ipus > 1 { format!("IPU {} ", self.ipu) } else { String::new() };
         writeln!(
             f,
-            "out of memory on {}: tile {} needs {} B of {} B (exceeds by {} B) at timeline step {} of {}",
+            "out of memory on {}: {ipu}tile {} needs {} B of {} B (exceeds by {} B) at timeline step {} of {}",
             self.device, self.tile, self.tile_bytes, self.tile_memory_bytes, self.excess_bytes, self.step, self.steps
         )?;
         writeln!(
@@ -214,12 +236,13 @@ fn overflow() -> SizeError {
     SizeError::Overflow { what: "the live bytes of the ipu_model memory model".to_string() }
 }
 
-/// The memory model of `exe` with the given spans and code blocks.
+/// The memory model of `exe` with the given spans and code blocks, over
+/// `ipus` IPUs of `n` tiles.
 pub(crate) fn memory_model(
     exe: &Executable,
     spans: &[TileSpan],
     blocks: Vec<CodeBlock>,
-    n: u32,
+    (n, ipus): (u32, u32),
     grain: u64,
     tile_memory_bytes: u64,
 ) -> Result<MemoryModel, SizeError> {
@@ -252,32 +275,56 @@ pub(crate) fn memory_model(
     events.sort_by_key(|&(step, sign, _)| (step, sign));
 
     let size = |i: usize| exe.buffers.get(i).map_or(0, |b| b.size as u64);
-    let mut counter = TileCounter::new(n, grain);
+    let span_of = |i: usize| spans.get(i).copied().unwrap_or_default();
+    let k = ipus.max(1) as usize;
+    // Code bytes of each block on each IPU.
+    let block_ipu_bytes: Vec<Vec<u64>> = blocks
+        .iter()
+        .map(|b| (0..ipus.max(1)).map(|i| b.load.total_on(i, n)).collect::<Result<_, _>>())
+        .collect::<Result<_, _>>()?;
+    let mut counter = TileCounter::new(n, ipus, grain);
     let (mut tensor_bytes, mut code_bytes) = (0u64, 0u64);
+    // Per IPU: live tensor and code bytes, and the peak so far.
+    let (mut ipu_tensor, mut ipu_code) = (vec![0u64; k], vec![0u64; k]);
+    let mut ipu_peaks: Vec<Option<MemoryPoint>> = vec![None; k];
     let mut points: Vec<MemoryPoint> = Vec::new();
-    let mut k = 0;
-    while k < events.len() {
-        let step = events[k].0;
-        while k < events.len() && events[k].0 == step {
-            let (_, sign, item) = events[k];
+    let mut e = 0;
+    while e < events.len() {
+        let step = events[e].0;
+        while e < events.len() && events[e].0 == step {
+            let (_, sign, item) = events[e];
             match item {
                 Item::Buffer(i) => {
-                    let span = spans.get(i).copied().unwrap_or_default();
+                    let span = span_of(i);
                     counter.span(span, i128::from(sign));
                     tensor_bytes = apply(tensor_bytes, size(i), sign)?;
+                    if let Some(t) = ipu_tensor.get_mut(span.ipu as usize) {
+                        *t = apply(*t, size(i), sign)?;
+                    }
                 }
                 Item::Code(i) => {
                     if let Some(block) = blocks.get(i) {
                         counter.load(&block.load, i128::from(sign));
                         code_bytes = apply(code_bytes, block.bytes, sign)?;
+                        for (c, &bytes) in ipu_code.iter_mut().zip(&block_ipu_bytes[i]) {
+                            *c = apply(*c, bytes, sign)?;
+                        }
                     }
                 }
             }
-            k += 1;
+            e += 1;
         }
         if step < steps.max(1) {
-            let (max_tile, max_tile_bytes) = counter.max();
-            points.push(MemoryPoint { step, tensor_bytes, code_bytes, max_tile, max_tile_bytes });
+            let (ipu, max_tile, max_tile_bytes) = counter.max();
+            points.push(MemoryPoint { step, tensor_bytes, code_bytes, ipu, max_tile, max_tile_bytes });
+            for (i, best) in ipu_peaks.iter_mut().enumerate() {
+                let ipu = u32::try_from(i).unwrap_or(u32::MAX);
+                let (max_tile, max_tile_bytes) = counter.max_on(ipu);
+                if !matches!(best, Some(b) if b.max_tile_bytes >= max_tile_bytes) {
+                    let (tensor_bytes, code_bytes) = (ipu_tensor[i], ipu_code[i]);
+                    *best = Some(MemoryPoint { step, tensor_bytes, code_bytes, ipu, max_tile, max_tile_bytes });
+                }
+            }
         }
     }
     let first_max = |key: fn(&MemoryPoint) -> u64| {
@@ -288,6 +335,7 @@ pub(crate) fn memory_model(
     };
     let peak = first_max(|p| p.max_tile_bytes).unwrap_or_default();
     let peak_total = first_max(MemoryPoint::total_bytes).unwrap_or_default();
+    let ipu_peaks: Vec<MemoryPoint> = if k == 1 { vec![peak] } else { ipu_peaks.into_iter().flatten().collect() };
 
     let mut tensors_at_peak: Vec<LiveTensor> = Vec::new();
     for (i, b) in exe.buffers.iter().enumerate() {
@@ -298,15 +346,17 @@ pub(crate) fn memory_model(
             _ => true,
         };
         if live {
-            let span = spans.get(i).copied().unwrap_or_default();
+            let span = span_of(i);
+            let on_peak_tile = if span.ipu == peak.ipu { span.grains_on(peak.max_tile, n) } else { 0 };
             tensors_at_peak.push(LiveTensor {
                 buffer: b.id,
                 name: b.name(),
                 info: b.info.clone(),
                 kind: b.kind,
                 bytes: b.size as u64,
+                ipu: span.ipu,
                 tiles: span.tiles(n),
-                peak_tile_bytes: span.grains_on(peak.max_tile, n).saturating_mul(grain),
+                peak_tile_bytes: on_peak_tile.saturating_mul(grain),
             });
         }
     }
@@ -324,7 +374,7 @@ pub(crate) fn memory_model(
                 function: block.function,
                 loaded: block.loaded,
                 bytes: block.bytes,
-                peak_tile_bytes: block.load.on(peak.max_tile, n),
+                peak_tile_bytes: block.load.on(peak.ipu, peak.max_tile, n),
             });
         }
     }
@@ -333,6 +383,7 @@ pub(crate) fn memory_model(
         compute_tiles: n,
         tile_memory_bytes,
         steps,
+        ipu_peaks,
         points,
         peak,
         peak_total,

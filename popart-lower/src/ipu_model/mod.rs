@@ -65,7 +65,17 @@ pub enum IpuModelError {
     /// Live bytes overflow a 64-bit count.
     #[error(transparent)]
     Size(#[from] SizeError),
+    /// Buffers lie on more IPUs than the model handles ([`MAX_IPUS`]).
+    #[error("the program uses IPU {ipu}; the ipu_model models at most {MAX_IPUS} IPUs per replica")]
+    TooManyIpus {
+        /// The largest IPU a buffer lies on.
+        ipu: u32,
+    },
 }
+
+/// The most IPUs per replica the model handles (more than any IPU system has;
+/// the model keeps a counter per tile of every IPU).
+pub const MAX_IPUS: u32 = 1024;
 
 /// The model of one executable: memory and timeline.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,15 +112,24 @@ fn uses_io_tiles(exe: &Executable) -> bool {
 }
 
 /// Model `exe` on the IPU `config` describes: tile mapping, code sizes, live
-/// memory per program point and the timeline of one run.
+/// memory per program point and the timeline of one run. A program whose
+/// buffers lie on several IPUs ([`crate::Buffer::ipu`]) is modelled on that
+/// many IPUs of this kind, each with its own tiles
+/// ([`MemoryModel::ipu_peaks`]).
 pub fn estimate(exe: &Executable, config: &IpuModelConfig) -> Result<IpuModelReport, IpuModelError> {
     let io = uses_io_tiles(exe);
     config.validate_for(io).map_err(IpuModelError::InvalidConfig)?;
     let n = config.compute_tiles(io);
-    let spans = tiles::map_buffers(exe.buffers.iter().map(|b| b.size as u64), config.grain_bytes, n);
-    let blocks = code::code_blocks(exe, config, &spans, n)?;
+    // The IPUs of one replica that hold something.
+    let max_ipu = exe.buffers.iter().map(|b| b.ipu).max().unwrap_or(0);
+    if max_ipu >= MAX_IPUS {
+        return Err(IpuModelError::TooManyIpus { ipu: max_ipu });
+    }
+    let ipus = max_ipu + 1;
+    let spans = tiles::map_buffers(exe.buffers.iter().map(|b| (b.size as u64, b.ipu)), config.grain_bytes, n);
+    let blocks = code::code_blocks(exe, config, &spans, n, ipus)?;
     let code_bytes: Vec<u64> = exe.functions.iter().map(|f| blocks.get(f.id.index()).map_or(0, |b| b.bytes)).collect();
-    let memory = memory::memory_model(exe, &spans, blocks, n, config.grain_bytes, config.tile_memory_bytes)?;
+    let memory = memory::memory_model(exe, &spans, blocks, (n, ipus), config.grain_bytes, config.tile_memory_bytes)?;
     let timeline = timeline::timeline(exe, config, &spans, &code_bytes, n);
     Ok(IpuModelReport { config: config.clone(), uses_io_tiles: io, spans, memory, timeline })
 }
@@ -133,10 +152,12 @@ impl IpuModelReport {
             c.clock_hz / 1e9
         );
         let p = m.peak;
+        let multi = m.ipu_peaks.len() > 1;
+        let tile = |q: &MemoryPoint| if multi { format!("{}:{}", q.ipu, q.max_tile) } else { q.max_tile.to_string() };
         s += &format!(
             "memory: {}: peak tile {} holds {} B of {} B ({:.1}%) at step {} of {}; live there {} B tensors + {} B code\n",
             if m.fits() { "fits" } else { "DOES NOT FIT" },
-            p.max_tile,
+            tile(&p),
             p.max_tile_bytes,
             m.tile_memory_bytes,
             pct(p.max_tile_bytes),
@@ -145,6 +166,20 @@ impl IpuModelReport {
             p.tensor_bytes,
             p.code_bytes
         );
+        if multi {
+            for q in &m.ipu_peaks {
+                s += &format!(
+                    "  ipu {}: peak tile {} holds {} B ({:.1}%) at step {}; live there {} B tensors + {} B code\n",
+                    q.ipu,
+                    q.max_tile,
+                    q.max_tile_bytes,
+                    pct(q.max_tile_bytes),
+                    q.step,
+                    q.tensor_bytes,
+                    q.code_bytes
+                );
+            }
+        }
         s += &format!(
             "  most live bytes over all tiles: {} B at step {}\n",
             m.peak_total.total_bytes(),
@@ -162,7 +197,11 @@ impl IpuModelReport {
             let mark = if q.step == p.step { "  <- peak" } else { "" };
             s += &format!(
                 "  {:>8}  {:>14}  {:>12}  {:>14}  {:>6}{mark}\n",
-                q.step, q.tensor_bytes, q.code_bytes, q.max_tile_bytes, q.max_tile
+                q.step,
+                q.tensor_bytes,
+                q.code_bytes,
+                q.max_tile_bytes,
+                tile(q)
             );
         }
         if m.points.len() > shown.len() {

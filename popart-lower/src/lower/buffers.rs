@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use popart_ir::size::{SizeError, MAX_TENSOR_BYTES};
 use popart_ir::{GraphId, TensorId, TensorKind};
 
-use super::index::{ClassId, IndexVec, TempId, TensorKey};
+use super::index::{ClassId, GraphIndex, IndexVec, TempId, TensorKey};
 use super::liveness::ClassLifetimes;
 use super::Lowerer;
 use crate::executable::{Buffer, BufferId, BufferKind, TensorRef, BUFFER_ALIGNMENT};
@@ -97,6 +97,18 @@ impl Lowerer<'_> {
         Ok((class_buffer, buffer_classes))
     }
 
+    /// The IPU tensor `t` of graph `g` is on, if placed: where its producer
+    /// writes it, else where its first consumer (by creation) reads it.
+    pub(super) fn tensor_ipu(&self, (g, t): (GraphIndex, TensorId)) -> Option<u32> {
+        let graph = self.graphs[g].graph;
+        let tensor = graph.tensor(t).ok()?;
+        if let Some(p) = tensor.producer() {
+            return graph.op(p.op).ok()?.output_ipu();
+        }
+        let first = tensor.consumers().iter().filter_map(|p| graph.op(p.op).ok()).min_by_key(|op| op.seq());
+        first.and_then(|op| op.input_ipu())
+    }
+
     /// The tensor reference of key `k`, named `graph/tensor`.
     fn tensor_ref(&self, k: TensorKey) -> TensorRef {
         let (g, t) = self.tensors[k];
@@ -127,6 +139,7 @@ impl Lowerer<'_> {
         // The class representative's own name first when it is a variable/constant.
         let first = members.iter().position(|&m| !matches!(self.kind_of(m), TensorKind::ActGrad)).unwrap_or(0);
         refs.swap(0, first);
+        let ipu = members.iter().find_map(|&m| self.tensor_ipu(self.tensors[m])).unwrap_or(0);
         table.buffers.push(Buffer {
             id,
             info: self.tensor(members[first]).info.clone(),
@@ -134,6 +147,7 @@ impl Lowerer<'_> {
             offset: 0,
             size: align_up(bytes, BUFFER_ALIGNMENT),
             tensors: refs,
+            ipu,
         });
     }
 
@@ -150,6 +164,7 @@ impl Lowerer<'_> {
                 offset: 0,
                 size: align_up(t.info.nbytes(), BUFFER_ALIGNMENT),
                 tensors: Vec::new(),
+                ipu: t.ipu,
             });
             let steps = self.graphs[t.graph].instances.iter().map(|&b| ((b + t.step) as u64, (b + t.step) as u64));
             table.lives.push(normalize(steps.collect()));

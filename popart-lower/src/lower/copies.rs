@@ -51,6 +51,8 @@ pub(super) struct Temp {
     pub(super) info: TensorInfo,
     pub(super) graph: GraphIndex,
     pub(super) step: i64,
+    /// The IPU of the tensor it stages.
+    pub(super) ipu: u32,
 }
 
 impl Lowerer<'_> {
@@ -117,7 +119,8 @@ impl Lowerer<'_> {
         let mut staged = Vec::with_capacity(2 * loops.len());
         let mut back = Vec::with_capacity(loops.len());
         for (k, c) in loops.iter().enumerate() {
-            let t = self.temps.push(Temp { info: self.info(callee, cout[k])?, graph: caller, step });
+            let ipu = self.tensor_ipu((callee, cout[k])).unwrap_or(0);
+            let t = self.temps.push(Temp { info: self.info(callee, cout[k])?, graph: caller, step, ipu });
             staged.push(PlannedCopy { src: c.src, dst: Loc::Temp(t), bytes: c.bytes });
             back.push(PlannedCopy { src: Loc::Temp(t), dst: c.dst, bytes: c.bytes });
         }

@@ -5,7 +5,7 @@ use popart_ir::ops::grad::{Init, ReduceToShape, Sum};
 use popart_ir::ops::unary::{Cast, Identity};
 use popart_ir::{
     AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, IrError, Op, OpDef, OpFlags, OpId,
-    TensorId, TensorIndexMap, TensorInfo, TensorKind,
+    Placement, TensorId, TensorIndexMap, TensorInfo, TensorKind,
 };
 use slotmap::SecondaryMap;
 
@@ -420,6 +420,9 @@ impl<'a> Builder<'a> {
                 &names,
                 &op.name,
             )?;
+            if !op.placement.is_default() {
+                self.grad_graph_mut().set_op_placement(new, op.placement)?;
+            }
             for (k, (_, y)) in op.outputs().iter().enumerate() {
                 let t = self.output(new, k as u32);
                 self.fwd_map.insert(y, t);
@@ -489,6 +492,21 @@ impl<'a> Builder<'a> {
         true
     }
 
+    /// Place gradient op `new` where forward op `fwd` runs, as PopART's grad ops
+    /// inherit their forward op's settings; an op with an IPU route (the
+    /// `IpuCopy` back) runs on its own destination.
+    fn place_grad_op(&mut self, new: OpId, fwd: &Op) -> Result<()> {
+        let g = self.grad_graph_mut();
+        let created = g.op(new)?;
+        let route = created.def().ipu_route(&created.attrs);
+        let placement =
+            Placement { ipu: route.map(|r| r.destination).or(fwd.placement.ipu), tile_set: fwd.placement.tile_set };
+        if !placement.is_default() {
+            g.set_op_placement(new, placement)?;
+        }
+        Ok(())
+    }
+
     fn grow_specs(&mut self, op: &Op, specs: &[GradOpSpec]) -> Result<()> {
         let grads = self.output_grads(op)?;
         if self.skip_if_zero(op, &grads) {
@@ -549,6 +567,7 @@ impl<'a> Builder<'a> {
             }
             let new =
                 self.ir.create_op_with_outputs(self.grad, def, spec.attrs.clone(), &inputs, infos, &names, &op_name)?;
+            self.place_grad_op(new, op)?;
             for &(o, x) in &targets {
                 let t = self.grad_graph().op(new)?.output(o).ok_or_else(|| {
                     self.not_differentiable(op, &format!("its gradient op `{}` has no output {o}", spec.op.op_type()))

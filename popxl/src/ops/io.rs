@@ -1,5 +1,6 @@
 //! Host IO: `host_load` from a host-to-device stream, `host_store` to a
-//! device-to-host stream; `io_tile_copy` between compute and IO tiles.
+//! device-to-host stream; `io_tile_copy` between compute and IO tiles and
+//! `ipu_copy` between IPUs.
 
 use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
@@ -98,4 +99,47 @@ pub fn host_store(stream: &DeviceToHostStream, t: &Tensor) -> Result<()> {
 /// ```
 pub fn io_tile_copy(t: &Tensor) -> Result<Tensor> {
     OpBuilder::new("io_tile_copy", &ir_ops::IoTileCopy).input(0, t).create1()
+}
+
+/// Copy `t` to IPU `destination` (op `IpuCopy`; PopXL's `ops.ipu_copy`). The
+/// copy runs on `destination` whatever the current [`crate::ipu`] context;
+/// `source` is the IPU `t` is on, by default [`Tensor::ipu`] (the IPU of its
+/// producer, else of its first consumer). The output, named `<t>_c<destination>`,
+/// has `t`'s type and shape; its gradient is copied back to `source`. The `cpu`
+/// device runs it as a copy.
+///
+/// Errors: [`PopXlError::IpuCopySourceUnknown`] when `source` is `None` and
+/// `t`'s IPU cannot be inferred.
+///
+/// ```
+/// use popxl::{ops, PopXlError};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+/// // `x` is used by no op on an IPU yet: its IPU is unknown.
+/// assert!(matches!(ops::ipu_copy(&x, 1, None), Err(PopXlError::IpuCopySourceUnknown { .. })));
+/// let y = {
+///     let _p = popxl::ipu(0);
+///     ops::relu(&x).unwrap()
+/// };
+/// let y1 = ops::ipu_copy(&y, 1, None).unwrap();
+/// assert_eq!((y1.name(), y1.ipu().unwrap()), ("Relu:0_c1", 1));
+/// ```
+pub fn ipu_copy(t: &Tensor, destination: u32, source: Option<u32>) -> Result<Tensor> {
+    let source = match source {
+        Some(s) => s,
+        None => t.ipu().map_err(|e| match e {
+            PopXlError::UndefinedValue { .. } => PopXlError::IpuCopySourceUnknown { tensor: t.name().to_string() },
+            other => other,
+        })?,
+    };
+    // The op runs on its destination (the output's IPU), as PopXL's.
+    let _on_destination = crate::ipu(destination);
+    let leaf = t.name().rsplit('/').next().unwrap_or_default();
+    OpBuilder::new("ipu_copy", &ir_ops::IpuCopy)
+        .input(0, t)
+        .attr("source", AttrValue::Int(i64::from(source)))
+        .attr("destination", AttrValue::Int(i64::from(destination)))
+        .output_name(&format!("{leaf}_c{destination}"))
+        .create1()
 }

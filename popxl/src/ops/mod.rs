@@ -29,6 +29,7 @@
 //! | random | [`random_uniform`] [`random_normal`] [`dropout`] |
 //! | random (seeds) | [`shaped_dropout`] [`create_random_seed`] [`split_random_seed`] (host seeds: [`crate::create_seeds`]) |
 //! | host IO | [`host_load`] [`host_store`] |
+//! | placement | [`io_tile_copy`] [`ipu_copy`] |
 //! | control | [`call`] [`call_with_info`] [`repeat`] [`repeat_with_info`] [`conditional`] [`conditional_branches`] [`conditional_with_info`] |
 
 mod conditional;
@@ -62,7 +63,7 @@ pub use indexing::{
     scatter_reduce, split, subsample, tied_gather, GatherOptions, GroupedGatherOptions, InitType, ScatterReduceOptions,
     Splits,
 };
-pub use io::{host_load, host_store, io_tile_copy};
+pub use io::{host_load, host_store, io_tile_copy, ipu_copy};
 pub use logical::{isfinite, isinf, isnan, logical_and, logical_not, logical_or};
 pub use nn::{
     matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,

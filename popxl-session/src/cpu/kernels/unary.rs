@@ -233,6 +233,8 @@ fn build_inplace_float<F: Map1<f32> + Map1<f64>>(spec: &KernelSpec<'_>) -> Build
 pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Identity, build_copy),
     (&ir::IoTileCopy, build_copy),
+    // A copy between IPUs is a copy between buffers on the host.
+    (&ir::IpuCopy, build_copy),
     (&ir::ReshapeInplace, build_copy),
     (&ir::Detach, build_copy),
     (&ir::Reshape, build_copy),
@@ -249,7 +251,7 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 ];
 
 /// Byte copy of a whole buffer (`Identity`, `Detach`, `Reshape`, `Squeeze`,
-/// `ReshapeGrad`, `CopyVarUpdate`).
+/// `ReshapeGrad`, `CopyVarUpdate`, `IoTileCopy`, `IpuCopy`).
 pub(crate) struct CopyKernel {
     /// Bytes copied.
     pub nbytes: usize,
