@@ -102,7 +102,7 @@ pub enum ReplicaGroupingError {
 /// assert_eq!(a(4, 2), [0, 1, 2, 3, 0, 1, 2, 3]);
 /// assert_eq!(a(2, 2), [0, 1, 0, 1, 2, 3, 2, 3]);
 /// let rg = ReplicaGrouping::new(8, 2, 2).unwrap();
-/// assert_eq!((rg.num_groups(), rg.group_at(5), rg.replica_at(3, 1)), (4, 3, 7));
+/// assert_eq!((rg.num_groups(), rg.group_at(5), rg.replica_at(3, 1)), (4, 3, Some(7)));
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ReplicaGrouping {
@@ -122,14 +122,14 @@ impl ReplicaGrouping {
     /// size outside `1..=num_replicas`, or groups that do not partition the
     /// replicas (`stride * group_size` must divide `num_replicas`, as PopART requires).
     pub fn new(num_replicas: usize, stride: usize, group_size: usize) -> Result<Self, ReplicaGroupingError> {
-        if stride == 0 || stride > num_replicas || num_replicas % stride != 0 {
+        if stride == 0 || stride > num_replicas || !num_replicas.is_multiple_of(stride) {
             return Err(ReplicaGroupingError::BadStride { stride, num_replicas });
         }
         if group_size == 0 || group_size > num_replicas {
             return Err(ReplicaGroupingError::BadGroupSize { group_size, num_replicas });
         }
         let stride = if group_size == 1 { 1 } else { stride };
-        let span = stride.checked_mul(group_size).filter(|s| num_replicas % s == 0);
+        let span = stride.checked_mul(group_size).filter(|s| num_replicas.is_multiple_of(*s));
         if span.is_none() {
             return Err(ReplicaGroupingError::NotAPartition { stride, group_size, num_replicas });
         }

@@ -148,7 +148,7 @@ impl Ir {
             ));
         }
         if let Some(k) = s.shard_over {
-            if k == 0 || s.grouping.group_size() % k != 0 {
+            if k == 0 || !s.grouping.group_size().is_multiple_of(k) {
                 return bad(format!("shard_over ({k}) must divide the group size ({})", s.grouping.group_size()));
             }
         }

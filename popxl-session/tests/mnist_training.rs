@@ -98,7 +98,9 @@ fn replicas_with_averaged_gradients_match_one_replica_with_the_global_batch() {
     };
     let train_set = data::load_split(&base.data, "train").expect("bundled MNIST train split");
     let one = app::train(&base, &train_set).expect("one replica");
-    for (replicas, rts, host_transfers) in [(2, false, 1), (4, false, 1), (2, true, 1), (4, true, 1), (2, false, 3), (2, true, 2)] {
+    for (replicas, rts, host_transfers) in
+        [(2, false, 1), (4, false, 1), (2, true, 1), (4, true, 1), (2, false, 3), (2, true, 2)]
+    {
         let cfg = app::Config { replicas, rts, host_transfers, ..base.clone() };
         let many = app::train(&cfg, &train_set).expect("replicated");
         assert_eq!(many.losses.len(), one.losses.len() / host_transfers * host_transfers);

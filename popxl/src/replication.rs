@@ -107,7 +107,7 @@ fn settings_for(
         )));
     }
     if let Some(k) = shard_over {
-        if k == 0 || k > grouping.group_size() || grouping.group_size() % k != 0 {
+        if k == 0 || k > grouping.group_size() || !grouping.group_size().is_multiple_of(k) {
             return Err(PopXlError::InvalidArgument(format!(
                 "variable `{name}`: the sharding group size ({k}) must divide the replica group size ({})",
                 grouping.group_size()
@@ -168,7 +168,7 @@ pub fn replica_sharded_buffer(
 ) -> Result<RemoteBuffer> {
     let rg = grouping_or_all(grouping)?;
     let k = shard_over.unwrap_or(rg.group_size());
-    if k == 0 || k > rg.group_size() || rg.group_size() % k != 0 {
+    if k == 0 || k > rg.group_size() || !rg.group_size().is_multiple_of(k) {
         return Err(PopXlError::InvalidArgument(format!(
             "replica_sharded_buffer: the sharding group size ({k}) must divide the replica group size ({})",
             rg.group_size()
@@ -208,7 +208,7 @@ pub fn remote_replica_sharded_variable(
             .iter()
             .product();
     let shard = buf.tensor_shape().iter().product::<usize>().max(1);
-    let k = (1..=rg.group_size()).find(|k| rg.group_size() % k == 0 && nelms.div_ceil(*k) == shard);
+    let k = (1..=rg.group_size()).find(|k| rg.group_size().is_multiple_of(*k) && nelms.div_ceil(*k) == shard);
     let Some(k) = k.filter(|_| buf.tensor_shape().len() == 1) else {
         return Err(PopXlError::InvalidArgument(format!(
             "remote_replica_sharded_variable `{name}`: remote buffer {} of shape {:?} does not hold shards of {nelms} elements",

@@ -234,7 +234,7 @@ fn full_value(cfg: &Config, p: &Tensor, shape: &[usize]) -> popxl::Result<Tensor
     }
     let flat = collectives::replicated_all_gather(p, 0, None, AllGatherShape::Concat)?;
     let n: usize = shape.iter().product();
-    let flat = if flat.shape()[0] == n { flat } else { ops::slice(&flat, &[0], &[n as i64], None, &[0])? };
+    let flat = if flat.shape()[0] == n { flat } else { ops::slice(&flat, &[0], &[n as i64], &[1], &[0])? };
     let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
     flat.reshape(&shape)
 }

@@ -261,7 +261,7 @@ impl GroupPos {
     pub fn of(num_replicas: usize, stride: usize, group_size: usize, replica: usize) -> Option<GroupPos> {
         let stride = if group_size == 1 { 1 } else { stride };
         let span = stride.checked_mul(group_size)?;
-        if stride == 0 || group_size == 0 || replica >= num_replicas || num_replicas % span != 0 {
+        if stride == 0 || group_size == 0 || replica >= num_replicas || !num_replicas.is_multiple_of(span) {
             return None;
         }
         let base = replica / span * span + replica % stride;
@@ -294,6 +294,7 @@ mod tests {
                             // SAFETY: every pointer holds 8 f32s; element e is written by replica r only.
                             let sum: f32 = (0..4).map(|p| unsafe { *(peers.input(p) as *const f32).add(e) }).sum();
                             for p in 0..4 {
+                                // SAFETY: as above.
                                 unsafe { *(peers.output(p) as *mut f32).add(e) = sum }
                             }
                         }

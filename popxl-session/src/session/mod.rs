@@ -353,9 +353,9 @@ impl Session {
         ir.freeze();
         let mut prepared = ir.with_ir(|core| core.clone());
         let rf = prepared.replication_factor.max(1);
-        rf.checked_next_power_of_two().ok_or_else(|| SessionError::SizeOverflow {
-            what: format!("the number of IPUs for replication_factor {rf}"),
-        })?;
+        // The device size PopXL would ask for: (max IPU + 1) x replicas,
+        // rounded up to a power of two; every device runs any number of IPUs.
+        prepared.num_ipus().map_err(|e| SessionError::SizeOverflow { what: format!("the number of IPUs: {e}") })?;
         if rf > MAX_REPLICAS {
             return Err(SessionError::TooManyReplicas { replication_factor: rf, max: MAX_REPLICAS });
         }
