@@ -58,12 +58,15 @@ Options:
                        program point, code, and the estimated timeline), lowered for ipu_model
   --dump               print the lowered training program to stderr
   --memory-top N       tensors listed in the memory report (live at the planned peak; default 8)
+  --replicas R         data-parallel replicas (replication_factor, default 1): each takes
+                       batch / R sequences; gradients are averaged with replicated_all_reduce
   --profile            time every kernel and print the op types that take the most time per step
   -h, --help           this text";
 
 struct Config {
     data: PathBuf,
     shape: Shape,
+    replicas: usize,
     lr: f32,
     steps: usize,
     eval_every: usize,
@@ -87,6 +90,7 @@ fn parse_args() -> AppResult<Config> {
     let mut c = Config {
         data: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/tinyshakespeare/input.txt")),
         shape: Shape { layers: 4, heads: 4, width: 256, seq: 128, batch: 16, vocab: 0 },
+        replicas: 1,
         lr: 1e-3,
         steps: 2000,
         eval_every: 500,
@@ -115,6 +119,7 @@ fn parse_args() -> AppResult<Config> {
             "--width" => c.shape.width = value()?.parse()?,
             "--seq" => c.shape.seq = value()?.parse()?,
             "--batch" => c.shape.batch = value()?.parse()?,
+            "--replicas" => c.replicas = value()?.parse()?,
             "--lr" => c.lr = value()?.parse()?,
             "--steps" => c.steps = value()?.parse()?,
             "--eval-every" => c.eval_every = value()?.parse()?,
@@ -188,6 +193,8 @@ struct Program {
     targets: HostToDeviceStream,
     out: DeviceToHostStream,
     params: Vec<Tensor>,
+    /// Data-parallel replicas.
+    replicas: usize,
 }
 
 /// `train`: one Adam step, streaming the loss out. Otherwise forward only,
@@ -200,7 +207,25 @@ fn build(
     logits_only: bool,
     scan: bool,
 ) -> AppResult<Program> {
+    build_replicated(s, init, train, logits_only, scan, 1)
+}
+
+/// [`build`] for `replicas` data-parallel replicas: each runs the model on
+/// `s.batch / replicas` sequences (the host arrays gain a replica dim).
+fn build_replicated(
+    s: &Shape,
+    init: &[(String, HostArray)],
+    train: Option<model::Adam>,
+    logits_only: bool,
+    scan: bool,
+    replicas: usize,
+) -> AppResult<Program> {
+    if replicas == 0 || !s.batch.is_multiple_of(replicas) {
+        return Err(format!("--batch ({}) must be a multiple of --replicas ({replicas})", s.batch).into());
+    }
+    let s = &Shape { batch: s.batch / replicas, ..*s };
     let ir = Ir::new();
+    ir.set_replication_factor(replicas)?;
     let main = ir.main_graph();
     let _g = main.enter();
     let _sq = popxl::in_sequence(true);
@@ -228,13 +253,24 @@ fn build(
     };
     let out = popxl::d2h_stream(result.shape(), result.dtype(), "out")?;
     ops::host_store(&out, &result)?;
-    Ok(Program { ir: ir.clone(), tokens, targets, out, params })
+    Ok(Program { ir: ir.clone(), tokens, targets, out, params, replicas })
 }
 
+/// The stream inputs of one step: the global batch `[batch, seq]` split over
+/// the replicas (`[replicas, batch / replicas, seq]`, the same data).
 fn inputs(p: &Program, x: HostArray, y: HostArray) -> popxl_session::Inputs {
+    let split = |a: HostArray| -> HostArray {
+        match a {
+            HostArray::I32(a) if p.replicas > 1 => {
+                let (b, t) = (a.shape()[0], a.shape()[1]);
+                a.into_shape_with_order(IxDyn(&[p.replicas, b / p.replicas, t])).expect("divisible batch").into()
+            }
+            other => other,
+        }
+    };
     let mut i = popxl_session::Inputs::new();
-    i.insert(p.tokens.clone(), x);
-    i.insert(p.targets.clone(), y);
+    i.insert(p.tokens.clone(), split(x));
+    i.insert(p.targets.clone(), split(y));
     i
 }
 
@@ -367,13 +403,14 @@ fn main() -> AppResult<()> {
         return Err("the text is too short for this context length".into());
     }
     eprintln!(
-        "GPT: {} layers, {} heads, width {}, context {}, batch {}, vocab {}; {} train / {} validation characters",
+        "GPT: {} layers, {} heads, width {}, context {}, batch {}, vocab {}, {} replica(s); {} train / {} validation characters",
         s.layers,
         s.heads,
         s.width,
         s.seq,
         s.batch,
         s.vocab,
+        cfg.replicas,
         corpus.split,
         corpus.ids.len() - corpus.split
     );
@@ -388,9 +425,9 @@ fn main() -> AppResult<()> {
     let adam = model::Adam { lr: cfg.lr, offload: cfg.offload_optimizer };
     let start = Instant::now();
     let (train, train_names) = if cfg.scan_layers {
-        (build(&s, &scan::stack(&s, &init)?, Some(adam), false, true)?, scan::stacked_names())
+        (build_replicated(&s, &scan::stack(&s, &init)?, Some(adam), false, true, cfg.replicas)?, scan::stacked_names())
     } else {
-        (build(&s, &init, Some(adam), false, false)?, names.clone())
+        (build_replicated(&s, &init, Some(adam), false, false, cfg.replicas)?, names.clone())
     };
     if cfg.ipu_model_report {
         // The same step lowered for ipu_model (one function per graph): what an
@@ -457,7 +494,9 @@ fn main() -> AppResult<()> {
             // Profile the steady state, not the first run.
             ctx.set_profiling(cfg.profile);
         }
-        losses.push(out[&train.out].to_f64_vec()[0]);
+        // One loss per replica: the step's loss (of the global batch) is their mean.
+        let per_replica = out[&train.out].to_f64_vec();
+        losses.push(per_replica.iter().sum::<f64>() / per_replica.len() as f64);
         bar.inc(1);
         let recent = &losses[losses.len().saturating_sub(50)..];
         let secs: f64 = step_times[step_times.len().saturating_sub(50)..].iter().map(Duration::as_secs_f64).sum();

@@ -277,7 +277,17 @@ pub fn adam_all(p: &HashMap<String, Tensor>, grads: &HashMap<String, Tensor>, op
 }
 
 /// Adam (betas 0.9/0.999, eps 1e-8, bias-corrected, no weight decay) on `w`.
+/// In a replicated IR the gradient is first averaged over the replicas
+/// (data parallelism: each replica saw its own share of the batch).
 fn adam(w: &Tensor, g: &Tensor, name: &str, opt: Adam) -> popxl::Result<()> {
+    let averaged;
+    let g = if w.graph().ir()?.replication_factor() > 1 {
+        use popxl::ops::collectives::{replicated_all_reduce, CollectiveOp};
+        averaged = replicated_all_reduce(g, CollectiveOp::Mean, None)?;
+        &averaged
+    } else {
+        g
+    };
     let zeros = HostArray::full(w.info(), 0.0);
     let (m_name, v_name) = (format!("{name}.adam_m"), format!("{name}.adam_v"));
     let (m, v, remote) = if opt.offload {
