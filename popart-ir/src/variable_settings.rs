@@ -127,7 +127,8 @@ impl Ir {
         let main = self.main_graph_id();
         let g = self.graph_mut(main)?;
         let name = g.name().to_string();
-        let t = g.tensors.get_mut(tensor).ok_or(IrError::UnknownTensor { graph: name, tensor: format!("{tensor:?}") })?;
+        let t =
+            g.tensors.get_mut(tensor).ok_or(IrError::UnknownTensor { graph: name, tensor: format!("{tensor:?}") })?;
         t.kind = TensorKind::Variable(HostTensor { info, bytes: value });
         self.settings.variables.insert(tensor, settings);
         Ok(())
@@ -152,7 +153,8 @@ impl Ir {
             }
         }
         let host = VariableSettings::host_info_for(&s.grouping, s.host.info.dtype, s.value_shape());
-        if s.host.info != host || s.grouping.num_groups() > 1 && s.host.info.shape.first() != Some(&s.grouping.num_groups())
+        if s.host.info != host
+            || s.grouping.num_groups() > 1 && s.host.info.shape.first() != Some(&s.grouping.num_groups())
         {
             return bad(format!(
                 "host data {} must have a leading dim of {} groups",

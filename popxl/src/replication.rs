@@ -203,9 +203,10 @@ pub fn remote_replica_sharded_variable(
     let rg = grouping_or_all(grouping)?;
     let data = data.into().cast_as(buf.tensor_dtype(), &format!("data of variable `{name}`"), true)?;
     let host = data.host_tensor_for(&format!("data of variable `{name}`"))?;
-    let nelms: usize = (if rg.num_groups() > 1 { &host.info.shape[1.min(host.info.shape.len())..] } else { &host.info.shape[..] })
-        .iter()
-        .product();
+    let nelms: usize =
+        (if rg.num_groups() > 1 { &host.info.shape[1.min(host.info.shape.len())..] } else { &host.info.shape[..] })
+            .iter()
+            .product();
     let shard = buf.tensor_shape().iter().product::<usize>().max(1);
     let k = (1..=rg.group_size()).find(|k| rg.group_size() % k == 0 && nelms.div_ceil(*k) == shard);
     let Some(k) = k.filter(|_| buf.tensor_shape().len() == 1) else {
