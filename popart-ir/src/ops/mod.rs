@@ -51,10 +51,12 @@
 //! | [`indexing`] | `DynamicSlice(t, index)`, `DynamicUpdate(t, index, update)`, `DynamicUpdateInplace` | `axes, sizes: ints`, `no_overlap: bool` |
 //! | [`indexing`] | `Onehot(indices, num_classes, values)`, `GroupedGather(data, indices)`, `TiedGather(data, indices)` | `axis, num_classes`; `axis, group_size, zero_OOR` |
 //! | [`indexing_grad`] | `SubsampleGrad ScatterReduceGrad DynamicSliceGrad DynamicUpdateGrad OnehotGrad GroupedGatherGrad` | see each type |
+//! | [`collectives`] | `ReplicatedAllReduce(x)`, `ReplicatedAllReduceInplace(x)`, `ReplicatedAllGather(x[, like])`, `ReplicatedReduceScatter(x[, like])`; `AllReduce(x0, .., xk-1)` | `op: str` ([`collectives::CollectiveOperator`]), `stride, group_size: int`; `shape: ints`; `rts: bool`; `ipus: ints`, `identical_inputs, identical_grad_inputs: bool` |
 //! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
 mod axes;
 pub mod binary;
+pub mod collectives;
 pub mod control;
 pub mod conv;
 pub mod grad;
@@ -88,6 +90,9 @@ use crate::{DataType, InferContext, IrError, OpDef, Result, TensorInfo};
 /// many op types (the `popxl` facade, device kernel tables).
 pub mod all {
     pub use super::binary::*;
+    pub use super::collectives::{
+        AllReduce, ReplicatedAllGather, ReplicatedAllReduce, ReplicatedAllReduceInplace, ReplicatedReduceScatter,
+    };
     pub use super::control::*;
     pub use super::conv::*;
     pub use super::grad::*;
@@ -146,6 +151,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(norm::ALL);
         v.extend_from_slice(resize::ALL);
         v.extend_from_slice(roi_align::ALL);
+        v.extend_from_slice(collectives::ALL);
         v
     })
 }

@@ -30,8 +30,10 @@
 //! | random (seeds) | [`shaped_dropout`] [`create_random_seed`] [`split_random_seed`] (host seeds: [`crate::create_seeds`]) |
 //! | host IO | [`host_load`] [`host_store`] |
 //! | placement | [`io_tile_copy`] [`ipu_copy`] |
+//! | collectives | [`collectives::replicated_all_reduce`] [`collectives::replicated_all_reduce_`] [`collectives::replicated_all_gather`] [`collectives::replicated_reduce_scatter`] [`collectives::replica_sharded_slice`] [`collectives::replicated_slice`] [`collectives::all_reduce`] [`collectives::all_reduce_identical_inputs`] [`collectives::all_reduce_identical_grad_inputs`] (in the `collectives` module, as in PopXL) |
 //! | control | [`call`] [`call_with_info`] [`repeat`] [`repeat_with_info`] [`conditional`] [`conditional_branches`] [`conditional_with_info`] |
 
+pub mod collectives;
 mod conditional;
 mod control;
 mod conv;

@@ -37,7 +37,7 @@
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
 //! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, its batched im2col method in `conv_batched` and its blocked AVX-512 kernel in `conv_direct`, `pool`, `norm`, `resize`, `roi_align`), each exporting its `KERNELS` table,
+//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, its batched im2col method in `conv_batched` and its blocked AVX-512 kernel in `conv_direct`, `pool`, `norm`, `resize`, `roi_align`, `collectives`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -64,6 +64,7 @@
 mod accumulate;
 mod binary;
 mod broadcast;
+mod collectives;
 mod conv;
 mod conv_batched;
 mod conv_direct;
@@ -142,6 +143,7 @@ fn registry() -> &'static Registry {
             norm::KERNELS,
             resize::KERNELS,
             roi_align::KERNELS,
+            collectives::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)

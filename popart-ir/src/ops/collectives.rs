@@ -1,0 +1,501 @@
+//! Collectives: reductions and gathers across the replicas of a replicated
+//! program (PopART's `ReplicatedAllReduceOp`, `ReplicatedAllGatherOp`,
+//! `ReplicatedReduceScatterOp`) and across the IPUs of one replica
+//! (`AllReduceOp`).
+//!
+//! A replica collective acts within the groups of a constant [`ReplicaGrouping`]
+//! of the IR's `replication_factor` replicas, stored as the integer attributes
+//! `stride` and `group_size` (both required; inference checks that they
+//! partition the replicas, so changing the replication factor afterwards makes
+//! the IR fail verification). The members of a group are taken in increasing
+//! replica order, which is also the order of every reduction: results do not
+//! depend on timing.
+//!
+//! Shapes follow PopART's replicated tensor sharding (RTS) layout: a
+//! reduce-scatter flattens its input of `n` elements, pads it with zeros to a
+//! multiple of the group size `g` and gives group member `j` chunk `j`, a 1-D
+//! tensor of `ceil(n / g)` elements; an all-gather concatenates the flattened
+//! inputs of the members in member order.
+//!
+//! Like PopART, collectives have no side effect: every replica runs the same
+//! program, so pruning an unused one removes it from every replica.
+//!
+//! Gradient rules (PopART's `getGradOps`):
+//! - `ReplicatedAllReduce(Inplace)`: none (PopART defines no gradient op).
+//! - `ReplicatedAllGather`: `ReplicatedReduceScatter{op: local}` of the output
+//!   gradient over the same group (`ReplicatedAllGatherOp::getGradOps`): each
+//!   replica takes its own chunk, the derivative of its own loss with respect
+//!   to its own input.
+//! - `ReplicatedReduceScatter`: with `op: local` only, `ReplicatedAllGather` of
+//!   the output gradient over the same group; any other op has no gradient
+//!   (PopART throws).
+//! - `AllReduce`: with `op: add` only, an `AllReduce` of the output gradients with
+//!   `identical_inputs` and `identical_grad_inputs` swapped (`AllReduceGradOp`).
+//!
+//! The gradient ops read the forward input for its shape only (input 1, as
+//! `ReshapeGrad` does), so the gradient of a non-1-D input, or of a padded
+//! shard, has the forward input's shape.
+
+use super::grad::spec;
+use super::op_types;
+use crate::{
+    AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, ReplicaGrouping, Result,
+    TensorInfo,
+};
+
+op_types!(
+    /// `ReplicatedAllReduce{op, stride, group_size}(x) -> y`: every member of a
+    /// group gets the reduction (attribute `op`, see [`CollectiveOperator`]) of
+    /// the group's inputs, elementwise (PopXL `replicated_all_reduce`). Not
+    /// differentiable.
+    ReplicatedAllReduce,
+    /// `ReplicatedAllReduceInplace{op, stride, group_size}(x) -> x`: as
+    /// [`ReplicatedAllReduce`], writing the result into `x` (PopXL
+    /// `replicated_all_reduce_`).
+    ReplicatedAllReduceInplace,
+    /// `ReplicatedAllGather{stride, group_size[, shape]}(x[, like]) -> y`: the
+    /// concatenation of the flattened inputs of the group's members, in member
+    /// order (PopXL `replicated_all_gather`). The output has `like`'s shape when
+    /// input 1 is connected (autodiff does, `like` being read for its shape
+    /// only), else attribute `shape` (PopART's gathered output info) when set,
+    /// else `[group_size * n]`. An output of `m` elements takes the first `m`
+    /// of the concatenation, where `ceil(m / group_size) == n`: gathering
+    /// padded RTS shards into their meta shape drops the padding.
+    ReplicatedAllGather,
+    /// `ReplicatedReduceScatter{op, stride, group_size[, rts]}(x[, like]) -> y`:
+    /// `x` flattened and zero-padded to a multiple of `group_size`, reduced over
+    /// the group (attribute `op`; `local` takes the replica's own input), member
+    /// `j` getting chunk `j`: `[ceil(n / group_size)]`, or `like`'s shape (same
+    /// element count) when input 1 is connected (autodiff). PopXL
+    /// `replicated_reduce_scatter`, `replica_sharded_slice` (`op: local`, `rts:
+    /// true`) and `replicated_slice`. Attribute `rts` (PopART's
+    /// `configureOutputForReplicatedTensorSharding`, default false) marks the
+    /// output as a sharded tensor whose meta shape is `x`'s shape.
+    ReplicatedReduceScatter,
+    /// `AllReduce{op, ipus, identical_inputs, identical_grad_inputs}(x0, .., xk-1)
+    /// -> (y0, .., yk-1)`: each output is the reduction (attribute `op`) of all
+    /// inputs, one per IPU of one replica (PopXL `all_reduce`). Attribute `ipus`
+    /// (ints, one per input) names the IPU of each input and output. With
+    /// `identical_inputs` (PopXL `all_reduce_identical_inputs`) the inputs are
+    /// known to be equal and each output is its input (PopART's
+    /// `AllReduceToIdentityPattern`); its gradient is the all-reduce. With
+    /// `identical_grad_inputs` the gradient is the identity.
+    AllReduce,
+);
+
+/// How a collective combines values (PopART's `CollectiveOperator`; attribute
+/// `op`, by [`CollectiveOperator::name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveOperator {
+    /// Sum.
+    Add,
+    /// Sum divided by the number of values.
+    Mean,
+    /// Product.
+    Mul,
+    /// Minimum (NaN propagates).
+    Min,
+    /// Maximum (NaN propagates).
+    Max,
+    /// Logical and (bool).
+    LogicalAnd,
+    /// Logical or (bool).
+    LogicalOr,
+    /// Sum of squares.
+    SquareAdd,
+    /// No reduction: each replica keeps its own values (reduce-scatter only).
+    Local,
+}
+
+impl CollectiveOperator {
+    /// Every operator, in PopART's order.
+    pub const ALL: [CollectiveOperator; 9] = [
+        Self::Add,
+        Self::Mean,
+        Self::Mul,
+        Self::Min,
+        Self::Max,
+        Self::LogicalAnd,
+        Self::LogicalOr,
+        Self::SquareAdd,
+        Self::Local,
+    ];
+
+    /// The attribute value: PopXL's name (`add`, `mean`, `mul`, `min`, `max`,
+    /// `and`, `or`, `square_add`) or `local`.
+    ///
+    /// ```
+    /// use popart_ir::ops::collectives::CollectiveOperator;
+    /// assert_eq!(CollectiveOperator::SquareAdd.name(), "square_add");
+    /// assert_eq!(CollectiveOperator::from_name("and"), Some(CollectiveOperator::LogicalAnd));
+    /// assert_eq!(CollectiveOperator::from_name("sum"), None);
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Add => "add",
+            Self::Mean => "mean",
+            Self::Mul => "mul",
+            Self::Min => "min",
+            Self::Max => "max",
+            Self::LogicalAnd => "and",
+            Self::LogicalOr => "or",
+            Self::SquareAdd => "square_add",
+            Self::Local => "local",
+        }
+    }
+
+    /// The operator named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+
+    /// The operator of an op's attribute `op` (`add` when absent), if valid.
+    pub fn of(attrs: &Attributes) -> Option<Self> {
+        attrs.str("op").map_or(Some(Self::Add), Self::from_name)
+    }
+
+    /// Whether the operator applies to elements of `dtype`: `and` and `or` to
+    /// bool; `square_add` to float32 and float16; the other reductions to
+    /// PopART's collective types (float32, float16, int32, uint32); `local`
+    /// (which only moves data) to every type.
+    pub fn supports(self, dtype: DataType) -> bool {
+        use DataType::*;
+        match self {
+            Self::LogicalAnd | Self::LogicalOr => dtype == Bool,
+            Self::SquareAdd => matches!(dtype, Float32 | Float16),
+            Self::Add | Self::Mean | Self::Mul | Self::Min | Self::Max => {
+                matches!(dtype, Float32 | Float16 | Int32 | Uint32)
+            }
+            Self::Local => true,
+        }
+    }
+}
+
+impl std::fmt::Display for CollectiveOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The attributes of a collective over `grouping` (`stride`, `group_size`).
+///
+/// ```
+/// use popart_ir::{ops::collectives::grouping_attrs, ReplicaGrouping};
+/// let a = grouping_attrs(&ReplicaGrouping::new(8, 2, 4).unwrap()).unwrap();
+/// assert_eq!((a.int("stride"), a.int("group_size")), (Some(2), Some(4)));
+/// assert!(grouping_attrs(&ReplicaGrouping::from_assignment(4, &[0, 1, 1, 0]).unwrap()).is_err());
+/// ```
+pub fn grouping_attrs(grouping: &ReplicaGrouping) -> std::result::Result<Attributes, crate::ReplicaGroupingError> {
+    let (stride, group_size) = grouping.require_const("by a collective")?;
+    Ok(Attributes::new()
+        .with("stride", AttrValue::Int(stride as i64))
+        .with("group_size", AttrValue::Int(group_size as i64)))
+}
+
+/// The replica grouping of a collective's attributes, checked against the IR's
+/// replication factor (an inference error naming the op otherwise).
+pub fn grouping_of(ctx: &InferContext<'_>) -> Result<ReplicaGrouping> {
+    let int = |key: &str| -> Result<usize> {
+        let v = ctx.int(key)?;
+        usize::try_from(v).map_err(|_| ctx.error(format!("`{key}` must be positive, got {v}")))
+    };
+    let (stride, group_size) = (int("stride")?, int("group_size")?);
+    let rf = ctx.ir.replication_factor;
+    ReplicaGrouping::new(rf, stride, group_size).map_err(|e| {
+        ctx.error(format!(
+            "stride {stride} and group size {group_size} are not a replica grouping of the IR's {rf} replicas: {e}"
+        ))
+    })
+}
+
+/// The operator in attribute `op`, checked against the element type.
+fn operator_of(ctx: &InferContext<'_>, dtype: DataType, allow_local: bool) -> Result<CollectiveOperator> {
+    let op = CollectiveOperator::of(ctx.attrs).ok_or_else(|| {
+        let names: Vec<&str> = CollectiveOperator::ALL.iter().map(|o| o.name()).collect();
+        ctx.error(format!("`op` must be one of {}, got {:?}", names.join(", "), ctx.attrs.get("op")))
+    })?;
+    if op == CollectiveOperator::Local && !allow_local {
+        return Err(ctx.error("`op` local is only valid for a reduce-scatter"));
+    }
+    if !op.supports(dtype) {
+        return Err(ctx.error(format!("collective operator `{op}` does not support {dtype} tensors")));
+    }
+    Ok(op)
+}
+
+/// Elements per member of a reduce-scatter of `n` elements over `group_size`.
+pub fn shard_len(n: usize, group_size: usize) -> usize {
+    n.div_ceil(group_size.max(1))
+}
+
+/// An optional boolean attribute (default false), checked.
+fn bool_attr(ctx: &InferContext<'_>, key: &str) -> Result<bool> {
+    match ctx.attrs.get(key) {
+        None => Ok(false),
+        Some(AttrValue::Bool(b)) => Ok(*b),
+        Some(v) => Err(ctx.error(format!("`{key}` must be a bool, got {v}"))),
+    }
+}
+
+fn infer_all_reduce(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let x = ctx.input(0)?;
+    grouping_of(ctx)?;
+    operator_of(ctx, x.dtype, false)?;
+    Ok(vec![x.clone()])
+}
+
+impl OpDef for ReplicatedAllReduce {
+    fn op_type(&self) -> &'static str {
+        "ReplicatedAllReduce"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        infer_all_reduce(ctx)
+    }
+}
+
+impl OpDef for ReplicatedAllReduceInplace {
+    fn op_type(&self) -> &'static str {
+        "ReplicatedAllReduceInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        infer_all_reduce(ctx)
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![0]
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(0, 0)]
+    }
+}
+
+/// The grouping attributes of `op`, copied for its gradient op.
+fn copy_grouping(op: &Op) -> Attributes {
+    let mut attrs = Attributes::new();
+    for key in ["stride", "group_size"] {
+        if let Some(v) = op.attrs.get(key) {
+            attrs.set(key, v.clone());
+        }
+    }
+    attrs
+}
+
+/// `shape` from an ints attribute, checked.
+fn shape_attr(ctx: &InferContext<'_>, key: &str) -> Result<Option<Vec<usize>>> {
+    match ctx.attrs.get(key) {
+        None => Ok(None),
+        Some(AttrValue::Ints(v)) => super::to_shape(ctx, v, &format!("`{key}`")).map(Some),
+        Some(v) => Err(ctx.error(format!("`{key}` must be a list of integers, got {v}"))),
+    }
+}
+
+impl OpDef for ReplicatedAllGather {
+    fn op_type(&self) -> &'static str {
+        "ReplicatedAllGather"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let g = grouping_of(ctx)?.group_size();
+        let n = x.nelms();
+        let shape = match (ctx.optional_input(1), shape_attr(ctx, "shape")?) {
+            (Some(like), _) => like.shape.clone(),
+            (None, Some(shape)) => shape,
+            (None, None) => {
+                let m = n.checked_mul(g).ok_or_else(|| ctx.error("the gathered tensor is too large"))?;
+                vec![m]
+            }
+        };
+        let out = TensorInfo::new(x.dtype, shape);
+        let m = out.checked_nelms().ok_or_else(|| ctx.error(format!("output shape {:?} is too large", out.shape)))?;
+        if shard_len(m, g) != n {
+            return Err(ctx.error(format!(
+                "cannot gather {n} elements from each of {g} replicas into shape {:?} ({m} elements): \
+                 it needs ceil({m} / {g}) = {} elements per replica",
+                out.shape,
+                shard_len(m, g)
+            )));
+        }
+        Ok(vec![out])
+    }
+    /// `ReplicatedReduceScatter{op: local, stride, group_size}(g, like = x)`.
+    fn grad(&self, op: &Op) -> GradRule {
+        let attrs = copy_grouping(op).with("op", AttrValue::Str(CollectiveOperator::Local.name().into()));
+        let inputs = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))];
+        GradRule::Ops(vec![spec(&ReplicatedReduceScatter, attrs, &inputs, &[(0, 0)])])
+    }
+}
+
+impl OpDef for ReplicatedReduceScatter {
+    fn op_type(&self) -> &'static str {
+        "ReplicatedReduceScatter"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let x = ctx.input(0)?;
+        let g = grouping_of(ctx)?.group_size();
+        operator_of(ctx, x.dtype, true)?;
+        bool_attr(ctx, "rts")?;
+        let c = shard_len(x.nelms(), g);
+        match ctx.optional_input(1) {
+            Some(like) if like.nelms() != c => Err(ctx.error(format!(
+                "each replica gets {c} elements of {x} but the output should have the shape of {like}"
+            ))),
+            Some(like) => Ok(vec![TensorInfo::new(x.dtype, like.shape.clone())]),
+            None => Ok(vec![TensorInfo::new(x.dtype, [c])]),
+        }
+    }
+    /// With `op: local`, `ReplicatedAllGather{stride, group_size}(g, like = x)`;
+    /// no gradient otherwise.
+    fn grad(&self, op: &Op) -> GradRule {
+        if CollectiveOperator::of(&op.attrs) != Some(CollectiveOperator::Local) {
+            return GradRule::None;
+        }
+        let inputs = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))];
+        GradRule::Ops(vec![spec(&ReplicatedAllGather, copy_grouping(op), &inputs, &[(0, 0)])])
+    }
+}
+
+impl OpDef for AllReduce {
+    fn op_type(&self) -> &'static str {
+        "AllReduce"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let inputs = ctx.inputs();
+        let Some((_, first)) = inputs.first() else {
+            return Err(ctx.error("there must be at least one input"));
+        };
+        if let Some((i, _)) = inputs.iter().enumerate().find(|(k, (i, _))| *i as usize != *k) {
+            return Err(ctx.error(format!("inputs must be connected at 0..n, found a gap before index {i}")));
+        }
+        if let Some((i, info)) = inputs.iter().find(|(_, t)| t != first) {
+            return Err(ctx.error(format!(
+                "all inputs must have the same type and shape: input 0 is {first}, input {i} is {info}"
+            )));
+        }
+        operator_of(ctx, first.dtype, false)?;
+        let ipus = ctx.ints("ipus")?;
+        if ipus.len() != inputs.len() {
+            return Err(ctx.error(format!("{} inputs but {} ipus", inputs.len(), ipus.len())));
+        }
+        if let Some(i) = ipus.iter().find(|&&i| i < 0) {
+            return Err(ctx.error(format!("ipu {i} is negative")));
+        }
+        bool_attr(ctx, "identical_inputs")?;
+        bool_attr(ctx, "identical_grad_inputs")?;
+        Ok(vec![first.clone(); inputs.len()])
+    }
+    /// With `op: add`, `AllReduce` of the output gradients with the identical
+    /// flags swapped; no gradient otherwise.
+    fn grad(&self, op: &Op) -> GradRule {
+        if CollectiveOperator::of(&op.attrs) != Some(CollectiveOperator::Add) {
+            return GradRule::None;
+        }
+        let flag = |key| AttrValue::Bool(op.attrs.bool(key).unwrap_or(false));
+        let mut attrs = Attributes::new()
+            .with("op", AttrValue::Str(CollectiveOperator::Add.name().into()))
+            .with("identical_inputs", flag("identical_grad_inputs"))
+            .with("identical_grad_inputs", flag("identical_inputs"));
+        if let Some(ipus) = op.attrs.get("ipus") {
+            attrs.set("ipus", ipus.clone());
+        }
+        let n = op.inputs().end() as u32;
+        let inputs: Vec<(u32, GradSource)> = (0..n).map(|i| (i, GradSource::GradOfOutput(i))).collect();
+        let outputs: Vec<(u32, u32)> = (0..n).map(|i| (i, i)).collect();
+        GradRule::Ops(vec![spec(&AllReduce, attrs, &inputs, &outputs)])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] =
+    &[&ReplicatedAllReduce, &ReplicatedAllReduceInplace, &ReplicatedAllGather, &ReplicatedReduceScatter, &AllReduce];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Ir, IrError};
+
+    fn ir_with(rf: usize) -> Ir {
+        let mut ir = Ir::new();
+        ir.replication_factor = rf;
+        ir
+    }
+
+    fn infer(rf: usize, def: &'static dyn OpDef, attrs: Attributes, inputs: &[TensorInfo]) -> Result<Vec<TensorInfo>> {
+        let mut ir = ir_with(rf);
+        let main = ir.main_graph_id();
+        let ids: Vec<(u32, crate::TensorId)> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, info)| (i as u32, ir.graph_mut(main).unwrap().add_input(&format!("x{i}"), info.clone()).unwrap()))
+            .collect();
+        ir.infer_outputs(main, def, &attrs, &ids, "op")
+    }
+
+    fn group(s: i64, g: i64) -> Attributes {
+        Attributes::new().with("stride", AttrValue::Int(s)).with("group_size", AttrValue::Int(g))
+    }
+
+    fn f32(shape: &[usize]) -> TensorInfo {
+        TensorInfo::new(DataType::Float32, shape)
+    }
+
+    #[test]
+    fn shapes_follow_popart() {
+        let x = f32(&[3, 5]);
+        assert_eq!(infer(4, &ReplicatedAllReduce, group(1, 4), &[x.clone()]).unwrap(), vec![x.clone()]);
+        assert_eq!(infer(4, &ReplicatedAllGather, group(1, 4), &[x.clone()]).unwrap(), vec![f32(&[60])]);
+        assert_eq!(infer(4, &ReplicatedAllGather, group(2, 2), &[x.clone()]).unwrap(), vec![f32(&[30])]);
+        // 15 elements over 4 replicas: shards of 4 (one padding element).
+        assert_eq!(infer(4, &ReplicatedReduceScatter, group(1, 4), &[x.clone()]).unwrap(), vec![f32(&[4])]);
+        // Gathering shards of 4 into the 15-element meta shape drops the padding.
+        let meta = group(1, 4).with("shape", AttrValue::Ints(vec![3, 5]));
+        assert_eq!(infer(4, &ReplicatedAllGather, meta, &[f32(&[4])]).unwrap(), vec![x.clone()]);
+        let too_small = group(1, 4).with("shape", AttrValue::Ints(vec![12]));
+        assert!(infer(4, &ReplicatedAllGather, too_small, &[f32(&[4])]).is_err());
+        // `like` gives the output shape.
+        assert_eq!(
+            infer(4, &ReplicatedReduceScatter, group(1, 4), &[f32(&[8]), f32(&[2, 1])]).unwrap(),
+            vec![f32(&[2, 1])]
+        );
+        assert!(infer(2, &ReplicatedAllGather, group(1, 2), &[f32(&[2]), x.clone()]).is_err());
+        let ar = Attributes::new().with("ipus", AttrValue::Ints(vec![0, 1]));
+        assert_eq!(infer(1, &AllReduce, ar, &[x.clone(), x.clone()]).unwrap(), vec![x.clone(), x]);
+    }
+
+    #[test]
+    fn invalid_collectives_are_inference_errors() {
+        let x = f32(&[4]);
+        let err = |rf, def, attrs, inputs: &[TensorInfo]| match infer(rf, def, attrs, inputs) {
+            Err(IrError::Inference { message, .. }) => message,
+            other => panic!("expected an inference error, got {other:?}"),
+        };
+        assert!(err(4, &ReplicatedAllReduce, group(1, 3), &[x.clone()]).contains("not a replica grouping"));
+        assert!(err(2, &ReplicatedAllReduce, group(1, 4), &[x.clone()]).contains("2 replicas"));
+        assert!(err(4, &ReplicatedAllReduce, Attributes::new(), &[x.clone()]).contains("stride"));
+        let op = |name: &str| group(1, 2).with("op", AttrValue::Str(name.into()));
+        assert!(err(2, &ReplicatedAllReduce, op("sum"), &[x.clone()]).contains("`op` must be one of"));
+        assert!(err(2, &ReplicatedAllReduce, op("local"), &[x.clone()]).contains("reduce-scatter"));
+        assert!(err(2, &ReplicatedAllReduce, op("and"), &[x.clone()]).contains("does not support float32"));
+        let b = TensorInfo::new(DataType::Bool, [4]);
+        assert!(err(2, &ReplicatedReduceScatter, op("add"), &[b.clone()]).contains("bool"));
+        assert!(infer(2, &ReplicatedAllReduce, op("or"), &[b.clone()]).is_ok());
+        let i = TensorInfo::new(DataType::Int32, [4]);
+        assert!(err(2, &ReplicatedAllReduce, op("square_add"), &[i.clone()]).contains("int32"));
+        let ipus = |v: Vec<i64>| Attributes::new().with("ipus", AttrValue::Ints(v));
+        assert!(err(1, &AllReduce, ipus(vec![0]), &[x.clone(), x.clone()]).contains("ipus"));
+        assert!(err(1, &AllReduce, ipus(vec![0, 1]), &[x.clone(), f32(&[5])]).contains("same type and shape"));
+        assert!(err(1, &AllReduce, ipus(vec![]), &[]).contains("at least one input"));
+        assert!(err(1, &AllReduce, ipus(vec![0]).with("identical_inputs", AttrValue::Int(1)), &[x]).contains("bool"));
+    }
+
+    #[test]
+    fn flags_and_grad_rules() {
+        let attrs = Attributes::new();
+        assert_eq!(ReplicatedAllReduce.flags(&attrs), OpFlags::empty());
+        assert!(ReplicatedAllReduceInplace.flags(&attrs).contains(OpFlags::MODIFIES_INPUTS));
+        assert_eq!(ReplicatedAllReduceInplace.aliases(&attrs), vec![(0, 0)]);
+        for def in ALL {
+            assert!(!def.flags(&attrs).contains(OpFlags::SIDE_EFFECT), "{}", def.op_type());
+        }
+    }
+}
