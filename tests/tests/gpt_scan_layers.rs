@@ -141,3 +141,53 @@ fn scanned_layers_train_like_the_unrolled_model_and_jax() {
     let back = scan::unstack(&SHAPE, &scan::stack(&SHAPE, &init).unwrap()).unwrap();
     assert_eq!(back, init);
 }
+
+/// Issue 18: the example's model on 2 data-parallel replicas of 2 sequences
+/// (gradients averaged with `replicated_all_reduce` inside Adam) trains as one
+/// replica of 4 sequences: the same losses (to 1e-5 relative) and weights.
+#[test]
+fn two_replicas_train_like_one_replica_of_the_global_batch() {
+    let (init, batches, _) = fixture();
+    let (one, _) = train(&init, &batches, false);
+    let s = SHAPE;
+    let replicas = 2;
+    let per = Shape { batch: s.batch / replicas, ..s };
+    let ir = Ir::new();
+    ir.set_replication_factor(replicas).unwrap();
+    let (x_in, y_in, loss_out) = {
+        let _g = ir.main_graph().enter();
+        let _sq = popxl::in_sequence(true);
+        let x_in = popxl::h2d_stream([per.batch, per.seq], popxl::int32, "tokens").unwrap();
+        let y_in = popxl::h2d_stream([per.batch, per.seq], popxl::int32, "targets").unwrap();
+        let p: HashMap<String, Tensor> =
+            init.iter().map(|(n, a)| (n.clone(), popxl::variable(a.clone(), n).unwrap())).collect();
+        let graphs = model::trace(&ir, &per).unwrap();
+        let tok = ops::host_load(&x_in, "x").unwrap();
+        let tgt = ops::host_load(&y_in, "y").unwrap();
+        let loss = model::train_step(&graphs, &per, &tok, &tgt, &p, model::Adam { lr: 1e-3, offload: false }).unwrap();
+        let loss_out = popxl::d2h_stream([], popxl::float32, "loss").unwrap();
+        ops::host_store(&loss_out, &loss).unwrap();
+        (x_in, y_in, loss_out)
+    };
+    let mut session = Session::new(ir, "cpu").unwrap();
+    let split = |a: &Array2<i32>| {
+        HostArray::from(a.clone().into_shape_with_order((replicas, per.batch, per.seq)).unwrap().into_dyn())
+    };
+    let mut losses = Vec::new();
+    session
+        .scope(|sess| -> popxl_session::Result<()> {
+            for (x, y) in &batches {
+                let mut inputs = Inputs::new();
+                inputs.insert(x_in.clone(), split(x));
+                inputs.insert(y_in.clone(), split(y));
+                let per_replica = sess.run(&inputs)?[&loss_out].to_f64_vec();
+                assert_eq!(per_replica.len(), replicas);
+                losses.push(per_replica.iter().sum::<f64>() / replicas as f64);
+            }
+            Ok(())
+        })
+        .unwrap();
+    for (step, (a, b)) in losses.iter().zip(&one).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * b.abs(), "step {step}: 2 replicas {a}, 1 replica {b}");
+    }
+}

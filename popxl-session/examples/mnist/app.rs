@@ -222,7 +222,8 @@ fn sgd_update(cfg: &Config, p: &Tensor, full: &Tensor, g: &Tensor) -> popxl::Res
     let g = if p.shape() != full.shape() {
         collectives::replicated_reduce_scatter(g, CollectiveOp::Mean, None, true)?
     } else {
-        collectives::replicated_all_reduce(g, CollectiveOp::Mean, None)?
+        // In place: the gradient is a fresh activation nobody else reads.
+        collectives::replicated_all_reduce_(g, CollectiveOp::Mean, None)?
     };
     ops::scaled_add_(p, &g, 1.0f32, -cfg.lr).map(|_| ())
 }

@@ -278,6 +278,10 @@ pub struct Session {
     executors: Vec<CpuExecutor>,
     /// The replicas' communicator (collectives).
     comm: crate::cpu::replicas::Comm,
+    /// The threads replicas 1.. run on (`None` without replication).
+    gang: Option<crate::cpu::gang::Gang>,
+    /// Each replica's result of the last run (reused).
+    replica_results: Vec<std::result::Result<(), crate::cpu::executor::ExecError>>,
     device: DeviceType,
     options: SessionOptions,
     attached: bool,
@@ -456,6 +460,14 @@ impl Session {
             exe,
             executors,
             comm: crate::cpu::replicas::Comm::new(rf),
+            gang: if rf > 1 {
+                Some(crate::cpu::gang::Gang::new(rf).map_err(|e| SessionError::Internal {
+                    reason: format!("could not start the threads of {rf} replicas: {e}"),
+                })?)
+            } else {
+                None
+            },
+            replica_results: Vec::with_capacity(rf),
             device,
             options,
             attached: false,

@@ -2,8 +2,8 @@
 //! once, and weight programs replica by replica with each replica's share of
 //! the host values.
 //!
-//! Replica 0 runs on the caller's thread and replicas 1.. on scoped threads,
-//! each entered as its replica ([`crate::cpu::replicas::enter`]) so collective
+//! Replica 0 runs on the caller's thread and replicas 1.. on the session's
+//! gang of persistent threads ([`crate::cpu::gang`]), each entered as its replica ([`crate::cpu::replicas::enter`]) so collective
 //! kernels and random ops know it. Each replica's kernels get an equal share
 //! of the worker team's threads (one each when there are at least as many
 //! replicas as cores), so replicas do not oversubscribe the machine.
@@ -13,44 +13,73 @@ use popart_ir::HostTensor;
 use super::{HostVariable, Result, Session, WeightSlot};
 use crate::cpu::executor::{CpuExecutor, EngineProgram, ExecError};
 use crate::cpu::kernel::KernelRunError;
+use crate::cpu::gang::Gang;
 use crate::cpu::replicas::{self, Comm};
 use crate::cpu::team;
 use crate::SessionError;
 
-/// Run `program` on every executor at once, executor `r` as replica `r`.
-/// Returns the first failure that is not a replica abandoning a collective
-/// because another failed.
-pub(super) fn run_all(executors: &mut [CpuExecutor], comm: &mut Comm, program: EngineProgram) -> Result<(), ExecError> {
-    let Some((first, rest)) = executors.split_first_mut() else { return Ok(()) };
-    if rest.is_empty() {
-        return first.run(program);
+/// The executors of a replicated run, shared with the gang's members: member
+/// `i` only touches executor `i` and result `i`.
+struct Shared {
+    executors: *mut CpuExecutor,
+    results: *mut Result<(), ExecError>,
+}
+
+// SAFETY: each member dereferences only its own index of both arrays, which
+// outlive the gang's `run` (the caller waits for every member).
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Executor and result slot `r`.
+    ///
+    /// # Safety
+    /// `r` is in range and no one else uses index `r` meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn get(&self, r: usize) -> (&mut CpuExecutor, &mut Result<(), ExecError>) {
+        // SAFETY: the caller's contract.
+        unsafe { (&mut *self.executors.add(r), &mut *self.results.add(r)) }
     }
+}
+
+/// Run `program` on every executor at once, executor `r` as replica `r` on
+/// member `r` of `gang`. Returns the first failure that is not a replica
+/// abandoning a collective because another failed.
+pub(super) fn run_all(
+    executors: &mut [CpuExecutor],
+    comm: &mut Comm,
+    gang: Option<&mut Gang>,
+    results: &mut Vec<Result<(), ExecError>>,
+    program: EngineProgram,
+) -> Result<(), ExecError> {
+    let n = executors.len();
+    let gang = match gang {
+        Some(g) if n > 1 && g.len() == n => g,
+        _ => {
+            return match executors {
+                [only] => only.run(program),
+                _ => Err(ExecError::UnboundStream { stream: u32::MAX }),
+            }
+        }
+    };
     comm.reset();
-    let n = rest.len() + 1;
+    results.clear();
+    results.resize_with(n, || Ok(()));
     let threads = (team::num_threads() / n).max(1);
     let comm: &Comm = comm;
-    let one = move |r: usize, e: &mut CpuExecutor| {
-        let out = replicas::enter(r, comm, || team::with_max_threads(threads, || e.run(program)));
+    let shared = Shared { executors: executors.as_mut_ptr(), results: results.as_mut_ptr() };
+    gang.run(&|r: usize| {
+        // SAFETY: `r < n` (one task per member) and only this task touches index `r`.
+        let (e, out) = unsafe { shared.get(r) };
+        *out = replicas::enter(r, comm, || team::with_max_threads(threads, || e.run(program)));
         if out.is_err() {
             comm.abort();
         }
-        out
-    };
-    let results: Vec<Result<(), ExecError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = rest.iter_mut().enumerate().map(|(i, e)| s.spawn(move || one(i + 1, e))).collect();
-        let mut results = vec![one(0, first)];
-        for h in handles {
-            // A panicking kernel is a bug: re-raise it on the caller.
-            results.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-        results
     });
     let aborted = |e: &ExecError| matches!(e, ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. });
-    let mut errors = results.into_iter().filter_map(Result::err);
-    let first_err = errors.next();
-    match first_err {
-        Some(e) if aborted(&e) => Err(errors.find(|e| !aborted(e)).unwrap_or(e)),
-        Some(e) => Err(e),
+    let first = results.iter().position(|r| r.as_ref().is_err_and(|e| !aborted(e)));
+    let first = first.or_else(|| results.iter().position(Result::is_err));
+    match first {
+        Some(i) => std::mem::replace(&mut results[i], Ok(())),
         None => Ok(()),
     }
 }

@@ -172,7 +172,13 @@ impl Session {
                 }
             }
         }
-        let ran = super::replicated::run_all(&mut self.executors, &mut self.comm, EngineProgram::Main);
+        let ran = super::replicated::run_all(
+            &mut self.executors,
+            &mut self.comm,
+            self.gang.as_mut(),
+            &mut self.replica_results,
+            EngineProgram::Main,
+        );
         unbind(self);
         if let Err(e) = ran {
             // Restore the variables (and constants) as they were before the run.
