@@ -134,3 +134,62 @@ fn sharded_variables_scatter_and_gather_their_shards() {
     assert_eq!(out[&y].to_f64_vec(), [1.0, 2.0, 3.0, 0.0]);
     assert_eq!(session.get_tensor_data(&full).unwrap().to_f64_vec(), [2.0, 4.0, 6.0]);
 }
+
+#[test]
+fn remote_sharded_variables_live_as_shards_in_each_replicas_streaming_memory() {
+    let ir = Ir::new();
+    ir.set_replication_factor(2).unwrap();
+    let (w, y) = ir
+        .main_graph()
+        .with(|| {
+            let buf = popxl::replica_sharded_buffer(&[5], popxl::float32, None, None, 1)?;
+            assert_eq!(buf.tensor_shape(), &[3]);
+            let data = vec![1.0f32, 2.0, 3.0, 4.0, 5.0];
+            let w = popxl::remote_replica_sharded_variable(data, &buf, 0, "w", None, RetrievalMode::OnePerGroup)?;
+            let y = popxl::d2h_stream([3], popxl::float32, "y")?;
+            let _s = popxl::in_sequence(true);
+            let shard = ops::remote_load(&buf, 0, "shard")?;
+            ops::host_store(&y, &shard)?;
+            let doubled = &shard + &shard;
+            ops::remote_store(&buf, 0, &doubled)?;
+            Ok::<_, popxl::PopXlError>((w, y))
+        })
+        .unwrap();
+    assert_eq!(w.shape_on_host().unwrap(), vec![5]);
+    for device in ["cpu", "ipu_model"] {
+        let mut session = Session::new(ir.clone(), device).unwrap();
+        let out = session.scope(|s| s.run(&Default::default())).unwrap();
+        assert_eq!(out[&y].to_f64_vec(), [1.0, 2.0, 3.0, 4.0, 5.0, 0.0], "{device}");
+        assert_eq!(session.get_tensor_data(&w).unwrap().to_f64_vec(), [2.0, 4.0, 6.0, 8.0, 10.0], "{device}");
+    }
+}
+
+#[test]
+fn groupings_and_sharding_mistakes_are_typed_errors() {
+    let ir = Ir::new();
+    ir.set_replication_factor(4).unwrap();
+    assert!(matches!(ir.replica_grouping(3, None), Err(popxl::PopXlError::ReplicaGrouping(_))));
+    assert!(ir.replica_grouping_from_assignments(&[0, 1, 1]).is_err());
+    let other = Ir::new();
+    other.set_replication_factor(2).unwrap();
+    let rg2 = other.replica_grouping(1, Some(1)).unwrap();
+    let rg = ir.replica_grouping(1, Some(2)).unwrap();
+    let _g = ir.main_graph().enter();
+    // A grouping of another replication factor, data without the group dim, a bad shard count.
+    assert!(matches!(
+        popxl::variable_grouped(ndarray::Array2::<f32>::zeros((2, 3)), "a", &rg2, RetrievalMode::OnePerGroup),
+        Err(popxl::PopXlError::ReplicaGrouping(popxl::ReplicaGroupingError::WrongReplicationFactor { .. }))
+    ));
+    assert!(matches!(
+        popxl::variable_grouped(vec![1.0f32, 2.0, 3.0], "b", &rg, RetrievalMode::OnePerGroup),
+        Err(popxl::PopXlError::InvalidArgument(m)) if m.contains("leading dim of 2")
+    ));
+    assert!(
+        popxl::replica_sharded_variable(vec![1.0f32; 4], "c", Some(&rg), Some(3), RetrievalMode::OnePerGroup).is_err()
+    );
+    let single = Ir::new();
+    let _s = single.main_graph().enter();
+    let buf = popxl::remote_buffer([2], popxl::float32, 1).unwrap();
+    assert!(popxl::remote_replica_sharded_variable(vec![1.0f32; 4], &buf, 0, "d", None, RetrievalMode::OnePerGroup)
+        .is_err());
+}

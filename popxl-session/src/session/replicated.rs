@@ -12,8 +12,8 @@ use popart_ir::HostTensor;
 
 use super::{HostVariable, Result, Session, WeightSlot};
 use crate::cpu::executor::{CpuExecutor, EngineProgram, ExecError};
-use crate::cpu::kernel::KernelRunError;
 use crate::cpu::gang::Gang;
+use crate::cpu::kernel::KernelRunError;
 use crate::cpu::replicas::{self, Comm};
 use crate::cpu::team;
 use crate::SessionError;
