@@ -10,7 +10,7 @@
 //! ([`crate::prepare::prepare`]) runs [`Pipeline::default_for`] its options:
 //!
 //! ```text
-//! verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final
+//! verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final
 //! ```
 //!
 //! Users start from that pipeline and insert their own passes, by position
@@ -36,7 +36,7 @@
 //! }
 //!
 //! let pipeline = Pipeline::default_for(PrepareOptions::default()).with_pattern(CountOps);
-//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, count-ops, verify-final");
+//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, count-ops, verify-final");
 //! let report = pipeline.run(&mut Ir::new()).unwrap();
 //! assert_eq!(report.pass("count-ops").unwrap().notes, vec!["0 ops".to_string()]);
 //! ```
@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use popart_ir::{Ir, IrError, Result};
 
 use crate::inline::InlineCalls;
-use crate::patterns::{FuseMaskedSoftmax, FuseMatMulBias, FuseWeightUpdates};
+use crate::patterns::{FuseAllReduceUpdate, FuseMaskedSoftmax, FuseMatMulBias, FuseWeightUpdates};
 use crate::prepare::{PrepareOptions, PrepareReport};
 use crate::prune::{Prune, PruneReport};
 use crate::views::{InplaceAmbiguityCheck, MaterializeViews};
@@ -250,7 +250,11 @@ impl Pipeline {
         }
         p = p.with_pass(Prune).with_pass(MaterializeViews);
         if options.patterns {
-            p = p.with_pattern(FuseWeightUpdates).with_pattern(FuseMaskedSoftmax).with_pattern(FuseMatMulBias);
+            p = p
+                .with_pattern(FuseWeightUpdates)
+                .with_pattern(FuseAllReduceUpdate)
+                .with_pattern(FuseMaskedSoftmax)
+                .with_pattern(FuseMatMulBias);
         }
         if options.inline_calls {
             p = p.with_pass(InlineCalls);
@@ -430,7 +434,7 @@ mod tests {
         );
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
         );
         assert_eq!(
             format!("{p:?}"),
@@ -443,7 +447,7 @@ mod tests {
         assert!(Pipeline::new().is_empty());
         assert_eq!(
             Pipeline::default().to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
         );
     }
 
@@ -493,7 +497,7 @@ mod tests {
             Pipeline::default_for(PrepareOptions::default()).insert_after(Pipeline::PRUNE, Arc::clone(&tag)).unwrap();
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
         );
         let mut ir = small_ir();
         let report = p.run(&mut ir).unwrap();
@@ -520,7 +524,7 @@ mod tests {
         let p2 = p.clone().with_pattern(Box::new(Verify::named("verify-patterns")) as Box<dyn Pass>);
         assert_eq!(
             p2.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-patterns, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-patterns, verify-final"
         );
         p2.run(&mut small_ir()).unwrap();
         assert_eq!(tag.runs.load(Ordering::Relaxed), 2);
@@ -597,7 +601,7 @@ mod tests {
         let p = Pipeline::default_for(PrepareOptions::default()).with_pattern(BreakIr);
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, break-ir, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, break-ir, verify-final"
         );
         let err = p.run(&mut small_ir()).unwrap_err();
         assert!(matches!(&err, IrError::Inference { op, .. } if op == "relu"), "{err:?}");

@@ -193,3 +193,44 @@ fn groupings_and_sharding_mistakes_are_typed_errors() {
     assert!(popxl::remote_replica_sharded_variable(vec![1.0f32; 4], &buf, 0, "d", None, RetrievalMode::OnePerGroup)
         .is_err());
 }
+
+#[test]
+fn gradient_all_reduce_and_sgd_update_fuse_into_one_collective() {
+    use popxl::ops::collectives::{replicated_all_reduce, CollectiveOp};
+    let build = || {
+        let ir = Ir::new();
+        ir.set_replication_factor(2).unwrap();
+        let (x, w) = ir
+            .main_graph()
+            .with(|| {
+                let x = popxl::h2d_stream([3], popxl::float32, "g")?;
+                let w = popxl::variable(vec![1.0f32, 2.0, 3.0], "w")?;
+                let _s = popxl::in_sequence(true);
+                let g = ops::host_load(&x, "g")?;
+                let r = replicated_all_reduce(&g, CollectiveOp::Mean, None)?;
+                ops::scaled_add_(&w, &r, 1.0, -0.5)?;
+                Ok::<_, popxl::PopXlError>((x, w))
+            })
+            .unwrap();
+        (ir, x, w)
+    };
+    let grads = HostArray::from(ndarray::array![[1.0f32, 2.0, 3.0], [3.0, 4.0, 7.0]]);
+    let mut results = Vec::new();
+    for patterns in [true, false] {
+        let (ir, x, w) = build();
+        let options = popxl_session::SessionOptions { patterns, ..Default::default() };
+        let mut session = Session::with_options(ir, "cpu", options).unwrap();
+        let fused = session
+            .prepared_ir()
+            .graphs()
+            .flat_map(|g| g.ops().map(|o| o.op_type()))
+            .filter(|t| *t == "ReplicatedAllReduceScaledAddInplace")
+            .count();
+        assert_eq!(fused, usize::from(patterns));
+        session.scope(|s| s.run(&[(x.clone(), grads.clone())].into())).unwrap();
+        results.push(session.get_tensor_data(&w).unwrap().to_f64_vec());
+    }
+    // w - 0.5 * mean(g): [1 - 1, 2 - 1.5, 3 - 2.5].
+    assert_eq!(results[0], [0.0, 0.5, 0.5]);
+    assert_eq!(results[0], results[1]);
+}

@@ -53,6 +53,13 @@ op_types!(
     /// [`ReplicatedAllReduce`], writing the result into `x` (PopXL
     /// `replicated_all_reduce_`).
     ReplicatedAllReduceInplace,
+    /// `ReplicatedAllReduceScaledAddInplace{op, stride, group_size, b}(w, g) -> w`:
+    /// `w += b * reduce(g)`, the reduction (`op`: add or mean) over the group
+    /// as [`ReplicatedAllReduce`]. Created by the `fuse-all-reduce-update`
+    /// pattern from a `ReplicatedAllReduce(Inplace)` whose only reader is a
+    /// `ScaledAddInplace{a: 1, b}` (data-parallel SGD): the reduced gradient is
+    /// never stored and the update needs no separate pass.
+    ReplicatedAllReduceScaledAddInplace,
     /// `ReplicatedAllGather{stride, group_size[, shape]}(x[, like]) -> y`: the
     /// concatenation of the flattened inputs of the group's members, in member
     /// order (PopXL `replicated_all_gather`). The output has `like`'s shape when
@@ -271,6 +278,36 @@ impl OpDef for ReplicatedAllReduceInplace {
     }
 }
 
+impl OpDef for ReplicatedAllReduceScaledAddInplace {
+    fn op_type(&self) -> &'static str {
+        "ReplicatedAllReduceScaledAddInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (w, g) = (ctx.input(0)?, ctx.input(1)?);
+        grouping_of(ctx)?;
+        let op = operator_of(ctx, g.dtype, false)?;
+        if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
+            return Err(ctx.error(format!("`op` must be add or mean, got {op}")));
+        }
+        if w != g || !w.dtype.is_floating_point() {
+            return Err(ctx.error(format!("the weight {w} and the gradient {g} must be the same float type")));
+        }
+        if ctx.attrs.float("b").is_none() {
+            return Err(ctx.error("missing the float attribute `b`"));
+        }
+        Ok(vec![w.clone()])
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![0]
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(0, 0)]
+    }
+}
+
 /// The grouping attributes of `op`, copied for its gradient op.
 fn copy_grouping(op: &Op) -> Attributes {
     let mut attrs = Attributes::new();
@@ -406,8 +443,14 @@ impl OpDef for AllReduce {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] =
-    &[&ReplicatedAllReduce, &ReplicatedAllReduceInplace, &ReplicatedAllGather, &ReplicatedReduceScatter, &AllReduce];
+pub(crate) const ALL: &[&dyn OpDef] = &[
+    &ReplicatedAllReduce,
+    &ReplicatedAllReduceInplace,
+    &ReplicatedAllReduceScaledAddInplace,
+    &ReplicatedAllGather,
+    &ReplicatedReduceScatter,
+    &AllReduce,
+];
 
 #[cfg(test)]
 mod tests {

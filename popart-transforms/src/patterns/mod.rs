@@ -10,10 +10,12 @@
 //! | [`fuse_masked_softmax`] | `Softmax(Where(mask, Mul(x, scale), fill))` over the last axis becomes one `MaskedSoftmax{scale, fill}(x, mask)` |
 //! | [`fuse_matmul_bias`] | `Add(MatMul(a, b), c)` with `c` a row vector becomes `MatMulAdd(a, b, c)` (the GEMM accumulates onto the bias) |
 
+pub mod fuse_all_reduce_update;
 pub mod fuse_masked_softmax;
 pub mod fuse_matmul_bias;
 pub mod fuse_weight_update;
 
+pub use fuse_all_reduce_update::FuseAllReduceUpdate;
 pub use fuse_masked_softmax::FuseMaskedSoftmax;
 pub use fuse_matmul_bias::FuseMatMulBias;
 pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};

@@ -438,6 +438,18 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     })?;
     report.train_wall = train_start.elapsed();
     report.kernel_profile = session.kernel_profile();
+    if cfg.profile && cfg.replicas > 1 {
+        let last = session.replica_kernel_profile(cfg.replicas - 1);
+        let total: f64 = last.iter().map(|k| k.total.as_secs_f64()).sum();
+        eprintln!(
+            "replica {} kernels: {:.1} us per run",
+            cfg.replicas - 1,
+            total * 1e6 / report.run_times.len().max(1) as f64
+        );
+        for k in last.iter().take(6) {
+            eprintln!("  {:>8.1} us  {}", k.total.as_secs_f64() * 1e6 / report.run_times.len().max(1) as f64, k.name);
+        }
+    }
     bar.finish_and_clear();
     let data = session.get_tensors_data(program.variables.iter())?;
     report.params = program.variables.iter().map(|v| v.name().to_string()).zip(data).collect();

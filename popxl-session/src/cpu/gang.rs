@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long an idle member spins before parking.
-pub const SPIN: Duration = Duration::from_millis(1);
+pub const SPIN: Duration = Duration::from_millis(10);
 
 type Task = *const (dyn Fn(usize) + Sync);
 

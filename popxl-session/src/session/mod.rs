@@ -579,6 +579,11 @@ impl Session {
         self.executors[0].kernel_profile()
     }
 
+    /// [`Session::kernel_profile`] of replica `replica` (empty when out of range).
+    pub fn replica_kernel_profile(&self, replica: usize) -> Vec<crate::cpu::executor::KernelTime> {
+        self.executors.get(replica).map(CpuExecutor::kernel_profile).unwrap_or_default()
+    }
+
     /// True when the host copies of the variables are known to match the device.
     pub fn host_weights_in_sync(&self) -> bool {
         self.host_weights_in_sync

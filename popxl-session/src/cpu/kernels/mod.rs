@@ -65,6 +65,7 @@ mod accumulate;
 mod binary;
 mod broadcast;
 mod collectives;
+mod collectives_update;
 mod conv;
 mod conv_batched;
 mod conv_direct;
@@ -144,6 +145,7 @@ fn registry() -> &'static Registry {
             resize::KERNELS,
             roi_align::KERNELS,
             collectives::KERNELS,
+            collectives_update::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)
