@@ -15,6 +15,9 @@
 //! Sessions with more than one replica need replicated execution; those tests
 //! are ignored until it lands. The single-replica versions run now.
 
+// Replicas are indexed by number throughout, as the groupings number them.
+#![allow(clippy::needless_range_loop)]
+
 use std::collections::HashMap;
 
 use ndarray::{ArrayD, IxDyn};
@@ -219,7 +222,7 @@ fn check_all_gather(rf: usize) {
                 coll::replicated_all_gather(&t[0], axis, Some(&group), mode)
             });
             let (x, gy) = (xs(rf, a * b), gys(rf, g * a * b));
-            let run = p.run(&[x.clone()], Some(&gy));
+            let run = p.run(std::slice::from_ref(&x), Some(&gy));
             let ax = if mode == AllGatherShape::Concat && axis != 0 { 1 } else { 0 };
             for r in 0..rf {
                 let members = rg.members(rg.group_at(r));
@@ -259,7 +262,7 @@ fn check_sharding(rf: usize) {
         let mut p =
             Program::new(ir, &[&shape], DataType::Float32, true, &|t| coll::replica_sharded_slice(&t[0], Some(&group)));
         let (x, gy) = (xs(rf, n), gys(rf, c));
-        let run = p.run(&[x.clone()], Some(&gy));
+        let run = p.run(std::slice::from_ref(&x), Some(&gy));
         for r in 0..rf {
             let members = rg.members(rg.group_at(r));
             assert_eq!(run.y[r], shard(&x[r], g, rg.index_in_group(r)), "rf {rf} {rg} replica {r}");
@@ -276,7 +279,7 @@ fn check_sharding(rf: usize) {
             coll::replicated_all_gather(&s, 0, Some(&group), AllGatherShape::Auto)
         });
         let gy = gys(rf, n);
-        let run = p.run(&[x.clone()], Some(&gy));
+        let run = p.run(std::slice::from_ref(&x), Some(&gy));
         for r in 0..rf {
             let members = rg.members(rg.group_at(r));
             let want: Vec<f64> = members.iter().enumerate().flat_map(|(i, &m)| shard(&x[m], g, i)).take(n).collect();
@@ -301,7 +304,7 @@ fn check_replicated_slice(rf: usize) {
             let ax = usize::from(axis != 0);
             let k = 8 / g;
             let (x, gy) = (xs(rf, 16), gys(rf, 16 / g));
-            let run = p.run(&[x.clone()], Some(&gy));
+            let run = p.run(std::slice::from_ref(&x), Some(&gy));
             for r in 0..rf {
                 let j = rg.index_in_group(r);
                 let want: Vec<f64> = if ax == 0 {
@@ -326,9 +329,9 @@ fn reduce(op: CollectiveOp, dtype: DataType, vals: &[f64]) -> f64 {
         DataType::Bool => {
             let b = vals.iter().map(|&v| v != 0.0);
             f64::from(u8::from(if op == CollectiveOp::And {
-                b.fold(true, |a, x| a && x)
+                b.reduce(|a, x| a && x).unwrap_or(true)
             } else {
-                b.fold(false, |a, x| a || x)
+                b.reduce(|a, x| a || x).unwrap_or(false)
             }))
         }
         DataType::Int32 => {
@@ -392,7 +395,7 @@ fn check_reductions(rf: usize) {
                         coll::replicated_all_reduce(&t[0], op, Some(&group))
                     }
                 });
-                let run = p.run(&[x.clone()], None);
+                let run = p.run(std::slice::from_ref(&x), None);
                 for r in 0..rf {
                     let members = rg.members(rg.group_at(r));
                     let want: Vec<f64> =
@@ -406,7 +409,7 @@ fn check_reductions(rf: usize) {
             let mut p = Program::new(ir, &[&[n]], dt, false, &|t| {
                 coll::replicated_reduce_scatter(&t[0], op, Some(&group), false)
             });
-            let run = p.run(&[x.clone()], None);
+            let run = p.run(std::slice::from_ref(&x), None);
             for r in 0..rf {
                 let members = rg.members(rg.group_at(r));
                 let full: Vec<f64> =

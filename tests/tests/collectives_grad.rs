@@ -8,6 +8,9 @@ use popart_ir::AttrValue;
 use popxl::ops::collectives::{self as coll, AllGatherShape, CollectiveOp};
 use popxl::{transforms, Graph, Ir, PopXlError, ReplicaGroupingError, Tensor};
 
+/// A function of one tensor, boxed to put several in a table.
+type Unary<'a> = Box<dyn Fn(&Tensor) -> popxl::Result<Tensor> + 'a>;
+
 fn ir_with(rf: usize) -> Ir {
     let ir = Ir::new();
     ir.set_replication_factor(rf).unwrap();
@@ -61,7 +64,7 @@ fn all_gather_gradient_is_a_local_reduce_scatter_over_the_same_group() {
 fn sharded_and_replicated_slices_have_all_gather_gradients() {
     let ir = ir_with(4);
     let rg = ir.replica_grouping(1, Some(4)).unwrap();
-    let slicers: [(&str, Box<dyn Fn(&Tensor) -> popxl::Result<Tensor>>); 2] = [
+    let slicers: [(&str, Unary<'_>); 2] = [
         ("replica_sharded_slice", Box::new(|x| coll::replica_sharded_slice(x, Some(&rg)))),
         ("replicated_slice", Box::new(|x| coll::replicated_slice(x, 1, Some(&rg)))),
     ];
@@ -118,7 +121,7 @@ fn all_reduce_gradient_swaps_the_identical_flags() {
 #[test]
 fn collectives_without_a_popart_gradient_are_autodiff_errors() {
     let ir = ir_with(2);
-    let cases: [(&str, Box<dyn Fn(&Tensor) -> popxl::Result<Tensor>>); 3] = [
+    let cases: [(&str, Unary<'static>); 3] = [
         ("replicated_all_reduce", Box::new(|x| coll::replicated_all_reduce(x, CollectiveOp::Add, None))),
         ("replicated_reduce_scatter", Box::new(|x| coll::replicated_reduce_scatter(x, CollectiveOp::Add, None, false))),
         ("all_reduce(mean)", Box::new(|x| Ok(coll::all_reduce(&[x], Some(&[0]), CollectiveOp::Mean)?.remove(0)))),
