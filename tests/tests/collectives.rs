@@ -12,8 +12,7 @@
 //!   group, i.e. the derivative of the group's summed losses with respect to an
 //!   input shared by the replicas ([`Perturb::Shared`]).
 //!
-//! Sessions with more than one replica need replicated execution; those tests
-//! are ignored until it lands. The single-replica versions run now.
+//! Each check runs with 1 replica and with 2, 4 and 8.
 
 // Replicas are indexed by number throughout, as the groupings number them.
 #![allow(clippy::needless_range_loop)]
@@ -430,7 +429,6 @@ fn all_gather_single_replica() {
 }
 
 #[test]
-#[ignore = "needs replicated execution"]
 fn all_gather_replicated() {
     for rf in [2, 4, 8] {
         check_all_gather(rf);
@@ -443,7 +441,6 @@ fn sharded_slice_and_meta_shape_gather_single_replica() {
 }
 
 #[test]
-#[ignore = "needs replicated execution"]
 fn sharded_slice_and_meta_shape_gather_replicated() {
     for rf in [2, 4, 8] {
         check_sharding(rf);
@@ -456,7 +453,6 @@ fn replicated_slice_single_replica() {
 }
 
 #[test]
-#[ignore = "needs replicated execution"]
 fn replicated_slice_replicated() {
     for rf in [2, 4, 8] {
         check_replicated_slice(rf);
@@ -469,7 +465,6 @@ fn all_reduce_and_reduce_scatter_every_op_single_replica() {
 }
 
 #[test]
-#[ignore = "needs replicated execution"]
 fn all_reduce_and_reduce_scatter_every_op_replicated() {
     for rf in [2, 4, 8] {
         check_reductions(rf);
