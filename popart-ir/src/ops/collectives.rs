@@ -485,11 +485,11 @@ mod tests {
     #[test]
     fn shapes_follow_popart() {
         let x = f32(&[3, 5]);
-        assert_eq!(infer(4, &ReplicatedAllReduce, group(1, 4), &[x.clone()]).unwrap(), vec![x.clone()]);
-        assert_eq!(infer(4, &ReplicatedAllGather, group(1, 4), &[x.clone()]).unwrap(), vec![f32(&[60])]);
-        assert_eq!(infer(4, &ReplicatedAllGather, group(2, 2), &[x.clone()]).unwrap(), vec![f32(&[30])]);
+        assert_eq!(infer(4, &ReplicatedAllReduce, group(1, 4), std::slice::from_ref(&x)).unwrap(), vec![x.clone()]);
+        assert_eq!(infer(4, &ReplicatedAllGather, group(1, 4), std::slice::from_ref(&x)).unwrap(), vec![f32(&[60])]);
+        assert_eq!(infer(4, &ReplicatedAllGather, group(2, 2), std::slice::from_ref(&x)).unwrap(), vec![f32(&[30])]);
         // 15 elements over 4 replicas: shards of 4 (one padding element).
-        assert_eq!(infer(4, &ReplicatedReduceScatter, group(1, 4), &[x.clone()]).unwrap(), vec![f32(&[4])]);
+        assert_eq!(infer(4, &ReplicatedReduceScatter, group(1, 4), std::slice::from_ref(&x)).unwrap(), vec![f32(&[4])]);
         // Gathering shards of 4 into the 15-element meta shape drops the padding.
         let meta = group(1, 4).with("shape", AttrValue::Ints(vec![3, 5]));
         assert_eq!(infer(4, &ReplicatedAllGather, meta, &[f32(&[4])]).unwrap(), vec![x.clone()]);
@@ -512,18 +512,18 @@ mod tests {
             Err(IrError::Inference { message, .. }) => message,
             other => panic!("expected an inference error, got {other:?}"),
         };
-        assert!(err(4, &ReplicatedAllReduce, group(1, 3), &[x.clone()]).contains("not a replica grouping"));
-        assert!(err(2, &ReplicatedAllReduce, group(1, 4), &[x.clone()]).contains("2 replicas"));
-        assert!(err(4, &ReplicatedAllReduce, Attributes::new(), &[x.clone()]).contains("stride"));
+        assert!(err(4, &ReplicatedAllReduce, group(1, 3), std::slice::from_ref(&x)).contains("not a replica grouping"));
+        assert!(err(2, &ReplicatedAllReduce, group(1, 4), std::slice::from_ref(&x)).contains("2 replicas"));
+        assert!(err(4, &ReplicatedAllReduce, Attributes::new(), std::slice::from_ref(&x)).contains("stride"));
         let op = |name: &str| group(1, 2).with("op", AttrValue::Str(name.into()));
-        assert!(err(2, &ReplicatedAllReduce, op("sum"), &[x.clone()]).contains("`op` must be one of"));
-        assert!(err(2, &ReplicatedAllReduce, op("local"), &[x.clone()]).contains("reduce-scatter"));
-        assert!(err(2, &ReplicatedAllReduce, op("and"), &[x.clone()]).contains("does not support float32"));
+        assert!(err(2, &ReplicatedAllReduce, op("sum"), std::slice::from_ref(&x)).contains("`op` must be one of"));
+        assert!(err(2, &ReplicatedAllReduce, op("local"), std::slice::from_ref(&x)).contains("reduce-scatter"));
+        assert!(err(2, &ReplicatedAllReduce, op("and"), std::slice::from_ref(&x)).contains("does not support float32"));
         let b = TensorInfo::new(DataType::Bool, [4]);
-        assert!(err(2, &ReplicatedReduceScatter, op("add"), &[b.clone()]).contains("bool"));
-        assert!(infer(2, &ReplicatedAllReduce, op("or"), &[b.clone()]).is_ok());
+        assert!(err(2, &ReplicatedReduceScatter, op("add"), std::slice::from_ref(&b)).contains("bool"));
+        assert!(infer(2, &ReplicatedAllReduce, op("or"), std::slice::from_ref(&b)).is_ok());
         let i = TensorInfo::new(DataType::Int32, [4]);
-        assert!(err(2, &ReplicatedAllReduce, op("square_add"), &[i.clone()]).contains("int32"));
+        assert!(err(2, &ReplicatedAllReduce, op("square_add"), std::slice::from_ref(&i)).contains("int32"));
         let ipus = |v: Vec<i64>| Attributes::new().with("ipus", AttrValue::Ints(v));
         assert!(err(1, &AllReduce, ipus(vec![0]), &[x.clone(), x.clone()]).contains("ipus"));
         assert!(err(1, &AllReduce, ipus(vec![0, 1]), &[x.clone(), f32(&[5])]).contains("same type and shape"));

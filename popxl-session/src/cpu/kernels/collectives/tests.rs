@@ -200,8 +200,8 @@ fn reference(op: Op, dtype: DataType, vals: &[f64]) -> f64 {
         DataType::Bool => {
             let v = vals.iter().map(|&x| x != 0.0);
             let r = match op {
-                Op::LogicalAnd => v.fold(true, |a, x| a && x),
-                Op::LogicalOr => v.fold(false, |a, x| a || x),
+                Op::LogicalAnd => v.reduce(|a, x| a && x).unwrap_or(true),
+                Op::LogicalOr => v.reduce(|a, x| a || x).unwrap_or(false),
                 _ => unreachable!(),
             };
             f64::from(u8::from(r))
@@ -226,7 +226,7 @@ fn op_dtypes() -> Vec<(Op, DataType)> {
 /// Per-replica data of `n` elements: small values so products of 8 stay exact.
 fn data(rng: &mut Rng, dtype: DataType, n: usize) -> Vec<f64> {
     match dtype {
-        DataType::Bool => (0..n).map(|_| f64::from(u8::from(rng.next_u64() % 4 != 0))).collect(),
+        DataType::Bool => (0..n).map(|_| f64::from(u8::from(!rng.next_u64().is_multiple_of(4)))).collect(),
         DataType::Int32 => rng.vec(n, -5.0, 5.0).into_iter().map(f64::round).collect(),
         DataType::Uint32 => rng.vec(n, 0.0, 5.0).into_iter().map(f64::floor).collect(),
         DataType::Float16 => rng.vec(n, -2.0, 2.0).into_iter().map(|x| f16::from_f64(x).to_f64()).collect(),
@@ -396,7 +396,7 @@ fn multi_ipu_all_reduce_reduces_its_inputs() {
             let a = Attributes::new()
                 .with("op", AttrValue::Str(op.name().into()))
                 .with("ipus", AttrValue::Ints((0..k as i64).collect()));
-            let outs = run(1, &ir::AllReduce, &a, &[inputs.clone()]);
+            let outs = run(1, &ir::AllReduce, &a, std::slice::from_ref(&inputs));
             let want: Vec<f64> =
                 (0..6).map(|e| reference(op, dt, &vals.iter().map(|v| v[e]).collect::<Vec<_>>())).collect();
             assert_eq!(outs[0].len(), k);
@@ -404,7 +404,7 @@ fn multi_ipu_all_reduce_reduces_its_inputs() {
                 assert_eq!(out.to_f64_vec(), want, "{op} {dt} k {k}");
             }
             let identity = a.clone().with("identical_inputs", AttrValue::Bool(true));
-            let outs = run(1, &ir::AllReduce, &identity, &[inputs.clone()]);
+            let outs = run(1, &ir::AllReduce, &identity, std::slice::from_ref(&inputs));
             assert_eq!(outs[0], inputs);
         }
     }
@@ -427,7 +427,8 @@ fn without_a_replica_context_a_group_is_its_replica_alone() {
 fn unsupported_specs_are_build_errors() {
     let f = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
     let b = TensorInfo::new(DataType::Bool, [4]);
-    let cases: Vec<(&'static dyn OpDef, Attributes, Vec<TensorInfo>, Vec<TensorInfo>)> = vec![
+    type Case = (&'static dyn OpDef, Attributes, Vec<TensorInfo>, Vec<TensorInfo>);
+    let cases: Vec<Case> = vec![
         (&ir::ReplicatedAllReduce, attrs(Op::Add, 1, 2), vec![b.clone()], vec![b.clone()]),
         (&ir::ReplicatedAllReduce, attrs(Op::Add, 1, 2), vec![f(&[4])], vec![f(&[5])]),
         (&ir::ReplicatedAllReduce, Attributes::new(), vec![f(&[4])], vec![f(&[4])]),
