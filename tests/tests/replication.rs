@@ -43,13 +43,9 @@ fn each_replica_reads_and_writes_its_slice_of_the_host_arrays() {
             // (0, r); later elements are left for later loads (none here).
             let mut expected = vec![0.0; n];
             for r in 0..rf {
-                let mut wr = [1.0, 2.0, 3.0];
-                for k in 0..1 {
-                    for j in 0..3 {
-                        let e = (k * rf + r) * 3 + j;
-                        expected[e] = data[e] as f64 + wr[j];
-                        wr[j] += data[e] as f64;
-                    }
+                for (j, w) in [1.0, 2.0, 3.0].into_iter().enumerate() {
+                    let e = r * 3 + j;
+                    expected[e] = data[e] as f64 + w;
                 }
             }
             assert_eq!(got, expected, "{device} rf {rf} nht {nht}");

@@ -155,7 +155,7 @@ pub struct TrainProgram {
 /// are loop-carried and copied back into the variables afterwards), so one `run`
 /// trains on `host_transfers` batches.
 pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
-    if cfg.replicas == 0 || cfg.batch % cfg.replicas != 0 {
+    if cfg.replicas == 0 || !cfg.batch.is_multiple_of(cfg.replicas) {
         return Err(format!("--batch ({}) must be a multiple of --replicas ({})", cfg.batch, cfg.replicas).into());
     }
     let ir = Ir::new();

@@ -81,7 +81,7 @@ fn parse_args() -> AppResult<(Config, Extra)> {
     if cfg.batch == 0 || cfg.test_batch == 0 || cfg.host_transfers == 0 || cfg.replicas == 0 {
         return Err("--batch, --test-batch, --host-transfers and --replicas must be positive".into());
     }
-    if cfg.batch % cfg.replicas != 0 {
+    if !cfg.batch.is_multiple_of(cfg.replicas) {
         return Err(format!("--batch ({}) must be a multiple of --replicas ({})", cfg.batch, cfg.replicas).into());
     }
     Ok((cfg, extra))

@@ -90,9 +90,9 @@ impl Gang {
     pub fn run(&mut self, task: &(dyn Fn(usize) + Sync)) {
         self.epoch += 1;
         let epoch = self.epoch;
-        // SAFETY (lifetime erasure): every member finishes with the task before
-        // this function returns (we wait for `done == epoch` below, even when
-        // task 0 panics), so the pointer never outlives `task`.
+        // SAFETY: lifetime erasure only; every member finishes with the task
+        // before this function returns (we wait for `done == epoch` below, even
+        // when task 0 panics), so the pointer never outlives `task`.
         let ptr: Task = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Task>(task) };
         for s in &self.slots {
             // SAFETY: the member is idle (its previous task was waited for).
@@ -148,6 +148,7 @@ fn member(s: &Slot, index: usize) {
         // SAFETY: published before `start` was bumped; the caller keeps the
         // task alive until `done` reaches `seen`.
         if let Some(task) = unsafe { *s.task.get() } {
+            // SAFETY: the task is alive until `done` reaches `seen` (the caller waits for it).
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*task)(index) }));
             if r.is_err() {
                 s.panicked.store(true, SeqCst);
