@@ -427,6 +427,7 @@ mod tests {
                 "prune",
                 "materialize-views",
                 "fuse-weight-update",
+                "fuse-all-reduce-update",
                 "fuse-masked-softmax",
                 "fuse-matmul-bias",
                 "verify-final"
@@ -438,7 +439,7 @@ mod tests {
         );
         assert_eq!(
             format!("{p:?}"),
-            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "fuse-masked-softmax", "fuse-matmul-bias", "verify-final"]"#
+            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "fuse-all-reduce-update", "fuse-masked-softmax", "fuse-matmul-bias", "verify-final"]"#
         );
         let p = Pipeline::default_for(PrepareOptions { patterns: false, ..PrepareOptions::default() });
         assert_eq!(p.to_string(), "verify, inplace-ambiguity, prune, materialize-views, verify-final");
