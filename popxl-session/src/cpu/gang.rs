@@ -208,28 +208,3 @@ mod tests {
         gang.run(&|_| {});
     }
 }
-#[cfg(test)]
-mod timing {
-    #[test]
-    #[ignore]
-    fn gang_latency() {
-        let mut gang = super::Gang::new(2).unwrap();
-        let comm = crate::cpu::replicas::Comm::new(2);
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            for _ in 0..1000 {
-                gang.run(&|_| {});
-            }
-            eprintln!("empty run: {:?}", t.elapsed() / 1000);
-            let t = std::time::Instant::now();
-            for _ in 0..1000 {
-                gang.run(&|i| {
-                    for _ in 0..4 {
-                        comm.exchange(i, std::ptr::null(), std::ptr::null_mut(), |_| {}).unwrap();
-                    }
-                });
-            }
-            eprintln!("4 exchanges: {:?}", t.elapsed() / 1000);
-        }
-    }
-}
