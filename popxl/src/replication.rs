@@ -107,14 +107,20 @@ fn settings_for(
         )));
     }
     if let Some(k) = shard_over {
-        if k == 0 || k > grouping.group_size() || !grouping.group_size().is_multiple_of(k) {
-            return Err(PopXlError::InvalidArgument(format!(
-                "variable `{name}`: the sharding group size ({k}) must divide the replica group size ({})",
-                grouping.group_size()
-            )));
-        }
+        check_shard_over(&format!("variable `{name}`"), grouping, k)?;
     }
     Ok(VariableSettings { grouping: grouping.clone(), retrieval_mode, shard_over, host })
+}
+
+/// `k` replicas per shard must divide the group size of `grouping`; the error names `what`.
+fn check_shard_over(what: &str, grouping: &ReplicaGrouping, k: usize) -> Result<()> {
+    if k == 0 || !grouping.group_size().is_multiple_of(k) {
+        return Err(PopXlError::InvalidArgument(format!(
+            "{what}: the sharding group size ({k}) must divide the replica group size ({})",
+            grouping.group_size()
+        )));
+    }
+    Ok(())
 }
 
 /// The IR of the current graph context, or [`PopXlError::NoGraphContext`] naming `what`.
@@ -168,12 +174,7 @@ pub fn replica_sharded_buffer(
 ) -> Result<RemoteBuffer> {
     let rg = grouping_or_all(grouping)?;
     let k = shard_over.unwrap_or(rg.group_size());
-    if k == 0 || k > rg.group_size() || !rg.group_size().is_multiple_of(k) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "replica_sharded_buffer: the sharding group size ({k}) must divide the replica group size ({})",
-            rg.group_size()
-        )));
-    }
+    check_shard_over("replica_sharded_buffer", &rg, k)?;
     let value = if rg.num_groups() > 1 { shape.get(1..).unwrap_or(&[]) } else { shape };
     let nelms = popart_ir::size::checked_product(value)
         .ok_or_else(|| PopXlError::InvalidArgument(format!("replica_sharded_buffer: shape {shape:?} overflows")))?;

@@ -199,7 +199,7 @@ unsafe fn reduce_into<T: Elem, C: Combine<T::Acc>>(
 }
 
 /// Elements `lo..hi` of `n` split into `parts` near-equal chunks: chunk `j`.
-fn chunk(n: usize, parts: usize, j: usize) -> (usize, usize) {
+pub(super) fn chunk(n: usize, parts: usize, j: usize) -> (usize, usize) {
     let (q, r) = (n / parts.max(1), n % parts.max(1));
     let lo = j * q + j.min(r);
     (lo, lo + q + usize::from(j < r))

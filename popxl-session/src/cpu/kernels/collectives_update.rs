@@ -11,6 +11,7 @@ use popart_ir::ops::all as ir;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
+use super::collectives::chunk;
 use super::ptr::{slice, slice_mut};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -110,9 +111,7 @@ impl<T: Float> Kernel for UpdateKernel<T> {
             };
             let pos = GroupPos::of(ctx.num_replicas(), self.stride, self.group_size, ctx.index)
                 .ok_or(KernelRunError::ReplicaAborted)?;
-            let (q, r) = (n / pos.size, n % pos.size);
-            let lo = pos.index * q + pos.index.min(r);
-            let hi = lo + q + usize::from(pos.index < r);
+            let (lo, hi) = chunk(n, pos.size, pos.index);
             ctx.comm
                 .exchange(ctx.index, g as *const u8, w as *mut u8, |peers| {
                     let gs = |k: usize| peers.input(pos.member(k)) as *const T;
