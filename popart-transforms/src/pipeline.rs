@@ -10,7 +10,7 @@
 //! ([`crate::prepare::prepare`]) runs [`Pipeline::default_for`] its options:
 //!
 //! ```text
-//! verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final
+//! verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final
 //! ```
 //!
 //! Users start from that pipeline and insert their own passes, by position
@@ -36,7 +36,7 @@
 //! }
 //!
 //! let pipeline = Pipeline::default_for(PrepareOptions::default()).with_pattern(CountOps);
-//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, count-ops, verify-final");
+//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, count-ops, verify-final");
 //! let report = pipeline.run(&mut Ir::new()).unwrap();
 //! assert_eq!(report.pass("count-ops").unwrap().notes, vec!["0 ops".to_string()]);
 //! ```
@@ -241,7 +241,7 @@ impl Pipeline {
     }
 
     /// The pipeline [`crate::prepare::prepare_with`] runs for `options`: `verify`,
-    /// `prune`, the patterns (`fuse-weight-update`) if [`PrepareOptions::patterns`],
+    /// `prune`, the patterns (`fuse-all-reduce-update`, `fuse-weight-update`, ...) if [`PrepareOptions::patterns`],
     /// `verify-final`.
     pub fn default_for(options: PrepareOptions) -> Self {
         let mut p = Pipeline::new().with_pass(Verify::named(Self::VERIFY));
@@ -251,8 +251,8 @@ impl Pipeline {
         p = p.with_pass(Prune).with_pass(MaterializeViews);
         if options.patterns {
             p = p
-                .with_pattern(FuseWeightUpdates)
                 .with_pattern(FuseAllReduceUpdate)
+                .with_pattern(FuseWeightUpdates)
                 .with_pattern(FuseMaskedSoftmax)
                 .with_pattern(FuseMatMulBias);
         }
@@ -426,8 +426,8 @@ mod tests {
                 "inplace-ambiguity",
                 "prune",
                 "materialize-views",
-                "fuse-weight-update",
                 "fuse-all-reduce-update",
+                "fuse-weight-update",
                 "fuse-masked-softmax",
                 "fuse-matmul-bias",
                 "verify-final"
@@ -435,11 +435,11 @@ mod tests {
         );
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
         );
         assert_eq!(
             format!("{p:?}"),
-            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-weight-update", "fuse-all-reduce-update", "fuse-masked-softmax", "fuse-matmul-bias", "verify-final"]"#
+            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-all-reduce-update", "fuse-weight-update", "fuse-masked-softmax", "fuse-matmul-bias", "verify-final"]"#
         );
         let p = Pipeline::default_for(PrepareOptions { patterns: false, ..PrepareOptions::default() });
         assert_eq!(p.to_string(), "verify, inplace-ambiguity, prune, materialize-views, verify-final");
@@ -448,7 +448,7 @@ mod tests {
         assert!(Pipeline::new().is_empty());
         assert_eq!(
             Pipeline::default().to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
         );
     }
 
@@ -498,7 +498,7 @@ mod tests {
             Pipeline::default_for(PrepareOptions::default()).insert_after(Pipeline::PRUNE, Arc::clone(&tag)).unwrap();
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-final"
         );
         let mut ir = small_ir();
         let report = p.run(&mut ir).unwrap();
@@ -525,7 +525,7 @@ mod tests {
         let p2 = p.clone().with_pattern(Box::new(Verify::named("verify-patterns")) as Box<dyn Pass>);
         assert_eq!(
             p2.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, verify-patterns, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, verify-patterns, verify-final"
         );
         p2.run(&mut small_ir()).unwrap();
         assert_eq!(tag.runs.load(Ordering::Relaxed), 2);
@@ -602,7 +602,7 @@ mod tests {
         let p = Pipeline::default_for(PrepareOptions::default()).with_pattern(BreakIr);
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-weight-update, fuse-all-reduce-update, fuse-masked-softmax, fuse-matmul-bias, break-ir, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, break-ir, verify-final"
         );
         let err = p.run(&mut small_ir()).unwrap_err();
         assert!(matches!(&err, IrError::Inference { op, .. } if op == "relu"), "{err:?}");

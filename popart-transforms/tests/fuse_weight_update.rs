@@ -90,3 +90,70 @@ fn a_pass_that_breaks_the_ir_is_named() {
         other => panic!("expected the pass to be named, got {other:?}"),
     }
 }
+
+/// Data-parallel SGD: the gradient of a called graph's matmul, all-reduced and
+/// added to the weight. `fuse-all-reduce-update` and then `fuse-weight-update`
+/// turn the three ops into one `ReplicatedScaledAddMatMulRhsGradInplace` in the
+/// callee; a rank-3 weight keeps the unfused all-reduce update.
+const REPLICATED_SGD: &str = r#"ir num_host_transfers=1 replication_factor=2
+
+graph main
+  inputs [g, x, g3, x3]
+  outputs []
+  tensor g act float32[2,3]
+  tensor x act float32[2,4]
+  tensor g3 act float32[5,2,3]
+  tensor x3 act float32[5,2,4]
+  tensor W var float32[4,3] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+  tensor W3 var float32[5,4,3] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+  tensor d act float32[4,3]
+  tensor d3 act float32[5,4,3]
+  tensor r act float32[4,3]
+  tensor r3 act float32[5,4,3]
+  tensor Wn act float32[4,3]
+  tensor W3n act float32[5,4,3]
+  op call Call {graph=@F} in[0=g, 1=x, 2=W, 3=g3, 4=x3, 5=W3] out[0=d, 1=d3]
+  op ar ReplicatedAllReduceInplace {group_size=2, op="mean", stride=1} in[0=d] out[0=r]
+  op u ScaledAddInplace {a=1.0, b=-0.1} in[0=W, 1=r] out[0=Wn]
+  op ar3 ReplicatedAllReduceInplace {group_size=2, op="mean", stride=1} in[0=d3] out[0=r3]
+  op u3 ScaledAddInplace {a=1.0, b=-0.1} in[0=W3, 1=r3] out[0=W3n]
+  topocon call -> ar
+  topocon ar -> u
+  topocon u -> ar3
+  topocon ar3 -> u3
+
+graph F
+  inputs [fg, fx, w, fg3, fx3, w3]
+  outputs [o, o3]
+  tensor fg act float32[2,3]
+  tensor fx act float32[2,4]
+  tensor w act float32[4,3]
+  tensor fg3 act float32[5,2,3]
+  tensor fx3 act float32[5,2,4]
+  tensor w3 act float32[5,4,3]
+  tensor o act float32[4,3]
+  tensor o3 act float32[5,4,3]
+  op mm MatMulRhsGrad in[0=fg, 1=fx, 2=w] out[0=o]
+  op mm3 MatMulRhsGrad in[0=fg3, 1=fx3, 2=w3] out[0=o3]
+"#;
+
+#[test]
+fn a_replicated_update_of_a_matmul_gradient_fuses_into_the_callee() {
+    let mut ir = text::parse(REPLICATED_SGD).unwrap();
+    let report = Pipeline::default().with_verify_each_pass(true).run(&mut ir).unwrap();
+    assert_eq!(report.fused_weight_updates, ["main/ar_update"]);
+    ir.verify().unwrap();
+    let types = |name: &str| -> Vec<String> {
+        let g = ir.graphs().find(|g| g.name() == name).unwrap();
+        let mut v: Vec<String> = g.ops().map(|o| o.op_type().to_string()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(types("F"), ["MatMulRhsGrad", "ReplicatedScaledAddMatMulRhsGradInplace"]);
+    assert_eq!(types("main"), ["Call", "ReplicatedAllReduceScaledAddInplace"]);
+    let f = ir.graphs().find(|g| g.name() == "F").unwrap();
+    let fused = f.ops().find(|o| o.op_type() == "ReplicatedScaledAddMatMulRhsGradInplace").unwrap();
+    assert_eq!(fused.attrs.str("op"), Some("mean"));
+    assert_eq!(fused.attrs.int("group_size"), Some(2));
+    assert_eq!(fused.attrs.float("b"), Some(-0.1));
+}

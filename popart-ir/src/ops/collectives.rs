@@ -60,6 +60,15 @@ op_types!(
     /// `ScaledAddInplace{a: 1, b}` (data-parallel SGD): the reduced gradient is
     /// never stored and the update needs no separate pass.
     ReplicatedAllReduceScaledAddInplace,
+    /// `ReplicatedScaledAddMatMulRhsGradInplace{op, stride, group_size, b}(g, x, w) -> w`:
+    /// `w += b * reduce(MatMulRhsGrad(g, x, w))`, the reduction (`op`: add or
+    /// mean) over the group as [`ReplicatedAllReduce`]; `w` has rank 1 or 2.
+    /// Created by the `fuse-weight-update` pattern from a
+    /// [`ReplicatedAllReduceScaledAddInplace`] whose gradient is a
+    /// `MatMulRhsGrad` in a called graph: each member computes its rows of the
+    /// reduced product from every member's `x` and `g` and adds them into every
+    /// member's `w`, so no gradient is ever stored.
+    ReplicatedScaledAddMatMulRhsGradInplace,
     /// `ReplicatedAllGather{stride, group_size[, shape]}(x[, like]) -> y`: the
     /// concatenation of the flattened inputs of the group's members, in member
     /// order (PopXL `replicated_all_gather`). The output has `like`'s shape when
@@ -308,6 +317,43 @@ impl OpDef for ReplicatedAllReduceScaledAddInplace {
     }
 }
 
+impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
+    fn op_type(&self) -> &'static str {
+        "ReplicatedScaledAddMatMulRhsGradInplace"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let (g, x, w) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        grouping_of(ctx)?;
+        let op = operator_of(ctx, w.dtype, false)?;
+        if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
+            return Err(ctx.error(format!("`op` must be add or mean, got {op}")));
+        }
+        if ctx.attrs.float("b").is_none() {
+            return Err(ctx.error("missing the float attribute `b`"));
+        }
+        if g.dtype != w.dtype || x.dtype != w.dtype || !w.dtype.is_floating_point() {
+            return Err(ctx.error(format!("operands must share a float dtype: g {g}, x {x}, w {w}")));
+        }
+        if !(1..=2).contains(&w.shape.len()) {
+            return Err(ctx.error(format!("the weight {w} must have rank 1 or 2")));
+        }
+        let y = super::matmul::matmul_shape(&x.shape, &w.shape).map_err(|m| ctx.error(m))?;
+        if y != g.shape {
+            return Err(ctx.error(format!("gradient {g} does not match {:?} @ {:?}", x.shape, w.shape)));
+        }
+        Ok(vec![w.clone()])
+    }
+    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    }
+    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+        vec![2]
+    }
+    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
+        vec![(2, 0)]
+    }
+}
+
 /// The grouping attributes of `op`, copied for its gradient op.
 fn copy_grouping(op: &Op) -> Attributes {
     let mut attrs = Attributes::new();
@@ -447,6 +493,7 @@ pub(crate) const ALL: &[&dyn OpDef] = &[
     &ReplicatedAllReduce,
     &ReplicatedAllReduceInplace,
     &ReplicatedAllReduceScaledAddInplace,
+    &ReplicatedScaledAddMatMulRhsGradInplace,
     &ReplicatedAllGather,
     &ReplicatedReduceScatter,
     &AllReduce,

@@ -51,7 +51,7 @@
 //! | [`indexing`] | `DynamicSlice(t, index)`, `DynamicUpdate(t, index, update)`, `DynamicUpdateInplace` | `axes, sizes: ints`, `no_overlap: bool` |
 //! | [`indexing`] | `Onehot(indices, num_classes, values)`, `GroupedGather(data, indices)`, `TiedGather(data, indices)` | `axis, num_classes`; `axis, group_size, zero_OOR` |
 //! | [`indexing_grad`] | `SubsampleGrad ScatterReduceGrad DynamicSliceGrad DynamicUpdateGrad OnehotGrad GroupedGatherGrad` | see each type |
-//! | [`collectives`] | `ReplicatedAllReduce(x)`, `ReplicatedAllReduceInplace(x)`, `ReplicatedAllReduceScaledAddInplace(w, g)`, `ReplicatedAllGather(x[, like])`, `ReplicatedReduceScatter(x[, like])`; `AllReduce(x0, .., xk-1)` | `op: str` ([`collectives::CollectiveOperator`]), `stride, group_size: int`; `shape: ints`; `rts: bool`; `ipus: ints`, `identical_inputs, identical_grad_inputs: bool` |
+//! | [`collectives`] | `ReplicatedAllReduce(x)`, `ReplicatedAllReduceInplace(x)`, `ReplicatedAllReduceScaledAddInplace(w, g)`, `ReplicatedScaledAddMatMulRhsGradInplace(g, x, w)`, `ReplicatedAllGather(x[, like])`, `ReplicatedReduceScatter(x[, like])`; `AllReduce(x0, .., xk-1)` | `op: str` ([`collectives::CollectiveOperator`]), `stride, group_size: int`; `shape: ints`; `rts: bool`; `ipus: ints`, `identical_inputs, identical_grad_inputs: bool` |
 //! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
 mod axes;
@@ -92,7 +92,7 @@ pub mod all {
     pub use super::binary::*;
     pub use super::collectives::{
         AllReduce, ReplicatedAllGather, ReplicatedAllReduce, ReplicatedAllReduceInplace,
-        ReplicatedAllReduceScaledAddInplace, ReplicatedReduceScatter,
+        ReplicatedAllReduceScaledAddInplace, ReplicatedReduceScatter, ReplicatedScaledAddMatMulRhsGradInplace,
     };
     pub use super::control::*;
     pub use super::conv::*;

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 use popart_ir::ops::all::{
     Conv, ConvDataGrad, ConvTranspose, ConvWeightsGrad, MatMul, MatMulAdd, MatMulLhsGrad, MatMulRhsGrad,
-    ScaledAddMatMulRhsGradInplace,
+    ReplicatedScaledAddMatMulRhsGradInplace, ScaledAddMatMulRhsGradInplace,
 };
 use popart_ir::{OpDef, OpDefId, SizeError};
 
@@ -44,6 +44,7 @@ pub(crate) fn is_amp(def: &dyn OpDef) -> bool {
         || def.is::<MatMulLhsGrad>()
         || def.is::<MatMulRhsGrad>()
         || def.is::<ScaledAddMatMulRhsGradInplace>()
+        || def.is::<ReplicatedScaledAddMatMulRhsGradInplace>()
         || def.is::<Conv>()
         || def.is::<ConvDataGrad>()
         || def.is::<ConvWeightsGrad>()

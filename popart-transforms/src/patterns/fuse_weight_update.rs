@@ -17,7 +17,15 @@
 //! ```
 //!
 //! so the GEMM accumulates straight into the weight: the gradient buffer (as big
-//! as the weight) and the separate update pass disappear. The update now happens
+//! as the weight) and the separate update pass disappear.
+//!
+//! Data-parallel SGD's update, `W' = ReplicatedAllReduceScaledAddInplace{op,
+//! group, b}(W, dW)` (made by `fuse-all-reduce-update`, which runs first), fuses
+//! the same way, for a weight of rank 1 or 2, into
+//! `w_j' = ReplicatedScaledAddMatMulRhsGradInplace{op, group, b}(g, x, w_j)`:
+//! each replica computes its rows of the reduced product from every member's
+//! `x` and `g` and adds them into every member's weight. Every replica runs
+//! the same program, so every replica moves its collective alike. The update now happens
 //! inside the call, earlier than before, so the pattern only applies when that
 //! cannot be observed:
 //! - `F` has this one call site, and `w_j` is not written, aliased or output in `F`;
@@ -36,10 +44,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use popart_ir::ops::collectives::{ReplicatedAllReduceScaledAddInplace, ReplicatedScaledAddMatMulRhsGradInplace};
 use popart_ir::ops::control::Call;
 use popart_ir::ops::grad::MatMulRhsGrad;
 use popart_ir::ops::var_update::{ScaledAddInplace, ScaledAddMatMulRhsGradInplace};
-use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, OpId, Result, TensorId};
+use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, Op, OpDef, OpId, Result, TensorId};
 use slotmap::SecondaryMap;
 
 use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};
@@ -74,8 +83,8 @@ struct Match {
     arg: usize,
     callee: GraphId,
     matmul: OpId,
-    a: f64,
-    b: f64,
+    /// The fused op's type and attributes.
+    fused: (&'static dyn OpDef, Attributes),
     /// Caller ops touching the weight before the call / after the update.
     before_call: Vec<OpId>,
     after_update: Vec<OpId>,
@@ -158,6 +167,28 @@ fn reachable_from(g: &Graph, from: OpId) -> Result<HashSet<OpId>> {
     Ok(seen)
 }
 
+/// For an update the pattern fuses (`ScaledAddInplace(W, dW)` or
+/// `ReplicatedAllReduceScaledAddInplace(W, dW)`), the fused op's type and attributes.
+fn update_kind(op: &Op) -> Option<(&'static dyn OpDef, Attributes)> {
+    if op.inputs().len() != 2 {
+        return None;
+    }
+    if op.is::<ScaledAddInplace>() {
+        // The kernel's defaults for absent scalars.
+        let (a, b) = (op.attrs.float("a").unwrap_or(1.0), op.attrs.float("b").unwrap_or(1.0));
+        let attrs = Attributes::new().with("a", AttrValue::Float(a)).with("b", AttrValue::Float(b));
+        return Some((&ScaledAddMatMulRhsGradInplace, attrs));
+    }
+    if op.is::<ReplicatedAllReduceScaledAddInplace>() {
+        let mut attrs = Attributes::new();
+        for key in ["op", "stride", "group_size", "b"] {
+            attrs.set(key, op.attrs.get(key)?.clone());
+        }
+        return Some((&ReplicatedScaledAddMatMulRhsGradInplace, attrs));
+    }
+    None
+}
+
 /// What one round of [`find_all`] found.
 struct Found {
     /// Every match in the graph.
@@ -173,7 +204,7 @@ struct Found {
 /// Every match in `caller`, and the caller's schedule positions.
 fn find_all(ir: &Ir, caller: GraphId, sites: &HashMap<GraphId, Vec<(GraphId, OpId)>>) -> Result<Found> {
     let g = ir.graph(caller)?;
-    if !g.ops().any(|op| op.is::<ScaledAddInplace>()) {
+    if !g.ops().any(|op| update_kind(op).is_some()) {
         return Ok(Found { matches: Vec::new(), pos: SecondaryMap::new(), retry: false });
     }
     let schedule = g.schedule()?;
@@ -192,14 +223,13 @@ fn find_all(ir: &Ir, caller: GraphId, sites: &HashMap<GraphId, Vec<(GraphId, OpI
     let mut retry = false;
     for &u in &schedule {
         let op = g.op(u)?;
-        if !op.is::<ScaledAddInplace>() || op.inputs().len() != 2 {
-            continue;
-        }
-        // The kernel's defaults for absent scalars.
-        let (a, b) = (op.attrs.float("a").unwrap_or(1.0), op.attrs.float("b").unwrap_or(1.0));
+        let Some(fused) = update_kind(op) else { continue };
         let (Some(w), Some(dw)) = (op.input(0), op.input(1)) else { continue };
         let (wt, dwt) = (g.tensor(w)?, g.tensor(dw)?);
         if wt.info != dwt.info || !wt.info.dtype.is_floating_point() || caller_outputs.contains(&dw) {
+            continue;
+        }
+        if fused.0.is::<ReplicatedScaledAddMatMulRhsGradInplace>() && !(1..=2).contains(&wt.info.rank()) {
             continue;
         }
         if dwt.consumers().len() != 1 {
@@ -296,8 +326,7 @@ fn find_all(ir: &Ir, caller: GraphId, sites: &HashMap<GraphId, Vec<(GraphId, OpI
             arg: arg as usize,
             callee: callee_id,
             matmul: mm.op,
-            a,
-            b,
+            fused,
             before_call,
             after_update,
             callee_readers,
@@ -316,10 +345,9 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize
         };
         (g_in, x_in, f.inputs()[m.arg], format!("{}_update", mm.name))
     };
-    let attrs = Attributes::new().with("a", AttrValue::Float(m.a)).with("b", AttrValue::Float(m.b));
     let name = ir.graph_mut(m.callee)?.unique_op_name(&name);
-    let fused =
-        ir.create_op(m.callee, &ScaledAddMatMulRhsGradInplace, attrs, &[(0, g_in), (1, x_in), (2, wf)], &name)?;
+    let (def, attrs) = (m.fused.0, m.fused.1.clone());
+    let fused = ir.create_op(m.callee, def, attrs, &[(0, g_in), (1, x_in), (2, wf)], &name)?;
     let f = ir.graph_mut(m.callee)?;
     f.transfer_topo_cons(m.matmul, fused)?;
     for &r in &m.callee_readers {

@@ -108,9 +108,13 @@ impl Barrier {
 /// The communicator of the replicas of one session.
 pub struct Comm {
     barrier: Barrier,
-    inputs: Vec<AtomicPtr<u8>>,
+    /// Per replica, the input pointers of the current exchange.
+    inputs: Vec<[AtomicPtr<u8>; MAX_INPUTS]>,
     outputs: Vec<AtomicPtr<u8>>,
 }
+
+/// Input pointers one replica can publish in an exchange.
+pub const MAX_INPUTS: usize = 2;
 
 impl std::fmt::Debug for Comm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,7 +129,7 @@ impl Comm {
         let null = || AtomicPtr::new(std::ptr::null_mut());
         Comm {
             barrier: Barrier::new(n),
-            inputs: (0..n).map(|_| null()).collect(),
+            inputs: (0..n).map(|_| [null(), null()]).collect(),
             outputs: (0..n).map(|_| null()).collect(),
         }
     }
@@ -160,11 +164,25 @@ impl Comm {
         output: *mut u8,
         work: impl FnOnce(Peers<'_>),
     ) -> Result<(), Aborted> {
+        self.exchange_inputs(replica, [input, std::ptr::null()], output, work)
+    }
+
+    /// [`Comm::exchange`] publishing [`MAX_INPUTS`] input pointers
+    /// ([`Peers::input_at`]).
+    pub fn exchange_inputs(
+        &self,
+        replica: usize,
+        inputs: [*const u8; MAX_INPUTS],
+        output: *mut u8,
+        work: impl FnOnce(Peers<'_>),
+    ) -> Result<(), Aborted> {
         let n = self.num_replicas();
         if replica >= n {
             return Err(Aborted);
         }
-        self.inputs[replica].store(input as *mut u8, SeqCst);
+        for (slot, &p) in self.inputs[replica].iter().zip(&inputs) {
+            slot.store(p as *mut u8, SeqCst);
+        }
         self.outputs[replica].store(output, SeqCst);
         self.barrier.wait()?;
         work(Peers { comm: self });
@@ -181,7 +199,12 @@ pub struct Peers<'a> {
 impl Peers<'_> {
     /// Replica `r`'s input pointer (null for `r` out of range).
     pub fn input(&self, r: usize) -> *const u8 {
-        self.comm.inputs.get(r).map_or(std::ptr::null(), |p| p.load(SeqCst) as *const u8)
+        self.input_at(r, 0)
+    }
+
+    /// Replica `r`'s input pointer `i` (null for `r` or `i` out of range).
+    pub fn input_at(&self, r: usize, i: usize) -> *const u8 {
+        self.comm.inputs.get(r).and_then(|p| p.get(i)).map_or(std::ptr::null(), |p| p.load(SeqCst) as *const u8)
     }
 
     /// Replica `r`'s output pointer (null for `r` out of range).

@@ -590,3 +590,5 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_update;

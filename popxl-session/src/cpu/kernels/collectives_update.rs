@@ -22,9 +22,18 @@ use crate::cpu::replicas::{self, GroupPos};
 const BLOCK: usize = 256;
 
 /// A float element: loaded to and stored from f32.
-trait Float: Copy + Send + Sync + 'static {
+pub(super) trait Float: Copy + Send + Sync + 'static {
+    /// As f32.
     fn load(self) -> f32;
+    /// From f32, rounded.
     fn store(x: f32) -> Self;
+    /// `dst[i] += src[i]` (in f32, rounded once).
+    #[inline(always)]
+    fn add_assign(dst: &mut [Self], src: &[Self]) {
+        for (o, &a) in dst.iter_mut().zip(src) {
+            *o = Self::store(o.load() + a.load());
+        }
+    }
 }
 
 impl Float for f32 {

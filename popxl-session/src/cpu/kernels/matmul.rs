@@ -26,7 +26,7 @@ use popart_ir::ops::all as ir;
 use std::ops::Range;
 
 /// Multiply-adds from which one GEMM call is split over the worker team.
-const GEMM_PAR_MIN: usize = 1 << 18;
+pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
 
 /// Element types a GEMM can run on.
 pub(crate) trait MatElem: Copy + Send + Sync + 'static {

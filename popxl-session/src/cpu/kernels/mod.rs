@@ -65,6 +65,7 @@ mod accumulate;
 mod binary;
 mod broadcast;
 mod collectives;
+mod collectives_matmul_update;
 mod collectives_update;
 mod conv;
 mod conv_batched;
@@ -146,6 +147,7 @@ fn registry() -> &'static Registry {
             roi_align::KERNELS,
             collectives::KERNELS,
             collectives_update::KERNELS,
+            collectives_matmul_update::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
         RwLock::new(map)

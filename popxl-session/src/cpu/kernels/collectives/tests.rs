@@ -38,7 +38,7 @@ fn infer(rf: usize, def: &'static dyn OpDef, attrs: &Attributes, inputs: &[Tenso
 /// thread inside `replicas::enter` (or, with `context` false, one replica with
 /// no replica context). In-place outputs start as their input. Returns each
 /// replica's outputs.
-fn run_on(
+pub(super) fn run_on(
     rf: usize,
     def: &'static dyn OpDef,
     attrs: &Attributes,
@@ -127,11 +127,16 @@ fn run_on(
         .collect())
 }
 
-fn run(rf: usize, def: &'static dyn OpDef, attrs: &Attributes, inputs: &[Vec<HostTensor>]) -> Vec<Vec<HostTensor>> {
+pub(super) fn run(
+    rf: usize,
+    def: &'static dyn OpDef,
+    attrs: &Attributes,
+    inputs: &[Vec<HostTensor>],
+) -> Vec<Vec<HostTensor>> {
     run_on(rf, def, attrs, inputs, true).unwrap_or_else(|e| panic!("{}: {e}", def.op_type()))
 }
 
-fn attrs(op: Op, s: usize, g: usize) -> Attributes {
+pub(super) fn attrs(op: Op, s: usize, g: usize) -> Attributes {
     Attributes::new()
         .with("op", AttrValue::Str(op.name().into()))
         .with("stride", AttrValue::Int(s as i64))
@@ -139,7 +144,7 @@ fn attrs(op: Op, s: usize, g: usize) -> Attributes {
 }
 
 /// Every constant grouping of `rf` replicas.
-fn groupings(rf: usize) -> Vec<ReplicaGrouping> {
+pub(super) fn groupings(rf: usize) -> Vec<ReplicaGrouping> {
     let mut v: Vec<ReplicaGrouping> = Vec::new();
     for s in 1..=rf {
         for g in 1..=rf {
@@ -234,7 +239,7 @@ fn data(rng: &mut Rng, dtype: DataType, n: usize) -> Vec<f64> {
     }
 }
 
-const RFS: [usize; 4] = [1, 2, 4, 8];
+pub(super) const RFS: [usize; 4] = [1, 2, 4, 8];
 
 #[test]
 fn all_reduce_every_op_dtype_and_grouping_in_and_out_of_place() {
