@@ -322,7 +322,7 @@ impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
         "ReplicatedScaledAddMatMulRhsGradInplace"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, x, w) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let w = ctx.input(2)?;
         grouping_of(ctx)?;
         let op = operator_of(ctx, w.dtype, false)?;
         if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
@@ -331,17 +331,10 @@ impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
         if ctx.attrs.float("b").is_none() {
             return Err(ctx.error("missing the float attribute `b`"));
         }
-        if g.dtype != w.dtype || x.dtype != w.dtype || !w.dtype.is_floating_point() {
-            return Err(ctx.error(format!("operands must share a float dtype: g {g}, x {x}, w {w}")));
-        }
         if !(1..=2).contains(&w.shape.len()) {
             return Err(ctx.error(format!("the weight {w} must have rank 1 or 2")));
         }
-        let y = super::matmul::matmul_shape(&x.shape, &w.shape).map_err(|m| ctx.error(m))?;
-        if y != g.shape {
-            return Err(ctx.error(format!("gradient {g} does not match {:?} @ {:?}", x.shape, w.shape)));
-        }
-        Ok(vec![w.clone()])
+        super::var_update::infer_rhs_grad_update(ctx)
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE

@@ -258,22 +258,28 @@ fn infer_sparse_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     Ok(vec![t.clone()])
 }
 
+/// Inputs `(g, x, w)` of an update by `MatMulRhsGrad(g, x, w)`: one float
+/// dtype, `g` shaped as `x @ w`; the output is `w`.
+pub(super) fn infer_rhs_grad_update(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let (g, x, w) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    if g.dtype != w.dtype || x.dtype != w.dtype || !w.dtype.is_floating_point() {
+        return Err(ctx.error(format!("operands must share a float dtype: g {g}, x {x}, w {w}")));
+    }
+    let y = super::matmul::matmul_shape(&x.shape, &w.shape).map_err(|m| ctx.error(m))?;
+    if y != g.shape {
+        return Err(ctx.error(format!("gradient {g} does not match {:?} @ {:?}", x.shape, w.shape)));
+    }
+    Ok(vec![w.clone()])
+}
+
 impl OpDef for ScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ScaledAddMatMulRhsGradInplace"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, x, w) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
         ctx.float("a")?;
         ctx.float("b")?;
-        if g.dtype != w.dtype || x.dtype != w.dtype || !w.dtype.is_floating_point() {
-            return Err(ctx.error(format!("operands must share a float dtype: g {g}, x {x}, w {w}")));
-        }
-        let y = super::matmul::matmul_shape(&x.shape, &w.shape).map_err(|m| ctx.error(m))?;
-        if y != g.shape {
-            return Err(ctx.error(format!("gradient {g} does not match {:?} @ {:?}", x.shape, w.shape)));
-        }
-        Ok(vec![w.clone()])
+        infer_rhs_grad_update(ctx)
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE

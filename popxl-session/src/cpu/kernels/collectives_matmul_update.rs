@@ -26,11 +26,10 @@ use std::sync::Mutex;
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
 use super::collectives::chunk;
-use super::collectives_update::Float;
+use super::collectives_update::{Float, UpdateAttrs};
 use super::matmul::{MatElem, GEMM_PAR_MIN};
 use super::ptr::{slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
@@ -237,20 +236,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     if x.shape().last() != Some(&k) || g.nelms() != m * n {
         return Err(spec.error(format!("gradient {} does not match {:?} @ {:?}", g.info, x.shape(), w.shape())));
     }
-    let int = |key: &str| {
-        spec.attrs
-            .int(key)
-            .and_then(|v| usize::try_from(v).ok())
-            .filter(|&v| v > 0)
-            .ok_or_else(|| spec.error(format!("`{key}` must be a positive integer")))
-    };
-    let (stride, group_size) = (int("stride")?, int("group_size")?);
-    let mean = match CollectiveOperator::of(spec.attrs) {
-        Some(CollectiveOperator::Add) => false,
-        Some(CollectiveOperator::Mean) => true,
-        _ => return Err(spec.error("`op` must be add or mean")),
-    };
-    let b = spec.attrs.float("b").ok_or_else(|| spec.error("missing the float attribute `b`"))?;
+    let UpdateAttrs { stride, group_size, mean, b } = UpdateAttrs::of(spec)?;
     let block_rows = (BLOCK_BYTES / (4 * n.max(1))).max(16).min(k.max(1));
     let slots = team::num_threads().max(1);
     macro_rules! kernel {

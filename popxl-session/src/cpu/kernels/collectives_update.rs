@@ -15,7 +15,7 @@ use super::collectives::chunk;
 use super::ptr::{slice, slice_mut};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelRunError, KernelSpec};
+use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use crate::cpu::replicas::{self, GroupPos};
 
 /// Elements reduced per block, accumulated on the stack.
@@ -136,25 +136,43 @@ impl<T: Float> Kernel for UpdateKernel<T> {
     }
 }
 
+/// The attributes of a fused data-parallel update: its group, whether `op` is
+/// mean (else add) and the scale `b`.
+pub(super) struct UpdateAttrs {
+    pub stride: usize,
+    pub group_size: usize,
+    pub mean: bool,
+    pub b: f64,
+}
+
+impl UpdateAttrs {
+    /// Read and check them.
+    pub(super) fn of(spec: &KernelSpec<'_>) -> Result<UpdateAttrs, KernelError> {
+        let int = |key: &str| {
+            spec.attrs
+                .int(key)
+                .and_then(|v| usize::try_from(v).ok())
+                .filter(|&v| v > 0)
+                .ok_or_else(|| spec.error(format!("`{key}` must be a positive integer")))
+        };
+        let (stride, group_size) = (int("stride")?, int("group_size")?);
+        let mean = match CollectiveOperator::of(spec.attrs) {
+            Some(CollectiveOperator::Add) => false,
+            Some(CollectiveOperator::Mean) => true,
+            _ => return Err(spec.error("`op` must be add or mean")),
+        };
+        let b = spec.attrs.float("b").ok_or_else(|| spec.error("missing the float attribute `b`"))?;
+        Ok(UpdateAttrs { stride, group_size, mean, b })
+    }
+}
+
 fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (w, g, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     if w.info != g.info || w.info != y.info {
         return Err(spec.error(format!("weight {}, gradient {} and output {} must match", w.info, g.info, y.info)));
     }
-    let int = |key: &str| {
-        spec.attrs
-            .int(key)
-            .and_then(|v| usize::try_from(v).ok())
-            .filter(|&v| v > 0)
-            .ok_or_else(|| spec.error(format!("`{key}` must be a positive integer")))
-    };
-    let (stride, group_size) = (int("stride")?, int("group_size")?);
-    let mean = match CollectiveOperator::of(spec.attrs) {
-        Some(CollectiveOperator::Add) => false,
-        Some(CollectiveOperator::Mean) => true,
-        _ => return Err(spec.error("`op` must be add or mean")),
-    };
-    let b = spec.attrs.float("b").ok_or_else(|| spec.error("missing the float attribute `b`"))? as f32;
+    let UpdateAttrs { stride, group_size, mean, b } = UpdateAttrs::of(spec)?;
+    let b = b as f32;
     let n = w.nelms();
     match w.dtype() {
         DataType::Float32 => boxed(UpdateKernel::<f32> { n, stride, group_size, mean, b, _t: Types::default() }),
