@@ -253,6 +253,20 @@ fn bool_attr(ctx: &InferContext<'_>, key: &str) -> Result<bool> {
     }
 }
 
+/// The attributes of a fused data-parallel update: a grouping, `op` add or
+/// mean, and the float `b`.
+fn check_update_attrs(ctx: &InferContext<'_>, dtype: DataType) -> Result<()> {
+    grouping_of(ctx)?;
+    let op = operator_of(ctx, dtype, false)?;
+    if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
+        return Err(ctx.error(format!("`op` must be add or mean, got {op}")));
+    }
+    if ctx.attrs.float("b").is_none() {
+        return Err(ctx.error("missing the float attribute `b`"));
+    }
+    Ok(())
+}
+
 fn infer_all_reduce(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     let x = ctx.input(0)?;
     grouping_of(ctx)?;
@@ -293,16 +307,9 @@ impl OpDef for ReplicatedAllReduceScaledAddInplace {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (w, g) = (ctx.input(0)?, ctx.input(1)?);
-        grouping_of(ctx)?;
-        let op = operator_of(ctx, g.dtype, false)?;
-        if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
-            return Err(ctx.error(format!("`op` must be add or mean, got {op}")));
-        }
+        check_update_attrs(ctx, g.dtype)?;
         if w != g || !w.dtype.is_floating_point() {
             return Err(ctx.error(format!("the weight {w} and the gradient {g} must be the same float type")));
-        }
-        if ctx.attrs.float("b").is_none() {
-            return Err(ctx.error("missing the float attribute `b`"));
         }
         Ok(vec![w.clone()])
     }
@@ -323,14 +330,7 @@ impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let w = ctx.input(2)?;
-        grouping_of(ctx)?;
-        let op = operator_of(ctx, w.dtype, false)?;
-        if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
-            return Err(ctx.error(format!("`op` must be add or mean, got {op}")));
-        }
-        if ctx.attrs.float("b").is_none() {
-            return Err(ctx.error("missing the float attribute `b`"));
-        }
+        check_update_attrs(ctx, w.dtype)?;
         if !(1..=2).contains(&w.shape.len()) {
             return Err(ctx.error(format!("the weight {w} must have rank 1 or 2")));
         }
