@@ -146,9 +146,13 @@ impl<T: Float, F: Form<T>> Kernel for AccumulateKernel<T, F> {
         let (a, b) = (T::from_f64(a), T::from_f64(b));
         // SAFETY: the accumulator is read and written through output 0 only and
         // `x` is another buffer.
-        update_in_place(&self.plan, args.outputs[0] as *mut T, args.inputs[self.x] as *const T, |t, u| {
-            F::f(t, u, a, b)
-        });
+        update_in_place(
+            &self.plan,
+            args.outputs[0] as *mut T,
+            args.inputs[self.x] as *const T,
+            #[inline(always)]
+            move |t, u| F::f(t, u, a, b),
+        );
         Ok(())
     }
 }
@@ -209,12 +213,16 @@ impl<T: Float> Kernel for ScaleKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let f = T::from_f64(self.factor.get(args));
         let t = SendPtr(args.outputs[0] as *mut T);
-        par_range(self.n, move |r| {
-            // SAFETY: the tensor holds `n` elements; pieces are disjoint.
-            for v in unsafe { slice_mut(t.get().add(r.start), r.len()) } {
-                *v = *v * f;
-            }
-        });
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: the tensor holds `n` elements; pieces are disjoint.
+                for v in unsafe { slice_mut(t.get().add(r.start), r.len()) } {
+                    *v = *v * f;
+                }
+            },
+        );
         Ok(())
     }
 }

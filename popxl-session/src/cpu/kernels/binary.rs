@@ -8,7 +8,7 @@ use super::broadcast::Broadcast;
 use super::dispatch::{bound_alias, with_any, with_bits, with_num};
 use super::elem::{Bool8, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
+use super::par::{par_range, par_range_cost, wide_simd, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, Slot, SpecExt, Types};
 use super::KernelEntry;
@@ -27,8 +27,8 @@ pub(crate) trait Map2<T, O>: Send + Sync + 'static {
 pub(crate) struct Binary<T, O, F> {
     plan: Broadcast<2>,
     pos: [usize; 2],
-    /// Run the AVX-512 build of the contiguous loop (expensive maps on capable CPUs).
-    wide: bool,
+    /// The SIMD build of the contiguous loop ([`Simd::for_cost`]).
+    simd: Simd,
     _t: Types<(T, O, F)>,
 }
 
@@ -52,7 +52,7 @@ where
         let plan = Broadcast::new(out, shapes).ok_or_else(|| {
             spec.error(format!("shapes {:?} and {:?} do not broadcast to {out:?}", shapes[0], shapes[1]))
         })?;
-        Ok(Box::new(Binary::<T, O, F> { plan, pos, wide: F::COST > 1 && has_avx512(), _t: Types::default() }))
+        Ok(Box::new(Binary::<T, O, F> { plan, pos, simd: Simd::for_cost(F::COST), _t: Types::default() }))
     }
 }
 
@@ -67,35 +67,40 @@ where
         let b = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut O);
         let inner = self.plan.inner_strides();
-        let wide = self.wide;
-        par_range_cost(self.plan.len(), F::COST, move |r| {
-            self.plan.for_segments(r, |o, [ia, ib], len| {
-                // SAFETY: the plan only produces offsets inside the operand buffers and
-                // segments inside the output, which overlaps no input.
-                unsafe {
-                    let ys = slice_mut(y.get().add(o), len);
-                    match inner {
-                        [1, 1] => {
-                            let (xa, xb) = (slice(a.get().add(ia), len), slice(b.get().add(ib), len));
-                            map2::<T, O, F>(wide, xa, xb, ys);
-                        }
-                        [1, 0] => {
-                            let (xa, q) = (slice(a.get().add(ia), len), *b.get().add(ib));
-                            for (out, &p) in ys.iter_mut().zip(xa) {
-                                *out = F::f(p, q);
+        let simd = self.simd;
+        par_range_cost(
+            self.plan.len(),
+            F::COST,
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, [ia, ib], len| {
+                    // SAFETY: the plan only produces offsets inside the operand buffers and
+                    // segments inside the output, which overlaps no input.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(o), len);
+                        match inner {
+                            [1, 1] => {
+                                let (xa, xb) = (slice(a.get().add(ia), len), slice(b.get().add(ib), len));
+                                map2::<T, O, F>(simd, xa, xb, ys);
                             }
-                        }
-                        [0, 1] => {
-                            let (p, xb) = (*a.get().add(ia), slice(b.get().add(ib), len));
-                            for (out, &q) in ys.iter_mut().zip(xb) {
-                                *out = F::f(p, q);
+                            [1, 0] => {
+                                let (xa, q) = (slice(a.get().add(ia), len), *b.get().add(ib));
+                                for (out, &p) in ys.iter_mut().zip(xa) {
+                                    *out = F::f(p, q);
+                                }
                             }
+                            [0, 1] => {
+                                let (p, xb) = (*a.get().add(ia), slice(b.get().add(ib), len));
+                                for (out, &q) in ys.iter_mut().zip(xb) {
+                                    *out = F::f(p, q);
+                                }
+                            }
+                            _ => ys.fill(F::f(*a.get().add(ia), *b.get().add(ib))),
                         }
-                        _ => ys.fill(F::f(*a.get().add(ia), *b.get().add(ib))),
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }
@@ -127,24 +132,28 @@ impl<T: Copy + Send + Sync + 'static, F: MapN<T, N>, const N: usize> Kernel for 
         let y = SendPtr(args.outputs[0] as *mut T);
         let inner = self.plan.inner_strides();
         let contiguous = inner.iter().all(|&s| s == 1);
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, offs, len| {
-                // SAFETY: offsets come from the plan; the output overlaps no input.
-                unsafe {
-                    let ys = slice_mut(y.get().add(o), len);
-                    let base: [*const T; N] = std::array::from_fn(|k| ins[k].get().add(offs[k]) as *const T);
-                    if contiguous {
-                        for (i, out) in ys.iter_mut().enumerate() {
-                            *out = F::f(std::array::from_fn(|k| *base[k].add(i)));
-                        }
-                    } else {
-                        for (i, out) in ys.iter_mut().enumerate() {
-                            *out = F::f(std::array::from_fn(|k| *base[k].add(i * inner[k])));
+        par_range(
+            self.plan.len(),
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, offs, len| {
+                    // SAFETY: offsets come from the plan; the output overlaps no input.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(o), len);
+                        let base: [*const T; N] = std::array::from_fn(|k| ins[k].get().add(offs[k]) as *const T);
+                        if contiguous {
+                            for (i, out) in ys.iter_mut().enumerate() {
+                                *out = F::f(std::array::from_fn(|k| *base[k].add(i)));
+                            }
+                        } else {
+                            for (i, out) in ys.iter_mut().enumerate() {
+                                *out = F::f(std::array::from_fn(|k| *base[k].add(i * inner[k])));
+                            }
                         }
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }
@@ -252,25 +261,29 @@ impl<E: Copy + Send + Sync + 'static> Kernel for WhereKernel<E> {
         let b = SendPtr(args.inputs[self.pos[2]] as *mut E);
         let y = SendPtr(args.outputs[0] as *mut E);
         let [sc, sa, sb] = self.plan.inner_strides();
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ic, ia, ib], len| {
-                // SAFETY: offsets come from the plan; the output overlaps no input.
-                unsafe {
-                    let ys = slice_mut(y.get().add(o), len);
-                    let (c, a, b) = (c.get().add(ic), a.get().add(ia), b.get().add(ib));
-                    if sc == 1 && sa == 1 && sb == 1 {
-                        let (cs, xa, xb) = (slice(c, len), slice(a, len), slice(b, len));
-                        for (i, out) in ys.iter_mut().enumerate() {
-                            *out = if cs[i] != 0 { xa[i] } else { xb[i] };
-                        }
-                    } else {
-                        for (i, out) in ys.iter_mut().enumerate() {
-                            *out = if *c.add(i * sc) != 0 { *a.add(i * sa) } else { *b.add(i * sb) };
+        par_range(
+            self.plan.len(),
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, [ic, ia, ib], len| {
+                    // SAFETY: offsets come from the plan; the output overlaps no input.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(o), len);
+                        let (c, a, b) = (c.get().add(ic), a.get().add(ia), b.get().add(ib));
+                        if sc == 1 && sa == 1 && sb == 1 {
+                            let (cs, xa, xb) = (slice(c, len), slice(a, len), slice(b, len));
+                            for (i, out) in ys.iter_mut().enumerate() {
+                                *out = if cs[i] != 0 { xa[i] } else { xb[i] };
+                            }
+                        } else {
+                            for (i, out) in ys.iter_mut().enumerate() {
+                                *out = if *c.add(i * sc) != 0 { *a.add(i * sa) } else { *b.add(i * sb) };
+                            }
                         }
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }

@@ -117,7 +117,7 @@ impl<const N: usize> Broadcast<N> {
 
     /// Call `f(out_offset, operand_offsets, len)` for the contiguous output
     /// segments covering `range` (flat output indices), in order.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn for_segments(&self, range: Range<usize>, mut f: impl FnMut(usize, [usize; N], usize)) {
         if range.is_empty() {
             return;

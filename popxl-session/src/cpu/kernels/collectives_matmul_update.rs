@@ -31,6 +31,7 @@ use popart_ir::DataType;
 use super::collectives::chunk;
 use super::collectives_update::{Float, UpdateAttrs};
 use super::matmul::{MatElem, GEMM_PAR_MIN};
+use super::par::Simd;
 use super::ptr::{slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -102,7 +103,11 @@ impl<T: MatElem + Float> Kern<T> {
             }
             let acc = std::slice::from_raw_parts(block, len * n);
             for d in 0..count {
-                T::add_assign(slice_mut(w(d).add(r0 * n), len * n), acc);
+                let dst = slice_mut(w(d).add(r0 * n), len * n);
+                Simd::for_cost(1).run_narrow(
+                    #[inline(always)]
+                    || T::add_assign(dst, acc),
+                );
             }
             r0 += len;
         }

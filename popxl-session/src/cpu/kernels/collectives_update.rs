@@ -12,6 +12,7 @@ use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
 use super::collectives::chunk;
+use super::par::Simd;
 use super::ptr::{slice, slice_mut};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -83,26 +84,32 @@ impl<T: Float> UpdateKernel<T> {
     ) {
         // As the unfused ops compute it: the mean (a division), then `w + b * mean`.
         let (divisor, b) = (if self.mean { count as f32 } else { 1.0 }, self.b);
-        let mut acc = [0f32; BLOCK];
-        let mut start = lo;
-        while start < hi {
-            let len = (hi - start).min(BLOCK);
-            let acc = &mut acc[..len];
-            for (a, &x) in acc.iter_mut().zip(slice(g(0).add(start), len)) {
-                *a = x.load();
-            }
-            for k in 1..count {
-                for (a, &x) in acc.iter_mut().zip(slice(g(k).add(start), len)) {
-                    *a += x.load();
+        // The AVX2 build where the CPU has it.
+        Simd::for_cost(1).run_narrow(
+            #[inline(always)]
+            move || {
+                let mut acc = [0f32; BLOCK];
+                let mut start = lo;
+                while start < hi {
+                    let len = (hi - start).min(BLOCK);
+                    let acc = &mut acc[..len];
+                    for (a, &x) in acc.iter_mut().zip(slice(g(0).add(start), len)) {
+                        *a = x.load();
+                    }
+                    for k in 1..count {
+                        for (a, &x) in acc.iter_mut().zip(slice(g(k).add(start), len)) {
+                            *a += x.load();
+                        }
+                    }
+                    for d in 0..count {
+                        for (o, &a) in slice_mut(w(d).add(start), len).iter_mut().zip(acc.iter()) {
+                            *o = T::store(o.load() + b * (a / divisor));
+                        }
+                    }
+                    start += len;
                 }
-            }
-            for d in 0..count {
-                for (o, &a) in slice_mut(w(d).add(start), len).iter_mut().zip(acc.iter()) {
-                    *o = T::store(o.load() + b * (a / divisor));
-                }
-            }
-            start += len;
-        }
+            },
+        );
     }
 }
 

@@ -40,6 +40,7 @@ use super::conv_layout::{
     col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, ConvElem, Geo2, Padded,
 };
 use super::dispatch::with_float;
+use super::par::Simd;
 use super::ptr::{slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -438,6 +439,7 @@ impl<T: ConvElem> ConvKernel<T> {
 
     /// Runs task `t` with the scratch buffer `col`; `wpart` is where chunk `t.n`
     /// of a weight gradient goes.
+    #[inline(always)]
     unsafe fn task(&self, t: Task, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>, col: *mut T, wpart: *mut T) {
         let g = &self.geo;
         let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
@@ -585,7 +587,11 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
             for t in self.tasks.iter().skip(p).step_by(pieces) {
                 // SAFETY: tasks write disjoint outputs (planes, column blocks,
                 // channel blocks, weight rows of one chunk); `col` is this piece's own.
-                unsafe { self.task(*t, x, w, y, col.get(), wpart(t.n)) };
+                // The layout loops run their AVX2 build where the CPU has it.
+                Simd::for_cost(1).run_narrow(
+                    #[inline(always)]
+                    || unsafe { self.task(*t, x, w, y, col.get(), wpart(t.n)) },
+                );
             }
         };
         if self.parallel && pieces > 1 {
@@ -596,9 +602,14 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
         // Chunked weight gradients: add the partials in chunk order.
         if self.chunks.len() > 2 {
             let out = slice_mut(w.get(), wlen);
-            for part in partials.chunks_exact(wlen) {
-                out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
-            }
+            Simd::for_cost(1).run_narrow(
+                #[inline(always)]
+                || {
+                    for part in partials.chunks_exact(wlen) {
+                        out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
+                    }
+                },
+            );
         }
         Ok(())
     }

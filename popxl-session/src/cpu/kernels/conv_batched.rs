@@ -5,6 +5,7 @@
 
 use super::conv::{ConvKernel, Method, Pass, Task, BLOCK_ELEMS};
 use super::conv_layout::{col2im, im2col, ConvElem, Geo2};
+use super::par::Simd;
 use super::ptr::SendPtr;
 use super::spec::BuildResult;
 use crate::cpu::kernel::KernelSpec;
@@ -216,7 +217,10 @@ impl<T: ConvElem> ConvKernel<T> {
             team::run(kdim.div_ceil(rb), &|i| {
                 let rows = i * rb..((i + 1) * rb).min(kdim);
                 // SAFETY: each task writes its own rows of the shared matrix.
-                unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) };
+                Simd::for_cost(1).run_narrow(
+                    #[inline(always)]
+                    || unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) },
+                );
             });
             let tasks = &self.tasks[start..end];
             team::run(tasks.len(), &|j| {

@@ -136,6 +136,7 @@ impl Geo2 {
 ///
 /// # Safety
 /// `x` must be valid for `ci_g · ih · iw` reads and `dst` for `rows.len() · ld` writes.
+#[inline(always)]
 pub(crate) unsafe fn im2col<T: ConvElem>(
     g: &Geo2,
     x: *const T,
@@ -182,6 +183,7 @@ pub(crate) unsafe fn im2col<T: ConvElem>(
 /// # Safety
 /// `src` must be valid for `rows.len() · ld` reads and `dx` for `ci_g · ih · iw`
 /// reads and writes, not overlapping.
+#[inline(always)]
 pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, ld: usize, rows: Range<usize>, dx: *mut T) {
     let (kk, op) = (g.kk(), ld);
     for (ri, r) in rows.enumerate() {
@@ -211,6 +213,7 @@ pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, ld: usize, row
 ///
 /// # Safety
 /// `x`: `ih · iw` reads, `y`: `oh · ow` writes, `w`: `kh · kw` reads.
+#[inline(always)]
 pub(crate) unsafe fn direct_fwd_plane<T: ConvElem>(g: &Geo2, x: *const T, w: *const T, y: *mut T) {
     std::ptr::write_bytes(y, 0, g.op());
     for o in 0..g.oh {
@@ -240,6 +243,7 @@ pub(crate) unsafe fn direct_fwd_plane<T: ConvElem>(g: &Geo2, x: *const T, w: *co
 ///
 /// # Safety
 /// `dy`: `oh · ow` reads, `dx`: `ih · iw` reads and writes, `w`: `kh · kw` reads.
+#[inline(always)]
 pub(crate) unsafe fn direct_data_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T, w: *const T, dx: *mut T) {
     for o in 0..g.oh {
         let gr = dy.add(o * g.ow);
@@ -269,6 +273,7 @@ pub(crate) unsafe fn direct_data_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T,
 ///
 /// # Safety
 /// `dy`: `oh · ow` reads, `x`: `ih · iw` reads, `dw`: `kh · kw` reads and writes.
+#[inline(always)]
 pub(crate) unsafe fn direct_weight_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T, x: *const T, dw: *mut T) {
     for ki in 0..g.kh {
         for kj in 0..g.kw {

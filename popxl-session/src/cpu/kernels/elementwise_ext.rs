@@ -99,22 +99,27 @@ impl<T: Copy + Send + Sync + 'static, F: MapP<T>> Kernel for UnaryP<T, F> {
         let x = SendPtr(args.inputs[0] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
         let (p, in_place) = (self.p, self.in_place);
-        par_range_cost(self.n, F::COST, move |r| {
-            // SAFETY: both buffers hold `n` elements; in place, only the output
-            // pointer is used; otherwise they do not overlap.
-            unsafe {
-                let ys = slice_mut(y.get().add(r.start), r.len());
-                if in_place {
-                    for v in ys.iter_mut() {
-                        *v = F::f(*v, p);
-                    }
-                } else {
-                    for (o, &v) in ys.iter_mut().zip(slice(x.get().add(r.start), r.len())) {
-                        *o = F::f(v, p);
+        par_range_cost(
+            self.n,
+            F::COST,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: both buffers hold `n` elements; in place, only the output
+                // pointer is used; otherwise they do not overlap.
+                unsafe {
+                    let ys = slice_mut(y.get().add(r.start), r.len());
+                    if in_place {
+                        for v in ys.iter_mut() {
+                            *v = F::f(*v, p);
+                        }
+                    } else {
+                        for (o, &v) in ys.iter_mut().zip(slice(x.get().add(r.start), r.len())) {
+                            *o = F::f(v, p);
+                        }
                     }
                 }
-            }
-        });
+            },
+        );
         Ok(())
     }
 }
@@ -165,16 +170,20 @@ impl<T: Num> Kernel for ClipGradKernel<T> {
         let y = SendPtr(args.inputs[1] as *mut T);
         let out = SendPtr(args.outputs[0] as *mut T);
         let (lo, hi) = (self.lo, self.hi);
-        par_range(self.n, move |r| {
-            // SAFETY: three buffers of `n` elements; the output overlaps no input.
-            unsafe {
-                let os = slice_mut(out.get().add(r.start), r.len());
-                let (gs, ys) = (slice(g.get().add(r.start), r.len()), slice(y.get().add(r.start), r.len()));
-                for ((o, &gv), &yv) in os.iter_mut().zip(gs).zip(ys) {
-                    *o = if yv != lo && yv != hi { gv } else { T::ZERO };
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: three buffers of `n` elements; the output overlaps no input.
+                unsafe {
+                    let os = slice_mut(out.get().add(r.start), r.len());
+                    let (gs, ys) = (slice(g.get().add(r.start), r.len()), slice(y.get().add(r.start), r.len()));
+                    for ((o, &gv), &yv) in os.iter_mut().zip(gs).zip(ys) {
+                        *o = if yv != lo && yv != hi { gv } else { T::ZERO };
+                    }
                 }
-            }
-        });
+            },
+        );
         Ok(())
     }
 }
@@ -269,25 +278,29 @@ impl<T: Num> Kernel for ScaledAddKernel<T> {
         let y = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let out = SendPtr(args.outputs[0] as *mut T);
         let [_, sy] = self.plan.inner_strides();
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ix, iy], len| {
-                // SAFETY: offsets come from the plan; the output overlaps no input.
-                unsafe {
-                    let os = slice_mut(out.get().add(o), len);
-                    let xs = slice(x.get().add(ix), len);
-                    if sy == 1 {
-                        for ((v, &p), &q) in os.iter_mut().zip(xs).zip(slice(y.get().add(iy), len)) {
-                            *v = a.mul(p).add(b.mul(q));
-                        }
-                    } else {
-                        let bq = b.mul(*y.get().add(iy));
-                        for (v, &p) in os.iter_mut().zip(xs) {
-                            *v = a.mul(p).add(bq);
+        par_range(
+            self.plan.len(),
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, [ix, iy], len| {
+                    // SAFETY: offsets come from the plan; the output overlaps no input.
+                    unsafe {
+                        let os = slice_mut(out.get().add(o), len);
+                        let xs = slice(x.get().add(ix), len);
+                        if sy == 1 {
+                            for ((v, &p), &q) in os.iter_mut().zip(xs).zip(slice(y.get().add(iy), len)) {
+                                *v = a.mul(p).add(b.mul(q));
+                            }
+                        } else {
+                            let bq = b.mul(*y.get().add(iy));
+                            for (v, &p) in os.iter_mut().zip(xs) {
+                                *v = a.mul(p).add(bq);
+                            }
                         }
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }
@@ -392,25 +405,29 @@ impl<T: Copy + Send + Sync + 'static, F: Map2<T, T>> Kernel for FoldKernel<T, F>
         for (plan, pos) in &self.rest {
             let x = SendPtr(args.inputs[*pos] as *mut T);
             let [sx] = plan.inner_strides();
-            par_range(plan.len(), move |r| {
-                plan.for_segments(r, |o, [ix], len| {
-                    // SAFETY: the plan's offsets lie inside `x` and the output, which
-                    // overlap no input.
-                    unsafe {
-                        let ys = slice_mut(y.get().add(o), len);
-                        if sx == 1 {
-                            for (v, &q) in ys.iter_mut().zip(slice(x.get().add(ix), len)) {
-                                *v = F::f(*v, q);
-                            }
-                        } else {
-                            let q = *x.get().add(ix);
-                            for v in ys.iter_mut() {
-                                *v = F::f(*v, q);
+            par_range(
+                plan.len(),
+                #[inline(always)]
+                move |r| {
+                    plan.for_segments(r, |o, [ix], len| {
+                        // SAFETY: the plan's offsets lie inside `x` and the output, which
+                        // overlap no input.
+                        unsafe {
+                            let ys = slice_mut(y.get().add(o), len);
+                            if sx == 1 {
+                                for (v, &q) in ys.iter_mut().zip(slice(x.get().add(ix), len)) {
+                                    *v = F::f(*v, q);
+                                }
+                            } else {
+                                let q = *x.get().add(ix);
+                                for v in ys.iter_mut() {
+                                    *v = F::f(*v, q);
+                                }
                             }
                         }
-                    }
-                });
-            });
+                    });
+                },
+            );
         }
         Ok(())
     }

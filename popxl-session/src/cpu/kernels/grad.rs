@@ -51,21 +51,25 @@ impl<T: Num> Kernel for BroadcastScale<T> {
         let y = SendPtr(args.outputs[0] as *mut T);
         let [s] = self.plan.inner_strides();
         let scale = self.scale;
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ig], len| {
-                // SAFETY: offsets come from the plan; the output overlaps no input.
-                unsafe {
-                    let ys = slice_mut(y.get().add(o), len);
-                    if s == 1 {
-                        for (out, &v) in ys.iter_mut().zip(slice(g.get().add(ig), len)) {
-                            *out = v.mul(scale);
+        par_range(
+            self.plan.len(),
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, [ig], len| {
+                    // SAFETY: offsets come from the plan; the output overlaps no input.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(o), len);
+                        if s == 1 {
+                            for (out, &v) in ys.iter_mut().zip(slice(g.get().add(ig), len)) {
+                                *out = v.mul(scale);
+                            }
+                        } else {
+                            ys.fill((*g.get().add(ig)).mul(scale));
                         }
-                    } else {
-                        ys.fill((*g.get().add(ig)).mul(scale));
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }
@@ -86,17 +90,21 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for WhereGradKernel<E> {
         let y = SendPtr(args.outputs[0] as *mut E);
         let [sg, sc] = self.plan.inner_strides();
         let pass = self.pass;
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ig, ic], len| {
-                // SAFETY: offsets come from the plan; the output overlaps no input.
-                unsafe {
-                    let (g, c) = (g.get().add(ig), c.get().add(ic));
-                    for (i, out) in slice_mut(y.get().add(o), len).iter_mut().enumerate() {
-                        *out = if ((*c.add(i * sc)).0 != 0) == pass { *g.add(i * sg) } else { E::default() };
+        par_range(
+            self.plan.len(),
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, [ig, ic], len| {
+                    // SAFETY: offsets come from the plan; the output overlaps no input.
+                    unsafe {
+                        let (g, c) = (g.get().add(ig), c.get().add(ic));
+                        for (i, out) in slice_mut(y.get().add(o), len).iter_mut().enumerate() {
+                            *out = if ((*c.add(i * sc)).0 != 0) == pass { *g.add(i * sg) } else { E::default() };
+                        }
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }
@@ -115,25 +123,29 @@ impl<T: Num> Kernel for SumKernel<T> {
         let first = SendPtr(ins[0] as *mut T);
         let rest = SendPtr(ins.as_ptr() as *mut *const u8);
         let count = ins.len();
-        par_range(self.n, move |r| {
-            const BLOCK: usize = 4096;
-            let mut start = r.start;
-            while start < r.end {
-                let len = BLOCK.min(r.end - start);
-                // SAFETY: every input and the output hold `n` elements; pieces are disjoint.
-                unsafe {
-                    let ys = slice_mut(y.get().add(start), len);
-                    ys.copy_from_slice(slice(first.get().add(start), len));
-                    for k in 1..count {
-                        let x = *rest.get().add(k) as *const T;
-                        for (o, &v) in ys.iter_mut().zip(slice(x.add(start), len)) {
-                            *o = o.add(v);
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                const BLOCK: usize = 4096;
+                let mut start = r.start;
+                while start < r.end {
+                    let len = BLOCK.min(r.end - start);
+                    // SAFETY: every input and the output hold `n` elements; pieces are disjoint.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(start), len);
+                        ys.copy_from_slice(slice(first.get().add(start), len));
+                        for k in 1..count {
+                            let x = *rest.get().add(k) as *const T;
+                            for (o, &v) in ys.iter_mut().zip(slice(x.add(start), len)) {
+                                *o = o.add(v);
+                            }
                         }
                     }
+                    start += len;
                 }
-                start += len;
-            }
-        });
+            },
+        );
         Ok(())
     }
 }

@@ -76,13 +76,18 @@ impl<T: Copy + Send + Sync + 'static, P: Pred<T>> Kernel for PredKernel<T, P> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut Bool8);
-        par_range(self.n, move |r| {
-            // SAFETY: buffers hold `n` elements and do not overlap.
-            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-            for (o, &v) in ys.iter_mut().zip(xs) {
-                *o = Bool8(P::f(v) as u8);
-            }
-        });
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: buffers hold `n` elements and do not overlap.
+                let (xs, ys) =
+                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+                for (o, &v) in ys.iter_mut().zip(xs) {
+                    *o = Bool8(P::f(v) as u8);
+                }
+            },
+        );
         Ok(())
     }
 }
@@ -106,13 +111,18 @@ impl Kernel for NotKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut u8);
         let y = SendPtr(args.outputs[0]);
-        par_range(self.n, move |r| {
-            // SAFETY: buffers hold `n` bytes and do not overlap.
-            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-            for (o, &v) in ys.iter_mut().zip(xs) {
-                *o = (v == 0) as u8;
-            }
-        });
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: buffers hold `n` bytes and do not overlap.
+                let (xs, ys) =
+                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+                for (o, &v) in ys.iter_mut().zip(xs) {
+                    *o = (v == 0) as u8;
+                }
+            },
+        );
         Ok(())
     }
 }

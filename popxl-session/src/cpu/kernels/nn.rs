@@ -14,7 +14,7 @@
 use super::dispatch::{with_float, with_index};
 use super::elem::{Float, IndexElem};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{has_avx512, par_split, wide_simd, PAR_MIN_ELEMS};
+use super::par::{par_split, wide_simd, Simd, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -46,12 +46,18 @@ impl AxisView {
     fn for_rows(&self, f: impl Fn(usize, usize) + Sync + Send) {
         let total = self.rows() * self.len;
         let min_total = if total >= PAR_MIN_ELEMS { 0 } else { usize::MAX };
-        par_split(self.rows(), min_total, (1 << 14) / self.len.max(1), |r| {
-            for row in r {
-                let (first, stride) = self.row(row);
-                f(first, stride);
-            }
-        });
+        par_split(
+            self.rows(),
+            min_total,
+            (1 << 14) / self.len.max(1),
+            #[inline(always)]
+            |r| {
+                for row in r {
+                    let (first, stride) = self.row(row);
+                    f(first, stride);
+                }
+            },
+        );
     }
 }
 
@@ -174,7 +180,7 @@ struct MaskedSoftmax<T> {
     mask_per_element: bool,
     scale: T,
     fill: T,
-    wide: bool,
+    simd: Simd,
 }
 
 impl<T: Float> Kernel for MaskedSoftmax<T> {
@@ -184,18 +190,24 @@ impl<T: Float> Kernel for MaskedSoftmax<T> {
         let (len, rows) = (self.len, self.mask_rows.len());
         let mlen = if self.mask_per_element { len } else { 1 };
         let min_total = if rows * len >= PAR_MIN_ELEMS { 0 } else { usize::MAX };
-        par_split(rows, min_total, (1 << 14) / len.max(1), |r| {
-            for row in r {
-                // SAFETY: rows are disjoint; the mask offsets were computed from the
-                // mask's shape at build time.
-                unsafe {
-                    let xs = slice(x.get().add(row * len), len);
-                    let ys = slice_mut(y.get().add(row * len), len);
-                    let m = slice(mask.get().add(self.mask_rows[row]), mlen);
-                    masked_softmax_row(self.wide, xs, m, self.scale, self.fill, ys);
+        par_split(
+            rows,
+            min_total,
+            (1 << 14) / len.max(1),
+            #[inline(always)]
+            |r| {
+                for row in r {
+                    // SAFETY: rows are disjoint; the mask offsets were computed from the
+                    // mask's shape at build time.
+                    unsafe {
+                        let xs = slice(x.get().add(row * len), len);
+                        let ys = slice_mut(y.get().add(row * len), len);
+                        let m = slice(mask.get().add(self.mask_rows[row]), mlen);
+                        masked_softmax_row(self.simd, xs, m, self.scale, self.fill, ys);
+                    }
                 }
-            }
-        });
+            },
+        );
         Ok(())
     }
 }
@@ -249,7 +261,7 @@ fn build_masked_softmax(spec: &KernelSpec<'_>) -> BuildResult {
             mask_per_element,
             scale: <T as super::elem::Num>::from_f64(scale),
             fill: <T as super::elem::Num>::from_f64(fill),
-            wide: has_avx512(),
+            simd: Simd::best(),
         }) as Box<dyn Kernel>),
         _ => Err(spec.unsupported_dtype(dt)))
 }
@@ -267,20 +279,20 @@ wide_simd!(fn softmax_grad_row<T: Float>(g: &[T], y: &[T], dx: &mut [T]) => soft
 /// Softmax along an axis: `y = exp(x - max) / sum(exp(x - max))`.
 struct Softmax<T> {
     view: AxisView,
-    wide: bool,
+    simd: Simd,
     _t: Types<T>,
 }
 
 impl<T: Float> Kernel for Softmax<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (x, y) = (SendPtr(args.inputs[0] as *mut T), SendPtr(args.outputs[0] as *mut T));
-        let (len, wide) = (self.view.len, self.wide);
+        let (len, simd) = (self.view.len, self.simd);
         self.view.for_rows(move |first, stride| {
             // SAFETY: rows are disjoint; all indices are inside the buffers.
             unsafe {
                 let (x, y) = (x.get().add(first), y.get().add(first));
                 if stride == 1 {
-                    softmax_row(wide, slice(x, len), slice_mut(y, len));
+                    softmax_row(simd, slice(x, len), slice_mut(y, len));
                 } else {
                     let max = (0..len).fold(T::LOWEST, |m, i| m.maximum(*x.add(i * stride)));
                     let mut sum = T::ZERO;
@@ -304,7 +316,7 @@ impl<T: Float> Kernel for Softmax<T> {
 struct SoftmaxGrad<T> {
     view: AxisView,
     pos: [usize; 2],
-    wide: bool,
+    simd: Simd,
     _t: Types<T>,
 }
 
@@ -313,13 +325,13 @@ impl<T: Float> Kernel for SoftmaxGrad<T> {
         let g = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let y = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let dx = SendPtr(args.outputs[0] as *mut T);
-        let (len, wide) = (self.view.len, self.wide);
+        let (len, simd) = (self.view.len, self.simd);
         self.view.for_rows(move |first, s| {
             // SAFETY: rows are disjoint; all indices are inside the buffers.
             unsafe {
                 let (g, y, dx) = (g.get().add(first), y.get().add(first), dx.get().add(first));
                 if s == 1 {
-                    softmax_grad_row(wide, slice(g, len), slice(y, len), slice_mut(dx, len));
+                    softmax_grad_row(simd, slice(g, len), slice(y, len), slice_mut(dx, len));
                     return;
                 }
                 let dot = (0..len).fold(T::ZERO, |acc, i| acc + *g.add(i * s) * *y.add(i * s));
@@ -458,23 +470,29 @@ impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
         }
         let (p, l, dx) = (SendPtr(p as *mut T), SendPtr(labels as *mut L), SendPtr(args.outputs[1] as *mut T));
         let c = nll.classes;
-        par_split(nll.rows, if nll.rows * c >= PAR_MIN_ELEMS { 0 } else { usize::MAX }, 1, move |r| {
-            // SAFETY: each row writes its own block of dlogits.
-            unsafe {
-                for i in r {
-                    let (ps, ds) = (slice(p.get().add(i * c), c), slice_mut(dx.get().add(i * c), c));
-                    match nll.class(*l.get().add(i)) {
-                        Some(k) => {
-                            for (d, &v) in ds.iter_mut().zip(ps) {
-                                *d = v * scale;
+        par_split(
+            nll.rows,
+            if nll.rows * c >= PAR_MIN_ELEMS { 0 } else { usize::MAX },
+            1,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: each row writes its own block of dlogits.
+                unsafe {
+                    for i in r {
+                        let (ps, ds) = (slice(p.get().add(i * c), c), slice_mut(dx.get().add(i * c), c));
+                        match nll.class(*l.get().add(i)) {
+                            Some(k) => {
+                                for (d, &v) in ds.iter_mut().zip(ps) {
+                                    *d = v * scale;
+                                }
+                                ds[k] = (ps[k] - T::ONE) * scale;
                             }
-                            ds[k] = (ps[k] - T::ONE) * scale;
+                            None => ds.fill(T::ZERO),
                         }
-                        None => ds.fill(T::ZERO),
                     }
                 }
-            }
-        });
+            },
+        );
         Ok(())
     }
 }
@@ -531,7 +549,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             let view = AxisView::new(x.shape(), axis);
             let dt = x.dtype();
             if spec.is::<ir::Softmax>() {
-                with_float!(dt, T => boxed(Softmax::<T> { view, wide: has_avx512(), _t: Types::default() }),
+                with_float!(dt, T => boxed(Softmax::<T> { view, simd: Simd::best(), _t: Types::default() }),
                     _ => Err(spec.unsupported_dtype(dt)))
             } else {
                 let g = spec.input(0)?;
@@ -539,7 +557,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                     return Err(spec.error(format!("gradient {} differs from the softmax output {}", g.info, x.info)));
                 }
                 let pos = [g.pos, x.pos];
-                with_float!(dt, T => boxed(SoftmaxGrad::<T> { view, pos, wide: has_avx512(), _t: Types::default() }),
+                with_float!(dt, T => boxed(SoftmaxGrad::<T> { view, pos, simd: Simd::best(), _t: Types::default() }),
                     _ => Err(spec.unsupported_dtype(dt)))
             }
         }

@@ -17,7 +17,7 @@ use popart_ir::ops::all as ir;
 
 use super::dispatch::with_float;
 use super::elem::Float;
-use super::par::{par_split, PAR_MIN_ELEMS};
+use super::par::{par_split, Simd, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -146,6 +146,7 @@ impl<T: Float> GroupNormKernel<T> {
 
     /// Forward rows `range`: y, mean, inv_std.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     unsafe fn forward(
         &self,
         range: std::ops::Range<usize>,
@@ -185,6 +186,7 @@ impl<T: Float> GroupNormKernel<T> {
 
     /// Gradient rows `range`: dx, and dw/db added into `dwb` (`[dw.., db..]`).
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     unsafe fn backward(
         &self,
         range: std::ops::Range<usize>,
@@ -259,7 +261,10 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
             if self.parallel {
                 par_split(self.rows, 2, 1, body);
             } else {
-                body(0..self.rows);
+                Simd::for_cost(1).run_narrow(
+                    #[inline(always)]
+                    || body(0..self.rows),
+                );
             }
             return Ok(());
         }
@@ -271,13 +276,17 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
         partials.fill(T::ZERO);
         let parts = SendPtr(partials.as_mut_ptr());
         let nchunks = self.chunks.len() - 1;
+        let simd = Simd::for_cost(1);
         let chunk = |k: usize| {
             // SAFETY: chunk k writes its own rows of dx and its own [dw, db] partial.
-            unsafe {
-                let (w, mean, inv) = (slice(w.get(), c), slice(mean.get(), self.rows), slice(inv.get(), self.rows));
-                let dwb = slice_mut(parts.get().add(k * 2 * c), 2 * c);
-                self.backward(self.chunks[k]..self.chunks[k + 1], g.get(), x.get(), w, mean, inv, dx.get(), dwb);
-            }
+            simd.run_narrow(
+                #[inline(always)]
+                || unsafe {
+                    let (w, mean, inv) = (slice(w.get(), c), slice(mean.get(), self.rows), slice(inv.get(), self.rows));
+                    let dwb = slice_mut(parts.get().add(k * 2 * c), 2 * c);
+                    self.backward(self.chunks[k]..self.chunks[k + 1], g.get(), x.get(), w, mean, inv, dx.get(), dwb);
+                },
+            )
         };
         if nchunks > 1 {
             team::run(nchunks, &chunk);

@@ -82,33 +82,38 @@ impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKern
             (args.inputs[self.m] as *const T, args.inputs[self.v] as *const T, args.inputs[self.w] as *const T);
         let (m, v, w) = (SendPtr(m as *mut T), SendPtr(v as *mut T), SendPtr(w as *mut T));
         let y = SendPtr(args.outputs[0] as *mut T);
-        par_range_cost(self.n, 4, move |r| {
-            // SAFETY: every buffer holds `n` elements; the output overlaps no input;
-            // pieces are disjoint.
-            let (ms, vs, ys) = unsafe {
-                (
-                    slice(m.get().add(r.start), r.len()),
-                    slice(v.get().add(r.start), r.len()),
-                    slice_mut(y.get().add(r.start), r.len()),
-                )
-            };
-            let update = |mi: T, vi: T| {
-                let vc = vi / c2;
-                let denom = if ADAMAX { vc } else { vc.sqrt() };
-                (mi / c1) / (denom + eps)
-            };
-            if DECAY {
-                // SAFETY: as above (`w` is connected when `DECAY`).
-                let ws = unsafe { slice(w.get().add(r.start), r.len()) };
-                for (((o, &mi), &vi), &wi) in ys.iter_mut().zip(ms).zip(vs).zip(ws) {
-                    *o = update(mi, vi) + wd * wi;
+        par_range_cost(
+            self.n,
+            4,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: every buffer holds `n` elements; the output overlaps no input;
+                // pieces are disjoint.
+                let (ms, vs, ys) = unsafe {
+                    (
+                        slice(m.get().add(r.start), r.len()),
+                        slice(v.get().add(r.start), r.len()),
+                        slice_mut(y.get().add(r.start), r.len()),
+                    )
+                };
+                let update = |mi: T, vi: T| {
+                    let vc = vi / c2;
+                    let denom = if ADAMAX { vc } else { vc.sqrt() };
+                    (mi / c1) / (denom + eps)
+                };
+                if DECAY {
+                    // SAFETY: as above (`w` is connected when `DECAY`).
+                    let ws = unsafe { slice(w.get().add(r.start), r.len()) };
+                    for (((o, &mi), &vi), &wi) in ys.iter_mut().zip(ms).zip(vs).zip(ws) {
+                        *o = update(mi, vi) + wd * wi;
+                    }
+                } else {
+                    for ((o, &mi), &vi) in ys.iter_mut().zip(ms).zip(vs) {
+                        *o = update(mi, vi);
+                    }
                 }
-            } else {
-                for ((o, &mi), &vi) in ys.iter_mut().zip(ms).zip(vs) {
-                    *o = update(mi, vi);
-                }
-            }
-        });
+            },
+        );
         Ok(())
     }
 }
@@ -208,14 +213,20 @@ impl<T: Float> Kernel for AdamVarUpdateKernel<T> {
         let s = T::from_f64(-(self.lr.get(args) * ratio));
         let w = SendPtr(args.outputs[0] as *mut T);
         let x = SendPtr(args.inputs[self.x] as *mut T);
-        par_range_cost(self.n, 1, move |r| {
-            // SAFETY: `w` is accessed through the output pointer only, `x` is another
-            // buffer of `n` elements; pieces are disjoint.
-            let (ws, xs) = unsafe { (slice_mut(w.get().add(r.start), r.len()), slice(x.get().add(r.start), r.len())) };
-            for (a, &b) in ws.iter_mut().zip(xs) {
-                *a = *a + s * b;
-            }
-        });
+        par_range_cost(
+            self.n,
+            1,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: `w` is accessed through the output pointer only, `x` is another
+                // buffer of `n` elements; pieces are disjoint.
+                let (ws, xs) =
+                    unsafe { (slice_mut(w.get().add(r.start), r.len()), slice(x.get().add(r.start), r.len())) };
+                for (a, &b) in ws.iter_mut().zip(xs) {
+                    *a = *a + s * b;
+                }
+            },
+        );
         Ok(())
     }
 }

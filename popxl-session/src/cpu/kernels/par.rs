@@ -1,5 +1,6 @@
 //! Threading and SIMD dispatch: the parallel range splitters over the worker team
-//! ([`team`]) and [`wide_simd!`] for maps also compiled for AVX-512.
+//! ([`team`]), and the SIMD tiers ([`Simd`], [`wide_simd!`]) kernels' loops are
+//! compiled for and picked at run time.
 
 use std::ops::Range;
 
@@ -12,73 +13,163 @@ const PAR_CHUNK: usize = 1 << 14;
 
 /// Run `f` over `0..n`, split into contiguous pieces over the worker team ([`team`])
 /// when `n` is at least [`PAR_MIN_ELEMS`] and more than one thread is available.
+/// Each piece runs the AVX2 build of `f` where the CPU has it ([`Simd::for_cost`]).
 #[inline]
 pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
-    par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
+    par_split_simd(n, PAR_MIN_ELEMS, PAR_CHUNK, Simd::for_cost(1), f);
 }
 
 /// [`par_range`] for work costing about `cost` simple elementwise operations per
-/// item (transcendental maps): splits `cost` times earlier, in pieces `cost` times smaller.
+/// item (transcendental maps): splits `cost` times earlier, in pieces `cost` times
+/// smaller, and runs the build of `f` for that cost ([`Simd::for_cost`]).
 #[inline]
 pub(crate) fn par_range_cost(n: usize, cost: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     let cost = cost.max(1);
-    par_split(n, PAR_MIN_ELEMS / cost, PAR_CHUNK / cost, f);
+    par_split_simd(n, PAR_MIN_ELEMS / cost, PAR_CHUNK / cost, Simd::for_cost(cost), f);
 }
 
 /// Run `f` over `0..n` in pieces of at least `min_chunk` items on the worker team
-/// when `n >= min_total` (sequentially otherwise or with one thread).
+/// when `n >= min_total` (sequentially otherwise or with one thread); each piece
+/// runs the AVX2 build of `f` where the CPU has it.
+#[inline]
 pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    par_split_simd(n, min_total, min_chunk, Simd::for_cost(1), f);
+}
+
+/// [`par_split`] running the `simd` build of `f` (one build per tier: `f` is
+/// inlined at one call site of each).
+fn par_split_simd(n: usize, min_total: usize, min_chunk: usize, simd: Simd, f: impl Fn(Range<usize>) + Sync + Send) {
+    let piece = |r: Range<usize>| {
+        if simd > Simd::Avx2 {
+            simd.run(
+                #[inline(always)]
+                || f(r),
+            )
+        } else {
+            simd.run_narrow(
+                #[inline(always)]
+                || f(r),
+            )
+        }
+    };
     let min_chunk = min_chunk.max(1);
-    if n < min_total || n < 2 * min_chunk {
-        f(0..n);
-        return;
-    }
     let threads = team::num_threads();
-    if threads <= 1 {
-        f(0..n);
+    if n < min_total || n < 2 * min_chunk || threads <= 1 {
+        piece(0..n);
         return;
     }
     let chunk = n.div_ceil(threads * 4).max(min_chunk);
     let pieces = n.div_ceil(chunk);
-    team::run(pieces, &|p| f(p * chunk..((p + 1) * chunk).min(n)));
+    team::run(pieces, &|p| piece(p * chunk..((p + 1) * chunk).min(n)));
 }
 
-/// True when the CPU runs AVX-512 (F, VL, DQ, BW): expensive elementwise maps
-/// are then also compiled for it and picked at run time (1.5-2x on gelu, exp).
-pub(crate) fn has_avx512() -> bool {
+/// The instruction set a kernel's loops are compiled for, picked at kernel-build
+/// time from what this CPU runs (the binary itself targets baseline x86-64).
+///
+/// The loops are plain Rust that LLVM vectorises; [`Simd::run`] and
+/// [`wide_simd!`] compile them once per tier and call the build of the tier
+/// asked for. No tier changes a result: Rust never contracts `a * b + c` into
+/// a fused multiply-add, and the loops fix their own summation order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Simd {
+    /// The baseline build (SSE2 on x86-64).
+    Base,
+    /// AVX2 and FMA (x86-64-v3).
+    Avx2,
+    /// AVX-512 F, VL, DQ and BW.
+    Avx512,
+}
+
+impl Simd {
+    /// The widest tier this CPU runs (detected once).
+    pub(crate) fn best() -> Simd {
+        static TIER: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+        *TIER.get_or_init(detect)
+    }
+
+    /// The tier for a loop costing about `cost` simple operations per element:
+    /// AVX-512 pays only for expensive maps (1.5-2x on gelu, exp); cheap ones
+    /// are bound by memory and run the AVX2 build.
+    pub(crate) fn for_cost(cost: usize) -> Simd {
+        if cost > 1 {
+            Simd::best()
+        } else {
+            Simd::best().min(Simd::Avx2)
+        }
+    }
+
+    /// Run `f` compiled for this tier: `f` and every `#[inline(always)]`
+    /// function it calls are built with the tier's features. The caller
+    /// obtained the tier from [`Simd::best`] or [`Simd::for_cost`], so the CPU
+    /// runs it.
+    #[inline(always)]
+    pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+            unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            match self {
+                // SAFETY: tiers above `Base` come from `detect`, which checked the features.
+                Simd::Avx512 => return unsafe { avx512(f) },
+                // SAFETY: as above.
+                Simd::Avx2 => return unsafe { avx2(f) },
+                Simd::Base => {}
+            }
+        }
+        f()
+    }
+
+    /// [`Simd::run`] without an AVX-512 build (one build fewer for loops bound by
+    /// memory): the AVX-512 tier runs the AVX2 build.
+    #[inline(always)]
+    pub(crate) fn run_narrow<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            if self >= Simd::Avx2 {
+                // SAFETY: tiers above `Base` come from `detect`, which checked the features.
+                return unsafe { avx2(f) };
+            }
+        }
+        f()
+    }
+}
+
+/// The widest tier this CPU runs.
+fn detect() -> Simd {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512bw")
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512vl") && has!("avx512dq") && has!("avx512bw") && has!("avx2") && has!("fma") {
+            return Simd::Avx512;
+        }
+        if has!("avx2") && has!("fma") {
+            return Simd::Avx2;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    Simd::Base
 }
 
-/// Defines `$name(wide, args..)`: runs the `#[inline(always)]` function `$body`
-/// compiled for AVX-512 when `wide` (see [`has_avx512`]), as built otherwise.
+/// Defines `$name(simd, args..)`: runs the `#[inline(always)]` function `$body`
+/// compiled for the [`Simd`] tier `simd`.
 macro_rules! wide_simd {
     ($(#[$m:meta])* $vis:vis fn $name:ident<$($g:ident: $b:path),*>($($a:ident: $t:ty),*) => $body:ident) => {
         $(#[$m])*
         #[inline]
-        $vis fn $name<$($g: $b),*>(wide: bool, $($a: $t),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw")]
-                unsafe fn wide_body<$($g: $b),*>($($a: $t),*) {
-                    $body::<$($g),*>($($a),*)
-                }
-                if wide {
-                    // SAFETY: `wide` is only true when the CPU has these features.
-                    return unsafe { wide_body::<$($g),*>($($a),*) };
-                }
-            }
-            let _ = wide;
-            $body::<$($g),*>($($a),*)
+        $vis fn $name<$($g: $b),*>(simd: $crate::cpu::kernels::par::Simd, $($a: $t),*) {
+            simd.run(
+                #[inline(always)]
+                || $body::<$($g),*>($($a),*),
+            )
         }
     };
 }

@@ -119,40 +119,44 @@ impl<T: Float> Kernel for RandomKernel<T> {
         let y = SendPtr(args.outputs[0] as *mut T);
         let dist = self.dist;
         let f64_bits = std::mem::size_of::<T>() == 8;
-        par_range(self.n, move |r| {
-            // SAFETY: the output holds `n` elements; pieces are disjoint.
-            let ys = unsafe { slice_mut(y.get().add(r.start), r.len()) };
-            match dist {
-                Dist::Uniform { low, high } => {
-                    let st = stream_state(seed, Stream::Uniform);
-                    for (i, o) in (r.start as u64..).zip(ys) {
-                        let b = bits(st, i);
-                        let u = if f64_bits { unit53(b) } else { unit24(b) };
-                        *o = T::from_f64(low + (high - low) * u);
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: the output holds `n` elements; pieces are disjoint.
+                let ys = unsafe { slice_mut(y.get().add(r.start), r.len()) };
+                match dist {
+                    Dist::Uniform { low, high } => {
+                        let st = stream_state(seed, Stream::Uniform);
+                        for (i, o) in (r.start as u64..).zip(ys) {
+                            let b = bits(st, i);
+                            let u = if f64_bits { unit53(b) } else { unit24(b) };
+                            *o = T::from_f64(low + (high - low) * u);
+                        }
+                    }
+                    Dist::Normal { mean, std } => {
+                        let st = stream_state(seed, Stream::Normal);
+                        let z = |v: f64| T::from_f64(mean + std * v);
+                        // A piece starting at an odd index takes the second of its pair.
+                        let odd = r.start % 2;
+                        let (head, body) = ys.split_at_mut(odd.min(ys.len()));
+                        if let Some(o) = head.first_mut() {
+                            *o = z(normal_pair(bits(st, r.start as u64 / 2)).1);
+                        }
+                        let first_pair = (r.start + odd) as u64 / 2;
+                        let mut pairs = body.chunks_exact_mut(2);
+                        for (k, o) in (first_pair..).zip(&mut pairs) {
+                            let (a, b) = normal_pair(bits(st, k));
+                            o[0] = z(a);
+                            o[1] = z(b);
+                        }
+                        if let [last] = pairs.into_remainder() {
+                            *last = z(normal_pair(bits(st, (r.end as u64 - 1) / 2)).0);
+                        }
                     }
                 }
-                Dist::Normal { mean, std } => {
-                    let st = stream_state(seed, Stream::Normal);
-                    let z = |v: f64| T::from_f64(mean + std * v);
-                    // A piece starting at an odd index takes the second of its pair.
-                    let odd = r.start % 2;
-                    let (head, body) = ys.split_at_mut(odd.min(ys.len()));
-                    if let Some(o) = head.first_mut() {
-                        *o = z(normal_pair(bits(st, r.start as u64 / 2)).1);
-                    }
-                    let first_pair = (r.start + odd) as u64 / 2;
-                    let mut pairs = body.chunks_exact_mut(2);
-                    for (k, o) in (first_pair..).zip(&mut pairs) {
-                        let (a, b) = normal_pair(bits(st, k));
-                        o[0] = z(a);
-                        o[1] = z(b);
-                    }
-                    if let [last] = pairs.into_remainder() {
-                        *last = z(normal_pair(bits(st, (r.end as u64 - 1) / 2)).0);
-                    }
-                }
-            }
-        });
+            },
+        );
         Ok(())
     }
 }
@@ -172,13 +176,18 @@ impl<T: Float> Kernel for DropoutKernel<T> {
         let y = SendPtr(args.outputs[0] as *mut T);
         let (p, scale) = (self.p, T::from_f64(1.0 / (1.0 - self.p)));
         let st = stream_state(seed, Stream::Dropout);
-        par_range(self.n, move |r| {
-            // SAFETY: buffers hold `n` elements and do not overlap; pieces are disjoint.
-            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-            for ((i, o), &v) in (r.start as u64..).zip(ys).zip(xs) {
-                *o = if unit24(bits(st, i)) >= p { v * scale } else { T::ZERO };
-            }
-        });
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: buffers hold `n` elements and do not overlap; pieces are disjoint.
+                let (xs, ys) =
+                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+                for ((i, o), &v) in (r.start as u64..).zip(ys).zip(xs) {
+                    *o = if unit24(bits(st, i)) >= p { v * scale } else { T::ZERO };
+                }
+            },
+        );
         Ok(())
     }
 }
@@ -205,30 +214,34 @@ impl<T: Float> Kernel for ShapedDropoutKernel<T> {
         let x = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
         let [_, sm] = self.plan.inner_strides();
-        par_range(self.plan.len(), move |r| {
-            self.plan.for_segments(r, |o, [ix, im], len| {
-                // SAFETY: `x` and `y` hold the plan's elements and do not overlap, the
-                // mask is only read here; output segments of pieces are disjoint.
-                let (xs, ys) = unsafe { (slice(x.get().add(ix), len), slice_mut(y.get().add(o), len)) };
-                if sm == 1 {
-                    // SAFETY: as above; the mask holds the segment.
-                    let ms = unsafe { slice(mask.get().add(im), len) };
-                    for ((o, &v), &m) in ys.iter_mut().zip(xs).zip(ms) {
-                        *o = if m == T::ZERO { T::ZERO } else { v * m };
-                    }
-                } else {
-                    // SAFETY: as above.
-                    let m = unsafe { *mask.get().add(im) };
-                    if m == T::ZERO {
-                        ys.fill(T::ZERO);
+        par_range(
+            self.plan.len(),
+            #[inline(always)]
+            move |r| {
+                self.plan.for_segments(r, |o, [ix, im], len| {
+                    // SAFETY: `x` and `y` hold the plan's elements and do not overlap, the
+                    // mask is only read here; output segments of pieces are disjoint.
+                    let (xs, ys) = unsafe { (slice(x.get().add(ix), len), slice_mut(y.get().add(o), len)) };
+                    if sm == 1 {
+                        // SAFETY: as above; the mask holds the segment.
+                        let ms = unsafe { slice(mask.get().add(im), len) };
+                        for ((o, &v), &m) in ys.iter_mut().zip(xs).zip(ms) {
+                            *o = if m == T::ZERO { T::ZERO } else { v * m };
+                        }
                     } else {
-                        for (o, &v) in ys.iter_mut().zip(xs) {
-                            *o = v * m;
+                        // SAFETY: as above.
+                        let m = unsafe { *mask.get().add(im) };
+                        if m == T::ZERO {
+                            ys.fill(T::ZERO);
+                        } else {
+                            for (o, &v) in ys.iter_mut().zip(xs) {
+                                *o = v * m;
+                            }
                         }
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use super::dispatch::{with_float, with_num};
 use super::elem::{Float, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{par_split, PAR_MIN_ELEMS};
+use super::par::{par_split, Simd, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -50,7 +50,7 @@ pub(crate) trait Reducer<T: Num>: Send + Sync + 'static {
 /// Pairwise sum (like numpy): halves recursively down to blocks of 256 that are
 /// summed with eight independent accumulators (vectorises), so the rounding
 /// error grows with `log n` rather than `n`.
-#[inline]
+#[inline(always)]
 fn sum_fold<T: Num>(acc: T, xs: &[T]) -> T {
     acc.add(pairwise(xs, |x| x, T::ZERO, T::add))
 }
@@ -265,20 +265,24 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
     }
 
     /// Reduce the flat input range `range` into the outputs (already initialised).
-    #[inline]
+    #[inline(always)]
     unsafe fn accumulate(&self, x: *const T, y: *mut T, range: std::ops::Range<usize>) {
         let [s] = self.plan.inner_strides();
-        self.plan.for_segments(range, |i, [o], len| {
-            let xs = slice(x.add(i), len);
-            if s == 0 {
-                let out = &mut *y.add(o);
-                *out = R::fold(*out, xs);
-            } else {
-                for (out, &v) in slice_mut(y.add(o), len).iter_mut().zip(xs) {
-                    *out = R::combine(*out, R::map(v));
+        self.plan.for_segments(
+            range,
+            #[inline(always)]
+            move |i, [o], len| {
+                let xs = slice(x.add(i), len);
+                if s == 0 {
+                    let out = &mut *y.add(o);
+                    *out = R::fold(*out, xs);
+                } else {
+                    for (out, &v) in slice_mut(y.add(o), len).iter_mut().zip(xs) {
+                        *out = R::combine(*out, R::map(v));
+                    }
                 }
-            }
-        });
+            },
+        );
     }
 
     unsafe fn finish(&self, ys: &mut [T]) {
@@ -298,6 +302,8 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
         let dims = self.plan.dims();
         let ostr = self.plan.strides(0);
         let threads = team::num_threads();
+        // Reductions are bound by memory: the AVX2 build where the CPU has it.
+        let simd = Simd::for_cost(1);
         if self.out_len == 1 {
             // Full reduction: partial folds per piece, combined in order.
             let out = &mut *y.get();
@@ -310,12 +316,21 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                 let parts = SendPtr(partial.as_mut_ptr());
                 team::run(pieces, &|p| {
                     let r = p * chunk..((p + 1) * chunk).min(in_len);
+                    let xs = slice(x.get().add(r.start), r.len());
                     // SAFETY: the range lies inside the input; each task writes its own slot.
-                    unsafe { *parts.get().add(p) = R::fold(R::init(), slice(x.get().add(r.start), r.len())) };
+                    unsafe {
+                        *parts.get().add(p) = simd.run_narrow(
+                            #[inline(always)]
+                            || R::fold(R::init(), xs),
+                        )
+                    };
                 });
                 partial[..pieces].iter().fold(R::init(), |a, &b| R::combine(a, b))
             } else {
-                R::fold(R::init(), slice(x.get(), in_len))
+                simd.run_narrow(
+                    #[inline(always)]
+                    || R::fold(R::init(), slice(x.get(), in_len)),
+                )
             };
             *out = R::finish(acc, self.count);
             return Ok(());
@@ -323,52 +338,78 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
         if in_len >= PAR_MIN_ELEMS && threads > 1 && ostr[0] != 0 && dims.len() > 1 {
             // Outermost dim kept: its slices write disjoint outputs.
             let (n0, in_blk, out_blk) = (dims[0], in_len / dims[0], ostr[0]);
-            par_split(n0, 2, 1, |r| {
-                // SAFETY: pieces own disjoint input and output blocks.
-                unsafe {
-                    let ys = slice_mut(y.get().add(r.start * out_blk), r.len() * out_blk);
-                    ys.fill(R::init());
-                    self.accumulate(x.get(), y.get(), r.start * in_blk..r.end * in_blk);
-                    self.finish(ys);
-                }
-            });
+            par_split(
+                n0,
+                2,
+                1,
+                #[inline(always)]
+                move |r| {
+                    // SAFETY: pieces own disjoint input and output blocks.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(r.start * out_blk), r.len() * out_blk);
+                        ys.fill(R::init());
+                        self.accumulate(x.get(), y.get(), r.start * in_blk..r.end * in_blk);
+                        self.finish(ys);
+                    }
+                },
+            );
             return Ok(());
         }
         if in_len >= PAR_MIN_ELEMS && threads > 1 && dims.len() == 2 && ostr[0] == 0 {
             // [R, K] -> [K]: split the kept columns.
             let (rows, cols) = (dims[0], dims[1]);
-            par_split(cols, 2, 64, |c| {
-                // SAFETY: pieces own disjoint output columns; reads stay inside the input.
-                unsafe {
-                    let ys = slice_mut(y.get().add(c.start), c.len());
-                    ys.fill(R::init());
-                    for r in 0..rows {
-                        let xs = slice(x.get().add(r * cols + c.start), c.len());
-                        for (o, &v) in ys.iter_mut().zip(xs) {
-                            *o = R::combine(*o, R::map(v));
+            par_split(
+                cols,
+                2,
+                64,
+                #[inline(always)]
+                move |c| {
+                    // SAFETY: pieces own disjoint output columns; reads stay inside the input.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(c.start), c.len());
+                        ys.fill(R::init());
+                        for r in 0..rows {
+                            let xs = slice(x.get().add(r * cols + c.start), c.len());
+                            for (o, &v) in ys.iter_mut().zip(xs) {
+                                *o = R::combine(*o, R::map(v));
+                            }
                         }
+                        self.finish(ys);
                     }
-                    self.finish(ys);
-                }
-            });
+                },
+            );
             return Ok(());
         }
-        let ys = slice_mut(y.get(), self.out_len);
-        ys.fill(R::init());
-        self.accumulate(x.get(), y.get(), 0..in_len);
-        self.finish(ys);
+        simd.run_narrow(
+            #[inline(always)]
+            || {
+                let ys = slice_mut(y.get(), self.out_len);
+                ys.fill(R::init());
+                self.accumulate(x.get(), y.get(), 0..in_len);
+                self.finish(ys);
+            },
+        );
         Ok(())
     }
 }
 
 /// `sum(exp(x - m))` over a contiguous run, in blocks of 16 lanes (vectorises;
-/// the blocks are summed pairwise as [`pairwise`] does).
-#[inline]
+/// the blocks are summed pairwise as [`pairwise`] does). Each block of at most
+/// 1024 elements runs the widest build ([`Simd::for_cost`]).
 fn sum_exp_shifted<T: Float>(xs: &[T], m: T) -> T {
     if xs.len() > 1024 {
         let (a, b) = xs.split_at(xs.len() / 2 / 16 * 16);
         return sum_exp_shifted(a, m) + sum_exp_shifted(b, m);
     }
+    Simd::for_cost(16).run(
+        #[inline(always)]
+        || sum_exp_block(xs, m),
+    )
+}
+
+/// [`sum_exp_shifted`] of one block.
+#[inline(always)]
+fn sum_exp_block<T: Float>(xs: &[T], m: T) -> T {
     let mut lanes = [T::ZERO; 16];
     let chunks = xs.chunks_exact(16);
     let rest = chunks.remainder();
@@ -402,6 +443,7 @@ impl<T: Float> LogSumExp<T> {
 
     /// Both passes over the input range `range`, whose outputs (and scratch
     /// entries) `outs` no other range touches.
+    #[inline(always)]
     unsafe fn pass(
         &self,
         x: *const T,
@@ -446,20 +488,29 @@ impl<T: Float> Kernel for LogSumExp<T> {
         if in_len >= PAR_MIN_ELEMS / 16 && team::num_threads() > 1 && ostr[0] != 0 && dims.len() > 1 {
             // Outermost dim kept: its slices own disjoint outputs.
             let (n0, in_blk, out_blk) = (dims[0], in_len / dims[0], ostr[0]);
-            par_split(n0, 2, 1, |r| {
-                // SAFETY: pieces own disjoint input blocks, outputs and scratch entries.
-                unsafe {
-                    self.pass(
-                        x.get(),
-                        y.get(),
-                        s.get(),
-                        r.start * in_blk..r.end * in_blk,
-                        r.start * out_blk..r.end * out_blk,
-                    )
-                }
-            });
+            par_split(
+                n0,
+                2,
+                1,
+                #[inline(always)]
+                move |r| {
+                    // SAFETY: pieces own disjoint input blocks, outputs and scratch entries.
+                    unsafe {
+                        self.pass(
+                            x.get(),
+                            y.get(),
+                            s.get(),
+                            r.start * in_blk..r.end * in_blk,
+                            r.start * out_blk..r.end * out_blk,
+                        )
+                    }
+                },
+            );
         } else {
-            self.pass(x.get(), y.get(), s.get(), 0..in_len, 0..out_len);
+            Simd::for_cost(16).run(
+                #[inline(always)]
+                || self.pass(x.get(), y.get(), s.get(), 0..in_len, 0..out_len),
+            );
         }
         Ok(())
     }

@@ -95,20 +95,38 @@ impl<T: Num> Kernel for CumSum<T> {
         let (outer, inner) = (self.outer, self.inner);
         let total = outer * self.n * inner;
         if inner == 1 {
-            par_split(outer, if total >= PAR_MIN_ELEMS { 2 } else { usize::MAX }, 8, |r| {
-                // SAFETY: pieces own disjoint rows of input and output.
-                unsafe { self.scan_rows(x.get(), y.get(), r) }
-            });
+            par_split(
+                outer,
+                if total >= PAR_MIN_ELEMS { 2 } else { usize::MAX },
+                8,
+                #[inline(always)]
+                |r| {
+                    // SAFETY: pieces own disjoint rows of input and output.
+                    unsafe { self.scan_rows(x.get(), y.get(), r) }
+                },
+            );
         } else if outer >= 8 || total < PAR_MIN_ELEMS {
-            par_split(outer, if total >= PAR_MIN_ELEMS { 2 } else { usize::MAX }, 1, |r| {
-                // SAFETY: pieces own disjoint outer slices.
-                unsafe { self.scan_columns(x.get(), y.get(), r, 0..inner) }
-            });
+            par_split(
+                outer,
+                if total >= PAR_MIN_ELEMS { 2 } else { usize::MAX },
+                1,
+                #[inline(always)]
+                |r| {
+                    // SAFETY: pieces own disjoint outer slices.
+                    unsafe { self.scan_columns(x.get(), y.get(), r, 0..inner) }
+                },
+            );
         } else {
-            par_split(inner, 2, 256, |c| {
-                // SAFETY: pieces own disjoint lanes of every row.
-                unsafe { self.scan_columns(x.get(), y.get(), 0..outer, c) }
-            });
+            par_split(
+                inner,
+                2,
+                256,
+                #[inline(always)]
+                |c| {
+                    // SAFETY: pieces own disjoint lanes of every row.
+                    unsafe { self.scan_columns(x.get(), y.get(), 0..outer, c) }
+                },
+            );
         }
         Ok(())
     }

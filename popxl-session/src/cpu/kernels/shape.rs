@@ -104,22 +104,26 @@ impl<E: Copy + Send + Sync + 'static> Kernel for StridedCopy<E> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[self.src] as *mut E);
         let y = SendPtr(args.outputs[0] as *mut E);
-        par_range(self.view.len, move |r| {
-            self.view.for_segments(r, |o, s, len, st| {
-                // SAFETY: the view addresses only source elements; output runs are in range.
-                unsafe {
-                    let ys = slice_mut(y.get().add(o), len);
-                    let xs = x.get().offset(s);
-                    if st == 1 {
-                        ys.copy_from_slice(slice(xs, len));
-                    } else {
-                        for (i, v) in ys.iter_mut().enumerate() {
-                            *v = *xs.offset(i as isize * st);
+        par_range(
+            self.view.len,
+            #[inline(always)]
+            move |r| {
+                self.view.for_segments(r, |o, s, len, st| {
+                    // SAFETY: the view addresses only source elements; output runs are in range.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(o), len);
+                        let xs = x.get().offset(s);
+                        if st == 1 {
+                            ys.copy_from_slice(slice(xs, len));
+                        } else {
+                            for (i, v) in ys.iter_mut().enumerate() {
+                                *v = *xs.offset(i as isize * st);
+                            }
                         }
                     }
-                }
-            });
-        });
+                });
+            },
+        );
         Ok(())
     }
 }

@@ -14,6 +14,7 @@ use popart_ir::DataType;
 use super::dispatch::{with_float, with_num};
 use super::elem::Num;
 use super::float16::{f16_adapter, has_f16};
+use super::par::Simd;
 use super::ptr::{slice, slice_mut};
 use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -60,7 +61,7 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
     /// The answer is the first match in the earliest block holding the extreme,
     /// then the tail. A fired detector sends the row to the exact NaN search: a
     /// NaN anywhere returns the first NaN.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::eq_op)]
     fn arg_row(xs: &[T]) -> usize {
         const L: usize = 8;
@@ -113,8 +114,23 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
 
 impl<T: Num, const MAX: bool> Kernel for Arg<T, MAX> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let x = args.inputs[self.src] as *const T;
-        let y = args.outputs[0] as *mut i32;
+        let (x, y) = (args.inputs[self.src] as *const T, args.outputs[0] as *mut i32);
+        // The compare-and-select loops need AVX2's blends to vectorise.
+        Simd::for_cost(1).run_narrow(
+            #[inline(always)]
+            || self.arg_all(x, y),
+        );
+        Ok(())
+    }
+}
+
+impl<T: Num, const MAX: bool> Arg<T, MAX> {
+    /// Every output of the kernel.
+    ///
+    /// # Safety
+    /// `x` and `y` are the kernel's input and output buffers.
+    #[inline(always)]
+    unsafe fn arg_all(&self, x: *const T, y: *mut i32) {
         let (n, inner) = (self.n, self.inner);
         for o in 0..self.outer {
             let xo = x.add(o * n * inner);
@@ -143,7 +159,6 @@ impl<T: Num, const MAX: bool> Kernel for Arg<T, MAX> {
                 c0 += w;
             }
         }
-        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@ use super::binary::{Binary, Map2};
 use super::dispatch::{bound_alias, with_any, with_float, with_num};
 use super::elem::{Bool8, Float, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{has_avx512, par_range, par_range_cost, wide_simd};
+use super::par::{par_range, par_range_cost, wide_simd, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -29,14 +29,14 @@ pub(crate) trait Map1<T>: Send + Sync + 'static {
 /// `y[i] = F(x[i])` over `n` contiguous elements.
 pub(crate) struct Unary<T, F> {
     n: usize,
-    /// Run the AVX-512 build of the loop (expensive maps on capable CPUs).
-    wide: bool,
+    /// The SIMD build of the loop ([`Simd::for_cost`]).
+    simd: Simd,
     _t: Types<(T, F)>,
 }
 
 impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Unary<T, F> {
     pub(crate) fn boxed(n: usize) -> Box<dyn Kernel> {
-        Box::new(Unary::<T, F> { n, wide: F::COST > 1 && has_avx512(), _t: Types::default() })
+        Box::new(Unary::<T, F> { n, simd: Simd::for_cost(F::COST), _t: Types::default() })
     }
 }
 
@@ -53,12 +53,18 @@ impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut T);
         let y = SendPtr(args.outputs[0] as *mut T);
-        let wide = self.wide;
-        par_range_cost(self.n, F::COST, move |r| {
-            // SAFETY: the executor guarantees both buffers hold `n` elements and do not overlap.
-            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-            map1::<T, F>(wide, xs, ys);
-        });
+        let simd = self.simd;
+        par_range_cost(
+            self.n,
+            F::COST,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: the executor guarantees both buffers hold `n` elements and do not overlap.
+                let (xs, ys) =
+                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+                map1::<T, F>(simd, xs, ys);
+            },
+        );
         Ok(())
     }
 }
@@ -179,7 +185,7 @@ const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 /// ...) read their input through output pointer 0, as the aliasing contract requires.
 pub(crate) struct UnaryInplace<T, F> {
     n: usize,
-    wide: bool,
+    simd: Simd,
     _t: Types<(T, F)>,
 }
 
@@ -195,13 +201,18 @@ wide_simd!(fn map1_inplace<T: Copy, F: Map1<T>>(ys: &mut [T]) => map1_inplace_lo
 impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for UnaryInplace<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let y = SendPtr(args.outputs[0] as *mut T);
-        let wide = self.wide;
-        par_range_cost(self.n, F::COST, move |r| {
-            // SAFETY: the output holds `n` elements (input 0 is the same buffer, never
-            // read through its own pointer); tasks get disjoint ranges.
-            let ys = unsafe { slice_mut(y.get().add(r.start), r.len()) };
-            map1_inplace::<T, F>(wide, ys);
-        });
+        let simd = self.simd;
+        par_range_cost(
+            self.n,
+            F::COST,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: the output holds `n` elements (input 0 is the same buffer, never
+                // read through its own pointer); tasks get disjoint ranges.
+                let ys = unsafe { slice_mut(y.get().add(r.start), r.len()) };
+                map1_inplace::<T, F>(simd, ys);
+            },
+        );
         Ok(())
     }
 }
@@ -212,8 +223,8 @@ fn build_inplace_num<F: NumMap>(spec: &KernelSpec<'_>) -> BuildResult {
     if dt == DataType::Float16 {
         return f16_adapter(spec, true, build_inplace_num::<F>);
     }
-    let wide = <F as Map1<f32>>::COST > 1 && has_avx512();
-    with_num!(dt, T => Ok(Box::new(UnaryInplace::<T, F> { n, wide, _t: Types::default() })),
+    let simd = Simd::for_cost(<F as Map1<f32>>::COST);
+    with_num!(dt, T => Ok(Box::new(UnaryInplace::<T, F> { n, simd, _t: Types::default() })),
         _ => Err(spec.unsupported_dtype(dt)))
 }
 
@@ -223,8 +234,8 @@ fn build_inplace_float<F: Map1<f32> + Map1<f64>>(spec: &KernelSpec<'_>) -> Build
     if dt == DataType::Float16 {
         return f16_adapter(spec, true, build_inplace_float::<F>);
     }
-    let wide = <F as Map1<f32>>::COST > 1 && has_avx512();
-    with_float!(dt, T => Ok(Box::new(UnaryInplace::<T, F> { n, wide, _t: Types::default() })),
+    let simd = Simd::for_cost(<F as Map1<f32>>::COST);
+    with_float!(dt, T => Ok(Box::new(UnaryInplace::<T, F> { n, simd, _t: Types::default() })),
         _ => Err(spec.unsupported_dtype(dt)))
 }
 
@@ -464,13 +475,18 @@ impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let x = SendPtr(args.inputs[0] as *mut S);
         let y = SendPtr(args.outputs[0] as *mut D);
-        par_range(self.n, move |r| {
-            // SAFETY: buffers hold `n` elements and do not overlap.
-            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-            for (o, &v) in ys.iter_mut().zip(xs) {
-                *o = cast::<S, D>(v);
-            }
-        });
+        par_range(
+            self.n,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: buffers hold `n` elements and do not overlap.
+                let (xs, ys) =
+                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+                for (o, &v) in ys.iter_mut().zip(xs) {
+                    *o = cast::<S, D>(v);
+                }
+            },
+        );
         Ok(())
     }
 }

@@ -80,28 +80,39 @@ pub(super) unsafe fn update_in_place<T: Copy + Send + Sync>(
     plan: &Broadcast<1>,
     t: *mut T,
     x: *const T,
-    f: impl Fn(T, T) -> T + Send + Sync,
+    f: impl Fn(T, T) -> T + Copy + Send + Sync,
 ) {
     let (t, x) = (SendPtr(t), SendPtr(x as *mut T));
     let [sx] = plan.inner_strides();
-    par_range(plan.len(), move |r| {
-        plan.for_segments(r, |o, [ix], len| {
-            // SAFETY: the caller's contract; segments of different pieces are disjoint.
-            unsafe {
-                let ts = slice_mut(t.get().add(o), len);
-                if sx == 1 {
-                    for (v, &u) in ts.iter_mut().zip(slice(x.get().add(ix), len)) {
-                        *v = f(*v, u);
+    par_range(
+        plan.len(),
+        #[inline(always)]
+        move |r| {
+            // A local copy of `f` (and the scalars it holds): stores through `t`
+            // cannot alias it, so the loops vectorise.
+            let f = f;
+            plan.for_segments(
+                r,
+                #[inline(always)]
+                |o, [ix], len| {
+                    // SAFETY: the caller's contract; segments of different pieces are disjoint.
+                    unsafe {
+                        let ts = slice_mut(t.get().add(o), len);
+                        if sx == 1 {
+                            for (v, &u) in ts.iter_mut().zip(slice(x.get().add(ix), len)) {
+                                *v = f(*v, u);
+                            }
+                        } else {
+                            let u = *x.get().add(ix);
+                            for v in ts {
+                                *v = f(*v, u);
+                            }
+                        }
                     }
-                } else {
-                    let u = *x.get().add(ix);
-                    for v in ts {
-                        *v = f(*v, u);
-                    }
-                }
-            }
-        });
-    });
+                },
+            );
+        },
+    );
 }
 
 impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
@@ -109,9 +120,13 @@ impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
         let (a, b) = (self.a.get(args), self.b.get(args));
         // SAFETY: the updated tensor is read and written through output 0 only;
         // `x` is a different buffer (the executor guarantees non-overlap).
-        update_in_place(&self.plan, args.outputs[0] as *mut T, args.inputs[self.x] as *const T, |t, u| {
-            F::f(t, u, a, b)
-        });
+        update_in_place(
+            &self.plan,
+            args.outputs[0] as *mut T,
+            args.inputs[self.x] as *const T,
+            #[inline(always)]
+            move |t, u| F::f(t, u, a, b),
+        );
         Ok(())
     }
 }
