@@ -9,6 +9,7 @@
 mod attach;
 mod ipu_report;
 mod kernel_library;
+mod replica_invariant;
 mod replicated;
 mod run;
 
@@ -393,10 +394,11 @@ impl Session {
         // Only the frozen flag of the `popxl` IR outlives this call (in the handles
         // the caller keeps); the session works on its own copy of the core.
         drop(ir);
-        let exe = popart_lower::lower(&prepared).map_err(|e| match e {
+        let mut exe = popart_lower::lower(&prepared).map_err(|e| match e {
             popart_lower::LowerError::Size(e) => SessionError::from(e),
             e => SessionError::Lower(e),
         })?;
+        replica_invariant::mark_invariant_updates(&mut exe, &prepared, rf);
         if device == DeviceType::IpuModel {
             ipu_report::check_fits(&exe, &options.ipu_model)?;
         }

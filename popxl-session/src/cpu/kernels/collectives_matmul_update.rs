@@ -19,6 +19,18 @@
 //! rows into its own weight only (remote reads instead of remote writes, after
 //! a barrier), and the same pipelined block by block through progress counters.
 //!
+//! When every member's weight is known to be equal before the update (the
+//! attribute `weight_invariant`, which the session sets for weights only such
+//! updates write; see `session::replica_invariant`), member `p` accumulates
+//! its chunk straight into its own weight, in member order, and copies the
+//! updated rows into the other members' weights. There is no scratch block and
+//! no read of another member's weight: about 7% faster per MNIST b128/h512
+//! step with two replicas on a 2-core machine. Every member still ends with
+//! the same bytes. It rounds once per member, where the scratch path rounds
+//! the sum and then the update, so only groups of two take it. For larger
+//! groups it drifts measurably: 1.2e-5 relative after the MNIST equivalence
+//! test's steps at four replicas.
+//!
 //! Without a replica context, or with a group of one, it is the local
 //! `w += b * (xᵀ @ g)` accumulated by the GEMM into `w`.
 
@@ -54,10 +66,21 @@ struct Kern<T> {
     group_size: usize,
     mean: bool,
     b: f64,
+    /// Every member's weight is the same before the update (the op's
+    /// `weight_invariant` attribute): accumulate into the own weight and copy.
+    invariant: bool,
     /// One block per worker-team thread, reserved at build time.
     scratch: Mutex<Vec<T>>,
     slots: usize,
     _t: Types<T>,
+}
+
+/// The members of an update: how many, and the position of the member
+/// running, when it updates its own weight and copies it (`weight_invariant`).
+#[derive(Clone, Copy)]
+struct Group {
+    count: usize,
+    own: Option<usize>,
 }
 
 impl<T: MatElem + Float> Kern<T> {
@@ -66,18 +89,48 @@ impl<T: MatElem + Float> Kern<T> {
     /// # Safety
     /// `x(j)`, `g(j)` and `w(d)` hold the op's `m·k`, `m·n` and `k·n` elements;
     /// nobody else touches rows `rows` of any `w(d)` meanwhile; `block` holds
-    /// `block_rows · n` elements.
+    /// `block_rows · n` elements. With `own`, every `w(d)` holds the same rows
+    /// `rows` and `w(own)` is updated then copied to the others.
     unsafe fn rows(
         &self,
-        count: usize,
+        group: Group,
         x: &dyn Fn(usize) -> *const T,
         g: &dyn Fn(usize) -> *const T,
         w: &dyn Fn(usize) -> *mut T,
         rows: std::ops::Range<usize>,
         block: *mut T,
     ) {
+        let Group { count, own } = group;
         let (n, k, m) = (self.n, self.k, self.m);
         let scale = T::from_f64(self.b / if self.mean { count as f64 } else { 1.0 });
+        if let Some(own) = own {
+            // Every member's rows are equal: accumulate into the own weight, in
+            // member order, then copy the rows to the other members.
+            let mine = w(own);
+            for j in 0..count {
+                T::gemm(
+                    rows.len(),
+                    n,
+                    m,
+                    mine.add(rows.start * n),
+                    n as isize,
+                    1,
+                    true,
+                    x(j).add(rows.start),
+                    1,
+                    k as isize,
+                    g(j),
+                    n as isize,
+                    1,
+                    T::ONE,
+                    scale,
+                );
+            }
+            for d in (0..count).filter(|&d| d != own) {
+                std::ptr::copy_nonoverlapping(mine.add(rows.start * n), w(d).add(rows.start * n), rows.len() * n);
+            }
+            return;
+        }
         let mut r0 = rows.start;
         while r0 < rows.end {
             let len = (rows.end - r0).min(self.block_rows);
@@ -119,7 +172,7 @@ impl<T: MatElem + Float> Kern<T> {
     /// As [`Kern::rows`] for `lo..hi`.
     unsafe fn chunk_rows(
         &self,
-        count: usize,
+        group: Group,
         x: &(dyn Fn(usize) -> *const T + Sync),
         g: &(dyn Fn(usize) -> *const T + Sync),
         w: &(dyn Fn(usize) -> *mut T + Sync),
@@ -128,17 +181,17 @@ impl<T: MatElem + Float> Kern<T> {
     ) {
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let base = SendPtr(scratch.as_mut_ptr());
-        let work = (hi - lo) * self.n * self.m * count;
+        let work = (hi - lo) * self.n * self.m * group.count;
         let parts = if work >= GEMM_PAR_MIN { team::num_threads().min(self.slots).min(hi - lo) } else { 1 };
         if parts <= 1 {
-            return self.rows(count, x, g, w, lo..hi, base.get());
+            return self.rows(group, x, g, w, lo..hi, base.get());
         }
         let slot = self.block_rows * self.n;
         team::run(parts, &|i| {
             let (a, b) = chunk(hi - lo, parts, i);
             // SAFETY: parts cover disjoint rows and use disjoint scratch blocks
             // (`parts <= slots`); the caller's contract covers the rest.
-            unsafe { self.rows(count, x, g, w, lo + a..lo + b, base.get().add(i * slot)) };
+            unsafe { self.rows(group, x, g, w, lo + a..lo + b, base.get().add(i * slot)) };
         });
     }
 
@@ -206,6 +259,10 @@ impl<T: MatElem + Float> Kernel for Kern<T> {
             let pos = GroupPos::of(ctx.num_replicas(), self.stride, self.group_size, ctx.index)
                 .ok_or(KernelRunError::ReplicaAborted)?;
             let (lo, hi) = chunk(self.k, pos.size, pos.index);
+            // Accumulating member by member into the weight rounds once per
+            // member; the scratch path rounds the sum, then the update. Two
+            // members round as often either way, so only pairs take the short path.
+            let own = (self.invariant && pos.size == 2).then_some(pos.index);
             ctx.comm
                 .exchange_inputs(ctx.index, [x as *const u8, g as *const u8], w as *mut u8, |peers| {
                     let x = |j: usize| peers.input_at(pos.member(j), 0) as *const T;
@@ -215,7 +272,7 @@ impl<T: MatElem + Float> Kernel for Kern<T> {
                     // replicas run the same kernel); only this member touches rows
                     // `lo..hi` of the weights during the exchange, and `x` and `g`
                     // are only read.
-                    unsafe { self.chunk_rows(pos.size, &x, &g, &w, lo, hi) };
+                    unsafe { self.chunk_rows(Group { count: pos.size, own }, &x, &g, &w, lo, hi) };
                 })
                 .map_err(|_| KernelRunError::ReplicaAborted)
         })
@@ -242,6 +299,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         return Err(spec.error(format!("gradient {} does not match {:?} @ {:?}", g.info, x.shape(), w.shape())));
     }
     let UpdateAttrs { stride, group_size, mean, b } = UpdateAttrs::of(spec)?;
+    let invariant = spec.attrs.int("weight_invariant") == Some(1);
     let block_rows = (BLOCK_BYTES / (4 * n.max(1))).max(16).min(k.max(1));
     let slots = team::num_threads().max(1);
     macro_rules! kernel {
@@ -259,6 +317,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 group_size,
                 mean,
                 b,
+                invariant,
                 scratch: Mutex::new(scratch),
                 slots,
                 _t: Types::default(),

@@ -111,3 +111,49 @@ fn matmul_update_is_deterministic() {
         assert_eq!(run(rf, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs), first);
     }
 }
+
+/// With `weight_invariant` (every member's weight equal, as the session
+/// guarantees when it sets the attribute), each member accumulates its rows
+/// into its own weight and copies them: every replica ends with the same bytes,
+/// the reduced update of the common weight.
+#[test]
+fn matmul_update_of_an_invariant_weight_gives_every_member_the_same_update() {
+    let mut rng = Rng::new(17);
+    for (xs, ws) in SHAPES {
+        let (k, n) = (ws[0], ws.get(1).copied().unwrap_or(1));
+        let m = xs.iter().product::<usize>() / k;
+        let gs: Vec<usize> = match ws.len() {
+            1 => xs[..xs.len() - 1].to_vec(),
+            _ => xs[..xs.len() - 1].iter().copied().chain([n]).collect(),
+        };
+        // Groups of two take the invariant path; four take the scratch path.
+        for rf in [2, 4] {
+            if k >= 700 && rf == 4 {
+                continue;
+            }
+            for op in [Op::Add, Op::Mean] {
+                let b = 0.625;
+                let x: Vec<Vec<f64>> = (0..rf).map(|_| rng.vec(m * k, -1.0, 1.0)).collect();
+                let g: Vec<Vec<f64>> = (0..rf).map(|_| rng.vec(m * n, -1.0, 1.0)).collect();
+                let w = rng.vec(k * n, -1.0, 1.0);
+                let t = |shape: &[usize], v: &[f64]| HostTensor::from_f64_values(DataType::Float32, shape, v);
+                let inputs: Vec<Vec<HostTensor>> =
+                    (0..rf).map(|r| vec![t(&gs, &g[r]), t(xs, &x[r]), t(ws, &w)]).collect();
+                let as32 = |v: &[f64]| v.iter().map(|&e| f64::from(e as f32)).collect::<Vec<_>>();
+                let a = attrs(op, 1, rf).with("b", AttrValue::Float(b)).with("weight_invariant", AttrValue::Int(1));
+                let outs = run(rf, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs);
+                let mut sum = vec![0.0; k * n];
+                for j in 0..rf {
+                    let p = rhs_grad(&as32(&x[j]), &as32(&g[j]), m, k, n);
+                    sum.iter_mut().zip(p).for_each(|(a, p)| *a += p);
+                }
+                let div = if op == Op::Mean { rf as f64 } else { 1.0 };
+                let want: Vec<f64> = as32(&w).iter().zip(&sum).map(|(w, s)| w + b * s / div).collect();
+                assert_close(&outs[0][0].to_f64_vec(), &want, 1e-5);
+                for out in &outs[1..] {
+                    assert_eq!(out[0], outs[0][0], "every replica holds the same bytes");
+                }
+            }
+        }
+    }
+}
