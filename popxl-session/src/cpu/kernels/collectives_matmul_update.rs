@@ -67,9 +67,11 @@ struct Kern<T> {
     mean: bool,
     b: f64,
     /// Every member's weight is the same before the update (the op's
-    /// `weight_invariant` attribute): accumulate into the own weight and copy.
+    /// `weight_invariant` attribute) and the group has two members: accumulate
+    /// into the own weight and copy.
     invariant: bool,
-    /// One block per worker-team thread, reserved at build time.
+    /// One block per worker-team thread, reserved at build time (none when
+    /// `invariant`).
     scratch: Mutex<Vec<T>>,
     slots: usize,
     _t: Types<T>,
@@ -84,6 +86,17 @@ struct Group {
 }
 
 impl<T: MatElem + Float> Kern<T> {
+    /// `dst[len, n] (+)= scale · x[:, r0..r0+len]ᵀ @ g`, accumulating into `dst`
+    /// when `accumulate` (the GEMM applies `scale`).
+    ///
+    /// # Safety
+    /// `x` and `g` hold the op's `m·k` and `m·n` elements, `dst` holds `len · n`
+    /// elements and overlaps neither, and `r0 + len <= k`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn product(&self, dst: *mut T, accumulate: bool, r0: usize, len: usize, x: *const T, g: *const T, scale: T) {
+        let (n, k, m) = (self.n, self.k, self.m);
+        T::gemm(len, n, m, dst, n as isize, 1, accumulate, x.add(r0), 1, k as isize, g, n as isize, 1, T::ONE, scale);
+    }
     /// Rows `rows` of every member's weight: `w_d[rows] += b * reduce_j(x_jᵀ @ g_j)[rows]`.
     ///
     /// # Safety
@@ -101,30 +114,14 @@ impl<T: MatElem + Float> Kern<T> {
         block: *mut T,
     ) {
         let Group { count, own } = group;
-        let (n, k, m) = (self.n, self.k, self.m);
+        let n = self.n;
         let scale = T::from_f64(self.b / if self.mean { count as f64 } else { 1.0 });
         if let Some(own) = own {
             // Every member's rows are equal: accumulate into the own weight, in
             // member order, then copy the rows to the other members.
             let mine = w(own);
             for j in 0..count {
-                T::gemm(
-                    rows.len(),
-                    n,
-                    m,
-                    mine.add(rows.start * n),
-                    n as isize,
-                    1,
-                    true,
-                    x(j).add(rows.start),
-                    1,
-                    k as isize,
-                    g(j),
-                    n as isize,
-                    1,
-                    T::ONE,
-                    scale,
-                );
+                self.product(mine.add(rows.start * n), true, rows.start, rows.len(), x(j), g(j), scale);
             }
             for d in (0..count).filter(|&d| d != own) {
                 std::ptr::copy_nonoverlapping(mine.add(rows.start * n), w(d).add(rows.start * n), rows.len() * n);
@@ -136,23 +133,7 @@ impl<T: MatElem + Float> Kern<T> {
             let len = (rows.end - r0).min(self.block_rows);
             // block[len, n] = scale · Σ_j x_j[:, r0..r0+len]ᵀ @ g_j, in member order.
             for j in 0..count {
-                T::gemm(
-                    len,
-                    n,
-                    m,
-                    block,
-                    n as isize,
-                    1,
-                    j > 0,
-                    x(j).add(r0),
-                    1,
-                    k as isize,
-                    g(j),
-                    n as isize,
-                    1,
-                    T::ONE,
-                    scale,
-                );
+                self.product(block, j > 0, r0, len, x(j), g(j), scale);
             }
             let acc = std::slice::from_raw_parts(block, len * n);
             for d in 0..count {
@@ -191,7 +172,7 @@ impl<T: MatElem + Float> Kern<T> {
             let (a, b) = chunk(hi - lo, parts, i);
             // SAFETY: parts cover disjoint rows and use disjoint scratch blocks
             // (`parts <= slots`); the caller's contract covers the rest.
-            unsafe { self.rows(group, x, g, w, lo + a..lo + b, base.get().add(i * slot)) };
+            unsafe { self.rows(group, x, g, w, lo + a..lo + b, base.get().wrapping_add(i * slot)) };
         });
     }
 
@@ -205,25 +186,7 @@ impl<T: MatElem + Float> Kern<T> {
         let scale = T::from_f64(self.b);
         let rows = |r: std::ops::Range<usize>, x: *const T, g: *const T, w: *mut T| {
             // SAFETY: the caller's contract; `r` lies within `0..k`.
-            unsafe {
-                T::gemm(
-                    r.len(),
-                    n,
-                    m,
-                    w.add(r.start * n),
-                    n as isize,
-                    1,
-                    true,
-                    x.add(r.start),
-                    1,
-                    k as isize,
-                    g,
-                    n as isize,
-                    1,
-                    T::ONE,
-                    scale,
-                )
-            };
+            unsafe { self.product(w.add(r.start * n), true, r.start, r.len(), x, g, scale) };
         };
         let parts = if k * n * m >= GEMM_PAR_MIN { team::num_threads().min(k.div_ceil(16)) } else { 1 };
         if parts <= 1 {
@@ -259,10 +222,7 @@ impl<T: MatElem + Float> Kernel for Kern<T> {
             let pos = GroupPos::of(ctx.num_replicas(), self.stride, self.group_size, ctx.index)
                 .ok_or(KernelRunError::ReplicaAborted)?;
             let (lo, hi) = chunk(self.k, pos.size, pos.index);
-            // Accumulating member by member into the weight rounds once per
-            // member; the scratch path rounds the sum, then the update. Two
-            // members round as often either way, so only pairs take the short path.
-            let own = (self.invariant && pos.size == 2).then_some(pos.index);
+            let own = self.invariant.then_some(pos.index);
             ctx.comm
                 .exchange_inputs(ctx.index, [x as *const u8, g as *const u8], w as *mut u8, |peers| {
                     let x = |j: usize| peers.input_at(pos.member(j), 0) as *const T;
@@ -299,12 +259,15 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         return Err(spec.error(format!("gradient {} does not match {:?} @ {:?}", g.info, x.shape(), w.shape())));
     }
     let UpdateAttrs { stride, group_size, mean, b } = UpdateAttrs::of(spec)?;
-    let invariant = spec.attrs.int("weight_invariant") == Some(1);
+    // Accumulating member by member into the weight rounds once per member; the
+    // scratch path rounds the sum, then the update. Two members round as often
+    // either way, so only pairs take the short path, which needs no scratch.
+    let invariant = spec.attrs.int("weight_invariant") == Some(1) && group_size == 2;
     let block_rows = (BLOCK_BYTES / (4 * n.max(1))).max(16).min(k.max(1));
     let slots = team::num_threads().max(1);
     macro_rules! kernel {
         ($t:ty) => {{
-            let len = slots * block_rows * n;
+            let len = if invariant { 0 } else { slots * block_rows * n };
             let mut scratch: Vec<$t> = Vec::new();
             scratch.try_reserve_exact(len).map_err(|_| spec.error("cannot reserve the scratch blocks"))?;
             scratch.resize(len, <$t as MatElem>::ZERO);

@@ -13,10 +13,10 @@ const PAR_CHUNK: usize = 1 << 14;
 
 /// Run `f` over `0..n`, split into contiguous pieces over the worker team ([`team`])
 /// when `n` is at least [`PAR_MIN_ELEMS`] and more than one thread is available.
-/// Each piece runs the AVX2 build of `f` where the CPU has it ([`Simd::for_cost`]).
+/// Each piece runs the AVX2 build of `f` where the CPU has it ([`Simd::run_narrow`]).
 #[inline]
 pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
-    par_split_simd(n, PAR_MIN_ELEMS, PAR_CHUNK, Simd::for_cost(1), f);
+    par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
 }
 
 /// [`par_range`] for work costing about `cost` simple elementwise operations per
@@ -25,7 +25,11 @@ pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
 #[inline]
 pub(crate) fn par_range_cost(n: usize, cost: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     let cost = cost.max(1);
-    par_split_simd(n, PAR_MIN_ELEMS / cost, PAR_CHUNK / cost, Simd::for_cost(cost), f);
+    if cost > 1 {
+        par_split_tier::<true>(n, PAR_MIN_ELEMS / cost, PAR_CHUNK / cost, f);
+    } else {
+        par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
+    }
 }
 
 /// Run `f` over `0..n` in pieces of at least `min_chunk` items on the worker team
@@ -33,14 +37,21 @@ pub(crate) fn par_range_cost(n: usize, cost: usize, f: impl Fn(Range<usize>) + S
 /// runs the AVX2 build of `f` where the CPU has it.
 #[inline]
 pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
-    par_split_simd(n, min_total, min_chunk, Simd::for_cost(1), f);
+    par_split_tier::<false>(n, min_total, min_chunk, f);
 }
 
-/// [`par_split`] running the `simd` build of `f` (one build per tier: `f` is
-/// inlined at one call site of each).
-fn par_split_simd(n: usize, min_total: usize, min_chunk: usize, simd: Simd, f: impl Fn(Range<usize>) + Sync + Send) {
+/// [`par_split`] running the widest build of `f` ([`Simd::run`]) when `WIDE`,
+/// else at most its AVX2 build ([`Simd::run_narrow`]). `f` is inlined at one
+/// call site per build.
+fn par_split_tier<const WIDE: bool>(
+    n: usize,
+    min_total: usize,
+    min_chunk: usize,
+    f: impl Fn(Range<usize>) + Sync + Send,
+) {
+    let simd = Simd::best();
     let piece = |r: Range<usize>| {
-        if simd > Simd::Avx2 {
+        if WIDE {
             simd.run(
                 #[inline(always)]
                 || f(r),
