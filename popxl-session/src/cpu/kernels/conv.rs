@@ -14,11 +14,12 @@
 //!   once, in parallel, and shares it;
 //! - **batched im2col** for planes under 256 positions: several images side
 //!   by side in one GEMM;
-//! - **blocked** (`conv_direct`, float32 on AVX-512): the stride-1 forward
+//! - **blocked** (`conv_direct`, float32): on AVX-512 the stride-1 forward
 //!   pass and data gradient of every shape with more than one tap and
-//!   enough channels, and all three passes of stride-1 depthwise
-//!   convolutions, by a register-blocked direct kernel over zero-padded
-//!   planes (small planes several images side by side).
+//!   enough channels, and on AVX-512 or AVX2 + FMA (`conv_direct_avx2`) all
+//!   three passes of stride-1 depthwise convolutions, by a register-blocked
+//!   direct kernel over zero-padded planes (small planes several images side
+//!   by side).
 //!
 //! Weight gradients by im2col build the matrix of large planes in column
 //! blocks that stay in cache; one large image (a stem) is summed in column
@@ -87,7 +88,7 @@ pub(super) enum Method {
     Batched {
         images: usize,
     },
-    /// The register-blocked stride-1 kernel of `conv_direct` (f32, AVX-512).
+    /// The register-blocked stride-1 kernel of `conv_direct` (f32; AVX-512, or AVX2 for depthwise).
     Blocked,
 }
 
