@@ -57,6 +57,9 @@ fn lane_sum<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
 fn row_sums<T: Float>(g: &[T], x: &[T], w: &[T], m: T, is: T, dw: &mut [T], db: &mut [T]) -> (T, T) {
     let (mut a, mut b) = ([T::ZERO; LANES], [T::ZERO; LANES]);
     let n = g.len() / LANES * LANES;
+    // Whole vectors as fixed-size arrays: no bounds checks, one register each.
+    let (x, w) = (&x[..g.len()], &w[..g.len()]);
+    let (dw, db) = (&mut dw[..g.len()], &mut db[..g.len()]);
     for i in (0..n).step_by(LANES) {
         let (gc, xc, wc) = (&g[i..i + LANES], &x[i..i + LANES], &w[i..i + LANES]);
         let (dwc, dbc) = (&mut dw[i..i + LANES], &mut db[i..i + LANES]);
@@ -184,6 +187,19 @@ impl<T: Float> GroupNormKernel<T> {
         }
     }
 
+    /// [`Self::forward`] of rows `range` with the kernel's buffers
+    /// `[x, w, b, y, mean, inv_std]`.
+    #[inline(always)]
+    fn forward_at(&self, range: std::ops::Range<usize>, [x, w, b, y, mean, inv]: [SendPtr<T>; 6]) {
+        let c = self.channels;
+        // SAFETY: the buffers are the kernel's arguments (checked shapes); rows
+        // are disjoint between tasks; w and b are read only.
+        unsafe {
+            let (w, b) = (slice(w.get(), c), slice(b.get(), c));
+            self.forward(range, x.get(), w, b, y.get(), mean.get(), inv.get());
+        }
+    }
+
     /// Gradient rows `range`: dx, and dw/db added into `dwb` (`[dw.., db..]`).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -249,21 +265,21 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
         let out = |i: usize| SendPtr(args.outputs[i] as *mut T);
         let c = self.channels;
         if !self.grad {
-            let (x, w, b) = (inp(0), inp(1), inp(2));
-            let (y, mean, inv) = (out(0), out(1), out(2));
-            let body = |range: std::ops::Range<usize>| {
-                // SAFETY: rows are disjoint between tasks; w and b are read only.
-                unsafe {
-                    let (w, b) = (slice(w.get(), c), slice(b.get(), c));
-                    self.forward(range, x.get(), w, b, y.get(), mean.get(), inv.get());
-                }
-            };
+            let ptrs = [inp(0), inp(1), inp(2), out(0), out(1), out(2)];
+            // The work closures are `#[inline(always)]` so that the forward
+            // pass compiles inside the SIMD tier's build (see `par`).
             if self.parallel {
-                par_split(self.rows, 2, 1, body);
+                par_split(
+                    self.rows,
+                    2,
+                    1,
+                    #[inline(always)]
+                    move |range| self.forward_at(range, ptrs),
+                );
             } else {
                 Simd::for_cost(1).run_narrow(
                     #[inline(always)]
-                    || body(0..self.rows),
+                    || self.forward_at(0..self.rows, ptrs),
                 );
             }
             return Ok(());
