@@ -375,7 +375,9 @@ impl<T: ConvElem> ConvKernel<T> {
         }))
     }
 
-    /// Runs a task of the direct method with the scratch `col`.
+    /// Runs a task of the direct method with the scratch `col` (inlined into
+    /// [`Self::task`], so it compiles inside the SIMD tier's build).
+    #[inline(always)]
     unsafe fn direct_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
         let g = &self.geo;
         let (kk, ip, op) = (g.kk(), g.ip(), g.op());

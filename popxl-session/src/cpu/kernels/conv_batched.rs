@@ -78,8 +78,10 @@ impl<T: ConvElem> ConvKernel<T> {
         Ok(Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)?)
     }
 
-    /// Runs a task of the batched im2col method (see [`Method::Batched`]).
+    /// Runs a task of the batched im2col method (see [`Method::Batched`]);
+    /// inlined into `ConvKernel::task`, so it compiles inside the SIMD tier's build.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(super) unsafe fn batched_task(
         &self,
         t: Task,

@@ -14,7 +14,7 @@ use popart_ir::ops::pool::pool_geometry;
 use super::conv_layout::Geo2;
 use super::dispatch::with_float;
 use super::elem::Float;
-use super::par::par_split;
+use super::par::{par_split, Simd};
 use super::ptr::{slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -88,6 +88,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
 
 impl<T: Float> PoolKernel<T> {
     /// The forward pass of one plane.
+    #[inline(always)]
     unsafe fn forward(&self, x: *const T, y: *mut T) {
         let g = &self.geo;
         let max = self.kind == Kind::Max;
@@ -119,6 +120,7 @@ impl<T: Float> PoolKernel<T> {
     }
 
     /// The gradient of one plane: `dx` from `gy` (and `x`, `y` for max).
+    #[inline(always)]
     unsafe fn backward(&self, gy: *const T, x: *const T, y: *const T, dx: *mut T) {
         let g = &self.geo;
         std::ptr::write_bytes(dx, 0, g.ip());
@@ -162,35 +164,52 @@ impl<T: Float> PoolKernel<T> {
     }
 }
 
+impl<T: Float> PoolKernel<T> {
+    /// Planes `range` of the kernel's operands `[a, b, c, out]` (`a` the
+    /// input or the output gradient; `b`, `c` the forward input and output,
+    /// read by the max gradient only).
+    #[inline(always)]
+    fn planes_at(&self, range: std::ops::Range<usize>, [a, b, c, out]: [SendPtr<T>; 4]) {
+        let (ip, op) = (self.geo.ip(), self.geo.op());
+        for p in range {
+            // SAFETY: plane p of every operand; planes are disjoint between tasks.
+            unsafe {
+                match self.kind {
+                    Kind::Max | Kind::Avg => self.forward(a.get().add(p * ip), out.get().add(p * op)),
+                    // x and y are only read by the max gradient (the average's
+                    // positions alias g, never read: offsets computed wrapping).
+                    _ => self.backward(
+                        a.get().add(p * op),
+                        b.get().wrapping_add(p * ip),
+                        c.get().wrapping_add(p * op),
+                        out.get().add(p * ip),
+                    ),
+                }
+            }
+        }
+    }
+}
+
 impl<T: Float> Kernel for PoolKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let g = &self.geo;
-        let (ip, op) = (g.ip(), g.op());
         let out = SendPtr(args.outputs[0] as *mut T);
         let input = |i: usize| SendPtr(args.inputs[self.pos[i]] as *mut T);
         let (a, b, c) = (input(0), input(self.pos.len().min(2) - 1), input(self.pos.len() - 1));
-        let body = |range: std::ops::Range<usize>| {
-            for p in range {
-                // SAFETY: plane p of every operand; planes are disjoint between tasks.
-                unsafe {
-                    match self.kind {
-                        Kind::Max | Kind::Avg => self.forward(a.get().add(p * ip), out.get().add(p * op)),
-                        // x and y are only read by the max gradient (the average's
-                        // positions alias g, never read: offsets computed wrapping).
-                        _ => self.backward(
-                            a.get().add(p * op),
-                            b.get().wrapping_add(p * ip),
-                            c.get().wrapping_add(p * op),
-                            out.get().add(p * ip),
-                        ),
-                    }
-                }
-            }
-        };
+        let ptrs = [a, b, c, out];
+        // The plane loops compile inside the SIMD tier's build (see `par`).
         if self.parallel {
-            par_split(self.planes, 2, 1, body);
+            par_split(
+                self.planes,
+                2,
+                1,
+                #[inline(always)]
+                move |range| self.planes_at(range, ptrs),
+            );
         } else {
-            body(0..self.planes);
+            Simd::for_cost(1).run_narrow(
+                #[inline(always)]
+                || self.planes_at(0..self.planes, ptrs),
+            );
         }
         Ok(())
     }
