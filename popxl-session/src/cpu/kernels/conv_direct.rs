@@ -28,7 +28,7 @@ use std::any::TypeId;
 use super::conv::{ConvKernel, Method, Pass, Task};
 #[cfg(target_arch = "x86_64")]
 use super::conv_direct_avx2 as avx2;
-use super::conv_layout::{ConvElem, Geo2};
+use super::conv_layout::{copy_row, ConvElem, Geo2};
 use super::par::Simd;
 use super::spec::BuildResult;
 use crate::cpu::kernel::KernelSpec;
@@ -206,7 +206,7 @@ impl Blocked {
                         continue;
                     }
                     let s = src.add(ir as usize * self.iw).offset(lo as isize - self.left);
-                    std::ptr::copy_nonoverlapping(s, dst.add(r * self.wp + j * self.pitch + lo), hi - lo);
+                    copy_row(s, dst.add(r * self.wp + j * self.pitch + lo), hi - lo);
                 }
             }
         }
@@ -267,7 +267,7 @@ impl Blocked {
                 let dst = y.add(j * self.ys + o * self.oh * self.ow);
                 for row in 0..self.oh {
                     let s = src.add(row * self.wp + j * self.pitch);
-                    std::ptr::copy_nonoverlapping(s, dst.add(row * self.ow), self.ow);
+                    copy_row(s, dst.add(row * self.ow), self.ow);
                 }
             }
         }
@@ -300,7 +300,7 @@ impl Blocked {
                 let src = dy.add((n0 + j) * self.ys);
                 for row in 0..self.oh {
                     let d = ext.add(row * self.wp + j * self.pitch);
-                    std::ptr::copy_nonoverlapping(src.add(row * self.ow), d, self.ow);
+                    copy_row(src.add(row * self.ow), d, self.ow);
                 }
             }
             #[cfg(target_arch = "x86_64")]
