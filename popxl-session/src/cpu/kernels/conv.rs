@@ -13,7 +13,9 @@
 //!   whose tasks split one image's output channels builds that image's matrix
 //!   once, in parallel, and shares it;
 //! - **batched im2col** for planes under 256 positions: several images side
-//!   by side in one GEMM;
+//!   by side in one GEMM; the stride-1 data gradient of such planes runs as
+//!   the forward convolution of `dy` with flipped, transposed weights
+//!   (`conv_data_forward`);
 //! - **blocked** (`conv_direct`, float32): on AVX-512 the stride-1 forward
 //!   pass and data gradient of every shape with more than one tap and
 //!   enough channels, and on AVX-512 or AVX2 + FMA (`conv_direct_avx2`) all
@@ -195,7 +197,16 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
 }
 
 impl<T: ConvElem> ConvKernel<T> {
-    fn plan(spec: &KernelSpec<'_>, g: Geo2, pass: Pass, pos: [usize; 3], macs: usize, out_len: usize) -> BuildResult {
+    /// Picks the method of a pass over geometry `g` and cuts its tasks;
+    /// `pos`: argument positions of `[x, w, y]` (the output's is unused).
+    pub(super) fn plan(
+        spec: &KernelSpec<'_>,
+        g: Geo2,
+        pass: Pass,
+        pos: [usize; 3],
+        macs: usize,
+        out_len: usize,
+    ) -> BuildResult {
         let threads = team::num_threads();
         let parallel = threads > 1 && macs >= PAR_MIN_MACS;
         let want = if parallel { 2 * threads } else { 1 };
@@ -224,6 +235,11 @@ impl<T: ConvElem> ConvKernel<T> {
         };
         if let Some(b) = Self::blocked_plan(&g, pass) {
             return Self::plan_blocked(spec, g, pass, pos, macs, out_len, b, parallel, want);
+        }
+        if pass == Pass::Data && matches!(method, Method::Batched { .. }) {
+            if let Some(k) = Self::data_as_forward(spec, &g, pos, macs, out_len) {
+                return k;
+            }
         }
         if let Method::Batched { images } = method {
             return Self::plan_batched(spec, g, pass, pos, macs, out_len, images, parallel, want);

@@ -769,6 +769,28 @@ mod tests {
     }
 
     #[test]
+    fn small_plane_data_gradients_match_a_naive_loop() {
+        // Batches of small planes: the stride-1 data gradient runs as the
+        // forward convolution of dy with flipped, transposed weights
+        // (`conv_data_forward`; float64 always, float32 where the blocked
+        // kernel does not take it), groups, dilation, asymmetric padding,
+        // a 1-d-like plane; and padding past the kernel's reach, which keeps
+        // the im2col path (as do more output than input channels per group).
+        let cases: [Case; 6] = [
+            (8, 1, 7, 5, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+            (6, 2, 4, 3, 6, 8, 3, 3, [2, 0, 1, 2], [1, 1]),
+            (9, 1, 3, 2, 9, 9, 3, 3, [2, 2, 2, 2], [2, 2]),
+            (20, 1, 4, 2, 1, 15, 1, 5, [0, 2, 0, 2], [1, 1]),
+            (5, 3, 2, 2, 8, 7, 2, 3, [1, 0, 0, 2], [1, 1]),
+            (8, 1, 5, 3, 7, 7, 3, 3, [3, 3, 3, 3], [1, 1]),
+        ];
+        for (i, c) in cases.into_iter().enumerate() {
+            check(c, 1, DataType::Float32, 400 + i as u64);
+            check(c, 1, DataType::Float64, 500 + i as u64);
+        }
+    }
+
+    #[test]
     fn one_image_weight_gradient_in_column_chunks_matches_a_naive_loop() {
         // A stem-like stride-2 convolution of one large image: its weight
         // gradient sums column chunks (and column blocks) over the team.

@@ -69,6 +69,7 @@ mod collectives_matmul_update;
 mod collectives_update;
 mod conv;
 mod conv_batched;
+mod conv_data_forward;
 mod conv_direct;
 mod conv_direct_avx2;
 mod conv_layout;
