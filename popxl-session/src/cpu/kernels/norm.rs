@@ -57,7 +57,7 @@ fn lane_sum<T: Float>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
 fn row_sums<T: Float>(g: &[T], x: &[T], w: &[T], m: T, is: T, dw: &mut [T], db: &mut [T]) -> (T, T) {
     let (mut a, mut b) = ([T::ZERO; LANES], [T::ZERO; LANES]);
     let n = g.len() / LANES * LANES;
-    // Whole vectors as fixed-size arrays: no bounds checks, one register each.
+    // Every slice cut to the row's length, so the loop's bounds checks fold away.
     let (x, w) = (&x[..g.len()], &w[..g.len()]);
     let (dw, db) = (&mut dw[..g.len()], &mut db[..g.len()]);
     for i in (0..n).step_by(LANES) {

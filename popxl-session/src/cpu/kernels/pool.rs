@@ -162,9 +162,7 @@ impl<T: Float> PoolKernel<T> {
             }
         }
     }
-}
 
-impl<T: Float> PoolKernel<T> {
     /// Planes `range` of the kernel's operands `[a, b, c, out]` (`a` the
     /// input or the output gradient; `b`, `c` the forward input and output,
     /// read by the max gradient only).
