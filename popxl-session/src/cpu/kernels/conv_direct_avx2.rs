@@ -27,7 +27,6 @@ const TAPS: usize = 12;
 /// # Safety
 /// The CPU has AVX2 and FMA; the pointers are valid as for the AVX-512 tier
 /// (`used` rounded up to 8 stays within the grid and the plane's slack).
-#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn sweep(b: &Blocked, used: usize, cin: usize, add: bool, x: *const f32, w: *const f32, e: *mut f32) {
     let nv = used.div_ceil(LANES);
     let mut v = 0;
