@@ -39,6 +39,7 @@ use popart_ir::ops::all as ir;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
 
 use super::conv_direct::Blocked;
+use super::conv_implicit::Implicit;
 use super::conv_layout::{
     col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, ConvElem, Geo2, Padded,
 };
@@ -92,6 +93,8 @@ pub(super) enum Method {
     },
     /// The register-blocked stride-1 kernel of `conv_direct` (f32; AVX-512, or AVX2 for depthwise).
     Blocked,
+    /// The packed implicit GEMM of `conv_implicit` (f32 on AVX2 + FMA).
+    Implicit,
 }
 
 /// One unit of work: image `n` (or the batch chunk `n` for weight gradients),
@@ -129,6 +132,8 @@ pub(super) struct ConvKernel<T> {
     pub(super) padded: Option<Padded>,
     /// The plan of the blocked method.
     pub(super) blocked: Option<Blocked>,
+    /// The plan of the implicit method.
+    pub(super) implicit: Option<Implicit>,
     pub(super) tasks: Vec<Task>,
     /// Batch chunks of the weight gradient (chunk `c` covers images `chunks[c]..chunks[c + 1]`).
     pub(super) chunks: Vec<usize>,
@@ -235,6 +240,11 @@ impl<T: ConvElem> ConvKernel<T> {
         };
         if let Some(b) = Self::blocked_plan(&g, pass) {
             return Self::plan_blocked(spec, g, pass, pos, macs, out_len, b, parallel, want);
+        }
+        if method != Method::Direct {
+            if let Some(im) = Self::implicit_plan(&g, pass) {
+                return Self::plan_implicit(spec, g, pass, pos, macs, out_len, im, parallel, want);
+            }
         }
         if pass == Pass::Data && matches!(method, Method::Batched { .. }) {
             if let Some(k) = Self::data_as_forward(spec, &g, pos, macs, out_len) {
@@ -378,6 +388,7 @@ impl<T: ConvElem> ConvKernel<T> {
             method,
             padded,
             blocked: None,
+            implicit: None,
             tasks,
             chunks,
             pos,
@@ -471,6 +482,7 @@ impl<T: ConvElem> ConvKernel<T> {
             (_, Method::Direct) => self.direct_task(t, x, w, y, col),
             (_, Method::Batched { images }) => self.batched_task(t, images, x, w, y, col, wpart),
             (_, Method::Blocked) => self.blocked_task(t, x, w, y, col),
+            (_, Method::Implicit) => self.implicit_task(t, x, w, y, col),
             (Pass::Forward, m) => {
                 let cols = t.hi - t.lo;
                 let (rhs, rs) = if m == Method::Pointwise {

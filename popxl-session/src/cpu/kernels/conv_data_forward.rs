@@ -41,7 +41,7 @@ struct DataAsForward<T> {
 
 /// The forward geometry whose output is the data gradient of `g`, when `g`
 /// has stride 1 and its padding is at most `(k − 1)·d` on both sides.
-fn forward_geometry(g: &Geo2) -> Option<ConvGeometry> {
+pub(super) fn forward_geometry(g: &Geo2) -> Option<ConvGeometry> {
     let (rh, rw) = (((g.kh - 1) * g.dh) as isize, ((g.kw - 1) * g.dw) as isize);
     let fits = |p: isize, reach: isize, i: usize, o: usize| p >= 0 && p <= reach && i as isize + p >= o as isize;
     let ok = g.sh == 1 && g.sw == 1 && fits(g.ph, rh, g.ih, g.oh) && fits(g.pw, rw, g.iw, g.ow);

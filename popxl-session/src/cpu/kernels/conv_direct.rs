@@ -556,7 +556,7 @@ unsafe fn dots<const K: usize>(b: &Blocked, xp: *const f32, ext: *const f32, t0:
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use popart_ir::{AttrValue, Attributes, DataType};
 
     use super::super::conv_layout::Geo2;
@@ -565,11 +565,11 @@ mod tests {
     use super::Blocked;
 
     /// (n, groups, ci_g, co_g, h, w, kh, kw, pads [t, l, b, r], dilations).
-    type Case = (usize, usize, usize, usize, usize, usize, usize, usize, [usize; 4], [usize; 2]);
+    pub(crate) type Case = (usize, usize, usize, usize, usize, usize, usize, usize, [usize; 4], [usize; 2]);
 
     /// The stride-1 convolution `y` of `x` and `w`, and the data and weight
     /// gradients `dx`, `dw` of `dy`, in f64.
-    fn naive(c: Case, s: usize, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
+    pub(crate) fn naive(c: Case, s: usize, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
         let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
         let oh = (h + p[0] + p[2] - (kh - 1) * d[0] - 1) / s + 1;
         let ow = (wd + p[1] + p[3] - (kw - 1) * d[1] - 1) / s + 1;
@@ -610,7 +610,7 @@ mod tests {
         [y, dx, dw]
     }
 
-    fn check(c: Case, s: usize, dt: DataType, seed: u64) {
+    pub(crate) fn check(c: Case, s: usize, dt: DataType, seed: u64) {
         let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
         let attrs = Attributes::new()
             .with("strides", AttrValue::Ints(vec![s as i64; 2]))

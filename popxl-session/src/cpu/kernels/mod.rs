@@ -72,6 +72,8 @@ mod conv_batched;
 mod conv_data_forward;
 mod conv_direct;
 mod conv_direct_avx2;
+mod conv_gemm_avx2;
+mod conv_implicit;
 mod conv_layout;
 mod dispatch;
 mod elem;

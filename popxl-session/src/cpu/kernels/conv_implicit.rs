@@ -1,0 +1,503 @@
+//! Implicit-GEMM convolution of float32 on AVX2 + FMA: the forward pass, and
+//! the stride-1 data gradient as the forward convolution of `dy` with the
+//! flipped, transposed weights (see `conv_data_forward`), without writing
+//! an im2col matrix or a flipped copy of the weights.
+//!
+//! The product `y[o][p] = Σ_k w[o][k] · col[k][p]` (`k` = input channel and
+//! tap, `p` = output position, over the whole batch) is blocked as BLIS
+//! blocks a GEMM: for each block of [`NC`] columns and [`KC`] steps of `k`
+//! the column operand is packed into panels of `NR` columns, for each block
+//! of output channels the weights into panels of `MR` rows, and the 6 × 16
+//! register tile of [`super::conv_gemm_avx2`] runs over every pair of panels.
+//! The position operand is packed straight from the input planes (the
+//! packing *is* the im2col, a panel row at a time, zeros where a tap reads
+//! padding); the weight operand straight from the weight tensor, read in
+//! order for the forward pass and flipped and transposed for the data
+//! gradient.
+//!
+//! Every output is summed over `k` in the same order whatever the task split,
+//! so results do not depend on the thread count.
+
+use std::any::TypeId;
+
+use super::conv::{ConvKernel, Method, Pass, Task};
+use super::conv_data_forward::forward_geometry;
+#[cfg(target_arch = "x86_64")]
+use super::conv_gemm_avx2::{tile, MR, NR};
+use super::conv_layout::{ConvElem, Geo2};
+use super::par::Simd;
+use super::spec::BuildResult;
+use crate::cpu::kernel::KernelSpec;
+
+#[cfg(not(target_arch = "x86_64"))]
+const MR: usize = 6;
+#[cfg(not(target_arch = "x86_64"))]
+const NR: usize = 16;
+
+/// Steps of `k` per packed block, rounded to whole input channels (a
+/// 16-column panel of them is 16 KiB, half the level-1 cache).
+const KC: usize = 256;
+/// Packed weights a task keeps (4 MiB): all of a layer's usually, so each
+/// weight is packed once per task; a block of `k` of them stays in the
+/// level-2 cache while a block of positions goes over it.
+const A_ELEMS: usize = 1 << 20;
+/// Positions per packed block (256 KiB at `KC`: level-2 resident).
+const NC: usize = 256;
+/// Output channels (of the forward product) below which packing costs too
+/// much next to the multiply-adds each packed value feeds.
+const MIN_CHANNELS: usize = 16;
+/// Multiply-adds of `k` below which the tile's loop is too short.
+const MIN_K: usize = 16;
+/// Positions per task below which packing the weights costs too much next
+/// to the multiply-adds each packed weight feeds.
+const MIN_POSITIONS: usize = 128;
+
+/// The plan of an implicit-GEMM convolution (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Implicit {
+    /// The forward geometry computed: its input is `x` (`dy` for a data
+    /// gradient), its output `y` (`dx`).
+    f: Geo2,
+    /// The weights are the data gradient's: `w[c][o][taps]` read with `c`
+    /// as `f`'s input channel, `o` as its output channel, taps reversed.
+    flipped: bool,
+    /// Input channels per block of `k` (all their taps).
+    cb: usize,
+    /// Output channels whose packed weights (all steps of `k`) a task keeps at a time.
+    mc: usize,
+}
+
+/// A run of panel columns within one output row: image offset of the input,
+/// output row and first column, length, first column in the panel.
+#[derive(Clone, Copy, Default)]
+struct Seg {
+    x: usize,
+    oy: usize,
+    ox: usize,
+    len: usize,
+    jj: usize,
+}
+
+impl Implicit {
+    /// The implicit plan of pass `pass` over `g`, when the CPU's widest tier
+    /// is AVX2 + FMA (AVX-512 CPUs run `conv_direct`'s tiles and the `gemm`
+    /// crate's) and the shape feeds the tile: a forward pass, or a stride-1
+    /// data gradient whose padding is at most `(k − 1)·d`, with at least
+    /// [`MIN_CHANNELS`] output channels and [`MIN_K`] terms per output.
+    pub(crate) fn new(g: &Geo2, pass: Pass) -> Option<Self> {
+        Self::for_tier(g, pass, Simd::best())
+    }
+
+    /// [`Implicit::new`] on a CPU whose widest tier is `tier`.
+    fn for_tier(g: &Geo2, pass: Pass, tier: Simd) -> Option<Self> {
+        if !cfg!(target_arch = "x86_64") || tier != Simd::Avx2 {
+            return None;
+        }
+        let (f, flipped) = match pass {
+            // A pointwise forward pass reads its operand where it lies (`Method::Pointwise`).
+            Pass::Forward if g.pointwise() => return None,
+            Pass::Forward => (g.clone(), false),
+            Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
+            Pass::Weights => return None,
+        };
+        if f.sh != 1 || f.sw != 1 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || f.n * f.op() < MIN_POSITIONS {
+            return None;
+        }
+        let kk = f.kk();
+        let cb = (KC / kk).clamp(1, f.ci_g);
+        let cb = f.ci_g.div_ceil(f.ci_g.div_ceil(cb));
+        let mc = (A_ELEMS / f.kdim()).clamp(MR, f.co_g.max(MR));
+        let mc = f.co_g.div_ceil(f.co_g.div_ceil(mc)).next_multiple_of(MR);
+        Some(Implicit { f, flipped, cb, mc })
+    }
+
+    /// Scratch elements of a task: one packed block of each operand, and
+    /// slack to align them to cache lines.
+    pub(crate) fn scratch_len(&self) -> usize {
+        self.mc * self.f.kdim() + self.cb * self.f.kk() * NC + 32
+    }
+
+    /// Packs input channels `c0..c0 + cb` (all taps: steps `c0·kk..`) of
+    /// positions `p0..p0 + cols` (of the whole batch) into panels of [`NR`]
+    /// columns at `dst`, zeros past `cols`: per panel and tap, the panel's
+    /// columns are a few runs of one input row each, read for every channel
+    /// by masked loads (lanes outside a run, or reading padding, stay zero).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `x`: the group's input planes of image 0 (images
+    /// `groups·ci_g·ih·iw` apart); `dst` valid for `cols.next_multiple_of(NR) · cb · kk` writes.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn pack_positions(&self, x: *const f32, p0: usize, cols: usize, c0: usize, cb: usize, dst: *mut f32) {
+        use std::arch::x86_64::*;
+        let f = &self.f;
+        let (op, ip, kk) = (f.op(), f.ip(), f.kk());
+        let kb = cb * kk;
+        let xs = f.groups * f.ci_g * ip;
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let lanes_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+        // Lanes lo..hi of a panel row, as the masks of its two vectors.
+        let mask = |lo: usize, hi: usize| {
+            let (lo, hi) = (_mm256_set1_epi32(lo as i32 - 1), _mm256_set1_epi32(hi as i32));
+            let m = |l| _mm256_and_si256(_mm256_cmpgt_epi32(l, lo), _mm256_cmpgt_epi32(hi, l));
+            (m(lanes), m(lanes_hi))
+        };
+        let xc0 = x.add(c0 * ip);
+        let mut q = 0;
+        while q < cols {
+            let wd = NR.min(cols - q);
+            let pd = dst.add(q * kb);
+            // The panel's columns as runs within one output row.
+            let mut segs = [Seg::default(); NR];
+            let mut ns = 0;
+            let p = p0 + q;
+            let (mut img, pos) = (p / op, p % op);
+            let (mut oy, mut ox) = (pos / f.ow, pos % f.ow);
+            let mut jj = 0;
+            while jj < wd {
+                let len = (wd - jj).min(f.ow - ox);
+                segs[ns] = Seg { x: img * xs, oy, ox, len, jj };
+                ns += 1;
+                jj += len;
+                ox += len;
+                if ox == f.ow {
+                    ox = 0;
+                    oy += 1;
+                    if oy == f.oh {
+                        oy = 0;
+                        img += 1;
+                    }
+                }
+            }
+            for t in 0..kk {
+                let (ky, kx) = (t / f.kw, t % f.kw);
+                let (valid, off) = f.valid_cols(kx);
+                // The tap's runs: lane l of a run reads base + l (masked to its valid lanes).
+                let mut runs = [(0isize, _mm256_setzero_si256(), _mm256_setzero_si256()); NR];
+                let mut nr = 0;
+                for s in &segs[..ns] {
+                    let Some(iy) = f.in_row(s.oy, ky) else { continue };
+                    let lo = valid.start.clamp(s.ox, s.ox + s.len);
+                    let hi = valid.end.clamp(lo, s.ox + s.len);
+                    if hi > lo {
+                        // Lane jj + (lo − ox) reads input column lo + off.
+                        let (l0, l1) = (s.jj + lo - s.ox, s.jj + hi - s.ox);
+                        let base = (s.x + iy * f.iw) as isize + lo as isize + off - l0 as isize;
+                        let (m0, m1) = mask(l0, l1);
+                        runs[nr] = (base, m0, m1);
+                        nr += 1;
+                    }
+                }
+                let mut row = pd.add(t * NR);
+                let mut xc = xc0;
+                for _ in 0..cb {
+                    let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                    for &(base, m0, m1) in &runs[..nr] {
+                        // Masked-off lanes are not read: the run's pointer may lie outside the row.
+                        let b = xc.wrapping_offset(base);
+                        v0 = _mm256_or_ps(v0, _mm256_maskload_ps(b, m0));
+                        v1 = _mm256_or_ps(v1, _mm256_maskload_ps(b.wrapping_add(8), m1));
+                    }
+                    _mm256_storeu_ps(row, v0);
+                    _mm256_storeu_ps(row.add(8), v1);
+                    row = row.add(kk * NR);
+                    xc = xc.add(ip);
+                }
+            }
+            q += NR;
+        }
+    }
+
+    /// Packs steps `k0..k0 + kb` (whole input channels) of output channels
+    /// `o0..o0 + cols` into panels of [`MR`] rows at `dst`, zeros past `cols`.
+    ///
+    /// # Safety
+    /// `w`: the group's weights; `dst` valid for `cols.next_multiple_of(MR) · kb` writes.
+    #[inline(always)]
+    unsafe fn pack_weights(&self, w: *const f32, o0: usize, cols: usize, k0: usize, kb: usize, dst: *mut f32) {
+        let f = &self.f;
+        let (kk, kdim) = (f.kk(), f.kdim());
+        let mut q = 0;
+        while q < cols {
+            let wd = MR.min(cols - q);
+            let pd = dst.add(q * kb);
+            if self.flipped {
+                // Step k = c·kk + t of output channel o reads the data
+                // gradient's w[c][o][kk − 1 − t]: the panel's channels are
+                // `kk` apart, so one step's values share a cache line or two.
+                let row = f.co_g * kk;
+                let (c0, mut d) = (k0 / kk, pd);
+                for c in c0..c0 + kb / kk {
+                    let base = w.add(c * row + (o0 + q) * kk + kk - 1);
+                    for t in 0..kk {
+                        let src = base.sub(t);
+                        for r in 0..MR {
+                            *d.add(r) = if r < wd { *src.add(r * kk) } else { 0.0 };
+                        }
+                        d = d.add(MR);
+                    }
+                }
+            } else {
+                for r in 0..MR {
+                    let d = pd.add(r);
+                    if r < wd {
+                        let src = w.add((o0 + q + r) * kdim + k0);
+                        for k in 0..kb {
+                            *d.add(k * MR) = *src.add(k);
+                        }
+                    } else {
+                        for k in 0..kb {
+                            *d.add(k * MR) = 0.0;
+                        }
+                    }
+                }
+            }
+            q += MR;
+        }
+    }
+
+    /// Runs task `t`: positions `t.lo..t.hi` of the batch and output channels
+    /// `t.o0..t.o1` of group `t.g`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `x`, `w`, `y` are the forward product's
+    /// tensors (see [`Implicit::f`]); `scratch` holds [`Self::scratch_len`]
+    /// elements; tasks write disjoint outputs.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
+        let f = &self.f;
+        let (op, kdim) = (f.op(), f.kdim());
+        let xg = x.add(t.g * f.ci_g * f.ip());
+        let wg = w.add(t.g * f.co_g * kdim);
+        let yg = y.add(t.g * f.co_g * op);
+        let ys = f.groups * f.co_g * op;
+        // Offsets in `y` of a position and of a channel.
+        let pos_off = |p: usize| (p / op) * ys + p % op;
+        let ch_off = |o: usize| o * op;
+        let (rows, cols) = (t.o0..t.o1, t.lo..t.hi);
+        let kk = f.kk();
+        // Cache-line aligned packed blocks: the weights of `mc` channels for
+        // every step of `k` (block k0 at `a + k0 · mcp`), and NC positions for one block of `k`.
+        let a = scratch.add(scratch.align_offset(64));
+        let b = a.add(self.mc.next_multiple_of(MR) * kdim);
+        let mut buf = [0f32; MR * NR];
+        for i0 in rows.clone().step_by(self.mc) {
+            let mc = self.mc.min(rows.end - i0);
+            let mcp = mc.next_multiple_of(MR);
+            for c0 in (0..f.ci_g).step_by(self.cb) {
+                let (k0, kb) = (c0 * kk, self.cb.min(f.ci_g - c0) * kk);
+                self.pack_weights(wg, i0, mc, k0, kb, a.add(k0 * mcp));
+            }
+            for j0 in cols.clone().step_by(NC) {
+                let nc = NC.min(cols.end - j0);
+                for c0 in (0..f.ci_g).step_by(self.cb) {
+                    let (k0, kb) = (c0 * kk, self.cb.min(f.ci_g - c0) * kk);
+                    self.pack_positions(xg, j0, nc, c0, kb / kk, b);
+                    let ak = a.add(k0 * mcp);
+                    for jr in (0..nc).step_by(NR) {
+                        let (j, nw) = (j0 + jr, NR.min(nc - jr));
+                        let bp = b.add(jr * kb);
+                        // Offsets of the tile's positions: one image's (a vector store) or several.
+                        let whole = nw == NR && j % op + NR <= op;
+                        let mut coff = [0usize; NR];
+                        if !whole {
+                            for (jj, c) in coff.iter_mut().enumerate().take(nw) {
+                                *c = pos_off(j + jj);
+                            }
+                        }
+                        for ir in (0..mc).step_by(MR) {
+                            let (i, mw) = (i0 + ir, MR.min(mc - ir));
+                            let ap = ak.add(ir * kb);
+                            // Whole tile of 16 positions in one image: straight to `y`.
+                            if mw == MR && whole {
+                                tile(kb, ap, bp, yg.add(ch_off(i) + pos_off(j)), op, k0 > 0);
+                                continue;
+                            }
+                            tile(kb, ap, bp, buf.as_mut_ptr(), NR, false);
+                            if whole {
+                                let base = pos_off(j);
+                                coff.iter_mut().enumerate().for_each(|(jj, c)| *c = base + jj);
+                            }
+                            for ii in 0..mw {
+                                let (row, src) = (yg.add(ch_off(i + ii)), &buf[ii * NR..ii * NR + nw]);
+                                for (&c, &v) in coff[..nw].iter().zip(src) {
+                                    let dst = row.add(c);
+                                    *dst = if k0 > 0 { *dst + v } else { v };
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// The implicit plan of a pass, when `T` is f32 and [`Implicit::new`] takes the shape.
+    pub(super) fn implicit_plan(g: &Geo2, pass: Pass) -> Option<Implicit> {
+        if TypeId::of::<T>() != TypeId::of::<f32>() {
+            return None;
+        }
+        Implicit::new(g, pass)
+    }
+
+    /// Plans the implicit method: tasks are (group, block of positions of the
+    /// batch, block of output channels), cut so the team has at least `want`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plan_implicit(
+        spec: &KernelSpec<'_>,
+        g: Geo2,
+        pass: Pass,
+        pos: [usize; 3],
+        macs: usize,
+        out_len: usize,
+        im: Implicit,
+        parallel: bool,
+        want: usize,
+    ) -> BuildResult {
+        let f = &im.f;
+        let (p, m) = (f.n * f.op(), f.co_g);
+        let per_group = if parallel { want.div_ceil(f.groups) } else { 1 };
+        // Blocks of positions first (each packed weight serves at least
+        // MIN_POSITIONS of them), then of channels.
+        let pb = per_group.min(p / MIN_POSITIONS).max(1);
+        let mb = per_group.div_ceil(pb).min(m.div_ceil(2 * MR)).max(1);
+        let pstep = p.div_ceil(pb).next_multiple_of(NR).max(1);
+        let mstep = m.div_ceil(mb).next_multiple_of(MR).max(1);
+        let mut tasks = Vec::new();
+        for gi in 0..f.groups {
+            for lo in (0..p).step_by(pstep) {
+                for o0 in (0..m).step_by(mstep) {
+                    tasks.push(Task { n: 0, g: gi, lo, hi: (lo + pstep).min(p), o0, o1: (o0 + mstep).min(m) });
+                }
+            }
+        }
+        let scratch = im.scratch_len();
+        let chunks = vec![0, g.n];
+        let mut k =
+            Self::finish(spec, g, pass, Method::Implicit, None, tasks, chunks, pos, parallel, macs, out_len, scratch)?;
+        k.implicit = Some(im);
+        Ok(k)
+    }
+
+    /// Runs task `t` of the implicit method with the scratch `col`.
+    ///
+    /// # Safety
+    /// As [`Implicit::run`]; `T` is f32 (see [`ConvKernel::implicit_plan`]).
+    pub(super) unsafe fn implicit_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
+        let Some(im) = self.implicit.as_ref() else { return };
+        let (src, dst) = if im.flipped { (y, x) } else { (x, y) };
+        #[cfg(target_arch = "x86_64")]
+        im.run(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (t, src, dst, w, col, im);
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use popart_ir::ops::conv::conv_geometry;
+    use popart_ir::{AttrValue, Attributes, DataType};
+
+    use super::super::conv::{Pass, Task};
+    use super::super::conv_direct::tests::{check, naive, Case};
+    use super::super::conv_layout::Geo2;
+    use super::super::par::Simd;
+    use super::super::testutil::{assert_close, Rng};
+    use super::Implicit;
+
+    /// Cases the implicit kernel takes: channel counts that leave partial
+    /// tiles, groups, asymmetric and large padding, dilation, small planes
+    /// whose tiles span images, a 1-d plane, many input channels (several
+    /// blocks of `k`), enough weights for several blocks of channels, a
+    /// pointwise data gradient.
+    const CASES: [Case; 9] = [
+        (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (3, 2, 5, 17, 9, 11, 3, 3, [1, 0, 2, 1], [1, 1]),
+        (2, 1, 20, 16, 12, 13, 5, 5, [2, 2, 2, 2], [2, 2]),
+        (5, 1, 3, 20, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (4, 1, 8, 32, 1, 40, 1, 5, [0, 2, 0, 2], [1, 1]),
+        (4, 1, 300, 20, 6, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (7, 1, 460, 300, 4, 5, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (4, 1, 24, 18, 6, 6, 1, 1, [0, 0, 0, 0], [1, 1]),
+        (3, 1, 17, 19, 8, 8, 2, 4, [0, 3, 1, 0], [1, 1]),
+    ];
+
+    /// Runs the implicit plans of case `c` (stride `s`) directly, the
+    /// positions cut into `pieces` tasks, and checks the forward pass and the
+    /// data gradient against [`naive`].
+    fn check_direct(c: Case, s: usize, pieces: usize, seed: u64) {
+        let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
+        let attrs = Attributes::new()
+            .with("strides", AttrValue::Ints(vec![s as i64; 2]))
+            .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
+            .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
+            .with("group", AttrValue::Int(groups as i64));
+        let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &attrs).unwrap();
+        let g = Geo2::new(&geo).unwrap();
+        let mut rng = Rng::new(seed);
+        let xv = rng.vec(n * groups * ci_g * h * wd, -1.0, 1.0);
+        let wv = rng.vec(groups * co_g * ci_g * kh * kw, -1.0, 1.0);
+        let dyv = rng.vec(n * groups * co_g * g.op(), -1.0, 1.0);
+        let [want_y, want_dx, _] = naive(c, s, &xv, &wv, &dyv);
+        let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+        let (x, w, dy) = (f(&xv), f(&wv), f(&dyv));
+        let mut y = vec![f32::NAN; want_y.len()];
+        let mut dx = vec![f32::NAN; want_dx.len()];
+        let mut ran = [false; 2];
+        for pass in [Pass::Forward, Pass::Data] {
+            // Data gradients with fewer than MIN_CHANNELS input channels are left to
+            // im2col, pointwise forward passes to `Method::Pointwise`.
+            let Some(im) = Implicit::for_tier(&g, pass, Simd::Avx2) else {
+                assert!(pass == Pass::Data || g.pointwise(), "the implicit plan refused {c:?}");
+                continue;
+            };
+            ran[(pass == Pass::Data) as usize] = true;
+            let mut scratch = vec![0.0f32; im.scratch_len()];
+            let (src, dst) = if pass == Pass::Forward { (&x, &mut y) } else { (&dy, &mut dx) };
+            let (p, m) = (im.f.n * im.f.op(), im.f.co_g);
+            let step = p.div_ceil(pieces);
+            for gi in 0..groups {
+                for lo in (0..p).step_by(step) {
+                    for o0 in [0, m / 2] {
+                        let o1 = if o0 == 0 { m / 2 } else { m };
+                        let t = Task { n: 0, g: gi, lo, hi: (lo + step).min(p), o0, o1 };
+                        // SAFETY: the CPU has AVX2 and FMA (checked by the caller); the
+                        // slices hold the whole tensors; tasks write disjoint outputs.
+                        unsafe { im.run(t, src.as_ptr(), w.as_ptr(), dst.as_mut_ptr(), scratch.as_mut_ptr()) };
+                    }
+                }
+            }
+        }
+        let back = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
+        if ran[0] {
+            assert_close(&back(&y), &want_y, 1e-4);
+        }
+        if ran[1] {
+            assert_close(&back(&dx), &want_dx, 1e-4);
+        }
+    }
+
+    #[test]
+    fn implicit_gemm_matches_a_naive_loop() {
+        if Simd::best() < Simd::Avx2 {
+            return;
+        }
+        for (i, c) in CASES.into_iter().enumerate() {
+            for pieces in [1, 3] {
+                check_direct(c, 1, pieces, 600 + i as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn convolutions_the_implicit_plan_takes_match_a_naive_loop() {
+        // Through the kernel builder: on an AVX2 CPU these run the implicit
+        // method (the weight gradient runs im2col), elsewhere the others.
+        for (i, c) in CASES.into_iter().enumerate() {
+            check(c, 1, DataType::Float32, 700 + i as u64);
+        }
+    }
+}
