@@ -33,6 +33,7 @@
 //! the batch in a fixed number of chunks (fixed at build time) reduced in a
 //! fixed order, so results do not depend on thread timing.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::all as ir;
@@ -611,11 +612,14 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
             return Ok(());
         }
         let pieces = self.scratch.len();
+        // Pieces claim tasks in order as they finish the last, so a core
+        // slowed by another process takes fewer.
+        let next = AtomicUsize::new(0);
         let piece = |p: usize| {
             let mut col = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
             // u64 words reinterpreted as T (f32 or f64): aligned, sized at build time.
             let col = SendPtr(col.as_mut_ptr() as *mut T);
-            for t in self.tasks.iter().skip(p).step_by(pieces) {
+            while let Some(t) = self.tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
                 // SAFETY: tasks write disjoint outputs (planes, column blocks,
                 // channel blocks, weight rows of one chunk); `col` is this piece's own.
                 // The layout loops run their AVX2 build where the CPU has it.

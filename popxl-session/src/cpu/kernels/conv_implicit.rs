@@ -100,7 +100,7 @@ impl Implicit {
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
             Pass::Weights => return None,
         };
-        if f.sh != 1 || f.sw != 1 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || f.n * f.op() < MIN_POSITIONS {
+        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || f.n * f.op() < MIN_POSITIONS {
             return None;
         }
         let kk = f.kk();
@@ -135,14 +135,22 @@ impl Implicit {
         let kb = cb * kk;
         let xs = f.groups * f.ci_g * ip;
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let lanes_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
-        // Lanes lo..hi of a panel row, as the masks of its two vectors.
-        let mask = |lo: usize, hi: usize| {
+        // Elements lo..hi of the `sw · 16` a panel row reads, every `sw`-th,
+        // as the masks of their vectors.
+        let even = _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0);
+        let mask = |lo: usize, hi: usize, v: i32| {
             let (lo, hi) = (_mm256_set1_epi32(lo as i32 - 1), _mm256_set1_epi32(hi as i32));
-            let m = |l| _mm256_and_si256(_mm256_cmpgt_epi32(l, lo), _mm256_cmpgt_epi32(hi, l));
-            (m(lanes), m(lanes_hi))
+            let e = _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * v));
+            let m = _mm256_and_si256(_mm256_cmpgt_epi32(e, lo), _mm256_cmpgt_epi32(hi, e));
+            if f.sw == 1 {
+                m
+            } else {
+                _mm256_and_si256(m, even)
+            }
         };
         let xc0 = x.add(c0 * ip);
+        // A tap's runs (set before use: zeroed once per call, not per tap).
+        let mut runs = [(0isize, [_mm256_setzero_si256(); 4]); NR];
         let mut q = 0;
         while q < cols {
             let wd = NR.min(cols - q);
@@ -172,36 +180,57 @@ impl Implicit {
             for t in 0..kk {
                 let (ky, kx) = (t / f.kw, t % f.kw);
                 let (valid, off) = f.valid_cols(kx);
-                // The tap's runs: lane l of a run reads base + l (masked to its valid lanes).
-                let mut runs = [(0isize, _mm256_setzero_si256(), _mm256_setzero_si256()); NR];
+                // The tap's runs: lane l of a run reads base + sw·l (masked to its valid lanes).
                 let mut nr = 0;
                 for s in &segs[..ns] {
                     let Some(iy) = f.in_row(s.oy, ky) else { continue };
                     let lo = valid.start.clamp(s.ox, s.ox + s.len);
                     let hi = valid.end.clamp(lo, s.ox + s.len);
                     if hi > lo {
-                        // Lane jj + (lo − ox) reads input column lo + off.
+                        // Lane jj + (t − ox) reads input column t·sw + off.
                         let (l0, l1) = (s.jj + lo - s.ox, s.jj + hi - s.ox);
-                        let base = (s.x + iy * f.iw) as isize + lo as isize + off - l0 as isize;
-                        let (m0, m1) = mask(l0, l1);
-                        runs[nr] = (base, m0, m1);
+                        let base = (s.x + iy * f.iw) as isize + (s.ox as isize - s.jj as isize) * f.sw as isize + off;
+                        let (e0, e1) = (l0 * f.sw, l1 * f.sw);
+                        let masks = [mask(e0, e1, 0), mask(e0, e1, 1), mask(e0, e1, 2), mask(e0, e1, 3)];
+                        runs[nr] = (base, masks);
                         nr += 1;
                     }
                 }
                 let mut row = pd.add(t * NR);
                 let mut xc = xc0;
-                for _ in 0..cb {
-                    let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                    for &(base, m0, m1) in &runs[..nr] {
-                        // Masked-off lanes are not read: the run's pointer may lie outside the row.
-                        let b = xc.wrapping_offset(base);
-                        v0 = _mm256_or_ps(v0, _mm256_maskload_ps(b, m0));
-                        v1 = _mm256_or_ps(v1, _mm256_maskload_ps(b.wrapping_add(8), m1));
+                // Masked-off lanes are not read: a run's pointer may lie outside the row.
+                if f.sw == 1 {
+                    for _ in 0..cb {
+                        let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                        for &(base, m) in &runs[..nr] {
+                            let b = xc.wrapping_offset(base);
+                            v0 = _mm256_or_ps(v0, _mm256_maskload_ps(b, m[0]));
+                            v1 = _mm256_or_ps(v1, _mm256_maskload_ps(b.wrapping_add(8), m[1]));
+                        }
+                        _mm256_storeu_ps(row, v0);
+                        _mm256_storeu_ps(row.add(8), v1);
+                        row = row.add(kk * NR);
+                        xc = xc.add(ip);
                     }
-                    _mm256_storeu_ps(row, v0);
-                    _mm256_storeu_ps(row.add(8), v1);
-                    row = row.add(kk * NR);
-                    xc = xc.add(ip);
+                } else {
+                    // The even elements of (a, b), in order.
+                    let evens = |a: __m256, b: __m256| {
+                        let t = _mm256_castps_pd(_mm256_shuffle_ps::<0b10_00_10_00>(a, b));
+                        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(t))
+                    };
+                    for _ in 0..cb {
+                        let mut v = [_mm256_setzero_ps(); 4];
+                        for &(base, m) in &runs[..nr] {
+                            let b = xc.wrapping_offset(base);
+                            for (i, v) in v.iter_mut().enumerate() {
+                                *v = _mm256_or_ps(*v, _mm256_maskload_ps(b.wrapping_add(8 * i), m[i]));
+                            }
+                        }
+                        _mm256_storeu_ps(row, evens(v[0], v[1]));
+                        _mm256_storeu_ps(row.add(8), evens(v[2], v[3]));
+                        row = row.add(kk * NR);
+                        xc = xc.add(ip);
+                    }
                 }
             }
             q += NR;
@@ -359,7 +388,8 @@ impl<T: ConvElem> ConvKernel<T> {
     ) -> BuildResult {
         let f = &im.f;
         let (p, m) = (f.n * f.op(), f.co_g);
-        let per_group = if parallel { want.div_ceil(f.groups) } else { 1 };
+        // Twice the team's usual count: pieces claim tasks as they finish.
+        let per_group = if parallel { (2 * want).div_ceil(f.groups) } else { 1 };
         // Blocks of positions first (each packed weight serves at least
         // MIN_POSITIONS of them), then of channels.
         let pb = per_group.min(p / MIN_POSITIONS).max(1);
@@ -423,6 +453,14 @@ mod tests {
         (7, 1, 460, 300, 4, 5, 3, 3, [1, 1, 1, 1], [1, 1]),
         (4, 1, 24, 18, 6, 6, 1, 1, [0, 0, 0, 0], [1, 1]),
         (3, 1, 17, 19, 8, 8, 2, 4, [0, 3, 1, 0], [1, 1]),
+    ];
+
+    /// Stride-2 cases: a stem, groups with asymmetric padding, dilation.
+    const STRIDE2: [Case; 4] = [
+        (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (1, 1, 3, 20, 40, 37, 7, 7, [3, 3, 2, 2], [1, 1]),
+        (3, 2, 5, 17, 17, 19, 3, 3, [1, 0, 2, 1], [1, 1]),
+        (4, 1, 8, 16, 12, 13, 2, 3, [0, 1, 0, 1], [2, 1]),
     ];
 
     /// Runs the implicit plans of case `c` (stride `s`) directly, the
@@ -490,6 +528,11 @@ mod tests {
                 check_direct(c, 1, pieces, 600 + i as u64);
             }
         }
+        for (i, c) in STRIDE2.into_iter().enumerate() {
+            for pieces in [1, 3] {
+                check_direct(c, 2, pieces, 650 + i as u64);
+            }
+        }
     }
 
     #[test]
@@ -498,6 +541,9 @@ mod tests {
         // method (the weight gradient runs im2col), elsewhere the others.
         for (i, c) in CASES.into_iter().enumerate() {
             check(c, 1, DataType::Float32, 700 + i as u64);
+        }
+        for (i, c) in STRIDE2.into_iter().enumerate() {
+            check(c, 2, DataType::Float32, 750 + i as u64);
         }
     }
 }
