@@ -36,7 +36,7 @@ const NR: usize = 16;
 
 /// Steps of `k` per packed block, rounded to whole input channels (a
 /// 16-column panel of them is 16 KiB, half the level-1 cache).
-const KC: usize = 256;
+const KC: usize = 512;
 /// Packed weights a task keeps (4 MiB): all of a layer's usually, so each
 /// weight is packed once per task; a block of `k` of them stays in the
 /// level-2 cache while a block of positions goes over it.
@@ -61,6 +61,12 @@ pub(crate) struct Implicit {
     /// The weights are the data gradient's: `w[c][o][taps]` read with `c`
     /// as `f`'s input channel, `o` as its output channel, taps reversed.
     flipped: bool,
+    /// Positions are the tile's rows and channels its columns: a pointwise
+    /// data gradient of few positions (late layers at batch 1), where
+    /// columns of 16 positions would be mostly padding. Its weights are
+    /// rows of `w` (16 contiguous values a step), `dx` is stored through the
+    /// tile buffer.
+    trans: bool,
     /// Input channels per block of `k` (all their taps).
     cb: usize,
     /// Output channels whose packed weights (all steps of `k`) a task keeps at a time.
@@ -100,7 +106,9 @@ impl Implicit {
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
             Pass::Weights => return None,
         };
-        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || f.n * f.op() < MIN_POSITIONS {
+        // Few positions: only a pointwise data gradient, transposed (see [`Implicit::trans`]).
+        let trans = f.n * f.op() < MIN_POSITIONS;
+        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || (trans && !(flipped && f.kk() == 1)) {
             return None;
         }
         let kk = f.kk();
@@ -108,12 +116,15 @@ impl Implicit {
         let cb = f.ci_g.div_ceil(f.ci_g.div_ceil(cb));
         let mc = (A_ELEMS / f.kdim()).clamp(MR, f.co_g.max(MR));
         let mc = f.co_g.div_ceil(f.co_g.div_ceil(mc)).next_multiple_of(MR);
-        Some(Implicit { f, flipped, cb, mc })
+        Some(Implicit { f, flipped, trans, cb, mc })
     }
 
     /// Scratch elements of a task: one packed block of each operand, and
     /// slack to align them to cache lines.
     pub(crate) fn scratch_len(&self) -> usize {
+        if self.trans {
+            return ((self.f.n * self.f.op()).next_multiple_of(MR) + NC) * self.cb + 32;
+        }
         self.mc * self.f.kdim() + self.cb * self.f.kk() * NC + 32
     }
 
@@ -363,6 +374,77 @@ impl Implicit {
     }
 }
 
+impl Implicit {
+    /// Runs task `t` of a transposed plan: all positions, input channels
+    /// `t.o0..t.o1` of `dx`.
+    ///
+    /// # Safety
+    /// As [`Implicit::run`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_trans(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
+        let f = &self.f;
+        let (op, ip, k) = (f.op(), f.ip(), f.kdim());
+        let (xs, ys) = (f.groups * f.ci_g * ip, f.groups * f.co_g * op);
+        let xg = x.add(t.g * f.ci_g * ip);
+        let wg = w.add(t.g * f.co_g * k);
+        let yg = y.add(t.g * f.co_g * op);
+        let p = t.hi - t.lo;
+        let a = scratch.add(scratch.align_offset(64));
+        let b = a.add(p.next_multiple_of(MR) * self.cb);
+        let mut buf = [0f32; MR * NR];
+        for j0 in (t.o0..t.o1).step_by(NC) {
+            let nc = NC.min(t.o1 - j0);
+            for k0 in (0..k).step_by(self.cb) {
+                let kb = self.cb.min(k - k0);
+                // Step o of input channel i is w[o][i] (a pointwise data gradient's weight).
+                // Read in rows of `w` (`nc` contiguous values a step).
+                for s in 0..kb {
+                    let src = wg.add((k0 + s) * f.co_g + j0);
+                    for q in (0..nc).step_by(NR) {
+                        let (wd, d) = (NR.min(nc - q), b.add(q * kb + s * NR));
+                        if wd == NR {
+                            std::ptr::copy_nonoverlapping(src.add(q) as *const [f32; NR], d as *mut [f32; NR], 1);
+                        } else {
+                            for jj in 0..NR {
+                                *d.add(jj) = if jj < wd { *src.add(q + jj) } else { 0.0 };
+                            }
+                        }
+                    }
+                }
+                for q in (0..p).step_by(MR) {
+                    let wd = MR.min(p - q);
+                    let mut off = [0usize; MR];
+                    for (r, o) in off.iter_mut().enumerate().take(wd) {
+                        let pos = t.lo + q + r;
+                        *o = (pos / ip) * xs + pos % ip;
+                    }
+                    for s in 0..kb {
+                        let (src, d) = (xg.add((k0 + s) * ip), a.add(q * kb + s * MR));
+                        for (r, &o) in off.iter().enumerate() {
+                            *d.add(r) = if r < wd { *src.add(o) } else { 0.0 };
+                        }
+                    }
+                }
+                for jr in (0..nc).step_by(NR) {
+                    let nw = NR.min(nc - jr);
+                    for ir in (0..p).step_by(MR) {
+                        tile(kb, a.add(ir * kb), b.add(jr * kb), buf.as_mut_ptr(), NR, false);
+                        for ii in 0..MR.min(p - ir) {
+                            let pos = t.lo + ir + ii;
+                            let row = yg.add((pos / op) * ys + pos % op + (j0 + jr) * op);
+                            for (jj, &v) in buf[ii * NR..ii * NR + nw].iter().enumerate() {
+                                let dst = row.add(jj * op);
+                                *dst = if k0 > 0 { *dst + v } else { v };
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<T: ConvElem> ConvKernel<T> {
     /// The implicit plan of a pass, when `T` is f32 and [`Implicit::new`] takes the shape.
     pub(super) fn implicit_plan(g: &Geo2, pass: Pass) -> Option<Implicit> {
@@ -392,10 +474,11 @@ impl<T: ConvElem> ConvKernel<T> {
         let per_group = if parallel { (2 * want).div_ceil(f.groups) } else { 1 };
         // Blocks of positions first (each packed weight serves at least
         // MIN_POSITIONS of them), then of channels.
-        let pb = per_group.min(p / MIN_POSITIONS).max(1);
-        let mb = per_group.div_ceil(pb).min(m.div_ceil(2 * MR)).max(1);
+        let pb = if im.trans { 1 } else { per_group.min(p / MIN_POSITIONS).max(1) };
+        let mr = if im.trans { NR } else { MR };
+        let mb = per_group.div_ceil(pb).min(m.div_ceil(2 * mr)).max(1);
         let pstep = p.div_ceil(pb).next_multiple_of(NR).max(1);
-        let mstep = m.div_ceil(mb).next_multiple_of(MR).max(1);
+        let mstep = m.div_ceil(mb).next_multiple_of(mr).max(1);
         let mut tasks = Vec::new();
         for gi in 0..f.groups {
             for lo in (0..p).step_by(pstep) {
@@ -420,7 +503,11 @@ impl<T: ConvElem> ConvKernel<T> {
         let Some(im) = self.implicit.as_ref() else { return };
         let (src, dst) = if im.flipped { (y, x) } else { (x, y) };
         #[cfg(target_arch = "x86_64")]
-        im.run(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+        if im.trans {
+            im.run_trans(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+        } else {
+            im.run(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+        }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (t, src, dst, w, col, im);
     }
@@ -441,9 +528,9 @@ mod tests {
     /// Cases the implicit kernel takes: channel counts that leave partial
     /// tiles, groups, asymmetric and large padding, dilation, small planes
     /// whose tiles span images, a 1-d plane, many input channels (several
-    /// blocks of `k`), enough weights for several blocks of channels, a
-    /// pointwise data gradient.
-    const CASES: [Case; 9] = [
+    /// blocks of `k`), enough weights for several blocks of channels,
+    /// pointwise data gradients (the last two transposed: few positions).
+    const CASES: [Case; 11] = [
         (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
         (3, 2, 5, 17, 9, 11, 3, 3, [1, 0, 2, 1], [1, 1]),
         (2, 1, 20, 16, 12, 13, 5, 5, [2, 2, 2, 2], [2, 2]),
@@ -453,6 +540,8 @@ mod tests {
         (7, 1, 460, 300, 4, 5, 3, 3, [1, 1, 1, 1], [1, 1]),
         (4, 1, 24, 18, 6, 6, 1, 1, [0, 0, 0, 0], [1, 1]),
         (3, 1, 17, 19, 8, 8, 2, 4, [0, 3, 1, 0], [1, 1]),
+        (1, 1, 40, 24, 5, 7, 1, 1, [0, 0, 0, 0], [1, 1]),
+        (2, 2, 20, 37, 3, 4, 1, 1, [0, 0, 0, 0], [1, 1]),
     ];
 
     /// Stride-2 cases: a stem, groups with asymmetric padding, dilation.
@@ -504,11 +593,19 @@ mod tests {
                         let t = Task { n: 0, g: gi, lo, hi: (lo + step).min(p), o0, o1 };
                         // SAFETY: the CPU has AVX2 and FMA (checked by the caller); the
                         // slices hold the whole tensors; tasks write disjoint outputs.
-                        unsafe { im.run(t, src.as_ptr(), w.as_ptr(), dst.as_mut_ptr(), scratch.as_mut_ptr()) };
+                        unsafe {
+                            let (x, w, y, sc) = (src.as_ptr(), w.as_ptr(), dst.as_mut_ptr(), scratch.as_mut_ptr());
+                            if im.trans {
+                                im.run_trans(t, x, w, y, sc)
+                            } else {
+                                im.run(t, x, w, y, sc)
+                            }
+                        };
                     }
                 }
             }
         }
+        assert!(ran[0] || ran[1], "the implicit plan refused both passes of {c:?}");
         let back = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
         if ran[0] {
             assert_close(&back(&y), &want_y, 1e-4);
