@@ -23,6 +23,11 @@
 //!   direct kernel over zero-padded planes (small planes several images side
 //!   by side).
 //!
+//! - **implicit** (`conv_implicit`, float32, CPUs whose widest tier is AVX2 +
+//!   FMA): forward passes of row stride 1 or 2 and stride-1 data gradients
+//!   with at least 16 output channels, as a packed GEMM whose packing of the
+//!   positions is the im2col (no column matrix, no flipped weight copy).
+//!
 //! Weight gradients by im2col build the matrix of large planes in column
 //! blocks that stay in cache; one large image (a stem) is summed in column
 //! chunks over the team.

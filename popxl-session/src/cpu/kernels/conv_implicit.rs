@@ -1,19 +1,24 @@
-//! Implicit-GEMM convolution of float32 on AVX2 + FMA: the forward pass, and
-//! the stride-1 data gradient as the forward convolution of `dy` with the
-//! flipped, transposed weights (see `conv_data_forward`), without writing
-//! an im2col matrix or a flipped copy of the weights.
+//! Implicit-GEMM convolution of float32 on AVX2 + FMA: forward passes of row
+//! stride 1 or 2, and stride-1 data gradients as the forward convolution of
+//! `dy` with the flipped, transposed weights (see `conv_data_forward`),
+//! without writing an im2col matrix or a flipped copy of the weights.
 //!
 //! The product `y[o][p] = Σ_k w[o][k] · col[k][p]` (`k` = input channel and
-//! tap, `p` = output position, over the whole batch) is blocked as BLIS
-//! blocks a GEMM: for each block of [`NC`] columns and [`KC`] steps of `k`
-//! the column operand is packed into panels of `NR` columns, for each block
-//! of output channels the weights into panels of `MR` rows, and the 6 × 16
-//! register tile of [`super::conv_gemm_avx2`] runs over every pair of panels.
-//! The position operand is packed straight from the input planes (the
-//! packing *is* the im2col, a panel row at a time, zeros where a tap reads
-//! padding); the weight operand straight from the weight tensor, read in
-//! order for the forward pass and flipped and transposed for the data
-//! gradient.
+//! tap, `p` = output position over the whole batch) is blocked as BLIS blocks
+//! a GEMM. A task packs the weights of up to `mc` output channels for every
+//! `k` into panels of `MR` rows (read in order for the forward pass, flipped
+//! and transposed for the data gradient); then, for each block of [`NC`]
+//! positions and of [`KC`] steps of `k` (whole input channels), it packs the
+//! positions into panels of `NR` columns and runs the 6 × 16 register tile
+//! of [`super::conv_gemm_avx2`] over every pair of panels. Packing the
+//! positions *is* the im2col: per panel and tap, the panel's columns are a
+//! few runs along one input row, read for every input channel by masked
+//! loads (zeros where a tap reads padding; stride 2 keeps the even elements).
+//! Tiles of 16 positions in one image are stored straight into `y`, others
+//! through a small buffer.
+//!
+//! A pointwise data gradient of fewer than [`MIN_POSITIONS`] positions runs
+//! transposed ([`Implicit::trans`]).
 //!
 //! Every output is summed over `k` in the same order whatever the task split,
 //! so results do not depend on the thread count.
