@@ -53,6 +53,9 @@ const NC: usize = 256;
 const MIN_CHANNELS: usize = 16;
 /// Multiply-adds of `k` below which the tile's loop is too short.
 const MIN_K: usize = 16;
+/// Output channels per task below which packing the positions again for
+/// each block of channels costs too much.
+const MIN_BLOCK: usize = 48;
 /// Positions per task below which packing the weights costs too much next
 /// to the multiply-adds each packed weight feeds.
 const MIN_POSITIONS: usize = 128;
@@ -164,6 +167,11 @@ impl Implicit {
                 _mm256_and_si256(m, even)
             }
         };
+        // The even elements of (a, b), in order.
+        let evens = |a: __m256, b: __m256| {
+            let t = _mm256_castps_pd(_mm256_shuffle_ps::<0b10_00_10_00>(a, b));
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(t))
+        };
         let xc0 = x.add(c0 * ip);
         // A tap's runs (set before use: zeroed once per call, not per tap).
         let mut runs = [(0isize, [_mm256_setzero_si256(); 4]); NR];
@@ -198,6 +206,7 @@ impl Implicit {
                 let (valid, off) = f.valid_cols(kx);
                 // The tap's runs: lane l of a run reads base + sw·l (masked to its valid lanes).
                 let mut nr = 0;
+                let mut full = false;
                 for s in &segs[..ns] {
                     let Some(iy) = f.in_row(s.oy, ky) else { continue };
                     let lo = valid.start.clamp(s.ox, s.ox + s.len);
@@ -208,12 +217,33 @@ impl Implicit {
                         let base = (s.x + iy * f.iw) as isize + (s.ox as isize - s.jj as isize) * f.sw as isize + off;
                         let (e0, e1) = (l0 * f.sw, l1 * f.sw);
                         let masks = [mask(e0, e1, 0), mask(e0, e1, 1), mask(e0, e1, 2), mask(e0, e1, 3)];
+                        full = ns == 1 && l0 == 0 && l1 == NR;
                         runs[nr] = (base, masks);
                         nr += 1;
                     }
                 }
                 let mut row = pd.add(t * NR);
                 let mut xc = xc0;
+                // One run over all 16 lanes (inside the plane): plain loads.
+                if full {
+                    let (base, m) = runs[0];
+                    for _ in 0..cb {
+                        let b = xc.offset(base);
+                        if f.sw == 1 {
+                            _mm256_storeu_ps(row, _mm256_loadu_ps(b));
+                            _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(b.add(8)));
+                        } else {
+                            // The last vector's odd lanes may lie past the plane: masked.
+                            let v = |i: usize| _mm256_loadu_ps(b.add(8 * i));
+                            let v3 = _mm256_maskload_ps(b.add(24), m[3]);
+                            _mm256_storeu_ps(row, evens(v(0), v(1)));
+                            _mm256_storeu_ps(row.add(8), evens(v(2), v3));
+                        }
+                        row = row.add(kk * NR);
+                        xc = xc.add(ip);
+                    }
+                    continue;
+                }
                 // Masked-off lanes are not read: a run's pointer may lie outside the row.
                 if f.sw == 1 {
                     for _ in 0..cb {
@@ -229,11 +259,6 @@ impl Implicit {
                         xc = xc.add(ip);
                     }
                 } else {
-                    // The even elements of (a, b), in order.
-                    let evens = |a: __m256, b: __m256| {
-                        let t = _mm256_castps_pd(_mm256_shuffle_ps::<0b10_00_10_00>(a, b));
-                        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(t))
-                    };
                     for _ in 0..cb {
                         let mut v = [_mm256_setzero_ps(); 4];
                         for &(base, m) in &runs[..nr] {
@@ -475,20 +500,30 @@ impl<T: ConvElem> ConvKernel<T> {
     ) -> BuildResult {
         let f = &im.f;
         let (p, m) = (f.n * f.op(), f.co_g);
-        // Twice the team's usual count: pieces claim tasks as they finish.
-        let per_group = if parallel { (2 * want).div_ceil(f.groups) } else { 1 };
+        let threads = if parallel { want / 2 } else { 1 };
+        let per_group = if parallel { want.div_ceil(f.groups) } else { 1 };
         // Blocks of positions first (each packed weight serves at least
-        // MIN_POSITIONS of them), then of channels.
+        // MIN_POSITIONS of them), then of channels (at least MIN_BLOCK each:
+        // each block packs the positions again), in whole panels, as even as
+        // panels allow, and a multiple of the team when there are several.
         let pb = if im.trans { 1 } else { per_group.min(p / MIN_POSITIONS).max(1) };
-        let mr = if im.trans { NR } else { MR };
-        let mb = per_group.div_ceil(pb).min(m.div_ceil(2 * mr)).max(1);
-        let pstep = p.div_ceil(pb).next_multiple_of(NR).max(1);
-        let mstep = m.div_ceil(mb).next_multiple_of(mr).max(1);
+        let (pr, mr) = if im.trans { (MR, NR) } else { (NR, MR) };
+        let mut mb = per_group.div_ceil(pb).min(m / MIN_BLOCK).max(1);
+        if mb > threads && pb == 1 {
+            mb -= mb % threads;
+        }
+        // Boundaries of `blocks` even blocks of `len` in panels of `r`.
+        let cuts = |len: usize, blocks: usize, r: usize| {
+            let panels = len.div_ceil(r);
+            let blocks = blocks.min(panels).max(1);
+            (0..=blocks).map(move |i| (panels * i / blocks * r).min(len)).collect::<Vec<_>>()
+        };
+        let (pc, mc) = (cuts(p, pb, pr), cuts(m, mb, mr));
         let mut tasks = Vec::new();
         for gi in 0..f.groups {
-            for lo in (0..p).step_by(pstep) {
-                for o0 in (0..m).step_by(mstep) {
-                    tasks.push(Task { n: 0, g: gi, lo, hi: (lo + pstep).min(p), o0, o1: (o0 + mstep).min(m) });
+            for pw in pc.windows(2) {
+                for mw in mc.windows(2) {
+                    tasks.push(Task { n: 0, g: gi, lo: pw[0], hi: pw[1], o0: mw[0], o1: mw[1] });
                 }
             }
         }
