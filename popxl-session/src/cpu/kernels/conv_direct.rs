@@ -675,13 +675,23 @@ pub(super) mod tests {
         }
     }
 
-    /// Runs the blocked plans of case `c` (stride 1) with the tiles of `simd`
-    /// directly, `imgs` images side by side, and checks the forward pass, the
-    /// data gradient and (depthwise) the weight gradient against [`naive`].
-    fn check_tier(c: Case, imgs: usize, simd: Simd, seed: u64) {
+    /// A case's geometry, float32 inputs and the f64 [`naive`] results.
+    pub(crate) struct Inputs {
+        pub g: Geo2,
+        /// `[y, dx, dw]`.
+        pub want: [Vec<f64>; 3],
+        pub x: Vec<f32>,
+        pub w: Vec<f32>,
+        pub dy: Vec<f32>,
+    }
+
+    /// The geometry of case `c` at stride `s`, random `x`, `w` and `dy`
+    /// (from `seed`) and the [`naive`] results.
+    pub(crate) fn inputs(c: Case, s: usize, seed: u64) -> Inputs {
         use popart_ir::ops::conv::conv_geometry;
         let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
         let attrs = Attributes::new()
+            .with("strides", AttrValue::Ints(vec![s as i64; 2]))
             .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
             .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
             .with("group", AttrValue::Int(groups as i64));
@@ -691,9 +701,17 @@ pub(super) mod tests {
         let xv = rng.vec(n * groups * ci_g * h * wd, -1.0, 1.0);
         let wv = rng.vec(groups * co_g * ci_g * kh * kw, -1.0, 1.0);
         let dyv = rng.vec(n * groups * co_g * g.op(), -1.0, 1.0);
-        let [want_y, want_dx, want_dw] = naive(c, 1, &xv, &wv, &dyv);
+        let want = naive(c, s, &xv, &wv, &dyv);
         let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
-        let (x, w, dy) = (f(&xv), f(&wv), f(&dyv));
+        Inputs { g, want, x: f(&xv), w: f(&wv), dy: f(&dyv) }
+    }
+
+    /// Runs the blocked plans of case `c` (stride 1) with the tiles of `simd`
+    /// directly, `imgs` images side by side, and checks the forward pass, the
+    /// data gradient and (depthwise) the weight gradient against [`naive`].
+    fn check_tier(c: Case, imgs: usize, simd: Simd, seed: u64) {
+        let (n, groups, ci_g, co_g, ..) = c;
+        let Inputs { g, want: [want_y, want_dx, want_dw], x, w, dy } = inputs(c, 1, seed);
         let mut y = vec![0.0f32; want_y.len()];
         let mut dx = vec![0.0f32; want_dx.len()];
         let mut dw = vec![0.0f32; want_dw.len()];

@@ -555,14 +555,12 @@ impl<T: ConvElem> ConvKernel<T> {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use popart_ir::ops::conv::conv_geometry;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::DataType;
 
     use super::super::conv::{Pass, Task};
-    use super::super::conv_direct::tests::{check, naive, Case};
-    use super::super::conv_layout::Geo2;
+    use super::super::conv_direct::tests::{check, inputs, Case, Inputs};
     use super::super::par::Simd;
-    use super::super::testutil::{assert_close, Rng};
+    use super::super::testutil::assert_close;
     use super::Implicit;
 
     /// Cases the implicit kernel takes: channel counts that leave partial
@@ -596,21 +594,8 @@ mod tests {
     /// positions cut into `pieces` tasks, and checks the forward pass and the
     /// data gradient against [`naive`].
     fn check_direct(c: Case, s: usize, pieces: usize, seed: u64) {
-        let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
-        let attrs = Attributes::new()
-            .with("strides", AttrValue::Ints(vec![s as i64; 2]))
-            .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
-            .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
-            .with("group", AttrValue::Int(groups as i64));
-        let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &attrs).unwrap();
-        let g = Geo2::new(&geo).unwrap();
-        let mut rng = Rng::new(seed);
-        let xv = rng.vec(n * groups * ci_g * h * wd, -1.0, 1.0);
-        let wv = rng.vec(groups * co_g * ci_g * kh * kw, -1.0, 1.0);
-        let dyv = rng.vec(n * groups * co_g * g.op(), -1.0, 1.0);
-        let [want_y, want_dx, _] = naive(c, s, &xv, &wv, &dyv);
-        let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
-        let (x, w, dy) = (f(&xv), f(&wv), f(&dyv));
+        let groups = c.1;
+        let Inputs { g, want: [want_y, want_dx, _], x, w, dy } = inputs(c, s, seed);
         let mut y = vec![f32::NAN; want_y.len()];
         let mut dx = vec![f32::NAN; want_dx.len()];
         let mut ran = [false; 2];
