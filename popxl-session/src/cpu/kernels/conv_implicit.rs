@@ -558,7 +558,7 @@ mod tests {
     use popart_ir::DataType;
 
     use super::super::conv::{Pass, Task};
-    use super::super::conv_direct::tests::{check, inputs, Case, Inputs};
+    use super::super::conv_tests::{check, inputs, Case, Inputs};
     use super::super::par::Simd;
     use super::super::testutil::assert_close;
     use super::Implicit;
