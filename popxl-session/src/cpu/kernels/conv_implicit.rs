@@ -17,7 +17,7 @@
 //! Tiles of 16 positions in one image are stored straight into `y`, others
 //! through a small buffer.
 //!
-//! A pointwise data gradient of fewer than [`MIN_POSITIONS`] positions runs
+//! A data gradient of fewer than [`MIN_POSITIONS`] positions runs
 //! transposed ([`Implicit::trans`]).
 //!
 //! Every output is summed over `k` in the same order whatever the task split,
@@ -69,11 +69,10 @@ pub(crate) struct Implicit {
     /// The weights are the data gradient's: `w[c][o][taps]` read with `c`
     /// as `f`'s input channel, `o` as its output channel, taps reversed.
     flipped: bool,
-    /// Positions are the tile's rows and channels its columns: a pointwise
-    /// data gradient of few positions (late layers at batch 1), where
-    /// columns of 16 positions would be mostly padding. Its weights are
-    /// rows of `w` (16 contiguous values a step), `dx` is stored through the
-    /// tile buffer.
+    /// Positions are the tile's rows and channels its columns: a data
+    /// gradient of few positions (late layers at batch 1), where columns of
+    /// 16 positions would be mostly padding. Its weights are read in blocks
+    /// of 16 channels' contiguous taps, `dx` is stored through the tile buffer.
     trans: bool,
     /// Input channels per block of `k` (all their taps).
     cb: usize,
@@ -114,9 +113,9 @@ impl Implicit {
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
             Pass::Weights => return None,
         };
-        // Few positions: only a pointwise data gradient, transposed (see [`Implicit::trans`]).
+        // Few positions: only a data gradient, transposed (see [`Implicit::trans`]).
         let trans = f.n * f.op() < MIN_POSITIONS;
-        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || (trans && !(flipped && f.kk() == 1)) {
+        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || (trans && !flipped) {
             return None;
         }
         let kk = f.kk();
@@ -131,7 +130,7 @@ impl Implicit {
     /// slack to align them to cache lines.
     pub(crate) fn scratch_len(&self) -> usize {
         if self.trans {
-            return ((self.f.n * self.f.op()).next_multiple_of(MR) + NC) * self.cb + 32;
+            return ((self.f.n * self.f.op()).next_multiple_of(MR) + NC) * self.cb * self.f.kk() + 32;
         }
         self.mc * self.f.kdim() + self.cb * self.f.kk() * NC + 32
     }
@@ -420,39 +419,54 @@ impl Implicit {
         let wg = w.add(t.g * f.co_g * k);
         let yg = y.add(t.g * f.co_g * op);
         let p = t.hi - t.lo;
+        let kk = f.kk();
         let a = scratch.add(scratch.align_offset(64));
-        let b = a.add(p.next_multiple_of(MR) * self.cb);
+        let b = a.add(p.next_multiple_of(MR) * self.cb * kk);
         let mut buf = [0f32; MR * NR];
         for j0 in (t.o0..t.o1).step_by(NC) {
             let nc = NC.min(t.o1 - j0);
-            for k0 in (0..k).step_by(self.cb) {
-                let kb = self.cb.min(k - k0);
-                // Step o of input channel i is w[o][i] (a pointwise data gradient's weight).
-                // Read in rows of `w` (`nc` contiguous values a step).
-                for s in 0..kb {
-                    let src = wg.add((k0 + s) * f.co_g + j0);
+            for c0 in (0..f.ci_g).step_by(self.cb) {
+                let cn = self.cb.min(f.ci_g - c0);
+                let (k0, kb) = (c0 * kk, cn * kk);
+                // Step (c, tap) of input channel i is the data gradient's
+                // w[c][i][kk − 1 − tap]; the panel's 16 channels are `16·kk`
+                // contiguous values of `w` per `c`.
+                for c in 0..cn {
+                    let src = wg.add((c0 + c) * f.co_g * kk + j0 * kk);
                     for q in (0..nc).step_by(NR) {
-                        let (wd, d) = (NR.min(nc - q), b.add(q * kb + s * NR));
-                        if wd == NR {
+                        let (wd, d) = (NR.min(nc - q), b.add(q * kb + c * kk * NR));
+                        if kk == 1 && wd == NR {
                             std::ptr::copy_nonoverlapping(src.add(q) as *const [f32; NR], d as *mut [f32; NR], 1);
-                        } else {
+                            continue;
+                        }
+                        for tt in 0..kk {
+                            let (s, d) = (src.add(q * kk + kk - 1 - tt), d.add(tt * NR));
                             for jj in 0..NR {
-                                *d.add(jj) = if jj < wd { *src.add(q + jj) } else { 0.0 };
+                                *d.add(jj) = if jj < wd { *s.add(jj * kk) } else { 0.0 };
                             }
                         }
                     }
                 }
+                // Positions: per tap, each row's input offset (or none: padding).
                 for q in (0..p).step_by(MR) {
                     let wd = MR.min(p - q);
-                    let mut off = [0usize; MR];
-                    for (r, o) in off.iter_mut().enumerate().take(wd) {
-                        let pos = t.lo + q + r;
-                        *o = (pos / ip) * xs + pos % ip;
-                    }
-                    for s in 0..kb {
-                        let (src, d) = (xg.add((k0 + s) * ip), a.add(q * kb + s * MR));
-                        for (r, &o) in off.iter().enumerate() {
-                            *d.add(r) = if r < wd { *src.add(o) } else { 0.0 };
+                    for tt in 0..kk {
+                        let (ky, kx) = (tt / f.kw, tt % f.kw);
+                        let (valid, off) = f.valid_cols(kx);
+                        let mut offs = [None; MR];
+                        for (r, o) in offs.iter_mut().enumerate().take(wd) {
+                            let pos = t.lo + q + r;
+                            let (img, pp) = (pos / op, pos % op);
+                            let (oy, ox) = (pp / f.ow, pp % f.ow);
+                            if let (Some(iy), true) = (f.in_row(oy, ky), valid.contains(&ox)) {
+                                *o = Some(img * xs + iy * f.iw + (ox as isize + off) as usize);
+                            }
+                        }
+                        for c in 0..cn {
+                            let (src, d) = (xg.add((c0 + c) * ip), a.add(q * kb + (c * kk + tt) * MR));
+                            for (r, o) in offs.iter().enumerate() {
+                                *d.add(r) = o.map_or(0.0, |o| *src.add(o));
+                            }
                         }
                     }
                 }
@@ -567,8 +581,9 @@ mod tests {
     /// tiles, groups, asymmetric and large padding, dilation, small planes
     /// whose tiles span images, a 1-d plane, many input channels (several
     /// blocks of `k`), enough weights for several blocks of channels,
-    /// pointwise data gradients (the last two transposed: few positions).
-    const CASES: [Case; 11] = [
+    /// pointwise data gradients, and data gradients of few positions (the
+    /// last four: transposed).
+    const CASES: [Case; 13] = [
         (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
         (3, 2, 5, 17, 9, 11, 3, 3, [1, 0, 2, 1], [1, 1]),
         (2, 1, 20, 16, 12, 13, 5, 5, [2, 2, 2, 2], [2, 2]),
@@ -580,6 +595,8 @@ mod tests {
         (3, 1, 17, 19, 8, 8, 2, 4, [0, 3, 1, 0], [1, 1]),
         (1, 1, 40, 24, 5, 7, 1, 1, [0, 0, 0, 0], [1, 1]),
         (2, 2, 20, 37, 3, 4, 1, 1, [0, 0, 0, 0], [1, 1]),
+        (1, 1, 24, 20, 4, 5, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (2, 2, 16, 17, 3, 5, 3, 2, [2, 1, 0, 1], [1, 2]),
     ];
 
     /// Stride-2 cases: a stem, groups with asymmetric padding, dilation.
@@ -601,9 +618,11 @@ mod tests {
         let mut ran = [false; 2];
         for pass in [Pass::Forward, Pass::Data] {
             // Data gradients with fewer than MIN_CHANNELS input channels are left to
-            // im2col, pointwise forward passes to `Method::Pointwise`.
+            // im2col, pointwise forward passes to `Method::Pointwise`, forward
+            // passes of few positions to im2col.
             let Some(im) = Implicit::for_tier(&g, pass, Simd::Avx2) else {
-                assert!(pass == Pass::Data || g.pointwise(), "the implicit plan refused {c:?}");
+                let few = g.n * g.op() < super::MIN_POSITIONS;
+                assert!(pass == Pass::Data || g.pointwise() || few, "the implicit plan refused {c:?}");
                 continue;
             };
             ran[(pass == Pass::Data) as usize] = true;
