@@ -21,8 +21,7 @@
 //!   enough channels, and on AVX-512 or AVX2 + FMA (`conv_direct_avx2`) all
 //!   three passes of stride-1 depthwise convolutions, by a register-blocked
 //!   direct kernel over zero-padded planes (small planes several images side
-//!   by side).
-//!
+//!   by side);
 //! - **implicit** (`conv_implicit`, float32, CPUs whose widest tier is AVX2 +
 //!   FMA): forward passes of row stride 1 or 2 and stride-1 data gradients
 //!   with at least 16 output channels, as a packed GEMM whose packing of the

@@ -53,13 +53,21 @@ pub(crate) fn naive(c: Case, s: usize, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec
     [y, dx, dw]
 }
 
-pub(crate) fn check(c: Case, s: usize, dt: DataType, seed: u64) {
-    let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
-    let attrs = Attributes::new()
+/// The attributes of case `c` at stride `s`.
+fn attrs(c: Case, s: usize) -> Attributes {
+    let (groups, p, d) = (c.1, c.8, c.9);
+    Attributes::new()
         .with("strides", AttrValue::Ints(vec![s as i64; 2]))
         .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
         .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
-        .with("group", AttrValue::Int(groups as i64));
+        .with("group", AttrValue::Int(groups as i64))
+}
+
+/// Runs case `c` (stride `s`, dtype `dt`) through the kernel builder — the
+/// forward pass and both gradients — against [`naive`].
+pub(crate) fn check(c: Case, s: usize, dt: DataType, seed: u64) {
+    let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
+    let attrs = attrs(c, s);
     let mut rng = Rng::new(seed);
     let xs = [n, groups * ci_g, h, wd];
     let ws = [groups * co_g, ci_g, kh, kw];
@@ -98,12 +106,8 @@ pub(crate) struct Inputs {
 /// (from `seed`) and the [`naive`] results.
 pub(crate) fn inputs(c: Case, s: usize, seed: u64) -> Inputs {
     use popart_ir::ops::conv::conv_geometry;
-    let (n, groups, ci_g, co_g, h, wd, kh, kw, p, d) = c;
-    let attrs = Attributes::new()
-        .with("strides", AttrValue::Ints(vec![s as i64; 2]))
-        .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
-        .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
-        .with("group", AttrValue::Int(groups as i64));
+    let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
+    let attrs = attrs(c, s);
     let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &attrs).unwrap();
     let g = Geo2::new(&geo).unwrap();
     let mut rng = Rng::new(seed);
