@@ -2,10 +2,12 @@
 import time
 
 
-def timed(f, reps, min_time):
+def timed(f, reps, min_time, warm_up=True):
     """Median milliseconds of one call of `f`: `reps` measurements, each
-    repeating `f` for at least `min_time` seconds, after one warm-up call."""
-    f()
+    repeating `f` for at least `min_time` seconds, after one warm-up call
+    (unless `warm_up` is false)."""
+    if warm_up:
+        f()
     out = []
     for _ in range(reps):
         iters, t0 = 0, time.perf_counter()

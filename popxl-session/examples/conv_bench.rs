@@ -10,7 +10,9 @@
 //! that many threads, measured at start-up (`support/peak.rs`). With
 //! `--torch bench/torch_conv_bench.py` PyTorch (oneDNN) times the same shapes
 //! in the same run and the table prints PyTorch's time over ours (above 1:
-//! we are faster).
+//! we are faster). The script runs as a server and the measurements
+//! alternate, ours then PyTorch's, `--reps` times per pass, so that both
+//! sides see the same phases of a shared machine.
 //!
 //! ```text
 //! cargo run --release --example conv_bench -- --threads 2 --torch bench/torch_conv_bench.py
@@ -20,11 +22,10 @@
 //! thread's CPU clock instead of the wall clock: comparisons between builds
 //! that survive other processes sharing the cores.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use popart_ir::{AttrValue, Attributes, DataType, TensorInfo};
-use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
+use popxl_session::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
 use popxl_session::cpu::kernels::build_kernel;
 use popxl_session::cpu::team;
 
@@ -149,74 +150,90 @@ fn thread_cpu_seconds() -> f64 {
     panic!("--cpu-time needs Linux")
 }
 
-/// Median milliseconds of one kernel call.
-#[allow(clippy::too_many_arguments)]
-fn time_op(
-    op: &str,
-    attrs: &Attributes,
-    inputs: &[TensorInfo],
-    out: &TensorInfo,
-    reps: usize,
-    min_time: f64,
-    cpu: bool,
-) -> f64 {
-    let spec = KernelSpec {
-        def: popart_ir::lookup_op(op).expect("builtin op"),
-        attrs,
-        inputs: inputs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
-        outputs: vec![(0, out.clone())],
-        check_indices: false,
-    };
-    let kernel = build_kernel(&spec).expect("convolution kernel");
-    let bufs: Vec<Vec<Line>> = inputs.iter().enumerate().map(|(i, t)| buffer(t.nelms(), i as u64 + 1)).collect();
-    let mut y = buffer(out.nelms(), 9);
-    let in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
-    let out_ptrs = [y.as_mut_ptr() as *mut u8];
-    let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
-    // SAFETY: the buffers match the spec's infos, are 64-byte aligned and do not overlap.
-    let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
-    run();
-    let mut ms: Vec<f64> = (0..reps)
-        .map(|_| {
-            let clock = Clock::new(cpu);
-            let (mut iters, t0) = (0u32, clock.now());
-            loop {
-                run();
-                iters += 1;
-                let el = clock.now() - t0;
-                if el >= min_time {
-                    break el / iters as f64 * 1e3;
-                }
-            }
-        })
-        .collect();
-    ms.sort_by(f64::total_cmp);
-    ms[ms.len() / 2]
+/// One pass of one shape, built through `build_kernel` with its buffers.
+struct Bench {
+    kernel: Box<dyn Kernel>,
+    inputs: Vec<Vec<Line>>,
+    output: Vec<Line>,
 }
 
-/// PyTorch's (fwd, data, weight) ms per label, from its script.
-fn torch_times(script: &str, o: &Options) -> HashMap<String, [f64; 3]> {
-    let batches: Vec<String> = o.batches.iter().map(|b| b.to_string()).collect();
-    let out = std::process::Command::new("python3")
-        .args([script, "--threads", &o.threads.to_string(), "--batches", &batches.join(","), "--only", &o.only])
-        .args(["--reps", &o.reps.to_string(), "--min-time", &o.min_time.to_string()])
-        .output();
-    let mut map = HashMap::new();
-    match out {
-        Ok(out) if out.status.success() => {
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                if let [label, a, b, c] = f[..] {
-                    if let (Ok(a), Ok(b), Ok(c)) = (a.parse(), b.parse(), c.parse()) {
-                        map.insert(label.to_string(), [a, b, c]);
-                    }
-                }
+impl Bench {
+    fn new(op: &str, attrs: &Attributes, inputs: &[TensorInfo], out: &TensorInfo) -> Self {
+        let spec = KernelSpec {
+            def: popart_ir::lookup_op(op).expect("builtin op"),
+            attrs,
+            inputs: inputs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
+            outputs: vec![(0, out.clone())],
+            check_indices: false,
+        };
+        let kernel = build_kernel(&spec).expect("convolution kernel");
+        let inputs = inputs.iter().enumerate().map(|(i, t)| buffer(t.nelms(), i as u64 + 1)).collect();
+        let mut b = Bench { kernel, inputs, output: buffer(out.nelms(), 9) };
+        b.run();
+        b
+    }
+
+    fn run(&mut self) {
+        let in_ptrs: Vec<*const u8> = self.inputs.iter().map(|b| b.as_ptr() as *const u8).collect();
+        let out_ptrs = [self.output.as_mut_ptr() as *mut u8];
+        let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
+        // SAFETY: the buffers match the spec's infos, are 64-byte aligned and do not overlap.
+        unsafe { self.kernel.run(&args) }.expect("no run-time checks");
+    }
+
+    /// Milliseconds of one call: one measurement of at least `min_time` seconds.
+    fn measure(&mut self, min_time: f64, cpu: bool) -> f64 {
+        let clock = Clock::new(cpu);
+        let (mut iters, t0) = (0u32, clock.now());
+        loop {
+            self.run();
+            iters += 1;
+            let el = clock.now() - t0;
+            if el >= min_time {
+                return el / iters as f64 * 1e3;
             }
         }
-        Ok(out) => eprintln!("{script} failed:\n{}", String::from_utf8_lossy(&out.stderr)),
-        Err(e) => eprintln!("cannot run python3 {script}: {e}"),
     }
-    map
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// PyTorch's side: `bench/torch_conv_bench.py --serve`, answering one
+/// measurement per request, so that ours and PyTorch's alternate.
+struct Torch {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Torch {
+    fn start(script: &str, o: &Options) -> Option<Torch> {
+        use std::process::{Command, Stdio};
+        let batches: Vec<String> = o.batches.iter().map(|b| b.to_string()).collect();
+        let mut child = Command::new("python3")
+            .args([script, "--serve", "--threads", &o.threads.to_string(), "--batches", &batches.join(",")])
+            .args(["--min-time", &o.min_time.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| eprintln!("cannot run python3 {script}: {e}"))
+            .ok()?;
+        let out = std::io::BufReader::new(child.stdout.take()?);
+        Some(Torch { child, out })
+    }
+
+    /// Milliseconds of one call of `pass` (fwd, data, wgt) of shape `label`.
+    fn measure(&mut self, label: &str, pass: &str) -> Option<f64> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut()?;
+        writeln!(stdin, "{label} {pass}").ok()?;
+        stdin.flush().ok()?;
+        let mut line = String::new();
+        self.out.read_line(&mut line).ok()?;
+        line.trim().parse().ok()
+    }
 }
 
 fn main() {
@@ -231,7 +248,7 @@ fn main() {
         .unwrap_or_else(|| "unknown CPU".into());
     let (peak, isa) = peak::fma_peak_gflops(o.threads);
     println!("{cpu}, {} threads; measured fp32 FMA peak {peak:.0} GFLOP/s ({isa})", o.threads);
-    let torch = o.torch.as_ref().map(|s| torch_times(s, &o)).unwrap_or_default();
+    let mut torch = o.torch.as_ref().and_then(|s| Torch::start(s, &o));
     println!(
         "{:<22} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>6} {:>6}",
         "shape", "fwd ms", "data ms", "wgt ms", "GFLOP/s", "peak", "t/fwd", "t/data", "t/wgt"
@@ -248,14 +265,26 @@ fn main() {
         let oh = (h + 2 * p - k) / s + 1;
         let (x, w, y) = (f32s(&[n, ci, h, h]), f32s(&[co, ci / g, k, k]), f32s(&[n, co, oh, oh]));
         let flops = 2.0 * (n * co * (ci / g) * oh * oh * k * k) as f64;
-        let t = |op: &str, ins: &[TensorInfo], out: &TensorInfo| {
-            team::with_max_threads(o.threads, || time_op(op, &attrs, ins, out, o.reps, o.min_time, o.cpu_time))
+        // Our measurements alternate with PyTorch's, `reps` each, medians kept.
+        let mut time = |op: &str, ins: &[TensorInfo], out: &TensorInfo, pass: &str| {
+            team::with_max_threads(o.threads, || {
+                let mut b = Bench::new(op, &attrs, ins, out);
+                let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+                for _ in 0..o.reps.max(1) {
+                    ours.push(b.measure(o.min_time, o.cpu_time));
+                    if let Some(t) = torch.as_mut().and_then(|t| t.measure(&label, pass)) {
+                        theirs.push(t);
+                    }
+                }
+                (median(ours), (!theirs.is_empty()).then(|| median(theirs)))
+            })
         };
-        let fwd = t("Conv", &[x.clone(), w.clone()], &y);
-        let data = t("ConvDataGrad", &[y.clone(), w.clone(), x.clone()], &x);
-        let wgt = t("ConvWeightsGrad", &[y.clone(), x.clone(), w.clone()], &w);
+        let (fwd, tf) = time("Conv", &[x.clone(), w.clone()], &y, "fwd");
+        let (data, td) = time("ConvDataGrad", &[y.clone(), w.clone(), x.clone()], &x, "data");
+        let (wgt, tw) = time("ConvWeightsGrad", &[y.clone(), x.clone(), w.clone()], &w, "wgt");
+        let theirs = [tf, td, tw];
         let gflops = 3.0 * flops / ((fwd + data + wgt) * 1e-3) / 1e9;
-        let ratio = |i: usize, ours: f64| torch.get(&label).map_or("-".to_string(), |v| format!("{:.2}", v[i] / ours));
+        let ratio = |i: usize, ours: f64| theirs[i].map_or("-".to_string(), |t| format!("{:.2}", t / ours));
         println!(
             "{label:<22} {fwd:>9.3} {data:>9.3} {wgt:>9.3} {gflops:>7.1} {:>5.0}% {:>6} {:>6} {:>6}",
             100.0 * gflops / peak,
@@ -264,7 +293,7 @@ fn main() {
             ratio(2, wgt)
         );
     }
-    if !torch.is_empty() {
-        println!("t/x: PyTorch's time over ours (above 1: faster than PyTorch)");
+    if torch.is_some() {
+        println!("t/x: PyTorch's time over ours (above 1: faster than PyTorch), measurements alternated");
     }
 }
