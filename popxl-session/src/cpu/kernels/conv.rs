@@ -248,6 +248,9 @@ impl<T: ConvElem> ConvKernel<T> {
         }
         if method != Method::Direct {
             if let Some(im) = Self::implicit_plan(&g, pass) {
+                if pass == Pass::Weights {
+                    return Self::plan_implicit_weights(spec, g, pos, macs, out_len, im, parallel, want);
+                }
                 return Self::plan_implicit(spec, g, pass, pos, macs, out_len, im, parallel, want);
             }
         }
@@ -487,6 +490,7 @@ impl<T: ConvElem> ConvKernel<T> {
             (_, Method::Direct) => self.direct_task(t, x, w, y, col),
             (_, Method::Batched { images }) => self.batched_task(t, images, x, w, y, col, wpart),
             (_, Method::Blocked) => self.blocked_task(t, x, w, y, col),
+            (Pass::Weights, Method::Implicit) => self.implicit_weights_task(t, x, y, col, wpart),
             (_, Method::Implicit) => self.implicit_task(t, x, w, y, col),
             (Pass::Forward, m) => {
                 let cols = t.hi - t.lo;

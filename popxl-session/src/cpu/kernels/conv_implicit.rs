@@ -65,7 +65,7 @@ const MIN_POSITIONS: usize = 128;
 pub(crate) struct Implicit {
     /// The forward geometry computed: its input is `x` (`dy` for a data
     /// gradient), its output `y` (`dx`).
-    f: Geo2,
+    pub(super) f: Geo2,
     /// The weights are the data gradient's: `w[c][o][taps]` read with `c`
     /// as `f`'s input channel, `o` as its output channel, taps reversed.
     flipped: bool,
@@ -75,7 +75,7 @@ pub(crate) struct Implicit {
     /// of 16 channels' contiguous taps, `dx` is stored through the tile buffer.
     trans: bool,
     /// Input channels per block of `k` (all their taps).
-    cb: usize,
+    pub(super) cb: usize,
     /// Output channels whose packed weights (all steps of `k`) a task keeps at a time.
     mc: usize,
 }
@@ -111,11 +111,14 @@ impl Implicit {
             Pass::Forward if g.pointwise() => return None,
             Pass::Forward => (g.clone(), false),
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
-            Pass::Weights => return None,
+            // Weight gradients of im2col shapes (`conv_implicit_wgrad`).
+            Pass::Weights if g.pointwise() => return None,
+            Pass::Weights => (g.clone(), false),
         };
         // Few positions: only a data gradient, transposed (see [`Implicit::trans`]).
-        let trans = f.n * f.op() < MIN_POSITIONS;
-        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || (trans && !flipped) {
+        let few = f.n * f.op() < MIN_POSITIONS;
+        let trans = few && pass == Pass::Data;
+        if f.sw > 2 || f.co_g < MIN_CHANNELS || f.kdim() < MIN_K || (few && !flipped) {
             return None;
         }
         let kk = f.kk();
@@ -124,6 +127,12 @@ impl Implicit {
         let mc = (A_ELEMS / f.kdim()).clamp(MR, f.co_g.max(MR));
         let mc = f.co_g.div_ceil(f.co_g.div_ceil(mc)).next_multiple_of(MR);
         Some(Implicit { f, flipped, trans, cb, mc })
+    }
+
+    /// The weight-gradient plan of `g` on any CPU with AVX2 and FMA.
+    #[cfg(test)]
+    pub(super) fn weights_for_tests(g: &Geo2) -> Option<Self> {
+        Self::for_tier(g, Pass::Weights, Simd::Avx2)
     }
 
     /// Scratch elements of a task: one packed block of each operand, and
@@ -146,7 +155,15 @@ impl Implicit {
     /// `groups·ci_g·ih·iw` apart); `dst` valid for `cols.next_multiple_of(NR) · cb · kk` writes.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn pack_positions(&self, x: *const f32, p0: usize, cols: usize, c0: usize, cb: usize, dst: *mut f32) {
+    pub(super) unsafe fn pack_positions(
+        &self,
+        x: *const f32,
+        p0: usize,
+        cols: usize,
+        c0: usize,
+        cb: usize,
+        dst: *mut f32,
+    ) {
         use std::arch::x86_64::*;
         let f = &self.f;
         let (op, ip, kk) = (f.op(), f.ip(), f.kk());
@@ -215,9 +232,13 @@ impl Implicit {
                         let (l0, l1) = (s.jj + lo - s.ox, s.jj + hi - s.ox);
                         let base = (s.x + iy * f.iw) as isize + (s.ox as isize - s.jj as isize) * f.sw as isize + off;
                         let (e0, e1) = (l0 * f.sw, l1 * f.sw);
-                        let masks = [mask(e0, e1, 0), mask(e0, e1, 1), mask(e0, e1, 2), mask(e0, e1, 3)];
                         full = ns == 1 && l0 == 0 && l1 == NR;
-                        runs[nr] = (base, masks);
+                        // A full run only masks the odd lanes of its last vector at stride 2.
+                        runs[nr] = if full {
+                            (base, [even; 4])
+                        } else {
+                            (base, [mask(e0, e1, 0), mask(e0, e1, 1), mask(e0, e1, 2), mask(e0, e1, 3)])
+                        };
                         nr += 1;
                     }
                 }

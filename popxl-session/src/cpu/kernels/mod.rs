@@ -74,6 +74,7 @@ mod conv_direct;
 mod conv_direct_avx2;
 mod conv_gemm_avx2;
 mod conv_implicit;
+mod conv_implicit_wgrad;
 mod conv_layout;
 #[cfg(test)]
 mod conv_tests;
