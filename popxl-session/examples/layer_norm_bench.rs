@@ -1,17 +1,18 @@
 //! Layer-norm throughput of the `cpu` device: the `GroupNorm` kernel with one
 //! group (PopXL `layer_norm`) forward, and forward + `GroupNormGrad`, float32,
 //! for `ROWSxCOLS` inputs (1M elements by default), next to PyTorch's
-//! `layer_norm` from `bench/torch_layer_norm.py` run in the same run.
+//! `layer_norm` from `bench/torch_layer_norm.py` run in the same run, its
+//! measurements alternating with ours (the script runs as a server).
 //!
 //! Kernels are built through `build_kernel` as a session builds them and timed
 //! with the worker team capped at `--threads` (median of `--reps`
-//! measurements of at least `--min-time` seconds).
+//! measurements of at least `--min-time` seconds, each followed by one of
+//! PyTorch's).
 //!
 //! ```text
 //! cargo run --release --example layer_norm_bench -- --threads 2 --torch bench/torch_layer_norm.py
 //! ```
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use popart_ir::{AttrValue, Attributes, DataType, TensorInfo};
@@ -35,24 +36,75 @@ fn kernel(op: &str, attrs: &Attributes, ins: &[TensorInfo], outs: &[TensorInfo])
     build_kernel(&spec).expect("kernel")
 }
 
-/// Median milliseconds of `f` over `reps` measurements of at least `min_time` s.
-fn timed(reps: usize, min_time: f64, mut f: impl FnMut()) -> f64 {
+/// Milliseconds of one call of `f`: one measurement of at least `min_time` s.
+fn measure(min_time: f64, f: &mut impl FnMut()) -> f64 {
+    let (mut n, t0) = (0u32, Instant::now());
+    loop {
+        f();
+        n += 1;
+        let el = t0.elapsed().as_secs_f64();
+        if el >= min_time {
+            return el / n as f64 * 1e3;
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// PyTorch's side: `bench/torch_layer_norm.py --serve`, one measurement per request.
+struct Torch {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Torch {
+    fn start(script: &str, threads: usize, min_time: f64) -> Option<Torch> {
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("python3")
+            .args([script, "--serve", "--threads", &threads.to_string(), "--min-time", &min_time.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| eprintln!("cannot run python3 {script}: {e}"))
+            .ok()?;
+        let out = std::io::BufReader::new(child.stdout.take()?);
+        Some(Torch { child, out })
+    }
+
+    /// Milliseconds of one call of `pass` (fwd or both) of `shape`.
+    fn measure(&mut self, shape: &str, pass: &str) -> Option<f64> {
+        use std::io::{BufRead, Write};
+        let stdin = self.child.stdin.as_mut()?;
+        writeln!(stdin, "{shape} {pass}").ok()?;
+        stdin.flush().ok()?;
+        let mut line = String::new();
+        self.out.read_line(&mut line).ok()?;
+        line.trim().parse().ok()
+    }
+}
+
+/// Medians of `reps` measurements of `f` (after a warm-up call) and of
+/// PyTorch's `pass` of `shape`, alternated.
+fn timed(
+    reps: usize,
+    min_time: f64,
+    mut f: impl FnMut(),
+    torch: &mut Option<Torch>,
+    shape: &str,
+    pass: &str,
+) -> (f64, Option<f64>) {
     f();
-    let mut ms: Vec<f64> = (0..reps)
-        .map(|_| {
-            let (mut n, t0) = (0u32, Instant::now());
-            loop {
-                f();
-                n += 1;
-                let el = t0.elapsed().as_secs_f64();
-                if el >= min_time {
-                    break el / n as f64 * 1e3;
-                }
-            }
-        })
-        .collect();
-    ms.sort_by(f64::total_cmp);
-    ms[ms.len() / 2]
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) {
+        ours.push(measure(min_time, &mut f));
+        if let Some(t) = torch.as_mut().and_then(|t| t.measure(shape, pass)) {
+            theirs.push(t);
+        }
+    }
+    (median(ours), (!theirs.is_empty()).then(|| median(theirs)))
 }
 
 fn main() {
@@ -70,22 +122,7 @@ fn main() {
             other => panic!("unknown option {other}; see the example's doc comment"),
         }
     }
-    let theirs: HashMap<String, (f64, f64)> = torch
-        .map(|script| {
-            let out = std::process::Command::new("python3")
-                .args([&script, "--threads", &threads.to_string(), "--shapes", &shapes])
-                .args(["--reps", &reps.to_string(), "--min-time", &min_time.to_string()])
-                .output()
-                .expect("python3");
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    Some((f.first()?.to_string(), (f.get(1)?.parse().ok()?, f.get(2)?.parse().ok()?)))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut torch = torch.and_then(|script| Torch::start(&script, threads, min_time));
     println!("layer_norm float32, {threads} threads (torch: PyTorch's time over ours, above 1: faster)");
     println!("{:<12} {:>9} {:>12} {:>9} {:>12}", "shape", "fwd ms", "fwd+bwd ms", "torch/fwd", "torch/both");
     for s in shapes.split(',') {
@@ -112,16 +149,23 @@ fn main() {
         // SAFETY: buffers match the specs' infos and outputs do not overlap inputs.
         let run_f = || unsafe { fwd.run(&fa) }.expect("run");
         let run_b = || unsafe { bwd.run(&ba) }.expect("run");
-        let (tf, tb) = team::with_max_threads(threads, || {
+        let ((tf, pf), (tb, pb)) = team::with_max_threads(threads, || {
             (
-                timed(reps, min_time, run_f),
-                timed(reps, min_time, || {
-                    run_f();
-                    run_b();
-                }),
+                timed(reps, min_time, run_f, &mut torch, s, "fwd"),
+                timed(
+                    reps,
+                    min_time,
+                    || {
+                        run_f();
+                        run_b();
+                    },
+                    &mut torch,
+                    s,
+                    "both",
+                ),
             )
         });
-        let ratio = |i: usize, ours: f64| theirs.get(s).map_or("-".into(), |t| format!("{:.2}", [t.0, t.1][i] / ours));
-        println!("{s:<12} {tf:>9.3} {tb:>12.3} {:>9} {:>12}", ratio(0, tf), ratio(1, tb));
+        let ratio = |t: Option<f64>, ours: f64| t.map_or("-".into(), |t| format!("{:.2}", t / ours));
+        println!("{s:<12} {tf:>9.3} {tb:>12.3} {:>9} {:>12}", ratio(pf, tf), ratio(pb, tb));
     }
 }

@@ -25,7 +25,9 @@
 //! - **implicit** (`conv_implicit`, float32, CPUs whose widest tier is AVX2 +
 //!   FMA): forward passes of row stride 1 or 2 and stride-1 data gradients
 //!   with at least 16 output channels, as a packed GEMM whose packing of the
-//!   positions is the im2col (no column matrix, no flipped weight copy).
+//!   positions is the im2col (no column matrix, no flipped weight copy), and
+//!   the weight gradients of those shapes (`conv_implicit_wgrad`: both
+//!   operands packed transposed, the sum over positions in chunks).
 //!
 //! Weight gradients by im2col build the matrix of large planes in column
 //! blocks that stay in cache; one large image (a stem) is summed in column

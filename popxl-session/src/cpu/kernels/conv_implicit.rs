@@ -18,7 +18,8 @@
 //! through a small buffer.
 //!
 //! A data gradient of fewer than [`MIN_POSITIONS`] positions runs
-//! transposed ([`Implicit::trans`]).
+//! transposed ([`Implicit::trans`]). Weight gradients reuse the packing of
+//! the positions, transposed (`conv_implicit_wgrad`).
 //!
 //! Every output is summed over `k` in the same order whatever the task split,
 //! so results do not depend on the thread count.
@@ -94,9 +95,10 @@ struct Seg {
 impl Implicit {
     /// The implicit plan of pass `pass` over `g`, when the CPU's widest tier
     /// is AVX2 + FMA (AVX-512 CPUs run `conv_direct`'s tiles and the `gemm`
-    /// crate's) and the shape feeds the tile: a forward pass, or a stride-1
-    /// data gradient whose padding is at most `(k − 1)·d`, with at least
-    /// [`MIN_CHANNELS`] output channels and [`MIN_K`] terms per output.
+    /// crate's) and the shape feeds the tile: a forward pass or weight
+    /// gradient of at least [`MIN_POSITIONS`] positions (not pointwise), or a
+    /// stride-1 data gradient whose padding is at most `(k − 1)·d`, with at
+    /// least [`MIN_CHANNELS`] output channels and [`MIN_K`] terms per output.
     pub(crate) fn new(g: &Geo2, pass: Pass) -> Option<Self> {
         Self::for_tier(g, pass, Simd::best())
     }
