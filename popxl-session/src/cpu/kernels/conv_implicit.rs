@@ -96,7 +96,8 @@ impl Implicit {
     /// The implicit plan of pass `pass` over `g`, when the CPU's widest tier
     /// is AVX2 + FMA (AVX-512 CPUs run `conv_direct`'s tiles and the `gemm`
     /// crate's) and the shape feeds the tile: a forward pass or weight
-    /// gradient of at least [`MIN_POSITIONS`] positions (not pointwise), or a
+    /// gradient of at least [`MIN_POSITIONS`] positions (pointwise: planes of
+    /// fewer than [`NC`] positions), or a
     /// stride-1 data gradient whose padding is at most `(k − 1)·d`, with at
     /// least [`MIN_CHANNELS`] output channels and [`MIN_K`] terms per output.
     pub(crate) fn new(g: &Geo2, pass: Pass) -> Option<Self> {
@@ -113,8 +114,9 @@ impl Implicit {
             Pass::Forward if g.pointwise() => return None,
             Pass::Forward => (g.clone(), false),
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
-            // Weight gradients of im2col shapes (`conv_implicit_wgrad`).
-            Pass::Weights if g.pointwise() => return None,
+            // Weight gradients (`conv_implicit_wgrad`); pointwise ones of large
+            // planes are one long GEMM per image on the tensors (`Method::Pointwise`).
+            Pass::Weights if g.pointwise() && g.op() >= NC => return None,
             Pass::Weights => (g.clone(), false),
         };
         // Few positions: only a data gradient, transposed (see [`Implicit::trans`]).

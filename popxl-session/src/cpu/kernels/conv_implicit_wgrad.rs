@@ -30,9 +30,10 @@ const NR: usize = 16;
 
 /// Positions per packed block, at most.
 const NCW: usize = 256;
-/// Packed output-gradient elements per block (256 KiB): fewer positions per
-/// block for layers of many output channels.
-const A_BLOCK: usize = 1 << 16;
+/// Packed output-gradient elements per block (512 KiB): fewer positions per
+/// block for layers of more than 512 output channels (each block reads and
+/// writes the task's weights once).
+const A_BLOCK: usize = 1 << 17;
 /// Positions per chunk of the batch, at least (shorter sums pay more for
 /// the partials and the tile's start).
 const MIN_CHUNK: usize = 512;
@@ -294,9 +295,11 @@ mod tests {
     /// Weight-gradient cases: partial tiles of channels and of steps of `k`,
     /// groups, asymmetric and large padding, dilation, positions spanning
     /// images, a 1-d plane, a stem-like layer of three input channels, many
-    /// input channels (several blocks of `k`) and many output channels
-    /// (shorter position blocks).
-    const CASES: [(Case, usize); 9] = [
+    /// input channels (several blocks of `k`), many output channels
+    /// (shorter position blocks), and pointwise layers of small planes.
+    const CASES: [(Case, usize); 11] = [
+        ((5, 1, 24, 20, 7, 7, 1, 1, [0, 0, 0, 0], [1, 1]), 1),
+        ((3, 2, 20, 18, 5, 9, 1, 1, [0, 0, 0, 0], [1, 1]), 1),
         ((2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]), 1),
         ((3, 2, 5, 17, 9, 11, 3, 3, [1, 0, 2, 1], [1, 1]), 1),
         ((2, 1, 20, 16, 12, 13, 5, 5, [2, 2, 2, 2], [2, 2]), 1),
