@@ -13,7 +13,9 @@
 //! of [`super::conv_gemm_avx2`] over every pair of panels. Packing the
 //! positions *is* the im2col: per panel and tap, the panel's columns are a
 //! few runs along one input row, read for every input channel by masked
-//! loads (zeros where a tap reads padding; stride 2 keeps the even elements).
+//! loads (zeros where a tap reads padding; stride 2 keeps the even elements;
+//! inner panels of stride-2 kernels of 5 or more columns split each input
+//! row into even and odd elements once for all its taps).
 //! Tiles of 16 positions in one image are stored straight into `y`, others
 //! through a small buffer.
 //!
@@ -193,6 +195,12 @@ impl Implicit {
             _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(t))
         };
         let xc0 = x.add(c0 * ip);
+        // The masks of the input elements a split row reads (see `pack_split_rows`).
+        // Kernels of at least 5 columns (3: as fast either way).
+        let split = (f.sw == 2 && f.kw >= 5 && (f.kw - 1) * f.dw + 2 * NR <= 4 * NR).then(|| {
+            let span = _mm256_set1_epi32(((f.kw - 1) * f.dw + 2 * NR - 1) as i32);
+            std::array::from_fn(|v| _mm256_cmpgt_epi32(span, _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * v as i32))))
+        });
         // A tap's runs (set before use: zeroed once per call, not per tap).
         let mut runs = [(0isize, [_mm256_setzero_si256(); 4]); NR];
         let mut q = 0;
@@ -219,6 +227,16 @@ impl Implicit {
                         oy = 0;
                         img += 1;
                     }
+                }
+            }
+            // Stride 2, one row, every tap's lanes inside the input: each
+            // channel's input row is split into even and odd elements once.
+            if let Some(split) = split.filter(|_| ns == 1 && segs[0].len == NR) {
+                let s = segs[0];
+                if (0..f.kw).all(|kx| f.valid_cols(kx).0.start <= s.ox && s.ox + NR <= f.valid_cols(kx).0.end) {
+                    self.pack_split_rows(xc0, s, cb, split, pd);
+                    q += NR;
+                    continue;
                 }
             }
             for t in 0..kk {
@@ -299,6 +317,66 @@ impl Implicit {
                 }
             }
             q += NR;
+        }
+    }
+
+    /// Packs the panel of segment `s` (16 positions of one output row whose
+    /// every tap reads inside the input row) at stride 2 into `pd`: per
+    /// channel and kernel row, the `(kw − 1)·dw + 31` input elements the taps
+    /// read are split once into even and odd ones (masked loads of up to 64
+    /// elements, `masks`), and each tap is then 16 consecutive ones.
+    ///
+    /// # Safety
+    /// As [`Self::pack_positions`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn pack_split_rows(
+        &self,
+        xc0: *const f32,
+        s: Seg,
+        cb: usize,
+        masks: [std::arch::x86_64::__m256i; 8],
+        pd: *mut f32,
+    ) {
+        use std::arch::x86_64::*;
+        let f = &self.f;
+        let (ip, kk) = (f.ip(), f.kk());
+        let pick = |a: __m256, b: __m256, odd: bool| {
+            let t =
+                if odd { _mm256_shuffle_ps::<0b11_01_11_01>(a, b) } else { _mm256_shuffle_ps::<0b10_00_10_00>(a, b) };
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
+        };
+        let (mut even, mut odd) = ([0f32; 2 * NR], [0f32; 2 * NR]);
+        // Pairs of vectors holding the elements the taps read.
+        let pairs = ((f.kw - 1) * f.dw + 2 * NR - 1).div_ceil(NR);
+        for ky in 0..f.kh {
+            let iy = f.in_row(s.oy, ky);
+            for c in 0..cb {
+                let mut row = pd.add((c * kk + ky * f.kw) * NR);
+                let Some(iy) = iy else {
+                    for _ in 0..f.kw {
+                        _mm256_storeu_ps(row, _mm256_setzero_ps());
+                        _mm256_storeu_ps(row.add(8), _mm256_setzero_ps());
+                        row = row.add(NR);
+                    }
+                    continue;
+                };
+                // Input column of lane 0 at tap 0: 2·ox − pw (inside the row).
+                let b = xc0.add(c * ip + s.x + iy * f.iw + 2 * s.ox).wrapping_offset(-f.pw);
+                for h in 0..pairs {
+                    let v = |i: usize| _mm256_maskload_ps(b.wrapping_add(8 * i), masks[i]);
+                    let (lo, hi) = (v(2 * h), v(2 * h + 1));
+                    _mm256_storeu_ps(even.as_mut_ptr().add(8 * h), pick(lo, hi, false));
+                    _mm256_storeu_ps(odd.as_mut_ptr().add(8 * h), pick(lo, hi, true));
+                }
+                for kx in 0..f.kw {
+                    let d = kx * f.dw;
+                    let src = if d % 2 == 0 { even.as_ptr() } else { odd.as_ptr() }.add(d / 2);
+                    _mm256_storeu_ps(row, _mm256_loadu_ps(src));
+                    _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(src.add(8)));
+                    row = row.add(NR);
+                }
+            }
         }
     }
 
@@ -626,8 +704,12 @@ mod tests {
         (2, 2, 16, 17, 3, 5, 3, 2, [2, 1, 0, 1], [1, 2]),
     ];
 
-    /// Stride-2 cases: a stem, groups with asymmetric padding, dilation.
-    const STRIDE2: [Case; 4] = [
+    /// Stride-2 cases: a stem, groups with asymmetric padding, dilation, and
+    /// wide planes whose inner panels split their input rows (a 7x7 stem and
+    /// a dilated 3x5).
+    const STRIDE2: [Case; 6] = [
+        (2, 1, 3, 16, 6, 80, 7, 7, [3, 3, 3, 3], [1, 1]),
+        (2, 1, 5, 16, 8, 70, 3, 5, [1, 2, 1, 2], [1, 2]),
         (2, 1, 16, 24, 20, 20, 3, 3, [1, 1, 1, 1], [1, 1]),
         (1, 1, 3, 20, 40, 37, 7, 7, [3, 3, 2, 2], [1, 1]),
         (3, 2, 5, 17, 17, 19, 3, 3, [1, 0, 2, 1], [1, 1]),
