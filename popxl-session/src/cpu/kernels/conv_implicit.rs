@@ -371,7 +371,7 @@ impl Implicit {
                 }
                 for kx in 0..f.kw {
                     let d = kx * f.dw;
-                    let src = if d % 2 == 0 { even.as_ptr() } else { odd.as_ptr() }.add(d / 2);
+                    let src = if d.is_multiple_of(2) { even.as_ptr() } else { odd.as_ptr() }.add(d / 2);
                     _mm256_storeu_ps(row, _mm256_loadu_ps(src));
                     _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(src.add(8)));
                     row = row.add(NR);
