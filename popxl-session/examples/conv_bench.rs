@@ -33,7 +33,10 @@ use popxl_session::cpu::team;
 mod buffers;
 #[path = "support/peak.rs"]
 mod peak;
+#[path = "support/torch_server.rs"]
+mod torch_server;
 use buffers::{buffer, parse_list, Line};
+use torch_server::{median, TorchServer};
 
 struct Options {
     threads: usize,
@@ -196,46 +199,6 @@ impl Bench {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// PyTorch's side: `bench/torch_conv_bench.py --serve`, answering one
-/// measurement per request, so that ours and PyTorch's alternate.
-struct Torch {
-    child: std::process::Child,
-    out: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Torch {
-    fn start(script: &str, o: &Options) -> Option<Torch> {
-        use std::process::{Command, Stdio};
-        let batches: Vec<String> = o.batches.iter().map(|b| b.to_string()).collect();
-        let mut child = Command::new("python3")
-            .args([script, "--serve", "--threads", &o.threads.to_string(), "--batches", &batches.join(",")])
-            .args(["--min-time", &o.min_time.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| eprintln!("cannot run python3 {script}: {e}"))
-            .ok()?;
-        let out = std::io::BufReader::new(child.stdout.take()?);
-        Some(Torch { child, out })
-    }
-
-    /// Milliseconds of one call of `pass` (fwd, data, wgt) of shape `label`.
-    fn measure(&mut self, label: &str, pass: &str) -> Option<f64> {
-        use std::io::{BufRead, Write};
-        let stdin = self.child.stdin.as_mut()?;
-        writeln!(stdin, "{label} {pass}").ok()?;
-        stdin.flush().ok()?;
-        let mut line = String::new();
-        self.out.read_line(&mut line).ok()?;
-        line.trim().parse().ok()
-    }
-}
-
 fn main() {
     let o = options();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -248,7 +211,16 @@ fn main() {
         .unwrap_or_else(|| "unknown CPU".into());
     let (peak, isa) = peak::fma_peak_gflops(o.threads);
     println!("{cpu}, {} threads; measured fp32 FMA peak {peak:.0} GFLOP/s ({isa})", o.threads);
-    let mut torch = o.torch.as_ref().and_then(|s| Torch::start(s, &o));
+    let batches: Vec<String> = o.batches.iter().map(|b| b.to_string()).collect();
+    let torch_args = [
+        ("--threads", o.threads.to_string()),
+        ("--batches", batches.join(",")),
+        ("--min-time", o.min_time.to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(k, v)| [k.to_string(), v])
+    .collect::<Vec<_>>();
+    let mut torch = o.torch.as_ref().and_then(|s| TorchServer::start(s, &torch_args));
     println!(
         "{:<22} {:>9} {:>9} {:>9} {:>7} {:>6} {:>6} {:>6} {:>6}",
         "shape", "fwd ms", "data ms", "wgt ms", "GFLOP/s", "peak", "t/fwd", "t/data", "t/wgt"

@@ -23,7 +23,10 @@ use popxl_session::cpu::team;
 #[path = "support/buffers.rs"]
 #[allow(dead_code)]
 mod buffers;
+#[path = "support/torch_server.rs"]
+mod torch_server;
 use buffers::{buffer, Line};
+use torch_server::{median, TorchServer};
 
 fn kernel(op: &str, attrs: &Attributes, ins: &[TensorInfo], outs: &[TensorInfo]) -> Box<dyn Kernel> {
     let spec = KernelSpec {
@@ -49,50 +52,13 @@ fn measure(min_time: f64, f: &mut impl FnMut()) -> f64 {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// PyTorch's side: `bench/torch_layer_norm.py --serve`, one measurement per request.
-struct Torch {
-    child: std::process::Child,
-    out: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl Torch {
-    fn start(script: &str, threads: usize, min_time: f64) -> Option<Torch> {
-        use std::process::{Command, Stdio};
-        let mut child = Command::new("python3")
-            .args([script, "--serve", "--threads", &threads.to_string(), "--min-time", &min_time.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| eprintln!("cannot run python3 {script}: {e}"))
-            .ok()?;
-        let out = std::io::BufReader::new(child.stdout.take()?);
-        Some(Torch { child, out })
-    }
-
-    /// Milliseconds of one call of `pass` (fwd or both) of `shape`.
-    fn measure(&mut self, shape: &str, pass: &str) -> Option<f64> {
-        use std::io::{BufRead, Write};
-        let stdin = self.child.stdin.as_mut()?;
-        writeln!(stdin, "{shape} {pass}").ok()?;
-        stdin.flush().ok()?;
-        let mut line = String::new();
-        self.out.read_line(&mut line).ok()?;
-        line.trim().parse().ok()
-    }
-}
-
 /// Medians of `reps` measurements of `f` (after a warm-up call) and of
 /// PyTorch's `pass` of `shape`, alternated.
 fn timed(
     reps: usize,
     min_time: f64,
     mut f: impl FnMut(),
-    torch: &mut Option<Torch>,
+    torch: &mut Option<TorchServer>,
     shape: &str,
     pass: &str,
 ) -> (f64, Option<f64>) {
@@ -122,7 +88,8 @@ fn main() {
             other => panic!("unknown option {other}; see the example's doc comment"),
         }
     }
-    let mut torch = torch.and_then(|script| Torch::start(&script, threads, min_time));
+    let args = ["--threads".to_string(), threads.to_string(), "--min-time".to_string(), min_time.to_string()];
+    let mut torch = torch.and_then(|script| TorchServer::start(&script, &args));
     println!("layer_norm float32, {threads} threads (torch: PyTorch's time over ours, above 1: faster)");
     println!("{:<12} {:>9} {:>12} {:>9} {:>12}", "shape", "fwd ms", "fwd+bwd ms", "torch/fwd", "torch/both");
     for s in shapes.split(',') {
