@@ -4,9 +4,8 @@
 //! two vector loads of `b` and six broadcasts of `a` per `k`: 12 FMAs for 8
 //! loads, so the two FMA pipes stay busy from the level-1 cache.
 
-#![cfg(target_arch = "x86_64")]
-
-/// Rows of a tile (the `a` panel's width).
+/// Rows of a tile (the `a` panel's width); the panel shapes are defined on
+/// every target, the tile on x86-64 only.
 pub(super) const MR: usize = 6;
 /// Columns of a tile (the `b` panel's width).
 pub(super) const NR: usize = 16;
@@ -18,6 +17,7 @@ pub(super) const NR: usize = 16;
 /// # Safety
 /// The CPU has AVX2 and FMA; `a`, `b` valid for `kc · MR`, `kc · NR` reads;
 /// `C`'s six rows valid for 16 reads and writes each.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
     use std::arch::x86_64::*;

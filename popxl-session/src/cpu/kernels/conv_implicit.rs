@@ -31,16 +31,12 @@ use std::any::TypeId;
 use super::conv::{ConvKernel, Method, Pass, Task};
 use super::conv_data_forward::forward_geometry;
 #[cfg(target_arch = "x86_64")]
-use super::conv_gemm_avx2::{tile, MR, NR};
+use super::conv_gemm_avx2::tile;
+use super::conv_gemm_avx2::{MR, NR};
 use super::conv_layout::{ConvElem, Geo2};
 use super::par::Simd;
 use super::spec::BuildResult;
 use crate::cpu::kernel::KernelSpec;
-
-#[cfg(not(target_arch = "x86_64"))]
-const MR: usize = 6;
-#[cfg(not(target_arch = "x86_64"))]
-const NR: usize = 16;
 
 /// Steps of `k` per packed block, rounded to whole input channels (a
 /// 16-column panel of them is 16 KiB, half the level-1 cache).

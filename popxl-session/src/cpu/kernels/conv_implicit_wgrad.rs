@@ -17,16 +17,12 @@
 
 use super::conv::{ConvKernel, Method, Pass, Task};
 #[cfg(target_arch = "x86_64")]
-use super::conv_gemm_avx2::{tile, MR, NR};
+use super::conv_gemm_avx2::tile;
+use super::conv_gemm_avx2::{MR, NR};
 use super::conv_implicit::Implicit;
 use super::conv_layout::{ConvElem, Geo2};
 use super::spec::BuildResult;
 use crate::cpu::kernel::KernelSpec;
-
-#[cfg(not(target_arch = "x86_64"))]
-const MR: usize = 6;
-#[cfg(not(target_arch = "x86_64"))]
-const NR: usize = 16;
 
 /// Positions per packed block, at most.
 const NCW: usize = 256;
