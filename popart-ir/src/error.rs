@@ -39,7 +39,7 @@ pub enum IrError {
     /// (or writes) an alias of the written tensor and neither op is ordered
     /// before the other (see `popart_ir::alias::check_inplace_ambiguity`).
     #[error(
-        "in-place op `{}` in graph `{}` writes `{}`, which op `{}` also uses (through `{}`), and neither is ordered before the other; add a data dependency or a topological constraint (build under in_sequence), or turn the in-place ambiguity check off",
+        "Inplacing ambiguity detected: in-place op `{}` in graph `{}` writes `{}`, which op `{}` also uses (through `{}`), and neither is ordered before the other; add a data dependency or a topological constraint (build under in_sequence), or turn the in-place ambiguity check off",
         .0.op, .0.graph, .0.tensor, .0.other, .0.through
     )]
     InplaceAmbiguity(Box<InplaceAmbiguity>),

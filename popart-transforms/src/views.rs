@@ -21,7 +21,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use popart_ir::alias::{ordered_from, AliasGroups};
-use popart_ir::ops::all::{Concat, ConcatInplace, CopyVarUpdate, Slice, SliceInplace, SliceUpdateInplace, Transpose};
+use popart_ir::ops::all::{
+    Concat, ConcatInplace, CopyVarUpdate, Reshape, Slice, SliceInplace, SliceUpdateInplace, Transpose,
+};
 use popart_ir::ops::normalize_axis;
 use popart_ir::ops::shape::transpose_perm;
 use popart_ir::ops::view::is_strided_view;
@@ -160,8 +162,14 @@ fn propagate(
             if e.bases.iter().any(|&b| nodes.find(b) == node) && !current.contains_key(&view_node) {
                 // Refresh the view from its bases.
                 befores.push(e.op);
-                let srcs: Vec<TensorId> =
-                    e.bases.iter().map(|&b| current.get(&nodes.find(b)).copied().unwrap_or(b)).collect();
+                let mut srcs: Vec<TensorId> = Vec::with_capacity(e.bases.len());
+                for &b in &e.bases {
+                    let src = match current.get(&nodes.find(b)) {
+                        Some(&c) => shaped_like(ir, gid, c, b, &mut created)?,
+                        None => b,
+                    };
+                    srcs.push(src);
+                }
                 let (def, attrs) = out_of_place(e);
                 let inputs: Vec<(u32, TensorId)> = srcs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
                 let tmp = op1(ir, gid, def, attrs, &inputs, "view_refresh", &mut created)?;
@@ -178,7 +186,10 @@ fn propagate(
                 queue.push_back(view_node);
             } else if view_node == node {
                 // Write the view back into each base.
-                let src = current.get(&node).copied().unwrap_or(e.view);
+                let src = match current.get(&node) {
+                    Some(&c) => shaped_like(ir, gid, c, e.view, &mut created)?,
+                    None => e.view,
+                };
                 let mut offset = 0i64;
                 for &b in &e.bases {
                     let base_node = nodes.find(b);
@@ -283,6 +294,37 @@ fn op1(
     let op = ir.create_op_with_def(gid, def, attrs, inputs, &name)?;
     created.push(op);
     ir.graph(gid)?.op(op)?.output(0).ok_or_else(|| IrError::Invalid(format!("`{name}` has no output")))
+}
+
+/// `value` as a tensor of `like`'s shape. A node groups tensors that share one
+/// buffer, byte-identical reshapes among them (`ReshapeInplace`), so the node's
+/// current value may have another member's shape: a `Reshape` (no kernel after
+/// lowering) gives it `like`'s.
+fn shaped_like(
+    ir: &mut Ir,
+    gid: GraphId,
+    value: TensorId,
+    like: TensorId,
+    created: &mut Vec<OpId>,
+) -> Result<TensorId> {
+    let g = ir.graph(gid)?;
+    let shape = g.tensor(like)?.info.shape.clone();
+    if g.tensor(value)?.info.shape == shape {
+        return Ok(value);
+    }
+    let dims = shape
+        .iter()
+        .map(|&d| i64::try_from(d).map_err(|_| IrError::Invalid(format!("dimension {d} does not fit an i64"))))
+        .collect::<Result<Vec<i64>>>()?;
+    op1(
+        ir,
+        gid,
+        &Reshape,
+        Attributes::new().with("shape", AttrValue::Ints(dims)),
+        &[(0, value)],
+        "view_reshape",
+        created,
+    )
 }
 
 /// The length of base `b` along a concat edge's axis (0 for other edges).

@@ -48,13 +48,16 @@ pub enum PopXlError {
     },
     /// `ipu_copy` without a `source` of a tensor whose IPU cannot be inferred
     /// (PopXL's `ValueError`): no op placed on an IPU produces or consumes it.
-    #[error("could not infer the IPU of tensor `{tensor}` to be copied: specify `source` when copying this tensor")]
+    #[error(
+        "Could not infer the ipu for tensor `{tensor}` to be copied. Please specify `source` when copying this tensor"
+    )]
     IpuCopySourceUnknown {
         /// The tensor.
         tensor: String,
     },
-    /// A matrix operation (`Tensor::diag`) on a tensor that is not 2-D.
-    #[error("`{what}` needs a 2-D tensor; `{tensor}` has rank {rank}")]
+    /// A matrix operation (`Tensor::diag`) on a tensor that is not 2-D (PopXL's
+    /// `ValueError`, whose phrase the message starts with).
+    #[error("{what} expected a 2d tensor. `{tensor}` has rank {rank}")]
     NotAMatrix {
         /// The operation.
         what: String,
@@ -62,6 +65,24 @@ pub enum PopXlError {
         tensor: String,
         /// Its rank.
         rank: usize,
+    },
+    /// Two inputs of an op on different IPUs or tile sets (PopXL's
+    /// `check_tensor_ipu_and_tile_set`, a `ValueError`); copy one first
+    /// (`ipu_copy`, `io_tile_copy`).
+    #[error("{what}: the input tensors `{first}` and `{second}` are located on different {kind}: {first_place} != {second_place}")]
+    PlacementMismatch {
+        /// The popxl function.
+        what: String,
+        /// `IPUs` or `tile sets`.
+        kind: &'static str,
+        /// The first input with a known placement.
+        first: String,
+        /// The input that differs.
+        second: String,
+        /// Where the first is.
+        first_place: String,
+        /// Where the second is.
+        second_place: String,
     },
     /// A graph (or its context) was used after its [`crate::Ir`] was dropped.
     #[error("graph `{graph}` is no longer usable: its IR has been dropped")]
@@ -116,7 +137,7 @@ pub enum PopXlError {
         name: String,
     },
     /// A call-like op was not given every input of the called graph.
-    #[error("call of graph `{graph}` is missing inputs [{}]", missing.join(", "))]
+    #[error("Not enough inputs have been provided for the graph `{graph}`: call of graph `{graph}` is missing inputs [{}]", missing.join(", "))]
     MissingCallInputs {
         /// Called graph.
         graph: String,
@@ -124,7 +145,7 @@ pub enum PopXlError {
         missing: Vec<String>,
     },
     /// More positional inputs than the called graph has.
-    #[error("graph `{graph}` has {expected} inputs but {given} positional inputs were given (extra: [{}])", extra.join(", "))]
+    #[error("Too many inputs have been provided to the graph `{graph}`: it has {expected} inputs but {given} positional inputs were given (extra: [{}])", extra.join(", "))]
     TooManyCallInputs {
         /// Called graph.
         graph: String,
@@ -144,7 +165,9 @@ pub enum PopXlError {
         input: String,
     },
     /// An `inputs_dict` key that is not an input of the called graph.
-    #[error("tensor `{tensor}` (of graph `{tensor_graph}`) is not an input of graph `{graph}`")]
+    #[error(
+        "The graph input tensor `{tensor}` is not in the called graph `{graph}`: it belongs to graph `{tensor_graph}`"
+    )]
     NotAGraphInput {
         /// The key tensor.
         tensor: String,

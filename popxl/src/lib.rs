@@ -66,8 +66,8 @@ pub use ops::SliceIndex;
 pub use popart_ir::{DataType, Placement, TileSet};
 pub use remote::{remote_buffer, remote_variable, RemoteBuffer};
 pub use replication::{
-    remote_replica_sharded_variable, replica_sharded_buffer, replica_sharded_variable, variable_grouped,
-    ReplicaGrouping, ReplicaGroupingError, RetrievalMode,
+    remote_replica_sharded_variable, remote_variable_grouped, replica_sharded_buffer, replica_sharded_variable,
+    variable_grouped, ReplicaGrouping, ReplicaGroupingError, RetrievalMode,
 };
 pub use seeds::{create_seeds, create_seeds_with, SeedOptions};
 pub use stream::{d2h_stream, h2d_stream, DeviceToHostStream, HostToDeviceStream};

@@ -223,6 +223,43 @@ pub fn remote_replica_sharded_variable(
     Ok(t)
 }
 
+/// A remote variable with one value per group of `grouping` (PopXL's
+/// `remote_variable(data, buffer, offset, replica_grouping=rg,
+/// retrieval_mode=...)`): entry `offset` of `buf` holds, on each replica, its
+/// group's value. With more than one group, `data` has a leading `num_groups`
+/// dim and each group's value has the buffer's shape; `weights_from_host`
+/// writes each replica's entry from its group's value and `weights_to_host`
+/// reads each group's value back from its first member (every member with
+/// [`RetrievalMode::AllReplicas`]).
+///
+/// ```
+/// use popxl::{Ir, RetrievalMode};
+/// let ir = Ir::new();
+/// ir.set_replication_factor(4).unwrap();
+/// let rg = ir.replica_grouping(2, Some(2)).unwrap(); // groups [0, 1, 0, 1]
+/// let _g = ir.main_graph().enter();
+/// let buf = popxl::remote_buffer([2], popxl::float32, 1).unwrap();
+/// let data = ndarray::array![[1.0f32, 2.0], [3.0, 4.0]];
+/// let w = popxl::remote_variable_grouped(data, &buf, 0, "w", &rg, RetrievalMode::OnePerGroup).unwrap();
+/// assert_eq!(w.shape(), &[2]);
+/// assert_eq!(w.shape_on_host().unwrap(), vec![2, 2]);
+/// ```
+pub fn remote_variable_grouped(
+    data: impl Into<HostArray>,
+    buf: &RemoteBuffer,
+    offset: usize,
+    name: &str,
+    grouping: &ReplicaGrouping,
+    retrieval_mode: RetrievalMode,
+) -> Result<Tensor> {
+    let data = data.into().cast_as(buf.tensor_dtype(), &format!("data of remote variable `{name}`"), true)?;
+    let host = data.host_tensor_for(&format!("data of remote variable `{name}`"))?;
+    let settings = settings_for(name, grouping, retrieval_mode, None, host)?;
+    let t = crate::remote_variable(replica_zero(&settings)?, buf, offset, name)?;
+    attach_settings(&t, settings)?;
+    Ok(t)
+}
+
 /// A variable sharded over the replicas of each group (PopXL's
 /// `replica_sharded_variable`): returns `(full, shard)`. `shard` is the 1-D
 /// shard each replica holds (`ceil(nelms / shard_over)` elements), the tensor

@@ -374,7 +374,7 @@ impl Tensor {
     /// (PopART's `getVirtualGraphIdAndTileSetUnsafe`). The IPU is the one the
     /// producer writes on or the consumer reads on: an `ipu_copy`'s output is
     /// on its destination, its input on its source.
-    fn placement(&self) -> Result<Option<popart_ir::Placement>> {
+    pub(crate) fn placement(&self) -> Result<Option<popart_ir::Placement>> {
         let st = self.graph.state()?;
         let st = st.borrow();
         let g = st.ir.graph(self.graph.id)?;
@@ -610,7 +610,7 @@ impl Tensor {
     pub fn diag(&self) -> Result<Tensor> {
         let &[_, cols] = self.shape() else {
             return Err(PopXlError::NotAMatrix {
-                what: "diag".into(),
+                what: "Diag".into(),
                 tensor: self.name().to_string(),
                 rank: self.rank(),
             });

@@ -153,11 +153,15 @@ impl Not for Tensor {
     }
 }
 
-/// `t += x` is PopXL's in-place `add_`: `t` becomes the updated tensor (an alias
-/// of the old one). Panics like the other operators; see [`ops::add_`].
+/// `t += x` is PopXL's `__iadd__`: the in-place [`ops::add_`], after which `t`
+/// still names the same tensor (PopXL returns `self`), so later reads of `t`
+/// (ordered after the write, as with any in-place op) see the sum and
+/// `Session::get_tensor_data(&t)` still finds a variable. `x` is a tensor or an
+/// `f64`/`i64` scalar (a constant of `t`'s data type). Panics like the other
+/// operators; see [`ops::add_`].
 impl AddAssign<&Tensor> for Tensor {
     fn add_assign(&mut self, rhs: &Tensor) {
-        *self = expect_op(ops::add_(self, rhs), "+=", self.name(), rhs.name());
+        expect_op(ops::add_(self, rhs), "+=", self.name(), rhs.name());
     }
 }
 
@@ -166,3 +170,16 @@ impl AddAssign<Tensor> for Tensor {
         *self += &rhs;
     }
 }
+
+macro_rules! add_assign_scalar {
+    ($($s:ty),*) => {$(
+        impl AddAssign<$s> for Tensor {
+            fn add_assign(&mut self, rhs: $s) {
+                let r = scalar_like(self, rhs.wide()).and_then(|c| ops::add_(self, &c));
+                expect_op(r, "+=", self.name(), &rhs.to_string());
+            }
+        }
+    )*};
+}
+
+add_assign_scalar!(f64, i64);

@@ -34,7 +34,10 @@ fn missing_call_input_is_named() {
     let _g = f.ir.main_graph().enter();
     let err = ops::call(&f.graph, &[&f.x], &[]).unwrap_err();
     assert_eq!(err, PopXlError::MissingCallInputs { graph: "increment_fn".into(), missing: vec!["value".into()] });
-    assert_eq!(err.to_string(), "call of graph `increment_fn` is missing inputs [value]");
+    assert_eq!(
+        err.to_string(),
+        "Not enough inputs have been provided for the graph `increment_fn`: call of graph `increment_fn` is missing inputs [value]"
+    );
     // Nothing was created.
     assert_eq!(f.ir.main_graph().num_ops().unwrap(), 0);
 }

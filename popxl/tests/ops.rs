@@ -134,7 +134,13 @@ fn operators_map_to_binary_ops_and_scalar_constants() {
     let mut acc = m.x.clone();
     acc += &y;
     m.check("AddInplace", &[], &["x", "Mul:0"], &[&[2, 3]]);
-    assert_ne!(acc, m.x);
+    // PopXL's `__iadd__` returns `self`: the handle still names `x`.
+    assert_eq!(acc, m.x);
+    acc += 1.0;
+    m.check("AddInplace", &[], &["x", "scalar_2"], &[&[2, 3]]);
+    acc += 2;
+    m.check("AddInplace", &[], &["x", "scalar_3"], &[&[2, 3]]);
+    assert_eq!(acc, m.x);
 }
 
 #[test]

@@ -160,6 +160,58 @@ fn remote_sharded_variables_live_as_shards_in_each_replicas_streaming_memory() {
     }
 }
 
+/// PopXL's `remote_variable(data, buffer, 0, replica_grouping=rg, retrieval_mode=...)`:
+/// each replica's entry holds its group's value; stores reach each group's host value.
+#[test]
+fn grouped_remote_variables_hold_one_value_per_group_in_streaming_memory() {
+    let ir = Ir::new();
+    ir.set_replication_factor(4).unwrap();
+    let rg = ir.replica_grouping(2, Some(2)).unwrap(); // [0, 1, 0, 1]
+    let values = ndarray::array![[1.0f32, 2.0], [10.0, 20.0]];
+    let ((w, a), y) = ir
+        .main_graph()
+        .with(|| {
+            let buf = popxl::remote_buffer([2], popxl::float32, 2)?;
+            let w = popxl::remote_variable_grouped(values.clone(), &buf, 0, "w", &rg, RetrievalMode::OnePerGroup)?;
+            let a = popxl::remote_variable_grouped(values.clone(), &buf, 1, "a", &rg, RetrievalMode::AllReplicas)?;
+            let y = popxl::d2h_stream([2], popxl::float32, "y")?;
+            let _s = popxl::in_sequence(true);
+            let loaded = ops::remote_load(&buf, 0, "w_loaded")?;
+            ops::host_store(&y, &loaded)?;
+            let tripled = &loaded * 3.0;
+            ops::remote_store(&buf, 0, &tripled)?;
+            let la = ops::remote_load(&buf, 1, "a_loaded")?;
+            let plus = &la + &loaded;
+            ops::remote_store(&buf, 1, &plus)?;
+            Ok::<_, popxl::PopXlError>(((w, a), y))
+        })
+        .unwrap();
+    assert_eq!(w.shape_on_host().unwrap(), vec![2, 2]);
+    // Data of the wrong shape for the buffer is refused, naming the variable.
+    let e = ir
+        .main_graph()
+        .with(|| {
+            let buf = popxl::remote_buffer([2], popxl::float32, 1)?;
+            popxl::remote_variable_grouped(vec![1.0f32, 2.0, 3.0], &buf, 0, "bad", &rg, RetrievalMode::OnePerGroup)
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("bad"), "{e}");
+    for device in ["cpu", "ipu_model"] {
+        let mut session = Session::new(ir.clone(), device).unwrap();
+        let out = session.scope(|s| s.run(&Default::default())).unwrap();
+        assert_eq!(out[&y].to_f64_vec(), [1.0, 2.0, 10.0, 20.0, 1.0, 2.0, 10.0, 20.0], "{device}");
+        let wd = session.get_tensor_data(&w).unwrap();
+        assert_eq!((wd.shape(), wd.to_f64_vec()), (&[2usize, 2][..], vec![3.0, 6.0, 30.0, 60.0]), "{device}");
+        let ad = session.get_tensor_data(&a).unwrap();
+        let want = vec![2.0, 4.0, 20.0, 40.0, 2.0, 4.0, 20.0, 40.0];
+        assert_eq!((ad.shape(), ad.to_f64_vec()), (&[4usize, 2][..], want), "{device}");
+        // Written per group, read back by each group's replicas on the next run.
+        session.write_variable_data(&w, &HostArray::from(ndarray::array![[5.0f32, 6.0], [7.0, 8.0]])).unwrap();
+        let out = session.scope(|s| s.run(&Default::default())).unwrap();
+        assert_eq!(out[&y].to_f64_vec(), [5.0, 6.0, 7.0, 8.0, 5.0, 6.0, 7.0, 8.0], "{device}");
+    }
+}
+
 #[test]
 fn groupings_and_sharding_mistakes_are_typed_errors() {
     let ir = Ir::new();

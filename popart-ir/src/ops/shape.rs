@@ -33,8 +33,14 @@ pub fn resolve_reshape(target: &[i64], nelms: usize) -> std::result::Result<Vec<
     for (i, &d) in target.iter().enumerate() {
         match d {
             -1 if unknown.is_none() => unknown = Some(i),
-            -1 => return Err("more than one -1 in the target shape".into()),
-            d if d < 0 => return Err(format!("negative dimension {d} in the target shape")),
+            -1 => {
+                return Err(format!("Reshape shape can contain at most one '-1' value: {target:?} has more than one"))
+            }
+            d if d < 0 => {
+                return Err(format!(
+                    "Invalid shape value in reshape: {d} in {target:?} (each must be >= 0, or -1 once)"
+                ))
+            }
             d => {
                 let d = usize::try_from(d).map_err(|_| format!("dimension {d} does not fit this platform"))?;
                 known = known.checked_mul(d).ok_or_else(|| format!("the size of {target:?} overflows"))?;
@@ -141,7 +147,16 @@ impl OpDef for Concat {
         for (i, t) in ins {
             let same_other_dims = t.rank() == first.rank()
                 && t.shape.iter().zip(&first.shape).enumerate().all(|(d, (a, b))| d == axis || a == b);
-            if t.dtype != first.dtype || !same_other_dims {
+            if t.dtype != first.dtype {
+                let types: Vec<String> = ins.iter().map(|(_, t)| t.dtype.to_string()).collect();
+                return Err(ctx.error(format!(
+                    "All inputs to a concat operation must have the same type: [{}] (input {i} is {}, input 0 {})",
+                    types.join(", "),
+                    t.dtype,
+                    first.dtype
+                )));
+            }
+            if !same_other_dims {
                 return Err(ctx.error(format!("input {i} ({t}) does not match input 0 ({first}) off axis {axis}")));
             }
             shape[axis] = shape[axis]

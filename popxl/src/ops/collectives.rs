@@ -458,6 +458,7 @@ fn all_reduce_op(
     }
     let ipus = ipus_of(ts, ipus, what)?;
     let mut b = OpBuilder::new(what, &ir_ops::AllReduce)
+        .mixed_placement()
         .attr("op", op_attr(op.operator()))
         .attr("ipus", AttrValue::Ints(ipus))
         .attr("identical_inputs", AttrValue::Bool(identical_inputs))

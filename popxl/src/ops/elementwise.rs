@@ -514,7 +514,8 @@ pub fn scaled_add<'a>(
 }
 
 /// PopXL's `where(condition, lhs, rhs)`: `lhs` where `condition` is true, else
-/// `rhs`, with three-way broadcasting (op `Where`).
+/// `rhs`, with three-way broadcasting (op `Where`). A condition that is not
+/// bool is cast to bool first (non-zero is true), as PopXL's `cast_if_needed`.
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -526,5 +527,6 @@ pub fn scaled_add<'a>(
 /// ```
 #[doc(alias = "where")]
 pub fn select(condition: &Tensor, lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
-    OpBuilder::new("where", &ir_ops::Where).input(0, condition).input(1, lhs).input(2, rhs).create1()
+    let condition = super::logical::as_bool(condition)?;
+    OpBuilder::new("where", &ir_ops::Where).input(0, &condition).input(1, lhs).input(2, rhs).create1()
 }

@@ -51,7 +51,7 @@ predicate! {
 }
 
 /// `t` itself if bool, else `cast(t, bool)` (PopXL's `cast_if_needed`).
-fn as_bool(t: &Tensor) -> Result<Tensor> {
+pub(crate) fn as_bool(t: &Tensor) -> Result<Tensor> {
     if t.dtype() == DataType::Bool {
         Ok(t.clone())
     } else {

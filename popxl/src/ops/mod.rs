@@ -94,7 +94,7 @@ pub use var_update::{
 };
 pub use view::{concat_, flatten_, reshape_, slice_, transpose_};
 
-use popart_ir::{Attributes, OpDef, OpId, TensorId};
+use popart_ir::{Attributes, OpDef, OpFlags, OpId, TensorId};
 
 use crate::tensor::check_in_graph;
 use crate::{context, Graph, PopXlError, Result, Tensor};
@@ -120,12 +120,33 @@ pub struct OpBuilder<'a> {
     output_names: Vec<String>,
     /// Graph to create the op in; default: the current graph, else the inputs' graph.
     graph: Option<Graph>,
+    /// Whether the inputs must be on one IPU and one tile set (PopXL's
+    /// `check_tensor_ipu_and_tile_set`); off for copies between IPUs or tile
+    /// sets, transfers and calls.
+    check_placement: bool,
 }
 
 impl<'a> OpBuilder<'a> {
     /// An op of type `def`, created by the function `what` (named in errors).
     pub fn new(what: &'static str, def: &'static dyn OpDef) -> Self {
-        OpBuilder { what, def, attrs: Attributes::new(), inputs: Vec::new(), output_names: Vec::new(), graph: None }
+        OpBuilder {
+            what,
+            def,
+            attrs: Attributes::new(),
+            inputs: Vec::new(),
+            output_names: Vec::new(),
+            graph: None,
+            check_placement: true,
+        }
+    }
+
+    /// Accept inputs on different IPUs or tile sets (an op that moves data
+    /// between them, such as `ipu_copy` or an `all_reduce` over IPUs). By
+    /// default, as PopXL's ops, inputs whose IPU or tile set is known must agree:
+    /// else [`PopXlError::PlacementMismatch`].
+    pub fn mixed_placement(mut self) -> Self {
+        self.check_placement = false;
+        self
     }
 
     /// Connect `t` at input `index`.
@@ -167,6 +188,9 @@ impl<'a> OpBuilder<'a> {
         for t in &refs {
             check_in_graph(t, &graph, self.what)?;
         }
+        if self.check_placement && !self.def.flags(&self.attrs).intersects(OpFlags::SUBGRAPH | OpFlags::HOST_IO) {
+            check_same_placement(&self.inputs, self.what)?;
+        }
         let state = graph.state()?;
         let mut st = state.borrow_mut();
         let ir = st.building(self.what)?;
@@ -204,6 +228,43 @@ impl<'a> OpBuilder<'a> {
             len: 0,
         })
     }
+}
+
+/// PopXL's `check_tensor_ipu_and_tile_set`: the inputs whose IPU (or tile set)
+/// is defined must all agree; the first that differs from the first input with
+/// one is a [`PopXlError::PlacementMismatch`] naming both tensors.
+fn check_same_placement(inputs: &[(u32, &Tensor)], what: &str) -> Result<()> {
+    if inputs.len() < 2 {
+        return Ok(());
+    }
+    let mut first_ipu: Option<(&Tensor, u32)> = None;
+    let mut first_tiles: Option<(&Tensor, popart_ir::TileSet)> = None;
+    for (_, t) in inputs {
+        let Some(p) = t.placement()? else { continue };
+        let mismatch = |first: &Tensor, kind: &'static str, a: String, b: String| PopXlError::PlacementMismatch {
+            what: what.to_string(),
+            kind,
+            first: first.name().to_string(),
+            second: t.name().to_string(),
+            first_place: a,
+            second_place: b,
+        };
+        if let Some(ipu) = p.ipu {
+            match first_ipu {
+                None => first_ipu = Some((t, ipu)),
+                Some((f, i)) if i != ipu => return Err(mismatch(f, "IPUs", i.to_string(), ipu.to_string())),
+                Some(_) => {}
+            }
+        }
+        match first_tiles {
+            None => first_tiles = Some((t, p.tile_set)),
+            Some((f, s)) if s != p.tile_set => {
+                return Err(mismatch(f, "tile sets", s.name().to_string(), p.tile_set.name().to_string()))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// An op just created.

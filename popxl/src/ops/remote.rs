@@ -45,7 +45,7 @@ fn remote_op<'a>(
             return Err(PopXlError::ForeignIr { name: format!("remote buffer {}", buf.id()), what: what.into() });
         }
     }
-    let b = OpBuilder::new(what, def).attr("remote_buffer", AttrValue::Int(i64::from(buf.id().0)));
+    let b = OpBuilder::new(what, def).mixed_placement().attr("remote_buffer", AttrValue::Int(i64::from(buf.id().0)));
     Ok(match offset {
         RemoteOffset::Entry(e) => {
             let e = i64::try_from(e)

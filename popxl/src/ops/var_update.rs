@@ -8,7 +8,7 @@
 
 use popart_ir::ops::all as ir_ops;
 use popart_ir::ops::var_update::AccumulationType;
-use popart_ir::AttrValue;
+use popart_ir::{AttrValue, DataType};
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -82,8 +82,24 @@ pub fn add_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
 /// let f = popxl::constant(0.1f32, "f").unwrap();
 /// popxl::ops::accumulate_(&acc, &g, &f).unwrap();
 /// ```
+///
+/// `x` has `t`'s shape (or broadcasts to it) and may have another data type:
+/// it is cast to `t`'s first (a float32 accumulator takes an int32 `x`), as
+/// PopART's `AccumulateOpx` does; float16 and float32 mix without a cast.
 pub fn accumulate_<'a>(t: &'a Tensor, x: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result<Tensor> {
-    OpBuilder::new("accumulate_", &ir_ops::Accumulate).input(0, t).input(1, x).scalar("factor", 2, f.into()).create1()
+    let x = cast_to_accumulator(t, x)?;
+    OpBuilder::new("accumulate_", &ir_ops::Accumulate).input(0, t).input(1, &x).scalar("factor", 2, f.into()).create1()
+}
+
+/// `x` itself when `Accumulate` takes it into `t` as it is (the same type, or
+/// float16 with float32), else `x` cast to `t`'s type.
+fn cast_to_accumulator(t: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let half_or_single = |d| matches!(d, DataType::Float16 | DataType::Float32);
+    if x.dtype() == t.dtype() || (half_or_single(x.dtype()) && half_or_single(t.dtype())) {
+        Ok(x.clone())
+    } else {
+        super::cast(x, t.dtype())
+    }
 }
 
 /// `Accumulate{type}(t, x[, f])`.
@@ -94,9 +110,10 @@ fn accumulate_typed<'a>(
     x: &'a Tensor,
     f: Scalar<'a>,
 ) -> Result<Tensor> {
+    let x = cast_to_accumulator(t, x)?;
     OpBuilder::new(what, &ir_ops::Accumulate)
         .input(0, t)
-        .input(1, x)
+        .input(1, &x)
         .attr("type", AttrValue::Str(ty.name().to_string()))
         .scalar("factor", 2, f)
         .create1()
