@@ -69,7 +69,7 @@ pub enum PopXlError {
     /// Two inputs of an op on different IPUs or tile sets (PopXL's
     /// `check_tensor_ipu_and_tile_set`, a `ValueError`); copy one first
     /// (`ipu_copy`, `io_tile_copy`).
-    #[error("{what}: the input tensors `{first}` and `{second}` are located on different {kind}: {first_place} != {second_place}")]
+    #[error("{what}: the input tensors `{first}` and `{second}` are located on different {kind}: {places}")]
     PlacementMismatch {
         /// The popxl function.
         what: String,
@@ -79,10 +79,8 @@ pub enum PopXlError {
         first: String,
         /// The input that differs.
         second: String,
-        /// Where the first is.
-        first_place: String,
-        /// Where the second is.
-        second_place: String,
+        /// Where they are: `<first's> != <second's>`.
+        places: String,
     },
     /// A graph (or its context) was used after its [`crate::Ir`] was dropped.
     #[error("graph `{graph}` is no longer usable: its IR has been dropped")]

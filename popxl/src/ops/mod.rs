@@ -246,8 +246,7 @@ fn check_same_placement(inputs: &[(u32, &Tensor)], what: &str) -> Result<()> {
             kind,
             first: first.name().to_string(),
             second: t.name().to_string(),
-            first_place: a,
-            second_place: b,
+            places: format!("{a} != {b}"),
         };
         if let Some(ipu) = p.ipu {
             match first_ipu {
