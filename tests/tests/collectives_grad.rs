@@ -297,7 +297,8 @@ fn all_gather_gradient_graph_takes_only_the_output_gradient() {
             }
             _ => {
                 assert_eq!(y_shape, [4, rf * 3], "{mode:?}");
-                (0..4).flat_map(|i| (0..rf).flat_map(move |r| (0..3).map(move |j| x64[r * 12 + i * 3 + j]))).collect()
+                let x = &x64;
+                (0..4).flat_map(|i| (0..rf).flat_map(move |r| (0..3).map(move |j| x[r * 12 + i * 3 + j]))).collect()
             }
         };
         let per = want_y.len();
