@@ -56,6 +56,21 @@ pub struct GradOpSpec {
     pub inputs: Vec<(u32, GradSource)>,
     /// Gradient-op output index -> index of the forward input it is the gradient of.
     pub outputs: Vec<(u32, u32)>,
+    /// Attribute name -> forward tensor whose shape autodiff writes into it
+    /// (an `Ints` attribute; [`GradSource::GradOfOutput`] names the forward
+    /// output's shape). A gradient op that needs a forward tensor's shape only
+    /// takes it this way, so the gradient graph does not ask for the tensor
+    /// (PopART's grad ops keep such shapes as members).
+    pub shape_attrs: Vec<(String, GradSource)>,
+}
+
+impl GradOpSpec {
+    /// The spec with attribute `key` set by autodiff to the shape of `source`
+    /// (see [`GradOpSpec::shape_attrs`]).
+    pub fn with_shape_attr(mut self, key: impl Into<String>, source: GradSource) -> Self {
+        self.shape_attrs.push((key.into(), source));
+        self
+    }
 }
 
 /// How an op type is differentiated.

@@ -52,6 +52,7 @@ impl OpDef for LeakyRelu {
             attrs: op.attrs.clone(),
             inputs: vec![(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))],
             outputs: vec![(0, 0)],
+            shape_attrs: Vec::new(),
         }])
     }
 }

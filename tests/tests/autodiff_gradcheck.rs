@@ -20,6 +20,8 @@ mod harness;
 mod conv;
 #[path = "autodiff_gradcheck/elementwise_ext.rs"]
 mod elementwise_ext;
+#[path = "autodiff_gradcheck/grad_inputs.rs"]
+mod grad_inputs;
 #[path = "autodiff_gradcheck/indexing.rs"]
 mod indexing;
 #[path = "autodiff_gradcheck/norm.rs"]

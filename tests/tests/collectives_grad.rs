@@ -214,3 +214,178 @@ fn meta_shapes_follow_shards_through_updates_and_all_reduces() {
     let loaded = popxl::ops::remote_load(&buf, 0, "loaded").unwrap();
     assert_eq!(loaded.meta_shape().unwrap(), Some(vec![2, 5]));
 }
+
+// ----- PopXL's integration tests (tests/integration/popxl/test_replicated_all_gather.py,
+// test_replicated_slice.py): differentiate the collective in a subgraph, call the
+// gradient graph with the output gradient alone (`ops.call(dgraph.graph, y)`) and
+// run the replicated program on `cpu`. -----
+
+/// Uniform values in [0, 1) from a fixed linear congruential sequence.
+fn rand_vals(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+/// Build in the main graph: `y = call(graph(f), x)`, `dx = call(autodiff(graph), y)`
+/// (the gradient graph given nothing but the output gradient), both stored to
+/// the host. `x` is made by `make_x` in the main graph. Runs once on `cpu` and
+/// returns the host arrays of `y` and `dx` (leading replica dimension) and `dx`'s
+/// shape per replica.
+fn run_grad_with_dy_only(
+    rf: usize,
+    make_x: impl FnOnce(&Ir) -> popxl::Result<Tensor>,
+    f: impl Fn(&Tensor) -> popxl::Result<Tensor>,
+) -> (Vec<f64>, Vec<usize>, Vec<f64>, Vec<usize>) {
+    let ir = ir_with(rf);
+    let (ys, dxs, y_shape, dx_shape) = ir
+        .main_graph()
+        .with(|| {
+            let x = make_x(&ir)?;
+            let graph = ir.create_graph(|t: Tensor| f(&t), &x)?;
+            let grad = transforms::autodiff(&graph, None, None, &HashMap::new(), false)?.grad_info.graph();
+            let y = popxl::ops::call(&graph, &[&x], &[])?.remove(0);
+            let dx = popxl::ops::call(&grad, &[&y], &[])?.remove(0);
+            let ys = popxl::d2h_stream(y.shape().to_vec(), popxl::float32, "y_stream")?;
+            popxl::ops::host_store(&ys, &y)?;
+            let dxs = popxl::d2h_stream(dx.shape().to_vec(), popxl::float32, "dx_stream")?;
+            popxl::ops::host_store(&dxs, &dx)?;
+            Ok::<_, PopXlError>((ys, dxs, y.shape().to_vec(), dx.shape().to_vec()))
+        })
+        .unwrap();
+    let mut session = popxl_session::Session::new(ir, "cpu").unwrap();
+    let out = session.scope(|s| s.run(&Default::default())).unwrap();
+    assert_eq!(out[&ys].shape()[0], rf);
+    (out[&ys].to_f64_vec(), y_shape, out[&dxs].to_f64_vec(), dx_shape)
+}
+
+/// A variable holding `x_np[r]` (of shape `shape`) on replica `r`
+/// (PopXL's `variable(x_np, replica_grouping=rg.transpose())`).
+fn per_replica_variable(ir: &Ir, x_np: &[f32], shape: &[usize]) -> popxl::Result<Tensor> {
+    let rf = ir.replication_factor();
+    let rg = ir.replica_grouping(1, Some(rf))?.transpose();
+    let mut host = vec![rf];
+    host.extend_from_slice(shape);
+    let data = ndarray::ArrayD::from_shape_vec(host, x_np.to_vec()).unwrap();
+    popxl::variable_grouped(data, "x", &rg, popxl::RetrievalMode::OnePerGroup)
+}
+
+#[test]
+fn all_gather_gradient_graph_takes_only_the_output_gradient() {
+    // x_np: [replication, 4, 3]; replica r holds x_np[r].
+    let rf = 4;
+    let x_np = rand_vals(rf * 12, 1);
+    let x64: Vec<f64> = x_np.iter().map(|&v| v as f64).collect();
+    for (mode, axis) in [(AllGatherShape::NewAxis, 0), (AllGatherShape::Concat, 1), (AllGatherShape::Auto, 1)] {
+        let (y, y_shape, dx, dx_shape) = run_grad_with_dy_only(
+            rf,
+            |ir| per_replica_variable(ir, &x_np, &[4, 3]),
+            |x| {
+                let rg = x.ir()?.replica_grouping(1, Some(rf))?;
+                coll::replicated_all_gather(x, axis, Some(&rg), mode)
+            },
+        );
+        // y: new axis -> x_np; concat on axis 1 -> concatenate(split(x_np), axis=1).
+        let want_y: Vec<f64> = match mode {
+            AllGatherShape::NewAxis => {
+                assert_eq!(y_shape, [rf, 4, 3]);
+                x64.clone()
+            }
+            _ => {
+                assert_eq!(y_shape, [4, rf * 3], "{mode:?}");
+                let x = &x64;
+                (0..4).flat_map(|i| (0..rf).flat_map(move |r| (0..3).map(move |j| x[r * 12 + i * 3 + j]))).collect()
+            }
+        };
+        let per = want_y.len();
+        for r in 0..rf {
+            assert_eq!(&y[r * per..(r + 1) * per], &want_y[..], "{mode:?}: y on replica {r}");
+        }
+        // dx = the replica's own part of dy = y: x_np[r] on replica r.
+        assert_eq!(dx_shape, [4, 3], "{mode:?}");
+        assert_eq!(dx, x64, "{mode:?}: dx");
+    }
+}
+
+#[test]
+fn meta_shape_all_gather_of_a_shard_gradient_takes_only_the_output_gradient() {
+    // x_np: [replication, 3, 2] sharded over the replicas: each holds 6 elements.
+    let rf = 4;
+    let x_np = rand_vals(rf * 6, 2);
+    let x64: Vec<f64> = x_np.iter().map(|&v| v as f64).collect();
+    let (y, y_shape, dx, dx_shape) = run_grad_with_dy_only(
+        rf,
+        |_| {
+            let data = ndarray::ArrayD::from_shape_vec(vec![rf, 3, 2], x_np.clone()).unwrap();
+            Ok(popxl::replica_sharded_variable(data, "x", None, None, popxl::RetrievalMode::OnePerGroup)?.1)
+        },
+        // A graph input carries no meta shape: gather into the sharded variable's.
+        |x| {
+            let full = coll::replicated_all_gather(x, 0, None, AllGatherShape::Concat)?;
+            full.reshape(&[rf as i64, 3, 2])
+        },
+    );
+    assert_eq!(y_shape, [rf, 3, 2]);
+    for r in 0..rf {
+        assert_eq!(&y[r * 24..(r + 1) * 24], &x64[..], "y on replica {r}");
+    }
+    // dx on replica r: its shard of y = x_np, i.e. x_np.flatten()[6r..6r + 6].
+    assert_eq!(dx_shape, [6]);
+    assert_eq!(dx, x64);
+}
+
+#[test]
+fn replicated_slice_gradient_graph_takes_only_the_output_gradient() {
+    // x_np: [replication, 4, 3], the same on every replica; replica r's slice is x_np[r].
+    let rf = 4;
+    let x_np = rand_vals(rf * 12, 3);
+    let x64: Vec<f64> = x_np.iter().map(|&v| v as f64).collect();
+    let slicers: [(&str, Unary<'static>); 2] = [
+        (
+            "replicated_slice",
+            Box::new(move |x| {
+                let rg = x.ir()?.replica_grouping(1, Some(rf))?;
+                coll::replicated_slice(x, 0, Some(&rg))
+            }),
+        ),
+        ("replica_sharded_slice", Box::new(|x| coll::replica_sharded_slice(x, None))),
+    ];
+    for (what, f) in slicers {
+        let (y, y_shape, dx, dx_shape) = run_grad_with_dy_only(
+            rf,
+            |_| popxl::variable(ndarray::ArrayD::from_shape_vec(vec![rf, 4, 3], x_np.clone()).unwrap(), "x"),
+            f,
+        );
+        // y on replica r: x_np[r] (shape [1, 4, 3] or the 1-D shard of 12).
+        assert_eq!(y_shape.iter().product::<usize>(), 12, "{what}");
+        assert_eq!(y, x64, "{what}: y");
+        // dx: the gather of every replica's dy = y, i.e. x_np, on every replica.
+        assert_eq!(dx_shape, [rf, 4, 3], "{what}");
+        for r in 0..rf {
+            assert_eq!(&dx[r * 48..(r + 1) * 48], &x64[..], "{what}: dx on replica {r}");
+        }
+    }
+}
+
+#[test]
+fn padded_shard_gradient_graph_takes_only_the_output_gradient() {
+    // 10 elements over 4 replicas: shards of 3, the last one padded with zeros.
+    let rf = 4;
+    let x_np = rand_vals(10, 4);
+    let x64: Vec<f64> = x_np.iter().map(|&v| v as f64).collect();
+    let (y, _, dx, dx_shape) = run_grad_with_dy_only(
+        rf,
+        |_| popxl::variable(ndarray::ArrayD::from_shape_vec(vec![2, 5], x_np.clone()).unwrap(), "x"),
+        |x| coll::replica_sharded_slice(x, None),
+    );
+    let padded: Vec<f64> = (0..12).map(|e| x64.get(e).copied().unwrap_or(0.0)).collect();
+    assert_eq!(y, padded);
+    assert_eq!(dx_shape, [2, 5]);
+    for r in 0..rf {
+        assert_eq!(&dx[r * 10..(r + 1) * 10], &x64[..], "dx on replica {r}");
+    }
+}

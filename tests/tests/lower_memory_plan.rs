@@ -308,7 +308,9 @@ fn random_ops(ir: &mut Ir, g: GraphId, pool: &mut Vec<TensorId>, avail: &Availab
                         if rng.chance(50) {
                             op1(ir, g, "Reshape", shape(&[4]), &[r], &name).1
                         } else {
-                            op1(ir, g, "ReshapeGrad", Attributes::new(), &[r, x], &name).1
+                            let xs: Vec<i64> =
+                                ir.graph(g).unwrap().tensor(x).unwrap().info.shape.iter().map(|&d| d as i64).collect();
+                            op1(ir, g, "ReshapeGrad", shape(&xs), &[r], &name).1
                         }
                     }
                 };

@@ -32,9 +32,10 @@
 //! - `AllReduce`: with `op: add` only, an `AllReduce` of the output gradients with
 //!   `identical_inputs` and `identical_grad_inputs` swapped (`AllReduceGradOp`).
 //!
-//! The gradient ops read the forward input for its shape only (input 1, as
-//! `ReshapeGrad` does), so the gradient of a non-1-D input, or of a padded
-//! shard, has the forward input's shape.
+//! The gradient ops take the output gradient only, as PopART's do: the forward
+//! input's shape is their attribute `shape` (set by autodiff), so the gradient
+//! of a non-1-D input, or of a padded shard, has the forward input's shape and
+//! the gradient graph asks for no forward tensor.
 
 use super::grad::spec;
 use super::op_types;
@@ -73,20 +74,19 @@ op_types!(
     /// updates write. In a group of two, a member then updates its own rows
     /// once and copies them to the other member.
     ReplicatedScaledAddMatMulRhsGradInplace,
-    /// `ReplicatedAllGather{stride, group_size[, shape]}(x[, like]) -> y`: the
+    /// `ReplicatedAllGather{stride, group_size[, shape]}(x) -> y`: the
     /// concatenation of the flattened inputs of the group's members, in member
-    /// order (PopXL `replicated_all_gather`). The output has `like`'s shape when
-    /// input 1 is connected (autodiff does, `like` being read for its shape
-    /// only), else attribute `shape` (PopART's gathered output info) when set,
-    /// else `[group_size * n]`. An output of `m` elements takes the first `m`
+    /// order (PopXL `replicated_all_gather`). The output has attribute `shape`
+    /// (PopART's gathered output info; autodiff sets the forward input's) when
+    /// set, else `[group_size * n]`. An output of `m` elements takes the first `m`
     /// of the concatenation, where `ceil(m / group_size) == n`: gathering
     /// padded RTS shards into their meta shape drops the padding.
     ReplicatedAllGather,
-    /// `ReplicatedReduceScatter{op, stride, group_size[, rts]}(x[, like]) -> y`:
+    /// `ReplicatedReduceScatter{op, stride, group_size[, rts, shape]}(x) -> y`:
     /// `x` flattened and zero-padded to a multiple of `group_size`, reduced over
     /// the group (attribute `op`; `local` takes the replica's own input), member
-    /// `j` getting chunk `j`: `[ceil(n / group_size)]`, or `like`'s shape (same
-    /// element count) when input 1 is connected (autodiff). PopXL
+    /// `j` getting chunk `j`: `[ceil(n / group_size)]`, or attribute `shape`
+    /// (same element count; autodiff sets the forward input's) when set. PopXL
     /// `replicated_reduce_scatter`, `replica_sharded_slice` (`op: local`, `rts:
     /// true`) and `replicated_slice`. Attribute `rts` (PopART's
     /// `configureOutputForReplicatedTensorSharding`, default false) marks the
@@ -379,10 +379,9 @@ impl OpDef for ReplicatedAllGather {
         let x = ctx.input(0)?;
         let g = grouping_of(ctx)?.group_size();
         let n = x.nelms();
-        let shape = match (ctx.optional_input(1), shape_attr(ctx, "shape")?) {
-            (Some(like), _) => like.shape.clone(),
-            (None, Some(shape)) => shape,
-            (None, None) => {
+        let shape = match shape_attr(ctx, "shape")? {
+            Some(shape) => shape,
+            None => {
                 let m = n.checked_mul(g).ok_or_else(|| ctx.error("the gathered tensor is too large"))?;
                 vec![m]
             }
@@ -399,11 +398,13 @@ impl OpDef for ReplicatedAllGather {
         }
         Ok(vec![out])
     }
-    /// `ReplicatedReduceScatter{op: local, stride, group_size}(g, like = x)`.
+    /// `ReplicatedReduceScatter{op: local, stride, group_size, shape: x's}(g)`.
     fn grad(&self, op: &Op) -> GradRule {
         let attrs = copy_grouping(op).with("op", AttrValue::Str(CollectiveOperator::Local.name().into()));
-        let inputs = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))];
-        GradRule::Ops(vec![spec(&ReplicatedReduceScatter, attrs, &inputs, &[(0, 0)])])
+        let inputs = [(0, GradSource::GradOfOutput(0))];
+        GradRule::Ops(vec![
+            spec(&ReplicatedReduceScatter, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))
+        ])
     }
 }
 
@@ -417,22 +418,23 @@ impl OpDef for ReplicatedReduceScatter {
         operator_of(ctx, x.dtype, true)?;
         bool_attr(ctx, "rts")?;
         let c = shard_len(x.nelms(), g);
-        match ctx.optional_input(1) {
-            Some(like) if like.nelms() != c => Err(ctx.error(format!(
-                "each replica gets {c} elements of {x} but the output should have the shape of {like}"
-            ))),
-            Some(like) => Ok(vec![TensorInfo::new(x.dtype, like.shape.clone())]),
+        match shape_attr(ctx, "shape")? {
+            Some(shape) if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(c) => {
+                Err(ctx.error(format!("each replica gets {c} elements of {x}, not the {shape:?} of attribute `shape`")))
+            }
+            Some(shape) => Ok(vec![TensorInfo::new(x.dtype, shape)]),
             None => Ok(vec![TensorInfo::new(x.dtype, [c])]),
         }
     }
-    /// With `op: local`, `ReplicatedAllGather{stride, group_size}(g, like = x)`;
+    /// With `op: local`, `ReplicatedAllGather{stride, group_size, shape: x's}(g)`;
     /// no gradient otherwise.
     fn grad(&self, op: &Op) -> GradRule {
         if CollectiveOperator::of(&op.attrs) != Some(CollectiveOperator::Local) {
             return GradRule::None;
         }
-        let inputs = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))];
-        GradRule::Ops(vec![spec(&ReplicatedAllGather, copy_grouping(op), &inputs, &[(0, 0)])])
+        let inputs = [(0, GradSource::GradOfOutput(0))];
+        GradRule::Ops(vec![spec(&ReplicatedAllGather, copy_grouping(op), &inputs, &[(0, 0)])
+            .with_shape_attr("shape", GradSource::FwdInput(0))])
     }
 }
 
@@ -539,12 +541,16 @@ mod tests {
         assert_eq!(infer(4, &ReplicatedAllGather, meta, &[f32(&[4])]).unwrap(), vec![x.clone()]);
         let too_small = group(1, 4).with("shape", AttrValue::Ints(vec![12]));
         assert!(infer(4, &ReplicatedAllGather, too_small, &[f32(&[4])]).is_err());
-        // `like` gives the output shape.
+        // Attribute `shape` gives the shard's shape (autodiff sets the forward input's).
+        let shard_shape = |v: Vec<i64>| group(1, 4).with("shape", AttrValue::Ints(v));
         assert_eq!(
-            infer(4, &ReplicatedReduceScatter, group(1, 4), &[f32(&[8]), f32(&[2, 1])]).unwrap(),
+            infer(4, &ReplicatedReduceScatter, shard_shape(vec![2, 1]), &[f32(&[8])]).unwrap(),
             vec![f32(&[2, 1])]
         );
+        assert!(infer(4, &ReplicatedReduceScatter, shard_shape(vec![3]), &[f32(&[8])]).is_err());
+        // The gradient ops take no forward tensor as an input.
         assert!(infer(2, &ReplicatedAllGather, group(1, 2), &[f32(&[2]), x.clone()]).is_err());
+        assert!(infer(2, &ReplicatedReduceScatter, group(1, 2), &[f32(&[4]), f32(&[2])]).is_err());
         let ar = Attributes::new().with("ipus", AttrValue::Ints(vec![0, 1]));
         assert_eq!(infer(1, &AllReduce, ar, &[x.clone(), x.clone()]).unwrap(), vec![x.clone(), x]);
     }

@@ -17,7 +17,7 @@ pub(crate) fn spec(
     inputs: &[(u32, GradSource)],
     outputs: &[(u32, u32)],
 ) -> GradOpSpec {
-    GradOpSpec { op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() }
+    GradOpSpec { op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec(), shape_attrs: Vec::new() }
 }
 
 /// `Identity(g0)` as the gradient of forward input `input`: the output gradient passes
@@ -60,27 +60,32 @@ op_types!(
     MatMulLhsGrad,
     /// `MatMulRhsGrad(g, a, b)`: `aᵀ @ g` reduced to `b`'s shape.
     MatMulRhsGrad,
-    /// `ReduceGrad{func, axes, keepdims}(g, x, y?)`: broadcast `g` back to `x`'s shape;
-    /// `mean` divides by the reduced count, `max`/`min` mask where `x == y`; `prod`
-    /// multiplies by the product of the other elements, `l1` by `sign(x)`, `l2` by
-    /// `x / y`, `logsum` by `1 / exp(y)`, `logsumexp` by `exp(x - y)`, `sumsquare` by
-    /// `2x` (`y`, input 2, is read by `max min l2 logsum logsumexp`).
+    /// `ReduceGrad{func, axes, keepdims, shape}(g, x?, y?)`: broadcast `g` back to
+    /// the forward input's shape (attribute `shape`); `mean` divides by the
+    /// reduced count, `max`/`min` mask where `x == y`; `prod` multiplies by the
+    /// product of the other elements, `l1` by `sign(x)`, `l2` by `x / y`,
+    /// `logsum` by `1 / exp(y)`, `logsumexp` by `exp(x - y)`, `sumsquare` by `2x`.
+    /// `x` (input 1) is connected for `max min prod l1 l2 logsumexp sumsquare`,
+    /// `y` (input 2) for `max min l2 logsum logsumexp`, as PopART's grad ops read them.
     ReduceGrad,
     /// `SoftmaxGrad{axis}(g, y)`: `y · (g - sum(g · y, axis))`.
     SoftmaxGrad,
-    /// `SliceGrad{starts, ends, steps, axes}(g, x)`: zeros of `x`'s shape with `g` in the slice.
+    /// `SliceGrad{starts, ends, steps, axes, shape}(g)`: zeros of the forward
+    /// input's shape (attribute `shape`) with `g` in the slice.
     SliceGrad,
-    /// `GatherGrad{axis, zero_OOR}(g, indices, x)`: zeros of `x`'s shape, `g`
-    /// scatter-added at `indices` (out-of-range indices add nothing).
+    /// `GatherGrad{axis, zero_OOR, shape}(g, indices)`: zeros of the forward
+    /// data's shape (attribute `shape`), `g` scatter-added at `indices`
+    /// (out-of-range indices add nothing).
     GatherGrad,
     /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`: `-g / probs` at each label
     /// (divided by the count of non-ignored labels for `mean`), zero elsewhere.
     NllLossGrad,
-    /// `ReshapeGrad(g, x)`: `g` (same element count as `x`) reshaped to `x`'s shape
-    /// (gradient of `Reshape` and `Squeeze`; `x` is read for its shape only).
+    /// `ReshapeGrad{shape}(g)`: `g` reshaped to the forward input's shape
+    /// (attribute `shape`, same element count; gradient of `Reshape` and `Squeeze`).
     ReshapeGrad,
-    /// `ConcatGrad{axis, index}(g, x0, .., xn-1)`: the part of `g` along `axis` that came
-    /// from concat input `index` (the inputs `x_i` are read for their shapes only).
+    /// `ConcatGrad{axis, index, shape0, .., shape<n-1>}(g)`: the part of `g`
+    /// along `axis` that came from concat input `index`; attributes `shape<i>`
+    /// are the concat inputs' shapes (PopART's `ConcatGradOp` keeps the range).
     ConcatGrad,
     /// `ReduceToShape{shape}(x)`: sum `x` over the dims that broadcasting expanded from `shape`.
     ReduceToShape,
@@ -89,6 +94,17 @@ op_types!(
     /// `Init{shape, dtype}()`: a tensor of zeros.
     Init,
 );
+
+/// The forward tensor shape a gradient op takes as its attribute `key` (set by
+/// autodiff from [`crate::GradOpSpec::shape_attrs`]), checked: its element
+/// count must fit `usize`.
+pub(crate) fn fwd_shape(ctx: &InferContext<'_>, key: &str) -> Result<Vec<usize>> {
+    let shape = to_shape(ctx, ctx.ints(key)?, &format!("`{key}`"))?;
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+        return Err(ctx.error(format!("`{key}` {shape:?} has too many elements")));
+    }
+    Ok(shape)
+}
 
 fn first_input_info(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     Ok(vec![ctx.input(0)?.clone()])
@@ -198,18 +214,30 @@ impl OpDef for ReduceGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
-        let reads_output = reduce::grad_func(f).ok_or_else(|| ctx.error(format!("unknown reduction `{f}`")))?;
-        if reads_output {
-            ctx.input(2)?;
+        let (reads_x, reads_y) = reduce::grad_func(f).ok_or_else(|| ctx.error(format!("unknown reduction `{f}`")))?;
+        let g = ctx.input(0)?;
+        let x = TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
+        for (i, reads) in [(1, reads_x), (2, reads_y)] {
+            match (reads, ctx.optional_input(i)) {
+                (true, None) => return Err(ctx.error(format!("`{f}` reads the forward tensor at input {i}"))),
+                (false, Some(_)) => return Err(ctx.error(format!("`{f}` reads no forward tensor at input {i}"))),
+                _ => {}
+            }
         }
-        let x = ctx.input(1)?;
+        if reads_x && ctx.input(1)? != &x {
+            return Err(ctx.error(format!("the forward input {} is not {x}", ctx.input(1)?)));
+        }
         let axes =
             super::normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(super::infer_error(ctx))?;
         let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
-        if ctx.input(0)?.shape != reduce::reduced_shape(&x.shape, &axes, keepdims) {
+        let y = reduce::reduced_shape(&x.shape, &axes, keepdims);
+        if g.shape != y {
             return Err(ctx.error("gradient shape does not match the reduced shape"));
         }
-        info_of_input(ctx, 1)
+        if reads_y && ctx.input(2)?.shape != y {
+            return Err(ctx.error("the forward output does not have the reduced shape"));
+        }
+        Ok(vec![x])
     }
 }
 
@@ -230,13 +258,14 @@ impl OpDef for SliceGrad {
         "SliceGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let x = ctx.input(1)?;
-        let mut shape = x.shape.clone();
-        for s in super::shape::slice_dims(ctx, &x.shape)? {
+        let x_shape = fwd_shape(ctx, "shape")?;
+        let dtype = ctx.input(0)?.dtype;
+        let mut shape = x_shape.clone();
+        for s in super::shape::slice_dims(ctx, &x_shape)? {
             shape[s.axis] = s.len;
         }
-        check_grad_input(ctx, x.dtype, &shape)?;
-        info_of_input(ctx, 1)
+        check_grad_input(ctx, dtype, &shape)?;
+        Ok(vec![TensorInfo::new(dtype, x_shape)])
     }
 }
 
@@ -245,17 +274,18 @@ impl OpDef for GatherGrad {
         "GatherGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (idx, x) = (ctx.input(1)?, ctx.input(2)?);
+        let x_shape = fwd_shape(ctx, "shape")?;
+        let (dtype, idx) = (ctx.input(0)?.dtype, ctx.input(1)?);
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
-        let axis =
-            super::normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(super::infer_error(ctx))?;
-        let mut shape = x.shape[..axis].to_vec();
+        let axis = super::normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x_shape.len())
+            .map_err(super::infer_error(ctx))?;
+        let mut shape = x_shape[..axis].to_vec();
         shape.extend_from_slice(&idx.shape);
-        shape.extend_from_slice(&x.shape[axis + 1..]);
-        check_grad_input(ctx, x.dtype, &shape)?;
-        info_of_input(ctx, 2)
+        shape.extend_from_slice(&x_shape[axis + 1..]);
+        check_grad_input(ctx, dtype, &shape)?;
+        Ok(vec![TensorInfo::new(dtype, x_shape)])
     }
 }
 
@@ -277,12 +307,42 @@ impl OpDef for ReshapeGrad {
         OpFlags::VIEW
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, x) = (ctx.input(0)?, ctx.input(1)?);
-        if g.dtype != x.dtype || g.nelms() != x.nelms() {
+        let g = ctx.input(0)?;
+        let x = TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
+        if g.nelms() != x.nelms() {
             return Err(ctx.error(format!("gradient {g} cannot be reshaped to {x}")));
         }
-        info_of_input(ctx, 1)
+        Ok(vec![x])
     }
+}
+
+/// The range `[start, end)` along the normalized `axis` of a `ConcatGrad`'s
+/// gradient of shape `g` that came from concat input `index`, from attributes
+/// `axis`, `index` and `shape0, ..`; the error says what is wrong.
+pub fn concat_grad_range(attrs: &Attributes, g: &[usize]) -> std::result::Result<(usize, usize, usize), String> {
+    let rank = g.len();
+    let axis = attrs.int("axis").ok_or("missing int attribute `axis`")?;
+    let axis = super::normalize_axis(axis, rank).map_err(|e| e.to_string())?;
+    let index = attrs.int("index").ok_or("missing int attribute `index`")?;
+    let (mut total, mut range, mut k) = (0usize, None, 0usize);
+    while let Some(v) = attrs.get(&format!("shape{k}")) {
+        let AttrValue::Ints(shape) = v else { return Err(format!("`shape{k}` must be a list of integers")) };
+        let fits = shape.len() == rank
+            && shape.iter().zip(g).enumerate().all(|(d, (&a, &b))| d == axis || usize::try_from(a) == Ok(b));
+        let len = usize::try_from(shape.get(axis).copied().unwrap_or(-1)).ok().filter(|_| fits);
+        let len = len.ok_or_else(|| format!("concat input {k} of shape {shape:?} does not fit gradient {g:?}"))?;
+        let end = total.checked_add(len).ok_or("the concatenated size overflows")?;
+        if k as i64 == index {
+            range = Some((total, end));
+        }
+        total = end;
+        k += 1;
+    }
+    let (start, end) = range.ok_or_else(|| format!("index {index} is not one of the {k} concat inputs"))?;
+    if total != g[axis] {
+        return Err(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g[axis]));
+    }
+    Ok((axis, start, end))
 }
 
 impl OpDef for ConcatGrad {
@@ -291,31 +351,10 @@ impl OpDef for ConcatGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
-        let n = ctx.num_inputs() as i64 - 1;
-        let index = ctx.int("index")?;
-        if !(0..n).contains(&index) {
-            return Err(ctx.error(format!("index {index} is not one of the {n} concat inputs")));
-        }
-        let axis = super::normalize_axis(ctx.int("axis")?, g.rank()).map_err(super::infer_error(ctx))?;
-        let mut total = 0usize;
-        for i in 1..=n as u32 {
-            let x = ctx.input(i)?;
-            let fits = x.dtype == g.dtype
-                && x.rank() == g.rank()
-                && x.shape.iter().zip(&g.shape).enumerate().all(|(d, (a, b))| d == axis || a == b);
-            if !fits {
-                return Err(ctx.error(format!("concat input {} ({x}) does not fit gradient {g}", i - 1)));
-            }
-            total = x.shape[axis]
-                .checked_add(total)
-                .ok_or_else(|| ctx.error(format!("the concatenated size along axis {axis} overflows")))?;
-        }
-        if total != g.shape[axis] {
-            return Err(
-                ctx.error(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g.shape[axis]))
-            );
-        }
-        info_of_input(ctx, index as u32 + 1)
+        let (axis, start, end) = concat_grad_range(ctx.attrs, &g.shape).map_err(|m| ctx.error(m))?;
+        let mut shape = g.shape.clone();
+        shape[axis] = end - start;
+        Ok(vec![TensorInfo::new(g.dtype, shape)])
     }
 }
 

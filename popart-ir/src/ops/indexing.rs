@@ -390,9 +390,9 @@ impl OpDef for Subsample {
         let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `SubsampleGrad{strides}(g, x)`: `g` scattered back into zeros.
+    /// `SubsampleGrad{strides, shape: x's}(g)`: `g` scattered back into zeros.
     fn grad(&self, op: &Op) -> GradRule {
-        GradRule::Ops(vec![spec(&SubsampleGrad, op.attrs.clone(), &[(0, G), (1, X)], &[(0, 0)])])
+        GradRule::Ops(vec![spec(&SubsampleGrad, op.attrs.clone(), &[(0, G)], &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 
@@ -435,15 +435,16 @@ impl OpDef for Scatter {
         check_scatter(ctx, t, idx, values, axis)?;
         Ok(vec![t.clone()])
     }
-    /// `ScatterReduceGrad{axis, reduction: none, with_initial}(g, indices, values)`:
+    /// `ScatterReduceGrad{axis, reduction: none, with_initial, shape: values'}(g, indices)`:
     /// `values` get `g` gathered at the indices, `t` gets `g` zeroed there.
     fn grad(&self, op: &Op) -> GradRule {
         let attrs = Attributes::new()
             .with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)))
             .with("reduction", AttrValue::Str("none".into()))
             .with("with_initial", AttrValue::Bool(true));
-        let ins = [(0, G), (1, IDX), (2, GradSource::FwdInput(2))];
-        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, &[(0, 2), (1, 0)])])
+        let ins = [(0, G), (1, IDX)];
+        let shape = GradSource::FwdInput(2);
+        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, &[(0, 2), (1, 0)]).with_shape_attr("shape", shape)])
     }
 }
 
@@ -491,7 +492,7 @@ impl OpDef for ScatterReduce {
         check_scatter(ctx, &out, idx, data, axis)?;
         Ok(vec![out])
     }
-    /// `ScatterReduceGrad{axis, reduction, with_initial}(g, indices, data[, y[, initial]])`:
+    /// `ScatterReduceGrad{axis, reduction, with_initial, shape: data's}(g, indices[, data, y[, initial]])`:
     /// max and min also read the forward output (and initial values) to find the
     /// selected elements.
     fn grad(&self, op: &Op) -> GradRule {
@@ -501,15 +502,16 @@ impl OpDef for ScatterReduce {
             .with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)))
             .with("reduction", AttrValue::Str(reduction.clone()))
             .with("with_initial", AttrValue::Bool(with_initial));
-        let mut ins = vec![(0, G), (1, IDX), (2, X)];
+        let mut ins = vec![(0, G), (1, IDX)];
         if matches!(reduction.as_str(), "max" | "min") {
+            ins.push((2, X));
             ins.push((3, GradSource::FwdOutput(0)));
             if with_initial {
                 ins.push((4, GradSource::FwdInput(2)));
             }
         }
         let outs: &[(u32, u32)] = if with_initial { &[(0, 0), (1, 2)] } else { &[(0, 0)] };
-        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, outs)])
+        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, outs).with_shape_attr("shape", X)])
     }
 }
 
@@ -533,9 +535,10 @@ impl OpDef for DynamicSlice {
         let slices = dynamic_check(ctx, t)?;
         Ok(vec![TensorInfo::new(t.dtype, dynamic_slice_shape(&t.shape, &slices))])
     }
-    /// `DynamicSliceGrad{axes, sizes}(g, index, t)`: zeros with `g` at the slice.
+    /// `DynamicSliceGrad{axes, sizes, shape: t's}(g, index)`: zeros with `g` at the slice.
     fn grad(&self, op: &Op) -> GradRule {
-        GradRule::Ops(vec![spec(&DynamicSliceGrad, dynamic_attrs(op), &[(0, G), (1, IDX), (2, X)], &[(0, 0)])])
+        let ins = [(0, G), (1, IDX)];
+        GradRule::Ops(vec![spec(&DynamicSliceGrad, dynamic_attrs(op), &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 
@@ -592,15 +595,14 @@ impl OpDef for Onehot {
         let (_, shape) = onehot_shape(&idx.shape, c, ctx.attrs.int("axis").unwrap_or(-1)).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(values.dtype, shape)])
     }
-    /// `OnehotGrad{axis, num_classes}(g, indices, values)`: the sums of `g` off and on
+    /// `OnehotGrad{axis, num_classes}(g, indices)`: the sums of `g` off and on
     /// the hot positions (the gradient of `values`; the indices get none).
     fn grad(&self, op: &Op) -> GradRule {
         let mut attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
         if let Some(c) = op.attrs.int("num_classes") {
             attrs.set("num_classes", AttrValue::Int(c));
         }
-        let ins = [(0, G), (1, X), (2, GradSource::FwdInput(2))];
-        GradRule::Ops(vec![spec(&OnehotGrad, attrs, &ins, &[(0, 2)])])
+        GradRule::Ops(vec![spec(&OnehotGrad, attrs, &[(0, G), (1, X)], &[(0, 2)])])
     }
 }
 
@@ -615,11 +617,11 @@ impl OpDef for GroupedGather {
         let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, axis, group_size).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `GroupedGatherGrad{axis, group_size, zero_OOR}(g, indices, data)`: per group,
+    /// `GroupedGatherGrad{axis, group_size, zero_OOR, shape: data's}(g, indices)`: per group,
     /// `g` scatter-added into zeros (out-of-range indices add nothing).
     fn grad(&self, op: &Op) -> GradRule {
-        let ins = [(0, G), (1, IDX), (2, X)];
-        GradRule::Ops(vec![spec(&GroupedGatherGrad, gather_attrs(op), &ins, &[(0, 0)])])
+        let ins = [(0, G), (1, IDX)];
+        GradRule::Ops(vec![spec(&GroupedGatherGrad, gather_attrs(op), &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 
@@ -634,11 +636,13 @@ impl OpDef for TiedGather {
             .map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `GatherGrad{axis, zero_OOR}(g, indices, data)`, as `Gather` (PopART's
+    /// `GatherGrad{axis, zero_OOR, shape: data's}(g, indices)`, as `Gather` (PopART's
     /// `TiedGatherGradOp` is a `GatherGradOp`).
     fn grad(&self, op: &Op) -> GradRule {
-        let ins = [(0, G), (1, IDX), (2, X)];
-        GradRule::Ops(vec![spec(&super::grad::GatherGrad, gather_attrs(op), &ins, &[(0, 0)])])
+        let ins = [(0, G), (1, IDX)];
+        GradRule::Ops(vec![
+            spec(&super::grad::GatherGrad, gather_attrs(op), &ins, &[(0, 0)]).with_shape_attr("shape", X)
+        ])
     }
 }
 

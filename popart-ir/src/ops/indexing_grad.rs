@@ -1,7 +1,10 @@
 //! Gradient ops of the indexing ops ([`super::indexing`]), created by autodiff.
 //! Input 0 is always the incoming gradient `g`; the others are forward tensors
-//! as listed per type (some read for their shape only).
+//! as listed per type. A forward tensor needed for its shape only is not an
+//! input: its shape is attribute `shape`, set by autodiff (as PopART's grad
+//! ops keep it), so the gradient graph does not ask for it.
 
+use super::grad::fwd_shape;
 use super::indexing::{
     dynamic_slice_shape, dynamic_slices, grouped_gather_shape, is_numeric, num_classes_attr, onehot_shape,
     reduction_attr, scatter_indices, subsample_shape, Reduction,
@@ -10,28 +13,30 @@ use super::{infer_error, normalize_axis, op_types};
 use crate::{InferContext, OpDef, Result, TensorInfo};
 
 op_types!(
-    /// `SubsampleGrad{strides}(g, x)`: zeros of `x`'s shape with `g` at every
-    /// `strides[d]`-th element.
+    /// `SubsampleGrad{strides, shape}(g)`: zeros of the forward input's shape
+    /// (attribute `shape`) with `g` at every `strides[d]`-th element.
     SubsampleGrad,
-    /// `ScatterReduceGrad{axis, reduction, with_initial}(g, indices, data[, y[, initial]])`:
-    /// output 0, the gradient of the scattered `data`: `g` gathered where each element
-    /// went (times `data == y` there for `max`/`min`; zero for ignored indices);
-    /// output 1 (if `with_initial`), the gradient of the initial values: `g` (`sum`),
-    /// `g` zeroed at the scattered positions (`none`), `g` where `y == initial`
-    /// (`max`/`min`). `y` (the forward output, input 3) and `initial` (input 4) are
-    /// read by `max`/`min` only.
+    /// `ScatterReduceGrad{axis, reduction, with_initial, shape}(g, indices[, data, y[, initial]])`:
+    /// output 0, the gradient of the scattered `data` (of attribute `shape`): `g`
+    /// gathered where each element went (times `data == y` there for `max`/`min`;
+    /// zero for ignored indices); output 1 (if `with_initial`), the gradient of the
+    /// initial values: `g` (`sum`), `g` zeroed at the scattered positions (`none`),
+    /// `g` where `y == initial` (`max`/`min`). `data` (input 2), `y` (the forward
+    /// output, input 3) and `initial` (input 4) are read by `max`/`min` only.
     ScatterReduceGrad,
-    /// `DynamicSliceGrad{axes, sizes}(g, index, t)`: zeros of `t`'s shape with `g`
-    /// written at the slice (as `DynamicUpdate` writes it).
+    /// `DynamicSliceGrad{axes, sizes, shape}(g, index)`: zeros of the forward
+    /// input's shape (attribute `shape`) with `g` written at the slice (as
+    /// `DynamicUpdate` writes it).
     DynamicSliceGrad,
     /// `DynamicUpdateGrad{axes, sizes}(g, index)`: `g` with the slice zeroed (the
     /// gradient of the updated tensor).
     DynamicUpdateGrad,
-    /// `OnehotGrad{axis, num_classes}(g, indices, values)`: `[sum of g off the hot
-    /// positions, sum of g on them]`, of `values`' type and shape.
+    /// `OnehotGrad{axis, num_classes}(g, indices)`: `[sum of g off the hot
+    /// positions, sum of g on them]`, the gradient of the `[2]` values.
     OnehotGrad,
-    /// `GroupedGatherGrad{axis, group_size, zero_OOR}(g, indices, x)`: zeros of `x`'s
-    /// shape, `g` scatter-added per group at `indices` (out-of-range indices add nothing).
+    /// `GroupedGatherGrad{axis, group_size, zero_OOR, shape}(g, indices)`: zeros of
+    /// the forward data's shape (attribute `shape`), `g` scatter-added per group at
+    /// `indices` (out-of-range indices add nothing).
     GroupedGatherGrad,
 );
 
@@ -57,10 +62,10 @@ impl OpDef for SubsampleGrad {
         "SubsampleGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let x = ctx.input(1)?;
+        let x = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
         let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
         check_grad(ctx, &TensorInfo::new(x.dtype, shape))?;
-        Ok(vec![x.clone()])
+        Ok(vec![x])
     }
 }
 
@@ -69,7 +74,8 @@ impl OpDef for ScatterReduceGrad {
         "ScatterReduceGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, idx, data) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
+        let data = &TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
         require_numeric(ctx, g)?;
         if g.dtype != data.dtype || g.rank() != data.rank() || data.rank() == 0 {
             return Err(ctx.error(format!("gradient {g} does not fit the scattered tensor {data}")));
@@ -85,6 +91,9 @@ impl OpDef for ScatterReduceGrad {
         let reduction = reduction_attr(ctx)?;
         let with_initial = ctx.attrs.bool("with_initial").unwrap_or(false);
         if matches!(reduction, Reduction::Max | Reduction::Min) {
+            if ctx.input(2)? != data {
+                return Err(ctx.error(format!("the scattered tensor {} is not {data}", ctx.input(2)?)));
+            }
             check_grad(ctx, ctx.input(3)?)?;
             if with_initial {
                 check_grad(ctx, ctx.input(4)?)?;
@@ -103,14 +112,14 @@ impl OpDef for DynamicSliceGrad {
         "DynamicSliceGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let t = ctx.input(2)?;
+        let t = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
         let slices = dynamic_slices(&t.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
         let index = ctx.input(1)?;
         if !index.dtype.is_int() || index.nelms() != slices.len() {
             return Err(ctx.error(format!("index {index} must hold one integer offset per sliced axis")));
         }
         check_grad(ctx, &TensorInfo::new(t.dtype, dynamic_slice_shape(&t.shape, &slices)))?;
-        Ok(vec![t.clone()])
+        Ok(vec![t])
     }
 }
 
@@ -134,15 +143,16 @@ impl OpDef for OnehotGrad {
         "OnehotGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (idx, values) = (ctx.input(1)?, ctx.input(2)?);
-        if !idx.dtype.is_int() || values.shape != [2] {
-            return Err(ctx.error(format!("indices {idx} and values {values} do not fit a one-hot encoding")));
+        let idx = ctx.input(1)?;
+        if !idx.dtype.is_int() {
+            return Err(ctx.error(format!("indices {idx} must be an integer tensor")));
         }
-        require_numeric(ctx, values)?;
+        let values = TensorInfo::new(ctx.input(0)?.dtype, [2]);
+        require_numeric(ctx, &values)?;
         let c = num_classes_attr(ctx)?;
         let (_, shape) = onehot_shape(&idx.shape, c, ctx.attrs.int("axis").unwrap_or(-1)).map_err(|m| ctx.error(m))?;
         check_grad(ctx, &TensorInfo::new(values.dtype, shape))?;
-        Ok(vec![values.clone()])
+        Ok(vec![values])
     }
 }
 
@@ -151,15 +161,16 @@ impl OpDef for GroupedGatherGrad {
         "GroupedGatherGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (idx, x) = (ctx.input(1)?, ctx.input(2)?);
+        let idx = ctx.input(1)?;
+        let x = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
-        require_numeric(ctx, x)?;
+        require_numeric(ctx, &x)?;
         let (axis, groups) = (ctx.attrs.int("axis").unwrap_or(0), ctx.attrs.int("group_size").unwrap_or(1));
         let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, axis, groups).map_err(|m| ctx.error(m))?;
         check_grad(ctx, &TensorInfo::new(x.dtype, shape))?;
-        Ok(vec![x.clone()])
+        Ok(vec![x])
     }
 }
 

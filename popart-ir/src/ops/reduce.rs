@@ -34,8 +34,8 @@ op_types!(
     /// lower median over `axes` (PopXL `median`): outputs `(values, indices)`, the
     /// indices int32 positions within each reduced group
     ReduceMedian,
-    /// `ReduceMedianGrad{axes, keepdims}(g, indices, x)`: zeros of `x`'s shape with `g`
-    /// at the median positions `indices` (`x` is read for its shape only)
+    /// `ReduceMedianGrad{axes, keepdims, shape}(g, indices)`: zeros of the forward
+    /// input's shape (attribute `shape`) with `g` at the median positions `indices`
     ReduceMedianGrad,
     /// sum of the squares of every element, as a float32 scalar (PopXL `lamb_square`)
     LambSquare,
@@ -83,25 +83,33 @@ fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool, domain: Domain)
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }
 
-/// The `func` values of [`ReduceGrad`]: `Some(reads_output)` for a known
-/// reduction (whether its gradient also reads the forward output, input 2).
-pub(crate) fn grad_func(func: &str) -> Option<bool> {
+/// The `func` values of [`ReduceGrad`]: `Some((reads_input, reads_output))`
+/// for a known reduction: whether its gradient reads the forward input
+/// (input 1) and the forward output (input 2), as PopART's grad ops do.
+pub(crate) fn grad_func(func: &str) -> Option<(bool, bool)> {
     match func {
-        "sum" | "mean" | "prod" | "l1" | "sumsquare" => Some(false),
-        "max" | "min" | "l2" | "logsum" | "logsumexp" => Some(true),
+        "sum" | "mean" => Some((false, false)),
+        "logsum" => Some((false, true)),
+        "prod" | "l1" | "sumsquare" => Some((true, false)),
+        "max" | "min" | "l2" | "logsumexp" => Some((true, true)),
         _ => None,
     }
 }
 
-/// `ReduceGrad{func, axes, keepdims}(g, x[, y])`: `max`, `min`, `l2`, `logsum`
-/// and `logsumexp` also read the forward output.
+/// `ReduceGrad{func, axes, keepdims, shape: x's}(g[, x][, y])`, reading the
+/// forward input and output as [`grad_func`] says.
 fn reduce_grad(op: &Op, func: &str) -> GradRule {
     let mut attrs = op.attrs.clone();
     attrs.set("func", AttrValue::Str(func.to_string()));
-    let (g, x, y) = (GradSource::GradOfOutput(0), GradSource::FwdInput(0), GradSource::FwdOutput(0));
-    let inputs: &[(u32, GradSource)] =
-        if grad_func(func) == Some(true) { &[(0, g), (1, x), (2, y)] } else { &[(0, g), (1, x)] };
-    GradRule::Ops(vec![spec(&ReduceGrad, attrs, inputs, &[(0, 0)])])
+    let (reads_x, reads_y) = grad_func(func).unwrap_or((true, true));
+    let mut inputs = vec![(0, GradSource::GradOfOutput(0))];
+    if reads_x {
+        inputs.push((1, GradSource::FwdInput(0)));
+    }
+    if reads_y {
+        inputs.push((2, GradSource::FwdOutput(0)));
+    }
+    GradRule::Ops(vec![spec(&ReduceGrad, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))])
 }
 
 macro_rules! reduce {
@@ -145,11 +153,12 @@ impl OpDef for ReduceMedian {
         let indices = TensorInfo::new(DataType::Int32, y.shape.clone());
         Ok(vec![y, indices])
     }
-    /// `ReduceMedianGrad{axes, keepdims}(g, indices, x)`.
+    /// `ReduceMedianGrad{axes, keepdims, shape: x's}(g, indices)`.
     fn grad(&self, op: &Op) -> GradRule {
         let attrs = op.attrs.clone();
-        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1)), (2, GradSource::FwdInput(0))];
-        GradRule::Ops(vec![spec(&ReduceMedianGrad, attrs, &ins, &[(0, 0)])])
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1))];
+        let x = GradSource::FwdInput(0);
+        GradRule::Ops(vec![spec(&ReduceMedianGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", x)])
     }
 }
 
@@ -158,7 +167,8 @@ impl OpDef for ReduceMedianGrad {
         "ReduceMedianGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, idx, x) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
+        let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
         let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
         let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
         let reduced = reduced_shape(&x.shape, &axes, keepdims);

@@ -21,7 +21,8 @@ use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, T
 op_types!(
     /// `Resize{scales, mode, nearest_mode, coordinate_transformation_mode}(x)`; PopXL `interpolate`
     Resize,
-    /// `ResizeGrad{resize attrs}(g, x)`: the adjoint of `Resize` (`x` read for its shape only)
+    /// `ResizeGrad{resize attrs, shape}(g)`: the adjoint of `Resize`, of the
+    /// forward input's shape (attribute `shape`)
     ResizeGrad,
 );
 
@@ -152,10 +153,11 @@ impl OpDef for Resize {
         let x = ctx.input(0)?;
         Ok(vec![TensorInfo::new(x.dtype, infer_resize(ctx, x)?)])
     }
-    /// `ResizeGrad(g, x)`.
+    /// `ResizeGrad{.., shape: x's}(g)`.
     fn grad(&self, op: &Op) -> GradRule {
-        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))];
-        GradRule::Ops(vec![spec(&ResizeGrad, op.attrs.clone(), &ins, &[(0, 0)])])
+        let ins = [(0, GradSource::GradOfOutput(0))];
+        let x = GradSource::FwdInput(0);
+        GradRule::Ops(vec![spec(&ResizeGrad, op.attrs.clone(), &ins, &[(0, 0)]).with_shape_attr("shape", x)])
     }
 }
 
@@ -164,7 +166,8 @@ impl OpDef for ResizeGrad {
         "ResizeGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, x) = (ctx.input(0)?, ctx.input(1)?);
+        let g = ctx.input(0)?;
+        let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
         let out = infer_resize(ctx, x)?;
         if g.shape != out || g.dtype != x.dtype {
             return Err(ctx.error(format!("the gradient {g} does not match the resize output {out:?}")));

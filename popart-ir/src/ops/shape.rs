@@ -72,9 +72,9 @@ impl OpDef for Reshape {
         let shape = resolve_reshape(ctx.ints("shape")?, x.nelms()).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `ReshapeGrad(g, x)`: back to the input's shape.
+    /// `ReshapeGrad{shape: x's}(g)`: back to the input's shape.
     fn grad(&self, _op: &Op) -> GradRule {
-        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G), (1, X)], 0)])
+        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G)], 0).with_shape_attr("shape", X)])
     }
 }
 
@@ -125,7 +125,7 @@ impl OpDef for Slice {
     }
     /// `SliceGrad{starts, ends, steps, axes}(g, x)`: `g` placed into zeros of the input's shape.
     fn grad(&self, op: &Op) -> GradRule {
-        GradRule::Ops(vec![spec(&SliceGrad, op.attrs.clone(), &[(0, G), (1, X)], &[(0, 0)])])
+        GradRule::Ops(vec![spec(&SliceGrad, op.attrs.clone(), &[(0, G)], &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 
@@ -165,17 +165,18 @@ impl OpDef for Concat {
         }
         Ok(vec![TensorInfo::new(first.dtype, shape)])
     }
-    /// `ConcatGrad{axis, index}(g, x0, .., xn-1)` for each input `index`.
+    /// `ConcatGrad{axis, index, shape0, .., shape<n-1>}(g)` for each input
+    /// `index`: the inputs' shapes are attributes.
     fn grad(&self, op: &Op) -> GradRule {
         let n = op.inputs().len() as u32;
-        let inputs: Vec<(u32, GradSource)> =
-            std::iter::once((0, G)).chain((0..n).map(|i| (i + 1, GradSource::FwdInput(i)))).collect();
         let axis = op.attrs.int("axis").unwrap_or(0);
         let specs = (0..n)
             .map(|i| {
                 let attrs =
                     Attributes::new().with("axis", AttrValue::Int(axis)).with("index", AttrValue::Int(i as i64));
-                spec(&ConcatGrad, attrs, &inputs, &[(0, i)])
+                (0..n).fold(spec(&ConcatGrad, attrs, &[(0, G)], &[(0, i)]), |s, k| {
+                    s.with_shape_attr(format!("shape{k}"), GradSource::FwdInput(k))
+                })
             })
             .collect();
         GradRule::Ops(specs)
@@ -203,9 +204,9 @@ impl OpDef for Squeeze {
         let shape: Vec<usize> = (0..x.rank()).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect();
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `ReshapeGrad(g, x)`: the squeezed axes come back.
+    /// `ReshapeGrad{shape: x's}(g)`: the squeezed axes come back.
     fn grad(&self, _op: &Op) -> GradRule {
-        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G), (1, X)], 0)])
+        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G)], 0).with_shape_attr("shape", X)])
     }
 }
 
@@ -231,8 +232,8 @@ impl OpDef for Gather {
         if op.attrs.bool("zero_OOR") == Some(true) {
             attrs = attrs.with("zero_OOR", AttrValue::Bool(true));
         }
-        let ins = [(0, G), (1, GradSource::FwdInput(1)), (2, X)];
-        GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)])])
+        let ins = [(0, G), (1, GradSource::FwdInput(1))];
+        GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 

@@ -16,8 +16,8 @@ op_types!(
     /// smallest) elements along `axis` (default -1) and their int32 indices; ties
     /// keep the lower index first; unsorted results are in index order
     TopK,
-    /// `TopKGrad{axis}(g, indices, x)`: zeros of `x`'s shape with `g` scattered to
-    /// `indices` along `axis` (`x` is read for its shape only)
+    /// `TopKGrad{axis, shape}(g, indices)`: zeros of the forward input's shape
+    /// (attribute `shape`) with `g` scattered to `indices` along `axis`
     TopKGrad,
     /// `Histogram{levels, absolute_of_input}(x)`: uint32 counts of the elements in the
     /// `len(levels) + 1` bins `x < l0`, `l0 <= x < l1`, ..., `x >= l_last` (of `|x|`
@@ -87,12 +87,12 @@ impl OpDef for TopK {
         shape[axis] = k;
         Ok(vec![TensorInfo::new(x.dtype, shape.clone()), TensorInfo::new(DataType::Int32, shape)])
     }
-    /// `TopKGrad{axis}(g, indices, x)`.
+    /// `TopKGrad{axis, shape: x's}(g, indices)`.
     fn grad(&self, op: &Op) -> GradRule {
         let mut attrs = crate::Attributes::new();
         attrs.set("axis", crate::AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
-        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1)), (2, GradSource::FwdInput(0))];
-        GradRule::Ops(vec![spec(&TopKGrad, attrs, &ins, &[(0, 0)])])
+        let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1))];
+        GradRule::Ops(vec![spec(&TopKGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))])
     }
 }
 
@@ -101,7 +101,8 @@ impl OpDef for TopKGrad {
         "TopKGrad"
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let (g, idx, x) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+        let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
+        let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
         let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), x.rank()).map_err(infer_error(ctx))?;
         let fits = g.dtype == x.dtype
             && g.rank() == x.rank()

@@ -255,11 +255,14 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build_reduce_grad);
     }
-    let (g, y, dt) = grad_operands(spec)?;
+    let (g, x, dt) = grad_operands(spec)?;
     let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
-    let x = spec.input(1)?;
-    if y.info != x.info {
-        return Err(spec.error(format!("output {} must match the forward input {}", y.info, x.info)));
+    // The output has the forward input's shape (attribute `shape`); `x` (input
+    // 1) is connected only for the funcs whose formula reads it.
+    if let Some((_, fx)) = spec.inputs.iter().find(|(i, _)| *i == 1) {
+        if fx != x.info {
+            return Err(spec.error(format!("output {} must match the forward input {fx}", x.info)));
+        }
     }
     let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
     let kept: Vec<usize> = x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
@@ -281,8 +284,9 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
             if fy.nelms() != kept_len {
                 return Err(spec.error(format!("forward output {} does not match {kept:?}", fy.info)));
             }
+            let fx = spec.input(1)?;
             let shapes = [&kept[..], x.shape(), &kept[..]];
-            with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, x.pos, fy.pos]),
+            with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, fx.pos, fy.pos]),
                     _ => Err(spec.unsupported_dtype(dt)))
         }
         other => super::reduce_ext::build_reduce_grad(spec, other),
@@ -427,9 +431,13 @@ mod tests {
                 let want = numeric_grad(&x, 1e-6, |x| {
                     fwd(op, &fa, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(p, q)| p * q).sum()
                 });
-                let ga = fa.clone().with("func", AttrValue::Str(func.into()));
-                let mut ins = vec![(0, f64s(&y.info.shape, &w)), (1, f64s(&shape, &x))];
+                let ga = fa
+                    .clone()
+                    .with("func", AttrValue::Str(func.into()))
+                    .with("shape", AttrValue::Ints(shape.iter().map(|&d| d as i64).collect()));
+                let mut ins = vec![(0, f64s(&y.info.shape, &w))];
                 if matches!(func, "max" | "min") {
+                    ins.push((1, f64s(&shape, &x)));
                     ins.push((2, y.clone()));
                 }
                 let got = run_op("ReduceGrad", ga, &ins)[0].to_f64_vec();

@@ -137,7 +137,8 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for SubsampleKernel<E> {
 
 fn build_subsample(spec: &KernelSpec<'_>) -> BuildResult {
     let grad = spec.is::<ir::SubsampleGrad>();
-    let x = if grad { spec.input(1)? } else { spec.input(0)? };
+    // The gradient's output has the forward input's shape (attribute `shape`).
+    let x = if grad { spec.output(0)? } else { spec.input(0)? };
     check_rank(spec, x.info.rank())?;
     let out = subsample_shape(x.shape(), spec.attr_ints("strides")?).map_err(|m| spec.error(m))?;
     let strides: Vec<usize> = spec.attr_ints("strides")?.iter().map(|&s| s as usize).collect();
@@ -315,7 +316,7 @@ enum DynMode {
     Update,
     /// `DynamicUpdateInplace(t, index, u)`: write `u` into the slice of `t` in place.
     UpdateInplace,
-    /// `DynamicSliceGrad(g, index, t)`: zeros, `g` written into the slice.
+    /// `DynamicSliceGrad(g, index)`: zeros, `g` written into the slice.
     SliceGrad,
     /// `DynamicUpdateGrad(g, index)`: `g` with the slice zeroed.
     UpdateGrad,
@@ -377,7 +378,8 @@ fn build_dynamic(spec: &KernelSpec<'_>) -> BuildResult {
         _ if spec.is::<ir::DynamicSlice>() => (DynMode::Slice, spec.input(0)?, None),
         _ if spec.is::<ir::DynamicUpdate>() => (DynMode::Update, spec.input(0)?, Some(spec.input(2)?)),
         _ if spec.is::<ir::DynamicUpdateInplace>() => (DynMode::UpdateInplace, spec.input(0)?, Some(spec.input(2)?)),
-        _ if spec.is::<ir::DynamicSliceGrad>() => (DynMode::SliceGrad, spec.input(2)?, Some(spec.input(0)?)),
+        // The output has the forward input's shape (attribute `shape`).
+        _ if spec.is::<ir::DynamicSliceGrad>() => (DynMode::SliceGrad, spec.output(0)?, Some(spec.input(0)?)),
         _ => (DynMode::UpdateGrad, spec.input(0)?, None),
     };
     let index = spec.input(1)?;
@@ -394,7 +396,9 @@ fn build_dynamic(spec: &KernelSpec<'_>) -> BuildResult {
     let out = if mode == DynMode::Slice { plan.slice_dims.clone() } else { big.shape().to_vec() };
     check_out(spec, 0, &out, dtype)?;
     // The tensor read in place is read through the output.
-    let pos = [big.pos, index.pos, small.map_or(big.pos, |s| s.pos)];
+    let small_pos = small.map_or(big.pos, |s| s.pos);
+    let big_pos = if mode == DynMode::SliceGrad { small_pos } else { big.pos };
+    let pos = [big_pos, index.pos, small_pos];
     let (nelms, check) = (big.nelms(), spec.check_indices);
     let bad_idx = || spec.error(format!("index must be an integer tensor, got {}", index.dtype()));
     with_bits!(dtype, E => with_index!(index.dtype(), I =>
@@ -465,7 +469,7 @@ impl<E: Copy + Send + Sync + 'static, I: IndexElem> Kernel for OnehotKernel<E, I
     }
 }
 
-/// `OnehotGrad(g, indices, values)`: `[sum of g off the hot positions, sum on them]`.
+/// `OnehotGrad(g, indices)`: `[sum of g off the hot positions, sum on them]`.
 struct OnehotGradKernel<T, I> {
     d: OnehotDims,
     pos: [usize; 2],
@@ -500,7 +504,8 @@ impl<T: Num, I: IndexElem> Kernel for OnehotGradKernel<T, I> {
 
 fn build_onehot(spec: &KernelSpec<'_>) -> BuildResult {
     let grad = spec.is::<ir::OnehotGrad>();
-    let (idx, values) = if grad { (spec.input(1)?, spec.input(2)?) } else { (spec.input(0)?, spec.input(2)?) };
+    // The gradient's output is the gradient of the `[2]` values.
+    let (idx, values) = if grad { (spec.input(1)?, spec.output(0)?) } else { (spec.input(0)?, spec.input(2)?) };
     if values.shape() != [2] {
         return Err(spec.error(format!("values {} must have shape [2]", values.info)));
     }
@@ -596,7 +601,7 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for Grouped
     }
 }
 
-/// `GroupedGatherGrad(g, indices, x)`: per group, `g` rows added into zeros.
+/// `GroupedGatherGrad(g, indices)`: per group, `g` rows added into zeros.
 struct GroupedGatherGradKernel<T, I> {
     d: GroupDims,
     pos: [usize; 2],
@@ -633,7 +638,8 @@ impl<T: Num, I: IndexElem> Kernel for GroupedGatherGradKernel<T, I> {
 
 fn build_grouped_gather(spec: &KernelSpec<'_>) -> BuildResult {
     let grad = spec.is::<ir::GroupedGatherGrad>();
-    let (data, idx) = if grad { (spec.input(2)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
+    // The gradient's output has the forward data's shape (attribute `shape`).
+    let (data, idx) = if grad { (spec.output(0)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
     let groups = if spec.is::<ir::TiedGather>() { 1 } else { spec.attr_int_or("group_size", 1) };
     let (axis, gathered) = grouped_gather_shape(data.shape(), idx.shape(), spec.attr_int_or("axis", 0), groups)
         .map_err(|m| spec.error(m))?;

@@ -258,7 +258,9 @@ fn build_median_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build_median_grad);
     }
-    let (g, ind, x, y) = (spec.input(0)?, spec.input(1)?, spec.input(2)?, spec.output(0)?);
+    // The output has the forward input's shape (attribute `shape`).
+    let (g, ind, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
+    let x = y;
     let axes = axes_of(spec, x.info.rank())?;
     let groups = Groups::new(spec, x.shape(), &axes)?;
     let fits = y.info == x.info && g.dtype() == x.dtype() && g.nelms() == groups.kept.len() && ind.nelms() == g.nelms();
@@ -320,7 +322,7 @@ impl<T: Num> Kernel for ProdGrad<T> {
     }
 }
 
-/// Gradient formulas of `ReduceGrad`, from `(g, x)` or `(g, x, y)` (g and y broadcast).
+/// Gradient formulas of `ReduceGrad`, from `(g, x)`, `(g, y)` or `(g, x, y)` (g and y broadcast).
 struct L1G;
 impl<T: Num> MapN<T, 2> for L1G {
     #[inline(always)]
@@ -348,9 +350,9 @@ impl<T: Float> MapN<T, 3> for L2G {
     }
 }
 struct LogSumG;
-impl<T: Float> MapN<T, 3> for LogSumG {
+impl<T: Float> MapN<T, 2> for LogSumG {
     #[inline(always)]
-    fn f([g, _x, y]: [T; 3]) -> T {
+    fn f([g, y]: [T; 2]) -> T {
         g / y.exp()
     }
 }
@@ -365,14 +367,27 @@ impl<T: Float> MapN<T, 3> for LogSumExpG {
 /// The `ReduceGrad` kernels of `prod l1 l2 logsum logsumexp sumsquare` (called by
 /// `grad::build_reduce_grad` once it has checked the shapes; no float16 here).
 pub(crate) fn build_reduce_grad(spec: &KernelSpec<'_>, func: &str) -> BuildResult {
-    let (g, x) = (spec.input(0)?, spec.input(1)?);
-    let axes = axes_of(spec, x.info.rank())?;
-    let kept: Vec<usize> = x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
-    let dt = x.dtype();
+    // The output has the forward input's shape; `logsum` reads no forward input.
+    let (g, o) = (spec.input(0)?, spec.output(0)?);
+    let axes = axes_of(spec, o.info.rank())?;
+    let kept: Vec<usize> = o.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
+    let dt = o.dtype();
     if g.dtype() != dt {
-        return Err(spec.error(format!("gradient {} and forward input {} differ in dtype", g.info, x.info)));
+        return Err(spec.error(format!("gradient {} and output {} differ in dtype", g.info, o.info)));
     }
-    let out = x.shape();
+    let out = o.shape();
+    if func == "logsum" {
+        let y = spec.input(2)?;
+        if y.dtype() != dt || y.nelms() != g.nelms() {
+            return Err(spec.error(format!("forward output {} does not fit gradient {}", y.info, g.info)));
+        }
+        return with_float!(dt, T => NAry::<T, LogSumG, 2>::boxed(spec, out, [&kept, &kept], [g.pos, y.pos]),
+            _ => Err(spec.unsupported_dtype(dt)));
+    }
+    let x = spec.input(1)?;
+    if x.info != o.info {
+        return Err(spec.error(format!("forward input {} does not match output {}", x.info, o.info)));
+    }
     macro_rules! two {
         ($f:ty) => {
             with_num!(dt, T => NAry::<T, $f, 2>::boxed(spec, out, [&kept, out], [g.pos, x.pos]),
@@ -399,7 +414,6 @@ pub(crate) fn build_reduce_grad(spec: &KernelSpec<'_>, func: &str) -> BuildResul
         "l1" => two!(L1G),
         "sumsquare" => two!(SumSquareG),
         "l2" => three!(L2G),
-        "logsum" => three!(LogSumG),
         "logsumexp" => three!(LogSumExpG),
         other => Err(spec.error(format!("unknown reduction `{other}`"))),
     }

@@ -43,7 +43,8 @@ struct ResizeKernel<T> {
 
 fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let grad = spec.is::<ir::ResizeGrad>();
-    let x = if grad { spec.input(1)? } else { spec.input(0)? };
+    // The gradient's output has the forward input's shape (attribute `shape`).
+    let x = if grad { spec.output(0)? } else { spec.input(0)? };
     let src = spec.input(0)?.pos;
     let shape = x.shape().to_vec();
     let p = ResizeParams::from_attrs(spec.attrs, shape.len()).map_err(|m| spec.error(m))?;

@@ -346,7 +346,9 @@ fn build_scatter(spec: &KernelSpec<'_>) -> BuildResult {
 }
 
 fn build_scatter_grad(spec: &KernelSpec<'_>) -> BuildResult {
-    let (g, idx, data) = (spec.input(0)?, spec.input(1)?, spec.input(2)?);
+    // Output 0 has the scattered tensor's shape (attribute `shape`); the
+    // tensor itself (input 2) is read by `max`/`min` only.
+    let (g, idx, data) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     let reduction = reduction_of(spec)?;
     let with_initial = spec.attrs.bool("with_initial").unwrap_or(false);
     let plan = ScatterPlan::new(spec, data.info, idx.info, g.shape())?;
@@ -354,8 +356,13 @@ fn build_scatter_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if with_initial {
         check_out(spec, 1, g.shape(), g.dtype())?;
     }
-    let mut pos = [g.pos, idx.pos, data.pos, g.pos, g.pos];
+    let mut pos = [g.pos, idx.pos, g.pos, g.pos, g.pos];
     if matches!(reduction, Reduction::Max | Reduction::Min) {
+        let fwd = spec.input(2)?;
+        if fwd.info != data.info {
+            return Err(spec.error(format!("the scattered tensor {} is not {}", fwd.info, data.info)));
+        }
+        pos[2] = fwd.pos;
         pos[3] = spec.input(3)?.pos;
         if with_initial {
             pos[4] = spec.input(4)?.pos;

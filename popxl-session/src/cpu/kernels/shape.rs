@@ -340,12 +340,12 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             with_bits!(x.dtype(), E => boxed(StridedCopy::<E> { view, src: x.pos, _t: Types::default() }))
         }
         _ if spec.is::<ir::SliceGrad>() => {
-            let (g, x) = (spec.input(0)?, spec.input(1)?);
+            // The output has the forward input's shape (attribute `shape`).
+            let (g, x) = (spec.input(0)?, spec.output(0)?);
             let (view, dims) = slice_view(spec, x.shape())?;
             if g.shape() != dims.as_slice() || g.dtype() != x.dtype() {
                 return Err(spec.error(format!("gradient {} does not match the slice {dims:?}", g.info)));
             }
-            check_out(spec, x.shape(), x.dtype())?;
             let out_len = x.nelms();
             with_bits!(x.dtype(), E => boxed(StridedScatter::<E> { view, out_len, src: g.pos, zero_fill: true, _t: Types::default() }))
         }
@@ -390,36 +390,20 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         }
         _ if spec.is::<ir::ConcatGrad>() => {
             let g = spec.input(0)?;
-            let rank = g.info.rank();
-            let axis = norm_axis(spec, spec.attr_int_or("axis", 0), rank)?;
-            let index = spec.attr_int_or("index", -1);
-            let parts: Vec<_> = spec.inputs.iter().skip(1).map(|(_, t)| t).collect();
-            let Some(&target) = usize::try_from(index).ok().and_then(|i| parts.get(i)) else {
-                return Err(spec.error(format!("index {index} is not one of the {} concat inputs", parts.len())));
-            };
+            let (axis, start, end) = ir::concat_grad_range(spec.attrs, g.shape()).map_err(|m| spec.error(m))?;
+            let mut shape = g.shape().to_vec();
+            shape[axis] = end - start;
+            check_out(spec, &shape, g.dtype())?;
             let inner: usize = g.shape()[axis + 1..].iter().product();
-            let mut off = 0;
-            for (i, t) in parts.iter().enumerate() {
-                let fits = t.rank() == rank && (0..rank).all(|d| d == axis || t.shape[d] == g.shape()[d]);
-                if !fits {
-                    return Err(spec.error(format!("concat input {i} ({t}) does not fit gradient {}", g.info)));
-                }
-                if (i as i64) < index {
-                    off += t.shape[axis] * inner;
-                }
-            }
-            if parts.iter().map(|t| t.shape[axis]).sum::<usize>() != g.shape()[axis] {
-                return Err(spec.error("concat inputs do not add up to the gradient along the axis"));
-            }
-            check_out(spec, &target.shape, g.dtype())?;
             let outer: usize = g.shape()[..axis].iter().product();
-            let (g_row, len, src) = (g.shape()[axis] * inner, target.shape[axis] * inner, g.pos);
+            let (g_row, off, len, src) = (g.shape()[axis] * inner, start * inner, (end - start) * inner, g.pos);
             with_bits!(g.dtype(), E =>
                 boxed(ConcatGradKernel::<E> { outer, g_row, off, len, src, _t: Types::default() }))
         }
         _ if spec.is::<ir::Gather>() || spec.is::<ir::GatherGrad>() => {
             let grad = spec.is::<ir::GatherGrad>();
-            let (data, idx) = if grad { (spec.input(2)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
+            // The gradient's output has the forward data's shape (attribute `shape`).
+            let (data, idx) = if grad { (spec.output(0)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
             let rank = data.info.rank();
             if rank == 0 {
                 return Err(spec.error("gather from a scalar"));
@@ -605,9 +589,14 @@ mod tests {
     fn slice_grad_scatters_into_zeros() {
         let a = attrs(&[ints("starts", &[3]), ints("ends", &[0]), ints("steps", &[-2]), ints("axes", &[1])]);
         let g = t(DataType::Float32, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
-        let x = iota(DataType::Float32, &[2, 4]);
-        let out = &run_op("SliceGrad", a, &[(0, g), (1, x)])[0];
+        let a = a.with("shape", AttrValue::Ints(vec![2, 4]));
+        let out = &run_op("SliceGrad", a, &[(0, g)])[0];
         assert_eq!(out.to_f64_vec(), vec![0.0, 2.0, 0.0, 1.0, 0.0, 4.0, 0.0, 3.0]);
+    }
+
+    /// Attribute `shape`: the shape of `x` (a gradient op's forward shape).
+    fn shape_attr(x: &HostTensor) -> Attributes {
+        Attributes::new().with("shape", AttrValue::Ints(x.info.shape.iter().map(|&d| d as i64).collect()))
     }
 
     #[test]
@@ -652,7 +641,7 @@ mod tests {
             let out = &run_op("Gather", Attributes::new(), &[(0, data.clone()), (1, idx.clone())])[0];
             assert_eq!(out.to_f64_vec(), vec![2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 4.0, 5.0], "{dt}");
             let g = t(DataType::Float32, &[4, 2], &[1.0; 8]);
-            let dx = &run_op("GatherGrad", Attributes::new(), &[(0, g), (1, idx), (2, data.clone())])[0];
+            let dx = &run_op("GatherGrad", shape_attr(&data), &[(0, g), (1, idx)])[0];
             assert_eq!(dx.to_f64_vec(), vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0], "{dt}");
         }
     }
@@ -664,14 +653,16 @@ mod tests {
         let err = try_run_op_checked("Gather", Attributes::new(), &[(0, data.clone()), (1, idx.clone())]).unwrap_err();
         assert_eq!(err, KernelRunError::IndexOutOfRange { index: 7, bound: 3 });
         let g = t(DataType::Float32, &[3, 2], &[1.0; 6]);
-        let grad_ins = [(0, g), (1, idx.clone()), (2, data.clone())];
-        let err = try_run_op_checked("GatherGrad", Attributes::new(), &grad_ins).unwrap_err();
+        let grad_ins = [(0, g), (1, idx.clone())];
+        let err = try_run_op_checked("GatherGrad", shape_attr(&data), &grad_ins).unwrap_err();
         assert_eq!(err, KernelRunError::IndexOutOfRange { index: 7, bound: 3 });
         // zero_OOR asks for the zeros: no error, same result as unchecked.
         let zero_oor = Attributes::new().with("zero_OOR", AttrValue::Bool(true));
         let out = try_run_op_checked("Gather", zero_oor.clone(), &[(0, data.clone()), (1, idx)]).unwrap();
         assert_eq!(out[0].to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
-        assert!(try_run_op_checked("GatherGrad", zero_oor, &grad_ins).is_ok());
+        assert!(
+            try_run_op_checked("GatherGrad", zero_oor.with("shape", AttrValue::Ints(vec![3, 2])), &grad_ins).is_ok()
+        );
         // In range: checked and unchecked agree.
         let ok = t(DataType::Int32, &[2], &[-1.0, 0.0]);
         let out = try_run_op_checked("Gather", Attributes::new(), &[(0, data), (1, ok)]).unwrap();
@@ -685,10 +676,11 @@ mod tests {
             [iota(DataType::Float32, &[2, 2]), iota(DataType::Float32, &[2, 1]), iota(DataType::Float32, &[2, 2])];
         let want: [&[f64]; 3] = [&[0.0, 1.0, 5.0, 6.0], &[2.0, 7.0], &[3.0, 4.0, 8.0, 9.0]];
         for (index, want) in want.iter().enumerate() {
-            let a = attrs(&[("axis".into(), AttrValue::Int(1)), ("index".into(), AttrValue::Int(index as i64))]);
-            let mut ins = vec![(0, g.clone())];
-            ins.extend(parts.iter().enumerate().map(|(i, p)| (i as u32 + 1, p.clone())));
-            let out = &run_op("ConcatGrad", a, &ins)[0];
+            let mut a = attrs(&[("axis".into(), AttrValue::Int(1)), ("index".into(), AttrValue::Int(index as i64))]);
+            for (i, p) in parts.iter().enumerate() {
+                a = a.with(&format!("shape{i}"), AttrValue::Ints(p.info.shape.iter().map(|&d| d as i64).collect()));
+            }
+            let out = &run_op("ConcatGrad", a, &[(0, g.clone())])[0];
             assert_eq!(out.info, parts[index].info);
             assert_eq!(out.to_f64_vec(), want.to_vec());
         }
@@ -706,7 +698,8 @@ mod tests {
             let out = &run_op("Gather", a.clone(), &[(0, t(DataType::Float64, &[3, 4], x)), (1, idx.clone())])[0];
             out.to_f64_vec().iter().zip(&w).map(|(p, q)| p * q).sum()
         });
-        let ins = [(0, t(DataType::Float64, &[3, 3], &w)), (1, idx.clone()), (2, t(DataType::Float64, &[3, 4], &x))];
+        let ins = [(0, t(DataType::Float64, &[3, 3], &w)), (1, idx.clone())];
+        let a = a.with("shape", AttrValue::Ints(vec![3, 4]));
         let got = &run_op("GatherGrad", a, &ins)[0];
         assert_close(&got.to_f64_vec(), &want, 1e-8);
     }

@@ -352,7 +352,7 @@ fn build_topk(spec: &KernelSpec<'_>) -> BuildResult {
     }, _ => Err(spec.unsupported_dtype(dt)))
 }
 
-/// `TopKGrad(g, indices, x)`: zeros of `x`'s shape, `g` added at `indices` along the axis.
+/// `TopKGrad(g, indices)`: zeros of the forward input's shape, `g` added at `indices` along the axis.
 struct TopKGrad<T> {
     outer: usize,
     n: usize,
@@ -395,7 +395,9 @@ fn build_topk_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build_topk_grad);
     }
-    let (g, ind, x, y) = (spec.input(0)?, spec.input(1)?, spec.input(2)?, spec.output(0)?);
+    // The output has the forward input's shape (attribute `shape`).
+    let (g, ind, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
+    let x = y;
     let axis = norm_axis(spec, spec.attr_int_or("axis", -1), x.info.rank())?;
     let (outer, n, inner) = lanes(x.shape(), axis);
     let k = g.shape().get(axis).copied().unwrap_or(0);

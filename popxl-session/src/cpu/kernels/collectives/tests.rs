@@ -364,26 +364,27 @@ fn all_gather_concatenates_the_members_in_order() {
 }
 
 #[test]
-fn gathers_and_shards_shaped_like_input_one() {
+fn gathers_and_shards_into_attribute_shape() {
     // Autodiff's gradient ops: a gather into the forward input's shape
-    // (dropping padding) and a shard shaped like a 2-D forward input.
+    // (dropping padding) and a shard shaped like a 2-D forward input, both
+    // shapes given by attribute `shape`.
     let rf = 4;
     let mut rng = Rng::new(9);
     let vals: Vec<Vec<f64>> = (0..rf).map(|_| data(&mut rng, DataType::Float32, 4)).collect();
-    let like = HostTensor::from_f64_values(DataType::Float32, &[3, 5], &[0.0; 15]);
     let inputs: Vec<Vec<HostTensor>> =
-        vals.iter().map(|v| vec![HostTensor::from_f64_values(DataType::Float32, &[4], v), like.clone()]).collect();
-    let outs = run(rf, &ir::ReplicatedAllGather, &attrs(Op::Add, 1, 4), &inputs);
+        vals.iter().map(|v| vec![HostTensor::from_f64_values(DataType::Float32, &[4], v)]).collect();
+    let shaped = |s: Vec<i64>| attrs(Op::Add, 1, 4).with("shape", AttrValue::Ints(s));
+    let outs = run(rf, &ir::ReplicatedAllGather, &shaped(vec![3, 5]), &inputs);
     let want: Vec<f64> = vals.iter().flatten().copied().take(15).collect();
     for out in &outs {
         assert_eq!(out[0].info.shape, vec![3, 5]);
         assert_eq!(out[0].to_f64_vec(), want);
     }
-    let like = HostTensor::from_f64_values(DataType::Float32, &[2, 2], &[0.0; 4]);
     let big: Vec<Vec<f64>> = (0..rf).map(|_| data(&mut rng, DataType::Float32, 15)).collect();
     let inputs: Vec<Vec<HostTensor>> =
-        big.iter().map(|v| vec![HostTensor::from_f64_values(DataType::Float32, &[3, 5], v), like.clone()]).collect();
-    let outs = run(rf, &ir::ReplicatedReduceScatter, &attrs(Op::Local, 1, 4), &inputs);
+        big.iter().map(|v| vec![HostTensor::from_f64_values(DataType::Float32, &[3, 5], v)]).collect();
+    let local = attrs(Op::Local, 1, 4).with("shape", AttrValue::Ints(vec![2, 2]));
+    let outs = run(rf, &ir::ReplicatedReduceScatter, &local, &inputs);
     for (r, out) in outs.iter().enumerate() {
         let want: Vec<f64> = (4 * r..4 * r + 4).map(|e| if e < 15 { big[r][e] } else { 0.0 }).collect();
         assert_eq!(out[0].info.shape, vec![2, 2]);
