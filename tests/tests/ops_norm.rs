@@ -85,7 +85,8 @@ fn batch_norm_training_and_its_gradients_match_pytorch() {
     for i in 0..BN_CASES {
         let (dt, tol) = if i >= BN_FIRST_F32 { (DataType::Float32, 2e-4) } else { (DataType::Float64, 1e-10) };
         let key = |k: &str| format!("bn{i}_{k}");
-        let [x, scale, bias, mean, var, gy] = ["x", "scale", "bias", "mean", "var", "gy"].map(|k| read(&mut npz, &key(k), dt));
+        let [x, scale, bias, mean, var, gy] =
+            ["x", "scale", "bias", "mean", "var", "gy"].map(|k| read(&mut npz, &key(k), dt));
         let cfg = read(&mut npz, &key("cfg"), DataType::Float64).to_f64_vec();
         let opts = ops::BatchNormOptions { epsilon: 1e-5, momentum: cfg[0], unbiased_variance: cfg[1] != 0.0 };
         // The running statistics are constants of the subgraph: only x, scale
@@ -125,7 +126,8 @@ fn batch_norm_running_statistics_over_two_training_steps() {
         let _s = popxl::in_sequence(true);
         let stream = popxl::h2d_stream(x0.shape(), dt, "x").unwrap();
         let x = ops::host_load(&stream, "x").unwrap();
-        let (scale, bias) = (popxl::variable_as(&scale, dt, "scale").unwrap(), popxl::variable_as(&bias, dt, "bias").unwrap());
+        let (scale, bias) =
+            (popxl::variable_as(&scale, dt, "scale").unwrap(), popxl::variable_as(&bias, dt, "bias").unwrap());
         let rm = popxl::variable_as(&mean, dt, "running_mean").unwrap();
         let rv = popxl::variable_as(&var, dt, "running_var").unwrap();
         // PyTorch's momentum 0.1 is ONNX's 0.9; PyTorch's running variance is unbiased.

@@ -122,15 +122,16 @@ impl OpDef for BatchNorm {
         "BatchNorm"
     }
     /// Training mode, as PopART's `BatchNormOp` with five outputs: each channel
-    /// `c` of `x` `[N, C, S..]` is normalised over its `M = N · ∏S` elements with
-    /// the batch mean and biased batch variance, `y = (x − μ) · inv_std · scale[c]
-    /// + bias[c]`, `inv_std = 1 / sqrt(σ² + epsilon)`. The running statistics
-    /// follow ONNX's momentum convention: `new_mean = momentum · mean + (1 −
-    /// momentum) · μ` and likewise `new_var` from `σ²`, or from the unbiased
-    /// `σ² · M / (M − 1)` with `unbiased_variance` (PopART's `aiGraphcore`
-    /// `BatchNormalization`, as PyTorch; needs `M >= 2`). Outputs 3 and 4 are
-    /// the batch mean and inverse standard deviation that `BatchNormGrad` reads
-    /// (PopART outputs the batch variance and converts it back).
+    /// `c` of `x` `[N, C, S..]` is normalised over its `M = N · ∏S` elements
+    /// with the batch mean `μ` and biased batch variance `σ²`,
+    /// `y = (x − μ) · inv_std · scale[c] + bias[c]` with
+    /// `inv_std = 1 / sqrt(σ² + epsilon)`. The running statistics follow
+    /// ONNX's momentum convention, `new_mean = momentum · mean + (1 − momentum) · μ`,
+    /// and `new_var` likewise from `σ²`, or from the unbiased `σ² · M / (M − 1)`
+    /// with `unbiased_variance` (PopART's `aiGraphcore` `BatchNormalization`,
+    /// as PyTorch; needs `M >= 2`). Outputs 3 and 4 are the batch mean and
+    /// inverse standard deviation that `BatchNormGrad` reads (PopART outputs
+    /// the batch variance and converts it back).
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let params = [

@@ -523,7 +523,9 @@ impl<T: Float> BatchNormKernel<T> {
                     *o = f(xv, gv, [k0[i], k1[i], k2[i], k3[i]]);
                 }
             } else {
-                for (((oc, xc), gc), ch) in o.chunks_exact_mut(s).zip(xr.chunks_exact(s)).zip(gr.chunks_exact(s)).zip(cs) {
+                for (((oc, xc), gc), ch) in
+                    o.chunks_exact_mut(s).zip(xr.chunks_exact(s)).zip(gr.chunks_exact(s)).zip(cs)
+                {
                     let kc = k.map(|v| v[ch]);
                     for ((o, &xv), &gv) in oc.iter_mut().zip(xc).zip(gc) {
                         *o = f(xv, gv, kc);
@@ -590,7 +592,11 @@ impl<T: Float> Kernel for BatchNormKernel<T> {
             let cf = SendPtr(coef.as_mut_ptr());
             self.over_chunks(
                 #[inline(always)]
-                |_, r| self.apply(r, x.get(), x.get(), slice(cf.get(), 4 * c), y.get(), |xv, _, [m, a, b, _]| (xv - m) * a + b),
+                |_, r| {
+                    self.apply(r, x.get(), x.get(), slice(cf.get(), 4 * c), y.get(), |xv, _, [m, a, b, _]| {
+                        (xv - m) * a + b
+                    })
+                },
             );
             return Ok(());
         }
