@@ -111,6 +111,27 @@ fn batch_norm_training_and_its_gradients_match_pytorch() {
     }
 }
 
+/// The channel sums run in chunks fixed by the shape alone: one thread and the
+/// whole team give bit-identical outputs and gradients (cases split over threads).
+#[test]
+fn batch_norm_results_do_not_depend_on_the_thread_count() {
+    let mut npz = bn_fixture();
+    for i in [5, 6] {
+        let dt = DataType::Float32;
+        let [x, scale, bias, mean, var, gy] =
+            ["x", "scale", "bias", "mean", "var", "gy"].map(|k| read(&mut npz, &format!("bn{i}_{k}"), dt));
+        let f = |t: &[popxl::Tensor]| {
+            let m = popxl::constant_as(&mean, dt, "running_mean")?;
+            let v = popxl::constant_as(&var, dt, "running_var")?;
+            Ok(ops::batch_norm(&t[0], &t[1], &t[2], &m, &v, 1e-5, 0.9)?.y)
+        };
+        let ins = vec![x, scale, bias];
+        let one = popxl_session::cpu::team::with_max_threads(1, || run_with_grads(&f, ins.clone(), Some(gy.clone())));
+        let many = run_with_grads(&f, ins, Some(gy));
+        assert_eq!(one, many, "case {i}");
+    }
+}
+
 /// Two training steps on streamed batches, each writing the new running
 /// statistics back into their variables (`copy_var_update_`), as PopART does
 /// for a `BatchNormalization` whose statistics are variables.
