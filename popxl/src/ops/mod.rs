@@ -16,7 +16,7 @@
 //! | nn | [`matmul`] [`softmax`] [`nll_loss`] [`nll_loss_with`] [`nll_loss_with_softmax_grad`] [`nll_loss_with_softmax_grad_with`] |
 //! | nn (convolution) | [`conv`] [`conv_with`] ([`ConvOptions`], [`PadType`]) [`conv_transpose`] ([`ConvTransposeOptions`]) |
 //! | nn (pooling) | [`max_pool`] [`max_pool_with`] [`average_pool`] [`average_pool_with`] ([`PoolOptions`], [`StorageOrder`]) |
-//! | nn (normalisation) | [`group_norm`] [`layer_norm`] [`batch_norm_inference`] |
+//! | nn (normalisation) | [`group_norm`] [`layer_norm`] [`batch_norm_inference`] [`batch_norm`] (training, beyond PopXL) |
 //! | nn (resizing) | [`interpolate`] ([`InterpolateOptions`]) [`roi_align`] |
 //! | reduce | [`sum`] [`mean`] [`max`] [`min`] [`prod`] [`median`] [`l1`] [`l2`] [`logsum`] [`logsumexp`] [`sumsquare`] [`cumsum`] [`cumsum_with`] [`lamb_square`] |
 //! | sort | [`argmax`] [`argmin`] [`topk`] [`histogram`] |
@@ -71,7 +71,9 @@ pub use nn::{
     matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
     NllLossOptions, Reduction,
 };
-pub use norm::{batch_norm_inference, group_norm, layer_norm};
+pub use norm::{
+    batch_norm, batch_norm_inference, batch_norm_with, group_norm, layer_norm, BatchNormOptions, BatchNormOutputs,
+};
 pub use optimizer::{adam_updater, adam_var_update, adamax_updater, lamb_updater, AdamUpdaterOptions};
 pub use pool::{average_pool, average_pool_with, max_pool, max_pool_with, PoolOptions, StorageOrder};
 pub use print::{print_tensor, FloatFormat, PrintTensorOptions};

@@ -1,5 +1,6 @@
-//! Normalisation: [`group_norm`], [`layer_norm`] (one group, as PopXL) and
-//! [`batch_norm_inference`].
+//! Normalisation: [`group_norm`], [`layer_norm`] (one group, as PopXL),
+//! [`batch_norm_inference`] and, beyond PopXL's Python API, training-mode
+//! [`batch_norm`] (PopART's `BatchNormalization` with all its outputs).
 
 use popart_ir::ops::all as ir_ops;
 use popart_ir::AttrValue;
@@ -106,4 +107,102 @@ pub fn batch_norm_inference(
     )?;
     let inv = ops::div(&col(scale)?, &ops::sqrt(&ops::add(&col(var)?, &eps_t)?)?)?;
     ops::add(&ops::mul(&ops::sub(t, &col(mean)?)?, &inv)?, &col(bias)?)
+}
+
+/// What [`batch_norm`] returns: the normalised tensor and the updated running
+/// statistics, which a training step writes back into its running-statistic
+/// variables (`copy_var_update_`), as PopART does for `BatchNormalization`.
+#[derive(Clone, Debug)]
+pub struct BatchNormOutputs {
+    /// The normalised input, `[N, C, ..]`.
+    pub y: Tensor,
+    /// `momentum · mean + (1 − momentum) · batch mean`, `[C]`.
+    pub mean: Tensor,
+    /// `momentum · var + (1 − momentum) · batch variance`, `[C]`.
+    pub var: Tensor,
+}
+
+/// Options of [`batch_norm_with`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormOptions {
+    /// Added to the batch variance before the square root (default `1e-5`).
+    pub epsilon: f64,
+    /// Weight of the old running statistics, in [0, 1] (ONNX convention,
+    /// default `0.9`; PyTorch's `momentum` is `1 −` this).
+    pub momentum: f64,
+    /// Update the running variance with the unbiased batch variance
+    /// (`M / (M − 1)` times the biased one over the `M` elements of a channel),
+    /// as PyTorch and PopART's `aiGraphcore` `BatchNormalization` do (default
+    /// false: biased, as ONNX). The normalisation itself always uses the
+    /// biased variance.
+    pub unbiased_variance: bool,
+}
+
+impl Default for BatchNormOptions {
+    fn default() -> Self {
+        BatchNormOptions { epsilon: 1e-5, momentum: 0.9, unbiased_variance: false }
+    }
+}
+
+/// Training-mode batch normalisation (op `BatchNorm`; PopART's
+/// `BatchNormalization` in training mode, ONNX semantics): each channel `c`
+/// of `t` `[N, C, ..]` is normalised with the mean and biased variance of its
+/// elements over the batch and spatial dims, `(t − μ[c]) / sqrt(σ²[c] + eps) ·
+/// scale[c] + bias[c]`, and the running statistics `mean`, `var` (all `[C]`,
+/// of `t`'s float dtype) are updated with `momentum` weighting the old value:
+/// `new = momentum · old + (1 − momentum) · batch`. Differentiable w.r.t. `t`,
+/// `scale` and `bias` (`BatchNormGrad`, from the saved batch mean and inverse
+/// standard deviation); the running statistics are not differentiated.
+/// [`batch_norm_with`] takes the unbiased running variance option.
+///
+/// A wrong rank (below 2), a non-float input, a parameter of another shape
+/// than `[C]` or dtype, `momentum` outside [0, 1] or a negative `eps` is an
+/// error when the op is created.
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::constant(ndarray::Array4::<f32>::ones((2, 3, 4, 4)), "x").unwrap();
+/// let p = popxl::variable(ndarray::Array1::<f32>::ones(3), "p").unwrap();
+/// let out = popxl::ops::batch_norm(&x, &p, &p, &p, &p, 1e-5, 0.9).unwrap();
+/// assert_eq!((out.y.shape(), out.mean.shape(), out.var.shape()), (&[2, 3, 4, 4][..], &[3][..], &[3][..]));
+/// let q = popxl::variable(ndarray::Array1::<f32>::ones(4), "q").unwrap();
+/// assert!(popxl::ops::batch_norm(&x, &q, &p, &p, &p, 1e-5, 0.9).is_err());
+/// ```
+pub fn batch_norm(
+    t: &Tensor,
+    scale: &Tensor,
+    bias: &Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    eps: f64,
+    momentum: f64,
+) -> Result<BatchNormOutputs> {
+    let opts = BatchNormOptions { epsilon: eps, momentum, ..Default::default() };
+    batch_norm_with(t, scale, bias, mean, var, opts)
+}
+
+/// [`batch_norm`] with all its options ([`BatchNormOptions`]).
+pub fn batch_norm_with(
+    t: &Tensor,
+    scale: &Tensor,
+    bias: &Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    opts: BatchNormOptions,
+) -> Result<BatchNormOutputs> {
+    let outs = OpBuilder::new("batch_norm", &ir_ops::BatchNorm)
+        .input(0, t)
+        .input(1, scale)
+        .input(2, bias)
+        .input(3, mean)
+        .input(4, var)
+        .attr("epsilon", AttrValue::Float(opts.epsilon))
+        .attr("momentum", AttrValue::Float(opts.momentum))
+        .attr("unbiased_variance", AttrValue::Bool(opts.unbiased_variance))
+        .create_all()?;
+    match <[Tensor; 5]>::try_from(outs) {
+        Ok([y, mean, var, _, _]) => Ok(BatchNormOutputs { y, mean, var }),
+        Err(v) => Err(PopXlError::IndexOutOfRange { what: "output of op `BatchNorm`".into(), index: 4, len: v.len() }),
+    }
 }

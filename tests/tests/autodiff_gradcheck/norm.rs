@@ -1,7 +1,9 @@
 //! Gradient checks of `group_norm` and `layer_norm` (PopXL ✓, `GroupNormGrad`
 //! from the saved mean and inverse standard deviation) w.r.t. the input, the
 //! weight and the bias, and of `batch_norm_inference` (elementwise ops) w.r.t.
-//! all five inputs, over random shapes with size-1 spatial dims.
+//! all five inputs, over random shapes with size-1 spatial dims; training-mode
+//! `batch_norm` (`BatchNormGrad`) w.r.t. the input, the scale and the bias,
+//! with the running statistics fixed, on `[N, C]` and `[N, C, S..]` inputs.
 
 use crate::harness::Rng;
 use crate::harness::*;
@@ -40,6 +42,25 @@ proptest! {
         let v = rng.array(&[c], positive);
         let f = |t: &[popxl::Tensor]| ops::batch_norm_inference(&t[0], &t[1], &t[2], &t[3], &t[4], 1e-5, 0.9);
         let args = [Arg::Diff(x), Arg::Diff(s), Arg::Diff(b), Arg::Diff(m), Arg::Diff(v)];
+        gradcheck(&args, &f, F64, seed)?;
+    }
+
+    #[test]
+    fn batch_norm(n in 1usize..4, c in 1usize..4, spatial in prop::collection::vec(1usize..4, 0..=2), unbiased in any::<bool>(), seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let x = rng.array(&[vec![n, c], spatial].concat(), uniform);
+        // Normalising a single element per channel gives 0 for every input: skip it.
+        prop_assume!(x.len() / c > 1);
+        let [s, b, m] = [rng.array(&[c], positive), rng.array(&[c], uniform), rng.array(&[c], uniform)];
+        let v = rng.array(&[c], positive);
+        let opts = ops::BatchNormOptions { epsilon: 1e-3, momentum: 0.8, unbiased_variance: unbiased };
+        // The running statistics: float64 constants of the function's graph.
+        let f = move |t: &[popxl::Tensor]| {
+            let m = popxl::constant_as(m.clone(), popxl::DataType::Float64, "running_mean")?;
+            let v = popxl::constant_as(v.clone(), popxl::DataType::Float64, "running_var")?;
+            Ok(ops::batch_norm_with(&t[0], &t[1], &t[2], &m, &v, opts)?.y)
+        };
+        let args = [Arg::Diff(x), Arg::Diff(s), Arg::Diff(b)];
         gradcheck(&args, &f, F64, seed)?;
     }
 }

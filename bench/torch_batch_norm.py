@@ -1,0 +1,75 @@
+"""PyTorch side of `cargo run --release --example batch_norm_bench`.
+
+Times float32 `torch.nn.functional.batch_norm(training=True)` (with weight,
+bias and running statistics) forward, and forward + backward
+(`torch.autograd.grad` of the output for a given output gradient, w.r.t.
+input, weight and bias), for each shape `NxC[xHxW..]`; median of `--reps`
+measurements of at least `--min-time` seconds. Prints one line per shape:
+`SHAPE fwd_ms fwdbwd_ms`.
+
+    python3 bench/torch_batch_norm.py --threads 2 --shapes 32x64x32x32,256x1024
+
+With `--serve` it reads requests `SHAPE pass` (pass: fwd or both) from
+standard input and answers each with the milliseconds of one call, from one
+measurement of at least `--min-time` seconds, so that `batch_norm_bench`
+can alternate its measurements with PyTorch's.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import timed  # noqa: E402
+
+
+def calls(s):
+    """The forward and forward + backward calls of shape `NxC[xHxW..]`."""
+    shape = [int(v) for v in s.split("x")]
+    c = shape[1]
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.rand(c, requires_grad=True)
+    b = torch.rand(c, requires_grad=True)
+    rm, rv = torch.zeros(c), torch.ones(c)
+    gy = torch.randn(*shape)
+
+    def fwd():
+        with torch.no_grad():
+            return torch.nn.functional.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+
+    def both():
+        y = torch.nn.functional.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+        return torch.autograd.grad(y, (x, w, b), gy)
+
+    return {"fwd": fwd, "both": both}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--shapes", default="32x64x32x32,256x1024")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.2)
+    ap.add_argument("--serve", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    if a.serve:
+        made, warm = {}, set()
+        for line in sys.stdin:
+            s, which = line.split()
+            if s not in made:
+                made = {s: calls(s)}
+            f = made[s][which]
+            if (s, which) not in warm:
+                warm.add((s, which))
+                f()
+            print(f"{timed(f, 1, a.min_time, warm_up=False):.4f}", flush=True)
+        return
+    for s in a.shapes.split(","):
+        c = calls(s)
+        print(f"{s} {timed(c['fwd'], a.reps, a.min_time):.4f} {timed(c['both'], a.reps, a.min_time):.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
