@@ -189,9 +189,10 @@ impl Outer {
 /// (one dim: height 1), batch and channels unchanged, and its leading dims.
 pub(crate) fn split_geometry(g: &ConvGeometry) -> Option<(ConvGeometry, Outer)> {
     let nd = g.kernel.len();
-    if nd == 0 || [g.in_size.len(), g.out_size.len(), g.strides.len(), g.dilations.len(), g.pad_begin.len()]
-        .iter()
-        .any(|&l| l != nd)
+    if nd == 0
+        || [g.in_size.len(), g.out_size.len(), g.strides.len(), g.dilations.len(), g.pad_begin.len()]
+            .iter()
+            .any(|&l| l != nd)
     {
         return None;
     }

@@ -310,8 +310,7 @@ mod tests {
     /// `y`, `dx`, `dw` of case `c` by the definition, in f64.
     fn naive(c: &Case, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec<f64>; 3] {
         let (out, nd) = (c.out(), c.size.len());
-        let (ip, op, kk): (usize, usize, usize) =
-            (c.size.iter().product(), out.iter().product(), c.k.iter().product());
+        let (ip, op, kk): (usize, usize, usize) = (c.size.iter().product(), out.iter().product(), c.k.iter().product());
         let (ci, co) = (c.groups * c.ci_g, c.groups * c.co_g);
         let (mut y, mut dx, mut dw) = (vec![0.0; c.n * co * op], vec![0.0; x.len()], vec![0.0; w.len()]);
         for b in 0..c.n {
@@ -380,9 +379,8 @@ mod tests {
             // ConvTranspose of dy is the data gradient (output padding: the
             // input positions a stride leaves unread at the end).
             let (out, nd) = (c.out(), c.size.len());
-            let extra = (0..nd)
-                .map(|i| (c.size[i] + c.p[i] + c.p[nd + i] - ((out[i] - 1) * c.s[i] + c.k[i])) as i64)
-                .collect();
+            let extra =
+                (0..nd).map(|i| (c.size[i] + c.p[i] + c.p[nd + i] - ((out[i] - 1) * c.s[i] + c.k[i])) as i64).collect();
             let mut ta = attrs.clone();
             ta.set("output_padding", AttrValue::Ints(extra));
             let tr = run_with_outputs("ConvTranspose", &ta, &[(0, dy), (1, w)], std::slice::from_ref(&x.info));
@@ -392,7 +390,17 @@ mod tests {
 
     fn case(n: usize, g: usize, ci_g: usize, co_g: usize, size: &[usize], k: &[usize]) -> Case {
         let nd = size.len();
-        Case { n, groups: g, ci_g, co_g, size: size.to_vec(), k: k.to_vec(), s: vec![1; nd], d: vec![1; nd], p: vec![0; 2 * nd] }
+        Case {
+            n,
+            groups: g,
+            ci_g,
+            co_g,
+            size: size.to_vec(),
+            k: k.to_vec(),
+            s: vec![1; nd],
+            d: vec![1; nd],
+            p: vec![0; 2 * nd],
+        }
     }
 
     #[test]

@@ -337,12 +337,8 @@ mod tests {
                 let max = run_with_outputs("MaxPool", &attrs, &[(0, x.clone())], one);
                 let avg = run_with_outputs("AveragePool", &attrs, &[(0, x.clone())], one);
                 let xi = std::slice::from_ref(&x.info);
-                let dmax = run_with_outputs(
-                    "MaxPoolGrad",
-                    &attrs,
-                    &[(0, g.clone()), (1, x.clone()), (2, max[0].clone())],
-                    xi,
-                );
+                let dmax =
+                    run_with_outputs("MaxPoolGrad", &attrs, &[(0, g.clone()), (1, x.clone()), (2, max[0].clone())], xi);
                 let davg = run_with_outputs("AveragePoolGrad", &attrs, &[(0, g), (1, x.clone())], xi);
                 for (got, want) in [max, avg, dmax, davg].iter().zip(&want) {
                     assert_close(&got[0].to_f64_vec(), want, 1e-6);
