@@ -157,8 +157,8 @@ fn conv3d_and_its_autodiff_gradients_match_pytorch() {
 fn conv_transpose3d_matches_pytorch() {
     let mut npz = fixture_3d();
     // (strides, pads, output_padding, groups), as the generator's TRANSPOSED.
-    let cases: [(&[i64], &[i64], &[i64], i64); 2] =
-        [(&[2, 2, 1], &[1, 1, 0], &[1, 0, 0], 1), (&[1, 2, 2], &[0, 1, 0], &[0, 1, 1], 2)];
+    type Case<'a> = (&'a [i64], &'a [i64], &'a [i64], i64);
+    let cases: [Case; 2] = [(&[2, 2, 1], &[1, 1, 0], &[1, 0, 0], 1), (&[1, 2, 2], &[0, 1, 0], &[0, 1, 1], 2)];
     for (i, (s, p, op, g)) in cases.into_iter().enumerate() {
         let pads = [p, p].concat();
         let conv = ConvOptions::default().stride(s).padding(pads).groups(g);

@@ -71,7 +71,8 @@ fn pools3d_and_their_gradients_match_pytorch() {
     let mut npz = NpzReader::new(File::open(path).expect("fixture ops_conv3d.npz")).expect("npz");
     // (kernel, strides, pads, dilations, ceil_mode) as the generator's POOLS
     // (PyTorch's average pool takes no dilation: case 1 checks max only).
-    let cases: [(&[i64], &[i64], &[i64], &[i64], bool); 2] = [
+    type Case<'a> = (&'a [i64], &'a [i64], &'a [i64], &'a [i64], bool);
+    let cases: [Case; 2] = [
         (&[3, 3, 3], &[2, 2, 2], &[1, 1, 1], &[1, 1, 1], false),
         (&[2, 3, 2], &[1, 2, 2], &[1, 1, 0], &[2, 1, 1], true),
     ];

@@ -310,7 +310,8 @@ mod tests {
     #[test]
     fn pool3d_matches_the_definition() {
         // (size, kernel, strides, dilations, pads, ceil_mode)
-        let cases: [(&[usize], &[usize], &[usize], &[usize], &[usize], i64); 3] = [
+        type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], &'a [usize], i64);
+        let cases: [Case; 3] = [
             (&[5, 7, 8], &[3, 3, 3], &[2, 2, 2], &[1, 1, 1], &[1, 1, 1, 1, 1, 1], 0),
             (&[4, 9, 6], &[2, 3, 2], &[1, 2, 1], &[2, 1, 1], &[0, 1, 1, 1, 0, 1], 1),
             (&[3, 4, 5, 6], &[2, 2, 3, 2], &[1, 2, 1, 2], &[1, 1, 1, 1], &[1, 0, 1, 0, 0, 1, 1, 1], 0),
