@@ -1,7 +1,10 @@
 //! Convolution throughput of the `cpu` device: forward, data gradient and weight
 //! gradient for ResNet-style and MobileNet-style float32 shapes (3x3 stride 1
 //! and 2, 1x1, depthwise 3x3, the 7x7 stride-2 stem), batch 1 and 32, from
-//! 56x56 down to 7x7.
+//! 56x56 down to 7x7. `--suite 3d` times 3-d (video, volume) shapes instead,
+//! batch 1 and 2: 3x3x3 convolutions from 64 channels on 16x56x56 to 256 on
+//! 4x14x14, a 3x3x3 stride-2 downsampling, a (3, 7, 7) stride-(1, 2, 2) stem
+//! and a 1x1x1 pointwise convolution.
 //!
 //! Each kernel is built through `build_kernel` exactly as a session does and
 //! timed with the worker team capped at `--threads` (median of `--reps`
@@ -16,6 +19,7 @@
 //!
 //! ```text
 //! cargo run --release --example conv_bench -- --threads 2 --torch bench/torch_conv_bench.py
+//! cargo run --release --example conv_bench -- --suite 3d --torch bench/torch_conv_bench.py
 //! ```
 //!
 //! `--cpu-time` (Linux, with `--threads 1`) times our kernels by the calling
@@ -46,6 +50,8 @@ struct Options {
     only: String,
     torch: Option<String>,
     cpu_time: bool,
+    /// `2d` (default) or `3d`.
+    suite: String,
 }
 
 fn options() -> Options {
@@ -57,14 +63,20 @@ fn options() -> Options {
         only: String::new(),
         torch: None,
         cpu_time: false,
+        suite: "2d".into(),
     };
+    let mut batches_set = false;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < args.len() {
         let value = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
             "--threads" => o.threads = value.parse().expect("--threads takes an integer"),
-            "--batches" => o.batches = parse_list(&value),
+            "--batches" => {
+                o.batches = parse_list(&value);
+                batches_set = true;
+            }
+            "--suite" => o.suite = value,
             "--reps" => o.reps = value.parse().expect("--reps takes an integer"),
             "--min-time" => o.min_time = value.parse().expect("--min-time takes seconds"),
             "--only" => o.only = value,
@@ -78,11 +90,26 @@ fn options() -> Options {
         }
         i += 2;
     }
+    assert!(o.suite == "2d" || o.suite == "3d", "--suite takes 2d or 3d");
+    if o.suite == "3d" && !batches_set {
+        o.batches = vec![1, 2];
+    }
     o
 }
 
-/// (label, N, C_in, H (= W), C_out, k, stride, pad, groups): the list of `bench/torch_conv_bench.py`.
-type Shape = (String, usize, usize, usize, usize, usize, usize, usize, usize);
+/// One shape of the list of `bench/torch_conv_bench.py`: label, N, C_in,
+/// spatial sizes, C_out, kernel, strides, pads (per dim, both sides), groups.
+struct Shape {
+    label: String,
+    n: usize,
+    ci: usize,
+    size: Vec<usize>,
+    co: usize,
+    k: Vec<usize>,
+    s: Vec<usize>,
+    p: Vec<usize>,
+    g: usize,
+}
 
 /// (label, C_in, H, C_out, k, stride, pad, groups).
 type BaseShape = (&'static str, usize, usize, usize, usize, usize, usize, usize);
@@ -106,7 +133,31 @@ fn shapes(batches: &[usize]) -> Vec<Shape> {
     let mut v = Vec::new();
     for &n in batches {
         for (label, ci, h, co, k, s, p, g) in base {
-            v.push((format!("b{n}_{label}"), n, ci, h, co, k, s, p, g));
+            let label = format!("b{n}_{label}");
+            v.push(Shape { label, n, ci, size: vec![h; 2], co, k: vec![k; 2], s: vec![s; 2], p: vec![p; 2], g });
+        }
+    }
+    v
+}
+
+/// (label, C_in, [D, H, W], C_out, kernel, strides, pads, groups).
+type Base3 = (&'static str, usize, [usize; 3], usize, [usize; 3], [usize; 3], [usize; 3], usize);
+
+/// The 3-d list (`--suite 3d`).
+fn shapes_3d(batches: &[usize]) -> Vec<Shape> {
+    let base: [Base3; 6] = [
+        ("stem3x7x7s122", 3, [16, 112, 112], 64, [3, 7, 7], [1, 2, 2], [1, 3, 3], 1),
+        ("3x3x3_c64_16x56", 64, [16, 56, 56], 64, [3; 3], [1; 3], [1; 3], 1),
+        ("3x3x3s2_c64_16x56", 64, [16, 56, 56], 128, [3; 3], [2; 3], [1; 3], 1),
+        ("3x3x3_c128_8x28", 128, [8, 28, 28], 128, [3; 3], [1; 3], [1; 3], 1),
+        ("3x3x3_c256_4x14", 256, [4, 14, 14], 256, [3; 3], [1; 3], [1; 3], 1),
+        ("1x1x1_c256_8x28", 256, [8, 28, 28], 64, [1; 3], [1; 3], [0; 3], 1),
+    ];
+    let mut v = Vec::new();
+    for &n in batches {
+        for (label, ci, size, co, k, s, p, g) in base {
+            let label = format!("b{n}_{label}");
+            v.push(Shape { label, n, ci, size: size.into(), co, k: k.into(), s: s.into(), p: p.into(), g });
         }
     }
     v
@@ -216,6 +267,7 @@ fn main() {
         ("--threads", o.threads.to_string()),
         ("--batches", batches.join(",")),
         ("--min-time", o.min_time.to_string()),
+        ("--suite", o.suite.clone()),
     ]
     .into_iter()
     .flat_map(|(k, v)| [k.to_string(), v])
@@ -226,17 +278,23 @@ fn main() {
         "shape", "fwd ms", "data ms", "wgt ms", "GFLOP/s", "peak", "t/fwd", "t/data", "t/wgt"
     );
     let f32s = |s: &[usize]| TensorInfo::new(DataType::Float32, s);
-    for (label, n, ci, h, co, k, s, p, g) in shapes(&o.batches) {
+    let list = if o.suite == "3d" { shapes_3d(&o.batches) } else { shapes(&o.batches) };
+    for Shape { label, n, ci, size, co, k, s, p, g } in list {
         if !label.contains(&o.only) {
             continue;
         }
+        let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&a| a as i64).collect());
         let attrs = Attributes::new()
-            .with("strides", AttrValue::Ints(vec![s as i64; 2]))
-            .with("pads", AttrValue::Ints(vec![p as i64; 4]))
+            .with("strides", ints(&s))
+            .with("pads", ints(&[p.clone(), p.clone()].concat()))
             .with("group", AttrValue::Int(g as i64));
-        let oh = (h + 2 * p - k) / s + 1;
-        let (x, w, y) = (f32s(&[n, ci, h, h]), f32s(&[co, ci / g, k, k]), f32s(&[n, co, oh, oh]));
-        let flops = 2.0 * (n * co * (ci / g) * oh * oh * k * k) as f64;
+        let out: Vec<usize> = (0..size.len()).map(|i| (size[i] + 2 * p[i] - k[i]) / s[i] + 1).collect();
+        let (x, w, y) = (
+            f32s(&[vec![n, ci], size.clone()].concat()),
+            f32s(&[vec![co, ci / g], k.clone()].concat()),
+            f32s(&[vec![n, co], out.clone()].concat()),
+        );
+        let flops = 2.0 * (n * co * (ci / g) * out.iter().product::<usize>() * k.iter().product::<usize>()) as f64;
         // Our measurements alternate with PyTorch's, `reps` each, medians kept.
         let mut time = |op: &str, ins: &[TensorInfo], out: &TensorInfo, pass: &str| {
             team::with_max_threads(o.threads, || {

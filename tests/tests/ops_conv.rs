@@ -4,6 +4,9 @@
 //! gradient. The first cases run in float64 and cover stride, asymmetric
 //! padding, dilation, groups, depthwise, 1x1, 1-d and every pad type; the
 //! last ones run in float32 on shapes large enough to be split over threads.
+//! 3-d convolutions (padding, stride, dilation, groups, a stem, depthwise,
+//! pointwise) and transposed ones against PyTorch
+//! (`tests/fixtures/ops_conv3d_gen.py` writes `ops_conv3d.npz`).
 
 use std::fs::File;
 
@@ -115,6 +118,55 @@ fn conv_results_do_not_depend_on_the_thread_count() {
         // the batch in chunks fixed at build time, close but possibly reordered.
         assert_eq!(one[..2], many[..2], "case {case}");
         assert_close(&one[2], &many[2], 1e-5, "dw");
+    }
+}
+
+/// The 3-d cases of `ops_conv3d_gen.py`: (strides, pads, dilations, groups).
+fn cases_3d() -> Vec<ConvOptions> {
+    let o = |s: &[i64], p: &[i64], d: &[i64], g: i64| ConvOptions::default().stride(s).padding(p).dilation(d).groups(g);
+    vec![
+        o(&[1, 1, 1], &[1, 1, 1, 1, 1, 1], &[1, 1, 1], 1),
+        o(&[2, 1, 2], &[1, 0, 2, 0, 1, 1], &[2, 1, 1], 2),
+        o(&[1, 2, 2], &[1, 3, 3, 1, 3, 3], &[1, 1, 1], 1),
+        o(&[1, 1, 1], &[1, 1, 1, 1, 1, 1], &[1, 2, 1], 6),
+        o(&[1, 1, 1], &[0, 0, 0, 0, 0, 0], &[1, 1, 1], 1),
+    ]
+}
+
+fn fixture_3d() -> NpzReader<File> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ops_conv3d.npz");
+    NpzReader::new(File::open(path).expect("fixture ops_conv3d.npz")).expect("npz")
+}
+
+#[test]
+fn conv3d_and_its_autodiff_gradients_match_pytorch() {
+    let mut npz = fixture_3d();
+    for (i, o) in cases_3d().into_iter().enumerate() {
+        for (dt, rtol) in [(DataType::Float64, 1e-12), (DataType::Float32, 2e-5)] {
+            let [x, w, gy] = ["x", "w", "gy"].map(|k| read(&mut npz, &format!("c{i}_{k}"), DataType::Float64).cast(dt));
+            let got = run_with_grads(&|t| ops::conv_with(&t[0], &t[1], &o), vec![x, w], Some(gy));
+            for (k, name) in ["y", "dx", "dw"].iter().enumerate() {
+                let want = read(&mut npz, &format!("c{i}_{name}"), DataType::Float64).to_f64_vec();
+                assert_close(&got[k], &want, rtol, &format!("3-d case {i} {name} {dt} ({o:?})"));
+            }
+        }
+    }
+}
+
+#[test]
+fn conv_transpose3d_matches_pytorch() {
+    let mut npz = fixture_3d();
+    // (strides, pads, output_padding, groups), as the generator's TRANSPOSED.
+    type Case<'a> = (&'a [i64], &'a [i64], &'a [i64], i64);
+    let cases: [Case; 2] = [(&[2, 2, 1], &[1, 1, 0], &[1, 0, 0], 1), (&[1, 2, 2], &[0, 1, 0], &[0, 1, 1], 2)];
+    for (i, (s, p, op, g)) in cases.into_iter().enumerate() {
+        let pads = [p, p].concat();
+        let conv = ConvOptions::default().stride(s).padding(pads).groups(g);
+        let o = ConvTransposeOptions::default().conv(conv).output_padding(op);
+        let [x, w] = ["x", "w"].map(|k| read(&mut npz, &format!("t{i}_{k}"), DataType::Float64));
+        let got = run_with_grads(&|t| ops::conv_transpose(&t[0], &t[1], &o), vec![x, w], None);
+        let want = read(&mut npz, &format!("t{i}_y"), DataType::Float64).to_f64_vec();
+        assert_close(&got[0], &want, 1e-12, &format!("3-d transposed case {i}"));
     }
 }
 

@@ -3,6 +3,8 @@
 //! (`MaxPoolGrad`, `AveragePoolGrad`) for a given output gradient, covering
 //! stride, asymmetric padding, dilation, ceil_mode and 1-d; the last case is
 //! the CNN example's first pool, large enough to be split over threads.
+//! 3-d pools against PyTorch's `max_pool3d` and `avg_pool3d`
+//! (`tests/fixtures/ops_conv3d_gen.py` writes `ops_conv3d.npz`).
 
 use std::fs::File;
 
@@ -57,6 +59,46 @@ fn pools_and_their_gradients_match_numpy() {
                 assert_eq!(got.len(), want.len(), "case {i} {name}");
                 for (j, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!((g - w).abs() <= tol * w.abs().max(1.0), "case {i} {name} {dt}[{j}]: got {g}, numpy {w}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pools3d_and_their_gradients_match_pytorch() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/ops_conv3d.npz");
+    let mut npz = NpzReader::new(File::open(path).expect("fixture ops_conv3d.npz")).expect("npz");
+    // (kernel, strides, pads, dilations, ceil_mode) as the generator's POOLS
+    // (PyTorch's average pool takes no dilation: case 1 checks max only).
+    type Case<'a> = (&'a [i64], &'a [i64], &'a [i64], &'a [i64], bool);
+    let cases: [Case; 2] = [
+        (&[3, 3, 3], &[2, 2, 2], &[1, 1, 1], &[1, 1, 1], false),
+        (&[2, 3, 2], &[1, 2, 2], &[1, 1, 0], &[2, 1, 1], true),
+    ];
+    for (i, (k, s, p, d, c)) in cases.into_iter().enumerate() {
+        let o = PoolOptions::default().stride(s).padding([p, p].concat()).dilation(d).ceil_mode(c);
+        for dt in [DataType::Float64, DataType::Float32] {
+            let tol = if dt == DataType::Float64 { 1e-12 } else { 1e-6 };
+            let [x, gy] = ["x", "gy"].map(|n| read(&mut npz, &format!("p{i}_{n}"), dt));
+            let max = run_with_grads(
+                &|t| ops::max_pool_with(&t[0], k, &o, StorageOrder::Row),
+                vec![x.clone()],
+                Some(gy.clone()),
+            );
+            let mut got = vec![(max[0].clone(), "max"), (max[1].clone(), "dmax")];
+            if i == 0 {
+                let avg = run_with_grads(&|t| ops::average_pool_with(&t[0], k, &o), vec![x], Some(gy));
+                got.extend([(avg[0].clone(), "avg"), (avg[1].clone(), "davg")]);
+            }
+            for (got, name) in got {
+                let want = read(&mut npz, &format!("p{i}_{name}"), DataType::Float64).to_f64_vec();
+                assert_eq!(got.len(), want.len(), "3-d case {i} {name}");
+                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= tol * w.abs().max(1.0),
+                        "3-d case {i} {name} {dt}[{j}]: got {g}, torch {w}"
+                    );
                 }
             }
         }

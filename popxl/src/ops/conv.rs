@@ -1,4 +1,4 @@
-//! Convolutions: [`conv`] and [`conv_transpose`] (NCHW, 1-d and 2-d on `cpu`).
+//! Convolutions: [`conv`] and [`conv_transpose`] (NCHW, any number of spatial dims on `cpu`).
 
 use popart_ir::ops::all as ir_ops;
 pub use popart_ir::ops::conv::PadType;

@@ -1,4 +1,4 @@
-//! Pooling: [`max_pool`] and [`average_pool`] (NCHW, 1-d and 2-d on `cpu`).
+//! Pooling: [`max_pool`] and [`average_pool`] (NCHW, any number of spatial dims on `cpu`).
 //! Global pooling is a reduction over the spatial axes:
 //! `ops::mean(t, &[2, 3], true)` (average) or `ops::max(t, &[2, 3], true)`.
 

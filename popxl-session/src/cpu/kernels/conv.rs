@@ -1,6 +1,8 @@
 //! Convolutions: `Conv`, `ConvDataGrad`, `ConvWeightsGrad` and `ConvTranspose`
 //! (the data gradient of the convolution it inverts), float32 and float64,
-//! 1-D and 2-D.
+//! any number of spatial dims: 1-D and 2-D here, more through `conv_nd` (as
+//! 2-D convolutions over the last two dims), pointwise ones of any rank as
+//! 1-D.
 //!
 //! The builder resolves the op to a [`ConvGeometry`] and picks, by shape, once:
 //! - **pointwise** (1x1, stride 1, unpadded): the input planes already are the
@@ -48,8 +50,10 @@ use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry}
 use super::conv_direct::Blocked;
 use super::conv_implicit::Implicit;
 use super::conv_layout::{
-    col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, ConvElem, Geo2, Padded,
+    col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, split_geometry, ConvElem, Geo2,
+    Padded,
 };
+use super::conv_nd::NdKernel;
 use super::dispatch::with_float;
 use super::par::Simd;
 use super::ptr::{slice_mut, SendPtr};
@@ -192,9 +196,27 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
             spec.error(format!("the result {} does not match the convolution ({want:?})", spec.output(0)?.info))
         );
     }
-    let g2 = Geo2::new(&geo).ok_or_else(|| {
-        spec.error(format!("{}-d convolutions are not supported (1-d and 2-d are)", geo.kernel.len()))
-    })?;
+    let nd = geo.kernel.len();
+    let pointwise = geo.kernel.iter().all(|&k| k == 1)
+        && geo.strides.iter().all(|&s| s == 1)
+        && geo.pad_begin.iter().all(|&p| p == 0)
+        && geo.in_size == geo.out_size;
+    // N-d: pointwise as 1-d over the flattened positions, else as 2-d (`conv_nd`).
+    let geo = if nd > 2 && pointwise {
+        let flat = vec![geo.in_size.iter().product::<usize>()];
+        ConvGeometry {
+            in_size: flat.clone(),
+            out_size: flat,
+            kernel: vec![1],
+            strides: vec![1],
+            dilations: vec![1],
+            pad_begin: vec![0],
+            ..geo
+        }
+    } else {
+        geo
+    };
+    let split = split_geometry(&geo).ok_or_else(|| spec.error("the convolution has no spatial dims"))?;
     // Argument positions of x, w and y.
     let pos = if spec.is::<ir::Conv>() {
         [spec.input(0)?.pos, spec.input(1)?.pos, 0]
@@ -205,6 +227,12 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         [spec.input(1)?.pos, 0, spec.input(0)?.pos]
     };
     let out_len = spec.output(0)?.nelms();
+    if geo.kernel.len() > 2 {
+        let (inner, outer) = split;
+        return with_float!(dt, T => NdKernel::<T>::plan(spec, &geo, &inner, outer, pass, pos, out_len),
+            _ => Err(spec.unsupported_dtype(dt)));
+    }
+    let g2 = Geo2::new(&split.0).ok_or_else(|| spec.error("the convolution has no spatial dims"))?;
     with_float!(dt, T => ConvKernel::<T>::plan(spec, g2, pass, pos, geo.macs(), out_len), _ => Err(spec.unsupported_dtype(dt)))
 }
 

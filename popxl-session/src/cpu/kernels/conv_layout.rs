@@ -3,7 +3,8 @@
 //! columns, and the direct loops used when each output channel reads a single
 //! input channel (depthwise convolutions and `C_in / group == 1`).
 //!
-//! A 1-D convolution is a 2-D one of height 1. Column `p` of an im2col matrix is
+//! A 1-D convolution is a 2-D one of height 1; an N-d one (N > 2) is a 2-D one
+//! over its last two dims, its leading dims described by [`Outer`]. Column `p` of an im2col matrix is
 //! output position `(p / ow, p % ow)`; row `r` is `(c, ki, kj)` with
 //! `r = (c · kh + ki) · kw + kj`, the weight layout `[C_out, C_in / group, kh, kw]`.
 
@@ -129,6 +130,83 @@ impl Geo2 {
         let (lo, hi) = (lo as usize, (hi as usize).min(self.ow));
         (lo.min(hi), hi, off)
     }
+}
+
+/// The leading spatial dims of an N-d geometry (all but the last two; none
+/// for 1-D and 2-D): the output positions, kernel taps and input positions
+/// over those dims, each flattened row-major, and for every output position
+/// the input position each tap reads (`None` in the padding), computed once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Outer {
+    /// Output positions, taps and input positions (products over the leading dims).
+    pub out: usize,
+    pub taps: usize,
+    pub inp: usize,
+    /// `reads[o · taps + k]`: the input position tap `k` of output position `o` reads.
+    reads: Vec<Option<usize>>,
+}
+
+impl Outer {
+    /// The input position read by tap `k` at output position `o`, if inside the input.
+    #[inline]
+    pub(crate) fn read(&self, o: usize, k: usize) -> Option<usize> {
+        self.reads[o * self.taps + k]
+    }
+    /// Taps of output position `o` inside the input, in tap order: `(tap, input position)`.
+    #[inline]
+    pub(crate) fn valid(&self, o: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.reads[o * self.taps..(o + 1) * self.taps].iter().enumerate().filter_map(|(k, r)| r.map(|i| (k, i)))
+    }
+    /// The leading dims `0..m` of `g`.
+    fn new(g: &ConvGeometry, m: usize) -> Self {
+        let (out, taps, inp) = (
+            g.out_size[..m].iter().product::<usize>(),
+            g.kernel[..m].iter().product::<usize>(),
+            g.in_size[..m].iter().product::<usize>(),
+        );
+        let mut reads = Vec::with_capacity(out * taps);
+        for o in 0..out {
+            for k in 0..taps {
+                // Row-major digits of o and k, last dim fastest.
+                let (mut ro, mut rk, mut at, mut scale, mut inside) = (o, k, 0usize, 1usize, true);
+                for d in (0..m).rev() {
+                    let (od, kd) = (ro % g.out_size[d], rk % g.kernel[d]);
+                    ro /= g.out_size[d];
+                    rk /= g.kernel[d];
+                    let i = (od * g.strides[d] + kd * g.dilations[d]) as isize - g.pad_begin[d] as isize;
+                    inside &= i >= 0 && (i as usize) < g.in_size[d];
+                    at += i.max(0) as usize * scale;
+                    scale *= g.in_size[d];
+                }
+                reads.push(inside.then_some(at));
+            }
+        }
+        Outer { out, taps, inp, reads }
+    }
+}
+
+/// Splits an N-d geometry (N ≥ 1) into the 2-D geometry of its last two dims
+/// (one dim: height 1), batch and channels unchanged, and its leading dims.
+pub(crate) fn split_geometry(g: &ConvGeometry) -> Option<(ConvGeometry, Outer)> {
+    let nd = g.kernel.len();
+    if nd == 0
+        || [g.in_size.len(), g.out_size.len(), g.strides.len(), g.dilations.len(), g.pad_begin.len()]
+            .iter()
+            .any(|&l| l != nd)
+    {
+        return None;
+    }
+    let m = nd.saturating_sub(2);
+    let inner = ConvGeometry {
+        in_size: g.in_size[m..].to_vec(),
+        kernel: g.kernel[m..].to_vec(),
+        out_size: g.out_size[m..].to_vec(),
+        strides: g.strides[m..].to_vec(),
+        dilations: g.dilations[m..].to_vec(),
+        pad_begin: g.pad_begin[m..].to_vec(),
+        ..g.clone()
+    };
+    Some((inner, Outer::new(g, m)))
 }
 
 /// Writes im2col rows `rows` and columns `cols` of one image group (`x`: its

@@ -76,6 +76,7 @@ mod conv_gemm_avx2;
 mod conv_implicit;
 mod conv_implicit_wgrad;
 mod conv_layout;
+mod conv_nd;
 #[cfg(test)]
 mod conv_tests;
 mod dispatch;
