@@ -1,0 +1,17 @@
+"""``popxl.ops``: the operations, under PopXL's names, parameter names and defaults."""
+
+from popxl._native import (  # noqa: F401
+    CallSiteInfo, abs, accumulator_zero_, add, add_, argmax, argmin, call, call_with_info, cast, ceil, clip,
+    concat, cos, cumsum, detach, div, dropout, equal, exp, exp_, flatten, flatten_, floor, fmod, gather, gelu,
+    gelu_, geluerf, geluerf_, greater, group_norm, host_load, host_store, identity, l1, l2, layer_norm, less,
+    log, log1p, log2, logical_and, logical_not, logical_or, logsum, logsumexp, matmul, max, maximum, mean,
+    median, min, minimum, mul, negate, nll_loss, nll_loss_with_softmax_grad, pow, prod, relu, relu_, repeat,
+    repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sign, sin, slice, softmax, split,
+    sqrt, squeeze, sub, sum, sumsquare, swish, swish_, tanh, topk, transpose, transpose_,
+)
+from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
+from popxl.ops import var_updates  # noqa: F401
+from popxl.ops.var_updates import (  # noqa: F401
+    accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_,
+    accumulate_square_, accumulator_scale_, copy_var_update_,
+)
