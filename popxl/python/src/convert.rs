@@ -105,10 +105,16 @@ pub fn shape_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
             .map(|n| vec![n])
             .map_err(|_| PyValueError::new_err(format!("negative size {n} in a shape")));
     }
-    let dims: Vec<i64> = obj
-        .extract()
+    let items: Vec<Bound<'_, PyAny>> = obj
+        .try_iter()
+        .and_then(|it| it.collect::<PyResult<_>>())
         .map_err(|_| PyTypeError::new_err(format!("a shape must be a sequence of ints, not {}", type_name(obj))))?;
-    dims.into_iter()
-        .map(|d| usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative size {d} in a shape"))))
+    items
+        .iter()
+        .map(|d| {
+            // Python ints beyond i64 raise OverflowError here.
+            let d: i64 = d.extract()?;
+            usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative size {d} in a shape")))
+        })
         .collect()
 }

@@ -74,7 +74,7 @@ class dtype:
             return type_value
         if isinstance(type_value, str):
             return cls.from_name(type_value)
-        if type_value in (builtins.bool, builtins.int, builtins.float):
+        if isinstance(type_value, type) and type_value in (builtins.bool, builtins.int, builtins.float):
             return {builtins.bool: bool, builtins.int: int64, builtins.float: float32}[type_value]
         try:
             return cls._by_numpy[np.dtype(type_value)]
