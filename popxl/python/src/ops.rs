@@ -562,11 +562,14 @@ impl PyCallSiteInfo {
     }
 }
 
+/// Positional inputs and `inputs_dict` pairs (subgraph input, parent tensor).
+type CallInputs = (Vec<Tensor>, Vec<(Tensor, Tensor)>);
+
 fn call_inputs(
     graph: &popxl::Graph,
     inputs: &Bound<'_, PyTuple>,
     inputs_dict: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(Vec<Tensor>, Vec<(Tensor, Tensor)>)> {
+) -> PyResult<CallInputs> {
     let graph_inputs = graph.inputs().py()?;
     let mut ins = Vec::with_capacity(inputs.len());
     for (i, obj) in inputs.iter().enumerate() {
