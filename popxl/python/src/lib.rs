@@ -12,6 +12,7 @@
 mod convert;
 mod errors;
 mod graph;
+mod nn;
 mod ops;
 mod remote;
 mod session;
@@ -47,5 +48,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transforms::merge_exchange, m)?)?;
     ops::register(m)?;
     remote::register(m)?;
+    nn::register(m)?;
     Ok(())
 }

@@ -51,6 +51,9 @@ macro_rules! unary {
 }
 
 unary!(
+    isnan,
+    isinf,
+    isfinite,
     negate,
     abs,
     exp,
@@ -700,6 +703,140 @@ fn repeat_with_info<'py>(
     Ok(PyCallSiteInfo { info: ops::repeat_with_info(&g, self::repeat_count(repeat_count)?, &ins, &dict).py()? })
 }
 
+/// `ops.increment_mod(t, increment, modulus)`: (t + increment) mod modulus.
+#[pyfunction]
+fn increment_mod(py: Python<'_>, t: &Bound<'_, PyAny>, increment: f64, modulus: f64) -> Out {
+    wrap(py, ops::increment_mod(&t_of(t)?, increment, modulus).py()?)
+}
+
+/// `ops.increment_mod_(t, increment, modulus)`, in place.
+#[pyfunction]
+fn increment_mod_(py: Python<'_>, t: &Bound<'_, PyAny>, increment: f64, modulus: f64) -> Out {
+    wrap(py, ops::increment_mod_(&t_of(t)?, increment, modulus).py()?)
+}
+
+/// `ops.subsample(t, strides)`.
+#[pyfunction]
+fn subsample(py: Python<'_>, t: &Bound<'_, PyAny>, strides: Vec<i64>) -> Out {
+    wrap(py, ops::subsample(&t_of(t)?, &strides).py()?)
+}
+
+/// `ops.dynamic_slice(t, index, axes, sizes, no_overlap)`.
+#[pyfunction]
+fn dynamic_slice(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    index: &Bound<'_, PyAny>,
+    axes: Vec<i64>,
+    sizes: Vec<i64>,
+    no_overlap: bool,
+) -> Out {
+    wrap(py, ops::dynamic_slice(&t_of(t)?, &t_of(index)?, &axes, &sizes, no_overlap).py()?)
+}
+
+/// `ops.dynamic_update(t, index, t_update, axes, sizes, no_overlap)`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn dynamic_update(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    index: &Bound<'_, PyAny>,
+    t_update: &Bound<'_, PyAny>,
+    axes: Vec<i64>,
+    sizes: Vec<i64>,
+    no_overlap: bool,
+) -> Out {
+    wrap(py, ops::dynamic_update(&t_of(t)?, &t_of(index)?, &t_of(t_update)?, &axes, &sizes, no_overlap).py()?)
+}
+
+/// `ops.dynamic_update_(t, index, t_update, axes, sizes, no_overlap)`, in place.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn dynamic_update_(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    index: &Bound<'_, PyAny>,
+    t_update: &Bound<'_, PyAny>,
+    axes: Vec<i64>,
+    sizes: Vec<i64>,
+    no_overlap: bool,
+) -> Out {
+    wrap(py, ops::dynamic_update_(&t_of(t)?, &t_of(index)?, &t_of(t_update)?, &axes, &sizes, no_overlap).py()?)
+}
+
+/// `ops.onehot(t, num_classes, values, axis)`.
+#[pyfunction]
+fn onehot(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    num_classes: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    axis: i64,
+) -> Out {
+    wrap(py, ops::onehot(&t_of(t)?, &t_of(num_classes)?, &t_of(values)?, axis).py()?)
+}
+
+/// `ops.random_uniform(seed_tensor, shape, low=0.0, high=1.0, dtype=popxl.float32)`.
+#[pyfunction]
+#[pyo3(signature = (seed_tensor, shape, low=0.0, high=1.0, dtype=None))]
+fn random_uniform(
+    py: Python<'_>,
+    seed_tensor: &Bound<'_, PyAny>,
+    shape: &Bound<'_, PyAny>,
+    low: f64,
+    high: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> Out {
+    let d = dtype.map(dtype_of).transpose()?.unwrap_or(popart_ir::DataType::Float32);
+    wrap(py, ops::random_uniform(&t_of(seed_tensor)?, &crate::convert::shape_of(shape)?, low, high, d).py()?)
+}
+
+/// `ops.random_normal(seed_tensor, shape, mean=0.0, std=1.0, dtype=popxl.float32)`.
+#[pyfunction]
+#[pyo3(signature = (seed_tensor, shape, mean=0.0, std=1.0, dtype=None))]
+fn random_normal(
+    py: Python<'_>,
+    seed_tensor: &Bound<'_, PyAny>,
+    shape: &Bound<'_, PyAny>,
+    mean: f64,
+    std: f64,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> Out {
+    let d = dtype.map(dtype_of).transpose()?.unwrap_or(popart_ir::DataType::Float32);
+    wrap(py, ops::random_normal(&t_of(seed_tensor)?, &crate::convert::shape_of(shape)?, mean, std, d).py()?)
+}
+
+/// `ops.split_random_seed(seed, n=2)`.
+#[pyfunction]
+#[pyo3(signature = (seed, n=2))]
+fn split_random_seed(py: Python<'_>, seed: &Bound<'_, PyAny>, n: usize) -> PyResult<Vec<Py<PyTensor>>> {
+    ops::split_random_seed(&t_of(seed)?, n).py()?.into_iter().map(|t| wrap(py, t)).collect()
+}
+
+/// `ops.conditional(cond, then_branch, else_branch, inputs=None, inputs_dict=None)`:
+/// run one graph or the other; both have the same outputs.
+#[pyfunction]
+#[pyo3(signature = (cond, then_branch, else_branch, inputs=None, inputs_dict=None))]
+fn conditional<'py>(
+    py: Python<'py>,
+    cond: &Bound<'py, PyAny>,
+    then_branch: &Bound<'py, PyAny>,
+    else_branch: &Bound<'py, PyAny>,
+    inputs: Option<&Bound<'py, PyAny>>,
+    inputs_dict: Option<&Bound<'py, PyAny>>,
+) -> PyResult<PyObject> {
+    let then_g = graph_of(then_branch, "then_branch")?;
+    let else_g = graph_of(else_branch, "else_branch")?;
+    let ins = match inputs.filter(|i| !i.is_none()) {
+        Some(i) => tensor_list(i)?,
+        None => Vec::new(),
+    };
+    let (_, dict) = call_inputs(&then_g, &PyTuple::empty(py), inputs_dict)?;
+    let ins: Vec<&Tensor> = ins.iter().collect();
+    let dict: Vec<(&Tensor, &Tensor)> = dict.iter().map(|(a, b)| (a, b)).collect();
+    outputs(py, ops::conditional(&t_of(cond)?, &then_g, &else_g, &ins, &dict).py()?)
+}
+
 /// Register the op functions in `m` (`popxl._native`, re-exported by `popxl.ops`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCallSiteInfo>()?;
@@ -707,6 +844,20 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
     add!(
+        isnan,
+        isinf,
+        isfinite,
+        increment_mod,
+        increment_mod_,
+        subsample,
+        dynamic_slice,
+        dynamic_update,
+        dynamic_update_,
+        onehot,
+        random_uniform,
+        random_normal,
+        split_random_seed,
+        conditional,
         negate,
         abs,
         exp,

@@ -9,6 +9,11 @@ from popxl._native import (  # noqa: F401
     repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sign, sin, slice, softmax, split,
     sqrt, squeeze, sub, sum, sumsquare, swish, swish_, tanh, topk, transpose, transpose_,
 )
+from popxl._native import (  # noqa: F401
+    average_pool, batch_norm_inference, conditional, conv, dynamic_slice, dynamic_update, dynamic_update_,
+    increment_mod, increment_mod_, isfinite, isinf, isnan, max_pool, onehot, random_normal, random_uniform,
+    split_random_seed, subsample,
+)
 from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
 from popxl.ops import var_updates  # noqa: F401
 from popxl.ops.var_updates import (  # noqa: F401
