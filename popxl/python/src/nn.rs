@@ -63,7 +63,6 @@ fn pool_options(
         in_dilations: in_dilation.unwrap_or_default(),
         auto_pad: pad_type(auto_pad)?,
         ceil_mode,
-        ..PoolOptions::default()
     })
 }
 
