@@ -224,3 +224,23 @@ def test_session_releases_the_gil():
             s.run({x_in: np.ones(3, np.float32)})
         worker.join()
     assert seen == [499500]
+
+
+def test_run_with_outputs_and_explicit_weight_transfers():
+    ir, v, x_in, out, y = small_ir()
+    s = popxl.Session(ir, "cpu")
+    with s:
+        outs = s.create_host_outputs()
+        assert list(outs) == [out] and outs[out].shape == (3,)
+        target = outs[out]
+        s.run_with_outputs({x_in: np.full(3, 4.0, np.float32)}, outs)
+        np.testing.assert_equal(target, [5, 5, 5])  # written into the caller's array
+        s.write_variable_data(v, np.full(3, 10.0, np.float32))  # attached: device updated too
+        res = s.run({x_in: np.zeros(3, np.float32)})
+        np.testing.assert_equal(res[out], [10, 10, 10])
+        s.weights_to_host()
+        s.weights_from_host()
+    with pytest.raises(ValueError, match="attached"):
+        s.weights_from_host()
+    with pytest.raises(ValueError, match="attached"):
+        s.run_with_outputs({x_in: np.zeros(3, np.float32)}, s.create_host_outputs())
