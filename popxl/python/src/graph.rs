@@ -105,6 +105,23 @@ impl PyIr {
     fn __repr__(&self) -> String {
         format!("Ir[id={}]", self.ir.id())
     }
+    /// `ir.replica_grouping(stride=1, group_size=None)` (group_size defaults to
+    /// replication_factor // stride).
+    #[pyo3(signature = (stride=1, group_size=None))]
+    fn replica_grouping(
+        &self,
+        stride: usize,
+        group_size: Option<usize>,
+    ) -> PyResult<crate::replication::PyReplicaGrouping> {
+        Ok(crate::replication::PyReplicaGrouping { g: self.ir.replica_grouping(stride, group_size).py()? })
+    }
+    /// `ir.replica_grouping_from_assignments(assignment)`.
+    fn replica_grouping_from_assignments(
+        &self,
+        assignment: Vec<usize>,
+    ) -> PyResult<crate::replication::PyReplicaGrouping> {
+        Ok(crate::replication::PyReplicaGrouping { g: self.ir.replica_grouping_from_assignments(&assignment).py()? })
+    }
 }
 
 /// A graph of an IR (PopXL's `popxl.Graph`); `with graph:` makes it current.
@@ -247,19 +264,29 @@ pub fn data_with_dtype(
     host_array(data, dtype)
 }
 
-/// `variable(data, dtype=None, name=None, downcast=True)`: a variable of the main graph.
+/// `variable(data, dtype=None, name=None, downcast=True, replica_grouping=None,
+/// retrieval_mode=None)`: a variable of the main graph (grouped data has a leading
+/// `num_groups` dimension).
 #[pyfunction]
-#[pyo3(signature = (data, dtype=None, name=None, downcast=true))]
+#[pyo3(signature = (data, dtype=None, name=None, downcast=true, replica_grouping=None, retrieval_mode=None))]
 pub fn variable(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     name: Option<String>,
     downcast: bool,
+    replica_grouping: Option<&Bound<'_, PyAny>>,
+    retrieval_mode: Option<String>,
 ) -> PyResult<Py<PyTensor>> {
     let a = data_with_dtype(data, dtype, downcast)?;
     let d = a.dtype();
-    wrap(py, popxl::variable_as(a, d, name_or(&name, "t")).py()?)
+    let grouping = crate::replication::grouping_of(replica_grouping)?;
+    let mode = crate::replication::retrieval_mode_of(retrieval_mode.as_deref())?;
+    let t = match grouping {
+        Some(g) => popxl::variable_grouped(a, name_or(&name, "t"), &g, mode),
+        None => popxl::variable_as(a, d, name_or(&name, "t")),
+    };
+    wrap(py, t.py()?)
 }
 
 /// `constant(data, dtype=None, name=None, downcast=True)`.

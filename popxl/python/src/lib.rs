@@ -15,6 +15,7 @@ mod graph;
 mod nn;
 mod ops;
 mod remote;
+mod replication;
 mod session;
 mod tensor;
 mod transforms;
@@ -49,5 +50,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     remote::register(m)?;
     nn::register(m)?;
+    replication::register(m)?;
     Ok(())
 }

@@ -15,7 +15,7 @@ from popxl._native import (  # noqa: F401
     split_random_seed, subsample,
 )
 from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
-from popxl.ops import var_updates  # noqa: F401
+from popxl.ops import collectives, var_updates  # noqa: F401
 from popxl.ops.var_updates import (  # noqa: F401
     accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_,
     accumulate_square_, accumulator_scale_, copy_var_update_,
