@@ -78,9 +78,11 @@ pub fn remote_buffer(
     Ok(PyRemoteBuffer { b: popxl::remote_buffer(shape_of(tensor_shape)?, dtype_of(tensor_dtype)?, n).py()? })
 }
 
-/// `remote_variable(data, remote_buffer, offset=0, dtype=None, name=None, downcast=True)`.
+/// `remote_variable(data, remote_buffer, offset=0, dtype=None, name=None, downcast=True,
+/// replica_grouping=None, retrieval_mode=None)`.
 #[pyfunction]
-#[pyo3(signature = (data, remote_buffer, offset=0, dtype=None, name=None, downcast=true))]
+#[pyo3(signature = (data, remote_buffer, offset=0, dtype=None, name=None, downcast=true, replica_grouping=None, retrieval_mode=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn remote_variable(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -89,10 +91,86 @@ pub fn remote_variable(
     dtype: Option<&Bound<'_, PyAny>>,
     name: Option<String>,
     downcast: bool,
+    replica_grouping: Option<&Bound<'_, PyAny>>,
+    retrieval_mode: Option<String>,
 ) -> PyResult<Py<PyTensor>> {
     let b = buffer_of(remote_buffer)?;
     let a = crate::graph::data_with_dtype(data, dtype, downcast)?;
-    wrap(py, popxl::remote_variable(a, &b, offset, name.as_deref().unwrap_or("t")).py()?)
+    let name = name.as_deref().unwrap_or("t");
+    let mode = crate::replication::retrieval_mode_of(retrieval_mode.as_deref())?;
+    let t = match crate::replication::grouping_of(replica_grouping)? {
+        Some(g) => popxl::remote_variable_grouped(a, &b, offset, name, &g, mode),
+        None => popxl::remote_variable(a, &b, offset, name),
+    };
+    wrap(py, t.py()?)
+}
+
+/// `remote_replica_sharded_variable(data, remote_buffer, offset=0, dtype=None, name=None,
+/// downcast=True, replica_grouping=None, retrieval_mode=None)`.
+#[pyfunction]
+#[pyo3(signature = (data, remote_buffer, offset=0, dtype=None, name=None, downcast=true, replica_grouping=None, retrieval_mode=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn remote_replica_sharded_variable(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    remote_buffer: &Bound<'_, PyAny>,
+    offset: usize,
+    dtype: Option<&Bound<'_, PyAny>>,
+    name: Option<String>,
+    downcast: bool,
+    replica_grouping: Option<&Bound<'_, PyAny>>,
+    retrieval_mode: Option<String>,
+) -> PyResult<Py<PyTensor>> {
+    let b = buffer_of(remote_buffer)?;
+    let a = crate::graph::data_with_dtype(data, dtype, downcast)?;
+    let g = crate::replication::grouping_of(replica_grouping)?;
+    let mode = crate::replication::retrieval_mode_of(retrieval_mode.as_deref())?;
+    let t = popxl::remote_replica_sharded_variable(a, &b, offset, name.as_deref().unwrap_or("t"), g.as_ref(), mode);
+    wrap(py, t.py()?)
+}
+
+/// `replica_sharded_buffer(tensor_shape, tensor_dtype, replica_grouping=None, shard_over=None, entries=1)`.
+#[pyfunction]
+#[pyo3(signature = (tensor_shape, tensor_dtype, replica_grouping=None, shard_over=None, entries=1))]
+pub fn replica_sharded_buffer(
+    tensor_shape: &Bound<'_, PyAny>,
+    tensor_dtype: &Bound<'_, PyAny>,
+    replica_grouping: Option<&Bound<'_, PyAny>>,
+    shard_over: Option<usize>,
+    entries: usize,
+) -> PyResult<PyRemoteBuffer> {
+    let g = crate::replication::grouping_of(replica_grouping)?;
+    let b = popxl::replica_sharded_buffer(
+        &shape_of(tensor_shape)?,
+        dtype_of(tensor_dtype)?,
+        g.as_ref(),
+        shard_over,
+        entries,
+    );
+    Ok(PyRemoteBuffer { b: b.py()? })
+}
+
+/// `replica_sharded_variable(data, dtype=None, name=None, downcast=True, replica_grouping=None,
+/// shard_over=None, retrieval_mode=None)` -> (remote variable, its loaded shard).
+#[pyfunction]
+#[pyo3(signature = (data, dtype=None, name=None, downcast=true, replica_grouping=None, shard_over=None, retrieval_mode=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn replica_sharded_variable(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    name: Option<String>,
+    downcast: bool,
+    replica_grouping: Option<&Bound<'_, PyAny>>,
+    shard_over: Option<usize>,
+    retrieval_mode: Option<String>,
+) -> PyResult<(Py<PyTensor>, Py<PyTensor>)> {
+    let a = crate::graph::data_with_dtype(data, dtype, downcast)?;
+    let g = crate::replication::grouping_of(replica_grouping)?;
+    let mode = crate::replication::retrieval_mode_of(retrieval_mode.as_deref())?;
+    let (v, shard) =
+        popxl::replica_sharded_variable(a, name.as_deref().unwrap_or("t"), g.as_ref(), shard_over, mode).py()?;
+    Ok((wrap(py, v)?, wrap(py, shard)?))
 }
 
 enum Offset {
@@ -181,6 +259,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRemoteBuffer>()?;
     m.add_function(wrap_pyfunction!(remote_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(remote_variable, m)?)?;
+    m.add_function(wrap_pyfunction!(remote_replica_sharded_variable, m)?)?;
+    m.add_function(wrap_pyfunction!(replica_sharded_buffer, m)?)?;
+    m.add_function(wrap_pyfunction!(replica_sharded_variable, m)?)?;
     m.add_function(wrap_pyfunction!(remote_load, m)?)?;
     m.add_function(wrap_pyfunction!(remote_load_, m)?)?;
     m.add_function(wrap_pyfunction!(remote_store, m)?)?;

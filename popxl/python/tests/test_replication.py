@@ -35,3 +35,18 @@ def test_all_reduce_and_grouped_variable():
     np.testing.assert_allclose(session.get_tensor_data(v), [[2, 3], [4, 5]])
     with pytest.raises(ValueError):
         ops.collectives.replicated_all_reduce(x, op="xor")
+
+
+def test_replica_sharded_variable_gathers_back():
+    ir = popxl.Ir(replication=2)
+    with ir.main_graph:
+        data = np.array([1, 2, 3, 4], np.int32)
+        remote, shard = popxl.replica_sharded_variable(data, popxl.int32, name="x")
+        assert shard.shape == (2,)
+        full = ops.collectives.replicated_all_gather(shard)
+        out = popxl.d2h_stream(full.shape, full.dtype, "full")
+        ops.host_store(out, full)
+    with popxl.Session(ir, "cpu") as session:
+        res = session.run()
+    np.testing.assert_equal(res[out], np.stack([data, data]))
+    np.testing.assert_equal(session.get_tensor_data(remote), data)
