@@ -433,3 +433,25 @@ impl IpuScope {
         false
     }
 }
+
+/// `with popxl.io_tiles():` places ops on the IO tiles.
+#[pyclass(name = "io_tiles", module = "popxl", unsendable)]
+pub struct IoTilesScope {
+    guards: Vec<popxl::IoTilesContext>,
+}
+
+#[pymethods]
+impl IoTilesScope {
+    #[new]
+    fn new() -> Self {
+        IoTilesScope { guards: Vec::new() }
+    }
+    fn __enter__(&mut self) {
+        self.guards.push(popxl::io_tiles());
+    }
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
+        self.guards.pop();
+        false
+    }
+}

@@ -30,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<graph::InSequence>()?;
     m.add_class::<graph::NameScope>()?;
     m.add_class::<graph::IpuScope>()?;
+    m.add_class::<graph::IoTilesScope>()?;
     m.add_class::<tensor::PyTensor>()?;
     m.add_class::<tensor::PyH2D>()?;
     m.add_class::<tensor::PyD2H>()?;

@@ -51,6 +51,7 @@ macro_rules! unary {
 }
 
 unary!(
+    detach_,
     isnan,
     isinf,
     isfinite,
@@ -703,6 +704,46 @@ fn repeat_with_info<'py>(
     Ok(PyCallSiteInfo { info: ops::repeat_with_info(&g, self::repeat_count(repeat_count)?, &ins, &dict).py()? })
 }
 
+/// `ops.concat_(ts, axis=0)`: a view concatenating the tensors.
+#[pyfunction]
+#[pyo3(signature = (ts, axis=0))]
+fn concat_(py: Python<'_>, ts: &Bound<'_, PyAny>, axis: i64) -> Out {
+    let ts = tensor_list(ts)?;
+    let refs: Vec<&Tensor> = ts.iter().collect();
+    wrap(py, ops::concat_(&refs, axis).py()?)
+}
+
+/// `ops.slice_(t, start=None, stop=None, step=None, axis=None)`: a view.
+#[pyfunction]
+#[pyo3(signature = (t, start=None, stop=None, step=None, axis=None))]
+fn slice_(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    start: Option<&Bound<'_, PyAny>>,
+    stop: Option<&Bound<'_, PyAny>>,
+    step: Option<&Bound<'_, PyAny>>,
+    axis: Option<&Bound<'_, PyAny>>,
+) -> Out {
+    let t = t_of(t)?;
+    let [a, b, c, d] = slice_args(&t, start, stop, step, axis)?;
+    wrap(py, ops::slice_(&t, &a, &b, &c, &d).py()?)
+}
+
+/// `ops.print_tensor(t, title=None, print_self=True, print_gradient=False)`: prints
+/// the tensor's value to stderr when it runs; returns the same values.
+#[pyfunction]
+#[pyo3(signature = (t, title=None, print_self=true, print_gradient=false))]
+fn print_tensor(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    title: Option<String>,
+    print_self: bool,
+    print_gradient: bool,
+) -> Out {
+    let options = ops::PrintTensorOptions { title, print_self, print_gradient, ..ops::PrintTensorOptions::default() };
+    wrap(py, ops::print_tensor(&t_of(t)?, &options).py()?)
+}
+
 /// `ops.increment_mod(t, increment, modulus)`: (t + increment) mod modulus.
 #[pyfunction]
 fn increment_mod(py: Python<'_>, t: &Bound<'_, PyAny>, increment: f64, modulus: f64) -> Out {
@@ -844,6 +885,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
     add!(
+        detach_,
+        concat_,
+        slice_,
+        print_tensor,
         isnan,
         isinf,
         isfinite,

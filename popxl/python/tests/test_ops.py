@@ -215,3 +215,32 @@ def test_dtypes():
     assert popxl.int32.is_int and popxl.int32.is_signed and not popxl.uint32.is_signed
     with pytest.raises(ValueError):
         popxl.dtype.from_name("float7")
+
+
+def test_views_and_aliases():
+    got = run(lambda x, y: (ops.slice_(x, start=1, stop=3, axis=0), ops.concat_([x, y], axis=0), ops.clamp(x, -0.2, 0.3),
+                            ops.rename(x, "renamed"), ops.detach_(x)), A, B)
+    np.testing.assert_equal(got[0], A[1:3])
+    np.testing.assert_equal(got[1], np.concatenate([A, B]))
+    np.testing.assert_equal(got[2], np.clip(A, -0.2, 0.3))
+    np.testing.assert_equal(got[3], A)
+    np.testing.assert_equal(got[4], A)
+
+
+def test_print_tensor_writes_to_stderr(capfd):
+    x = np.array([1.5, -2.0], np.float32)
+    got = run(lambda x: ops.print_tensor(x, title="my_values"), x)
+    np.testing.assert_equal(got, x)
+    err = capfd.readouterr().err
+    assert "my_values" in err and "1.5" in err
+
+
+def test_graph_context_helpers():
+    ir = popxl.Ir()
+    with ir.main_graph:
+        assert popxl.get_current_graph() == ir.main_graph == popxl.get_main_graph()
+        assert popxl.get_ir() == ir
+        with popxl.io_tiles():
+            t = popxl.constant(1.0)
+            u = t + 1.0
+        assert u.shape == ()

@@ -6,7 +6,7 @@ Programs written for Graphcore's PopXL run unchanged where they use what this pa
 from popxl import dtypes, errors, ops, transforms  # noqa: F401
 from popxl._native import (  # noqa: F401
     DeviceToHostStream, Graph, HostToDeviceStream, Ir, Session, d2h_stream, gcg, gir, gmg, h2d_stream,
-    RemoteBuffer, ReplicaGrouping, in_sequence, ipu, name_scope, remote_buffer, remote_replica_sharded_variable, remote_variable,
+    RemoteBuffer, ReplicaGrouping, in_sequence, io_tiles, ipu, name_scope, remote_buffer, remote_replica_sharded_variable, remote_variable,
     replica_sharded_buffer, replica_sharded_variable,
 )
 from popxl.dtypes import (  # noqa: F401
@@ -26,3 +26,8 @@ __all__ = [
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
     "float64", "half", "float", "double",
 ]
+
+get_current_graph = gcg
+get_main_graph = gmg
+get_ir = gir
+__all__ += ["io_tiles", "get_current_graph", "get_main_graph", "get_ir"]

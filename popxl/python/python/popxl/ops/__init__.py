@@ -14,9 +14,20 @@ from popxl._native import (  # noqa: F401
     increment_mod, increment_mod_, isfinite, isinf, isnan, max_pool, onehot, random_normal, random_uniform,
     split_random_seed, subsample,
 )
+from popxl._native import concat_, detach_, print_tensor, slice_  # noqa: F401
 from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
 from popxl.ops import collectives, var_updates  # noqa: F401
 from popxl.ops.var_updates import (  # noqa: F401
     accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_,
     accumulate_square_, accumulator_scale_, copy_var_update_,
 )
+
+
+def clamp(t, min=float("-inf"), max=float("inf")):
+    """``clip`` under its other name."""
+    return clip(t, min, max)
+
+
+def rename(t, name):
+    """The same values under a new name (``identity``)."""
+    return identity(t, name)
