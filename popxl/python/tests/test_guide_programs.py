@@ -226,3 +226,43 @@ def test_num_host_transfers_and_name_scope():
         assert session.expected_inputs() == [x_in]
         res = session.run({x_in: x_np})
     np.testing.assert_equal(res[out], x_np * 2)
+
+
+def test_create_graph_traces_args_lists_varargs_kwargs_and_specs():
+    def fn(a, pair, *rest, scale=1.0, extra=None):
+        total = a + pair[0] + pair[1]
+        for r in rest:
+            total = total + r
+        if extra is not None:
+            total = total + extra
+        return total * scale
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        a = popxl.constant(np.array([1.0, 2.0], np.float32), name="a")
+        spec = popxl.TensorSpec((2,), popxl.float32)
+        g = ir.create_graph(fn, a, [a, spec], a, spec, scale=3.0, extra=spec)
+        # inputs in signature order: a, pair[0], pair[1], rest..., extra
+        assert len(g.inputs) == 6
+        assert all(t.shape == (2,) for t in g.inputs)
+        (o,) = ops.call(g, a, a, a, a, a, a)
+        out = popxl.d2h_stream(o.shape, o.dtype)
+        ops.host_store(out, o)
+    with popxl.Session(ir, "cpu") as s:
+        res = s.run()
+    np.testing.assert_allclose(res[out], 3.0 * 6 * np.array([1.0, 2.0]))
+
+
+def test_create_graph_with_no_output_and_by_ref_input():
+    def add_one_in_place(x):
+        x += 1.0
+
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(np.zeros(2, np.float32), name="v")
+        g = ir.create_graph(add_one_in_place, popxl.TensorByRef(v))
+        assert g.outputs == []
+        ops.call(g, v)
+    with popxl.Session(ir, "cpu") as s:
+        s.run()
+    np.testing.assert_equal(s.get_tensor_data(v), [1, 1])
