@@ -704,6 +704,44 @@ fn repeat_with_info<'py>(
     Ok(PyCallSiteInfo { info: ops::repeat_with_info(&g, self::repeat_count(repeat_count)?, &ins, &dict).py()? })
 }
 
+/// `ops.scatter(t, indices, values, axis=0)`: a copy of `t` with `values` written at `indices`.
+#[pyfunction]
+#[pyo3(signature = (t, indices, values, axis=0))]
+fn scatter(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    indices: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    axis: i64,
+) -> Out {
+    wrap(py, ops::scatter(&t_of(t)?, &t_of(indices)?, &t_of(values)?, axis).py()?)
+}
+
+/// `ops.histogram(t, levels, absolute_of_input)`: counts of elements below, between and above the levels.
+#[pyfunction]
+fn histogram(py: Python<'_>, t: &Bound<'_, PyAny>, levels: Vec<f64>, absolute_of_input: bool) -> Out {
+    wrap(py, ops::histogram(&t_of(t)?, &levels, absolute_of_input).py()?)
+}
+
+/// `ops.lamb_square(t)`: the sum of squares, as LAMB uses it.
+#[pyfunction]
+fn lamb_square(py: Python<'_>, t: &Bound<'_, PyAny>) -> Out {
+    wrap(py, ops::lamb_square(&t_of(t)?).py()?)
+}
+
+/// `ops.shaped_dropout(t, seed_tensor, shape, ratio)`.
+#[pyfunction]
+fn shaped_dropout(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    seed_tensor: &Bound<'_, PyAny>,
+    shape: &Bound<'_, PyAny>,
+    ratio: f64,
+) -> Out {
+    let shape = crate::convert::shape_of(shape)?;
+    wrap(py, ops::shaped_dropout(&t_of(t)?, &t_of(seed_tensor)?, &shape, ratio).py()?)
+}
+
 /// `ops.concat_(ts, axis=0)`: a view concatenating the tensors.
 #[pyfunction]
 #[pyo3(signature = (ts, axis=0))]
@@ -885,6 +923,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ($($f:ident),* $(,)?) => {$( m.add_function(wrap_pyfunction!($f, m)?)?; )*};
     }
     add!(
+        scatter,
+        histogram,
+        lamb_square,
+        shaped_dropout,
         detach_,
         concat_,
         slice_,

@@ -109,3 +109,27 @@ def test_random_uniform_statistics():
     assert u.min() >= -1 and u.max() <= 3
     assert abs(u.mean() - 1.0) < 0.05
     assert abs(n.mean() - 2.0) < 0.02 and abs(n.std() - 0.5) < 0.02
+
+
+def test_scatter_histogram_lamb_square():
+    x = np.zeros((4, 3), np.float32)
+    idx = np.array([[1, 0, 2], [3, 2, 0]], np.int32)
+    vals = RNG.standard_normal((2, 3)).astype(np.float32)
+    y = RNG.standard_normal(50).astype(np.float32)
+    got = run(lambda x, i, v, y: (ops.scatter(x, i, v, axis=0), ops.histogram(y, [-0.5, 0.5], True), ops.lamb_square(y)), x, idx, vals, y)
+    want = x.copy()
+    for r in range(2):
+        for c in range(3):
+            want[idx[r, c], c] = vals[r, c]
+    np.testing.assert_equal(got[0], want)
+    a = np.abs(y)
+    np.testing.assert_equal(got[1], [(a < -0.5).sum(), ((a >= -0.5) & (a < 0.5)).sum(), (a >= 0.5).sum()])
+    np.testing.assert_allclose(got[2], (y.astype(np.float64) ** 2).sum(), rtol=1e-5)
+
+
+def test_shaped_dropout_keeps_or_zeroes_whole_rows():
+    x = np.ones((6, 8), np.float32)
+    seed = np.array([3, 9], np.uint32)
+    got = run(lambda x, s: ops.shaped_dropout(x, s, (6, 1), 0.5), x, seed)
+    for row in got:
+        assert np.all(row == 0) or np.allclose(row, 2.0)

@@ -14,7 +14,7 @@ from popxl._native import (  # noqa: F401
     increment_mod, increment_mod_, isfinite, isinf, isnan, max_pool, onehot, random_normal, random_uniform,
     split_random_seed, subsample,
 )
-from popxl._native import concat_, detach_, print_tensor, slice_  # noqa: F401
+from popxl._native import concat_, detach_, histogram, lamb_square, print_tensor, scatter, shaped_dropout, slice_  # noqa: F401,E501
 from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
 from popxl.ops import collectives, var_updates  # noqa: F401
 from popxl.ops.var_updates import (  # noqa: F401
