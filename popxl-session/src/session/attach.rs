@@ -91,7 +91,11 @@ impl Session {
         Ok(v)
     }
 
-    fn enter_context(&mut self) -> Result<()> {
+    /// Open a session context without a guard (what [`Session::enter`] does), for
+    /// bindings whose contexts are two calls, such as Python's `__enter__` /
+    /// `__exit__`: attach and `weights_from_host` if detached. Pair every
+    /// successful call with one [`Session::exit_context`].
+    pub fn enter_context(&mut self) -> Result<()> {
         let should_setup = !self.attached;
         self.was_attached.push(self.attached);
         if !self.attached {
@@ -109,7 +113,10 @@ impl Session {
         Ok(())
     }
 
-    fn exit_context(&mut self, success: bool) -> Result<()> {
+    /// Close the innermost context opened by [`Session::enter_context`]: if it
+    /// attached the session, `weights_to_host` (when `success` and the options ask
+    /// for it) and detach. [`SessionError::NoOpenContext`] without an open context.
+    pub fn exit_context(&mut self, success: bool) -> Result<()> {
         let was_attached = self.was_attached.pop().ok_or(SessionError::NoOpenContext)?;
         let mut r = Ok(());
         if !was_attached {

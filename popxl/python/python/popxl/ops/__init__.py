@@ -1,0 +1,33 @@
+"""``popxl.ops``: the operations, under PopXL's names, parameter names and defaults."""
+
+from popxl._native import (  # noqa: F401
+    CallSiteInfo, abs, accumulator_zero_, add, add_, argmax, argmin, call, call_with_info, cast, ceil, clip,
+    concat, cos, cumsum, detach, div, dropout, equal, exp, exp_, flatten, flatten_, floor, fmod, gather, gelu,
+    gelu_, geluerf, geluerf_, greater, group_norm, host_load, host_store, identity, l1, l2, layer_norm, less,
+    log, log1p, log2, logical_and, logical_not, logical_or, logsum, logsumexp, matmul, max, maximum, mean,
+    median, min, minimum, mul, negate, nll_loss, nll_loss_with_softmax_grad, pow, prod, relu, relu_, repeat,
+    repeat_with_info, reshape, reshape_, scaled_add, scaled_add_, sigmoid, sign, sin, slice, softmax, split,
+    sqrt, squeeze, sub, sum, sumsquare, swish, swish_, tanh, topk, transpose, transpose_,
+)
+from popxl._native import (  # noqa: F401
+    average_pool, batch_norm_inference, conditional, conv, dynamic_slice, dynamic_update, dynamic_update_,
+    increment_mod, increment_mod_, isfinite, isinf, isnan, max_pool, onehot, random_normal, random_uniform,
+    split_random_seed, subsample,
+)
+from popxl._native import concat_, detach_, histogram, lamb_square, print_tensor, scatter, shaped_dropout, slice_  # noqa: F401,E501
+from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
+from popxl.ops import collectives, var_updates  # noqa: F401
+from popxl.ops.var_updates import (  # noqa: F401
+    accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_,
+    accumulate_square_, accumulator_scale_, copy_var_update_,
+)
+
+
+def clamp(t, min=float("-inf"), max=float("inf")):
+    """``clip`` under its other name."""
+    return clip(t, min, max)
+
+
+def rename(t, name):
+    """The same values under a new name (``identity``)."""
+    return identity(t, name)
