@@ -334,15 +334,27 @@ fn typed_errors() {
     // Shape mismatch.
     let e = main_graph_error(|| ops::accumulate_moving_average_(&f2()?, &f3()?, 0.9));
     assert!(is_inference_error(&e), "{e}");
-    // Non-float accumulator for a float rule; float64 with float16.
+    // Non-float accumulator for a float rule.
     let e = main_graph_error(|| {
         let t = popxl::variable(vec![1i32, 2], "t")?;
         ops::accumulate_square_(&t, &popxl::constant(vec![1i32, 2], "x")?, 1.0)
     });
     assert!(is_inference_error(&e) && e.to_string().contains("dampened_add_square"), "{e}");
+    // An update of another type is cast to the accumulator's, as PopART's
+    // `AccumulateOpx` does (float64 += float16 builds a `Cast` first).
+    {
+        let ir = Ir::new();
+        let _g = ir.main_graph().enter();
+        let t = popxl::variable_as(vec![1.0, 2.0], popxl::float64, "t").unwrap();
+        let x = popxl::constant_as(vec![1.0, 2.0], popxl::float16, "x").unwrap();
+        ops::accumulate_(&t, &x, 1.0).unwrap();
+        assert_eq!(ir.main_graph().num_ops().unwrap(), 2, "Cast and Accumulate");
+    }
+    // The IR op itself still refuses mixed types other than float16 with float32.
     let e = main_graph_error(|| {
         let t = popxl::variable_as(vec![1.0, 2.0], popxl::float64, "t")?;
-        ops::accumulate_(&t, &popxl::constant_as(vec![1.0, 2.0], popxl::float16, "x")?, 1.0)
+        let x = popxl::constant_as(vec![1.0, 2.0], popxl::float16, "x")?;
+        OpBuilder::new("accumulate", &Accumulate).input(0, &t).input(1, &x).create1()
     });
     assert!(is_inference_error(&e), "{e}");
     // A non-scalar factor; an integer accumulator scaled by a non-zero factor.

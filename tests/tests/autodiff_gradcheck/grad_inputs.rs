@@ -295,18 +295,16 @@ fn rows() -> Vec<Row> {
             &["aux", "aux", "in0", "in1"],
         ),
         row(
-            // Training mode; the running statistics are fixed inputs. PopART's
+            // Training mode; the running statistics are constants. PopART's
             // `BatchNormGradOp` reads x, scale and the saved mean and variance
             // (ours: the saved inverse standard deviation).
             "batch_norm",
-            vec![
-                d(&img),
-                d(&u(&[2]).mapv(|v| v.abs() + 0.5)),
-                d(&u(&[2])),
-                Arg::Fixed(HostArray::from(vec![0.1f64, -0.2])),
-                Arg::Fixed(HostArray::from(vec![1.5f64, 0.5])),
-            ],
-            |t| Ok(ops::batch_norm(&t[0], &t[1], &t[2], &t[3], &t[4], 1e-3, 0.9)?.y),
+            vec![d(&img), d(&u(&[2]).mapv(|v| v.abs() + 0.5)), d(&u(&[2]))],
+            |t| {
+                let m = popxl::constant_as(vec![0.1f64, -0.2], popxl::float64, "running_mean")?;
+                let v = popxl::constant_as(vec![1.5f64, 0.5], popxl::float64, "running_var")?;
+                Ok(ops::batch_norm(&t[0], &t[1], &t[2], &m, &v, 1e-3, 0.9)?.y)
+            },
             &["aux", "aux", "in0", "in1"],
             &["aux", "aux", "in0", "in1"],
         ),
