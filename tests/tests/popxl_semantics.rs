@@ -59,7 +59,7 @@ fn a_transpose_view_and_a_reshape_view_of_one_variable_are_both_written() {
 
         // Additions commute: x + aᵀ + reshape(b, (2, 3)).
         let b_as_x = b.clone().into_shape_with_order((2, 3)).unwrap();
-        let want = arange(2, 3) + &a.t() + &b_as_x;
+        let want = arange(2, 3) + a.t() + &b_as_x;
         assert_eq!(out[&x_out].to_f64_vec(), f64s(&want), "x (transpose first: {transpose_first})");
         assert_eq!(out[&t_out].to_f64_vec(), f64s(&want.t().to_owned()), "the transpose view");
         let want_r = want.clone().into_shape_with_order((3, 2)).unwrap();
