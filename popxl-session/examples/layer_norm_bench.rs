@@ -13,65 +13,20 @@
 //! cargo run --release --example layer_norm_bench -- --threads 2 --torch bench/torch_layer_norm.py
 //! ```
 
-use std::time::Instant;
-
 use popart_ir::{AttrValue, Attributes, DataType, TensorInfo};
-use popxl_session::cpu::kernel::{Kernel, KernelArgs, KernelSpec};
-use popxl_session::cpu::kernels::build_kernel;
+use popxl_session::cpu::kernel::KernelArgs;
 use popxl_session::cpu::team;
 
 #[path = "support/buffers.rs"]
 #[allow(dead_code)]
 mod buffers;
+#[path = "support/kernel_timing.rs"]
+mod kernel_timing;
 #[path = "support/torch_server.rs"]
 mod torch_server;
 use buffers::{buffer, Line};
-use torch_server::{median, TorchServer};
-
-fn kernel(op: &str, attrs: &Attributes, ins: &[TensorInfo], outs: &[TensorInfo]) -> Box<dyn Kernel> {
-    let spec = KernelSpec {
-        def: popart_ir::lookup_op(op).expect("builtin op"),
-        attrs,
-        inputs: ins.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
-        outputs: outs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
-        check_indices: false,
-    };
-    build_kernel(&spec).expect("kernel")
-}
-
-/// Milliseconds of one call of `f`: one measurement of at least `min_time` s.
-fn measure(min_time: f64, f: &mut impl FnMut()) -> f64 {
-    let (mut n, t0) = (0u32, Instant::now());
-    loop {
-        f();
-        n += 1;
-        let el = t0.elapsed().as_secs_f64();
-        if el >= min_time {
-            return el / n as f64 * 1e3;
-        }
-    }
-}
-
-/// Medians of `reps` measurements of `f` (after a warm-up call) and of
-/// PyTorch's `pass` of `shape`, alternated.
-fn timed(
-    reps: usize,
-    min_time: f64,
-    mut f: impl FnMut(),
-    torch: &mut Option<TorchServer>,
-    shape: &str,
-    pass: &str,
-) -> (f64, Option<f64>) {
-    f();
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..reps.max(1) {
-        ours.push(measure(min_time, &mut f));
-        if let Some(t) = torch.as_mut().and_then(|t| t.measure(shape, pass)) {
-            theirs.push(t);
-        }
-    }
-    (median(ours), (!theirs.is_empty()).then(|| median(theirs)))
-}
+use kernel_timing::{kernel, timed};
+use torch_server::TorchServer;
 
 fn main() {
     let (mut threads, mut shapes, mut torch, mut reps, mut min_time) =
