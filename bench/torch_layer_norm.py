@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import timed  # noqa: E402
+from timing import serve, timed  # noqa: E402
 
 
 def calls(s):
@@ -52,16 +52,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.serve:
-        made, warm = {}, set()
-        for line in sys.stdin:
-            s, which = line.split()
-            if s not in made:
-                made = {s: calls(s)}
-            f = made[s][which]
-            if (s, which) not in warm:
-                warm.add((s, which))
-                f()
-            print(f"{timed(f, 1, a.min_time, warm_up=False):.4f}", flush=True)
+        serve(calls, a.min_time)
         return
     for s in a.shapes.split(","):
         c = calls(s)
