@@ -41,16 +41,23 @@ fn ints(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<i64>>> {
 }
 
 macro_rules! unary {
-    ($($name:ident),* $(,)?) => {$(
+    ($reg:ident: $($name:ident),* $(,)?) => {$(
         #[doc = concat!("`ops.", stringify!($name), "(t)`, elementwise.")]
         #[pyfunction]
         fn $name(py: Python<'_>, t: &Bound<'_, PyAny>) -> Out {
             wrap(py, ops::$name(&t_of(t)?).py()?)
         }
-    )*};
+    )*
+        /// Register this family's functions in `m`.
+        fn $reg(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+            Ok(())
+        }
+    };
 }
 
 unary!(
+    register_unary:
     detach_,
     isnan,
     isinf,
@@ -90,7 +97,7 @@ fn detach(py: Python<'_>, t: &Bound<'_, PyAny>) -> Out {
 }
 
 macro_rules! binary {
-    ($($name:ident),* $(,)?) => {$(
+    ($reg:ident: $($name:ident),* $(,)?) => {$(
         #[doc = concat!("`ops.", stringify!($name), "(lhs, rhs)`, with numpy broadcasting.")]
         #[pyfunction]
         fn $name(py: Python<'_>, lhs: &Bound<'_, PyAny>, rhs: &Bound<'_, PyAny>) -> Out {
@@ -98,13 +105,19 @@ macro_rules! binary {
             let r = crate::tensor::coerce(&l, rhs)?;
             wrap(py, ops::$name(&l, &r).py()?)
         }
-    )*};
+    )*
+        /// Register this family's functions in `m`.
+        fn $reg(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+            Ok(())
+        }
+    };
 }
 
-binary!(add, sub, mul, div, pow, fmod, greater, less, equal, logical_and, logical_or, add_, matmul, copy_var_update_);
+binary!(register_binary: add, sub, mul, div, pow, fmod, greater, less, equal, logical_and, logical_or, add_, matmul, copy_var_update_);
 
 macro_rules! reduce {
-    ($($name:ident),* $(,)?) => {$(
+    ($reg:ident: $($name:ident),* $(,)?) => {$(
         #[doc = concat!("`ops.", stringify!($name), "(t, axis=None, keepdims=False)`.")]
         #[pyfunction]
         #[pyo3(signature = (t, axis=None, keepdims=false))]
@@ -113,10 +126,16 @@ macro_rules! reduce {
             let axes = ints(axis)?.unwrap_or_else(|| (0..t.rank() as i64).collect());
             wrap(py, ops::$name(&t, &axes, keepdims).py()?)
         }
-    )*};
+    )*
+        /// Register this family's functions in `m`.
+        fn $reg(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+            Ok(())
+        }
+    };
 }
 
-reduce!(sum, mean, max, min, prod, median, l1, l2, logsum, logsumexp, sumsquare);
+reduce!(register_reduce: sum, mean, max, min, prod, median, l1, l2, logsum, logsumexp, sumsquare);
 
 /// `ops.host_load(h2d_stream, name=None)`.
 #[pyfunction]
@@ -456,7 +475,7 @@ impl Factor {
 }
 
 macro_rules! var_update {
-    ($($name:ident($f:ident = $default:expr)),* $(,)?) => {$(
+    ($reg:ident: $($name:ident($f:ident = $default:expr)),* $(,)?) => {$(
         #[doc = concat!("`ops.var_updates.", stringify!($name), "(t, X, ", stringify!($f), ")`, in place.")]
         #[pyfunction]
         #[pyo3(signature = (t, X, $f=None))]
@@ -465,10 +484,17 @@ macro_rules! var_update {
             let f = match $f { Some(v) => Factor::of(v)?, None => Factor::Const($default) };
             wrap(py, ops::$name(&t_of(t)?, &t_of(X)?, f.scalar()).py()?)
         }
-    )*};
+    )*
+        /// Register this family's functions in `m`.
+        fn $reg(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
+            Ok(())
+        }
+    };
 }
 
 var_update!(
+    register_var_update:
     accumulate_(f = 1.0),
     accumulate_square_(f = 1.0),
     accumulate_mean_(step = 0.0),
@@ -927,13 +953,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         histogram,
         lamb_square,
         shaped_dropout,
-        detach_,
         concat_,
         slice_,
         print_tensor,
-        isnan,
-        isinf,
-        isfinite,
         increment_mod,
         increment_mod_,
         subsample,
@@ -945,59 +967,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         random_normal,
         split_random_seed,
         conditional,
-        negate,
-        abs,
-        exp,
-        log,
-        log1p,
-        log2,
-        sqrt,
-        relu,
-        gelu,
-        geluerf,
-        swish,
-        tanh,
-        sigmoid,
-        sin,
-        cos,
-        sign,
-        floor,
-        ceil,
-        exp_,
-        relu_,
-        gelu_,
-        geluerf_,
-        swish_,
-        logical_not,
-        flatten,
-        flatten_,
-        accumulator_zero_,
         detach,
-        add,
-        sub,
-        mul,
-        div,
-        pow,
-        fmod,
-        greater,
-        less,
-        equal,
-        logical_and,
-        logical_or,
-        add_,
-        matmul,
-        copy_var_update_,
-        sum,
-        mean,
-        max,
-        min,
-        prod,
-        median,
-        l1,
-        l2,
-        logsum,
-        logsumexp,
-        sumsquare,
         host_load,
         host_store,
         softmax,
@@ -1025,18 +995,17 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         dropout,
         nll_loss,
         nll_loss_with_softmax_grad,
-        accumulate_,
-        accumulate_square_,
-        accumulate_mean_,
-        accumulate_moving_average_,
-        accumulate_moving_average_square_,
         accumulator_scale_,
         scaled_add,
         scaled_add_,
         call,
         call_with_info,
         repeat,
-        repeat_with_info
+        repeat_with_info,
     );
+    register_unary(m)?;
+    register_binary(m)?;
+    register_reduce(m)?;
+    register_var_update(m)?;
     Ok(())
 }
