@@ -27,12 +27,16 @@ pub enum PopXlError {
     /// An invalid replica grouping, or one used where it cannot be.
     #[error(transparent)]
     ReplicaGrouping(#[from] popart_ir::ReplicaGroupingError),
-    /// A graph with by-reference inputs given to `repeat` (only `call` passes
-    /// inputs by reference so far).
-    #[error("graph `{graph}` has by-reference inputs; repeat passes inputs by value only (use call)")]
+    /// A graph given to `repeat` whose loop-carried input (one that takes an
+    /// output of the previous iteration) is passed by reference.
+    #[error(
+        "input {input} of graph `{graph}` is passed by reference but is loop-carried in repeat (it takes output {input} of the previous iteration); pass it by value"
+    )]
     ByRefInRepeat {
         /// The graph.
         graph: String,
+        /// The input's position.
+        input: i64,
     },
     /// A tensor's placement was read but never set (PopXL's `UndefinedValue`):
     /// `Tensor::ipu` of a tensor made outside any `ipu(n)` context, or

@@ -226,3 +226,61 @@ fn repeat_inside_a_called_graph_with_a_host_load() {
     let result = session.scope(|s| s.run(&[(xin, HostArray::from(data))].into())).unwrap();
     assert_eq!(result[&out], HostArray::from(array![[111.0f32, 222.0], [0.0, 0.0], [0.0, 0.0]]));
 }
+
+/// PopXL's `repeat` of a graph with a by-reference input that is not loop-carried:
+/// body(c, acc&) { acc += c; return c * 2 }. Each iteration writes the caller's
+/// `acc`, reading the carried `c` of that iteration: after 3 iterations from c = 1,
+/// acc gained 1 + 2 + 4 and the output is 8. Also with a variable read again after
+/// the loop, and the same through a second repeat of the same graph.
+#[test]
+fn repeat_writes_by_reference_inputs_in_every_iteration() {
+    for device in ["cpu", "ipu_model"] {
+        let ir = Ir::new();
+        let _g = ir.main_graph().enter();
+        let _s = popxl::in_sequence(true);
+        let c = popxl::constant(vec![1.0f32, -1.0], "c").unwrap();
+        let acc = popxl::variable(vec![100.0f32, 200.0], "acc").unwrap();
+        let body = ir
+            .create_graph(
+                |c: Tensor, acc: Tensor| -> popxl::Result<Tensor> {
+                    ops::add_(&acc, &c)?;
+                    Ok(&c * 2.0)
+                },
+                (&c, popxl::TensorByRef(acc.clone())),
+            )
+            .unwrap();
+        let y = ops::repeat(&body, 3, &[&c, &acc], &[]).unwrap().remove(0);
+        let z = ops::repeat(&body, 2, &[&y, &acc], &[]).unwrap().remove(0);
+        let after = &acc * 1.0;
+        let streams: Vec<_> = [("y", &y), ("z", &z), ("after", &after)]
+            .into_iter()
+            .map(|(name, t)| {
+                let s = popxl::d2h_stream(t.shape(), t.dtype(), name).unwrap();
+                ops::host_store(&s, t).unwrap();
+                s
+            })
+            .collect();
+        drop((_s, _g));
+        let mut session = Session::new(ir, device).unwrap();
+        let out = session.enter().unwrap().run(&Inputs::new()).unwrap();
+        // First loop: acc += 1 + 2 + 4 (times c); second loop from c = 8: acc += 8 + 16.
+        let gained = 1.0 + 2.0 + 4.0 + 8.0 + 16.0;
+        assert_eq!(out[&streams[0]], f32s(&[8.0, -8.0]), "{device}");
+        assert_eq!(out[&streams[1]], f32s(&[32.0, -32.0]), "{device}");
+        assert_eq!(out[&streams[2]], f32s(&[100.0 + gained, 200.0 - gained]), "{device}");
+        assert_eq!(session.get_tensor_data(&acc).unwrap(), f32s(&[100.0 + gained, 200.0 - gained]), "{device}");
+    }
+}
+
+/// A loop-carried input (it takes the previous iteration's output) cannot be passed by
+/// reference: a typed error naming the graph and the input.
+#[test]
+fn repeat_refuses_a_loop_carried_input_by_reference() {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let x = popxl::variable(vec![1.0f32], "x").unwrap();
+    let body = ir.create_graph(|x: Tensor| &x + 1.0, popxl::TensorByRef(x.clone())).unwrap();
+    let err = ops::repeat(&body, 2, &[&x], &[]).unwrap_err();
+    assert!(matches!(err, popxl::PopXlError::ByRefInRepeat { input: 0, .. }), "{err}");
+    assert!(err.to_string().contains("loop-carried"), "{err}");
+}

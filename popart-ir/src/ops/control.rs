@@ -7,8 +7,10 @@ op_types!(
     /// `Call{graph, modified}`: op input i -> graph input i; graph output j -> op output j.
     /// `modified` lists op input indices the graph writes in place (visible to the caller).
     Call,
-    /// `Repeat{graph, count}`: loop-carried call; graph output k feeds graph input k of the
-    /// next iteration; outputs of the last iteration are the op's outputs.
+    /// `Repeat{graph, count, modified}`: loop-carried call; graph output k feeds graph input k
+    /// of the next iteration; outputs of the last iteration are the op's outputs. `modified`
+    /// lists inputs past the loop-carried ones that the body writes in place: the writes
+    /// of every iteration reach the caller's tensor (PopXL's `TensorByRef` in `repeat`).
     Repeat,
     /// `If{then_graph, else_graph, then_inputs, else_inputs}`: input 0 is a bool scalar;
     /// `then_inputs[k]` is the op input index passed as then-graph input k (same for else).
@@ -175,23 +177,14 @@ impl OpDef for Call {
         let g = ctx.graph("graph")?;
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
-        if let Some(m) = ctx.attrs.ints("modified") {
-            if let Some(bad) = m.iter().find(|&&i| i < 0 || i as usize >= inputs.len()) {
-                return Err(ctx.error(format!("modified input {bad} is not an input of the call")));
-            }
-        }
+        check_modified(ctx, 0..inputs.len(), "call")?;
         Ok(g.output_infos())
     }
     fn flags(&self, attrs: &Attributes) -> OpFlags {
-        if attrs.ints("modified").is_some_and(|m| !m.is_empty()) {
-            OpFlags::SUBGRAPH | OpFlags::MODIFIES_INPUTS
-        } else {
-            OpFlags::SUBGRAPH
-        }
+        modifying_flags(attrs)
     }
     fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
-        // Out-of-range entries are rejected by `infer`; here they are skipped.
-        attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).collect()
+        modified_attr(attrs)
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
         crate::GradRule::Subgraph
@@ -209,14 +202,44 @@ impl OpDef for Repeat {
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
         check_repeat_body(g).map_err(infer_error(ctx))?;
+        // Loop-carried inputs take the previous iteration's outputs: only the others
+        // may be written through to the caller.
+        check_modified(ctx, g.outputs().len()..inputs.len(), "repeat (past its loop-carried inputs)")?;
         Ok(g.output_infos())
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
-        OpFlags::SUBGRAPH
+    fn flags(&self, attrs: &Attributes) -> OpFlags {
+        modifying_flags(attrs)
+    }
+    fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
+        modified_attr(attrs)
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
         crate::GradRule::Subgraph
     }
+}
+
+/// Every entry of the `modified` attribute lies in `allowed`.
+fn check_modified(ctx: &InferContext<'_>, allowed: std::ops::Range<usize>, what: &str) -> Result<()> {
+    let m = ctx.attrs.ints("modified").unwrap_or(&[]);
+    match m.iter().find(|&&i| usize::try_from(i).map_or(true, |i| !allowed.contains(&i))) {
+        Some(bad) => Err(ctx.error(format!("modified input {bad} is not an input of the {what}"))),
+        None => Ok(()),
+    }
+}
+
+/// A call or repeat that marks inputs modified also modifies inputs.
+fn modifying_flags(attrs: &Attributes) -> OpFlags {
+    if attrs.ints("modified").is_some_and(|m| !m.is_empty()) {
+        OpFlags::SUBGRAPH | OpFlags::MODIFIES_INPUTS
+    } else {
+        OpFlags::SUBGRAPH
+    }
+}
+
+/// The `modified` attribute as input indices (out-of-range entries, rejected by
+/// `infer`, are skipped).
+fn modified_attr(attrs: &Attributes) -> Vec<u32> {
+    attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).collect()
 }
 
 impl OpDef for If {

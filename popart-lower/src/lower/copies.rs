@@ -3,7 +3,7 @@
 //! A copy between two tensors of one class is elided. Per site: copy-in (arguments
 //! to callee inputs), copy-out (callee outputs to caller outputs; for a repeat, from
 //! the inputs, which hold the last iteration's outputs), copy-back (modified inputs
-//! of a call), and a repeat's loop-carried copies (output k to input k after each
+//! of a call or repeat), and a repeat's loop-carried copies (output k to input k after each
 //! iteration). Loop-carried copies happen "in parallel": when one reads what
 //! another writes, every value is staged through a temporary ([`Temp`]) first.
 

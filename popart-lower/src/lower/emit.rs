@@ -193,6 +193,7 @@ impl Emitter<'_, '_> {
                 self.copies(&plan.loop_copies, &mut body)?;
                 seq.push(Program::Repeat { count, body: Box::new(Program::Sequence(body)) });
                 self.copies(&plan.copy_out, seq)?;
+                self.copies(&plan.copy_back, seq)?;
             }
             SiteKind::IfThen | SiteKind::IfElse => {
                 let cond_t = op.input(0).ok_or_else(|| internal(format!("if op `{}` has no condition", op.name)))?;

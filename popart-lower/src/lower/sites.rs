@@ -125,11 +125,8 @@ fn call_like(ir: &Ir, op: &Op, kind: SiteKind) -> Result<OpCall, LowerError> {
     let args = (0..n as u32)
         .map(|k| op.input(k).ok_or_else(|| missing(op, &format!("input {k}"))))
         .collect::<Result<_, _>>()?;
-    let modified = if kind == SiteKind::Call {
-        sorted(op.modified_inputs()).into_iter().map(|i| i as usize).collect()
-    } else {
-        Vec::new()
-    };
+    // A repeat marks only inputs past its loop-carried ones (checked by its inference).
+    let modified = sorted(op.modified_inputs()).into_iter().map(|i| i as usize).collect();
     Ok(OpCall { callee, kind, args, outs: outs(ir, op, callee)?, modified, reads: Vec::new() })
 }
 

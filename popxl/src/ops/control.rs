@@ -496,8 +496,13 @@ fn create_repeat(
         i64::try_from(count).map_err(|_| PopXlError::RepeatCountTooLarge { graph: graph.name().to_string(), count })?;
     ir_ops::check_repeat_count(count).map_err(|e| control_flow_error(e, graph))?;
     graph.read(ir_ops::check_repeat_body)?.map_err(|e| control_flow_error(e, graph))?;
-    if !by_ref_inputs(graph)?.is_empty() {
-        return Err(PopXlError::ByRefInRepeat { graph: graph.name().to_string() });
+    // By-reference inputs are written through to the caller in every iteration (as
+    // PopXL marks them modified at the loop's call site); a loop-carried input takes
+    // the previous iteration's output instead, so it cannot be one.
+    let by_ref = by_ref_inputs(graph)?;
+    let carried = graph.read(|g| g.outputs().len())?;
+    if let Some(&k) = by_ref.iter().find(|&&k| usize::try_from(k).is_ok_and(|k| k < carried)) {
+        return Err(PopXlError::ByRefInRepeat { graph: graph.name().to_string(), input: k });
     }
     let parent = parent_graph(inputs, inputs_dict, "repeat")?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, "repeat")?;
@@ -507,6 +512,9 @@ fn create_repeat(
         .in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(super::input_index(i, "repeat")?, p);
+    }
+    if !by_ref.is_empty() {
+        spec = spec.attr("modified", AttrValue::Ints(by_ref));
     }
     spec.create()
 }
