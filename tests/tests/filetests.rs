@@ -19,8 +19,9 @@
 //!   `prune` (`popart_transforms::prune::prune`), `autodiff graph=NAME [provided=T,..]
 //!   [required=T,..] [all]` (`popart_transforms::autodiff`), `fuse_weight_update`
 //!   (`popart_transforms::patterns::fuse_weight_updates`), `prepare [no_patterns]`
-//!   (`popart_transforms::prepare::prepare_with`) and `lower` (`popart_lower::lower`,
-//!   whose output is the lowered program's dump).
+//!   (`popart_transforms::prepare::prepare_with`), `lower` (`popart_lower::lower`,
+//!   whose output is the lowered program's dump), and `pass NAME`: any pass of the
+//!   preparation pipeline (or `merge-exchange`) looked up by its name.
 //! - The input is every line before the separator `; ---- expected ----`, with
 //!   `;` lines blanked (so parse errors give the line of the file).
 //! - The expected output is everything after the separator. Passes that change the
@@ -125,13 +126,46 @@ fn run(command: &str, input: &str) -> Result<String, SetupError> {
             opts.allow(&[])?;
             popart_lower::lower(&ir).map(|exe| exe.dump()).map_err(|e| e.to_string())
         }
+        "pass" => run_named_pass(&mut ir, &opts)?,
         other => {
             return Err(SetupError(format!(
-                "unknown pass `{other}` (expected prune, autodiff, fuse_weight_update, prepare or lower)"
+                "unknown pass `{other}` (expected prune, autodiff, fuse_weight_update, prepare, lower or pass NAME)"
             )))
         }
     };
     Ok(out.unwrap_or_else(|e| format!("error: {e}\n")))
+}
+
+/// Every pass a `; run: pass NAME` line can name: the default preparation pipeline with
+/// everything on (patterns, in-place ambiguity check, call inlining), then `merge-exchange`.
+fn named_passes() -> popart_transforms::Pipeline {
+    let all = PrepareOptions {
+        patterns: true,
+        check_inplace_ambiguity: true,
+        inline_calls: true,
+        ..PrepareOptions::default()
+    };
+    popart_transforms::Pipeline::default_for(all).with_pass(popart_transforms::merge_exchange::MergeExchange)
+}
+
+/// `pass NAME`: the pass of that name, looked up in [`named_passes`], run once. Its
+/// output: `# changed: yes|no`, a `# note:` line per note, then the IR.
+fn run_named_pass(ir: &mut Ir, opts: &Options<'_>) -> Result<Result<String, String>, SetupError> {
+    let names = named_passes();
+    let [(name, None)] = opts.0[..] else {
+        let known: Vec<&str> = names.names().collect();
+        return Err(SetupError(format!("`pass` takes one pass name, one of {known:?}")));
+    };
+    let Some(at) = names.position(name) else {
+        let known: Vec<&str> = names.names().collect();
+        return Err(SetupError(format!("no pass named `{name}` (known: {known:?})")));
+    };
+    let pass = &names.passes()[at];
+    Ok(pass.run(ir).map_err(|e| e.to_string()).and_then(|outcome| {
+        let mut report = vec![format!("changed: {}", if outcome.changed { "yes" } else { "no" })];
+        report.extend(outcome.notes.iter().map(|n| format!("note: {n}")));
+        ir_output(&report, ir)
+    }))
 }
 
 /// `key=value` and flag options of a `run` line.
@@ -487,4 +521,35 @@ fn pass_errors_are_output() {
     let err = check(&file).unwrap_err();
     assert!(err.contains("- # removed ops: main/e"), "{err}");
     assert!(err.contains("+ error: "), "{err}");
+}
+
+/// Every pass `; run: pass NAME` can name has a filetest where it acts (changes the IR,
+/// or refuses it) and one where it must not (`# changed: no`). The verifier passes are
+/// the exception: the text parser runs the verifier on what it reads, so an IR that
+/// `verify` refuses cannot be a filetest's input (`popart-ir`'s tests cover its errors).
+#[test]
+fn every_pass_has_a_filetest_where_it_acts_and_one_where_it_does_not() {
+    let mut acts = std::collections::BTreeSet::new();
+    let mut quiet = std::collections::BTreeSet::new();
+    for path in discover(&filetests_dir()) {
+        let file = std::fs::read_to_string(&path).unwrap_or_default();
+        let Ok(t) = split(&file) else { continue };
+        let Some(name) = t.command.strip_prefix("pass ").map(str::trim) else { continue };
+        let expected = t.expected.map_or("", |(e, _)| e);
+        if expected.contains("# changed: yes") || expected.trim_start().starts_with("error:") {
+            acts.insert(name.to_string());
+        }
+        if expected.contains("# changed: no") {
+            quiet.insert(name.to_string());
+        }
+    }
+    for name in named_passes().names() {
+        let checks_only_parsed_text =
+            name == popart_transforms::Pipeline::VERIFY || name == popart_transforms::Pipeline::VERIFY_FINAL;
+        assert!(
+            checks_only_parsed_text || acts.contains(name),
+            "no filetest where pass `{name}` changes or refuses the IR"
+        );
+        assert!(quiet.contains(name), "no filetest where pass `{name}` leaves the IR unchanged");
+    }
 }

@@ -5,12 +5,12 @@
 //! y = Add(t, c)           c: [n], n the last dim of t; y has t's shape
 //! ```
 //!
-//! becomes `y = MatMulAdd(a, b, c)`: the kernel writes `c` into each output block
-//! and the GEMM accumulates onto it while the block is in cache, instead of a
+//! becomes `y = MatMulAdd(a, b, c)`: the kernel adds `c` to each output block
+//! right after the GEMM writes it, while the block is in cache, instead of a
 //! separate pass that reads `t` and writes `y`. After autodiff the gradients read
 //! `a`, `b` and the incoming gradient, never `t`, so training graphs match. Values
-//! agree up to rounding: the GEMM adds its partial sums over blocks of the
-//! reduction onto `c` one after the other, where `a·b + c` adds `c` last.
+//! are exactly those of the two ops: `c` is added to the finished product, as
+//! `a·b + c` does (PopXL's programs compare with numpy at its default tolerance).
 
 use popart_ir::ops::all::{Add, MatMul};
 use popart_ir::ops::matmul::MatMulAdd;

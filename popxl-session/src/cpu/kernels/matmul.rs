@@ -38,6 +38,8 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
     fn from_f64(v: f64) -> Self;
     /// Product.
     fn times(self, o: Self) -> Self;
+    /// `self + o` (wrapping for integers).
+    fn plus(self, o: Self) -> Self;
     /// `dst = alpha · dst + beta · lhs @ rhs` when `read_dst`, else `dst = beta · lhs @ rhs`,
     /// with element strides (rs: row stride, cs: column stride).
     ///
@@ -77,6 +79,10 @@ macro_rules! gemm_elem {
                 self * o
             }
             #[inline]
+            fn plus(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline]
             unsafe fn gemm(
                 m: usize, n: usize, k: usize,
                 dst: *mut Self, dst_rs: isize, dst_cs: isize, read_dst: bool,
@@ -110,6 +116,9 @@ macro_rules! int_elem {
             #[inline]
             fn times(self, o: Self) -> Self {
                 self.wrapping_mul(o)
+            }
+            fn plus(self, o: Self) -> Self {
+                self.wrapping_add(o)
             }
             unsafe fn gemm(
                 m: usize, n: usize, k: usize,
@@ -206,7 +215,8 @@ impl<T: MatElem> MatMulKernel<T> {
     }
 
     /// Rows `rows` and columns `cols` of one GEMM call's result (`bias`: the
-    /// `MatMulAdd` row vector, written into the block first and accumulated onto).
+    /// `MatMulAdd` row vector, added to the block right after its product, while
+    /// the block is in cache: the values are exactly those of `MatMul` then `Add`).
     #[inline]
     #[allow(clippy::too_many_arguments)]
     unsafe fn block(
@@ -221,17 +231,8 @@ impl<T: MatElem> MatMulKernel<T> {
     ) {
         let p = &self.plan;
         let (r0, c0) = (rows.start as isize, cols.start as isize);
-        if self.bias_pos.is_some() {
-            let b = slice(bias.add(cols.start), cols.len());
-            for r in rows.clone() {
-                let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
-                for (c, &v) in b.iter().enumerate() {
-                    *row.offset(c as isize * p.dst_s.1) = v;
-                }
-            }
-        }
         let (read_dst, alpha, beta) = match self.update {
-            None => (j.accumulate || self.bias_pos.is_some(), T::ONE, T::ONE),
+            None => (j.accumulate, T::ONE, T::ONE),
             // The first product into a block scales the old value by `a`; later ones add.
             Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
         };
@@ -252,6 +253,17 @@ impl<T: MatElem> MatMulKernel<T> {
             alpha,
             beta,
         );
+        // Forward jobs never accumulate (`build`), so each block gets the bias once.
+        if self.bias_pos.is_some() {
+            let b = slice(bias.add(cols.start), cols.len());
+            for r in rows {
+                let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
+                for (c, &v) in b.iter().enumerate() {
+                    let y = row.offset(c as isize * p.dst_s.1);
+                    *y = (*y).plus(v);
+                }
+            }
+        }
     }
 
     /// One GEMM call split over the worker team: the larger of the row and
