@@ -42,7 +42,19 @@ TYPES = {
     "output_size": "Tuple[int, int]", "inputs_dict": "Mapping[Tensor, Any]", "then_inputs_dict": "Mapping[Tensor, Tensor]",
     "else_inputs_dict": "Mapping[Tensor, Tensor]", "then_inputs": "Sequence[Tensor]", "else_inputs": "Sequence[Tensor]",
     "inputs": "Any", "key": "Any", "other": "Any", "value": "Any", "device_type": "str", "handle": "int",
-    "buffer": "RemoteBuffer",
+    "buffer": "RemoteBuffer", "fwd_call_info": "CallSiteInfo", "grad_call_info": "CallSiteInfo",
+    "remote_buffer": "RemoteBuffer", "tensor": "Tensor", "tensors": "Any", "ir": "Ir",
+    "grads_provided": "Sequence[Tensor]", "grads_required": "Sequence[Tensor]",
+    "called_graphs_grad_info": "Mapping[Graph, GradGraphInfo]", "enabled": "Union[bool, str]",
+    "ignore_index": "int", "axis_size": "int", "ipu": "int",
+}
+#: Types of a parameter of one function or method, where its name means something else elsewhere.
+PARAM_TYPES = {
+    ("write_variable_data", "data"): "Any", ("run", "inputs"): "Mapping[HostToDeviceStream, Any]",
+    ("run_with_outputs", "inputs"): "Mapping[HostToDeviceStream, Any]",
+    ("run_with_outputs", "outputs"): "Mapping[DeviceToHostStream, np.ndarray]",
+    ("write_variables_data", "tensors"): "Mapping[Tensor, Any]", ("get_tensors_data", "tensors"): "Sequence[Tensor]",
+    ("conditional", "inputs"): "Sequence[Tensor]",
 }
 INT_NAMES = {"axis", "dim", "k", "groups", "group_size", "num_groups", "repeat_count", "destination", "source",
              "n", "idx", "stride", "seed", "offset", "batches_per_step", "gradient_accumulation_factor",
@@ -70,7 +82,7 @@ RETURNS = {
     "create_graph": "Graph", "create_empty_graph": "Graph", "replica_grouping": "ReplicaGrouping",
     "replica_grouping_from_assignments": "ReplicaGrouping", "get_all_h2d_streams": "List[HostToDeviceStream]",
     "get_all_d2h_streams": "List[DeviceToHostStream]", "set_num_host_transfers": "None",
-    "set_replication_factor": "None", "strides": "List[int]", "transpose": "Any",
+    "set_replication_factor": "None", "strides": "List[int]",
     "run": "Dict[DeviceToHostStream, np.ndarray]", "run_with_outputs": "None",
     "get_tensor_data": "np.ndarray", "get_tensors_data": "Dict[Tensor, np.ndarray]",
     "write_variable_data": "None", "write_variables_data": "None", "weights_to_host": "None",
@@ -80,18 +92,18 @@ RETURNS = {
     "parent_to_graph_output_index": "int", "set_parent_input_modified": "None", "is_alive": "bool",
     "opType": "str", "fwd_graph_ins_to_grad_parent_outs": "Dict[Tensor, Tensor]",
     "fwd_parent_ins_to_grad_parent_outs": "Dict[Tensor, Tensor]", "inputs_dict": "Dict[Tensor, Tensor]",
-    "get_input_tensors": "Tuple[Tensor, ...]", "get_output_tensors": "Tuple[Tensor, ...]",
+    "get_input_tensors": "Tuple[Tensor, ...]", "expected_inputs": "List[HostToDeviceStream]", "get_output_tensors": "Tuple[Tensor, ...]",
 }
 
 HEADER = '''"""Type stubs of ``popxl._native``, the Rust half of the ``popxl`` package (written by ``stubgen.py``)."""
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 import numpy as np
 
 #: What an op accepts where PopXL takes a tensor or a host value converted to a constant.
-TensorLike = Union["Tensor", np.ndarray, float, int, bool]
+_TensorLike = Union["Tensor", np.ndarray, float, int, bool]
 
 class UndefinedValue(Exception):
     """A value that was never set was read (a tensor's ipu or tile set)."""
@@ -100,12 +112,38 @@ class UndefinedValue(Exception):
 
 
 def annotate(name, default):
+    if default in ("True", "False"):
+        return "bool"
+    literal = literal_type(default)
+    ty = name_type(name, default)
+    parts = [p.strip() for p in ty.replace("Optional[", "").replace("Union[", "").rstrip("]").split(",")]
+    if literal and ty != "Any" and literal not in parts and not (literal == "int" and "float" in parts):
+        return literal
+    return ty
+
+
+def literal_type(default):
+    """The type of a literal default (None for None, ``...`` and no default)."""
+    if default is None or default in ("None", "..."):
+        return None
+    if default.startswith(("'", '"')):
+        return "str"
+    if default.lstrip("-").isdigit():
+        return "int"
+    try:
+        float(default)
+        return "float"
+    except ValueError:
+        return None
+
+
+def name_type(name, default):
     if name in TENSOR:
         ty = "Tensor"
     elif name in OPT_TENSOR:
         ty = "Optional[Tensor]"
     elif name in TENSOR_LIKE:
-        ty = "TensorLike"
+        ty = "_TensorLike"
     elif name in FACTOR:
         ty = "Union[float, Tensor]"
     elif name in TYPES:
@@ -118,6 +156,10 @@ def annotate(name, default):
         ty = "float"
     elif name in BOOL_NAMES:
         ty = "bool"
+    elif default is not None and default.startswith(("'", '"')):
+        ty = "str"
+    elif default is not None and default.lstrip("-").isdigit():
+        ty = "int"
     else:
         ty = "Any"
     if default == "None" and not ty.startswith("Optional") and ty != "Any":
@@ -137,9 +179,13 @@ def signature(obj, name, method=False):
             if p.name in ("self", "$self", "cls", "$cls"):
                 continue
             default = None if p.default is inspect.Parameter.empty else repr(p.default)
+            if p.default is Ellipsis:
+                default = "..."
             if default is not None and ("<" in default or len(default) > 40):
                 default = "..."
-            ty = annotate(p.name, default)
+            ty = PARAM_TYPES.get((name, p.name)) or annotate(p.name, default)
+            if default == "None" and not ty.startswith("Optional") and ty != "Any":
+                ty = f"Optional[{ty}]"
             if p.kind is inspect.Parameter.VAR_POSITIONAL:
                 params.append(f"*{p.name}: {'Tensor' if p.name in ('ts', 'inputs') else 'Any'}")
             elif p.kind is inspect.Parameter.VAR_KEYWORD:
@@ -167,10 +213,11 @@ def function(name, f, indent="", method=False):
 
 
 def klass(name, cls):
-    out = [f"class {name}:", doc_of(cls, "    ")]
+    out = ["@final", f"class {name}:", doc_of(cls, "    ")]
     init_sig = getattr(cls, "__text_signature__", None)
     if init_sig:
-        out.append(function("__init__", cls, "    ", method=True).replace("-> Tensor", "-> None"))
+        params = signature(cls, "__new__")
+        out.append(f"    def __new__(cls{', ' if params else ''}{params}) -> {name}: ...")
     for attr, value in sorted(vars(cls).items()):
         if attr.startswith("_") and attr not in ("__enter__", "__exit__", "__getitem__", "__len__", "__iter__"):
             continue
@@ -181,15 +228,17 @@ def klass(name, cls):
             if attr == "__enter__":
                 out.append(f"    def __enter__(self) -> {name}: ...")
             elif attr == "__exit__":
-                out.append("    def __exit__(self, *args: Any) -> bool: ...")
+                out.append(f"    def __exit__({signature(value, attr, method=True)}) -> bool: ...")
+            elif attr.startswith("__"):
+                params = signature(value, attr, method=True)
+                out.append(f"    def {attr}({params}, /) -> {METHOD_RETURNS.get((name, attr), 'Tensor')}: ...")
             else:
-                ret = RETURNS.get(attr, "Tensor")
-                if name == "Tensor" or attr not in RETURNS:
-                    ret = METHOD_RETURNS.get((name, attr), ret)
+                ret = METHOD_RETURNS.get((name, attr), RETURNS.get(attr, "Tensor"))
                 out.append(f"    def {attr}({signature(value, attr, method=True)}) -> {ret}:\n"
                            f"{doc_of(value, '        ')}")
     if name == "Tensor":
-        out.append(TENSOR_OPERATORS)
+        defined = {line.split("(")[0].strip() for line in out if line.strip().startswith("def ")}
+        out += [op for op in TENSOR_OPERATORS.split("\n") if op.split("(")[0].strip() not in defined]
     return "\n".join(out) + "\n"
 
 
@@ -204,31 +253,36 @@ PROPERTY_TYPES = {
     "assignment": "List[int]", "is_const": "bool", "op_type": "str", "in_dtype": "Any",
     "expected_inputs": "List[ExpectedConnection]", "expected_outputs": "List[ExpectedConnection]",
     "forward_graph": "Graph", "fwd_tensor": "Tensor", "connection_type": "str", "entries": "int",
-    "tensor_shape": "Tuple[int, ...]", "tensor_dtype": "Any", "device": "str",
+    "tensor_shape": "Tuple[int, ...]", "tensor_dtype": "Any", "device": "str", "is_attached": "bool",
+    "tensor_id": "str", "remote_buffer_id": "int", "spec": "Any",
     ("ConditionalSiteInfo", "called_graph"): "Tuple[Graph, Graph]", ("CallSiteInfo", "called_graph"): "Graph",
     ("Op", "id"): "int", ("Ir", "id"): "int", ("Graph", "id"): "str", ("Tensor", "id"): "str",
     ("HostToDeviceStream", "dtype"): "Any", ("HostToDeviceStream", "shape"): "Tuple[int, ...]",
 }
-METHOD_RETURNS = {("Tensor", "strides"): "List[int]", ("Tensor", "copy_to_ipu"): "Tensor",
+METHOD_RETURNS = {("Tensor", "strides"): "List[int]", ("ReplicaGrouping", "transpose"): "ReplicaGrouping", ("Tensor", "copy_to_ipu"): "Tensor",
                   ("Session", "run"): "Dict[DeviceToHostStream, np.ndarray]"}
-TENSOR_OPERATORS = '''    def __add__(self, other: TensorLike) -> Tensor: ...
-    def __radd__(self, other: TensorLike) -> Tensor: ...
-    def __sub__(self, other: TensorLike) -> Tensor: ...
-    def __rsub__(self, other: TensorLike) -> Tensor: ...
-    def __mul__(self, other: TensorLike) -> Tensor: ...
-    def __rmul__(self, other: TensorLike) -> Tensor: ...
-    def __truediv__(self, other: TensorLike) -> Tensor: ...
-    def __rtruediv__(self, other: TensorLike) -> Tensor: ...
-    def __mod__(self, other: TensorLike) -> Tensor: ...
-    def __pow__(self, other: TensorLike) -> Tensor: ...
-    def __matmul__(self, other: TensorLike) -> Tensor: ...
-    def __rmatmul__(self, other: TensorLike) -> Tensor: ...
-    def __and__(self, other: TensorLike) -> Tensor: ...
-    def __or__(self, other: TensorLike) -> Tensor: ...
+TENSOR_OPERATORS = '''    def __add__(self, other: _TensorLike, /) -> Tensor: ...
+    def __radd__(self, other: _TensorLike, /) -> Tensor: ...
+    def __sub__(self, other: _TensorLike, /) -> Tensor: ...
+    def __rsub__(self, other: _TensorLike, /) -> Tensor: ...
+    def __mul__(self, other: _TensorLike, /) -> Tensor: ...
+    def __rmul__(self, other: _TensorLike, /) -> Tensor: ...
+    def __truediv__(self, other: _TensorLike, /) -> Tensor: ...
+    def __rtruediv__(self, other: _TensorLike, /) -> Tensor: ...
+    def __mod__(self, other: _TensorLike, /) -> Tensor: ...
+    def __pow__(self, other: _TensorLike, mod: None = None, /) -> Tensor: ...
+    def __rpow__(self, other: _TensorLike, mod: None = None, /) -> Tensor: ...
+    def __rmod__(self, other: _TensorLike, /) -> Tensor: ...
+    def __rand__(self, other: _TensorLike, /) -> Tensor: ...
+    def __ror__(self, other: _TensorLike, /) -> Tensor: ...
+    def __matmul__(self, other: _TensorLike, /) -> Tensor: ...
+    def __rmatmul__(self, other: _TensorLike, /) -> Tensor: ...
+    def __and__(self, other: _TensorLike, /) -> Tensor: ...
+    def __or__(self, other: _TensorLike, /) -> Tensor: ...
     def __invert__(self) -> Tensor: ...
     def __neg__(self) -> Tensor: ...
-    def __iadd__(self, other: TensorLike) -> Tensor: ...
-    def __getitem__(self, key: Any) -> Tensor: ...
+    def __iadd__(self, other: _TensorLike, /) -> Tensor: ...
+    def __getitem__(self, key: Any, /) -> Tensor: ...
     def __len__(self) -> int: ...
     def __hash__(self) -> int: ...'''
 
@@ -245,7 +299,8 @@ def main():
             functions.append(function(name, obj))
         else:
             other.append(f"{name}: Any")
-    text = HEADER + "\n".join(classes) + "\n" + "\n".join(functions) + "\n".join(other) + "\n"
+    names = [n for n in dir(native) if not n.startswith("_")]
+    text = HEADER + f"__all__ = {names!r}\n\n" + "\n".join(classes) + "\n" + "\n".join(functions) + "\n".join(other) + "\n"
     with open(OUT, "w") as f:
         f.write(text)
     print(f"wrote {OUT}: {len(classes)} classes, {len(functions)} functions", file=sys.stderr)
