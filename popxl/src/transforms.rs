@@ -328,8 +328,8 @@ pub fn merge_exchange() -> Result<usize> {
 /// // x is used three times: its gradient sums three contributions.
 /// let fwd = ir.create_graph(|x: Tensor| ops::mul(&ops::mul(&x, &x).unwrap(), &x).unwrap(), &x).unwrap();
 /// let grad = transforms::autodiff(&fwd, None, None, &Default::default(), false).unwrap();
-/// assert_eq!(transforms::decompose_sum(&grad.graph()).unwrap(), 1);
-/// assert_eq!(transforms::decompose_sum(&grad.graph()).unwrap(), 0);
+/// assert_eq!(transforms::decompose_sum(&grad.grad_info.graph()).unwrap(), 1);
+/// assert_eq!(transforms::decompose_sum(&grad.grad_info.graph()).unwrap(), 0);
 /// ```
 pub fn decompose_sum(graph: &Graph) -> Result<usize> {
     let ir = graph.ir()?;

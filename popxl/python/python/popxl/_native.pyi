@@ -530,7 +530,7 @@ def copy_var_update_(lhs: Tensor, rhs: _TensorLike) -> Tensor:
 def cos(t: Tensor) -> Tensor:
     """`ops.cos(t)`, elementwise."""
 
-def create_seeds(seed: int, offset: int = 0, batches_per_step: int = 1, gradient_accumulation_factor: int = 1, replicas: int = 1) -> np.ndarray:
+def create_seeds(seed: int, offset: Optional[int] = None, batches_per_step: int = 1, gradient_accumulation_factor: int = 1, replicas: int = 1) -> np.ndarray:
     """`popxl.create_seeds(seed, offset=0, batches_per_step=1, gradient_accumulation_factor=1, replicas=1)`: a uint32 array of `batches_per_step * gradient_accumulation_factor * replicas` seed tensors (each a uint64 as two uint32 elements), of shape `[batches_per_step, gradient_accumulation_factor, replicas, 2]` with the size-1 dims removed, drawn as numpy's `default_rng(seed + offset)`."""
 
 def cumsum(t: Tensor, dim: int = 0) -> Tensor:
