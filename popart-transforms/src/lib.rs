@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod autodiff;
+pub mod decompose_sum;
 pub mod inline;
 pub mod merge_exchange;
 pub mod patterns;

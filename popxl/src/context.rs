@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::rc::Rc;
 
 use popart_ir::{GraphId, OpId, Placement, TileSet};
 
@@ -33,6 +34,19 @@ struct Context {
     scopes: Vec<(u64, String)>,
     ipus: Vec<(u64, u32)>,
     io_tiles: Vec<u64>,
+    hooks: Vec<HookEntry>,
+}
+
+/// A function called after each op created in a graph
+/// ([`Graph::register_op_created_hook`]): the graph and the new op's id. An
+/// error it returns is the error of the op function that created the op (the
+/// op stays created).
+pub type OpCreatedHook = Rc<dyn Fn(&Graph, OpId) -> Result<()>>;
+
+struct HookEntry {
+    handle: u64,
+    graph: GraphKey,
+    hook: OpCreatedHook,
 }
 
 impl Context {
@@ -440,4 +454,28 @@ pub(crate) fn current_placement() -> Placement {
         ipu: c.ipus.last().map(|(_, n)| *n),
         tile_set: if c.io_tiles.is_empty() { TileSet::Compute } else { TileSet::Io },
     })
+}
+
+/// Register `hook` for ops created in graph `graph` of IR `ir`; returns its handle.
+pub(crate) fn register_op_created_hook(ir: u64, graph: GraphId, hook: OpCreatedHook) -> u64 {
+    with_ctx(|c| {
+        let handle = c.token();
+        c.hooks.push(HookEntry { handle, graph: (ir, graph), hook });
+        handle
+    })
+}
+
+/// Remove the hook `handle`; false if there is none.
+pub(crate) fn remove_op_created_hook(handle: u64) -> bool {
+    with_ctx(|c| {
+        let before = c.hooks.len();
+        c.hooks.retain(|h| h.handle != handle);
+        c.hooks.len() != before
+    })
+}
+
+/// The hooks of a graph, in registration order (cloned out of the context, so
+/// a hook may itself create ops or register hooks).
+pub(crate) fn op_created_hooks(ir: u64, graph: GraphId) -> Vec<OpCreatedHook> {
+    with_ctx(|c| c.hooks.iter().filter(|h| h.graph == (ir, graph)).map(|h| h.hook.clone()).collect())
 }

@@ -339,4 +339,38 @@ impl Graph {
         st.building("add_topo_con")?.graph_mut(self.id)?.add_topo_con(before, after)?;
         Ok(())
     }
+
+    /// Call `hook` after each op the op functions create in this graph (PopXL's
+    /// `Graph.register_op_created_hook`) on this thread, with the graph and the
+    /// new op's id; returns a handle for [`Graph::remove_op_created_hook`]. An
+    /// error from the hook is returned by the op function (the op stays created).
+    ///
+    /// ```
+    /// use std::{cell::Cell, rc::Rc};
+    /// let ir = popxl::Ir::new();
+    /// let main = ir.main_graph();
+    /// let _g = main.enter();
+    /// let seen = Rc::new(Cell::new(0));
+    /// let s = seen.clone();
+    /// let h = main.register_op_created_hook(move |_, _| Ok(s.set(s.get() + 1)));
+    /// let x = popxl::variable(vec![1.0f32], "x").unwrap();
+    /// popxl::ops::relu(&popxl::ops::relu(&x).unwrap()).unwrap();
+    /// main.remove_op_created_hook(h).unwrap();
+    /// popxl::ops::relu(&x).unwrap();
+    /// assert_eq!(seen.get(), 2);
+    /// assert!(main.remove_op_created_hook(h).is_err());
+    /// ```
+    pub fn register_op_created_hook(&self, hook: impl Fn(&Graph, OpId) -> Result<()> + 'static) -> u64 {
+        crate::context::register_op_created_hook(self.ir_id, self.id, std::rc::Rc::new(hook))
+    }
+
+    /// Remove a hook registered with [`Graph::register_op_created_hook`]; an
+    /// unknown handle is [`PopXlError::InvalidArgument`].
+    pub fn remove_op_created_hook(&self, handle: u64) -> Result<()> {
+        if crate::context::remove_op_created_hook(handle) {
+            Ok(())
+        } else {
+            Err(PopXlError::InvalidArgument(format!("no op created hook with handle {handle}")))
+        }
+    }
 }

@@ -313,3 +313,25 @@ pub fn merge_exchange() -> Result<usize> {
     let report = ir.with_ir_mut(|core| popart_transforms::merge_exchange::merge_exchange(core, graph.id))??;
     Ok(report.groups.len())
 }
+
+/// Decompose each `Sum` of more than two tensors in `graph` (autodiff's sums of
+/// gradient contributions) into a chain of two-input additions in the order the
+/// contributions are produced, so each can be freed once added (PopXL's
+/// `popxl.transforms.decompose_sum`; see `popart_transforms::decompose_sum`).
+/// Returns the number of sums decomposed.
+///
+/// ```
+/// use popxl::{ops, transforms, Tensor};
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let x = popxl::variable(vec![1.0f32, 2.0], "x").unwrap();
+/// // x is used three times: its gradient sums three contributions.
+/// let fwd = ir.create_graph(|x: Tensor| ops::mul(&ops::mul(&x, &x).unwrap(), &x).unwrap(), &x).unwrap();
+/// let grad = transforms::autodiff(&fwd, None, None, &Default::default(), false).unwrap();
+/// assert_eq!(transforms::decompose_sum(&grad.grad_info.graph()).unwrap(), 1);
+/// assert_eq!(transforms::decompose_sum(&grad.grad_info.graph()).unwrap(), 0);
+/// ```
+pub fn decompose_sum(graph: &Graph) -> Result<usize> {
+    let ir = graph.ir()?;
+    Ok(ir.with_ir_mut(|core| popart_transforms::decompose_sum::decompose_sum(core, graph.id))??)
+}

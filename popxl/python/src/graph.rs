@@ -26,6 +26,12 @@ impl PyIr {
     fn new(replication: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let ir = Ir::new();
         let Some(replication) = replication else { return Ok(PyIr { ir }) };
+        if replication.extract::<String>().is_ok_and(|s| s == "popdist") {
+            return Err(pyo3::exceptions::PyNotImplementedError::new_err(
+                "Ir(replication='popdist') takes its settings from a poprun launch of several processes, which this \
+                 package does not provide (one process runs every replica): pass replication=<number of replicas>",
+            ));
+        }
         let rf: usize = replication.extract().map_err(|_| {
             PyValueError::new_err(format!(
                 "replication must be a positive int, not {}",
@@ -42,6 +48,21 @@ impl PyIr {
     #[getter]
     fn id(&self) -> u64 {
         self.ir.id()
+    }
+    /// The number of replicas this process runs: `replication_factor` (one
+    /// process runs every replica).
+    #[getter]
+    fn instance_replication_factor(&self) -> usize {
+        self.ir.replication_factor()
+    }
+    /// Output a graphical representation of the IR in Graphviz DOT format, to
+    /// `<save_dir>/<check>_all.dot`. `save_dir` (created if needed) stays the
+    /// directory of this IR's later checkpoints; the default is the current
+    /// directory. If the `POPART_DOT_CHECKS` environment variable is set (names
+    /// separated by `:`), only the checkpoints it names (or all with `ALL`) are written.
+    #[pyo3(signature = (check, save_dir=None))]
+    fn dot_checkpoint(&self, check: &str, save_dir: Option<std::path::PathBuf>) -> PyResult<()> {
+        crate::dot::checkpoint(&self.ir, check, save_dir)
     }
     /// The main graph.
     #[getter]
@@ -221,6 +242,16 @@ impl PyGraph {
     /// The tensor named `tensor_id`.
     fn get_tensor(&self, py: Python<'_>, tensor_id: &str) -> PyResult<Py<PyTensor>> {
         wrap(py, self.g.get_tensor(tensor_id).py()?)
+    }
+    /// Register a function to be called after an op is created in the graph;
+    /// it gets the op (`popxl.Op`). Returns a handle for `remove_op_created_hook`.
+    fn register_op_created_hook(&self, fn_: PyObject) -> u64 {
+        crate::hooks::register(&self.g, fn_)
+    }
+    /// Remove an op created hook (`handle` from `register_op_created_hook`);
+    /// KeyError for an unknown handle.
+    fn remove_op_created_hook(&self, handle: u64) -> PyResult<()> {
+        self.g.remove_op_created_hook(handle).map_err(|_| pyo3::exceptions::PyKeyError::new_err(handle))
     }
     fn __contains__(&self, t: &Bound<'_, PyAny>) -> PyResult<bool> {
         Ok(self.g.contains(&tensor_of(t, "`in` operand")?))

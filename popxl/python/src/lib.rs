@@ -10,12 +10,15 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod convert;
+mod dot;
 mod errors;
 mod graph;
+mod hooks;
 mod nn;
 mod ops;
 mod remote;
 mod replication;
+mod seeds;
 mod session;
 mod tensor;
 mod transforms;
@@ -48,9 +51,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tensor::d2h_stream, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::autodiff, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::merge_exchange, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::decompose_sum, m)?)?;
     ops::register(m)?;
     remote::register(m)?;
     nn::register(m)?;
     replication::register(m)?;
+    seeds::register(m)?;
+    hooks::register_classes(m)?;
     Ok(())
 }

@@ -167,6 +167,42 @@ fn replicated_slice(py: Python<'_>, t: &Bound<'_, PyAny>, axis: i64, group: Opti
     wrap(py, collectives::replicated_slice(&tensor_of(t, "t")?, axis, g.as_ref()).py()?)
 }
 
+fn all_reduce_args(ts: &Bound<'_, PyAny>, ipus: Option<Vec<i64>>) -> PyResult<(Vec<popxl::Tensor>, Option<Vec<u32>>)> {
+    if ts.downcast::<PyTensor>().is_ok() {
+        return Err(PyTypeError::new_err("ts must be a list of popxl.Tensor, not a single Tensor"));
+    }
+    let ts: Vec<popxl::Tensor> = ts
+        .try_iter()
+        .map_err(|_| PyTypeError::new_err("ts must be a list of popxl.Tensor"))?
+        .map(|t| tensor_of(&t?, "ts"))
+        .collect::<PyResult<_>>()?;
+    let ipus = ipus.map(|v| v.into_iter().map(|i| crate::ops::ipu_number(i, "ipus")).collect()).transpose()?;
+    Ok((ts, ipus))
+}
+
+macro_rules! all_reduce {
+    ($($name:ident: $doc:literal),* $(,)?) => {$(
+        #[doc = $doc]
+        #[pyfunction]
+        #[pyo3(signature = (ts, ipus=None, op="add"))]
+        fn $name(py: Python<'_>, ts: &Bound<'_, PyAny>, ipus: Option<Vec<i64>>, op: &str) -> PyResult<Vec<Py<PyTensor>>> {
+            let (ts, ipus) = all_reduce_args(ts, ipus)?;
+            let refs: Vec<&popxl::Tensor> = ts.iter().collect();
+            let outs = collectives::$name(&refs, ipus.as_deref(), op_of(op)?).py()?;
+            outs.into_iter().map(|t| wrap(py, t)).collect()
+        }
+    )*};
+}
+
+all_reduce!(
+    all_reduce: "`ops.collectives.all_reduce(ts, ipus=None, op='add')`: reduce the tensors `ts`, one per \
+IPU of a replica (`ipus`, by default the tensors' IPUs), giving one result per IPU.",
+    all_reduce_identical_inputs: "`ops.collectives.all_reduce_identical_inputs(ts, ipus=None, op='add')`: \
+`all_reduce` of tensors known to be identical: each output is its input; the gradient is all-reduced.",
+    all_reduce_identical_grad_inputs: "`ops.collectives.all_reduce_identical_grad_inputs(ts, ipus=None, \
+op='add')`: `all_reduce` whose gradients are known to be identical: each input's gradient is its output's.",
+);
+
 /// Register the functions and classes in `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyReplicaGrouping>()?;
@@ -176,5 +212,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replicated_reduce_scatter, m)?)?;
     m.add_function(wrap_pyfunction!(replica_sharded_slice, m)?)?;
     m.add_function(wrap_pyfunction!(replicated_slice, m)?)?;
+    m.add_function(wrap_pyfunction!(all_reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(all_reduce_identical_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(all_reduce_identical_grad_inputs, m)?)?;
     Ok(())
 }

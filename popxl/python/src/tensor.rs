@@ -137,6 +137,26 @@ impl PyTensor {
     fn ipu(&self) -> PyResult<u32> {
         self.t.ipu().py()
     }
+    /// The meta shape of the tensor: for a replica-sharded tensor the shape of
+    /// the whole tensor before replicated tensor sharding, else `()`.
+    #[getter]
+    fn meta_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.t.meta_shape().py()?.unwrap_or_default())
+    }
+    /// The tile set (`compute` or `io`) that the tensor is assigned to
+    /// (`UndefinedValue` if no op produces or consumes it).
+    #[getter]
+    fn tile_set(&self) -> PyResult<&'static str> {
+        Ok(self.t.tile_set().py()?.name())
+    }
+    /// Copy the tensor to IPU `destination` (`ops.ipu_copy`); `source` defaults to
+    /// the IPU of the tensor's producer.
+    #[pyo3(signature = (destination, source=None))]
+    fn copy_to_ipu(&self, destination: i64, source: Option<i64>) -> PyResult<PyTensor> {
+        let destination = crate::ops::ipu_number(destination, "destination")?;
+        let source = source.map(|s| crate::ops::ipu_number(s, "source")).transpose()?;
+        Ok(PyTensor { t: self.t.copy_to_ipu(destination, source).py()? })
+    }
     /// Element strides, in elements.
     fn strides(&self) -> Vec<usize> {
         self.t.strides()

@@ -172,3 +172,12 @@ pub fn autodiff(
 pub fn merge_exchange() -> PyResult<usize> {
     popxl::transforms::merge_exchange().py()
 }
+
+/// `transforms.decompose_sum(graph)` -> graph: transform the graph by decomposing Sum
+/// operations with >2 inputs into a liveness optimal tree of additions.
+#[pyfunction]
+pub fn decompose_sum(graph: &Bound<'_, PyAny>) -> PyResult<crate::graph::PyGraph> {
+    let g = crate::graph::graph_of(graph, "decompose_sum's graph")?;
+    popxl::transforms::decompose_sum(&g).py()?;
+    Ok(crate::graph::PyGraph::new(g))
+}

@@ -216,6 +216,11 @@ impl<'a> OpBuilder<'a> {
             .tensors()
             .map(|t| Ok(Tensor::from_core(&graph, g.tensor(t)?)))
             .collect::<Result<_>>()?;
+        // Hooks run with the IR released: they may read it or create ops.
+        drop(st);
+        for hook in context::op_created_hooks(graph.ir_id, graph.id) {
+            hook(&graph, op)?;
+        }
         Ok(CreatedOp { graph, op, outputs })
     }
 

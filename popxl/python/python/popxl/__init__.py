@@ -31,3 +31,10 @@ get_current_graph = gcg
 get_main_graph = gmg
 get_ir = gir
 __all__ += ["io_tiles", "get_current_graph", "get_main_graph", "get_ir"]
+
+from popxl._native import Op, create_seeds  # noqa: F401,E402
+from popxl.tensorlocation import (  # noqa: F401,E402
+    ExecutionContext, ReplicatedTensorSharding, TensorLocation, TensorStorage, TileSet,
+)
+__all__ += ["create_seeds", "Op", "TensorLocation", "TensorStorage", "ReplicatedTensorSharding", "ExecutionContext",
+            "TileSet"]

@@ -1,6 +1,10 @@
 """``popxl.transforms``: automatic differentiation and exchange merging."""
 
-from popxl._native import ExpectedConnection, GradGraphInfo, autodiff, merge_exchange
+from contextlib import contextmanager
+
+from popxl._native import (
+    ExpectedConnection, GradGraphInfo, autodiff, decompose_sum, gcg, in_sequence, io_tiles, merge_exchange,
+)
 
 
 class ExpectedConnectionType:
@@ -10,4 +14,53 @@ class ExpectedConnectionType:
     FwdGrad = "FwdGrad"
 
 
-__all__ = ["autodiff", "GradGraphInfo", "ExpectedConnection", "ExpectedConnectionType", "merge_exchange"]
+#: The op types ``merge_exchange`` merges.
+_EXCHANGE_OP_TYPES = frozenset(["HostLoad", "HostStore", "RemoteLoad", "RemoteLoadInplace", "RemoteStore"])
+
+
+@contextmanager
+def io_tile_exchange(verify_overlap: bool = True):
+    """Combine io_tiles, merge_exchange and in_sequence(False).
+
+    The ops created inside run on the IO tiles without topological constraints between
+    them; when the context closes, ``merge_exchange()`` merges the current graph's host
+    and remote transfers.
+
+    Args:
+        verify_overlap (bool, optional): Verify only one Operation remains after the context closes
+            (the merged exchange: every op created inside, ``init`` aside, must be a host or
+            remote transfer). This is an important requirement for overlapping IO and Compute.
+            Defaults to True.
+
+    Raises:
+        RuntimeError: If more than one Op remains after io_tile_exchange.
+    """
+    graph = gcg()
+    added = []
+
+    def hook(op):
+        if op.op_type != "Init":
+            added.append(op)
+
+    handle = graph.register_op_created_hook(hook)
+    try:
+        with io_tiles(), in_sequence(False):
+            yield
+    finally:
+        graph.remove_op_created_hook(handle)
+    merge_exchange()
+    if verify_overlap:
+        alive = [op for op in added if op.is_alive()]
+        compute = [op for op in alive if op.op_type not in _EXCHANGE_OP_TYPES]
+        exchanges = [op for op in alive if op.op_type in _EXCHANGE_OP_TYPES]
+        if len(compute) + (1 if exchanges else 0) > 1:
+            ops_debug = "\n   ".join(f"{op.name} ({op.op_type})" for op in compute + exchanges)
+            raise RuntimeError(
+                "More than one Op remained after `io_tile_exchange`. "
+                "This will prevent overlap with following compute. Remaining Ops:"
+                f"\n   {ops_debug}"
+            )
+
+
+__all__ = ["autodiff", "GradGraphInfo", "ExpectedConnection", "ExpectedConnectionType", "merge_exchange",
+           "io_tile_exchange", "decompose_sum"]

@@ -1,5 +1,12 @@
 //! `popxl.ops`: the op functions, under PopXL's names, parameter names and defaults.
 
+mod control;
+mod indexing;
+mod ipu;
+mod matmul;
+mod resize;
+mod var_update;
+
 use popxl::{ops, Tensor};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -9,6 +16,8 @@ use crate::convert::{dtype_of, host_array};
 use crate::errors::IntoPy;
 use crate::graph::{graph_of, PyGraph};
 use crate::tensor::{tensor_of, wrap, PyD2H, PyH2D, PyTensor};
+pub(crate) use ipu::ipu_number;
+use var_update::Factor;
 
 type Out = PyResult<Py<PyTensor>>;
 
@@ -114,7 +123,7 @@ macro_rules! binary {
     };
 }
 
-binary!(register_binary: add, sub, mul, div, pow, fmod, greater, less, equal, logical_and, logical_or, add_, matmul, copy_var_update_);
+binary!(register_binary: add, sub, mul, div, pow, fmod, greater, less, equal, logical_and, logical_or, add_, copy_var_update_);
 
 macro_rules! reduce {
     ($reg:ident: $($name:ident),* $(,)?) => {$(
@@ -449,64 +458,6 @@ fn nll_loss_with_softmax_grad(
     let options = ops::NllLossOptions { reduction: self::reduction(reduction)?, ignore_index, log_prob: false };
     let (l, d) = ops::nll_loss_with_softmax_grad_with(&probs, &t_of(labels)?, lg.as_ref(), options).py()?;
     Ok((wrap(py, l)?, wrap(py, d)?))
-}
-
-/// A factor: a Python number or a scalar tensor.
-enum Factor {
-    Const(f64),
-    Tensor(Tensor),
-}
-
-impl Factor {
-    fn of(obj: &Bound<'_, PyAny>) -> PyResult<Factor> {
-        if let Ok(t) = obj.downcast::<PyTensor>() {
-            return Ok(Factor::Tensor(t.borrow().t.clone()));
-        }
-        obj.extract::<f64>()
-            .map(Factor::Const)
-            .map_err(|_| PyTypeError::new_err("a factor must be a number or a popxl.Tensor"))
-    }
-    fn scalar(&self) -> ops::Scalar<'_> {
-        match self {
-            Factor::Const(v) => ops::Scalar::Const(*v),
-            Factor::Tensor(t) => ops::Scalar::Tensor(t),
-        }
-    }
-}
-
-macro_rules! var_update {
-    ($reg:ident: $($name:ident($f:ident = $default:expr)),* $(,)?) => {$(
-        #[doc = concat!("`ops.var_updates.", stringify!($name), "(t, X, ", stringify!($f), ")`, in place.")]
-        #[pyfunction]
-        #[pyo3(signature = (t, X, $f=None))]
-        #[allow(non_snake_case)]
-        fn $name(py: Python<'_>, t: &Bound<'_, PyAny>, X: &Bound<'_, PyAny>, $f: Option<&Bound<'_, PyAny>>) -> Out {
-            let f = match $f { Some(v) => Factor::of(v)?, None => Factor::Const($default) };
-            wrap(py, ops::$name(&t_of(t)?, &t_of(X)?, f.scalar()).py()?)
-        }
-    )*
-        /// Register this family's functions in `m`.
-        fn $reg(m: &Bound<'_, PyModule>) -> PyResult<()> {
-            $( m.add_function(wrap_pyfunction!($name, m)?)?; )*
-            Ok(())
-        }
-    };
-}
-
-var_update!(
-    register_var_update:
-    accumulate_(f = 1.0),
-    accumulate_square_(f = 1.0),
-    accumulate_mean_(step = 0.0),
-    accumulate_moving_average_(f = 0.0),
-    accumulate_moving_average_square_(f = 0.0),
-);
-
-/// `ops.var_updates.accumulator_scale_(t, f)`.
-#[pyfunction]
-fn accumulator_scale_(py: Python<'_>, t: &Bound<'_, PyAny>, f: &Bound<'_, PyAny>) -> Out {
-    let f = Factor::of(f)?;
-    wrap(py, ops::accumulator_scale_(&t_of(t)?, f.scalar()).py()?)
 }
 
 /// `ops.scaled_add(X, Y, a=1.0, b=1.0)` = aX + bY.
@@ -995,7 +946,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         dropout,
         nll_loss,
         nll_loss_with_softmax_grad,
-        accumulator_scale_,
         scaled_add,
         scaled_add_,
         call,
@@ -1006,6 +956,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     register_unary(m)?;
     register_binary(m)?;
     register_reduce(m)?;
-    register_var_update(m)?;
+    var_update::register(m)?;
+    indexing::register(m)?;
+    ipu::register(m)?;
+    matmul::register(m)?;
+    resize::register(m)?;
+    control::register(m)?;
     Ok(())
 }
