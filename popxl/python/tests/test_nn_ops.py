@@ -94,7 +94,7 @@ def test_conditional():
             c = popxl.constant(flag)
             g1 = ir.create_graph(plus_one, x)
             g2 = ir.create_graph(times_two, x)
-            (o,) = ops.conditional(c, g1, g2, [x])
+            (o,) = ops.conditional(c, g1, g2, [x], [x])
             out = popxl.d2h_stream(o.shape, o.dtype)
             ops.host_store(out, o)
         with popxl.Session(ir, "cpu") as s:

@@ -3,8 +3,9 @@
 from contextlib import contextmanager
 
 from popxl._native import (
-    ExpectedConnection, GradGraphInfo, autodiff, decompose_sum, gcg, in_sequence, io_tiles, merge_exchange,
+    ExpectedConnection, GradGraphInfo, autodiff, decompose_sum, gcg, in_sequence, io_tiles,
 )
+from popxl._native import merge_exchange as _merge_exchange_now
 
 
 class ExpectedConnectionType:
@@ -16,6 +17,28 @@ class ExpectedConnectionType:
 
 #: The op types ``merge_exchange`` merges.
 _EXCHANGE_OP_TYPES = frozenset(["HostLoad", "HostStore", "RemoteLoad", "RemoteLoadInplace", "RemoteStore"])
+
+
+@contextmanager
+def merge_exchange():
+    """Combine RemoteLoad/RemoteStore/HostLoad/HostStore operations so that they exchange together.
+
+    Used as a context manager, as in PopXL::
+
+        with popxl.transforms.merge_exchange():
+            ops.host_load(...)
+            ops.host_store(...)
+
+    When the context closes, the host and remote transfers of the current graph are made
+    adjacent in its schedule where the data dependencies allow (topological constraints
+    only: every value is unchanged), so the device pays one exchange for them. PopXL fuses
+    the transfers created inside the context into one ``MergeExchange`` op; here the
+    transfers stay separate ops, ordered together, and transfers of the graph created
+    before the context may join them. Combine with ``popxl.in_sequence(False)`` so that no
+    constraint between the transfers prevents the merge.
+    """
+    yield
+    _merge_exchange_now()
 
 
 @contextmanager
@@ -48,7 +71,7 @@ def io_tile_exchange(verify_overlap: bool = True):
             yield
     finally:
         graph.remove_op_created_hook(handle)
-    merge_exchange()
+    _merge_exchange_now()
     if verify_overlap:
         alive = [op for op in added if op.is_alive()]
         compute = [op for op in alive if op.op_type not in _EXCHANGE_OP_TYPES]

@@ -123,7 +123,16 @@ macro_rules! binary {
     };
 }
 
-binary!(register_binary: add, sub, mul, div, pow, fmod, greater, less, equal, logical_and, logical_or, add_, copy_var_update_);
+binary!(register_binary: add, sub, mul, div, pow, fmod, greater, less, equal, logical_and, logical_or, add_);
+
+/// `ops.var_updates.copy_var_update_(t, X)`: copy `X` into `t` in place (PopXL's names).
+#[pyfunction]
+#[allow(non_snake_case)]
+fn copy_var_update_(py: Python<'_>, t: &Bound<'_, PyAny>, X: &Bound<'_, PyAny>) -> Out {
+    let t = t_of(t)?;
+    let x = crate::tensor::coerce(&t, X)?;
+    wrap(py, ops::copy_var_update_(&t, &x).py()?)
+}
 
 macro_rules! reduce {
     ($reg:ident: $($name:ident),* $(,)?) => {$(
@@ -869,30 +878,6 @@ fn split_random_seed(py: Python<'_>, seed: &Bound<'_, PyAny>, n: usize) -> PyRes
     ops::split_random_seed(&t_of(seed)?, n).py()?.into_iter().map(|t| wrap(py, t)).collect()
 }
 
-/// `ops.conditional(cond, then_branch, else_branch, inputs=None, inputs_dict=None)`:
-/// run one graph or the other; both have the same outputs.
-#[pyfunction]
-#[pyo3(signature = (cond, then_branch, else_branch, inputs=None, inputs_dict=None))]
-fn conditional<'py>(
-    py: Python<'py>,
-    cond: &Bound<'py, PyAny>,
-    then_branch: &Bound<'py, PyAny>,
-    else_branch: &Bound<'py, PyAny>,
-    inputs: Option<&Bound<'py, PyAny>>,
-    inputs_dict: Option<&Bound<'py, PyAny>>,
-) -> PyResult<PyObject> {
-    let then_g = graph_of(then_branch, "then_branch")?;
-    let else_g = graph_of(else_branch, "else_branch")?;
-    let ins = match inputs.filter(|i| !i.is_none()) {
-        Some(i) => tensor_list(i)?,
-        None => Vec::new(),
-    };
-    let (_, dict) = call_inputs(&then_g, &PyTuple::empty(py), inputs_dict)?;
-    let ins: Vec<&Tensor> = ins.iter().collect();
-    let dict: Vec<(&Tensor, &Tensor)> = dict.iter().map(|(a, b)| (a, b)).collect();
-    outputs(py, ops::conditional(&t_of(cond)?, &then_g, &else_g, &ins, &dict).py()?)
-}
-
 /// Register the op functions in `m` (`popxl._native`, re-exported by `popxl.ops`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCallSiteInfo>()?;
@@ -917,7 +902,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         random_uniform,
         random_normal,
         split_random_seed,
-        conditional,
+        copy_var_update_,
         detach,
         host_load,
         host_store,

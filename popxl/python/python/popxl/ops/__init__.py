@@ -10,7 +10,7 @@ from popxl._native import (  # noqa: F401
     sqrt, squeeze, sub, sum, sumsquare, swish, swish_, tanh, topk, transpose, transpose_,
 )
 from popxl._native import (  # noqa: F401
-    average_pool, batch_norm_inference, conditional, conv, dynamic_slice, dynamic_update, dynamic_update_,
+    average_pool, batch_norm_inference, conv, dynamic_slice, dynamic_update, dynamic_update_,
     increment_mod, increment_mod_, isfinite, isinf, isnan, max_pool, onehot, random_normal, random_uniform,
     split_random_seed, subsample,
 )
@@ -35,3 +35,16 @@ def clamp(t, min=float("-inf"), max=float("inf")):
 def rename(t, name):
     """The same values under a new name (``identity``)."""
     return identity(t, name)
+
+
+def conditional(cond, then_branch, else_branch, then_inputs=None, else_inputs=None, then_inputs_dict=None,
+                else_inputs_dict=None):
+    """Execute ``then_branch`` or ``else_branch`` according to the value of tensor ``cond`` at runtime.
+
+    The ``then/else_inputs`` and ``then/else_inputs_dict`` tensors are passed as the branches'
+    inputs, positionally or by subgraph input. Both branches must have the same outputs
+    (number, types, shapes); returns the outputs of the branch taken, as a tuple.
+    """
+    info = conditional_with_info(cond, then_branch, else_branch, then_inputs, else_inputs, then_inputs_dict,
+                                 else_inputs_dict)
+    return tuple(info.outputs)
