@@ -430,3 +430,41 @@ def test_other_threads_run_while_a_session_prepares_and_runs():
     # Released, the longest pause is the scheduler's (the machine may be busy): well under half the call.
     assert gap_prep < 0.5 * prep, f"the other thread stood still for {gap_prep * 1e3:.1f} of {prep * 1e3:.1f} ms"
     assert gap_run < 0.5 * run, f"the other thread stood still for {gap_run * 1e3:.1f} of {run * 1e3:.1f} ms"
+
+
+# ---------------------------------------------------------------- copies
+
+
+def test_inputs_cross_without_a_copy_or_with_exactly_one():
+    """The peak memory of a run with a 64 MiB input: a C-contiguous float32 array is read in
+    place (no growth), a strided one is copied once (one input's worth), float64 downcast once
+    (half its size)."""
+    out = _isolated_any(
+        """
+        import resource
+        mib = 64
+        n = mib * 2**20 // 4
+        ir = popxl.Ir()
+        with ir.main_graph:
+            x = popxl.h2d_stream((n,), popxl.float32, "x")
+            o = popxl.d2h_stream((), popxl.float32, "o")
+            ops.host_store(o, ops.sum(ops.host_load(x)))
+        s = popxl.Session(ir, "cpu")
+        contiguous = np.ones(n, np.float32)
+        strided = np.ones(2 * n, np.float32)[::2]
+        wide = np.ones(n, np.float64)
+        def peak_growth(a):
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            with s:
+                r = float(s.run({x: a})[o])
+            assert r == n, r
+            return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        peak_growth(contiguous)  # the first run touches the session's own buffers
+        growth = [peak_growth(a) for a in (contiguous, strided, wide)]
+        raise RuntimeError("growth MiB " + " ".join(f"{g:.1f}" for g in growth))
+        """
+    )
+    growth = [float(g) for g in out.split("growth MiB ")[1].split("|")[0].split()]
+    assert growth[0] < 8, out  # read in place
+    assert 48 < growth[1] < 100, out  # one copy of 64 MiB
+    assert growth[2] < 100, out  # float64 (128 MiB) downcast into one float32 copy
