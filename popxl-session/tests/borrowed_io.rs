@@ -6,14 +6,13 @@ use popart_ir::HostDataError;
 use popxl::{ops, HostArray, Ir};
 use popxl_session::{InputView, OutputView, Session, SessionError};
 
-/// `out = 2 x + 1` for a float32 stream of 3 elements, `num_host_transfers = 2`.
+/// `out = 2 x + 1` for a float32 stream of shape [2, 3].
 fn affine() -> Ir {
     let ir = Ir::new();
-    ir.set_num_host_transfers(2).unwrap();
     ir.main_graph()
         .with(|| {
-            let x = popxl::h2d_stream([3usize], popxl::float32, "x")?;
-            let out = popxl::d2h_stream([3usize], popxl::float32, "out")?;
+            let x = popxl::h2d_stream([2usize, 3], popxl::float32, "x")?;
+            let out = popxl::d2h_stream([2usize, 3], popxl::float32, "out")?;
             let two = popxl::constant(2.0f32, "two")?;
             let one = popxl::constant(1.0f32, "one")?;
             let y = ops::add(&ops::mul(&ops::host_load(&x, "x")?, &two)?, &one)?;
@@ -74,6 +73,7 @@ fn malformed_views_are_typed_errors() {
     let ints = [0u8; 24];
     let shape = [2usize, 3];
     let wrong_shape = [3usize, 2];
+    assert_ne!(shape, wrong_shape);
     session
         .scope(|s| -> Result<(), SessionError> {
             let mut o = vec![0u8; 24];

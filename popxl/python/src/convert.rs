@@ -191,25 +191,35 @@ pub fn numpy_zeros<'py>(py: Python<'py>, dtype: DataType, shape: &[usize]) -> Py
     }
 }
 
-/// The writable bytes of a C-contiguous, writeable numpy array of a supported
-/// dtype (None otherwise).
-///
-/// # Safety
-/// Nothing else may read or write the array's buffer while the slice lives.
-pub unsafe fn numpy_bytes_mut<'a>(arr: &'a Bound<'_, PyAny>) -> Option<(DataType, Vec<usize>, &'a mut [u8])> {
+/// The data type, shape and buffer (pointer, byte length) of a C-contiguous,
+/// writeable numpy array of a supported dtype (None otherwise). The buffer
+/// lives as long as the array.
+pub fn numpy_buffer_mut(arr: &Bound<'_, PyAny>) -> Option<(DataType, Vec<usize>, *mut u8, usize)> {
     use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
     let a = arr.downcast::<PyUntypedArray>().ok()?;
     let descr = a.dtype();
     let dt = numpy_data_type(&descr)?;
-    // NPY_ARRAY_WRITEABLE
-    let writeable = (*a.as_array_ptr()).flags & 0x0400 != 0;
-    if !a.is_c_contiguous() || !writeable {
+    // SAFETY: reading the flags and data fields of a live array object.
+    let (flags, data) = unsafe { ((*a.as_array_ptr()).flags, (*a.as_array_ptr()).data) };
+    const NPY_ARRAY_WRITEABLE: std::ffi::c_int = 0x0400;
+    if !a.is_c_contiguous() || flags & NPY_ARRAY_WRITEABLE == 0 {
         return None;
     }
     let n = a.len().checked_mul(descr.itemsize())?;
-    let bytes: &mut [u8] =
-        if n == 0 { &mut [] } else { std::slice::from_raw_parts_mut((*a.as_array_ptr()).data as *mut u8, n) };
-    Some((dt, a.shape().to_vec(), bytes))
+    Some((dt, a.shape().to_vec(), data as *mut u8, n))
+}
+
+/// The bytes at `(p, n)` from [`numpy_buffer_mut`] as a slice.
+///
+/// # Safety
+/// The array must outlive the slice, and nothing else may read or write its
+/// buffer while the slice lives.
+pub unsafe fn bytes_mut<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
+    if n == 0 {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(p, n)
+    }
 }
 
 /// A stream input ready to cross into the session: a C-contiguous numpy array
@@ -229,7 +239,7 @@ impl StreamInput<'_> {
     /// The session's borrowed view of the data.
     pub fn view(&self) -> PyResult<popxl_session::InputView<'_>> {
         if let Some(a) = &self.owned {
-            return Ok(popxl_session::InputView::new(a.dtype(), a.shape(), owned_bytes(a)).map_err(value_error)?);
+            return popxl_session::InputView::new(a.dtype(), a.shape(), owned_bytes(a)).map_err(value_error);
         }
         let bytes: &[u8] = if self.nbytes == 0 {
             &[]

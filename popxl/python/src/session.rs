@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::convert::{
-    host_array, numpy_bytes_mut, numpy_zeros, stream_input, to_numpy, type_name, value_error, StreamInput,
+    bytes_mut, host_array, numpy_buffer_mut, numpy_zeros, stream_input, to_numpy, type_name, value_error, StreamInput,
 };
 use crate::errors::IntoPy;
 use crate::graph::PyIr;
@@ -148,10 +148,11 @@ impl PySession {
             self.outputs.iter().map(|(_, _, dtype, shape)| numpy_zeros(py, *dtype, shape)).collect::<PyResult<_>>()?;
         let mut raw = Vec::with_capacity(arrays.len());
         for ((s, _, _, _), a) in self.outputs.iter().zip(&arrays) {
-            // SAFETY: the arrays were just made here and nothing else holds them.
-            let (dtype, shape, bytes) = unsafe { numpy_bytes_mut(a) }
-                .ok_or_else(|| PyValueError::new_err("numpy made a non-contiguous output array"))?;
-            raw.push((s, dtype, shape, bytes));
+            let (dtype, shape, p, n) =
+                numpy_buffer_mut(a).ok_or_else(|| PyValueError::new_err("numpy made a non-contiguous output array"))?;
+            // SAFETY: the arrays were just made here, nothing else holds them, and they
+            // outlive `raw`.
+            raw.push((s, dtype, shape, unsafe { bytes_mut(p, n) }));
         }
         let mut out_views: Vec<(&DeviceToHostStream, OutputView<'_>)> = raw
             .iter_mut()
@@ -203,8 +204,7 @@ impl PySession {
                 .borrow()
                 .s
                 .clone();
-            // SAFETY: only reads the array's layout here; the slice is dropped at once.
-            let direct = unsafe { numpy_bytes_mut(&v) }.map(|(_, _, b)| (b.as_ptr() as usize, b.len()));
+            let direct = numpy_buffer_mut(&v).map(|(_, _, p, n)| (p as usize, n));
             let fresh = direct.filter(|&(p, n)| !spans.iter().any(|&(q, m)| n > 0 && m > 0 && p < q + m && q < p + n));
             match fresh {
                 Some(span) => {
@@ -221,16 +221,16 @@ impl PySession {
         }
         let mut raw = Vec::with_capacity(objs.len());
         for (s, a, _) in &objs {
-            // SAFETY: each array's memory is disjoint from the inputs' and the other
-            // outputs' (checked above, or a fresh copy), and the GIL-free run is the
-            // only user of it until `raw` is dropped.
-            let (dtype, shape, bytes) = unsafe { numpy_bytes_mut(a) }.ok_or_else(|| {
+            let (dtype, shape, p, n) = numpy_buffer_mut(a).ok_or_else(|| {
                 PyTypeError::new_err(format!(
                     "the output array of stream `{}` must be a writeable numpy array of a popxl dtype",
                     s.name()
                 ))
             })?;
-            raw.push((s, dtype, shape, bytes));
+            // SAFETY: each array's memory is disjoint from the inputs' and the other
+            // outputs' (checked above, or a fresh copy), the arrays outlive `raw`, and
+            // the GIL-free run is the only user of them until `raw` is dropped.
+            raw.push((s, dtype, shape, unsafe { bytes_mut(p, n) }));
         }
         let mut out_views: Vec<(&DeviceToHostStream, OutputView<'_>)> = raw
             .iter_mut()
