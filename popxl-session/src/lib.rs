@@ -40,5 +40,6 @@ pub fn register_custom_op(
 }
 pub use cpu::kernels::{capture_prints, set_print_sink, PrintSink};
 pub use session::{
-    DeviceType, Inputs, Outputs, Result, Session, SessionContext, SessionOptions, TransferCounts, MAX_REPLICAS,
+    DeviceType, InputView, Inputs, OutputView, Outputs, Result, Session, SessionContext, SessionOptions,
+    TransferCounts, MAX_REPLICAS,
 };

@@ -25,6 +25,7 @@ use crate::cpu::executor::{CpuExecutor, ExecCounters, KernelFactory};
 use crate::SessionError;
 
 pub use attach::SessionContext;
+pub use run::{InputView, OutputView};
 
 /// The largest replication factor a session runs (each replica is a thread
 /// with its own device memory; the largest IPU-POD has 1,024 IPUs).

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use popart_ir::{DataType, TensorId};
+use popart_ir::{DataType, HostDataError, TensorId, TensorInfo};
 use popart_lower::StreamId;
 use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream, Tensor};
 
@@ -23,6 +23,100 @@ fn downcast_target(dtype: DataType) -> Option<DataType> {
     }
 }
 
+/// A stream input borrowed from memory the caller owns (a numpy array, a
+/// memory-mapped file): its dtype, shape and row-major little-endian bytes,
+/// which [`Session::run_views`] reads in place. Any alignment will do (the
+/// transfers copy bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct InputView<'a> {
+    dtype: DataType,
+    shape: &'a [usize],
+    bytes: &'a [u8],
+}
+
+impl<'a> InputView<'a> {
+    /// A view of `bytes` as an array of `dtype` and `shape`.
+    ///
+    /// Errors: [`HostDataError::Length`] when `bytes` is not exactly the
+    /// shape's size, [`HostDataError::Size`] when that size overflows, and
+    /// [`HostDataError::InvalidBool`] for a bool byte other than 0 or 1.
+    ///
+    /// ```
+    /// use popxl_session::InputView;
+    /// let data = [1.0f32, 2.0].map(f32::to_le_bytes).concat();
+    /// assert!(InputView::new(popxl::float32, &[2], &data).is_ok());
+    /// assert!(InputView::new(popxl::float32, &[3], &data).is_err());
+    /// ```
+    pub fn new(dtype: DataType, shape: &'a [usize], bytes: &'a [u8]) -> std::result::Result<Self, HostDataError> {
+        let info = TensorInfo::new(dtype, shape);
+        let expected = info.check_size("host data")?;
+        if bytes.len() != expected {
+            return Err(HostDataError::Length { info, expected, got: bytes.len() });
+        }
+        if dtype == DataType::Bool {
+            if let Some((index, &byte)) = bytes.iter().enumerate().find(|(_, &b)| b > 1) {
+                return Err(HostDataError::InvalidBool { index, byte });
+            }
+        }
+        Ok(InputView { dtype, shape, bytes })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    fn nelms(&self) -> usize {
+        self.bytes.len() / self.dtype.size_bytes().max(1)
+    }
+}
+
+/// A device-to-host stream's output buffer borrowed from memory the caller
+/// owns: its dtype, shape and row-major little-endian bytes, which
+/// [`Session::run_views_into`] writes in place.
+#[derive(Debug)]
+pub struct OutputView<'a> {
+    dtype: DataType,
+    shape: &'a [usize],
+    bytes: &'a mut [u8],
+}
+
+impl<'a> OutputView<'a> {
+    /// A view of `bytes` as an array of `dtype` and `shape`.
+    ///
+    /// Errors: [`HostDataError::Length`] when `bytes` is not exactly the
+    /// shape's size, [`HostDataError::Size`] when that size overflows.
+    pub fn new(dtype: DataType, shape: &'a [usize], bytes: &'a mut [u8]) -> std::result::Result<Self, HostDataError> {
+        let info = TensorInfo::new(dtype, shape);
+        let expected = info.check_size("host data")?;
+        if bytes.len() != expected {
+            return Err(HostDataError::Length { info, expected, got: bytes.len() });
+        }
+        Ok(OutputView { dtype, shape, bytes })
+    }
+
+    fn nelms(&self) -> usize {
+        self.bytes.len() / self.dtype.size_bytes().max(1)
+    }
+}
+
+/// Where [`Session::run_views_with_outputs`] writes an output array: in place,
+/// or through a scratch buffer copied back (arrays not in standard layout).
+enum Dest<'a> {
+    Direct(&'a mut [u8]),
+    Scratch(&'a mut HostArray, Vec<u8>),
+}
+
 impl Session {
     /// The host-to-device streams `run` expects data for, in creation order
     /// (unbound handles, equal to those of the IR: see [`Session`]).
@@ -33,6 +127,17 @@ impl Session {
         self.h2d
             .iter()
             .map(|d| HostToDeviceStream::unbound(&self.prepared, d.tensor).expect("a data stream of the main graph"))
+            .collect()
+    }
+
+    /// The device-to-host streams `run` writes, in creation order (unbound
+    /// handles, as [`Session::expected_inputs`]).
+    // As `expected_inputs`: the handles always exist.
+    #[allow(clippy::expect_used)]
+    pub fn expected_outputs(&self) -> Vec<DeviceToHostStream> {
+        self.d2h
+            .iter()
+            .map(|d| DeviceToHostStream::unbound(&self.prepared, d.tensor).expect("a data stream of the main graph"))
             .collect()
     }
 
@@ -96,40 +201,108 @@ impl Session {
     /// way the session stays usable.
     pub fn run_with_outputs(&mut self, inputs: &Inputs, outputs: &mut Outputs) -> Result<()> {
         self.require_attached("run_with_outputs")?;
-        let nht = self.exe.num_host_transfers.max(1);
-        // Inputs: validate (downcasting 64-bit arrays if allowed) and borrow their bytes.
-        self.check_stream_set("input", inputs.keys().map(|s| s.tensor()), &self.h2d)?;
-        let mut arrays: Vec<(usize, Cow<'_, HostArray>)> = Vec::with_capacity(inputs.len());
+        // Downcast 64-bit arrays if allowed (a copy); borrow the others' bytes.
+        let mut arrays: Vec<(&HostToDeviceStream, Cow<'_, HostArray>)> = Vec::with_capacity(inputs.len());
         for (s, arr) in inputs {
-            let pos = self.stream_position[&s.tensor().tensor_id()];
-            let ds = &self.h2d[pos];
-            let arr = if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) {
-                Cow::Owned(arr.clone().try_downcast_64bit().map_err(|e| crate::host::cast_error(&ds.name, e))?)
-            } else {
-                Cow::Borrowed(arr)
+            let target = self.stream_position.get(&s.tensor().tensor_id()).map(|&pos| &self.h2d[pos]);
+            let arr = match target {
+                Some(ds) if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) => {
+                    Cow::Owned(arr.clone().try_downcast_64bit().map_err(|e| crate::host::cast_error(&ds.name, e))?)
+                }
+                _ => Cow::Borrowed(arr),
             };
-            self.check_array("input", ds, &arr)?;
-            arrays.push((pos, arr));
+            arrays.push((s, arr));
         }
-        let in_data: Vec<(usize, Cow<'_, [u8]>)> = arrays.iter().map(|(pos, a)| (*pos, bytes_of(a))).collect();
-        // Outputs: validate, find pointers (or scratch for non-standard layouts).
-        self.check_stream_set("output", outputs.keys().map(|s| s.tensor()), &self.d2h)?;
-        for (s, arr) in outputs.iter() {
-            let ds = &self.d2h[self.stream_position[&s.tensor().tensor_id()]];
-            self.check_array("output", ds, arr)?;
-        }
-        let mut scratch: Vec<(usize, Vec<u8>)> = Vec::new();
-        let mut out_ptrs: Vec<(StreamId, *mut u8, usize)> = Vec::with_capacity(outputs.len());
-        for (s, arr) in outputs.iter_mut() {
-            let pos = self.stream_position[&s.tensor().tensor_id()];
-            let id = self.d2h[pos].id;
-            match mut_ptr_of(arr) {
-                Some((p, n)) => out_ptrs.push((id, p, n)),
-                None => scratch.push((pos, arr.to_host_tensor().bytes)),
+        let bytes: Vec<Cow<'_, [u8]>> = arrays.iter().map(|(_, a)| bytes_of(a)).collect();
+        let views: Vec<(&HostToDeviceStream, InputView<'_>)> = arrays
+            .iter()
+            .zip(&bytes)
+            .map(|((s, a), b)| (*s, InputView { dtype: a.dtype(), shape: a.shape(), bytes: b }))
+            .collect();
+        self.run_views_with_outputs(&views, outputs)
+    }
+
+    /// [`Session::run`] with borrowed inputs ([`InputView`]: bytes the caller
+    /// owns, read in place without a copy).
+    pub fn run_views(&mut self, inputs: &[(&HostToDeviceStream, InputView<'_>)]) -> Result<Outputs> {
+        self.require_attached("run")?;
+        let mut outputs = self.create_host_outputs()?;
+        self.run_views_with_outputs(inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// [`Session::run_with_outputs`] with borrowed inputs: each [`InputView`]'s
+    /// bytes are bound to its stream and read in place (no copy, no downcast:
+    /// the dtype must be the stream's). The same checks and errors, plus
+    /// [`SessionError::UnexpectedOrMissingStreams`] for a stream given twice.
+    pub fn run_views_with_outputs(
+        &mut self,
+        inputs: &[(&HostToDeviceStream, InputView<'_>)],
+        outputs: &mut Outputs,
+    ) -> Result<()> {
+        self.require_attached("run_with_outputs")?;
+        let mut dests: Vec<(&DeviceToHostStream, DataType, Vec<usize>, Dest<'_>)> = outputs
+            .iter_mut()
+            .map(|(s, arr)| {
+                let (dtype, shape) = (arr.dtype(), arr.shape().to_vec());
+                let dest = match mut_ptr_of(arr) {
+                    // SAFETY: the pointer and length are those of `arr`'s elements, which
+                    // this map entry borrows exclusively for as long as `dests` lives.
+                    Some((p, n)) => Dest::Direct(unsafe { std::slice::from_raw_parts_mut(p, n) }),
+                    None => {
+                        let bytes = arr.to_host_tensor().bytes;
+                        Dest::Scratch(arr, bytes)
+                    }
+                };
+                (s, dtype, shape, dest)
+            })
+            .collect();
+        let mut views: Vec<(&DeviceToHostStream, OutputView<'_>)> = dests
+            .iter_mut()
+            .map(|(s, dtype, shape, dest)| {
+                let bytes: &mut [u8] = match dest {
+                    Dest::Direct(b) => b,
+                    Dest::Scratch(_, v) => v.as_mut_slice(),
+                };
+                (*s, OutputView { dtype: *dtype, shape, bytes })
+            })
+            .collect();
+        self.run_views_into(inputs, &mut views)?;
+        drop(views);
+        for (s, _, _, dest) in dests {
+            if let Dest::Scratch(arr, buf) = dest {
+                assign_bytes(arr, &buf)
+                    .map_err(|e| SessionError::InvalidHostData { tensor: s.name().to_string(), source: e })?;
             }
         }
-        for (pos, buf) in scratch.iter_mut() {
-            out_ptrs.push((self.d2h[*pos].id, buf.as_mut_ptr(), buf.len()));
+        Ok(())
+    }
+
+    /// Run the main program once, reading each [`InputView`] and writing each
+    /// [`OutputView`] in place: no copies on the host side. The checks and
+    /// errors of [`Session::run_views_with_outputs`]; every device-to-host
+    /// stream needs a view.
+    pub fn run_views_into(
+        &mut self,
+        inputs: &[(&HostToDeviceStream, InputView<'_>)],
+        outputs: &mut [(&DeviceToHostStream, OutputView<'_>)],
+    ) -> Result<()> {
+        self.require_attached("run_with_outputs")?;
+        let nht = self.exe.num_host_transfers.max(1);
+        self.check_stream_set("input", inputs.iter().map(|(s, _)| s.tensor()), &self.h2d)?;
+        let mut in_data: Vec<(usize, &[u8])> = Vec::with_capacity(inputs.len());
+        for (s, view) in inputs {
+            let pos = self.stream_position[&s.tensor().tensor_id()];
+            let ds = &self.h2d[pos];
+            self.check_array("input", ds, view.dtype, view.shape, view.nelms())?;
+            in_data.push((pos, view.bytes));
+        }
+        self.check_stream_set("output", outputs.iter().map(|(s, _)| s.tensor()), &self.d2h)?;
+        let mut out_ptrs: Vec<(StreamId, *mut u8, usize)> = Vec::with_capacity(outputs.len());
+        for (s, view) in outputs.iter_mut() {
+            let ds = &self.d2h[self.stream_position[&s.tensor().tensor_id()]];
+            self.check_array("output", ds, view.dtype, view.shape, view.nelms())?;
+            out_ptrs.push((ds.id, view.bytes.as_mut_ptr(), view.bytes.len()));
         }
         // Bind, run, unbind. `bind_stream_strided` checks each buffer holds
         // element `(nht - 1) * rf + r` of every replica `r` (validated above, so
@@ -141,9 +314,9 @@ impl Session {
         for (r, exec) in self.executors.iter_mut().enumerate() {
             for (pos, data) in &in_data {
                 bound = bound.and_then(|_| {
-                    // SAFETY: the input bytes outlive the run (they are dropped below,
-                    // after `unbind_streams`) and are only read (host-to-device
-                    // transfers never write host memory).
+                    // SAFETY: the input bytes are borrowed for the whole call, so they
+                    // outlive the run (unbound below), and are only read
+                    // (host-to-device transfers never write host memory).
                     unsafe {
                         exec.bind_stream_strided(self.h2d[*pos].id, data.as_ptr() as *mut u8, data.len(), nht, rf, r)
                     }
@@ -151,8 +324,8 @@ impl Session {
                 });
             }
             for &(id, p, n) in &out_ptrs {
-                // SAFETY: the output arrays (or scratch buffers) are exclusively borrowed
-                // for the whole run and outlive it; replicas write disjoint elements.
+                // SAFETY: the output views are exclusively borrowed for the whole call
+                // and outlive the run; replicas write disjoint elements.
                 bound =
                     bound.and_then(|_| unsafe { exec.bind_stream_strided(id, p, n, nht, rf, r) }.map_err(bind_error));
             }
@@ -187,17 +360,6 @@ impl Session {
             }
             return Err(exec_error(e));
         }
-        drop(in_data);
-        drop(arrays);
-        if !scratch.is_empty() {
-            for (s, arr) in outputs.iter_mut() {
-                let pos = self.stream_position[&s.tensor().tensor_id()];
-                if let Some((_, buf)) = scratch.iter().find(|(p, _)| *p == pos) {
-                    assign_bytes(arr, buf)
-                        .map_err(|e| SessionError::InvalidHostData { tensor: s.name().to_string(), source: e })?;
-                }
-            }
-        }
         self.host_weights_in_sync = false;
         self.counts.runs += 1;
         Ok(())
@@ -212,7 +374,8 @@ impl Session {
         let mut seen: HashSet<TensorId> = HashSet::new();
         let mut unexpected = Vec::new();
         for t in given {
-            let ok = t.ir_id() == self.ir_id
+            let ok = !seen.contains(&t.tensor_id())
+                && t.ir_id() == self.ir_id
                 && self.stream_position.get(&t.tensor_id()).is_some_and(|&p| {
                     expected.get(p).is_some_and(|d| d.tensor == t.tensor_id())
                         && t.graph_id() == self.prepared.main_graph_id()
@@ -233,18 +396,24 @@ impl Session {
     }
 
     /// PopXL's shape rules for a stream array, plus an element-count check.
-    fn check_array(&self, role: &'static str, s: &DataStream, arr: &HostArray) -> Result<()> {
-        if arr.dtype() != s.dtype {
+    fn check_array(
+        &self,
+        role: &'static str,
+        s: &DataStream,
+        dtype: DataType,
+        shape: &[usize],
+        nelms: usize,
+    ) -> Result<()> {
+        if dtype != s.dtype {
             return Err(SessionError::StreamDTypeMismatch {
                 role,
                 stream: s.name.clone(),
                 expected: s.dtype,
-                got: arr.dtype(),
+                got: dtype,
             });
         }
         let nht = self.exe.num_host_transfers;
         let rf = self.exe.replication_factor;
-        let shape = arr.shape();
         let (mut repl_index, mut data_index) = (0, 0);
         if nht > 1 {
             repl_index += 1;
@@ -290,7 +459,7 @@ impl Session {
         let needed = popart_ir::size::checked_product(&dims).ok_or_else(|| SessionError::SizeOverflow {
             what: format!("the host array of {role} stream `{}` ({dims:?} elements)", s.name),
         })?;
-        if arr.nelms() < needed {
+        if nelms < needed {
             return Err(mismatch());
         }
         Ok(())

@@ -1,12 +1,15 @@
 //! `popxl.Session`: prepare, lower and run an IR; numpy arrays in and out.
 
-use popxl::{HostArray, Tensor};
-use popxl_session::{Inputs, Outputs, Session, SessionOptions};
-use pyo3::exceptions::PyTypeError;
+use popart_ir::DataType;
+use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream, Tensor};
+use popxl_session::{InputView, OutputView, Outputs, Session, SessionOptions};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{host_array, to_numpy, type_name};
+use crate::convert::{
+    bytes_mut, host_array, numpy_buffer_mut, numpy_zeros, stream_input, to_numpy, type_name, value_error, StreamInput,
+};
 use crate::errors::IntoPy;
 use crate::graph::PyIr;
 use crate::tensor::{tensor_of, PyD2H, PyH2D};
@@ -17,7 +20,10 @@ use crate::tensor::{tensor_of, PyD2H, PyH2D};
 /// for `Send` so that no GIL-bound reference escapes. The wrapped `popxl`
 /// handles hold `Rc`s: they are only read inside the call, on this thread, and
 /// every Python object holding one is `unsendable`, so no other thread can touch
-/// (clone or drop) them while this thread runs without the GIL.
+/// (clone or drop) them while this thread runs without the GIL. The input views
+/// borrow numpy buffers that the held arrays keep alive; like numpy's own
+/// GIL-free loops, a thread that writes into an input array during `run` races
+/// with the session's reads of it (the values it reads are unspecified).
 struct OnThisThread<T>(T);
 unsafe impl<T> Send for OnThisThread<T> {}
 
@@ -27,14 +33,22 @@ unsafe impl<T> Send for OnThisThread<T> {}
 pub struct PySession {
     session: Session,
     ir: Py<PyIr>,
+    /// Each device-to-host stream, its key object in `run`'s result, dtype and host array shape.
+    outputs: Vec<(DeviceToHostStream, Py<PyD2H>, DataType, Vec<usize>)>,
 }
 
-fn inputs_of(obj: Option<&Bound<'_, PyAny>>, downcast: bool) -> PyResult<Inputs> {
-    let mut inputs = Inputs::new();
+/// The stream inputs of `run`: each numpy array read in place where its
+/// layout allows ([`stream_input`]).
+fn inputs_of<'py>(
+    obj: Option<&Bound<'py, PyAny>>,
+    downcast: bool,
+) -> PyResult<Vec<(HostToDeviceStream, StreamInput<'py>)>> {
+    let mut inputs = Vec::new();
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(inputs) };
     let d = obj.downcast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!("inputs must be a dict {{h2d_stream: array}}, not {}", type_name(obj)))
     })?;
+    inputs.reserve(d.len());
     for (k, v) in d.iter() {
         let s = k
             .downcast::<PyH2D>()
@@ -44,21 +58,17 @@ fn inputs_of(obj: Option<&Bound<'_, PyAny>>, downcast: bool) -> PyResult<Inputs>
             .borrow()
             .s
             .clone();
-        // Python scalars and lists take the stream's dtype; arrays keep theirs (checked by the session).
-        let is_array = v.hasattr("dtype")?;
-        let a = if is_array { host_array(&v, None)? } else { host_array(&v, Some(s.dtype()))? };
-        let a = if downcast && a.dtype() != s.dtype() && is_array && is_64bit(&a) {
-            a.try_cast(s.dtype()).py()?
-        } else {
-            a
-        };
-        inputs.insert(s, a);
+        let input = stream_input(&v, s.dtype(), s.name(), downcast)?;
+        inputs.push((s, input));
     }
     Ok(inputs)
 }
 
-fn is_64bit(a: &HostArray) -> bool {
-    matches!(a, HostArray::F64(_) | HostArray::I64(_) | HostArray::U64(_))
+/// Borrowed views of `inputs` for the session.
+fn views<'a>(
+    inputs: &'a [(HostToDeviceStream, StreamInput<'_>)],
+) -> PyResult<Vec<(&'a HostToDeviceStream, InputView<'a>)>> {
+    inputs.iter().map(|(s, i)| Ok((s, i.view()?))).collect()
 }
 
 fn outputs_dict<'py>(py: Python<'py>, outs: Outputs) -> PyResult<Bound<'py, PyDict>> {
@@ -77,10 +87,25 @@ impl PySession {
         let pyir = ir
             .downcast::<PyIr>()
             .map_err(|_| PyTypeError::new_err(format!("Session expects a popxl.Ir, not {}", type_name(ir))))?;
-        let handle = pyir.borrow().ir.clone();
         let options = SessionOptions { weights_to_host_on_exit, ..SessionOptions::default() };
-        let session = Session::with_options(handle, device_desc, options).py()?;
-        Ok(PySession { session, ir: pyir.clone().unbind() })
+        let handle = OnThisThread((pyir.borrow().ir.clone(), options));
+        // Preparing, lowering and compiling take long: other Python threads run meanwhile.
+        let session = ir.py().allow_threads(move || {
+            let h = handle;
+            let (ir, options) = h.0;
+            OnThisThread(Session::with_options(ir, device_desc, options))
+        });
+        let session = session.0.py()?;
+        let py = ir.py();
+        let outputs = session
+            .expected_outputs()
+            .into_iter()
+            .map(|s| {
+                let (dtype, shape) = (s.dtype(), session.host_shape(s.shape()));
+                Ok((s.clone(), Py::new(py, PyD2H { s })?, dtype, shape))
+            })
+            .collect::<PyResult<_>>()?;
+        Ok(PySession { session, ir: pyir.clone().unbind(), outputs })
     }
     /// The IR the session runs.
     #[getter]
@@ -116,13 +141,39 @@ impl PySession {
         inputs: Option<&Bound<'py, PyAny>>,
         downcast_inputs: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let inputs = OnThisThread(inputs_of(inputs, downcast_inputs)?);
+        let held = inputs_of(inputs, downcast_inputs)?;
+        let in_views = views(&held)?;
+        // The output arrays are made by numpy and written in place.
+        let arrays: Vec<Bound<'py, PyAny>> =
+            self.outputs.iter().map(|(_, _, dtype, shape)| numpy_zeros(py, *dtype, shape)).collect::<PyResult<_>>()?;
+        let mut raw = Vec::with_capacity(arrays.len());
+        for ((s, _, _, _), a) in self.outputs.iter().zip(&arrays) {
+            let (dtype, shape, p, n) =
+                numpy_buffer_mut(a).ok_or_else(|| PyValueError::new_err("numpy made a non-contiguous output array"))?;
+            // SAFETY: the arrays were just made here, nothing else holds them, and they
+            // outlive `raw`.
+            raw.push((s, dtype, shape, unsafe { bytes_mut(p, n) }));
+        }
+        let mut out_views: Vec<(&DeviceToHostStream, OutputView<'_>)> = raw
+            .iter_mut()
+            .map(|(s, dtype, shape, bytes)| Ok((&**s, OutputView::new(*dtype, shape, bytes).map_err(value_error)?)))
+            .collect::<PyResult<_>>()?;
         let session = OnThisThread(&mut self.session);
-        let outs = py.allow_threads(move || {
-            let (s, i) = (session, inputs);
-            s.0.run(&i.0).map(OnThisThread)
+        let io = OnThisThread((in_views, &mut out_views));
+        let r = py.allow_threads(move || {
+            let (s, io) = (session, io);
+            let (ins, outs) = io.0;
+            OnThisThread(s.0.run_views_into(&ins, outs))
         });
-        outputs_dict(py, outs.py()?.0)
+        r.0.py()?;
+        drop(out_views);
+        drop(raw);
+        drop(held);
+        let d = PyDict::new(py);
+        for ((_, key, _, _), a) in self.outputs.iter().zip(arrays) {
+            d.set_item(key.clone_ref(py), a)?;
+        }
+        Ok(d)
     }
     /// Run, writing into the given output arrays (`{d2h_stream: array}`, as
     /// `create_host_outputs` makes them).
@@ -137,8 +188,15 @@ impl PySession {
         let outputs = outputs
             .downcast::<PyDict>()
             .map_err(|_| PyTypeError::new_err("outputs must be a dict {d2h_stream: numpy array}"))?;
-        let mut outs = Outputs::new();
-        let mut targets = Vec::new();
+        let held = inputs_of(inputs, downcast_inputs)?;
+        let in_views = views(&held)?;
+        // Each output array is written in place when it is C-contiguous, writeable, of a
+        // supported dtype and shares no memory with an input or another output; otherwise
+        // through a C-contiguous copy, copied back after the run.
+        let np = py.import("numpy")?;
+        let mut spans: Vec<(usize, usize)> =
+            in_views.iter().map(|(_, v)| (v.bytes().as_ptr() as usize, v.bytes().len())).collect();
+        let mut objs: Vec<(DeviceToHostStream, Bound<'_, PyAny>, Option<Bound<'_, PyAny>>)> = Vec::new();
         for (k, v) in outputs.iter() {
             let s = k
                 .downcast::<PyD2H>()
@@ -146,22 +204,52 @@ impl PySession {
                 .borrow()
                 .s
                 .clone();
-            outs.insert(s.clone(), host_array(&v, None)?);
-            targets.push((s, v));
+            let direct = numpy_buffer_mut(&v).map(|(_, _, p, n)| (p as usize, n));
+            let fresh = direct.filter(|&(p, n)| !spans.iter().any(|&(q, m)| n > 0 && m > 0 && p < q + m && q < p + n));
+            match fresh {
+                Some(span) => {
+                    spans.push(span);
+                    objs.push((s, v, None));
+                }
+                None => {
+                    let kwargs = PyDict::new(py);
+                    kwargs.set_item("order", "C")?;
+                    let copy = np.call_method("array", (&v,), Some(&kwargs))?;
+                    objs.push((s, copy, Some(v)));
+                }
+            }
         }
-        let inputs = OnThisThread(inputs_of(inputs, downcast_inputs)?);
+        let mut raw = Vec::with_capacity(objs.len());
+        for (s, a, _) in &objs {
+            let (dtype, shape, p, n) = numpy_buffer_mut(a).ok_or_else(|| {
+                PyTypeError::new_err(format!(
+                    "the output array of stream `{}` must be a writeable numpy array of a popxl dtype",
+                    s.name()
+                ))
+            })?;
+            // SAFETY: each array's memory is disjoint from the inputs' and the other
+            // outputs' (checked above, or a fresh copy), the arrays outlive `raw`, and
+            // the GIL-free run is the only user of them until `raw` is dropped.
+            raw.push((s, dtype, shape, unsafe { bytes_mut(p, n) }));
+        }
+        let mut out_views: Vec<(&DeviceToHostStream, OutputView<'_>)> = raw
+            .iter_mut()
+            .map(|(s, dtype, shape, bytes)| Ok((&**s, OutputView::new(*dtype, shape, bytes).map_err(value_error)?)))
+            .collect::<PyResult<_>>()?;
         let session = OnThisThread(&mut self.session);
-        let mut outs = OnThisThread(outs);
-        let r = py.allow_threads(|| {
-            let (s, i) = (session, inputs);
-            let o = &mut outs;
-            s.0.run_with_outputs(&i.0, &mut o.0)
+        let io = OnThisThread((in_views, &mut out_views));
+        let r = py.allow_threads(move || {
+            let (s, io) = (session, io);
+            let (ins, outs) = io.0;
+            OnThisThread(s.0.run_views_into(&ins, outs))
         });
-        r.py()?;
-        let np = py.import("numpy")?;
-        for (s, target) in targets {
-            if let Some(a) = outs.0.remove(&s) {
-                np.call_method1("copyto", (target, to_numpy(py, a)?))?;
+        r.0.py()?;
+        drop(out_views);
+        drop(raw);
+        drop(held);
+        for (_, copy, target) in objs {
+            if let Some(target) = target {
+                np.call_method1("copyto", (target, copy))?;
             }
         }
         Ok(())
