@@ -176,17 +176,8 @@ def adam(w, g, name, lr):
     # The factors as float32, as the Rust example passes them.
     m = ops.var_updates.accumulate_moving_average_(m, g, np.float32(0.9))
     v = ops.var_updates.accumulate_moving_average_square_(v, g, np.float32(0.999))
-    adam_updater = getattr(ops.var_updates, "adam_updater", None)
-    if adam_updater is not None:
-        upd = adam_updater(m, v, time_step=t, beta1=0.9, beta2=0.999, epsilon=1e-8)
-    else:
-        # The updater term from elementary ops: t += 1; (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps),
-        # the corrections in float64 as adam_updater computes them.
-        t = ops.var_updates.accumulate_(t, popxl.constant(np.float32(1), name="one"))
-        t64 = ops.cast(t, popxl.float64)
-        c1 = ops.cast(1.0 - popxl.constant(0.9, popxl.float64) ** t64, popxl.float32)
-        c2 = ops.cast(1.0 - popxl.constant(0.999, popxl.float64) ** t64, popxl.float32)
-        upd = (m / c1) / (ops.sqrt(v / c2) + 1e-8)
+    # time_step is incremented by the updater; the corrections are computed in float64.
+    upd = ops.var_updates.adam_updater(m, v, time_step=t, beta1=0.9, beta2=0.999, epsilon=1e-8)
     ops.scaled_add_(w, upd, 1.0, -lr)
 
 
