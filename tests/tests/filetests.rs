@@ -139,12 +139,7 @@ fn run(command: &str, input: &str) -> Result<String, SetupError> {
 /// Every pass a `; run: pass NAME` line can name: the default preparation pipeline with
 /// everything on (patterns, in-place ambiguity check, call inlining), then `merge-exchange`.
 fn named_passes() -> popart_transforms::Pipeline {
-    let all = PrepareOptions {
-        patterns: true,
-        check_inplace_ambiguity: true,
-        inline_calls: true,
-        ..PrepareOptions::default()
-    };
+    let all = PrepareOptions { patterns: true, check_inplace_ambiguity: true, inline_calls: true };
     popart_transforms::Pipeline::default_for(all).with_pass(popart_transforms::merge_exchange::MergeExchange)
 }
 
