@@ -11,6 +11,7 @@
 
 mod convert;
 mod errors;
+mod fp8;
 mod graph;
 mod nn;
 mod ops;
@@ -52,5 +53,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     remote::register(m)?;
     nn::register(m)?;
     replication::register(m)?;
+    fp8::register(m)?;
     Ok(())
 }

@@ -16,6 +16,7 @@ from popxl._native import (  # noqa: F401
 )
 from popxl._native import concat_, detach_, histogram, lamb_square, print_tensor, scatter, shaped_dropout, slice_  # noqa: F401,E501
 from popxl._native import init, remote_code_load, remote_load, remote_load_, remote_store, where  # noqa: F401
+from popxl._native import conv_pow2scaled, matmul_pow2scaled, pow2scale_cast_from_fp8, pow2scale_cast_to_fp8  # noqa: F401,E501
 from popxl.ops import collectives, var_updates  # noqa: F401
 from popxl.ops.var_updates import (  # noqa: F401
     accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_,
