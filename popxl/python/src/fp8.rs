@@ -20,8 +20,9 @@ type Out = PyResult<Py<PyTensor>>;
 
 /// The float8 format of a data type, or PopXL's `TypeError`.
 fn format_of(d: DataType, what: &str) -> PyResult<Float8Format> {
-    Float8Format::of(d)
-        .ok_or_else(|| PyTypeError::new_err(format!("Data type {d} not supported for {what}: use float8_143 or float8_152")))
+    Float8Format::of(d).ok_or_else(|| {
+        PyTypeError::new_err(format!("Data type {d} not supported for {what}: use float8_143 or float8_152"))
+    })
 }
 
 /// `log2_scale` of a host conversion, checked against `[-32, 32)`.
@@ -137,8 +138,9 @@ fn _host_pow2scale_cast_to_fp8<'py>(
     log2_scale: i64,
     nan_on_overflow: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let fmt = format_of(dtype_of(dtype).map_err(|e| PyRuntimeError::new_err(e.to_string()))?, "host_pow2scale_cast_to_fp8")
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let fmt =
+        format_of(dtype_of(dtype).map_err(|e| PyRuntimeError::new_err(e.to_string()))?, "host_pow2scale_cast_to_fp8")
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     let s = host_scale(log2_scale)?;
     let np_dtype = src.getattr("dtype")?;
     let kind: String = np_dtype.getattr("kind")?.extract()?;
@@ -178,7 +180,12 @@ fn _host_pow2scale_cast_from_fp8<'py>(
 
 /// `ops.pow2scale_cast_to_fp8(t, log2_scale, data_type)`: `cast(t · 2^log2_scale, data_type)`.
 #[pyfunction]
-fn pow2scale_cast_to_fp8(py: Python<'_>, t: &Bound<'_, PyAny>, log2_scale: &Bound<'_, PyAny>, data_type: &Bound<'_, PyAny>) -> Out {
+fn pow2scale_cast_to_fp8(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    log2_scale: &Bound<'_, PyAny>,
+    data_type: &Bound<'_, PyAny>,
+) -> Out {
     let d = dtype_of(data_type)?;
     format_of(d, "pow2scale_cast_to_fp8")?;
     let s = scale_tensor(log2_scale)?;
