@@ -4,7 +4,7 @@
 //! so PopXL's arrays are structured `np.dtype([("float8_143", "u1")])` views of
 //! the codes (the `popxl.dtypes.np_dtype_float8_*` dtypes).
 
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods};
 use popart_ir::float8::{encode_scaled, pow2, Float8Format, Float8_143, Float8_152, LOG2_SCALE_RANGE};
 use popart_ir::DataType;
 use popxl::ops::{self, ConvOptions, PadType};
