@@ -626,6 +626,10 @@ mod tests {
         let vals = [0.0, 1.0, 2.0, 100.0];
         for &from in &DataType::ALL {
             for &to in &DataType::ALL {
+                if from.is_float8() || to.is_float8() {
+                    // Refused: float8 converts with the pow2-scaled casts (tests/tests/ops_float8.rs).
+                    continue;
+                }
                 let src: Vec<f64> = if from == DataType::Bool { vec![0.0, 1.0, 1.0, 0.0] } else { vals.to_vec() };
                 let attrs = Attributes::new().with("to", AttrValue::DType(to));
                 let out = &run_op("Cast", attrs, &[(0, t(from, &[4], &src))])[0];
