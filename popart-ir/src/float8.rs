@@ -142,7 +142,10 @@ pub fn encode_scaled(fmt: Float8Format, x: f64, scale: f64, nan_on_overflow: boo
     // Below the smallest normal 2^(1-B): a multiple of the subnormal step
     // 2^(1-B-M), rounded half to even (the scaling by a power of two is exact).
     let code = if a < pow2(1 - bias) {
-        (a * pow2(bias - 1 + m_bits as i32)).round_ties_even() as u64
+        // `v + 2^52 - 2^52` rounds `0 <= v < 2^52` to an integer, ties to even,
+        // in the default rounding mode (no libm call).
+        const MAGIC: f64 = 4503599627370496.0;
+        ((a * pow2(bias - 1 + m_bits as i32) + MAGIC) - MAGIC) as u64
     } else {
         // Round f64's 52 mantissa bits to M, ties to even, by an integer add whose
         // carry moves into the exponent; then rebias the exponent from 1023 to B.

@@ -148,8 +148,32 @@ fn _host_pow2scale_cast_to_fp8<'py>(
     if kind != "f" || !matches!(size, 2 | 4 | 8) {
         return Err(PyRuntimeError::new_err(format!("src.dtype {} not currently supported.", np_dtype.str()?)));
     }
+    encode_any(src, fmt, s, nan_on_overflow)
+}
+
+/// The codes of a float16, float32 or float64 numpy array times `2^log2_scale`,
+/// read in place (no float64 copy) with the GIL released.
+fn encode_any<'py>(
+    src: &Bound<'py, PyAny>,
+    fmt: Float8Format,
+    log2_scale: i32,
+    nan_on_overflow: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = src.py();
+    let scale = pow2(log2_scale);
+    macro_rules! encode_as {
+        ($($t:ty),*) => {$(
+            if let Ok(a) = src.downcast::<PyArrayDyn<$t>>() {
+                let a = a.readonly();
+                let view = a.as_array();
+                let out = py.allow_threads(|| view.mapv(|v| encode_scaled(fmt, f64::from(v), scale, nan_on_overflow)));
+                return Ok(numpy::PyArray::from_owned_array(py, out).into_any());
+            }
+        )*};
+    }
+    encode_as!(f32, f64, half::f16);
     let x = src.call_method1("astype", ("float64",))?;
-    encode_array(&x, fmt, s, nan_on_overflow)
+    encode_array(&x, fmt, log2_scale, nan_on_overflow)
 }
 
 /// `fp8_utils.host_pow2scale_cast_from_fp8` on uint8 codes of format `src_dtype`:
@@ -171,11 +195,20 @@ fn _host_pow2scale_cast_from_fp8<'py>(
     let codes = src.downcast::<PyArrayDyn<u8>>()?.readonly();
     let view = codes.as_array();
     let scale = pow2(s);
+    // The 256 scaled values in the output type (each rounded once from its exact f64).
     let table: [f64; 256] = std::array::from_fn(|c| fmt.decode_f64(c as u8) * scale);
-    let out = py.allow_threads(|| view.mapv(|c| table[usize::from(c)]));
-    let out = numpy::PyArray::from_owned_array(py, out).into_any();
-    // float64 to float16/float32 rounds once (numpy: to nearest even).
-    out.call_method1("astype", (to.name(),))
+    macro_rules! lookup_as {
+        ($t:ty, $from:expr) => {{
+            let t: [$t; 256] = std::array::from_fn(|c| $from(table[c]));
+            let out = py.allow_threads(|| view.mapv(|c| t[usize::from(c)]));
+            numpy::PyArray::from_owned_array(py, out).into_any()
+        }};
+    }
+    Ok(match to {
+        DataType::Float16 => lookup_as!(half::f16, half::f16::from_f64),
+        DataType::Float32 => lookup_as!(f32, |v: f64| v as f32),
+        _ => lookup_as!(f64, |v: f64| v),
+    })
 }
 
 /// `ops.pow2scale_cast_to_fp8(t, log2_scale, data_type)`: `cast(t · 2^log2_scale, data_type)`.
