@@ -34,13 +34,20 @@ pub enum DataType {
     Float16,
     /// IEEE single precision.
     Float32,
+    /// Graphcore's 8-bit float with 1 sign, 4 exponent and 3 mantissa bits
+    /// (bias 8, subnormals, no infinities, NaN is the code `0x80`): a storage
+    /// format read and written by the pow2-scaled ops (see [`crate::float8`]).
+    Float8_143,
+    /// Graphcore's 8-bit float with 1 sign, 5 exponent and 2 mantissa bits
+    /// (bias 16, subnormals, no infinities, NaN is the code `0x80`).
+    Float8_152,
     /// IEEE double precision.
     Float64,
 }
 
 impl DataType {
     /// Every data type, in declaration order.
-    pub const ALL: [DataType; 12] = [
+    pub const ALL: [DataType; 14] = [
         DataType::Bool,
         DataType::Int8,
         DataType::Int16,
@@ -53,33 +60,41 @@ impl DataType {
         DataType::Float16,
         DataType::Float32,
         DataType::Float64,
+        DataType::Float8_143,
+        DataType::Float8_152,
     ];
 
     /// Bytes per element.
     pub fn size_bytes(self) -> usize {
         use DataType::*;
         match self {
-            Bool | Int8 | Uint8 => 1,
+            Bool | Int8 | Uint8 | Float8_143 | Float8_152 => 1,
             Int16 | Uint16 | Float16 => 2,
             Int32 | Uint32 | Float32 => 4,
             Int64 | Uint64 | Float64 => 8,
         }
     }
 
-    /// True for the floating point types.
+    /// True for the floating point types ops compute in (float16, float32,
+    /// float64); the float8 types are storage formats ([`DataType::is_float8`]).
     pub fn is_floating_point(self) -> bool {
         matches!(self, DataType::Float16 | DataType::Float32 | DataType::Float64)
     }
 
-    /// True for the signed and unsigned integer types (not bool).
+    /// True for the 8-bit float formats `float8_143` and `float8_152`.
+    pub fn is_float8(self) -> bool {
+        matches!(self, DataType::Float8_143 | DataType::Float8_152)
+    }
+
+    /// True for the signed and unsigned integer types (not bool, not float8).
     pub fn is_int(self) -> bool {
-        !self.is_floating_point() && self != DataType::Bool
+        !self.is_floating_point() && !self.is_float8() && self != DataType::Bool
     }
 
     /// True for types that can represent negative values.
     pub fn is_signed(self) -> bool {
         use DataType::*;
-        matches!(self, Int8 | Int16 | Int32 | Int64 | Float16 | Float32 | Float64)
+        matches!(self, Int8 | Int16 | Int32 | Int64 | Float16 | Float32 | Float64 | Float8_143 | Float8_152)
     }
 
     /// The lower-case name used by the text form and by PopXL (`float32`, `int8`...).
@@ -98,6 +113,8 @@ impl DataType {
             Float16 => "float16",
             Float32 => "float32",
             Float64 => "float64",
+            Float8_143 => "float8_143",
+            Float8_152 => "float8_152",
         }
     }
 }

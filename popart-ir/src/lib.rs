@@ -17,6 +17,7 @@ mod attr;
 pub mod dot;
 mod dtype;
 mod error;
+pub mod float8;
 mod graph;
 mod hash;
 mod ir;

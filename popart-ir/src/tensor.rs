@@ -228,6 +228,10 @@ fn push_value(out: &mut Vec<u8>, dtype: DataType, v: f64) {
         Float16 => out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
         Float32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
         Float64 => out.extend_from_slice(&v.to_le_bytes()),
+        Float8_143 | Float8_152 => out.push(match crate::float8::Float8Format::of(dtype) {
+            Some(f) => f.encode(v, 0, true),
+            None => crate::float8::NAN_CODE,
+        }),
     }
 }
 
@@ -246,6 +250,10 @@ fn read_value(b: &[u8], dtype: DataType) -> f64 {
         Float16 => half::f16::from_le_bytes(le(b)).to_f64(),
         Float32 => f32::from_le_bytes(le(b)) as f64,
         Float64 => f64::from_le_bytes(le(b)),
+        Float8_143 | Float8_152 => match crate::float8::Float8Format::of(dtype) {
+            Some(f) => f.decode_f64(le::<1>(b)[0]),
+            None => f64::NAN,
+        },
     }
 }
 

@@ -214,6 +214,18 @@ pub enum SessionError {
         /// Its entries.
         entries: usize,
     },
+    /// A float8 op (`pow2scale_cast_to_fp8`, `matmul_pow2scaled`...) read a
+    /// `log2_scale` outside `[-32, 32)` (PopART's `throwIfLog2ScaleTensorNotInRange`).
+    /// The run stops there: what it wrote before stays written.
+    #[error("op `{op}` ({op_type}): log2 scale {value} is not in the range [-32, 32)")]
+    Log2ScaleOutOfRange {
+        /// Name of the op.
+        op: String,
+        /// Its type.
+        op_type: String,
+        /// The value read.
+        value: i32,
+    },
     /// Host data for a tensor or stream is invalid (a bool byte other than 0 or
     /// 1, a byte length that does not match the shape).
     #[error("invalid host data for `{tensor}`: {source}")]

@@ -23,6 +23,8 @@ macro_rules! each {
             HostArray::F16($x) => $body,
             HostArray::F32($x) => $body,
             HostArray::F64($x) => $body,
+            HostArray::F8_143($x) => $body,
+            HostArray::F8_152($x) => $body,
         }
     };
 }
@@ -32,7 +34,7 @@ macro_rules! each {
 pub(crate) fn bytes_of(a: &HostArray) -> std::borrow::Cow<'_, [u8]> {
     fn view<T>(s: &[T]) -> &[u8] {
         // SAFETY: every element type of HostArray is plain data (bool is one byte
-        // holding 0 or 1, f16 is a transparent u16) and the host is little endian.
+        // holding 0 or 1, f16 is a transparent u16, the float8 codes transparent u8s) and the host is little endian.
         unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
     }
     let borrowed: Option<&[u8]> = each!(a, x => x.as_slice().map(view));
@@ -69,7 +71,7 @@ pub(crate) fn assign_bytes(a: &mut HostArray, bytes: &[u8]) -> Result<(), HostDa
             }
         };
     }
-    assign!(Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, F32, F64);
+    assign!(Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, F32, F64, F8_143, F8_152);
     Ok(())
 }
 
@@ -90,7 +92,8 @@ pub(crate) fn try_zeros(info: &TensorInfo, what: &str) -> Result<HostArray, Size
     }
     Ok(zeros!(Bool => Bool: bool, Int8 => I8: i8, Int16 => I16: i16, Int32 => I32: i32, Int64 => I64: i64,
         Uint8 => U8: u8, Uint16 => U16: u16, Uint32 => U32: u32, Uint64 => U64: u64,
-        Float16 => F16: half::f16, Float32 => F32: f32, Float64 => F64: f64))
+        Float16 => F16: half::f16, Float32 => F32: f32, Float64 => F64: f64,
+        Float8_143 => F8_143: popart_ir::float8::Float8_143, Float8_152 => F8_152: popart_ir::float8::Float8_152))
 }
 
 /// A failed checked host conversion (`try_cast`, `try_downcast_64bit`) as a

@@ -2,6 +2,7 @@
 
 use half::f16;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
+use popart_ir::float8::{Float8_143, Float8_152};
 use popart_ir::{DataType, HostDataError, HostTensor, SizeError, TensorInfo};
 
 use crate::{PopXlError, Result};
@@ -48,6 +49,10 @@ pub enum HostArray {
     F32(ArrayD<f32>),
     /// `f64` elements.
     F64(ArrayD<f64>),
+    /// `float8_143` codes.
+    F8_143(ArrayD<Float8_143>),
+    /// `float8_152` codes.
+    F8_152(ArrayD<Float8_152>),
 }
 
 /// Applies `$body` to the array inside any variant, binding it to `$a`.
@@ -66,6 +71,8 @@ macro_rules! for_each_variant {
             HostArray::F16($a) => $body,
             HostArray::F32($a) => $body,
             HostArray::F64($a) => $body,
+            HostArray::F8_143($a) => $body,
+            HostArray::F8_152($a) => $body,
         }
     };
 }
@@ -258,6 +265,72 @@ host_element! {
     f64 => F64, Float64, as_f64, float_element(|x: f64| x, |x: f64| x);
 }
 
+macro_rules! float8_element {
+    ($($t:ident => $variant:ident, $dtype:ident, $as_ref:ident;)*) => {$(
+        impl HostElement for $t {
+            const DTYPE: DataType = DataType::$dtype;
+        }
+
+        impl Element for $t {
+            fn wrap(a: ArrayD<Self>) -> HostArray {
+                HostArray::$variant(a)
+            }
+            fn unwrap_ref(h: &HostArray) -> Option<&ArrayD<Self>> {
+                match h {
+                    HostArray::$variant(a) => Some(a),
+                    _ => None,
+                }
+            }
+            fn push_le(self, out: &mut Vec<u8>) {
+                out.push(self.0);
+            }
+            fn read_le(b: &[u8]) -> Option<Self> {
+                match b {
+                    [c] => Some($t(*c)),
+                    _ => None,
+                }
+            }
+            fn widen(self) -> Wide {
+                Wide::Float(self.to_f64())
+            }
+            /// Rounded to nearest even; out of range is NaN (PopXL's default
+            /// `nan_on_overflow`), which the format represents.
+            fn narrow(w: Wide) -> Option<Self> {
+                Some($t::from_f64(w.to_f64(), true))
+            }
+            /// Rounded to nearest even; out of range saturates.
+            fn lossy(w: Wide) -> Self {
+                $t::from_f64(w.to_f64(), false)
+            }
+        }
+
+        impl<D: Dimension> From<Array<$t, D>> for HostArray {
+            fn from(a: Array<$t, D>) -> Self {
+                HostArray::$variant(a.into_dyn())
+            }
+        }
+
+        impl From<Vec<$t>> for HostArray {
+            /// A 1-dimensional array.
+            fn from(v: Vec<$t>) -> Self {
+                HostArray::$variant(ndarray::Array1::from_vec(v).into_dyn())
+            }
+        }
+
+        impl HostArray {
+            #[doc = concat!("The `", stringify!($t), "` codes, if this holds `", stringify!($dtype), "` elements.")]
+            pub fn $as_ref(&self) -> Option<&ArrayD<$t>> {
+                <$t as Element>::unwrap_ref(self)
+            }
+        }
+    )*};
+}
+
+float8_element! {
+    Float8_143 => F8_143, Float8_143, as_float8_143;
+    Float8_152 => F8_152, Float8_152, as_float8_152;
+}
+
 impl HostElement for bool {
     const DTYPE: DataType = DataType::Bool;
 }
@@ -376,6 +449,14 @@ macro_rules! with_element_type {
                 type $T = f64;
                 $body
             }
+            DataType::Float8_143 => {
+                type $T = Float8_143;
+                $body
+            }
+            DataType::Float8_152 => {
+                type $T = Float8_152;
+                $body
+            }
         }
     };
 }
@@ -448,6 +529,8 @@ impl HostArray {
             HostArray::F16(_) => DataType::Float16,
             HostArray::F32(_) => DataType::Float32,
             HostArray::F64(_) => DataType::Float64,
+            HostArray::F8_143(_) => DataType::Float8_143,
+            HostArray::F8_152(_) => DataType::Float8_152,
         }
     }
 

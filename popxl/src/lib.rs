@@ -122,4 +122,9 @@ pub mod dtypes {
     pub const float64: DataType = DataType::Float64;
     /// `double`, an alias of `float64`.
     pub const double: DataType = DataType::Float64;
+    /// `float8_143`: Graphcore's 8-bit float, 4 exponent and 3 mantissa bits
+    /// (see [`popart_ir::float8`]).
+    pub const float8_143: DataType = DataType::Float8_143;
+    /// `float8_152`: Graphcore's 8-bit float, 5 exponent and 2 mantissa bits.
+    pub const float8_152: DataType = DataType::Float8_152;
 }

@@ -49,6 +49,9 @@ impl OpDef for MatMul {
         if a.dtype == crate::DataType::Bool {
             return Err(ctx.error("matmul of bool tensors"));
         }
+        if a.dtype.is_float8() {
+            return Err(ctx.error(format!("matmul of {} tensors (use matmul_pow2scaled)", a.dtype)));
+        }
         let shape = matmul_shape(&a.shape, &b.shape).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(a.dtype, shape)])
     }

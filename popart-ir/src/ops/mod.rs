@@ -60,6 +60,7 @@ pub mod binary;
 pub mod collectives;
 pub mod control;
 pub mod conv;
+pub mod float8;
 pub mod grad;
 pub mod indexing;
 pub mod indexing_grad;
@@ -97,6 +98,7 @@ pub mod all {
     };
     pub use super::control::*;
     pub use super::conv::*;
+    pub use super::float8::*;
     pub use super::grad::*;
     pub use super::indexing::*;
     pub use super::indexing_grad::*;
@@ -149,6 +151,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(indexing::ALL);
         v.extend_from_slice(indexing_grad::ALL);
         v.extend_from_slice(conv::ALL);
+        v.extend_from_slice(float8::ALL);
         v.extend_from_slice(pool::ALL);
         v.extend_from_slice(norm::ALL);
         v.extend_from_slice(resize::ALL);

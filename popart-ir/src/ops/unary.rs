@@ -121,6 +121,12 @@ impl OpDef for Cast {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let to = ctx.attrs.dtype("to").ok_or_else(|| ctx.error("missing dtype attribute `to`"))?;
+        if to.is_float8() || x.dtype.is_float8() {
+            return Err(ctx.error(format!(
+                "cast from {} to {to}: float8 casts are pow2scale_cast_to_fp8 and pow2scale_cast_from_fp8",
+                x.dtype
+            )));
+        }
         Ok(vec![TensorInfo::new(to, x.shape.clone())])
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {

@@ -231,6 +231,10 @@ fn encode_data(line: usize, info: &TensorInfo, words: &[String]) -> Result<Vec<u
             }
             Float32 => bytes.extend_from_slice(&parse_f32(w).ok_or_else(bad)?.to_le_bytes()),
             Float64 => bytes.extend_from_slice(&parse_f64(w).ok_or_else(bad)?.to_le_bytes()),
+            Float8_143 | Float8_152 => {
+                let f = crate::float8::Float8Format::of(info.dtype).ok_or_else(bad)?;
+                bytes.push(f.encode(parse_f64(w).ok_or_else(bad)?, 0, true));
+            }
         }
     }
     Ok(bytes)

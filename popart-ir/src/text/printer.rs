@@ -156,6 +156,11 @@ fn write_data(out: &mut String, d: &HostTensor) {
             }
             Float32 => write!(out, "{}", fmt_f32(f32::from_le_bytes(crate::tensor::le(b)))),
             Float64 => write!(out, "{}", fmt_f64(f64::from_le_bytes(crate::tensor::le(b)))),
+            // The decoded value (exact in f32), which reads back to the same code.
+            Float8_143 | Float8_152 => match crate::float8::Float8Format::of(d.info.dtype) {
+                Some(f) => write!(out, "{}", fmt_f32(f.decode_f64(crate::tensor::le::<1>(b)[0]) as f32)),
+                None => Ok(()),
+            },
         };
     }
     out.push(']');

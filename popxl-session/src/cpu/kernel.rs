@@ -87,6 +87,12 @@ pub enum KernelRunError {
     /// failing replica's error instead.
     #[error("a collective was abandoned because another replica failed")]
     ReplicaAborted,
+    /// A float8 op's `log2_scale` tensor held a value outside `[-32, 32)`.
+    #[error("log2 scale {value} is not in the range [-32, 32)")]
+    Log2ScaleOutOfRange {
+        /// The value read.
+        value: i32,
+    },
 }
 
 /// What [`Kernel::run`] returns.

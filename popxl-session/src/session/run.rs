@@ -472,6 +472,9 @@ fn exec_error(e: ExecError) -> SessionError {
         ExecError::Kernel { op, op_type, error: KernelRunError::IndexOutOfRange { index, bound } } => {
             SessionError::IndexOutOfRange { op, op_type, index, bound }
         }
+        ExecError::Kernel { op, op_type, error: KernelRunError::Log2ScaleOutOfRange { value } } => {
+            SessionError::Log2ScaleOutOfRange { op, op_type, value }
+        }
         ExecError::RemoteOffset { buffer, offset, entries } => {
             SessionError::RemoteOffsetOutOfRange { buffer, offset, entries }
         }

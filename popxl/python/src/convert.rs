@@ -18,7 +18,10 @@ pub fn dtype_of(obj: &Bound<'_, PyAny>) -> PyResult<DataType> {
     } else {
         let np = py.import("numpy")?;
         match np.call_method1("dtype", (obj,)) {
-            Ok(d) => d.getattr("name")?.extract()?,
+            Ok(d) => match crate::fp8::float8_of_numpy(&d) {
+                Some(f8) => return Ok(f8),
+                None => d.getattr("name")?.extract()?,
+            },
             Err(_) => {
                 return Err(PyTypeError::new_err(format!(
                     "{} is not a popxl dtype (popxl.float32, popxl.int32...)",
@@ -46,6 +49,12 @@ fn numpy_name(d: DataType) -> &'static str {
 /// C-contiguous array the session owns).
 pub fn host_array(obj: &Bound<'_, PyAny>, dtype: Option<DataType>) -> PyResult<HostArray> {
     let py = obj.py();
+    if let Some(d) = dtype.filter(|d| d.is_float8()) {
+        return crate::fp8::host_array_fp8(obj, d);
+    }
+    if let Some(d) = obj.getattr("dtype").ok().and_then(|d| crate::fp8::float8_of_numpy(&d)) {
+        return crate::fp8::codes_array(obj, d);
+    }
     let np = py.import("numpy")?;
     let kwargs = PyDict::new(py);
     if let Some(d) = dtype {
@@ -106,6 +115,7 @@ pub fn to_numpy(py: Python<'_>, a: HostArray) -> PyResult<PyObject> {
         HostArray::F16(a) => numpy::PyArray::from_owned_array(py, a).into_any().unbind(),
         HostArray::F32(a) => numpy::PyArray::from_owned_array(py, a).into_any().unbind(),
         HostArray::F64(a) => numpy::PyArray::from_owned_array(py, a).into_any().unbind(),
+        a @ (HostArray::F8_143(_) | HostArray::F8_152(_)) => crate::fp8::to_numpy_fp8(py, &a)?,
     })
 }
 

@@ -47,7 +47,8 @@ pub fn session_err(e: SessionError) -> PyErr {
         | SessionError::OutOfMemory { .. }
         | SessionError::TileMemoryExceeded(_)
         | SessionError::IpuModel(_)
-        | SessionError::Internal { .. } => PyRuntimeError::new_err(msg),
+        | SessionError::Internal { .. }
+        | SessionError::Log2ScaleOutOfRange { .. } => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

@@ -12,6 +12,7 @@
 mod convert;
 mod dot;
 mod errors;
+mod fp8;
 mod graph;
 mod hooks;
 mod nn;
@@ -58,5 +59,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     replication::register(m)?;
     seeds::register(m)?;
     hooks::register_classes(m)?;
+    fp8::register(m)?;
     Ok(())
 }

@@ -70,7 +70,7 @@ impl ConvOptions {
         self
     }
 
-    fn apply<'a>(&self, b: OpBuilder<'a>) -> OpBuilder<'a> {
+    pub(crate) fn apply<'a>(&self, b: OpBuilder<'a>) -> OpBuilder<'a> {
         b.attr("strides", AttrValue::Ints(self.stride.clone()))
             .attr("pads", AttrValue::Ints(self.padding.clone()))
             .attr("dilations", AttrValue::Ints(self.dilation.clone()))

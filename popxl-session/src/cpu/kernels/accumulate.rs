@@ -86,6 +86,10 @@ pub(crate) unsafe fn read_f64(p: *const u8, dt: DataType) -> f64 {
         DataType::Uint32 => f64::from(*(p as *const u32)),
         DataType::Uint64 => *(p as *const u64) as f64,
         DataType::Bool => f64::from(*p),
+        DataType::Float8_143 | DataType::Float8_152 => match popart_ir::float8::Float8Format::of(dt) {
+            Some(f) => f.decode_f64(*p),
+            None => f64::NAN,
+        },
     }
 }
 

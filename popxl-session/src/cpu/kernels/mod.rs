@@ -83,6 +83,7 @@ mod dispatch;
 mod elem;
 mod elementwise_ext;
 mod float16;
+mod float8;
 mod grad;
 mod indexing;
 mod logical;
@@ -149,6 +150,7 @@ fn registry() -> &'static Registry {
             indexing::KERNELS,
             scatter::KERNELS,
             conv::KERNELS,
+            float8::KERNELS,
             pool::KERNELS,
             norm::KERNELS,
             resize::KERNELS,

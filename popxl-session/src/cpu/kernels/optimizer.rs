@@ -42,7 +42,7 @@ unsafe fn increment_step(p: *mut u8, dt: DataType) -> f64 {
         DataType::Uint32 => int!(u32),
         DataType::Uint64 => int!(u64),
         // Refused at build time.
-        DataType::Float16 | DataType::Bool => {}
+        DataType::Float16 | DataType::Bool | DataType::Float8_143 | DataType::Float8_152 => {}
     }
     read_f64(p, dt)
 }

@@ -168,6 +168,11 @@ fn read_values(dtype: DataType, bytes: &[u8]) -> Values {
             bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default())).collect(),
             dtype,
         ),
+        // Printed as their (unscaled) values, shortest as float16 is.
+        DataType::Float8_143 | DataType::Float8_152 => match popart_ir::float8::Float8Format::of(dtype) {
+            Some(f) => Values::Float(bytes.iter().map(|&c| f.decode_f64(c)).collect(), DataType::Float16),
+            None => Values::Int(Vec::new()),
+        },
     }
 }
 

@@ -13,6 +13,7 @@ from popxl.dtypes import (  # noqa: F401
     bool, double, dtype, float, float16, float32, float64, half, int8, int16, int32, int64, uint8, uint16,
     uint32, uint64,
 )
+from popxl.dtypes import float8_143, float8_152  # noqa: F401
 from popxl.module import Module  # noqa: F401
 from popxl.tensor import (  # noqa: F401
     Tensor, TensorByRef, TensorSpec, constant, graph_input, graph_output, variable,
@@ -38,3 +39,5 @@ from popxl.tensorlocation import (  # noqa: F401,E402
 )
 __all__ += ["create_seeds", "Op", "TensorLocation", "TensorStorage", "ReplicatedTensorSharding", "ExecutionContext",
             "TileSet"]
+__all__ += ["float8_143", "float8_152", "fp8_utils"]
+from popxl import fp8_utils  # noqa: E402,F401

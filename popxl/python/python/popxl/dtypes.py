@@ -9,6 +9,7 @@ __all__ = [
     "dtype", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "half", "float", "double",
 ]
+__all__ += ["float8_143", "float8_152", "np_dtype_float8_143", "np_dtype_float8_152"]
 
 
 class dtype:
@@ -103,3 +104,10 @@ float64 = dtype._make("float64", False, True, True, "float64")
 half = float16
 float = float32
 double = float64
+
+# Float8 (PopXL): numpy has no float8, so host data is the one-byte codes under a
+# structured dtype (``host_pow2scale_cast_to_fp8`` makes such arrays).
+np_dtype_float8_143 = np.dtype([("float8_143", "u1")])
+np_dtype_float8_152 = np.dtype([("float8_152", "u1")])
+float8_143 = dtype._make("float8_143", False, True, True, np_dtype_float8_143)
+float8_152 = dtype._make("float8_152", False, True, True, np_dtype_float8_152)
