@@ -272,7 +272,7 @@ pub fn value_error(e: impl std::fmt::Display) -> PyErr {
 fn owned_bytes(a: &HostArray) -> &[u8] {
     fn view<T>(s: &[T]) -> &[u8] {
         // SAFETY: every element type of HostArray is plain data (bool is one
-        // byte, f16 a transparent u16).
+        // byte, f16 a transparent u16, the float8 codes transparent u8s).
         unsafe { std::slice::from_raw_parts(s.as_ptr() as *const u8, std::mem::size_of_val(s)) }
     }
     macro_rules! each {
@@ -280,7 +280,7 @@ fn owned_bytes(a: &HostArray) -> &[u8] {
             match a { $(HostArray::$v(x) => x.as_slice().map(view),)* }
         };
     }
-    each!(Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, F32, F64).unwrap_or(&[])
+    each!(Bool, I8, I16, I32, I64, U8, U16, U32, U64, F16, F32, F64, F8_143, F8_152).unwrap_or(&[])
 }
 
 /// Checked 64-bit to 32-bit conversion of a numpy array (PopXL's
