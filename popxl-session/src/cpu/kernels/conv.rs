@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::all as ir;
+use popart_ir::DataType;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
 
 use super::conv_direct::Blocked;
@@ -53,6 +54,7 @@ use super::conv_layout::{
     col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, split_geometry, ConvElem, Geo2,
     Padded,
 };
+use super::conv_direct3d::Direct3d;
 use super::conv_nd::NdKernel;
 use super::dispatch::with_float;
 use super::par::Simd;
@@ -126,7 +128,7 @@ pub(super) struct Task {
 /// `p` of a running kernel uses slot `p`. Kernels grow the slots they use when
 /// they are built, never while they run; a slot is locked while in use, so
 /// sessions running convolutions on different threads take turns.
-fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
+pub(super) fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
     static SLOTS: Mutex<Vec<Arc<Mutex<Vec<u64>>>>> = Mutex::new(Vec::new());
     let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
     while slots.len() <= p {
@@ -228,6 +230,11 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let out_len = spec.output(0)?.nelms();
     if geo.kernel.len() > 2 {
+        if dt == DataType::Float32 {
+            if let Some(k) = Direct3d::plan(spec, &geo, pass, pos)? {
+                return Ok(k);
+            }
+        }
         let (inner, outer) = split;
         return with_float!(dt, T => NdKernel::<T>::plan(spec, &geo, &inner, outer, pass, pos, out_len),
             _ => Err(spec.unsupported_dtype(dt)));

@@ -71,6 +71,7 @@ mod conv;
 mod conv_batched;
 mod conv_data_forward;
 mod conv_direct;
+mod conv_direct3d;
 mod conv_direct_avx2;
 mod conv_gemm_avx2;
 mod conv_implicit;
