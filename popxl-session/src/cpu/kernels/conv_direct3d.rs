@@ -42,7 +42,7 @@ use super::conv_direct::tile_dispatch;
 use super::conv_direct::{Sweep, LANES, PB, RB};
 use super::conv_layout::copy_row;
 use super::par::Simd;
-use super::ptr::SendPtr;
+use super::ptr::{slice_mut, SendPtr};
 use super::spec::SpecExt;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::cpu::team;
@@ -57,7 +57,11 @@ const WT: usize = 6;
 const WR: usize = 4;
 /// Bytes of packed `dy` a weight-gradient tile sweeps per block of positions
 /// (stays in the level-1 cache with the rows of `x` it reads).
-const WBLOCK_BYTES: usize = 16 << 10;
+const WBLOCK_BYTES: usize = 24 << 10;
+/// Bytes of the transposed dw summed over a whole image at a time (level-2 resident).
+const DWT_BYTES: usize = 512 << 10;
+/// Rows of `k` per task below which a weight gradient splits output depths instead.
+const MIN_ROWS: usize = 256;
 
 /// The computed forward convolution of one group (a data gradient's: of `dy`
 /// into `dx`, channels swapped, taps reversed), per spatial dim `[d, h, w]`.
@@ -186,6 +190,9 @@ pub(super) struct Direct3d {
     /// Weight gradient: positions per packed block, output channels rounded to vectors.
     wblock: usize,
     co16: usize,
+    /// Weight gradient: chunks of output depths, and the partial dw of chunks 1...
+    chunks: usize,
+    partials: Mutex<Vec<f32>>,
     scratch: Vec<Arc<Mutex<Vec<u64>>>>,
 }
 
@@ -264,9 +271,15 @@ impl Direct3d {
             set_of: Vec::new(),
             wblock: 0,
             co16: 0,
+            chunks: 1,
+            partials: Mutex::new(Vec::new()),
             scratch: Vec::new(),
         };
         let words = if pass == Pass::Weights { k3.plan_weights(want) } else { k3.plan_forward(want) };
+        let wlen = k3.g.groups * k3.g.cout * k3.g.cin * k3.g.kk();
+        let partials = popart_ir::size::try_zeroed_vec::<f32>((k3.chunks - 1) * wlen, "conv partials")
+            .map_err(|_| spec.error("cannot allocate the convolution weight-gradient partials"))?;
+        k3.partials = Mutex::new(partials);
         let slots = if parallel { threads.min(k3.tasks.len()).max(1) } else { 1 };
         for p in 0..slots {
             let slot = scratch_slot(p);
@@ -339,41 +352,49 @@ impl Direct3d {
     }
 
     /// Cuts the weight-gradient tasks; returns the scratch words of a task.
+    ///
+    /// Layers of many rows of `k` split the rows (each task sums all
+    /// positions of its rows); layers of few (a stem) split the output
+    /// depths of the batch in chunks, each summed into its own partial `dw`
+    /// (chunk 0 into the result), reduced in chunk order at the end.
     fn plan_weights(&mut self, want: usize) -> usize {
         let (g, l) = (self.g.clone(), self.lay.clone());
         let (kk, kdim) = (g.kk(), g.cin * g.kk());
         let khw = g.k[1] * g.k[2];
-        let plane = self.whole_plane();
         let co16 = g.cout.next_multiple_of(LANES);
-        let blocks = want.div_ceil(g.groups).clamp(1, kdim.div_ceil(WT));
+        let per_group = want.div_ceil(g.groups);
+        let units = g.n * g.out[0];
+        let (blocks, chunks) =
+            if kdim >= per_group * MIN_ROWS { (per_group, 1) } else { (1, per_group.clamp(1, units.max(1))) };
         let rows = kdim.div_ceil(blocks).next_multiple_of(WT);
+        let span = units.div_ceil(chunks);
+        let chunks = units.div_ceil(span.max(1)).max(1);
+        let depths = if chunks > 1 { span.min(g.out[0]) } else { g.out[0] };
+        let ns = (depths - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
+        let plane = (ns * l.slice).next_multiple_of(LANES);
         let mut most = 0;
-        for gi in 0..g.groups {
-            for k0 in (0..kdim).step_by(rows) {
-                let k1 = (k0 + rows).min(kdim);
-                let c0 = k0 / kk;
-                let offs = (k0..k1)
-                    .map(|k| {
-                        let (c, t) = (k / kk - c0, k % kk);
-                        c * plane + (t / khw) * g.d[0] * l.slice + l.hw[t % khw]
-                    })
-                    .collect();
-                let chans = (k1 - 1) / kk + 1 - c0;
-                most = most.max(chans * plane + (k1 - k0) * co16);
-                self.tasks.push(Task3 { n: 0, g: gi, d0: 0, d1: 0, o0: 0, o1: 0, k0, k1, offs });
+        for c in 0..chunks {
+            for gi in 0..g.groups {
+                for k0 in (0..kdim).step_by(rows) {
+                    let k1 = (k0 + rows).min(kdim);
+                    let c0 = k0 / kk;
+                    let offs = (k0..k1)
+                        .map(|k| {
+                            let (c, t) = (k / kk - c0, k % kk);
+                            c * plane + (t / khw) * g.d[0] * l.slice + l.hw[t % khw]
+                        })
+                        .collect();
+                    let chans = (k1 - 1) / kk + 1 - c0;
+                    most = most.max(chans * plane + (k1 - k0) * co16);
+                    let (d0, d1) = (c * span, ((c + 1) * span).min(units));
+                    self.tasks.push(Task3 { n: c, g: gi, d0, d1, o0: 0, o1: 0, k0, k1, offs });
+                }
             }
         }
         let wblock = (WBLOCK_BYTES / 4 / co16.min(WR * LANES)).max(16);
-        (self.wblock, self.co16) = (wblock, co16);
+        (self.wblock, self.co16, self.plane, self.chunks) = (wblock, co16, plane, chunks);
         // Position offsets (one word each), then f32: padded channels, task dw, packed dy.
         wblock + (most + wblock * co16 + LANES).div_ceil(2)
-    }
-
-    /// Elements between two padded channels holding every depth slice.
-    fn whole_plane(&self) -> usize {
-        let g = &self.g;
-        let ns = (g.out[0] - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
-        (ns * self.lay.slice).next_multiple_of(LANES)
     }
 
     /// Copies `cn` input channels of one image (`x`: the first's volume) into
@@ -470,7 +491,8 @@ impl Direct3d {
         }
     }
 
-    /// Runs weight-gradient task `t`.
+    /// Runs weight-gradient task `t` into `dw` (the result for chunk 0, else
+    /// the chunk's partial).
     ///
     /// # Safety
     /// The CPU has AVX-512; the tensors are whole; `scratch` as planned.
@@ -478,8 +500,7 @@ impl Direct3d {
     unsafe fn weights_task(&self, t: &Task3, x: *const f32, dy: *const f32, dw: *mut f32, scratch: *mut u64) {
         let (g, l) = (&self.g, &self.lay);
         let (kk, kdim, ivol, ovol) = (g.kk(), g.cin * g.kk(), g.ivol(), g.ovol());
-        let (wb, co16) = (self.wblock, self.co16);
-        let plane = self.whole_plane();
+        let (wb, co16, plane) = (self.wblock, self.co16, self.plane);
         let (c0, rows) = (t.k0 / kk, t.k1 - t.k0);
         let chans = (t.k1 - 1) / kk + 1 - c0;
         let posv = scratch as *mut usize;
@@ -488,43 +509,68 @@ impl Direct3d {
         let dyt = dwt.add(rows * co16);
         std::ptr::write_bytes(dwt, 0, rows * co16);
         std::ptr::write_bytes(dyt, 0, wb * co16);
-        let ns = (g.out[0] - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
-        let [_, oh, ow] = g.out;
-        for n in 0..g.n {
+        let [od_all, oh, ow] = g.out;
+        // Rows of the task's dw summed over a run of depths at a time: a block
+        // of the transposed dw that stays in the level-2 cache.
+        let rchunk = (DWT_BYTES / 4 / co16).max(WT) / WT * WT;
+        let mut u = t.d0;
+        while u < t.d1 {
+            // A run of output depths a..b of image n.
+            let (n, a) = (u / od_all, u % od_all);
+            let b = (a + t.d1 - u).min(od_all);
+            u += b - a;
             let xi = x.add(((n * g.groups + t.g) * g.cin + c0) * ivol);
             let yi = dy.add((n * g.groups + t.g) * g.cout * ovol);
-            self.pad(xi, chans, 0, ns, plane, xp);
-            for q0 in (0..ovol).step_by(wb) {
-                let np = wb.min(ovol - q0);
-                for p in 0..np {
-                    let q = q0 + p;
-                    let (od, oy, ox) = (q / (oh * ow), (q / ow) % oh, q % ow);
-                    *posv.add(p) = od * g.s[0] * l.slice + oy * l.wp + ox;
-                }
-                for o in 0..g.cout {
-                    let src = yi.add(o * ovol + q0);
+            let ns = (b - a - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
+            self.pad(xi, chans, a * g.s[0], ns, plane, xp);
+            let (q_lo, q_hi) = (a * oh * ow, b * oh * ow);
+            for rc in (0..rows).step_by(rchunk) {
+                let rc_end = (rc + rchunk).min(rows);
+                let (mut od, mut oy, mut ox) = (0, 0, 0);
+                for q0 in (q_lo..q_hi).step_by(wb) {
+                    let np = wb.min(q_hi - q0);
                     for p in 0..np {
-                        *dyt.add(p * co16 + o) = *src.add(p);
+                        *posv.add(p) = od * g.s[0] * l.slice + oy * l.wp + ox;
+                        ox += 1;
+                        if ox == ow {
+                            ox = 0;
+                            oy += 1;
+                            if oy == oh {
+                                oy = 0;
+                                od += 1;
+                            }
+                        }
                     }
-                }
-                for ob in (0..co16).step_by(WR * LANES) {
-                    let rv = WR.min((co16 - ob) / LANES);
-                    for r0 in (0..rows).step_by(WT) {
-                        let tr = WT.min(rows - r0);
-                        #[cfg(target_arch = "x86_64")]
-                        wtile_dispatch(
-                            tr,
-                            rv,
-                            xp,
-                            &t.offs[r0..r0 + tr],
-                            posv,
-                            np,
-                            dyt.add(ob),
-                            co16,
-                            dwt.add(r0 * co16 + ob),
-                        );
-                        #[cfg(not(target_arch = "x86_64"))]
-                        let _ = (tr, rv, r0, ob);
+                    // dy transposed, in blocks of WR vectors of channels
+                    // (positions × up to 64 channels each, contiguous).
+                    for ob in (0..co16).step_by(WR * LANES) {
+                        let width = (co16 - ob).min(WR * LANES);
+                        let blk = dyt.add(ob * wb);
+                        for o in ob..(ob + width).min(g.cout) {
+                            let src = yi.add(o * ovol + q0);
+                            for p in 0..np {
+                                *blk.add(p * width + o - ob) = *src.add(p);
+                            }
+                        }
+                    }
+                    for ob in (0..co16).step_by(WR * LANES) {
+                        let width = (co16 - ob).min(WR * LANES);
+                        for r0 in (rc..rc_end).step_by(WT) {
+                            let tr = WT.min(rc_end - r0);
+                            #[cfg(target_arch = "x86_64")]
+                            wtile_dispatch(
+                                tr,
+                                width / LANES,
+                                xp,
+                                &t.offs[r0..r0 + tr],
+                                posv,
+                                np,
+                                (dyt.add(ob * wb), width),
+                                (dwt.add(r0 * co16 + ob), co16),
+                            );
+                            #[cfg(not(target_arch = "x86_64"))]
+                            let _ = (tr, width, r0);
+                        }
                     }
                 }
             }
@@ -549,6 +595,10 @@ impl Kernel for Direct3d {
             SendPtr(if role == out { args.outputs[0] as *mut f32 } else { args.inputs[self.pos[role]] as *mut f32 })
         };
         let (x, w, y) = (ptr(0), ptr(1), ptr(2));
+        let wlen = self.g.groups * self.g.cout * self.g.cin * self.g.kk();
+        let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
+        let parts = SendPtr(partials.as_mut_ptr());
+        let wpart = |chunk: usize| if chunk == 0 { w.get() } else { parts.get().add((chunk - 1) * wlen) };
         let next = AtomicUsize::new(0);
         let piece = |p: usize| {
             let mut buf = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
@@ -563,7 +613,7 @@ impl Kernel for Direct3d {
                         match self.pass {
                             Pass::Forward => self.forward_task(t, x.get(), w.get(), y.get(), s.get() as *mut f32),
                             Pass::Data => self.forward_task(t, y.get(), w.get(), x.get(), s.get() as *mut f32),
-                            Pass::Weights => self.weights_task(t, x.get(), y.get(), w.get(), s.get()),
+                            Pass::Weights => self.weights_task(t, x.get(), y.get(), wpart(t.n), s.get()),
                         }
                     },
                 );
@@ -573,6 +623,13 @@ impl Kernel for Direct3d {
             team::run(self.scratch.len(), &piece);
         } else {
             piece(0);
+        }
+        // Chunked weight gradients: add the partials in chunk order.
+        if self.pass == Pass::Weights && self.chunks > 1 {
+            let out = slice_mut(w.get(), wlen);
+            for part in partials.chunks_exact(wlen) {
+                out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
+            }
         }
         Ok(())
     }
@@ -591,17 +648,16 @@ unsafe fn wtile_dispatch(
     offs: &[usize],
     pos: *const usize,
     np: usize,
-    dyt: *const f32,
-    co16: usize,
-    acc: *mut f32,
+    dyt: (*const f32, usize),
+    acc: (*mut f32, usize),
 ) {
     macro_rules! rs {
         ($t:literal) => {
             match r {
-                1 => wtile::<$t, 1>(xp, offs, pos, np, dyt, co16, acc),
-                2 => wtile::<$t, 2>(xp, offs, pos, np, dyt, co16, acc),
-                3 => wtile::<$t, 3>(xp, offs, pos, np, dyt, co16, acc),
-                _ => wtile::<$t, 4>(xp, offs, pos, np, dyt, co16, acc),
+                1 => wtile::<$t, 1>(xp, offs, pos, np, dyt, acc),
+                2 => wtile::<$t, 2>(xp, offs, pos, np, dyt, acc),
+                3 => wtile::<$t, 3>(xp, offs, pos, np, dyt, acc),
+                _ => wtile::<$t, 4>(xp, offs, pos, np, dyt, acc),
             }
         };
     }
@@ -616,11 +672,11 @@ unsafe fn wtile_dispatch(
 }
 
 /// `acc[t][r·16..] += Σ_p x[pos[p] + offs[t]] · dyt[p][r·16..]`: `T` rows of
-/// `k` × `R` vectors of output channels, the rows' accumulators `co16` apart.
+/// `k` × `R` vectors of output channels; `dyt` and `acc` with their row strides.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `xp` valid at every `pos[p] + offs[t]`, `dyt` for
-/// `np` rows of `co16`, `acc` for `T` rows of `co16`.
+/// `np` rows, `acc` for `T` rows, of `R` vectors.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 #[allow(clippy::needless_range_loop)] // explicit indices keep the register tile visible
@@ -629,9 +685,8 @@ unsafe fn wtile<const T: usize, const R: usize>(
     offs: &[usize],
     pos: *const usize,
     np: usize,
-    dyt: *const f32,
-    co16: usize,
-    acc: *mut f32,
+    (dyt, ds): (*const f32, usize),
+    (acc, co16): (*mut f32, usize),
 ) {
     use std::arch::x86_64::*;
     let mut a = [[_mm512_setzero_ps(); R]; T];
@@ -644,7 +699,7 @@ unsafe fn wtile<const T: usize, const R: usize>(
     }
     for p in 0..np {
         let base = xp.add(*pos.add(p));
-        let d = dyt.add(p * co16);
+        let d = dyt.add(p * ds);
         let mut dv = [_mm512_setzero_ps(); R];
         for r in 0..R {
             dv[r] = _mm512_loadu_ps(d.add(r * LANES));
@@ -718,6 +773,11 @@ mod tests {
         let mut c = case(1, 1, 40, 24, &[6, 30, 31], &[3, 3, 3]);
         c.p = vec![1; 6];
         cases.push((c, [true, true, true]));
+        // Few rows of k on the team: chunks of output depths across images,
+        // summed in partials.
+        let mut c = case(3, 1, 2, 16, &[4, 10, 11], &[3, 3, 3]);
+        c.p = vec![1; 6];
+        cases.push((c, [true, false, true]));
         for (i, (c, want)) in cases.iter().enumerate() {
             if Simd::best() >= Simd::Avx512 {
                 assert_eq!(taken(c), *want, "case {i}");
@@ -730,7 +790,8 @@ mod tests {
     fn direct3d_does_not_depend_on_the_thread_count() {
         // The team split (output channels; weight rows) changes no bit.
         // One image of two output depths: the forward tasks split output channels.
-        let mut c = case(1, 1, 24, 40, &[2, 20, 21], &[3, 3, 3]);
+        // Weight gradients of 40 · 27 rows split the rows.
+        let mut c = case(1, 1, 40, 40, &[2, 20, 21], &[3, 3, 3]);
         (c.s, c.p) = (vec![1, 2, 1], vec![1; 6]);
         let attrs = c.attrs();
         let mut rng = Rng::new(7);
