@@ -1,6 +1,7 @@
 //! Convolutions: `Conv`, `ConvDataGrad`, `ConvWeightsGrad` and `ConvTranspose`
 //! (the data gradient of the convolution it inverts), float32 and float64,
-//! any number of spatial dims: 1-D and 2-D here, more through `conv_nd` (as
+//! any number of spatial dims: 1-D and 2-D here, 3-D float32 on AVX-512
+//! through `conv_direct3d` where its tiles fit, others through `conv_nd` (as
 //! 2-D convolutions over the last two dims), pointwise ones of any rank as
 //! 1-D.
 //!
@@ -45,16 +46,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::all as ir;
-use popart_ir::DataType;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
+use popart_ir::DataType;
 
 use super::conv_direct::Blocked;
+use super::conv_direct3d::Direct3d;
 use super::conv_implicit::Implicit;
 use super::conv_layout::{
     col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, split_geometry, ConvElem, Geo2,
     Padded,
 };
-use super::conv_direct3d::Direct3d;
 use super::conv_nd::NdKernel;
 use super::dispatch::with_float;
 use super::par::Simd;

@@ -22,11 +22,14 @@
 //!
 //! **Weight gradient**: `dw[o][k] = Σ_q dy[o][q] · x[k][q]` (`k` = input
 //! channel and tap). Tasks are (group, block of `k`); a task pads its
-//! channels' whole volume per image, packs blocks of output positions of
+//! channels' slices per image, packs blocks of output positions of
 //! `dy` transposed (positions × channels), and runs a tile of 6 rows of `k`
 //! × 4 vectors of 16 output channels: per position, 4 vector loads of `dy`
 //! and 6 broadcasts of `x` feed 24 FMAs, the accumulators kept in a
-//! transposed `dw` of the task's rows (written to `dw` at the end).
+//! transposed `dw` of the task's rows (written to `dw` at the end), swept
+//! over the positions a level-2-sized block of rows at a time. Layers of few
+//! rows (a stem) split chunks of output depths over the batch instead, each
+//! into its own partial `dw`, added in chunk order at the end.
 //!
 //! Each output is summed in an order fixed at build time, whatever the
 //! thread timing.
@@ -341,7 +344,17 @@ impl Direct3d {
             for gi in 0..g.groups {
                 for od in 0..g.out[0] {
                     for o0 in (0..g.cout).step_by(ob) {
-                        let t = Task3 { n, g: gi, d0: od, d1: od + 1, o0, o1: (o0 + ob).min(g.cout), k0: 0, k1: 0, offs: vec![] };
+                        let t = Task3 {
+                            n,
+                            g: gi,
+                            d0: od,
+                            d1: od + 1,
+                            o0,
+                            o1: (o0 + ob).min(g.cout),
+                            k0: 0,
+                            k1: 0,
+                            offs: vec![],
+                        };
                         self.tasks.push(t);
                     }
                 }

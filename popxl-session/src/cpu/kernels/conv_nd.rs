@@ -17,7 +17,8 @@
 //!
 //! So each output is summed in an order fixed at build time. Pointwise
 //! N-d convolutions (all taps 1, stride 1, unpadded) never come here: they are
-//! 1-D pointwise convolutions over the flattened positions (see `conv.rs`).
+//! 1-D pointwise convolutions over the flattened positions (see `conv.rs`);
+//! float32 3-D ones on AVX-512 that fit its tiles run `conv_direct3d`.
 
 use std::sync::Mutex;
 
@@ -388,7 +389,14 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::cpu::kernels) fn case(n: usize, g: usize, ci_g: usize, co_g: usize, size: &[usize], k: &[usize]) -> Case {
+    pub(in crate::cpu::kernels) fn case(
+        n: usize,
+        g: usize,
+        ci_g: usize,
+        co_g: usize,
+        size: &[usize],
+        k: &[usize],
+    ) -> Case {
         let nd = size.len();
         Case {
             n,
