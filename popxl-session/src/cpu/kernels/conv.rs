@@ -1,6 +1,7 @@
 //! Convolutions: `Conv`, `ConvDataGrad`, `ConvWeightsGrad` and `ConvTranspose`
 //! (the data gradient of the convolution it inverts), float32 and float64,
-//! any number of spatial dims: 1-D and 2-D here, more through `conv_nd` (as
+//! any number of spatial dims: 1-D and 2-D here, 3-D float32 on AVX-512
+//! through `conv_direct3d` where its tiles fit, others through `conv_nd` (as
 //! 2-D convolutions over the last two dims), pointwise ones of any rank as
 //! 1-D.
 //!
@@ -46,8 +47,10 @@ use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::all as ir;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
+use popart_ir::DataType;
 
 use super::conv_direct::Blocked;
+use super::conv_direct3d::Direct3d;
 use super::conv_implicit::Implicit;
 use super::conv_layout::{
     col2im, direct_data_grad_plane, direct_fwd_plane, direct_weight_grad_plane, im2col, split_geometry, ConvElem, Geo2,
@@ -126,7 +129,7 @@ pub(super) struct Task {
 /// `p` of a running kernel uses slot `p`. Kernels grow the slots they use when
 /// they are built, never while they run; a slot is locked while in use, so
 /// sessions running convolutions on different threads take turns.
-fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
+pub(super) fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
     static SLOTS: Mutex<Vec<Arc<Mutex<Vec<u64>>>>> = Mutex::new(Vec::new());
     let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
     while slots.len() <= p {
@@ -228,6 +231,11 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let out_len = spec.output(0)?.nelms();
     if geo.kernel.len() > 2 {
+        if dt == DataType::Float32 {
+            if let Some(k) = Direct3d::plan(spec, &geo, pass, pos)? {
+                return Ok(k);
+            }
+        }
         let (inner, outer) = split;
         return with_float!(dt, T => NdKernel::<T>::plan(spec, &geo, &inner, outer, pass, pos, out_len),
             _ => Err(spec.unsupported_dtype(dt)));

@@ -35,12 +35,12 @@ use crate::cpu::kernel::KernelSpec;
 
 /// Output channels per register tile.
 pub(crate) const RB: usize = 8;
-/// Vectors of 16 grid positions per register tile.
-const PB: usize = 3;
+/// Vectors of 16 grid positions per register tile of several output channels.
+pub(super) const PB: usize = 3;
 /// Vectors per register tile of a single output channel.
 const PB1: usize = 6;
 /// Lanes of one vector.
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 /// Output-grid positions worth putting side by side (small planes).
 const GRID: usize = 1024;
 /// Elements of padded input kept in the level-2 cache (1 MiB of f32).
@@ -256,7 +256,7 @@ impl Blocked {
                     let p = if r == 1 { PB1 } else { PB }.min(nv - v);
                     let (xv, ev) = (xp.add(v * LANES), eb.add(v * LANES));
                     #[cfg(target_arch = "x86_64")]
-                    tile_dispatch(p, r, self, cn, c0 > 0, xv, wb, ev);
+                    tile_dispatch(p, r, &self.sweep(), cn, c0 > 0, xv, wb, ev);
                     #[cfg(not(target_arch = "x86_64"))]
                     let _ = (r, cn, xv, wb, ev);
                     v += p;
@@ -447,16 +447,36 @@ impl<T: ConvElem> ConvKernel<T> {
     }
 }
 
+/// What a register tile sweeps: the offsets of the taps in a padded plane
+/// and of their weights within a weight row, the weight strides between
+/// output and input channels, the elements between two input channels'
+/// planes and between two output channels' grids.
+pub(super) struct Sweep<'a> {
+    pub taps: &'a [usize],
+    pub woff: &'a [usize],
+    pub wr: usize,
+    pub wc: usize,
+    pub plane: usize,
+    pub ext: usize,
+}
+
+impl Blocked {
+    /// The sweep of this plan's tiles.
+    fn sweep(&self) -> Sweep<'_> {
+        Sweep { taps: &self.taps, woff: &self.woff, wr: self.wr, wc: self.wc, plane: self.plane, ext: self.ext }
+    }
+}
+
 /// Runs the `p × r` tile (`p ≤ PB`, `r ≤ RB`) with const sizes.
 ///
 /// # Safety
 /// As [`Blocked::run`].
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_dispatch(
+pub(super) unsafe fn tile_dispatch(
     p: usize,
     r: usize,
-    b: &Blocked,
+    b: &Sweep<'_>,
     cin: usize,
     add: bool,
     x: *const f32,
@@ -497,7 +517,7 @@ unsafe fn tile_dispatch(
 #[target_feature(enable = "avx512f,fma")]
 #[allow(clippy::needless_range_loop)] // explicit indices keep the register tile visible
 unsafe fn tile<const P: usize, const R: usize>(
-    b: &Blocked,
+    b: &Sweep<'_>,
     cin: usize,
     add: bool,
     x: *const f32,
@@ -517,7 +537,7 @@ unsafe fn tile<const P: usize, const R: usize>(
     for c in 0..cin {
         let xc = x.add(c * plane);
         let wcp = w.add(c * wc);
-        for (&tap, &wo) in b.taps.iter().zip(&b.woff) {
+        for (&tap, &wo) in b.taps.iter().zip(b.woff) {
             let xs = xc.add(tap);
             let mut xv = [_mm512_setzero_ps(); P];
             for (p, v) in xv.iter_mut().enumerate() {

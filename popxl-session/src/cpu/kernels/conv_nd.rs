@@ -17,7 +17,8 @@
 //!
 //! So each output is summed in an order fixed at build time. Pointwise
 //! N-d convolutions (all taps 1, stride 1, unpadded) never come here: they are
-//! 1-D pointwise convolutions over the flattened positions (see `conv.rs`).
+//! 1-D pointwise convolutions over the flattened positions (see `conv.rs`);
+//! float32 3-D ones on AVX-512 that fit its tiles run `conv_direct3d`.
 
 use std::sync::Mutex;
 
@@ -261,33 +262,33 @@ impl<T: ConvElem> Kernel for NdKernel<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use popart_ir::{AttrValue, Attributes, DataType};
 
     use crate::cpu::kernels::testutil::{assert_close, infer, run_with_outputs, t, Rng};
 
     /// An N-d case: batch, groups, input and output channels per group,
     /// spatial input sizes, kernel, strides, dilations, pads (begins then ends).
-    struct Case {
-        n: usize,
-        groups: usize,
-        ci_g: usize,
-        co_g: usize,
-        size: Vec<usize>,
-        k: Vec<usize>,
-        s: Vec<usize>,
-        d: Vec<usize>,
-        p: Vec<usize>,
+    pub(in crate::cpu::kernels) struct Case {
+        pub n: usize,
+        pub groups: usize,
+        pub ci_g: usize,
+        pub co_g: usize,
+        pub size: Vec<usize>,
+        pub k: Vec<usize>,
+        pub s: Vec<usize>,
+        pub d: Vec<usize>,
+        pub p: Vec<usize>,
     }
 
     impl Case {
-        fn out(&self) -> Vec<usize> {
+        pub(in crate::cpu::kernels) fn out(&self) -> Vec<usize> {
             let nd = self.size.len();
             (0..nd)
                 .map(|i| (self.size[i] + self.p[i] + self.p[nd + i] - (self.k[i] - 1) * self.d[i] - 1) / self.s[i] + 1)
                 .collect()
         }
-        fn attrs(&self) -> Attributes {
+        pub(in crate::cpu::kernels) fn attrs(&self) -> Attributes {
             let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&a| a as i64).collect());
             Attributes::new()
                 .with("strides", ints(&self.s))
@@ -345,7 +346,7 @@ mod tests {
     }
 
     /// Conv, both gradients and (dilation 1) ConvTranspose of case `c` against [`naive`].
-    fn check(c: &Case, dt: DataType, seed: u64) {
+    pub(in crate::cpu::kernels) fn check(c: &Case, dt: DataType, seed: u64) {
         let attrs = c.attrs();
         let mut rng = Rng::new(seed);
         let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
@@ -388,7 +389,14 @@ mod tests {
         }
     }
 
-    fn case(n: usize, g: usize, ci_g: usize, co_g: usize, size: &[usize], k: &[usize]) -> Case {
+    pub(in crate::cpu::kernels) fn case(
+        n: usize,
+        g: usize,
+        ci_g: usize,
+        co_g: usize,
+        size: &[usize],
+        k: &[usize],
+    ) -> Case {
         let nd = size.len();
         Case {
             n,
