@@ -144,6 +144,10 @@ pub fn shape_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
 /// byte order), from the descriptor's kind, size and byte order fields.
 fn numpy_data_type(descr: &Bound<'_, numpy::PyArrayDescr>) -> Option<DataType> {
     use numpy::PyArrayDescrMethods;
+    if descr.kind() == b'V' {
+        // Structured: PopXL's one-byte float8 views of the codes, or unsupported.
+        return crate::fp8::float8_of_numpy(descr.as_any());
+    }
     // '=' native, '|' not applicable, '<' little endian (every host we build for).
     if !matches!(descr.byteorder(), b'=' | b'|' | b'<') {
         return None;
@@ -170,6 +174,12 @@ fn numpy_data_type(descr: &Bound<'_, numpy::PyArrayDescr>) -> Option<DataType> {
 pub fn numpy_zeros<'py>(py: Python<'py>, dtype: DataType, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
     use numpy::npyffi::{npy_intp, PY_ARRAY_API};
     use numpy::{PyArrayDescr, PyArrayDescrMethods};
+    if dtype.is_float8() {
+        // PopXL's structured one-byte view of the codes.
+        let codes = numpy_zeros(py, DataType::Uint8, shape)?;
+        let np_dtype = py.import("popxl.dtypes")?.getattr(format!("np_dtype_{}", dtype.name()))?;
+        return codes.call_method1("view", (np_dtype,));
+    }
     let descr = match dtype {
         DataType::Float32 => PyArrayDescr::of::<f32>(py),
         DataType::Float64 => PyArrayDescr::of::<f64>(py),
@@ -327,6 +337,18 @@ pub fn stream_input<'py>(
 ) -> PyResult<StreamInput<'py>> {
     use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
     let py = obj.py();
+    if dtype.is_float8() {
+        // Float8 data: PopXL's structured one-byte arrays, or floats to encode (one copy).
+        let owned = host_array(obj, Some(dtype))?;
+        return Ok(StreamInput {
+            _array: None,
+            dtype: owned.dtype(),
+            shape: owned.shape().to_vec(),
+            owned: Some(owned),
+            data: std::ptr::null(),
+            nbytes: 0,
+        });
+    }
     let convert = |o: &Bound<'py, PyAny>, how: &str, dt: Option<&str>| -> PyResult<Bound<'py, PyAny>> {
         let np = py.import("numpy")?;
         let kwargs = PyDict::new(py);
