@@ -75,6 +75,17 @@ pub fn float8_of_numpy(np_dtype: &Bound<'_, PyAny>) -> Option<DataType> {
 /// codes), float data converted with PopXL's defaults (`log2_scale` 0, NaN on
 /// overflow), anything else a `TypeError`.
 pub fn host_array_fp8(obj: &Bound<'_, PyAny>, dtype: DataType) -> PyResult<HostArray> {
+    host_array_fp8_scaled(obj, dtype, 0, true)
+}
+
+/// [`host_array_fp8`] with the scale and overflow rule of float data (PopXL's
+/// `log2_scale` and `nan_on_overflow` keywords of `variable` and `constant`).
+pub fn host_array_fp8_scaled(
+    obj: &Bound<'_, PyAny>,
+    dtype: DataType,
+    log2_scale: i32,
+    nan_on_overflow: bool,
+) -> PyResult<HostArray> {
     let py = obj.py();
     let np = py.import("numpy")?;
     let arr = np.call_method1("asarray", (obj,))?;
@@ -93,7 +104,7 @@ pub fn host_array_fp8(obj: &Bound<'_, PyAny>, dtype: DataType) -> PyResult<HostA
         )));
     }
     let x = arr.call_method1("astype", ("float64",))?;
-    let codes = encode_array(&x, format_of(dtype, "a float8 tensor")?, 0, true)?;
+    let codes = encode_array(&x, format_of(dtype, "a float8 tensor")?, log2_scale, nan_on_overflow)?;
     let c = codes.downcast::<PyArrayDyn<u8>>()?.readonly().as_array().to_owned();
     Ok(match dtype {
         DataType::Float8_143 => HostArray::from(c.mapv(Float8_143)),

@@ -281,8 +281,32 @@ pub fn data_with_dtype(
     dtype: Option<&Bound<'_, PyAny>>,
     downcast: bool,
 ) -> PyResult<popxl::HostArray> {
+    data_with_dtype_fp8(data, dtype, downcast, None, None)
+}
+
+/// [`data_with_dtype`] with PopXL's float8 keywords: float data for a float8 tensor is
+/// multiplied by `2^log2_scale` (default 0) and rounded, overflow giving NaN if
+/// `nan_on_overflow` (default true) or saturating; ignored for other types, as in PopXL.
+fn data_with_dtype_fp8(
+    data: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    downcast: bool,
+    log2_scale: Option<i32>,
+    nan_on_overflow: Option<bool>,
+) -> PyResult<popxl::HostArray> {
     use popart_ir::DataType as D;
     let mut dtype = dtype.filter(|d| !d.is_none()).map(dtype_of).transpose()?;
+    if let Some(d) = dtype.filter(|d| d.is_float8()) {
+        let scale = log2_scale.unwrap_or(0);
+        if !popart_ir::float8::LOG2_SCALE_RANGE.contains(&scale) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "log2_scale {scale} is out of range: it must be in [{}, {})",
+                popart_ir::float8::LOG2_SCALE_RANGE.start,
+                popart_ir::float8::LOG2_SCALE_RANGE.end
+            )));
+        }
+        return crate::fp8::host_array_fp8_scaled(data, d, scale, nan_on_overflow.unwrap_or(true));
+    }
     if dtype.is_none() && downcast {
         let np_dtype = data.py().import("numpy")?.call_method1("asarray", (data,))?.getattr("dtype")?;
         dtype = match dtype_of(&np_dtype) {
@@ -296,10 +320,12 @@ pub fn data_with_dtype(
 }
 
 /// `variable(data, dtype=None, name=None, downcast=True, replica_grouping=None,
-/// retrieval_mode=None)`: a variable of the main graph (grouped data has a leading
-/// `num_groups` dimension).
+/// retrieval_mode=None, log2_scale=None, nan_on_overflow=None)`: a variable of the main
+/// graph (grouped data has a leading `num_groups` dimension; the last two apply to
+/// float data for a float8 variable).
 #[pyfunction]
-#[pyo3(signature = (data, dtype=None, name=None, downcast=true, replica_grouping=None, retrieval_mode=None))]
+#[pyo3(signature = (data, dtype=None, name=None, downcast=true, replica_grouping=None, retrieval_mode=None, log2_scale=None, nan_on_overflow=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn variable(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -308,8 +334,10 @@ pub fn variable(
     downcast: bool,
     replica_grouping: Option<&Bound<'_, PyAny>>,
     retrieval_mode: Option<String>,
+    log2_scale: Option<i32>,
+    nan_on_overflow: Option<bool>,
 ) -> PyResult<Py<PyTensor>> {
-    let a = data_with_dtype(data, dtype, downcast)?;
+    let a = data_with_dtype_fp8(data, dtype, downcast, log2_scale, nan_on_overflow)?;
     let d = a.dtype();
     let grouping = crate::replication::grouping_of(replica_grouping)?;
     let mode = crate::replication::retrieval_mode_of(retrieval_mode.as_deref())?;
@@ -320,17 +348,20 @@ pub fn variable(
     wrap(py, t.py()?)
 }
 
-/// `constant(data, dtype=None, name=None, downcast=True)`.
+/// `constant(data, dtype=None, name=None, downcast=True, log2_scale=None,
+/// nan_on_overflow=None)` (the last two apply to float data for a float8 constant).
 #[pyfunction]
-#[pyo3(signature = (data, dtype=None, name=None, downcast=true))]
+#[pyo3(signature = (data, dtype=None, name=None, downcast=true, log2_scale=None, nan_on_overflow=None))]
 pub fn constant(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     dtype: Option<&Bound<'_, PyAny>>,
     name: Option<String>,
     downcast: bool,
+    log2_scale: Option<i32>,
+    nan_on_overflow: Option<bool>,
 ) -> PyResult<Py<PyTensor>> {
-    let a = data_with_dtype(data, dtype, downcast)?;
+    let a = data_with_dtype_fp8(data, dtype, downcast, log2_scale, nan_on_overflow)?;
     let d = a.dtype();
     wrap(py, popxl::constant_as(a, d, name_or(&name, "t")).py()?)
 }

@@ -248,3 +248,24 @@ def test_errors():
     with pytest.raises(RuntimeError, match="log2 scale 40"):
         run(lambda: ops.pow2scale_cast_to_fp8(popxl.constant(np.ones(2, np.float32)), popxl.constant(40, popxl.int32),
                                               popxl.float8_143))
+
+
+def test_variable_and_constant_take_log2_scale_and_nan_on_overflow():
+    """PopXL's float8 keywords of ``variable``/``constant``: float data times 2^log2_scale,
+    rounded to the format; overflow is NaN (0x80) by default, the largest value without it."""
+    data = np.array([0.75, 1.5, 300.0, -0.25], np.float32)
+    ir = popxl.Ir()
+    with ir.main_graph:
+        v = popxl.variable(data, popxl.float8_143, name="v", log2_scale=1)
+        c = popxl.constant(data, popxl.float8_143, name="c", log2_scale=-1, nan_on_overflow=False)
+        d = popxl.variable(data, popxl.float8_143, name="d")
+        with pytest.raises(ValueError, match="log2_scale 40"):
+            popxl.variable(data, popxl.float8_143, log2_scale=40)
+        out = popxl.d2h_stream(c.shape, c.dtype, name="out")
+        ops.host_store(out, c)  # a session needs an op
+    session = popxl.Session(ir, "cpu")
+    fmt = popxl.float8_143
+    expect = {v: encode(fmt, data, 1, True), c: encode(fmt, data, -1, False), d: encode(fmt, data, 0, True)}
+    for t, want in expect.items():
+        got = np.asarray(session.get_tensor_data(t)).view(np.uint8)
+        np.testing.assert_array_equal(got, want, err_msg=t.name)

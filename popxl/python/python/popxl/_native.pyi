@@ -512,8 +512,8 @@ def concat_(ts: Sequence[Tensor], axis: int = 0) -> Tensor:
 def conditional_with_info(cond: Tensor, then_branch: Graph, else_branch: Graph, then_inputs: Optional[Sequence[Tensor]] = None, else_inputs: Optional[Sequence[Tensor]] = None, then_inputs_dict: Optional[Mapping[Tensor, Tensor]] = None, else_inputs_dict: Optional[Mapping[Tensor, Tensor]] = None, check_inputs: bool = True) -> ConditionalSiteInfo:
     """`ops.conditional_with_info(cond, then_branch, else_branch, then_inputs=None, else_inputs=None, then_inputs_dict=None, else_inputs_dict=None, check_inputs=True)` -> `ConditionalSiteInfo`: run `then_branch` if `cond` else `else_branch` (graphs with the same outputs). The branch inputs are checked whatever `check_inputs` says."""
 
-def constant(data: Tensor, dtype: Any = None, name: Optional[str] = None, downcast: bool = True) -> Tensor:
-    """`constant(data, dtype=None, name=None, downcast=True)`."""
+def constant(data: Tensor, dtype: Any = None, name: Optional[str] = None, downcast: bool = True, log2_scale: Any = None, nan_on_overflow: Any = None) -> Tensor:
+    """`constant(data, dtype=None, name=None, downcast=True, log2_scale=None, nan_on_overflow=None)` (the last two apply to float data for a float8 constant)."""
 
 def conv(t: Tensor, weight: Tensor, stride: Optional[Sequence[int]] = None, padding: Optional[Sequence[int]] = None, dilation: Optional[Sequence[int]] = None, groups: int = 1, pad_type: str = 'not_set') -> Tensor:
     """`ops.conv(t, weight, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, pad_type='not_set')`."""
@@ -920,8 +920,8 @@ def transpose(t: Tensor, permutation: Optional[Sequence[int]] = None) -> Tensor:
 def transpose_(t: Tensor, permutation: Optional[Sequence[int]] = None) -> Tensor:
     """`ops.transpose_(t, permutation=None)`."""
 
-def variable(data: Tensor, dtype: Any = None, name: Optional[str] = None, downcast: bool = True, replica_grouping: Optional[ReplicaGrouping] = None, retrieval_mode: Optional[str] = None) -> Tensor:
-    """`variable(data, dtype=None, name=None, downcast=True, replica_grouping=None, retrieval_mode=None)`: a variable of the main graph (grouped data has a leading `num_groups` dimension)."""
+def variable(data: Tensor, dtype: Any = None, name: Optional[str] = None, downcast: bool = True, replica_grouping: Optional[ReplicaGrouping] = None, retrieval_mode: Optional[str] = None, log2_scale: Any = None, nan_on_overflow: Any = None) -> Tensor:
+    """`variable(data, dtype=None, name=None, downcast=True, replica_grouping=None, retrieval_mode=None, log2_scale=None, nan_on_overflow=None)`: a variable of the main graph (grouped data has a leading `num_groups` dimension; the last two apply to float data for a float8 variable)."""
 
 def where(condition: Tensor, lhs: Tensor, rhs: _TensorLike) -> Tensor:
     """`ops.where(condition, lhs, rhs)`."""
