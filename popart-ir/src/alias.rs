@@ -24,6 +24,9 @@ use crate::{Graph, IrError, OpId, Result, TensorId, TensorKind};
 #[derive(Clone, Debug, Default)]
 pub struct AliasGroups {
     parent: HashMap<TensorId, TensorId>,
+    /// The members of each class with aliases, by representative (built once the
+    /// unions are done, so [`AliasGroups::members`] costs the class, not the graph).
+    classes: HashMap<TensorId, Vec<TensorId>>,
 }
 
 impl AliasGroups {
@@ -42,6 +45,11 @@ impl AliasGroups {
                 }
             }
         }
+        let mut classes: HashMap<TensorId, Vec<TensorId>> = HashMap::new();
+        for &t in groups.parent.keys() {
+            classes.entry(groups.find(t)).or_default().push(t);
+        }
+        groups.classes = classes;
         groups
     }
 
@@ -74,8 +82,7 @@ impl AliasGroups {
         if !self.has_aliases(t) {
             return vec![t];
         }
-        let root = self.find(t);
-        self.parent.keys().copied().filter(|&u| self.find(u) == root).collect()
+        self.classes.get(&self.find(t)).cloned().unwrap_or_else(|| vec![t])
     }
 }
 
@@ -141,20 +148,20 @@ fn remote_access(op: &crate::Op) -> Option<i64> {
 /// Every pair (store, other access) of one remote buffer is ordered.
 fn check_remote_ambiguity(graph: &Graph) -> Result<()> {
     let accesses: Vec<(OpId, i64)> = graph.ops().filter_map(|op| Some((op.id, remote_access(op)?))).collect();
+    let mut order: Option<Order<'_>> = None;
     for &(store, buf) in &accesses {
         if !graph.op(store)?.is::<crate::ops::remote::RemoteStore>() {
             continue;
         }
-        let mut ordered: Option<(HashSet<OpId>, HashSet<OpId>)> = None;
         for &(other, b) in &accesses {
             if other == store || b != buf {
                 continue;
             }
-            if ordered.is_none() {
-                ordered = Some((ordered_from(graph, store, true)?, ordered_from(graph, store, false)?));
-            }
-            let Some((after, before)) = &ordered else { continue };
-            if !after.contains(&other) && !before.contains(&other) {
+            let order = match &order {
+                Some(o) => o,
+                None => order.insert(Order::new(graph)?),
+            };
+            if !order.ordered(store, other)? {
                 let what = format!("remote buffer {buf}");
                 return Err(IrError::InplaceAmbiguity(Box::new(crate::InplaceAmbiguity {
                     graph: graph.name().to_string(),
@@ -167,6 +174,46 @@ fn check_remote_ambiguity(graph: &Graph) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether two ops of a graph are ordered (one reaches the other through data
+/// edges or topological constraints). A topological order says which of the two
+/// could reach the other; the ops reachable from that earlier op are searched once
+/// and kept, since the pairs to check share their earlier ops (a call reading every
+/// weight, checked against each weight's update): the check costs one search per
+/// distinct earlier op, not one per in-place write.
+struct Order<'g> {
+    graph: &'g Graph,
+    /// Position of each op in one topological order.
+    pos: HashMap<OpId, usize>,
+    /// Ops reachable from an op, by op, computed when first asked.
+    reach: std::cell::RefCell<HashMap<OpId, std::rc::Rc<HashSet<OpId>>>>,
+}
+
+impl<'g> Order<'g> {
+    fn new(graph: &'g Graph) -> Result<Self> {
+        let pos = graph.schedule()?.into_iter().enumerate().map(|(i, o)| (o, i)).collect();
+        Ok(Order { graph, pos, reach: Default::default() })
+    }
+
+    fn pos(&self, op: OpId) -> Result<usize> {
+        self.pos.get(&op).copied().ok_or_else(|| IrError::Invalid(format!("op {op:?} is not in the schedule")))
+    }
+
+    /// Whether `a` reaches `b` or `b` reaches `a`.
+    fn ordered(&self, a: OpId, b: OpId) -> Result<bool> {
+        let (from, to) = if self.pos(a)? <= self.pos(b)? { (a, b) } else { (b, a) };
+        let cached = self.reach.borrow().get(&from).cloned();
+        let reach = match cached {
+            Some(r) => r,
+            None => {
+                let r = std::rc::Rc::new(ordered_from(self.graph, from, true)?);
+                self.reach.borrow_mut().insert(from, r.clone());
+                r
+            }
+        };
+        Ok(reach.contains(&to))
+    }
 }
 
 /// True for an op that only creates aliases (a view): it declares alias pairs
@@ -184,13 +231,13 @@ fn is_pure_view(graph: &Graph, op: OpId) -> bool {
 pub fn check_inplace_ambiguity(graph: &Graph) -> Result<()> {
     check_remote_ambiguity(graph)?;
     let mut groups: Option<AliasGroups> = None;
+    let mut order: Option<Order<'_>> = None;
     for op in graph.ops() {
         let modified = op.modified_inputs();
         if modified.is_empty() {
             continue;
         }
         let groups = groups.get_or_insert_with(|| AliasGroups::of(graph));
-        let mut ordered: Option<(HashSet<OpId>, HashSet<OpId>)> = None;
         for i in modified {
             let Some(t) = op.input(i) else { continue };
             for u in groups.members(t) {
@@ -198,11 +245,11 @@ pub fn check_inplace_ambiguity(graph: &Graph) -> Result<()> {
                     if reader == op.id || is_pure_view(graph, reader) {
                         continue;
                     }
-                    if ordered.is_none() {
-                        ordered = Some((ordered_from(graph, op.id, true)?, ordered_from(graph, op.id, false)?));
-                    }
-                    let Some((after, before)) = &ordered else { continue };
-                    if !after.contains(&reader) && !before.contains(&reader) {
+                    let order = match &order {
+                        Some(o) => o,
+                        None => order.insert(Order::new(graph)?),
+                    };
+                    if !order.ordered(op.id, reader)? {
                         return Err(IrError::InplaceAmbiguity(Box::new(crate::InplaceAmbiguity {
                             graph: graph.name().to_string(),
                             op: op.name.clone(),
