@@ -157,7 +157,7 @@ fn check_remote_ambiguity(graph: &Graph) -> Result<()> {
             if other == store || b != buf {
                 continue;
             }
-            let order = match &order {
+            let order = match &mut order {
                 Some(o) => o,
                 None => order.insert(Order::new(graph)?),
             };
@@ -187,7 +187,7 @@ struct Order<'g> {
     /// Position of each op in one topological order.
     pos: HashMap<OpId, usize>,
     /// Ops reachable from an op, by op, computed when first asked.
-    reach: std::cell::RefCell<HashMap<OpId, std::rc::Rc<HashSet<OpId>>>>,
+    reach: HashMap<OpId, HashSet<OpId>>,
 }
 
 impl<'g> Order<'g> {
@@ -201,18 +201,13 @@ impl<'g> Order<'g> {
     }
 
     /// Whether `a` reaches `b` or `b` reaches `a`.
-    fn ordered(&self, a: OpId, b: OpId) -> Result<bool> {
+    fn ordered(&mut self, a: OpId, b: OpId) -> Result<bool> {
         let (from, to) = if self.pos(a)? <= self.pos(b)? { (a, b) } else { (b, a) };
-        let cached = self.reach.borrow().get(&from).cloned();
-        let reach = match cached {
-            Some(r) => r,
-            None => {
-                let r = std::rc::Rc::new(ordered_from(self.graph, from, true)?);
-                self.reach.borrow_mut().insert(from, r.clone());
-                r
-            }
-        };
-        Ok(reach.contains(&to))
+        if !self.reach.contains_key(&from) {
+            let r = ordered_from(self.graph, from, true)?;
+            self.reach.insert(from, r);
+        }
+        Ok(self.reach.get(&from).is_some_and(|r| r.contains(&to)))
     }
 }
 
@@ -245,7 +240,7 @@ pub fn check_inplace_ambiguity(graph: &Graph) -> Result<()> {
                     if reader == op.id || is_pure_view(graph, reader) {
                         continue;
                     }
-                    let order = match &order {
+                    let order = match &mut order {
                         Some(o) => o,
                         None => order.insert(Order::new(graph)?),
                     };
