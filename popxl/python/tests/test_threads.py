@@ -154,7 +154,7 @@ def test_building_context_is_per_thread():
         c = popxl.constant(np.ones(2, np.float32), name="c")
         assert c in g.tensors
         # Another thread has its own (empty) context: a typed error, not a panic.
-        with pytest.raises(Exception):
+        with pytest.raises(RuntimeError, match="current graph"):
             in_thread(lambda: popxl.constant(np.ones(2, np.float32)))
         # It may enter the graph itself.
         d = in_thread(lambda: _const_in(g))
