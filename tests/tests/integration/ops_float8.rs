@@ -4,14 +4,15 @@
 //! subnormals, overflow, NaN, infinities, random values) at several
 //! `log2_scale`s with and without `nan_on_overflow`, every float16 through the
 //! cast op, and `matmul_pow2scaled` / `conv_pow2scaled` against float64
-//! products of the decoded operands. Then the typed errors.
+//! products of the decoded operands (`conv_transpose_pow2scaled` against a
+//! float64 scatter loop written here). Then the typed errors.
 
 use std::fs::File;
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, Dimension, IxDyn};
 use ndarray_npy::NpzReader;
 use popart_ir::float8::{Float8Format, Float8_143, Float8_152};
-use popxl::ops::{self, ConvOptions};
+use popxl::ops::{self, ConvOptions, ConvTransposeOptions};
 use popxl::{DataType, HostArray, Ir, PopXlError};
 use popxl_session::{Session, SessionError};
 
@@ -213,6 +214,95 @@ fn conv_pow2scaled_matches_float64_products() {
         .unwrap();
         assert_f16_close(&got, &want, &format!("conv case {i}"));
     }
+}
+
+/// Float8 codes of `shape` spread over both signs and the lower binades
+/// (products stay within float16), never the NaN code.
+fn spread_codes(shape: &[usize], salt: usize) -> ArrayD<u8> {
+    ArrayD::from_shape_fn(IxDyn(shape), |ix| {
+        let i = ix.as_array_view().iter().fold(salt, |a, &d| a * 31 + d);
+        let c = ((i * 37 + 11) % 0x58) as u8;
+        if i % 3 == 0 && c != 0 {
+            c | 0x80
+        } else {
+            c
+        }
+    })
+}
+
+/// ONNX `ConvTranspose` (2-d) in float64: each input pixel adds `x · w[c]` into the
+/// full output, which the pads then crop (`out_pad` only adds room at the end).
+fn conv_transpose_ref(
+    x: &ArrayD<f64>,
+    w: &ArrayD<f64>,
+    stride: [usize; 2],
+    pads: [usize; 4],
+    groups: usize,
+    out_pad: [usize; 2],
+) -> ArrayD<f64> {
+    let (n, cin, h, wd) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
+    let (cog, kh, kw) = (w.shape()[1], w.shape()[2], w.shape()[3]);
+    let (fh, fw) = (stride[0] * (h - 1) + kh + out_pad[0], stride[1] * (wd - 1) + kw + out_pad[1]);
+    let mut full = ArrayD::<f64>::zeros(IxDyn(&[n, cog * groups, fh, fw]));
+    for b in 0..n {
+        for c in 0..cin {
+            let g = c / (cin / groups);
+            for i in 0..h {
+                for j in 0..wd {
+                    for oc in 0..cog {
+                        for ki in 0..kh {
+                            for kj in 0..kw {
+                                full[[b, g * cog + oc, i * stride[0] + ki, j * stride[1] + kj]] +=
+                                    x[[b, c, i, j]] * w[[c, oc, ki, kj]];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let (oh, ow) = (fh - pads[0] - pads[2], fw - pads[1] - pads[3]);
+    ArrayD::from_shape_fn(IxDyn(&[n, cog * groups, oh, ow]), |ix| {
+        full[[ix[0], ix[1], ix[2] + pads[0], ix[3] + pads[1]]]
+    })
+}
+
+#[test]
+fn conv_transpose_pow2scaled_matches_a_float64_scatter() {
+    let decode = |a: &ArrayD<u8>, d: DataType| {
+        let f = Float8Format::of(d).unwrap();
+        a.mapv(|c| f.decode_f64(c))
+    };
+    let cases = [
+        (DataType::Float8_143, DataType::Float8_143, [1, 1], [0, 0, 0, 0], 1, [0, 0], 0),
+        (DataType::Float8_152, DataType::Float8_143, [2, 1], [1, 0, 1, 1], 2, [1, 0], -3),
+        (DataType::Float8_143, DataType::Float8_152, [2, 3], [0, 1, 0, 0], 1, [1, 2], 4),
+    ];
+    for (i, (fx, fw, stride, pads, groups, out_pad, s)) in cases.into_iter().enumerate() {
+        let (xc, wc) = (spread_codes(&[2, 4, 3, 4], i), spread_codes(&[4, 3, 3, 2], i + 7));
+        let want = conv_transpose_ref(&decode(&xc, fx), &decode(&wc, fw), stride, pads, groups, out_pad)
+            .mapv(|v| v * 2f64.powi(s));
+        let o = ConvTransposeOptions::default()
+            .conv(
+                ConvOptions::default()
+                    .stride(stride.map(|v| v as i64))
+                    .padding(pads.map(|v| v as i64))
+                    .groups(groups as i64),
+            )
+            .output_padding(out_pad.map(|v| v as i64));
+        let got = run1(|| {
+            let (x, w) = (popxl::constant(codes(&xc, fx), "x")?, popxl::constant(codes(&wc, fw), "w")?);
+            ops::conv_transpose_pow2scaled(&x, &w, &popxl::constant(s, "s")?, &o)
+        })
+        .unwrap();
+        assert_f16_close(&got, &want, &format!("conv transpose case {i}"));
+    }
+    // Float operands are PopXL's type error, as for the other scaled products.
+    let f32x = || popxl::constant(HostArray::from(ArrayD::from_elem(IxDyn(&[1, 1, 2, 2]), 1.0f32)), "x");
+    let f8w = || popxl::constant(codes(&spread_codes(&[1, 1, 2, 2], 0), DataType::Float8_143), "w");
+    let s0 = || popxl::constant(0i32, "s");
+    let err = build_err(|| ops::conv_transpose_pow2scaled(&f32x()?, &f8w()?, &s0()?, &ConvTransposeOptions::default()));
+    assert!(err.to_string().contains("operand 0"), "{err}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Sessions move between threads: an IR built with `popxl` on one thread runs
 //! in a session on another with the same results, and sessions of several IRs
 //! running on parallel threads (sharing the `cpu` worker team) give the results
-//! of running them one after the other.
+//! of running them one after the other. `popxl` handles are `Send + Sync`: a
+//! graph started on one thread is extended on another.
 
 use std::sync::{Arc, Barrier};
 
@@ -98,6 +99,30 @@ fn train(session: &mut Session, seed: u64, steps: usize) -> Trained {
     let w = session.get_tensor_data(&w).unwrap();
     let b = session.get_tensor_data(&b).unwrap();
     Trained { losses, w, b }
+}
+
+#[test]
+fn handles_are_shared_between_building_threads() {
+    let ir = Ir::new();
+    let main = ir.main_graph();
+    let x = main.with(|| popxl::constant(ndarray::arr1(&[1.0f32, -2.0, 3.0]), "x")).unwrap();
+    // Another thread enters the same graph (its own building context) and adds ops
+    // reading the tensor made here, while this thread reads the IR.
+    let (y, d2h) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let _g = main.enter();
+            let y = ops::relu(&x).unwrap();
+            let d2h = popxl::d2h_stream(y.shape(), y.dtype(), "y").unwrap();
+            ops::host_store(&d2h, &y).unwrap();
+            (y, d2h)
+        });
+        assert_eq!(x.shape(), &[3]);
+        t.join().unwrap()
+    });
+    assert!(main.contains(&y));
+    let mut session = Session::new(ir, "cpu").unwrap();
+    let outs = session.scope(|s| s.run(&Inputs::default())).unwrap();
+    assert_eq!(outs[&d2h].to_f64_vec(), vec![1.0, 0.0, 3.0]);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The float8 kernels: `Pow2ScaleThenCast`, `CastThenPow2Scale`,
-//! `MatMulPow2Scaled` and `ConvPow2Scaled` (formats and rounding:
+//! `MatMulPow2Scaled`, `ConvPow2Scaled` and `ConvTransposePow2Scaled` (formats and rounding:
 //! [`popart_ir::float8`]).
 //!
 //! Every kernel reads its `log2_scale` (a scalar int32 input) when it runs and
@@ -8,9 +8,9 @@
 //!   run in the output type (exact in f32; rounded once to f16).
 //! - Encoding is the branch-light rounding of [`encode_scaled`]: the scaled
 //!   value in f64 (exact), its mantissa rounded to nearest even by an integer add.
-//! - The pow2-scaled matmul and convolution decode both operands into f32
-//!   scratch buffers (sized at build time), run the float32 `MatMul` / `Conv`
-//!   kernel built for the same shapes and attributes, then scale the f32 sums
+//! - The pow2-scaled matmul and (transposed) convolution decode both operands
+//!   into f32 scratch buffers (sized at build time), run the float32 `MatMul` /
+//!   `Conv` / `ConvTranspose` kernel built for the same shapes and attributes, then scale the f32 sums
 //!   and round them once to float16.
 
 use std::sync::Mutex;
@@ -32,6 +32,7 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::CastThenPow2Scale, build_from_fp8),
     (&ir::MatMulPow2Scaled, build_scaled_product),
     (&ir::ConvPow2Scaled, build_scaled_product),
+    (&ir::ConvTransposePow2Scaled, build_scaled_product),
 ];
 
 /// The `log2_scale` value at `p` (an int32), checked against `[-32, 32)`.
@@ -146,7 +147,7 @@ impl Kernel for FromFp8 {
     }
 }
 
-/// `MatMulPow2Scaled` / `ConvPow2Scaled`: the f32 kernel of the same op on the
+/// `MatMulPow2Scaled` / `ConvPow2Scaled` / `ConvTransposePow2Scaled`: the f32 kernel of the same op on the
 /// decoded operands, scaled and rounded to f16.
 struct ScaledProduct {
     inner: Box<dyn Kernel>,
@@ -166,7 +167,13 @@ fn build_scaled_product(spec: &KernelSpec<'_>) -> BuildResult {
     if y.dtype() != DataType::Float16 {
         return Err(spec.unsupported_dtype(y.dtype()));
     }
-    let def: &'static dyn popart_ir::OpDef = if spec.is::<ir::MatMulPow2Scaled>() { &ir::MatMul } else { &ir::Conv };
+    let def: &'static dyn popart_ir::OpDef = if spec.is::<ir::MatMulPow2Scaled>() {
+        &ir::MatMul
+    } else if spec.is::<ir::ConvTransposePow2Scaled>() {
+        &ir::ConvTranspose
+    } else {
+        &ir::Conv
+    };
     let f32_info = |s: &[usize]| TensorInfo::new(DataType::Float32, s.to_vec());
     let inner_spec = KernelSpec {
         def,
