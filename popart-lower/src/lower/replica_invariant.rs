@@ -128,9 +128,9 @@ mod tests {
     /// `W` is only updated by a fused update over both replicas; `V` too, but
     /// then also by an in-place op; `U`'s update runs over groups of one;
     /// `g` and `x` are only read.
-    fn program() -> String {
+    fn program(rf: usize) -> String {
         format!(
-            r#"ir num_host_transfers=1 replication_factor=2
+            r#"ir num_host_transfers=1 replication_factor={rf}
 
 graph main
   inputs []
@@ -144,8 +144,8 @@ graph main
   tensor Vn act float32[4,3]
   tensor Vm act float32[4,3]
   tensor Un act float32[4,3]
-  op w ReplicatedScaledAddMatMulRhsGradInplace {{b=-0.1, group_size=2, op="mean", stride=1}} in[0=g, 1=x, 2=W] out[0=Wn]
-  op v ReplicatedScaledAddMatMulRhsGradInplace {{b=-0.1, group_size=2, op="mean", stride=1}} in[0=g, 1=x, 2=V] out[0=Vn]
+  op w ReplicatedScaledAddMatMulRhsGradInplace {{b=-0.1, group_size={rf}, op="mean", stride=1}} in[0=g, 1=x, 2=W] out[0=Wn]
+  op v ReplicatedScaledAddMatMulRhsGradInplace {{b=-0.1, group_size={rf}, op="mean", stride=1}} in[0=g, 1=x, 2=V] out[0=Vn]
   op s ScaledAddInplace {{a=2.0, b=1.0}} in[0=Vn, 1=Wn] out[0=Vm]
   op u ReplicatedScaledAddMatMulRhsGradInplace {{b=-0.1, group_size=1, op="mean", stride=1}} in[0=g, 1=x, 2=U] out[0=Un]
 "#
@@ -153,15 +153,14 @@ graph main
     }
 
     /// Whether each named variable's buffer is invariant, and the names of the
-    /// marked updates.
+    /// updates lowering marked, for a program of `rf` replicas.
     fn analyse(rf: usize) -> (Vec<(String, bool)>, Vec<String>) {
-        let ir = popart_ir::text::parse(&program()).unwrap();
-        let mut exe = crate::lower(&ir).unwrap();
+        let ir = popart_ir::text::parse(&program(rf)).unwrap();
+        let exe = crate::lower(&ir).unwrap();
         let invariant = invariant_buffers(&exe, &ir, rf);
         let mut vars: Vec<(String, bool)> =
             exe.weights.iter().map(|w| (w.tensor.name.clone(), invariant[w.buffer.index()])).collect();
         vars.sort();
-        mark_invariant_updates(&mut exe, &ir, rf);
         let mut marked: Vec<String> = exe
             .programs
             .main
