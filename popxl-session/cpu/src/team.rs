@@ -178,7 +178,7 @@ pub fn num_threads() -> usize {
 /// made from this thread.
 ///
 /// ```
-/// use popxl_session::cpu::team;
+/// use popxl_cpu::team;
 /// assert_eq!(team::with_max_threads(1, team::num_threads), 1);
 /// ```
 pub fn with_max_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
@@ -199,7 +199,7 @@ pub fn with_max_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
 ///
 /// ```
 /// use std::sync::atomic::{AtomicUsize, Ordering};
-/// use popxl_session::cpu::team;
+/// use popxl_cpu::team;
 /// let sum = AtomicUsize::new(0);
 /// team::run(100, &|i| {
 ///     sum.fetch_add(i, Ordering::Relaxed);

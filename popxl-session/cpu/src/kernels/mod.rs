@@ -46,8 +46,8 @@
 //!
 //! ```
 //! use popart_ir::{ops::all::Add, Attributes, DataType, TensorInfo};
-//! use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
-//! use popxl_session::cpu::kernels::build_kernel;
+//! use popxl_cpu::kernel::{KernelArgs, KernelSpec};
+//! use popxl_cpu::kernels::build_kernel;
 //!
 //! let info = TensorInfo::new(DataType::Float32, [3]);
 //! let attrs = Attributes::new();

@@ -49,9 +49,9 @@ thread_local! {
 /// use std::sync::{Arc, Mutex};
 /// let seen = Arc::new(Mutex::new(String::new()));
 /// let s = seen.clone();
-/// let old = popxl_session::set_print_sink(Some(Box::new(move |t: &str| s.lock().unwrap().push_str(t))));
+/// let old = popxl_cpu::kernels::set_print_sink(Some(Box::new(move |t: &str| s.lock().unwrap().push_str(t))));
 /// assert!(old.is_none());
-/// popxl_session::set_print_sink(None);
+/// popxl_cpu::kernels::set_print_sink(None);
 /// ```
 pub fn set_print_sink(sink: Option<PrintSink>) -> Option<PrintSink> {
     SINK.with(|s| std::mem::replace(&mut *s.borrow_mut(), sink))
@@ -61,7 +61,7 @@ pub fn set_print_sink(sink: Option<PrintSink>) -> Option<PrintSink> {
 /// printed; returns `f`'s result and the text. The previous sink is restored.
 ///
 /// ```
-/// let ((), text) = popxl_session::capture_prints(|| ());
+/// let ((), text) = popxl_cpu::kernels::capture_prints(|| ());
 /// assert_eq!(text, "");
 /// ```
 pub fn capture_prints<R>(f: impl FnOnce() -> R) -> (R, String) {
