@@ -3,6 +3,7 @@
 //! custom pattern and round-tripped through the text form, all checked against
 //! reference values computed in the example (it returns an error on a mismatch).
 
+#[allow(clippy::module_inception)]
 #[path = "../../../popxl-session/examples/custom_op.rs"]
 mod custom_op;
 
@@ -35,7 +36,7 @@ mod hostile {
         }
         fn infer(&self, ctx: &InferContext<'_>) -> IrResult<Vec<TensorInfo>> {
             let x = ctx.input(0)?;
-            Ok(vec![TensorInfo::new(x.dtype, &[x.nelms() * 2])])
+            Ok(vec![TensorInfo::new(x.dtype, [x.nelms() * 2])])
         }
         fn flags(&self, _: &popart_ir::Attributes) -> OpFlags {
             [OpFlags::VIEW, OpFlags::INPLACE, OpFlags::VIEW | OpFlags::INPLACE, OpFlags::INPLACE][K as usize]
@@ -52,7 +53,9 @@ mod hostile {
 
     impl Kernel for GrowKernel {
         unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+            // SAFETY: the executor gives buffers holding the declared infos: `n` inputs, `2n` outputs.
             let x: Vec<f32> = (0..self.n).map(|i| unsafe { *(args.inputs[0] as *const f32).add(i) }).collect();
+            // SAFETY: as above.
             let y = unsafe { std::slice::from_raw_parts_mut(args.outputs[0] as *mut f32, 2 * self.n) };
             for (i, v) in y.iter_mut().enumerate() {
                 *v = x[i % self.n];
