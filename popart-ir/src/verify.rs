@@ -10,7 +10,8 @@ impl Ir {
     /// - connectivity is symmetric (op index maps agree with tensor producer/consumers);
     /// - each tensor has at most one producer, and graph inputs, variables,
     ///   constants and streams have none;
-    /// - graph inputs are distinct activations; graph outputs exist;
+    /// - graph inputs are distinct activations; graph outputs exist; every other
+    ///   activation that is read (consumed or a graph output) has a producer;
     /// - every tensor's byte size fits ([`TensorInfo::checked_nbytes`](crate::TensorInfo::checked_nbytes),
     ///   else [`IrError::TensorTooLarge`]); `num_host_transfers` and `replication_factor` are at least 1;
     /// - streams live in the main graph only; variable and constant data match their type
@@ -206,6 +207,18 @@ impl Ir {
             if !g.tensors.contains_key(t) {
                 return bad(format!("output {i} is not a tensor of this graph"));
             }
+        }
+        // An activation is defined by its producer or as a graph input; one with
+        // neither (its producer erased, or written so in the text form) that an
+        // op or the graph's outputs read would be read uninitialised.
+        let is_output: std::collections::HashSet<TensorId> = g.outputs.iter().copied().collect();
+        if let Some(t) = g.tensors.values().find(|t| {
+            t.kind == TensorKind::ActGrad
+                && t.producer.is_none()
+                && !is_input.contains_key(t.id)
+                && (!t.consumers.is_empty() || is_output.contains(&t.id))
+        }) {
+            return bad(format!("activation `{}` is read but has no producer and is not a graph input", t.name));
         }
         for (b, a, _) in g.topo_cons.edges() {
             if !g.ops.contains_key(b) || !g.ops.contains_key(a) {

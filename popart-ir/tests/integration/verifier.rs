@@ -280,3 +280,25 @@ fn graph_attributes_only_where_a_graph_is_called() {
     let err = ir.create_op(main, "Call", call, &[(0, x)], "c").unwrap_err();
     assert!(err.to_string().contains("unexpected graph attribute `aaa`"), "{err}");
 }
+
+/// An activation that is read must be defined: by its producer or as a graph
+/// input. Erasing the producer (as a careless pattern would) leaves `y` (`neg:0`), read by
+/// `exp`, undefined; the unread activation `free` stays valid.
+#[test]
+fn a_read_activation_without_producer_is_invalid() {
+    let mut f = fixture();
+    f.ir.main_graph_mut().erase_op(f.neg).unwrap_or_else(|e| panic!("{e}"));
+    match f.ir.verify() {
+        Err(IrError::Invalid(m)) => assert!(m.contains("activation `neg:0` is read but has no producer"), "{m}"),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    // As a graph output only.
+    let mut ir = Ir::new();
+    let g = ir.main_graph_mut();
+    let t = g.add_tensor("t", f32i(&[2]), TensorKind::ActGrad).unwrap();
+    g.add_output(t).unwrap();
+    match ir.verify() {
+        Err(IrError::Invalid(m)) => assert!(m.contains("activation `t` is read"), "{m}"),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}

@@ -38,11 +38,13 @@ pub fn isa() -> &'static str {
 fn chains(isa: &str, iters: u64) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: each branch runs only when the CPU has the features it is compiled for.
+        // Each branch runs only when the CPU has the features it is compiled for.
         if isa == "avx512" {
+            // SAFETY: `isa` is "avx512" only when the CPU has AVX-512F (see the caller).
             return unsafe { chains512(iters) };
         }
         if isa == "avx2" {
+            // SAFETY: `isa` is "avx2" only when the CPU has AVX2 and FMA (see the caller).
             return unsafe { chains256(iters) };
         }
     }

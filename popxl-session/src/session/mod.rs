@@ -133,10 +133,10 @@ pub struct SessionOptions {
     /// a loss label treated like `ignore_index` (zero loss and gradient, not
     /// counted in the mean). On, it makes [`Session::run`] fail with
     /// [`SessionError::IndexOutOfRange`] naming the op, except for gathers built
-    /// with `zero_OOR` (zeros are what they ask for). On, every run also copies
-    /// the variables first (one copy of the permanent device memory, allocated
-    /// once at session creation) and restores them when the run fails, so a
-    /// failed run changes no variable.
+    /// with `zero_OOR` (zeros are what they ask for; `RoiAlign`'s batch index is
+    /// checked too). On, every run also copies the device state first (variables,
+    /// remote buffers: see [`Session::run_with_outputs`]) and restores it when
+    /// the run fails, so a failed run changes nothing.
     pub check_indices: bool,
     /// Reject in-place writes whose effect depends on the schedule (PopXL's
     /// in-place ambiguity check; default true): `Session::new` fails with
@@ -293,10 +293,6 @@ pub struct Session {
     d2h: Vec<DataStream>,
     stream_position: HashMap<TensorId, usize>,
     counts: TransferCounts,
-    /// Copy of each replica's permanent device memory (variables, constants)
-    /// taken at the start of each run when [`SessionOptions::check_indices`],
-    /// restored when the run fails; empty otherwise.
-    snapshot: Vec<Vec<u8>>,
 }
 
 impl fmt::Debug for Session {
@@ -342,17 +338,28 @@ impl Session {
 
     /// [`Session::new`] with options.
     pub fn with_options(ir: popxl::Ir, device: &str, options: SessionOptions) -> Result<Session> {
-        Self::with_kernels(ir, device, options, &kernel_library::default_kernels)
+        Self::build(ir, device, options, &kernel_library::default_kernels, &kernel_library::default_may_fail)
     }
 
     /// [`Session::with_options`] with another kernel library (for devices under
     /// test or custom kernels). `kernels` is called once per kernel execution of
-    /// the lowered programs.
+    /// the lowered programs. Any of its kernels may fail, as far as the session
+    /// knows: every run saves the state a failed run restores.
     pub fn with_kernels(
         ir: popxl::Ir,
         device: &str,
         options: SessionOptions,
         kernels: KernelFactory<'_>,
+    ) -> Result<Session> {
+        Self::build(ir, device, options, kernels, &|_| true)
+    }
+
+    fn build(
+        ir: popxl::Ir,
+        device: &str,
+        options: SessionOptions,
+        kernels: KernelFactory<'_>,
+        may_fail: crate::cpu::executor::MayFail<'_>,
     ) -> Result<Session> {
         let device: DeviceType = device.parse()?;
         ir.freeze();
@@ -388,15 +395,8 @@ impl Session {
             ipu_report::check_fits(&exe, &options.ipu_model)?;
         }
         let mut executors = Vec::with_capacity(rf);
-        let mut snapshot = Vec::new();
         for _ in 0..rf {
-            executors.push(kernel_library::compile(&exe, kernels, options.check_indices)?);
-            if options.check_indices {
-                snapshot.push(popart_ir::size::try_zeroed_bytes(
-                    exe.memory.permanent_bytes,
-                    "the variable snapshot of check_indices",
-                )?);
-            }
+            executors.push(kernel_library::compile(&exe, kernels, may_fail, options.check_indices)?);
         }
 
         let mut variables = HashMap::new();
@@ -465,7 +465,6 @@ impl Session {
             d2h,
             stream_position,
             counts: TransferCounts::default(),
-            snapshot,
         })
     }
 

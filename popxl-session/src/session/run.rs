@@ -195,10 +195,16 @@ impl Session {
     ///
     /// Every input and output is checked before anything runs, so a wrong
     /// stream set, shape or dtype changes nothing. A run that fails while
-    /// running ([`SessionError::IndexOutOfRange`], only with
-    /// [`crate::SessionOptions::check_indices`]) leaves every variable as it was
-    /// before the run; the output arrays then hold unspecified values. Either
-    /// way the session stays usable.
+    /// running ([`SessionError::IndexOutOfRange`] with
+    /// [`crate::SessionOptions::check_indices`],
+    /// [`SessionError::RemoteOffsetOutOfRange`],
+    /// [`SessionError::Log2ScaleOutOfRange`], a custom kernel's error) leaves
+    /// the device as it was before the run: every variable (random seeds held
+    /// in variables included), remote buffer and remote variable, on every
+    /// replica; the output arrays then hold unspecified values and the run is
+    /// not counted. Either way the session stays usable. Programs that cannot
+    /// fail pay nothing for this: only a program with a kernel that may fail or
+    /// a remote transfer at a run-time offset copies that state before each run.
     pub fn run_with_outputs(&mut self, inputs: &Inputs, outputs: &mut Outputs) -> Result<()> {
         self.require_attached("run_with_outputs")?;
         // Downcast 64-bit arrays if allowed (a copy); borrow the others' bytes.
@@ -335,15 +341,9 @@ impl Session {
             unbind(self);
             return Err(e);
         }
-        for (exec, snapshot) in self.executors.iter().zip(self.snapshot.iter_mut()) {
-            match exec.read_buffer(0, snapshot.len()) {
-                Ok(permanent) => snapshot.copy_from_slice(permanent),
-                Err(e) => {
-                    unbind(self);
-                    return Err(SessionError::Device(e.into()));
-                }
-            }
-        }
+        // A program that may fail (see `CpuExecutor::may_fail`) saves the state
+        // a failure restores; the others do nothing here.
+        self.executors.iter_mut().for_each(|e| e.save_state());
         let ran = super::replicated::run_all(
             &mut self.executors,
             &mut self.comm,
@@ -353,9 +353,16 @@ impl Session {
         );
         unbind(self);
         if let Err(e) = ran {
-            // Restore the variables (and constants) as they were before the run.
-            for (exec, snapshot) in self.executors.iter_mut().zip(&self.snapshot) {
-                exec.write_buffer(0, snapshot).map_err(|e| SessionError::Device(e.into()))?;
+            // Restore the variables, seeds, constants and remote buffers as they
+            // were before the run. Only a program that may fail stops here, and
+            // such a program saved them.
+            for exec in &mut self.executors {
+                // An unbound stream is found before the program starts.
+                if !exec.restore_state() && !matches!(e, ExecError::UnboundStream { .. }) {
+                    return Err(SessionError::Internal {
+                        reason: format!("a program compiled as one that cannot fail stopped: {e}"),
+                    });
+                }
             }
             return Err(exec_error(e));
         }

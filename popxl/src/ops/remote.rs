@@ -132,6 +132,9 @@ pub fn remote_store<'a>(buf: &RemoteBuffer, offset: impl Into<RemoteOffset<'a>>,
 /// assert!(ops::remote_code_load(&ir.main_graph(), "executable").is_err());
 /// ```
 pub fn remote_code_load(graph: &Graph, destination: &str) -> Result<()> {
+    if crate::context::try_current_graph().is_some_and(|g| g.ir_id() != graph.ir_id()) {
+        return Err(PopXlError::ForeignIr { name: graph.name().to_string(), what: "remote_code_load".into() });
+    }
     OpBuilder::new("remote_code_load", &ir_ops::RemoteCodeLoad)
         .attr("graph", AttrValue::Graph(graph.id()))
         .attr("destination", AttrValue::Str(destination.to_string()))

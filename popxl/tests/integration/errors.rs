@@ -159,6 +159,10 @@ fn graph_from_another_ir() {
     let b = popxl::variable(Array1::<f32>::ones(2), "b").unwrap();
     let err = ops::call(&f.graph, &[&a, &b], &[]).unwrap_err();
     assert_eq!(err, PopXlError::ForeignIr { name: "increment_fn".into(), what: "call".into() });
+    // Loading its code in the other IR names it too (its id may well be a
+    // graph id of the other IR).
+    let err = ops::remote_code_load(&f.graph, "executable").unwrap_err();
+    assert_eq!(err, PopXlError::ForeignIr { name: "increment_fn".into(), what: "remote_code_load".into() });
 }
 
 #[test]

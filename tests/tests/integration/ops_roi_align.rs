@@ -53,3 +53,45 @@ fn bad_roi_aligns_are_typed_errors() {
     assert!(msg(ops::roi_align(&x, &rois, &idx, [2, 2], 1.0, -1)).contains("sampling_ratio"));
     assert!(msg(ops::roi_align(&rois, &rois, &idx, [2, 2], 1.0, 1)).contains("[N, C, H, W]"));
 }
+
+/// A batch index outside `[0, N)` gives a zero output row, or with
+/// `check_indices` `IndexOutOfRange` naming it (as every op that reads by index).
+#[test]
+fn an_out_of_range_batch_index_is_zeros_or_checked() {
+    use popxl_session::{Session, SessionError, SessionOptions};
+    let build = || {
+        let ir = Ir::new();
+        let (idx, out) = {
+            let _g = ir.main_graph().enter();
+            // A constant map: every bilinear sample inside it is 3.
+            let x = popxl::variable(ArrayD::<f32>::from_elem(vec![2, 1, 3, 3], 3.0), "x").unwrap();
+            let rois = popxl::constant(ndarray::array![[0.0f32, 0.0, 1.0, 1.0], [0.5, 0.5, 2.0, 2.0]], "rois").unwrap();
+            let idx = popxl::h2d_stream([2], popxl::int32, "idx").unwrap();
+            let b = ops::host_load(&idx, "idx").unwrap();
+            let y = ops::roi_align(&x, &rois, &b, [1, 1], 1.0, 2).unwrap();
+            let out = popxl::d2h_stream([2, 1, 1, 1], popxl::float32, "y").unwrap();
+            ops::host_store(&out, &y).unwrap();
+            (idx, out)
+        };
+        (ir, idx, out)
+    };
+    for check_indices in [false, true] {
+        let (ir, idx, out) = build();
+        let mut s = Session::with_options(ir, "cpu", SessionOptions { check_indices, ..Default::default() }).unwrap();
+        let mut run = |v: [i32; 2]| s.scope(|s| s.run(&[(idx.clone(), HostArray::from(ndarray::arr1(&v)))].into()));
+        assert_eq!(run([1, 0]).unwrap()[&out].to_f64_vec(), vec![3.0, 3.0]);
+        for (bad, at) in [([0, 2], 1), ([-1, 1], 0), ([i32::MAX, 0], 0)] {
+            match run(bad) {
+                Ok(o) if !check_indices => {
+                    let mut want = vec![3.0, 3.0];
+                    want[at] = 0.0;
+                    assert_eq!(o[&out].to_f64_vec(), want, "{bad:?}");
+                }
+                Err(SessionError::IndexOutOfRange { op_type, index, bound, .. }) if check_indices => {
+                    assert_eq!((op_type.as_str(), index, bound), ("RoiAlign", i64::from(bad[at]), 2));
+                }
+                other => panic!("check_indices {check_indices}, {bad:?}: {other:?}"),
+            }
+        }
+    }
+}

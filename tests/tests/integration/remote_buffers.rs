@@ -258,3 +258,128 @@ fn uint32_offsets_work_and_are_checked() {
         assert_eq!(err, SessionError::RemoteOffsetOutOfRange { buffer: 1, offset: u32::MAX as i64, entries: 3 });
     }
 }
+
+/// State a failed run must leave as it was, changed before anything fails: a
+/// variable `w` (`w += 1`), a random seed variable (replaced by its first
+/// split), a plain remote buffer's entry 0 (overwritten with `w`; the next run
+/// reads it back first, through `prev`) and a remote variable `rv` (`+= 1` in
+/// streaming memory). Then three ops that may fail: a gather of `w` at `idx`
+/// (checked with `check_indices`), a remote load at the run-time offset `i`,
+/// and a float8 cast with the run-time `log2_scale` `s`.
+struct AtomicModel {
+    ir: Ir,
+    w: popxl::Tensor,
+    seed: popxl::Tensor,
+    rv: popxl::Tensor,
+    idx: popxl::HostToDeviceStream,
+    i: popxl::HostToDeviceStream,
+    s: popxl::HostToDeviceStream,
+    prev: popxl::DeviceToHostStream,
+}
+
+fn atomic_model() -> AtomicModel {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let _s = popxl::in_sequence(true);
+    let buf = popxl::remote_buffer([2], popxl::float32, 2).unwrap();
+    let vbuf = popxl::remote_buffer([2], popxl::float32, 1).unwrap();
+    let w = popxl::variable(vec![1.0f32, 2.0], "w").unwrap();
+    let seed = popxl::variable(vec![7u32, 11], "seed").unwrap();
+    let rv = popxl::remote_variable(vec![10.0f32, 20.0], &vbuf, 0, "rv").unwrap();
+    let prev = popxl::d2h_stream([2], popxl::float32, "prev").unwrap();
+    ops::host_store(&prev, &ops::remote_load(&buf, 0, "prev").unwrap()).unwrap();
+    ops::scaled_add_(&w, &popxl::constant(1.0f32, "one").unwrap(), 1.0, 1.0).unwrap();
+    let split = ops::split_random_seed(&seed, 2).unwrap();
+    ops::copy_var_update_(&seed, &split[0]).unwrap();
+    ops::remote_store(&buf, 0, &w).unwrap();
+    let v = ops::remote_load(&vbuf, 0, "v").unwrap();
+    let v1 = ops::add(&v, &popxl::constant(1.0f32, "one_v").unwrap()).unwrap();
+    ops::remote_store(&vbuf, 0, &v1).unwrap();
+    let idx = popxl::h2d_stream([1], popxl::int32, "idx").unwrap();
+    let g = ops::gather(&w, &ops::host_load(&idx, "idx").unwrap(), 0).unwrap();
+    let i = popxl::h2d_stream([], popxl::int32, "i").unwrap();
+    let r = ops::remote_load(&buf, &ops::host_load(&i, "i").unwrap(), "r").unwrap();
+    let s = popxl::h2d_stream([], popxl::int32, "s").unwrap();
+    let q = ops::pow2scale_cast_to_fp8(&w, &ops::host_load(&s, "s").unwrap(), popxl::float8_143).unwrap();
+    let back = ops::pow2scale_cast_from_fp8(&q, &popxl::constant(0i32, "zero").unwrap(), popxl::float32).unwrap();
+    for (name, t) in [("g", &g), ("r", &r), ("back", &back)] {
+        let out = popxl::d2h_stream(t.shape().to_vec(), popxl::float32, name).unwrap();
+        ops::host_store(&out, t).unwrap();
+    }
+    drop(_s);
+    drop(_g);
+    AtomicModel { ir, w, seed, rv, idx, i, s, prev }
+}
+
+/// Every failure kind of a run leaves the variables, the seed, the remote
+/// buffer and the remote variable as they were: the next good run continues
+/// from the state of the last good one.
+#[test]
+fn a_failed_run_of_any_kind_leaves_every_piece_of_state_as_it_was() {
+    // (check_indices, idx, i, s, what must fail)
+    type Case = (bool, i32, i32, i32, fn(&SessionError) -> bool);
+    let cases: [Case; 5] = [
+        (true, 5, 0, 0, |e| matches!(e, SessionError::IndexOutOfRange { index: 5, bound: 2, .. })),
+        (false, 0, 2, 0, |e| matches!(e, SessionError::RemoteOffsetOutOfRange { buffer: 1, offset: 2, entries: 2 })),
+        (true, 0, -1, 0, |e| matches!(e, SessionError::RemoteOffsetOutOfRange { offset: -1, .. })),
+        (false, 0, 0, 40, |e| matches!(e, SessionError::Log2ScaleOutOfRange { value: 40, .. })),
+        (true, 0, 0, -33, |e| matches!(e, SessionError::Log2ScaleOutOfRange { value: -33, .. })),
+    ];
+    for (check_indices, bad_idx, bad_i, bad_s, is_expected) in cases {
+        let m = atomic_model();
+        let options = SessionOptions { check_indices, ..Default::default() };
+        let mut s = Session::with_options(m.ir.clone(), "cpu", options).unwrap();
+        let inputs = |idx: i32, i: i32, sc: i32| -> popxl_session::Inputs {
+            [
+                (m.idx.clone(), HostArray::from(ndarray::arr1(&[idx]))),
+                (m.i.clone(), HostArray::from(i)),
+                (m.s.clone(), HostArray::from(sc)),
+            ]
+            .into()
+        };
+        s.enter_context().unwrap();
+        // A good run: w = [2, 3], buffer entry 0 = w, rv = [11, 21], seed split once.
+        let first = s.run(&inputs(1, 1, 0)).unwrap();
+        assert_eq!(first[&m.prev].to_f64_vec(), vec![0.0, 0.0]);
+        let before = s.get_tensors_data([&m.w, &m.seed, &m.rv]).unwrap();
+        assert_eq!(before[0].to_f64_vec(), vec![2.0, 3.0]);
+        assert_eq!(before[2].to_f64_vec(), vec![11.0, 21.0]);
+        assert_ne!(before[1].to_f64_vec(), vec![7.0, 11.0], "the seed moved in the good run");
+
+        let err = s.run(&inputs(bad_idx, bad_i, bad_s)).unwrap_err();
+        assert!(is_expected(&err), "check_indices {check_indices}: {err:?}");
+        let after = s.get_tensors_data([&m.w, &m.seed, &m.rv]).unwrap();
+        assert_eq!(after, before, "check_indices {check_indices}, {err}: variables, seed and remote variable restored");
+
+        // The next good run reads the remote buffer as the first run left it and
+        // continues from `before`.
+        let next = s.run(&inputs(0, 0, 0)).unwrap();
+        assert_eq!(next[&m.prev].to_f64_vec(), vec![2.0, 3.0], "{err}: the remote buffer entry is restored");
+        let last = s.get_tensors_data([&m.w, &m.rv]).unwrap();
+        assert_eq!(last[0].to_f64_vec(), vec![3.0, 4.0]);
+        assert_eq!(last[1].to_f64_vec(), vec![12.0, 22.0]);
+        assert_eq!(s.transfer_counts().runs, 2, "the failed run does not count");
+        s.exit_context(true).unwrap();
+    }
+}
+
+/// The offset of a remote buffer whose entries are 0 bytes is checked too.
+#[test]
+fn a_zero_byte_entry_offset_is_still_checked() {
+    let ir = Ir::new();
+    let i_stream = {
+        let _g = ir.main_graph().enter();
+        let buf = popxl::remote_buffer([0], popxl::float32, 3).unwrap();
+        let i_stream = popxl::h2d_stream([], popxl::int32, "i").unwrap();
+        let y = ops::remote_load(&buf, &ops::host_load(&i_stream, "i").unwrap(), "y").unwrap();
+        let out = popxl::d2h_stream([0], popxl::float32, "out").unwrap();
+        ops::host_store(&out, &y).unwrap();
+        i_stream
+    };
+    let mut s = Session::new(ir, "cpu").unwrap();
+    s.scope(|s| s.run(&[(i_stream.clone(), HostArray::from(2))].into())).unwrap();
+    for bad in [3, 1000, -1] {
+        let err = s.scope(|s| s.run(&[(i_stream.clone(), HostArray::from(bad))].into())).unwrap_err();
+        assert_eq!(err, SessionError::RemoteOffsetOutOfRange { buffer: 1, offset: bad as i64, entries: 3 });
+    }
+}

@@ -14,10 +14,12 @@
 //! memory before running and read or written as rings of `count` elements: the
 //! k-th transfer of a stream in one execution uses element `k % count`.
 //!
-//! A run fails only when a kernel built with run-time checks fails
-//! ([`KernelRunError`]) or a transfer finds its stream unbound; it then stops at
-//! once ([`ExecError`]). Whatever the program wrote before is left as it is:
-//! restoring state is the caller's business (see `Session::run_with_outputs`).
+//! A run fails only when a kernel fails ([`KernelRunError`]: run-time checks)
+//! or a remote transfer's run-time offset is out of range; it then stops at
+//! once ([`ExecError`]). Whatever the program wrote before is left as it is
+//! until the caller restores the copy it saved ([`CpuExecutor::save_state`]:
+//! see the `snapshot` module and `Session::run_with_outputs`). A stream the
+//! program transfers but the caller left unbound is found before anything runs.
 
 use popart_ir::RemoteBufferId;
 use popart_lower::{Executable, Program, RemoteOffset, StreamId};
@@ -27,6 +29,10 @@ use crate::CpuError;
 
 /// Builds the kernel of one kernel call (the device's kernel library).
 pub type KernelFactory<'a> = &'a dyn Fn(&KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError>;
+
+/// Whether the kernel built from a spec may fail at run time (a kernel
+/// library's knowledge of its kernels; `|_| true` when unknown).
+pub type MayFail<'a> = &'a dyn Fn(&KernelSpec<'_>) -> bool;
 
 /// Alignment (and size granularity) of the arena: one cache line.
 const LINE: usize = 64;
@@ -205,6 +211,10 @@ pub struct CpuExecutor {
     counters: ExecCounters,
     /// Per-kernel (calls, nanoseconds) while profiling; empty otherwise.
     profile: Vec<(u64, u64)>,
+    /// The streams each entry program transfers (checked bound before it runs).
+    used_streams: [Vec<u32>; 4],
+    /// The copy of the state a failed run restores; `None` when the programs cannot fail.
+    saved: Option<snapshot::Saved>,
 }
 
 /// Time spent in one compiled kernel while profiling was on.
@@ -242,6 +252,11 @@ struct Compiler<'e> {
     arena_bytes: usize,
     check_indices: bool,
     factory: KernelFactory<'e>,
+    may_fail: MayFail<'e>,
+    /// Some kernel may fail, or some remote transfer has a run-time offset.
+    fallible: bool,
+    /// Remote buffers (by index) that some remote store writes.
+    remote_written: Vec<bool>,
     blocks: Vec<Vec<Instr>>,
     function_blocks: Vec<u32>,
     kernels: Vec<Box<dyn Kernel>>,
@@ -311,6 +326,7 @@ impl Compiler<'_> {
                     check_indices: self.check_indices,
                     weight_invariant: k.weight_invariant,
                 };
+                self.fallible |= (self.may_fail)(&spec);
                 let kernel = (self.factory)(&spec).map_err(|e| KernelError {
                     op_type: e.op_type,
                     reason: format!("{} (op `{}`)", e.reason, k.name),
@@ -381,6 +397,9 @@ impl Compiler<'_> {
             }
             Program::RemoteStore { src, buffer, offset, .. } => {
                 let (b, len, offset) = self.remote(*buffer, *offset)?;
+                if let Some(w) = self.remote_written.get_mut(b as usize) {
+                    *w = true;
+                }
                 out.push(Instr::RemoteStore { src: self.ptr_for(*src, len)?, buffer: b, offset, len })
             }
             Program::HostToRemote { stream, buffer, entry } => {
@@ -425,8 +444,9 @@ impl Compiler<'_> {
     }
 
     /// Index and entry bytes of remote buffer `id`, and the offset of a transfer,
-    /// checked: a constant entry in range, an offset tensor an int32 or uint32 scalar buffer.
-    fn remote(&self, id: RemoteBufferId, offset: RemoteOffset) -> Result<(u32, usize, Offset), CpuError> {
+    /// checked: a constant entry in range, an offset tensor an int32 or uint32
+    /// scalar buffer (a transfer that may fail).
+    fn remote(&mut self, id: RemoteBufferId, offset: RemoteOffset) -> Result<(u32, usize, Offset), CpuError> {
         let r = self.exe.remote_buffer(id).ok_or_else(|| internal(format!("remote buffer {id} does not exist")))?;
         let offset = match offset {
             RemoteOffset::Entry(e) if e < r.entries => Offset::Entry(e),
@@ -447,6 +467,7 @@ impl Compiler<'_> {
                 if info.nelms() != 1 {
                     return Err(internal(format!("the offset of remote buffer {id} is {info}, not a scalar")));
                 }
+                self.fallible = true;
                 Offset::Tensor { ptr: self.ptr_for(b, 4)?, signed }
             }
         };
@@ -472,6 +493,19 @@ impl CpuExecutor {
     /// [`CpuExecutor::new`], building the kernels with run-time index checks
     /// when `check_indices` (see [`KernelSpec::check_indices`]).
     pub fn with_checks(exe: &Executable, factory: KernelFactory<'_>, check_indices: bool) -> Result<Self, CpuError> {
+        Self::compile(exe, factory, check_indices, &|_| true)
+    }
+
+    /// [`CpuExecutor::with_checks`], told by `may_fail` which kernels may fail
+    /// at run time: a program with such a kernel or a remote transfer at a
+    /// run-time offset gets a copy of the state a failed run restores
+    /// ([`CpuExecutor::may_fail`]).
+    pub fn compile(
+        exe: &Executable,
+        factory: KernelFactory<'_>,
+        check_indices: bool,
+        may_fail: MayFail<'_>,
+    ) -> Result<Self, CpuError> {
         let arena_bytes = exe.memory.arena_bytes;
         let arena = Arena::zeroed(arena_bytes)?;
         let base = arena.base();
@@ -494,6 +528,9 @@ impl CpuExecutor {
             arena_bytes,
             check_indices,
             factory,
+            may_fail,
+            fallible: false,
+            remote_written: vec![false; exe.remote_buffers.len()],
             blocks: Vec::new(),
             function_blocks: Vec::new(),
             kernels: Vec::new(),
@@ -522,6 +559,17 @@ impl CpuExecutor {
             c.block_of(&p.weights_to_host)?,
             c.block_of(&p.main)?,
         ];
+        let used_streams = entry.map(|b| Self::streams_of(&c.blocks, b));
+        if exe.memory.permanent_bytes > arena_bytes {
+            return Err(internal(format!(
+                "{} permanent bytes in an arena of {arena_bytes}",
+                exe.memory.permanent_bytes
+            )));
+        }
+        let saved = match c.fallible {
+            true => Some(snapshot::Saved::allocate(exe.memory.permanent_bytes, &remote, &c.remote_written)?),
+            false => None,
+        };
         Ok(CpuExecutor {
             arena,
             arena_bytes,
@@ -540,6 +588,8 @@ impl CpuExecutor {
             remote_entries: exe.remote_buffers.iter().map(|r| r.entries).collect(),
             counters: ExecCounters::default(),
             profile: Vec::new(),
+            used_streams,
+            saved,
         })
     }
 
@@ -615,10 +665,17 @@ impl CpuExecutor {
     }
 
     /// Run one engine program. Every stream it transfers must be bound (else
-    /// [`ExecError::UnboundStream`]); a kernel built with run-time checks may
-    /// fail ([`ExecError::Kernel`]). Either stops the program at once, leaving
-    /// device memory as the instructions before left it.
+    /// [`ExecError::UnboundStream`] before anything runs); a kernel built with
+    /// run-time checks may fail ([`ExecError::Kernel`]), and a remote transfer
+    /// at a run-time offset ([`ExecError::RemoteOffset`]). Either stops the
+    /// program at once, leaving device memory as the instructions before left
+    /// it ([`CpuExecutor::restore_state`] undoes them).
     pub fn run(&mut self, program: EngineProgram) -> Result<(), ExecError> {
+        if let Some(&stream) =
+            self.used_streams[program as usize].iter().find(|&&s| self.streams[s as usize].host.is_null())
+        {
+            return Err(ExecError::UnboundStream { stream });
+        }
         let block = self.entry[program as usize];
         self.exec(block).map_err(|stop| match stop {
             Stop::Kernel(k, error) => ExecError::Kernel {
@@ -763,6 +820,7 @@ mod error;
 pub use error::{BindError, ExecError};
 mod arena;
 mod remote;
+mod snapshot;
 mod streams;
 #[cfg(test)]
 use arena::PAR_COPY_MIN;

@@ -46,10 +46,13 @@ impl CpuExecutor {
             // SAFETY: as above.
             Offset::Tensor { ptr, signed: false } => i64::from(unsafe { *(ptr as *const u32) }),
         };
-        let total = self.remote[buffer as usize].len();
-        match usize::try_from(entry).ok().and_then(|e| e.checked_mul(len)) {
-            Some(start) if start.checked_add(len).is_some_and(|end| end <= total) => Ok(start),
-            _ => Err(Stop::RemoteOffset(buffer, entry)),
+        // The entry is checked against the entry count, not the bytes: an entry
+        // of 0 bytes has a count too. `entries x len` bytes were allocated, so
+        // `e x len` cannot overflow for `e < entries`.
+        let entries = self.remote_entries[buffer as usize];
+        match usize::try_from(entry).ok().filter(|&e| e < entries) {
+            Some(e) => Ok(e * len),
+            None => Err(Stop::RemoteOffset(buffer, entry)),
         }
     }
 }

@@ -123,7 +123,9 @@ use super::kernel::{Kernel, KernelBuilder, KernelError, KernelSpec};
 /// One builtin kernel table entry: the op's definition and its builder.
 pub(crate) type KernelEntry = (&'static dyn OpDef, KernelBuilder);
 
-type Registry = RwLock<std::collections::HashMap<OpDefId, KernelBuilder>>;
+/// Builder of each op type, and whether it is a builtin one (from the tables
+/// below, not replaced by [`register_kernel`]).
+type Registry = RwLock<std::collections::HashMap<OpDefId, (KernelBuilder, bool)>>;
 
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
@@ -160,7 +162,7 @@ fn registry() -> &'static Registry {
             collectives_update::KERNELS,
             collectives_matmul_update::KERNELS,
         ];
-        let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), *b)).collect();
+        let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), (*b, true))).collect();
         RwLock::new(map)
     })
 }
@@ -169,12 +171,24 @@ fn registry() -> &'static Registry {
 /// call this once, next to `popart_ir::register_op`). Replaces an earlier builder
 /// of the same op type.
 pub fn register_kernel(def: &'static dyn OpDef, builder: KernelBuilder) {
-    registry().write().unwrap_or_else(|e| e.into_inner()).insert(def.id(), builder);
+    registry().write().unwrap_or_else(|e| e.into_inner()).insert(def.id(), (builder, false));
 }
 
 /// The builder registered for an op type, if any.
 pub fn kernel_builder(def: &'static dyn OpDef) -> Option<KernelBuilder> {
-    registry().read().unwrap_or_else(|e| e.into_inner()).get(&def.id()).copied()
+    registry().read().unwrap_or_else(|e| e.into_inner()).get(&def.id()).map(|e| e.0)
+}
+
+/// Whether the kernel [`build_kernel`] makes from `spec` may fail at run time
+/// (the executor's [`MayFail`](crate::executor::MayFail) for this library):
+/// with run-time index checks, for the float8 ops (their `log2_scale` is
+/// checked: [`KernelRunError::Log2ScaleOutOfRange`](crate::kernel::KernelRunError)),
+/// and for kernels registered by [`register_kernel`] (custom kernels, whose
+/// failures cannot be known). Builtin collectives fail only after another
+/// replica failed, whose program is the same one.
+pub fn kernel_may_fail(spec: &KernelSpec<'_>) -> bool {
+    let builtin = registry().read().unwrap_or_else(|e| e.into_inner()).get(&spec.def.id()).is_some_and(|e| e.1);
+    spec.check_indices || !builtin || float8::KERNELS.iter().any(|(def, _)| def.id() == spec.def.id())
 }
 
 /// Build the kernel of one op, specialised for its attributes and tensor infos,

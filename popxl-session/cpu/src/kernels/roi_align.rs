@@ -6,7 +6,9 @@
 //! are computed once per (ROI, bin) and applied to every channel. The forward
 //! pass is split over ROIs above a size threshold (each ROI writes its own
 //! output rows); the gradient scatters into the shared input gradient and
-//! runs on the calling thread, in ROI order, so sums are reproducible.
+//! runs on the calling thread, in ROI order, so sums are reproducible. A batch
+//! index outside `[0, N)` gives zeros (no gradient), or with `check_indices`
+//! the error `IndexOutOfRange` before anything is written.
 
 use popart_ir::ops::all as ir;
 
@@ -16,7 +18,7 @@ use super::par::par_split;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
-use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
+use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelRunError, KernelSpec};
 
 /// Registered kernels.
 pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::RoiAlign, build), (&ir::RoiAlignGrad, build)];
@@ -37,6 +39,8 @@ struct Roi<T, I> {
     ratio: usize,
     /// Positions of (x or g, rois, batch_index) in the inputs.
     pos: [usize; 3],
+    /// A batch index outside `[0, N)` is an error (`check_indices`), not zeros.
+    check: bool,
     _t: Types<(T, I)>,
 }
 
@@ -57,7 +61,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let ratio = spec.attr_int_or("sampling_ratio", 0).max(0) as usize;
     let (n, c, h, w, r) = (s[0], s[1], s[2], s[3], rois.shape()[0]);
     with_float!(dt, T => with_index!(it, I => Ok(Box::new(Roi::<T, I> {
-        grad, n, c, h, w, rois: r, oh, ow, scale, ratio, pos, _t: Types::default(),
+        grad, n, c, h, w, rois: r, oh, ow, scale, ratio, pos, check: spec.check_indices, _t: Types::default(),
     })), _ => Err(spec.unsupported_dtype(it))), _ => Err(spec.unsupported_dtype(dt)))
 }
 
@@ -144,6 +148,11 @@ impl<T: Float + ToF64, I: IndexElem> Kernel for Roi<T, I> {
         let boxes = slice(args.inputs[self.pos[1]] as *const T, self.rois * 4);
         let index = slice(args.inputs[self.pos[2]] as *const I, self.rois);
         let batch = |r: usize| usize::try_from(index[r].to_i64()).ok().filter(|&b| b < self.n);
+        if self.check {
+            if let Some(r) = (0..self.rois).find(|&r| batch(r).is_none()) {
+                return Err(KernelRunError::IndexOutOfRange { index: index[r].to_i64(), bound: self.n });
+            }
+        }
         let out = SendPtr(args.outputs[0] as *mut T);
         let src = SendPtr(args.inputs[self.pos[0]] as *mut T);
         if self.grad {
