@@ -1,4 +1,4 @@
-//! The AVX2 + FMA tier of the blocked direct convolution ([`super::conv_direct`]),
+//! The AVX2 + FMA tier of the blocked direct convolution ([`super::direct2d`]),
 //! for CPUs without AVX-512 (AMD Zen 2/3, Intel before Skylake-SP).
 //!
 //! It runs depthwise convolutions (one input and one output channel per
@@ -11,7 +11,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use super::conv_direct::Blocked;
+use super::direct2d::Blocked;
 
 /// Lanes of one `ymm` vector.
 const LANES: usize = 8;

@@ -39,14 +39,14 @@ use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::conv::ConvGeometry;
 
-use super::conv::{scratch_slot, Pass};
+use super::super::par::Simd;
+use super::super::ptr::{slice_mut, SendPtr};
+use super::super::spec::SpecExt;
 #[cfg(target_arch = "x86_64")]
-use super::conv_direct::tile_dispatch;
-use super::conv_direct::{Sweep, LANES, PB, RB};
-use super::conv_layout::copy_row;
-use super::par::Simd;
-use super::ptr::{slice_mut, SendPtr};
-use super::spec::SpecExt;
+use super::direct2d::{tile_dispatch, TileAt};
+use super::direct2d::{Sweep, LANES, PB, RB};
+use super::layout::copy_row;
+use super::{scratch_slots, Pass};
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::cpu::team;
 
@@ -284,18 +284,7 @@ impl Direct3d {
             .map_err(|_| spec.error("cannot allocate the convolution weight-gradient partials"))?;
         k3.partials = Mutex::new(partials);
         let slots = if parallel { threads.min(k3.tasks.len()).max(1) } else { 1 };
-        for p in 0..slots {
-            let slot = scratch_slot(p);
-            {
-                let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
-                if v.len() < words {
-                    let extra = words - v.len();
-                    v.try_reserve_exact(extra).map_err(|_| spec.error("cannot allocate the convolution scratch"))?;
-                    v.resize(words, 0);
-                }
-            }
-            k3.scratch.push(slot);
-        }
+        k3.scratch = scratch_slots(spec, slots, words)?;
         Ok(Some(Box::new(k3)))
     }
 
@@ -483,7 +472,12 @@ impl Direct3d {
                     while v < l.nv {
                         let p = PB.min(l.nv - v);
                         #[cfg(target_arch = "x86_64")]
-                        tile_dispatch(p, r, &sweep, cn, c0 > 0, xb.add(v * LANES), wb, eb.add(v * LANES));
+                        tile_dispatch(
+                            p,
+                            r,
+                            &sweep,
+                            TileAt { x: xb.add(v * LANES), w: wb, e: eb.add(v * LANES), cin: cn, add: c0 > 0 },
+                        );
                         #[cfg(not(target_arch = "x86_64"))]
                         let _ = (r, wb, eb, &sweep);
                         v += p;
@@ -574,10 +568,7 @@ impl Direct3d {
                             wtile_dispatch(
                                 tr,
                                 width / LANES,
-                                xp,
-                                &t.offs[r0..r0 + tr],
-                                posv,
-                                np,
+                                KRows { xp, offs: &t.offs[r0..r0 + tr], pos: posv, np },
                                 (dyt.add(ob * wb), width),
                                 (dwt.add(r0 * co16 + ob), co16),
                             );
@@ -599,11 +590,7 @@ impl Direct3d {
 
 impl Kernel for Direct3d {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let out = match self.pass {
-            Pass::Forward => 2,
-            Pass::Data => 0,
-            Pass::Weights => 1,
-        };
+        let out = self.pass.out_role();
         let ptr = |role: usize| {
             SendPtr(if role == out { args.outputs[0] as *mut f32 } else { args.inputs[self.pos[role]] as *mut f32 })
         };
@@ -648,22 +635,23 @@ impl Kernel for Direct3d {
     }
 }
 
+/// The rows of `k` a weight-gradient tile reads: the padded channels `xp`,
+/// each row's offset in them, and the grid offsets of the `np` positions.
+#[derive(Clone, Copy)]
+struct KRows<'a> {
+    xp: *const f32,
+    offs: &'a [usize],
+    pos: *const usize,
+    np: usize,
+}
+
 /// Runs the `t × r` weight-gradient tile (`t ≤ WT`, `r ≤ WR`) with const sizes.
 ///
 /// # Safety
 /// As [`wtile`].
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn wtile_dispatch(
-    t: usize,
-    r: usize,
-    xp: *const f32,
-    offs: &[usize],
-    pos: *const usize,
-    np: usize,
-    dyt: (*const f32, usize),
-    acc: (*mut f32, usize),
-) {
+unsafe fn wtile_dispatch(t: usize, r: usize, rows: KRows<'_>, dyt: (*const f32, usize), acc: (*mut f32, usize)) {
+    let KRows { xp, offs, pos, np } = rows;
     macro_rules! rs {
         ($t:literal) => {
             match r {
@@ -736,10 +724,10 @@ mod tests {
     use popart_ir::ops::conv::conv_geometry;
     use popart_ir::DataType;
 
-    use super::super::conv::Pass;
-    use super::super::conv_nd::tests::{case, check, Case};
-    use super::super::par::Simd;
-    use super::super::testutil::{infer, run_with_outputs, t, Rng};
+    use super::super::super::par::Simd;
+    use super::super::super::testutil::{infer, run_with_outputs, t, Rng};
+    use super::super::nd::tests::{case, check, Case};
+    use super::super::Pass;
     use super::select;
     use crate::cpu::team;
 
