@@ -713,7 +713,7 @@ mod tests {
     fn small_plane_data_gradients_match_a_naive_loop() {
         // Batches of small planes: the stride-1 data gradient runs as the
         // forward convolution of dy with flipped, transposed weights
-        // (`conv_data_forward`; float64 always, float32 where the blocked
+        // (`data_forward`; float64 always, float32 where the blocked
         // kernel does not take it), groups, dilation, asymmetric padding,
         // a 1-d-like plane; and padding past the kernel's reach, which keeps
         // the im2col path (as do more output than input channels per group).

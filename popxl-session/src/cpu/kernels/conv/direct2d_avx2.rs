@@ -2,7 +2,7 @@
 //! for CPUs without AVX-512 (AMD Zen 2/3, Intel before Skylake-SP).
 //!
 //! It runs depthwise convolutions (one input and one output channel per
-//! group, see `conv_direct::suits`): the same padded planes, output grids and
+//! group, see `direct2d::suits`): the same padded planes, output grids and
 //! summation order as the AVX-512 tier (each output is `Σ_taps` in the same
 //! order, one fused multiply-add per term), so both tiers give the same
 //! forward and data-gradient values. A register tile is [`PB`] accumulators of

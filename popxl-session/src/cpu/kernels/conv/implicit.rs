@@ -1,6 +1,6 @@
 //! Implicit-GEMM convolution of float32 on AVX2 + FMA: forward passes of row
 //! stride 1 or 2, and stride-1 data gradients as the forward convolution of
-//! `dy` with the flipped, transposed weights (see `conv_data_forward`),
+//! `dy` with the flipped, transposed weights (see `data_forward`),
 //! without writing an im2col matrix or a flipped copy of the weights.
 //!
 //! The product `y[o][p] = Σ_k w[o][k] · col[k][p]` (`k` = input channel and
@@ -21,7 +21,7 @@
 //!
 //! A data gradient of fewer than [`MIN_POSITIONS`] positions runs
 //! transposed ([`Implicit::trans`]). Weight gradients reuse the packing of
-//! the positions, transposed (`conv_implicit_wgrad`).
+//! the positions, transposed (`implicit_wgrad`).
 //!
 //! Every output is summed over `k` in the same order whatever the task split,
 //! so results do not depend on the thread count.
@@ -90,7 +90,7 @@ struct Seg {
 
 impl Implicit {
     /// The implicit plan of pass `pass` over `g`, when the CPU's widest tier
-    /// is AVX2 + FMA (AVX-512 CPUs run `conv_direct`'s tiles and the `gemm`
+    /// is AVX2 + FMA (AVX-512 CPUs run `direct2d`'s tiles and the `gemm`
     /// crate's) and the shape feeds the tile: a forward pass or weight
     /// gradient of at least [`MIN_POSITIONS`] positions (pointwise: planes of
     /// fewer than [`NC`] positions), or a
@@ -110,7 +110,7 @@ impl Implicit {
             Pass::Forward if g.pointwise() => return None,
             Pass::Forward => (g.clone(), false),
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
-            // Weight gradients (`conv_implicit_wgrad`); pointwise ones of large
+            // Weight gradients (`implicit_wgrad`); pointwise ones of large
             // planes are one long GEMM per image on the tensors (`Plan::Pointwise`).
             Pass::Weights if g.pointwise() && g.op() >= NC => return None,
             Pass::Weights => (g.clone(), false),

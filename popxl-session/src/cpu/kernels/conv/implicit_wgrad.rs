@@ -182,7 +182,7 @@ unsafe fn transpose_panels(src: *const f32, nc: usize, kb: usize, dst: *mut f32)
 /// result holds element `j` of every row.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+pub(super) unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
     let t1 = _mm256_unpackhi_ps(r[0], r[1]);

@@ -18,7 +18,7 @@
 //! So each output is summed in an order fixed at build time. Pointwise
 //! N-d convolutions (all taps 1, stride 1, unpadded) never come here: they are
 //! 1-D pointwise convolutions over the flattened positions (see `conv.rs`);
-//! float32 3-D ones on AVX-512 that fit its tiles run `conv_direct3d`.
+//! float32 3-D ones on AVX-512 that fit its tiles run `direct3d`.
 
 use std::sync::Mutex;
 
