@@ -156,9 +156,7 @@ impl Session {
                     break;
                 }
             }
-            let ran = bound.and_then(|_| {
-                exec.run(program).map_err(device)
-            });
+            let ran = bound.and_then(|_| exec.run(program).map_err(device));
             exec.unbind_streams();
             ran?;
             if to_host {

@@ -1,6 +1,5 @@
 //! Cross-crate integration and snapshot tests: one test binary, a module per topic (`cargo test -p tests --test integration <module>::`).
 
-mod support;
 mod autodiff_gradcheck;
 mod autodiff_linear;
 mod autodiff_repeat;
@@ -38,4 +37,5 @@ mod session_control_flow;
 mod session_semantics;
 mod session_streams;
 mod session_threads;
+mod support;
 mod tensor_api;

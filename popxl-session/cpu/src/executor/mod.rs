@@ -471,11 +471,7 @@ impl CpuExecutor {
 
     /// [`CpuExecutor::new`], building the kernels with run-time index checks
     /// when `check_indices` (see [`KernelSpec::check_indices`]).
-    pub fn with_checks(
-        exe: &Executable,
-        factory: KernelFactory<'_>,
-        check_indices: bool,
-    ) -> Result<Self, CpuError> {
+    pub fn with_checks(exe: &Executable, factory: KernelFactory<'_>, check_indices: bool) -> Result<Self, CpuError> {
         let arena_bytes = exe.memory.arena_bytes;
         let arena = Arena::zeroed(arena_bytes)?;
         let base = arena.base();

@@ -389,14 +389,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::kernels) fn case(
-        n: usize,
-        g: usize,
-        ci_g: usize,
-        co_g: usize,
-        size: &[usize],
-        k: &[usize],
-    ) -> Case {
+    pub(in crate::kernels) fn case(n: usize, g: usize, ci_g: usize, co_g: usize, size: &[usize], k: &[usize]) -> Case {
         let nd = size.len();
         Case {
             n,
