@@ -37,7 +37,7 @@
 //! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
 //! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
 //! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`, `conv` with its layout work in `conv_layout`, its batched im2col method in `conv_batched`, its data-gradient-as-forward plan in `conv_data_forward` and its blocked AVX-512 kernel in `conv_direct` (with an AVX2 tier for depthwise convolutions in `conv_direct_avx2`), its direct 3-d AVX-512 kernel in `conv_direct3d`, its AVX2 implicit GEMM in `conv_implicit` (weight gradient in `conv_implicit_wgrad`, register tile in `conv_gemm_avx2`, tests in `conv_implicit_tests`) and the helpers its tests share in `conv_tests`, `pool`, `norm`, `resize`, `roi_align`, `collectives`), each exporting its `KERNELS` table,
+//! `indexing`, `scatter`, `conv` (a folder: geometry, passes, tasks and the picker in `conv/mod.rs`, one file per method and concept), `pool`, `norm`, `resize`, `roi_align`, `collectives`), each exporting its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -68,18 +68,6 @@ mod collectives;
 mod collectives_matmul_update;
 mod collectives_update;
 mod conv;
-mod conv_batched;
-mod conv_data_forward;
-mod conv_direct;
-mod conv_direct3d;
-mod conv_direct_avx2;
-mod conv_gemm_avx2;
-mod conv_implicit;
-mod conv_implicit_wgrad;
-mod conv_layout;
-mod conv_nd;
-#[cfg(test)]
-mod conv_tests;
 mod dispatch;
 mod elem;
 mod elementwise_ext;

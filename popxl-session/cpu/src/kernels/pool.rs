@@ -12,7 +12,7 @@
 use popart_ir::ops::all as ir;
 use popart_ir::ops::pool::pool_geometry;
 
-use super::conv_layout::{split_geometry, Geo2, Outer};
+use super::conv::{split_geometry, Geo2, Outer};
 use super::dispatch::with_float;
 use super::elem::Float;
 use super::par::{par_split, Simd};

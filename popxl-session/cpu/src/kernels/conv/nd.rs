@@ -18,17 +18,17 @@
 //! So each output is summed in an order fixed at build time. Pointwise
 //! N-d convolutions (all taps 1, stride 1, unpadded) never come here: they are
 //! 1-D pointwise convolutions over the flattened positions (see `conv.rs`);
-//! float32 3-D ones on AVX-512 that fit its tiles run `conv_direct3d`.
+//! float32 3-D ones on AVX-512 that fit its tiles run `direct3d`.
 
 use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;
 
-use super::conv::{ConvKernel, Pass};
-use super::conv_layout::{copy_row, ConvElem, Geo2, Outer};
-use super::par::{par_split, PAR_MIN_ELEMS};
-use super::ptr::{slice_mut, SendPtr};
-use super::spec::{BuildResult, SpecExt, Types};
+use super::super::par::{par_split, PAR_MIN_ELEMS};
+use super::super::ptr::{slice_mut, SendPtr};
+use super::super::spec::{BuildResult, SpecExt, Types};
+use super::layout::{copy_row, ConvElem, Geo2, Outer};
+use super::{ConvKernel, Pass, PlanCx};
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 
 /// Elements of the scratch copies of one chunk of virtual images (the
@@ -98,7 +98,7 @@ impl<T: ConvElem> NdKernel<T> {
                 Pass::Data => batch * vci * ip,
                 Pass::Weights => g2.w_shape().iter().product(),
             };
-            ConvKernel::<T>::plan(spec, geo2, pass, pos2, g2.macs(), out_len)
+            ConvKernel::<T>::plan(PlanCx::new(spec, geo2, pass, pos2, g2.macs(), out_len))
         };
         let full = sub(chunk)?;
         let last = if total % chunk != 0 { Some(sub(total % chunk)?) } else { None };

@@ -1,32 +1,17 @@
-//! The batched im2col method of the convolution kernels (several small
-//! planes side by side in one GEMM) and the forward pass with a shared
-//! im2col matrix per image: the parts of [`ConvKernel`] beyond the per-task
-//! methods of `conv`.
+//! The batched im2col method of the convolution kernels: several small
+//! planes side by side in one GEMM.
 
-use super::conv::{ConvKernel, Method, Pass, Task, BLOCK_ELEMS};
-use super::conv_layout::{col2im, im2col, ConvElem, Geo2};
-use super::par::Simd;
-use super::ptr::SendPtr;
-use super::spec::BuildResult;
-use crate::kernel::KernelSpec;
-use crate::team;
+use super::layout::{col2im, im2col, ConvElem};
+#[cfg(doc)]
+use super::Plan;
+use super::{ConvKernel, Cut, Io, Pass, PlanCx, Task, BLOCK_ELEMS};
 
 impl<T: ConvElem> ConvKernel<T> {
-    /// Plans the batched im2col method: forward tasks are (image block, group,
+    /// Cuts the tasks of the batched im2col method: forward tasks are (image block, group,
     /// output-channel block); gradient tasks (image block or batch chunk,
     /// group, input-channel block).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn plan_batched(
-        spec: &KernelSpec<'_>,
-        g: Geo2,
-        pass: Pass,
-        pos: [usize; 3],
-        macs: usize,
-        out_len: usize,
-        images: usize,
-        parallel: bool,
-        want: usize,
-    ) -> BuildResult {
+    pub(super) fn cut_batched(cx: &PlanCx<'_, '_>, images: usize) -> Cut {
+        let (g, pass, want) = (&cx.g, cx.pass, cx.want);
         let (kk, op) = (g.kk(), g.op());
         let cols = images * op;
         let blocks = g.n.div_ceil(images);
@@ -74,24 +59,18 @@ impl<T: ConvElem> ConvKernel<T> {
                 g.co_g * cols + cb * kk * cols
             }
         };
-        let method = Method::Batched { images };
-        Ok(Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)?)
+        Cut { tasks, chunks, scratch: block_elems }
     }
 
-    /// Runs a task of the batched im2col method (see [`Method::Batched`]);
+    /// Runs a task of the batched im2col method (see [`Plan::Batched`]);
     /// inlined into `ConvKernel::task`, so it compiles inside the SIMD tier's build.
-    #[allow(clippy::too_many_arguments)]
+    ///
+    /// # Safety
+    /// `io` holds the whole tensors and a scratch of the plan's size; tasks
+    /// write disjoint outputs.
     #[inline(always)]
-    pub(super) unsafe fn batched_task(
-        &self,
-        t: Task,
-        images: usize,
-        x: *mut T,
-        w: *mut T,
-        y: *mut T,
-        col: *mut T,
-        wpart: *mut T,
-    ) {
+    pub(super) unsafe fn batched_task(&self, t: Task, images: usize, io: Io<T>) {
+        let Io { x, w, y, col, wpart } = io;
         let g = &self.geo;
         let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
         let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
@@ -196,61 +175,6 @@ impl<T: ConvElem> ConvKernel<T> {
                     );
                 }
             }
-        }
-    }
-}
-
-impl<T: ConvElem> ConvKernel<T> {
-    /// The forward pass with a shared im2col matrix per image (see
-    /// `shared_col`): the rows are built in parallel, then the output-channel
-    /// blocks multiply it in parallel.
-    pub(super) unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
-        let g = &self.geo;
-        let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
-        let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
-        let col = SendPtr(col.as_mut_ptr() as *mut T);
-        let threads = team::num_threads().max(1);
-        let rb = kdim.div_ceil(threads);
-        let mut start = 0;
-        while start < self.tasks.len() {
-            let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
-            let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
-            let xg = SendPtr(x.get().add((n * g.groups + gi) * g.ci_g * ip));
-            team::run(kdim.div_ceil(rb), &|i| {
-                let rows = i * rb..((i + 1) * rb).min(kdim);
-                // SAFETY: each task writes its own rows of the shared matrix.
-                Simd::for_cost(1).run_narrow(
-                    #[inline(always)]
-                    || unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) },
-                );
-            });
-            let tasks = &self.tasks[start..end];
-            team::run(tasks.len(), &|j| {
-                let t = tasks[j];
-                let yg = y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op);
-                let wg = w.get().add((gi * g.co_g + t.o0) * kdim);
-                // SAFETY: each task writes its own output channels; the matrix is read only.
-                unsafe {
-                    T::gemm(
-                        t.o1 - t.o0,
-                        op,
-                        kdim,
-                        yg,
-                        op as isize,
-                        1,
-                        false,
-                        wg,
-                        kdim as isize,
-                        1,
-                        col.get(),
-                        op as isize,
-                        1,
-                        T::ONE,
-                        T::ONE,
-                    )
-                };
-            });
-            start = end;
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The weight gradient of the implicit-GEMM convolution ([`super::conv_implicit`])
+//! The weight gradient of the implicit-GEMM convolution ([`super::implicit`])
 //! on AVX2 + FMA: `dw[o][k] = Σ_p dy[o][p] · col[k][p]` over the positions
 //! `p` of the batch, without an im2col matrix.
 //!
@@ -15,14 +15,12 @@
 //! few, blocks of input channels; each weight is summed in an order fixed at
 //! build time, whatever the thread count.
 
-use super::conv::{ConvKernel, Method, Pass, Task};
 #[cfg(target_arch = "x86_64")]
-use super::conv_gemm_avx2::tile;
-use super::conv_gemm_avx2::{MR, NR};
-use super::conv_implicit::Implicit;
-use super::conv_layout::{ConvElem, Geo2};
-use super::spec::BuildResult;
-use crate::kernel::KernelSpec;
+use super::gemm::tile;
+use super::gemm::{MR, NR};
+use super::implicit::Implicit;
+use super::layout::ConvElem;
+use super::{ConvKernel, Cut, Io, PlanCx, Task};
 
 /// Positions per packed block, at most.
 const NCW: usize = 256;
@@ -184,7 +182,7 @@ unsafe fn transpose_panels(src: *const f32, nc: usize, kb: usize, dst: *mut f32)
 /// result holds element `j` of every row.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+pub(super) unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
     let t0 = _mm256_unpacklo_ps(r[0], r[1]);
     let t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -219,17 +217,8 @@ impl<T: ConvElem> ConvKernel<T> {
     /// positions, group, block of input channels), chunks first (each reads
     /// its share of `x` and `dy` once), channel blocks where the positions
     /// are too few for chunks of [`MIN_CHUNK`].
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn plan_implicit_weights(
-        spec: &KernelSpec<'_>,
-        g: Geo2,
-        pos: [usize; 3],
-        macs: usize,
-        out_len: usize,
-        im: Implicit,
-        parallel: bool,
-        want: usize,
-    ) -> BuildResult {
+    pub(super) fn cut_implicit_weights(cx: &PlanCx<'_, '_>, im: &Implicit) -> Cut {
+        let (g, parallel, want) = (&cx.g, cx.parallel, cx.want);
         let p = g.n * g.op();
         let per_group = if parallel { want.div_ceil(g.groups) } else { 1 };
         let chunks = per_group.min(p / MIN_CHUNK).max(1);
@@ -246,32 +235,16 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
         }
-        let scratch = im.wgrad_scratch_len();
-        let mut k = Self::finish(
-            spec,
-            g,
-            Pass::Weights,
-            Method::Implicit,
-            None,
-            tasks,
-            bounds,
-            pos,
-            parallel,
-            macs,
-            out_len,
-            scratch,
-        )?;
-        k.implicit = Some(im);
-        Ok(k)
+        Cut { tasks, chunks: bounds, scratch: im.wgrad_scratch_len() }
     }
 
-    /// Runs task `t` of the implicit weight gradient into `dw` (the weights
-    /// or chunk `t.n`'s partial), with the scratch `col`.
+    /// Runs task `t` of the implicit weight gradient `im` into `io.wpart`
+    /// (the weights or chunk `t.n`'s partial), with the scratch `io.col`.
     ///
     /// # Safety
     /// As [`Implicit::run_weights`]; `T` is f32 (see [`ConvKernel::implicit_plan`]).
-    pub(super) unsafe fn implicit_weights_task(&self, t: Task, x: *mut T, y: *mut T, col: *mut T, dw: *mut T) {
-        let Some(im) = self.implicit.as_ref() else { return };
+    pub(super) unsafe fn implicit_weights_task(&self, im: &Implicit, t: Task, io: Io<T>) {
+        let Io { x, y, col, wpart: dw, .. } = io;
         let span = self.chunks[t.n]..self.chunks[t.n + 1];
         #[cfg(target_arch = "x86_64")]
         im.run_weights(t, span, x as *const f32, y as *const f32, dw as *mut f32, col as *mut f32);
@@ -282,10 +255,10 @@ impl<T: ConvElem> ConvKernel<T> {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use super::super::conv::Task;
-    use super::super::conv_tests::{inputs, Case, Inputs};
-    use super::super::par::Simd;
-    use super::super::testutil::assert_close;
+    use super::super::super::par::Simd;
+    use super::super::super::testutil::assert_close;
+    use super::super::tests::{inputs, Case, Inputs};
+    use super::super::Task;
     use super::Implicit;
 
     /// Weight-gradient cases: partial tiles of channels and of steps of `k`,

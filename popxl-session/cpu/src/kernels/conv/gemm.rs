@@ -1,4 +1,4 @@
-//! The register tile of the implicit-GEMM convolution ([`super::conv_implicit`])
+//! The register tile of the implicit-GEMM convolution ([`super::implicit`])
 //! on AVX2 + FMA: `C[6 × 16] (+)= Σ_k a[k] ⊗ b[k]` over packed panels, the
 //! 6 × 16 shape of BLIS's Haswell kernel. Twelve accumulators of 8 lanes,
 //! two vector loads of `b` and six broadcasts of `a` per `k`: 12 FMAs for 8

@@ -4,8 +4,8 @@
 
 use popart_ir::{AttrValue, Attributes, DataType};
 
-use super::conv_layout::Geo2;
-use super::testutil::{assert_close, infer, run_with_outputs, t, Rng};
+use super::super::testutil::{assert_close, infer, run_with_outputs, t, Rng};
+use super::layout::Geo2;
 
 /// (n, groups, ci_g, co_g, h, w, kh, kw, pads [t, l, b, r], dilations).
 pub(crate) type Case = (usize, usize, usize, usize, usize, usize, usize, usize, [usize; 4], [usize; 2]);
@@ -118,3 +118,6 @@ pub(crate) fn inputs(c: Case, s: usize, seed: u64) -> Inputs {
     let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
     Inputs { g, want, x: f(&xv), w: f(&wv), dy: f(&dyv) }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod implicit;

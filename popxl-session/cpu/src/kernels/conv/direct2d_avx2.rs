@@ -1,8 +1,8 @@
-//! The AVX2 + FMA tier of the blocked direct convolution ([`super::conv_direct`]),
+//! The AVX2 + FMA tier of the blocked direct convolution ([`super::direct2d`]),
 //! for CPUs without AVX-512 (AMD Zen 2/3, Intel before Skylake-SP).
 //!
 //! It runs depthwise convolutions (one input and one output channel per
-//! group, see `conv_direct::suits`): the same padded planes, output grids and
+//! group, see `direct2d::suits`): the same padded planes, output grids and
 //! summation order as the AVX-512 tier (each output is `Σ_taps` in the same
 //! order, one fused multiply-add per term), so both tiers give the same
 //! forward and data-gradient values. A register tile is [`PB`] accumulators of
@@ -11,7 +11,7 @@
 
 #![cfg(target_arch = "x86_64")]
 
-use super::conv_direct::Blocked;
+use super::direct2d::Blocked;
 
 /// Lanes of one `ymm` vector.
 const LANES: usize = 8;

@@ -1,7 +1,7 @@
 //! The direct 3-d convolution of float32 on AVX-512: the forward pass of any
 //! stride, the stride-1 data gradient (the forward convolution of `dy` with
-//! the flipped, transposed weights, as in `conv_direct`) and the weight
-//! gradient, without the 2-d "virtual images" of `conv_nd`.
+//! the flipped, transposed weights, as in `direct2d`) and the weight
+//! gradient, without the 2-d "virtual images" of `nd`.
 //!
 //! **Layout.** An input channel's depth slices are copied, zero-padded, into
 //! *phase planes*: for strides `(sh, sw)`, slice `s` holds `sh · sw` planes of
@@ -12,10 +12,13 @@
 //! strided 3-d convolution is a stride-1 sweep over the grid with 3-d taps
 //! (the columns `ow..wp` of the grid are discarded).
 //!
-//! **Forward** (and stride-1 data gradient): tasks are (image, group, output
-//! depth, block of output channels). A task copies a level-2-sized block of
-//! input channels' slices for its output depth and runs the register tile of
-//! `conv_direct` (3 vectors of 16 grid positions × 8 output channels) over
+//! **Forward** (and stride-1 data gradient, whose weights each run first
+//! copies flipped and transposed into the forward layout, so that its
+//! broadcasts read contiguous rows as the forward pass's do): tasks are (image, group, output
+//! depth, block of output channels; up to 4 consecutive depths for fewer than
+//! 16 input channels). A task copies a level-2-sized block of
+//! input channels' slices for its output depths and runs the register tile of
+//! `direct2d` (3 vectors of 16 grid positions × 8 output channels) over
 //! every channel of the block and every tap whose depth is inside the input
 //! (taps reading depth padding are skipped, not multiplied by zeros),
 //! accumulating in the output grids, then copies the grids' rows to `y`.
@@ -26,8 +29,9 @@
 //! `dy` transposed (positions × channels), and runs a tile of 6 rows of `k`
 //! × 4 vectors of 16 output channels: per position, 4 vector loads of `dy`
 //! and 6 broadcasts of `x` feed 24 FMAs, the accumulators kept in a
-//! transposed `dw` of the task's rows (written to `dw` at the end), swept
-//! over the positions a level-2-sized block of rows at a time. Layers of few
+//! transposed `dw` of the task's rows (written to `dw` at the end); each
+//! block of positions is transposed once (8 × 8 blocks in registers) and
+//! swept by every row of the task. Layers of few
 //! rows (a stem) split chunks of output depths over the batch instead, each
 //! into its own partial `dw`, added in chunk order at the end.
 //!
@@ -39,14 +43,16 @@ use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::conv::ConvGeometry;
 
-use super::conv::{scratch_slot, Pass};
+use super::super::par::{par_split, Simd, PAR_MIN_ELEMS};
+use super::super::ptr::{slice_mut, SendPtr};
+use super::super::spec::SpecExt;
 #[cfg(target_arch = "x86_64")]
-use super::conv_direct::tile_dispatch;
-use super::conv_direct::{Sweep, LANES, PB, RB};
-use super::conv_layout::copy_row;
-use super::par::Simd;
-use super::ptr::{slice_mut, SendPtr};
-use super::spec::SpecExt;
+use super::direct2d::{tile_dispatch, TileAt};
+use super::direct2d::{Sweep, LANES, PB, RB};
+#[cfg(target_arch = "x86_64")]
+use super::implicit_wgrad::transpose8;
+use super::layout::copy_row;
+use super::{scratch_slots, Pass};
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
 
@@ -54,6 +60,8 @@ use crate::team;
 const L2_ELEMS: usize = 1 << 18;
 /// Multiply-adds below which a convolution runs on the calling thread only.
 const PAR_MIN_MACS: usize = 1 << 18;
+/// Input channels below which forward tasks take several output depths.
+const MIN_CIN_SHARE: usize = 16;
 /// Rows of `k` per weight-gradient tile.
 const WT: usize = 6;
 /// Vectors of 16 output channels per weight-gradient tile.
@@ -61,8 +69,6 @@ const WR: usize = 4;
 /// Bytes of packed `dy` a weight-gradient tile sweeps per block of positions
 /// (stays in the level-1 cache with the rows of `x` it reads).
 const WBLOCK_BYTES: usize = 24 << 10;
-/// Bytes of the transposed dw summed over a whole image at a time (level-2 resident).
-const DWT_BYTES: usize = 512 << 10;
 /// Rows of `k` per task below which a weight gradient splits output depths instead.
 const MIN_ROWS: usize = 256;
 
@@ -83,7 +89,9 @@ struct Geo3 {
     /// Weight strides between output channels and between input channels.
     wr: usize,
     wc: usize,
-    /// Taps read reversed (a data gradient).
+    /// The weights are the data gradient's (`[C_out, C_in / group, taps]` of the
+    /// convolution, this geometry's output channels second): each run copies
+    /// them flipped and transposed into this geometry's `[cout, cin, taps]`.
     flip: bool,
 }
 
@@ -196,6 +204,9 @@ pub(super) struct Direct3d {
     /// Weight gradient: chunks of output depths, and the partial dw of chunks 1...
     chunks: usize,
     partials: Mutex<Vec<f32>>,
+    /// Data gradient: the weights flipped and transposed (see [`Geo3::flip`];
+    /// empty for the other passes), rewritten at every run.
+    wflip: Mutex<Vec<f32>>,
     scratch: Vec<Arc<Mutex<Vec<u64>>>>,
 }
 
@@ -234,7 +245,7 @@ fn select(geo: &ConvGeometry, pass: Pass) -> Option<Geo3> {
                 return None;
             }
             let p = [0, 1, 2].map(|i| ((k[i] - 1) * d[i]) as isize - base.p[i]);
-            Geo3 { cin: co, cout: ci, inp: base.out, out: base.inp, p, wr: kk, wc: ci * kk, flip: true, ..base }
+            Geo3 { cin: co, cout: ci, inp: base.out, out: base.inp, p, wr: co * kk, wc: kk, flip: true, ..base }
         }
     };
     let fits = match pass {
@@ -276,6 +287,7 @@ impl Direct3d {
             co16: 0,
             chunks: 1,
             partials: Mutex::new(Vec::new()),
+            wflip: Mutex::new(Vec::new()),
             scratch: Vec::new(),
         };
         let words = if pass == Pass::Weights { k3.plan_weights(want) } else { k3.plan_forward(want) };
@@ -283,19 +295,11 @@ impl Direct3d {
         let partials = popart_ir::size::try_zeroed_vec::<f32>((k3.chunks - 1) * wlen, "conv partials")
             .map_err(|_| spec.error("cannot allocate the convolution weight-gradient partials"))?;
         k3.partials = Mutex::new(partials);
+        let wflip = popart_ir::size::try_zeroed_vec::<f32>(if k3.g.flip { wlen } else { 0 }, "flipped conv weights")
+            .map_err(|_| spec.error("cannot allocate the convolution's flipped weights"))?;
+        k3.wflip = Mutex::new(wflip);
         let slots = if parallel { threads.min(k3.tasks.len()).max(1) } else { 1 };
-        for p in 0..slots {
-            let slot = scratch_slot(p);
-            {
-                let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
-                if v.len() < words {
-                    let extra = words - v.len();
-                    v.try_reserve_exact(extra).map_err(|_| spec.error("cannot allocate the convolution scratch"))?;
-                    v.resize(words, 0);
-                }
-            }
-            k3.scratch.push(slot);
-        }
+        k3.scratch = scratch_slots(spec, slots, words)?;
         Ok(Some(Box::new(k3)))
     }
 
@@ -321,7 +325,7 @@ impl Direct3d {
                         for (j, &hw) in l.hw.iter().enumerate() {
                             taps.push(kd * g.d[0] * l.slice + hw);
                             let t = kd * khw + j;
-                            woff.push(if g.flip { g.kk() - 1 - t } else { t });
+                            woff.push(t);
                         }
                     }
                     ranges.push((lo, hi));
@@ -332,23 +336,28 @@ impl Direct3d {
             self.set_of.push(at);
         }
         self.sets = sets;
-        // One output depth per task: its slices, every channel's grids.
-        let ns = (g.k[0] - 1) * g.d[0] + 1;
+        // One output depth per task (its slices, every channel's grids), or
+        // for few input channels (a stem), where padding the slices costs as
+        // much as a fair share of the multiply-adds, up to 4 consecutive
+        // depths, which pad the slices they share once, while tasks remain
+        // for twice the team.
+        let per = (g.n * g.groups * g.out[0]).max(1);
+        let depths = if g.cin < MIN_CIN_SHARE { (per / (2 * want)).clamp(1, 4) } else { 1 };
+        let ns = (depths - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
         let plane = ((ns - 1) * l.slice + l.slice.max(l.ext + l.max_hw())).next_multiple_of(LANES);
         let cb = (L2_ELEMS / plane).clamp(1, g.cin);
         let cb = g.cin.div_ceil(g.cin.div_ceil(cb));
-        let per = (g.n * g.groups * g.out[0]).max(1);
         let split = want.div_ceil(per);
         let ob = g.cout.div_ceil(split).next_multiple_of(RB).min(g.cout.next_multiple_of(RB));
         for n in 0..g.n {
             for gi in 0..g.groups {
-                for od in 0..g.out[0] {
+                for od in (0..g.out[0]).step_by(depths) {
                     for o0 in (0..g.cout).step_by(ob) {
                         let t = Task3 {
                             n,
                             g: gi,
                             d0: od,
-                            d1: od + 1,
+                            d1: (od + depths).min(g.out[0]),
                             o0,
                             o1: (o0 + ob).min(g.cout),
                             k0: 0,
@@ -361,7 +370,7 @@ impl Direct3d {
             }
         }
         (self.cb, self.plane) = (cb, plane);
-        (cb * plane + ob * l.ext).div_ceil(2)
+        (cb * plane + depths * ob * l.ext).div_ceil(2)
     }
 
     /// Cuts the weight-gradient tasks; returns the scratch words of a task.
@@ -442,6 +451,15 @@ impl Direct3d {
                             let drow = ph.add(r * l.wp + lo);
                             if sw == 1 {
                                 copy_row(srow, drow, hi - lo);
+                            } else if sw == 2 {
+                                // Even elements, as slices the loop vectorizes.
+                                let len = hi - lo;
+                                let src = std::slice::from_raw_parts(srow, 2 * len - 1);
+                                let (head, last) = std::slice::from_raw_parts_mut(drow, len).split_at_mut(len - 1);
+                                for (d, pair) in head.iter_mut().zip(src.chunks_exact(2)) {
+                                    *d = pair[0];
+                                }
+                                last[0] = src[2 * (len - 1)];
                             } else {
                                 for j in 0..hi - lo {
                                     *drow.add(j) = *srow.add(j * sw);
@@ -483,7 +501,12 @@ impl Direct3d {
                     while v < l.nv {
                         let p = PB.min(l.nv - v);
                         #[cfg(target_arch = "x86_64")]
-                        tile_dispatch(p, r, &sweep, cn, c0 > 0, xb.add(v * LANES), wb, eb.add(v * LANES));
+                        tile_dispatch(
+                            p,
+                            r,
+                            &sweep,
+                            TileAt { x: xb.add(v * LANES), w: wb, e: eb.add(v * LANES), cin: cn, add: c0 > 0 },
+                        );
                         #[cfg(not(target_arch = "x86_64"))]
                         let _ = (r, wb, eb, &sweep);
                         v += p;
@@ -523,9 +546,6 @@ impl Direct3d {
         std::ptr::write_bytes(dwt, 0, rows * co16);
         std::ptr::write_bytes(dyt, 0, wb * co16);
         let [od_all, oh, ow] = g.out;
-        // Rows of the task's dw summed over a run of depths at a time: a block
-        // of the transposed dw that stays in the level-2 cache.
-        let rchunk = (DWT_BYTES / 4 / co16).max(WT) / WT * WT;
         let mut u = t.d0;
         while u < t.d1 {
             // A run of output depths a..b of image n.
@@ -537,53 +557,40 @@ impl Direct3d {
             let ns = (b - a - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
             self.pad(xi, chans, a * g.s[0], ns, plane, xp);
             let (q_lo, q_hi) = (a * oh * ow, b * oh * ow);
-            for rc in (0..rows).step_by(rchunk) {
-                let rc_end = (rc + rchunk).min(rows);
-                let (mut od, mut oy, mut ox) = (0, 0, 0);
-                for q0 in (q_lo..q_hi).step_by(wb) {
-                    let np = wb.min(q_hi - q0);
-                    for p in 0..np {
-                        *posv.add(p) = od * g.s[0] * l.slice + oy * l.wp + ox;
-                        ox += 1;
-                        if ox == ow {
-                            ox = 0;
-                            oy += 1;
-                            if oy == oh {
-                                oy = 0;
-                                od += 1;
-                            }
+            let (mut od, mut oy, mut ox) = (0, 0, 0);
+            for q0 in (q_lo..q_hi).step_by(wb) {
+                let np = wb.min(q_hi - q0);
+                for p in 0..np {
+                    *posv.add(p) = od * g.s[0] * l.slice + oy * l.wp + ox;
+                    ox += 1;
+                    if ox == ow {
+                        ox = 0;
+                        oy += 1;
+                        if oy == oh {
+                            oy = 0;
+                            od += 1;
                         }
                     }
-                    // dy transposed, in blocks of WR vectors of channels
-                    // (positions × up to 64 channels each, contiguous).
-                    for ob in (0..co16).step_by(WR * LANES) {
-                        let width = (co16 - ob).min(WR * LANES);
-                        let blk = dyt.add(ob * wb);
-                        for o in ob..(ob + width).min(g.cout) {
-                            let src = yi.add(o * ovol + q0);
-                            for p in 0..np {
-                                *blk.add(p * width + o - ob) = *src.add(p);
-                            }
-                        }
-                    }
-                    for ob in (0..co16).step_by(WR * LANES) {
-                        let width = (co16 - ob).min(WR * LANES);
-                        for r0 in (rc..rc_end).step_by(WT) {
-                            let tr = WT.min(rc_end - r0);
-                            #[cfg(target_arch = "x86_64")]
-                            wtile_dispatch(
-                                tr,
-                                width / LANES,
-                                xp,
-                                &t.offs[r0..r0 + tr],
-                                posv,
-                                np,
-                                (dyt.add(ob * wb), width),
-                                (dwt.add(r0 * co16 + ob), co16),
-                            );
-                            #[cfg(not(target_arch = "x86_64"))]
-                            let _ = (tr, width, r0);
-                        }
+                }
+                // dy transposed once per block of positions, in blocks of WR
+                // vectors of channels (positions × up to 64 channels each,
+                // contiguous), then every row of the task's dw over it.
+                #[cfg(target_arch = "x86_64")]
+                transpose_dy(yi.add(q0), ovol, g.cout, co16, np, wb, dyt);
+                for ob in (0..co16).step_by(WR * LANES) {
+                    let width = (co16 - ob).min(WR * LANES);
+                    for r0 in (0..rows).step_by(WT) {
+                        let tr = WT.min(rows - r0);
+                        #[cfg(target_arch = "x86_64")]
+                        wtile_dispatch(
+                            tr,
+                            width / LANES,
+                            KRows { xp, offs: &t.offs[r0..r0 + tr], pos: posv, np },
+                            (dyt.add(ob * wb), width),
+                            (dwt.add(r0 * co16 + ob), co16),
+                        );
+                        #[cfg(not(target_arch = "x86_64"))]
+                        let _ = (tr, width, r0);
                     }
                 }
             }
@@ -597,18 +604,51 @@ impl Direct3d {
     }
 }
 
+impl Direct3d {
+    /// Copies the data gradient's weights `w` into `dst` flipped and
+    /// transposed: `dst[g · cout + o][c][t] = w[g · cin + c][o][taps − 1 − t]`,
+    /// rows split over the team.
+    ///
+    /// # Safety
+    /// `w` holds the weights, `dst` as many elements.
+    unsafe fn flip_weights(&self, w: *const f32, dst: SendPtr<f32>) {
+        let g = &self.g;
+        let kk = g.kk();
+        let src = SendPtr(w as *mut f32);
+        par_split(g.groups * g.cout, PAR_MIN_ELEMS.div_ceil(g.cin * kk), 1, move |range| {
+            for row in range {
+                let (gi, o) = (row / g.cout, row % g.cout);
+                for c in 0..g.cin {
+                    // SAFETY: row `row` of `dst` is this piece's own; `w` is read only.
+                    unsafe {
+                        let s = src.get().add(((gi * g.cin + c) * g.cout + o) * kk);
+                        let d = dst.get().add((row * g.cin + c) * kk);
+                        for t in 0..kk {
+                            *d.add(kk - 1 - t) = *s.add(t);
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
 impl Kernel for Direct3d {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let out = match self.pass {
-            Pass::Forward => 2,
-            Pass::Data => 0,
-            Pass::Weights => 1,
-        };
+        let out = self.pass.out_role();
         let ptr = |role: usize| {
             SendPtr(if role == out { args.outputs[0] as *mut f32 } else { args.inputs[self.pos[role]] as *mut f32 })
         };
         let (x, w, y) = (ptr(0), ptr(1), ptr(2));
         let wlen = self.g.groups * self.g.cout * self.g.cin * self.g.kk();
+        let mut wflip = self.wflip.lock().unwrap_or_else(|e| e.into_inner());
+        // The data gradient reads its weights flipped and transposed.
+        let wr = if self.g.flip {
+            self.flip_weights(w.get(), SendPtr(wflip.as_mut_ptr()));
+            SendPtr(wflip.as_mut_ptr())
+        } else {
+            w
+        };
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         let parts = SendPtr(partials.as_mut_ptr());
         let wpart = |chunk: usize| if chunk == 0 { w.get() } else { parts.get().add((chunk - 1) * wlen) };
@@ -624,8 +664,8 @@ impl Kernel for Direct3d {
                     #[inline(always)]
                     || unsafe {
                         match self.pass {
-                            Pass::Forward => self.forward_task(t, x.get(), w.get(), y.get(), s.get() as *mut f32),
-                            Pass::Data => self.forward_task(t, y.get(), w.get(), x.get(), s.get() as *mut f32),
+                            Pass::Forward => self.forward_task(t, x.get(), wr.get(), y.get(), s.get() as *mut f32),
+                            Pass::Data => self.forward_task(t, y.get(), wr.get(), x.get(), s.get() as *mut f32),
                             Pass::Weights => self.weights_task(t, x.get(), y.get(), wpart(t.n), s.get()),
                         }
                     },
@@ -648,22 +688,62 @@ impl Kernel for Direct3d {
     }
 }
 
+/// Writes `dy[o][p]` (channel `o < cout` at `dy + o · ovol`, positions
+/// `p < np`) transposed into `dyt`: blocks of up to `WR · 16` channels
+/// (`co16` in all), block `ob` at `dyt + ob · wb` holding `np` rows of its
+/// channels; 8 × 8 blocks transposed in registers, channels past `cout` zero.
+///
+/// # Safety
+/// The CPU has AVX2; `dy` valid for those reads, `dyt` for `co16 · wb` writes; `np ≤ wb`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_dy(dy: *const f32, ovol: usize, cout: usize, co16: usize, np: usize, wb: usize, dyt: *mut f32) {
+    use std::arch::x86_64::*;
+    let full = np / 8 * 8;
+    for ob in (0..co16).step_by(WR * LANES) {
+        let width = (co16 - ob).min(WR * LANES);
+        let blk = dyt.add(ob * wb);
+        for o8 in (ob..ob + width).step_by(8) {
+            let d = blk.add(o8 - ob);
+            for p8 in (0..full).step_by(8) {
+                let r: [__m256; 8] = std::array::from_fn(|i| {
+                    if o8 + i < cout {
+                        _mm256_loadu_ps(dy.add((o8 + i) * ovol + p8))
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                let c = transpose8(r);
+                for (j, v) in c.iter().enumerate() {
+                    _mm256_storeu_ps(d.add((p8 + j) * width), *v);
+                }
+            }
+            for p in full..np {
+                for i in 0..8 {
+                    *d.add(p * width + i) = if o8 + i < cout { *dy.add((o8 + i) * ovol + p) } else { 0.0 };
+                }
+            }
+        }
+    }
+}
+
+/// The rows of `k` a weight-gradient tile reads: the padded channels `xp`,
+/// each row's offset in them, and the grid offsets of the `np` positions.
+#[derive(Clone, Copy)]
+struct KRows<'a> {
+    xp: *const f32,
+    offs: &'a [usize],
+    pos: *const usize,
+    np: usize,
+}
+
 /// Runs the `t × r` weight-gradient tile (`t ≤ WT`, `r ≤ WR`) with const sizes.
 ///
 /// # Safety
 /// As [`wtile`].
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn wtile_dispatch(
-    t: usize,
-    r: usize,
-    xp: *const f32,
-    offs: &[usize],
-    pos: *const usize,
-    np: usize,
-    dyt: (*const f32, usize),
-    acc: (*mut f32, usize),
-) {
+unsafe fn wtile_dispatch(t: usize, r: usize, rows: KRows<'_>, dyt: (*const f32, usize), acc: (*mut f32, usize)) {
+    let KRows { xp, offs, pos, np } = rows;
     macro_rules! rs {
         ($t:literal) => {
             match r {
@@ -736,10 +816,10 @@ mod tests {
     use popart_ir::ops::conv::conv_geometry;
     use popart_ir::DataType;
 
-    use super::super::conv::Pass;
-    use super::super::conv_nd::tests::{case, check, Case};
-    use super::super::par::Simd;
-    use super::super::testutil::{infer, run_with_outputs, t, Rng};
+    use super::super::super::par::Simd;
+    use super::super::super::testutil::{infer, run_with_outputs, t, Rng};
+    use super::super::nd::tests::{case, check, Case};
+    use super::super::Pass;
     use super::select;
     use crate::team;
 
@@ -765,7 +845,7 @@ mod tests {
         let mut c = case(1, 1, 6, 16, &[4, 6, 5], &[2, 3, 2]);
         (c.d, c.p) = (vec![2, 1, 2], vec![3, 0, 2, 1, 2, 0]);
         cases.push((c, [true, true, true]));
-        // Strides 2 and 3 (phase planes; the data gradient keeps conv_nd), groups.
+        // Strides 2 and 3 (phase planes; the data gradient keeps nd), groups.
         let mut c = case(2, 2, 4, 17, &[7, 9, 8], &[3, 3, 3]);
         (c.s, c.p) = (vec![2, 2, 2], vec![1, 1, 1, 1, 0, 1]);
         cases.push((c, [true, false, true]));
@@ -779,6 +859,11 @@ mod tests {
         let mut c = case(1, 3, 4, 16, &[3, 6, 6], &[1, 3, 3]);
         c.p = vec![0, 1, 1, 0, 1, 1];
         cases.push((c, [true, true, true]));
+        // A stem of many output depths: forward tasks of several depths
+        // (the last one shorter).
+        let mut c = case(2, 1, 3, 16, &[13, 9, 10], &[3, 3, 3]);
+        (c.s, c.p) = (vec![1, 2, 2], vec![1; 6]);
+        cases.push((c, [true, false, true]));
         // Few output channels: forward and data only where the tiles fit.
         cases.push((case(2, 1, 8, 4, &[4, 5, 6], &[3, 3, 3]), [true, true, false]));
         // Large enough to run on the team, input channels in several blocks,

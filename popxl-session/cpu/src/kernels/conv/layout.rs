@@ -12,7 +12,8 @@ use std::ops::{AddAssign, Mul, Range};
 
 use popart_ir::ops::conv::ConvGeometry;
 
-use super::matmul::MatElem;
+use super::super::matmul::MatElem;
+use super::{ConvKernel, Io, Pass, Task};
 
 /// Element types of the convolution kernels (f32, f64).
 pub(crate) trait ConvElem: MatElem + AddAssign + Mul<Output = Self> + Default {}
@@ -572,6 +573,79 @@ impl Padded {
                     acc += p;
                 }
                 *dw.add(ki * g.kw + kj) += acc;
+            }
+        }
+    }
+}
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// Runs a task of the direct method (through the padded plane `padded`
+    /// when there is one) with the scratch `io.col` (inlined into
+    /// [`ConvKernel::task`], so it compiles inside the SIMD tier's build).
+    ///
+    /// # Safety
+    /// `io` holds the whole tensors and a scratch of the plan's size; tasks
+    /// write disjoint planes.
+    #[inline(always)]
+    pub(super) unsafe fn direct_task(&self, t: Task, padded: Option<Padded>, io: Io<T>) {
+        let Io { x, w, y, col, .. } = io;
+        let g = &self.geo;
+        let (kk, ip, op) = (g.kk(), g.ip(), g.op());
+        // Output channel o (of all groups) reads input channel o / co_g.
+        let y_plane = |n: usize, o: usize| y.add((n * g.groups * g.co_g + o) * op);
+        let (xp, ext) = match padded {
+            Some(p) => (col, col.add(p.plane_len(g))),
+            None => (col, col),
+        };
+        match self.pass {
+            Pass::Forward => {
+                let (n, c) = (t.n, t.g);
+                let xi = x.add((n * g.groups + c) * ip);
+                if let Some(p) = padded {
+                    p.pad(g, xi, xp);
+                }
+                for o in c * g.co_g..(c + 1) * g.co_g {
+                    match padded {
+                        Some(p) => p.fwd(g, xp, w.add(o * kk), ext, y_plane(n, o)),
+                        None => direct_fwd_plane(g, xi, w.add(o * kk), y_plane(n, o)),
+                    }
+                }
+            }
+            Pass::Data => {
+                let (n, c) = (t.n, t.g);
+                let dx = x.add((n * g.groups + c) * ip);
+                match padded {
+                    Some(p) => std::ptr::write_bytes(xp, 0, p.plane_len(g)),
+                    None => std::ptr::write_bytes(dx, 0, ip),
+                }
+                for o in c * g.co_g..(c + 1) * g.co_g {
+                    match padded {
+                        Some(p) => {
+                            p.spread(g, y_plane(n, o), ext);
+                            p.data_grad(g, ext, w.add(o * kk), xp);
+                        }
+                        None => direct_data_grad_plane(g, y_plane(n, o), w.add(o * kk), dx),
+                    }
+                }
+                if let Some(p) = padded {
+                    p.crop(g, xp, dx);
+                }
+            }
+            Pass::Weights => {
+                let o = t.g;
+                let dw = w.add(o * kk);
+                std::ptr::write_bytes(dw, 0, kk);
+                for n in 0..g.n {
+                    let xi = x.add((n * g.groups + o / g.co_g) * ip);
+                    match padded {
+                        Some(p) => {
+                            p.pad(g, xi, xp);
+                            p.spread(g, y_plane(n, o), ext);
+                            p.weight_grad(g, ext, xp, dw);
+                        }
+                        None => direct_weight_grad_plane(g, y_plane(n, o), xi, dw),
+                    }
+                }
             }
         }
     }

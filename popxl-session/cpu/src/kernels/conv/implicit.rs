@@ -1,6 +1,6 @@
 //! Implicit-GEMM convolution of float32 on AVX2 + FMA: forward passes of row
 //! stride 1 or 2, and stride-1 data gradients as the forward convolution of
-//! `dy` with the flipped, transposed weights (see `conv_data_forward`),
+//! `dy` with the flipped, transposed weights (see `data_forward`),
 //! without writing an im2col matrix or a flipped copy of the weights.
 //!
 //! The product `y[o][p] = Σ_k w[o][k] · col[k][p]` (`k` = input channel and
@@ -10,7 +10,7 @@
 //! and transposed for the data gradient); then, for each block of [`NC`]
 //! positions and of [`KC`] steps of `k` (whole input channels), it packs the
 //! positions into panels of `NR` columns and runs the 6 × 16 register tile
-//! of [`super::conv_gemm_avx2`] over every pair of panels. Packing the
+//! of [`super::gemm`] over every pair of panels. Packing the
 //! positions *is* the im2col: per panel and tap, the panel's columns are a
 //! few runs along one input row, read for every input channel by masked
 //! loads (zeros where a tap reads padding; stride 2 keeps the even elements;
@@ -21,22 +21,20 @@
 //!
 //! A data gradient of fewer than [`MIN_POSITIONS`] positions runs
 //! transposed ([`Implicit::trans`]). Weight gradients reuse the packing of
-//! the positions, transposed (`conv_implicit_wgrad`).
+//! the positions, transposed (`implicit_wgrad`).
 //!
 //! Every output is summed over `k` in the same order whatever the task split,
 //! so results do not depend on the thread count.
 
 use std::any::TypeId;
 
-use super::conv::{ConvKernel, Method, Pass, Task};
-use super::conv_data_forward::forward_geometry;
+use super::super::par::Simd;
+use super::data_forward::forward_geometry;
 #[cfg(target_arch = "x86_64")]
-use super::conv_gemm_avx2::tile;
-use super::conv_gemm_avx2::{MR, NR};
-use super::conv_layout::{ConvElem, Geo2};
-use super::par::Simd;
-use super::spec::BuildResult;
-use crate::kernel::KernelSpec;
+use super::gemm::tile;
+use super::gemm::{MR, NR};
+use super::layout::{ConvElem, Geo2};
+use super::{ConvKernel, Cut, Io, Pass, PlanCx, Task};
 
 /// Steps of `k` per packed block, rounded to whole input channels (a
 /// 16-column panel of them is 16 KiB, half the level-1 cache).
@@ -57,7 +55,7 @@ const MIN_K: usize = 16;
 const MIN_BLOCK: usize = 48;
 /// Positions per task below which packing the weights costs too much next
 /// to the multiply-adds each packed weight feeds.
-const MIN_POSITIONS: usize = 128;
+pub(super) const MIN_POSITIONS: usize = 128;
 
 /// The plan of an implicit-GEMM convolution (see the module doc).
 #[derive(Debug)]
@@ -67,12 +65,12 @@ pub(crate) struct Implicit {
     pub(super) f: Geo2,
     /// The weights are the data gradient's: `w[c][o][taps]` read with `c`
     /// as `f`'s input channel, `o` as its output channel, taps reversed.
-    flipped: bool,
+    pub(super) flipped: bool,
     /// Positions are the tile's rows and channels its columns: a data
     /// gradient of few positions (late layers at batch 1), where columns of
     /// 16 positions would be mostly padding. Its weights are read in blocks
     /// of 16 channels' contiguous taps, `dx` is stored through the tile buffer.
-    trans: bool,
+    pub(super) trans: bool,
     /// Input channels per block of `k` (all their taps).
     pub(super) cb: usize,
     /// Output channels whose packed weights (all steps of `k`) a task keeps at a time.
@@ -92,7 +90,7 @@ struct Seg {
 
 impl Implicit {
     /// The implicit plan of pass `pass` over `g`, when the CPU's widest tier
-    /// is AVX2 + FMA (AVX-512 CPUs run `conv_direct`'s tiles and the `gemm`
+    /// is AVX2 + FMA (AVX-512 CPUs run `direct2d`'s tiles and the `gemm`
     /// crate's) and the shape feeds the tile: a forward pass or weight
     /// gradient of at least [`MIN_POSITIONS`] positions (pointwise: planes of
     /// fewer than [`NC`] positions), or a
@@ -103,17 +101,17 @@ impl Implicit {
     }
 
     /// [`Implicit::new`] on a CPU whose widest tier is `tier`.
-    fn for_tier(g: &Geo2, pass: Pass, tier: Simd) -> Option<Self> {
+    pub(super) fn for_tier(g: &Geo2, pass: Pass, tier: Simd) -> Option<Self> {
         if !cfg!(target_arch = "x86_64") || tier != Simd::Avx2 {
             return None;
         }
         let (f, flipped) = match pass {
-            // A pointwise forward pass reads its operand where it lies (`Method::Pointwise`).
+            // A pointwise forward pass reads its operand where it lies (`Plan::Pointwise`).
             Pass::Forward if g.pointwise() => return None,
             Pass::Forward => (g.clone(), false),
             Pass::Data => (Geo2::new(&forward_geometry(g)?)?, true),
-            // Weight gradients (`conv_implicit_wgrad`); pointwise ones of large
-            // planes are one long GEMM per image on the tensors (`Method::Pointwise`).
+            // Weight gradients (`implicit_wgrad`); pointwise ones of large
+            // planes are one long GEMM per image on the tensors (`Plan::Pointwise`).
             Pass::Weights if g.pointwise() && g.op() >= NC => return None,
             Pass::Weights => (g.clone(), false),
         };
@@ -433,7 +431,7 @@ impl Implicit {
     /// elements; tasks write disjoint outputs.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
+    pub(super) unsafe fn run(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
         let f = &self.f;
         let (op, kdim) = (f.op(), f.kdim());
         let xg = x.add(t.g * f.ci_g * f.ip());
@@ -510,7 +508,7 @@ impl Implicit {
     /// As [`Implicit::run`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_trans(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
+    pub(super) unsafe fn run_trans(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
         let f = &self.f;
         let (op, ip, k) = (f.op(), f.ip(), f.kdim());
         let (xs, ys) = (f.groups * f.ci_g * ip, f.groups * f.co_g * op);
@@ -597,20 +595,10 @@ impl<T: ConvElem> ConvKernel<T> {
         Implicit::new(g, pass)
     }
 
-    /// Plans the implicit method: tasks are (group, block of positions of the
-    /// batch, block of output channels), cut so the team has at least `want`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn plan_implicit(
-        spec: &KernelSpec<'_>,
-        g: Geo2,
-        pass: Pass,
-        pos: [usize; 3],
-        macs: usize,
-        out_len: usize,
-        im: Implicit,
-        parallel: bool,
-        want: usize,
-    ) -> BuildResult {
+    /// Cuts the tasks of the implicit method: (group, block of positions of
+    /// the batch, block of output channels), so the team has at least `want`.
+    pub(super) fn cut_implicit(cx: &PlanCx<'_, '_>, im: &Implicit) -> Cut {
+        let (g, parallel, want) = (&cx.g, cx.parallel, cx.want);
         let f = &im.f;
         let (p, m) = (f.n * f.op(), f.co_g);
         let threads = if parallel { want / 2 } else { 1 };
@@ -642,20 +630,15 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
         }
-        let scratch = im.scratch_len();
-        let chunks = vec![0, g.n];
-        let mut k =
-            Self::finish(spec, g, pass, Method::Implicit, None, tasks, chunks, pos, parallel, macs, out_len, scratch)?;
-        k.implicit = Some(im);
-        Ok(k)
+        Cut { tasks, chunks: vec![0, g.n], scratch: im.scratch_len() }
     }
 
-    /// Runs task `t` of the implicit method with the scratch `col`.
+    /// Runs task `t` of the implicit plan `im` with the scratch `io.col`.
     ///
     /// # Safety
     /// As [`Implicit::run`]; `T` is f32 (see [`ConvKernel::implicit_plan`]).
-    pub(super) unsafe fn implicit_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
-        let Some(im) = self.implicit.as_ref() else { return };
+    pub(super) unsafe fn implicit_task(&self, im: &Implicit, t: Task, io: Io<T>) {
+        let Io { x, w, y, col, .. } = io;
         let (src, dst) = if im.flipped { (y, x) } else { (x, y) };
         #[cfg(target_arch = "x86_64")]
         if im.trans {
@@ -667,7 +650,3 @@ impl<T: ConvElem> ConvKernel<T> {
         let _ = (t, src, dst, w, col, im);
     }
 }
-
-#[cfg(all(test, target_arch = "x86_64"))]
-#[path = "conv_implicit_tests.rs"]
-mod tests;

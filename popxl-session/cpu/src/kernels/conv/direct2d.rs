@@ -1,5 +1,5 @@
 //! The direct, register-blocked stride-1 convolution of float32 on AVX-512
-//! (and, through [`super::conv_direct_avx2`], on AVX2 + FMA):
+//! (and, through [`super::direct2d_avx2`], on AVX2 + FMA):
 //! the forward pass and the data gradient (itself a stride-1 convolution of
 //! the output gradient with the flipped, transposed weights), and the weight
 //! gradient of depthwise convolutions.
@@ -25,13 +25,11 @@
 
 use std::any::TypeId;
 
-use super::conv::{ConvKernel, Method, Pass, Task};
+use super::super::par::Simd;
 #[cfg(target_arch = "x86_64")]
-use super::conv_direct_avx2 as avx2;
-use super::conv_layout::{copy_row, ConvElem, Geo2};
-use super::par::Simd;
-use super::spec::BuildResult;
-use crate::kernel::KernelSpec;
+use super::direct2d_avx2 as avx2;
+use super::layout::{copy_row, ConvElem, Geo2};
+use super::{ConvKernel, Cut, Io, Pass, PlanCx, Task};
 
 /// Output channels per register tile.
 pub(crate) const RB: usize = 8;
@@ -212,7 +210,7 @@ impl Blocked {
         }
     }
 
-    /// Output channels `o0..o1` of `nimg` images (at most `imgs`) of one group:
+    /// Output channels `outs` of `nimg` images (at most `imgs`) of one group:
     /// `x` the first image's `cin` input planes, `w` the group's weights, `y`
     /// the first image's `cout` output planes, `scratch` of
     /// [`Blocked::scratch_len`] elements.
@@ -220,17 +218,16 @@ impl Blocked {
     /// # Safety
     /// The CPU must run `self.simd` (AVX-512F, or AVX2 + FMA: see [`available`]); the
     /// pointers valid for the reads and writes above, `y` not overlapping the others.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn run(
         &self,
         x: *const f32,
         nimg: usize,
         w: *const f32,
         y: *mut f32,
-        o0: usize,
-        o1: usize,
+        outs: std::ops::Range<usize>,
         scratch: *mut f32,
     ) {
+        let (o0, o1) = (outs.start, outs.end);
         let (xp, ext) = (scratch, scratch.add(self.cin_block() * self.plane));
         // Only the rows' vectors up to the last image's outputs are needed.
         let used = (self.oh - 1) * self.wp + (nimg - 1) * self.pitch + self.ow;
@@ -256,7 +253,7 @@ impl Blocked {
                     let p = if r == 1 { PB1 } else { PB }.min(nv - v);
                     let (xv, ev) = (xp.add(v * LANES), eb.add(v * LANES));
                     #[cfg(target_arch = "x86_64")]
-                    tile_dispatch(p, r, &self.sweep(), cn, c0 > 0, xv, wb, ev);
+                    tile_dispatch(p, r, &self.sweep(), TileAt { x: xv, w: wb, e: ev, cin: cn, add: c0 > 0 });
                     #[cfg(not(target_arch = "x86_64"))]
                     let _ = (r, cn, xv, wb, ev);
                     v += p;
@@ -329,7 +326,7 @@ pub(crate) fn available() -> bool {
 /// (2 × 6 vectors of 8, the most 16 registers hold without spills) ran at
 /// par with im2col + GEMM on ResNet's 3x3 forward passes and 10-35% slower
 /// on their data gradients on a Zen 2 EPYC, while depthwise passes run 1.7-2x
-/// faster than the plane loops of `Method::Direct`.
+/// faster than the plane loops of `Plan::Direct`.
 fn suits(g: &Geo2) -> bool {
     let dense = g.ci_g * g.co_g >= 16 && Simd::best() >= Simd::Avx512;
     g.sh == 1 && g.sw == 1 && g.kk() > 1 && (dense || depthwise(g))
@@ -359,27 +356,17 @@ impl<T: ConvElem> ConvKernel<T> {
         make(g.n.max(1).div_ceil(g.n.max(1).div_ceil(imgs)))
     }
 
-    /// Plans the blocked method: tasks are (image block, group, block of
+    /// Cuts the tasks of the blocked method: (image block, group, block of
     /// output channels), the blocks cut so the team has at least `want` tasks.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn plan_blocked(
-        spec: &KernelSpec<'_>,
-        g: Geo2,
-        pass: Pass,
-        pos: [usize; 3],
-        macs: usize,
-        out_len: usize,
-        b: Blocked,
-        parallel: bool,
-        want: usize,
-    ) -> BuildResult {
+    pub(super) fn cut_blocked(cx: &PlanCx<'_, '_>, b: &Blocked) -> Cut {
+        let (g, pass, parallel, want) = (&cx.g, cx.pass, cx.parallel, cx.want);
         let per = (g.n.div_ceil(b.imgs) * g.groups).max(1);
         let k = if parallel { want.div_ceil(per) } else { 1 };
         let ob = b.cout.div_ceil(k).next_multiple_of(RB);
         let mut tasks = Vec::new();
         // Depthwise weight gradients: tasks over the whole batch.
         let starts = if pass == Pass::Weights { 0..1 } else { 0..g.n };
-        if depthwise(&g) {
+        if depthwise(g) {
             // Runs `lo..hi` of consecutive channels, so that pieces work on
             // distant memory: planes of neighbouring channels share cache
             // lines, which two pieces writing them in step fought over
@@ -401,26 +388,21 @@ impl<T: ConvElem> ConvKernel<T> {
                 }
             }
         }
-        let scratch = b.scratch_len(ob.min(b.cout));
-        let chunks = vec![0, g.n];
-        let mut k =
-            Self::finish(spec, g, pass, Method::Blocked, None, tasks, chunks, pos, parallel, macs, out_len, scratch)?;
-        k.blocked = Some(b);
-        Ok(k)
+        Cut { tasks, chunks: vec![0, g.n], scratch: b.scratch_len(ob.min(b.cout)) }
     }
 
-    /// Runs task `t` of the blocked method with the scratch `col`.
+    /// Runs task `t` of the blocked plan `b` with the scratch `io.col`.
     ///
     /// # Safety
     /// As [`Blocked::run`]; `T` is f32 (see [`ConvKernel::blocked_plan`]).
-    pub(super) unsafe fn blocked_task(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
+    pub(super) unsafe fn blocked_task(&self, b: &Blocked, t: Task, io: Io<T>) {
         if depthwise(&self.geo) {
-            // A run of channels (see `plan_blocked`), one group each.
+            // A run of channels (see `cut_blocked`), one group each.
             for gi in t.lo..t.hi {
-                self.blocked_group(Task { g: gi, ..t }, x, w, y, col);
+                self.blocked_group(b, Task { g: gi, ..t }, io);
             }
         } else {
-            self.blocked_group(t, x, w, y, col);
+            self.blocked_group(b, t, io);
         }
     }
 
@@ -428,8 +410,8 @@ impl<T: ConvElem> ConvKernel<T> {
     ///
     /// # Safety
     /// As [`Self::blocked_task`].
-    unsafe fn blocked_group(&self, t: Task, x: *mut T, w: *mut T, y: *mut T, col: *mut T) {
-        let Some(b) = self.blocked.as_ref() else { return };
+    unsafe fn blocked_group(&self, b: &Blocked, t: Task, io: Io<T>) {
+        let Io { x, w, y, col, .. } = io;
         let g = &self.geo;
         let xg = x.add((t.n * g.groups + t.g) * g.ci_g * g.ip());
         let yg = y.add((t.n * g.groups + t.g) * g.co_g * g.op());
@@ -443,7 +425,7 @@ impl<T: ConvElem> ConvKernel<T> {
             }
         };
         let nimg = b.imgs.min(g.n - t.n);
-        b.run(src as *const f32, nimg, wg as *const f32, dst as *mut f32, t.o0, t.o1, col as *mut f32);
+        b.run(src as *const f32, nimg, wg as *const f32, dst as *mut f32, t.o0..t.o1, col as *mut f32);
     }
 }
 
@@ -467,22 +449,25 @@ impl Blocked {
     }
 }
 
+/// Where one register tile works: `x` the padded planes at its first grid
+/// position, `w` the weight row of its first output channel, `e` its first
+/// output grid; `cin` input channels, `add`: the grids hold partial sums.
+#[derive(Clone, Copy)]
+pub(super) struct TileAt {
+    pub x: *const f32,
+    pub w: *const f32,
+    pub e: *mut f32,
+    pub cin: usize,
+    pub add: bool,
+}
+
 /// Runs the `p × r` tile (`p ≤ PB`, `r ≤ RB`) with const sizes.
 ///
 /// # Safety
 /// As [`Blocked::run`].
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn tile_dispatch(
-    p: usize,
-    r: usize,
-    b: &Sweep<'_>,
-    cin: usize,
-    add: bool,
-    x: *const f32,
-    w: *const f32,
-    e: *mut f32,
-) {
+pub(super) unsafe fn tile_dispatch(p: usize, r: usize, b: &Sweep<'_>, at: TileAt) {
+    let TileAt { x, w, e, cin, add } = at;
     macro_rules! rs {
         ($p:literal) => {
             match r {
@@ -609,9 +594,9 @@ unsafe fn dots<const K: usize>(b: &Blocked, xp: *const f32, ext: *const f32, t0:
 mod tests {
     use popart_ir::DataType;
 
-    use super::super::conv_tests::{check, inputs, Case, Inputs};
-    use super::super::par::Simd;
-    use super::super::testutil::assert_close;
+    use super::super::super::par::Simd;
+    use super::super::super::testutil::assert_close;
+    use super::super::tests::{check, inputs, Case, Inputs};
     use super::Blocked;
 
     #[test]
@@ -672,8 +657,7 @@ mod tests {
                             b.imgs.min(n - n0),
                             w.as_ptr().add(gi * co_g * g.kdim()),
                             dst.as_mut_ptr().add(at(0, dp)),
-                            0,
-                            b.cout,
+                            0..b.cout,
                             scratch.as_mut_ptr(),
                         );
                     }
@@ -729,7 +713,7 @@ mod tests {
     fn small_plane_data_gradients_match_a_naive_loop() {
         // Batches of small planes: the stride-1 data gradient runs as the
         // forward convolution of dy with flipped, transposed weights
-        // (`conv_data_forward`; float64 always, float32 where the blocked
+        // (`data_forward`; float64 always, float32 where the blocked
         // kernel does not take it), groups, dilation, asymmetric padding,
         // a 1-d-like plane; and padding past the kernel's reach, which keeps
         // the im2col path (as do more output than input channels per group).

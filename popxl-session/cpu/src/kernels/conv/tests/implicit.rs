@@ -1,13 +1,13 @@
-//! Tests of the implicit-GEMM convolution ([`super`]): its plans run
+//! Tests of the implicit-GEMM convolution ([`super::super::implicit`]): its plans run
 //! directly and through the kernel builder, against the f64 loop.
 
 use popart_ir::DataType;
 
-use super::super::conv::{Pass, Task};
-use super::super::conv_tests::{check, inputs, Case, Inputs};
-use super::super::par::Simd;
-use super::super::testutil::assert_close;
-use super::Implicit;
+use super::super::super::par::Simd;
+use super::super::super::testutil::assert_close;
+use super::super::implicit::{Implicit, MIN_POSITIONS};
+use super::super::{Pass, Task};
+use super::{check, inputs, Case, Inputs};
 
 /// Cases the implicit kernel takes: channel counts that leave partial
 /// tiles, groups, asymmetric and large padding, dilation, small planes
@@ -54,10 +54,10 @@ fn check_direct(c: Case, s: usize, pieces: usize, seed: u64) {
     let mut ran = [false; 2];
     for pass in [Pass::Forward, Pass::Data] {
         // Data gradients with fewer than MIN_CHANNELS input channels are left to
-        // im2col, pointwise forward passes to `Method::Pointwise`, forward
+        // im2col, pointwise forward passes to `Plan::Pointwise`, forward
         // passes of few positions to im2col.
         let Some(im) = Implicit::for_tier(&g, pass, Simd::Avx2) else {
-            let few = g.n * g.op() < super::MIN_POSITIONS;
+            let few = g.n * g.op() < MIN_POSITIONS;
             assert!(pass == Pass::Data || g.pointwise() || few, "the implicit plan refused {c:?}");
             continue;
         };

@@ -15,12 +15,12 @@ use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;
 
-use super::conv::{ConvKernel, Pass};
-use super::conv_layout::{ConvElem, Geo2};
-use super::par::{par_split, PAR_MIN_ELEMS};
-use super::ptr::SendPtr;
-use super::spec::{BuildResult, SpecExt};
-use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
+use super::super::par::{par_split, PAR_MIN_ELEMS};
+use super::super::ptr::SendPtr;
+use super::super::spec::{BuildResult, SpecExt};
+use super::layout::{ConvElem, Geo2};
+use super::{ConvKernel, Pass, PlanCx};
+use crate::kernel::{Kernel, KernelArgs, KernelResult};
 
 /// Output positions per weight element below which copying the weights costs
 /// too much next to the product.
@@ -61,15 +61,9 @@ pub(super) fn forward_geometry(g: &Geo2) -> Option<ConvGeometry> {
 
 impl<T: ConvElem> ConvKernel<T> {
     /// The data gradient of `g` as a forward plan, when the geometry allows
-    /// it and the weights are reused enough; `pos` as for [`ConvKernel`]
-    /// (`[x, w, y]`, `y` being `dy`).
-    pub(super) fn data_as_forward(
-        spec: &KernelSpec<'_>,
-        g: &Geo2,
-        pos: [usize; 3],
-        macs: usize,
-        out_len: usize,
-    ) -> Option<BuildResult> {
+    /// it and the weights are reused enough (`cx.pos`: `[x, w, y]`, `y` being `dy`).
+    pub(super) fn data_as_forward(cx: &PlanCx<'_, '_>) -> Option<BuildResult> {
+        let (spec, g, pos) = (cx.spec, &cx.g, cx.pos);
         // The forward plan's column matrix (`co_g·k²` rows of `ih·iw`) must
         // be no larger than the im2col path's (`ci_g·k²` rows of `oh·ow`):
         // LeNet's 5x5 data gradient on 8x8 planes (50 to 20 channels) would
@@ -83,7 +77,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let build = || -> BuildResult {
             let wt = popart_ir::size::try_zeroed_vec::<T>(wlen, "flipped convolution weights")
                 .map_err(|e| spec.error(e.to_string()))?;
-            let inner = Self::plan(spec, fwd, Pass::Forward, [0, 1, 0], macs, out_len)?;
+            let inner = Self::plan(PlanCx::new(spec, fwd, Pass::Forward, [0, 1, 0], cx.macs, cx.out_len))?;
             Ok(Box::new(DataAsForward { geo: g.clone(), inner, dy: pos[2], w: pos[1], wt: Mutex::new(wt) }))
         };
         Some(build())

@@ -1,0 +1,185 @@
+//! The im2col method of `conv` (and its pointwise case): blocks of the
+//! im2col matrix written to scratch and multiplied by the `gemm` crate
+//! (pointwise convolutions multiply the tensors themselves), a forward pass
+//! whose tasks split one image's output channels sharing one matrix built
+//! by the whole team, and weight gradients that build the matrix of large
+//! planes in column blocks that stay in cache.
+
+use super::super::par::Simd;
+use super::super::ptr::SendPtr;
+use super::layout::{col2im, im2col, ConvElem};
+#[cfg(doc)]
+use super::Im2colSplit;
+use super::{ConvKernel, Io, Pass, Task, WGRAD_COL_ELEMS, WGRAD_MIN_OP};
+use crate::team;
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// Runs task `t` of the im2col method (`pointwise`: of the pointwise
+    /// one, on the tensors) with the scratch `io.col`; `io.wpart` is where
+    /// chunk `t.n` of a weight gradient goes, a chunk of the columns of one
+    /// image when `col_chunks`, else of the batch.
+    ///
+    /// # Safety
+    /// `io` holds the whole tensors and a scratch of the plan's size; tasks
+    /// write disjoint outputs.
+    #[inline(always)]
+    pub(super) unsafe fn gemm_task(&self, t: Task, pointwise: bool, col_chunks: bool, io: Io<T>) {
+        let Io { x, w, y, col, wpart } = io;
+        let g = &self.geo;
+        let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
+        // Group g of image n: its input planes, output planes and weight rows.
+        let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
+        let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
+        let wg = w.add(t.g * g.co_g * kdim);
+        match self.pass {
+            Pass::Forward => {
+                let cols = t.hi - t.lo;
+                let (rhs, rs) = if pointwise {
+                    (xg(t.n).add(t.lo) as *const T, ip)
+                } else {
+                    im2col(g, xg(t.n), 0..kdim, t.lo..t.hi, col, cols);
+                    (col as *const T, cols)
+                };
+                T::gemm(
+                    t.o1 - t.o0,
+                    cols,
+                    kdim,
+                    yg(t.n).add(t.o0 * op + t.lo),
+                    op as isize,
+                    1,
+                    false,
+                    wg.add(t.o0 * kdim),
+                    kdim as isize,
+                    1,
+                    rhs,
+                    rs as isize,
+                    1,
+                    T::ONE,
+                    T::ONE,
+                );
+            }
+            Pass::Data => {
+                // dcol rows of channels lo..hi = wgᵀ[rows] @ dy.
+                let rows = (t.lo * kk)..(t.hi * kk);
+                let dx = xg(t.n).add(t.lo * ip);
+                let (dst, ld) = if pointwise { (dx, ip) } else { (col, op) };
+                T::gemm(
+                    rows.len(),
+                    op,
+                    g.co_g,
+                    dst,
+                    ld as isize,
+                    1,
+                    false,
+                    wg.add(rows.start),
+                    1,
+                    kdim as isize,
+                    yg(t.n),
+                    op as isize,
+                    1,
+                    T::ONE,
+                    T::ONE,
+                );
+                if !pointwise {
+                    std::ptr::write_bytes(dx, 0, (t.hi - t.lo) * ip);
+                    col2im(g, col, op, (t.lo * kk)..(t.hi * kk), xg(t.n));
+                }
+            }
+            Pass::Weights => {
+                // dw[:, rows] (+)= dy @ colᵀ over the images of chunk t.n, the
+                // im2col matrix built in column blocks that stay in cache.
+                let rows = (t.lo * kk)..(t.hi * kk);
+                let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
+                let cb = if pointwise || op < WGRAD_MIN_OP {
+                    op
+                } else {
+                    let cb = (WGRAD_COL_ELEMS / rows.len().max(1)).max(256);
+                    op.div_ceil(op.div_ceil(cb))
+                };
+                let chunk = self.chunks[t.n]..self.chunks[t.n + 1];
+                let (images, span) = if col_chunks { (0..1, chunk) } else { (chunk, 0..op) };
+                for (i, n) in images.enumerate() {
+                    for lo in (span.start..span.end).step_by(cb.max(1)) {
+                        let cols = lo..(lo + cb).min(span.end);
+                        let (rhs, cs) = if pointwise {
+                            (xg(n).add(t.lo * ip + cols.start) as *const T, ip)
+                        } else {
+                            im2col(g, xg(n), rows.clone(), cols.clone(), col, cols.len());
+                            (col as *const T, cols.len())
+                        };
+                        T::gemm(
+                            g.co_g,
+                            rows.len(),
+                            cols.len(),
+                            dst,
+                            kdim as isize,
+                            1,
+                            i > 0 || lo > span.start,
+                            yg(n).add(lo),
+                            op as isize,
+                            1,
+                            rhs,
+                            1,
+                            cs as isize,
+                            T::ONE,
+                            T::ONE,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The forward pass with a shared im2col matrix per image (see
+    /// [`Im2colSplit::SharedCol`]): the rows are built in parallel, then the output-channel
+    /// blocks multiply it in parallel.
+    pub(super) unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
+        let g = &self.geo;
+        let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
+        let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
+        let col = SendPtr(col.as_mut_ptr() as *mut T);
+        let threads = team::num_threads().max(1);
+        let rb = kdim.div_ceil(threads);
+        let mut start = 0;
+        while start < self.tasks.len() {
+            let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
+            let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
+            let xg = SendPtr(x.get().add((n * g.groups + gi) * g.ci_g * ip));
+            team::run(kdim.div_ceil(rb), &|i| {
+                let rows = i * rb..((i + 1) * rb).min(kdim);
+                // SAFETY: each task writes its own rows of the shared matrix.
+                Simd::for_cost(1).run_narrow(
+                    #[inline(always)]
+                    || unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) },
+                );
+            });
+            let tasks = &self.tasks[start..end];
+            team::run(tasks.len(), &|j| {
+                let t = tasks[j];
+                let yg = y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op);
+                let wg = w.get().add((gi * g.co_g + t.o0) * kdim);
+                // SAFETY: each task writes its own output channels; the matrix is read only.
+                unsafe {
+                    T::gemm(
+                        t.o1 - t.o0,
+                        op,
+                        kdim,
+                        yg,
+                        op as isize,
+                        1,
+                        false,
+                        wg,
+                        kdim as isize,
+                        1,
+                        col.get(),
+                        op as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    )
+                };
+            });
+            start = end;
+        }
+    }
+}
