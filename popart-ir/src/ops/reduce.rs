@@ -8,7 +8,31 @@
 use super::grad::spec;
 use super::grad::ReduceGrad;
 use super::{infer_error, normalize_axes, op_types, require_float};
-use crate::{AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, OpAttrs, AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of the `Reduce*` ops and `ReduceMedian`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReduceAttrs {
+        /// Reduced axes (empty: all).
+        pub axes: Vec<i64> = Vec::new(),
+        /// Keep reduced axes with size 1.
+        pub keepdims: bool = false,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ReduceMedianGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReduceMedianGradAttrs {
+        /// Reduced axes (empty: all).
+        pub axes: Vec<i64> = Vec::new(),
+        /// Keep reduced axes with size 1.
+        pub keepdims: bool = false,
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
 
 op_types!(
     /// sum over `axes`
@@ -116,6 +140,7 @@ macro_rules! reduce {
     ($($ty:ident => $name:literal, $func:literal, $identity:literal, $domain:ident);*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
+            fn attributes(&self) -> &'static [AttrSpec] { ReduceAttrs::SCHEMA }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 Ok(vec![infer_reduce_with(ctx, $identity, Domain::$domain)?])
             }
@@ -144,6 +169,9 @@ impl OpDef for ReduceMedian {
     fn op_type(&self) -> &'static str {
         "ReduceMedian"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReduceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let y = infer_reduce_with(ctx, false, Domain::Num)?;
         let count = ctx.input(0)?.nelms() / y.nelms().max(1);
@@ -165,6 +193,9 @@ impl OpDef for ReduceMedian {
 impl OpDef for ReduceMedianGrad {
     fn op_type(&self) -> &'static str {
         "ReduceMedianGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReduceMedianGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
