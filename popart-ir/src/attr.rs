@@ -267,9 +267,9 @@ impl AttrSpec {
     /// decimal index (`shape0`, `shape1`...).
     pub fn matches(&self, key: &str) -> bool {
         match self.name.strip_suffix('#') {
-            Some(stem) => key
-                .strip_prefix(stem)
-                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit())),
+            Some(stem) => {
+                key.strip_prefix(stem).is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            }
             None => self.name == key,
         }
     }
@@ -438,9 +438,9 @@ pub fn decode_field<T: AttrType>(attrs: &Attributes, key: &str, default: Option<
                 AttrError::WrongKind { attr: key.to_string(), expected: T::KIND, got: v.clone() }
             }
         }),
-        None => default
-            .or_else(T::absent)
-            .ok_or_else(|| AttrError::Missing { attr: key.to_string(), expected: T::KIND }),
+        None => {
+            default.or_else(T::absent).ok_or_else(|| AttrError::Missing { attr: key.to_string(), expected: T::KIND })
+        }
     }
 }
 

@@ -324,7 +324,10 @@ fn custom_ops_round_trip_through_the_registry() {
     let a = HalveAttrs { parts: 2, weights: Some(vec![0.1, -2.0, 1e300]) };
     ir.create_op(main, "text_test.Halve", a.to_attrs(), &[(0, x)], "h").unwrap();
     let t = assert_round_trip(&ir);
-    assert!(t.contains("op h text_test.Halve {parts=2, weights=floats[0.1, -2.0, 1e300]} in[0=x] out[0=h:0, 1=h:1]"), "{t}");
+    assert!(
+        t.contains("op h text_test.Halve {parts=2, weights=floats[0.1, -2.0, 1e300]} in[0=x] out[0=h:0, 1=h:1]"),
+        "{t}"
+    );
     let bad = attrs(&[("parts", AttrValue::Float(2.0))]);
     assert!(matches!(ir.create_op(main, "text_test.Halve", bad, &[(0, x)], "h2"), Err(IrError::Attribute { .. })));
 }
@@ -561,7 +564,9 @@ fn typed_attributes_refuse_missing_and_out_of_range_values() {
     assert_eq!(attr_error(err), AttrError::Missing { attr: "shape".into(), expected: AttrKind::Ints });
     let inverted = attrs(&[("min", AttrValue::Float(2.0)), ("max", AttrValue::Int(1))]);
     let err = attr_error(ir.create_op(main, &Clip, inverted, &[(0, x)], "c").unwrap_err());
-    assert!(matches!(err, AttrError::OutOfRange { ref attr, got: AttrValue::Float(m), .. } if attr == "max" && m == 1.0));
+    assert!(
+        matches!(err, AttrError::OutOfRange { ref attr, got: AttrValue::Float(m), .. } if attr == "max" && m == 1.0)
+    );
     let sum = attrs(&[("reduction", AttrValue::Str("total".into()))]);
     let err = attr_error(ir.create_op(main, &NllLoss, sum, &[(0, x), (1, ids)], "l").unwrap_err());
     assert!(matches!(err, AttrError::OutOfRange { ref attr, .. } if attr == "reduction"), "{err:?}");

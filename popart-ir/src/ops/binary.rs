@@ -4,11 +4,10 @@ use super::grad::{pass_through, simple, spec};
 use super::grad::{BinaryGrad, WhereGrad};
 use super::unary::Neg;
 use super::{broadcast_shapes, op_types, require_dtype};
-use crate::{AttrSpec, OpAttrs, 
-    AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo,
+use crate::{
+    AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    Result, TensorInfo,
 };
-
-
 
 op_types!(
     /// `a + b`

@@ -39,9 +39,9 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::{op_attrs, AttrSpec, OpAttrs, 
-    AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, ReplicaGrouping, Result,
-    TensorInfo,
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    OpFlags, ReplicaGrouping, Result, TensorInfo,
 };
 
 op_attrs! {

@@ -1,7 +1,9 @@
 //! Subgraph ops: `Call`, `Repeat` and `If`. Their outputs are the called graph's outputs.
 
 use super::{infer_error, op_types};
-use crate::{op_attrs, AttrSpec, OpAttrs, GraphId, Attributes, Graph, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, Graph, GraphId, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of `Call`.

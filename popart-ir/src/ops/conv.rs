@@ -16,7 +16,7 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::{op_attrs, AttrSpec, OpAttrs, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Conv`, its gradients and `ConvPow2Scaled`.

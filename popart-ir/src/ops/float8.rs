@@ -8,9 +8,7 @@
 use super::conv::conv_geometry;
 use super::matmul::matmul_shape;
 use super::op_types;
-use crate::{AttrSpec, OpAttrs, DataType, InferContext, OpDef, Result, TensorInfo};
-
-
+use crate::{AttrSpec, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_types!(
     /// `Pow2ScaleThenCast{to}(x, log2_scale)`: `cast(x · 2^log2_scale, to)`,

@@ -3,8 +3,9 @@
 
 use super::unary::Identity;
 use super::{broadcast_shapes, op_types, reduce, to_shape};
-use crate::{op_attrs, AttrSpec, OpAttrs, DataType, 
-    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, InferContext, OpDef, OpFlags, Result, TensorInfo,
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, OpAttrs,
+    OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_attrs! {

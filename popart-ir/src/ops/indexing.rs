@@ -21,8 +21,9 @@ use super::indexing_grad::{
 };
 use super::shape::Concat;
 use super::{infer_error, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, OpAttrs, 
-    AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo,
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    OpFlags, Result, TensorInfo,
 };
 
 op_attrs! {

@@ -10,7 +10,7 @@ use super::indexing::{
     reduction_attr, scatter_indices, subsample_shape, Reduction,
 };
 use super::{infer_error, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, OpAttrs, InferContext, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `SubsampleGrad`.

@@ -2,7 +2,10 @@
 //! pushes to a device-to-host stream. Both name a main-graph stream tensor in `stream`.
 
 use super::op_types;
-use crate::{op_attrs, AttrSpec, OpAttrs, Attributes, InferContext, OpDef, OpFlags, Result, StreamDirection, TensorInfo, TensorKind};
+use crate::{
+    op_attrs, AttrSpec, Attributes, InferContext, OpAttrs, OpDef, OpFlags, Result, StreamDirection, TensorInfo,
+    TensorKind,
+};
 
 op_attrs! {
     /// Attributes of `HostLoad` and `HostStore`.

@@ -3,7 +3,7 @@
 use super::grad::spec;
 use super::grad::{NllLossGrad, SoftmaxGrad};
 use super::{infer_error, normalize_axis, op_types, require_float};
-use crate::{op_attrs, AttrSpec, OpAttrs, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Softmax` and `SoftmaxGrad`.

@@ -5,7 +5,7 @@
 
 use super::op_types;
 use super::var_update::{check_scalar, float_compatible};
-use crate::{op_attrs, AttrSpec, OpAttrs, Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `AdamUpdater` (hyper-parameters as attributes or inputs).

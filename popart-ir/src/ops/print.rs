@@ -4,7 +4,10 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::{AttrKind, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    AttrKind, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result,
+    TensorInfo,
+};
 
 op_types!(
     /// `PrintTensor{title, print_self, print_gradient, <format>}(x) -> x`: prints
@@ -155,6 +158,11 @@ pub const PRINT_TENSOR_SCHEMA: &[AttrSpec] = &[
     AttrSpec { name: "close_bracket", kind: AttrKind::Str, required: false },
 ];
 
+/// `title` (default empty).
+pub fn print_title(attrs: &Attributes) -> &str {
+    attrs.str("title").unwrap_or("")
+}
+
 /// `print_self` (default true).
 pub fn prints_self(attrs: &Attributes) -> bool {
     attrs.bool("print_self").unwrap_or(true)
@@ -191,7 +199,7 @@ impl OpDef for PrintTensor {
     /// `print_gradient` (PopART's `PrintTensorOp::getGradOps`).
     fn grad(&self, op: &Op) -> GradRule {
         let print_gradient = op.attrs.bool("print_gradient").unwrap_or(false);
-        let title = op.attrs.str("title").unwrap_or("");
+        let title = print_title(&op.attrs);
         let mut attrs = Attributes::new()
             .with("title", AttrValue::Str(format!("{title}_gradient")))
             .with("print_self", AttrValue::Bool(print_gradient))

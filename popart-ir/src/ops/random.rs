@@ -3,7 +3,10 @@
 
 use super::grad::spec;
 use super::{broadcast_shapes, op_types, require_float, to_shape};
-use crate::{op_attrs, AttrSpec, OpAttrs, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of `RandomUniform`.

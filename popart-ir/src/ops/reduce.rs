@@ -8,7 +8,9 @@
 use super::grad::spec;
 use super::grad::ReduceGrad;
 use super::{infer_error, normalize_axes, op_types, require_float};
-use crate::{op_attrs, AttrSpec, OpAttrs, AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of the `Reduce*` ops and `ReduceMedian`.
@@ -99,11 +101,11 @@ fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool, domain: Domain)
         Domain::Num if x.dtype == DataType::Bool => return Err(ctx.error("the input must be numeric, got bool")),
         _ => {}
     }
-    let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
+    let ReduceAttrs { axes, keepdims } = ReduceAttrs::infer(ctx)?;
+    let axes = normalize_axes(&axes, x.rank()).map_err(infer_error(ctx))?;
     if let Some(&a) = axes.iter().find(|&&a| x.shape[a] == 0).filter(|_| !has_identity) {
         return Err(ctx.error(format!("cannot reduce axis {a} of {x}: it is empty and the reduction has no identity")));
     }
-    let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }
 
@@ -200,8 +202,8 @@ impl OpDef for ReduceMedianGrad {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
         let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
-        let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
-        let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
+        let ReduceMedianGradAttrs { axes, keepdims, .. } = ReduceMedianGradAttrs::infer(ctx)?;
+        let axes = normalize_axes(&axes, x.rank()).map_err(infer_error(ctx))?;
         let reduced = reduced_shape(&x.shape, &axes, keepdims);
         if g.dtype != x.dtype || g.shape != reduced {
             return Err(ctx.error(format!("gradient {g} does not match the reduced shape {reduced:?} of {x}")));

@@ -15,7 +15,10 @@
 //! is differentiable: gradients stop at a remote load.
 
 use super::op_types;
-use crate::{op_attrs, AttrSpec, OpAttrs, GraphId, Attributes, DataType, GradRule, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, DataType, GradRule, GraphId, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of remote loads and stores.

@@ -16,7 +16,9 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{op_attrs, AttrSpec, OpAttrs, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of `Resize`.

@@ -13,7 +13,7 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{op_attrs, AttrSpec, OpAttrs, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `RoiAlign` and `RoiAlignGrad`.

@@ -2,7 +2,7 @@
 
 use super::grad::spec;
 use super::{infer_error, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, OpAttrs, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `CumSum` (PopART's `CumSumOp`).

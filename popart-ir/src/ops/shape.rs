@@ -4,7 +4,10 @@ pub use super::axes::{resolve_slices, transpose_perm, SliceDim};
 use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, OpAttrs, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of `Reshape` and `ReshapeInplace`.

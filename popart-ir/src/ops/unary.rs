@@ -38,11 +38,19 @@ impl ClipAttrs {
         let (min, max) = self.bounds();
         for (key, v) in [("min", min), ("max", max)] {
             if v.is_nan() {
-                return Err(AttrError::OutOfRange { attr: key.into(), expected: "a bound that is not NaN", got: AttrValue::Float(v) });
+                return Err(AttrError::OutOfRange {
+                    attr: key.into(),
+                    expected: "a bound that is not NaN",
+                    got: AttrValue::Float(v),
+                });
             }
         }
         if min > max {
-            return Err(AttrError::OutOfRange { attr: "max".into(), expected: "at least `min`", got: AttrValue::Float(max) });
+            return Err(AttrError::OutOfRange {
+                attr: "max".into(),
+                expected: "at least `min`",
+                got: AttrValue::Float(max),
+            });
         }
         Ok(())
     }

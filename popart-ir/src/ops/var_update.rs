@@ -7,7 +7,7 @@
 //! computed in float32.
 
 use super::{broadcast_shapes, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, OpAttrs, Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Accumulate`, `AccumulatorScale` and `SparseAccumulate`.

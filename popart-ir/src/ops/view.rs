@@ -21,7 +21,9 @@
 
 use super::op_types;
 use super::shape::{slice_dims, Concat, Reshape, Slice, Transpose};
-use crate::{op_attrs, AttrSpec, OpAttrs, AttrValue, Attributes, GradRule, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+};
 
 op_attrs! {
     /// Attributes of `ConcatInplace`.

@@ -39,10 +39,10 @@ use popart_ir::ops::binary::{Add, Sub};
 use popart_ir::ops::control::{Call, Repeat};
 use popart_ir::ops::grad::{Init, Sum};
 use popart_ir::ops::indexing::{DynamicSlice, DynamicSliceAttrs, DynamicUpdateInplace};
-use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
-use popart_ir::OpAttrs;
 use popart_ir::ops::indexing_grad::DynamicSliceGrad;
+use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
 use popart_ir::ops::shape::Reshape;
+use popart_ir::OpAttrs;
 use popart_ir::{
     AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, IrError, Op, OpDef, OpId, TensorId, TensorInfo,
     TensorKind,

@@ -8,6 +8,7 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::collectives::AllReduceUpdateAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
@@ -168,7 +169,7 @@ impl UpdateAttrs {
             Some(CollectiveOperator::Mean) => true,
             _ => return Err(spec.error("`op` must be add or mean")),
         };
-        let b = spec.attrs.float("b").ok_or_else(|| spec.error("missing the float attribute `b`"))?;
+        let b = spec.typed::<AllReduceUpdateAttrs>()?.b;
         Ok(UpdateAttrs { stride, group_size, mean, b })
     }
 }
