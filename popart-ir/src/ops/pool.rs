@@ -39,8 +39,6 @@ op_attrs! {
         pub out_pads: Option<Vec<i64>> = None,
         /// Must be ones (PopXL's default).
         pub in_dilations: Option<Vec<i64>> = None,
-        /// Average pools: count padding (PopXL's attribute).
-        pub count_include_pad: Option<i64> = None,
     }
 }
 

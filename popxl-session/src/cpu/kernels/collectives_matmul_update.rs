@@ -51,6 +51,10 @@ use crate::cpu::kernel::{Kernel, KernelArgs, KernelResult, KernelRunError, Kerne
 use crate::cpu::replicas::{self, GroupPos};
 use crate::cpu::team;
 
+/// The kernel-call annotation the session sets on a fused update whose weight
+/// is replica-invariant (`session::replica_invariant`), not an IR attribute.
+pub(super) const WEIGHT_INVARIANT: &str = "weight_invariant";
+
 /// Bytes of scratch per block of rows (a block stays in L2 while it is added
 /// into every member's weight).
 const BLOCK_BYTES: usize = 1 << 20;
@@ -262,7 +266,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     // Accumulating member by member into the weight rounds once per member; the
     // scratch path rounds the sum, then the update. Two members round as often
     // either way, so only pairs take the short path, which needs no scratch.
-    let invariant = spec.attrs.int("weight_invariant") == Some(1) && group_size == 2;
+    let invariant = spec.attrs.int(WEIGHT_INVARIANT) == Some(1) && group_size == 2;
     let block_rows = (BLOCK_BYTES / (4 * n.max(1))).max(16).min(k.max(1));
     let slots = team::num_threads().max(1);
     macro_rules! kernel {

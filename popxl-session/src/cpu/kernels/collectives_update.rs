@@ -9,6 +9,7 @@
 use half::f16;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::collectives::AllReduceUpdateAttrs;
+use popart_ir::OpAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
@@ -156,20 +157,21 @@ pub(super) struct UpdateAttrs {
 impl UpdateAttrs {
     /// Read and check them.
     pub(super) fn of(spec: &KernelSpec<'_>) -> Result<UpdateAttrs, KernelError> {
-        let int = |key: &str| {
-            spec.attrs
-                .int(key)
-                .and_then(|v| usize::try_from(v).ok())
-                .filter(|&v| v > 0)
-                .ok_or_else(|| spec.error(format!("`{key}` must be a positive integer")))
+        // The op's typed attributes; the session's kernel-call annotation
+        // `weight_invariant` (read by the fused matmul update) is not one of them.
+        let mut attrs = spec.attrs.clone();
+        attrs.remove(super::collectives_matmul_update::WEIGHT_INVARIANT);
+        let a = AllReduceUpdateAttrs::from_attrs(&attrs).map_err(|e| spec.error(e.to_string()))?;
+        let positive = |v: i64, what: &str| {
+            usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| spec.error(format!("{what} must be a positive integer")))
         };
-        let (stride, group_size) = (int("stride")?, int("group_size")?);
-        let mean = match CollectiveOperator::of(spec.attrs) {
+        let (stride, group_size) = (positive(a.stride, "the stride")?, positive(a.group_size, "the group size")?);
+        let mean = match a.op.as_deref().map_or(Some(CollectiveOperator::Add), CollectiveOperator::from_name) {
             Some(CollectiveOperator::Add) => false,
             Some(CollectiveOperator::Mean) => true,
-            _ => return Err(spec.error("`op` must be add or mean")),
+            _ => return Err(spec.error("the operator must be add or mean")),
         };
-        let b = spec.typed::<AllReduceUpdateAttrs>()?.b;
+        let b = a.b;
         Ok(UpdateAttrs { stride, group_size, mean, b })
     }
 }

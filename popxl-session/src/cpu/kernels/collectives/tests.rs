@@ -47,7 +47,13 @@ pub(super) fn run_on(
 ) -> Result<Vec<Vec<HostTensor>>, KernelRunError> {
     assert_eq!(inputs.len(), rf);
     let in_infos: Vec<TensorInfo> = inputs[0].iter().map(|t| t.info.clone()).collect();
-    let out_infos = infer(rf, def, attrs, &in_infos);
+    // The tests share one attribute set across collectives: the IR sees the keys
+    // each op declares (the kernel call also carries the session's annotations).
+    let mut declared = Attributes::new();
+    for (k, v) in attrs.iter().filter(|(k, _)| def.attributes().iter().any(|s| s.name == *k)) {
+        declared.set(k, v.clone());
+    }
+    let out_infos = infer(rf, def, &declared, &in_infos);
     let spec = KernelSpec::new(
         def,
         attrs,
