@@ -9,9 +9,9 @@
 use half::f16;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::collectives::AllReduceUpdateAttrs;
-use popart_ir::OpAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
+use popart_ir::OpAttrs;
 
 use super::collectives::chunk;
 use super::par::Simd;
@@ -163,7 +163,10 @@ impl UpdateAttrs {
         attrs.remove(super::collectives_matmul_update::WEIGHT_INVARIANT);
         let a = AllReduceUpdateAttrs::from_attrs(&attrs).map_err(|e| spec.error(e.to_string()))?;
         let positive = |v: i64, what: &str| {
-            usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| spec.error(format!("{what} must be a positive integer")))
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| spec.error(format!("{what} must be a positive integer")))
         };
         let (stride, group_size) = (positive(a.stride, "the stride")?, positive(a.group_size, "the group size")?);
         let mean = match a.op.as_deref().map_or(Some(CollectiveOperator::Add), CollectiveOperator::from_name) {
