@@ -459,7 +459,7 @@ pub trait OpAttrs: Sized {
         Self::from_attrs(&op.attrs).map_err(|error| crate::IrError::Attribute {
             op: op.name.clone(),
             op_type: op.op_type().to_string(),
-            error,
+            error: Box::new(error),
         })
     }
     /// Decode the attributes of the op being inferred; errors name the op.

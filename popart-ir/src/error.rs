@@ -198,7 +198,7 @@ pub enum IrError {
         /// Its type.
         op_type: String,
         /// What is wrong, naming the attribute, what was expected and what was given.
-        error: crate::AttrError,
+        error: Box<crate::AttrError>,
     },
     /// The verifier found a broken invariant.
     #[error("invalid IR: {0}")]

@@ -151,14 +151,14 @@ pub fn check_attributes(def: &dyn OpDef, op_name: &str, attrs: &Attributes) -> R
     crate::attr::check_schema(def.attributes(), attrs).map_err(|error| IrError::Attribute {
         op: op_name.to_string(),
         op_type: def.op_type().to_string(),
-        error,
+        error: Box::new(error),
     })
 }
 
 impl<'a> InferContext<'a> {
     /// An attribute error of this op ([`IrError::Attribute`]).
     pub fn attr_error(&self, error: crate::AttrError) -> IrError {
-        IrError::Attribute { op: self.op_name.to_string(), op_type: self.op_type.to_string(), error }
+        IrError::Attribute { op: self.op_name.to_string(), op_type: self.op_type.to_string(), error: Box::new(error) }
     }
 
     /// Number of connected inputs.

@@ -523,7 +523,7 @@ fn every_registered_op_checks_its_attributes() {
         }
         for (key, value, unknown) in cases {
             let matches = |e: &IrError| match e {
-                IrError::Attribute { op, op_type: t, error } if op == "o" && t == op_type => match error {
+                IrError::Attribute { op, op_type: t, error } if op == "o" && t == op_type => match error.as_ref() {
                     AttrError::Unknown { attr, .. } => unknown && *attr == key,
                     AttrError::WrongKind { attr, expected, got } => {
                         !unknown && *attr == key && *got == value && !expected.accepts(&value)
@@ -557,7 +557,7 @@ fn typed_attributes_refuse_missing_and_out_of_range_values() {
     let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2, 3])).unwrap();
     let ids = ir.main_graph_mut().add_input("ids", TensorInfo::new(DataType::Int32, [2])).unwrap();
     let attr_error = |e: IrError| match e {
-        IrError::Attribute { error, .. } => error,
+        IrError::Attribute { error, .. } => *error,
         e => panic!("{e:?}"),
     };
     let err = ir.create_op(main, &Reshape, Attributes::new(), &[(0, x)], "r").unwrap_err();

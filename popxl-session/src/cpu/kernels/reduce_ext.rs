@@ -21,6 +21,7 @@ use super::spec::{boxed, norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::grad::ReduceGradAttrs;
 use popart_ir::ops::reduce::{ReduceAttrs, ReduceMedianGradAttrs};
 
 /// Offsets of a strided index space, dims collapsed where contiguous (size-1
@@ -154,6 +155,8 @@ impl Groups {
 fn axes_of(spec: &KernelSpec<'_>, rank: usize) -> Result<Vec<usize>, KernelError> {
     let axes = if spec.is::<ir::ReduceMedianGrad>() {
         spec.typed::<ReduceMedianGradAttrs>()?.axes
+    } else if spec.is::<ir::ReduceGrad>() {
+        spec.typed::<ReduceGradAttrs>()?.axes
     } else {
         spec.typed::<ReduceAttrs>()?.axes
     };

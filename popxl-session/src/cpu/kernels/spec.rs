@@ -74,7 +74,7 @@ impl SpecExt for KernelSpec<'_> {
         self.error(format!("dtype {dtype} is not supported"))
     }
     fn typed<A: popart_ir::OpAttrs>(&self) -> Result<A, KernelError> {
-        A::from_attrs(&self.attrs).map_err(|e| self.error(e.to_string()))
+        A::from_attrs(self.attrs).map_err(|e| self.error(e.to_string()))
     }
 }
 
