@@ -276,8 +276,8 @@ fn bad_axes_k_and_levels_are_typed_errors() {
     let is_inference = |r: popxl::Result<Tensor>| {
         let e = r.expect_err("must fail");
         // Inference or (typed attribute values, issue 34) attribute errors.
-        let typed = popart_ir::IrError::Inference { .. } | popart_ir::IrError::Attribute { .. };
-        assert!(matches!(e, popxl::PopXlError::Ir(typed)), "{e:?}");
+        use popart_ir::IrError;
+        assert!(matches!(e, popxl::PopXlError::Ir(IrError::Inference { .. } | IrError::Attribute { .. })), "{e:?}");
     };
     for f in [ops::prod, ops::median, ops::l1, ops::l2, ops::logsum, ops::logsumexp, ops::sumsquare] {
         is_inference(f(&x, &[2], false));
