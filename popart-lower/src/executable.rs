@@ -241,6 +241,12 @@ pub struct KernelCall {
     /// Outputs, sorted by index. Outputs never share a buffer with each other or
     /// with inputs, except for the (input, output) alias pairs of in-place ops.
     pub outputs: Vec<Arg>,
+    /// For a fused data-parallel weight update
+    /// (`ReplicatedScaledAddMatMulRhsGradInplace`): every replica holds the
+    /// same value of the weight it updates, so a device may accumulate into one
+    /// member's copy and copy it to the others. Set by the last step of
+    /// lowering from a whole-program analysis; false for every other call.
+    pub weight_invariant: bool,
 }
 
 /// A device program: a tree in the style of Poplar's `program::Program`.

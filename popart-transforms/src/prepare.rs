@@ -76,6 +76,35 @@ pub fn prepare(ir: &mut Ir) -> Result<PrepareReport> {
     prepare_with(ir, PrepareOptions::default())
 }
 
+impl PrepareOptions {
+    /// The pipeline these options ask for: [`Pipeline::default_for`] them, or
+    /// the `custom` pipeline given instead, with `inline-calls` added where the
+    /// default pipeline has it (before `verify-final`, else at the end) when
+    /// [`PrepareOptions::inline_calls`] is on and `custom` has none. The other
+    /// options apply to the default pipeline only: a custom pipeline states
+    /// its own patterns and checks.
+    ///
+    /// ```
+    /// use popart_transforms::prepare::PrepareOptions;
+    /// use popart_transforms::Pipeline;
+    /// let options = PrepareOptions { inline_calls: true, ..PrepareOptions::default() };
+    /// let custom = Pipeline::new().with_pass(popart_transforms::prune::Prune);
+    /// assert_eq!(options.pipeline(Some(&custom)).names().collect::<Vec<_>>(), ["prune", "inline-calls"]);
+    /// assert!(options.pipeline(None).contains("inline-calls"));
+    /// ```
+    pub fn pipeline(&self, custom: Option<&Pipeline>) -> Pipeline {
+        use crate::inline::InlineCalls;
+        let Some(custom) = custom else { return Pipeline::default_for(*self) };
+        if !self.inline_calls || custom.contains(InlineCalls::NAME) {
+            return custom.clone();
+        }
+        match custom.clone().insert_before(Pipeline::VERIFY_FINAL, InlineCalls) {
+            Ok(p) => p,
+            Err(_) => custom.clone().with_pass(InlineCalls),
+        }
+    }
+}
+
 /// [`prepare`] with options: runs [`Pipeline::default_for`] `options`.
 pub fn prepare_with(ir: &mut Ir, options: PrepareOptions) -> Result<PrepareReport> {
     Pipeline::default_for(options).run(ir)

@@ -410,4 +410,4 @@ fn required_ops(g: &Graph, is_main: bool, effectful: &HashSet<GraphId>) -> Secon
     keep
 }
 
-// Tests: the text filetests in `tests/filetests/prune/` (`cargo test -p tests --test filetests`).
+// Tests: the text filetests in `tests/filetests/prune/` (`cargo test -p tests --test integration filetests::`).

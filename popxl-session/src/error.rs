@@ -4,6 +4,7 @@ use popart_ir::{DataType, HostDataError, IrError, SizeError};
 use popart_lower::LowerError;
 
 use crate::cpu::kernel::KernelError;
+use crate::cpu::CpuError;
 
 /// Direction of a stream named in an error: `input` (host to device) or `output`.
 pub type StreamRole = &'static str;
@@ -245,8 +246,14 @@ pub enum SessionError {
     /// [`crate::SessionOptions::ipu_model`] config, or live bytes overflowing).
     #[error("ipu_model: {0}")]
     IpuModel(#[from] popart_lower::ipu_model::IpuModelError),
-    /// A broken invariant of the session or its executor (a bug, not a user
-    /// mistake); the session may not be usable afterwards.
+    /// The `cpu` device failed in a way not covered by the variants above
+    /// (which its allocation and kernel errors map to): a malformed
+    /// executable, a binding or run failure of the executor, the replica
+    /// threads. See [`CpuError`].
+    #[error("device: {0}")]
+    Device(CpuError),
+    /// A broken invariant of the session (a bug, not a user mistake); the
+    /// session may not be usable afterwards.
     #[error("internal session error: {reason}")]
     Internal {
         /// What broke.
@@ -259,6 +266,20 @@ impl From<SizeError> for SessionError {
         match e {
             SizeError::Overflow { what } => SessionError::SizeOverflow { what },
             SizeError::OutOfMemory { requested, what } => SessionError::OutOfMemory { requested, what },
+        }
+    }
+}
+
+impl From<CpuError> for SessionError {
+    /// Allocation, size and kernel errors of the device are the session's own
+    /// variants (the same mistake whether the session or the device sizes the
+    /// buffer); the rest is [`SessionError::Device`].
+    fn from(e: CpuError) -> Self {
+        match e {
+            CpuError::Kernel(k) => SessionError::Kernel(k),
+            CpuError::OutOfMemory { requested, what } => SessionError::OutOfMemory { requested, what },
+            CpuError::SizeOverflow { what } => SessionError::SizeOverflow { what },
+            e => SessionError::Device(e),
         }
     }
 }

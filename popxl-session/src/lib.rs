@@ -1,11 +1,12 @@
 //! # popxl-session
 //!
-//! Run `popxl` IRs: [`Session`] (PopXL's `popxl.Session`), the devices
-//! (`cpu`, `ipu_model`, `ipu_hw`) and the `cpu` executor and kernels.
+//! Run `popxl` IRs: [`Session`] (PopXL's `popxl.Session`) on the devices
+//! `cpu`, `ipu_model` and `ipu_hw`. The `cpu` device (executor, kernels,
+//! kernel registry) is the `popxl-cpu` crate, re-exported as [`cpu`].
 //!
 //! A session prepares its IR (`popart_transforms::prepare`), lowers it
 //! (`popart_lower::lower`) and compiles the lowered programs for the cpu
-//! executor ([`cpu::executor`]) once; `run` then only moves stream data and
+//! executor ([`cpu::executor`], a crate of its own) once; `run` then only moves stream data and
 //! executes the precompiled instructions. A [`Session`] is `Send`: build the IR
 //! on one thread and run its session on another.
 
@@ -13,7 +14,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-pub mod cpu;
+/// The `cpu` device (the `popxl-cpu` crate): executor, kernels, kernel registry.
+pub use popxl_cpu as cpu;
 mod error;
 mod host;
 mod session;

@@ -1,14 +1,13 @@
 //! [`Graph`]: a handle to one graph of an [`Ir`].
 
-use std::cell::RefCell;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::rc::{Rc, Weak};
+use std::sync::{Arc, Weak};
 
 use popart_ir::{GraphId, OpId};
 
 use crate::context::{self, GraphContext};
-use crate::ir::IrState;
+use crate::ir::IrCell;
 use crate::{Ir, PopXlError, Result, Tensor};
 
 /// A handle to a graph (the main graph or a subgraph) of an [`Ir`] (PopXL's `popxl.Graph`).
@@ -30,10 +29,10 @@ use crate::{Ir, PopXlError, Result, Tensor};
 /// ```
 #[derive(Clone)]
 pub struct Graph {
-    pub(crate) ir: Weak<RefCell<IrState>>,
+    pub(crate) ir: Weak<IrCell>,
     pub(crate) ir_id: u64,
     pub(crate) id: GraphId,
-    pub(crate) name: Rc<str>,
+    pub(crate) name: Arc<str>,
 }
 
 impl PartialEq for Graph {
@@ -64,7 +63,7 @@ impl fmt::Display for Graph {
 }
 
 impl Graph {
-    pub(crate) fn new(ir: Weak<RefCell<IrState>>, ir_id: u64, id: GraphId, name: String) -> Self {
+    pub(crate) fn new(ir: Weak<IrCell>, ir_id: u64, id: GraphId, name: String) -> Self {
         Graph { ir, ir_id, id, name: name.into() }
     }
 
@@ -110,7 +109,7 @@ impl Graph {
         Ok(Ir::from_state(self.state()?))
     }
 
-    pub(crate) fn state(&self) -> Result<Rc<RefCell<IrState>>> {
+    pub(crate) fn state(&self) -> Result<Arc<IrCell>> {
         self.ir.upgrade().ok_or_else(|| PopXlError::IrDropped { graph: self.name.to_string() })
     }
 

@@ -1,8 +1,7 @@
 //! [`Ir`]: the cheap, cloneable handle to an IR being built.
 
-use std::cell::RefCell;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use popart_ir::{GraphId, StreamDirection, TensorKind};
 
@@ -29,6 +28,31 @@ impl IrState {
     }
 }
 
+/// The lock around an IR's state, shared by its handles across threads.
+///
+/// `borrow` takes a shared lock that a thread may take again while holding it
+/// (code that reads the IR calls code that reads it too), `borrow_mut` an
+/// exclusive one; a thread never asks for the exclusive lock while holding the
+/// shared one (the same rule `RefCell` enforced when handles were single-threaded).
+pub(crate) struct IrCell(parking_lot::RwLock<IrState>);
+
+impl IrCell {
+    fn new(state: IrState) -> Self {
+        IrCell(parking_lot::RwLock::new(state))
+    }
+
+    /// Shared access; recursive, so a reader never waits behind a queued writer
+    /// while it already holds the lock.
+    pub(crate) fn borrow(&self) -> parking_lot::RwLockReadGuard<'_, IrState> {
+        self.0.read_recursive()
+    }
+
+    /// Exclusive access.
+    pub(crate) fn borrow_mut(&self) -> parking_lot::RwLockWriteGuard<'_, IrState> {
+        self.0.write()
+    }
+}
+
 /// An IR being built: one main graph plus subgraphs (PopXL's `popxl.Ir`).
 ///
 /// A cheap handle (clones share the same IR). [`Graph`] and [`crate::Tensor`]
@@ -47,7 +71,7 @@ impl IrState {
 /// ```
 #[derive(Clone)]
 pub struct Ir {
-    pub(crate) state: Rc<RefCell<IrState>>,
+    pub(crate) state: Arc<IrCell>,
     id: u64,
 }
 
@@ -59,7 +83,7 @@ impl Default for Ir {
 
 impl PartialEq for Ir {
     fn eq(&self, other: &Self) -> bool {
-        Rc::ptr_eq(&self.state, &other.state)
+        Arc::ptr_eq(&self.state, &other.state)
     }
 }
 
@@ -97,10 +121,10 @@ impl Ir {
     /// ```
     pub fn from_ir(ir: popart_ir::Ir) -> Self {
         let id = ir.id();
-        Ir { state: Rc::new(RefCell::new(IrState { ir, frozen: false, by_ref: Default::default() })), id }
+        Ir { state: Arc::new(IrCell::new(IrState { ir, frozen: false, by_ref: Default::default() })), id }
     }
 
-    pub(crate) fn from_state(state: Rc<RefCell<IrState>>) -> Self {
+    pub(crate) fn from_state(state: Arc<IrCell>) -> Self {
         let id = state.borrow().ir.id();
         Ir { state, id }
     }
@@ -127,7 +151,7 @@ impl Ir {
 
     pub(crate) fn graph_handle(&self, id: GraphId) -> Graph {
         let name = self.state.borrow().ir.graph(id).map(|g| g.name().to_string()).unwrap_or_default();
-        Graph::new(Rc::downgrade(&self.state), self.id, id, name)
+        Graph::new(Arc::downgrade(&self.state), self.id, id, name)
     }
 
     /// The handle of the graph with core id `id` (for example a graph created by a

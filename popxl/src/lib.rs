@@ -53,6 +53,22 @@ pub mod transforms;
 mod unbound;
 mod variables;
 
+// Handles cross threads: an IR built on one thread is run, read or extended on
+// another (the building context, `with graph:`, stays per thread).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Ir>();
+    send_sync::<Graph>();
+    send_sync::<Tensor>();
+    send_sync::<HostToDeviceStream>();
+    send_sync::<DeviceToHostStream>();
+    send_sync::<RemoteBuffer>();
+    send_sync::<ReplicaGrouping>();
+    send_sync::<transforms::GradGraphInfo>();
+    send_sync::<ops::CallSiteInfo>();
+    send_sync::<ops::ConditionalSiteInfo>();
+};
+
 pub use build::{FromGraphInputs, GraphArg, GraphFunction, IntoGraphArgs, IntoGraphOutputs, Module, TensorByRef};
 pub use context::{
     current_graph, current_ir, current_main_graph, current_name_scope, in_sequence, io_tiles, ipu, name_scope,

@@ -3,13 +3,12 @@
 //! [`crate::ops::remote_load`], [`crate::ops::remote_load_`] and
 //! [`crate::ops::remote_store`].
 
-use std::cell::RefCell;
 use std::fmt;
-use std::rc::Weak;
+use std::sync::Weak;
 
 use popart_ir::{DataType, RemoteBufferId, RemoteSlot, TensorInfo};
 
-use crate::ir::IrState;
+use crate::ir::IrCell;
 use crate::{context, HostArray, Ir, PopXlError, Result, Tensor};
 
 /// A remote buffer: `entries` tensors of one shape and type in streaming
@@ -18,7 +17,7 @@ use crate::{context, HostArray, Ir, PopXlError, Result, Tensor};
 /// being built.
 #[derive(Clone)]
 pub struct RemoteBuffer {
-    ir: Weak<RefCell<IrState>>,
+    ir: Weak<IrCell>,
     ir_id: u64,
     id: RemoteBufferId,
     info: TensorInfo,
@@ -135,7 +134,7 @@ pub fn remote_buffer(shape: impl Into<Vec<usize>>, dtype: DataType, entries: usi
         let mut st = state.borrow_mut();
         st.building("remote_buffer")?.add_remote_buffer(info.clone(), entries)?
     };
-    Ok(RemoteBuffer { ir: std::rc::Rc::downgrade(&state), ir_id: ir.id(), id, info })
+    Ok(RemoteBuffer { ir: std::sync::Arc::downgrade(&state), ir_id: ir.id(), id, info })
 }
 
 /// A variable initialised with `data` that lives in entry `offset` of remote

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use popart_ir::{DataType, GraphId, TensorId, TensorInfo, TensorKind};
 
@@ -124,7 +124,7 @@ struct TensorMeta {
 pub struct Tensor {
     graph: Graph,
     id: TensorId,
-    meta: Rc<TensorMeta>,
+    meta: Arc<TensorMeta>,
 }
 
 impl PartialEq for Tensor {
@@ -159,7 +159,7 @@ impl Tensor {
         Tensor {
             graph: graph.clone(),
             id: t.id,
-            meta: Rc::new(TensorMeta { name: t.name.clone(), info: t.info.clone() }),
+            meta: Arc::new(TensorMeta { name: t.name.clone(), info: t.info.clone() }),
         }
     }
 

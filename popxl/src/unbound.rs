@@ -1,15 +1,13 @@
 //! Unbound handles: [`Tensor`] and stream handles made from an IR core that no
-//! [`crate::Ir`] handle of this thread wraps.
+//! [`crate::Ir`] handle wraps.
 //!
-//! `popxl` handles are single-threaded (they refer to their IR through an `Rc`).
-//! Code that keeps a copy of a frozen IR's core in `Send` data, such as a session
-//! moved to another thread, uses these constructors to hand handles back to its
-//! caller. An unbound handle compares and hashes equal to the handles of the IR
+//! Code that keeps its own copy of a frozen IR's core, such as a session, uses
+//! these constructors to hand handles back to its caller. An unbound handle compares and hashes equal to the handles of the IR
 //! the core was cloned from (same IR id, graph id and tensor id) and knows its
 //! name, shape and data type; methods that read the IR (for example
 //! [`Tensor::kind`]) report [`crate::PopXlError::IrDropped`].
 
-use std::rc::Weak;
+use std::sync::Weak;
 
 use popart_ir::{GraphId, StreamDirection, TensorId, TensorKind};
 

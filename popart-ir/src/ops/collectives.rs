@@ -141,11 +141,11 @@ op_types!(
     /// [`ReplicatedAllReduceScaledAddInplace`] whose gradient is a
     /// `MatMulRhsGrad` in a called graph: each member computes its rows of the
     /// reduced product from every member's `x` and `g` and adds them into every
-    /// member's `w`, so no gradient is ever stored. The optional int attribute
-    /// `weight_invariant=1` states that every member's `w` holds the same value
-    /// before the update. The `cpu` session sets it on weights that only such
-    /// updates write. In a group of two, a member then updates its own rows
-    /// once and copies them to the other member.
+    /// member's `w`, so no gradient is ever stored. Lowering marks the call
+    /// `weight_invariant` (`popart_lower::KernelCall`) when every member's `w`
+    /// holds the same value before the update (weights only such updates
+    /// write); in a group of two, a member then updates its own rows once and
+    /// copies them to the other member.
     ReplicatedScaledAddMatMulRhsGradInplace,
     /// `ReplicatedAllGather{stride, group_size[, shape]}(x) -> y`: the
     /// concatenation of the flattened inputs of the group's members, in member

@@ -1,11 +1,11 @@
 //! The float8 ops (PopXL's `pow2scale_cast_to_fp8`, `pow2scale_cast_from_fp8`,
-//! `matmul_pow2scaled`, `conv_pow2scaled`): every one reads a scalar `int32`
+//! `matmul_pow2scaled`, `conv_pow2scaled`, `conv_transpose_pow2scaled`): every one reads a scalar `int32`
 //! `log2_scale` tensor as its last input and multiplies by `2^log2_scale`, whose
 //! value must be in `[-32, 32)` when the op runs (see [`crate::float8`]).
 //!
 //! Float8 is for inference in PopART: none of them has a gradient.
 
-use super::conv::conv_geometry;
+use super::conv::{conv_geometry, conv_transpose_geometry};
 use super::matmul::matmul_shape;
 use super::op_types;
 use crate::{AttrSpec, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
@@ -26,6 +26,11 @@ op_types!(
     /// as float16, `x` and `w` float8 (either format each), `Conv`'s shapes and
     /// attributes; PopXL `conv_pow2scaled`
     ConvPow2Scaled,
+    /// `ConvTransposePow2Scaled{conv transpose attrs}(x, w, log2_scale)`:
+    /// `ConvTranspose(x, w) · 2^log2_scale` as float16, `x` and `w` float8 (either
+    /// format each), `ConvTranspose`'s shapes and attributes; PopXL
+    /// `conv_transpose_pow2scaled`
+    ConvTransposePow2Scaled,
 );
 
 /// Checks the `log2_scale` input at `index` is a scalar int32.
@@ -123,4 +128,18 @@ impl OpDef for ConvPow2Scaled {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&Pow2ScaleThenCast, &CastThenPow2Scale, &MatMulPow2Scaled, &ConvPow2Scaled];
+impl OpDef for ConvTransposePow2Scaled {
+    fn op_type(&self) -> &'static str {
+        "ConvTransposePow2Scaled"
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        check_float8_operands(ctx, &[0, 1])?;
+        check_log2_scale(ctx, 2)?;
+        let (x, w) = (ctx.input(0)?, ctx.input(1)?);
+        let geo = conv_transpose_geometry(&x.shape, &w.shape, ctx.attrs).map_err(|m| ctx.error(m))?;
+        Ok(vec![TensorInfo::new(DataType::Float16, geo.x_shape())])
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] =
+    &[&Pow2ScaleThenCast, &CastThenPow2Scale, &MatMulPow2Scaled, &ConvPow2Scaled, &ConvTransposePow2Scaled];

@@ -247,6 +247,7 @@ impl Emitter<'_, '_> {
             attrs: op.attrs.clone(),
             inputs,
             outputs,
+            weight_invariant: false,
         })
     }
 }

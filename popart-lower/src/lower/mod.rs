@@ -23,6 +23,10 @@
 //! 6. **Programs** ([`host`], [`emit`]): streams, weights and constants; functions
 //!    (one per subgraph), the main program, init (constants) and the weight programs.
 //!
+//! 7. **Replica-invariant weights** ([`replica_invariant`]): fused
+//!    data-parallel updates of weights every replica provably holds equal are
+//!    marked ([`crate::KernelCall::weight_invariant`]) for the devices.
+//!
 //! [`Lowerer::run`] runs these steps in order and [`Lowerer::finish`] assembles the
 //! [`Executable`]. Every step is linear in the size of the IR up to hashing and
 //! sorting (graphs and tensors are indexed densely; no per-tensor scans of graph
@@ -37,6 +41,7 @@ mod graphs;
 mod host;
 mod index;
 mod liveness;
+mod replica_invariant;
 mod sharing;
 mod sites;
 mod timeline;
@@ -164,7 +169,7 @@ impl<'a> Lowerer<'a> {
         let memory = memory_plan(&table, placement, &programs, &functions);
         let HostIo { streams, weights, constants, remote_weights, .. } = host;
         let BufferTable { buffers, tensor_buffers, lives, .. } = table;
-        Ok(Executable {
+        let mut exe = Executable {
             buffers,
             functions,
             streams,
@@ -180,7 +185,9 @@ impl<'a> Lowerer<'a> {
             replication_factor: self.ir.replication_factor,
             tensor_buffers,
             lives,
-        })
+        };
+        replica_invariant::mark_invariant_updates(&mut exe, self.ir, self.ir.replication_factor.max(1));
+        Ok(exe)
     }
 }
 

@@ -8,8 +8,6 @@ mod data;
 mod model;
 #[path = "../mnist/npy.rs"]
 mod npy;
-#[path = "../support/peak.rs"]
-mod peak;
 #[path = "../support/profile.rs"]
 mod profile;
 mod scan;
@@ -541,7 +539,7 @@ fn main() -> AppResult<()> {
         let med = ms[ms.len() / 2];
         let gflops = flops_per_step(&s) / (med / 1e3) / 1e9;
         let threads = popxl_session::cpu::team::num_threads();
-        let (peak, isa) = peak::fma_peak_gflops(threads);
+        let (peak, isa) = popxl_session::cpu::peak::fma_peak_gflops(threads);
         println!(
             "bench: step median {med:.2} ms (p10 {:.2}, p90 {:.2}), {:.0} tokens/s, {gflops:.1} model GFLOP/s = {:.0}% of \
              this machine's fp32 FMA peak ({peak:.0} GFLOP/s on {threads} threads, {isa})",

@@ -62,7 +62,7 @@ pub fn param_shape(name: &str, s: &Shape) -> Vec<usize> {
 /// generator): matrices ~ N(0, 0.02), the residual outputs (`proj_w`, `fc2_w`)
 /// ~ N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm gains 1.
 pub fn init_params(s: &Shape, seed: u64) -> Vec<(String, HostArray)> {
-    let mut rng = crate::Rng::new(seed);
+    let mut rng = super::Rng::new(seed);
     param_names(s.layers)
         .into_iter()
         .map(|n| {

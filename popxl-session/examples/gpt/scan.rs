@@ -17,7 +17,7 @@ use ndarray::{Array1, ArrayD, Axis};
 use popxl::ops;
 use popxl::{Graph, HostArray, Ir, Tensor};
 
-use crate::model::{self, Graphs, Shape, BLOCK_PARAMS};
+use super::model::{self, Graphs, Shape, BLOCK_PARAMS};
 
 /// Every parameter name of the scanned model: `wte`, `wpe`, the stacked `h.<p>`, `lnf_g`, `lnf_b`.
 pub fn stacked_names() -> Vec<String> {

@@ -12,7 +12,7 @@ use popxl::ops::collectives::{self, AllGatherShape, CollectiveOp};
 use popxl::{ops, transforms, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Module, Tensor};
 use popxl_session::{Session, SessionOptions};
 
-use crate::data::{self, Rng, Split, PIXELS};
+use super::data::{self, Rng, Split, PIXELS};
 
 /// Result type of the application.
 pub type AppResult<T> = Result<T, Box<dyn Error>>;

@@ -353,7 +353,7 @@ impl Session {
                         }
                         None => Ok(()),
                     };
-                    written.map_err(|e| SessionError::Internal { reason: e.to_string() })?;
+                    written.map_err(|e| SessionError::Device(e.into()))?;
                 }
                 device_writes = true;
             }

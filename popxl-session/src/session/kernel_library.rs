@@ -17,5 +17,5 @@ pub(super) fn compile(
     kernels: KernelFactory<'_>,
     check_indices: bool,
 ) -> Result<CpuExecutor> {
-    CpuExecutor::with_checks(exe, kernels, check_indices)
+    Ok(CpuExecutor::with_checks(exe, kernels, check_indices)?)
 }

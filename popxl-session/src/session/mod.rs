@@ -9,7 +9,6 @@
 mod attach;
 mod ipu_report;
 mod kernel_library;
-mod replica_invariant;
 mod replicated;
 mod run;
 
@@ -365,26 +364,12 @@ impl Session {
         if rf > MAX_REPLICAS {
             return Err(SessionError::TooManyReplicas { replication_factor: rf, max: MAX_REPLICAS });
         }
-        use popart_transforms::inline::InlineCalls;
-        let inline_calls = options.inline_calls.unwrap_or(device == DeviceType::Cpu);
-        let pipeline = match &options.pipeline {
-            Some(p) if inline_calls && !p.contains(InlineCalls::NAME) => {
-                let last = popart_transforms::Pipeline::VERIFY_FINAL;
-                if p.contains(last) {
-                    p.clone()
-                        .insert_before(last, InlineCalls)
-                        .map_err(|e| SessionError::Internal { reason: e.to_string() })?
-                } else {
-                    p.clone().with_pass(InlineCalls)
-                }
-            }
-            Some(p) => p.clone(),
-            None => popart_transforms::Pipeline::default_for(popart_transforms::prepare::PrepareOptions {
-                patterns: options.patterns,
-                check_inplace_ambiguity: options.check_inplace_ambiguity,
-                inline_calls,
-            }),
-        };
+        let pipeline = popart_transforms::prepare::PrepareOptions {
+            patterns: options.patterns,
+            check_inplace_ambiguity: options.check_inplace_ambiguity,
+            inline_calls: options.inline_calls.unwrap_or(device == DeviceType::Cpu),
+        }
+        .pipeline(options.pipeline.as_ref());
         let ir_id = ir.id();
         // An IR built without ops is a mistake; one whose ops were all pruned
         // is a valid (if idle) program, as in PopXL: running it does nothing.
@@ -395,11 +380,10 @@ impl Session {
         // Only the frozen flag of the `popxl` IR outlives this call (in the handles
         // the caller keeps); the session works on its own copy of the core.
         drop(ir);
-        let mut exe = popart_lower::lower(&prepared).map_err(|e| match e {
+        let exe = popart_lower::lower(&prepared).map_err(|e| match e {
             popart_lower::LowerError::Size(e) => SessionError::from(e),
             e => SessionError::Lower(e),
         })?;
-        replica_invariant::mark_invariant_updates(&mut exe, &prepared, rf);
         if device == DeviceType::IpuModel {
             ipu_report::check_fits(&exe, &options.ipu_model)?;
         }
@@ -464,8 +448,8 @@ impl Session {
             executors,
             comm: crate::cpu::replicas::Comm::new(rf),
             gang: if rf > 1 {
-                Some(crate::cpu::gang::Gang::new(rf).map_err(|e| SessionError::Internal {
-                    reason: format!("could not start the threads of {rf} replicas: {e}"),
+                Some(crate::cpu::gang::Gang::new(rf).map_err(|e| {
+                    SessionError::Device(crate::cpu::CpuError::Threads { replicas: rf, reason: e.to_string() })
                 })?)
             } else {
                 None

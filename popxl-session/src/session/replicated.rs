@@ -152,12 +152,12 @@ impl Session {
                 // call and nothing else touches them while the program runs; the
                 // streams are unbound right after.
                 if let Err(e) = unsafe { exec.bind_stream(*stream, ptr, len, 1) } {
-                    bound = Err(SessionError::Internal { reason: format!("weight stream {stream:?}: {e}") });
+                    bound = Err(device(e));
                     break;
                 }
             }
             let ran = bound.and_then(|_| {
-                exec.run(program).map_err(|e| SessionError::Internal { reason: format!("{program:?}: {e}") })
+                exec.run(program).map_err(device)
             });
             exec.unbind_streams();
             ran?;
@@ -213,4 +213,9 @@ pub(super) fn all_replica_values(v: &HostVariable, rf: usize) -> Option<HostTens
     let mut shape = vec![rf];
     shape.extend_from_slice(&info.shape);
     Some(HostTensor { info: popart_ir::TensorInfo::new(info.dtype, shape), bytes: v.replica_values.clone() })
+}
+
+/// A failure of the device, as a session error.
+fn device(e: impl Into<crate::cpu::CpuError>) -> SessionError {
+    SessionError::from(e.into())
 }

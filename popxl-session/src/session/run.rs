@@ -309,7 +309,7 @@ impl Session {
         // an error here is a bug). Replica `r` reads and writes elements
         // `k * rf + r` only, so replicas never touch the same bytes.
         let rf = self.executors.len();
-        let bind_error = |e: crate::cpu::executor::BindError| SessionError::Internal { reason: e.to_string() };
+        let bind_error = |e: crate::cpu::executor::BindError| SessionError::Device(e.into());
         let mut bound: Result<()> = Ok(());
         for (r, exec) in self.executors.iter_mut().enumerate() {
             for (pos, data) in &in_data {
@@ -339,9 +339,8 @@ impl Session {
             match exec.read_buffer(0, snapshot.len()) {
                 Ok(permanent) => snapshot.copy_from_slice(permanent),
                 Err(e) => {
-                    let reason = e.to_string();
                     unbind(self);
-                    return Err(SessionError::Internal { reason });
+                    return Err(SessionError::Device(e.into()));
                 }
             }
         }
@@ -356,7 +355,7 @@ impl Session {
         if let Err(e) = ran {
             // Restore the variables (and constants) as they were before the run.
             for (exec, snapshot) in self.executors.iter_mut().zip(&self.snapshot) {
-                exec.write_buffer(0, snapshot).map_err(|e| SessionError::Internal { reason: e.to_string() })?;
+                exec.write_buffer(0, snapshot).map_err(|e| SessionError::Device(e.into()))?;
             }
             return Err(exec_error(e));
         }
@@ -479,7 +478,7 @@ fn exec_error(e: ExecError) -> SessionError {
             SessionError::RemoteOffsetOutOfRange { buffer, offset, entries }
         }
         e @ (ExecError::UnboundStream { .. } | ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. }) => {
-            SessionError::Internal { reason: e.to_string() }
+            SessionError::Device(e.into())
         }
     }
 }

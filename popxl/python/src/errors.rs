@@ -47,6 +47,7 @@ pub fn session_err(e: SessionError) -> PyErr {
         | SessionError::OutOfMemory { .. }
         | SessionError::TileMemoryExceeded(_)
         | SessionError::IpuModel(_)
+        | SessionError::Device(_)
         | SessionError::Internal { .. }
         | SessionError::Log2ScaleOutOfRange { .. } => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),

@@ -1,13 +1,13 @@
 //! PopXL's float8 API: the ops (`pow2scale_cast_to_fp8`, `pow2scale_cast_from_fp8`,
-//! `matmul_pow2scaled`, `conv_pow2scaled`), the host conversions behind
-//! `popxl.fp8_utils`, and float8 host data at the boundary: numpy has no float8,
+//! `matmul_pow2scaled`, `conv_pow2scaled`, `conv_transpose_pow2scaled`), the host
+//! conversions and the MSE scale search behind `popxl.fp8_utils`, and float8 host data at the boundary: numpy has no float8,
 //! so PopXL's arrays are structured `np.dtype([("float8_143", "u1")])` views of
 //! the codes (the `popxl.dtypes.np_dtype_float8_*` dtypes).
 
 use numpy::{PyArrayDyn, PyArrayMethods};
 use popart_ir::float8::{encode_scaled, pow2, Float8Format, Float8_143, Float8_152, LOG2_SCALE_RANGE};
 use popart_ir::DataType;
-use popxl::ops::{self, ConvOptions, PadType};
+use popxl::ops::{self, ConvOptions, ConvTransposeOptions, PadType};
 use popxl::HostArray;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -304,9 +304,7 @@ fn conv_pow2scaled(
     let (x, w) = (tensor_of(t, "t")?, tensor_of(weight, "weight")?);
     fp8_operands(&x, &w, "Scaled conv")?;
     let s = scale_tensor(log2_scale)?;
-    let pad_type = PadType::parse(pad_type).ok_or_else(|| {
-        PyValueError::new_err(format!("pad_type {pad_type:?} is not one of not_set, same_upper, same_lower, valid"))
-    })?;
+    let pad_type = parse_pad_type(pad_type)?;
     let options = ConvOptions {
         stride: stride.unwrap_or_default(),
         padding: padding.unwrap_or_default(),
@@ -317,13 +315,64 @@ fn conv_pow2scaled(
     wrap(py, ops::conv_pow2scaled(&x, &w, &s, &options).py()?)
 }
 
+/// `ops.conv_transpose_pow2scaled(t, weight, log2_scale, stride=(1, 1), padding=(0, 0, 0, 0),
+/// dilation=(1, 1), groups=1, pad_type='not_set', output_padding=(), output_shape=(),
+/// available_memory_proportions=None, enable_conv_dithering=None)`:
+/// `conv_transpose(t, weight) · 2^log2_scale` as float16, `weight` `[C_in, C_out / groups, K..]`.
+#[pyfunction]
+#[pyo3(signature = (t, weight, log2_scale, stride=None, padding=None, dilation=None, groups=1, pad_type="not_set",
+    output_padding=None, output_shape=None, available_memory_proportions=None, enable_conv_dithering=None))]
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose_pow2scaled(
+    py: Python<'_>,
+    t: &Bound<'_, PyAny>,
+    weight: &Bound<'_, PyAny>,
+    log2_scale: &Bound<'_, PyAny>,
+    stride: Option<Vec<i64>>,
+    padding: Option<Vec<i64>>,
+    dilation: Option<Vec<i64>>,
+    groups: i64,
+    pad_type: &str,
+    output_padding: Option<Vec<i64>>,
+    output_shape: Option<Vec<i64>>,
+    available_memory_proportions: Option<Vec<f64>>,
+    enable_conv_dithering: Option<Vec<i64>>,
+) -> Out {
+    // IPU planning hints.
+    let _ = (available_memory_proportions, enable_conv_dithering);
+    let (x, w) = (tensor_of(t, "t")?, tensor_of(weight, "weight")?);
+    fp8_operands(&x, &w, "Scaled conv transpose")?;
+    let s = scale_tensor(log2_scale)?;
+    let options = ConvTransposeOptions {
+        conv: ConvOptions {
+            stride: stride.unwrap_or_default(),
+            padding: padding.unwrap_or_default(),
+            dilation: dilation.unwrap_or_default(),
+            groups,
+            pad_type: parse_pad_type(pad_type)?,
+        },
+        output_padding: output_padding.unwrap_or_default(),
+        output_shape: output_shape.unwrap_or_default(),
+    };
+    wrap(py, ops::conv_transpose_pow2scaled(&x, &w, &s, &options).py()?)
+}
+
+/// A `pad_type` keyword, or a `ValueError` naming the accepted ones.
+fn parse_pad_type(pad_type: &str) -> PyResult<PadType> {
+    PadType::parse(pad_type).ok_or_else(|| {
+        PyValueError::new_err(format!("pad_type {pad_type:?} is not one of not_set, same_upper, same_lower, valid"))
+    })
+}
+
 /// Register the float8 functions in `m`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_host_pow2scale_cast_to_fp8, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::fp8_scale::_host_fp8_mse_scale, m)?)?;
     m.add_function(wrap_pyfunction!(_host_pow2scale_cast_from_fp8, m)?)?;
     m.add_function(wrap_pyfunction!(pow2scale_cast_to_fp8, m)?)?;
     m.add_function(wrap_pyfunction!(pow2scale_cast_from_fp8, m)?)?;
     m.add_function(wrap_pyfunction!(matmul_pow2scaled, m)?)?;
     m.add_function(wrap_pyfunction!(conv_pow2scaled, m)?)?;
+    m.add_function(wrap_pyfunction!(conv_transpose_pow2scaled, m)?)?;
     Ok(())
 }

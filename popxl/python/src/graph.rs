@@ -11,9 +11,10 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::convert::{dtype_of, host_array, shape_of};
 use crate::errors::IntoPy;
 use crate::tensor::{tensor_of, wrap, PyD2H, PyH2D, PyTensor};
+use crate::with_guards::WithGuards;
 
 /// An IR (PopXL's `popxl.Ir`): its main graph, subgraphs and host streams.
-#[pyclass(name = "Ir", module = "popxl", unsendable)]
+#[pyclass(name = "Ir", module = "popxl")]
 #[derive(Clone)]
 pub struct PyIr {
     pub ir: Ir,
@@ -146,16 +147,16 @@ impl PyIr {
 }
 
 /// A graph of an IR (PopXL's `popxl.Graph`); `with graph:` makes it current.
-#[pyclass(name = "Graph", module = "popxl", unsendable)]
+#[pyclass(name = "Graph", module = "popxl")]
 pub struct PyGraph {
     pub g: Graph,
-    guards: Vec<popxl::GraphContext>,
+    guards: WithGuards,
 }
 
 impl PyGraph {
     /// Wrap a graph handle.
     pub fn new(g: Graph) -> Self {
-        PyGraph { g, guards: Vec::new() }
+        PyGraph { g, guards: WithGuards::default() }
     }
 }
 
@@ -175,15 +176,15 @@ fn tensors(py: Python<'_>, ts: Vec<popxl::Tensor>) -> PyResult<Vec<Py<PyTensor>>
 
 #[pymethods]
 impl PyGraph {
-    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyRefMut<'_, Self> {
+    fn __enter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
         let guard = slf.g.enter();
-        slf.guards.push(guard);
-        slf
+        slf.guards.enter(guard)?;
+        Ok(slf)
     }
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.guards.pop();
-        false
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.guards.exit("graph")?;
+        Ok(false)
     }
     /// The graph's name.
     #[getter]
@@ -408,10 +409,10 @@ pub fn gir() -> PyResult<PyIr> {
 }
 
 /// `with popxl.in_sequence(enabled=True):` ops run in creation order.
-#[pyclass(name = "in_sequence", module = "popxl", unsendable)]
+#[pyclass(name = "in_sequence", module = "popxl")]
 pub struct InSequence {
     mode: popxl::SequenceMode,
-    guards: Vec<popxl::SequenceContext>,
+    guards: WithGuards,
 }
 
 #[pymethods]
@@ -436,46 +437,46 @@ impl InSequence {
                 }
             }
         };
-        Ok(InSequence { mode, guards: Vec::new() })
+        Ok(InSequence { mode, guards: WithGuards::default() })
     }
-    fn __enter__(&mut self) {
-        self.guards.push(popxl::in_sequence(self.mode));
+    fn __enter__(&mut self) -> PyResult<()> {
+        self.guards.enter(popxl::in_sequence(self.mode))
     }
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.guards.pop();
-        false
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.guards.exit("popxl.in_sequence()")?;
+        Ok(false)
     }
 }
 
 /// `with popxl.name_scope(name):` prefixes tensor names with `name/`.
-#[pyclass(name = "name_scope", module = "popxl", unsendable)]
+#[pyclass(name = "name_scope", module = "popxl")]
 pub struct NameScope {
     name: String,
-    guards: Vec<popxl::NameScope>,
+    guards: WithGuards,
 }
 
 #[pymethods]
 impl NameScope {
     #[new]
     fn new(name: String) -> Self {
-        NameScope { name, guards: Vec::new() }
+        NameScope { name, guards: WithGuards::default() }
     }
-    fn __enter__(&mut self) {
-        self.guards.push(popxl::name_scope(&self.name));
+    fn __enter__(&mut self) -> PyResult<()> {
+        self.guards.enter(popxl::name_scope(&self.name))
     }
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.guards.pop();
-        false
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.guards.exit("popxl.name_scope(...)")?;
+        Ok(false)
     }
 }
 
 /// `with popxl.ipu(n):` places ops on IPU `n`.
-#[pyclass(name = "ipu", module = "popxl", unsendable)]
+#[pyclass(name = "ipu", module = "popxl")]
 pub struct IpuScope {
     n: u32,
-    guards: Vec<popxl::IpuContext>,
+    guards: WithGuards,
 }
 
 #[pymethods]
@@ -484,36 +485,36 @@ impl IpuScope {
     fn new(ipu: i64) -> PyResult<Self> {
         let n = u32::try_from(ipu)
             .map_err(|_| PyValueError::new_err(format!("ipu must be a non-negative int, not {ipu}")))?;
-        Ok(IpuScope { n, guards: Vec::new() })
+        Ok(IpuScope { n, guards: WithGuards::default() })
     }
-    fn __enter__(&mut self) {
-        self.guards.push(popxl::ipu(self.n));
+    fn __enter__(&mut self) -> PyResult<()> {
+        self.guards.enter(popxl::ipu(self.n))
     }
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.guards.pop();
-        false
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.guards.exit("popxl.ipu(...)")?;
+        Ok(false)
     }
 }
 
 /// `with popxl.io_tiles():` places ops on the IO tiles.
-#[pyclass(name = "io_tiles", module = "popxl", unsendable)]
+#[pyclass(name = "io_tiles", module = "popxl")]
 pub struct IoTilesScope {
-    guards: Vec<popxl::IoTilesContext>,
+    guards: WithGuards,
 }
 
 #[pymethods]
 impl IoTilesScope {
     #[new]
     fn new() -> Self {
-        IoTilesScope { guards: Vec::new() }
+        IoTilesScope { guards: WithGuards::default() }
     }
-    fn __enter__(&mut self) {
-        self.guards.push(popxl::io_tiles());
+    fn __enter__(&mut self) -> PyResult<()> {
+        self.guards.enter(popxl::io_tiles())
     }
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
-        self.guards.pop();
-        false
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.guards.exit("popxl.io_tiles()")?;
+        Ok(false)
     }
 }

@@ -25,7 +25,7 @@ pub fn take_hook_error() -> Option<PyErr> {
 }
 
 /// An op, as an op-created hook sees it (PopXL passes its internal op object).
-#[pyclass(name = "Op", module = "popxl", unsendable)]
+#[pyclass(name = "Op", module = "popxl")]
 pub struct PyOp {
     graph: Graph,
     op: OpId,

@@ -1,7 +1,7 @@
 //! `popxl._native`: the Rust half of the `popxl` Python package.
 //!
 //! It wraps the `popxl` crate's handles (`Ir`, `Graph`, `Tensor`, streams, call
-//! sites, gradient graph infos) as `unsendable` Python classes, the op functions
+//! sites, gradient graph infos) as Python classes usable from any thread, the op functions
 //! under PopXL's names, and `popxl_session::Session`, which runs with the GIL
 //! released. Every Rust error becomes the Python exception PopXL raises
 //! ([`errors`]). The pure-Python half (`python/popxl/`) adds what is naturally
@@ -13,6 +13,7 @@ mod convert;
 mod dot;
 mod errors;
 mod fp8;
+mod fp8_scale;
 mod graph;
 mod hooks;
 mod nn;
@@ -23,6 +24,7 @@ mod seeds;
 mod session;
 mod tensor;
 mod transforms;
+mod with_guards;
 
 use pyo3::prelude::*;
 

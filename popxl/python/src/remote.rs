@@ -12,7 +12,7 @@ use crate::graph::graph_of;
 use crate::tensor::{tensor_of, wrap, PyTensor};
 
 /// An array of `entries` tensors in streaming memory (PopXL's `RemoteBuffer`).
-#[pyclass(name = "RemoteBuffer", module = "popxl", unsendable)]
+#[pyclass(name = "RemoteBuffer", module = "popxl")]
 #[derive(Clone)]
 pub struct PyRemoteBuffer {
     pub b: RemoteBuffer,

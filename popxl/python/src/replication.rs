@@ -11,7 +11,7 @@ use crate::tensor::{tensor_of, wrap, PyTensor};
 type Out = PyResult<Py<PyTensor>>;
 
 /// How replicas form groups (PopXL's `ReplicaGrouping`, made by `ir.replica_grouping`).
-#[pyclass(name = "ReplicaGrouping", module = "popxl", unsendable)]
+#[pyclass(name = "ReplicaGrouping", module = "popxl")]
 #[derive(Clone)]
 pub struct PyReplicaGrouping {
     pub g: ReplicaGrouping,

@@ -3,9 +3,11 @@
 use popart_ir::DataType;
 use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream, Tensor};
 use popxl_session::{InputView, OutputView, Outputs, Session, SessionOptions};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+use std::sync::Mutex;
 
 use crate::convert::{
     bytes_mut, host_array, numpy_buffer_mut, numpy_zeros, stream_input, to_numpy, type_name, value_error, StreamInput,
@@ -14,24 +16,17 @@ use crate::errors::IntoPy;
 use crate::graph::PyIr;
 use crate::tensor::{tensor_of, PyD2H, PyH2D};
 
-/// Moves a value into `Python::allow_threads`.
-///
-/// SAFETY: `allow_threads` runs its closure on the calling thread; it only asks
-/// for `Send` so that no GIL-bound reference escapes. The wrapped `popxl`
-/// handles hold `Rc`s: they are only read inside the call, on this thread, and
-/// every Python object holding one is `unsendable`, so no other thread can touch
-/// (clone or drop) them while this thread runs without the GIL. The input views
-/// borrow numpy buffers that the held arrays keep alive; like numpy's own
-/// GIL-free loops, a thread that writes into an input array during `run` races
-/// with the session's reads of it (the values it reads are unspecified).
-struct OnThisThread<T>(T);
-unsafe impl<T> Send for OnThisThread<T> {}
-
 /// A session on a device (PopXL's `popxl.Session`): `with session:` attaches and
 /// copies the weights to the device; `run` runs the main graph.
-#[pyclass(name = "Session", module = "popxl", unsendable)]
+///
+/// Any Python thread may use it: the session sits behind a mutex that is only
+/// waited for with the GIL released and only held by Rust code, so calls from
+/// several threads take turns (a thread that runs the session while another
+/// reads a variable waits for it) and a waiting thread never holds the GIL that
+/// the holder may need.
+#[pyclass(name = "Session", module = "popxl")]
 pub struct PySession {
-    session: Session,
+    session: Mutex<Session>,
     ir: Py<PyIr>,
     /// Each device-to-host stream, its key object in `run`'s result, dtype and host array shape.
     outputs: Vec<(DeviceToHostStream, Py<PyD2H>, DataType, Vec<usize>)>,
@@ -79,6 +74,18 @@ fn outputs_dict<'py>(py: Python<'py>, outs: Outputs) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+impl PySession {
+    /// Run `f` on the session with the GIL released, once no other thread uses it.
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Session) -> R + Send) -> PyResult<R> {
+        py.allow_threads(|| match self.session.lock() {
+            Ok(mut s) => Ok(f(&mut s)),
+            Err(_) => Err(PyRuntimeError::new_err(
+                "the session is unusable: an earlier call on it stopped in the middle (a Rust panic)",
+            )),
+        })
+    }
+}
+
 #[pymethods]
 impl PySession {
     #[new]
@@ -88,14 +95,9 @@ impl PySession {
             .downcast::<PyIr>()
             .map_err(|_| PyTypeError::new_err(format!("Session expects a popxl.Ir, not {}", type_name(ir))))?;
         let options = SessionOptions { weights_to_host_on_exit, ..SessionOptions::default() };
-        let handle = OnThisThread((pyir.borrow().ir.clone(), options));
+        let handle = pyir.borrow().ir.clone();
         // Preparing, lowering and compiling take long: other Python threads run meanwhile.
-        let session = ir.py().allow_threads(move || {
-            let h = handle;
-            let (ir, options) = h.0;
-            OnThisThread(Session::with_options(ir, device_desc, options))
-        });
-        let session = session.0.py()?;
+        let session = ir.py().allow_threads(move || Session::with_options(handle, device_desc, options)).py()?;
         let py = ir.py();
         let outputs = session
             .expected_outputs()
@@ -105,7 +107,7 @@ impl PySession {
                 Ok((s.clone(), Py::new(py, PyD2H { s })?, dtype, shape))
             })
             .collect::<PyResult<_>>()?;
-        Ok(PySession { session, ir: pyir.clone().unbind(), outputs })
+        Ok(PySession { session: Mutex::new(session), ir: pyir.clone().unbind(), outputs })
     }
     /// The IR the session runs.
     #[getter]
@@ -114,29 +116,29 @@ impl PySession {
     }
     /// Whether the session is attached to its device.
     #[getter]
-    fn is_attached(&self) -> bool {
-        self.session.is_attached()
+    fn is_attached(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |s| s.is_attached())
     }
-    fn __enter__(slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
-        let mut slf = slf;
-        slf.session.enter_context().py()?;
+    fn __enter__(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        slf.with(slf.py(), |s| s.enter_context())?.py()?;
         Ok(slf)
     }
     #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __exit__(
-        &mut self,
+        &self,
+        py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let success = exc_type.is_none_or(|e| e.is_none());
-        self.session.exit_context(success).py()?;
+        self.with(py, |s| s.exit_context(success))?.py()?;
         Ok(false)
     }
     /// Run the main graph once: `{h2d_stream: array}` in, `{d2h_stream: array}` out.
     #[pyo3(signature = (inputs=None, downcast_inputs=true))]
     fn run<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         inputs: Option<&Bound<'py, PyAny>>,
         downcast_inputs: bool,
@@ -158,14 +160,10 @@ impl PySession {
             .iter_mut()
             .map(|(s, dtype, shape, bytes)| Ok((&**s, OutputView::new(*dtype, shape, bytes).map_err(value_error)?)))
             .collect::<PyResult<_>>()?;
-        let session = OnThisThread(&mut self.session);
-        let io = OnThisThread((in_views, &mut out_views));
-        let r = py.allow_threads(move || {
-            let (s, io) = (session, io);
-            let (ins, outs) = io.0;
-            OnThisThread(s.0.run_views_into(&ins, outs))
-        });
-        r.0.py()?;
+        // The views borrow numpy buffers that `held` and `arrays` keep alive. Like
+        // numpy's own GIL-free loops, a thread that writes into an input array during
+        // the run races with the session's reads of it (the values read are unspecified).
+        self.with(py, |s| s.run_views_into(&in_views, &mut out_views))?.py()?;
         drop(out_views);
         drop(raw);
         drop(held);
@@ -179,7 +177,7 @@ impl PySession {
     /// `create_host_outputs` makes them).
     #[pyo3(signature = (inputs, outputs, downcast_inputs=true))]
     fn run_with_outputs(
-        &mut self,
+        &self,
         py: Python<'_>,
         inputs: Option<&Bound<'_, PyAny>>,
         outputs: &Bound<'_, PyAny>,
@@ -236,14 +234,10 @@ impl PySession {
             .iter_mut()
             .map(|(s, dtype, shape, bytes)| Ok((&**s, OutputView::new(*dtype, shape, bytes).map_err(value_error)?)))
             .collect::<PyResult<_>>()?;
-        let session = OnThisThread(&mut self.session);
-        let io = OnThisThread((in_views, &mut out_views));
-        let r = py.allow_threads(move || {
-            let (s, io) = (session, io);
-            let (ins, outs) = io.0;
-            OnThisThread(s.0.run_views_into(&ins, outs))
-        });
-        r.0.py()?;
+        // The views borrow numpy buffers that `held` and `arrays` keep alive. Like
+        // numpy's own GIL-free loops, a thread that writes into an input array during
+        // the run races with the session's reads of it (the values read are unspecified).
+        self.with(py, |s| s.run_views_into(&in_views, &mut out_views))?.py()?;
         drop(out_views);
         drop(raw);
         drop(held);
@@ -256,31 +250,31 @@ impl PySession {
     }
     /// Zeroed output arrays for `run_with_outputs`.
     fn create_host_outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        outputs_dict(py, self.session.create_host_outputs().py()?)
+        outputs_dict(py, self.with(py, |s| s.create_host_outputs())?.py()?)
     }
     /// The host-to-device streams `run` expects.
-    fn expected_inputs(&self) -> Vec<PyH2D> {
-        self.session.expected_inputs().into_iter().map(|s| PyH2D { s }).collect()
+    fn expected_inputs(&self, py: Python<'_>) -> PyResult<Vec<PyH2D>> {
+        Ok(self.with(py, |s| s.expected_inputs())?.into_iter().map(|s| PyH2D { s }).collect())
     }
     /// Copy the variables' host values to the device.
-    fn weights_from_host(&mut self) -> PyResult<()> {
-        self.session.weights_from_host().py()
+    fn weights_from_host(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |s| s.weights_from_host())?.py()
     }
     /// Copy the variables' device values to the host.
-    fn weights_to_host(&mut self) -> PyResult<()> {
-        self.session.weights_to_host().py()
+    fn weights_to_host(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |s| s.weights_to_host())?.py()
     }
     /// The value of a variable or constant, as a numpy array.
-    fn get_tensor_data(&mut self, py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    fn get_tensor_data(&self, py: Python<'_>, tensor: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         let t = tensor_of(tensor, "get_tensor_data's argument")?;
-        to_numpy(py, self.session.get_tensor_data(&t).py()?)
+        to_numpy(py, self.with(py, |s| s.get_tensor_data(&t))?.py()?)
     }
     /// The values of several variables or constants: `{tensor: array}`.
-    fn get_tensors_data<'py>(&mut self, py: Python<'py>, tensors: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    fn get_tensors_data<'py>(&self, py: Python<'py>, tensors: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         let objs: Vec<Bound<'py, PyAny>> = tensors.try_iter()?.collect::<PyResult<_>>()?;
         let ts: Vec<Tensor> =
             objs.iter().map(|o| tensor_of(o, "get_tensors_data's argument")).collect::<PyResult<_>>()?;
-        let data = self.session.get_tensors_data(ts.iter()).py()?;
+        let data = self.with(py, |s| s.get_tensors_data(ts.iter()))?.py()?;
         let d = PyDict::new(py);
         for (o, a) in objs.into_iter().zip(data) {
             d.set_item(o, to_numpy(py, a)?)?;
@@ -288,13 +282,13 @@ impl PySession {
         Ok(d)
     }
     /// Write a variable's value (host, and device if attached).
-    fn write_variable_data(&mut self, tensor: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn write_variable_data(&self, tensor: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let t = tensor_of(tensor, "write_variable_data's tensor")?;
         let a = write_array(&t, data)?;
-        self.session.write_variable_data(&t, &a).py()
+        self.with(tensor.py(), |s| s.write_variable_data(&t, &a))?.py()
     }
     /// Write several variables: `{tensor: array}`.
-    fn write_variables_data(&mut self, tensors: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn write_variables_data(&self, tensors: &Bound<'_, PyAny>) -> PyResult<()> {
         let d = tensors
             .downcast::<PyDict>()
             .map_err(|_| PyTypeError::new_err("write_variables_data expects a dict {variable: array}"))?;
@@ -304,15 +298,12 @@ impl PySession {
             let a = write_array(&t, &v)?;
             pairs.push((t, a));
         }
-        self.session.write_variables_data(pairs.iter().map(|(t, a)| (t, a))).py()
+        self.with(tensors.py(), |s| s.write_variables_data(pairs.iter().map(|(t, a)| (t, a))))?.py()
     }
-    fn __repr__(&self) -> String {
-        format!(
-            "Session[ir={} device={} attached={}]",
-            self.session.ir_id(),
-            self.session.device().name(),
-            self.session.is_attached()
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |s| {
+            format!("Session[ir={} device={} attached={}]", s.ir_id(), s.device().name(), s.is_attached())
+        })
     }
 }
 

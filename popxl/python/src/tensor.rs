@@ -13,7 +13,7 @@ use crate::errors::IntoPy;
 use crate::graph::PyGraph;
 
 /// A tensor of a graph (PopXL's `popxl.Tensor`): a handle naming an IR's tensor.
-#[pyclass(name = "Tensor", module = "popxl", unsendable, weakref)]
+#[pyclass(name = "Tensor", module = "popxl", weakref)]
 #[derive(Clone)]
 pub struct PyTensor {
     pub t: Tensor,
@@ -362,7 +362,7 @@ impl PyTensor {
 macro_rules! stream_class {
     ($py:ident, $rust:ty, $pyname:literal) => {
         /// A host stream of the main graph (PopXL's `h2d_stream` / `d2h_stream`).
-        #[pyclass(name = $pyname, module = "popxl", unsendable)]
+        #[pyclass(name = $pyname, module = "popxl")]
         #[derive(Clone)]
         pub struct $py {
             pub s: $rust,

@@ -15,7 +15,7 @@ use crate::tensor::{tensor_of, wrap, PyTensor};
 
 /// A tensor the gradient graph connects to: the forward tensor itself
 /// (`ExpectedConnectionType.Fwd`) or its gradient (`FwdGrad`).
-#[pyclass(name = "ExpectedConnection", module = "popxl.transforms", unsendable)]
+#[pyclass(name = "ExpectedConnection", module = "popxl.transforms")]
 pub struct PyExpectedConnection {
     c: ExpectedConnection,
 }
@@ -41,7 +41,7 @@ impl PyExpectedConnection {
 }
 
 /// The result of `autodiff` (PopXL's `GradGraphInfo`).
-#[pyclass(name = "GradGraphInfo", module = "popxl.transforms", unsendable)]
+#[pyclass(name = "GradGraphInfo", module = "popxl.transforms")]
 #[derive(Clone)]
 pub struct PyGradGraphInfo {
     pub info: GradGraphInfo,

@@ -4,13 +4,20 @@ exhaustive nearest-value search over the 255 finite codes (ties to the even
 mantissa; at or beyond the largest magnitude plus half its step: NaN with
 ``nan_on_overflow``, else saturation; NaN and infinities: the NaN code 0x80)."""
 
+import math
+
 import numpy as np
 import pytest
 
 import popxl
 import popxl.ops as ops
 from popxl.dtypes import np_dtype_float8_143, np_dtype_float8_152
-from popxl.fp8_utils import host_pow2scale_cast_from_fp8, host_pow2scale_cast_to_fp8
+from popxl.fp8_utils import (
+    host_fp8_mse_scale,
+    host_fp8_mse_scale_pb,
+    host_pow2scale_cast_from_fp8,
+    host_pow2scale_cast_to_fp8,
+)
 
 FORMATS = {popxl.float8_143: (4, 3, 8), popxl.float8_152: (5, 2, 16)}
 NP = {popxl.float8_143: np_dtype_float8_143, popxl.float8_152: np_dtype_float8_152}
@@ -212,6 +219,123 @@ def test_conv_pow2scaled_against_float64():
     close_f16(got, want)
 
 
+def conv_transpose_ref(x, w, stride, pads, groups, output_padding=(0, 0)):
+    """ONNX ConvTranspose: each input pixel scatters ``x · w[c]`` into the full output,
+    which is then cropped by the pads (``output_padding`` only adds room at the end)."""
+    n, cin, h, wd = x.shape
+    _, cog, kh, kw = w.shape
+    full = np.zeros((n, cog * groups, stride[0] * (h - 1) + kh + output_padding[0],
+                     stride[1] * (wd - 1) + kw + output_padding[1]))
+    for c in range(cin):
+        g = c // (cin // groups)
+        for i in range(h):
+            for j in range(wd):
+                full[:, g * cog:(g + 1) * cog, i * stride[0]:i * stride[0] + kh, j * stride[1]:j * stride[1] + kw] += \
+                    x[:, c, i, j][:, None, None, None] * w[c][None]
+    return full[:, :, pads[0]:full.shape[2] - pads[2], pads[1]:full.shape[3] - pads[3]]
+
+
+@pytest.mark.parametrize("fx,fw,stride,pads,groups,out_pad,s", [
+    (popxl.float8_143, popxl.float8_143, (1, 1), (0, 0, 0, 0), 1, (0, 0), 0),
+    (popxl.float8_152, popxl.float8_143, (2, 1), (1, 0, 1, 1), 2, (1, 0), -3),
+    (popxl.float8_143, popxl.float8_152, (2, 3), (0, 1, 0, 0), 1, (1, 2), 2),
+])
+def test_conv_transpose_pow2scaled_against_float64(fx, fw, stride, pads, groups, out_pad, s):
+    rng = np.random.default_rng(5)
+    x, w = random_codes(rng, (2, 4, 3, 4), fx), random_codes(rng, (4, 3, 3, 2), fw)
+    got = run(lambda: ops.conv_transpose_pow2scaled(
+        popxl.constant(x, fx), popxl.constant(w, fw), popxl.constant(s, popxl.int32),
+        stride=stride, padding=pads, groups=groups, output_padding=out_pad))
+    want = conv_transpose_ref(decode(fx)[x.view(np.uint8)], decode(fw)[w.view(np.uint8)],
+                              stride, pads, groups, out_pad) * 2.0**s
+    close_f16(got, want)
+
+
+def test_conv_transpose_pow2scaled_output_shape():
+    """An explicit ``output_shape`` derives the padding: the same values as the padding it implies."""
+    rng = np.random.default_rng(6)
+    x, w = random_codes(rng, (1, 2, 3, 3), popxl.float8_143), random_codes(rng, (2, 2, 3, 3), popxl.float8_143)
+    got = run(lambda: ops.conv_transpose_pow2scaled(
+        popxl.constant(x, popxl.float8_143), popxl.constant(w, popxl.float8_143), popxl.constant(0, popxl.int32),
+        stride=(2, 2), output_shape=(5, 5)))
+    assert got.shape == (1, 2, 5, 5)
+    full = conv_transpose_ref(decode(popxl.float8_143)[x.view(np.uint8)], decode(popxl.float8_143)[w.view(np.uint8)],
+                              (2, 2), (0, 0, 0, 0), 1)
+    # Full size 7: two cells of padding, split evenly (ONNX's rule when not same_lower).
+    close_f16(got, full[:, :, 1:6, 1:6])
+
+
+def mse_scale_reference(x, fmt):
+    """PopXL's MSE model written over numpy arrays: ``(error, scale)`` for every
+    bias, the least error, the median bias among equal ones, the scale its negation."""
+    a = np.abs(np.asarray(x, np.float64)).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        _, e = np.frexp(a)
+        bins = np.where(a < 2.0**-126, 0, np.where(a > 2.0**126, 253, e + 126))
+    h = np.bincount(bins, minlength=254) / a.size
+    e_bits, m_bits, bias = FORMATS[fmt]
+    lowest = 1 - bias - m_bits  # binade exponents of the format, denormals included
+    span = (2**e_bits - 1 - bias) - lowest + 1
+    q = 2.0 ** (-2 * ((23 if x.dtype == np.float32 else 10) - m_bits))
+    k = np.arange(-126, 127)  # binade [2^k, 2^(k+1)) holds h[k + 127]
+    edges, weights = 2.0**k, h[1:]
+    errors = {}
+    for b in range(-31, 32):
+        under, inside = k < lowest + b, (k >= lowest + b) & (k < lowest + b + span)
+        top = edges[b + 31 + span - 1]  # PopXL's index of the top edge (by bias)
+        terms = np.where(under, edges**2 * weights, np.where(inside, edges**2 * weights * q, (top - edges)**2 * weights))
+        errors[b] = math.fsum([2.0**-254, *terms])
+    best = min(errors.values())
+    tied = sorted(b for b, err in errors.items() if err == best)
+    return best, -tied[len(tied) // 2]
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("np_t", [np.float32, np.float16])
+def test_host_fp8_mse_scale_against_numpy(fmt, np_t):
+    rng = np.random.default_rng(8)
+    cases = [
+        # Wider than either format: under- and overflow trade off.
+        rng.standard_normal(2000) * 10.0 ** rng.uniform(-6, 6, 2000),
+        rng.standard_normal((8, 16)) * 1e-3,
+        rng.uniform(2**5, 2**6, 1000),  # near the top: a negative scale (PopXL's example)
+        rng.uniform(2**-6, 2**-5, 1000),  # near the bottom: a positive one
+        np.array([1.0]),  # one binade: every bias that holds it ties, the median wins
+        np.array([0.0, 0.5, 3.0, np.inf, -np.inf, np.nan, -1e-30, 7e4]),
+    ]
+    for x in cases:
+        with np.errstate(over="ignore"):
+            x = x.astype(np_t)
+        err, s = host_fp8_mse_scale(x, fmt)
+        want_err, want_s = mse_scale_reference(x, fmt)
+        assert isinstance(s, int) and -31 <= s <= 31
+        assert s == want_s, (x[:4], s, want_s)
+        assert err == pytest.approx(want_err, rel=1e-12)
+        assert host_fp8_mse_scale_pb(x, fmt) == s
+    # PopXL's examples: data that fits the format unscaled keeps scale 0.
+    assert host_fp8_mse_scale(np.array([0.00098, 240], np_t), popxl.float8_143)[1] == 0
+    assert host_fp8_mse_scale(np.array([2.0**-17, 57344], np.float32), popxl.float8_152)[1] == 0
+    assert host_fp8_mse_scale(rng.uniform(2**5, 2**6, 100).astype(np_t), popxl.float8_143)[1] < 0
+    assert host_fp8_mse_scale(rng.uniform(2**-6, 2**-5, 100).astype(np_t), popxl.float8_143)[1] > 0
+
+
+def test_host_fp8_mse_scale_arguments():
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    # PopXL's default format is float8_143; the shape does not matter.
+    assert host_fp8_mse_scale(x) == host_fp8_mse_scale(x.reshape(5, 10), popxl.float8_143)
+    assert host_fp8_mse_scale(list(x)) == host_fp8_mse_scale(x)
+    with pytest.raises(RuntimeError, match="float64"):
+        host_fp8_mse_scale(x.astype(np.float64))
+    with pytest.raises(RuntimeError, match="float64"):
+        host_fp8_mse_scale_pb(x.astype(np.float64), popxl.float8_143)
+    with pytest.raises(RuntimeError):
+        host_fp8_mse_scale_pb(x, popxl.float16)
+    with pytest.raises(RuntimeError):
+        host_fp8_mse_scale_pb(x)
+    with pytest.raises(ValueError, match="empty"):
+        host_fp8_mse_scale(np.zeros(0, np.float32))
+
+
 def test_errors():
     ir = popxl.Ir()
     with ir.main_graph:
@@ -232,8 +356,11 @@ def test_errors():
             ops.matmul_pow2scaled(f, f8, s)
         with pytest.raises(TypeError):
             ops.conv_pow2scaled(f8, f, s)
-        with pytest.raises(ValueError):
-            ops.cast(f, popxl.float8_143)
+        for fmt in FORMATS:
+            with pytest.raises(TypeError, match="pow2scale_cast_to_fp8"):
+                ops.cast(f, fmt)
+        with pytest.raises(TypeError):
+            ops.conv_transpose_pow2scaled(f, f8, s)
     with pytest.raises(RuntimeError):
         host_pow2scale_cast_to_fp8(np.ones(2, np.float32), popxl.float16)
     with pytest.raises(RuntimeError):

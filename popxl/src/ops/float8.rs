@@ -1,5 +1,5 @@
 //! The float8 ops: casts to and from `float8_143` / `float8_152` and the
-//! pow2-scaled matmul and convolution (PopXL's fp8 API; see
+//! pow2-scaled matmul, convolution and transposed convolution (PopXL's fp8 API; see
 //! [`popart_ir::float8`] for the formats and their rounding).
 //!
 //! `log2_scale` is a scalar `int32` tensor (a constant, variable or computed
@@ -10,7 +10,7 @@
 use popart_ir::ops::all as ir_ops;
 use popart_ir::{AttrValue, DataType};
 
-use super::conv::ConvOptions;
+use super::conv::{ConvOptions, ConvTransposeOptions};
 use super::OpBuilder;
 use crate::{Result, Tensor};
 
@@ -105,5 +105,40 @@ pub fn conv_pow2scaled(t: &Tensor, weight: &Tensor, log2_scale: &Tensor, options
                 .input(1, weight)
                 .input(2, log2_scale),
         )
+        .create1()
+}
+
+/// `conv_transpose(t, weight) · 2^log2_scale` as float16, `t` and `weight` float8
+/// (either format each), with [`conv_transpose`](super::conv_transpose)'s shapes
+/// and options (op `ConvTransposePow2Scaled`; PopXL `conv_transpose_pow2scaled`).
+///
+/// ```
+/// use popxl::ops::ConvTransposeOptions;
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let s = popxl::constant(0i32, "s").unwrap();
+/// let x = popxl::constant(ndarray::Array4::<f32>::ones((1, 2, 3, 3)), "x").unwrap();
+/// let w = popxl::constant(ndarray::Array4::<f32>::ones((2, 4, 3, 3)), "w").unwrap();
+/// let x8 = popxl::ops::pow2scale_cast_to_fp8(&x, &s, popxl::float8_143).unwrap();
+/// let w8 = popxl::ops::pow2scale_cast_to_fp8(&w, &s, popxl::float8_143).unwrap();
+/// let y = popxl::ops::conv_transpose_pow2scaled(&x8, &w8, &s, &ConvTransposeOptions::default()).unwrap();
+/// assert_eq!((y.dtype(), y.shape()), (popxl::float16, &[1, 4, 5, 5][..]));
+/// ```
+pub fn conv_transpose_pow2scaled(
+    t: &Tensor,
+    weight: &Tensor,
+    log2_scale: &Tensor,
+    options: &ConvTransposeOptions,
+) -> Result<Tensor> {
+    options
+        .conv
+        .apply(
+            OpBuilder::new("conv_transpose_pow2scaled", &ir_ops::ConvTransposePow2Scaled)
+                .input(0, t)
+                .input(1, weight)
+                .input(2, log2_scale),
+        )
+        .attr("output_padding", AttrValue::Ints(options.output_padding.clone()))
+        .attr("output_shape", AttrValue::Ints(options.output_shape.clone()))
         .create1()
 }

@@ -61,7 +61,9 @@ pub use conditional::{conditional, conditional_branches, conditional_with_info, 
 pub use control::{call, call_with_info, repeat, repeat_with_info, CallSiteInfo};
 pub use conv::{conv, conv_transpose, conv_with, ConvOptions, ConvTransposeOptions, PadType};
 pub use elementwise::*;
-pub use float8::{conv_pow2scaled, matmul_pow2scaled, pow2scale_cast_from_fp8, pow2scale_cast_to_fp8};
+pub use float8::{
+    conv_pow2scaled, conv_transpose_pow2scaled, matmul_pow2scaled, pow2scale_cast_from_fp8, pow2scale_cast_to_fp8,
+};
 pub use indexing::{
     dynamic_slice, dynamic_update, dynamic_update_, gather_with_options, groupedgather, init, onehot, scatter,
     scatter_reduce, split, subsample, tied_gather, GatherOptions, GroupedGatherOptions, InitType, ScatterReduceOptions,

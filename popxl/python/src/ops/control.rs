@@ -79,7 +79,7 @@ fn conditional_with_info(
 }
 
 /// The call site of a `conditional_with_info` (PopXL's `ConditionalSiteInfo`).
-#[pyclass(name = "ConditionalSiteInfo", module = "popxl.ops", unsendable)]
+#[pyclass(name = "ConditionalSiteInfo", module = "popxl.ops")]
 #[derive(Clone)]
 pub struct PyConditionalSiteInfo {
     pub info: ConditionalSiteInfo,

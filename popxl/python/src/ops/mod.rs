@@ -308,7 +308,14 @@ fn gather(py: Python<'_>, t: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, axis
 /// `ops.cast(t, data_type)`.
 #[pyfunction]
 fn cast(py: Python<'_>, t: &Bound<'_, PyAny>, data_type: &Bound<'_, PyAny>) -> Out {
-    wrap(py, ops::cast(&t_of(t)?, dtype_of(data_type)?).py()?)
+    let d = dtype_of(data_type)?;
+    if d.is_float8() {
+        // PopXL's type check: float8 takes a scale, so only the pow2-scaled casts make it.
+        return Err(PyTypeError::new_err(format!(
+            "Data type {d} not supported for cast: use pow2scale_cast_to_fp8 or pow2scale_cast_from_fp8"
+        )));
+    }
+    wrap(py, ops::cast(&t_of(t)?, d).py()?)
 }
 
 /// `ops.identity(t, output_name=None)`.
@@ -502,7 +509,7 @@ fn scaled_add_(
 }
 
 /// The call site of a `call_with_info` / `repeat_with_info` (PopXL's `CallSiteInfo`).
-#[pyclass(name = "CallSiteInfo", module = "popxl.ops", unsendable)]
+#[pyclass(name = "CallSiteInfo", module = "popxl.ops")]
 #[derive(Clone)]
 pub struct PyCallSiteInfo {
     pub info: ops::CallSiteInfo,

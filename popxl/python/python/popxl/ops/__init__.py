@@ -20,7 +20,8 @@ from popxl._native import (  # noqa: F401
     ConditionalSiteInfo, batch_norm, conditional_with_info, conv_transpose, groupedgather, interpolate,
     io_tile_copy, ipu_copy, roi_align, scatter_reduce, tied_gather,
 )
-from popxl._native import conv_pow2scaled, matmul_pow2scaled, pow2scale_cast_from_fp8, pow2scale_cast_to_fp8  # noqa: F401,E501
+from popxl._native import conv_pow2scaled, conv_transpose_pow2scaled, matmul_pow2scaled  # noqa: F401
+from popxl._native import pow2scale_cast_from_fp8, pow2scale_cast_to_fp8  # noqa: F401
 from popxl.ops import collectives, var_updates  # noqa: F401
 from popxl.ops.var_updates import (  # noqa: F401
     accumulate_, accumulate_mean_, accumulate_moving_average_, accumulate_moving_average_square_,

@@ -1,0 +1,8 @@
+//! Integration tests of the IR: one test binary, a module per topic (`cargo test -p popart-ir --test integration <module>::`).
+
+mod common;
+mod fuzz_text;
+mod graph_editing;
+mod schedule;
+mod text_form;
+mod verifier;

@@ -1,0 +1,214 @@
+//! Microseconds per call of `cpu` kernels, each built through `build_kernel`
+//! exactly as a session builds it and run back to back on 64-byte aligned
+//! buffers.
+//!
+//! ```text
+//! cargo run --release -p popxl-cpu --example kernel_bench -- [--suite mnist|ops|gpt] [--threads 1,2] [--only gelu] [--numpy]
+//! ```
+//!
+//! - `--suite mnist` (default): the kernels of one MNIST training step at the
+//!   compute-bound settings (`--batch 128`, `--hidden 512`).
+//! - `--suite ops`: one row per kernel family of the op catalogue at 1M
+//!   elements (`--elements N`), with its bandwidth (GB/s of inputs read and
+//!   outputs written). With `--numpy`, it then runs
+//!   `bench/numpy_kernel_bench.py` (same labels, same sizes, numpy on one
+//!   thread) in the same run and prints our time next to numpy's.
+//! - `--suite gpt`: the matmuls of one layer of the `gpt` example (forward and
+//!   both gradients of the qkv, fc and fc2 projections).
+//! - `--only TEXT` keeps the kernels whose label contains TEXT.
+//!
+//! Prints one JSON line per (threads, kernel) with the median of the calls.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use popart_ir::{DataType, TensorInfo};
+use popxl_cpu::kernel::{KernelArgs, KernelSpec};
+use popxl_cpu::kernels::build_kernel;
+use popxl_cpu::team;
+
+#[path = "../support/buffers.rs"]
+mod buffers;
+use buffers::{buffer, parse_list, Line};
+
+mod case;
+mod mnist;
+// The `--suite ops` rows, one file per op family.
+mod elementwise;
+mod indexing;
+mod reduce;
+mod var_random;
+
+use case::Case;
+
+fn ops_cases(n: usize) -> Vec<Case> {
+    let mut v = elementwise::cases(n);
+    v.extend(reduce::cases(n));
+    v.extend(indexing::cases(n));
+    v.extend(var_random::cases(n));
+    v
+}
+
+/// One measured row.
+struct Row {
+    us_median: f64,
+    bytes: usize,
+}
+
+fn run_case(c: &Case, threads: usize, calls: usize) -> Row {
+    let spec = KernelSpec {
+        def: popart_ir::lookup_op(c.op).unwrap_or_else(|e| panic!("{}: {e}", c.label)),
+        attrs: &c.attrs,
+        inputs: c.inputs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
+        outputs: c.outputs.iter().enumerate().map(|(i, t)| (i as u32, t.clone())).collect(),
+        check_indices: false,
+        weight_invariant: false,
+    };
+    let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{}: {e}", c.label));
+    let lines = |info: &TensorInfo| info.nbytes().div_ceil(64);
+    let bufs: Vec<Vec<Line>> = c
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut b = buffer(lines(t) * 16, i as u64 + 7);
+            if let Some(data) = c.data.get(&i) {
+                bytemuck_copy(&mut b, data);
+            }
+            b
+        })
+        .collect();
+    let mut outs: Vec<Vec<Line>> = c.outputs.iter().map(|t| buffer(lines(t) * 16, 3)).collect();
+    let mut times: Vec<f64> = team::with_max_threads(threads, || {
+        let mut in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
+        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|b| b.as_mut_ptr() as *mut u8).collect();
+        for &(i, o) in &c.aliases {
+            in_ptrs[i] = out_ptrs[o];
+        }
+        let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
+        // SAFETY: buffers match the spec's infos; only declared aliases overlap.
+        let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
+        run();
+        (0..calls)
+            .map(|_| {
+                let t0 = Instant::now();
+                run();
+                t0.elapsed().as_secs_f64() * 1e6
+            })
+            .collect()
+    });
+    times.sort_by(f64::total_cmp);
+    let bytes = c.inputs.iter().chain(&c.outputs).map(TensorInfo::nbytes).sum();
+    Row { us_median: times[times.len() / 2], bytes }
+}
+
+/// Copy raw bytes into the start of a line buffer.
+fn bytemuck_copy(dst: &mut [Line], data: &[u8]) {
+    let n = data.len().min(dst.len() * 64);
+    // SAFETY: `dst` holds `dst.len() * 64` bytes; `n` is at most that.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_mut_ptr() as *mut u8, n) };
+}
+
+/// numpy's median microseconds per label, from `bench/numpy_kernel_bench.py`.
+fn numpy_times(n: usize, only: &str) -> HashMap<String, f64> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/numpy_kernel_bench.py");
+    let out = std::process::Command::new("python3")
+        .args([script, "--elements", &n.to_string(), "--only", only])
+        .env("OMP_NUM_THREADS", "1")
+        .env("OPENBLAS_NUM_THREADS", "1")
+        .output();
+    let mut times = HashMap::new();
+    match out {
+        Ok(o) if o.status.success() => {
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                if let Some((label, us)) = line.rsplit_once('\t') {
+                    if let Ok(us) = us.trim().parse() {
+                        times.insert(label.to_string(), us);
+                    }
+                }
+            }
+        }
+        Ok(o) => eprintln!("numpy baseline failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => eprintln!("numpy baseline not run (python3: {e})"),
+    }
+    times
+}
+
+fn main() {
+    let (mut threads, mut batch, mut hidden, mut elements) = (vec![1, 2], 128, 512, 1 << 20);
+    let (mut only, mut suite, mut numpy) = (String::new(), "mnist".to_string(), false);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--numpy" {
+            numpy = true;
+            continue;
+        }
+        let value = args.next().unwrap_or_default();
+        match flag.as_str() {
+            "--threads" => threads = parse_list(&value),
+            "--batch" => batch = value.parse().expect("--batch takes an integer"),
+            "--hidden" => hidden = value.parse().expect("--hidden takes an integer"),
+            "--elements" => elements = value.parse().expect("--elements takes an integer"),
+            "--only" => only = value,
+            "--suite" => suite = value,
+            other => panic!("unknown option {other}; see the example's doc comment"),
+        }
+    }
+    let (cases, calls) = match suite.as_str() {
+        "mnist" => (mnist::cases(batch, hidden), 200),
+        "ops" => (ops_cases(elements), 50),
+        "gpt" => (gpt_cases(), 20),
+        other => panic!("unknown suite {other}: mnist or ops"),
+    };
+    let cases: Vec<Case> = cases.into_iter().filter(|c| c.label.contains(only.as_str())).collect();
+    let mut ours: HashMap<(usize, String), Row> = HashMap::new();
+    for &t in &threads {
+        for c in &cases {
+            let row = run_case(c, t, calls);
+            println!(
+                "{{\"bench\": \"popxl_cpu_kernel\", \"threads\": {t}, \"kernel\": \"{}\", \"op\": \"{}\", \"us_median\": {:.1}, \"gb_per_s\": {:.2}}}",
+                c.label,
+                c.op,
+                row.us_median,
+                row.bytes as f64 / row.us_median / 1e3
+            );
+            ours.insert((t, c.label.clone()), row);
+        }
+    }
+    if numpy {
+        let np = numpy_times(elements, &only);
+        println!("\n{:<34} {:>11} {:>11} {:>13}", "kernel (1 thread)", "ours us", "numpy us", "numpy/ours");
+        for c in &cases {
+            let Some(row) = ours.get(&(1, c.label.clone())) else { continue };
+            match np.get(&c.label) {
+                Some(&n) => {
+                    println!("{:<34} {:>11.1} {:>11.1} {:>12.2}x", c.label, row.us_median, n, n / row.us_median)
+                }
+                None => println!("{:<34} {:>11.1} {:>11} {:>13}", c.label, row.us_median, "-", "-"),
+            }
+        }
+    }
+}
+
+/// A float32 info.
+/// The matmuls of one layer of the `gpt` example's default model ([2048, 256] tokens),
+/// forward and both gradients.
+fn gpt_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (name, k, n) in [("qkv", 256, 768), ("fc", 256, 1024), ("fc2", 1024, 256)] {
+        let (x, w, y) = (f32s(&[16, 128, k]), f32s(&[k, n]), f32s(&[16, 128, n]));
+        v.push(Case::new(format!("{name} fwd"), "MatMul", vec![x.clone(), w.clone()], y.clone()));
+        v.push(Case::new(
+            format!("{name} lhs grad"),
+            "MatMulLhsGrad",
+            vec![y.clone(), x.clone(), w.clone()],
+            x.clone(),
+        ));
+        v.push(Case::new(format!("{name} rhs grad"), "MatMulRhsGrad", vec![y, x, w.clone()], w));
+    }
+    v
+}
+
+pub fn f32s(shape: &[usize]) -> TensorInfo {
+    TensorInfo::new(DataType::Float32, shape)
+}

@@ -1,0 +1,218 @@
+//! Executor tests with a few trivial kernels of their own (f32 only).
+
+use super::*;
+use crate::kernel::KernelResult;
+
+#[test]
+fn large_copies_split_over_threads_copy_every_byte() {
+    for len in [PAR_COPY_MIN - 1, PAR_COPY_MIN, 3 * PAR_COPY_MIN + 4097] {
+        let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let mut dst = vec![0u8; len + 1];
+        // SAFETY: both buffers hold `len` bytes and do not overlap.
+        unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), len) };
+        assert_eq!(&dst[..len], &src[..], "len {len}");
+        assert_eq!(dst[len], 0, "no byte past the end");
+    }
+}
+use popart_ir::{AttrValue, Attributes, DataType, HostTensor, Ir, StreamDirection, TensorInfo, TensorKind};
+
+struct AddF32(usize);
+impl Kernel for AddF32 {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let (a, b) = (args.inputs[0] as *const f32, args.inputs[1] as *const f32);
+        let y = args.outputs[0] as *mut f32;
+        for i in 0..self.0 {
+            *y.add(i) = *a.add(i) + *b.add(i);
+        }
+        Ok(())
+    }
+}
+struct AddInplaceF32(usize);
+impl Kernel for AddInplaceF32 {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let (b, y) = (args.inputs[1] as *const f32, args.outputs[0] as *mut f32);
+        for i in 0..self.0 {
+            *y.add(i) += *b.add(i);
+        }
+        Ok(())
+    }
+}
+struct GreaterScalar;
+impl Kernel for GreaterScalar {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let (a, b) = (*(args.inputs[0] as *const f32), *(args.inputs[1] as *const f32));
+        *args.outputs[0] = (a > b) as u8;
+        Ok(())
+    }
+}
+
+fn factory(spec: &KernelSpec<'_>) -> Result<Box<dyn Kernel>, KernelError> {
+    let n = spec.outputs.first().map_or(0, |o| o.1.nelms());
+    use popart_ir::ops::all as ir;
+    if spec.is::<ir::Add>() {
+        Ok(Box::new(AddF32(n)))
+    } else if spec.is::<ir::AddInplace>() {
+        Ok(Box::new(AddInplaceF32(n)))
+    } else if spec.is::<ir::Greater>() {
+        Ok(Box::new(GreaterScalar))
+    } else {
+        Err(KernelError { op_type: spec.op_type().into(), reason: "not in the test factory".into() })
+    }
+}
+
+fn f32s(n: usize) -> TensorInfo {
+    TensorInfo::new(DataType::Float32, [n])
+}
+
+fn stream_attrs(name: &str) -> Attributes {
+    Attributes::new().with("stream", AttrValue::Str(name.into()))
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// main: x = load(in); repeat 3 { acc = acc + x (loaded again inside) }; store(acc).
+fn repeat_ir() -> Ir {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let info = f32s(2);
+    ir.main_graph_mut().add_tensor("in", info.clone(), TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
+    ir.main_graph_mut().add_tensor("out", info.clone(), TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    let body = ir.create_graph("body").unwrap();
+    let acc = ir.graph_mut(body).unwrap().add_input("acc", info.clone()).unwrap();
+    let l = ir.create_op(body, "HostLoad", stream_attrs("in"), &[], "load").unwrap();
+    let x = ir.graph(body).unwrap().op(l).unwrap().output(0).unwrap();
+    let a = ir.create_op(body, "Add", Attributes::new(), &[(0, acc), (1, x)], "add").unwrap();
+    let y = ir.graph(body).unwrap().op(a).unwrap().output(0).unwrap();
+    ir.graph_mut(body).unwrap().add_output(y).unwrap();
+    let zero =
+        ir.main_graph_mut().add_tensor("zero", info.clone(), TensorKind::Constant(HostTensor::zeros(info))).unwrap();
+    let r = ir
+        .create_op(
+            main,
+            "Repeat",
+            Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(3)),
+            &[(0, zero)],
+            "rep",
+        )
+        .unwrap();
+    let o = ir.main_graph().op(r).unwrap().output(0).unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();
+    ir.verify().unwrap();
+    ir
+}
+
+#[test]
+fn repeat_with_host_load_pops_each_iteration_and_wraps() {
+    let ir = repeat_ir();
+    let exe = popart_lower::lower(&ir).unwrap();
+    let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
+    ex.run(EngineProgram::Init).unwrap();
+    // Two elements for three pops: the third pop wraps to element 0.
+    let mut input = bytes(&[1.0, 2.0, 10.0, 20.0]);
+    let mut output = vec![0u8; 8];
+    // SAFETY: both buffers hold the elements bound and outlive the run.
+    unsafe {
+        ex.bind_stream(StreamId(0), input.as_mut_ptr(), input.len(), 2).unwrap();
+        ex.bind_stream(StreamId(1), output.as_mut_ptr(), output.len(), 1).unwrap();
+    }
+    ex.run(EngineProgram::Main).unwrap();
+    ex.unbind_streams();
+    assert_eq!(floats(&output), vec![1.0 + 10.0 + 1.0, 2.0 + 20.0 + 2.0]);
+    assert_eq!(ex.counters().host_to_device, 3);
+    assert_eq!(ex.counters().kernels, 3);
+}
+
+#[test]
+fn unsupported_kernels_fail_at_compile_time_naming_the_op() {
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let c = ir.main_graph_mut().add_tensor("c", f32s(1), TensorKind::Constant(HostTensor::zeros(f32s(1)))).unwrap();
+    ir.create_op(main, "Exp", Attributes::new(), &[(0, c)], "my_exp").unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    let CpuError::Kernel(err) = CpuExecutor::new(&exe, &factory).unwrap_err() else { panic!("a kernel error") };
+    assert_eq!(err.op_type, "Exp");
+    assert!(err.reason.contains("main/my_exp"), "{}", err.reason);
+}
+
+#[test]
+fn binding_checks_sizes() {
+    let exe = popart_lower::lower(&repeat_ir()).unwrap();
+    let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
+    let mut small = vec![0u8; 4];
+    // SAFETY: the bindings are refused (and `small` outlives the executor's use).
+    let err = unsafe { ex.bind_stream(StreamId(0), small.as_mut_ptr(), 4, 1) }.unwrap_err();
+    assert_eq!(err, BindError::TooSmall { stream: 0, got: 4, count: 1, element_bytes: 8 });
+    // SAFETY: as above.
+    let err = unsafe { ex.bind_stream(StreamId(9), small.as_mut_ptr(), 4, 1) };
+    assert_eq!(err, Err(BindError::UnknownStream(9)));
+}
+
+#[test]
+fn if_runs_one_branch() {
+    // out = (a > b) ? a + b : a (+)= b in place on a copy.
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let s = f32s(1);
+    for (n, d) in [
+        ("a", StreamDirection::HostToDevice),
+        ("b", StreamDirection::HostToDevice),
+        ("out", StreamDirection::DeviceToHost),
+    ] {
+        ir.main_graph_mut().add_tensor(n, s.clone(), TensorKind::Stream(d)).unwrap();
+    }
+    let mut branch = |name: &str, inplace: bool| {
+        let g = ir.create_graph(name).unwrap();
+        let x = ir.graph_mut(g).unwrap().add_input("x", s.clone()).unwrap();
+        let y = ir.graph_mut(g).unwrap().add_input("y", s.clone()).unwrap();
+        let op = ir
+            .create_op(g, if inplace { "AddInplace" } else { "Add" }, Attributes::new(), &[(0, x), (1, y)], "add")
+            .unwrap();
+        let o = ir.graph(g).unwrap().op(op).unwrap().output(0).unwrap();
+        // then: x + y; else: x + y + y (in place twice)
+        let o = if inplace {
+            let op2 = ir.create_op(g, "AddInplace", Attributes::new(), &[(0, o), (1, y)], "add2").unwrap();
+            ir.graph(g).unwrap().op(op2).unwrap().output(0).unwrap()
+        } else {
+            o
+        };
+        ir.graph_mut(g).unwrap().add_output(o).unwrap();
+        g
+    };
+    let then_g = branch("then", false);
+    let else_g = branch("else", true);
+    let la = ir.create_op(main, "HostLoad", stream_attrs("a"), &[], "la").unwrap();
+    let lb = ir.create_op(main, "HostLoad", stream_attrs("b"), &[], "lb").unwrap();
+    let a = ir.main_graph().op(la).unwrap().output(0).unwrap();
+    let b = ir.main_graph().op(lb).unwrap().output(0).unwrap();
+    let gt = ir.create_op(main, "Greater", Attributes::new(), &[(0, a), (1, b)], "gt").unwrap();
+    let c = ir.main_graph().op(gt).unwrap().output(0).unwrap();
+    let attrs = Attributes::new()
+        .with("then_graph", AttrValue::Graph(then_g))
+        .with("else_graph", AttrValue::Graph(else_g))
+        .with("then_inputs", AttrValue::Ints(vec![1, 2]))
+        .with("else_inputs", AttrValue::Ints(vec![1, 2]));
+    let iff = ir.create_op(main, "If", attrs, &[(0, c), (1, a), (2, b)], "if").unwrap();
+    let o = ir.main_graph().op(iff).unwrap().output(0).unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();
+    ir.verify().unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    let mut ex = CpuExecutor::new(&exe, &factory).unwrap();
+    for (a, b, want) in [(5.0f32, 1.0f32, 6.0f32), (1.0, 5.0, 11.0)] {
+        let (mut ia, mut ib, mut out) = (bytes(&[a]), bytes(&[b]), vec![0u8; 4]);
+        // SAFETY: each buffer holds one f32 and outlives the run.
+        unsafe {
+            ex.bind_stream(StreamId(0), ia.as_mut_ptr(), 4, 1).unwrap();
+            ex.bind_stream(StreamId(1), ib.as_mut_ptr(), 4, 1).unwrap();
+            ex.bind_stream(StreamId(2), out.as_mut_ptr(), 4, 1).unwrap();
+        }
+        ex.run(EngineProgram::Main).unwrap();
+        ex.unbind_streams();
+        assert_eq!(floats(&out), vec![want], "a={a} b={b}");
+    }
+}

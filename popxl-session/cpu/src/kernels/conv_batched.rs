@@ -1,0 +1,256 @@
+//! The batched im2col method of the convolution kernels (several small
+//! planes side by side in one GEMM) and the forward pass with a shared
+//! im2col matrix per image: the parts of [`ConvKernel`] beyond the per-task
+//! methods of `conv`.
+
+use super::conv::{ConvKernel, Method, Pass, Task, BLOCK_ELEMS};
+use super::conv_layout::{col2im, im2col, ConvElem, Geo2};
+use super::par::Simd;
+use super::ptr::SendPtr;
+use super::spec::BuildResult;
+use crate::kernel::KernelSpec;
+use crate::team;
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// Plans the batched im2col method: forward tasks are (image block, group,
+    /// output-channel block); gradient tasks (image block or batch chunk,
+    /// group, input-channel block).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn plan_batched(
+        spec: &KernelSpec<'_>,
+        g: Geo2,
+        pass: Pass,
+        pos: [usize; 3],
+        macs: usize,
+        out_len: usize,
+        images: usize,
+        parallel: bool,
+        want: usize,
+    ) -> BuildResult {
+        let (kk, op) = (g.kk(), g.op());
+        let cols = images * op;
+        let blocks = g.n.div_ceil(images);
+        let task = |n, g, lo, hi, o0, o1| Task { n, g, lo, hi, o0, o1 };
+        let mut tasks = Vec::new();
+        let mut chunks = vec![0, g.n];
+        let block_elems = match pass {
+            Pass::Forward => {
+                let pieces = blocks * g.groups;
+                let ob =
+                    if pieces < want { g.co_g.div_ceil(want.div_ceil(pieces)).next_multiple_of(8) } else { g.co_g };
+                for b in 0..blocks {
+                    for gi in 0..g.groups {
+                        for o0 in (0..g.co_g).step_by(ob.max(1)) {
+                            tasks.push(task(b * images, gi, 0, op, o0, (o0 + ob).min(g.co_g)));
+                        }
+                    }
+                }
+                g.kdim() * cols + ob.min(g.co_g) * cols
+            }
+            Pass::Data | Pass::Weights => {
+                let per = if pass == Pass::Data { blocks * g.groups } else { g.groups };
+                let mut cb = (BLOCK_ELEMS / (kk * cols).max(1)).min(g.ci_g).max(1);
+                if g.ci_g.div_ceil(cb) * per < want {
+                    cb = g.ci_g.div_ceil(want.div_ceil(per)).max(1);
+                }
+                let nb = g.ci_g.div_ceil(cb);
+                if pass == Pass::Weights && nb * per < want && blocks > 1 {
+                    // Chunks of whole image blocks, reduced in order at the end.
+                    let c = want.div_ceil(nb * per).min(blocks);
+                    chunks = (0..=c).map(|i| (i * blocks / c * images).min(g.n)).collect();
+                }
+                let outer: Vec<usize> = if pass == Pass::Data {
+                    (0..blocks).map(|b| b * images).collect()
+                } else {
+                    (0..chunks.len() - 1).collect()
+                };
+                for &n in &outer {
+                    for gi in 0..g.groups {
+                        for lo in (0..g.ci_g).step_by(cb) {
+                            tasks.push(task(n, gi, lo, (lo + cb).min(g.ci_g), 0, g.co_g));
+                        }
+                    }
+                }
+                g.co_g * cols + cb * kk * cols
+            }
+        };
+        let method = Method::Batched { images };
+        Ok(Self::finish(spec, g, pass, method, None, tasks, chunks, pos, parallel, macs, out_len, block_elems)?)
+    }
+
+    /// Runs a task of the batched im2col method (see [`Method::Batched`]);
+    /// inlined into `ConvKernel::task`, so it compiles inside the SIMD tier's build.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) unsafe fn batched_task(
+        &self,
+        t: Task,
+        images: usize,
+        x: *mut T,
+        w: *mut T,
+        y: *mut T,
+        col: *mut T,
+        wpart: *mut T,
+    ) {
+        let g = &self.geo;
+        let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
+        let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
+        let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
+        let wg = w.add(t.g * g.co_g * kdim);
+        // dy of images n0.. side by side: [co_g, nimg · op].
+        let gather = |n0: usize, nimg: usize, dst: *mut T| {
+            for i in 0..nimg {
+                for o in 0..g.co_g {
+                    std::ptr::copy_nonoverlapping(yg(n0 + i).add(o * op), dst.add(o * nimg * op + i * op), op);
+                }
+            }
+        };
+        match self.pass {
+            Pass::Forward => {
+                let nimg = images.min(g.n - t.n);
+                let ld = nimg * op;
+                for i in 0..nimg {
+                    im2col(g, xg(t.n + i), 0..kdim, 0..op, col.add(i * op), ld);
+                }
+                let ob = t.o1 - t.o0;
+                let ybuf = col.add(kdim * images * op);
+                T::gemm(
+                    ob,
+                    ld,
+                    kdim,
+                    ybuf,
+                    ld as isize,
+                    1,
+                    false,
+                    wg.add(t.o0 * kdim),
+                    kdim as isize,
+                    1,
+                    col,
+                    ld as isize,
+                    1,
+                    T::ONE,
+                    T::ONE,
+                );
+                for i in 0..nimg {
+                    for o in 0..ob {
+                        std::ptr::copy_nonoverlapping(ybuf.add(o * ld + i * op), yg(t.n + i).add((t.o0 + o) * op), op);
+                    }
+                }
+            }
+            Pass::Data => {
+                let nimg = images.min(g.n - t.n);
+                let ld = nimg * op;
+                let (dys, dcol) = (col, col.add(g.co_g * images * op));
+                gather(t.n, nimg, dys);
+                let rows = (t.lo * kk)..(t.hi * kk);
+                T::gemm(
+                    rows.len(),
+                    ld,
+                    g.co_g,
+                    dcol,
+                    ld as isize,
+                    1,
+                    false,
+                    wg.add(rows.start),
+                    1,
+                    kdim as isize,
+                    dys,
+                    ld as isize,
+                    1,
+                    T::ONE,
+                    T::ONE,
+                );
+                for i in 0..nimg {
+                    std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
+                    col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
+                }
+            }
+            Pass::Weights => {
+                let rows = (t.lo * kk)..(t.hi * kk);
+                let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
+                let (dys, cols) = (col, col.add(g.co_g * images * op));
+                let (start, end) = (self.chunks[t.n], self.chunks[t.n + 1]);
+                for (k, n0) in (start..end).step_by(images).enumerate() {
+                    let nimg = images.min(end - n0);
+                    let ld = nimg * op;
+                    gather(n0, nimg, dys);
+                    for i in 0..nimg {
+                        im2col(g, xg(n0 + i), rows.clone(), 0..op, cols.add(i * op), ld);
+                    }
+                    T::gemm(
+                        g.co_g,
+                        rows.len(),
+                        ld,
+                        dst,
+                        kdim as isize,
+                        1,
+                        k > 0,
+                        dys,
+                        ld as isize,
+                        1,
+                        cols,
+                        1,
+                        ld as isize,
+                        T::ONE,
+                        T::ONE,
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// The forward pass with a shared im2col matrix per image (see
+    /// `shared_col`): the rows are built in parallel, then the output-channel
+    /// blocks multiply it in parallel.
+    pub(super) unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
+        let g = &self.geo;
+        let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
+        let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
+        let col = SendPtr(col.as_mut_ptr() as *mut T);
+        let threads = team::num_threads().max(1);
+        let rb = kdim.div_ceil(threads);
+        let mut start = 0;
+        while start < self.tasks.len() {
+            let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
+            let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
+            let xg = SendPtr(x.get().add((n * g.groups + gi) * g.ci_g * ip));
+            team::run(kdim.div_ceil(rb), &|i| {
+                let rows = i * rb..((i + 1) * rb).min(kdim);
+                // SAFETY: each task writes its own rows of the shared matrix.
+                Simd::for_cost(1).run_narrow(
+                    #[inline(always)]
+                    || unsafe { im2col(g, xg.get(), rows.clone(), 0..op, col.get().add(rows.start * op), op) },
+                );
+            });
+            let tasks = &self.tasks[start..end];
+            team::run(tasks.len(), &|j| {
+                let t = tasks[j];
+                let yg = y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op);
+                let wg = w.get().add((gi * g.co_g + t.o0) * kdim);
+                // SAFETY: each task writes its own output channels; the matrix is read only.
+                unsafe {
+                    T::gemm(
+                        t.o1 - t.o0,
+                        op,
+                        kdim,
+                        yg,
+                        op as isize,
+                        1,
+                        false,
+                        wg,
+                        kdim as isize,
+                        1,
+                        col.get(),
+                        op as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    )
+                };
+            });
+            start = end;
+        }
+    }
+}

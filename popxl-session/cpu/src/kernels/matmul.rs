@@ -1,0 +1,745 @@
+//! `MatMul` with numpy `matmul` semantics and its gradients `MatMulLhsGrad`
+//! (`g @ bᵀ` reduced to `a`'s shape) and `MatMulRhsGrad` (`aᵀ @ g` reduced to
+//! `b`'s shape).
+//!
+//! The factory turns an op into a list of GEMM calls over fixed offsets and
+//! strides (transposes are stride swaps, never copies). When the rhs has no
+//! batch dims the batch is folded into one call: `[B, m, k] @ [k, n]` is one
+//! `(B·m) × k × n` GEMM, and its rhs gradient one `k × (B·m) × n` GEMM that also
+//! performs the batch reduction. Float types run on the `gemm` crate; integer
+//! types on a straightforward loop.
+
+use gemm::Parallelism;
+use half::f16;
+use popart_ir::ops::broadcast_shapes;
+
+use super::broadcast::Broadcast;
+use super::dispatch::with_num;
+use super::elem::Num;
+use super::par::par_split;
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::spec::{BuildResult, SpecExt, Types};
+use super::KernelEntry;
+use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
+use crate::team;
+use popart_ir::ops::all as ir;
+use std::ops::Range;
+
+/// Multiply-adds from which one GEMM call is split over the worker team.
+pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
+
+/// Element types a GEMM can run on.
+pub(crate) trait MatElem: Copy + Send + Sync + 'static {
+    /// Zero.
+    const ZERO: Self;
+    /// One.
+    const ONE: Self;
+    /// From an attribute value.
+    fn from_f64(v: f64) -> Self;
+    /// Product.
+    fn times(self, o: Self) -> Self;
+    /// `self + o` (wrapping for integers).
+    fn plus(self, o: Self) -> Self;
+    /// `dst = alpha · dst + beta · lhs @ rhs` when `read_dst`, else `dst = beta · lhs @ rhs`,
+    /// with element strides (rs: row stride, cs: column stride).
+    ///
+    /// # Safety
+    /// Every pointer must be valid for the addressed elements; `dst` must not overlap the operands.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        n: usize,
+        k: usize,
+        dst: *mut Self,
+        dst_rs: isize,
+        dst_cs: isize,
+        read_dst: bool,
+        lhs: *const Self,
+        lhs_rs: isize,
+        lhs_cs: isize,
+        rhs: *const Self,
+        rhs_rs: isize,
+        rhs_cs: isize,
+        alpha: Self,
+        beta: Self,
+    );
+}
+
+macro_rules! gemm_elem {
+    ($($t:ty => $one:expr, $zero:expr, $from:expr;)*) => {$(
+        impl MatElem for $t {
+            const ZERO: Self = $zero;
+            const ONE: Self = $one;
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                $from(v)
+            }
+            #[inline]
+            fn times(self, o: Self) -> Self {
+                self * o
+            }
+            #[inline]
+            fn plus(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline]
+            unsafe fn gemm(
+                m: usize, n: usize, k: usize,
+                dst: *mut Self, dst_rs: isize, dst_cs: isize, read_dst: bool,
+                lhs: *const Self, lhs_rs: isize, lhs_cs: isize,
+                rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
+                alpha: Self, beta: Self,
+            ) {
+                gemm::gemm(
+                    m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
+                    alpha, beta, false, false, false, Parallelism::None,
+                );
+            }
+        }
+    )*};
+}
+gemm_elem! {
+    f32 => 1.0, 0.0, |v: f64| v as f32;
+    f64 => 1.0, 0.0, |v: f64| v;
+    f16 => f16::ONE, f16::ZERO, f16::from_f64;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => {$(
+        impl MatElem for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline]
+            fn times(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
+            fn plus(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            unsafe fn gemm(
+                m: usize, n: usize, k: usize,
+                dst: *mut Self, dst_rs: isize, dst_cs: isize, read_dst: bool,
+                lhs: *const Self, lhs_rs: isize, lhs_cs: isize,
+                rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
+                alpha: Self, beta: Self,
+            ) {
+                naive_gemm(
+                    m, n, k, dst, dst_rs, dst_cs, read_dst, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, alpha, beta,
+                );
+            }
+        }
+    )*};
+}
+int_elem!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+/// Integer GEMM (wrapping arithmetic).
+#[allow(clippy::too_many_arguments)]
+unsafe fn naive_gemm<T: Num>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: isize,
+    dst_cs: isize,
+    read_dst: bool,
+    lhs: *const T,
+    lhs_rs: isize,
+    lhs_cs: isize,
+    rhs: *const T,
+    rhs_rs: isize,
+    rhs_cs: isize,
+    alpha: T,
+    beta: T,
+) {
+    for i in 0..m as isize {
+        for j in 0..n as isize {
+            let d = dst.offset(i * dst_rs + j * dst_cs);
+            let mut acc = T::ZERO;
+            for p in 0..k as isize {
+                acc = acc.add((*lhs.offset(i * lhs_rs + p * lhs_cs)).mul(*rhs.offset(p * rhs_rs + j * rhs_cs)));
+            }
+            acc = acc.mul(beta);
+            *d = if read_dst { alpha.mul(*d).add(acc) } else { acc };
+        }
+    }
+}
+
+/// One GEMM call: element offsets into dst/lhs/rhs; `accumulate` adds to dst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Job {
+    dst: usize,
+    lhs: usize,
+    rhs: usize,
+    accumulate: bool,
+}
+
+/// Every GEMM call of one op, fixed at build time.
+#[derive(Clone, Debug)]
+struct GemmPlan {
+    m: usize,
+    n: usize,
+    k: usize,
+    /// (row, column) strides of dst, lhs and rhs.
+    dst_s: (isize, isize),
+    lhs_s: (isize, isize),
+    rhs_s: (isize, isize),
+    jobs: Vec<Job>,
+    /// Input positions of the lhs and rhs operands.
+    lhs_pos: usize,
+    rhs_pos: usize,
+    /// Output elements (zeroed when no call writes them: empty reduction).
+    out_len: usize,
+}
+
+struct MatMulKernel<T> {
+    plan: GemmPlan,
+    /// `MatMulAdd`: input position of the row vector added to every result row.
+    bias_pos: Option<usize>,
+    /// `ScaledAddMatMulRhsGradInplace`: `dst = a · dst + b · product`, as (a, b).
+    update: Option<(T, T)>,
+    zero_fill: bool,
+    jobs_independent: bool,
+    _t: Types<T>,
+}
+
+impl<T: MatElem> MatMulKernel<T> {
+    /// One GEMM call of the plan, single-threaded.
+    #[inline]
+    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, bias: *const T) {
+        let p = &self.plan;
+        self.block(j, dst, lhs, rhs, bias, 0..p.m, 0..p.n);
+    }
+
+    /// Rows `rows` and columns `cols` of one GEMM call's result (`bias`: the
+    /// `MatMulAdd` row vector, added to the block right after its product, while
+    /// the block is in cache: the values are exactly those of `MatMul` then `Add`).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block(
+        &self,
+        j: &Job,
+        dst: *mut T,
+        lhs: *const T,
+        rhs: *const T,
+        bias: *const T,
+        rows: Range<usize>,
+        cols: Range<usize>,
+    ) {
+        let p = &self.plan;
+        let (r0, c0) = (rows.start as isize, cols.start as isize);
+        let (read_dst, alpha, beta) = match self.update {
+            None => (j.accumulate, T::ONE, T::ONE),
+            // The first product into a block scales the old value by `a`; later ones add.
+            Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
+        };
+        T::gemm(
+            rows.len(),
+            cols.len(),
+            p.k,
+            dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1),
+            p.dst_s.0,
+            p.dst_s.1,
+            read_dst,
+            lhs.add(j.lhs).offset(r0 * p.lhs_s.0),
+            p.lhs_s.0,
+            p.lhs_s.1,
+            rhs.add(j.rhs).offset(c0 * p.rhs_s.1),
+            p.rhs_s.0,
+            p.rhs_s.1,
+            alpha,
+            beta,
+        );
+        // Forward jobs never accumulate (`build`), so each block gets the bias once.
+        if self.bias_pos.is_some() {
+            let b = slice(bias.add(cols.start), cols.len());
+            for r in rows {
+                let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
+                for (c, &v) in b.iter().enumerate() {
+                    let y = row.offset(c as isize * p.dst_s.1);
+                    *y = (*y).plus(v);
+                }
+            }
+        }
+    }
+
+    /// One GEMM call split over the worker team: the larger of the row and
+    /// column ranges is cut into one block per thread (multiples of 16), each
+    /// block a single-threaded GEMM.
+    unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: SendPtr<T>, threads: usize) {
+        let p = &self.plan;
+        let by_rows = p.m > p.n;
+        let len = if by_rows { p.m } else { p.n };
+        let block = len.div_ceil(threads).next_multiple_of(16);
+        let pieces = len.div_ceil(block);
+        if pieces < 2 {
+            return self.call(j, d.get(), l.get(), r.get(), b.get());
+        }
+        team::run(pieces, &|i| {
+            let part = i * block..((i + 1) * block).min(len);
+            let (rows, cols) = if by_rows { (part, 0..p.n) } else { (0..p.m, part) };
+            // SAFETY: blocks write disjoint parts of the result.
+            unsafe { self.block(j, d.get(), l.get(), r.get(), b.get(), rows, cols) };
+        });
+    }
+}
+
+impl<T: MatElem> Kernel for MatMulKernel<T> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let p = &self.plan;
+        let dst = args.outputs[0] as *mut T;
+        let bias = self.bias_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
+        if self.zero_fill {
+            let out = slice_mut(dst, p.out_len);
+            match (self.update, self.bias_pos) {
+                // An empty product: the update only scales.
+                (Some((a, _)), _) => out.iter_mut().for_each(|v| *v = v.times(a)),
+                (None, Some(_)) => {
+                    let b = slice(bias, p.n);
+                    out.chunks_mut(p.n.max(1)).for_each(|row| row.copy_from_slice(&b[..row.len()]));
+                }
+                (None, None) => out.fill(T::ZERO),
+            }
+            return Ok(());
+        }
+        let lhs = args.inputs[p.lhs_pos] as *const T;
+        let rhs = args.inputs[p.rhs_pos] as *const T;
+        let work = p.m * p.n * p.k;
+        let threads = team::num_threads();
+        let (d, l, r, b) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T), SendPtr(bias as *mut T));
+        if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
+            // Many independent products: whole calls per task.
+            par_split(p.jobs.len(), 2, 1, |range| {
+                for j in &p.jobs[range] {
+                    // SAFETY: independent jobs write disjoint output blocks.
+                    unsafe { self.call(j, d.get(), l.get(), r.get(), b.get()) };
+                }
+            });
+            return Ok(());
+        }
+        for j in &p.jobs {
+            if threads > 1 && work >= GEMM_PAR_MIN {
+                self.call_split(j, d, l, r, b, threads);
+            } else {
+                self.call(j, dst, lhs, rhs, bias);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// numpy promotion of a matmul operand to at least 2-D: (batch dims, rows, cols).
+fn promote(shape: &[usize], is_lhs: bool) -> (Vec<usize>, usize, usize) {
+    match shape.len() {
+        0 => (vec![], 1, 1),
+        1 if is_lhs => (vec![], 1, shape[0]),
+        1 => (vec![], shape[0], 1),
+        r => (shape[..r - 2].to_vec(), shape[r - 2], shape[r - 1]),
+    }
+}
+
+/// For every output batch index, the (lhs batch, rhs batch) indices.
+fn batch_pairs(ob: &[usize], ab: &[usize], bb: &[usize]) -> Option<Vec<(usize, usize)>> {
+    let plan = Broadcast::new(ob, [ab, bb])?;
+    let nb: usize = ob.iter().product();
+    let mut v = Vec::with_capacity(nb);
+    let [sa, sb] = plan.inner_strides();
+    plan.for_segments(0..nb, |_, [ia, ib], len| {
+        for i in 0..len {
+            v.push((ia + i * sa, ib + i * sb));
+        }
+    });
+    Some(v)
+}
+
+/// Build `MatMul`, `MatMulLhsGrad`, `MatMulRhsGrad` and `ScaledAddMatMulRhsGradInplace`
+/// (the rhs gradient accumulated into input 2, which output 0 aliases).
+pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
+    let update = if spec.is::<ir::ScaledAddMatMulRhsGradInplace>() {
+        let attr =
+            |key: &str| spec.attrs.float(key).ok_or_else(|| spec.error(format!("missing float attribute `{key}`")));
+        if !spec.input(2)?.dtype().is_floating_point() {
+            return Err(spec.unsupported_dtype(spec.input(2)?.dtype()));
+        }
+        Some((attr("a")?, attr("b")?))
+    } else {
+        None
+    };
+    let fwd = spec.is::<ir::MatMul>() || spec.is::<ir::MatMulAdd>();
+    let (a, b) = if fwd { (spec.input(0)?, spec.input(1)?) } else { (spec.input(1)?, spec.input(2)?) };
+    let g = if fwd { None } else { Some(spec.input(0)?) };
+    let y = spec.output(0)?;
+    let dt = a.dtype();
+    if b.dtype() != dt || y.dtype() != dt || g.is_some_and(|g| g.dtype() != dt) {
+        return Err(spec.error("operands and result must have the same dtype"));
+    }
+    if a.info.rank() == 0 || b.info.rank() == 0 {
+        return Err(spec.error("matmul operands must have rank >= 1"));
+    }
+    let (ab, m, k) = promote(a.shape(), true);
+    let (bb, k2, n) = promote(b.shape(), false);
+    if k != k2 {
+        return Err(spec.error(format!("inner dimensions differ: {:?} @ {:?}", a.shape(), b.shape())));
+    }
+    let ob = broadcast_shapes(&ab, &bb).ok_or_else(|| spec.error("batch dimensions do not broadcast"))?;
+    let nb: usize = ob.iter().product();
+    let mut out_shape = ob.clone();
+    if a.info.rank() > 1 {
+        out_shape.push(m);
+    }
+    if b.info.rank() > 1 {
+        out_shape.push(n);
+    }
+    let (want_y, g_ok) = match g {
+        None => (out_shape.clone(), true),
+        Some(g) => {
+            let want = if spec.is::<ir::MatMulLhsGrad>() { a.shape() } else { b.shape() };
+            (want.to_vec(), g.nelms() == out_shape.iter().product::<usize>())
+        }
+    };
+    if y.shape() != want_y.as_slice() || !g_ok {
+        return Err(spec.error(format!("result {} does not match {:?} @ {:?}", y.info, a.shape(), b.shape())));
+    }
+    let (mk, kn, mn) = (m * k, k * n, m * n);
+    let rhs_unbatched = bb.iter().product::<usize>() == 1;
+    let (ki, ni) = (k as isize, n as isize);
+    let pairs = if rhs_unbatched {
+        Vec::new()
+    } else {
+        batch_pairs(&ob, &ab, &bb).ok_or_else(|| spec.error("batch dims do not broadcast"))?
+    };
+    // Accumulate flags: the first job writing a dst block overwrites it.
+    let mut seen = Vec::new();
+    let mut first_write = |idx: usize| {
+        if seen.len() <= idx {
+            seen.resize(idx + 1, false);
+        }
+        !std::mem::replace(&mut seen[idx], true)
+    };
+    let plan = match () {
+        _ if fwd => {
+            let (m_eff, jobs) = if rhs_unbatched {
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
+            } else {
+                let jobs = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(ia, ib))| Job { dst: i * mn, lhs: ia * mk, rhs: ib * kn, accumulate: false })
+                    .collect();
+                (m, jobs)
+            };
+            GemmPlan {
+                m: m_eff,
+                n,
+                k,
+                dst_s: (ni, 1),
+                lhs_s: (ki, 1),
+                rhs_s: (ni, 1),
+                jobs,
+                lhs_pos: a.pos,
+                rhs_pos: b.pos,
+                out_len: y.nelms(),
+            }
+        }
+        _ if spec.is::<ir::MatMulLhsGrad>() => {
+            // dA[m, k] = g[m, n] @ bᵀ[n, k]; bᵀ(p, j) = b[j, p].
+            let g = g.ok_or_else(|| spec.error("a matmul gradient needs its incoming gradient"))?;
+            let (m_eff, jobs) = if rhs_unbatched {
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
+            } else {
+                let jobs = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(ia, ib))| Job { dst: ia * mk, lhs: i * mn, rhs: ib * kn, accumulate: !first_write(ia) })
+                    .collect();
+                (m, jobs)
+            };
+            GemmPlan {
+                m: m_eff,
+                n: k,
+                k: n,
+                dst_s: (ki, 1),
+                lhs_s: (ni, 1),
+                rhs_s: (1, ni),
+                jobs,
+                lhs_pos: g.pos,
+                rhs_pos: b.pos,
+                out_len: y.nelms(),
+            }
+        }
+        _ => {
+            // dB[k, n] = aᵀ[k, m] @ g[m, n]; aᵀ(r, c) = a[c, r].
+            let g = g.ok_or_else(|| spec.error("a matmul gradient needs its incoming gradient"))?;
+            let (k_eff, jobs) = if rhs_unbatched {
+                // The batch folds into the reduction dim: a as [(B m), k], g as [(B m), n].
+                (nb * m, vec![Job { dst: 0, lhs: 0, rhs: 0, accumulate: false }])
+            } else {
+                let jobs = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(ia, ib))| Job { dst: ib * kn, lhs: ia * mk, rhs: i * mn, accumulate: !first_write(ib) })
+                    .collect();
+                (m, jobs)
+            };
+            GemmPlan {
+                m: k,
+                n,
+                k: k_eff,
+                dst_s: (ni, 1),
+                lhs_s: (1, ki),
+                rhs_s: (ni, 1),
+                jobs,
+                lhs_pos: a.pos,
+                rhs_pos: g.pos,
+                out_len: y.nelms(),
+            }
+        }
+    };
+    let zero_fill = plan.k == 0 || plan.jobs.is_empty() || nb == 0;
+    let empty = plan.m == 0 || plan.n == 0;
+    let jobs_independent = plan.jobs.iter().all(|j| !j.accumulate) && fwd;
+    let bias_pos = if spec.is::<ir::MatMulAdd>() {
+        let c = spec.input(2)?;
+        if c.dtype() != dt || c.shape() != [n] || y.shape().last() != Some(&n) {
+            return Err(spec.error(format!("the addend {} must be a {dt}[{n}] vector", c.info)));
+        }
+        Some(c.pos)
+    } else {
+        None
+    };
+    macro_rules! kernel {
+        ($t:ty) => {{
+            let mut plan = plan;
+            if empty {
+                plan.jobs.clear();
+            }
+            Ok(Box::new(MatMulKernel::<$t> {
+                plan,
+                bias_pos,
+                update: update.map(|(a, b)| (<$t as MatElem>::from_f64(a), <$t as MatElem>::from_f64(b))),
+                zero_fill: zero_fill && !empty,
+                jobs_independent,
+                _t: Types::default(),
+            }) as Box<dyn Kernel>)
+        }};
+    }
+    match dt {
+        popart_ir::DataType::Float16 => kernel!(f16),
+        _ => with_num!(dt, T => kernel!(T), _ => Err(spec.unsupported_dtype(dt))),
+    }
+}
+
+/// Every kernel of this file.
+pub(crate) const KERNELS: &[KernelEntry] = &[
+    (&ir::MatMul, build),
+    (&ir::MatMulAdd, build),
+    (&ir::MatMulLhsGrad, build),
+    (&ir::MatMulRhsGrad, build),
+    (&ir::ScaledAddMatMulRhsGradInplace, build),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
+    use popart_ir::ops::matmul::matmul_shape;
+    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+
+    /// numpy matmul written out: promote, broadcast batch, triple loop, squeeze.
+    fn naive(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> Vec<f64> {
+        let a2: Vec<usize> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.to_vec() };
+        let b2: Vec<usize> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.to_vec() };
+        let (m, k, n) = (a2[a2.len() - 2], a2[a2.len() - 1], b2[b2.len() - 1]);
+        let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
+        let rank = ab.len().max(bb.len());
+        let pad = |s: &[usize]| {
+            let mut v = vec![1; rank - s.len()];
+            v.extend_from_slice(s);
+            v
+        };
+        let (pa, pb) = (pad(ab), pad(bb));
+        let ob: Vec<usize> = pa.iter().zip(&pb).map(|(&x, &y)| x.max(y)).collect();
+        let nb: usize = ob.iter().product();
+        let mut out = Vec::new();
+        for bi in 0..nb {
+            let (mut rem, mut ia, mut ib, mut sa_, mut sb_) = (bi, 0, 0, 1, 1);
+            for d in (0..rank).rev() {
+                let idx = rem % ob[d];
+                rem /= ob[d];
+                ia += if pa[d] == 1 { 0 } else { idx * sa_ };
+                ib += if pb[d] == 1 { 0 } else { idx * sb_ };
+                sa_ *= pa[d];
+                sb_ *= pb[d];
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0.0;
+                    for p in 0..k {
+                        s += a[ia * m * k + i * k + p] * b[ib * k * n + p * n + j];
+                    }
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    const SHAPES: &[(&[usize], &[usize])] = &[
+        (&[3, 4], &[4, 5]),
+        (&[4], &[4, 5]),
+        (&[3, 4], &[4]),
+        (&[4], &[4]),
+        (&[2, 3, 4], &[4, 5]),
+        (&[2, 3, 4], &[2, 4, 5]),
+        (&[3, 4], &[2, 4, 5]),
+        (&[2, 1, 3, 4], &[5, 4, 2]),
+        (&[4], &[3, 4, 2]),
+        (&[2, 3, 4], &[4]),
+        (&[8, 784], &[784, 32]),
+        (&[3, 0], &[0, 4]),
+    ];
+
+    #[test]
+    fn matmul_matches_naive_numpy_semantics() {
+        let mut rng = Rng::new(11);
+        for &(sa, sb) in SHAPES {
+            let a = rng.vec(sa.iter().product(), -1.0, 1.0);
+            let b = rng.vec(sb.iter().product(), -1.0, 1.0);
+            let want = naive(&a, sa, &b, sb);
+            for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-5)] {
+                let (ta, tb) = (t(dt, sa, &a), t(dt, sb, &b));
+                let out = &run_op("MatMul", Attributes::new(), &[(0, ta), (1, tb)])[0];
+                assert_eq!(out.info.shape, matmul_shape(sa, sb).unwrap());
+                assert_close(&out.to_f64_vec(), &want, tol);
+            }
+        }
+    }
+
+    #[test]
+    fn integer_and_half_matmul() {
+        let a = t(DataType::Int32, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let b = t(DataType::Int32, &[3, 1], &[1.0, -1.0, 2.0]);
+        assert_eq!(run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(), vec![5.0, 11.0]);
+        let a = t(DataType::Float16, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = t(DataType::Float16, &[2, 2], &[0.5, 0.0, 0.0, 2.0]);
+        assert_eq!(run_op("MatMul", Attributes::new(), &[(0, a), (1, b)])[0].to_f64_vec(), vec![0.5, 4.0, 1.5, 8.0]);
+    }
+
+    #[test]
+    fn large_matmul_is_correct_with_threads() {
+        let mut rng = Rng::new(2);
+        let (sa, sb) = ([96usize, 130], [130usize, 70]);
+        let (a, b) = (rng.vec(96 * 130, -1.0, 1.0), rng.vec(130 * 70, -1.0, 1.0));
+        let want = naive(&a, &sa, &b, &sb);
+        let out = &run_op(
+            "MatMul",
+            Attributes::new(),
+            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
+        );
+        assert_close(&out[0].to_f64_vec(), &want, 1e-4);
+        // Batched with per-job parallelism.
+        let (sa, sb) = ([16usize, 40, 30], [16usize, 30, 20]);
+        let (a, b) = (rng.vec(16 * 1200, -1.0, 1.0), rng.vec(16 * 600, -1.0, 1.0));
+        let want = naive(&a, &sa, &b, &sb);
+        let out = &run_op(
+            "MatMul",
+            Attributes::new(),
+            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
+        );
+        assert_close(&out[0].to_f64_vec(), &want, 1e-4);
+    }
+
+    /// Products large enough to be split over the worker team, by rows and by
+    /// columns, forward and both gradients (with a folded batch), against loops.
+    #[test]
+    fn split_products_match_loops() {
+        let mut rng = Rng::new(9);
+        // Forward, more columns than rows: split by columns.
+        let (sa, sb) = ([40usize, 200], [200usize, 300]);
+        let (a, b) = (rng.vec(40 * 200, -1.0, 1.0), rng.vec(200 * 300, -1.0, 1.0));
+        let out = &run_op(
+            "MatMul",
+            Attributes::new(),
+            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
+        );
+        assert_close(&out[0].to_f64_vec(), &naive(&a, &sa, &b, &sb), 1e-4);
+        // Gradients of [2, 96, 130] @ [130, 70].
+        let (bs, m, k, n) = (2usize, 96usize, 130usize, 70usize);
+        let (a, b, g) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
+        let mut want_da = vec![0.0; bs * m * k];
+        let mut want_db = vec![0.0; k * n];
+        for z in 0..bs {
+            for i in 0..m {
+                for j in 0..n {
+                    let gv = g[(z * m + i) * n + j];
+                    for p in 0..k {
+                        want_da[(z * m + i) * k + p] += gv * b[p * n + j];
+                        want_db[p * n + j] += a[(z * m + i) * k + p] * gv;
+                    }
+                }
+            }
+        }
+        let ins: Vec<(u32, HostTensor)> = vec![
+            (0, t(DataType::Float32, &[bs, m, n], &g)),
+            (1, t(DataType::Float32, &[bs, m, k], &a)),
+            (2, t(DataType::Float32, &[k, n], &b)),
+        ];
+        assert_close(&run_op("MatMulLhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_da, 1e-4);
+        assert_close(&run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_db, 1e-4);
+    }
+
+    /// `ScaledAddMatMulRhsGradInplace` equals `a · w + b · MatMulRhsGrad(g, x, w)` computed
+    /// separately, with a folded batch, split over threads (large) and not (small), and
+    /// with an empty product (k = 0: only the scaling).
+    #[test]
+    fn fused_weight_update_matches_separate_ops() {
+        let mut rng = Rng::new(21);
+        for &(bs, m, k, n) in &[(1usize, 3usize, 4usize, 5usize), (2, 96, 130, 70), (1, 128, 784, 64), (1, 0, 3, 2)] {
+            let (x, w, g) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
+            for dt in [DataType::Float32, DataType::Float64] {
+                let ins: Vec<(u32, HostTensor)> =
+                    vec![(0, t(dt, &[bs, m, n], &g)), (1, t(dt, &[bs, m, k], &x)), (2, t(dt, &[k, n], &w))];
+                let dw = run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec();
+                let (a, b) = (0.5, -0.25);
+                let want: Vec<f64> = w.iter().zip(&dw).map(|(w, d)| a * w + b * d).collect();
+                let attrs = Attributes::new().with("a", AttrValue::Float(a)).with("b", AttrValue::Float(b));
+                let got = run_op("ScaledAddMatMulRhsGradInplace", attrs, &ins)[0].to_f64_vec();
+                assert_close(&got, &want, if dt == DataType::Float32 { 1e-4 } else { 1e-12 });
+            }
+        }
+    }
+
+    /// Check both gradient ops against central finite differences of
+    /// `L = sum(w ⊙ (a @ b))` for a fixed random `w` (so `g = w`).
+    #[test]
+    fn gradients_match_finite_differences() {
+        let mut rng = Rng::new(5);
+        for &(sa, sb) in SHAPES {
+            let na: usize = sa.iter().product();
+            let nb: usize = sb.iter().product();
+            if na > 200 || nb > 200 {
+                continue;
+            }
+            let a = rng.vec(na, -1.0, 1.0);
+            let b = rng.vec(nb, -1.0, 1.0);
+            let so = matmul_shape(sa, sb).unwrap();
+            let w = rng.vec(so.iter().product(), -1.0, 1.0);
+            let loss = |a: &[f64], b: &[f64]| naive(a, sa, b, sb).iter().zip(&w).map(|(y, w)| y * w).sum::<f64>();
+            let want_da = numeric_grad(&a, 1e-6, |x| loss(x, &b));
+            let want_db = numeric_grad(&b, 1e-6, |x| loss(&a, x));
+            let ins: Vec<(u32, HostTensor)> = vec![
+                (0, t(DataType::Float64, &so, &w)),
+                (1, t(DataType::Float64, sa, &a)),
+                (2, t(DataType::Float64, sb, &b)),
+            ];
+            let da = &run_op("MatMulLhsGrad", Attributes::new(), &ins)[0];
+            let db = &run_op("MatMulRhsGrad", Attributes::new(), &ins)[0];
+            assert_eq!(da.info.shape, sa);
+            assert_eq!(db.info.shape, sb);
+            assert_close(&da.to_f64_vec(), &want_da, 1e-7);
+            assert_close(&db.to_f64_vec(), &want_db, 1e-7);
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Threading and SIMD dispatch: the parallel range splitters over the worker team
+//! ([`team`]), and the SIMD tiers ([`Simd`], [`wide_simd!`]) kernels' loops are
+//! compiled for and picked at run time.
+
+use std::ops::Range;
+
+use crate::team;
+
+/// Elements below which a kernel never splits work over threads.
+pub(crate) const PAR_MIN_ELEMS: usize = 1 << 18;
+/// Smallest piece of work handed to one parallel task.
+const PAR_CHUNK: usize = 1 << 14;
+
+/// Run `f` over `0..n`, split into contiguous pieces over the worker team ([`team`])
+/// when `n` is at least [`PAR_MIN_ELEMS`] and more than one thread is available.
+/// Each piece runs the AVX2 build of `f` where the CPU has it ([`Simd::run_narrow`]).
+#[inline]
+pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
+}
+
+/// [`par_range`] for work costing about `cost` simple elementwise operations per
+/// item (transcendental maps): splits `cost` times earlier, in pieces `cost` times
+/// smaller, and runs the build of `f` for that cost ([`Simd::for_cost`]).
+#[inline]
+pub(crate) fn par_range_cost(n: usize, cost: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    let cost = cost.max(1);
+    if cost > 1 {
+        par_split_tier::<true>(n, PAR_MIN_ELEMS / cost, PAR_CHUNK / cost, f);
+    } else {
+        par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
+    }
+}
+
+/// Run `f` over `0..n` in pieces of at least `min_chunk` items on the worker team
+/// when `n >= min_total` (sequentially otherwise or with one thread); each piece
+/// runs the AVX2 build of `f` where the CPU has it.
+#[inline]
+pub(crate) fn par_split(n: usize, min_total: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    par_split_tier::<false>(n, min_total, min_chunk, f);
+}
+
+/// [`par_split`] running the widest build of `f` ([`Simd::run`]) when `WIDE`,
+/// else at most its AVX2 build ([`Simd::run_narrow`]). `f` is inlined at one
+/// call site per build.
+fn par_split_tier<const WIDE: bool>(
+    n: usize,
+    min_total: usize,
+    min_chunk: usize,
+    f: impl Fn(Range<usize>) + Sync + Send,
+) {
+    let simd = Simd::best();
+    let piece = |r: Range<usize>| {
+        if WIDE {
+            simd.run(
+                #[inline(always)]
+                || f(r),
+            )
+        } else {
+            simd.run_narrow(
+                #[inline(always)]
+                || f(r),
+            )
+        }
+    };
+    let min_chunk = min_chunk.max(1);
+    let threads = team::num_threads();
+    if n < min_total || n < 2 * min_chunk || threads <= 1 {
+        piece(0..n);
+        return;
+    }
+    let chunk = n.div_ceil(threads * 4).max(min_chunk);
+    let pieces = n.div_ceil(chunk);
+    team::run(pieces, &|p| piece(p * chunk..((p + 1) * chunk).min(n)));
+}
+
+/// The instruction set a kernel's loops are compiled for, picked at kernel-build
+/// time from what this CPU runs (the binary itself targets baseline x86-64).
+///
+/// The loops are plain Rust that LLVM vectorises; [`Simd::run`] and
+/// [`wide_simd!`] compile them once per tier and call the build of the tier
+/// asked for. No tier changes a result: Rust never contracts `a * b + c` into
+/// a fused multiply-add, and the loops fix their own summation order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Simd {
+    /// The baseline build (SSE2 on x86-64).
+    Base,
+    /// AVX2 and FMA (x86-64-v3).
+    Avx2,
+    /// AVX-512 F, VL, DQ and BW.
+    Avx512,
+}
+
+impl Simd {
+    /// The widest tier this CPU runs (detected once).
+    pub(crate) fn best() -> Simd {
+        static TIER: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+        *TIER.get_or_init(detect)
+    }
+
+    /// The tier for a loop costing about `cost` simple operations per element:
+    /// AVX-512 pays only for expensive maps (1.5-2x on gelu, exp); cheap ones
+    /// are bound by memory and run the AVX2 build.
+    pub(crate) fn for_cost(cost: usize) -> Simd {
+        if cost > 1 {
+            Simd::best()
+        } else {
+            Simd::best().min(Simd::Avx2)
+        }
+    }
+
+    /// Run `f` compiled for this tier: `f` and every `#[inline(always)]`
+    /// function it calls are built with the tier's features. The caller
+    /// obtained the tier from [`Simd::best`] or [`Simd::for_cost`], so the CPU
+    /// runs it.
+    #[inline(always)]
+    pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+            unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            match self {
+                // SAFETY: tiers above `Base` come from `detect`, which checked the features.
+                Simd::Avx512 => return unsafe { avx512(f) },
+                // SAFETY: as above.
+                Simd::Avx2 => return unsafe { avx2(f) },
+                Simd::Base => {}
+            }
+        }
+        f()
+    }
+
+    /// [`Simd::run`] without an AVX-512 build (one build fewer for loops bound by
+    /// memory): the AVX-512 tier runs the AVX2 build.
+    #[inline(always)]
+    pub(crate) fn run_narrow<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+                f()
+            }
+            if self >= Simd::Avx2 {
+                // SAFETY: tiers above `Base` come from `detect`, which checked the features.
+                return unsafe { avx2(f) };
+            }
+        }
+        f()
+    }
+}
+
+/// The widest tier this CPU runs.
+fn detect() -> Simd {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512vl") && has!("avx512dq") && has!("avx512bw") && has!("avx2") && has!("fma") {
+            return Simd::Avx512;
+        }
+        if has!("avx2") && has!("fma") {
+            return Simd::Avx2;
+        }
+    }
+    Simd::Base
+}
+
+/// Defines `$name(simd, args..)`: runs the `#[inline(always)]` function `$body`
+/// compiled for the [`Simd`] tier `simd`.
+macro_rules! wide_simd {
+    ($(#[$m:meta])* $vis:vis fn $name:ident<$($g:ident: $b:path),*>($($a:ident: $t:ty),*) => $body:ident) => {
+        $(#[$m])*
+        #[inline]
+        $vis fn $name<$($g: $b),*>(simd: $crate::kernels::par::Simd, $($a: $t),*) {
+            simd.run(
+                #[inline(always)]
+                || $body::<$($g),*>($($a),*),
+            )
+        }
+    };
+}
+pub(crate) use wide_simd;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn par_range_covers_everything_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let n = 300_001;
+        let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        par_range(n, |r| {
+            for i in r {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the session: one test binary, a module per topic (`cargo test -p popxl-session --test integration <module>::`).
+
+mod bad_input;
+mod borrowed_io;
+mod mnist_training;
