@@ -188,6 +188,18 @@ pub enum IrError {
         /// The IR's replication factor.
         replication_factor: usize,
     },
+    /// An op's attributes do not match its type's declaration
+    /// ([`crate::OpDef::attributes`]): unknown key, wrong kind, out of range,
+    /// missing.
+    #[error("op `{op}` ({op_type}): {error}")]
+    Attribute {
+        /// The op's name.
+        op: String,
+        /// Its type.
+        op_type: String,
+        /// What is wrong, naming the attribute, what was expected and what was given.
+        error: Box<crate::AttrError>,
+    },
     /// The verifier found a broken invariant.
     #[error("invalid IR: {0}")]
     Invalid(String),

@@ -206,6 +206,7 @@ impl Ir {
         inputs: &[(u32, TensorId)],
         name: &str,
     ) -> Result<Vec<TensorInfo>> {
+        crate::op::check_attributes(def, name, attrs)?;
         let g = self.graph(graph)?;
         for &(_, t) in inputs {
             g.tensor(t)?;

@@ -34,14 +34,16 @@ mod topocons;
 mod variable_settings;
 mod verify;
 
-pub use attr::{AttrValue, Attributes};
+#[doc(hidden)]
+pub use attr::decode_field;
+pub use attr::{check_schema, AttrError, AttrKind, AttrSpec, AttrType, AttrValue, Attributes, OpAttrs};
 pub use dtype::{DataType, UnknownDataType};
 pub use error::{InplaceAmbiguity, IrError, Result};
 pub use graph::Graph;
 pub use ir::{Ir, MAIN_GRAPH_NAME};
 pub use op::{
-    lookup_op, register_op, registered_op_types, registered_ops, GradOpSpec, GradRule, GradSource, InferContext, Op,
-    OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
+    check_attributes, lookup_op, register_op, registered_op_types, registered_ops, AsAny, GradOpSpec, GradRule,
+    GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use placement::{IpuRoute, Placement, TileSet};
 pub use remote::{RemoteBuffer, RemoteBufferId, RemoteSlot};

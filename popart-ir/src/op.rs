@@ -116,6 +116,7 @@ pub(crate) fn run_infer(
     attrs: &Attributes,
     ir: &Ir,
 ) -> Result<Vec<TensorInfo>> {
+    check_attributes(def, op_name, attrs)?;
     let ctx = InferContext {
         op_name,
         op_type: def.op_type(),
@@ -143,7 +144,23 @@ pub(crate) fn run_infer(
     Ok(out)
 }
 
+/// Check `attrs` against `def`'s declared attributes ([`OpDef::attributes`]):
+/// unknown keys, wrong kinds and missing required keys are
+/// [`IrError::Attribute`] errors naming the op and the attribute.
+pub fn check_attributes(def: &dyn OpDef, op_name: &str, attrs: &Attributes) -> Result<()> {
+    crate::attr::check_schema(def.attributes(), attrs).map_err(|error| IrError::Attribute {
+        op: op_name.to_string(),
+        op_type: def.op_type().to_string(),
+        error: Box::new(error),
+    })
+}
+
 impl<'a> InferContext<'a> {
+    /// An attribute error of this op ([`IrError::Attribute`]).
+    pub fn attr_error(&self, error: crate::AttrError) -> IrError {
+        IrError::Attribute { op: self.op_name.to_string(), op_type: self.op_type.to_string(), error: Box::new(error) }
+    }
+
     /// Number of connected inputs.
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()
@@ -223,12 +240,21 @@ impl<'a> InferContext<'a> {
 /// let op = ir.create_op(main, "example.Twice", Attributes::new(), &[(0, x)], "twice").unwrap();
 /// assert_eq!(ir.graph(main).unwrap().op(op).unwrap().op_type(), "example.Twice");
 /// ```
-pub trait OpDef: Send + Sync + 'static {
+pub trait OpDef: AsAny + Send + Sync + 'static {
     /// The type name, unique across the registry (`Add`, `MatMul`, `Call`...).
     fn op_type(&self) -> &'static str;
 
     /// Output infos for outputs 0..n, from the inputs and attributes. Errors name the op.
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>>;
+
+    /// The attributes an op of this type may carry (name, kind, required): every
+    /// op is checked against it when created, parsed or verified, so an unknown
+    /// key or a value of the wrong kind is an [`IrError::Attribute`]. Declare it
+    /// with [`op_attrs!`](crate::op_attrs) and return `XAttrs::SCHEMA`
+    /// ([`crate::OpAttrs::SCHEMA`]). Default: no attributes.
+    fn attributes(&self) -> &'static [crate::AttrSpec] {
+        &[]
+    }
 
     /// Property flags (side effect, in-place, subgraph...).
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
@@ -259,12 +285,41 @@ pub trait OpDef: Send + Sync + 'static {
     fn ipu_route(&self, _attrs: &Attributes) -> Option<crate::IpuRoute> {
         None
     }
+}
 
-    /// The Rust type of this definition, so that registering the same definition
-    /// twice can be told apart from a clash. Do not override.
-    #[doc(hidden)]
-    fn def_type_id(&self) -> std::any::TypeId {
-        std::any::TypeId::of::<Self>()
+/// The Rust type behind a definition, as [`std::any::Any`]: a supertrait of
+/// [`OpDef`] with one blanket implementation for every type, so no op type can
+/// implement it itself or claim another type's identity. [`OpDefId`] and
+/// `<dyn OpDef>::downcast_ref` rest on it (no `unsafe`).
+///
+/// A definition that tries to implement it, or to provide an identity hook, does
+/// not compile:
+///
+/// ```compile_fail,E0119
+/// use popart_ir::{AsAny, InferContext, OpDef, Result, TensorInfo};
+/// struct Fake;
+/// impl AsAny for Fake {
+///     fn as_any(&self) -> &dyn std::any::Any { &popart_ir::ops::all::Relu }
+/// }
+/// ```
+///
+/// ```compile_fail,E0407
+/// use popart_ir::{InferContext, OpDef, Result, TensorInfo};
+/// struct Fake;
+/// impl OpDef for Fake {
+///     fn op_type(&self) -> &'static str { "example.Fake" }
+///     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> { Ok(vec![ctx.input(0)?.clone()]) }
+///     fn def_type_id(&self) -> std::any::TypeId { std::any::TypeId::of::<popart_ir::ops::all::Relu>() }
+/// }
+/// ```
+pub trait AsAny: std::any::Any {
+    /// `self` as `&dyn Any` (its concrete type).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl<T: std::any::Any> AsAny for T {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -290,22 +345,17 @@ impl fmt::Debug for OpDefId {
 impl dyn OpDef {
     /// This definition's identity.
     pub fn id(&self) -> OpDefId {
-        OpDefId(self.def_type_id())
+        OpDefId(<dyn OpDef as AsAny>::as_any(self).type_id())
     }
 
     /// True if this is the definition of type `T` (`def.is::<ops::control::Call>()`).
     pub fn is<T: OpDef>(&self) -> bool {
-        self.def_type_id() == std::any::TypeId::of::<T>()
+        <dyn OpDef as AsAny>::as_any(self).is::<T>()
     }
 
     /// This definition as a `T`, to read the fields of a definition that has some.
     pub fn downcast_ref<T: OpDef>(&self) -> Option<&T> {
-        if self.is::<T>() {
-            // SAFETY: the concrete type behind this trait object is `T` (same TypeId).
-            Some(unsafe { &*(self as *const dyn OpDef as *const T) })
-        } else {
-            None
-        }
+        <dyn OpDef as AsAny>::as_any(self).downcast_ref::<T>()
     }
 }
 

@@ -452,7 +452,8 @@ mod tests {
         );
     }
 
-    /// Tags every op of the main graph with an attribute `tag = <k>` and counts its runs.
+    /// Tags every op of the main graph with IPU `<k>` (its placement: attributes
+    /// are the op type's own) and counts its runs.
     struct TagOps {
         runs: AtomicUsize,
     }
@@ -468,7 +469,7 @@ mod tests {
             let ops = g.ops_in_creation_order();
             let mut outcome = PassOutcome::changed(!ops.is_empty());
             for (k, o) in ops.into_iter().enumerate() {
-                g.op_attrs_mut(o)?.set("tag", AttrValue::Int(k as i64));
+                g.set_op_placement(o, popart_ir::Placement { ipu: Some(k as u32), ..Default::default() })?;
                 outcome.notes.push(format!("{} = {k}", g.op(o)?.name));
             }
             Ok(outcome)
@@ -510,7 +511,7 @@ mod tests {
             .ops_in_creation_order()
             .into_iter()
             .map(|o| g.op(o).unwrap())
-            .map(|op| (op.name.as_str(), op.attrs.int("tag").unwrap()))
+            .map(|op| (op.name.as_str(), i64::from(op.placement.ipu.unwrap())))
             .collect();
         assert_eq!(tags, vec![("relu", 0), ("store", 1)]);
         let names: Vec<&str> = report.passes.iter().map(|r| r.name.as_str()).collect();

@@ -16,7 +16,8 @@
 use std::collections::HashMap;
 
 use popart_ir::{
-    AttrValue, GradOpSpec, GradRule, GradSource, InferContext, Ir as CoreIr, Op, OpDef, Result as IrResult, TensorInfo,
+    op_attrs, AttrSpec, GradOpSpec, GradRule, GradSource, InferContext, Ir as CoreIr, Op, OpAttrs, OpDef,
+    Result as IrResult, TensorInfo,
 };
 use popxl::ops::{self, OpBuilder};
 use popxl::{HostArray, Tensor};
@@ -25,6 +26,16 @@ use popxl_session::{Session, SessionOptions};
 
 // ---------------------------------------------------------------------------
 // 1. The op definitions.
+
+op_attrs! {
+    /// The attributes of both ops, declared once: the IR checks every op
+    /// against them, the kernels and the pattern decode them.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct LeakyAttrs {
+        /// The slope below zero.
+        alpha: f64,
+    }
+}
 
 /// `y = x` where `x > 0`, else `alpha * x`.
 struct LeakyRelu;
@@ -37,12 +48,16 @@ impl OpDef for LeakyRelu {
         "example.LeakyRelu"
     }
 
+    fn attributes(&self) -> &'static [AttrSpec] {
+        LeakyAttrs::SCHEMA
+    }
+
     fn infer(&self, ctx: &InferContext<'_>) -> IrResult<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         if !x.dtype.is_floating_point() {
             return Err(ctx.error(format!("the input must be floating point, got {}", x.dtype)));
         }
-        ctx.float("alpha")?;
+        LeakyAttrs::infer(ctx)?;
         Ok(vec![x.clone()])
     }
 
@@ -62,12 +77,16 @@ impl OpDef for LeakyReluGrad {
         "example.LeakyReluGrad"
     }
 
+    fn attributes(&self) -> &'static [AttrSpec] {
+        LeakyAttrs::SCHEMA
+    }
+
     fn infer(&self, ctx: &InferContext<'_>) -> IrResult<Vec<TensorInfo>> {
         let (g, x) = (ctx.input(0)?, ctx.input(1)?);
         if g != x {
             return Err(ctx.error(format!("gradient {g} and forward input {x} differ")));
         }
-        ctx.float("alpha")?;
+        LeakyAttrs::infer(ctx)?;
         Ok(vec![g.clone()])
     }
 }
@@ -107,7 +126,7 @@ fn leaky_kernel(spec: &KernelSpec<'_>, v: usize, x: usize) -> Result<Box<dyn Ker
     if info.dtype != popart_ir::DataType::Float32 || spec.inputs.iter().any(|(_, t)| t != info) {
         return Err(error(format!("only float32 of one shape is supported, got {info}")));
     }
-    let alpha = spec.attrs.float("alpha").ok_or_else(|| error("missing `alpha`".into()))? as f32;
+    let alpha = LeakyAttrs::from_attrs(spec.attrs).map_err(|e| error(e.to_string()))?.alpha as f32;
     Ok(Box::new(LeakyKernel { n: info.nelms(), alpha, v, x }))
 }
 
@@ -138,7 +157,7 @@ fn register() -> popxl_session::Result<()> {
 
 /// `leaky_relu(x, alpha)` as a `popxl` op function.
 fn leaky_relu(x: &Tensor, alpha: f64) -> popxl::Result<Tensor> {
-    OpBuilder::new("leaky_relu", &LeakyRelu).input(0, x).attr("alpha", AttrValue::Float(alpha)).create1()
+    OpBuilder::new("leaky_relu", &LeakyRelu).input(0, x).typed(&LeakyAttrs { alpha }).create1()
 }
 
 /// The reference values, computed here without the op.
@@ -247,7 +266,7 @@ impl popart_transforms::Pass for LeakyReluZeroToRelu {
             let targets: Vec<_> = ir
                 .graph(g)?
                 .ops()
-                .filter(|op| op.is::<LeakyRelu>() && op.attrs.float("alpha") == Some(0.0))
+                .filter(|op| op.is::<LeakyRelu>() && LeakyAttrs::of(op).is_ok_and(|a| a.alpha == 0.0))
                 .map(|op| op.id)
                 .collect();
             let graph = ir.graph_mut(g)?;

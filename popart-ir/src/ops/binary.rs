@@ -5,7 +5,8 @@ use super::grad::{BinaryGrad, WhereGrad};
 use super::unary::Neg;
 use super::{broadcast_shapes, op_types, require_dtype};
 use crate::{
-    AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo,
+    AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    Result, TensorInfo,
 };
 
 op_types!(
@@ -153,6 +154,9 @@ impl OpDef for Minimum {
 impl OpDef for ScaledAdd {
     fn op_type(&self) -> &'static str {
         "ScaledAdd"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::var_update::ScaleAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, y) = (ctx.input(0)?, ctx.input(1)?);

@@ -40,9 +40,82 @@
 use super::grad::spec;
 use super::op_types;
 use crate::{
-    AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, ReplicaGrouping, Result,
-    TensorInfo,
+    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    OpFlags, ReplicaGrouping, Result, TensorInfo,
 };
+
+op_attrs! {
+    /// Attributes of `ReplicatedAllReduce` and its in-place variant.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AllReduceAttrs {
+        /// The operator (absent: `add`).
+        pub op: Option<String> = None,
+        /// Replica grouping stride.
+        pub stride: i64,
+        /// Replica group size.
+        pub group_size: i64,
+    }
+}
+
+op_attrs! {
+    /// Attributes of the fused data-parallel updates.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AllReduceUpdateAttrs {
+        /// The operator (absent: `add`).
+        pub op: Option<String> = None,
+        /// Replica grouping stride.
+        pub stride: i64,
+        /// Replica group size.
+        pub group_size: i64,
+        /// Scale of the reduced gradient.
+        pub b: f64,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ReplicatedAllGather`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AllGatherAttrs {
+        /// Replica grouping stride.
+        pub stride: i64,
+        /// Replica group size.
+        pub group_size: i64,
+        /// The gathered tensor's shape.
+        pub shape: Option<Vec<i64>> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ReplicatedReduceScatter`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReduceScatterAttrs {
+        /// The operator (absent: `add`).
+        pub op: Option<String> = None,
+        /// Replica grouping stride.
+        pub stride: i64,
+        /// Replica group size.
+        pub group_size: i64,
+        /// The reduced tensor's shape.
+        pub shape: Option<Vec<i64>> = None,
+        /// Replicated tensor sharding.
+        pub rts: bool = false,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `AllReduce` (across IPUs).
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct IpuAllReduceAttrs {
+        /// The operator (absent: `add`).
+        pub op: Option<String> = None,
+        /// The IPU of each input.
+        pub ipus: Vec<i64>,
+        /// Inputs hold one value.
+        pub identical_inputs: bool = false,
+        /// Gradient inputs hold one value.
+        pub identical_grad_inputs: bool = false,
+    }
+}
 
 op_types!(
     /// `ReplicatedAllReduce{op, stride, group_size}(x) -> y`: every member of a
@@ -68,11 +141,11 @@ op_types!(
     /// [`ReplicatedAllReduceScaledAddInplace`] whose gradient is a
     /// `MatMulRhsGrad` in a called graph: each member computes its rows of the
     /// reduced product from every member's `x` and `g` and adds them into every
-    /// member's `w`, so no gradient is ever stored. The optional int attribute
-    /// `weight_invariant=1` states that every member's `w` holds the same value
-    /// before the update. The `cpu` session sets it on weights that only such
-    /// updates write. In a group of two, a member then updates its own rows
-    /// once and copies them to the other member.
+    /// member's `w`, so no gradient is ever stored. Lowering marks the call
+    /// `weight_invariant` (`popart_lower::KernelCall`) when every member's `w`
+    /// holds the same value before the update (weights only such updates
+    /// write); in a group of two, a member then updates its own rows once and
+    /// copies them to the other member.
     ReplicatedScaledAddMatMulRhsGradInplace,
     /// `ReplicatedAllGather{stride, group_size[, shape]}(x) -> y`: the
     /// concatenation of the flattened inputs of the group's members, in member
@@ -282,6 +355,9 @@ impl OpDef for ReplicatedAllReduce {
     fn op_type(&self) -> &'static str {
         "ReplicatedAllReduce"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AllReduceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_all_reduce(ctx)
     }
@@ -290,6 +366,9 @@ impl OpDef for ReplicatedAllReduce {
 impl OpDef for ReplicatedAllReduceInplace {
     fn op_type(&self) -> &'static str {
         "ReplicatedAllReduceInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AllReduceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_all_reduce(ctx)
@@ -308,6 +387,9 @@ impl OpDef for ReplicatedAllReduceInplace {
 impl OpDef for ReplicatedAllReduceScaledAddInplace {
     fn op_type(&self) -> &'static str {
         "ReplicatedAllReduceScaledAddInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AllReduceUpdateAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (w, g) = (ctx.input(0)?, ctx.input(1)?);
@@ -331,6 +413,9 @@ impl OpDef for ReplicatedAllReduceScaledAddInplace {
 impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ReplicatedScaledAddMatMulRhsGradInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AllReduceUpdateAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let w = ctx.input(2)?;
@@ -375,6 +460,9 @@ impl OpDef for ReplicatedAllGather {
     fn op_type(&self) -> &'static str {
         "ReplicatedAllGather"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AllGatherAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let g = grouping_of(ctx)?.group_size();
@@ -412,6 +500,9 @@ impl OpDef for ReplicatedReduceScatter {
     fn op_type(&self) -> &'static str {
         "ReplicatedReduceScatter"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReduceScatterAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let g = grouping_of(ctx)?.group_size();
@@ -441,6 +532,9 @@ impl OpDef for ReplicatedReduceScatter {
 impl OpDef for AllReduce {
     fn op_type(&self) -> &'static str {
         "AllReduce"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        IpuAllReduceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let inputs = ctx.inputs();
@@ -559,8 +653,8 @@ mod tests {
     fn invalid_collectives_are_inference_errors() {
         let x = f32(&[4]);
         let err = |rf, def, attrs, inputs: &[TensorInfo]| match infer(rf, def, attrs, inputs) {
-            Err(IrError::Inference { message, .. }) => message,
-            other => panic!("expected an inference error, got {other:?}"),
+            Err(e @ (IrError::Inference { .. } | IrError::Attribute { .. })) => e.to_string(),
+            other => panic!("expected an inference or attribute error, got {other:?}"),
         };
         assert!(err(4, &ReplicatedAllReduce, group(1, 3), std::slice::from_ref(&x)).contains("not a replica grouping"));
         assert!(err(2, &ReplicatedAllReduce, group(1, 4), std::slice::from_ref(&x)).contains("2 replicas"));
@@ -578,7 +672,7 @@ mod tests {
         assert!(err(1, &AllReduce, ipus(vec![0]), &[x.clone(), x.clone()]).contains("ipus"));
         assert!(err(1, &AllReduce, ipus(vec![0, 1]), &[x.clone(), f32(&[5])]).contains("same type and shape"));
         assert!(err(1, &AllReduce, ipus(vec![]), &[]).contains("at least one input"));
-        assert!(err(1, &AllReduce, ipus(vec![0]).with("identical_inputs", AttrValue::Int(1)), &[x]).contains("bool"));
+        assert!(err(1, &AllReduce, ipus(vec![0]).with("identical_inputs", AttrValue::Int(1)), &[x]).contains("a bool"));
     }
 
     #[test]

@@ -1,7 +1,48 @@
 //! Subgraph ops: `Call`, `Repeat` and `If`. Their outputs are the called graph's outputs.
 
 use super::{infer_error, op_types};
-use crate::{Attributes, Graph, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, Graph, GraphId, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of `Call`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct CallAttrs {
+        /// The called graph.
+        pub graph: GraphId,
+        /// Inputs the callee writes.
+        pub modified: Vec<i64> = Vec::new(),
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Repeat`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct RepeatAttrs {
+        /// The repeated graph.
+        pub graph: GraphId,
+        /// Iterations.
+        pub count: i64,
+        /// Inputs the body writes.
+        pub modified: Vec<i64> = Vec::new(),
+    }
+}
+
+op_attrs! {
+    /// Attributes of `If`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct IfAttrs {
+        /// Called when true.
+        pub then_graph: GraphId,
+        /// Called when false.
+        pub else_graph: GraphId,
+        /// Op inputs passed to `then_graph`.
+        pub then_inputs: Vec<i64> = Vec::new(),
+        /// Op inputs passed to `else_graph`.
+        pub else_inputs: Vec<i64> = Vec::new(),
+    }
+}
 
 op_types!(
     /// `Call{graph, modified}`: op input i -> graph input i; graph output j -> op output j.
@@ -172,6 +213,9 @@ impl OpDef for Call {
     fn op_type(&self) -> &'static str {
         "Call"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        CallAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_graph_attrs(ctx, &["graph"])?;
         let g = ctx.graph("graph")?;
@@ -194,6 +238,9 @@ impl OpDef for Call {
 impl OpDef for Repeat {
     fn op_type(&self) -> &'static str {
         "Repeat"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RepeatAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_graph_attrs(ctx, &["graph"])?;
@@ -245,6 +292,9 @@ fn modified_attr(attrs: &Attributes) -> Vec<u32> {
 impl OpDef for If {
     fn op_type(&self) -> &'static str {
         "If"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        IfAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let c = ctx.input(0)?;

@@ -16,7 +16,45 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::{GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `Conv`, its gradients and `ConvPow2Scaled`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ConvAttrs {
+        /// Per spatial dim (absent: 1).
+        pub strides: Option<Vec<i64>> = None,
+        /// Begin and end pads per spatial dim (absent: 0).
+        pub pads: Option<Vec<i64>> = None,
+        /// Per spatial dim (absent: 1).
+        pub dilations: Option<Vec<i64>> = None,
+        /// Channel groups.
+        pub group: i64 = 1,
+        /// `not_set`, `same_upper`, `same_lower` or `valid`.
+        pub auto_pad: Option<String> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ConvTranspose`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ConvTransposeAttrs {
+        /// Per spatial dim (absent: 1).
+        pub strides: Option<Vec<i64>> = None,
+        /// Begin and end pads per spatial dim (absent: 0).
+        pub pads: Option<Vec<i64>> = None,
+        /// Per spatial dim (absent: 1).
+        pub dilations: Option<Vec<i64>> = None,
+        /// Channel groups.
+        pub group: i64 = 1,
+        /// `not_set`, `same_upper`, `same_lower` or `valid`.
+        pub auto_pad: Option<String> = None,
+        /// Added to one side of the output.
+        pub output_padding: Option<Vec<i64>> = None,
+        /// The output's spatial shape.
+        pub output_shape: Option<Vec<i64>> = None,
+    }
+}
 
 op_types!(
     /// `Conv{strides, pads, dilations, group, auto_pad}(x, w)`: N-d convolution
@@ -352,6 +390,9 @@ impl OpDef for Conv {
     fn op_type(&self) -> &'static str {
         "Conv"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ConvAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
         check_dtypes(ctx, x, w)?;
@@ -374,6 +415,9 @@ impl OpDef for ConvDataGrad {
     fn op_type(&self) -> &'static str {
         "ConvDataGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ConvAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let geo = grad_geometry(ctx, 2, 1)?;
         Ok(vec![TensorInfo::new(ctx.input(0)?.dtype, geo.x_shape())])
@@ -384,6 +428,9 @@ impl OpDef for ConvWeightsGrad {
     fn op_type(&self) -> &'static str {
         "ConvWeightsGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ConvAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let geo = grad_geometry(ctx, 1, 2)?;
         Ok(vec![TensorInfo::new(ctx.input(0)?.dtype, geo.w_shape())])
@@ -393,6 +440,9 @@ impl OpDef for ConvWeightsGrad {
 impl OpDef for ConvTranspose {
     fn op_type(&self) -> &'static str {
         "ConvTranspose"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ConvTransposeAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);

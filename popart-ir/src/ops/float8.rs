@@ -8,7 +8,7 @@
 use super::conv::{conv_geometry, conv_transpose_geometry};
 use super::matmul::matmul_shape;
 use super::op_types;
-use crate::{DataType, InferContext, OpDef, Result, TensorInfo};
+use crate::{AttrSpec, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_types!(
     /// `Pow2ScaleThenCast{to}(x, log2_scale)`: `cast(x · 2^log2_scale, to)`,
@@ -63,6 +63,9 @@ impl OpDef for Pow2ScaleThenCast {
     fn op_type(&self) -> &'static str {
         "Pow2ScaleThenCast"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::unary::CastAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         check_log2_scale(ctx, 1)?;
@@ -80,6 +83,9 @@ impl OpDef for Pow2ScaleThenCast {
 impl OpDef for CastThenPow2Scale {
     fn op_type(&self) -> &'static str {
         "CastThenPow2Scale"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::unary::CastAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_float8_operands(ctx, &[0])?;
@@ -109,6 +115,9 @@ impl OpDef for MatMulPow2Scaled {
 impl OpDef for ConvPow2Scaled {
     fn op_type(&self) -> &'static str {
         "ConvPow2Scaled"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::conv::ConvAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_float8_operands(ctx, &[0, 1])?;

@@ -4,8 +4,109 @@
 use super::unary::Identity;
 use super::{broadcast_shapes, op_types, reduce, to_shape};
 use crate::{
-    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, InferContext, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, OpAttrs,
+    OpDef, OpFlags, Result, TensorInfo,
 };
+
+op_attrs! {
+    /// Attributes of `UnaryGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct UnaryGradAttrs {
+        /// The forward op type.
+        pub func: String,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `BinaryGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct BinaryGradAttrs {
+        /// Which derivative (`div_rhs`, `pow_lhs`...).
+        pub func: String,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `WhereGrad`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct WhereGradAttrs {
+        /// 0: the gradient of `lhs`, 1: of `rhs`.
+        pub arg: i64,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ReduceGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReduceGradAttrs {
+        /// The forward reduction (`sum`, `mean`, `max`...).
+        pub func: String,
+        /// The forward op's axes (empty: all).
+        pub axes: Vec<i64> = Vec::new(),
+        /// The forward op's `keepdims`.
+        pub keepdims: bool = false,
+        /// The forward input's shape.
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `SliceGrad`: the forward `Slice`'s and its input's shape.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct SliceGradAttrs {
+        /// As `Slice`.
+        pub starts: Vec<i64>,
+        /// As `Slice`.
+        pub ends: Vec<i64>,
+        /// As `Slice`.
+        pub steps: Option<Vec<i64>> = None,
+        /// As `Slice`.
+        pub axes: Option<Vec<i64>> = None,
+        /// The forward input's shape.
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `GatherGrad`: the forward gather's and its data's shape.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct GatherGradAttrs {
+        /// The gathered axis.
+        pub axis: i64 = 0,
+        /// Out-of-range indices add nothing (always true of this op).
+        pub zero_oor key "zero_OOR": bool = false,
+        /// The forward data's shape.
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ReshapeGrad` and `ReduceToShape`: a shape.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ShapeAttrs {
+        /// The shape.
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Init`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct InitAttrs {
+        /// The shape.
+        pub shape: Vec<i64>,
+        /// The data type.
+        pub dtype: DataType,
+    }
+}
+
+/// Attributes of `ConcatGrad`: `axis`, `index` and one `shape<i>` per concat
+/// input (`shape0`, `shape1`...).
+pub const CONCAT_GRAD_SCHEMA: &[AttrSpec] = &[
+    AttrSpec { name: "axis", kind: crate::AttrKind::Int, required: true },
+    AttrSpec { name: "index", kind: crate::AttrKind::Int, required: true },
+    AttrSpec { name: "shape#", kind: crate::AttrKind::Ints, required: false },
+];
 
 // ----- shorthands for the gradient rules declared in the op files -----
 
@@ -143,6 +244,9 @@ impl OpDef for UnaryGrad {
     fn op_type(&self) -> &'static str {
         "UnaryGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        UnaryGradAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
         crate::lookup_op(f).map_err(|_| ctx.error(format!("`func` names no registered op type: `{f}`")))?;
@@ -163,6 +267,9 @@ impl OpDef for BinaryGrad {
     fn op_type(&self) -> &'static str {
         "BinaryGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        BinaryGradAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
         if !["div_rhs", "pow_lhs", "pow_rhs", "max_lhs", "max_rhs", "min_lhs", "min_rhs"].contains(&f) {
@@ -180,6 +287,9 @@ impl OpDef for BinaryGrad {
 impl OpDef for WhereGrad {
     fn op_type(&self) -> &'static str {
         "WhereGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        WhereGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, c) = (ctx.input(0)?, ctx.input(1)?);
@@ -211,6 +321,9 @@ impl OpDef for MatMulRhsGrad {
 impl OpDef for ReduceGrad {
     fn op_type(&self) -> &'static str {
         "ReduceGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReduceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
@@ -245,6 +358,9 @@ impl OpDef for SoftmaxGrad {
     fn op_type(&self) -> &'static str {
         "SoftmaxGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::nn::SoftmaxAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let y = ctx.input(1)?;
         check_grad_input(ctx, y.dtype, &y.shape)?;
@@ -256,6 +372,9 @@ impl OpDef for SoftmaxGrad {
 impl OpDef for SliceGrad {
     fn op_type(&self) -> &'static str {
         "SliceGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SliceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x_shape = fwd_shape(ctx, "shape")?;
@@ -272,6 +391,9 @@ impl OpDef for SliceGrad {
 impl OpDef for GatherGrad {
     fn op_type(&self) -> &'static str {
         "GatherGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        GatherGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x_shape = fwd_shape(ctx, "shape")?;
@@ -293,6 +415,9 @@ impl OpDef for NllLossGrad {
     fn op_type(&self) -> &'static str {
         "NllLossGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::nn::NllLossAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         ctx.input(2)?;
         info_of_input(ctx, 1)
@@ -302,6 +427,9 @@ impl OpDef for NllLossGrad {
 impl OpDef for ReshapeGrad {
     fn op_type(&self) -> &'static str {
         "ReshapeGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ShapeAttrs::SCHEMA
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::VIEW
@@ -349,6 +477,9 @@ impl OpDef for ConcatGrad {
     fn op_type(&self) -> &'static str {
         "ConcatGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        CONCAT_GRAD_SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
         let (axis, start, end) = concat_grad_range(ctx.attrs, &g.shape).map_err(|m| ctx.error(m))?;
@@ -361,6 +492,9 @@ impl OpDef for ConcatGrad {
 impl OpDef for ReduceToShape {
     fn op_type(&self) -> &'static str {
         "ReduceToShape"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ShapeAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -391,6 +525,9 @@ impl OpDef for Sum {
 impl OpDef for Init {
     fn op_type(&self) -> &'static str {
         "Init"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        InitAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;

@@ -22,8 +22,88 @@ use super::indexing_grad::{
 use super::shape::Concat;
 use super::{infer_error, normalize_axis, op_types};
 use crate::{
-    AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    OpFlags, Result, TensorInfo,
 };
+
+op_attrs! {
+    /// Attributes of `Subsample`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct SubsampleAttrs {
+        /// Step per dim.
+        pub strides: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Split`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct SplitAttrs {
+        /// The split axis.
+        pub axis: i64 = 0,
+        /// Part sizes.
+        pub split: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Scatter`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ScatterAttrs {
+        /// The scattered axis.
+        pub axis: i64 = 0,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ScatterReduce`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ScatterReduceAttrs {
+        /// The scattered axis.
+        pub axis: i64 = 0,
+        /// `sum`, `max`, `min`, `mul` or `none`.
+        pub reduction: String = "sum".to_string(),
+        /// The output's size along `axis`.
+        pub axis_size: Option<i64> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `DynamicSlice`, `DynamicUpdate` and `DynamicUpdateInplace`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct DynamicSliceAttrs {
+        /// Sliced axes.
+        pub axes: Vec<i64>,
+        /// Slice sizes.
+        pub sizes: Vec<i64>,
+        /// Slices never overlap (PopXL's hint).
+        pub no_overlap: bool = false,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Onehot`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct OnehotAttrs {
+        /// The class axis.
+        pub axis: i64 = -1,
+        /// Number of classes (PopART's attribute; input 1 holds it).
+        pub num_classes: Option<i64> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `GroupedGather`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct GroupedGatherAttrs {
+        /// The gathered axis.
+        pub axis: i64 = 0,
+        /// Groups.
+        pub group_size: i64 = 1,
+        /// Out-of-range indices give zeros.
+        pub zero_oor key "zero_OOR": bool = false,
+    }
+}
 
 const G: GradSource = GradSource::GradOfOutput(0);
 const X: GradSource = GradSource::FwdInput(0);
@@ -385,6 +465,9 @@ impl OpDef for Subsample {
     fn op_type(&self) -> &'static str {
         "Subsample"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SubsampleAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
@@ -399,6 +482,9 @@ impl OpDef for Subsample {
 impl OpDef for Split {
     fn op_type(&self) -> &'static str {
         "Split"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SplitAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -426,6 +512,9 @@ impl OpDef for Scatter {
     fn op_type(&self) -> &'static str {
         "Scatter"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ScatterAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (t, idx, values) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
         if t.rank() == 0 {
@@ -451,6 +540,9 @@ impl OpDef for Scatter {
 impl OpDef for ScatterReduce {
     fn op_type(&self) -> &'static str {
         "ScatterReduce"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ScatterReduceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (data, idx) = (ctx.input(0)?, ctx.input(1)?);
@@ -530,6 +622,9 @@ impl OpDef for DynamicSlice {
     fn op_type(&self) -> &'static str {
         "DynamicSlice"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        DynamicSliceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let t = ctx.input(0)?;
         let slices = dynamic_check(ctx, t)?;
@@ -545,6 +640,9 @@ impl OpDef for DynamicSlice {
 impl OpDef for DynamicUpdate {
     fn op_type(&self) -> &'static str {
         "DynamicUpdate"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        DynamicSliceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_dynamic_update(ctx)
@@ -564,6 +662,9 @@ impl OpDef for DynamicUpdateInplace {
     fn op_type(&self) -> &'static str {
         "DynamicUpdateInplace"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        DynamicSliceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_dynamic_update(ctx)
     }
@@ -581,6 +682,9 @@ impl OpDef for DynamicUpdateInplace {
 impl OpDef for Onehot {
     fn op_type(&self) -> &'static str {
         "Onehot"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        OnehotAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (idx, depth, values) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
@@ -610,6 +714,9 @@ impl OpDef for GroupedGather {
     fn op_type(&self) -> &'static str {
         "GroupedGather"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        GroupedGatherAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
         require_int_indices(ctx, idx)?;
@@ -628,6 +735,9 @@ impl OpDef for GroupedGather {
 impl OpDef for TiedGather {
     fn op_type(&self) -> &'static str {
         "TiedGather"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::shape::GatherAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, idx) = (ctx.input(0)?, ctx.input(1)?);

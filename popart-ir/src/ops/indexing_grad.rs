@@ -10,7 +10,76 @@ use super::indexing::{
     reduction_attr, scatter_indices, subsample_shape, Reduction,
 };
 use super::{infer_error, normalize_axis, op_types};
-use crate::{InferContext, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, InferContext, OpAttrs, OpDef, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `SubsampleGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct SubsampleGradAttrs {
+        /// Step per dim.
+        pub strides: Vec<i64>,
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ScatterReduceGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ScatterReduceGradAttrs {
+        /// The scattered axis.
+        pub axis: i64 = 0,
+        /// The forward reduction.
+        pub reduction: String = "sum".to_string(),
+        /// Output 1 is the initial values' gradient.
+        pub with_initial: bool = false,
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `DynamicSliceGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct DynamicSliceGradAttrs {
+        /// Sliced axes.
+        pub axes: Vec<i64>,
+        /// Slice sizes.
+        pub sizes: Vec<i64>,
+        /// Slices never overlap (PopXL's hint).
+        pub no_overlap: bool = false,
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `OnehotGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct OnehotGradAttrs {
+        /// The class axis.
+        pub axis: i64 = -1,
+        /// Number of classes.
+        pub num_classes: Option<i64> = None,
+        /// The forward indices' shape.
+        pub shape: Option<Vec<i64>> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `GroupedGatherGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct GroupedGatherGradAttrs {
+        /// The gathered axis.
+        pub axis: i64 = 0,
+        /// Groups.
+        pub group_size: i64 = 1,
+        /// Out-of-range indices give zeros.
+        pub zero_oor key "zero_OOR": bool = false,
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
 
 op_types!(
     /// `SubsampleGrad{strides, shape}(g)`: zeros of the forward input's shape
@@ -61,6 +130,9 @@ impl OpDef for SubsampleGrad {
     fn op_type(&self) -> &'static str {
         "SubsampleGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SubsampleGradAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
         let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
@@ -72,6 +144,9 @@ impl OpDef for SubsampleGrad {
 impl OpDef for ScatterReduceGrad {
     fn op_type(&self) -> &'static str {
         "ScatterReduceGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ScatterReduceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
@@ -111,6 +186,9 @@ impl OpDef for DynamicSliceGrad {
     fn op_type(&self) -> &'static str {
         "DynamicSliceGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        DynamicSliceGradAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let t = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
         let slices = dynamic_slices(&t.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
@@ -127,6 +205,9 @@ impl OpDef for DynamicUpdateGrad {
     fn op_type(&self) -> &'static str {
         "DynamicUpdateGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::indexing::DynamicSliceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
         let slices = dynamic_slices(&g.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
@@ -141,6 +222,9 @@ impl OpDef for DynamicUpdateGrad {
 impl OpDef for OnehotGrad {
     fn op_type(&self) -> &'static str {
         "OnehotGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        OnehotGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let idx = ctx.input(1)?;
@@ -159,6 +243,9 @@ impl OpDef for OnehotGrad {
 impl OpDef for GroupedGatherGrad {
     fn op_type(&self) -> &'static str {
         "GroupedGatherGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        GroupedGatherGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let idx = ctx.input(1)?;

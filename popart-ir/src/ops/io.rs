@@ -2,7 +2,19 @@
 //! pushes to a device-to-host stream. Both name a main-graph stream tensor in `stream`.
 
 use super::op_types;
-use crate::{Attributes, InferContext, OpDef, OpFlags, Result, StreamDirection, TensorInfo, TensorKind};
+use crate::{
+    op_attrs, AttrSpec, Attributes, InferContext, OpAttrs, OpDef, OpFlags, Result, StreamDirection, TensorInfo,
+    TensorKind,
+};
+
+op_attrs! {
+    /// Attributes of `HostLoad` and `HostStore`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct StreamAttrs {
+        /// The main-graph stream tensor's name.
+        pub stream: String,
+    }
+}
 
 op_types!(
     /// `HostLoad() -> t`: next element of stream `stream`
@@ -31,6 +43,9 @@ impl OpDef for HostLoad {
     fn op_type(&self) -> &'static str {
         "HostLoad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        StreamAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![stream_info(ctx, StreamDirection::HostToDevice)?.clone()])
     }
@@ -42,6 +57,9 @@ impl OpDef for HostLoad {
 impl OpDef for HostStore {
     fn op_type(&self) -> &'static str {
         "HostStore"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        StreamAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let s = stream_info(ctx, StreamDirection::DeviceToHost)?;

@@ -3,7 +3,54 @@
 use super::grad::spec;
 use super::grad::{NllLossGrad, SoftmaxGrad};
 use super::{infer_error, normalize_axis, op_types, require_float};
-use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `Softmax` and `SoftmaxGrad`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct SoftmaxAttrs {
+        /// The normalised axis (negative counts from the end).
+        pub axis: i64 = -1,
+    }
+}
+
+crate::attr_enum! {
+    /// How a loss is reduced over the samples.
+    pub enum LossReduction {
+        /// Mean over the non-ignored samples.
+        Mean = "mean",
+        /// Sum.
+        Sum = "sum",
+        /// One loss per sample.
+        None = "none",
+    }
+}
+
+op_attrs! {
+    /// Attributes of `NllLoss`, `NllLossWithSoftmaxGrad` and `NllLossGrad`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct NllLossAttrs {
+        /// The reduction.
+        pub reduction: LossReduction = LossReduction::Mean,
+        /// Samples with this label contribute nothing.
+        pub ignore_index: Option<i64> = None,
+        /// The input holds log-probabilities (PopXL `nll_loss(log_prob=True)`).
+        pub log_prob: bool = false,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `MaskedSoftmax` (made by the `fuse-masked-softmax` pattern).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct MaskedSoftmaxAttrs {
+        /// `x` is multiplied by this.
+        pub scale: f64,
+        /// The value where the mask is false.
+        pub fill: f64,
+        /// The axis (always the last).
+        pub axis: i64 = -1,
+    }
+}
 
 op_types!(
     /// softmax along `axis`
@@ -21,15 +68,19 @@ impl OpDef for Softmax {
     fn op_type(&self) -> &'static str {
         "Softmax"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SoftmaxAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         require_float(ctx, x, "the input")?;
-        normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), x.rank()).map_err(infer_error(ctx))?;
+        normalize_axis(SoftmaxAttrs::infer(ctx)?.axis, x.rank()).map_err(infer_error(ctx))?;
         Ok(vec![x.clone()])
     }
     /// `SoftmaxGrad{axis}(g, y)`.
     fn grad(&self, op: &Op) -> GradRule {
-        let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
+        let Ok(a) = SoftmaxAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(0))];
         GradRule::Ops(vec![spec(&SoftmaxGrad, attrs, &ins, &[(0, 0)])])
     }
@@ -48,19 +99,22 @@ fn nll_loss_info(ctx: &InferContext<'_>) -> Result<TensorInfo> {
             l.shape, p.shape
         )));
     }
-    if ctx.attrs.bool("log_prob").unwrap_or(false) && ctx.optional_input(2).is_some() {
+    let a = NllLossAttrs::infer(ctx)?;
+    if a.log_prob && ctx.optional_input(2).is_some() {
         return Err(ctx.error("log_prob inputs cannot take a loss gradient input"));
     }
-    match ctx.attrs.str("reduction").unwrap_or("mean") {
-        "mean" | "sum" => Ok(TensorInfo::new(p.dtype, Vec::<usize>::new())),
-        "none" => Ok(TensorInfo::new(p.dtype, l.shape.clone())),
-        other => Err(ctx.error(format!("unknown reduction `{other}` (expected mean, sum or none)"))),
+    match a.reduction {
+        LossReduction::Mean | LossReduction::Sum => Ok(TensorInfo::new(p.dtype, Vec::<usize>::new())),
+        LossReduction::None => Ok(TensorInfo::new(p.dtype, l.shape.clone())),
     }
 }
 
 impl OpDef for NllLoss {
     fn op_type(&self) -> &'static str {
         "NllLoss"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        NllLossAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![nll_loss_info(ctx)?])
@@ -75,6 +129,9 @@ impl OpDef for NllLoss {
 impl OpDef for NllLossWithSoftmaxGrad {
     fn op_type(&self) -> &'static str {
         "NllLossWithSoftmaxGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        NllLossAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let loss = nll_loss_info(ctx)?;
@@ -91,6 +148,9 @@ impl OpDef for MaskedSoftmax {
     fn op_type(&self) -> &'static str {
         "MaskedSoftmax"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        MaskedSoftmaxAttrs::SCHEMA
+    }
     /// `MaskedSoftmax{scale, fill}(x, mask)`: `x` float of rank >= 1, `mask` bool
     /// broadcasting to `x`; the result is `x`'s info.
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
@@ -105,11 +165,7 @@ impl OpDef for MaskedSoftmax {
         if super::broadcast_shapes(&x.shape, &mask.shape).as_deref() != Some(&x.shape[..]) {
             return Err(ctx.error(format!("mask shape {:?} does not broadcast to {:?}", mask.shape, x.shape)));
         }
-        for key in ["scale", "fill"] {
-            if ctx.attrs.float(key).is_none() {
-                return Err(ctx.error(format!("missing float attribute `{key}`")));
-            }
-        }
+        MaskedSoftmaxAttrs::infer(ctx)?;
         Ok(vec![x.clone()])
     }
 }

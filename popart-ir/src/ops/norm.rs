@@ -12,7 +12,33 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of `GroupNorm` and `GroupNormGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct GroupNormAttrs {
+        /// Channel groups.
+        pub num_groups: i64 = 1,
+        /// Added to the variance.
+        pub epsilon: f64 = 1e-5,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `BatchNorm` and `BatchNormGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct BatchNormAttrs {
+        /// Added to the variance.
+        pub epsilon: f64 = 1e-5,
+        /// Weight of the running statistics.
+        pub momentum: f64 = 0.9,
+        /// The running variance is unbiased.
+        pub unbiased_variance: bool = false,
+    }
+}
 
 op_types!(
     /// `GroupNorm{num_groups, epsilon}(x, w, b) -> (y, mean, inv_std)`; PopXL
@@ -64,6 +90,9 @@ impl OpDef for GroupNorm {
     fn op_type(&self) -> &'static str {
         "GroupNorm"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        GroupNormAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let (n, _, _, g) = group_norm_dims(ctx, x, ctx.input(1)?, ctx.input(2)?)?;
@@ -87,6 +116,9 @@ impl OpDef for GroupNorm {
 impl OpDef for GroupNormGrad {
     fn op_type(&self) -> &'static str {
         "GroupNormGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        GroupNormAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, x, w) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
@@ -120,6 +152,9 @@ fn batch_norm_dims(ctx: &InferContext<'_>, x: &TensorInfo, params: &[(&TensorInf
 impl OpDef for BatchNorm {
     fn op_type(&self) -> &'static str {
         "BatchNorm"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        BatchNormAttrs::SCHEMA
     }
     /// Training mode, as PopART's `BatchNormOp` with five outputs: each channel
     /// `c` of `x` `[N, C, S..]` is normalised over its `M = N · ∏S` elements
@@ -174,6 +209,9 @@ impl OpDef for BatchNorm {
 impl OpDef for BatchNormGrad {
     fn op_type(&self) -> &'static str {
         "BatchNormGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        BatchNormAttrs::SCHEMA
     }
     /// With `x̂ = (x − μ) · inv_std` per channel and sums over a channel's `M`
     /// elements: `dbias = Σ g`, `dscale = Σ g · x̂`, `dx = scale · inv_std ·

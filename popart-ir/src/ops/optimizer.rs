@@ -5,7 +5,35 @@
 
 use super::op_types;
 use super::var_update::{check_scalar, float_compatible};
-use crate::{Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `AdamUpdater` (hyper-parameters as attributes or inputs).
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AdamUpdaterAttrs {
+        /// The Adam mode (absent: `adam_no_bias`).
+        pub mode: Option<String> = None,
+        /// Or input 4.
+        pub weight_decay: Option<f64> = None,
+        /// Or input 5.
+        pub beta1: Option<f64> = None,
+        /// Or input 6.
+        pub beta2: Option<f64> = None,
+        /// Or input 7.
+        pub epsilon: Option<f64> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `AdamVarUpdate`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AdamVarUpdateAttrs {
+        /// Or input 4.
+        pub learning_rate: Option<f64> = None,
+        /// Or input 5.
+        pub max_weight_norm: Option<f64> = None,
+    }
+}
 
 op_types!(
     /// The updater term of Adam/LAMB/AdaMax (PopART `AdamUpdaterOp`): inputs
@@ -93,6 +121,9 @@ impl OpDef for AdamUpdater {
     fn op_type(&self) -> &'static str {
         "AdamUpdater"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AdamUpdaterAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let mode = AdamMode::of(ctx.attrs)
             .ok_or_else(|| ctx.error(format!("unknown Adam mode {:?}", ctx.attrs.str("mode").unwrap_or(""))))?;
@@ -151,6 +182,9 @@ impl OpDef for AdamUpdater {
 impl OpDef for AdamVarUpdate {
     fn op_type(&self) -> &'static str {
         "AdamVarUpdate"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AdamVarUpdateAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (w, x) = (ctx.input(0)?, ctx.input(1)?);

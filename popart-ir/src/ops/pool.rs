@@ -15,7 +15,32 @@
 use super::conv::{pad_type, ConvGeometry, PadType};
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of the pools and their gradients.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct PoolAttrs {
+        /// The window.
+        pub kernel_shape: Vec<i64>,
+        /// Per spatial dim (absent: 1).
+        pub strides: Option<Vec<i64>> = None,
+        /// Begin and end pads (absent: 0).
+        pub pads: Option<Vec<i64>> = None,
+        /// Per spatial dim (absent: 1).
+        pub dilations: Option<Vec<i64>> = None,
+        /// As `Conv`.
+        pub auto_pad: Option<String> = None,
+        /// Round the output size up (non-zero).
+        pub ceil_mode: i64 = 0,
+        /// Must be zeros (PopXL's default).
+        pub out_pads: Option<Vec<i64>> = None,
+        /// Must be ones (PopXL's default).
+        pub in_dilations: Option<Vec<i64>> = None,
+    }
+}
 
 op_types!(
     /// `MaxPool{kernel_shape, strides, pads, dilations, auto_pad, ceil_mode}(x)`: the
@@ -129,6 +154,9 @@ impl OpDef for MaxPool {
     fn op_type(&self) -> &'static str {
         "MaxPool"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        PoolAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         Ok(vec![TensorInfo::new(x.dtype, infer_pool(ctx, x)?.y_shape())])
@@ -143,6 +171,9 @@ impl OpDef for MaxPool {
 impl OpDef for AveragePool {
     fn op_type(&self) -> &'static str {
         "AveragePool"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        PoolAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -170,6 +201,9 @@ impl OpDef for MaxPoolGrad {
     fn op_type(&self) -> &'static str {
         "MaxPoolGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        PoolAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_pool_grad(ctx, true)
     }
@@ -178,6 +212,9 @@ impl OpDef for MaxPoolGrad {
 impl OpDef for AveragePoolGrad {
     fn op_type(&self) -> &'static str {
         "AveragePoolGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        PoolAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_pool_grad(ctx, false)

@@ -4,7 +4,10 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    AttrKind, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result,
+    TensorInfo,
+};
 
 op_types!(
     /// `PrintTensor{title, print_self, print_gradient, <format>}(x) -> x`: prints
@@ -139,6 +142,27 @@ impl PrintFormat {
     }
 }
 
+/// The attributes of `PrintTensor`: `title`, `print_self`, `print_gradient` and
+/// the keys of [`PrintFormat`] ([`PRINT_FORMAT_KEYS`]).
+pub const PRINT_TENSOR_SCHEMA: &[AttrSpec] = &[
+    AttrSpec { name: "title", kind: AttrKind::Str, required: false },
+    AttrSpec { name: "print_self", kind: AttrKind::Bool, required: false },
+    AttrSpec { name: "print_gradient", kind: AttrKind::Bool, required: false },
+    AttrSpec { name: "summarise_threshold", kind: AttrKind::Int, required: false },
+    AttrSpec { name: "edge_items", kind: AttrKind::Int, required: false },
+    AttrSpec { name: "max_line_width", kind: AttrKind::Int, required: false },
+    AttrSpec { name: "digits", kind: AttrKind::Int, required: false },
+    AttrSpec { name: "float_format", kind: AttrKind::Str, required: false },
+    AttrSpec { name: "separator", kind: AttrKind::Str, required: false },
+    AttrSpec { name: "open_bracket", kind: AttrKind::Str, required: false },
+    AttrSpec { name: "close_bracket", kind: AttrKind::Str, required: false },
+];
+
+/// `title` (default empty).
+pub fn print_title(attrs: &Attributes) -> &str {
+    attrs.str("title").unwrap_or("")
+}
+
 /// `print_self` (default true).
 pub fn prints_self(attrs: &Attributes) -> bool {
     attrs.bool("print_self").unwrap_or(true)
@@ -147,6 +171,9 @@ pub fn prints_self(attrs: &Attributes) -> bool {
 impl OpDef for PrintTensor {
     fn op_type(&self) -> &'static str {
         "PrintTensor"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        PRINT_TENSOR_SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         PrintFormat::from_attrs(ctx.attrs).map_err(|m| ctx.error(m))?;
@@ -172,7 +199,7 @@ impl OpDef for PrintTensor {
     /// `print_gradient` (PopART's `PrintTensorOp::getGradOps`).
     fn grad(&self, op: &Op) -> GradRule {
         let print_gradient = op.attrs.bool("print_gradient").unwrap_or(false);
-        let title = op.attrs.str("title").unwrap_or("");
+        let title = print_title(&op.attrs);
         let mut attrs = Attributes::new()
             .with("title", AttrValue::Str(format!("{title}_gradient")))
             .with("print_self", AttrValue::Bool(print_gradient))

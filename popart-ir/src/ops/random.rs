@@ -3,7 +3,60 @@
 
 use super::grad::spec;
 use super::{broadcast_shapes, op_types, require_float, to_shape};
-use crate::{Attributes, DataType, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of `RandomUniform`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct RandomUniformAttrs {
+        /// Output shape.
+        pub shape: Vec<i64>,
+        /// Output type.
+        pub dtype: DataType = DataType::Float32,
+        /// Lower bound.
+        pub low: f64 = 0.0,
+        /// Upper bound.
+        pub high: f64 = 1.0,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `RandomNormal`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct RandomNormalAttrs {
+        /// Output shape.
+        pub shape: Vec<i64>,
+        /// Output type.
+        pub dtype: DataType = DataType::Float32,
+        /// Mean.
+        pub mean: f64 = 0.0,
+        /// Standard deviation.
+        pub std: f64 = 1.0,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Dropout`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct DropoutAttrs {
+        /// Drop probability.
+        pub p: f64,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ShapedDropout`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ShapedDropoutAttrs {
+        /// Drop probability.
+        pub ratio: f64,
+        /// Mask shape.
+        pub shape: Vec<i64>,
+    }
+}
 
 op_types!(
     /// uniform in `[low, high)` of `shape` and `dtype`
@@ -44,6 +97,9 @@ impl OpDef for RandomUniform {
     fn op_type(&self) -> &'static str {
         "RandomUniform"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RandomUniformAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_random(ctx)
     }
@@ -56,6 +112,9 @@ impl OpDef for RandomNormal {
     fn op_type(&self) -> &'static str {
         "RandomNormal"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RandomNormalAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_random(ctx)
     }
@@ -67,6 +126,9 @@ impl OpDef for RandomNormal {
 impl OpDef for Dropout {
     fn op_type(&self) -> &'static str {
         "Dropout"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        DropoutAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -92,6 +154,9 @@ impl OpDef for Dropout {
 impl OpDef for ShapedDropout {
     fn op_type(&self) -> &'static str {
         "ShapedDropout"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ShapedDropoutAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;

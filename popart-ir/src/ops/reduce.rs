@@ -8,7 +8,33 @@
 use super::grad::spec;
 use super::grad::ReduceGrad;
 use super::{infer_error, normalize_axes, op_types, require_float};
-use crate::{AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of the `Reduce*` ops and `ReduceMedian`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReduceAttrs {
+        /// Reduced axes (empty: all).
+        pub axes: Vec<i64> = Vec::new(),
+        /// Keep reduced axes with size 1.
+        pub keepdims: bool = false,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ReduceMedianGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReduceMedianGradAttrs {
+        /// Reduced axes (empty: all).
+        pub axes: Vec<i64> = Vec::new(),
+        /// Keep reduced axes with size 1.
+        pub keepdims: bool = false,
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
 
 op_types!(
     /// sum over `axes`
@@ -75,11 +101,11 @@ fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool, domain: Domain)
         Domain::Num if x.dtype == DataType::Bool => return Err(ctx.error("the input must be numeric, got bool")),
         _ => {}
     }
-    let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
+    let ReduceAttrs { axes, keepdims } = ReduceAttrs::infer(ctx)?;
+    let axes = normalize_axes(&axes, x.rank()).map_err(infer_error(ctx))?;
     if let Some(&a) = axes.iter().find(|&&a| x.shape[a] == 0).filter(|_| !has_identity) {
         return Err(ctx.error(format!("cannot reduce axis {a} of {x}: it is empty and the reduction has no identity")));
     }
-    let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }
 
@@ -116,6 +142,7 @@ macro_rules! reduce {
     ($($ty:ident => $name:literal, $func:literal, $identity:literal, $domain:ident);*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
+            fn attributes(&self) -> &'static [AttrSpec] { ReduceAttrs::SCHEMA }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 Ok(vec![infer_reduce_with(ctx, $identity, Domain::$domain)?])
             }
@@ -144,6 +171,9 @@ impl OpDef for ReduceMedian {
     fn op_type(&self) -> &'static str {
         "ReduceMedian"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReduceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let y = infer_reduce_with(ctx, false, Domain::Num)?;
         let count = ctx.input(0)?.nelms() / y.nelms().max(1);
@@ -166,11 +196,14 @@ impl OpDef for ReduceMedianGrad {
     fn op_type(&self) -> &'static str {
         "ReduceMedianGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReduceMedianGradAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
         let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
-        let axes = normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
-        let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
+        let ReduceMedianGradAttrs { axes, keepdims, .. } = ReduceMedianGradAttrs::infer(ctx)?;
+        let axes = normalize_axes(&axes, x.rank()).map_err(infer_error(ctx))?;
         let reduced = reduced_shape(&x.shape, &axes, keepdims);
         if g.dtype != x.dtype || g.shape != reduced {
             return Err(ctx.error(format!("gradient {g} does not match the reduced shape {reduced:?} of {x}")));

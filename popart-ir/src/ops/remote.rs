@@ -15,7 +15,32 @@
 //! is differentiable: gradients stop at a remote load.
 
 use super::op_types;
-use crate::{Attributes, DataType, GradRule, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, DataType, GradRule, GraphId, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of remote loads and stores.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct RemoteAttrs {
+        /// The remote buffer's id.
+        pub remote_buffer: i64,
+        /// The entry (or input 1).
+        pub offset: Option<i64> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `RemoteCodeLoad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct RemoteCodeLoadAttrs {
+        /// The graph whose code is loaded.
+        pub graph: GraphId,
+        /// Where the code goes.
+        pub destination: String = "executable".to_string(),
+    }
+}
 
 op_types!(
     /// `RemoteLoad([_, offset]) -> t`: entry `offset` of buffer `remote_buffer`.
@@ -69,6 +94,9 @@ impl OpDef for RemoteLoad {
     fn op_type(&self) -> &'static str {
         "RemoteLoad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RemoteAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         if ctx.optional_input(0).is_some() {
             return Err(ctx.error("input 0 is not used (RemoteLoadInplace loads into a tensor)"));
@@ -86,6 +114,9 @@ impl OpDef for RemoteLoad {
 impl OpDef for RemoteLoadInplace {
     fn op_type(&self) -> &'static str {
         "RemoteLoadInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RemoteAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let entry = buffer_info(ctx)?;
@@ -111,6 +142,9 @@ impl OpDef for RemoteStore {
     fn op_type(&self) -> &'static str {
         "RemoteStore"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RemoteAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let entry = buffer_info(ctx)?;
         check_entry(ctx, ctx.input(0)?, entry)?;
@@ -127,6 +161,9 @@ impl OpDef for RemoteStore {
 impl OpDef for RemoteCodeLoad {
     fn op_type(&self) -> &'static str {
         "RemoteCodeLoad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RemoteCodeLoadAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.graph("graph")?;

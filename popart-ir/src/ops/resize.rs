@@ -16,7 +16,41 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{Attributes, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of `Resize`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ResizeAttrs {
+        /// Per dim (absent: 1).
+        pub scales: Option<Vec<f64>> = None,
+        /// `nearest` or `linear`.
+        pub mode: String = "nearest".to_string(),
+        /// Rounding of nearest.
+        pub nearest_mode: String = "round_prefer_floor".to_string(),
+        /// Coordinate mapping.
+        pub coordinate_transformation_mode: String = "half_pixel".to_string(),
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ResizeGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ResizeGradAttrs {
+        /// Per dim (absent: 1).
+        pub scales: Option<Vec<f64>> = None,
+        /// `nearest` or `linear`.
+        pub mode: String = "nearest".to_string(),
+        /// Rounding of nearest.
+        pub nearest_mode: String = "round_prefer_floor".to_string(),
+        /// Coordinate mapping.
+        pub coordinate_transformation_mode: String = "half_pixel".to_string(),
+        /// The forward input's shape (set by autodiff).
+        pub shape: Vec<i64>,
+    }
+}
 
 op_types!(
     /// `Resize{scales, mode, nearest_mode, coordinate_transformation_mode}(x)`; PopXL `interpolate`
@@ -149,6 +183,9 @@ impl OpDef for Resize {
     fn op_type(&self) -> &'static str {
         "Resize"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ResizeAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         Ok(vec![TensorInfo::new(x.dtype, infer_resize(ctx, x)?)])
@@ -164,6 +201,9 @@ impl OpDef for Resize {
 impl OpDef for ResizeGrad {
     fn op_type(&self) -> &'static str {
         "ResizeGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ResizeGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;

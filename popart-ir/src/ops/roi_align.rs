@@ -13,7 +13,22 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `RoiAlign` and `RoiAlignGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct RoiAlignAttrs {
+        /// Output rows (positive).
+        pub output_height: i64,
+        /// Output columns (positive).
+        pub output_width: i64,
+        /// Samples per bin (0: adaptive).
+        pub sampling_ratio: i64 = 0,
+        /// Box coordinates to input pixels (finite).
+        pub spatial_scale: f64,
+    }
+}
 
 op_types!(
     /// `RoiAlign{output_height, output_width, spatial_scale, sampling_ratio}(x, rois, batch_index)`; PopXL `roi_align`
@@ -53,6 +68,9 @@ impl OpDef for RoiAlign {
     fn op_type(&self) -> &'static str {
         "RoiAlign"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RoiAlignAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         Ok(vec![TensorInfo::new(x.dtype, roi_shape(ctx, x, ctx.input(1)?, ctx.input(2)?)?)])
@@ -72,6 +90,9 @@ impl OpDef for RoiAlign {
 impl OpDef for RoiAlignGrad {
     fn op_type(&self) -> &'static str {
         "RoiAlignGrad"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        RoiAlignAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, x) = (ctx.input(0)?, ctx.input(1)?);

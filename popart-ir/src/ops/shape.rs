@@ -4,7 +4,72 @@ pub use super::axes::{resolve_slices, transpose_perm, SliceDim};
 use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
-use crate::{AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of `Reshape` and `ReshapeInplace`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ReshapeAttrs {
+        /// The new shape (one `-1` allowed).
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Transpose` and `TransposeInplace`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct TransposeAttrs {
+        /// The permutation (empty: reverse the axes).
+        pub perm: Vec<i64> = Vec::new(),
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Slice` and `SliceInplace` (numpy slice semantics, clamped).
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct SliceAttrs {
+        /// First index per sliced axis.
+        pub starts: Vec<i64>,
+        /// End index (exclusive) per sliced axis.
+        pub ends: Vec<i64>,
+        /// Steps (absent: 1).
+        pub steps: Option<Vec<i64>> = None,
+        /// Sliced axes (absent: `0..starts.len()`).
+        pub axes: Option<Vec<i64>> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Concat`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct ConcatAttrs {
+        /// The axis joined along.
+        pub axis: i64,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Squeeze`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct SqueezeAttrs {
+        /// Axes removed (empty: every size-1 axis).
+        pub axes: Vec<i64> = Vec::new(),
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Gather` and `TiedGather`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct GatherAttrs {
+        /// The gathered axis.
+        pub axis: i64 = 0,
+        /// Out-of-range indices give zeros (PopXL `zero_OOR`).
+        pub zero_oor key "zero_OOR": bool = false,
+    }
+}
 
 const G: GradSource = GradSource::GradOfOutput(0);
 const X: GradSource = GradSource::FwdInput(0);
@@ -64,6 +129,9 @@ impl OpDef for Reshape {
     fn op_type(&self) -> &'static str {
         "Reshape"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ReshapeAttrs::SCHEMA
+    }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::VIEW
     }
@@ -81,6 +149,9 @@ impl OpDef for Reshape {
 impl OpDef for Transpose {
     fn op_type(&self) -> &'static str {
         "Transpose"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        TransposeAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -115,6 +186,9 @@ impl OpDef for Slice {
     fn op_type(&self) -> &'static str {
         "Slice"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SliceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let mut shape = x.shape.clone();
@@ -132,6 +206,9 @@ impl OpDef for Slice {
 impl OpDef for Concat {
     fn op_type(&self) -> &'static str {
         "Concat"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ConcatAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let ins = ctx.inputs();
@@ -187,6 +264,9 @@ impl OpDef for Squeeze {
     fn op_type(&self) -> &'static str {
         "Squeeze"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        SqueezeAttrs::SCHEMA
+    }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::VIEW
     }
@@ -213,6 +293,9 @@ impl OpDef for Squeeze {
 impl OpDef for Gather {
     fn op_type(&self) -> &'static str {
         "Gather"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        GatherAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, idx) = (ctx.input(0)?, ctx.input(1)?);

@@ -3,7 +3,61 @@
 
 use super::grad::spec;
 use super::{infer_error, normalize_axis, op_types, require_float};
-use crate::{DataType, GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `ArgMax` and `ArgMin`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct ArgReduceAttrs {
+        /// The reduced axis.
+        pub axis: i64 = 0,
+        /// Keep the reduced axis with size 1.
+        pub keepdims: bool = false,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `TopK`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct TopKAttrs {
+        /// How many values are kept.
+        pub k: i64,
+        /// The axis searched.
+        pub axis: i64 = -1,
+        /// Keep the largest (else the smallest) values.
+        pub largest: bool = true,
+        /// Values in order (else in input order).
+        pub sorted: bool = true,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `TopKGrad`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct TopKGradAttrs {
+        /// The forward axis.
+        pub axis: i64 = -1,
+        /// The forward input's shape.
+        pub shape: Vec<i64>,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Histogram`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct HistogramAttrs {
+        /// Bin edges, strictly increasing.
+        pub levels: Vec<f64>,
+        /// Count `|x|` instead of `x`.
+        pub absolute_of_input: bool = false,
+    }
+    validate = |a: &HistogramAttrs| {
+        if a.levels.iter().any(|l| l.is_nan()) || a.levels.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(crate::AttrError::OutOfRange { attr: "levels".into(), expected: "strictly increasing levels", got: crate::AttrValue::Floats(a.levels.clone()) });
+        }
+        Ok(())
+    };
+}
 
 op_types!(
     /// `ArgMax{axis, keepdims}(x)`: int32 index of the first maximum along `axis`
@@ -31,21 +85,24 @@ fn infer_arg(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     if x.dtype == DataType::Bool {
         return Err(ctx.error("the input must be numeric, got bool"));
     }
-    let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(infer_error(ctx))?;
+    let a = ArgReduceAttrs::infer(ctx)?;
+    let axis = normalize_axis(a.axis, x.rank()).map_err(infer_error(ctx))?;
     if x.shape[axis] == 0 {
         return Err(ctx.error(format!("cannot reduce the empty axis {axis} of {x}")));
     }
     if i32::try_from(x.shape[axis]).is_err() {
         return Err(ctx.error(format!("axis {axis} of {x} is too long for int32 indices")));
     }
-    let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
-    let shape = super::reduce::reduced_shape(&x.shape, &[axis], keepdims);
+    let shape = super::reduce::reduced_shape(&x.shape, &[axis], a.keepdims);
     Ok(vec![TensorInfo::new(DataType::Int32, shape)])
 }
 
 impl OpDef for ArgMax {
     fn op_type(&self) -> &'static str {
         "ArgMax"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ArgReduceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_arg(ctx)
@@ -56,6 +113,9 @@ impl OpDef for ArgMin {
     fn op_type(&self) -> &'static str {
         "ArgMin"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ArgReduceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_arg(ctx)
     }
@@ -63,8 +123,8 @@ impl OpDef for ArgMin {
 
 /// `(axis, k)` of a `TopK` on `x`, checked.
 fn topk_axis_k(ctx: &InferContext<'_>, x: &TensorInfo) -> Result<(usize, usize)> {
-    let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), x.rank()).map_err(infer_error(ctx))?;
-    let k = ctx.int("k")?;
+    let TopKAttrs { axis, k, .. } = TopKAttrs::infer(ctx)?;
+    let axis = normalize_axis(axis, x.rank()).map_err(infer_error(ctx))?;
     let n = x.shape[axis];
     match usize::try_from(k) {
         Ok(k) if k <= n && i32::try_from(n).is_ok() => Ok((axis, k)),
@@ -76,6 +136,9 @@ fn topk_axis_k(ctx: &InferContext<'_>, x: &TensorInfo) -> Result<(usize, usize)>
 impl OpDef for TopK {
     fn op_type(&self) -> &'static str {
         "TopK"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        TopKAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -89,8 +152,10 @@ impl OpDef for TopK {
     }
     /// `TopKGrad{axis, shape: x's}(g, indices)`.
     fn grad(&self, op: &Op) -> GradRule {
+        let Ok(a) = TopKAttrs::of(op) else { return GradRule::None };
+        // `shape` is set by autodiff (see `with_shape_attr`).
         let mut attrs = crate::Attributes::new();
-        attrs.set("axis", crate::AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
+        attrs.set("axis", crate::AttrValue::Int(a.axis));
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1))];
         GradRule::Ops(vec![spec(&TopKGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))])
     }
@@ -100,10 +165,13 @@ impl OpDef for TopKGrad {
     fn op_type(&self) -> &'static str {
         "TopKGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        TopKGradAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
         let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
-        let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), x.rank()).map_err(infer_error(ctx))?;
+        let axis = normalize_axis(TopKGradAttrs::infer(ctx)?.axis, x.rank()).map_err(infer_error(ctx))?;
         let fits = g.dtype == x.dtype
             && g.rank() == x.rank()
             && g.shape[axis] <= x.shape[axis]
@@ -122,13 +190,13 @@ impl OpDef for Histogram {
     fn op_type(&self) -> &'static str {
         "Histogram"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        HistogramAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         require_float(ctx, x, "the input")?;
-        let levels = ctx.attrs.floats("levels").ok_or_else(|| ctx.error("missing float-list attribute `levels`"))?;
-        if levels.iter().any(|l| l.is_nan()) || levels.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(ctx.error(format!("levels {levels:?} are not strictly increasing")));
-        }
+        let levels = HistogramAttrs::infer(ctx)?.levels;
         Ok(vec![TensorInfo::new(DataType::Uint32, [levels.len() + 1])])
     }
 }

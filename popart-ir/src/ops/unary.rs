@@ -3,8 +3,97 @@
 use super::grad::{pass_through, simple, spec, unary_grad};
 use super::{op_types, require_float};
 use crate::{
-    AttrValue, Attributes, GradRule, GradSource, InferContext, IpuRoute, Op, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, IpuRoute, Op,
+    OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
+
+op_attrs! {
+    /// Attributes of `Cast`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct CastAttrs {
+        /// The output's data type.
+        pub to: DataType,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `Clip` and `ClipGrad`: the bounds (absent: unbounded; not
+    /// NaN, `min <= max`).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct ClipAttrs {
+        /// Lower bound.
+        pub min: Option<f64> = None,
+        /// Upper bound.
+        pub max: Option<f64> = None,
+    }
+    validate = ClipAttrs::check;
+}
+
+impl ClipAttrs {
+    /// The bounds, infinite where absent.
+    pub fn bounds(&self) -> (f64, f64) {
+        (self.min.unwrap_or(f64::NEG_INFINITY), self.max.unwrap_or(f64::INFINITY))
+    }
+    fn check(&self) -> std::result::Result<(), AttrError> {
+        let (min, max) = self.bounds();
+        for (key, v) in [("min", min), ("max", max)] {
+            if v.is_nan() {
+                return Err(AttrError::OutOfRange {
+                    attr: key.into(),
+                    expected: "a bound that is not NaN",
+                    got: AttrValue::Float(v),
+                });
+            }
+        }
+        if min > max {
+            return Err(AttrError::OutOfRange {
+                attr: "max".into(),
+                expected: "at least `min`",
+                got: AttrValue::Float(max),
+            });
+        }
+        Ok(())
+    }
+}
+
+op_attrs! {
+    /// Attributes of `IncrementMod` and `IncrementModInplace` (finite; cast to
+    /// the element type).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct IncrementModAttrs {
+        /// Added to each element.
+        pub increment: f64,
+        /// The modulus (not zero in the element type).
+        pub modulus: f64,
+    }
+    validate = |a: &IncrementModAttrs| {
+        for (key, v) in [("increment", a.increment), ("modulus", a.modulus)] {
+            if !v.is_finite() {
+                return Err(AttrError::OutOfRange { attr: key.into(), expected: "a finite number", got: AttrValue::Float(v) });
+            }
+        }
+        Ok(())
+    };
+}
+
+op_attrs! {
+    /// Attributes of `IpuCopy`: IPU numbers (`0..=u32::MAX`).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct IpuCopyAttrs {
+        /// The IPU the input is on.
+        pub source: i64,
+        /// The IPU the output is written on.
+        pub destination: i64,
+    }
+    validate = |a: &IpuCopyAttrs| {
+        for (key, v) in [("source", a.source), ("destination", a.destination)] {
+            if u32::try_from(v).is_err() {
+                return Err(AttrError::OutOfRange { attr: key.into(), expected: "an IPU number (0 to 4294967295)", got: AttrValue::Int(v) });
+            }
+        }
+        Ok(())
+    };
+}
 
 op_types!(
     /// convert to attribute `to`
@@ -118,9 +207,12 @@ impl OpDef for Cast {
     fn op_type(&self) -> &'static str {
         "Cast"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        CastAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let to = ctx.attrs.dtype("to").ok_or_else(|| ctx.error("missing dtype attribute `to`"))?;
+        let to = CastAttrs::infer(ctx)?.to;
         if to.is_float8() || x.dtype.is_float8() {
             return Err(ctx.error(format!(
                 "cast from {} to {to}: float8 casts are pow2scale_cast_to_fp8 and pow2scale_cast_from_fp8",
@@ -198,36 +290,28 @@ impl OpDef for DetachInplace {
     }
 }
 
-/// The IPU number of attribute `key` (an integer in `0..=u32::MAX`).
-fn ipu_attr(ctx: &InferContext<'_>, key: &str) -> Result<u32> {
-    let v = ctx.int(key)?;
-    u32::try_from(v).map_err(|_| ctx.error(format!("`{key}` must be an IPU number (0 to {}), got {v}", u32::MAX)))
-}
-
 impl OpDef for IpuCopy {
     fn op_type(&self) -> &'static str {
         "IpuCopy"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        IpuCopyAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        ipu_attr(ctx, "source")?;
-        ipu_attr(ctx, "destination")?;
+        IpuCopyAttrs::infer(ctx)?;
         Ok(vec![ctx.input(0)?.clone()])
     }
     /// An `IpuCopy` back: from the forward destination to the forward source,
     /// where the gradient of the input is needed (PopART's IPU copies of
     /// gradients run the other way).
     fn grad(&self, op: &Op) -> GradRule {
-        let mut attrs = Attributes::new();
-        for (from, to) in [("source", "destination"), ("destination", "source")] {
-            if let Some(v) = op.attrs.int(from) {
-                attrs.set(to, AttrValue::Int(v));
-            }
-        }
+        let Ok(a) = IpuCopyAttrs::of(op) else { return GradRule::None };
+        let attrs = IpuCopyAttrs { source: a.destination, destination: a.source }.to_attrs();
         GradRule::Ops(vec![spec(&IpuCopy, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
     }
     fn ipu_route(&self, attrs: &Attributes) -> Option<IpuRoute> {
-        let ipu = |key: &str| attrs.int(key).and_then(|v| u32::try_from(v).ok());
-        Some(IpuRoute { source: ipu("source")?, destination: ipu("destination")? })
+        let a = IpuCopyAttrs::from_attrs(attrs).ok()?;
+        Some(IpuRoute { source: u32::try_from(a.source).ok()?, destination: u32::try_from(a.destination).ok()? })
     }
 }
 
@@ -240,38 +324,23 @@ fn require_numeric<'a>(ctx: &InferContext<'a>, index: u32) -> Result<&'a TensorI
     Ok(x)
 }
 
-/// Optional float attributes `min` and `max` (NaN refused; min <= max).
-fn clip_bounds(ctx: &InferContext<'_>) -> Result<(f64, f64)> {
-    let min = ctx.attrs.float("min").unwrap_or(f64::NEG_INFINITY);
-    let max = ctx.attrs.float("max").unwrap_or(f64::INFINITY);
-    if min.is_nan() || max.is_nan() {
-        return Err(ctx.error("clip bounds must not be NaN"));
-    }
-    if min > max {
-        return Err(ctx.error(format!("clip bounds are inverted: min {min} > max {max}")));
-    }
-    Ok((min, max))
-}
-
 impl OpDef for Clip {
     fn op_type(&self) -> &'static str {
         "Clip"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ClipAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        clip_bounds(ctx)?;
+        ClipAttrs::infer(ctx)?;
         Ok(vec![require_numeric(ctx, 0)?.clone()])
     }
     /// `ClipGrad{min, max}(g, y)`, from the forward output as PopART.
     fn grad(&self, op: &Op) -> GradRule {
-        let mut attrs = Attributes::new();
-        for key in ["min", "max"] {
-            if let Some(v) = op.attrs.float(key) {
-                attrs.set(key, AttrValue::Float(v));
-            }
-        }
+        let Ok(a) = ClipAttrs::of(op) else { return GradRule::None };
         GradRule::Ops(vec![spec(
             &ClipGrad,
-            attrs,
+            a.to_attrs(),
             &[(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(0))],
             &[(0, 0)],
         )])
@@ -282,8 +351,11 @@ impl OpDef for ClipGrad {
     fn op_type(&self) -> &'static str {
         "ClipGrad"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ClipAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        clip_bounds(ctx)?;
+        ClipAttrs::infer(ctx)?;
         let (g, y) = (ctx.input(0)?, ctx.input(1)?);
         if g != y {
             return Err(ctx.error(format!("gradient {g} does not match the forward output {y}")));
@@ -296,10 +368,7 @@ impl OpDef for ClipGrad {
 /// element type is refused) and returns the input's info.
 fn infer_increment_mod(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     let x = require_numeric(ctx, 0)?;
-    let (inc, modulus) = (ctx.float("increment")?, ctx.float("modulus")?);
-    if !inc.is_finite() || !modulus.is_finite() {
-        return Err(ctx.error(format!("increment {inc} and modulus {modulus} must be finite")));
-    }
+    let modulus = IncrementModAttrs::infer(ctx)?.modulus;
     let zero = if x.dtype.is_floating_point() { modulus == 0.0 } else { modulus.trunc() == 0.0 };
     if zero {
         return Err(ctx.error(format!("modulus {modulus} is zero as {}", x.dtype)));
@@ -311,6 +380,9 @@ impl OpDef for IncrementMod {
     fn op_type(&self) -> &'static str {
         "IncrementMod"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        IncrementModAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_increment_mod(ctx)
     }
@@ -319,6 +391,9 @@ impl OpDef for IncrementMod {
 impl OpDef for IncrementModInplace {
     fn op_type(&self) -> &'static str {
         "IncrementModInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        IncrementModAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_increment_mod(ctx)

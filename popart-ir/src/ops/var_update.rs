@@ -7,7 +7,31 @@
 //! computed in float32.
 
 use super::{broadcast_shapes, normalize_axis, op_types};
-use crate::{Attributes, DataType, InferContext, OpDef, OpFlags, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
+
+op_attrs! {
+    /// Attributes of `Accumulate`, `AccumulatorScale` and `SparseAccumulate`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AccumulateAttrs {
+        /// The accumulation type (absent: `dampened_add`).
+        pub kind key "type": Option<String> = None,
+        /// The factor (or input 2).
+        pub factor: Option<f64> = None,
+        /// `SparseAccumulate`: the indexed axis.
+        pub axis: i64 = 0,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ScaledAddInplace` and `ScaledAddMatMulRhsGradInplace`: `a x + b y` (absent: 1 or input 2, 3).
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct ScaleAttrs {
+        /// Scale of the updated tensor.
+        pub a: Option<f64> = None,
+        /// Scale of the update.
+        pub b: Option<f64> = None,
+    }
+}
 
 op_types!(
     /// `t += x` (PopXL `add_`)
@@ -160,9 +184,10 @@ fn check_fits(ctx: &InferContext<'_>, t: &TensorInfo, x: &TensorInfo, exact_shap
 }
 
 macro_rules! update {
-    ($($ty:ident => $name:literal, $infer:expr;)*) => {$(
+    ($($ty:ident => $name:literal, $schema:expr, $infer:expr;)*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
+            fn attributes(&self) -> &'static [AttrSpec] { $schema }
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 let infer: fn(&InferContext<'_>) -> Result<Vec<TensorInfo>> = $infer;
                 infer(ctx)
@@ -176,12 +201,12 @@ macro_rules! update {
     )*};
 }
 update! {
-    AddInplace => "AddInplace", |ctx| infer_update(ctx, false, &[]);
-    Accumulate => "Accumulate", infer_accumulate;
-    AccumulatorScale => "AccumulatorScale", infer_accumulator_scale;
-    SparseAccumulate => "SparseAccumulate", infer_sparse_accumulate;
-    ScaledAddInplace => "ScaledAddInplace", |ctx| infer_update(ctx, false, &[2, 3]);
-    CopyVarUpdate => "CopyVarUpdate", |ctx| infer_update(ctx, true, &[]);
+    AddInplace => "AddInplace", &[], |ctx| infer_update(ctx, false, &[]);
+    Accumulate => "Accumulate", AccumulateAttrs::SCHEMA, infer_accumulate;
+    AccumulatorScale => "AccumulatorScale", AccumulateAttrs::SCHEMA, infer_accumulator_scale;
+    SparseAccumulate => "SparseAccumulate", AccumulateAttrs::SCHEMA, infer_sparse_accumulate;
+    ScaledAddInplace => "ScaledAddInplace", ScaleAttrs::SCHEMA, |ctx| infer_update(ctx, false, &[2, 3]);
+    CopyVarUpdate => "CopyVarUpdate", &[], |ctx| infer_update(ctx, true, &[]);
 }
 
 /// The factor of an update: attribute `factor` or input 2 (not both); required
@@ -275,6 +300,9 @@ pub(super) fn infer_rhs_grad_update(ctx: &InferContext<'_>) -> Result<Vec<Tensor
 impl OpDef for ScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ScaledAddMatMulRhsGradInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ScaleAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         ctx.float("a")?;

@@ -21,7 +21,20 @@
 
 use super::op_types;
 use super::shape::{slice_dims, Concat, Reshape, Slice, Transpose};
-use crate::{AttrValue, Attributes, GradRule, InferContext, Op, OpDef, OpFlags, Result, TensorInfo};
+use crate::{
+    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+};
+
+op_attrs! {
+    /// Attributes of `ConcatInplace`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct ConcatInplaceAttrs {
+        /// The axis joined along.
+        pub axis: i64,
+        /// The number of inputs (each aliases its region of the output).
+        pub num_inputs: i64,
+    }
+}
 
 op_types!(
     /// `reshape_`: a view of input 0 with attribute `shape` (one `-1` allowed)
@@ -47,6 +60,9 @@ impl OpDef for ReshapeInplace {
     fn op_type(&self) -> &'static str {
         "ReshapeInplace"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::shape::ReshapeAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Reshape.infer(ctx)
     }
@@ -61,6 +77,9 @@ impl OpDef for ReshapeInplace {
 impl OpDef for TransposeInplace {
     fn op_type(&self) -> &'static str {
         "TransposeInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::shape::TransposeAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Transpose.infer(ctx)
@@ -77,6 +96,9 @@ impl OpDef for SliceInplace {
     fn op_type(&self) -> &'static str {
         "SliceInplace"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::shape::SliceAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Slice.infer(ctx)
     }
@@ -91,6 +113,9 @@ impl OpDef for SliceInplace {
 impl OpDef for ConcatInplace {
     fn op_type(&self) -> &'static str {
         "ConcatInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        ConcatInplaceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let out = Concat.infer(ctx)?;
@@ -118,6 +143,9 @@ impl OpDef for ConcatInplace {
 impl OpDef for SliceUpdateInplace {
     fn op_type(&self) -> &'static str {
         "SliceUpdateInplace"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::shape::SliceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (base, update) = (ctx.input(0)?, ctx.input(1)?);

@@ -509,6 +509,8 @@ pub(super) fn parse(text: &str) -> Result<Ir> {
             };
             let inputs = resolve(&o.inputs)?;
             let outputs = resolve(&o.outputs)?;
+            // Attribute errors stay typed (they name the op and the attribute).
+            crate::op::check_attributes(def, &o.name, &attrs)?;
             let inferred = ir.infer_outputs(gid, def, &attrs, &inputs, &o.name).map_err(e)?;
             let declared: Vec<(u32, &TensorInfo)> = outputs.iter().map(|&(i, t)| (i, &graph.tensors[t].info)).collect();
             let agrees = declared.len() == inferred.len()

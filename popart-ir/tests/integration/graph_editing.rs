@@ -602,6 +602,38 @@ fn custom_ops_register_from_outside_the_crate() {
     assert_eq!(register_op(&FAKE), Err(IrError::DuplicateOpType("Relu".into())));
 }
 
+/// Op identity is the definition's concrete Rust type (the blanket `AsAny`
+/// supertrait): a custom op named like a builtin is neither that builtin nor
+/// downcast to it, and downcasting to its own type gives back its fields.
+#[test]
+fn custom_op_cannot_claim_another_identity() {
+    use popart_ir::ops::all::Relu;
+    use popart_ir::{AsAny, OpDefId};
+    let _ = <Relu as AsAny>::as_any;
+    struct NamedLikeRelu {
+        payload: u64,
+    }
+    impl OpDef for NamedLikeRelu {
+        fn op_type(&self) -> &'static str {
+            "Relu"
+        }
+        fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+            Ok(vec![ctx.input(0)?.clone()])
+        }
+    }
+    static IMPOSTOR: NamedLikeRelu = NamedLikeRelu { payload: 0xdead_beef };
+    let def: &'static dyn OpDef = &IMPOSTOR;
+    assert!(!def.is::<Relu>());
+    assert!(def.downcast_ref::<Relu>().is_none());
+    assert_ne!(def.id(), OpDefId::of::<Relu>());
+    assert_eq!(def.id(), OpDefId::of::<NamedLikeRelu>());
+    assert_eq!(def.downcast_ref::<NamedLikeRelu>().map(|d| d.payload), Some(0xdead_beef));
+    // A reference to a definition is not the definition.
+    let by_ref: &'static dyn OpDef = &Relu;
+    assert!(by_ref.is::<Relu>() && !by_ref.as_any().is::<&Relu>());
+    assert_eq!(lookup_op("Relu").unwrap().id(), OpDefId::of::<Relu>());
+}
+
 #[test]
 fn independent_irs_coexist() {
     let mut a = Ir::new();

@@ -156,8 +156,6 @@ fn subgraph_ir() -> Ir {
     g.add_output(reduced).unwrap();
     g.add_topo_con(upd, store).unwrap();
     g.add_tied_topo_con(load, call).unwrap();
-    // An op with float-list attributes that nothing reads (attributes round trip regardless).
-    g.op_attrs_mut(store).unwrap().set("note", AttrValue::Floats(vec![0.1, -2.0, 1e300]));
     ir.verify().unwrap();
     ir
 }
@@ -295,15 +293,26 @@ fn dangling_tensors_and_unusual_names_round_trip() {
 
 #[test]
 fn custom_ops_round_trip_through_the_registry() {
-    use popart_ir::{register_op, InferContext, OpDef, Result};
+    use popart_ir::{op_attrs, register_op, AttrSpec, InferContext, OpAttrs, OpDef, Result};
+    op_attrs! {
+        /// The custom op's attributes, declared as builtin ops declare theirs.
+        struct HalveAttrs {
+            parts: i64,
+            /// Unread; float lists round trip.
+            weights: Option<Vec<f64>> = None,
+        }
+    }
     struct Halve;
     impl OpDef for Halve {
         fn op_type(&self) -> &'static str {
             "text_test.Halve"
         }
+        fn attributes(&self) -> &'static [AttrSpec] {
+            HalveAttrs::SCHEMA
+        }
         fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
             let x = ctx.input(0)?;
-            let n = ctx.int("parts")? as usize;
+            let n = HalveAttrs::infer(ctx)?.parts as usize;
             Ok(vec![TensorInfo::new(x.dtype, [x.nelms() / n]); n])
         }
     }
@@ -312,9 +321,15 @@ fn custom_ops_round_trip_through_the_registry() {
     let mut ir = Ir::new();
     let main = ir.main_graph_id();
     let x = ir.main_graph_mut().add_input("x", f32i(&[8])).unwrap();
-    ir.create_op(main, "text_test.Halve", attrs(&[("parts", AttrValue::Int(2))]), &[(0, x)], "h").unwrap();
+    let a = HalveAttrs { parts: 2, weights: Some(vec![0.1, -2.0, 1e300]) };
+    ir.create_op(main, "text_test.Halve", a.to_attrs(), &[(0, x)], "h").unwrap();
     let t = assert_round_trip(&ir);
-    assert!(t.contains("op h text_test.Halve {parts=2} in[0=x] out[0=h:0, 1=h:1]"), "{t}");
+    assert!(
+        t.contains("op h text_test.Halve {parts=2, weights=floats[0.1, -2.0, 1e300]} in[0=x] out[0=h:0, 1=h:1]"),
+        "{t}"
+    );
+    let bad = attrs(&[("parts", AttrValue::Float(2.0))]);
+    assert!(matches!(ir.create_op(main, "text_test.Halve", bad, &[(0, x)], "h2"), Err(IrError::Attribute { .. })));
 }
 
 #[test]
@@ -469,15 +484,97 @@ proptest::proptest! {
         let mut ir = Ir::new();
         let main = ir.main_graph_id();
         let x = ir.main_graph_mut().add_input(&s, f32i(&[1])).unwrap();
-        let neg = op1(&mut ir, main, "Neg", &[x], "neg").0;
-        ir.main_graph_mut().op_attrs_mut(neg).unwrap().set("note", AttrValue::Str(s.clone()));
+        let title = attrs(&[("title", AttrValue::Str(s.clone()))]);
+        ir.create_op(main, "PrintTensor", title, &[(0, x)], "neg").unwrap();
         let t = assert_round_trip(&ir);
         let parsed = parse(&t).unwrap();
         let g = parsed.main_graph();
         proptest::prop_assert_eq!(&g.tensor(g.inputs()[0]).unwrap().name, &s);
         let op = g.op_by_name("neg").unwrap();
-        proptest::prop_assert_eq!(op.attrs.str("note"), Some(s.as_str()));
+        proptest::prop_assert_eq!(op.attrs.str("title"), Some(s.as_str()));
         let quoted = text::quote(&s);
-        proptest::prop_assert!(t.contains(&format!("note={quoted}")), "{}", t);
+        proptest::prop_assert!(t.contains(&format!("title={quoted}")), "{}", t);
     }
+}
+
+/// Issue 34: every registered op type checks its attributes against its
+/// declaration, built in code and parsed from text: an unknown key, and a value
+/// of the wrong kind for each declared attribute, are `IrError::Attribute`
+/// errors naming the op, its type and the attribute.
+#[test]
+fn every_registered_op_checks_its_attributes() {
+    use popart_ir::{registered_ops, AttrError};
+    fn text_of(op_type: &str, key: &str, value: &AttrValue) -> String {
+        format!(
+            "ir num_host_transfers=1 replication_factor=1\n\ngraph main\n  inputs [x]\n  outputs []\n  tensor x act float32[2,3]\n  tensor y act float32[2,3]\n  op o {op_type} {{{key}={value}}} in[0=x] out[0=y]\n"
+        )
+    }
+    // The template parses for a valid op and attribute.
+    popart_ir::text::parse(&text_of("Softmax", "axis", &AttrValue::Int(1))).unwrap();
+    let ops = registered_ops();
+    assert!(ops.len() > 150, "{} op types", ops.len());
+    let mut checked_attrs = 0;
+    for def in ops {
+        let op_type = def.op_type();
+        let mut cases = vec![("bogus".to_string(), AttrValue::Int(1), true)];
+        for spec in def.attributes() {
+            cases.push((spec.example_key(), spec.kind.wrong_value(), false));
+            checked_attrs += 1;
+        }
+        for (key, value, unknown) in cases {
+            let matches = |e: &IrError| match e {
+                IrError::Attribute { op, op_type: t, error } if op == "o" && t == op_type => match error.as_ref() {
+                    AttrError::Unknown { attr, .. } => unknown && *attr == key,
+                    AttrError::WrongKind { attr, expected, got } => {
+                        !unknown && *attr == key && *got == value && !expected.accepts(&value)
+                    }
+                    _ => false,
+                },
+                _ => false,
+            };
+            let mut ir = Ir::new();
+            let main = ir.main_graph_id();
+            let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2, 3])).unwrap();
+            let err = ir.create_op(main, op_type, attrs(&[(&key, value.clone())]), &[(0, x)], "o").unwrap_err();
+            assert!(matches(&err), "{op_type} {key}={value} built in code: {err:?}");
+            assert!(err.to_string().contains(&key) && err.to_string().contains(op_type), "{err}");
+            let err = popart_ir::text::parse(&text_of(op_type, &key, &value)).unwrap_err();
+            assert!(matches(&err), "{op_type} {key}={value} parsed from text: {err:?}");
+        }
+    }
+    assert!(checked_attrs > 200, "{checked_attrs} declared attributes");
+}
+
+/// Issue 34: values of the right kind are decoded and validated in one place
+/// (missing required attributes, out-of-range values, unknown enum names).
+#[test]
+fn typed_attributes_refuse_missing_and_out_of_range_values() {
+    use popart_ir::ops::all::{Clip, CumSum, NllLoss, Reshape};
+    use popart_ir::ops::scan::CumSumAttrs;
+    use popart_ir::{AttrError, AttrKind, OpAttrs};
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2, 3])).unwrap();
+    let ids = ir.main_graph_mut().add_input("ids", TensorInfo::new(DataType::Int32, [2])).unwrap();
+    let attr_error = |e: IrError| match e {
+        IrError::Attribute { error, .. } => *error,
+        e => panic!("{e:?}"),
+    };
+    let err = ir.create_op(main, &Reshape, Attributes::new(), &[(0, x)], "r").unwrap_err();
+    assert_eq!(attr_error(err), AttrError::Missing { attr: "shape".into(), expected: AttrKind::Ints });
+    let inverted = attrs(&[("min", AttrValue::Float(2.0)), ("max", AttrValue::Int(1))]);
+    let err = attr_error(ir.create_op(main, &Clip, inverted, &[(0, x)], "c").unwrap_err());
+    assert!(
+        matches!(err, AttrError::OutOfRange { ref attr, got: AttrValue::Float(m), .. } if attr == "max" && m == 1.0)
+    );
+    let sum = attrs(&[("reduction", AttrValue::Str("total".into()))]);
+    let err = attr_error(ir.create_op(main, &NllLoss, sum, &[(0, x), (1, ids)], "l").unwrap_err());
+    assert!(matches!(err, AttrError::OutOfRange { ref attr, .. } if attr == "reduction"), "{err:?}");
+    assert!(err.to_string().contains("mean sum none"), "{err}");
+    // Encode and decode are inverse; defaults are the declaration's.
+    let a = CumSumAttrs { axis: 1, exclusive: true, reverse: false };
+    let op = ir.create_op(main, &CumSum, a.to_attrs(), &[(0, x)], "cs").unwrap();
+    assert_eq!(CumSumAttrs::of(ir.main_graph().op(op).unwrap()).unwrap(), a);
+    let defaults = CumSumAttrs { axis: 0, exclusive: false, reverse: false };
+    assert_eq!(CumSumAttrs::from_attrs(&Attributes::new()).unwrap(), defaults);
 }

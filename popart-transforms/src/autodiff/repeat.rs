@@ -38,9 +38,11 @@ use std::collections::BTreeSet;
 use popart_ir::ops::binary::{Add, Sub};
 use popart_ir::ops::control::{Call, Repeat};
 use popart_ir::ops::grad::{Init, Sum};
-use popart_ir::ops::indexing::{DynamicSlice, DynamicUpdateInplace};
+use popart_ir::ops::indexing::{DynamicSlice, DynamicSliceAttrs, DynamicUpdateInplace};
 use popart_ir::ops::indexing_grad::DynamicSliceGrad;
+use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
 use popart_ir::ops::shape::Reshape;
+use popart_ir::OpAttrs;
 use popart_ir::{
     AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, IrError, Op, OpDef, OpId, TensorId, TensorInfo,
     TensorKind,
@@ -309,8 +311,8 @@ struct SlicedGrad {
     output: usize,
     /// Position of the variant's extra output holding the slice index.
     index: usize,
-    /// `axes` and `sizes` of the slice.
-    attrs: Attributes,
+    /// `axes`, `sizes` and `no_overlap` of the slice.
+    attrs: DynamicSliceAttrs,
 }
 
 /// For the accumulated inputs whose gradient the gradient graph `info.graph` returns
@@ -339,12 +341,13 @@ fn sliced_variant(
         if !once || !single_use || !op.is::<DynamicSliceGrad>() {
             continue;
         }
+        let a = DynamicSliceGradAttrs::of(op)?;
         outputs[p] = g;
         sliced.push(SlicedGrad {
             input: i,
             output: p,
             index: gg.outputs().len() + sliced.len(),
-            attrs: op.attrs.clone(),
+            attrs: DynamicSliceAttrs { axes: a.axes, sizes: a.sizes, no_overlap: a.no_overlap },
         });
         outputs.push(index);
         skip.push(op.id);
@@ -641,9 +644,9 @@ impl Builder<'_> {
                 // acc[index] += slice, in place.
                 let (g, index) = (grads[sg.output], grads[sg.index]);
                 let row =
-                    create1(ir, w, &DynamicSlice, sg.attrs.clone(), &[acc[j], index], &format!("{n}_grad_acc_row"))?;
+                    create1(ir, w, &DynamicSlice, sg.attrs.to_attrs(), &[acc[j], index], &format!("{n}_grad_acc_row"))?;
                 let sum = create1(ir, w, &Add, Attributes::new(), &[row, g], &format!("{n}_grad_acc_row_add"))?;
-                let attrs = sg.attrs.clone();
+                let attrs = sg.attrs.to_attrs();
                 outs.push(create1(
                     ir,
                     w,

@@ -167,6 +167,15 @@ impl<'a> OpBuilder<'a> {
         self
     }
 
+    /// Set the op's typed attributes (its type's `XAttrs` struct, declared with
+    /// [`popart_ir::op_attrs!`]), encoded into the attribute map.
+    pub fn typed<A: popart_ir::OpAttrs>(mut self, attrs: &A) -> Self {
+        for (key, value) in attrs.to_attrs().iter() {
+            self.attrs.set(key, value.clone());
+        }
+        self
+    }
+
     /// Name the next output (scoped by the current name scope and made unique).
     pub fn output_name(mut self, name: &str) -> Self {
         self.output_names.push(name.to_string());

@@ -1,7 +1,7 @@
 //! Matmul, softmax and the negative log-likelihood losses (the reductions are in `reduce`).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::nn::{LossReduction, NllLossAttrs, SoftmaxAttrs};
 
 use super::OpBuilder;
 use crate::{PopXlError, Result, Tensor};
@@ -31,7 +31,7 @@ pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
 /// assert!(popxl::ops::softmax(&a, 2).is_err());
 /// ```
 pub fn softmax(t: &Tensor, axis: i64) -> Result<Tensor> {
-    OpBuilder::new("softmax", &ir_ops::Softmax).input(0, t).attr("axis", AttrValue::Int(axis)).create1()
+    OpBuilder::new("softmax", &ir_ops::Softmax).input(0, t).typed(&SoftmaxAttrs { axis }).create1()
 }
 
 /// How a loss over a batch is reduced.
@@ -92,17 +92,13 @@ fn nll_spec<'a>(
     labels: &'a Tensor,
     options: NllLossOptions,
 ) -> OpBuilder<'a> {
-    let mut spec = OpBuilder::new(what, op_type)
-        .input(0, probs)
-        .input(1, labels)
-        .attr("reduction", AttrValue::Str(options.reduction.as_str().to_string()));
-    if let Some(i) = options.ignore_index {
-        spec = spec.attr("ignore_index", AttrValue::Int(i));
-    }
-    if options.log_prob {
-        spec = spec.attr("log_prob", AttrValue::Bool(true));
-    }
-    spec
+    let reduction = match options.reduction {
+        Reduction::Mean => LossReduction::Mean,
+        Reduction::Sum => LossReduction::Sum,
+        Reduction::None => LossReduction::None,
+    };
+    let attrs = NllLossAttrs { reduction, ignore_index: options.ignore_index, log_prob: options.log_prob };
+    OpBuilder::new(what, op_type).input(0, probs).input(1, labels).typed(&attrs)
 }
 
 /// Negative log likelihood of `probs` (`[N.., C]`, probabilities) at integer

@@ -1,7 +1,8 @@
 //! Reductions over axes, the cumulative sum and `lamb_square`.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::reduce::ReduceAttrs;
+use popart_ir::ops::scan::CumSumAttrs;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -12,8 +13,7 @@ macro_rules! reduce {
         pub fn $fn(t: &Tensor, axes: &[i64], keepdims: bool) -> Result<Tensor> {
             OpBuilder::new(stringify!($fn), &ir_ops::$op)
                 .input(0, t)
-                .attr("axes", AttrValue::Ints(axes.to_vec()))
-                .attr("keepdims", AttrValue::Bool(keepdims))
+                .typed(&ReduceAttrs { axes: axes.to_vec(), keepdims })
                 .create1()
         }
     )*};
@@ -170,9 +170,7 @@ pub fn cumsum(t: &Tensor, dim: i64) -> Result<Tensor> {
 pub fn cumsum_with(t: &Tensor, dim: i64, options: CumSumOptions) -> Result<Tensor> {
     OpBuilder::new("cumsum", &ir_ops::CumSum)
         .input(0, t)
-        .attr("axis", AttrValue::Int(dim))
-        .attr("exclusive", AttrValue::Bool(options.exclusive))
-        .attr("reverse", AttrValue::Bool(options.reverse))
+        .typed(&CumSumAttrs { axis: dim, exclusive: options.exclusive, reverse: options.reverse })
         .create1()
 }
 

@@ -1,17 +1,13 @@
 //! Order statistics: `argmax`, `argmin`, `topk` and `histogram`.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::sort::{ArgReduceAttrs, HistogramAttrs, TopKAttrs};
 
 use super::{to_i64, OpBuilder};
 use crate::{PopXlError, Result, Tensor};
 
 fn arg(what: &'static str, def: &'static dyn popart_ir::OpDef, t: &Tensor, dim: i64, keepdim: bool) -> Result<Tensor> {
-    OpBuilder::new(what, def)
-        .input(0, t)
-        .attr("axis", AttrValue::Int(dim))
-        .attr("keepdims", AttrValue::Bool(keepdim))
-        .create1()
+    OpBuilder::new(what, def).input(0, t).typed(&ArgReduceAttrs { axis: dim, keepdims: keepdim }).create1()
 }
 
 /// Int32 index of the maximum along `dim` (PopXL's default 0; negative counts
@@ -60,10 +56,7 @@ pub fn topk(t: &Tensor, k: usize, axis: i64, largest: bool, sorted: bool) -> Res
     let k = to_i64(k, || "k of topk".to_string())?;
     let outputs = OpBuilder::new("topk", &ir_ops::TopK)
         .input(0, t)
-        .attr("k", AttrValue::Int(k))
-        .attr("axis", AttrValue::Int(axis))
-        .attr("largest", AttrValue::Bool(largest))
-        .attr("sorted", AttrValue::Bool(sorted))
+        .typed(&TopKAttrs { k, axis, largest, sorted })
         .create_all()?;
     let n = outputs.len();
     let [values, indices]: [Tensor; 2] = outputs.try_into().map_err(|_| PopXlError::IndexOutOfRange {
@@ -90,7 +83,6 @@ pub fn topk(t: &Tensor, k: usize, axis: i64, largest: bool, sorted: bool) -> Res
 pub fn histogram(t: &Tensor, levels: &[f64], absolute_of_input: bool) -> Result<Tensor> {
     OpBuilder::new("histogram", &ir_ops::Histogram)
         .input(0, t)
-        .attr("levels", AttrValue::Floats(levels.to_vec()))
-        .attr("absolute_of_input", AttrValue::Bool(absolute_of_input))
+        .typed(&HistogramAttrs { levels: levels.to_vec(), absolute_of_input })
         .create1()
 }

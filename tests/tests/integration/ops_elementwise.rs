@@ -233,8 +233,11 @@ fn typed_errors() {
     let _g = ir.main_graph().enter();
     let i = popxl::constant(arr1(&[1i32, 2]), "i").expect("i");
     let f = popxl::constant(arr1(&[1.0f32, 2.0]), "f").expect("f");
-    let is_inference =
-        |r: popxl::Result<Tensor>| matches!(r, Err(PopXlError::Ir(popart_ir::IrError::Inference { .. })));
+    // Inference errors, or attribute errors (issue 34: bad attribute values are
+    // refused by the op type's typed attributes, naming the attribute).
+    let is_inference = |r: popxl::Result<Tensor>| {
+        matches!(r, Err(PopXlError::Ir(popart_ir::IrError::Inference { .. } | popart_ir::IrError::Attribute { .. })))
+    };
     assert!(is_inference(ops::isnan(&i)), "isnan of int32");
     assert!(is_inference(ops::log2(&i)));
     assert!(is_inference(ops::geluerf(&i)));

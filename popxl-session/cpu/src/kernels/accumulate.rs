@@ -7,6 +7,7 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::var_update::AccumulateAttrs;
 use popart_ir::ops::var_update::AccumulationType;
 use popart_ir::DataType;
 
@@ -44,12 +45,12 @@ impl Scalar {
         }
     }
 
-    /// The scalar at input `index`, else attribute `attr`, else `default`
-    /// (a build error when none is given).
+    /// The scalar at input `index`, else the attribute's decoded `value`, else
+    /// `default` (a build error when none is given); `attr` names it in errors.
     pub(crate) fn of(
         spec: &KernelSpec<'_>,
         index: u32,
-        attr: &str,
+        (attr, value): (&str, Option<f64>),
         default: Option<f64>,
     ) -> Result<Scalar, KernelError> {
         match spec.opt_input(index) {
@@ -57,9 +58,7 @@ impl Scalar {
             Some(s) => {
                 Err(spec.error(format!("`{attr}` (input {index}) must be a one-element tensor, got {}", s.info)))
             }
-            None => spec
-                .attrs
-                .float(attr)
+            None => value
                 .or(default)
                 .map(Scalar::Const)
                 .ok_or_else(|| spec.error(format!("missing `{attr}`: attribute or input {index}"))),
@@ -182,7 +181,7 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
     let plan = Broadcast::new(t.shape(), [x.shape()])
         .ok_or_else(|| spec.error(format!("update {} does not broadcast to {}", x.info, t.info)))?;
     let default = if ty.factor_defaults_to_one() || ty == AccumulationType::Add { Some(1.0) } else { None };
-    let factor = Scalar::of(spec, 2, "factor", default)?;
+    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), default)?;
     let xp = x.pos;
     let dt = t.dtype();
     use AccumulationType as A;
@@ -236,7 +235,7 @@ fn build_scale(spec: &KernelSpec<'_>) -> BuildResult {
     if y.info != t.info || t.pos != 0 {
         return Err(spec.error(format!("output {} must be the updated input 0 {}", y.info, t.info)));
     }
-    let factor = Scalar::of(spec, 2, "factor", None)?;
+    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), None)?;
     if matches!(factor, Scalar::Const(f) if f == 0.0) {
         return boxed(ZeroKernel { nbytes: t.info.nbytes() });
     }
@@ -316,7 +315,7 @@ fn build_sparse(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, true, build_sparse);
     }
-    let axis = norm_axis(spec, spec.attr_int_or("axis", 0), t.info.rank())?;
+    let axis = norm_axis(spec, spec.typed::<AccumulateAttrs>()?.axis, t.info.rank())?;
     let mut want = t.shape()[..axis].to_vec();
     want.extend_from_slice(idx.shape());
     want.extend_from_slice(&t.shape()[axis + 1..]);
@@ -329,7 +328,7 @@ fn build_sparse(spec: &KernelSpec<'_>) -> BuildResult {
         inner: t.shape()[axis + 1..].iter().product(),
         nidx: idx.nelms(),
     };
-    let factor = Scalar::of(spec, 2, "factor", Some(1.0))?;
+    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), Some(1.0))?;
     let (xp, ip, check) = (x.pos, idx.pos, spec.check_indices);
     let bad_idx = || spec.error(format!("indices must be integers, got {}", idx.dtype()));
     let dt = t.dtype();

@@ -32,6 +32,7 @@ use std::marker::PhantomData;
 
 use half::f16;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::collectives::IpuAllReduceAttrs;
 use popart_ir::ops::collectives::{shard_len, CollectiveOperator};
 use popart_ir::DataType;
 
@@ -574,7 +575,7 @@ fn build_multi_all_reduce(spec: &KernelSpec<'_>) -> BuildResult {
         check_same(spec, x, y)?;
     }
     let op = operator(spec, first.dtype())?;
-    if spec.attrs.bool("identical_inputs").unwrap_or(false) {
+    if spec.typed::<IpuAllReduceAttrs>()?.identical_inputs {
         return Ok(Box::new(CopyEachKernel { nbytes: first.info.nbytes() }));
     }
     dispatch_reduce(spec, first.dtype(), op, MultiMaker { n: first.nelms(), k: spec.inputs.len() })

@@ -8,8 +8,10 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::collectives::AllReduceUpdateAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
+use popart_ir::OpAttrs;
 
 use super::collectives::chunk;
 use super::par::Simd;
@@ -155,20 +157,20 @@ pub(super) struct UpdateAttrs {
 impl UpdateAttrs {
     /// Read and check them.
     pub(super) fn of(spec: &KernelSpec<'_>) -> Result<UpdateAttrs, KernelError> {
-        let int = |key: &str| {
-            spec.attrs
-                .int(key)
-                .and_then(|v| usize::try_from(v).ok())
+        let a = AllReduceUpdateAttrs::from_attrs(spec.attrs).map_err(|e| spec.error(e.to_string()))?;
+        let positive = |v: i64, what: &str| {
+            usize::try_from(v)
+                .ok()
                 .filter(|&v| v > 0)
-                .ok_or_else(|| spec.error(format!("`{key}` must be a positive integer")))
+                .ok_or_else(|| spec.error(format!("{what} must be a positive integer")))
         };
-        let (stride, group_size) = (int("stride")?, int("group_size")?);
-        let mean = match CollectiveOperator::of(spec.attrs) {
+        let (stride, group_size) = (positive(a.stride, "the stride")?, positive(a.group_size, "the group size")?);
+        let mean = match a.op.as_deref().map_or(Some(CollectiveOperator::Add), CollectiveOperator::from_name) {
             Some(CollectiveOperator::Add) => false,
             Some(CollectiveOperator::Mean) => true,
-            _ => return Err(spec.error("`op` must be add or mean")),
+            _ => return Err(spec.error("the operator must be add or mean")),
         };
-        let b = spec.attrs.float("b").ok_or_else(|| spec.error("missing the float attribute `b`"))?;
+        let b = a.b;
         Ok(UpdateAttrs { stride, group_size, mean, b })
     }
 }

@@ -3,6 +3,8 @@
 //! `Minimum`.
 
 use popart_ir::ops::all as ir;
+use popart_ir::ops::unary::{ClipAttrs, IncrementModAttrs};
+use popart_ir::ops::var_update::ScaleAttrs;
 use popart_ir::DataType;
 
 use super::binary::{Binary, Map2, MapN, NAry};
@@ -138,7 +140,7 @@ fn build_clip(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_clip);
     }
     let (n, dt) = same_info(spec)?;
-    let (lo, hi) = (spec.attr_float_or("min", f64::NEG_INFINITY), spec.attr_float_or("max", f64::INFINITY));
+    let (lo, hi) = spec.typed::<ClipAttrs>()?.bounds();
     // `from_f64` saturates for integers: infinite bounds become the type's limits.
     with_num!(dt, T => Ok(Box::new(UnaryP::<T, ClipMap> {
         n, p: [T::from_f64(lo), T::from_f64(hi)], in_place: false, _t: Types::default()
@@ -151,7 +153,7 @@ fn build_increment_mod(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, in_place, build_increment_mod);
     }
     let (n, dt) = same_info(spec)?;
-    let (inc, m) = (spec.attr_float_or("increment", 0.0), spec.attr_float_or("modulus", 0.0));
+    let IncrementModAttrs { increment: inc, modulus: m } = spec.typed()?;
     with_num!(dt, T => Ok(Box::new(UnaryP::<T, IncrementModMap> {
         n, p: [T::from_f64(inc), T::from_f64(m)], in_place, _t: Types::default()
     })), _ => Err(spec.unsupported_dtype(dt)))
@@ -199,7 +201,7 @@ fn build_clip_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if g.pos != 0 {
         return Err(spec.error("the gradient must be input 0"));
     }
-    let (lo, hi) = (spec.attr_float_or("min", f64::NEG_INFINITY), spec.attr_float_or("max", f64::INFINITY));
+    let (lo, hi) = spec.typed::<ClipAttrs>()?.bounds();
     let (n, dt) = (g.nelms(), g.dtype());
     with_float!(dt, T => Ok(Box::new(ClipGradKernel::<T> { n, lo: T::from_f64(lo), hi: T::from_f64(hi) })),
         _ => Err(spec.unsupported_dtype(dt)))
@@ -305,11 +307,11 @@ impl<T: Num> Kernel for ScaledAddKernel<T> {
     }
 }
 
-fn coef<T: Num>(spec: &KernelSpec<'_>, attr: &str, input: u32, dt: DataType) -> Result<Coef<T>, KernelError> {
+fn coef<T: Num>(spec: &KernelSpec<'_>, value: Option<f64>, input: u32, dt: DataType) -> Result<Coef<T>, KernelError> {
     match spec.opt_input(input) {
         Some(s) if s.nelms() == 1 && s.dtype() == dt => Ok(Coef::Input(s.pos)),
         Some(s) => Err(spec.error(format!("input {input} must be a one-element {dt} tensor, got {}", s.info))),
-        None => Ok(Coef::Const(T::from_f64(spec.attr_float_or(attr, 1.0)))),
+        None => Ok(Coef::Const(T::from_f64(value.unwrap_or(1.0)))),
     }
 }
 
@@ -325,8 +327,9 @@ fn build_scaled_add(spec: &KernelSpec<'_>) -> BuildResult {
     let plan = Broadcast::new(x.shape(), [x.shape(), y.shape()])
         .ok_or_else(|| spec.error(format!("y {} does not broadcast to x {}", y.info, x.info)))?;
     let pos = [x.pos, y.pos];
+    let ScaleAttrs { a, b } = spec.typed()?;
     with_num!(dt, T => Ok(Box::new(ScaledAddKernel::<T> {
-        plan, pos, coefs: [coef(spec, "a", 2, dt)?, coef(spec, "b", 3, dt)?]
+        plan, pos, coefs: [coef(spec, a, 2, dt)?, coef(spec, b, 3, dt)?]
     })), _ => Err(spec.unsupported_dtype(dt)))
 }
 

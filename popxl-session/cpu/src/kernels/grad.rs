@@ -18,6 +18,7 @@ use super::spec::{boxed, norm_axes, BuildResult, Slot, SpecExt, Types};
 use super::{unary, KernelEntry};
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::grad::{BinaryGradAttrs, ReduceGradAttrs, UnaryGradAttrs, WhereGradAttrs};
 
 macro_rules! grad3 {
     ($($name:ident: |$g:ident, $p:ident, $q:ident| $e:expr;)*) => {$(
@@ -189,7 +190,7 @@ fn build_where_grad(spec: &KernelSpec<'_>) -> BuildResult {
     }
     let plan = Broadcast::new(y.shape(), [g.shape(), c.shape()])
         .ok_or_else(|| spec.error("gradient and condition do not broadcast to the output"))?;
-    let pass = match spec.attr_int_or("arg", 0) {
+    let pass = match spec.typed::<WhereGradAttrs>()?.arg {
         0 => true,
         1 => false,
         a => return Err(spec.error(format!("`arg` must be 0 or 1, got {a}"))),
@@ -210,7 +211,8 @@ fn grad_operands<'s>(spec: &'s KernelSpec<'_>) -> Result<(Slot<'s>, Slot<'s>, Da
 
 /// `UnaryGrad{func}`: the derivative kernel registered with the unary op `func`.
 fn build_unary_grad(spec: &KernelSpec<'_>) -> BuildResult {
-    let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
+    let func = spec.typed::<UnaryGradAttrs>()?.func;
+    let func = func.as_str();
     let build =
         unary::grad_builder(func).ok_or_else(|| spec.error(format!("no unary gradient kernel for `{func}`")))?;
     build(spec)
@@ -221,7 +223,8 @@ fn build_binary_grad(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_binary_grad);
     }
     let (g, y, dt) = grad_operands(spec)?;
-    let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
+    let func = spec.typed::<BinaryGradAttrs>()?.func;
+    let func = func.as_str();
     let (a, b) = (spec.input(1)?, spec.input(2)?);
     if y.shape() != g.shape() {
         return Err(spec.error(format!("output {} must have the gradient's shape {:?}", y.info, g.shape())));
@@ -256,7 +259,8 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_reduce_grad);
     }
     let (g, x, dt) = grad_operands(spec)?;
-    let func = spec.attrs.str("func").ok_or_else(|| spec.error("missing attribute `func`"))?;
+    let ReduceGradAttrs { func, axes, .. } = spec.typed()?;
+    let func = func.as_str();
     // The output has the forward input's shape (attribute `shape`); `x` (input
     // 1) is connected only for the funcs whose formula reads it.
     if let Some((_, fx)) = spec.inputs.iter().find(|(i, _)| *i == 1) {
@@ -264,7 +268,7 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
             return Err(spec.error(format!("output {} must match the forward input {fx}", x.info)));
         }
     }
-    let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
+    let axes = norm_axes(spec, &axes, x.info.rank())?;
     let kept: Vec<usize> = x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect();
     let kept_len: usize = kept.iter().product();
     if g.nelms() != kept_len {

@@ -16,6 +16,11 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::indexing::{dynamic_slices, grouped_gather_shape, onehot_shape, split_sizes, subsample_shape};
+use popart_ir::ops::indexing::{DynamicSliceAttrs, GroupedGatherAttrs, OnehotAttrs, SplitAttrs, SubsampleAttrs};
+use popart_ir::ops::indexing_grad::{
+    DynamicSliceGradAttrs, GroupedGatherGradAttrs, OnehotGradAttrs, SubsampleGradAttrs,
+};
+use popart_ir::ops::shape::GatherAttrs;
 use popart_ir::DataType;
 
 /// Check output `index` has the expected shape and dtype.
@@ -140,8 +145,10 @@ fn build_subsample(spec: &KernelSpec<'_>) -> BuildResult {
     // The gradient's output has the forward input's shape (attribute `shape`).
     let x = if grad { spec.output(0)? } else { spec.input(0)? };
     check_rank(spec, x.info.rank())?;
-    let out = subsample_shape(x.shape(), spec.attr_ints("strides")?).map_err(|m| spec.error(m))?;
-    let strides: Vec<usize> = spec.attr_ints("strides")?.iter().map(|&s| s as usize).collect();
+    let strides =
+        if grad { spec.typed::<SubsampleGradAttrs>()?.strides } else { spec.typed::<SubsampleAttrs>()?.strides };
+    let out = subsample_shape(x.shape(), &strides).map_err(|m| spec.error(m))?;
+    let strides: Vec<usize> = strides.iter().map(|&s| s as usize).collect();
     let rows = StridedRows::new(&out, x.shape(), &strides);
     if grad {
         let g = spec.input(0)?;
@@ -182,8 +189,9 @@ impl<E: Copy + Send + Sync + 'static> Kernel for SplitKernel<E> {
 
 fn build_split(spec: &KernelSpec<'_>) -> BuildResult {
     let x = spec.input(0)?;
-    let axis = super::spec::norm_axis(spec, spec.attr_int_or("axis", 0), x.info.rank())?;
-    let sizes = split_sizes(x.shape()[axis], spec.attr_ints("split")?).map_err(|m| spec.error(m))?;
+    let SplitAttrs { axis, split } = spec.typed()?;
+    let axis = super::spec::norm_axis(spec, axis, x.info.rank())?;
+    let sizes = split_sizes(x.shape()[axis], &split).map_err(|m| spec.error(m))?;
     if sizes.len() != spec.outputs.len() {
         return Err(spec.error(format!("{} split sizes for {} outputs", sizes.len(), spec.outputs.len())));
     }
@@ -224,8 +232,14 @@ struct DynPlan {
 impl DynPlan {
     fn new(spec: &KernelSpec<'_>, dims: &[usize]) -> Result<Self, KernelError> {
         check_rank(spec, dims.len())?;
-        let slices =
-            dynamic_slices(dims, spec.attr_ints("axes")?, spec.attr_ints("sizes")?).map_err(|m| spec.error(m))?;
+        let (axes, sizes) = if spec.is::<ir::DynamicSliceGrad>() {
+            let a: DynamicSliceGradAttrs = spec.typed()?;
+            (a.axes, a.sizes)
+        } else {
+            let a: DynamicSliceAttrs = spec.typed()?;
+            (a.axes, a.sizes)
+        };
+        let slices = dynamic_slices(dims, &axes, &sizes).map_err(|m| spec.error(m))?;
         let mut entry = vec![None; dims.len()];
         let mut slice_dims = dims.to_vec();
         for (k, &(a, s)) in slices.iter().enumerate() {
@@ -434,9 +448,16 @@ impl OnehotDims {
     }
 
     fn of(spec: &KernelSpec<'_>, idx: &[usize]) -> Result<(Self, Vec<usize>), KernelError> {
-        let c = spec.attr_int_or("num_classes", -1);
+        let (axis, c) = if spec.is::<ir::OnehotGrad>() {
+            let a: OnehotGradAttrs = spec.typed()?;
+            (a.axis, a.num_classes)
+        } else {
+            let a: OnehotAttrs = spec.typed()?;
+            (a.axis, a.num_classes)
+        };
+        let c = c.unwrap_or(-1);
         let classes = usize::try_from(c).map_err(|_| spec.error(format!("num_classes {c} is negative")))?;
-        let (axis, shape) = onehot_shape(idx, classes, spec.attr_int_or("axis", -1)).map_err(|m| spec.error(m))?;
+        let (axis, shape) = onehot_shape(idx, classes, axis).map_err(|m| spec.error(m))?;
         let d = OnehotDims { outer: idx[..axis].iter().product(), classes, inner: idx[axis..].iter().product() };
         Ok((d, shape))
     }
@@ -640,9 +661,17 @@ fn build_grouped_gather(spec: &KernelSpec<'_>) -> BuildResult {
     let grad = spec.is::<ir::GroupedGatherGrad>();
     // The gradient's output has the forward data's shape (attribute `shape`).
     let (data, idx) = if grad { (spec.output(0)?, spec.input(1)?) } else { (spec.input(0)?, spec.input(1)?) };
-    let groups = if spec.is::<ir::TiedGather>() { 1 } else { spec.attr_int_or("group_size", 1) };
-    let (axis, gathered) = grouped_gather_shape(data.shape(), idx.shape(), spec.attr_int_or("axis", 0), groups)
-        .map_err(|m| spec.error(m))?;
+    let (axis, groups, zero_oor) = if spec.is::<ir::TiedGather>() {
+        let a: GatherAttrs = spec.typed()?;
+        (a.axis, 1, a.zero_oor)
+    } else if grad {
+        let a: GroupedGatherGradAttrs = spec.typed()?;
+        (a.axis, a.group_size, a.zero_oor)
+    } else {
+        let a: GroupedGatherAttrs = spec.typed()?;
+        (a.axis, a.group_size, a.zero_oor)
+    };
+    let (axis, gathered) = grouped_gather_shape(data.shape(), idx.shape(), axis, groups).map_err(|m| spec.error(m))?;
     let groups = groups as usize;
     let first = usize::from(groups > 1);
     let d = GroupDims {
@@ -653,7 +682,7 @@ fn build_grouped_gather(spec: &KernelSpec<'_>) -> BuildResult {
         nidx: idx.shape()[first.min(idx.info.rank())..].iter().product(),
     };
     // `zero_OOR` asks for zeros at out-of-range indices: never an error.
-    let check = spec.check_indices && spec.attrs.bool("zero_OOR") != Some(true);
+    let check = spec.check_indices && !zero_oor;
     let bad_idx = || spec.error(format!("indices must be integers, got {}", idx.dtype()));
     if !grad {
         check_out(spec, 0, &gathered, data.dtype())?;

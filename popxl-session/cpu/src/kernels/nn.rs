@@ -20,6 +20,7 @@ use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::nn::{LossReduction, MaskedSoftmaxAttrs, NllLossAttrs, SoftmaxAttrs};
 
 /// `[outer, len, inner]` view of a tensor around `axis`.
 #[derive(Clone, Copy, Debug)]
@@ -252,8 +253,7 @@ fn build_masked_softmax(spec: &KernelSpec<'_>) -> BuildResult {
         }
     }
     let mask_per_element = mshape[rank - 1] != 1 || len == 1;
-    let attr = |key: &str| spec.attrs.float(key).ok_or_else(|| spec.error(format!("missing float attribute `{key}`")));
-    let (scale, fill) = (attr("scale")?, attr("fill")?);
+    let MaskedSoftmaxAttrs { scale, fill, .. } = spec.typed()?;
     let dt = x.dtype();
     with_float!(dt, T => Ok(Box::new(MaskedSoftmax::<T> {
             len,
@@ -370,19 +370,18 @@ impl Nll {
         if p.info.rank() < 1 || l.shape() != &p.shape()[..p.info.rank() - 1] {
             return Err(spec.error(format!("labels {} do not match probs {} without the class dim", l.info, p.info)));
         }
-        let reduction = match spec.attr_str_or("reduction", "mean") {
-            "mean" => Reduction::Mean,
-            "sum" => Reduction::Sum,
-            "none" => Reduction::None,
-            other => return Err(spec.error(format!("unknown reduction `{other}`"))),
+        let NllLossAttrs { reduction, ignore_index, log_prob } = spec.typed()?;
+        let reduction = match reduction {
+            LossReduction::Mean => Reduction::Mean,
+            LossReduction::Sum => Reduction::Sum,
+            LossReduction::None => Reduction::None,
         };
         let Some(&classes) = p.shape().last() else { return Err(spec.error("probs must have a class dimension")) };
         let check = spec.check_indices;
-        let log_prob = spec.attrs.bool("log_prob").unwrap_or(false);
         if log_prob && spec.is::<ir::NllLossWithSoftmaxGrad>() {
             return Err(spec.error("log_prob inputs have no softmax gradient form"));
         }
-        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: spec.attrs.int("ignore_index"), check, log_prob })
+        Ok(Nll { rows: l.nelms(), classes, reduction, ignore: ignore_index, check, log_prob })
     }
 
     /// The class of a row's label: `None` if ignored or out of range.
@@ -545,7 +544,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if x.info.rank() == 0 {
                 return Err(spec.error("softmax of a scalar"));
             }
-            let axis = norm_axis(spec, spec.attr_int_or("axis", -1), x.info.rank())?;
+            let axis = norm_axis(spec, spec.typed::<SoftmaxAttrs>()?.axis, x.info.rank())?;
             let view = AxisView::new(x.shape(), axis);
             let dt = x.dtype();
             if spec.is::<ir::Softmax>() {

@@ -25,6 +25,7 @@
 use std::sync::Mutex;
 
 use popart_ir::ops::all as ir;
+use popart_ir::ops::norm::{BatchNormAttrs, GroupNormAttrs};
 
 use super::dispatch::with_float;
 use super::elem::Float;
@@ -131,7 +132,8 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     }
     let (n, c) = (shape[0], shape[1]);
     let s: usize = shape[2..].iter().product();
-    let groups = usize::try_from(spec.attr_int_or("num_groups", 1))
+    let GroupNormAttrs { num_groups, epsilon: eps } = spec.typed()?;
+    let groups = usize::try_from(num_groups)
         .ok()
         .filter(|&g| g >= 1 && c.is_multiple_of(g))
         .ok_or_else(|| spec.error("num_groups must divide the channels"))?;
@@ -146,7 +148,6 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let nchunks = if grad && parallel { (2 * team::num_threads()).min(rows) } else { 1 };
     let chunks: Vec<usize> = (0..=nchunks).map(|i| i * rows / nchunks).collect();
     let dt = x.dtype();
-    let eps = spec.attr_float_or("epsilon", 1e-5);
     with_float!(dt, T => {
         let partials = popart_ir::size::try_zeroed_vec::<T>(nchunks * 2 * c, "group norm partials")
             .map_err(|e| spec.error(e.to_string()))?;
@@ -385,9 +386,8 @@ fn build_batch_norm(spec: &KernelSpec<'_>) -> BuildResult {
     let nchunks = total.div_ceil(BN_CHUNK_ELEMS).clamp(1, BN_MAX_CHUNKS).min(strips.max(1));
     let chunks: Vec<usize> = (0..=nchunks).map(|i| i * strips / nchunks).collect();
     let parallel = team::num_threads() > 1 && nchunks > 1 && total >= PAR_MIN_ELEMS / 4;
-    let unbiased = spec.attrs.bool("unbiased_variance").unwrap_or(false);
+    let BatchNormAttrs { epsilon: eps, momentum, unbiased_variance: unbiased } = spec.typed()?;
     let var_factor = if unbiased && m > 1 { m as f64 / (m - 1) as f64 } else { 1.0 };
-    let (eps, momentum) = (spec.attr_float_or("epsilon", 1e-5), spec.attr_float_or("momentum", 0.9));
     let dt = x.dtype();
     with_float!(dt, T => {
         let scratch = popart_ir::size::try_zeroed_vec::<T>((2 * nchunks + 4) * c, "batch norm partials")

@@ -23,7 +23,7 @@ use std::cell::RefCell;
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::print::{prints_self, FloatFormat, PrintFormat};
+use popart_ir::ops::print::{print_title, prints_self, FloatFormat, PrintFormat};
 use popart_ir::{DataType, TensorInfo};
 
 use super::ptr::slice;
@@ -121,7 +121,7 @@ fn build_print(spec: &KernelSpec<'_>) -> BuildResult {
     }
     let fmt = PrintFormat::from_attrs(spec.attrs).map_err(|m| spec.error(m))?;
     Ok(Box::new(PrintKernel {
-        title: spec.attr_str_or("title", "").to_string(),
+        title: print_title(spec.attrs).to_string(),
         fmt,
         info: x.info.clone(),
         print: prints_self(spec.attrs),

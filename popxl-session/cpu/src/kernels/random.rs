@@ -30,6 +30,7 @@ use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::random::{DropoutAttrs, RandomNormalAttrs, RandomUniformAttrs, ShapedDropoutAttrs};
 use popart_ir::{DataType, TensorInfo};
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -288,9 +289,11 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     match () {
         _ if spec.is::<ir::RandomUniform>() || spec.is::<ir::RandomNormal>() => {
             let dist = if spec.is::<ir::RandomUniform>() {
-                Dist::Uniform { low: spec.attr_float_or("low", 0.0), high: spec.attr_float_or("high", 1.0) }
+                let RandomUniformAttrs { low, high, .. } = spec.typed()?;
+                Dist::Uniform { low, high }
             } else {
-                Dist::Normal { mean: spec.attr_float_or("mean", 0.0), std: spec.attr_float_or("std", 1.0) }
+                let RandomNormalAttrs { mean, std, .. } = spec.typed()?;
+                Dist::Normal { mean, std }
             };
             let seed = seed.pos;
             with_float!(dt, T => boxed(RandomKernel::<T> { n, dist, seed, _t: Types::default() }),
@@ -301,7 +304,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if x.info != y.info {
                 return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
             }
-            let p = spec.attrs.float("p").ok_or_else(|| spec.error("missing float attribute `p`"))?;
+            let DropoutAttrs { p } = spec.typed()?;
             if !(0.0..1.0).contains(&p) {
                 return Err(spec.error(format!("dropout probability must be in [0, 1), got {p}")));
             }
@@ -314,12 +317,11 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if x.info != y.info {
                 return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
             }
-            let ratio = spec.attrs.float("ratio").ok_or_else(|| spec.error("missing float attribute `ratio`"))?;
+            let ShapedDropoutAttrs { ratio, shape } = spec.typed()?;
             if !(0.0..1.0).contains(&ratio) {
                 return Err(spec.error(format!("dropout ratio must be in [0, 1), got {ratio}")));
             }
-            let shape: Vec<usize> = spec
-                .attr_ints("shape")?
+            let shape: Vec<usize> = shape
                 .iter()
                 .map(|&d| usize::try_from(d).map_err(|_| spec.error(format!("negative mask dimension {d}"))))
                 .collect::<Result<_, _>>()?;

@@ -19,6 +19,7 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::reduce::ReduceAttrs;
 
 /// How values combine. Implemented by zero-sized reducer types: each element is
 /// `map`ped, then `combine`d into the accumulator (partial accumulators of a
@@ -528,7 +529,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let kept: Vec<usize> = if spec.is::<ir::ReduceToShape>() {
         y.shape().to_vec()
     } else {
-        let axes = norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), x.info.rank())?;
+        let axes = norm_axes(spec, &spec.typed::<ReduceAttrs>()?.axes, x.info.rank())?;
         x.shape().iter().enumerate().map(|(d, &n)| if axes.contains(&d) { 1 } else { n }).collect()
     };
     if kept.iter().product::<usize>() != y.nelms() {

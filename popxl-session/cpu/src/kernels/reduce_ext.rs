@@ -21,6 +21,8 @@ use super::spec::{boxed, norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::grad::ReduceGradAttrs;
+use popart_ir::ops::reduce::{ReduceAttrs, ReduceMedianGradAttrs};
 
 /// Offsets of a strided index space, dims collapsed where contiguous (size-1
 /// dims dropped), visited in row-major order.
@@ -151,7 +153,14 @@ impl Groups {
 
 /// Axes of a reduction spec on input `x`.
 fn axes_of(spec: &KernelSpec<'_>, rank: usize) -> Result<Vec<usize>, KernelError> {
-    norm_axes(spec, spec.attrs.ints("axes").unwrap_or(&[]), rank)
+    let axes = if spec.is::<ir::ReduceMedianGrad>() {
+        spec.typed::<ReduceMedianGradAttrs>()?.axes
+    } else if spec.is::<ir::ReduceGrad>() {
+        spec.typed::<ReduceGradAttrs>()?.axes
+    } else {
+        spec.typed::<ReduceAttrs>()?.axes
+    };
+    norm_axes(spec, &axes, rank)
 }
 
 /// `ReduceMedian`: each group is copied to a scratch buffer and the lower median

@@ -11,6 +11,7 @@
 //! the error `IndexOutOfRange` before anything is written.
 
 use popart_ir::ops::all as ir;
+use popart_ir::ops::roi_align::RoiAlignAttrs;
 
 use super::dispatch::{with_float, with_index};
 use super::elem::{Float, IndexElem};
@@ -53,12 +54,12 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     if s.len() != 4 || rois.shape().len() != 2 {
         return Err(spec.error("expected x [N, C, H, W] and rois [R, 4]"));
     }
-    let (oh, ow) =
-        (spec.attr_int_or("output_height", 1).max(1) as usize, spec.attr_int_or("output_width", 1).max(1) as usize);
+    let a: RoiAlignAttrs = spec.typed()?;
+    let (oh, ow) = (a.output_height.max(1) as usize, a.output_width.max(1) as usize);
     let pos = [spec.input(0)?.pos, rois.pos, idx.pos];
     let (dt, it) = (x.dtype(), idx.dtype());
-    let scale = spec.attr_float_or("spatial_scale", 1.0);
-    let ratio = spec.attr_int_or("sampling_ratio", 0).max(0) as usize;
+    let scale = a.spatial_scale;
+    let ratio = a.sampling_ratio.max(0) as usize;
     let (n, c, h, w, r) = (s[0], s[1], s[2], s[3], rois.shape()[0]);
     with_float!(dt, T => with_index!(it, I => Ok(Box::new(Roi::<T, I> {
         grad, n, c, h, w, rois: r, oh, ow, scale, ratio, pos, check: spec.check_indices, _t: Types::default(),

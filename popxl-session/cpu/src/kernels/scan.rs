@@ -14,6 +14,7 @@ use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::scan::CumSumAttrs;
 
 struct CumSum<T> {
     outer: usize,
@@ -140,11 +141,10 @@ fn build_cumsum(spec: &KernelSpec<'_>) -> BuildResult {
     if y.info != x.info {
         return Err(spec.error(format!("output {} must match the input {}", y.info, x.info)));
     }
-    let axis = norm_axis(spec, spec.attr_int_or("axis", 0), x.info.rank())?;
+    let CumSumAttrs { axis, exclusive, reverse } = spec.typed()?;
+    let axis = norm_axis(spec, axis, x.info.rank())?;
     let shape = x.shape();
     let (outer, n, inner) = (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product());
-    let exclusive = spec.attrs.bool("exclusive").unwrap_or(false);
-    let reverse = spec.attrs.bool("reverse").unwrap_or(false);
     let dt = x.dtype();
     with_num!(dt, T => boxed(CumSum::<T> { outer, n, inner, exclusive, reverse, src: x.pos, _t: Types::default() }),
         _ => Err(spec.unsupported_dtype(dt)))

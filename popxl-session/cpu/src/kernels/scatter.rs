@@ -21,6 +21,8 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::indexing::{scatter_indices, Reduction, ScatterIndices};
+use popart_ir::ops::indexing::{ScatterAttrs, ScatterReduceAttrs};
+use popart_ir::ops::indexing_grad::ScatterReduceGradAttrs;
 use popart_ir::TensorInfo;
 
 /// Where the elements of a source of shape `[outer.., rows, inner..]` land in
@@ -51,7 +53,14 @@ impl ScatterPlan {
         if rank == 0 || rank > MAX_RANK || out.len() != rank {
             return Err(spec.error(format!("cannot scatter {src} into {out:?}")));
         }
-        let axis = norm_axis(spec, spec.attr_int_or("axis", 0), rank)?;
+        let axis = if spec.is::<ir::Scatter>() {
+            spec.typed::<ScatterAttrs>()?.axis
+        } else if spec.is::<ir::ScatterReduce>() {
+            spec.typed::<ScatterReduceAttrs>()?.axis
+        } else {
+            spec.typed::<ScatterReduceGradAttrs>()?.axis
+        };
+        let axis = norm_axis(spec, axis, rank)?;
         if (0..rank).any(|d| d != axis && out[d] < src.shape[d]) {
             return Err(spec.error(format!("{src} does not fit the output {out:?} off axis {axis}")));
         }
@@ -307,7 +316,12 @@ impl<T: Num, I: IndexElem> Kernel for ScatterGradKernel<T, I> {
 }
 
 fn reduction_of(spec: &KernelSpec<'_>) -> Result<Reduction, KernelError> {
-    let r = spec.attr_str_or("reduction", "sum");
+    let r = if spec.is::<ir::ScatterReduceGrad>() {
+        spec.typed::<ScatterReduceGradAttrs>()?.reduction
+    } else {
+        spec.typed::<ScatterReduceAttrs>()?.reduction
+    };
+    let r = r.as_str();
     Reduction::parse(r).ok_or_else(|| spec.error(format!("unknown reduction `{r}`")))
 }
 
@@ -350,7 +364,7 @@ fn build_scatter_grad(spec: &KernelSpec<'_>) -> BuildResult {
     // tensor itself (input 2) is read by `max`/`min` only.
     let (g, idx, data) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     let reduction = reduction_of(spec)?;
-    let with_initial = spec.attrs.bool("with_initial").unwrap_or(false);
+    let with_initial = spec.typed::<ScatterReduceGradAttrs>()?.with_initial;
     let plan = ScatterPlan::new(spec, data.info, idx.info, g.shape())?;
     check_out(spec, 0, data.shape(), g.dtype())?;
     if with_initial {

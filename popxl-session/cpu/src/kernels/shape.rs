@@ -16,7 +16,9 @@ use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::grad::{GatherGradAttrs, SliceGradAttrs};
 use popart_ir::ops::shape::{resolve_slices, transpose_perm, SliceDim};
+use popart_ir::ops::shape::{ConcatAttrs, GatherAttrs, SliceAttrs, TransposeAttrs};
 
 /// A strided view of a source tensor, enumerated in row-major order of `dims`.
 #[derive(Clone, Debug)]
@@ -165,8 +167,13 @@ fn slice_view(spec: &KernelSpec<'_>, x_shape: &[usize]) -> Result<(Strided, Vec<
     let mut dims = x_shape.to_vec();
     let mut strides: Vec<isize> = xs.iter().map(|&s| s as isize).collect();
     let mut base = 0isize;
-    let (starts, ends) = (spec.attr_ints("starts")?, spec.attr_ints("ends")?);
-    let slices = resolve_slices(x_shape, starts, ends, spec.attrs.ints("steps"), spec.attrs.ints("axes"))
+    let SliceAttrs { starts, ends, steps, axes } = if spec.is::<ir::SliceGrad>() {
+        let SliceGradAttrs { starts, ends, steps, axes, .. } = spec.typed()?;
+        SliceAttrs { starts, ends, steps, axes }
+    } else {
+        spec.typed()?
+    };
+    let slices = resolve_slices(x_shape, &starts, &ends, steps.as_deref(), axes.as_deref())
         .map_err(|e| spec.error(e.to_string()))?;
     for SliceDim { axis, start, step, len } in slices {
         dims[axis] = len;
@@ -324,7 +331,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     match () {
         _ if spec.is::<ir::Transpose>() => {
             let x = spec.input(0)?;
-            let perm = transpose_perm(spec.attrs.ints("perm").unwrap_or(&[]), x.info.rank())
+            let perm = transpose_perm(&spec.typed::<TransposeAttrs>()?.perm, x.info.rank())
                 .map_err(|e| spec.error(e.to_string()))?;
             let xs = contiguous_strides(x.shape());
             let dims: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
@@ -365,7 +372,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         _ if spec.is::<ir::Concat>() => {
             let first = spec.input(0)?;
             let rank = first.info.rank();
-            let axis = norm_axis(spec, spec.attr_int_or("axis", 0), rank)?;
+            let axis = norm_axis(spec, spec.typed::<ConcatAttrs>()?.axis, rank)?;
             let outer: usize = first.shape()[..axis].iter().product();
             let inner: usize = first.shape()[axis + 1..].iter().product();
             let mut parts = Vec::new();
@@ -408,7 +415,13 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if rank == 0 {
                 return Err(spec.error("gather from a scalar"));
             }
-            let axis = norm_axis(spec, spec.attr_int_or("axis", 0), rank)?;
+            let GatherAttrs { axis, zero_oor } = if grad {
+                let GatherGradAttrs { axis, zero_oor, .. } = spec.typed()?;
+                GatherAttrs { axis, zero_oor }
+            } else {
+                spec.typed()?
+            };
+            let axis = norm_axis(spec, axis, rank)?;
             let d = GatherDims {
                 outer: data.shape()[..axis].iter().product(),
                 axis_len: data.shape()[axis],
@@ -420,7 +433,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             gathered.extend_from_slice(&data.shape()[axis + 1..]);
             let bad_idx = || spec.error(format!("indices must be integers, got {}", idx.dtype()));
             // `zero_OOR` asks for zeros at out-of-range indices: never an error.
-            let check = spec.check_indices && spec.attrs.bool("zero_OOR") != Some(true);
+            let check = spec.check_indices && !zero_oor;
             if !grad {
                 check_out(spec, &gathered, data.dtype())?;
                 let pos = [data.pos, idx.pos];

@@ -20,6 +20,7 @@ use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::sort::{ArgReduceAttrs, HistogramAttrs, TopKAttrs, TopKGradAttrs};
 
 /// Total order of the kernels: NaN above every number, NaNs equal.
 #[inline(always)]
@@ -167,7 +168,7 @@ fn build_arg(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_arg);
     }
     let (x, y) = (spec.input(0)?, spec.output(0)?);
-    let axis = norm_axis(spec, spec.attr_int_or("axis", 0), x.info.rank())?;
+    let axis = norm_axis(spec, spec.typed::<ArgReduceAttrs>()?.axis, x.info.rank())?;
     let (outer, n, inner) = lanes(x.shape(), axis);
     if y.dtype() != DataType::Int32 || y.nelms() != outer * inner || (n == 0 && y.nelms() > 0) {
         return Err(spec.error(format!("output {} is not the int32 arg-reduction of {} along {axis}", y.info, x.info)));
@@ -327,9 +328,10 @@ fn build_topk(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_topk);
     }
     let (x, yv, yi) = (spec.input(0)?, spec.output(0)?, spec.output(1)?);
-    let axis = norm_axis(spec, spec.attr_int_or("axis", -1), x.info.rank())?;
+    let TopKAttrs { k, axis, largest, sorted } = spec.typed()?;
+    let axis = norm_axis(spec, axis, x.info.rank())?;
     let (outer, n, inner) = lanes(x.shape(), axis);
-    let k = usize::try_from(spec.attr_int_or("k", -1)).ok().filter(|&k| k <= n && n <= i32::MAX as usize);
+    let k = usize::try_from(k).ok().filter(|&k| k <= n && n <= i32::MAX as usize);
     let Some(k) = k else {
         return Err(spec.error(format!("`k` must be in [0, {n}] for {} along axis {axis}", x.info)));
     };
@@ -338,8 +340,6 @@ fn build_topk(spec: &KernelSpec<'_>) -> BuildResult {
     if yv.dtype() != x.dtype() || yv.shape() != shape || yi.dtype() != DataType::Int32 || yi.shape() != shape {
         return Err(spec.error(format!("outputs {} and {} are not the top-{k} of {}", yv.info, yi.info, x.info)));
     }
-    let largest = spec.attrs.bool("largest").unwrap_or(true);
-    let sorted = spec.attrs.bool("sorted").unwrap_or(true);
     let dt = x.dtype();
     let alloc = |what: &str, e: popart_ir::size::SizeError| -> KernelError { spec.error(format!("{what}: {e}")) };
     with_num!(dt, T => {
@@ -398,7 +398,7 @@ fn build_topk_grad(spec: &KernelSpec<'_>) -> BuildResult {
     // The output has the forward input's shape (attribute `shape`).
     let (g, ind, y) = (spec.input(0)?, spec.input(1)?, spec.output(0)?);
     let x = y;
-    let axis = norm_axis(spec, spec.attr_int_or("axis", -1), x.info.rank())?;
+    let axis = norm_axis(spec, spec.typed::<TopKGradAttrs>()?.axis, x.info.rank())?;
     let (outer, n, inner) = lanes(x.shape(), axis);
     let k = g.shape().get(axis).copied().unwrap_or(0);
     let fits = y.info == x.info
@@ -449,11 +449,10 @@ fn build_histogram(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_histogram);
     }
     let (x, y) = (spec.input(0)?, spec.output(0)?);
-    let levels = spec.attrs.floats("levels").ok_or_else(|| spec.error("missing float-list attribute `levels`"))?;
+    let HistogramAttrs { levels, absolute_of_input: abs } = spec.typed()?;
     if y.dtype() != DataType::Uint32 || y.nelms() != levels.len() + 1 {
         return Err(spec.error(format!("output {} must be uint32 of {} bins", y.info, levels.len() + 1)));
     }
-    let abs = spec.attrs.bool("absolute_of_input").unwrap_or(false);
     let dt = x.dtype();
     let n = x.nelms();
     with_float!(dt, T => {

@@ -47,11 +47,10 @@ pub(crate) trait SpecExt {
     fn input(&self, index: u32) -> Result<Slot<'_>, KernelError>;
     fn opt_input(&self, index: u32) -> Option<Slot<'_>>;
     fn output(&self, index: u32) -> Result<Slot<'_>, KernelError>;
-    fn attr_ints(&self, key: &str) -> Result<&[i64], KernelError>;
-    fn attr_str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str;
-    fn attr_int_or(&self, key: &str, default: i64) -> i64;
-    fn attr_float_or(&self, key: &str, default: f64) -> f64;
     fn unsupported_dtype(&self, dtype: DataType) -> KernelError;
+    /// The op's typed attributes (`CumSumAttrs`...), decoded and validated by
+    /// their declaration in the IR (at kernel build time, never in a step).
+    fn typed<A: popart_ir::OpAttrs>(&self) -> Result<A, KernelError>;
 }
 
 impl SpecExt for KernelSpec<'_> {
@@ -71,20 +70,11 @@ impl SpecExt for KernelSpec<'_> {
             .map(|pos| Slot { pos, info: &self.outputs[pos].1 })
             .ok_or_else(|| self.error(format!("output {index} is not connected")))
     }
-    fn attr_ints(&self, key: &str) -> Result<&[i64], KernelError> {
-        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
-    }
-    fn attr_str_or<'a>(&'a self, key: &str, default: &'a str) -> &'a str {
-        self.attrs.str(key).unwrap_or(default)
-    }
-    fn attr_int_or(&self, key: &str, default: i64) -> i64 {
-        self.attrs.int(key).unwrap_or(default)
-    }
-    fn attr_float_or(&self, key: &str, default: f64) -> f64 {
-        self.attrs.float(key).unwrap_or(default)
-    }
     fn unsupported_dtype(&self, dtype: DataType) -> KernelError {
         self.error(format!("dtype {dtype} is not supported"))
+    }
+    fn typed<A: popart_ir::OpAttrs>(&self) -> Result<A, KernelError> {
+        A::from_attrs(self.attrs).map_err(|e| self.error(e.to_string()))
     }
 }
 

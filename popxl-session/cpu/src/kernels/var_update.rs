@@ -14,6 +14,7 @@ use super::unary::CopyKernel;
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
+use popart_ir::ops::var_update::{AccumulateAttrs, ScaleAttrs};
 
 /// Where a scalar coefficient comes from.
 #[derive(Clone, Copy, Debug)]
@@ -131,7 +132,7 @@ impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
     }
 }
 
-fn coef<T: Num>(spec: &KernelSpec<'_>, attr: &str, input: u32) -> Result<Coef<T>, KernelError> {
+fn coef<T: Num>(spec: &KernelSpec<'_>, value: Option<f64>, input: u32) -> Result<Coef<T>, KernelError> {
     match spec.opt_input(input) {
         Some(s) if s.nelms() == 1 && s.dtype() == spec.input(0)?.dtype() => Ok(Coef::Input(s.pos)),
         Some(s) => Err(spec.error(format!(
@@ -139,7 +140,7 @@ fn coef<T: Num>(spec: &KernelSpec<'_>, attr: &str, input: u32) -> Result<Coef<T>
             spec.input(0)?.dtype(),
             s.info
         ))),
-        None => Ok(Coef::Const(T::from_f64(spec.attr_float_or(attr, 1.0)))),
+        None => Ok(Coef::Const(T::from_f64(value.unwrap_or(1.0)))),
     }
 }
 
@@ -149,8 +150,13 @@ fn build_typed<T: Num>(spec: &KernelSpec<'_>) -> BuildResult {
         .ok_or_else(|| spec.error(format!("update {} does not broadcast to {}", x.info, t.info)))?;
     let (a, b): (Coef<T>, Coef<T>) = match () {
         _ if spec.is::<ir::AddInplace>() => (Coef::Const(T::ONE), Coef::Const(T::ONE)),
-        _ if spec.is::<ir::Accumulate>() => (Coef::Const(T::ONE), coef(spec, "factor", 2)?),
-        _ => (coef(spec, "a", 2)?, coef(spec, "b", 3)?),
+        _ if spec.is::<ir::Accumulate>() => {
+            (Coef::Const(T::ONE), coef(spec, spec.typed::<AccumulateAttrs>()?.factor, 2)?)
+        }
+        _ => {
+            let ScaleAttrs { a, b } = spec.typed()?;
+            (coef(spec, a, 2)?, coef(spec, b, 3)?)
+        }
     };
     let xp = x.pos;
     Ok(match (a.is_one(), b.is_one()) {
