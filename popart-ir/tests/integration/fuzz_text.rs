@@ -16,8 +16,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use popart_ir::{
-    registered_ops, text, AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, OpDef, StreamDirection, TensorId,
-    TensorInfo, TensorKind,
+    registered_ops, text, AttrKind, AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, OpDef, StreamDirection,
+    TensorId, TensorInfo, TensorKind,
 };
 use proptest::prelude::*;
 
@@ -99,6 +99,21 @@ fn random_attr(rng: &mut Rng, key: &str, graphs: &[GraphId], streams: &[String])
         "reduction" => AttrValue::Str(rng.pick(&["mean", "sum", "none"]).to_string()),
         "func" => AttrValue::Str(rng.pick(&["Relu", "Exp", "sum", "max", "div_rhs", "pow_rhs"]).to_string()),
         _ => AttrValue::Floats(vec![0.25, -1.0]),
+    }
+}
+
+/// A random value of `kind` (for attributes `random_attr` does not know).
+fn random_of_kind(rng: &mut Rng, kind: AttrKind, graphs: &[GraphId]) -> AttrValue {
+    match kind {
+        AttrKind::Int => AttrValue::Int(rng.below(7) as i64 - 3),
+        AttrKind::Float => AttrValue::Float(*rng.pick(&[0.0, 0.5, 1.0, -2.0, 1e-8])),
+        AttrKind::Ints => AttrValue::Ints((0..rng.below(4)).map(|_| rng.below(7) as i64 - 3).collect()),
+        AttrKind::Floats => AttrValue::Floats(vec![0.25, -1.0]),
+        AttrKind::Str => AttrValue::Str(rng.pick(&["mean", "sum", "none", "add", "max"]).to_string()),
+        AttrKind::Bool => AttrValue::Bool(rng.chance(50)),
+        AttrKind::DType => AttrValue::DType(*rng.pick(&DataType::ALL)),
+        AttrKind::Graph if !graphs.is_empty() => AttrValue::Graph(*rng.pick(graphs)),
+        AttrKind::Graph => AttrValue::Int(0),
     }
 }
 
@@ -255,9 +270,23 @@ fn fill_graph(ir: &mut Ir, gid: GraphId, rng: &mut Rng, defs: &[&'static dyn OpD
         let inputs: Vec<(u32, TensorId)> =
             (0..n_in).filter(|_| !pool.is_empty()).map(|i| (i as u32, *rng.pick(&pool))).collect();
         let mut attrs = Attributes::new();
-        for _ in 0..rng.below(4) {
-            let key = *rng.pick(KEYS);
-            attrs.set(key, random_attr(rng, key, callees, &streams));
+        // Mostly the op's own attributes (unknown keys are refused at
+        // creation), sometimes any key of the list.
+        let schema = def.attributes();
+        for spec in schema {
+            if !spec.required && !rng.chance(60) {
+                continue;
+            }
+            let key = spec.name.strip_suffix('#').map_or_else(|| spec.name.to_string(), |stem| format!("{stem}0"));
+            let value = random_attr(rng, &key, callees, &streams);
+            let value = if spec.kind.accepts(&value) { value } else { random_of_kind(rng, spec.kind, callees) };
+            attrs.set(&key, value);
+        }
+        if schema.is_empty() || rng.chance(10) {
+            for _ in 0..rng.below(2) {
+                let key = *rng.pick(KEYS);
+                attrs.set(key, random_attr(rng, key, callees, &streams));
+            }
         }
         let op_name = name(rng, "op");
         if let Ok(op) = ir.create_op_with_def(gid, def, attrs, &inputs, &op_name) {

@@ -169,19 +169,20 @@ fn nll_losses() {
     let m = main_with_x();
     let labels = popxl::variable(Array1::<i32>::zeros(2), "labels").unwrap();
     ops::nll_loss(&m.x, &labels).unwrap();
-    m.check("NllLoss", &[("reduction", AttrValue::Str("mean".into()))], &["x", "labels"], &[&[]]);
+    let no_log = ("log_prob", AttrValue::Bool(false));
+    m.check("NllLoss", &[("reduction", AttrValue::Str("mean".into())), no_log.clone()], &["x", "labels"], &[&[]]);
     let opts = ops::NllLossOptions { reduction: ops::Reduction::None, ignore_index: Some(-100), log_prob: false };
     ops::nll_loss_with(&m.x, &labels, opts).unwrap();
     m.check(
         "NllLoss",
-        &[("reduction", AttrValue::Str("none".into())), ("ignore_index", AttrValue::Int(-100))],
+        &[("reduction", AttrValue::Str("none".into())), ("ignore_index", AttrValue::Int(-100)), no_log.clone()],
         &["x", "labels"],
         &[&[2]],
     );
     let (loss, dlogits) = ops::nll_loss_with_softmax_grad(&m.x, &labels).unwrap();
     m.check(
         "NllLossWithSoftmaxGrad",
-        &[("reduction", AttrValue::Str("mean".into()))],
+        &[("reduction", AttrValue::Str("mean".into())), no_log.clone()],
         &["x", "labels"],
         &[&[], &[2, 3]],
     );
@@ -191,7 +192,7 @@ fn nll_losses() {
     ops::nll_loss_with_softmax_grad_with(&m.x, &labels, Some(&g), sum).unwrap();
     m.check(
         "NllLossWithSoftmaxGrad",
-        &[("reduction", AttrValue::Str("sum".into()))],
+        &[("reduction", AttrValue::Str("sum".into())), no_log],
         &["x", "labels", "g"],
         &[&[], &[2, 3]],
     );
