@@ -132,6 +132,9 @@ impl OpDef for ConvTransposePow2Scaled {
     fn op_type(&self) -> &'static str {
         "ConvTransposePow2Scaled"
     }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        super::conv::ConvTransposeAttrs::SCHEMA
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_float8_operands(ctx, &[0, 1])?;
         check_log2_scale(ctx, 2)?;
