@@ -200,7 +200,80 @@ pub enum IrError {
         /// What is wrong, naming the attribute, what was expected and what was given.
         error: Box<crate::AttrError>,
     },
-    /// The verifier found a broken invariant.
+    /// A remote buffer or remote variable request the IR refuses.
+    #[error(transparent)]
+    Remote(#[from] crate::RemoteError),
+    /// The host data given for a variable or constant has another type or
+    /// shape than the tensor declared.
+    #[error("data of tensor `{tensor}` in graph `{graph}` is {data} but the tensor is declared {declared}")]
+    DataInfoMismatch {
+        /// Graph name.
+        graph: String,
+        /// Tensor name.
+        tensor: String,
+        /// The data's info.
+        data: crate::TensorInfo,
+        /// The declared info.
+        declared: crate::TensorInfo,
+    },
+    /// A tensor that cannot become a graph input: it has a producer, is
+    /// already an input, or is not an activation.
+    #[error("tensor `{tensor}` of graph `{graph}` cannot become a graph input (produced, already an input, or not an activation)")]
+    NotAnInputCandidate {
+        /// Graph name.
+        graph: String,
+        /// Tensor name.
+        tensor: String,
+    },
+    /// A graph input or output index that the graph does not have.
+    #[error("graph `{graph}` has no {side} {index}")]
+    NoGraphPort {
+        /// Graph name.
+        graph: String,
+        /// "input" or "output".
+        side: &'static str,
+        /// The index asked for.
+        index: usize,
+    },
+    /// `replace_op` with a replacement that is not fresh.
+    #[error("replacement op `{op}` {problem}")]
+    ReplacementInUse {
+        /// The replacement op.
+        op: String,
+        /// "is already connected" or "already has topological constraints".
+        problem: &'static str,
+    },
+    /// The main graph cannot be removed.
+    #[error("the main graph cannot be removed")]
+    MainGraphRemoval,
+    /// A graph that some op still calls cannot be removed.
+    #[error("graph `{graph}` is still called by op `{op}` of graph `{caller}`")]
+    GraphStillCalled {
+        /// The graph to remove.
+        graph: String,
+        /// An op calling it.
+        op: String,
+        /// The graph holding that op.
+        caller: String,
+    },
+    /// A count of the IR that must be at least 1 (`replication_factor`,
+    /// `num_host_transfers`).
+    #[error("{setting} must be at least 1, not 0")]
+    ZeroSetting {
+        /// The setting's name.
+        setting: &'static str,
+    },
+    /// Variable settings (replica grouping, sharding, host data) that do not
+    /// fit the variable or the IR.
+    #[error("replicated variable `{tensor}`: {reason}")]
+    VariableSettings {
+        /// The variable's name.
+        tensor: String,
+        /// What does not fit.
+        reason: String,
+    },
+    /// The verifier found a broken invariant (an IR edited or parsed into a
+    /// state no builder call makes, or left so by a pass).
     #[error("invalid IR: {0}")]
     Invalid(String),
     /// The text form could not be parsed.

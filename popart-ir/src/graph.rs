@@ -405,10 +405,12 @@ impl Graph {
                 return Err(IrError::HostData { graph: self.name.clone(), tensor: name, source });
             }
             if data.info != info {
-                return Err(IrError::Invalid(format!(
-                    "data of tensor `{name}` in graph `{}` is {} but the tensor is declared {}",
-                    self.name, data.info, info
-                )));
+                return Err(IrError::DataInfoMismatch {
+                    graph: self.name.clone(),
+                    tensor: name,
+                    data: data.info.clone(),
+                    declared: info,
+                });
             }
         }
         Ok(self.insert_tensor(name, h, info, kind))
@@ -442,10 +444,7 @@ impl Graph {
     pub fn insert_input(&mut self, index: usize, t: TensorId) -> Result<()> {
         let tensor = self.tensor(t)?;
         if tensor.producer.is_some() || tensor.kind != TensorKind::ActGrad || self.inputs.contains(&t) {
-            return Err(IrError::Invalid(format!(
-                "tensor `{}` of graph `{}` cannot become a graph input (produced, already an input, or not an activation)",
-                tensor.name, self.name
-            )));
+            return Err(IrError::NotAnInputCandidate { graph: self.name.clone(), tensor: tensor.name.clone() });
         }
         let index = index.min(self.inputs.len());
         self.inputs.insert(index, t);
@@ -455,7 +454,7 @@ impl Graph {
     /// Remove graph input `index`; the tensor stays in the graph.
     pub fn remove_input(&mut self, index: usize) -> Result<TensorId> {
         if index >= self.inputs.len() {
-            return Err(IrError::Invalid(format!("graph `{}` has no input {index}", self.name)));
+            return Err(IrError::NoGraphPort { graph: self.name.clone(), side: "input", index });
         }
         Ok(self.inputs.remove(index))
     }
@@ -470,7 +469,7 @@ impl Graph {
     /// Remove graph output `index`; the tensor stays in the graph.
     pub fn remove_output(&mut self, index: usize) -> Result<TensorId> {
         if index >= self.outputs.len() {
-            return Err(IrError::Invalid(format!("graph `{}` has no output {index}", self.name)));
+            return Err(IrError::NoGraphPort { graph: self.name.clone(), side: "output", index });
         }
         Ok(self.outputs.remove(index))
     }
@@ -480,7 +479,7 @@ impl Graph {
     /// the graph. Nothing changes if an index is out of range.
     pub fn remove_outputs(&mut self, indices: &[usize]) -> Result<Vec<TensorId>> {
         if let Some(&bad) = indices.iter().find(|&&i| i >= self.outputs.len()) {
-            return Err(IrError::Invalid(format!("graph `{}` has no output {bad}", self.name)));
+            return Err(IrError::NoGraphPort { graph: self.name.clone(), side: "output", index: bad });
         }
         let mut drop = vec![false; self.outputs.len()];
         for &i in indices {
@@ -776,12 +775,15 @@ impl Graph {
         let o = self.op(old)?.clone();
         let n = self.op(new)?;
         if !n.inputs.is_empty() || !n.outputs.is_empty() {
-            return Err(IrError::Invalid(format!("replacement op `{}` is already connected", n.name)));
+            return Err(IrError::ReplacementInUse { op: n.name.clone(), problem: "is already connected" });
         }
         // `new` takes `old`'s place exactly; constraints of its own could close a
         // cycle with `old`'s connections.
         if !self.topo_cons.befores(new).is_empty() || !self.topo_cons.afters(new).is_empty() {
-            return Err(IrError::Invalid(format!("replacement op `{}` already has topological constraints", n.name)));
+            return Err(IrError::ReplacementInUse {
+                op: n.name.clone(),
+                problem: "already has topological constraints",
+            });
         }
         self.topo_cons.transfer(old, new);
         self.erase_op(old)?;

@@ -154,14 +154,11 @@ impl Ir {
     pub fn remove_graph(&mut self, id: GraphId) -> Result<Graph> {
         let name = self.graph(id)?.name.clone();
         if id == self.main {
-            return Err(IrError::Invalid("the main graph cannot be removed".into()));
+            return Err(IrError::MainGraphRemoval);
         }
         for g in self.graphs.values() {
             if let Some(op) = g.ops().find(|o| o.called_graphs().contains(&id)) {
-                return Err(IrError::Invalid(format!(
-                    "graph `{name}` is still called by op `{}` of graph `{}`",
-                    op.name, g.name
-                )));
+                return Err(IrError::GraphStillCalled { graph: name, op: op.name.clone(), caller: g.name.clone() });
             }
         }
         self.graph_names.remove(&name);
@@ -241,10 +238,7 @@ impl Ir {
         if graph == self.main {
             if let Some(&(_, t)) = inputs.iter().find(|&&(_, t)| self.remote.variables.contains_key(&t)) {
                 let tname = self.main_graph().tensor(t).map_or_else(|_| format!("{t:?}"), |t| t.name.clone());
-                return Err(IrError::Invalid(format!(
-                    "op `{name}` reads remote variable `{tname}`, which lives in streaming memory: \
-                     load it with a remote load first"
-                )));
+                return Err(crate::RemoteError::ReadByOp { variable: tname, op: name.to_string() }.into());
             }
         }
         let g = self.graph_mut(graph)?;

@@ -46,7 +46,7 @@ pub use op::{
     GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use placement::{IpuRoute, Placement, TileSet};
-pub use remote::{RemoteBuffer, RemoteBufferId, RemoteSlot};
+pub use remote::{RemoteBuffer, RemoteBufferId, RemoteError, RemoteSlot};
 pub use replica_grouping::{ReplicaGrouping, ReplicaGroupingError, RetrievalMode};
 pub use schedule::ScheduleOptions;
 pub use size::SizeError;

@@ -137,7 +137,7 @@ impl Ir {
     /// replication_factor))`, the IPUs of every replica rounded up to a power
     /// of two (devices come in powers of two). See [`Ir::ipus_per_replica`].
     ///
-    /// Errors: a `replication_factor` of 0 ([`IrError::Invalid`]); a count
+    /// Errors: a `replication_factor` of 0 ([`IrError::ZeroSetting`]); a count
     /// that does not fit in 64 bits ([`IrError::TooManyIpus`]).
     ///
     /// ```
@@ -156,7 +156,7 @@ impl Ir {
     /// ```
     pub fn num_ipus(&self) -> Result<u64> {
         if self.replication_factor == 0 {
-            return Err(IrError::Invalid("replication_factor must be at least 1".into()));
+            return Err(IrError::ZeroSetting { setting: "replication_factor" });
         }
         let per_replica = self.ipus_per_replica();
         let too_many =

@@ -69,7 +69,7 @@ pub(crate) struct RemoteState {
 
 impl Ir {
     /// Create a remote buffer of `entries` tensors of type `info` (PopXL's
-    /// `remote_buffer`). Errors: `entries` of 0 ([`IrError::Invalid`]) and a
+    /// `remote_buffer`). Errors: `entries` of 0 ([`RemoteError::NoEntries`]) and a
     /// buffer whose bytes exceed [`crate::size::MAX_TENSOR_BYTES`].
     ///
     /// ```
@@ -81,8 +81,7 @@ impl Ir {
     /// assert!(ir.add_remote_buffer(TensorInfo::new(DataType::Float32, [2]), 0).is_err());
     /// ```
     pub fn add_remote_buffer(&mut self, info: TensorInfo, entries: usize) -> Result<RemoteBufferId> {
-        let n = u32::try_from(self.remote.buffers.len() + 1)
-            .map_err(|_| IrError::Invalid("more than 2^32 remote buffers".into()))?;
+        let n = u32::try_from(self.remote.buffers.len() + 1).map_err(|_| RemoteError::TooManyBuffers)?;
         let buf = RemoteBuffer { id: RemoteBufferId(n), info, entries };
         check_buffer(&buf)?;
         self.remote.buffers.push(buf);
@@ -94,7 +93,7 @@ impl Ir {
         (id.0 as usize)
             .checked_sub(1)
             .and_then(|k| self.remote.buffers.get(k))
-            .ok_or_else(|| IrError::Invalid(format!("remote buffer {id} does not exist")))
+            .ok_or(IrError::Remote(RemoteError::UnknownBuffer(id)))
     }
 
     /// Every remote buffer, by id.
@@ -112,9 +111,7 @@ impl Ir {
         check_buffer(&buf)?;
         if let Some(used) = self.max_used_entry(id) {
             if used >= entries {
-                return Err(IrError::Invalid(format!(
-                    "remote buffer {id}: entry {used} is in use, so it cannot have {entries} entries"
-                )));
+                return Err(RemoteError::EntryInUse { buffer: id, entry: used, entries }.into());
             }
         }
         self.remote.buffers[id.0 as usize - 1] = buf;
@@ -143,32 +140,31 @@ impl Ir {
         let buf = self.remote_buffer(slot.buffer)?;
         let t = self.main_graph().tensor(tensor)?;
         if !matches!(t.kind, TensorKind::Variable(_)) {
-            return Err(IrError::Invalid(format!("`{}` is not a variable of the main graph", t.name)));
+            return Err(RemoteError::NotAVariable { tensor: t.name.clone() }.into());
         }
         if t.info != buf.info {
-            return Err(IrError::Invalid(format!(
-                "variable `{}` is {} but remote buffer {} holds {}",
-                t.name, t.info, slot.buffer, buf.info
-            )));
+            return Err(RemoteError::TypeMismatch {
+                variable: t.name.clone(),
+                info: t.info.clone(),
+                buffer: slot.buffer,
+                buffer_info: buf.info.clone(),
+            }
+            .into());
         }
         if slot.entry >= buf.entries {
-            return Err(IrError::Invalid(format!(
-                "entry {} of remote buffer {} is out of range (it has {} entries)",
-                slot.entry, slot.buffer, buf.entries
-            )));
+            return Err(
+                RemoteError::EntryOutOfRange { buffer: slot.buffer, entry: slot.entry, entries: buf.entries }.into()
+            );
         }
         if let Some((&other, _)) = self.remote.variables.iter().find(|&(&o, s)| *s == slot && o != tensor) {
             let name = self.main_graph().tensor(other).map_or("?", |t| t.name.as_str());
-            return Err(IrError::Invalid(format!(
-                "entry {} of remote buffer {} already holds remote variable `{name}`",
-                slot.entry, slot.buffer
-            )));
+            return Err(
+                RemoteError::EntryTaken { buffer: slot.buffer, entry: slot.entry, holder: name.to_string() }.into()
+            );
         }
-        if !t.consumers().is_empty() {
-            return Err(IrError::Invalid(format!(
-                "variable `{}` is read by ops, so it cannot live in streaming memory",
-                t.name
-            )));
+        if let Some(port) = t.consumers().first() {
+            let op = self.main_graph().op(port.op).map_or_else(|_| "?".to_string(), |o| o.name.clone());
+            return Err(RemoteError::ReadByOp { variable: t.name.clone(), op }.into());
         }
         self.remote.variables.insert(tensor, slot);
         Ok(())
@@ -196,22 +192,37 @@ impl Ir {
         for (&t, &slot) in &self.remote.variables {
             let buf = self.remote_buffer(slot.buffer)?;
             let tensor = self.main_graph().tensor(t)?;
-            let bad = |msg: String| Err(IrError::Invalid(format!("remote variable `{}`: {msg}", tensor.name)));
             if !matches!(tensor.kind, TensorKind::Variable(_)) {
-                return bad("not a variable".into());
+                return Err(RemoteError::NotAVariable { tensor: tensor.name.clone() }.into());
             }
             if tensor.info != buf.info {
-                return bad(format!("{} differs from its buffer's {}", tensor.info, buf.info));
+                return Err(RemoteError::TypeMismatch {
+                    variable: tensor.name.clone(),
+                    info: tensor.info.clone(),
+                    buffer: slot.buffer,
+                    buffer_info: buf.info.clone(),
+                }
+                .into());
             }
             if slot.entry >= buf.entries {
-                return bad(format!("entry {} of buffer {} is out of range", slot.entry, slot.buffer));
+                return Err(RemoteError::EntryOutOfRange {
+                    buffer: slot.buffer,
+                    entry: slot.entry,
+                    entries: buf.entries,
+                }
+                .into());
             }
             if !seen.insert(slot) {
-                return bad(format!("entry {} of buffer {} holds two variables", slot.entry, slot.buffer));
+                return Err(RemoteError::EntryTaken {
+                    buffer: slot.buffer,
+                    entry: slot.entry,
+                    holder: tensor.name.clone(),
+                }
+                .into());
             }
             if let Some(port) = tensor.consumers().first() {
-                let op = self.main_graph().op(port.op).map_or("?", |o| o.name.as_str());
-                return bad(format!("read by op `{op}` (load it with a remote load instead)"));
+                let op = self.main_graph().op(port.op).map_or_else(|_| "?".to_string(), |o| o.name.clone());
+                return Err(RemoteError::ReadByOp { variable: tensor.name.clone(), op }.into());
             }
         }
         Ok(())
@@ -220,13 +231,94 @@ impl Ir {
 
 fn check_buffer(b: &RemoteBuffer) -> Result<()> {
     if b.entries == 0 {
-        return Err(IrError::Invalid(format!("remote buffer {} must have at least 1 entry, not 0", b.id)));
+        return Err(RemoteError::NoEntries(b.id).into());
     }
     match b.checked_nbytes() {
         Some(n) if n <= crate::size::MAX_TENSOR_BYTES => Ok(()),
-        _ => Err(IrError::Invalid(format!(
-            "remote buffer {} is too large: {} entries of {} overflow the maximum tensor size",
-            b.id, b.entries, b.info
-        ))),
+        _ => Err(RemoteError::TooLarge { buffer: b.id, entries: b.entries, info: b.info.clone() }.into()),
     }
+}
+
+/// What is wrong with a remote buffer or remote variable request
+/// ([`IrError::Remote`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RemoteError {
+    /// More than 2^32 remote buffers.
+    #[error("more than 2^32 remote buffers")]
+    TooManyBuffers,
+    /// A remote buffer id the IR does not hold.
+    #[error("remote buffer {0} does not exist")]
+    UnknownBuffer(RemoteBufferId),
+    /// A remote buffer of 0 entries.
+    #[error("remote buffer {0} must have at least 1 entry, not 0")]
+    NoEntries(RemoteBufferId),
+    /// A remote buffer whose byte size overflows the maximum tensor size.
+    #[error("remote buffer {buffer} is too large: {entries} entries of {info} overflow the maximum tensor size")]
+    TooLarge {
+        /// The buffer.
+        buffer: RemoteBufferId,
+        /// Its entries.
+        entries: usize,
+        /// The type of one entry.
+        info: TensorInfo,
+    },
+    /// Fewer entries than a remote variable or a constant offset uses.
+    #[error("remote buffer {buffer}: entry {entry} is in use, so it cannot have {entries} entries")]
+    EntryInUse {
+        /// The buffer.
+        buffer: RemoteBufferId,
+        /// The highest entry in use.
+        entry: usize,
+        /// The entries asked for.
+        entries: usize,
+    },
+    /// A remote variable that is not a variable of the main graph.
+    #[error("`{tensor}` is not a variable of the main graph")]
+    NotAVariable {
+        /// The tensor's name.
+        tensor: String,
+    },
+    /// A remote variable of another type than its buffer's entries.
+    #[error("variable `{variable}` is {info} but remote buffer {buffer} holds {buffer_info}")]
+    TypeMismatch {
+        /// The variable's name.
+        variable: String,
+        /// Its type.
+        info: TensorInfo,
+        /// The buffer.
+        buffer: RemoteBufferId,
+        /// The type of the buffer's entries.
+        buffer_info: TensorInfo,
+    },
+    /// An entry beyond the buffer's last.
+    #[error("entry {entry} of remote buffer {buffer} is out of range (it has {entries} entries)")]
+    EntryOutOfRange {
+        /// The buffer.
+        buffer: RemoteBufferId,
+        /// The entry.
+        entry: usize,
+        /// The buffer's entries.
+        entries: usize,
+    },
+    /// An entry that already holds another remote variable.
+    #[error("entry {entry} of remote buffer {buffer} already holds remote variable `{holder}`")]
+    EntryTaken {
+        /// The buffer.
+        buffer: RemoteBufferId,
+        /// The entry.
+        entry: usize,
+        /// The variable already there.
+        holder: String,
+    },
+    /// A variable in streaming memory read directly by an op (load it with a
+    /// remote load first).
+    #[error(
+        "variable `{variable}` lives in streaming memory but op `{op}` reads it: load it with a remote load first"
+    )]
+    ReadByOp {
+        /// The variable's name.
+        variable: String,
+        /// The op reading it.
+        op: String,
+    },
 }

@@ -114,7 +114,7 @@ impl Ir {
     /// `variable`, `remote_variable` and the RTS variables). The variable's data
     /// becomes replica 0's value.
     ///
-    /// Errors ([`IrError::Invalid`]): `tensor` is not a main-graph variable; the
+    /// Errors ([`IrError::VariableSettings`]): `tensor` is not a main-graph variable; the
     /// grouping is for another replication factor; `shard_over` does not divide
     /// the group size; the host data is not `[num_groups,] *value` (the group
     /// dim only when there is more than one group); the variable's info is not
@@ -136,7 +136,7 @@ impl Ir {
 
     fn check_settings(&self, tensor: TensorId, s: &VariableSettings) -> Result<()> {
         let t = self.main_graph().tensor(tensor)?;
-        let bad = |msg: String| Err(IrError::Invalid(format!("replicated variable `{}`: {msg}", t.name)));
+        let bad = |reason: String| Err(IrError::VariableSettings { tensor: t.name.clone(), reason });
         if !matches!(t.kind, TensorKind::Variable(_)) {
             return bad("not a variable of the main graph".into());
         }

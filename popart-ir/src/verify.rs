@@ -43,11 +43,11 @@ impl Ir {
     /// assert!(matches!(ir.verify(), Err(IrError::Invalid(_))));
     /// ```
     pub fn verify(&self) -> Result<()> {
-        if self.num_host_transfers == 0 || self.replication_factor == 0 {
-            return Err(IrError::Invalid(format!(
-                "num_host_transfers ({}) and replication_factor ({}) must be at least 1",
-                self.num_host_transfers, self.replication_factor
-            )));
+        if self.num_host_transfers == 0 {
+            return Err(IrError::ZeroSetting { setting: "num_host_transfers" });
+        }
+        if self.replication_factor == 0 {
+            return Err(IrError::ZeroSetting { setting: "replication_factor" });
         }
         self.graphs_callees_first()?;
         for g in self.graphs() {

@@ -160,7 +160,7 @@ fn replace_op_takes_over_connections_and_topo_cons() {
     assert!(g.topo_cons().befores(old).is_empty() && g.topo_cons().afters(old).is_empty());
     // A replacement that is already connected is refused.
     let busy = g.op_by_name("first").unwrap().id;
-    assert!(matches!(g.replace_op(new, busy), Err(IrError::Invalid(_))));
+    assert!(matches!(g.replace_op(new, busy), Err(IrError::ReplacementInUse { .. })));
     ir.verify().unwrap();
 }
 
@@ -304,18 +304,21 @@ fn graph_inputs_and_outputs_edit_in_place() {
     g.insert_input(1, c).unwrap();
     assert_eq!(g.inputs(), &[a, c, b]);
     assert_eq!(g.input_index(b), Some(2));
-    assert!(matches!(g.insert_input(0, a), Err(IrError::Invalid(_))), "already an input");
+    assert!(matches!(g.insert_input(0, a), Err(IrError::NotAnInputCandidate { .. })), "already an input");
     assert_eq!(g.remove_input(0).unwrap(), a);
-    assert!(matches!(g.remove_input(7), Err(IrError::Invalid(_))));
-    assert!(matches!(g.remove_output(0), Err(IrError::Invalid(_))));
+    assert!(matches!(g.remove_input(7), Err(IrError::NoGraphPort { side: "input", index: 7, .. })));
+    assert!(matches!(g.remove_output(0), Err(IrError::NoGraphPort { side: "output", index: 0, .. })));
     let (_, y) = op1(&mut ir, main, "Neg", &[a], "n");
     let g = ir.main_graph_mut();
-    assert!(matches!(g.insert_input(0, y), Err(IrError::Invalid(_))), "produced tensors cannot be inputs");
+    assert!(
+        matches!(g.insert_input(0, y), Err(IrError::NotAnInputCandidate { .. })),
+        "produced tensors cannot be inputs"
+    );
     let v = g.add_tensor("v", f32i(&[1]), TensorKind::Variable(HostTensor::from_f32(&[1], &[1.0]))).unwrap();
-    assert!(matches!(g.insert_input(0, v), Err(IrError::Invalid(_))), "variables cannot be inputs");
+    assert!(matches!(g.insert_input(0, v), Err(IrError::NotAnInputCandidate { .. })), "variables cannot be inputs");
     // Variable data must match its declared type.
     let err = g.add_tensor("w", f32i(&[2]), TensorKind::Variable(HostTensor::from_f32(&[1], &[1.0]))).unwrap_err();
-    assert!(matches!(err, IrError::Invalid(m) if m.contains("`w`")));
+    assert!(matches!(err, IrError::DataInfoMismatch { tensor, .. } if tensor == "w"));
 }
 
 #[test]
@@ -419,8 +422,8 @@ fn recursion_and_graph_removal() {
     let call_attrs = Attributes::new().with("graph", AttrValue::Graph(body));
     let call = ir.create_op(main, "Call", call_attrs.clone(), &[(0, x)], "call").unwrap();
     ir.verify().unwrap();
-    assert!(matches!(ir.remove_graph(body), Err(IrError::Invalid(m)) if m.contains("`call`")));
-    assert!(matches!(ir.remove_graph(main), Err(IrError::Invalid(_))));
+    assert!(matches!(ir.remove_graph(body), Err(IrError::GraphStillCalled { op, .. }) if op == "call"));
+    assert_eq!(ir.remove_graph(main).unwrap_err(), IrError::MainGraphRemoval);
     // body calling itself, directly or through another graph, is refused at creation.
     assert_eq!(
         ir.create_op(body, "Call", call_attrs.clone(), &[(0, bx)], "again"),
