@@ -429,26 +429,35 @@ impl Direct3d {
         let (g, l) = (&self.g, &self.lay);
         let [id, ih, iw] = g.inp;
         let [_, sh, sw] = g.s;
+        let (hp, wp) = (l.hp, l.wp);
         for c in 0..cn {
             let dst = xp.add(c * plane);
-            std::ptr::write_bytes(dst, 0, plane);
+            // Only the padding is zeroed (slices past the input, rows and
+            // columns outside it, the tail past the slices): the copies write the rest.
+            std::ptr::write_bytes(dst.add(ns * l.slice), 0, plane - ns * l.slice);
             for s in 0..ns {
                 let di = (sp0 + s) as isize - g.p[0];
                 if di < 0 || di as usize >= id {
+                    std::ptr::write_bytes(dst.add(s * l.slice), 0, l.slice);
                     continue;
                 }
                 let src = x.add(c * g.ivol() + di as usize * ih * iw);
                 for pr in 0..sh {
-                    let (r0, r1) = inside(ih, sh, pr, g.p[1], l.hp);
+                    let (r0, r1) = inside(ih, sh, pr, g.p[1], hp);
                     for (pc, &(lo, hi, ic)) in l.cols.iter().enumerate() {
-                        if lo >= hi {
+                        let ph = dst.add(s * l.slice + (pr * sw + pc) * l.phase);
+                        if lo >= hi || r0 >= r1 {
+                            std::ptr::write_bytes(ph, 0, l.phase);
                             continue;
                         }
-                        let ph = dst.add(s * l.slice + (pr * sw + pc) * l.phase);
+                        std::ptr::write_bytes(ph, 0, r0 * wp);
+                        std::ptr::write_bytes(ph.add(r1 * wp), 0, (hp - r1) * wp);
                         for r in r0..r1 {
                             let ir = (r * sh + pr) as isize - g.p[1];
                             let srow = src.add(ir as usize * iw + ic);
-                            let drow = ph.add(r * l.wp + lo);
+                            let drow = ph.add(r * wp + lo);
+                            std::ptr::write_bytes(ph.add(r * wp), 0, lo);
+                            std::ptr::write_bytes(drow.add(hi - lo), 0, wp - hi);
                             if sw == 1 {
                                 copy_row(srow, drow, hi - lo);
                             } else if sw == 2 {
@@ -595,10 +604,14 @@ impl Direct3d {
                 }
             }
         }
-        let wg = dw.add(t.g * g.cout * kdim);
-        for r in 0..rows {
+        // dw rows written contiguously, from blocks of 16 rows of the transposed sums.
+        let wg = dw.add(t.g * g.cout * kdim + t.k0);
+        for r0 in (0..rows).step_by(LANES) {
+            let rn = LANES.min(rows - r0);
             for o in 0..g.cout {
-                *wg.add(o * kdim + t.k0 + r) = *dwt.add(r * co16 + o);
+                for r in r0..r0 + rn {
+                    *wg.add(o * kdim + r) = *dwt.add(r * co16 + o);
+                }
             }
         }
     }
@@ -782,14 +795,11 @@ unsafe fn wtile<const T: usize, const R: usize>(
     (acc, co16): (*mut f32, usize),
 ) {
     use std::arch::x86_64::*;
+    // The sums start from zero and are added to `acc` at the end: the
+    // multiply-adds do not wait for the accumulators' loads.
     let mut a = [[_mm512_setzero_ps(); R]; T];
     let mut off = [0usize; T];
     off.copy_from_slice(&offs[..T]);
-    for t in 0..T {
-        for r in 0..R {
-            a[t][r] = _mm512_loadu_ps(acc.add(t * co16 + r * LANES));
-        }
-    }
     for p in 0..np {
         let base = xp.add(*pos.add(p));
         let d = dyt.add(p * ds);
@@ -806,7 +816,8 @@ unsafe fn wtile<const T: usize, const R: usize>(
     }
     for t in 0..T {
         for r in 0..R {
-            _mm512_storeu_ps(acc.add(t * co16 + r * LANES), a[t][r]);
+            let at = acc.add(t * co16 + r * LANES);
+            _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), a[t][r]));
         }
     }
 }
