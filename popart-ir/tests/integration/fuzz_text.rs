@@ -96,8 +96,8 @@ fn random_attr(rng: &mut Rng, key: &str, graphs: &[GraphId], streams: &[String])
         }
         "graph" | "then_graph" | "else_graph" if !graphs.is_empty() => AttrValue::Graph(*rng.pick(graphs)),
         "stream" if !streams.is_empty() => AttrValue::Str(rng.pick(streams).clone()),
-        "reduction" => AttrValue::Str(rng.pick(&["mean", "sum", "none"]).to_string()),
-        "func" => AttrValue::Str(rng.pick(&["Relu", "Exp", "sum", "max", "div_rhs", "pow_rhs"]).to_string()),
+        "reduction" => AttrValue::Str(rng.pick(&["mean", "sum", "none", "max", "l2", "logsum"]).to_string()),
+        "derivative" => AttrValue::Str(rng.pick(&["div_rhs", "pow_rhs", "max_lhs", "min_rhs", "Relu"]).to_string()),
         _ => AttrValue::Floats(vec![0.25, -1.0]),
     }
 }
@@ -125,7 +125,7 @@ const KEYS: &[&str] = &[
     "modified",
     "stream",
     "reduction",
-    "func",
+    "derivative",
     "index",
     "low",
     "high",
