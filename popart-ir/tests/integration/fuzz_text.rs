@@ -171,9 +171,10 @@ fn fill_graph(ir: &mut Ir, gid: GraphId, rng: &mut Rng, defs: &[&'static dyn OpD
         }
     }
     let mut ops = Vec::new();
-    // Ops whose inputs must match something exactly: subgraph calls, host IO, matmul.
+    // Ops whose inputs must match something exactly: subgraph calls, host IO,
+    // gather (integer indices), matmul.
     for _ in 0..rng.below(4) {
-        let (def, attrs, infos) = match rng.below(5) {
+        let (def, attrs, infos) = match rng.below(6) {
             0 | 1 if !callees.is_empty() => {
                 let c = *rng.pick(callees);
                 let cg = ir.graph(c).unwrap();
@@ -213,6 +214,15 @@ fn fill_graph(ir: &mut Ir, gid: GraphId, rng: &mut Rng, defs: &[&'static dyn OpD
                     let def: &'static dyn OpDef = &popart_ir::ops::all::HostStore;
                     (def, attrs, vec![info])
                 }
+            }
+            5 => {
+                let def: &'static dyn OpDef = &popart_ir::ops::all::Gather;
+                let (rows, cols) = (1 + rng.below(3), 1 + rng.below(3));
+                (
+                    def,
+                    Attributes::new().with("axis", AttrValue::Int(rng.below(2) as i64)),
+                    vec![TensorInfo::new(DataType::Float32, [rows, cols]), TensorInfo::new(DataType::Int32, [2])],
+                )
             }
             _ => {
                 let (m, k, n) = (1 + rng.below(3), 1 + rng.below(3), 1 + rng.below(3));
