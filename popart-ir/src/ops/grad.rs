@@ -17,8 +17,16 @@ pub struct X<T = ()>(pub T);
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Y<T = ()>(pub T);
 
-/// Which forward tensor a unary derivative reads: [`X`] or [`Y`].
-pub trait FwdValue: Send + Sync + 'static {
+mod sealed {
+    /// Only [`super::X`] and [`super::Y`] are [`super::FwdValue`]s: no other
+    /// type can pair a forward tensor with the other one's wrapper.
+    pub trait Sealed {}
+    impl Sealed for super::X {}
+    impl Sealed for super::Y {}
+}
+
+/// Which forward tensor a unary derivative reads: [`X`] or [`Y`] (sealed).
+pub trait FwdValue: sealed::Sealed + Send + Sync + 'static {
     /// Where autodiff takes it from.
     const SOURCE: GradSource;
     /// A value of that tensor, wrapped so that a derivative must name which one it reads.
@@ -65,6 +73,11 @@ pub trait UnaryDerivative: OpDef {
 pub trait UnaryGradOp: OpDef {
     /// The forward op differentiated.
     type Fwd: UnaryDerivative<Grad = Self>;
+
+    /// The forward op's identity.
+    fn fwd_id() -> crate::OpDefId {
+        crate::OpDefId::of::<Self::Fwd>()
+    }
 }
 
 /// An element `v` of the forward tensor `D`'s derivative reads, wrapped as
