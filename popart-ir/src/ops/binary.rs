@@ -1,7 +1,7 @@
 //! Elementwise binary ops with numpy broadcasting; both operands must have the same dtype.
 
 use super::grad::{pass_through, simple, spec};
-use super::grad::{BinaryGrad, WhereGrad};
+use super::grad::{BinaryDerivative, BinaryGrad, BinaryGradAttrs, WhereGrad};
 use super::unary::Neg;
 use super::{broadcast_shapes, op_types, require_dtype};
 use crate::{
@@ -72,10 +72,11 @@ const A: GradSource = GradSource::FwdInput(0);
 const B: GradSource = GradSource::FwdInput(1);
 const Y: GradSource = GradSource::FwdOutput(0);
 
-/// `BinaryGrad{func}(g, a, b[, y])` as the gradient of forward input `input`.
-fn binary_grad(func: &str, with_output: bool, input: u32) -> GradOpSpec {
-    let attrs = Attributes::new().with("func", AttrValue::Str(func.to_string()));
-    if with_output {
+/// `BinaryGrad{derivative}(g, a, b[, y])` as the gradient of forward input `input`
+/// (`y` connected if the derivative reads it).
+fn binary_grad(derivative: BinaryDerivative, input: u32) -> GradOpSpec {
+    let attrs = BinaryGradAttrs { derivative }.to_attrs();
+    if derivative.reads_output() {
         spec(&BinaryGrad, attrs, &[(0, G), (1, A), (2, B), (3, Y)], &[(0, input)])
     } else {
         spec(&BinaryGrad, attrs, &[(0, G), (1, A), (2, B)], &[(0, input)])
@@ -88,8 +89,8 @@ arithmetic! {
     Add => "Add", grad = vec![pass_through(0), pass_through(1)];
     Sub => "Sub", grad = vec![pass_through(0), simple(&Neg, &[(0, G)], 1)];
     Mul => "Mul", grad = vec![simple(&Mul, &[(0, G), (1, B)], 0), simple(&Mul, &[(0, G), (1, A)], 1)];
-    Div => "Div", grad = vec![simple(&Div, &[(0, G), (1, B)], 0), binary_grad("div_rhs", false, 1)];
-    Pow => "Pow", grad = vec![binary_grad("pow_lhs", false, 0), binary_grad("pow_rhs", true, 1)];
+    Div => "Div", grad = vec![simple(&Div, &[(0, G), (1, B)], 0), binary_grad(BinaryDerivative::DivRhs, 1)];
+    Pow => "Pow", grad = vec![binary_grad(BinaryDerivative::PowLhs, 0), binary_grad(BinaryDerivative::PowRhs, 1)];
     Fmod => "Fmod", grad = vec![pass_through(0)];
 }
 
@@ -115,12 +116,12 @@ fn variadic_info(ctx: &InferContext<'_>) -> Result<TensorInfo> {
 /// inputs use `BinaryGrad{max_lhs, max_rhs}`; otherwise input `i` uses
 /// `BinaryGrad{max_lhs}(g, x_i, y, y)`: `max_lhs` masks on `a == y` and reads
 /// `b` for nothing but its connection.
-fn extremum_grad(op: &Op, lhs: &str, rhs: &str) -> GradRule {
+fn extremum_grad(op: &Op, lhs: BinaryDerivative, rhs: BinaryDerivative) -> GradRule {
     let n = op.inputs().len() as u32;
     if n == 2 {
-        return GradRule::Ops(vec![binary_grad(lhs, true, 0), binary_grad(rhs, true, 1)]);
+        return GradRule::Ops(vec![binary_grad(lhs, 0), binary_grad(rhs, 1)]);
     }
-    let attrs = Attributes::new().with("func", AttrValue::Str(lhs.to_string()));
+    let attrs = BinaryGradAttrs { derivative: lhs }.to_attrs();
     let specs = (0..n)
         .map(|i| spec(&BinaryGrad, attrs.clone(), &[(0, G), (1, GradSource::FwdInput(i)), (2, Y), (3, Y)], &[(0, i)]))
         .collect();
@@ -135,7 +136,7 @@ impl OpDef for Maximum {
         Ok(vec![variadic_info(ctx)?])
     }
     fn grad(&self, op: &Op) -> GradRule {
-        extremum_grad(op, "max_lhs", "max_rhs")
+        extremum_grad(op, BinaryDerivative::MaxLhs, BinaryDerivative::MaxRhs)
     }
 }
 
@@ -147,7 +148,7 @@ impl OpDef for Minimum {
         Ok(vec![variadic_info(ctx)?])
     }
     fn grad(&self, op: &Op) -> GradRule {
-        extremum_grad(op, "min_lhs", "min_rhs")
+        extremum_grad(op, BinaryDerivative::MinLhs, BinaryDerivative::MinRhs)
     }
 }
 

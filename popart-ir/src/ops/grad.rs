@@ -8,21 +8,165 @@ use crate::{
     OpDef, OpFlags, Result, TensorInfo,
 };
 
-op_attrs! {
-    /// Attributes of `UnaryGrad`.
-    #[derive(Clone, Debug, PartialEq)]
-    pub struct UnaryGradAttrs {
-        /// The forward op type.
-        pub func: String,
+/// The forward input `x` of a unary op, as its derivative reads it (the default
+/// parameter makes `X` itself the marker of [`UnaryDerivative::Reads`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct X<T = ()>(pub T);
+
+/// The forward output `y` of a unary op, as its derivative reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Y<T = ()>(pub T);
+
+mod sealed {
+    /// Only [`super::X`] and [`super::Y`] are [`super::FwdValue`]s: no other
+    /// type can pair a forward tensor with the other one's wrapper.
+    pub trait Sealed {}
+    impl Sealed for super::X {}
+    impl Sealed for super::Y {}
+}
+
+/// Which forward tensor a unary derivative reads: [`X`] or [`Y`] (sealed).
+pub trait FwdValue: sealed::Sealed + Send + Sync + 'static {
+    /// Where autodiff takes it from.
+    const SOURCE: GradSource;
+    /// A value of that tensor, wrapped so that a derivative must name which one it reads.
+    type Of<T>;
+    /// Wrap an element of the tensor.
+    fn wrap<T>(v: T) -> Self::Of<T>;
+}
+
+impl FwdValue for X {
+    const SOURCE: GradSource = GradSource::FwdInput(0);
+    type Of<T> = X<T>;
+    #[inline(always)]
+    fn wrap<T>(v: T) -> X<T> {
+        X(v)
+    }
+}
+
+impl FwdValue for Y {
+    const SOURCE: GradSource = GradSource::FwdOutput(0);
+    type Of<T> = Y<T>;
+    #[inline(always)]
+    fn wrap<T>(v: T) -> Y<T> {
+        Y(v)
+    }
+}
+
+/// A unary op differentiated by a gradient op type of its own (`Relu` by
+/// `ReluGrad`), declared once in the unary table of `ops::unary`: the gradient
+/// op, and which forward tensor it reads ([`X`] or [`Y`]). Autodiff connects
+/// that tensor at input 1 of the gradient op; a device's derivative reads it
+/// through [`fwd_value`], so a kernel written against the other one does not
+/// compile.
+pub trait UnaryDerivative: OpDef {
+    /// The gradient op type.
+    type Grad: UnaryGradOp<Fwd = Self>;
+    /// The forward tensor the gradient reads.
+    type Reads: FwdValue;
+    /// The gradient op's definition.
+    const GRAD: &'static Self::Grad;
+}
+
+/// The gradient op type of a [`UnaryDerivative`]: `(g, x | y) -> dx`, its
+/// forward op known by type.
+pub trait UnaryGradOp: OpDef {
+    /// The forward op differentiated.
+    type Fwd: UnaryDerivative<Grad = Self>;
+
+    /// The forward op's identity.
+    fn fwd_id() -> crate::OpDefId {
+        crate::OpDefId::of::<Self::Fwd>()
+    }
+}
+
+/// An element `v` of the forward tensor `D`'s derivative reads, wrapped as
+/// [`X`] or [`Y`] as the IR declares: a kernel binds it with the pattern of
+/// the tensor it means (`let Y(y) = fwd_value::<Relu, _>(v);`), which only
+/// compiles if the IR's gradient rule connects that tensor.
+///
+/// ```
+/// use popart_ir::ops::all::{Log, Relu};
+/// use popart_ir::ops::grad::{fwd_value, X, Y};
+/// let Y(y) = fwd_value::<Relu, f64>(2.0); // relu' = (y > 0)
+/// let X(x) = fwd_value::<Log, f64>(2.0); // log' = 1 / x
+/// assert_eq!((y, x), (2.0, 2.0));
+/// ```
+///
+/// ```compile_fail,E0308
+/// use popart_ir::ops::all::Relu;
+/// use popart_ir::ops::grad::{fwd_value, X};
+/// // The IR declares that Relu's gradient reads y: reading x does not compile.
+/// let X(x) = fwd_value::<Relu, f64>(2.0);
+/// ```
+#[inline(always)]
+pub fn fwd_value<D: UnaryDerivative, T>(v: T) -> <D::Reads as FwdValue>::Of<T> {
+    <D::Reads as FwdValue>::wrap(v)
+}
+
+/// The gradient rule of a [`UnaryDerivative`]: `D::Grad(g, x | y)`, the
+/// forward tensor at input 1.
+pub(crate) fn unary_derivative<D: UnaryDerivative>() -> GradRule {
+    GradRule::Ops(vec![spec(
+        D::GRAD,
+        Attributes::new(),
+        &[(0, GradSource::GradOfOutput(0)), (1, <D::Reads as FwdValue>::SOURCE)],
+        &[(0, 0)],
+    )])
+}
+
+/// Shape inference of a unary gradient op `(g, x | y) -> dx`: both of one type and shape.
+pub(crate) fn infer_unary_derivative(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    let (g, fwd) = (ctx.input(0)?, ctx.input(1)?);
+    if fwd != g {
+        return Err(ctx.error(format!("gradient {g} and forward tensor {fwd} differ in type or shape")));
+    }
+    Ok(vec![g.clone()])
+}
+
+crate::attr_enum! {
+    /// Which derivative a `BinaryGrad` computes: the forward op and operand.
+    pub enum BinaryDerivative {
+        /// `Div` w.r.t. `b`: `-g·a/b²`, from `(g, a, b)`.
+        DivRhs = "div_rhs",
+        /// `Pow` w.r.t. `a`: `g·b·a^(b-1)`, from `(g, a, b)`.
+        PowLhs = "pow_lhs",
+        /// `Pow` w.r.t. `b`: `g·y·ln a`, from `(g, a, y)`.
+        PowRhs = "pow_rhs",
+        /// `Maximum` w.r.t. `a`: `g` where `a == y`, from `(g, a, y)`.
+        MaxLhs = "max_lhs",
+        /// `Maximum` w.r.t. `b`: `g` where `b == y`, from `(g, b, y)`.
+        MaxRhs = "max_rhs",
+        /// `Minimum` w.r.t. `a`: `g` where `a == y`, from `(g, a, y)`.
+        MinLhs = "min_lhs",
+        /// `Minimum` w.r.t. `b`: `g` where `b == y`, from `(g, b, y)`.
+        MinRhs = "min_rhs",
+    }
+}
+
+impl BinaryDerivative {
+    /// The `BinaryGrad` inputs the formula reads, in its order: `g` (0), then
+    /// two of `a` (1), `b` (2) and the forward output `y` (3).
+    pub fn operands(self) -> [u32; 3] {
+        match self {
+            Self::DivRhs | Self::PowLhs => [0, 1, 2],
+            Self::PowRhs | Self::MaxLhs | Self::MinLhs => [0, 1, 3],
+            Self::MaxRhs | Self::MinRhs => [0, 2, 3],
+        }
+    }
+
+    /// True if the forward output `y` is connected (input 3).
+    pub fn reads_output(self) -> bool {
+        self.operands().contains(&3)
     }
 }
 
 op_attrs! {
     /// Attributes of `BinaryGrad`.
-    #[derive(Clone, Debug, PartialEq)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
     pub struct BinaryGradAttrs {
-        /// Which derivative (`div_rhs`, `pow_lhs`...).
-        pub func: String,
+        /// Which derivative.
+        pub derivative: BinaryDerivative,
     }
 }
 
@@ -35,12 +179,51 @@ op_attrs! {
     }
 }
 
+crate::attr_enum! {
+    /// The forward reduction a `ReduceGrad` differentiates (one per `Reduce*` op).
+    pub enum ReduceKind {
+        /// `ReduceSum`.
+        Sum = "sum",
+        /// `ReduceMean`.
+        Mean = "mean",
+        /// `ReduceMax`.
+        Max = "max",
+        /// `ReduceMin`.
+        Min = "min",
+        /// `ReduceProd`.
+        Prod = "prod",
+        /// `ReduceL1`.
+        L1 = "l1",
+        /// `ReduceL2`.
+        L2 = "l2",
+        /// `ReduceLogSum`.
+        LogSum = "logsum",
+        /// `ReduceLogSumExp`.
+        LogSumExp = "logsumexp",
+        /// `ReduceSumSquare`.
+        SumSquare = "sumsquare",
+    }
+}
+
+impl ReduceKind {
+    /// Whether the gradient reads the forward input `x` (input 1) and the
+    /// forward output `y` (input 2), as PopART's grad ops do.
+    pub fn reads(self) -> (bool, bool) {
+        match self {
+            Self::Sum | Self::Mean => (false, false),
+            Self::LogSum => (false, true),
+            Self::Prod | Self::L1 | Self::SumSquare => (true, false),
+            Self::Max | Self::Min | Self::L2 | Self::LogSumExp => (true, true),
+        }
+    }
+}
+
 op_attrs! {
     /// Attributes of `ReduceGrad`.
     #[derive(Clone, Debug, PartialEq)]
     pub struct ReduceGradAttrs {
-        /// The forward reduction (`sum`, `mean`, `max`...).
-        pub func: String,
+        /// The forward reduction.
+        pub reduction: ReduceKind,
         /// The forward op's axes (empty: all).
         pub axes: Vec<i64> = Vec::new(),
         /// The forward op's `keepdims`.
@@ -132,28 +315,10 @@ pub(crate) fn simple(op: &'static dyn OpDef, inputs: &[(u32, GradSource)], input
     spec(op, Attributes::new(), inputs, &[(0, input)])
 }
 
-/// The rule of a unary op whose derivative is computed by `UnaryGrad{func}` (`func`:
-/// the forward op's type) from the forward input (`uses_output == false`, input 1)
-/// or the forward output (input 2).
-pub(crate) fn unary_grad(fwd_op: &'static dyn OpDef, uses_output: bool) -> GradRule {
-    let fwd = if uses_output { (2, GradSource::FwdOutput(0)) } else { (1, GradSource::FwdInput(0)) };
-    GradRule::Ops(vec![spec(
-        &UnaryGrad,
-        Attributes::new().with("func", AttrValue::Str(fwd_op.op_type().to_string())),
-        &[(0, GradSource::GradOfOutput(0)), fwd],
-        &[(0, 0)],
-    )])
-}
-
 op_types!(
-    /// `UnaryGrad{func}(g, x | y)`: gradient of the unary op type `func` (`"Relu"`,
-    /// `"Exp"`...) w.r.t. its input, from the forward input `x` (index 1) or output `y`
-    /// (index 2), whichever the forward op's grad rule connects.
-    UnaryGrad,
-    /// `BinaryGrad{func}(g, a, b, y?)`: gradient of a binary op w.r.t. one operand, at the
-    /// broadcast shape (autodiff reduces it). `func`: `div_rhs` (-g·a/b²), `pow_lhs`
-    /// (g·b·a^(b-1)), `pow_rhs` (g·y·ln a), `max_lhs`/`min_lhs` (g where a == y),
-    /// `max_rhs`/`min_rhs` (g where b == y).
+    /// `BinaryGrad{derivative}(g, a, b, y?)`: gradient of a binary op w.r.t. one
+    /// operand, at the broadcast shape (autodiff reduces it); see
+    /// [`BinaryDerivative`] for the formulas and the inputs each reads.
     BinaryGrad,
     /// `WhereGrad{arg}(g, cond)`: `arg` 0 -> where(cond, g, 0), 1 -> where(cond, 0, g).
     WhereGrad,
@@ -161,13 +326,12 @@ op_types!(
     MatMulLhsGrad,
     /// `MatMulRhsGrad(g, a, b)`: `aᵀ @ g` reduced to `b`'s shape.
     MatMulRhsGrad,
-    /// `ReduceGrad{func, axes, keepdims, shape}(g, x?, y?)`: broadcast `g` back to
+    /// `ReduceGrad{reduction, axes, keepdims, shape}(g, x?, y?)`: broadcast `g` back to
     /// the forward input's shape (attribute `shape`); `mean` divides by the
     /// reduced count, `max`/`min` mask where `x == y`; `prod` multiplies by the
     /// product of the other elements, `l1` by `sign(x)`, `l2` by `x / y`,
     /// `logsum` by `1 / exp(y)`, `logsumexp` by `exp(x - y)`, `sumsquare` by `2x`.
-    /// `x` (input 1) is connected for `max min prod l1 l2 logsumexp sumsquare`,
-    /// `y` (input 2) for `max min l2 logsum logsumexp`, as PopART's grad ops read them.
+    /// `x` (input 1) and `y` (input 2) are connected as [`ReduceKind::reads`] says.
     ReduceGrad,
     /// `SoftmaxGrad{axis}(g, y)`: `y · (g - sum(g · y, axis))`.
     SoftmaxGrad,
@@ -240,29 +404,6 @@ fn matmul_grad_check(ctx: &InferContext<'_>) -> Result<()> {
     check_grad_input(ctx, a.dtype, &y)
 }
 
-impl OpDef for UnaryGrad {
-    fn op_type(&self) -> &'static str {
-        "UnaryGrad"
-    }
-    fn attributes(&self) -> &'static [AttrSpec] {
-        UnaryGradAttrs::SCHEMA
-    }
-    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
-        crate::lookup_op(f).map_err(|_| ctx.error(format!("`func` names no registered op type: `{f}`")))?;
-        let fwd = match (ctx.optional_input(1), ctx.optional_input(2)) {
-            (Some(x), None) => x,
-            (None, Some(y)) => y,
-            _ => return Err(ctx.error("exactly one of the forward input (1) and output (2) must be connected")),
-        };
-        let g = ctx.input(0)?;
-        if fwd != g {
-            return Err(ctx.error("gradient and forward tensor differ in type or shape"));
-        }
-        Ok(vec![g.clone()])
-    }
-}
-
 impl OpDef for BinaryGrad {
     fn op_type(&self) -> &'static str {
         "BinaryGrad"
@@ -271,13 +412,10 @@ impl OpDef for BinaryGrad {
         BinaryGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
-        if !["div_rhs", "pow_lhs", "pow_rhs", "max_lhs", "max_rhs", "min_lhs", "min_rhs"].contains(&f) {
-            return Err(ctx.error(format!("unknown binary gradient `{f}`")));
-        }
+        let derivative = BinaryGradAttrs::infer(ctx)?.derivative;
         ctx.input(1)?;
         ctx.input(2)?;
-        if matches!(f, "pow_rhs" | "max_lhs" | "max_rhs" | "min_lhs" | "min_rhs") {
+        if derivative.reads_output() {
             ctx.input(3)?;
         }
         first_input_info(ctx)
@@ -326,8 +464,9 @@ impl OpDef for ReduceGrad {
         ReduceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let f = ctx.attrs.str("func").ok_or_else(|| ctx.error("missing attribute `func`"))?;
-        let (reads_x, reads_y) = reduce::grad_func(f).ok_or_else(|| ctx.error(format!("unknown reduction `{f}`")))?;
+        let ReduceGradAttrs { reduction, axes, keepdims, .. } = ReduceGradAttrs::infer(ctx)?;
+        let f = reduction.name();
+        let (reads_x, reads_y) = reduction.reads();
         let g = ctx.input(0)?;
         let x = TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
         for (i, reads) in [(1, reads_x), (2, reads_y)] {
@@ -340,9 +479,7 @@ impl OpDef for ReduceGrad {
         if reads_x && ctx.input(1)? != &x {
             return Err(ctx.error(format!("the forward input {} is not {x}", ctx.input(1)?)));
         }
-        let axes =
-            super::normalize_axes(ctx.attrs.ints("axes").unwrap_or(&[]), x.rank()).map_err(super::infer_error(ctx))?;
-        let keepdims = ctx.attrs.bool("keepdims").unwrap_or(false);
+        let axes = super::normalize_axes(&axes, x.rank()).map_err(super::infer_error(ctx))?;
         let y = reduce::reduced_shape(&x.shape, &axes, keepdims);
         if g.shape != y {
             return Err(ctx.error("gradient shape does not match the reduced shape"));
@@ -537,7 +674,6 @@ impl OpDef for Init {
 }
 
 pub(crate) const ALL: &[&dyn OpDef] = &[
-    &UnaryGrad,
     &BinaryGrad,
     &WhereGrad,
     &MatMulLhsGrad,

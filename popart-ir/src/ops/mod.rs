@@ -6,6 +6,7 @@
 //! | family | op types | attributes |
 //! |---|---|---|
 //! | [`unary`] | `Neg Abs Exp Log Sqrt Relu Gelu Tanh Sigmoid Sin Cos Sign Floor Ceil Identity Detach IoTileCopy` | none |
+//! | [`unary`] | `AbsGrad ExpGrad LogGrad Log2Grad Log1pGrad SqrtGrad ReluGrad GeluGrad GeluErfGrad SwishGrad TanhGrad SigmoidGrad SinGrad CosGrad` (`(g, x \| y)`, see [`grad::UnaryDerivative`]) | none |
 //! | [`unary`] | `Cast` | `to: dtype` |
 //! | [`unary`] | `Log2 GeluErf Swish`; in place: `ExpInplace ReluInplace GeluInplace GeluErfInplace SwishInplace DetachInplace` | none |
 //! | [`unary`] | `Clip`, `ClipGrad(g, y)` | `min, max: float` (absent: unbounded) |
@@ -53,7 +54,7 @@
 //! | [`indexing`] | `Onehot(indices, num_classes, values)`, `GroupedGather(data, indices)`, `TiedGather(data, indices)` | `axis, num_classes`; `axis, group_size, zero_OOR` |
 //! | [`indexing_grad`] | `SubsampleGrad ScatterReduceGrad DynamicSliceGrad DynamicUpdateGrad OnehotGrad GroupedGatherGrad` | see each type |
 //! | [`collectives`] | `ReplicatedAllReduce(x)`, `ReplicatedAllReduceInplace(x)`, `ReplicatedAllReduceScaledAddInplace(w, g)`, `ReplicatedScaledAddMatMulRhsGradInplace(g, x, w)`, `ReplicatedAllGather(x[, like])`, `ReplicatedReduceScatter(x[, like])`; `AllReduce(x0, .., xk-1)` | `op: str` ([`collectives::CollectiveOperator`]), `stride, group_size: int`; `shape: ints`; `rts: bool`; `ipus: ints`, `identical_inputs, identical_grad_inputs: bool` |
-//! | [`grad`] | `UnaryGrad BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
+//! | [`grad`] | `BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
 mod axes;
 pub mod binary;
@@ -129,6 +130,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
     ALL.get_or_init(|| {
         let mut v: Vec<&'static dyn OpDef> = Vec::new();
         v.extend_from_slice(unary::TABLE);
+        v.extend_from_slice(unary::DIFFERENTIABLE);
         v.extend_from_slice(unary::ALL);
         v.extend_from_slice(binary::ALL);
         v.extend_from_slice(matmul::ALL);

@@ -6,7 +6,7 @@
 //! is the sum of squares of every element as a float32 scalar.
 
 use super::grad::spec;
-use super::grad::ReduceGrad;
+use super::grad::{ReduceGrad, ReduceKind};
 use super::{infer_error, normalize_axes, op_types, require_float};
 use crate::{
     op_attrs, AttrSpec, AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
@@ -109,25 +109,13 @@ fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool, domain: Domain)
     Ok(TensorInfo::new(x.dtype, reduced_shape(&x.shape, &axes, keepdims)))
 }
 
-/// The `func` values of [`ReduceGrad`]: `Some((reads_input, reads_output))`
-/// for a known reduction: whether its gradient reads the forward input
-/// (input 1) and the forward output (input 2), as PopART's grad ops do.
-pub(crate) fn grad_func(func: &str) -> Option<(bool, bool)> {
-    match func {
-        "sum" | "mean" => Some((false, false)),
-        "logsum" => Some((false, true)),
-        "prod" | "l1" | "sumsquare" => Some((true, false)),
-        "max" | "min" | "l2" | "logsumexp" => Some((true, true)),
-        _ => None,
-    }
-}
-
-/// `ReduceGrad{func, axes, keepdims, shape: x's}(g[, x][, y])`, reading the
-/// forward input and output as [`grad_func`] says.
-fn reduce_grad(op: &Op, func: &str) -> GradRule {
+/// `ReduceGrad{reduction, axes, keepdims, shape: x's}(g[, x][, y])`, reading the
+/// forward input and output as [`ReduceKind::reads`] says.
+fn reduce_grad(op: &Op, reduction: ReduceKind) -> GradRule {
+    // The forward op's `axes` and `keepdims` as given (absent ones stay absent).
     let mut attrs = op.attrs.clone();
-    attrs.set("func", AttrValue::Str(func.to_string()));
-    let (reads_x, reads_y) = grad_func(func).unwrap_or((true, true));
+    attrs.set("reduction", AttrValue::Str(reduction.name().to_string()));
+    let (reads_x, reads_y) = reduction.reads();
     let mut inputs = vec![(0, GradSource::GradOfOutput(0))];
     if reads_x {
         inputs.push((1, GradSource::FwdInput(0)));
@@ -139,7 +127,7 @@ fn reduce_grad(op: &Op, func: &str) -> GradRule {
 }
 
 macro_rules! reduce {
-    ($($ty:ident => $name:literal, $func:literal, $identity:literal, $domain:ident);*) => {$(
+    ($($ty:ident => $name:literal, $reduction:ident, $identity:literal, $domain:ident);*) => {$(
         impl OpDef for $ty {
             fn op_type(&self) -> &'static str { $name }
             fn attributes(&self) -> &'static [AttrSpec] { ReduceAttrs::SCHEMA }
@@ -147,24 +135,24 @@ macro_rules! reduce {
                 Ok(vec![infer_reduce_with(ctx, $identity, Domain::$domain)?])
             }
             fn grad(&self, op: &Op) -> GradRule {
-                reduce_grad(op, $func)
+                reduce_grad(op, ReduceKind::$reduction)
             }
         }
     )*};
 }
-// Fields: type name, ReduceGrad func, whether the reduction has an identity (max
+// Fields: type name, ReduceGrad reduction, whether the reduction has an identity (max
 // and min of nothing are errors), accepted dtypes.
 reduce!(
-    ReduceSum => "ReduceSum", "sum", true, Any;
-    ReduceMean => "ReduceMean", "mean", true, Any;
-    ReduceMax => "ReduceMax", "max", false, Any;
-    ReduceMin => "ReduceMin", "min", false, Any;
-    ReduceProd => "ReduceProd", "prod", true, Num;
-    ReduceL1 => "ReduceL1", "l1", true, Num;
-    ReduceL2 => "ReduceL2", "l2", true, Float;
-    ReduceLogSum => "ReduceLogSum", "logsum", true, Float;
-    ReduceLogSumExp => "ReduceLogSumExp", "logsumexp", true, Float;
-    ReduceSumSquare => "ReduceSumSquare", "sumsquare", true, Num
+    ReduceSum => "ReduceSum", Sum, true, Any;
+    ReduceMean => "ReduceMean", Mean, true, Any;
+    ReduceMax => "ReduceMax", Max, false, Any;
+    ReduceMin => "ReduceMin", Min, false, Any;
+    ReduceProd => "ReduceProd", Prod, true, Num;
+    ReduceL1 => "ReduceL1", L1, true, Num;
+    ReduceL2 => "ReduceL2", L2, true, Float;
+    ReduceLogSum => "ReduceLogSum", LogSum, true, Float;
+    ReduceLogSumExp => "ReduceLogSumExp", LogSumExp, true, Float;
+    ReduceSumSquare => "ReduceSumSquare", SumSquare, true, Num
 );
 
 impl OpDef for ReduceMedian {

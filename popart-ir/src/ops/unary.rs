@@ -1,6 +1,6 @@
 //! Elementwise unary ops: output has the input's type and shape (except `Cast`).
 
-use super::grad::{pass_through, simple, spec, unary_grad};
+use super::grad::{infer_unary_derivative, pass_through, simple, spec, unary_derivative, UnaryDerivative, UnaryGradOp};
 use super::{op_types, require_float};
 use crate::{
     op_attrs, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, IpuRoute, Op,
@@ -154,40 +154,101 @@ macro_rules! same_info_unary {
     };
 }
 
-// Derivatives: UnaryGrad reads the forward input (x) or output (y), whichever gives the
+/// The table of unary ops differentiated by a gradient op type of their own,
+/// one line each: `/// doc` then `Type => "OpType", float_only = bool, grad = GradType(X | Y);`.
+/// Declares each forward type (as [`same_info_unary!`]), its gradient op type
+/// `GradType` (registered as `"OpTypeGrad"`: `(g, x | y) -> dx`, the forward
+/// tensor at input 1) and their [`UnaryDerivative`]/[`UnaryGradOp`] links;
+/// `X` or `Y` is which forward tensor the gradient reads, declared here only:
+/// autodiff connects it and the devices' derivative kernels must read it.
+macro_rules! differentiable_unary {
+    ($($(#[$doc:meta])* $ty:ident => $name:literal, float_only = $float:literal, grad = $gty:ident($reads:ident);)*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $ty;
+
+            impl OpDef for $ty {
+                fn op_type(&self) -> &'static str { $name }
+                fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+                    let x = ctx.input(0)?;
+                    if $float { require_float(ctx, x, "the input")?; }
+                    Ok(vec![x.clone()])
+                }
+                fn grad(&self, _op: &Op) -> GradRule {
+                    unary_derivative::<$ty>()
+                }
+            }
+
+            impl UnaryDerivative for $ty {
+                type Grad = $gty;
+                type Reads = super::grad::$reads;
+                const GRAD: &'static $gty = &$gty;
+            }
+
+            #[doc = concat!("`", $name, "Grad(g, ", stringify!($reads), ")`: the gradient of [`", stringify!($ty),
+                "`] w.r.t. its input, from the incoming gradient `g` and the forward tensor `",
+                stringify!($reads), "` at input 1 (see [`UnaryDerivative`]).")]
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $gty;
+
+            impl OpDef for $gty {
+                fn op_type(&self) -> &'static str { concat!($name, "Grad") }
+                fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+                    infer_unary_derivative(ctx)
+                }
+            }
+
+            impl UnaryGradOp for $gty {
+                type Fwd = $ty;
+            }
+        )*
+
+        /// Every op of the differentiable table, each followed by its gradient op.
+        pub(crate) const DIFFERENTIABLE: &[&dyn OpDef] = &[$(&$ty, &$gty),*];
+
+        /// `(forward op, its gradient op)` of every line of the differentiable table.
+        pub const DERIVATIVES: &[(&dyn OpDef, &dyn OpDef)] = &[$((&$ty, &$gty)),*];
+    };
+}
+
+// Derivatives read the forward input (X) or output (Y), whichever gives the
 // cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), sqrt' = 1/(2y),
 // exp' = y, log' = 1/x, abs' = sign(x), sin' = cos(x), cos' = -sin(x), gelu' from x.
+differentiable_unary! {
+    /// `|x|`
+    Abs => "Abs", float_only = false, grad = AbsGrad(X);
+    /// `e^x`
+    Exp => "Exp", float_only = true, grad = ExpGrad(Y);
+    /// natural log
+    Log => "Log", float_only = true, grad = LogGrad(X);
+    /// base-2 logarithm (PopXL `log2`)
+    Log2 => "Log2", float_only = true, grad = Log2Grad(X);
+    /// `ln(1 + x)`, accurate for small `x` (not in PopXL; for stable losses)
+    Log1p => "Log1p", float_only = true, grad = Log1pGrad(X);
+    /// square root
+    Sqrt => "Sqrt", float_only = true, grad = SqrtGrad(Y);
+    /// `max(x, 0)`
+    Relu => "Relu", float_only = false, grad = ReluGrad(Y);
+    /// GELU, tanh approximation (as PopXL's `gelu`)
+    Gelu => "Gelu", float_only = true, grad = GeluGrad(X);
+    /// GELU with the exact erf, `x Φ(x)` (PopXL `geluerf`)
+    GeluErf => "GeluErf", float_only = true, grad = GeluErfGrad(X);
+    /// `x · sigmoid(x)` (PopXL `swish`)
+    Swish => "Swish", float_only = true, grad = SwishGrad(X);
+    /// hyperbolic tangent
+    Tanh => "Tanh", float_only = true, grad = TanhGrad(Y);
+    /// logistic sigmoid
+    Sigmoid => "Sigmoid", float_only = true, grad = SigmoidGrad(Y);
+    /// sine
+    Sin => "Sin", float_only = true, grad = SinGrad(X);
+    /// cosine
+    Cos => "Cos", float_only = true, grad = CosGrad(X);
+}
+
 same_info_unary! {
     /// `-x`
     Neg => "Neg", float_only = false, grad = GradRule::Ops(vec![simple(&Neg, &[(0, GradSource::GradOfOutput(0))], 0)]);
-    /// `|x|`
-    Abs => "Abs", float_only = false, grad = unary_grad(&Abs, false);
-    /// `e^x`
-    Exp => "Exp", float_only = true, grad = unary_grad(&Exp, true);
-    /// natural log
-    Log => "Log", float_only = true, grad = unary_grad(&Log, false);
-    /// base-2 logarithm (PopXL `log2`)
-    Log2 => "Log2", float_only = true, grad = unary_grad(&Log2, false);
-    /// `ln(1 + x)`, accurate for small `x` (not in PopXL; for stable losses)
-    Log1p => "Log1p", float_only = true, grad = unary_grad(&Log1p, false);
-    /// square root
-    Sqrt => "Sqrt", float_only = true, grad = unary_grad(&Sqrt, true);
-    /// `max(x, 0)`
-    Relu => "Relu", float_only = false, grad = unary_grad(&Relu, true);
-    /// GELU, tanh approximation (as PopXL's `gelu`)
-    Gelu => "Gelu", float_only = true, grad = unary_grad(&Gelu, false);
-    /// GELU with the exact erf, `x Φ(x)` (PopXL `geluerf`)
-    GeluErf => "GeluErf", float_only = true, grad = unary_grad(&GeluErf, false);
-    /// `x · sigmoid(x)` (PopXL `swish`)
-    Swish => "Swish", float_only = true, grad = unary_grad(&Swish, false);
-    /// hyperbolic tangent
-    Tanh => "Tanh", float_only = true, grad = unary_grad(&Tanh, true);
-    /// logistic sigmoid
-    Sigmoid => "Sigmoid", float_only = true, grad = unary_grad(&Sigmoid, true);
-    /// sine
-    Sin => "Sin", float_only = true, grad = unary_grad(&Sin, false);
-    /// cosine
-    Cos => "Cos", float_only = true, grad = unary_grad(&Cos, false);
     /// sign (-1, 0, 1)
     Sign => "Sign", float_only = false, grad = GradRule::Zero;
     /// round down

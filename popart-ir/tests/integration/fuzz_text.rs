@@ -96,8 +96,8 @@ fn random_attr(rng: &mut Rng, key: &str, graphs: &[GraphId], streams: &[String])
         }
         "graph" | "then_graph" | "else_graph" if !graphs.is_empty() => AttrValue::Graph(*rng.pick(graphs)),
         "stream" if !streams.is_empty() => AttrValue::Str(rng.pick(streams).clone()),
-        "reduction" => AttrValue::Str(rng.pick(&["mean", "sum", "none"]).to_string()),
-        "func" => AttrValue::Str(rng.pick(&["Relu", "Exp", "sum", "max", "div_rhs", "pow_rhs"]).to_string()),
+        "reduction" => AttrValue::Str(rng.pick(&["mean", "sum", "none", "max", "l2", "logsum"]).to_string()),
+        "derivative" => AttrValue::Str(rng.pick(&["div_rhs", "pow_rhs", "max_lhs", "min_rhs", "Relu"]).to_string()),
         _ => AttrValue::Floats(vec![0.25, -1.0]),
     }
 }
@@ -140,7 +140,7 @@ const KEYS: &[&str] = &[
     "modified",
     "stream",
     "reduction",
-    "func",
+    "derivative",
     "index",
     "low",
     "high",
@@ -186,9 +186,10 @@ fn fill_graph(ir: &mut Ir, gid: GraphId, rng: &mut Rng, defs: &[&'static dyn OpD
         }
     }
     let mut ops = Vec::new();
-    // Ops whose inputs must match something exactly: subgraph calls, host IO, matmul.
+    // Ops whose inputs must match something exactly: subgraph calls, host IO,
+    // gather (integer indices), matmul.
     for _ in 0..rng.below(4) {
-        let (def, attrs, infos) = match rng.below(5) {
+        let (def, attrs, infos) = match rng.below(6) {
             0 | 1 if !callees.is_empty() => {
                 let c = *rng.pick(callees);
                 let cg = ir.graph(c).unwrap();
@@ -228,6 +229,15 @@ fn fill_graph(ir: &mut Ir, gid: GraphId, rng: &mut Rng, defs: &[&'static dyn OpD
                     let def: &'static dyn OpDef = &popart_ir::ops::all::HostStore;
                     (def, attrs, vec![info])
                 }
+            }
+            5 => {
+                let def: &'static dyn OpDef = &popart_ir::ops::all::Gather;
+                let (rows, cols) = (1 + rng.below(3), 1 + rng.below(3));
+                (
+                    def,
+                    Attributes::new().with("axis", AttrValue::Int(rng.below(2) as i64)),
+                    vec![TensorInfo::new(DataType::Float32, [rows, cols]), TensorInfo::new(DataType::Int32, [2])],
+                )
             }
             _ => {
                 let (m, k, n) = (1 + rng.below(3), 1 + rng.below(3), 1 + rng.below(3));

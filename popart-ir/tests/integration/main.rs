@@ -2,6 +2,7 @@
 
 mod common;
 mod fuzz_text;
+mod gradient_ops;
 mod graph_editing;
 mod schedule;
 mod text_form;

@@ -17,8 +17,7 @@ pub fn cases(b: usize, h: usize) -> Vec<Case> {
         Case::new("dy @ W1^T", "MatMulLhsGrad", vec![out.clone(), hid.clone(), w1.clone()], hid.clone()),
         Case::new("add bias", "Add", vec![hid.clone(), bias.clone()], hid.clone()),
         Case::new("gelu", "Gelu", vec![hid.clone()], hid.clone()),
-        Case::new("gelu grad", "UnaryGrad", vec![hid.clone(), hid.clone()], hid.clone())
-            .attr("func", AttrValue::Str("gelu".into())),
+        Case::new("gelu grad", "GeluGrad", vec![hid.clone(), hid.clone()], hid.clone()),
         Case::new("bias grad", "ReduceToShape", vec![hid.clone()], bias).attr("shape", AttrValue::Ints(vec![h as i64])),
         Case::new("sgd update W0", "ScaledAddInplace", vec![w0.clone(), w0.clone()], w0)
             .attr("a", AttrValue::Float(1.0))

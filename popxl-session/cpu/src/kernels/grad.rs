@@ -1,6 +1,7 @@
-//! Elementwise gradient kernels created by autodiff: `UnaryGrad`, `BinaryGrad`,
-//! `WhereGrad`, `ReduceGrad`, `Sum` and `Init`. (The matmul, softmax, loss,
-//! slice, gather and reduce-to-shape gradients live with their forward ops.)
+//! Elementwise gradient kernels created by autodiff: `BinaryGrad`, `WhereGrad`,
+//! `ReduceGrad`, `Sum` and `Init`. (The unary gradient ops `ReluGrad`...,
+//! the matmul, softmax, loss, slice, gather and reduce-to-shape gradients live
+//! with their forward ops.)
 //!
 //! Input 0 is always the incoming gradient `g`; see `popart_ir::ops::grad` for
 //! the forward tensors each op reads.
@@ -15,10 +16,10 @@ use super::float16::{f16_adapter, has_f16};
 use super::par::par_range;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axes, BuildResult, Slot, SpecExt, Types};
-use super::{unary, KernelEntry};
+use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
-use popart_ir::ops::grad::{BinaryGradAttrs, ReduceGradAttrs, UnaryGradAttrs, WhereGradAttrs};
+use popart_ir::ops::grad::{BinaryDerivative, BinaryGradAttrs, ReduceGradAttrs, ReduceKind, WhereGradAttrs};
 
 macro_rules! grad3 {
     ($($name:ident: |$g:ident, $p:ident, $q:ident| $e:expr;)*) => {$(
@@ -167,7 +168,6 @@ impl Kernel for InitKernel {
 pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::Init, build_init),
     (&ir::WhereGrad, build_where_grad),
-    (&ir::UnaryGrad, build_unary_grad),
     (&ir::BinaryGrad, build_binary_grad),
     (&ir::ReduceGrad, build_reduce_grad),
     (&ir::Sum, build_sum),
@@ -209,32 +209,17 @@ fn grad_operands<'s>(spec: &'s KernelSpec<'_>) -> Result<(Slot<'s>, Slot<'s>, Da
     Ok((g, y, dt))
 }
 
-/// `UnaryGrad{func}`: the derivative kernel registered with the unary op `func`.
-fn build_unary_grad(spec: &KernelSpec<'_>) -> BuildResult {
-    let func = spec.typed::<UnaryGradAttrs>()?.func;
-    let func = func.as_str();
-    let build =
-        unary::grad_builder(func).ok_or_else(|| spec.error(format!("no unary gradient kernel for `{func}`")))?;
-    build(spec)
-}
-
 fn build_binary_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build_binary_grad);
     }
     let (g, y, dt) = grad_operands(spec)?;
-    let func = spec.typed::<BinaryGradAttrs>()?.func;
-    let func = func.as_str();
-    let (a, b) = (spec.input(1)?, spec.input(2)?);
+    let derivative = spec.typed::<BinaryGradAttrs>()?.derivative;
     if y.shape() != g.shape() {
         return Err(spec.error(format!("output {} must have the gradient's shape {:?}", y.info, g.shape())));
     }
-    let operands = match func {
-        "div_rhs" | "pow_lhs" => [g, a, b],
-        "pow_rhs" | "max_lhs" | "min_lhs" => [g, a, spec.input(3)?],
-        "max_rhs" | "min_rhs" => [g, b, spec.input(3)?],
-        other => return Err(spec.error(format!("unknown binary gradient `{other}`"))),
-    };
+    let [i0, i1, i2] = derivative.operands();
+    let operands = [spec.input(i0)?, spec.input(i1)?, spec.input(i2)?];
     if operands.iter().any(|s| s.dtype() != dt) {
         return Err(spec.error("operands must share the gradient's dtype"));
     }
@@ -246,11 +231,13 @@ fn build_binary_grad(spec: &KernelSpec<'_>) -> BuildResult {
                     _ => Err(spec.unsupported_dtype(dt)))
             };
         }
-    match func {
-        "div_rhs" => bin!(DivRhsG),
-        "pow_lhs" => bin!(PowLhsG),
-        "pow_rhs" => bin!(PowRhsG),
-        _ => bin!(MaskEqG),
+    match derivative {
+        BinaryDerivative::DivRhs => bin!(DivRhsG),
+        BinaryDerivative::PowLhs => bin!(PowLhsG),
+        BinaryDerivative::PowRhs => bin!(PowRhsG),
+        BinaryDerivative::MaxLhs | BinaryDerivative::MaxRhs | BinaryDerivative::MinLhs | BinaryDerivative::MinRhs => {
+            bin!(MaskEqG)
+        }
     }
 }
 
@@ -259,10 +246,9 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
         return f16_adapter(spec, false, build_reduce_grad);
     }
     let (g, x, dt) = grad_operands(spec)?;
-    let ReduceGradAttrs { func, axes, .. } = spec.typed()?;
-    let func = func.as_str();
+    let ReduceGradAttrs { reduction, axes, .. } = spec.typed()?;
     // The output has the forward input's shape (attribute `shape`); `x` (input
-    // 1) is connected only for the funcs whose formula reads it.
+    // 1) is connected only for the reductions whose formula reads it.
     if let Some((_, fx)) = spec.inputs.iter().find(|(i, _)| *i == 1) {
         if fx != x.info {
             return Err(spec.error(format!("output {} must match the forward input {fx}", x.info)));
@@ -275,15 +261,15 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
         return Err(spec.error(format!("gradient {} does not match the reduced shape {kept:?}", g.info)));
     }
     let count = x.nelms().checked_div(kept_len).unwrap_or(1);
-    match func {
-        "sum" | "mean" => {
+    match reduction {
+        ReduceKind::Sum | ReduceKind::Mean => {
             let plan = Broadcast::new(x.shape(), [&kept[..]]).ok_or_else(|| spec.error("bad reduction shape"))?;
-            let scale = if func == "mean" { 1.0 / count.max(1) as f64 } else { 1.0 };
+            let scale = if reduction == ReduceKind::Mean { 1.0 / count.max(1) as f64 } else { 1.0 };
             let src = g.pos;
             with_num!(dt, T => boxed(BroadcastScale::<T> { plan, scale: T::from_f64(scale), src }),
                     _ => Err(spec.unsupported_dtype(dt)))
         }
-        "max" | "min" => {
+        ReduceKind::Max | ReduceKind::Min => {
             let fy = spec.input(2)?;
             if fy.nelms() != kept_len {
                 return Err(spec.error(format!("forward output {} does not match {kept:?}", fy.info)));
@@ -293,7 +279,12 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
             with_float!(dt, T => NAry::<T, MaskEqG, 3>::boxed(spec, x.shape(), shapes, [g.pos, fx.pos, fy.pos]),
                     _ => Err(spec.unsupported_dtype(dt)))
         }
-        other => super::reduce_ext::build_reduce_grad(spec, other),
+        ReduceKind::Prod
+        | ReduceKind::L1
+        | ReduceKind::L2
+        | ReduceKind::LogSum
+        | ReduceKind::LogSumExp
+        | ReduceKind::SumSquare => super::reduce_ext::build_reduce_grad(spec, reduction),
     }
 }
 
@@ -322,23 +313,30 @@ mod tests {
         run_op(op, attrs.clone(), ins)[0].to_f64_vec()
     }
 
-    /// Every UnaryGrad func against a central difference of its forward op.
+    /// Every unary gradient op of the IR's table against a central difference
+    /// of its forward op (a gradient op without a kernel fails here).
     #[test]
     fn unary_grads_match_finite_differences() {
-        // Every entry of the unary table with a gradient, connected as the IR's grad
-        // rule connects it (forward input or output), on positive inputs and, where
-        // the op is defined there, on negative ones (away from the kinks at 0).
+        // Every line of the IR's differentiable unary table, its gradient op fed
+        // the forward tensor the IR's grad rule connects (input or output), on
+        // positive inputs and, where the op is defined there, on negative ones
+        // (away from the kinks at 0).
+        use popart_ir::ops::unary::DERIVATIVES;
         use popart_ir::{GradRule, GradSource, Ir, TensorInfo};
         let mut rng = Rng::new(1);
         let shape = [2, 3];
-        for (def, _) in super::super::unary::GRAD_KERNELS {
+        assert_eq!(DERIVATIVES.len(), super::super::unary::GRAD_KERNELS.len());
+        for (def, grad_def) in DERIVATIVES {
             let op = def.op_type();
             let mut ir = Ir::new();
             let main = ir.main_graph_id();
             let xin = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float64, shape)).unwrap();
             let id = ir.create_op(main, *def, Attributes::new(), &[(0, xin)], "f").unwrap();
             let from_y = match def.grad(ir.main_graph().op(id).unwrap()) {
-                GradRule::Ops(specs) => specs[0].inputs.iter().any(|(_, s)| matches!(s, GradSource::FwdOutput(_))),
+                GradRule::Ops(specs) => {
+                    assert_eq!(specs[0].op.id(), grad_def.id(), "{op}");
+                    specs[0].inputs.iter().any(|(_, s)| matches!(s, GradSource::FwdOutput(_)))
+                }
                 other => panic!("{op}: unexpected grad rule {other:?}"),
             };
             for sign in [1.0, -1.0] {
@@ -352,19 +350,18 @@ mod tests {
                 let want = numeric_grad(&x, 1e-6, |x| {
                     fwd(op, &none, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(a, b)| a * b).sum()
                 });
-                let attrs = Attributes::new().with("func", AttrValue::Str(op.into()));
-                let v = if from_y { (2, f64s(&shape, &y)) } else { (1, f64s(&shape, &x)) };
-                let ins = [(0, f64s(&shape, &w)), v];
-                let got = run_op("UnaryGrad", attrs.clone(), &ins)[0].to_f64_vec();
+                let v = if from_y { &y } else { &x };
+                let ins = [(0, f64s(&shape, &w)), (1, f64s(&shape, v))];
+                let got = run_op(grad_def.op_type(), none.clone(), &ins)[0].to_f64_vec();
                 assert_close(&got, &want, 1e-7);
                 let ins32: Vec<_> =
                     ins.iter().map(|(i, h)| (*i, t(DataType::Float32, &shape, &h.to_f64_vec()))).collect();
-                assert_close(&run_op("UnaryGrad", attrs, &ins32)[0].to_f64_vec(), &want, 1e-4);
+                assert_close(&run_op(grad_def.op_type(), none, &ins32)[0].to_f64_vec(), &want, 1e-4);
             }
         }
     }
 
-    /// BinaryGrad funcs against central differences of Div, Pow, Maximum, Minimum
+    /// BinaryGrad derivatives against central differences of Div, Pow, Maximum, Minimum
     /// (gradient at the broadcast shape, before autodiff's reduction).
     #[test]
     fn binary_grads_match_finite_differences() {
@@ -396,9 +393,9 @@ mod tests {
                 fwd(op, &none, &ins).iter().zip(&w).map(|(p, q)| p * q).sum()
             });
             let y = fwd(op, &none, &[(0, f64s(&sa, &a)), (1, f64s(&sb, &b))]);
-            let attrs = Attributes::new().with("func", AttrValue::Str(func.into()));
+            let attrs = Attributes::new().with("derivative", AttrValue::Str(func.into()));
             let mut ins = vec![(0, f64s(&so, &w)), (1, f64s(&sa, &a)), (2, f64s(&sb, &b))];
-            // Only the funcs that read the forward output take it (inference refuses unread inputs).
+            // Only the derivatives that read the forward output take it (inference refuses unread inputs).
             if !matches!(func, "div_rhs" | "pow_lhs") {
                 ins.push((3, f64s(&so, &y)));
             }
@@ -419,7 +416,7 @@ mod tests {
         assert_eq!(run_op("WhereGrad", arg(1), &[(0, g), (1, c)])[0].to_f64_vec(), vec![0.0, 2.0, 0.0, 4.0]);
     }
 
-    /// ReduceGrad for each func against central differences of the forward reduction.
+    /// ReduceGrad for each reduction against central differences of the forward reduction.
     #[test]
     fn reduce_grads_match_finite_differences() {
         let mut rng = Rng::new(3);
@@ -437,7 +434,7 @@ mod tests {
                 });
                 let ga = fa
                     .clone()
-                    .with("func", AttrValue::Str(func.into()))
+                    .with("reduction", AttrValue::Str(func.into()))
                     .with("shape", AttrValue::Ints(shape.iter().map(|&d| d as i64).collect()));
                 let mut ins = vec![(0, f64s(&y.info.shape, &w))];
                 if matches!(func, "max" | "min") {

@@ -120,6 +120,7 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let tables: &[&[KernelEntry]] = &[
             unary::TABLE,
+            unary::GRAD_KERNELS,
             unary::KERNELS,
             binary::TABLE,
             binary::KERNELS,

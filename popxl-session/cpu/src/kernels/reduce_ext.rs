@@ -1,5 +1,5 @@
 //! Reductions over groups of elements: `ReduceMedian` and `ReduceMedianGrad`, the
-//! `ReduceGrad` funcs of `prod l1 l2 logsum logsumexp sumsquare`, and `LambSquare`.
+//! `ReduceGrad` kernels of `prod l1 l2 logsum logsumexp sumsquare`, and `LambSquare`.
 //!
 //! A [`Groups`] plan, built once, lists the base offset of each output's group
 //! (an odometer over the kept dims) and the offsets of the group's elements
@@ -21,7 +21,7 @@ use super::spec::{boxed, norm_axes, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
-use popart_ir::ops::grad::ReduceGradAttrs;
+use popart_ir::ops::grad::{ReduceGradAttrs, ReduceKind};
 use popart_ir::ops::reduce::{ReduceAttrs, ReduceMedianGradAttrs};
 
 /// Offsets of a strided index space, dims collapsed where contiguous (size-1
@@ -375,7 +375,7 @@ impl<T: Float> MapN<T, 3> for LogSumExpG {
 
 /// The `ReduceGrad` kernels of `prod l1 l2 logsum logsumexp sumsquare` (called by
 /// `grad::build_reduce_grad` once it has checked the shapes; no float16 here).
-pub(crate) fn build_reduce_grad(spec: &KernelSpec<'_>, func: &str) -> BuildResult {
+pub(crate) fn build_reduce_grad(spec: &KernelSpec<'_>, reduction: ReduceKind) -> BuildResult {
     // The output has the forward input's shape; `logsum` reads no forward input.
     let (g, o) = (spec.input(0)?, spec.output(0)?);
     let axes = axes_of(spec, o.info.rank())?;
@@ -385,7 +385,7 @@ pub(crate) fn build_reduce_grad(spec: &KernelSpec<'_>, func: &str) -> BuildResul
         return Err(spec.error(format!("gradient {} and output {} differ in dtype", g.info, o.info)));
     }
     let out = o.shape();
-    if func == "logsum" {
+    if reduction == ReduceKind::LogSum {
         let y = spec.input(2)?;
         if y.dtype() != dt || y.nelms() != g.nelms() {
             return Err(spec.error(format!("forward output {} does not fit gradient {}", y.info, g.info)));
@@ -413,18 +413,18 @@ pub(crate) fn build_reduce_grad(spec: &KernelSpec<'_>, func: &str) -> BuildResul
                 _ => Err(spec.unsupported_dtype(dt)))
         }};
     }
-    match func {
-        "prod" => {
+    match reduction {
+        ReduceKind::Prod => {
             let groups = Groups::new(spec, out, &axes)?;
             let pos = [g.pos, x.pos];
             with_num!(dt, T => boxed(ProdGrad::<T> { groups, pos, _t: Types::default() }),
                 _ => Err(spec.unsupported_dtype(dt)))
         }
-        "l1" => two!(L1G),
-        "sumsquare" => two!(SumSquareG),
-        "l2" => three!(L2G),
-        "logsumexp" => three!(LogSumExpG),
-        other => Err(spec.error(format!("unknown reduction `{other}`"))),
+        ReduceKind::L1 => two!(L1G),
+        ReduceKind::SumSquare => two!(SumSquareG),
+        ReduceKind::L2 => three!(L2G),
+        ReduceKind::LogSumExp => three!(LogSumExpG),
+        other => Err(spec.error(format!("`{}` is not a reduction of this builder", other.name()))),
     }
 }
 

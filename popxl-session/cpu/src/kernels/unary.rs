@@ -1,5 +1,5 @@
 //! Elementwise unary kernels (`Neg` ... `Gelu`) and their derivatives (the
-//! `UnaryGrad` of each), copies (`Identity`, `Detach`, `Reshape`, `Squeeze`,
+//! gradient op of each, `ReluGrad`...), copies (`Identity`, `Detach`, `Reshape`, `Squeeze`,
 //! `ReshapeGrad`) and `Cast` between every pair of dtypes.
 //!
 //! Adding an elementwise unary op here is one line of `unary_ops!`: its scalar
@@ -7,6 +7,7 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::grad::UnaryDerivative;
 use popart_ir::DataType;
 
 use super::binary::{Binary, Map2};
@@ -70,18 +71,40 @@ impl<T: Copy + Send + Sync + 'static, F: Map1<T>> Kernel for Unary<T, F> {
 }
 
 /// The elementwise unary op table. Each line:
-/// `Op [cost]: num|float |x| forward, grad [cost] |g, x_or_y| g times the derivative;`
+/// `Op [cost]: num|float |x| forward, grad [cost] |g, X(x) or Y(y)| g times the derivative;`
 /// - `Op` is the op type of `popart_ir::ops::unary`; `num` ops also run on integers;
 /// - `[cost]` is the work per element relative to an add (threads start 16x earlier
 ///   for a cost of 16), default 1;
-/// - `grad`: the `UnaryGrad` kernel, from the forward input `x` or output `y`
-///   (whichever the IR op's grad rule connects: name the parameter after it);
-///   absent for ops without `UnaryGrad`.
+/// - `grad`: the kernel of the op's gradient op type (`ReluGrad` for `Relu`,
+///   [`popart_ir::ops::grad::UnaryDerivative`]), absent for ops without one. The
+///   forward value is bound with the pattern `X(x)` (forward input) or `Y(y)`
+///   (forward output), checked against the IR's declaration by the compiler: a
+///   derivative that reads the tensor the IR does not connect does not compile
+///   (see [`popart_ir::ops::grad::fwd_value`]). Expanded, the `Relu` line's
+///   derivative is the first function below; the second, reading `x` where the IR
+///   declares `y`, is refused:
 ///
-/// It defines the scalar maps, [`KERNELS`] (forward) and [`GRAD_KERNELS`] (the
-/// `UnaryGrad` kernel of each op, keyed by the forward op).
+/// ```
+/// use popart_ir::ops::{all::Relu, grad::{fwd_value, Y}};
+/// fn relu_grad(g: f64, v: f64) -> f64 {
+///     let Y(y) = fwd_value::<Relu, _>(v);
+///     if y > 0.0 { g } else { 0.0 }
+/// }
+/// assert_eq!(relu_grad(3.0, 1.0), 3.0);
+/// ```
+///
+/// ```compile_fail,E0308
+/// use popart_ir::ops::{all::Relu, grad::{fwd_value, X}};
+/// fn relu_grad(g: f64, v: f64) -> f64 {
+///     let X(x) = fwd_value::<Relu, _>(v);
+///     if x > 0.0 { g } else { 0.0 }
+/// }
+/// ```
+///
+/// It defines the scalar maps, [`TABLE`] (forward) and [`GRAD_KERNELS`] (the
+/// kernels of the gradient op types, keyed by their definitions).
 macro_rules! unary_ops {
-    ($($op:ident $([$cost:expr])?: $kind:ident |$x:ident| $e:expr $(, grad $([$gcost:expr])? |$g:ident, $v:ident| $ge:expr)?;)*) => {
+    ($($op:ident $([$cost:expr])?: $kind:ident |$x:ident| $e:expr $(, grad $([$gcost:expr])? |$g:ident, $w:ident($v:ident)| $ge:expr)?;)*) => {
         /// Forward scalar maps, one per op type.
         mod fwd {
             use super::*;
@@ -93,19 +116,23 @@ macro_rules! unary_ops {
         /// Derivative maps `(g, x or y) -> dx`, one per differentiable op type.
         mod derivative {
             use super::*;
+            use popart_ir::ops::grad::{fwd_value, X, Y};
             $($(
                 #[allow(unused_variables)]
                 pub(crate) struct $op;
                 impl<T: Float> Map2<T, T> for $op {
                     const COST: usize = { let _c = 1; $(let _c = $gcost;)? _c };
                     #[inline(always)]
-                    fn f($g: T, $v: T) -> T { $ge }
+                    fn f($g: T, v: T) -> T {
+                        let $w($v) = fwd_value::<ir::$op, T>(v);
+                        $ge
+                    }
                 }
             )?)*
         }
         /// Forward kernels of the elementwise unary ops.
         pub(crate) const TABLE: &[KernelEntry] = &[$((&ir::$op, unary_ops!(@build $kind $op)),)*];
-        /// `UnaryGrad` kernels, keyed by the forward op they differentiate.
+        /// Kernels of the unary gradient op types (`ReluGrad`...), keyed by their definitions.
         pub(crate) const GRAD_KERNELS: &[KernelEntry] = &[$($(unary_ops!(@grad $op $ge),)?)*];
     };
     (@impl num $op:ident [$($cost:expr)?] |$x:ident| $e:expr) => {
@@ -122,7 +149,9 @@ macro_rules! unary_ops {
             fn f($x: T) -> T { $e }
         }
     };
-    (@grad $op:ident $ge:expr) => { (&ir::$op, build_grad::<derivative::$op>) };
+    (@grad $op:ident $ge:expr) => {
+        (<ir::$op as UnaryDerivative>::GRAD, build_grad::<derivative::$op>)
+    };
     (@build num $op:ident) => { build_num::<fwd::$op> };
     (@build float $op:ident) => { build_float::<fwd::$op> };
 }
@@ -132,47 +161,47 @@ pub(crate) const GELU_C: f64 = 0.797_884_560_802_865_4;
 /// The cubic coefficient of the GELU tanh approximation.
 pub(crate) const GELU_A: f64 = 0.044_715;
 
-// Derivatives read the forward input (x) or output (y), whichever gives the
-// cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), ...
+// Derivatives read the forward input X(x) or output Y(y), as the IR's unary table
+// declares (whichever gives the cheaper formula: relu' = (y > 0), tanh' = 1 - y², sigmoid' = y(1 - y), ...
 unary_ops! {
     Neg: num |x| x.neg();
-    Abs: num |x| x.abs(), grad |g, x| g * x.signum();
-    Relu: num |x| if x > T::ZERO { x } else { T::ZERO }, grad |g, y| if y > T::ZERO { g } else { T::ZERO };
+    Abs: num |x| x.abs(), grad |g, X(x)| g * x.signum();
+    Relu: num |x| if x > T::ZERO { x } else { T::ZERO }, grad |g, Y(y)| if y > T::ZERO { g } else { T::ZERO };
     Sign: num |x| x.signum();
     Floor: num |x| x.floor();
     Ceil: num |x| x.ceil();
-    Exp[16]: float |x| x.fast_exp(), grad |g, y| g * y;
-    Log[16]: float |x| x.ln(), grad [4] |g, x| g / x;
-    Log1p[16]: float |x| x.std(f32::ln_1p, f64::ln_1p), grad [4] |g, x| g / (T::ONE + x);
-    Sqrt[4]: float |x| x.sqrt(), grad [4] |g, y| g / (T::from_f64(2.0) * y);
-    Tanh[16]: float |x| x.tanh(), grad |g, y| g * (T::ONE - y * y);
-    Sin[16]: float |x| x.sin(), grad [16] |g, x| g * x.cos();
-    Cos[16]: float |x| x.cos(), grad [16] |g, x| -(g * x.sin());
-    Sigmoid[8]: float |x| T::ONE / (T::ONE + (-x).fast_exp()), grad |g, y| g * y * (T::ONE - y);
+    Exp[16]: float |x| x.fast_exp(), grad |g, Y(y)| g * y;
+    Log[16]: float |x| x.ln(), grad [4] |g, X(x)| g / x;
+    Log1p[16]: float |x| x.std(f32::ln_1p, f64::ln_1p), grad [4] |g, X(x)| g / (T::ONE + x);
+    Sqrt[4]: float |x| x.sqrt(), grad [4] |g, Y(y)| g / (T::from_f64(2.0) * y);
+    Tanh[16]: float |x| x.tanh(), grad |g, Y(y)| g * (T::ONE - y * y);
+    Sin[16]: float |x| x.sin(), grad [16] |g, X(x)| g * x.cos();
+    Cos[16]: float |x| x.cos(), grad [16] |g, X(x)| -(g * x.sin());
+    Sigmoid[8]: float |x| T::ONE / (T::ONE + (-x).fast_exp()), grad |g, Y(y)| g * y * (T::ONE - y);
     // 0.5 x (1 + tanh(u)) = x · sigmoid(2u): no cancellation, and a vectorisable exp.
     // gelu' = s + 2 x s (1 - s) u' with s = sigmoid(2u), u = c (x + a x³).
     Gelu[16]: float |x| {
         let u = T::from_f64(GELU_C) * (x + T::from_f64(GELU_A) * x * x * x);
         x / (T::ONE + (T::from_f64(-2.0) * u).fast_exp())
-    }, grad [16] |g, x| {
+    }, grad [16] |g, X(x)| {
         let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
         let u = c * (x + a * x * x * x);
         let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp());
         let du = c * (T::ONE + T::from_f64(3.0) * a * x * x);
         g * (s + T::from_f64(2.0) * x * s * (T::ONE - s) * du)
     };
-    Log2[16]: float |x| x.std(f32::log2, f64::log2), grad [4] |g, x| g / (x * T::from_f64(std::f64::consts::LN_2));
+    Log2[16]: float |x| x.std(f32::log2, f64::log2), grad [4] |g, X(x)| g / (x * T::from_f64(std::f64::consts::LN_2));
     // x Φ(x) = x erfc(-x/√2) / 2: one libm call, accurate in both tails.
     // geluerf' = Φ(x) + x φ(x), φ(x) = exp(-x²/2) / √(2π).
     GeluErf[32]: float |x| {
         T::from_f64(0.5) * x * (x * T::from_f64(-std::f64::consts::FRAC_1_SQRT_2)).std(libm::erfcf, libm::erfc)
-    }, grad [48] |g, x| {
+    }, grad [48] |g, X(x)| {
         let cdf = T::from_f64(0.5) * (x * T::from_f64(-std::f64::consts::FRAC_1_SQRT_2)).std(libm::erfcf, libm::erfc);
         let pdf = T::from_f64(INV_SQRT_2PI) * (T::from_f64(-0.5) * x * x).exp();
         g * (cdf + x * pdf)
     };
     // x sigmoid(x); swish' = s + x s (1 - s), s = sigmoid(x).
-    Swish[8]: float |x| x / (T::ONE + (-x).fast_exp()), grad [8] |g, x| {
+    Swish[8]: float |x| x / (T::ONE + (-x).fast_exp()), grad [8] |g, X(x)| {
         let s = T::ONE / (T::ONE + (-x).fast_exp());
         g * (s + x * s * (T::ONE - s))
     };
@@ -323,18 +352,15 @@ fn build_float<F: Map1<f32> + Map1<f64>>(spec: &KernelSpec<'_>) -> BuildResult {
     with_float!(dt, T => Ok(Unary::<T, F>::boxed(n)), _ => Err(spec.unsupported_dtype(dt)))
 }
 
-/// `UnaryGrad(g, x | y)`: `D(g, v)` elementwise, `v` the connected forward tensor.
+/// A unary gradient op `(g, x | y)`: `D(g, v)` elementwise, `v` the forward
+/// tensor at input 1.
 fn build_grad<D: Map2<f32, f32> + Map2<f64, f64>>(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, false, build_grad::<D>);
     }
-    let g = spec.input(0)?;
+    let (g, v) = (spec.input(0)?, spec.input(1)?);
     let y = spec.output(0)?;
     let dt = g.dtype();
-    let v = match (spec.opt_input(1), spec.opt_input(2)) {
-        (Some(v), None) | (None, Some(v)) => v,
-        _ => return Err(spec.error("exactly one of the forward input (1) and output (2) must be connected")),
-    };
     if v.info != g.info || y.info != g.info {
         return Err(
             spec.error(format!("gradient {}, forward tensor {} and output {} must match", g.info, v.info, y.info))
@@ -342,12 +368,6 @@ fn build_grad<D: Map2<f32, f32> + Map2<f64, f64>>(spec: &KernelSpec<'_>) -> Buil
     }
     let (out, shapes, pos) = (y.shape(), [g.shape(), v.shape()], [g.pos, v.pos]);
     with_float!(dt, T => Binary::<T, T, D>::boxed(spec, out, shapes, pos), _ => Err(spec.unsupported_dtype(dt)))
-}
-
-/// The `UnaryGrad` kernel builder of the unary op type named `func`.
-pub(crate) fn grad_builder(func: &str) -> Option<crate::kernel::KernelBuilder> {
-    let def = popart_ir::lookup_op(func).ok()?;
-    GRAD_KERNELS.iter().find(|(d, _)| d.id() == def.id()).map(|(_, b)| *b)
 }
 
 // ---------------------------------------------------------------------------
