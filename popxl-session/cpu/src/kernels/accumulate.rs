@@ -7,7 +7,7 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::var_update::AccumulateAttrs;
+use popart_ir::ops::var_update::{AccumulateAttrs, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::ops::var_update::AccumulationType;
 use popart_ir::DataType;
 
@@ -50,18 +50,18 @@ impl Scalar {
     pub(crate) fn of(
         spec: &KernelSpec<'_>,
         index: u32,
-        (attr, value): (&str, Option<f64>),
+        value: Option<f64>,
         default: Option<f64>,
     ) -> Result<Scalar, KernelError> {
         match spec.opt_input(index) {
             Some(s) if s.nelms() == 1 && s.dtype() != DataType::Bool => Ok(Scalar::Input(s.pos, s.dtype())),
             Some(s) => {
-                Err(spec.error(format!("`{attr}` (input {index}) must be a one-element tensor, got {}", s.info)))
+                Err(spec.error(format!("input {index} must be a one-element tensor, got {}", s.info)))
             }
             None => value
                 .or(default)
                 .map(Scalar::Const)
-                .ok_or_else(|| spec.error(format!("missing `{attr}`: attribute or input {index}"))),
+                .ok_or_else(|| spec.error(format!("missing scalar: attribute or input {index}"))),
         }
     }
 }
@@ -165,7 +165,8 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
     if y.info != t.info || t.pos != 0 {
         return Err(spec.error(format!("output {} must be the updated input 0 {}", y.info, t.info)));
     }
-    let ty = AccumulationType::of(spec.attrs).ok_or_else(|| spec.error("unknown accumulation type"))?;
+    let a = spec.typed::<AccumulateAttrs>()?;
+    let ty = a.kind();
     if !t.dtype().is_floating_point() {
         if !matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd) {
             return Err(spec.unsupported_dtype(t.dtype()));
@@ -181,7 +182,7 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
     let plan = Broadcast::new(t.shape(), [x.shape()])
         .ok_or_else(|| spec.error(format!("update {} does not broadcast to {}", x.info, t.info)))?;
     let default = if ty.factor_defaults_to_one() || ty == AccumulationType::Add { Some(1.0) } else { None };
-    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), default)?;
+    let factor = Scalar::of(spec, 2, a.factor, default)?;
     let xp = x.pos;
     let dt = t.dtype();
     use AccumulationType as A;
@@ -235,7 +236,7 @@ fn build_scale(spec: &KernelSpec<'_>) -> BuildResult {
     if y.info != t.info || t.pos != 0 {
         return Err(spec.error(format!("output {} must be the updated input 0 {}", y.info, t.info)));
     }
-    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), None)?;
+    let factor = Scalar::of(spec, 2, spec.typed::<AccumulatorScaleAttrs>()?.factor, None)?;
     if matches!(factor, Scalar::Const(f) if f == 0.0) {
         return boxed(ZeroKernel { nbytes: t.info.nbytes() });
     }
@@ -315,7 +316,8 @@ fn build_sparse(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, true, build_sparse);
     }
-    let axis = norm_axis(spec, spec.typed::<AccumulateAttrs>()?.axis, t.info.rank())?;
+    let a = spec.typed::<SparseAccumulateAttrs>()?;
+    let axis = norm_axis(spec, a.axis, t.info.rank())?;
     let mut want = t.shape()[..axis].to_vec();
     want.extend_from_slice(idx.shape());
     want.extend_from_slice(&t.shape()[axis + 1..]);
@@ -328,7 +330,7 @@ fn build_sparse(spec: &KernelSpec<'_>) -> BuildResult {
         inner: t.shape()[axis + 1..].iter().product(),
         nidx: idx.nelms(),
     };
-    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), Some(1.0))?;
+    let factor = Scalar::of(spec, 2, a.factor, Some(1.0))?;
     let (xp, ip, check) = (x.pos, idx.pos, spec.check_indices);
     let bad_idx = || spec.error(format!("indices must be integers, got {}", idx.dtype()));
     let dt = t.dtype();

@@ -120,7 +120,8 @@ impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKern
 }
 
 fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
-    let mode = AdamMode::of(spec.attrs).ok_or_else(|| spec.error("unknown Adam mode"))?;
+    let a: AdamUpdaterAttrs = spec.typed()?;
+    let mode = a.mode;
     let (m, v, y) = (spec.input(1)?, spec.input(2)?, spec.output(0)?);
     let step = match spec.opt_input(3) {
         Some(s) if s.nelms() == 1 && !matches!(s.dtype(), DataType::Float16 | DataType::Bool) => {
@@ -143,8 +144,7 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
     if !same {
         return Err(spec.error(format!("m {}, v {} and the weight must match the output {}", m.info, v.info, y.info)));
     }
-    let a: AdamUpdaterAttrs = spec.typed()?;
-    let wd = Scalar::of(spec, 4, ("weight_decay", a.weight_decay), Some(0.0))?;
+    let wd = Scalar::of(spec, 4, a.weight_decay, Some(0.0))?;
     let decay = !matches!(wd, Scalar::Const(x) if x == 0.0);
     let w = match (decay, w) {
         (true, Some(w)) => w.pos,
@@ -154,10 +154,10 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
     let bias = mode.bias_correction();
     let beta = |i, attr| if bias { Scalar::of(spec, i, attr, None) } else { Ok(Scalar::Const(0.0)) };
     let (beta1, beta2) = (
-        beta(5, ("beta1", a.beta1))?,
-        if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, ("beta2", a.beta2))? },
+        beta(5, a.beta1)?,
+        if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, a.beta2)? },
     );
-    let eps = Scalar::of(spec, 7, ("epsilon", a.epsilon), Some(1e-7))?;
+    let eps = Scalar::of(spec, 7, a.epsilon, Some(1e-7))?;
     let (n, m, v) = (y.nelms(), m.pos, v.pos);
     macro_rules! kernel {
         ($T:ty, $adamax:literal, $decay:literal) => {
@@ -248,15 +248,15 @@ fn build_var_update(spec: &KernelSpec<'_>) -> BuildResult {
     }
     let norms = match (spec.opt_input(2), spec.opt_input(3)) {
         (Some(_), Some(_)) => {
-            Some((Scalar::of(spec, 2, ("r1", None), None)?, Scalar::of(spec, 3, ("r2", None), None)?))
+            Some((Scalar::of(spec, 2, None, None)?, Scalar::of(spec, 3, None, None)?))
         }
         (None, None) => None,
         _ => return Err(spec.error("the LAMB norms r1 and r2 go together")),
     };
     let a: AdamVarUpdateAttrs = spec.typed()?;
-    let lr = Scalar::of(spec, 4, ("learning_rate", a.learning_rate), None)?;
+    let lr = Scalar::of(spec, 4, a.learning_rate, None)?;
     let has_mwn = spec.opt_input(5).is_some() || a.max_weight_norm.is_some();
-    let mwn = if has_mwn { Some(Scalar::of(spec, 5, ("max_weight_norm", a.max_weight_norm), None)?) } else { None };
+    let mwn = if has_mwn { Some(Scalar::of(spec, 5, a.max_weight_norm, None)?) } else { None };
     let (dt, n, xp) = (w.dtype(), w.nelms(), x.pos);
     with_float!(dt, T => boxed(AdamVarUpdateKernel::<T> { n, x: xp, norms, lr, mwn, _t: Types::default() }),
         _ => Err(spec.unsupported_dtype(dt)))
