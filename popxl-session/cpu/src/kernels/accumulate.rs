@@ -347,14 +347,12 @@ pub(crate) const KERNELS: &[KernelEntry] =
 mod tests {
     use super::super::testutil::{assert_close, run_op, t, try_run_op_checked};
     use crate::kernel::KernelRunError;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};
+    use popart_ir::ops::var_update::SparseAccumulateAttrs;
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
-    fn acc(ty: &str, f: Option<f64>) -> Attributes {
-        let a = Attributes::new().with("type", AttrValue::Str(ty.into()));
-        match f {
-            Some(f) => a.with("factor", AttrValue::Float(f)),
-            None => a,
-        }
+    fn acc(ty: &str, factor: Option<f64>) -> Attributes {
+        AccumulateAttrs { kind: AccumulationType::from_name(ty), factor }.to_attrs()
     }
 
     #[test]
@@ -412,11 +410,11 @@ mod tests {
     #[test]
     fn scale_and_zero() {
         let v = t(DataType::Float32, &[3], &[1.0, f64::NAN, -4.0]);
-        let half = Attributes::new().with("factor", AttrValue::Float(0.5));
+        let half = AccumulatorScaleAttrs { factor: Some(0.5) }.to_attrs();
         let out = run_op("AccumulatorScale", half, &[(0, v.clone())])[0].to_f64_vec();
         assert_eq!((out[0], out[2]), (0.5, -2.0));
         assert!(out[1].is_nan());
-        let zero = Attributes::new().with("factor", AttrValue::Float(0.0));
+        let zero = AccumulatorScaleAttrs { factor: Some(0.0) }.to_attrs();
         assert_eq!(run_op("AccumulatorScale", zero.clone(), &[(0, v)])[0].to_f64_vec(), vec![0.0; 3]);
         let i = t(DataType::Int32, &[2], &[7.0, -7.0]);
         assert_eq!(run_op("AccumulatorScale", zero, &[(0, i)])[0].to_f64_vec(), vec![0.0; 2]);
@@ -431,7 +429,7 @@ mod tests {
         let tv = t(DataType::Float32, &[2, 3], &[0.0; 6]);
         let x = t(DataType::Float32, &[2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
         let idx = t(DataType::Int32, &[4], &[2.0, 0.0, 2.0, -1.0]);
-        let a = Attributes::new().with("axis", AttrValue::Int(1)).with("factor", AttrValue::Float(0.5));
+        let a = SparseAccumulateAttrs { axis: 1, factor: Some(0.5) }.to_attrs();
         let out = run_op("SparseAccumulate", a.clone(), &[(0, tv.clone()), (1, x.clone()), (3, idx)]);
         assert_eq!(out[0].to_f64_vec(), vec![1.0, 0.0, 4.0, 3.0, 0.0, 10.0]);
         // Out of range: nothing added, or an error with run-time checks.

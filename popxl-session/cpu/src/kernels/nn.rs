@@ -626,7 +626,8 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, try_run_op_checked, Rng};
     use crate::kernel::KernelRunError;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::nn::{LossReduction, MaskedSoftmaxAttrs, NllLossAttrs, SoftmaxAttrs};
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
     fn softmax_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
         let outer: usize = shape[..axis].iter().product();
@@ -647,7 +648,7 @@ mod tests {
     }
 
     fn axis(a: i64) -> Attributes {
-        Attributes::new().with("axis", AttrValue::Int(a))
+        SoftmaxAttrs { axis: a }.to_attrs()
     }
 
     #[test]
@@ -696,10 +697,7 @@ mod tests {
                 })
                 .collect();
             let want = softmax_ref(&masked, &shape, 3);
-            let attrs = Attributes::new()
-                .with("scale", AttrValue::Float(scale))
-                .with("fill", AttrValue::Float(fill))
-                .with("axis", AttrValue::Int(-1));
+            let attrs = MaskedSoftmaxAttrs { scale, fill, axis: -1 }.to_attrs();
             for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-6)] {
                 let ins = [(0, t(dt, &shape, &x)), (1, t(DataType::Bool, &mshape, mask))];
                 let out = &run_op("MaskedSoftmax", attrs.clone(), &ins)[0];
@@ -724,11 +722,8 @@ mod tests {
     }
 
     fn nll_attrs(reduction: &str, ignore: Option<i64>) -> Attributes {
-        let a = Attributes::new().with("reduction", AttrValue::Str(reduction.into()));
-        match ignore {
-            Some(i) => a.with("ignore_index", AttrValue::Int(i)),
-            None => a,
-        }
+        let reduction = LossReduction::from_name(reduction).unwrap();
+        NllLossAttrs { reduction, ignore_index: ignore, log_prob: false }.to_attrs()
     }
 
     #[test]

@@ -269,7 +269,16 @@ pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::AdamUpdater, build_updater), 
 mod tests {
     use super::super::testutil::{assert_close, run_op, t};
     use super::trust_ratio;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::optimizer::{AdamMode, AdamUpdaterAttrs, AdamVarUpdateAttrs};
+    use popart_ir::{DataType, OpAttrs};
+
+    fn updater(mode: AdamMode) -> AdamUpdaterAttrs {
+        AdamUpdaterAttrs { mode, weight_decay: None, beta1: None, beta2: None, epsilon: Some(1e-3) }
+    }
+
+    fn var_update(max_weight_norm: Option<f64>) -> AdamVarUpdateAttrs {
+        AdamVarUpdateAttrs { learning_rate: Some(0.1), max_weight_norm }
+    }
 
     #[test]
     fn adam_updater_without_bias_correction() {
@@ -284,9 +293,9 @@ mod tests {
         };
         for dt in [DataType::Float32, DataType::Float64] {
             let ins = [(1, t(dt, &[3], &m)), (2, t(dt, &[3], &v))];
-            let a = Attributes::new().with("epsilon", AttrValue::Float(1e-3));
+            let a = updater(AdamMode::AdamNoBias).to_attrs();
             assert_close(&run_op("AdamUpdater", a.clone(), &ins)[0].to_f64_vec(), &want(0.0, false), 1e-6);
-            let lamb = a.clone().with("mode", AttrValue::Str("lamb_no_bias".into()));
+            let lamb = updater(AdamMode::LambNoBias).to_attrs();
             assert_close(&run_op("AdamUpdater", lamb, &ins)[0].to_f64_vec(), &want(0.0, false), 1e-6);
             // Weight decay as a tensor of another float type.
             let mut ins = ins.to_vec();
@@ -296,7 +305,7 @@ mod tests {
         }
         // float16 moments: computed in float32, output float16.
         let ins = [(1, t(DataType::Float16, &[3], &m)), (2, t(DataType::Float16, &[3], &v))];
-        let eps = Attributes::new().with("epsilon", AttrValue::Float(1e-3));
+        let eps = updater(AdamMode::AdamNoBias).to_attrs();
         let out = &run_op("AdamUpdater", eps, &ins)[0];
         assert_eq!(out.info.dtype, DataType::Float16);
         assert_close(&out.to_f64_vec(), &want(0.0, false), 2e-3);
@@ -305,7 +314,7 @@ mod tests {
     #[test]
     fn adam_var_update_with_and_without_trust_ratio() {
         let (w, x) = ([1.0, 2.0], [0.5, -1.0]);
-        let lr = Attributes::new().with("learning_rate", AttrValue::Float(0.1));
+        let lr = var_update(None).to_attrs();
         let ins = [(0, t(DataType::Float32, &[2], &w)), (1, t(DataType::Float32, &[2], &x))];
         assert_close(&run_op("AdamVarUpdate", lr.clone(), &ins)[0].to_f64_vec(), &[0.95, 2.1], 1e-7);
         let mut lamb = ins.to_vec();
@@ -314,7 +323,7 @@ mod tests {
         // ratio = 2 / 4
         assert_close(&run_op("AdamVarUpdate", lr.clone(), &lamb)[0].to_f64_vec(), &[0.975, 2.05], 1e-7);
         // max weight norm 1: ratio = 1 / 4
-        let clip = lr.clone().with("max_weight_norm", AttrValue::Float(1.0));
+        let clip = var_update(Some(1.0)).to_attrs();
         assert_close(&run_op("AdamVarUpdate", clip, &lamb)[0].to_f64_vec(), &[0.9875, 2.025], 1e-7);
         assert_eq!(trust_ratio(0.0, 4.0, 1.0), 1.0);
         assert_eq!(trust_ratio(4.0, 0.0, 1.0), 1.0);

@@ -5,7 +5,7 @@
 use half::f16;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::collectives::CollectiveOperator as Op;
-use popart_ir::ops::collectives::{IpuAllReduceAttrs, ReduceScatterAttrs};
+use popart_ir::ops::collectives::{AllReduceAttrs, IpuAllReduceAttrs, ReduceScatterAttrs};
 use popart_ir::{Attributes, DataType, HostTensor, Ir, OpAttrs, OpDef, ReplicaGrouping, TensorInfo};
 
 use super::super::build_kernel;
@@ -60,12 +60,7 @@ pub(super) fn run_spec(
 ) -> Result<Vec<Vec<HostTensor>>, KernelRunError> {
     assert_eq!(inputs.len(), rf);
     let in_infos: Vec<TensorInfo> = inputs[0].iter().map(|t| t.info.clone()).collect();
-    // The tests share one attribute set across collectives: the op sees the keys
-    // it declares.
-    let mut declared = Attributes::new();
-    for (k, v) in attrs.iter().filter(|(k, _)| def.attributes().iter().any(|s| s.name == *k)) {
-        declared.set(k, v.clone());
-    }
+    let declared = declared(def, attrs);
     let out_infos = infer(rf, def, &declared, &in_infos);
     let spec = KernelSpec {
         weight_invariant,
@@ -158,10 +153,19 @@ pub(super) fn run(
     run_on(rf, def, attrs, inputs, true).unwrap_or_else(|e| panic!("{}: {e}", def.op_type()))
 }
 
-/// Operator `op` over the grouping `(s, g)`: the keys every replica collective
-/// test takes the ones it declares from (see [`run_spec`]).
+/// The tests share one attribute set across collectives: the op sees the keys
+/// it declares.
+fn declared(def: &dyn OpDef, attrs: &Attributes) -> Attributes {
+    let mut declared = Attributes::new();
+    for (k, v) in attrs.iter().filter(|(k, _)| def.attributes().iter().any(|s| s.name == *k)) {
+        declared.set(k, v.clone());
+    }
+    declared
+}
+
+/// Operator `op` over the grouping `(s, g)`.
 pub(super) fn attrs(op: Op, s: usize, g: usize) -> Attributes {
-    shaped(op, s, g, None)
+    AllReduceAttrs { op, stride: s as i64, group_size: g as i64 }.to_attrs()
 }
 
 /// [`attrs`] with attribute `shape`.
@@ -471,6 +475,7 @@ fn unsupported_specs_are_build_errors() {
         (&ir::ReplicatedReduceScatter, attrs(Op::SquareAdd, 1, 2), vec![b.clone()], vec![b]),
     ];
     for (def, a, ins, outs) in cases {
+        let a = declared(def, &a);
         let spec = KernelSpec::new(
             def,
             &a,
