@@ -487,8 +487,9 @@ impl OpDef for ReplicatedReduceScatter {
         }
         let attrs = AllGatherAttrs { stride: a.stride, group_size: a.group_size, shape: None }.to_attrs();
         let inputs = [(0, GradSource::GradOfOutput(0))];
-        GradRule::Ops(vec![spec(&ReplicatedAllGather, attrs, &inputs, &[(0, 0)])
-            .with_shape_attr("shape", GradSource::FwdInput(0))])
+        GradRule::Ops(vec![
+            spec(&ReplicatedAllGather, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))
+        ])
     }
 }
 

@@ -447,7 +447,8 @@ impl OpDef for ConvTranspose {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
         check_dtypes(ctx, x, w)?;
-        let geo = conv_transpose_geometry(&x.shape, &w.shape, &ConvTransposeAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
+        let geo =
+            conv_transpose_geometry(&x.shape, &w.shape, &ConvTransposeAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, geo.x_shape())])
     }
 }

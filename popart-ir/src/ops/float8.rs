@@ -140,7 +140,8 @@ impl OpDef for ConvTransposePow2Scaled {
         check_float8_operands(ctx, &[0, 1])?;
         check_log2_scale(ctx, 2)?;
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
-        let geo = conv_transpose_geometry(&x.shape, &w.shape, &ConvTransposeAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
+        let geo =
+            conv_transpose_geometry(&x.shape, &w.shape, &ConvTransposeAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(DataType::Float16, geo.x_shape())])
     }
 }

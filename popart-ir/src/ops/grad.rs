@@ -132,7 +132,8 @@ impl OpAttrs for ConcatGradAttrs {
         })
     }
     fn to_attrs(&self) -> Attributes {
-        let mut attrs = Attributes::new().with("axis", AttrValue::Int(self.axis)).with("index", AttrValue::Int(self.index));
+        let mut attrs =
+            Attributes::new().with("axis", AttrValue::Int(self.axis)).with("index", AttrValue::Int(self.index));
         for (k, shape) in self.shapes.iter().enumerate() {
             attrs.set(&format!("shape{k}"), AttrValue::Ints(shape.clone()));
         }
@@ -158,9 +159,8 @@ impl ConcatGradAttrs {
             }
             total = end;
         }
-        let (start, end) = range.ok_or_else(|| {
-            format!("index {} is not one of the {} concat inputs", self.index, self.shapes.len())
-        })?;
+        let (start, end) = range
+            .ok_or_else(|| format!("index {} is not one of the {} concat inputs", self.index, self.shapes.len()))?;
         if total != g[axis] {
             return Err(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g[axis]));
         }

@@ -15,9 +15,7 @@
 use super::conv::{pad_type, ConvGeometry, PadType};
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{
-    op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of the pools and their gradients.

@@ -5,8 +5,7 @@
 use super::grad::spec;
 use super::op_types;
 use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
-    TensorInfo,
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_types!(

@@ -16,9 +16,7 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{
-    op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Resize`.
@@ -206,7 +204,11 @@ impl ResizeParams {
     }
 }
 
-fn infer_resize(ctx: &InferContext<'_>, x: &TensorInfo, p: std::result::Result<ResizeParams, String>) -> Result<Vec<usize>> {
+fn infer_resize(
+    ctx: &InferContext<'_>,
+    x: &TensorInfo,
+    p: std::result::Result<ResizeParams, String>,
+) -> Result<Vec<usize>> {
     require_float(ctx, x, "the input")?;
     let p = p.map_err(|m| ctx.error(m))?;
     Ok(p.out_shape(&x.shape))

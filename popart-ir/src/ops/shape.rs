@@ -5,8 +5,7 @@ use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
 use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
-    TensorInfo,
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_attrs! {

@@ -7,8 +7,8 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::var_update::{AccumulateAttrs, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::ops::var_update::AccumulationType;
+use popart_ir::ops::var_update::{AccumulateAttrs, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::DataType;
 
 use super::broadcast::Broadcast;
@@ -55,9 +55,7 @@ impl Scalar {
     ) -> Result<Scalar, KernelError> {
         match spec.opt_input(index) {
             Some(s) if s.nelms() == 1 && s.dtype() != DataType::Bool => Ok(Scalar::Input(s.pos, s.dtype())),
-            Some(s) => {
-                Err(spec.error(format!("input {index} must be a one-element tensor, got {}", s.info)))
-            }
+            Some(s) => Err(spec.error(format!("input {index} must be a one-element tensor, got {}", s.info))),
             None => value
                 .or(default)
                 .map(Scalar::Const)
@@ -347,8 +345,8 @@ pub(crate) const KERNELS: &[KernelEntry] =
 mod tests {
     use super::super::testutil::{assert_close, run_op, t, try_run_op_checked};
     use crate::kernel::KernelRunError;
-    use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};
     use popart_ir::ops::var_update::SparseAccumulateAttrs;
+    use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};
     use popart_ir::{Attributes, DataType, OpAttrs};
 
     fn acc(ty: &str, factor: Option<f64>) -> Attributes {

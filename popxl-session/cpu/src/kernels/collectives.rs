@@ -32,8 +32,8 @@ use std::marker::PhantomData;
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::collectives::{AllGatherAttrs, AllReduceAttrs, IpuAllReduceAttrs, ReduceScatterAttrs};
 use popart_ir::ops::collectives::{shard_len, CollectiveOperator};
+use popart_ir::ops::collectives::{AllGatherAttrs, AllReduceAttrs, IpuAllReduceAttrs, ReduceScatterAttrs};
 use popart_ir::DataType;
 
 use super::dispatch::with_bits;

@@ -153,10 +153,8 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let bias = mode.bias_correction();
     let beta = |i, attr| if bias { Scalar::of(spec, i, attr, None) } else { Ok(Scalar::Const(0.0)) };
-    let (beta1, beta2) = (
-        beta(5, a.beta1)?,
-        if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, a.beta2)? },
-    );
+    let (beta1, beta2) =
+        (beta(5, a.beta1)?, if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, a.beta2)? });
     let eps = Scalar::of(spec, 7, a.epsilon, Some(1e-7))?;
     let (n, m, v) = (y.nelms(), m.pos, v.pos);
     macro_rules! kernel {
@@ -247,9 +245,7 @@ fn build_var_update(spec: &KernelSpec<'_>) -> BuildResult {
         return Err(spec.error(format!("updater {} does not match the weight {}", x.info, w.info)));
     }
     let norms = match (spec.opt_input(2), spec.opt_input(3)) {
-        (Some(_), Some(_)) => {
-            Some((Scalar::of(spec, 2, None, None)?, Scalar::of(spec, 3, None, None)?))
-        }
+        (Some(_), Some(_)) => Some((Scalar::of(spec, 2, None, None)?, Scalar::of(spec, 3, None, None)?)),
         (None, None) => None,
         _ => return Err(spec.error("the LAMB norms r1 and r2 go together")),
     };

@@ -431,8 +431,7 @@ mod tests {
         // x [200, 50] with a mask [200, 1]: whole rows are kept or dropped.
         let (r, c) = (200, 50);
         let x: Vec<f64> = (0..r * c).map(|i| 1.0 + i as f64).collect();
-        let a =
-            ShapedDropoutAttrs { ratio: 0.5, shape: vec![r as i64, 1] }.to_attrs();
+        let a = ShapedDropoutAttrs { ratio: 0.5, shape: vec![r as i64, 1] }.to_attrs();
         let y = run_op("ShapedDropout", a.clone(), &[(0, t(DataType::Float64, &[r, c], &x)), (1, seed(3, 4))])[0]
             .to_f64_vec();
         let mut kept = 0;

@@ -553,11 +553,7 @@ mod tests {
         use crate::kernel::KernelSpec;
         let f = |s: &[usize]| popart_ir::TensorInfo::new(DataType::Float32, s);
         let cases = [
-            (
-                "Slice",
-                slice(&[0], &[1], Some(&[0]), None).to_attrs(),
-                "slice step cannot be 0",
-            ),
+            ("Slice", slice(&[0], &[1], Some(&[0]), None).to_attrs(), "slice step cannot be 0"),
             ("Slice", slice(&[0], &[1, 2], None, None).to_attrs(), "must have the same length"),
             ("Slice", slice(&[0], &[1], None, Some(&[2])).to_attrs(), "axis 2 is out of range"),
             ("Transpose", transpose(&[0, 0]), "[0, 0] is not a permutation of 2 axes"),
@@ -622,7 +618,6 @@ mod tests {
         assert_eq!(out.to_f64_vec(), vec![0.0, 2.0, 0.0, 1.0, 0.0, 4.0, 0.0, 3.0]);
     }
 
-
     #[test]
     fn concat_along_each_axis() {
         let a = iota(DataType::Int32, &[2, 2]);
@@ -630,8 +625,7 @@ mod tests {
         let out = &run_op("Concat", axis(1), &[(0, a.clone()), (1, b)])[0];
         assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 10.0, 2.0, 3.0, 11.0]);
         let c = t(DataType::Int32, &[1, 2], &[7.0, 8.0]);
-        let out =
-            &run_op("Concat", axis(-2), &[(0, a.clone()), (1, c), (2, a)])[0];
+        let out = &run_op("Concat", axis(-2), &[(0, a.clone()), (1, c), (2, a)])[0];
         assert_eq!(out.info.shape, vec![5, 2]);
         assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0, 7.0, 8.0, 0.0, 1.0, 2.0, 3.0]);
     }
@@ -683,9 +677,7 @@ mod tests {
         // zero_OOR asks for the zeros: no error, same result as unchecked.
         let out = try_run_op_checked("Gather", gather(0, true), &[(0, data.clone()), (1, idx)]).unwrap();
         assert_eq!(out[0].to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
-        assert!(
-            try_run_op_checked("GatherGrad", gather_grad(0, true, &[3, 2]), &grad_ins).is_ok()
-        );
+        assert!(try_run_op_checked("GatherGrad", gather_grad(0, true, &[3, 2]), &grad_ins).is_ok());
         // In range: checked and unchecked agree.
         let ok = t(DataType::Int32, &[2], &[-1.0, 0.0]);
         let out = try_run_op_checked("Gather", Attributes::new(), &[(0, data), (1, ok)]).unwrap();

@@ -3,8 +3,8 @@
 //! independent [`ReplicaGrouping`](popart_ir::ReplicaGrouping).
 
 use popart_ir::ops::all as ir;
-use popart_ir::ops::collectives::CollectiveOperator as Op;
 use popart_ir::ops::collectives::AllReduceUpdateAttrs;
+use popart_ir::ops::collectives::CollectiveOperator as Op;
 use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
 use super::super::testutil::{assert_close, Rng};
