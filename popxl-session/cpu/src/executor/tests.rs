@@ -162,8 +162,8 @@ fn if_runs_one_branch() {
     let main = ir.main_graph_id();
     let s = f32s(1);
     for (n, d) in [
-        ("a", StreamDirection::HostToDevice),
-        ("b", StreamDirection::HostToDevice),
+        ("in_a", StreamDirection::HostToDevice),
+        ("in_b", StreamDirection::HostToDevice),
         ("out", StreamDirection::DeviceToHost),
     ] {
         ir.main_graph_mut().add_tensor(n, s.clone(), TensorKind::Stream(d)).unwrap();
@@ -188,8 +188,8 @@ fn if_runs_one_branch() {
     };
     let then_g = branch("then", false);
     let else_g = branch("else", true);
-    let la = ir.create_op(main, "HostLoad", stream_attrs("a"), &[], "la").unwrap();
-    let lb = ir.create_op(main, "HostLoad", stream_attrs("b"), &[], "lb").unwrap();
+    let la = ir.create_op(main, "HostLoad", stream_attrs("in_a"), &[], "la").unwrap();
+    let lb = ir.create_op(main, "HostLoad", stream_attrs("in_b"), &[], "lb").unwrap();
     let a = ir.main_graph().op(la).unwrap().output(0).unwrap();
     let b = ir.main_graph().op(lb).unwrap().output(0).unwrap();
     let gt = ir.create_op(main, "Greater", Attributes::new(), &[(0, a), (1, b)], "gt").unwrap();

@@ -349,8 +349,10 @@ mod tests {
     use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};
     use popart_ir::{Attributes, DataType, OpAttrs};
 
-    fn acc(ty: &str, factor: Option<f64>) -> Attributes {
-        AccumulateAttrs { kind: AccumulationType::from_name(ty), factor }.to_attrs()
+    use AccumulationType as A;
+
+    fn acc(ty: AccumulationType, factor: Option<f64>) -> Attributes {
+        AccumulateAttrs { kind: Some(ty), factor }.to_attrs()
     }
 
     #[test]
@@ -359,26 +361,26 @@ mod tests {
         let xv = [0.5, 4.0, -1.0, -3.0];
         let f = 0.25;
         type Rule = fn(f64, f64, f64) -> f64;
-        let cases: [(&str, Rule); 9] = [
-            ("add", |t, x, _| t + x),
-            ("dampened_add", |t, x, f| t + f * x),
-            ("dampened_add_square", |t, x, f| t + f * x * x),
-            ("decay_add", |t, x, f| f * t + x),
-            ("decay_add_square", |t, x, f| f * t + x * x),
-            ("moving_average", |t, x, f| f * t + (1.0 - f) * x),
-            ("moving_average_square", |t, x, f| f * t + (1.0 - f) * x * x),
-            ("infinity", |t, x, f| (f * t).max(x.abs())),
-            ("mean", |t, x, f| (f / (f + 1.0)) * t + x / (f + 1.0)),
+        let cases: [(A, Rule); 9] = [
+            (A::Add, |t, x, _| t + x),
+            (A::DampenedAdd, |t, x, f| t + f * x),
+            (A::DampenedAddSquare, |t, x, f| t + f * x * x),
+            (A::DecayAdd, |t, x, f| f * t + x),
+            (A::DecayAddSquare, |t, x, f| f * t + x * x),
+            (A::MovingAverage, |t, x, f| f * t + (1.0 - f) * x),
+            (A::MovingAverageSquare, |t, x, f| f * t + (1.0 - f) * x * x),
+            (A::Infinity, |t, x, f| (f * t).max(x.abs())),
+            (A::Mean, |t, x, f| (f / (f + 1.0)) * t + x / (f + 1.0)),
         ];
         for (ty, rule) in cases {
             let want: Vec<f64> = tv.iter().zip(&xv).map(|(&t, &x)| rule(t, x, f)).collect();
-            let attrs = acc(ty, (ty != "add").then_some(f));
+            let attrs = acc(ty, (ty != A::Add).then_some(f));
             for dt in [DataType::Float32, DataType::Float64] {
                 let ins = [(0, t(dt, &[4], &tv)), (1, t(dt, &[4], &xv))];
                 assert_close(&run_op("Accumulate", attrs.clone(), &ins)[0].to_f64_vec(), &want, 1e-6);
             }
             // The factor as a tensor of another float type.
-            if ty != "add" {
+            if ty != A::Add {
                 let ins = [
                     (0, t(DataType::Float64, &[4], &tv)),
                     (1, t(DataType::Float64, &[4], &xv)),
@@ -393,7 +395,7 @@ mod tests {
     fn float32_accumulator_takes_float16_updates() {
         let ins =
             [(0, t(DataType::Float32, &[3], &[1.0, 2.0, 3.0])), (1, t(DataType::Float16, &[3], &[0.5, 0.25, 2.0]))];
-        let out = run_op("Accumulate", acc("dampened_add_square", Some(2.0)), &ins);
+        let out = run_op("Accumulate", acc(A::DampenedAddSquare, Some(2.0)), &ins);
         assert_eq!(out[0].info.dtype, DataType::Float32);
         assert_eq!(out[0].to_f64_vec(), vec![1.5, 2.125, 11.0]);
         // A float16 accumulator with a float32 update and a float32 factor tensor.
@@ -402,7 +404,7 @@ mod tests {
             (1, t(DataType::Float32, &[2], &[3.0, 5.0])),
             (2, t(DataType::Float32, &[], &[0.5])),
         ];
-        assert_eq!(run_op("Accumulate", acc("moving_average", None), &ins)[0].to_f64_vec(), vec![2.0, 3.5]);
+        assert_eq!(run_op("Accumulate", acc(A::MovingAverage, None), &ins)[0].to_f64_vec(), vec![2.0, 3.5]);
     }
 
     #[test]

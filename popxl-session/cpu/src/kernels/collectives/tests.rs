@@ -32,7 +32,7 @@ fn infer(rf: usize, def: &'static dyn OpDef, attrs: &Attributes, inputs: &[Tenso
         .enumerate()
         .map(|(i, t)| (i as u32, ir.graph_mut(main).unwrap().add_input(&format!("x{i}"), t.clone()).unwrap()))
         .collect();
-    ir.infer_outputs(main, def, attrs, &ids, "op").unwrap_or_else(|e| panic!("{e}"))
+    ir.infer_outputs(main, def, attrs, &ids, "node").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Run `def` on `rf` replicas, replica `r` on `inputs[r]`, each on its own
