@@ -412,6 +412,40 @@ impl AttrType for f64 {
     }
 }
 
+/// A count or size: an integer that is not negative.
+impl AttrType for usize {
+    const KIND: AttrKind = AttrKind::Int;
+    const EXPECTED: &'static str = "a non-negative integer";
+    fn from_value(value: &AttrValue) -> Option<Self> {
+        match value {
+            AttrValue::Int(i) => usize::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+    fn to_value(&self) -> Option<AttrValue> {
+        // Values decoded from an attribute fit; a larger one saturates.
+        Some(AttrValue::Int(i64::try_from(*self).unwrap_or(i64::MAX)))
+    }
+}
+
+/// One character, stored as a one-character string.
+impl AttrType for char {
+    const KIND: AttrKind = AttrKind::Str;
+    const EXPECTED: &'static str = "exactly one character";
+    fn from_value(value: &AttrValue) -> Option<Self> {
+        match value {
+            AttrValue::Str(s) => {
+                let mut cs = s.chars();
+                cs.next().filter(|_| cs.next().is_none())
+            }
+            _ => None,
+        }
+    }
+    fn to_value(&self) -> Option<AttrValue> {
+        Some(AttrValue::Str(self.to_string()))
+    }
+}
+
 impl<T: AttrType> AttrType for Option<T> {
     const KIND: AttrKind = T::KIND;
     const EXPECTED: &'static str = T::EXPECTED;
@@ -454,6 +488,11 @@ pub trait OpAttrs: Sized {
     fn from_attrs(attrs: &Attributes) -> Result<Self, AttrError>;
     /// The attribute map of these values (every field but absent optional ones).
     fn to_attrs(&self) -> Attributes;
+    /// The values of an op given no attributes (every field's declared default;
+    /// an error names a required field).
+    fn defaults() -> Result<Self, AttrError> {
+        Self::from_attrs(&Attributes::new())
+    }
     /// Decode the attributes of `op`; errors name the op.
     fn of(op: &crate::Op) -> crate::Result<Self> {
         Self::from_attrs(&op.attrs).map_err(|error| crate::IrError::Attribute {

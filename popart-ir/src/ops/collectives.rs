@@ -48,8 +48,8 @@ op_attrs! {
     /// Attributes of `ReplicatedAllReduce` and its in-place variant.
     #[derive(Clone, Debug, PartialEq)]
     pub struct AllReduceAttrs {
-        /// The operator (absent: `add`).
-        pub op: Option<String> = None,
+        /// The operator.
+        pub op: CollectiveOperator = CollectiveOperator::Add,
         /// Replica grouping stride.
         pub stride: i64,
         /// Replica group size.
@@ -61,8 +61,8 @@ op_attrs! {
     /// Attributes of the fused data-parallel updates.
     #[derive(Clone, Debug, PartialEq)]
     pub struct AllReduceUpdateAttrs {
-        /// The operator (absent: `add`).
-        pub op: Option<String> = None,
+        /// The operator.
+        pub op: CollectiveOperator = CollectiveOperator::Add,
         /// Replica grouping stride.
         pub stride: i64,
         /// Replica group size.
@@ -89,8 +89,8 @@ op_attrs! {
     /// Attributes of `ReplicatedReduceScatter`.
     #[derive(Clone, Debug, PartialEq)]
     pub struct ReduceScatterAttrs {
-        /// The operator (absent: `add`).
-        pub op: Option<String> = None,
+        /// The operator.
+        pub op: CollectiveOperator = CollectiveOperator::Add,
         /// Replica grouping stride.
         pub stride: i64,
         /// Replica group size.
@@ -106,8 +106,8 @@ op_attrs! {
     /// Attributes of `AllReduce` (across IPUs).
     #[derive(Clone, Debug, PartialEq)]
     pub struct IpuAllReduceAttrs {
-        /// The operator (absent: `add`).
-        pub op: Option<String> = None,
+        /// The operator.
+        pub op: CollectiveOperator = CollectiveOperator::Add,
         /// The IPU of each input.
         pub ipus: Vec<i64>,
         /// Inputs hold one value.
@@ -176,28 +176,36 @@ op_types!(
     AllReduce,
 );
 
-/// How a collective combines values (PopART's `CollectiveOperator`; attribute
-/// `op`, by [`CollectiveOperator::name`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CollectiveOperator {
-    /// Sum.
-    Add,
-    /// Sum divided by the number of values.
-    Mean,
-    /// Product.
-    Mul,
-    /// Minimum (NaN propagates).
-    Min,
-    /// Maximum (NaN propagates).
-    Max,
-    /// Logical and (bool).
-    LogicalAnd,
-    /// Logical or (bool).
-    LogicalOr,
-    /// Sum of squares.
-    SquareAdd,
-    /// No reduction: each replica keeps its own values (reduce-scatter only).
-    Local,
+crate::attr_enum! {
+    /// How a collective combines values (PopART's `CollectiveOperator`; attribute
+    /// `op`, by [`CollectiveOperator::name`]: PopXL's name or `local`).
+    ///
+    /// ```
+    /// use popart_ir::ops::collectives::CollectiveOperator;
+    /// assert_eq!(CollectiveOperator::SquareAdd.name(), "square_add");
+    /// assert_eq!(CollectiveOperator::from_name("and"), Some(CollectiveOperator::LogicalAnd));
+    /// assert_eq!(CollectiveOperator::from_name("sum"), None);
+    /// ```
+    pub enum CollectiveOperator {
+        /// Sum.
+        Add = "add",
+        /// Sum divided by the number of values.
+        Mean = "mean",
+        /// Product.
+        Mul = "mul",
+        /// Minimum (NaN propagates).
+        Min = "min",
+        /// Maximum (NaN propagates).
+        Max = "max",
+        /// Logical and (bool).
+        LogicalAnd = "and",
+        /// Logical or (bool).
+        LogicalOr = "or",
+        /// Sum of squares.
+        SquareAdd = "square_add",
+        /// No reduction: each replica keeps its own values (reduce-scatter only).
+        Local = "local",
+    }
 }
 
 impl CollectiveOperator {
@@ -213,39 +221,6 @@ impl CollectiveOperator {
         Self::SquareAdd,
         Self::Local,
     ];
-
-    /// The attribute value: PopXL's name (`add`, `mean`, `mul`, `min`, `max`,
-    /// `and`, `or`, `square_add`) or `local`.
-    ///
-    /// ```
-    /// use popart_ir::ops::collectives::CollectiveOperator;
-    /// assert_eq!(CollectiveOperator::SquareAdd.name(), "square_add");
-    /// assert_eq!(CollectiveOperator::from_name("and"), Some(CollectiveOperator::LogicalAnd));
-    /// assert_eq!(CollectiveOperator::from_name("sum"), None);
-    /// ```
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Add => "add",
-            Self::Mean => "mean",
-            Self::Mul => "mul",
-            Self::Min => "min",
-            Self::Max => "max",
-            Self::LogicalAnd => "and",
-            Self::LogicalOr => "or",
-            Self::SquareAdd => "square_add",
-            Self::Local => "local",
-        }
-    }
-
-    /// The operator named `name`, if any.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.name() == name)
-    }
-
-    /// The operator of an op's attribute `op` (`add` when absent), if valid.
-    pub fn of(attrs: &Attributes) -> Option<Self> {
-        attrs.str("op").map_or(Some(Self::Add), Self::from_name)
-    }
 
     /// Whether the operator applies to elements of `dtype`: `and` and `or` to
     /// bool; `square_add` to float32 and float16; the other reductions to
@@ -285,14 +260,13 @@ pub fn grouping_attrs(grouping: &ReplicaGrouping) -> std::result::Result<Attribu
         .with("group_size", AttrValue::Int(group_size as i64)))
 }
 
-/// The replica grouping of a collective's attributes, checked against the IR's
-/// replication factor (an inference error naming the op otherwise).
-pub fn grouping_of(ctx: &InferContext<'_>) -> Result<ReplicaGrouping> {
-    let int = |key: &str| -> Result<usize> {
-        let v = ctx.int(key)?;
+/// The replica grouping of a collective's `stride` and `group_size`, checked
+/// against the IR's replication factor (an inference error naming the op otherwise).
+pub fn grouping_of(ctx: &InferContext<'_>, stride: i64, group_size: i64) -> Result<ReplicaGrouping> {
+    let positive = |key: &str, v: i64| -> Result<usize> {
         usize::try_from(v).map_err(|_| ctx.error(format!("`{key}` must be positive, got {v}")))
     };
-    let (stride, group_size) = (int("stride")?, int("group_size")?);
+    let (stride, group_size) = (positive("stride", stride)?, positive("group_size", group_size)?);
     let rf = ctx.ir.replication_factor;
     ReplicaGrouping::new(rf, stride, group_size).map_err(|e| {
         ctx.error(format!(
@@ -301,12 +275,13 @@ pub fn grouping_of(ctx: &InferContext<'_>) -> Result<ReplicaGrouping> {
     })
 }
 
-/// The operator in attribute `op`, checked against the element type.
-fn operator_of(ctx: &InferContext<'_>, dtype: DataType, allow_local: bool) -> Result<CollectiveOperator> {
-    let op = CollectiveOperator::of(ctx.attrs).ok_or_else(|| {
-        let names: Vec<&str> = CollectiveOperator::ALL.iter().map(|o| o.name()).collect();
-        ctx.error(format!("`op` must be one of {}, got {:?}", names.join(", "), ctx.attrs.get("op")))
-    })?;
+/// The operator `op`, checked against the element type.
+fn operator_of(
+    ctx: &InferContext<'_>,
+    op: CollectiveOperator,
+    dtype: DataType,
+    allow_local: bool,
+) -> Result<CollectiveOperator> {
     if op == CollectiveOperator::Local && !allow_local {
         return Err(ctx.error("`op` local is only valid for a reduce-scatter"));
     }
@@ -321,33 +296,23 @@ pub fn shard_len(n: usize, group_size: usize) -> usize {
     n.div_ceil(group_size.max(1))
 }
 
-/// An optional boolean attribute (default false), checked.
-fn bool_attr(ctx: &InferContext<'_>, key: &str) -> Result<bool> {
-    match ctx.attrs.get(key) {
-        None => Ok(false),
-        Some(AttrValue::Bool(b)) => Ok(*b),
-        Some(v) => Err(ctx.error(format!("`{key}` must be a bool, got {v}"))),
-    }
-}
-
 /// The attributes of a fused data-parallel update: a grouping, `op` add or
 /// mean, and the float `b`.
 fn check_update_attrs(ctx: &InferContext<'_>, dtype: DataType) -> Result<()> {
-    grouping_of(ctx)?;
-    let op = operator_of(ctx, dtype, false)?;
+    let a = AllReduceUpdateAttrs::infer(ctx)?;
+    grouping_of(ctx, a.stride, a.group_size)?;
+    let op = operator_of(ctx, a.op, dtype, false)?;
     if !matches!(op, CollectiveOperator::Add | CollectiveOperator::Mean) {
         return Err(ctx.error(format!("`op` must be add or mean, got {op}")));
-    }
-    if ctx.attrs.float("b").is_none() {
-        return Err(ctx.error("missing the float attribute `b`"));
     }
     Ok(())
 }
 
 fn infer_all_reduce(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     let x = ctx.input(0)?;
-    grouping_of(ctx)?;
-    operator_of(ctx, x.dtype, false)?;
+    let a = AllReduceAttrs::infer(ctx)?;
+    grouping_of(ctx, a.stride, a.group_size)?;
+    operator_of(ctx, a.op, x.dtype, false)?;
     Ok(vec![x.clone()])
 }
 
@@ -436,24 +401,9 @@ impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
     }
 }
 
-/// The grouping attributes of `op`, copied for its gradient op.
-fn copy_grouping(op: &Op) -> Attributes {
-    let mut attrs = Attributes::new();
-    for key in ["stride", "group_size"] {
-        if let Some(v) = op.attrs.get(key) {
-            attrs.set(key, v.clone());
-        }
-    }
-    attrs
-}
-
-/// `shape` from an ints attribute, checked.
-fn shape_attr(ctx: &InferContext<'_>, key: &str) -> Result<Option<Vec<usize>>> {
-    match ctx.attrs.get(key) {
-        None => Ok(None),
-        Some(AttrValue::Ints(v)) => super::to_shape(ctx, v, &format!("`{key}`")).map(Some),
-        Some(v) => Err(ctx.error(format!("`{key}` must be a list of integers, got {v}"))),
-    }
+/// `shape`, checked.
+fn shape_attr(ctx: &InferContext<'_>, shape: &Option<Vec<i64>>) -> Result<Option<Vec<usize>>> {
+    shape.as_ref().map(|v| super::to_shape(ctx, v, "`shape`")).transpose()
 }
 
 impl OpDef for ReplicatedAllGather {
@@ -465,9 +415,10 @@ impl OpDef for ReplicatedAllGather {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let g = grouping_of(ctx)?.group_size();
+        let a = AllGatherAttrs::infer(ctx)?;
+        let g = grouping_of(ctx, a.stride, a.group_size)?.group_size();
         let n = x.nelms();
-        let shape = match shape_attr(ctx, "shape")? {
+        let shape = match shape_attr(ctx, &a.shape)? {
             Some(shape) => shape,
             None => {
                 let m = n.checked_mul(g).ok_or_else(|| ctx.error("the gathered tensor is too large"))?;
@@ -488,7 +439,17 @@ impl OpDef for ReplicatedAllGather {
     }
     /// `ReplicatedReduceScatter{op: local, stride, group_size, shape: x's}(g)`.
     fn grad(&self, op: &Op) -> GradRule {
-        let attrs = copy_grouping(op).with("op", AttrValue::Str(CollectiveOperator::Local.name().into()));
+        let Ok(a) = AllGatherAttrs::of(op) else { return GradRule::None };
+        let rs = ReduceScatterAttrs {
+            op: CollectiveOperator::Local,
+            stride: a.stride,
+            group_size: a.group_size,
+            shape: None,
+            rts: false,
+        };
+        // The grouping and operator only, as PopART's gradient op.
+        let mut attrs = rs.to_attrs();
+        attrs.remove("rts");
         let inputs = [(0, GradSource::GradOfOutput(0))];
         GradRule::Ops(vec![
             spec(&ReplicatedReduceScatter, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))
@@ -505,11 +466,11 @@ impl OpDef for ReplicatedReduceScatter {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let g = grouping_of(ctx)?.group_size();
-        operator_of(ctx, x.dtype, true)?;
-        bool_attr(ctx, "rts")?;
+        let a = ReduceScatterAttrs::infer(ctx)?;
+        let g = grouping_of(ctx, a.stride, a.group_size)?.group_size();
+        operator_of(ctx, a.op, x.dtype, true)?;
         let c = shard_len(x.nelms(), g);
-        match shape_attr(ctx, "shape")? {
+        match shape_attr(ctx, &a.shape)? {
             Some(shape) if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(c) => {
                 Err(ctx.error(format!("each replica gets {c} elements of {x}, not the {shape:?} of attribute `shape`")))
             }
@@ -520,12 +481,15 @@ impl OpDef for ReplicatedReduceScatter {
     /// With `op: local`, `ReplicatedAllGather{stride, group_size, shape: x's}(g)`;
     /// no gradient otherwise.
     fn grad(&self, op: &Op) -> GradRule {
-        if CollectiveOperator::of(&op.attrs) != Some(CollectiveOperator::Local) {
+        let Ok(a) = ReduceScatterAttrs::of(op) else { return GradRule::None };
+        if a.op != CollectiveOperator::Local {
             return GradRule::None;
         }
+        let attrs = AllGatherAttrs { stride: a.stride, group_size: a.group_size, shape: None }.to_attrs();
         let inputs = [(0, GradSource::GradOfOutput(0))];
-        GradRule::Ops(vec![spec(&ReplicatedAllGather, copy_grouping(op), &inputs, &[(0, 0)])
-            .with_shape_attr("shape", GradSource::FwdInput(0))])
+        GradRule::Ops(vec![
+            spec(&ReplicatedAllGather, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))
+        ])
     }
 }
 
@@ -549,32 +513,30 @@ impl OpDef for AllReduce {
                 "all inputs must have the same type and shape: input 0 is {first}, input {i} is {info}"
             )));
         }
-        operator_of(ctx, first.dtype, false)?;
-        let ipus = ctx.ints("ipus")?;
+        let a = IpuAllReduceAttrs::infer(ctx)?;
+        operator_of(ctx, a.op, first.dtype, false)?;
+        let ipus = &a.ipus;
         if ipus.len() != inputs.len() {
             return Err(ctx.error(format!("{} inputs but {} ipus", inputs.len(), ipus.len())));
         }
         if let Some(i) = ipus.iter().find(|&&i| i < 0) {
             return Err(ctx.error(format!("ipu {i} is negative")));
         }
-        bool_attr(ctx, "identical_inputs")?;
-        bool_attr(ctx, "identical_grad_inputs")?;
         Ok(vec![first.clone(); inputs.len()])
     }
     /// With `op: add`, `AllReduce` of the output gradients with the identical
     /// flags swapped; no gradient otherwise.
     fn grad(&self, op: &Op) -> GradRule {
-        if CollectiveOperator::of(&op.attrs) != Some(CollectiveOperator::Add) {
+        let Ok(a) = IpuAllReduceAttrs::of(op) else { return GradRule::None };
+        if a.op != CollectiveOperator::Add {
             return GradRule::None;
         }
-        let flag = |key| AttrValue::Bool(op.attrs.bool(key).unwrap_or(false));
-        let mut attrs = Attributes::new()
-            .with("op", AttrValue::Str(CollectiveOperator::Add.name().into()))
-            .with("identical_inputs", flag("identical_grad_inputs"))
-            .with("identical_grad_inputs", flag("identical_inputs"));
-        if let Some(ipus) = op.attrs.get("ipus") {
-            attrs.set("ipus", ipus.clone());
+        let attrs = IpuAllReduceAttrs {
+            identical_inputs: a.identical_grad_inputs,
+            identical_grad_inputs: a.identical_inputs,
+            ..a
         }
+        .to_attrs();
         let n = op.inputs().end() as u32;
         let inputs: Vec<(u32, GradSource)> = (0..n).map(|i| (i, GradSource::GradOfOutput(i))).collect();
         let outputs: Vec<(u32, u32)> = (0..n).map(|i| (i, i)).collect();

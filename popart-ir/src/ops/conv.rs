@@ -163,13 +163,13 @@ impl ConvGeometry {
 
 /// Reads a per-spatial-dim integer list attribute (`default` for each dim when absent).
 fn per_dim(
-    attrs: &crate::Attributes,
+    values: &Option<Vec<i64>>,
     key: &str,
     n: usize,
     default: usize,
     min: usize,
 ) -> std::result::Result<Vec<usize>, String> {
-    let Some(v) = attrs.ints(key) else {
+    let Some(v) = values.as_deref() else {
         return Ok(vec![default; n]);
     };
     if v.is_empty() {
@@ -186,9 +186,9 @@ fn per_dim(
         .collect()
 }
 
-/// `auto_pad` of `attrs` (default `not_set`).
-pub fn pad_type(attrs: &crate::Attributes) -> std::result::Result<PadType, String> {
-    match attrs.str("auto_pad") {
+/// The `auto_pad` attribute's value (absent: `not_set`).
+pub fn pad_type(auto_pad: Option<&str>) -> std::result::Result<PadType, String> {
+    match auto_pad {
         None => Ok(PadType::NotSet),
         Some(s) => PadType::parse(s)
             .ok_or_else(|| format!("unknown pad_type `{s}` (expected not_set, same_upper, same_lower or valid)")),
@@ -202,7 +202,7 @@ fn check_x_w(
     w: &[usize],
     c_x: usize,
     c_w: usize,
-    attrs: &crate::Attributes,
+    group: i64,
 ) -> std::result::Result<(usize, usize), String> {
     if x.len() < 3 {
         return Err(format!("the input must be [N, C, D..] with at least one spatial dimension, got {x:?}"));
@@ -210,7 +210,7 @@ fn check_x_w(
     if w.len() != x.len() {
         return Err(format!("the weight {w:?} must have the input's rank {} ([C_out, C_in / group, K..])", x.len()));
     }
-    let group = match attrs.int("group").unwrap_or(1) {
+    let group = match group {
         g if g >= 1 => g as usize,
         g => return Err(format!("groups must be at least 1, got {g}")),
     };
@@ -225,8 +225,8 @@ fn check_x_w(
 
 /// The geometry of `Conv(x, w)` with `attrs`: checks channels, groups, padding
 /// and that the (dilated) kernel fits the padded input.
-pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &crate::Attributes) -> std::result::Result<ConvGeometry, String> {
-    let (n, group) = check_x_w(x, w, 1, 0, attrs)?;
+pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &ConvAttrs) -> std::result::Result<ConvGeometry, String> {
+    let (n, group) = check_x_w(x, w, 1, 0, attrs.group)?;
     if w[1] * group != x[1] {
         return Err(format!(
             "the weight {w:?} expects {} input channels ({} per group × {group} groups), the input {x:?} has {}",
@@ -235,9 +235,9 @@ pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &crate::Attributes) -> std
             x[1]
         ));
     }
-    let strides = per_dim(attrs, "strides", n, 1, 1)?;
-    let dilations = per_dim(attrs, "dilations", n, 1, 1)?;
-    let pads = per_dim(attrs, "pads", 2 * n, 0, 0)?;
+    let strides = per_dim(&attrs.strides, "strides", n, 1, 1)?;
+    let dilations = per_dim(&attrs.dilations, "dilations", n, 1, 1)?;
+    let pads = per_dim(&attrs.pads, "pads", 2 * n, 0, 0)?;
     let kernel = w[2..].to_vec();
     let in_size = x[2..].to_vec();
     if kernel.contains(&0) {
@@ -245,7 +245,7 @@ pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &crate::Attributes) -> std
     }
     let mut out_size = Vec::with_capacity(n);
     let mut pad_begin = Vec::with_capacity(n);
-    let ptype = pad_type(attrs)?;
+    let ptype = pad_type(attrs.auto_pad.as_deref())?;
     for i in 0..n {
         let k_eff = (kernel[i] - 1) * dilations[i] + 1;
         let (d, s) = (in_size[i], strides[i]);
@@ -296,24 +296,24 @@ pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &crate::Attributes) -> std
 pub fn conv_transpose_geometry(
     x: &[usize],
     w: &[usize],
-    attrs: &crate::Attributes,
+    attrs: &ConvTransposeAttrs,
 ) -> std::result::Result<ConvGeometry, String> {
-    let (n, group) = check_x_w(x, w, 1, 0, attrs)?;
+    let (n, group) = check_x_w(x, w, 1, 0, attrs.group)?;
     if w[0] != x[1] {
         return Err(format!(
             "the weight {w:?} expects {} input channels ([C_in, C_out / group, K..]), the input {x:?} has {}",
             w[0], x[1]
         ));
     }
-    let strides = per_dim(attrs, "strides", n, 1, 1)?;
-    let dilations = per_dim(attrs, "dilations", n, 1, 1)?;
+    let strides = per_dim(&attrs.strides, "strides", n, 1, 1)?;
+    let dilations = per_dim(&attrs.dilations, "dilations", n, 1, 1)?;
     if dilations.iter().any(|&d| d != 1) {
         return Err(format!("conv_transpose supports dilation 1 only (as PopART), got {dilations:?}"));
     }
-    let pads = per_dim(attrs, "pads", 2 * n, 0, 0)?;
-    let output_padding = per_dim(attrs, "output_padding", n, 0, 0)?;
-    let ptype = pad_type(attrs)?;
-    let output_shape: Vec<usize> = match attrs.ints("output_shape") {
+    let pads = per_dim(&attrs.pads, "pads", 2 * n, 0, 0)?;
+    let output_padding = per_dim(&attrs.output_padding, "output_padding", n, 0, 0)?;
+    let ptype = pad_type(attrs.auto_pad.as_deref())?;
+    let output_shape: Vec<usize> = match attrs.output_shape.as_deref() {
         None | Some([]) => Vec::new(),
         Some(v) => {
             let spatial = if v.len() == n + 2 { &v[2..] } else { v };
@@ -379,7 +379,7 @@ fn grad_geometry(ctx: &InferContext<'_>, xi: u32, wi: u32) -> Result<ConvGeometr
     let (g, x, w) = (ctx.input(0)?, ctx.input(xi)?, ctx.input(wi)?);
     check_dtypes(ctx, g, x)?;
     check_dtypes(ctx, g, w)?;
-    let geo = conv_geometry(&x.shape, &w.shape, ctx.attrs).map_err(|m| ctx.error(m))?;
+    let geo = conv_geometry(&x.shape, &w.shape, &ConvAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
     if g.shape != geo.y_shape() {
         return Err(ctx.error(format!("the gradient {g} does not match the convolution's output {:?}", geo.y_shape())));
     }
@@ -396,7 +396,7 @@ impl OpDef for Conv {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
         check_dtypes(ctx, x, w)?;
-        let geo = conv_geometry(&x.shape, &w.shape, ctx.attrs).map_err(|m| ctx.error(m))?;
+        let geo = conv_geometry(&x.shape, &w.shape, &ConvAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, geo.y_shape())])
     }
     /// `ConvDataGrad(g, w, x)` for `x` and `ConvWeightsGrad(g, x, w)` for `w`, as PopART.
@@ -447,7 +447,8 @@ impl OpDef for ConvTranspose {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
         check_dtypes(ctx, x, w)?;
-        let geo = conv_transpose_geometry(&x.shape, &w.shape, ctx.attrs).map_err(|m| ctx.error(m))?;
+        let geo =
+            conv_transpose_geometry(&x.shape, &w.shape, &ConvTransposeAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, geo.x_shape())])
     }
 }
@@ -457,24 +458,24 @@ pub(crate) const ALL: &[&dyn OpDef] = &[&Conv, &ConvDataGrad, &ConvWeightsGrad, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AttrValue, Attributes};
 
-    fn attrs(pairs: &[(&str, AttrValue)]) -> Attributes {
-        pairs.iter().fold(Attributes::new(), |a, (k, v)| a.with(k, v.clone()))
+    fn conv() -> ConvAttrs {
+        ConvAttrs::defaults().unwrap()
     }
 
     #[test]
     fn output_sizes_follow_padding_stride_and_dilation() {
-        let a = attrs(&[
-            ("strides", AttrValue::Ints(vec![3, 3])),
-            ("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
-            ("dilations", AttrValue::Ints(vec![2, 2])),
-            ("group", AttrValue::Int(2)),
-        ]);
+        let a = ConvAttrs {
+            strides: Some(vec![3, 3]),
+            pads: Some(vec![1, 1, 1, 1]),
+            dilations: Some(vec![2, 2]),
+            group: 2,
+            ..conv()
+        };
         let g = conv_geometry(&[2, 10, 50, 50], &[20, 5, 5, 5], &a).unwrap();
         // torch: floor((50 + 2 - 2·4 - 1) / 3) + 1 = 15
         assert_eq!(g.y_shape(), vec![2, 20, 15, 15]);
-        let same = attrs(&[("strides", AttrValue::Ints(vec![2])), ("auto_pad", AttrValue::Str("same_lower".into()))]);
+        let same = ConvAttrs { strides: Some(vec![2]), auto_pad: Some("same_lower".into()), ..conv() };
         let g = conv_geometry(&[1, 1, 7], &[1, 1, 4], &same).unwrap();
         // out = 4, total pad = 3·2 + 4 − 7 = 3, same_lower puts 2 at the start.
         assert_eq!((g.out_size.clone(), g.pad_begin.clone()), (vec![4], vec![2]));
@@ -482,20 +483,21 @@ mod tests {
 
     #[test]
     fn mismatches_are_reported() {
-        let a = Attributes::new();
+        let a = conv();
         assert!(conv_geometry(&[1, 3, 5, 5], &[4, 2, 3, 3], &a).unwrap_err().contains("input channels"));
         assert!(conv_geometry(&[1, 3, 2, 2], &[4, 3, 3, 3], &a).unwrap_err().contains("larger than the padded input"));
-        let g = attrs(&[("group", AttrValue::Int(2))]);
+        let g = ConvAttrs { group: 2, ..conv() };
         assert!(conv_geometry(&[1, 3, 5, 5], &[4, 1, 3, 3], &g).unwrap_err().contains("must divide"));
     }
 
     #[test]
     fn transpose_inverts_the_conv_shape() {
-        let a = attrs(&[
-            ("strides", AttrValue::Ints(vec![2, 2])),
-            ("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
-            ("output_padding", AttrValue::Ints(vec![1, 1])),
-        ]);
+        let a = ConvTransposeAttrs {
+            strides: Some(vec![2, 2]),
+            pads: Some(vec![1, 1, 1, 1]),
+            output_padding: Some(vec![1, 1]),
+            ..ConvTransposeAttrs::defaults().unwrap()
+        };
         // torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1): 5 -> 10
         let g = conv_transpose_geometry(&[2, 4, 5, 5], &[4, 6, 3, 3], &a).unwrap();
         assert_eq!(g.x_shape(), vec![2, 6, 10, 10]);

@@ -5,9 +5,10 @@
 //!
 //! Float8 is for inference in PopART: none of them has a gradient.
 
-use super::conv::{conv_geometry, conv_transpose_geometry};
+use super::conv::{conv_geometry, conv_transpose_geometry, ConvAttrs, ConvTransposeAttrs};
 use super::matmul::matmul_shape;
 use super::op_types;
+use super::unary::CastAttrs;
 use crate::{AttrSpec, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_types!(
@@ -64,12 +65,12 @@ impl OpDef for Pow2ScaleThenCast {
         "Pow2ScaleThenCast"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        super::unary::CastAttrs::SCHEMA
+        CastAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         check_log2_scale(ctx, 1)?;
-        let to = ctx.attrs.dtype("to").ok_or_else(|| ctx.error("missing dtype attribute `to`"))?;
+        let to = CastAttrs::infer(ctx)?.to;
         if !to.is_float8() {
             return Err(ctx.error(format!("data type {to} is not float8_143 or float8_152")));
         }
@@ -85,13 +86,13 @@ impl OpDef for CastThenPow2Scale {
         "CastThenPow2Scale"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        super::unary::CastAttrs::SCHEMA
+        CastAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_float8_operands(ctx, &[0])?;
         check_log2_scale(ctx, 1)?;
         let x = ctx.input(0)?;
-        let to = ctx.attrs.dtype("to").ok_or_else(|| ctx.error("missing dtype attribute `to`"))?;
+        let to = CastAttrs::infer(ctx)?.to;
         if !matches!(to, DataType::Float16 | DataType::Float32) {
             return Err(ctx.error(format!("data type {to} is not float16 or float32")));
         }
@@ -117,13 +118,13 @@ impl OpDef for ConvPow2Scaled {
         "ConvPow2Scaled"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        super::conv::ConvAttrs::SCHEMA
+        ConvAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_float8_operands(ctx, &[0, 1])?;
         check_log2_scale(ctx, 2)?;
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
-        let geo = conv_geometry(&x.shape, &w.shape, ctx.attrs).map_err(|m| ctx.error(m))?;
+        let geo = conv_geometry(&x.shape, &w.shape, &ConvAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(DataType::Float16, geo.y_shape())])
     }
 }
@@ -133,13 +134,14 @@ impl OpDef for ConvTransposePow2Scaled {
         "ConvTransposePow2Scaled"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        super::conv::ConvTransposeAttrs::SCHEMA
+        ConvTransposeAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         check_float8_operands(ctx, &[0, 1])?;
         check_log2_scale(ctx, 2)?;
         let (x, w) = (ctx.input(0)?, ctx.input(1)?);
-        let geo = conv_transpose_geometry(&x.shape, &w.shape, ctx.attrs).map_err(|m| ctx.error(m))?;
+        let geo =
+            conv_transpose_geometry(&x.shape, &w.shape, &ConvTransposeAttrs::infer(ctx)?).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(DataType::Float16, geo.x_shape())])
     }
 }

@@ -284,12 +284,72 @@ op_attrs! {
 }
 
 /// Attributes of `ConcatGrad`: `axis`, `index` and one `shape<i>` per concat
-/// input (`shape0`, `shape1`...).
-pub const CONCAT_GRAD_SCHEMA: &[AttrSpec] = &[
-    AttrSpec { name: "axis", kind: crate::AttrKind::Int, required: true },
-    AttrSpec { name: "index", kind: crate::AttrKind::Int, required: true },
-    AttrSpec { name: "shape#", kind: crate::AttrKind::Ints, required: false },
-];
+/// input (`shape0`, `shape1`...; an indexed family, so declared by hand rather
+/// than with [`op_attrs!`](crate::op_attrs)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConcatGradAttrs {
+    /// The forward concat's axis.
+    pub axis: i64,
+    /// Which concat input this gradient is for.
+    pub index: i64,
+    /// The shapes of the concat inputs, in input order.
+    pub shapes: Vec<Vec<i64>>,
+}
+
+impl OpAttrs for ConcatGradAttrs {
+    const SCHEMA: &'static [AttrSpec] = &[
+        AttrSpec { name: "axis", kind: crate::AttrKind::Int, required: true },
+        AttrSpec { name: "index", kind: crate::AttrKind::Int, required: true },
+        AttrSpec { name: "shape#", kind: crate::AttrKind::Ints, required: false },
+    ];
+    fn from_attrs(attrs: &Attributes) -> std::result::Result<Self, crate::AttrError> {
+        crate::check_schema(Self::SCHEMA, attrs)?;
+        let mut shapes = Vec::new();
+        while attrs.get(&format!("shape{}", shapes.len())).is_some() {
+            shapes.push(crate::decode_field::<Vec<i64>>(attrs, &format!("shape{}", shapes.len()), None)?);
+        }
+        Ok(ConcatGradAttrs {
+            axis: crate::decode_field(attrs, "axis", None)?,
+            index: crate::decode_field(attrs, "index", None)?,
+            shapes,
+        })
+    }
+    fn to_attrs(&self) -> Attributes {
+        let mut attrs =
+            Attributes::new().with("axis", AttrValue::Int(self.axis)).with("index", AttrValue::Int(self.index));
+        for (k, shape) in self.shapes.iter().enumerate() {
+            attrs.set(&format!("shape{k}"), AttrValue::Ints(shape.clone()));
+        }
+        attrs
+    }
+}
+
+impl ConcatGradAttrs {
+    /// The range `[start, end)` along the normalized `axis` of a gradient of
+    /// shape `g` that came from concat input `index`; the error says what is wrong.
+    pub fn range(&self, g: &[usize]) -> std::result::Result<(usize, usize, usize), String> {
+        let rank = g.len();
+        let axis = super::normalize_axis(self.axis, rank).map_err(|e| e.to_string())?;
+        let (mut total, mut range) = (0usize, None);
+        for (k, shape) in self.shapes.iter().enumerate() {
+            let fits = shape.len() == rank
+                && shape.iter().zip(g).enumerate().all(|(d, (&a, &b))| d == axis || usize::try_from(a) == Ok(b));
+            let len = usize::try_from(shape.get(axis).copied().unwrap_or(-1)).ok().filter(|_| fits);
+            let len = len.ok_or_else(|| format!("concat input {k} of shape {shape:?} does not fit gradient {g:?}"))?;
+            let end = total.checked_add(len).ok_or("the concatenated size overflows")?;
+            if k as i64 == self.index {
+                range = Some((total, end));
+            }
+            total = end;
+        }
+        let (start, end) = range
+            .ok_or_else(|| format!("index {} is not one of the {} concat inputs", self.index, self.shapes.len()))?;
+        if total != g[axis] {
+            return Err(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g[axis]));
+        }
+        Ok((axis, start, end))
+    }
+}
 
 // ----- shorthands for the gradient rules declared in the op files -----
 
@@ -514,10 +574,12 @@ impl OpDef for SliceGrad {
         SliceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let x_shape = fwd_shape(ctx, "shape")?;
+        let a = SliceGradAttrs::infer(ctx)?;
+        let x_shape = super::checked_shape(ctx, &a.shape, "shape")?;
         let dtype = ctx.input(0)?.dtype;
         let mut shape = x_shape.clone();
-        for s in super::shape::slice_dims(ctx, &x_shape)? {
+        let forward = super::shape::SliceAttrs { starts: a.starts, ends: a.ends, steps: a.steps, axes: a.axes };
+        for s in super::shape::slice_dims(ctx, &forward, &x_shape)? {
             shape[s.axis] = s.len;
         }
         check_grad_input(ctx, dtype, &shape)?;
@@ -581,45 +643,16 @@ impl OpDef for ReshapeGrad {
     }
 }
 
-/// The range `[start, end)` along the normalized `axis` of a `ConcatGrad`'s
-/// gradient of shape `g` that came from concat input `index`, from attributes
-/// `axis`, `index` and `shape0, ..`; the error says what is wrong.
-pub fn concat_grad_range(attrs: &Attributes, g: &[usize]) -> std::result::Result<(usize, usize, usize), String> {
-    let rank = g.len();
-    let axis = attrs.int("axis").ok_or("missing int attribute `axis`")?;
-    let axis = super::normalize_axis(axis, rank).map_err(|e| e.to_string())?;
-    let index = attrs.int("index").ok_or("missing int attribute `index`")?;
-    let (mut total, mut range, mut k) = (0usize, None, 0usize);
-    while let Some(v) = attrs.get(&format!("shape{k}")) {
-        let AttrValue::Ints(shape) = v else { return Err(format!("`shape{k}` must be a list of integers")) };
-        let fits = shape.len() == rank
-            && shape.iter().zip(g).enumerate().all(|(d, (&a, &b))| d == axis || usize::try_from(a) == Ok(b));
-        let len = usize::try_from(shape.get(axis).copied().unwrap_or(-1)).ok().filter(|_| fits);
-        let len = len.ok_or_else(|| format!("concat input {k} of shape {shape:?} does not fit gradient {g:?}"))?;
-        let end = total.checked_add(len).ok_or("the concatenated size overflows")?;
-        if k as i64 == index {
-            range = Some((total, end));
-        }
-        total = end;
-        k += 1;
-    }
-    let (start, end) = range.ok_or_else(|| format!("index {index} is not one of the {k} concat inputs"))?;
-    if total != g[axis] {
-        return Err(format!("concat inputs sum to {total} along axis {axis}, gradient has {}", g[axis]));
-    }
-    Ok((axis, start, end))
-}
-
 impl OpDef for ConcatGrad {
     fn op_type(&self) -> &'static str {
         "ConcatGrad"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        CONCAT_GRAD_SCHEMA
+        ConcatGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
-        let (axis, start, end) = concat_grad_range(ctx.attrs, &g.shape).map_err(|m| ctx.error(m))?;
+        let (axis, start, end) = ConcatGradAttrs::infer(ctx)?.range(&g.shape).map_err(|m| ctx.error(m))?;
         let mut shape = g.shape.clone();
         shape[axis] = end - start;
         Ok(vec![TensorInfo::new(g.dtype, shape)])

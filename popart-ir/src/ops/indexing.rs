@@ -257,9 +257,9 @@ fn check_scatter(
     scatter_indices(&idx.shape, &src.shape, axis).map_err(|m| ctx.error(m))
 }
 
-/// The normalised `axis` attribute (default `default`) against `rank`.
-fn axis_attr(ctx: &InferContext<'_>, default: i64, rank: usize) -> Result<usize> {
-    normalize_axis(ctx.attrs.int("axis").unwrap_or(default), rank).map_err(infer_error(ctx))
+/// The `axis` attribute's value normalised against `rank`.
+fn axis_attr(ctx: &InferContext<'_>, axis: i64, rank: usize) -> Result<usize> {
+    normalize_axis(axis, rank).map_err(infer_error(ctx))
 }
 
 /// A scatter reduction.
@@ -304,9 +304,8 @@ impl Reduction {
     }
 }
 
-/// The `reduction` attribute of a scatter op (default `sum`).
-pub(crate) fn reduction_attr(ctx: &InferContext<'_>) -> Result<Reduction> {
-    let r = ctx.attrs.str("reduction").unwrap_or("sum");
+/// The `reduction` attribute's value `r` of a scatter op, checked.
+pub(crate) fn reduction_attr(ctx: &InferContext<'_>, r: &str) -> Result<Reduction> {
     Reduction::parse(r).ok_or_else(|| ctx.error(format!("unknown reduction `{r}` (sum, max, min or none)")))
 }
 
@@ -344,7 +343,8 @@ pub fn dynamic_slices(
 /// The sliced axes of a dynamic op on `t`, with its index tensor checked:
 /// integers, one per sliced axis.
 fn dynamic_check(ctx: &InferContext<'_>, t: &TensorInfo) -> Result<Vec<(usize, usize)>> {
-    let slices = dynamic_slices(&t.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
+    let a = DynamicSliceAttrs::infer(ctx)?;
+    let slices = dynamic_slices(&t.shape, &a.axes, &a.sizes).map_err(|m| ctx.error(m))?;
     let index = ctx.input(1)?;
     if !index.dtype.is_int() {
         return Err(ctx.error(format!("index must be an integer tensor, got {}", index.dtype)));
@@ -395,9 +395,9 @@ pub fn onehot_shape(
     Ok((axis, shape))
 }
 
-/// The `num_classes` attribute, checked non-negative.
-pub(crate) fn num_classes_attr(ctx: &InferContext<'_>) -> Result<usize> {
-    let c = ctx.int("num_classes")?;
+/// The `num_classes` attribute's value `c` (required), checked non-negative.
+pub(crate) fn num_classes_attr(ctx: &InferContext<'_>, c: Option<i64>) -> Result<usize> {
+    let c = c.ok_or_else(|| ctx.error("missing integer attribute `num_classes`"))?;
     usize::try_from(c).map_err(|_| ctx.error(format!("num_classes {c} is negative")))
 }
 
@@ -470,7 +470,7 @@ impl OpDef for Subsample {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
+        let shape = subsample_shape(&x.shape, &SubsampleAttrs::infer(ctx)?.strides).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `SubsampleGrad{strides, shape: x's}(g)`: `g` scattered back into zeros.
@@ -488,8 +488,9 @@ impl OpDef for Split {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let axis = axis_attr(ctx, 0, x.rank())?;
-        let sizes = split_sizes(x.shape[axis], ctx.ints("split")?).map_err(|m| ctx.error(m))?;
+        let a = SplitAttrs::infer(ctx)?;
+        let axis = axis_attr(ctx, a.axis, x.rank())?;
+        let sizes = split_sizes(x.shape[axis], &a.split).map_err(|m| ctx.error(m))?;
         Ok(sizes
             .into_iter()
             .map(|s| {
@@ -520,7 +521,7 @@ impl OpDef for Scatter {
         if t.rank() == 0 {
             return Err(ctx.error("cannot scatter into a scalar"));
         }
-        let axis = axis_attr(ctx, 0, t.rank())?;
+        let axis = axis_attr(ctx, ScatterAttrs::infer(ctx)?.axis, t.rank())?;
         check_scatter(ctx, t, idx, values, axis)?;
         Ok(vec![t.clone()])
     }
@@ -549,8 +550,9 @@ impl OpDef for ScatterReduce {
         if data.rank() == 0 {
             return Err(ctx.error("cannot scatter a scalar"));
         }
-        let axis = axis_attr(ctx, 0, data.rank())?;
-        let reduction = reduction_attr(ctx)?;
+        let a = ScatterReduceAttrs::infer(ctx)?;
+        let axis = axis_attr(ctx, a.axis, data.rank())?;
+        let reduction = reduction_attr(ctx, &a.reduction)?;
         if reduction != Reduction::None && !is_numeric(data.dtype) {
             return Err(ctx.error(format!(
                 "reduction `{}` needs a numeric tensor, got {}",
@@ -558,7 +560,7 @@ impl OpDef for ScatterReduce {
                 data.dtype
             )));
         }
-        let axis_size = match ctx.attrs.int("axis_size") {
+        let axis_size = match a.axis_size {
             Some(s) => Some(
                 usize::try_from(s)
                     .ok()
@@ -695,8 +697,9 @@ impl OpDef for Onehot {
         if values.shape != [2] {
             return Err(ctx.error(format!("values must be a [off, on] pair of shape [2], got {values}")));
         }
-        let c = num_classes_attr(ctx)?;
-        let (_, shape) = onehot_shape(&idx.shape, c, ctx.attrs.int("axis").unwrap_or(-1)).map_err(|m| ctx.error(m))?;
+        let a = OnehotAttrs::infer(ctx)?;
+        let c = num_classes_attr(ctx, a.num_classes)?;
+        let (_, shape) = onehot_shape(&idx.shape, c, a.axis).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(values.dtype, shape)])
     }
     /// `OnehotGrad{axis, num_classes}(g, indices)`: the sums of `g` off and on
@@ -720,7 +723,7 @@ impl OpDef for GroupedGather {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
         require_int_indices(ctx, idx)?;
-        let (axis, group_size) = (ctx.attrs.int("axis").unwrap_or(0), ctx.attrs.int("group_size").unwrap_or(1));
+        let GroupedGatherAttrs { axis, group_size, .. } = GroupedGatherAttrs::infer(ctx)?;
         let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, axis, group_size).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
@@ -742,8 +745,8 @@ impl OpDef for TiedGather {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (x, idx) = (ctx.input(0)?, ctx.input(1)?);
         require_int_indices(ctx, idx)?;
-        let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, ctx.attrs.int("axis").unwrap_or(0), 1)
-            .map_err(|m| ctx.error(m))?;
+        let axis = super::shape::GatherAttrs::infer(ctx)?.axis;
+        let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, axis, 1).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `GatherGrad{axis, zero_OOR, shape: data's}(g, indices)`, as `Gather` (PopART's

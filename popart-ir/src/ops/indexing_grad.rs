@@ -4,7 +4,6 @@
 //! input: its shape is attribute `shape`, set by autodiff (as PopART's grad
 //! ops keep it), so the gradient graph does not ask for it.
 
-use super::grad::fwd_shape;
 use super::indexing::{
     dynamic_slice_shape, dynamic_slices, grouped_gather_shape, is_numeric, num_classes_attr, onehot_shape,
     reduction_attr, scatter_indices, subsample_shape, Reduction,
@@ -134,8 +133,9 @@ impl OpDef for SubsampleGrad {
         SubsampleGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let x = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
-        let shape = subsample_shape(&x.shape, ctx.ints("strides")?).map_err(|m| ctx.error(m))?;
+        let a = SubsampleGradAttrs::infer(ctx)?;
+        let x = TensorInfo::new(ctx.input(0)?.dtype, super::checked_shape(ctx, &a.shape, "shape")?);
+        let shape = subsample_shape(&x.shape, &a.strides).map_err(|m| ctx.error(m))?;
         check_grad(ctx, &TensorInfo::new(x.dtype, shape))?;
         Ok(vec![x])
     }
@@ -150,12 +150,13 @@ impl OpDef for ScatterReduceGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
-        let data = &TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
+        let a = ScatterReduceGradAttrs::infer(ctx)?;
+        let data = &TensorInfo::new(g.dtype, super::checked_shape(ctx, &a.shape, "shape")?);
         require_numeric(ctx, g)?;
         if g.dtype != data.dtype || g.rank() != data.rank() || data.rank() == 0 {
             return Err(ctx.error(format!("gradient {g} does not fit the scattered tensor {data}")));
         }
-        let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), data.rank()).map_err(infer_error(ctx))?;
+        let axis = normalize_axis(a.axis, data.rank()).map_err(infer_error(ctx))?;
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
@@ -163,8 +164,8 @@ impl OpDef for ScatterReduceGrad {
             return Err(ctx.error(format!("gradient {g} does not hold the scattered tensor {data} off axis {axis}")));
         }
         scatter_indices(&idx.shape, &data.shape, axis).map_err(|m| ctx.error(m))?;
-        let reduction = reduction_attr(ctx)?;
-        let with_initial = ctx.attrs.bool("with_initial").unwrap_or(false);
+        let reduction = reduction_attr(ctx, &a.reduction)?;
+        let with_initial = a.with_initial;
         if matches!(reduction, Reduction::Max | Reduction::Min) {
             if ctx.input(2)? != data {
                 return Err(ctx.error(format!("the scattered tensor {} is not {data}", ctx.input(2)?)));
@@ -190,8 +191,9 @@ impl OpDef for DynamicSliceGrad {
         DynamicSliceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let t = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
-        let slices = dynamic_slices(&t.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
+        let a = DynamicSliceGradAttrs::infer(ctx)?;
+        let t = TensorInfo::new(ctx.input(0)?.dtype, super::checked_shape(ctx, &a.shape, "shape")?);
+        let slices = dynamic_slices(&t.shape, &a.axes, &a.sizes).map_err(|m| ctx.error(m))?;
         let index = ctx.input(1)?;
         if !index.dtype.is_int() || index.nelms() != slices.len() {
             return Err(ctx.error(format!("index {index} must hold one integer offset per sliced axis")));
@@ -210,7 +212,8 @@ impl OpDef for DynamicUpdateGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
-        let slices = dynamic_slices(&g.shape, ctx.ints("axes")?, ctx.ints("sizes")?).map_err(|m| ctx.error(m))?;
+        let a = super::indexing::DynamicSliceAttrs::infer(ctx)?;
+        let slices = dynamic_slices(&g.shape, &a.axes, &a.sizes).map_err(|m| ctx.error(m))?;
         let index = ctx.input(1)?;
         if !index.dtype.is_int() || index.nelms() != slices.len() {
             return Err(ctx.error(format!("index {index} must hold one integer offset per sliced axis")));
@@ -233,8 +236,9 @@ impl OpDef for OnehotGrad {
         }
         let values = TensorInfo::new(ctx.input(0)?.dtype, [2]);
         require_numeric(ctx, &values)?;
-        let c = num_classes_attr(ctx)?;
-        let (_, shape) = onehot_shape(&idx.shape, c, ctx.attrs.int("axis").unwrap_or(-1)).map_err(|m| ctx.error(m))?;
+        let a = OnehotGradAttrs::infer(ctx)?;
+        let c = num_classes_attr(ctx, a.num_classes)?;
+        let (_, shape) = onehot_shape(&idx.shape, c, a.axis).map_err(|m| ctx.error(m))?;
         check_grad(ctx, &TensorInfo::new(values.dtype, shape))?;
         Ok(vec![values])
     }
@@ -249,12 +253,13 @@ impl OpDef for GroupedGatherGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let idx = ctx.input(1)?;
-        let x = TensorInfo::new(ctx.input(0)?.dtype, fwd_shape(ctx, "shape")?);
+        let a = GroupedGatherGradAttrs::infer(ctx)?;
+        let x = TensorInfo::new(ctx.input(0)?.dtype, super::checked_shape(ctx, &a.shape, "shape")?);
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
         require_numeric(ctx, &x)?;
-        let (axis, groups) = (ctx.attrs.int("axis").unwrap_or(0), ctx.attrs.int("group_size").unwrap_or(1));
+        let (axis, groups) = (a.axis, a.group_size);
         let (_, shape) = grouped_gather_shape(&x.shape, &idx.shape, axis, groups).map_err(|m| ctx.error(m))?;
         check_grad(ctx, &TensorInfo::new(x.dtype, shape))?;
         Ok(vec![x])

@@ -24,7 +24,7 @@ op_types!(
 );
 
 fn stream_info<'a>(ctx: &InferContext<'a>, dir: StreamDirection) -> Result<&'a TensorInfo> {
-    let name = ctx.attrs.str("stream").ok_or_else(|| ctx.error("missing string attribute `stream`"))?;
+    let name = &StreamAttrs::infer(ctx)?.stream;
     let t = ctx
         .ir
         .main_graph()

@@ -213,6 +213,16 @@ pub(crate) fn to_shape(ctx: &InferContext<'_>, v: &[i64], what: &str) -> Result<
         .collect()
 }
 
+/// The shape in attribute `key` (value `v`): no negative dimension, an element
+/// count that fits `usize` (the forward shapes autodiff records on gradient ops).
+pub(crate) fn checked_shape(ctx: &InferContext<'_>, v: &[i64], key: &str) -> Result<Vec<usize>> {
+    let shape = to_shape(ctx, v, &format!("`{key}`"))?;
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+        return Err(ctx.error(format!("`{key}` {shape:?} has too many elements")));
+    }
+    Ok(shape)
+}
+
 /// Defines zero-sized op types with the given type names. Each type still needs an
 /// `OpDef` impl; this only removes the boilerplate of the declarations.
 macro_rules! op_types {

@@ -72,15 +72,15 @@ pub fn group_norm_dims(
             return Err(ctx.error(format!("the {what} must be a {} tensor of shape [{c}], got {t}", x.dtype)));
         }
     }
-    let groups = ctx.attrs.int("num_groups").unwrap_or(1);
+    let groups = GroupNormAttrs::infer(ctx)?.num_groups;
     match usize::try_from(groups) {
         Ok(g) if g >= 1 && c.is_multiple_of(g) => Ok((n, c, s, g)),
         _ => Err(ctx.error(format!("num_groups ({groups}) must be at least 1 and divide the {c} channels"))),
     }
 }
 
-fn epsilon_ok(ctx: &InferContext<'_>) -> Result<()> {
-    match ctx.attrs.float("epsilon").unwrap_or(1e-5) {
+fn epsilon_ok(ctx: &InferContext<'_>, epsilon: f64) -> Result<()> {
+    match epsilon {
         e if e >= 0.0 && e.is_finite() => Ok(()),
         e => Err(ctx.error(format!("epsilon must be finite and non-negative, got {e}"))),
     }
@@ -96,7 +96,7 @@ impl OpDef for GroupNorm {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let (n, _, _, g) = group_norm_dims(ctx, x, ctx.input(1)?, ctx.input(2)?)?;
-        epsilon_ok(ctx)?;
+        epsilon_ok(ctx, GroupNormAttrs::infer(ctx)?.epsilon)?;
         let stat = TensorInfo::new(x.dtype, [n * g]);
         Ok(vec![x.clone(), stat.clone(), stat])
     }
@@ -176,12 +176,13 @@ impl OpDef for BatchNorm {
             (ctx.input(4)?, "running var"),
         ];
         let (m, c) = batch_norm_dims(ctx, x, &params)?;
-        epsilon_ok(ctx)?;
-        match ctx.attrs.float("momentum").unwrap_or(0.9) {
+        let a = BatchNormAttrs::infer(ctx)?;
+        epsilon_ok(ctx, a.epsilon)?;
+        match a.momentum {
             mo if (0.0..=1.0).contains(&mo) => {}
             mo => return Err(ctx.error(format!("momentum must be in [0, 1], got {mo}"))),
         }
-        let unbiased = ctx.attrs.bool("unbiased_variance").unwrap_or(false);
+        let unbiased = a.unbiased_variance;
         if m < 1 || (unbiased && m < 2) {
             return Err(ctx.error(format!(
                 "batch statistics need at least {} values per channel, {x} has {m}",

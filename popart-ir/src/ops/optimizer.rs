@@ -11,8 +11,8 @@ op_attrs! {
     /// Attributes of `AdamUpdater` (hyper-parameters as attributes or inputs).
     #[derive(Clone, Debug, PartialEq)]
     pub struct AdamUpdaterAttrs {
-        /// The Adam mode (absent: `adam_no_bias`).
-        pub mode: Option<String> = None,
+        /// The Adam mode.
+        pub mode: AdamMode = AdamMode::AdamNoBias,
         /// Or input 4.
         pub weight_decay: Option<f64> = None,
         /// Or input 5.
@@ -52,69 +52,42 @@ op_types!(
     AdamVarUpdate,
 );
 
-/// PopART's `AdamMode` as attribute `mode` of [`AdamUpdater`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AdamMode {
-    /// Adam with bias correction (`step` required)
-    Adam,
-    /// Adam without bias correction
-    AdamNoBias,
-    /// LAMB with bias correction (`step` required); the updater is Adam's
-    Lamb,
-    /// LAMB without bias correction
-    LambNoBias,
-    /// AdaMax: bias correction of `m` only (`step` required), `v` not square-rooted
-    AdaMax,
-}
-
-impl AdamMode {
-    const ALL: [AdamMode; 5] = [Self::Adam, Self::AdamNoBias, Self::Lamb, Self::LambNoBias, Self::AdaMax];
-
-    /// The attribute value.
+crate::attr_enum! {
+    /// PopART's `AdamMode` as attribute `mode` of [`AdamUpdater`].
     ///
     /// ```
     /// use popart_ir::ops::optimizer::AdamMode;
     /// assert_eq!(AdamMode::from_name(AdamMode::LambNoBias.name()), Some(AdamMode::LambNoBias));
     /// ```
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Adam => "adam",
-            Self::AdamNoBias => "adam_no_bias",
-            Self::Lamb => "lamb",
-            Self::LambNoBias => "lamb_no_bias",
-            Self::AdaMax => "adamax",
-        }
+    pub enum AdamMode {
+        /// Adam with bias correction (`step` required)
+        Adam = "adam",
+        /// Adam without bias correction
+        AdamNoBias = "adam_no_bias",
+        /// LAMB with bias correction (`step` required); the updater is Adam's
+        Lamb = "lamb",
+        /// LAMB without bias correction
+        LambNoBias = "lamb_no_bias",
+        /// AdaMax: bias correction of `m` only (`step` required), `v` not square-rooted
+        AdaMax = "adamax",
     }
+}
 
-    /// The mode named `name`, if any.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
-
-    /// The mode of an op's attributes (`adam_no_bias` when absent), if valid.
-    pub fn of(attrs: &Attributes) -> Option<Self> {
-        attrs.str("mode").map_or(Some(Self::AdamNoBias), Self::from_name)
-    }
-
+impl AdamMode {
     /// Whether the mode corrects the bias of `m` (and of `v`, but for AdaMax).
     pub fn bias_correction(self) -> bool {
         matches!(self, Self::Adam | Self::Lamb | Self::AdaMax)
     }
 }
 
-/// A scalar hyper-parameter at input `index` or attribute `key`: whether it is
-/// present (tensor or attribute); both at once is an error.
-fn hyper(ctx: &InferContext<'_>, like: &TensorInfo, index: u32, key: &str) -> Result<bool> {
+/// A scalar hyper-parameter `key` at input `index` or attribute value `attr`:
+/// whether it is present (tensor or attribute); both at once is an error.
+fn hyper(ctx: &InferContext<'_>, like: &TensorInfo, index: u32, key: &str, attr: Option<f64>) -> Result<bool> {
     let input = check_scalar(ctx, like, index, key)?;
-    if input && ctx.attrs.get(key).is_some() {
+    if input && attr.is_some() {
         return Err(ctx.error(format!("`{key}` is given both as an attribute and as input {index}")));
     }
-    if let Some(v) = ctx.attrs.get(key) {
-        if ctx.attrs.float(key).is_none() {
-            return Err(ctx.error(format!("attribute `{key}` must be a float, got {v:?}")));
-        }
-    }
-    Ok(input || ctx.attrs.get(key).is_some())
+    Ok(input || attr.is_some())
 }
 
 impl OpDef for AdamUpdater {
@@ -125,8 +98,8 @@ impl OpDef for AdamUpdater {
         AdamUpdaterAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let mode = AdamMode::of(ctx.attrs)
-            .ok_or_else(|| ctx.error(format!("unknown Adam mode {:?}", ctx.attrs.str("mode").unwrap_or(""))))?;
+        let a = AdamUpdaterAttrs::infer(ctx)?;
+        let mode = a.mode;
         let (m, v) = (ctx.input(1)?, ctx.input(2)?);
         if !float_compatible(m.dtype, v.dtype) || m.shape != v.shape {
             return Err(ctx.error(format!("the moments must be float tensors of one shape, got {m} and {v}")));
@@ -146,17 +119,15 @@ impl OpDef for AdamUpdater {
                 );
             }
         }
-        let wd_tensor = check_scalar(ctx, m, 4, "weight_decay")?;
-        if wd_tensor && ctx.attrs.get("weight_decay").is_some() {
-            return Err(ctx.error("`weight_decay` is given both as an attribute and as input 4"));
-        }
-        let decays = wd_tensor || ctx.attrs.float("weight_decay").is_some_and(|wd| wd != 0.0);
+        // Given both ways is refused; a tensor may hold any value.
+        hyper(ctx, m, 4, "weight_decay", a.weight_decay)?;
+        let decays = ctx.optional_input(4).is_some() || a.weight_decay.is_some_and(|wd| wd != 0.0);
         if decays && w.is_none() {
             return Err(ctx.error("weight decay needs the weight (input 0)"));
         }
-        let b1 = hyper(ctx, m, 5, "beta1")?;
-        let b2 = hyper(ctx, m, 6, "beta2")?;
-        hyper(ctx, m, 7, "epsilon")?;
+        let b1 = hyper(ctx, m, 5, "beta1", a.beta1)?;
+        let b2 = hyper(ctx, m, 6, "beta2", a.beta2)?;
+        hyper(ctx, m, 7, "epsilon", a.epsilon)?;
         if mode.bias_correction() {
             let betas = if mode == AdamMode::AdaMax { b1 } else { b1 && b2 };
             if step.is_none() || !betas {
@@ -196,10 +167,11 @@ impl OpDef for AdamVarUpdate {
         if r1 != r2 {
             return Err(ctx.error("the LAMB norms r1 and r2 (inputs 2 and 3) go together"));
         }
-        if !hyper(ctx, w, 4, "learning_rate")? {
+        let a = AdamVarUpdateAttrs::infer(ctx)?;
+        if !hyper(ctx, w, 4, "learning_rate", a.learning_rate)? {
             return Err(ctx.error("missing learning rate: attribute `learning_rate` or input 4"));
         }
-        hyper(ctx, w, 5, "max_weight_norm")?;
+        hyper(ctx, w, 5, "max_weight_norm", a.max_weight_norm)?;
         Ok(vec![w.clone()])
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {

@@ -15,9 +15,7 @@
 use super::conv::{pad_type, ConvGeometry, PadType};
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of the pools and their gradients.
@@ -58,13 +56,13 @@ op_types!(
 
 /// Reads a per-spatial-dim list attribute, defaulting each dim to `default`.
 fn dims(
-    attrs: &Attributes,
+    values: &Option<Vec<i64>>,
     key: &str,
     n: usize,
     default: usize,
     min: usize,
 ) -> std::result::Result<Vec<usize>, String> {
-    match attrs.ints(key) {
+    match values.as_deref() {
         None | Some([]) => Ok(vec![default; n]),
         Some(v) if v.len() != n => Err(format!("`{key}` has {} values, expected {n}", v.len())),
         Some(v) => v
@@ -81,26 +79,26 @@ fn dims(
 
 /// The geometry of a pool over `x` with `attrs`, as a depthwise convolution
 /// (one group per channel) so kernels share the convolution's layout work.
-pub fn pool_geometry(x: &[usize], attrs: &Attributes) -> std::result::Result<ConvGeometry, String> {
+pub fn pool_geometry(x: &[usize], attrs: &PoolAttrs) -> std::result::Result<ConvGeometry, String> {
     if x.len() < 3 {
         return Err(format!("the input must be [N, C, D..] with at least one spatial dimension, got {x:?}"));
     }
     let n = x.len() - 2;
-    let kernel = match attrs.ints("kernel_shape") {
-        Some(k) if k.len() == n && k.iter().all(|&v| v >= 1) => k.iter().map(|&v| v as usize).collect::<Vec<_>>(),
+    let kernel = match attrs.kernel_shape.as_slice() {
+        k if k.len() == n && k.iter().all(|&v| v >= 1) => k.iter().map(|&v| v as usize).collect::<Vec<_>>(),
         other => return Err(format!("kernel_size must give {n} sizes of at least 1, got {other:?}")),
     };
-    let strides = dims(attrs, "strides", n, 1, 1)?;
-    let dilations = dims(attrs, "dilations", n, 1, 1)?;
-    let pads = dims(attrs, "pads", 2 * n, 0, 0)?;
-    if dims(attrs, "out_pads", 2 * n, 0, 0)?.iter().any(|&p| p != 0) {
+    let strides = dims(&attrs.strides, "strides", n, 1, 1)?;
+    let dilations = dims(&attrs.dilations, "dilations", n, 1, 1)?;
+    let pads = dims(&attrs.pads, "pads", 2 * n, 0, 0)?;
+    if dims(&attrs.out_pads, "out_pads", 2 * n, 0, 0)?.iter().any(|&p| p != 0) {
         return Err("out_pads other than 0 are not supported".into());
     }
-    if dims(attrs, "in_dilations", n, 1, 1)?.iter().any(|&d| d != 1) {
+    if dims(&attrs.in_dilations, "in_dilations", n, 1, 1)?.iter().any(|&d| d != 1) {
         return Err("in_dilations other than 1 are not supported".into());
     }
-    let ceil = attrs.int("ceil_mode").unwrap_or(0) != 0 || attrs.bool("ceil_mode").unwrap_or(false);
-    let ptype = pad_type(attrs)?;
+    let ceil = attrs.ceil_mode != 0;
+    let ptype = pad_type(attrs.auto_pad.as_deref())?;
     let (mut out_size, mut pad_begin) = (Vec::new(), Vec::new());
     for i in 0..n {
         let k_eff = (kernel[i] - 1) * dilations[i] + 1;
@@ -147,7 +145,7 @@ pub fn pool_geometry(x: &[usize], attrs: &Attributes) -> std::result::Result<Con
 
 fn infer_pool(ctx: &InferContext<'_>, x: &TensorInfo) -> Result<ConvGeometry> {
     require_float(ctx, x, "the input")?;
-    pool_geometry(&x.shape, ctx.attrs).map_err(|m| ctx.error(m))
+    pool_geometry(&x.shape, &PoolAttrs::infer(ctx)?).map_err(|m| ctx.error(m))
 }
 
 impl OpDef for MaxPool {
@@ -226,19 +224,24 @@ pub(crate) const ALL: &[&dyn OpDef] = &[&MaxPool, &AveragePool, &MaxPoolGrad, &A
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AttrValue;
 
     #[test]
     fn output_sizes() {
-        let a = Attributes::new()
-            .with("kernel_shape", AttrValue::Ints(vec![3, 3]))
-            .with("strides", AttrValue::Ints(vec![2, 2]))
-            .with("pads", AttrValue::Ints(vec![1, 1, 1, 1]));
+        let a = PoolAttrs {
+            kernel_shape: vec![3, 3],
+            strides: Some(vec![2, 2]),
+            pads: Some(vec![1, 1, 1, 1]),
+            dilations: None,
+            auto_pad: None,
+            ceil_mode: 0,
+            out_pads: None,
+            in_dilations: None,
+        };
         assert_eq!(pool_geometry(&[1, 2, 8, 7], &a).unwrap().y_shape(), vec![1, 2, 4, 4]);
-        let c = a.clone().with("ceil_mode", AttrValue::Int(1)).with("pads", AttrValue::Ints(vec![]));
+        let c = PoolAttrs { ceil_mode: 1, pads: Some(vec![]), ..a.clone() };
         // ceil((8 − 3) / 2) + 1 = 4, ceil((7 − 3) / 2) + 1 = 3
         assert_eq!(pool_geometry(&[1, 2, 8, 7], &c).unwrap().y_shape(), vec![1, 2, 4, 3]);
-        let bad = a.with("in_dilations", AttrValue::Ints(vec![2, 1]));
+        let bad = PoolAttrs { in_dilations: Some(vec![2, 1]), ..a };
         assert!(pool_geometry(&[1, 2, 8, 7], &bad).unwrap_err().contains("in_dilations"));
     }
 }

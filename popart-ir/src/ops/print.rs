@@ -5,8 +5,7 @@
 use super::grad::spec;
 use super::op_types;
 use crate::{
-    AttrKind, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpDef, OpFlags, Result,
-    TensorInfo,
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_types!(
@@ -19,153 +18,95 @@ op_types!(
     PrintTensor,
 );
 
-/// How a float tensor is printed (PopXL's `float_format`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FloatFormat {
-    /// Fixed or scientific, whichever suits the values (as numpy).
-    Auto,
-    /// Fixed point, e.g. `-100.25`.
-    Fixed,
-    /// Scientific, e.g. `-1.0025e+02`.
-    Scientific,
-    /// Each value in its shortest form, unaligned.
-    None,
+crate::attr_enum! {
+    /// How a float tensor is printed (PopXL's `float_format`).
+    pub enum FloatFormat {
+        /// Fixed or scientific, whichever suits the values (as numpy).
+        Auto = "auto",
+        /// Fixed point, e.g. `-100.25`.
+        Fixed = "fixed",
+        /// Scientific, e.g. `-1.0025e+02`.
+        Scientific = "scientific",
+        /// Each value in its shortest form, unaligned.
+        None = "none",
+    }
 }
 
-/// The print format of a `PrintTensor` op, read from its attributes (PopXL's
-/// keyword arguments, same names and defaults).
+op_attrs! {
+    /// Attributes of `PrintTensor` (PopXL's keyword arguments, same names and
+    /// defaults): what is printed and the [`PrintFormat`].
+    ///
+    /// ```
+    /// use popart_ir::ops::print::{FloatFormat, PrintTensorAttrs};
+    /// use popart_ir::{AttrValue, Attributes, OpAttrs};
+    /// let a = Attributes::new().with("float_format", AttrValue::Str("fixed".into()));
+    /// assert_eq!(PrintTensorAttrs::from_attrs(&a).unwrap().format().float_format, FloatFormat::Fixed);
+    /// let bad = Attributes::new().with("separator", AttrValue::Str(", ".into()));
+    /// assert!(PrintTensorAttrs::from_attrs(&bad).is_err());
+    /// ```
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct PrintTensorAttrs {
+        /// Printed before the tensor.
+        pub title: String = String::new(),
+        /// Print the tensor.
+        pub print_self: bool = true,
+        /// The gradient op prints the gradient.
+        pub print_gradient: bool = false,
+        /// See [`PrintFormat::summarise_threshold`].
+        pub summarise_threshold: usize = 1000,
+        /// See [`PrintFormat::edge_items`].
+        pub edge_items: usize = 3,
+        /// See [`PrintFormat::max_line_width`].
+        pub max_line_width: usize = 75,
+        /// See [`PrintFormat::digits`].
+        pub digits: usize = 8,
+        /// Float notation.
+        pub float_format: FloatFormat = FloatFormat::Auto,
+        /// Between elements.
+        pub separator: char = ' ',
+        /// Opens a dimension.
+        pub open_bracket: char = '[',
+        /// Closes a dimension.
+        pub close_bracket: char = ']',
+    }
+}
+
+/// The print format of a `PrintTensor` op (see [`PrintTensorAttrs::format`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrintFormat {
     /// Above this many elements, only the `edge_items` first and last of each
-    /// dimension are printed, with `...` between (0: never summarise). Default 1000.
+    /// dimension are printed, with `...` between (0: never summarise).
     pub summarise_threshold: usize,
-    /// Elements kept at each end of a summarised dimension. Default 3.
+    /// Elements kept at each end of a summarised dimension.
     pub edge_items: usize,
-    /// Lines are wrapped before this width (0: never). Default 75.
+    /// Lines are wrapped before this width (0: never).
     pub max_line_width: usize,
-    /// Significant digits of floats (0: shortest form, unaligned). Default 8.
+    /// Significant digits of floats (0: shortest form, unaligned).
     pub digits: usize,
-    /// Float notation. Default `auto`.
+    /// Float notation.
     pub float_format: FloatFormat,
-    /// Between elements. Default `' '`.
+    /// Between elements.
     pub separator: char,
-    /// Opens a dimension. Default `'['`.
+    /// Opens a dimension.
     pub open_bracket: char,
-    /// Closes a dimension. Default `']'`.
+    /// Closes a dimension.
     pub close_bracket: char,
 }
 
-impl Default for PrintFormat {
-    fn default() -> Self {
+impl PrintTensorAttrs {
+    /// The print format.
+    pub fn format(&self) -> PrintFormat {
         PrintFormat {
-            summarise_threshold: 1000,
-            edge_items: 3,
-            max_line_width: 75,
-            digits: 8,
-            float_format: FloatFormat::Auto,
-            separator: ' ',
-            open_bracket: '[',
-            close_bracket: ']',
+            summarise_threshold: self.summarise_threshold,
+            edge_items: self.edge_items,
+            max_line_width: self.max_line_width,
+            digits: self.digits,
+            float_format: self.float_format,
+            separator: self.separator,
+            open_bracket: self.open_bracket,
+            close_bracket: self.close_bracket,
         }
     }
-}
-
-/// The attribute keys of the format, in [`PrintFormat`] field order.
-pub const PRINT_FORMAT_KEYS: [&str; 8] = [
-    "summarise_threshold",
-    "edge_items",
-    "max_line_width",
-    "digits",
-    "float_format",
-    "separator",
-    "open_bracket",
-    "close_bracket",
-];
-
-impl PrintFormat {
-    /// The format of an op's attributes (absent keys take the defaults), or a
-    /// message naming the bad attribute.
-    ///
-    /// ```
-    /// use popart_ir::ops::print::{FloatFormat, PrintFormat};
-    /// use popart_ir::{AttrValue, Attributes};
-    /// let a = Attributes::new().with("float_format", AttrValue::Str("fixed".into()));
-    /// assert_eq!(PrintFormat::from_attrs(&a).unwrap().float_format, FloatFormat::Fixed);
-    /// let bad = Attributes::new().with("separator", AttrValue::Str(", ".into()));
-    /// assert!(PrintFormat::from_attrs(&bad).is_err());
-    /// ```
-    pub fn from_attrs(attrs: &Attributes) -> std::result::Result<PrintFormat, String> {
-        let d = PrintFormat::default();
-        let count = |key: &str, default: usize| -> std::result::Result<usize, String> {
-            match attrs.get(key) {
-                None => Ok(default),
-                Some(AttrValue::Int(v)) => {
-                    usize::try_from(*v).map_err(|_| format!("`{key}` must be a non-negative integer, got {v}"))
-                }
-                Some(v) => Err(format!("`{key}` must be an integer, got {v}")),
-            }
-        };
-        let char_attr = |key: &str, default: char| -> std::result::Result<char, String> {
-            match attrs.get(key) {
-                None => Ok(default),
-                Some(AttrValue::Str(s)) => {
-                    let mut cs = s.chars();
-                    match (cs.next(), cs.next()) {
-                        (Some(c), None) => Ok(c),
-                        _ => Err(format!("`{key}` must be exactly one character, got {s:?}")),
-                    }
-                }
-                Some(v) => Err(format!("`{key}` must be a one-character string, got {v}")),
-            }
-        };
-        let float_format = match attrs.get("float_format") {
-            None => d.float_format,
-            Some(AttrValue::Str(s)) => match s.as_str() {
-                "auto" => FloatFormat::Auto,
-                "fixed" => FloatFormat::Fixed,
-                "scientific" => FloatFormat::Scientific,
-                "none" => FloatFormat::None,
-                other => return Err(format!("`float_format` must be auto, fixed, scientific or none, got {other:?}")),
-            },
-            Some(v) => Err(format!("`float_format` must be a string, got {v}"))?,
-        };
-        Ok(PrintFormat {
-            summarise_threshold: count("summarise_threshold", d.summarise_threshold)?,
-            edge_items: count("edge_items", d.edge_items)?,
-            max_line_width: count("max_line_width", d.max_line_width)?,
-            digits: count("digits", d.digits)?,
-            float_format,
-            separator: char_attr("separator", d.separator)?,
-            open_bracket: char_attr("open_bracket", d.open_bracket)?,
-            close_bracket: char_attr("close_bracket", d.close_bracket)?,
-        })
-    }
-}
-
-/// The attributes of `PrintTensor`: `title`, `print_self`, `print_gradient` and
-/// the keys of [`PrintFormat`] ([`PRINT_FORMAT_KEYS`]).
-pub const PRINT_TENSOR_SCHEMA: &[AttrSpec] = &[
-    AttrSpec { name: "title", kind: AttrKind::Str, required: false },
-    AttrSpec { name: "print_self", kind: AttrKind::Bool, required: false },
-    AttrSpec { name: "print_gradient", kind: AttrKind::Bool, required: false },
-    AttrSpec { name: "summarise_threshold", kind: AttrKind::Int, required: false },
-    AttrSpec { name: "edge_items", kind: AttrKind::Int, required: false },
-    AttrSpec { name: "max_line_width", kind: AttrKind::Int, required: false },
-    AttrSpec { name: "digits", kind: AttrKind::Int, required: false },
-    AttrSpec { name: "float_format", kind: AttrKind::Str, required: false },
-    AttrSpec { name: "separator", kind: AttrKind::Str, required: false },
-    AttrSpec { name: "open_bracket", kind: AttrKind::Str, required: false },
-    AttrSpec { name: "close_bracket", kind: AttrKind::Str, required: false },
-];
-
-/// `title` (default empty).
-pub fn print_title(attrs: &Attributes) -> &str {
-    attrs.str("title").unwrap_or("")
-}
-
-/// `print_self` (default true).
-pub fn prints_self(attrs: &Attributes) -> bool {
-    attrs.bool("print_self").unwrap_or(true)
 }
 
 impl OpDef for PrintTensor {
@@ -173,23 +114,15 @@ impl OpDef for PrintTensor {
         "PrintTensor"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        PRINT_TENSOR_SCHEMA
+        PrintTensorAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        PrintFormat::from_attrs(ctx.attrs).map_err(|m| ctx.error(m))?;
-        for key in ["print_self", "print_gradient"] {
-            if ctx.attrs.get(key).is_some() && ctx.attrs.bool(key).is_none() {
-                return Err(ctx.error(format!("`{key}` must be a bool")));
-            }
-        }
-        if ctx.attrs.get("title").is_some() && ctx.attrs.str("title").is_none() {
-            return Err(ctx.error("`title` must be a string"));
-        }
+        PrintTensorAttrs::infer(ctx)?;
         Ok(vec![ctx.input(0)?.clone()])
     }
     /// Printing is a side effect: an op that prints is never pruned.
     fn flags(&self, attrs: &Attributes) -> OpFlags {
-        if prints_self(attrs) {
+        if PrintTensorAttrs::from_attrs(attrs).is_ok_and(|a| a.print_self) {
             OpFlags::SIDE_EFFECT
         } else {
             OpFlags::empty()
@@ -198,15 +131,18 @@ impl OpDef for PrintTensor {
     /// A `PrintTensor` of the gradient titled `<title>_gradient`, printing if
     /// `print_gradient` (PopART's `PrintTensorOp::getGradOps`).
     fn grad(&self, op: &Op) -> GradRule {
-        let print_gradient = op.attrs.bool("print_gradient").unwrap_or(false);
-        let title = print_title(&op.attrs);
-        let mut attrs = Attributes::new()
-            .with("title", AttrValue::Str(format!("{title}_gradient")))
-            .with("print_self", AttrValue::Bool(print_gradient))
-            .with("print_gradient", AttrValue::Bool(print_gradient));
-        for key in PRINT_FORMAT_KEYS {
-            if let Some(v) = op.attrs.get(key) {
-                attrs.set(key, v.clone());
+        let Ok(a) = PrintTensorAttrs::of(op) else { return GradRule::None };
+        let grad = PrintTensorAttrs {
+            title: format!("{}_gradient", a.title),
+            print_self: a.print_gradient,
+            print_gradient: a.print_gradient,
+            ..a
+        };
+        // The format attributes the forward op was given, no defaults added.
+        let mut attrs = op.attrs.clone();
+        for (key, value) in grad.to_attrs().iter() {
+            if ["title", "print_self", "print_gradient"].contains(&key) {
+                attrs.set(key, value.clone());
             }
         }
         GradRule::Ops(vec![spec(&PrintTensor, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
@@ -214,3 +150,23 @@ impl OpDef for PrintTensor {
 }
 
 pub(crate) const ALL: &[&dyn OpDef] = &[&PrintTensor];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttrError, AttrValue};
+
+    #[test]
+    fn counts_and_characters_are_checked() {
+        let negative = Attributes::new().with("edge_items", AttrValue::Int(-1));
+        let err = PrintTensorAttrs::from_attrs(&negative).unwrap_err();
+        assert!(matches!(err, AttrError::OutOfRange { ref attr, .. } if attr == "edge_items"), "{err:?}");
+        assert!(err.to_string().contains("non-negative"), "{err}");
+        let long = Attributes::new().with("open_bracket", AttrValue::Str("((".into()));
+        let err = PrintTensorAttrs::from_attrs(&long).unwrap_err();
+        assert!(matches!(err, AttrError::OutOfRange { ref attr, .. } if attr == "open_bracket"), "{err:?}");
+        let d = PrintTensorAttrs::defaults().unwrap();
+        assert_eq!((d.edge_items, d.separator, d.print_self, d.float_format), (3, ' ', true, FloatFormat::Auto));
+        assert_eq!(PrintTensorAttrs::from_attrs(&d.to_attrs()).unwrap(), d);
+    }
+}

@@ -83,10 +83,9 @@ fn check_seed(ctx: &InferContext<'_>, index: u32) -> Result<()> {
     Ok(())
 }
 
-fn infer_random(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+fn infer_random(ctx: &InferContext<'_>, shape: &[i64], dtype: DataType) -> Result<Vec<TensorInfo>> {
     check_seed(ctx, 0)?;
-    let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;
-    let dtype = ctx.attrs.dtype("dtype").unwrap_or(DataType::Float32);
+    let shape = to_shape(ctx, shape, "shape")?;
     if !dtype.is_floating_point() {
         return Err(ctx.error(format!("random values must be floating point, got {dtype}")));
     }
@@ -101,7 +100,8 @@ impl OpDef for RandomUniform {
         RandomUniformAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        infer_random(ctx)
+        let a = RandomUniformAttrs::infer(ctx)?;
+        infer_random(ctx, &a.shape, a.dtype)
     }
     fn flags(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
@@ -116,7 +116,8 @@ impl OpDef for RandomNormal {
         RandomNormalAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        infer_random(ctx)
+        let a = RandomNormalAttrs::infer(ctx)?;
+        infer_random(ctx, &a.shape, a.dtype)
     }
     fn flags(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
@@ -134,7 +135,7 @@ impl OpDef for Dropout {
         let x = ctx.input(0)?;
         require_float(ctx, x, "the input")?;
         check_seed(ctx, 1)?;
-        let p = ctx.float("p")?;
+        let p = DropoutAttrs::infer(ctx)?.p;
         if !(0.0..1.0).contains(&p) {
             return Err(ctx.error(format!("dropout probability must be in [0, 1), got {p}")));
         }
@@ -162,11 +163,11 @@ impl OpDef for ShapedDropout {
         let x = ctx.input(0)?;
         require_float(ctx, x, "the input")?;
         check_seed(ctx, 1)?;
-        let ratio = ctx.float("ratio")?;
+        let ShapedDropoutAttrs { ratio, shape } = ShapedDropoutAttrs::infer(ctx)?;
         if !(0.0..1.0).contains(&ratio) {
             return Err(ctx.error(format!("dropout ratio must be in [0, 1), got {ratio}")));
         }
-        let shape = to_shape(ctx, ctx.ints("shape")?, "the mask shape")?;
+        let shape = to_shape(ctx, &shape, "the mask shape")?;
         if broadcast_shapes(&x.shape, &shape).as_ref() != Some(&x.shape) {
             return Err(ctx.error(format!("mask shape {shape:?} does not broadcast to the input shape {:?}", x.shape)));
         }

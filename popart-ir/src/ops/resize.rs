@@ -16,9 +16,7 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Resize`.
@@ -99,27 +97,60 @@ pub struct ResizeParams {
     pub coordinates: CoordinateMode,
 }
 
+impl ResizeAttrs {
+    /// The resolved attributes, checked against an input of `rank` dims.
+    pub fn params(&self, rank: usize) -> std::result::Result<ResizeParams, String> {
+        ResizeParams::new(
+            self.scales.as_deref(),
+            &self.mode,
+            &self.nearest_mode,
+            &self.coordinate_transformation_mode,
+            rank,
+        )
+    }
+}
+
+impl ResizeGradAttrs {
+    /// The resolved attributes of the forward `Resize`, checked against its
+    /// input of `rank` dims.
+    pub fn params(&self, rank: usize) -> std::result::Result<ResizeParams, String> {
+        ResizeParams::new(
+            self.scales.as_deref(),
+            &self.mode,
+            &self.nearest_mode,
+            &self.coordinate_transformation_mode,
+            rank,
+        )
+    }
+}
+
 impl ResizeParams {
-    /// Reads and checks the attributes against an input of `rank` dims.
-    pub fn from_attrs(attrs: &Attributes, rank: usize) -> std::result::Result<Self, String> {
-        let scales = attrs.floats("scales").map(|s| s.to_vec()).unwrap_or_else(|| vec![1.0; rank]);
+    /// Checks the attribute values against an input of `rank` dims.
+    fn new(
+        scales: Option<&[f64]>,
+        mode: &str,
+        nearest_mode: &str,
+        coordinate_transformation_mode: &str,
+        rank: usize,
+    ) -> std::result::Result<Self, String> {
+        let scales = scales.map(|s| s.to_vec()).unwrap_or_else(|| vec![1.0; rank]);
         if scales.len() != rank || scales.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
             return Err(format!("scale_factor must give {rank} positive finite scales (one per dim), got {scales:?}"));
         }
-        let linear = match attrs.str("mode").unwrap_or("nearest") {
+        let linear = match mode {
             "nearest" => false,
             "linear" => true,
             "cubic" => return Err("mode `cubic` is not supported (nearest and linear are)".into()),
             m => return Err(format!("unknown mode `{m}` (expected nearest, linear or cubic)")),
         };
-        let nearest = match attrs.str("nearest_mode").unwrap_or("round_prefer_floor") {
+        let nearest = match nearest_mode {
             "round_prefer_floor" => NearestMode::RoundPreferFloor,
             "round_prefer_ceil" => NearestMode::RoundPreferCeil,
             "floor" => NearestMode::Floor,
             "ceil" => NearestMode::Ceil,
             m => return Err(format!("unknown nearest_mode `{m}`")),
         };
-        let coordinates = match attrs.str("coordinate_transformation_mode").unwrap_or("half_pixel") {
+        let coordinates = match coordinate_transformation_mode {
             "half_pixel" => CoordinateMode::HalfPixel,
             "pytorch_half_pixel" => CoordinateMode::PytorchHalfPixel,
             "asymmetric" => CoordinateMode::Asymmetric,
@@ -173,9 +204,13 @@ impl ResizeParams {
     }
 }
 
-fn infer_resize(ctx: &InferContext<'_>, x: &TensorInfo) -> Result<Vec<usize>> {
+fn infer_resize(
+    ctx: &InferContext<'_>,
+    x: &TensorInfo,
+    p: std::result::Result<ResizeParams, String>,
+) -> Result<Vec<usize>> {
     require_float(ctx, x, "the input")?;
-    let p = ResizeParams::from_attrs(ctx.attrs, x.rank()).map_err(|m| ctx.error(m))?;
+    let p = p.map_err(|m| ctx.error(m))?;
     Ok(p.out_shape(&x.shape))
 }
 
@@ -188,7 +223,8 @@ impl OpDef for Resize {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        Ok(vec![TensorInfo::new(x.dtype, infer_resize(ctx, x)?)])
+        let p = ResizeAttrs::infer(ctx)?.params(x.rank());
+        Ok(vec![TensorInfo::new(x.dtype, infer_resize(ctx, x, p)?)])
     }
     /// `ResizeGrad{.., shape: x's}(g)`.
     fn grad(&self, op: &Op) -> GradRule {
@@ -207,8 +243,9 @@ impl OpDef for ResizeGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
-        let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
-        let out = infer_resize(ctx, x)?;
+        let a = ResizeGradAttrs::infer(ctx)?;
+        let x = &TensorInfo::new(g.dtype, super::checked_shape(ctx, &a.shape, "shape")?);
+        let out = infer_resize(ctx, x, a.params(x.rank()))?;
         if g.shape != out || g.dtype != x.dtype {
             return Err(ctx.error(format!("the gradient {g} does not match the resize output {out:?}")));
         }
@@ -221,17 +258,16 @@ pub(crate) const ALL: &[&dyn OpDef] = &[&Resize, &ResizeGrad];
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AttrValue;
 
     #[test]
     fn nearest_half_pixel_doubles() {
-        let a = Attributes::new().with("scales", AttrValue::Floats(vec![2.0]));
-        let p = ResizeParams::from_attrs(&a, 1).unwrap();
+        let a = ResizeAttrs { scales: Some(vec![2.0]), ..ResizeAttrs::defaults().unwrap() };
+        let p = a.params(1).unwrap();
         let idx: Vec<usize> = p.taps(0, 3, 6).iter().map(|t| t.0).collect();
         // c = (i + 0.5) / 2 − 0.5 = -0.25, 0.25, 0.75, 1.25, 1.75, 2.25 -> round_prefer_floor, clamped
         assert_eq!(idx, vec![0, 0, 1, 1, 2, 2]);
         assert_eq!(p.out_shape(&[3]), vec![6]);
-        let bad = Attributes::new().with("scales", AttrValue::Floats(vec![2.0, 1.0]));
-        assert!(ResizeParams::from_attrs(&bad, 1).is_err());
+        let bad = ResizeAttrs { scales: Some(vec![2.0, 1.0]), ..a };
+        assert!(bad.params(1).is_err());
     }
 }

@@ -49,17 +49,17 @@ fn roi_shape(ctx: &InferContext<'_>, x: &TensorInfo, rois: &TensorInfo, idx: &Te
     if !idx.dtype.is_int() || idx.shape != [rois.shape[0]] {
         return Err(ctx.error(format!("batch_index must be an integer tensor [{}], got {idx}", rois.shape[0])));
     }
-    let dim = |k: &str| match ctx.attrs.int(k) {
-        Some(v) if v >= 1 => Ok(v as usize),
-        v => Err(ctx.error(format!("output_size must be positive, got {k} = {v:?}"))),
+    let a = RoiAlignAttrs::infer(ctx)?;
+    let dim = |k: &str, v: i64| match usize::try_from(v) {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(ctx.error(format!("output_size must be positive, got {k} = {v}"))),
     };
-    let (h, w) = (dim("output_height")?, dim("output_width")?);
-    if ctx.attrs.int("sampling_ratio").unwrap_or(0) < 0 {
+    let (h, w) = (dim("output_height", a.output_height)?, dim("output_width", a.output_width)?);
+    if a.sampling_ratio < 0 {
         return Err(ctx.error("sampling_ratio must be >= 0"));
     }
-    match ctx.attrs.float("spatial_scale") {
-        Some(s) if s.is_finite() => {}
-        s => return Err(ctx.error(format!("spatial_scale must be finite, got {s:?}"))),
+    if !a.spatial_scale.is_finite() {
+        return Err(ctx.error(format!("spatial_scale must be finite, got {}", a.spatial_scale)));
     }
     Ok(vec![rois.shape[0], x.shape[1], h, w])
 }

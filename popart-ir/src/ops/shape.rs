@@ -5,8 +5,7 @@ use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
-    TensorInfo,
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -137,7 +136,7 @@ impl OpDef for Reshape {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let shape = resolve_reshape(ctx.ints("shape")?, x.nelms()).map_err(|m| ctx.error(m))?;
+        let shape = resolve_reshape(&ReshapeAttrs::infer(ctx)?.shape, x.nelms()).map_err(|m| ctx.error(m))?;
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `ReshapeGrad{shape: x's}(g)`: back to the input's shape.
@@ -155,12 +154,12 @@ impl OpDef for Transpose {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let p = transpose_perm(ctx.attrs.ints("perm").unwrap_or(&[]), x.rank()).map_err(infer_error(ctx))?;
+        let p = transpose_perm(&TransposeAttrs::infer(ctx)?.perm, x.rank()).map_err(infer_error(ctx))?;
         Ok(vec![TensorInfo::new(x.dtype, p.iter().map(|&i| x.shape[i]).collect::<Vec<_>>())])
     }
     /// `Transpose(g)` by the inverse permutation (reversal, the default, is its own inverse).
     fn grad(&self, op: &Op) -> GradRule {
-        let perm = op.attrs.ints("perm").unwrap_or(&[]);
+        let Ok(TransposeAttrs { perm }) = TransposeAttrs::of(op) else { return GradRule::None };
         let rank = perm.len() as i64;
         let mut inverse = vec![0i64; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
@@ -170,16 +169,15 @@ impl OpDef for Transpose {
                 *slot = i as i64;
             }
         }
-        let attrs = Attributes::new().with("perm", AttrValue::Ints(inverse));
+        let attrs = TransposeAttrs { perm: inverse }.to_attrs();
         GradRule::Ops(vec![spec(&Transpose, attrs, &[(0, G)], &[(0, 0)])])
     }
 }
 
-/// The slices of a `Slice` or `SliceGrad` op (`starts`, `ends` and optional
-/// `steps`, `axes` attributes) resolved against `shape`.
-pub(crate) fn slice_dims(ctx: &InferContext<'_>, shape: &[usize]) -> Result<Vec<SliceDim>> {
-    let (starts, ends) = (ctx.ints("starts")?, ctx.ints("ends")?);
-    resolve_slices(shape, starts, ends, ctx.attrs.ints("steps"), ctx.attrs.ints("axes")).map_err(infer_error(ctx))
+/// The slices of a `Slice` (or of the forward slice of a `SliceGrad`), `a`,
+/// resolved against `shape`.
+pub(crate) fn slice_dims(ctx: &InferContext<'_>, a: &SliceAttrs, shape: &[usize]) -> Result<Vec<SliceDim>> {
+    resolve_slices(shape, &a.starts, &a.ends, a.steps.as_deref(), a.axes.as_deref()).map_err(infer_error(ctx))
 }
 
 impl OpDef for Slice {
@@ -192,7 +190,7 @@ impl OpDef for Slice {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
         let mut shape = x.shape.clone();
-        for s in slice_dims(ctx, &x.shape)? {
+        for s in slice_dims(ctx, &SliceAttrs::infer(ctx)?, &x.shape)? {
             shape[s.axis] = s.len;
         }
         Ok(vec![TensorInfo::new(x.dtype, shape)])
@@ -218,7 +216,7 @@ impl OpDef for Concat {
         if ins.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
             return Err(ctx.error("concat inputs must be at indices 0..n"));
         }
-        let axis = normalize_axis(ctx.int("axis")?, first.rank()).map_err(infer_error(ctx))?;
+        let axis = normalize_axis(ConcatAttrs::infer(ctx)?.axis, first.rank()).map_err(infer_error(ctx))?;
         let mut shape = first.shape.clone();
         shape[axis] = 0;
         for (i, t) in ins {
@@ -246,11 +244,10 @@ impl OpDef for Concat {
     /// `index`: the inputs' shapes are attributes.
     fn grad(&self, op: &Op) -> GradRule {
         let n = op.inputs().len() as u32;
-        let axis = op.attrs.int("axis").unwrap_or(0);
+        let Ok(ConcatAttrs { axis }) = ConcatAttrs::of(op) else { return GradRule::None };
         let specs = (0..n)
             .map(|i| {
-                let attrs =
-                    Attributes::new().with("axis", AttrValue::Int(axis)).with("index", AttrValue::Int(i as i64));
+                let attrs = super::grad::ConcatGradAttrs { axis, index: i64::from(i), shapes: Vec::new() }.to_attrs();
                 (0..n).fold(spec(&ConcatGrad, attrs, &[(0, G)], &[(0, i)]), |s, k| {
                     s.with_shape_attr(format!("shape{k}"), GradSource::FwdInput(k))
                 })
@@ -272,7 +269,7 @@ impl OpDef for Squeeze {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let given = ctx.attrs.ints("axes").unwrap_or(&[]);
+        let given = &SqueezeAttrs::infer(ctx)?.axes;
         let axes: Vec<usize> = if given.is_empty() {
             (0..x.rank()).filter(|&i| x.shape[i] == 1).collect()
         } else {
@@ -302,7 +299,7 @@ impl OpDef for Gather {
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
-        let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x.rank()).map_err(infer_error(ctx))?;
+        let axis = normalize_axis(GatherAttrs::infer(ctx)?.axis, x.rank()).map_err(infer_error(ctx))?;
         let mut shape = x.shape[..axis].to_vec();
         shape.extend_from_slice(&idx.shape);
         shape.extend_from_slice(&x.shape[axis + 1..]);
@@ -311,10 +308,13 @@ impl OpDef for Gather {
     /// `GatherGrad{axis, zero_OOR}(g, indices, data)`: scatter-add into zeros
     /// (out-of-range indices add nothing); the indices get none.
     fn grad(&self, op: &Op) -> GradRule {
-        let mut attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
-        if op.attrs.bool("zero_OOR") == Some(true) {
-            attrs = attrs.with("zero_OOR", AttrValue::Bool(true));
+        let Ok(GatherAttrs { axis, zero_oor }) = GatherAttrs::of(op) else { return GradRule::None };
+        let mut attrs = super::grad::GatherGradAttrs { axis, zero_oor, shape: Vec::new() }.to_attrs();
+        // `zero_OOR` only when set (the text form of gradient ops); `shape` is set by autodiff.
+        if !zero_oor {
+            attrs.remove("zero_OOR");
         }
+        attrs.remove("shape");
         let ins = [(0, G), (1, GradSource::FwdInput(1))];
         GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }

@@ -10,15 +10,51 @@ use super::{broadcast_shapes, normalize_axis, op_types};
 use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
 
 op_attrs! {
-    /// Attributes of `Accumulate`, `AccumulatorScale` and `SparseAccumulate`.
+    /// Attributes of `Accumulate`.
     #[derive(Clone, Debug, PartialEq)]
     pub struct AccumulateAttrs {
-        /// The accumulation type (absent: `dampened_add`).
-        pub kind key "type": Option<String> = None,
+        /// The accumulation type (absent: see [`AccumulateAttrs::kind`]).
+        pub kind key "type": Option<AccumulationType> = None,
         /// The factor (or input 2).
         pub factor: Option<f64> = None,
-        /// `SparseAccumulate`: the indexed axis.
+    }
+}
+
+impl AccumulateAttrs {
+    /// The accumulation type (`dampened_add` when absent).
+    pub fn kind(&self) -> AccumulationType {
+        self.kind.unwrap_or(AccumulationType::DampenedAdd)
+    }
+}
+
+op_attrs! {
+    /// Attributes of `AccumulatorScale`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct AccumulatorScaleAttrs {
+        /// The factor (or input 2).
+        pub factor: Option<f64> = None,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `SparseAccumulate`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct SparseAccumulateAttrs {
+        /// The factor (or input 2; absent: 1).
+        pub factor: Option<f64> = None,
+        /// The indexed axis.
         pub axis: i64 = 0,
+    }
+}
+
+op_attrs! {
+    /// Attributes of `ScaledAddMatMulRhsGradInplace`: `w = a w + b (xᵀ @ g)`.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub struct ScaledAddMatMulAttrs {
+        /// Scale of the weight.
+        pub a: f64,
+        /// Scale of the gradient.
+        pub b: f64,
     }
 }
 
@@ -62,28 +98,35 @@ op_types!(
     ScaledAddMatMulRhsGradInplace,
 );
 
-/// PopART's `AccumulationType`: how [`Accumulate`] combines the accumulator `t`,
-/// the update `g` and the factor `f` (attribute `type`, in snake case).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AccumulationType {
-    /// `t += g` (no factor)
-    Add,
-    /// `t += f * g` (`f` defaults to 1)
-    DampenedAdd,
-    /// `t += f * g²` (`f` defaults to 1)
-    DampenedAddSquare,
-    /// `t = f * t + g`
-    DecayAdd,
-    /// `t = f * t + g²`
-    DecayAddSquare,
-    /// `t = f * t + (1 - f) * g`
-    MovingAverage,
-    /// `t = f * t + (1 - f) * g²`
-    MovingAverageSquare,
-    /// `t = max(f * t, |g|)`
-    Infinity,
-    /// `t = (f / (f + 1)) * t + (1 / (f + 1)) * g`, `f` the number of values accumulated so far
-    Mean,
+crate::attr_enum! {
+    /// PopART's `AccumulationType`: how [`Accumulate`] combines the accumulator `t`,
+    /// the update `g` and the factor `f` (attribute `type`, in snake case).
+    ///
+    /// ```
+    /// use popart_ir::ops::var_update::AccumulationType;
+    /// assert_eq!(AccumulationType::MovingAverageSquare.name(), "moving_average_square");
+    /// assert_eq!(AccumulationType::from_name("mean"), Some(AccumulationType::Mean));
+    /// ```
+    pub enum AccumulationType {
+        /// `t += g` (no factor)
+        Add = "add",
+        /// `t += f * g` (`f` defaults to 1)
+        DampenedAdd = "dampened_add",
+        /// `t += f * g²` (`f` defaults to 1)
+        DampenedAddSquare = "dampened_add_square",
+        /// `t = f * t + g`
+        DecayAdd = "decay_add",
+        /// `t = f * t + g²`
+        DecayAddSquare = "decay_add_square",
+        /// `t = f * t + (1 - f) * g`
+        MovingAverage = "moving_average",
+        /// `t = f * t + (1 - f) * g²`
+        MovingAverageSquare = "moving_average_square",
+        /// `t = max(f * t, |g|)`
+        Infinity = "infinity",
+        /// `t = (f / (f + 1)) * t + (1 / (f + 1)) * g`, `f` the number of values accumulated so far
+        Mean = "mean",
+    }
 }
 
 impl AccumulationType {
@@ -99,37 +142,6 @@ impl AccumulationType {
         Self::Infinity,
         Self::Mean,
     ];
-
-    /// The attribute value (`"moving_average"`...).
-    ///
-    /// ```
-    /// use popart_ir::ops::var_update::AccumulationType;
-    /// assert_eq!(AccumulationType::MovingAverageSquare.name(), "moving_average_square");
-    /// assert_eq!(AccumulationType::from_name("mean"), Some(AccumulationType::Mean));
-    /// ```
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Add => "add",
-            Self::DampenedAdd => "dampened_add",
-            Self::DampenedAddSquare => "dampened_add_square",
-            Self::DecayAdd => "decay_add",
-            Self::DecayAddSquare => "decay_add_square",
-            Self::MovingAverage => "moving_average",
-            Self::MovingAverageSquare => "moving_average_square",
-            Self::Infinity => "infinity",
-            Self::Mean => "mean",
-        }
-    }
-
-    /// The type named `name`, if any.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.name() == name)
-    }
-
-    /// The type of an op's attributes (`dampened_add` when absent), if valid.
-    pub fn of(attrs: &Attributes) -> Option<Self> {
-        attrs.str("type").map_or(Some(Self::DampenedAdd), Self::from_name)
-    }
 
     /// Whether the factor defaults to 1 (else it is required).
     pub fn factor_defaults_to_one(self) -> bool {
@@ -203,17 +215,17 @@ macro_rules! update {
 update! {
     AddInplace => "AddInplace", &[], |ctx| infer_update(ctx, false, &[]);
     Accumulate => "Accumulate", AccumulateAttrs::SCHEMA, infer_accumulate;
-    AccumulatorScale => "AccumulatorScale", AccumulateAttrs::SCHEMA, infer_accumulator_scale;
-    SparseAccumulate => "SparseAccumulate", AccumulateAttrs::SCHEMA, infer_sparse_accumulate;
+    AccumulatorScale => "AccumulatorScale", AccumulatorScaleAttrs::SCHEMA, infer_accumulator_scale;
+    SparseAccumulate => "SparseAccumulate", SparseAccumulateAttrs::SCHEMA, infer_sparse_accumulate;
     ScaledAddInplace => "ScaledAddInplace", ScaleAttrs::SCHEMA, |ctx| infer_update(ctx, false, &[2, 3]);
     CopyVarUpdate => "CopyVarUpdate", &[], |ctx| infer_update(ctx, true, &[]);
 }
 
-/// The factor of an update: attribute `factor` or input 2 (not both); required
-/// unless `default_one`.
-fn check_factor(ctx: &InferContext<'_>, t: &TensorInfo, default_one: bool) -> Result<()> {
+/// The factor of an update: attribute `factor` (value `factor`) or input 2 (not
+/// both); required unless `default_one`.
+fn check_factor(ctx: &InferContext<'_>, t: &TensorInfo, factor: Option<f64>, default_one: bool) -> Result<()> {
     let input = check_scalar(ctx, t, 2, "the factor")?;
-    match (input, ctx.attrs.float("factor")) {
+    match (input, factor) {
         (true, Some(_)) => Err(ctx.error("the factor is given both as attribute `factor` and as input 2")),
         (false, None) if !default_one => Err(ctx.error("missing factor: attribute `factor` or input 2")),
         _ => Ok(()),
@@ -222,8 +234,8 @@ fn check_factor(ctx: &InferContext<'_>, t: &TensorInfo, default_one: bool) -> Re
 
 fn infer_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     let (t, x) = (ctx.input(0)?, ctx.input(1)?);
-    let ty = AccumulationType::of(ctx.attrs)
-        .ok_or_else(|| ctx.error(format!("unknown accumulation type {:?}", ctx.attrs.str("type").unwrap_or(""))))?;
+    let a = AccumulateAttrs::infer(ctx)?;
+    let ty = a.kind();
     let plain = matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd);
     // Sums of equal types work for integers too; every other rule is float arithmetic.
     let same_numeric = plain && t.dtype == x.dtype && t.dtype != DataType::Bool;
@@ -237,19 +249,20 @@ fn infer_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     }
     check_fits(ctx, t, x, false)?;
     if ty == AccumulationType::Add {
-        if ctx.optional_input(2).is_some() || ctx.attrs.float("factor").is_some() {
+        if ctx.optional_input(2).is_some() || a.factor.is_some() {
             return Err(ctx.error("accumulation type add takes no factor"));
         }
     } else {
-        check_factor(ctx, t, ty.factor_defaults_to_one())?;
+        check_factor(ctx, t, a.factor, ty.factor_defaults_to_one())?;
     }
     Ok(vec![t.clone()])
 }
 
 fn infer_accumulator_scale(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     let t = ctx.input(0)?;
-    check_factor(ctx, t, false)?;
-    let zeroing = ctx.optional_input(2).is_none() && ctx.attrs.float("factor") == Some(0.0);
+    let a = AccumulatorScaleAttrs::infer(ctx)?;
+    check_factor(ctx, t, a.factor, false)?;
+    let zeroing = ctx.optional_input(2).is_none() && a.factor == Some(0.0);
     if !zeroing && !t.dtype.is_floating_point() {
         return Err(ctx.error(format!("only a constant factor of 0 applies to a {} tensor", t.dtype)));
     }
@@ -267,14 +280,15 @@ fn infer_sparse_accumulate(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     if t.rank() == 0 {
         return Err(ctx.error("cannot sparse-accumulate into a scalar"));
     }
-    let axis = normalize_axis(ctx.attrs.int("axis").unwrap_or(0), t.rank()).map_err(super::infer_error(ctx))?;
+    let a = SparseAccumulateAttrs::infer(ctx)?;
+    let axis = normalize_axis(a.axis, t.rank()).map_err(super::infer_error(ctx))?;
     let mut want = t.shape[..axis].to_vec();
     want.extend_from_slice(&idx.shape);
     want.extend_from_slice(&t.shape[axis + 1..]);
     if x.shape != want {
         return Err(ctx.error(format!("update {x} should have shape {want:?} (indices {idx} along axis {axis})")));
     }
-    check_factor(ctx, t, true)?;
+    check_factor(ctx, t, a.factor, true)?;
     if let Some(w) = ctx.optional_input(4) {
         if w.shape != t.shape {
             return Err(ctx.error(format!("reference weight {w} must have the shape of {t}")));
@@ -302,11 +316,10 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
         "ScaledAddMatMulRhsGradInplace"
     }
     fn attributes(&self) -> &'static [AttrSpec] {
-        ScaleAttrs::SCHEMA
+        ScaledAddMatMulAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        ctx.float("a")?;
-        ctx.float("b")?;
+        ScaledAddMatMulAttrs::infer(ctx)?;
         infer_rhs_grad_update(ctx)
     }
     fn flags(&self, _attrs: &Attributes) -> OpFlags {

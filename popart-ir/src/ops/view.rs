@@ -150,7 +150,7 @@ impl OpDef for SliceUpdateInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (base, update) = (ctx.input(0)?, ctx.input(1)?);
         let mut shape = base.shape.clone();
-        for s in slice_dims(ctx, &base.shape)? {
+        for s in slice_dims(ctx, &super::shape::SliceAttrs::infer(ctx)?, &base.shape)? {
             shape[s.axis] = s.len;
         }
         if update.dtype != base.dtype || update.shape != shape {

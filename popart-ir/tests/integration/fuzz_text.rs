@@ -528,7 +528,7 @@ proptest! {
 fn generator_covers_the_op_registry() {
     let mut ops = 0;
     let mut types = std::collections::BTreeSet::new();
-    for seed in 0..200u64 {
+    for seed in 0..400u64 {
         let ir = random_ir(seed * 7919 + 1);
         for g in ir.graphs() {
             ops += g.num_ops();
@@ -538,7 +538,7 @@ fn generator_covers_the_op_registry() {
             eprintln!("{ir}");
         }
     }
-    eprintln!("{ops} ops in 200 IRs; types: {types:?}");
+    eprintln!("{ops} ops in 400 IRs; types: {types:?}");
     eprintln!(
         "fuzz_text so far: {} generated IRs, {} mutated texts ({} accepted)",
         GENERATED.load(Ordering::Relaxed),

@@ -1,9 +1,8 @@
 //! `print_tensor` (op `PrintTensor`).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
-
 pub use popart_ir::ops::print::FloatFormat;
+use popart_ir::ops::print::PrintTensorAttrs;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -78,26 +77,18 @@ impl Default for PrintTensorOptions {
 /// ```
 pub fn print_tensor(t: &Tensor, options: &PrintTensorOptions) -> Result<Tensor> {
     let o = options;
-    let title = o.title.clone().unwrap_or_else(|| format!("print_{}", t.name()));
-    let int = |what: &str, v: usize| super::to_i64(v, || format!("`{what}` of print_tensor")).map(AttrValue::Int);
-    let float_format = match o.float_format {
-        FloatFormat::Auto => "auto",
-        FloatFormat::Fixed => "fixed",
-        FloatFormat::Scientific => "scientific",
-        FloatFormat::None => "none",
+    let attrs = PrintTensorAttrs {
+        title: o.title.clone().unwrap_or_else(|| format!("print_{}", t.name())),
+        print_self: o.print_self,
+        print_gradient: o.print_gradient,
+        summarise_threshold: o.summarise_threshold,
+        edge_items: o.edge_items,
+        max_line_width: o.max_line_width,
+        digits: o.digits,
+        float_format: o.float_format,
+        separator: o.separator,
+        open_bracket: o.open_bracket,
+        close_bracket: o.close_bracket,
     };
-    OpBuilder::new("print_tensor", &ir_ops::PrintTensor)
-        .input(0, t)
-        .attr("title", AttrValue::Str(title))
-        .attr("print_self", AttrValue::Bool(o.print_self))
-        .attr("print_gradient", AttrValue::Bool(o.print_gradient))
-        .attr("summarise_threshold", int("summarise_threshold", o.summarise_threshold)?)
-        .attr("edge_items", int("edge_items", o.edge_items)?)
-        .attr("max_line_width", int("max_line_width", o.max_line_width)?)
-        .attr("digits", int("digits", o.digits)?)
-        .attr("float_format", AttrValue::Str(float_format.to_string()))
-        .attr("separator", AttrValue::Str(o.separator.to_string()))
-        .attr("open_bracket", AttrValue::Str(o.open_bracket.to_string()))
-        .attr("close_bracket", AttrValue::Str(o.close_bracket.to_string()))
-        .create1()
+    OpBuilder::new("print_tensor", &ir_ops::PrintTensor).input(0, t).typed(&attrs).create1()
 }

@@ -14,7 +14,9 @@ fn large_copies_split_over_threads_copy_every_byte() {
         assert_eq!(dst[len], 0, "no byte past the end");
     }
 }
-use popart_ir::{AttrValue, Attributes, DataType, HostTensor, Ir, StreamDirection, TensorInfo, TensorKind};
+use popart_ir::ops::control::{IfAttrs, RepeatAttrs};
+use popart_ir::ops::io::StreamAttrs;
+use popart_ir::{Attributes, DataType, HostTensor, Ir, OpAttrs, StreamDirection, TensorInfo, TensorKind};
 
 struct AddF32(usize);
 impl Kernel for AddF32 {
@@ -65,7 +67,7 @@ fn f32s(n: usize) -> TensorInfo {
 }
 
 fn stream_attrs(name: &str) -> Attributes {
-    Attributes::new().with("stream", AttrValue::Str(name.into()))
+    StreamAttrs { stream: name.into() }.to_attrs()
 }
 
 fn bytes(v: &[f32]) -> Vec<u8> {
@@ -96,7 +98,7 @@ fn repeat_ir() -> Ir {
         .create_op(
             main,
             "Repeat",
-            Attributes::new().with("graph", AttrValue::Graph(body)).with("count", AttrValue::Int(3)),
+            RepeatAttrs { graph: body, count: 3, modified: vec![] }.to_attrs(),
             &[(0, zero)],
             "rep",
         )
@@ -160,8 +162,8 @@ fn if_runs_one_branch() {
     let main = ir.main_graph_id();
     let s = f32s(1);
     for (n, d) in [
-        ("a", StreamDirection::HostToDevice),
-        ("b", StreamDirection::HostToDevice),
+        ("in_a", StreamDirection::HostToDevice),
+        ("in_b", StreamDirection::HostToDevice),
         ("out", StreamDirection::DeviceToHost),
     ] {
         ir.main_graph_mut().add_tensor(n, s.clone(), TensorKind::Stream(d)).unwrap();
@@ -186,17 +188,14 @@ fn if_runs_one_branch() {
     };
     let then_g = branch("then", false);
     let else_g = branch("else", true);
-    let la = ir.create_op(main, "HostLoad", stream_attrs("a"), &[], "la").unwrap();
-    let lb = ir.create_op(main, "HostLoad", stream_attrs("b"), &[], "lb").unwrap();
+    let la = ir.create_op(main, "HostLoad", stream_attrs("in_a"), &[], "la").unwrap();
+    let lb = ir.create_op(main, "HostLoad", stream_attrs("in_b"), &[], "lb").unwrap();
     let a = ir.main_graph().op(la).unwrap().output(0).unwrap();
     let b = ir.main_graph().op(lb).unwrap().output(0).unwrap();
     let gt = ir.create_op(main, "Greater", Attributes::new(), &[(0, a), (1, b)], "gt").unwrap();
     let c = ir.main_graph().op(gt).unwrap().output(0).unwrap();
-    let attrs = Attributes::new()
-        .with("then_graph", AttrValue::Graph(then_g))
-        .with("else_graph", AttrValue::Graph(else_g))
-        .with("then_inputs", AttrValue::Ints(vec![1, 2]))
-        .with("else_inputs", AttrValue::Ints(vec![1, 2]));
+    let attrs =
+        IfAttrs { then_graph: then_g, else_graph: else_g, then_inputs: vec![1, 2], else_inputs: vec![1, 2] }.to_attrs();
     let iff = ir.create_op(main, "If", attrs, &[(0, c), (1, a), (2, b)], "if").unwrap();
     let o = ir.main_graph().op(iff).unwrap().output(0).unwrap();
     ir.create_op(main, "HostStore", stream_attrs("out"), &[(0, o)], "store").unwrap();

@@ -7,8 +7,8 @@
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::var_update::AccumulateAttrs;
 use popart_ir::ops::var_update::AccumulationType;
+use popart_ir::ops::var_update::{AccumulateAttrs, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::DataType;
 
 use super::broadcast::Broadcast;
@@ -50,18 +50,16 @@ impl Scalar {
     pub(crate) fn of(
         spec: &KernelSpec<'_>,
         index: u32,
-        (attr, value): (&str, Option<f64>),
+        value: Option<f64>,
         default: Option<f64>,
     ) -> Result<Scalar, KernelError> {
         match spec.opt_input(index) {
             Some(s) if s.nelms() == 1 && s.dtype() != DataType::Bool => Ok(Scalar::Input(s.pos, s.dtype())),
-            Some(s) => {
-                Err(spec.error(format!("`{attr}` (input {index}) must be a one-element tensor, got {}", s.info)))
-            }
+            Some(s) => Err(spec.error(format!("input {index} must be a one-element tensor, got {}", s.info))),
             None => value
                 .or(default)
                 .map(Scalar::Const)
-                .ok_or_else(|| spec.error(format!("missing `{attr}`: attribute or input {index}"))),
+                .ok_or_else(|| spec.error(format!("missing scalar: attribute or input {index}"))),
         }
     }
 }
@@ -165,7 +163,8 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
     if y.info != t.info || t.pos != 0 {
         return Err(spec.error(format!("output {} must be the updated input 0 {}", y.info, t.info)));
     }
-    let ty = AccumulationType::of(spec.attrs).ok_or_else(|| spec.error("unknown accumulation type"))?;
+    let a = spec.typed::<AccumulateAttrs>()?;
+    let ty = a.kind();
     if !t.dtype().is_floating_point() {
         if !matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd) {
             return Err(spec.unsupported_dtype(t.dtype()));
@@ -181,7 +180,7 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
     let plan = Broadcast::new(t.shape(), [x.shape()])
         .ok_or_else(|| spec.error(format!("update {} does not broadcast to {}", x.info, t.info)))?;
     let default = if ty.factor_defaults_to_one() || ty == AccumulationType::Add { Some(1.0) } else { None };
-    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), default)?;
+    let factor = Scalar::of(spec, 2, a.factor, default)?;
     let xp = x.pos;
     let dt = t.dtype();
     use AccumulationType as A;
@@ -235,7 +234,7 @@ fn build_scale(spec: &KernelSpec<'_>) -> BuildResult {
     if y.info != t.info || t.pos != 0 {
         return Err(spec.error(format!("output {} must be the updated input 0 {}", y.info, t.info)));
     }
-    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), None)?;
+    let factor = Scalar::of(spec, 2, spec.typed::<AccumulatorScaleAttrs>()?.factor, None)?;
     if matches!(factor, Scalar::Const(f) if f == 0.0) {
         return boxed(ZeroKernel { nbytes: t.info.nbytes() });
     }
@@ -315,7 +314,8 @@ fn build_sparse(spec: &KernelSpec<'_>) -> BuildResult {
     if has_f16(spec) {
         return f16_adapter(spec, true, build_sparse);
     }
-    let axis = norm_axis(spec, spec.typed::<AccumulateAttrs>()?.axis, t.info.rank())?;
+    let a = spec.typed::<SparseAccumulateAttrs>()?;
+    let axis = norm_axis(spec, a.axis, t.info.rank())?;
     let mut want = t.shape()[..axis].to_vec();
     want.extend_from_slice(idx.shape());
     want.extend_from_slice(&t.shape()[axis + 1..]);
@@ -328,7 +328,7 @@ fn build_sparse(spec: &KernelSpec<'_>) -> BuildResult {
         inner: t.shape()[axis + 1..].iter().product(),
         nidx: idx.nelms(),
     };
-    let factor = Scalar::of(spec, 2, ("factor", spec.typed::<AccumulateAttrs>()?.factor), Some(1.0))?;
+    let factor = Scalar::of(spec, 2, a.factor, Some(1.0))?;
     let (xp, ip, check) = (x.pos, idx.pos, spec.check_indices);
     let bad_idx = || spec.error(format!("indices must be integers, got {}", idx.dtype()));
     let dt = t.dtype();
@@ -345,14 +345,14 @@ pub(crate) const KERNELS: &[KernelEntry] =
 mod tests {
     use super::super::testutil::{assert_close, run_op, t, try_run_op_checked};
     use crate::kernel::KernelRunError;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::var_update::SparseAccumulateAttrs;
+    use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
-    fn acc(ty: &str, f: Option<f64>) -> Attributes {
-        let a = Attributes::new().with("type", AttrValue::Str(ty.into()));
-        match f {
-            Some(f) => a.with("factor", AttrValue::Float(f)),
-            None => a,
-        }
+    use AccumulationType as A;
+
+    fn acc(ty: AccumulationType, factor: Option<f64>) -> Attributes {
+        AccumulateAttrs { kind: Some(ty), factor }.to_attrs()
     }
 
     #[test]
@@ -361,26 +361,26 @@ mod tests {
         let xv = [0.5, 4.0, -1.0, -3.0];
         let f = 0.25;
         type Rule = fn(f64, f64, f64) -> f64;
-        let cases: [(&str, Rule); 9] = [
-            ("add", |t, x, _| t + x),
-            ("dampened_add", |t, x, f| t + f * x),
-            ("dampened_add_square", |t, x, f| t + f * x * x),
-            ("decay_add", |t, x, f| f * t + x),
-            ("decay_add_square", |t, x, f| f * t + x * x),
-            ("moving_average", |t, x, f| f * t + (1.0 - f) * x),
-            ("moving_average_square", |t, x, f| f * t + (1.0 - f) * x * x),
-            ("infinity", |t, x, f| (f * t).max(x.abs())),
-            ("mean", |t, x, f| (f / (f + 1.0)) * t + x / (f + 1.0)),
+        let cases: [(A, Rule); 9] = [
+            (A::Add, |t, x, _| t + x),
+            (A::DampenedAdd, |t, x, f| t + f * x),
+            (A::DampenedAddSquare, |t, x, f| t + f * x * x),
+            (A::DecayAdd, |t, x, f| f * t + x),
+            (A::DecayAddSquare, |t, x, f| f * t + x * x),
+            (A::MovingAverage, |t, x, f| f * t + (1.0 - f) * x),
+            (A::MovingAverageSquare, |t, x, f| f * t + (1.0 - f) * x * x),
+            (A::Infinity, |t, x, f| (f * t).max(x.abs())),
+            (A::Mean, |t, x, f| (f / (f + 1.0)) * t + x / (f + 1.0)),
         ];
         for (ty, rule) in cases {
             let want: Vec<f64> = tv.iter().zip(&xv).map(|(&t, &x)| rule(t, x, f)).collect();
-            let attrs = acc(ty, (ty != "add").then_some(f));
+            let attrs = acc(ty, (ty != A::Add).then_some(f));
             for dt in [DataType::Float32, DataType::Float64] {
                 let ins = [(0, t(dt, &[4], &tv)), (1, t(dt, &[4], &xv))];
                 assert_close(&run_op("Accumulate", attrs.clone(), &ins)[0].to_f64_vec(), &want, 1e-6);
             }
             // The factor as a tensor of another float type.
-            if ty != "add" {
+            if ty != A::Add {
                 let ins = [
                     (0, t(DataType::Float64, &[4], &tv)),
                     (1, t(DataType::Float64, &[4], &xv)),
@@ -395,7 +395,7 @@ mod tests {
     fn float32_accumulator_takes_float16_updates() {
         let ins =
             [(0, t(DataType::Float32, &[3], &[1.0, 2.0, 3.0])), (1, t(DataType::Float16, &[3], &[0.5, 0.25, 2.0]))];
-        let out = run_op("Accumulate", acc("dampened_add_square", Some(2.0)), &ins);
+        let out = run_op("Accumulate", acc(A::DampenedAddSquare, Some(2.0)), &ins);
         assert_eq!(out[0].info.dtype, DataType::Float32);
         assert_eq!(out[0].to_f64_vec(), vec![1.5, 2.125, 11.0]);
         // A float16 accumulator with a float32 update and a float32 factor tensor.
@@ -404,17 +404,17 @@ mod tests {
             (1, t(DataType::Float32, &[2], &[3.0, 5.0])),
             (2, t(DataType::Float32, &[], &[0.5])),
         ];
-        assert_eq!(run_op("Accumulate", acc("moving_average", None), &ins)[0].to_f64_vec(), vec![2.0, 3.5]);
+        assert_eq!(run_op("Accumulate", acc(A::MovingAverage, None), &ins)[0].to_f64_vec(), vec![2.0, 3.5]);
     }
 
     #[test]
     fn scale_and_zero() {
         let v = t(DataType::Float32, &[3], &[1.0, f64::NAN, -4.0]);
-        let half = Attributes::new().with("factor", AttrValue::Float(0.5));
+        let half = AccumulatorScaleAttrs { factor: Some(0.5) }.to_attrs();
         let out = run_op("AccumulatorScale", half, &[(0, v.clone())])[0].to_f64_vec();
         assert_eq!((out[0], out[2]), (0.5, -2.0));
         assert!(out[1].is_nan());
-        let zero = Attributes::new().with("factor", AttrValue::Float(0.0));
+        let zero = AccumulatorScaleAttrs { factor: Some(0.0) }.to_attrs();
         assert_eq!(run_op("AccumulatorScale", zero.clone(), &[(0, v)])[0].to_f64_vec(), vec![0.0; 3]);
         let i = t(DataType::Int32, &[2], &[7.0, -7.0]);
         assert_eq!(run_op("AccumulatorScale", zero, &[(0, i)])[0].to_f64_vec(), vec![0.0; 2]);
@@ -429,7 +429,7 @@ mod tests {
         let tv = t(DataType::Float32, &[2, 3], &[0.0; 6]);
         let x = t(DataType::Float32, &[2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
         let idx = t(DataType::Int32, &[4], &[2.0, 0.0, 2.0, -1.0]);
-        let a = Attributes::new().with("axis", AttrValue::Int(1)).with("factor", AttrValue::Float(0.5));
+        let a = SparseAccumulateAttrs { axis: 1, factor: Some(0.5) }.to_attrs();
         let out = run_op("SparseAccumulate", a.clone(), &[(0, tv.clone()), (1, x.clone()), (3, idx)]);
         assert_eq!(out[0].to_f64_vec(), vec![1.0, 0.0, 4.0, 3.0, 0.0, 10.0]);
         // Out of range: nothing added, or an error with run-time checks.

@@ -32,8 +32,8 @@ use std::marker::PhantomData;
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::collectives::IpuAllReduceAttrs;
 use popart_ir::ops::collectives::{shard_len, CollectiveOperator};
+use popart_ir::ops::collectives::{AllGatherAttrs, AllReduceAttrs, IpuAllReduceAttrs, ReduceScatterAttrs};
 use popart_ir::DataType;
 
 use super::dispatch::with_bits;
@@ -214,12 +214,13 @@ struct Group {
 }
 
 impl Group {
-    fn of(spec: &KernelSpec<'_>) -> Result<Group, KernelError> {
-        let get = |key: &str| {
-            let v = spec.attrs.int(key).ok_or_else(|| spec.error(format!("missing integer attribute `{key}`")))?;
-            usize::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| spec.error(format!("`{key}` must be positive")))
-        };
-        Ok(Group { stride: get("stride")?, size: get("group_size")? })
+    /// The group of a collective's `stride` and `group_size` attributes.
+    fn of(spec: &KernelSpec<'_>, stride: i64, group_size: i64) -> Result<Group, KernelError> {
+        let positive = |v: i64| usize::try_from(v).ok().filter(|&v| v > 0);
+        match (positive(stride), positive(group_size)) {
+            (Some(stride), Some(size)) => Ok(Group { stride, size }),
+            _ => Err(spec.error(format!("stride {stride} and group size {group_size} must be positive"))),
+        }
     }
 
     /// This replica's position in its group; `Err` when the grouping does not
@@ -235,8 +236,8 @@ impl Group {
     }
 }
 
-fn operator(spec: &KernelSpec<'_>, dtype: DataType) -> Result<CollectiveOperator, KernelError> {
-    let op = CollectiveOperator::of(spec.attrs).ok_or_else(|| spec.error("invalid attribute `op`"))?;
+/// Operator `op`, checked against the element type.
+fn operator(spec: &KernelSpec<'_>, op: CollectiveOperator, dtype: DataType) -> Result<CollectiveOperator, KernelError> {
     if !op.supports(dtype) {
         return Err(spec.error(format!("collective operator `{op}` does not support {dtype}")));
     }
@@ -337,9 +338,10 @@ impl<T: Elem, C: Combine<T::Acc>> Kernel for AllReduceKernel<T, C> {
 fn build_all_reduce(spec: &KernelSpec<'_>) -> BuildResult {
     let (x, y) = (spec.input(0)?, spec.output(0)?);
     check_same(spec, x.info, y.info)?;
-    let op = operator(spec, x.dtype())?;
-    let maker =
-        AllReduceMaker { n: x.nelms(), group: Group::of(spec)?, in_place: spec.is::<ir::ReplicatedAllReduceInplace>() };
+    let a = spec.typed::<AllReduceAttrs>()?;
+    let op = operator(spec, a.op, x.dtype())?;
+    let group = Group::of(spec, a.stride, a.group_size)?;
+    let maker = AllReduceMaker { n: x.nelms(), group, in_place: spec.is::<ir::ReplicatedAllReduceInplace>() };
     dispatch_reduce(spec, x.dtype(), op, maker)
 }
 
@@ -401,7 +403,8 @@ impl<T: Copy + Send + Sync + 'static> Kernel for AllGatherKernel<T> {
 
 fn build_all_gather(spec: &KernelSpec<'_>) -> BuildResult {
     let (x, y) = (spec.input(0)?, spec.output(0)?);
-    let group = Group::of(spec)?;
+    let a = spec.typed::<AllGatherAttrs>()?;
+    let group = Group::of(spec, a.stride, a.group_size)?;
     let (n, m) = (x.nelms(), y.nelms());
     if x.dtype() != y.dtype() || shard_len(m, group.size) != n {
         return Err(spec.error(format!("cannot gather {} from {} replicas into {}", x.info, group.size, y.info)));
@@ -508,12 +511,13 @@ impl<T: Copy + Send + Sync + 'static> Kernel for LocalShardKernel<T> {
 
 fn build_reduce_scatter(spec: &KernelSpec<'_>) -> BuildResult {
     let (x, y) = (spec.input(0)?, spec.output(0)?);
-    let group = Group::of(spec)?;
+    let a = spec.typed::<ReduceScatterAttrs>()?;
+    let group = Group::of(spec, a.stride, a.group_size)?;
     let (n, c) = (x.nelms(), y.nelms());
     if x.dtype() != y.dtype() || shard_len(n, group.size) != c {
         return Err(spec.error(format!("cannot scatter {} over {} replicas into {}", x.info, group.size, y.info)));
     }
-    match operator(spec, x.dtype())? {
+    match operator(spec, a.op, x.dtype())? {
         CollectiveOperator::Local => {
             with_bits!(x.dtype(), B => Ok(Box::new(LocalShardKernel::<B> { n, c, group, _t: PhantomData })))
         }
@@ -574,8 +578,9 @@ fn build_multi_all_reduce(spec: &KernelSpec<'_>) -> BuildResult {
         check_same(spec, first.info, x)?;
         check_same(spec, x, y)?;
     }
-    let op = operator(spec, first.dtype())?;
-    if spec.typed::<IpuAllReduceAttrs>()?.identical_inputs {
+    let a = spec.typed::<IpuAllReduceAttrs>()?;
+    let op = operator(spec, a.op, first.dtype())?;
+    if a.identical_inputs {
         return Ok(Box::new(CopyEachKernel { nbytes: first.info.nbytes() }));
     }
     dispatch_reduce(spec, first.dtype(), op, MultiMaker { n: first.nelms(), k: spec.inputs.len() })

@@ -11,7 +11,6 @@ use popart_ir::ops::all as ir;
 use popart_ir::ops::collectives::AllReduceUpdateAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
-use popart_ir::OpAttrs;
 
 use super::collectives::chunk;
 use super::par::Simd;
@@ -157,7 +156,7 @@ pub(super) struct UpdateAttrs {
 impl UpdateAttrs {
     /// Read and check them.
     pub(super) fn of(spec: &KernelSpec<'_>) -> Result<UpdateAttrs, KernelError> {
-        let a = AllReduceUpdateAttrs::from_attrs(spec.attrs).map_err(|e| spec.error(e.to_string()))?;
+        let a: AllReduceUpdateAttrs = spec.typed()?;
         let positive = |v: i64, what: &str| {
             usize::try_from(v)
                 .ok()
@@ -165,9 +164,9 @@ impl UpdateAttrs {
                 .ok_or_else(|| spec.error(format!("{what} must be a positive integer")))
         };
         let (stride, group_size) = (positive(a.stride, "the stride")?, positive(a.group_size, "the group size")?);
-        let mean = match a.op.as_deref().map_or(Some(CollectiveOperator::Add), CollectiveOperator::from_name) {
-            Some(CollectiveOperator::Add) => false,
-            Some(CollectiveOperator::Mean) => true,
+        let mean = match a.op {
+            CollectiveOperator::Add => false,
+            CollectiveOperator::Mean => true,
             _ => return Err(spec.error("the operator must be add or mean")),
         };
         let b = a.b;

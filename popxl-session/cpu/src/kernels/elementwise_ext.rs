@@ -479,20 +479,21 @@ fn build_extremum<F: NumMap2 + NumMap3>(spec: &KernelSpec<'_>) -> BuildResult {
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{assert_close, run_op, t};
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::unary::ClipAttrs;
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
     #[test]
     fn clip_clamps_and_keeps_nan() {
         let x = t(DataType::Float32, &[5], &[-3.0, -1.0, 0.5, 2.0, f64::NAN]);
-        let a = Attributes::new().with("min", AttrValue::Float(-1.0)).with("max", AttrValue::Float(1.0));
+        let a = ClipAttrs { min: Some(-1.0), max: Some(1.0) }.to_attrs();
         let got = run_op("Clip", a, &[(0, x.clone())])[0].to_f64_vec();
         assert_eq!(&got[..4], &[-1.0, -1.0, 0.5, 1.0]);
         assert!(got[4].is_nan());
-        let only_min = Attributes::new().with("min", AttrValue::Float(0.0));
+        let only_min = ClipAttrs { min: Some(0.0), max: None }.to_attrs();
         let got = run_op("Clip", only_min, &[(0, x)])[0].to_f64_vec();
         assert_eq!(&got[..4], &[0.0, 0.0, 0.5, 2.0]);
         let i = t(DataType::Int8, &[3], &[-128.0, 5.0, 127.0]);
-        let only_max = Attributes::new().with("max", AttrValue::Float(3.5));
+        let only_max = ClipAttrs { min: None, max: Some(3.5) }.to_attrs();
         assert_eq!(run_op("Clip", only_max, &[(0, i)])[0].to_f64_vec(), vec![-128.0, 3.0, 3.0]);
     }
 
@@ -500,7 +501,7 @@ mod tests {
     fn clip_grad_is_zero_on_the_bounds() {
         let g = t(DataType::Float64, &[4], &[1.0, 2.0, 3.0, 4.0]);
         let y = t(DataType::Float64, &[4], &[-1.0, 0.0, 1.0, 0.999]);
-        let a = Attributes::new().with("min", AttrValue::Float(-1.0)).with("max", AttrValue::Float(1.0));
+        let a = ClipAttrs { min: Some(-1.0), max: Some(1.0) }.to_attrs();
         assert_eq!(run_op("ClipGrad", a, &[(0, g), (1, y)])[0].to_f64_vec(), vec![0.0, 2.0, 0.0, 4.0]);
     }
 

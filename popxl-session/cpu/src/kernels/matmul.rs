@@ -23,6 +23,7 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use crate::team;
 use popart_ir::ops::all as ir;
+use popart_ir::ops::var_update::ScaledAddMatMulAttrs;
 use std::ops::Range;
 
 /// Multiply-adds from which one GEMM call is split over the worker team.
@@ -359,12 +360,11 @@ fn batch_pairs(ob: &[usize], ab: &[usize], bb: &[usize]) -> Option<Vec<(usize, u
 /// (the rhs gradient accumulated into input 2, which output 0 aliases).
 pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let update = if spec.is::<ir::ScaledAddMatMulRhsGradInplace>() {
-        let attr =
-            |key: &str| spec.attrs.float(key).ok_or_else(|| spec.error(format!("missing float attribute `{key}`")));
+        let ScaledAddMatMulAttrs { a, b } = spec.typed()?;
         if !spec.input(2)?.dtype().is_floating_point() {
             return Err(spec.unsupported_dtype(spec.input(2)?.dtype()));
         }
-        Some((attr("a")?, attr("b")?))
+        Some((a, b))
     } else {
         None
     };
@@ -545,7 +545,8 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
     use popart_ir::ops::matmul::matmul_shape;
-    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+    use popart_ir::ops::var_update::ScaledAddMatMulAttrs;
+    use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
     /// numpy matmul written out: promote, broadcast batch, triple loop, squeeze.
     fn naive(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> Vec<f64> {
@@ -704,7 +705,7 @@ mod tests {
                 let dw = run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec();
                 let (a, b) = (0.5, -0.25);
                 let want: Vec<f64> = w.iter().zip(&dw).map(|(w, d)| a * w + b * d).collect();
-                let attrs = Attributes::new().with("a", AttrValue::Float(a)).with("b", AttrValue::Float(b));
+                let attrs = ScaledAddMatMulAttrs { a, b }.to_attrs();
                 let got = run_op("ScaledAddMatMulRhsGradInplace", attrs, &ins)[0].to_f64_vec();
                 assert_close(&got, &want, if dt == DataType::Float32 { 1e-4 } else { 1e-12 });
             }

@@ -626,7 +626,9 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, try_run_op_checked, Rng};
     use crate::kernel::KernelRunError;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::nn::LossReduction::{Mean, Sum};
+    use popart_ir::ops::nn::{LossReduction, MaskedSoftmaxAttrs, NllLossAttrs, SoftmaxAttrs};
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
     fn softmax_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
         let outer: usize = shape[..axis].iter().product();
@@ -647,7 +649,7 @@ mod tests {
     }
 
     fn axis(a: i64) -> Attributes {
-        Attributes::new().with("axis", AttrValue::Int(a))
+        SoftmaxAttrs { axis: a }.to_attrs()
     }
 
     #[test]
@@ -696,10 +698,7 @@ mod tests {
                 })
                 .collect();
             let want = softmax_ref(&masked, &shape, 3);
-            let attrs = Attributes::new()
-                .with("scale", AttrValue::Float(scale))
-                .with("fill", AttrValue::Float(fill))
-                .with("axis", AttrValue::Int(-1));
+            let attrs = MaskedSoftmaxAttrs { scale, fill, axis: -1 }.to_attrs();
             for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-6)] {
                 let ins = [(0, t(dt, &shape, &x)), (1, t(DataType::Bool, &mshape, mask))];
                 let out = &run_op("MaskedSoftmax", attrs.clone(), &ins)[0];
@@ -723,12 +722,8 @@ mod tests {
         }
     }
 
-    fn nll_attrs(reduction: &str, ignore: Option<i64>) -> Attributes {
-        let a = Attributes::new().with("reduction", AttrValue::Str(reduction.into()));
-        match ignore {
-            Some(i) => a.with("ignore_index", AttrValue::Int(i)),
-            None => a,
-        }
+    fn nll_attrs(reduction: LossReduction, ignore: Option<i64>) -> Attributes {
+        NllLossAttrs { reduction, ignore_index: ignore, log_prob: false }.to_attrs()
     }
 
     #[test]
@@ -738,14 +733,14 @@ mod tests {
         let run =
             |r, ig| run_op("NllLoss", nll_attrs(r, ig), &[(0, probs.clone()), (1, labels.clone())])[0].to_f64_vec();
         let l = [-(0.75f64).ln(), -(0.5f64).ln(), -(0.1f64).ln()];
-        assert_close(&run("none", None), &l, 1e-15);
-        assert_close(&run("sum", None), &[l.iter().sum()], 1e-15);
-        assert_close(&run("mean", None), &[l.iter().sum::<f64>() / 3.0], 1e-15);
-        assert_close(&run("mean", Some(0)), &[(l[0] + l[2]) / 2.0], 1e-15);
-        assert_close(&run("none", Some(1)), &[0.0, l[1], 0.0], 1e-15);
+        assert_close(&run(LossReduction::None, None), &l, 1e-15);
+        assert_close(&run(Sum, None), &[l.iter().sum()], 1e-15);
+        assert_close(&run(Mean, None), &[l.iter().sum::<f64>() / 3.0], 1e-15);
+        assert_close(&run(Mean, Some(0)), &[(l[0] + l[2]) / 2.0], 1e-15);
+        assert_close(&run(LossReduction::None, Some(1)), &[0.0, l[1], 0.0], 1e-15);
         // Every row ignored: mean is 0, not NaN.
         let none = t(DataType::Int64, &[3], &[-100.0, -100.0, -100.0]);
-        let out = run_op("NllLoss", nll_attrs("mean", Some(-100)), &[(0, probs.clone()), (1, none)]);
+        let out = run_op("NllLoss", nll_attrs(Mean, Some(-100)), &[(0, probs.clone()), (1, none)]);
         assert_eq!(out[0].to_f64_vec(), vec![0.0]);
     }
 
@@ -760,28 +755,28 @@ mod tests {
         for bad in [2.0, -1.0, 1e12] {
             let labels = t(DataType::Int64, &[3], &[1.0, bad, 1.0]);
             let ins = [(0, probs.clone()), (1, labels.clone())];
-            let none = run_op("NllLoss", nll_attrs("none", None), &ins)[0].to_f64_vec();
+            let none = run_op("NllLoss", nll_attrs(LossReduction::None, None), &ins)[0].to_f64_vec();
             assert_close(&none, &[l[0], 0.0, l[1]], 1e-15);
-            let mean = run_op("NllLoss", nll_attrs("mean", None), &ins)[0].to_f64_vec();
+            let mean = run_op("NllLoss", nll_attrs(Mean, None), &ins)[0].to_f64_vec();
             assert_close(&mean, &[(l[0] + l[1]) / 2.0], 1e-15);
-            let out = run_op("NllLossWithSoftmaxGrad", nll_attrs("mean", None), &ins);
+            let out = run_op("NllLossWithSoftmaxGrad", nll_attrs(Mean, None), &ins);
             assert_eq!(out[0].to_f64_vec(), mean);
             assert_eq!(&out[1].to_f64_vec()[2..4], &[0.0, 0.0], "no gradient for the bad row");
             assert!(out[1].to_f64_vec().iter().all(|v| v.is_finite()));
             let g = t(DataType::Float64, &[], &[1.0]);
             let grad_ins = [(0, g), (1, probs.clone()), (2, labels.clone())];
-            let dp = run_op("NllLossGrad", nll_attrs("sum", None), &grad_ins)[0].to_f64_vec();
+            let dp = run_op("NllLossGrad", nll_attrs(Sum, None), &grad_ins)[0].to_f64_vec();
             assert_eq!(&dp[2..4], &[0.0, 0.0]);
             let want = KernelRunError::IndexOutOfRange { index: bad as i64, bound: 2 };
             for op in ["NllLoss", "NllLossWithSoftmaxGrad"] {
-                assert_eq!(try_run_op_checked(op, nll_attrs("mean", None), &ins).unwrap_err(), want, "{op}");
+                assert_eq!(try_run_op_checked(op, nll_attrs(Mean, None), &ins).unwrap_err(), want, "{op}");
             }
-            let err = try_run_op_checked("NllLossGrad", nll_attrs("sum", None), &grad_ins).unwrap_err();
+            let err = try_run_op_checked("NllLossGrad", nll_attrs(Sum, None), &grad_ins).unwrap_err();
             assert_eq!(err, want);
         }
         let ignored = t(DataType::Int32, &[3], &[1.0, -100.0, 0.0]);
         let ins = [(0, probs), (1, ignored)];
-        assert!(try_run_op_checked("NllLoss", nll_attrs("mean", Some(-100)), &ins).is_ok());
+        assert!(try_run_op_checked("NllLoss", nll_attrs(Mean, Some(-100)), &ins).is_ok());
     }
 
     /// NllLossGrad against finite differences of NllLoss itself (f64).
@@ -790,9 +785,9 @@ mod tests {
         let mut rng = Rng::new(9);
         let p = rng.vec(12, 0.1, 0.9);
         let labels = t(DataType::Int32, &[2, 2], &[2.0, 0.0, 2.0, 1.0]);
-        for (red, ig) in [("mean", None), ("sum", None), ("mean", Some(2)), ("none", None)] {
-            let gvals: Vec<f64> = if red == "none" { vec![0.5, -1.0, 2.0, 0.25] } else { vec![1.5] };
-            let gshape: &[usize] = if red == "none" { &[2, 2] } else { &[] };
+        for (red, ig) in [(Mean, None), (Sum, None), (Mean, Some(2)), (LossReduction::None, None)] {
+            let gvals: Vec<f64> = if red == LossReduction::None { vec![0.5, -1.0, 2.0, 0.25] } else { vec![1.5] };
+            let gshape: &[usize] = if red == LossReduction::None { &[2, 2] } else { &[] };
             let loss = |x: &[f64]| {
                 let out = &run_op(
                     "NllLoss",
@@ -819,9 +814,12 @@ mod tests {
         let mut rng = Rng::new(4);
         let logits = rng.vec(12, -2.0, 2.0);
         let labels = t(DataType::Int32, &[4], &[0.0, 2.0, 1.0, 2.0]);
-        for (red, ig, lg) in
-            [("mean", None, None), ("sum", None, Some(0.5)), ("mean", Some(1), Some(2.0)), ("none", None, Some(1.0))]
-        {
+        for (red, ig, lg) in [
+            (Mean, None, None),
+            (Sum, None, Some(0.5)),
+            (Mean, Some(1), Some(2.0)),
+            (LossReduction::None, None, Some(1.0)),
+        ] {
             let probs = softmax_ref(&logits, &[4, 3], 1);
             let mut ins = vec![(0, t(DataType::Float64, &[4, 3], &probs)), (1, labels.clone())];
             if let Some(v) = lg {
@@ -845,7 +843,7 @@ mod tests {
         // float32 with int64 labels, hand-derived: probs [0.2, 0.8], label 1, mean over 1 row.
         let out = run_op(
             "NllLossWithSoftmaxGrad",
-            nll_attrs("mean", None),
+            nll_attrs(Mean, None),
             &[(0, t(DataType::Float32, &[1, 2], &[0.2, 0.8])), (1, t(DataType::Int64, &[1], &[1.0]))],
         );
         assert_close(&out[0].to_f64_vec(), &[-(0.8f32 as f64).ln()], 1e-6);

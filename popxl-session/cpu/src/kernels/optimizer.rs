@@ -120,7 +120,8 @@ impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKern
 }
 
 fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
-    let mode = AdamMode::of(spec.attrs).ok_or_else(|| spec.error("unknown Adam mode"))?;
+    let a: AdamUpdaterAttrs = spec.typed()?;
+    let mode = a.mode;
     let (m, v, y) = (spec.input(1)?, spec.input(2)?, spec.output(0)?);
     let step = match spec.opt_input(3) {
         Some(s) if s.nelms() == 1 && !matches!(s.dtype(), DataType::Float16 | DataType::Bool) => {
@@ -143,8 +144,7 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
     if !same {
         return Err(spec.error(format!("m {}, v {} and the weight must match the output {}", m.info, v.info, y.info)));
     }
-    let a: AdamUpdaterAttrs = spec.typed()?;
-    let wd = Scalar::of(spec, 4, ("weight_decay", a.weight_decay), Some(0.0))?;
+    let wd = Scalar::of(spec, 4, a.weight_decay, Some(0.0))?;
     let decay = !matches!(wd, Scalar::Const(x) if x == 0.0);
     let w = match (decay, w) {
         (true, Some(w)) => w.pos,
@@ -153,11 +153,9 @@ fn build_updater(spec: &KernelSpec<'_>) -> BuildResult {
     };
     let bias = mode.bias_correction();
     let beta = |i, attr| if bias { Scalar::of(spec, i, attr, None) } else { Ok(Scalar::Const(0.0)) };
-    let (beta1, beta2) = (
-        beta(5, ("beta1", a.beta1))?,
-        if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, ("beta2", a.beta2))? },
-    );
-    let eps = Scalar::of(spec, 7, ("epsilon", a.epsilon), Some(1e-7))?;
+    let (beta1, beta2) =
+        (beta(5, a.beta1)?, if mode == AdamMode::AdaMax { Scalar::Const(0.0) } else { beta(6, a.beta2)? });
+    let eps = Scalar::of(spec, 7, a.epsilon, Some(1e-7))?;
     let (n, m, v) = (y.nelms(), m.pos, v.pos);
     macro_rules! kernel {
         ($T:ty, $adamax:literal, $decay:literal) => {
@@ -247,16 +245,14 @@ fn build_var_update(spec: &KernelSpec<'_>) -> BuildResult {
         return Err(spec.error(format!("updater {} does not match the weight {}", x.info, w.info)));
     }
     let norms = match (spec.opt_input(2), spec.opt_input(3)) {
-        (Some(_), Some(_)) => {
-            Some((Scalar::of(spec, 2, ("r1", None), None)?, Scalar::of(spec, 3, ("r2", None), None)?))
-        }
+        (Some(_), Some(_)) => Some((Scalar::of(spec, 2, None, None)?, Scalar::of(spec, 3, None, None)?)),
         (None, None) => None,
         _ => return Err(spec.error("the LAMB norms r1 and r2 go together")),
     };
     let a: AdamVarUpdateAttrs = spec.typed()?;
-    let lr = Scalar::of(spec, 4, ("learning_rate", a.learning_rate), None)?;
+    let lr = Scalar::of(spec, 4, a.learning_rate, None)?;
     let has_mwn = spec.opt_input(5).is_some() || a.max_weight_norm.is_some();
-    let mwn = if has_mwn { Some(Scalar::of(spec, 5, ("max_weight_norm", a.max_weight_norm), None)?) } else { None };
+    let mwn = if has_mwn { Some(Scalar::of(spec, 5, a.max_weight_norm, None)?) } else { None };
     let (dt, n, xp) = (w.dtype(), w.nelms(), x.pos);
     with_float!(dt, T => boxed(AdamVarUpdateKernel::<T> { n, x: xp, norms, lr, mwn, _t: Types::default() }),
         _ => Err(spec.unsupported_dtype(dt)))
@@ -269,7 +265,16 @@ pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::AdamUpdater, build_updater), 
 mod tests {
     use super::super::testutil::{assert_close, run_op, t};
     use super::trust_ratio;
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::optimizer::{AdamMode, AdamUpdaterAttrs, AdamVarUpdateAttrs};
+    use popart_ir::{DataType, OpAttrs};
+
+    fn updater(mode: AdamMode) -> AdamUpdaterAttrs {
+        AdamUpdaterAttrs { mode, weight_decay: None, beta1: None, beta2: None, epsilon: Some(1e-3) }
+    }
+
+    fn var_update(max_weight_norm: Option<f64>) -> AdamVarUpdateAttrs {
+        AdamVarUpdateAttrs { learning_rate: Some(0.1), max_weight_norm }
+    }
 
     #[test]
     fn adam_updater_without_bias_correction() {
@@ -284,9 +289,9 @@ mod tests {
         };
         for dt in [DataType::Float32, DataType::Float64] {
             let ins = [(1, t(dt, &[3], &m)), (2, t(dt, &[3], &v))];
-            let a = Attributes::new().with("epsilon", AttrValue::Float(1e-3));
+            let a = updater(AdamMode::AdamNoBias).to_attrs();
             assert_close(&run_op("AdamUpdater", a.clone(), &ins)[0].to_f64_vec(), &want(0.0, false), 1e-6);
-            let lamb = a.clone().with("mode", AttrValue::Str("lamb_no_bias".into()));
+            let lamb = updater(AdamMode::LambNoBias).to_attrs();
             assert_close(&run_op("AdamUpdater", lamb, &ins)[0].to_f64_vec(), &want(0.0, false), 1e-6);
             // Weight decay as a tensor of another float type.
             let mut ins = ins.to_vec();
@@ -296,7 +301,7 @@ mod tests {
         }
         // float16 moments: computed in float32, output float16.
         let ins = [(1, t(DataType::Float16, &[3], &m)), (2, t(DataType::Float16, &[3], &v))];
-        let eps = Attributes::new().with("epsilon", AttrValue::Float(1e-3));
+        let eps = updater(AdamMode::AdamNoBias).to_attrs();
         let out = &run_op("AdamUpdater", eps, &ins)[0];
         assert_eq!(out.info.dtype, DataType::Float16);
         assert_close(&out.to_f64_vec(), &want(0.0, false), 2e-3);
@@ -305,7 +310,7 @@ mod tests {
     #[test]
     fn adam_var_update_with_and_without_trust_ratio() {
         let (w, x) = ([1.0, 2.0], [0.5, -1.0]);
-        let lr = Attributes::new().with("learning_rate", AttrValue::Float(0.1));
+        let lr = var_update(None).to_attrs();
         let ins = [(0, t(DataType::Float32, &[2], &w)), (1, t(DataType::Float32, &[2], &x))];
         assert_close(&run_op("AdamVarUpdate", lr.clone(), &ins)[0].to_f64_vec(), &[0.95, 2.1], 1e-7);
         let mut lamb = ins.to_vec();
@@ -314,7 +319,7 @@ mod tests {
         // ratio = 2 / 4
         assert_close(&run_op("AdamVarUpdate", lr.clone(), &lamb)[0].to_f64_vec(), &[0.975, 2.05], 1e-7);
         // max weight norm 1: ratio = 1 / 4
-        let clip = lr.clone().with("max_weight_norm", AttrValue::Float(1.0));
+        let clip = var_update(Some(1.0)).to_attrs();
         assert_close(&run_op("AdamVarUpdate", clip, &lamb)[0].to_f64_vec(), &[0.9875, 2.025], 1e-7);
         assert_eq!(trust_ratio(0.0, 4.0, 1.0), 1.0);
         assert_eq!(trust_ratio(4.0, 0.0, 1.0), 1.0);

@@ -10,7 +10,7 @@
 //! (valid leading taps × valid rows × valid columns) and precomputed at build time.
 
 use popart_ir::ops::all as ir;
-use popart_ir::ops::pool::pool_geometry;
+use popart_ir::ops::pool::{pool_geometry, PoolAttrs};
 
 use super::conv::{split_geometry, Geo2, Outer};
 use super::dispatch::with_float;
@@ -64,7 +64,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         Kind::AvgGrad
     };
     let x = if matches!(kind, Kind::Max | Kind::Avg) { spec.input(0)? } else { spec.input(1)? };
-    let geo = pool_geometry(x.shape(), spec.attrs).map_err(|m| spec.error(m))?;
+    let geo = pool_geometry(x.shape(), &spec.typed::<PoolAttrs>()?).map_err(|m| spec.error(m))?;
     let want = if matches!(kind, Kind::Max | Kind::Avg) { geo.y_shape() } else { geo.x_shape() };
     let out = spec.output(0)?;
     if out.shape() != want.as_slice() || spec.inputs.iter().any(|(_, i)| i.dtype != out.dtype()) {
@@ -240,7 +240,8 @@ impl<T: Float> Kernel for PoolKernel<T> {
 
 #[cfg(test)]
 mod tests {
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::pool::PoolAttrs;
+    use popart_ir::{DataType, OpAttrs};
 
     use crate::kernels::testutil::{assert_close, infer, run_with_outputs, t, Rng};
 
@@ -318,13 +319,18 @@ mod tests {
         ];
         let mut rng = Rng::new(11);
         for (size, k, s, d, p, ceil) in cases {
-            let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&a| a as i64).collect());
-            let attrs = Attributes::new()
-                .with("kernel_shape", ints(k))
-                .with("strides", ints(s))
-                .with("dilations", ints(d))
-                .with("pads", ints(p))
-                .with("ceil_mode", AttrValue::Int(ceil));
+            let ints = |v: &[usize]| v.iter().map(|&a| a as i64).collect::<Vec<_>>();
+            let attrs = PoolAttrs {
+                kernel_shape: ints(k),
+                strides: Some(ints(s)),
+                dilations: Some(ints(d)),
+                pads: Some(ints(p)),
+                ceil_mode: ceil,
+                auto_pad: None,
+                out_pads: None,
+                in_dilations: None,
+            }
+            .to_attrs();
             let xs = [vec![2, 3], size.to_vec()].concat();
             let xv = rng.vec(xs.iter().product(), -1.0, 1.0);
             for dt in [DataType::Float32, DataType::Float64] {

@@ -23,7 +23,7 @@ use std::cell::RefCell;
 
 use half::f16;
 use popart_ir::ops::all as ir;
-use popart_ir::ops::print::{print_title, prints_self, FloatFormat, PrintFormat};
+use popart_ir::ops::print::{FloatFormat, PrintFormat, PrintTensorAttrs};
 use popart_ir::{DataType, TensorInfo};
 
 use super::ptr::slice;
@@ -119,13 +119,8 @@ fn build_print(spec: &KernelSpec<'_>) -> BuildResult {
     if x.info != y.info {
         return Err(spec.error(format!("output {} differs from input {}", y.info, x.info)));
     }
-    let fmt = PrintFormat::from_attrs(spec.attrs).map_err(|m| spec.error(m))?;
-    Ok(Box::new(PrintKernel {
-        title: print_title(spec.attrs).to_string(),
-        fmt,
-        info: x.info.clone(),
-        print: prints_self(spec.attrs),
-    }))
+    let a = spec.typed::<PrintTensorAttrs>()?;
+    Ok(Box::new(PrintKernel { fmt: a.format(), print: a.print_self, title: a.title, info: x.info.clone() }))
 }
 
 /// The values of a tensor, widened.
@@ -423,7 +418,11 @@ impl ElemFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use popart_ir::{AttrValue, Attributes, HostTensor};
+    use popart_ir::{HostTensor, OpAttrs};
+
+    fn defaults() -> PrintTensorAttrs {
+        PrintTensorAttrs::defaults().unwrap()
+    }
 
     fn show(dtype: DataType, shape: &[usize], xs: &[f64], fmt: &PrintFormat) -> String {
         let t = HostTensor::from_f64_values(dtype, shape, xs);
@@ -432,7 +431,7 @@ mod tests {
 
     #[test]
     fn integers_align_like_numpy() {
-        let d = PrintFormat::default();
+        let d = defaults().format();
         assert_eq!(show(DataType::Int32, &[3], &[6.0, 9.0, 12.0], &d), "t: [ 6  9 12]\n");
         assert_eq!(show(DataType::Int8, &[2, 2], &[1.0, -2.0, 3.0, 4.0], &d), "t: [[ 1 -2]\n [ 3  4]]\n");
         assert_eq!(show(DataType::Int64, &[], &[7.0], &d), "t: 7\n");
@@ -442,7 +441,7 @@ mod tests {
 
     #[test]
     fn floats_fixed_scientific_and_plain() {
-        let d = PrintFormat::default();
+        let d = defaults().format();
         assert_eq!(show(DataType::Float32, &[3], &[1.0, 2.5, -0.125], &d), "t: [ 1.     2.5   -0.125]\n");
         assert_eq!(show(DataType::Float64, &[2], &[1.5e-5, 2e10], &d), "t: [1.5e-05 2.0e+10]\n");
         assert_eq!(show(DataType::Float64, &[3], &[f64::NAN, 1.0, f64::NEG_INFINITY], &d), "t: [ nan   1. -inf]\n");
@@ -454,12 +453,10 @@ mod tests {
 
     #[test]
     fn summarises_and_wraps() {
-        let fmt = PrintFormat { summarise_threshold: 5, edge_items: 2, ..PrintFormat::default() };
+        let fmt = PrintFormat { summarise_threshold: 5, edge_items: 2, ..defaults().format() };
         let xs: Vec<f64> = (0..10).map(f64::from).collect();
         assert_eq!(show(DataType::Int32, &[10], &xs, &fmt), "t: [0 1 ... 8 9]\n");
-        let narrow = PrintFormat { max_line_width: 10, ..PrintFormat::default() };
+        let narrow = PrintFormat { max_line_width: 10, ..defaults().format() };
         assert_eq!(show(DataType::Int32, &[6], &xs[..6], &narrow), "t: [0 1 2 3\n 4 5]\n");
-        let a = Attributes::new().with("edge_items", AttrValue::Int(-1));
-        assert!(PrintFormat::from_attrs(&a).is_err());
     }
 }

@@ -351,18 +351,19 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{run_op, t};
-    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+    use popart_ir::ops::random::{DropoutAttrs, RandomNormalAttrs, RandomUniformAttrs, ShapedDropoutAttrs};
+    use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
     fn seed(a: u32, b: u32) -> HostTensor {
         t(DataType::Uint32, &[2], &[a as f64, b as f64])
     }
 
     fn rand_attrs(op: &str, n: usize, dtype: DataType) -> Attributes {
-        let a = Attributes::new().with("shape", AttrValue::Ints(vec![n as i64])).with("dtype", AttrValue::DType(dtype));
+        let shape = vec![n as i64];
         if op.ends_with("Uniform") {
-            a.with("low", AttrValue::Float(-2.0)).with("high", AttrValue::Float(3.0))
+            RandomUniformAttrs { shape, dtype, low: -2.0, high: 3.0 }.to_attrs()
         } else {
-            a.with("mean", AttrValue::Float(1.5)).with("std", AttrValue::Float(0.5))
+            RandomNormalAttrs { shape, dtype, mean: 1.5, std: 0.5 }.to_attrs()
         }
     }
 
@@ -410,7 +411,7 @@ mod tests {
     fn dropout_keeps_with_probability_one_minus_p_and_scales() {
         let n = 100_000;
         let x = t(DataType::Float32, &[n], &vec![2.0; n]);
-        let p = Attributes::new().with("p", AttrValue::Float(0.3));
+        let p = DropoutAttrs { p: 0.3 }.to_attrs();
         let y = run_op("Dropout", p.clone(), &[(0, x.clone()), (1, seed(9, 9))])[0].to_f64_vec();
         let kept = y.iter().filter(|&&v| v != 0.0).count() as f64 / n as f64;
         assert!((kept - 0.7).abs() < 0.01, "{kept}");
@@ -421,7 +422,7 @@ mod tests {
         assert!(y.iter().zip(&dg).all(|(a, b)| (*a == 0.0) == (*b == 0.0)));
         // p = 0 is the identity; half precision goes through f32.
         let h = t(DataType::Float16, &[3], &[1.0, 2.0, 3.0]);
-        let zero = Attributes::new().with("p", AttrValue::Float(0.0));
+        let zero = DropoutAttrs { p: 0.0 }.to_attrs();
         assert_eq!(run_op("Dropout", zero, &[(0, h), (1, seed(1, 1))])[0].to_f64_vec(), vec![1.0, 2.0, 3.0]);
     }
 
@@ -430,8 +431,7 @@ mod tests {
         // x [200, 50] with a mask [200, 1]: whole rows are kept or dropped.
         let (r, c) = (200, 50);
         let x: Vec<f64> = (0..r * c).map(|i| 1.0 + i as f64).collect();
-        let a =
-            Attributes::new().with("ratio", AttrValue::Float(0.5)).with("shape", AttrValue::Ints(vec![r as i64, 1]));
+        let a = ShapedDropoutAttrs { ratio: 0.5, shape: vec![r as i64, 1] }.to_attrs();
         let y = run_op("ShapedDropout", a.clone(), &[(0, t(DataType::Float64, &[r, c], &x)), (1, seed(3, 4))])[0]
             .to_f64_vec();
         let mut kept = 0;
@@ -450,7 +450,7 @@ mod tests {
         let g = run_op("ShapedDropout", a, &[(0, t(DataType::Float32, &[r, c], &vec![1.0; r * c])), (1, seed(3, 4))]);
         assert!(g[0].to_f64_vec().iter().zip(&y).all(|(a, b)| (*a == 0.0) == (*b == 0.0)));
         // A mask of lower rank broadcasts over leading dims.
-        let a = Attributes::new().with("ratio", AttrValue::Float(0.25)).with("shape", AttrValue::Ints(vec![c as i64]));
+        let a = ShapedDropoutAttrs { ratio: 0.25, shape: vec![c as i64] }.to_attrs();
         let y = run_op("ShapedDropout", a, &[(0, t(DataType::Float32, &[r, c], &x)), (1, seed(3, 4))])[0].to_f64_vec();
         for row in 1..r {
             assert!((0..c).all(|k| (y[k] == 0.0) == (y[row * c + k] == 0.0)));

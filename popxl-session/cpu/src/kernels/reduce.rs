@@ -584,7 +584,9 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{assert_close, run_op, t, Rng};
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::grad::ShapeAttrs;
+    use popart_ir::ops::reduce::ReduceAttrs;
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
     /// Naive reduction over `axes` of a row-major tensor.
     fn naive(x: &[f64], shape: &[usize], axes: &[usize], op: &str) -> Vec<f64> {
@@ -616,7 +618,7 @@ mod tests {
     }
 
     fn attrs(axes: &[i64], keepdims: bool) -> Attributes {
-        Attributes::new().with("axes", AttrValue::Ints(axes.to_vec())).with("keepdims", AttrValue::Bool(keepdims))
+        ReduceAttrs { axes: axes.to_vec(), keepdims }.to_attrs()
     }
 
     #[test]
@@ -691,7 +693,7 @@ mod tests {
         for (xs, target) in [(&[2usize, 3, 4][..], &[3usize, 1][..]), (&[2, 3, 4], &[4]), (&[500, 300], &[300])] {
             let n: usize = xs.iter().product();
             let v = rng.vec(n, -1.0, 1.0);
-            let a = Attributes::new().with("shape", AttrValue::Ints(target.iter().map(|&d| d as i64).collect()));
+            let a = ShapeAttrs { shape: target.iter().map(|&d| d as i64).collect() }.to_attrs();
             let out = &run_op("ReduceToShape", a, &[(0, t(DataType::Float64, xs, &v))])[0];
             assert_eq!(out.info.shape, target);
             // Reference: the dims broadcast from `target` are reduced.

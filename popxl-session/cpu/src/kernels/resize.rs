@@ -3,14 +3,14 @@
 //!
 //! The map is separable: each resized dim is applied in turn as `[outer, len,
 //! inner] -> [outer, out, inner]` with the per-index taps of
-//! [`ResizeParams::taps`], computed at build time, through two ping-pong
+//! [`ResizeParams::taps`](popart_ir::ops::resize::ResizeParams::taps), computed at build time, through two ping-pong
 //! scratch buffers sized at build time. The gradient applies the adjoint of
 //! each dim's map (a scatter-add of the taps) in reverse order.
 
 use std::sync::Mutex;
 
 use popart_ir::ops::all as ir;
-use popart_ir::ops::resize::ResizeParams;
+use popart_ir::ops::resize::{ResizeAttrs, ResizeGradAttrs};
 
 use super::dispatch::with_float;
 use super::elem::Float;
@@ -47,7 +47,12 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let x = if grad { spec.output(0)? } else { spec.input(0)? };
     let src = spec.input(0)?.pos;
     let shape = x.shape().to_vec();
-    let p = ResizeParams::from_attrs(spec.attrs, shape.len()).map_err(|m| spec.error(m))?;
+    let p = if grad {
+        spec.typed::<ResizeGradAttrs>()?.params(shape.len())
+    } else {
+        spec.typed::<ResizeAttrs>()?.params(shape.len())
+    };
+    let p = p.map_err(|m| spec.error(m))?;
     let out_shape = p.out_shape(&shape);
     let want = if grad { shape.clone() } else { out_shape.clone() };
     if spec.output(0)?.shape() != want.as_slice() {

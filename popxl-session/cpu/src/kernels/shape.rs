@@ -16,7 +16,7 @@ use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
-use popart_ir::ops::grad::{GatherGradAttrs, SliceGradAttrs};
+use popart_ir::ops::grad::{ConcatGradAttrs, GatherGradAttrs, SliceGradAttrs};
 use popart_ir::ops::shape::{resolve_slices, transpose_perm, SliceDim};
 use popart_ir::ops::shape::{ConcatAttrs, GatherAttrs, SliceAttrs, TransposeAttrs};
 
@@ -397,7 +397,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         }
         _ if spec.is::<ir::ConcatGrad>() => {
             let g = spec.input(0)?;
-            let (axis, start, end) = ir::concat_grad_range(spec.attrs, g.shape()).map_err(|m| spec.error(m))?;
+            let (axis, start, end) = spec.typed::<ConcatGradAttrs>()?.range(g.shape()).map_err(|m| spec.error(m))?;
             let mut shape = g.shape().to_vec();
             shape[axis] = end - start;
             check_out(spec, &shape, g.dtype())?;
@@ -486,19 +486,35 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, try_run_op_checked, Rng};
     use crate::kernel::KernelRunError;
-    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+    use popart_ir::ops::grad::{ConcatGradAttrs, GatherGradAttrs, SliceGradAttrs};
+    use popart_ir::ops::shape::{ConcatAttrs, GatherAttrs, SliceAttrs, TransposeAttrs};
+    use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
     fn iota(dtype: DataType, shape: &[usize]) -> HostTensor {
         let n: usize = shape.iter().product();
         t(dtype, shape, &(0..n).map(|i| i as f64).collect::<Vec<_>>())
     }
 
-    fn ints(key: &str, v: &[i64]) -> (String, AttrValue) {
-        (key.to_string(), AttrValue::Ints(v.to_vec()))
+    fn transpose(perm: &[i64]) -> Attributes {
+        TransposeAttrs { perm: perm.to_vec() }.to_attrs()
     }
 
-    fn attrs(list: &[(String, AttrValue)]) -> Attributes {
-        list.iter().fold(Attributes::new(), |a, (k, v)| a.with(k, v.clone()))
+    fn slice(starts: &[i64], ends: &[i64], steps: Option<&[i64]>, axes: Option<&[i64]>) -> SliceAttrs {
+        let (starts, ends) = (starts.to_vec(), ends.to_vec());
+        SliceAttrs { starts, ends, steps: steps.map(<[i64]>::to_vec), axes: axes.map(<[i64]>::to_vec) }
+    }
+
+    fn axis(axis: i64) -> Attributes {
+        ConcatAttrs { axis }.to_attrs()
+    }
+
+    fn gather(axis: i64, zero_oor: bool) -> Attributes {
+        GatherAttrs { axis, zero_oor }.to_attrs()
+    }
+
+    /// `GatherGrad` of a gather along `axis` from data of shape `shape`.
+    fn gather_grad(axis: i64, zero_oor: bool, shape: &[usize]) -> Attributes {
+        GatherGradAttrs { axis, zero_oor, shape: shape.iter().map(|&d| d as i64).collect() }.to_attrs()
     }
 
     #[test]
@@ -506,7 +522,7 @@ mod tests {
         let shape = [2usize, 3, 4];
         for perm in [[0i64, 2, 1], [2, 1, 0], [1, 0, 2], [1, 2, 0]] {
             for dt in [DataType::Float32, DataType::Int64, DataType::Int8, DataType::Float16] {
-                let out = &run_op("Transpose", attrs(&[ints("perm", &perm)]), &[(0, iota(dt, &shape))])[0];
+                let out = &run_op("Transpose", transpose(&perm), &[(0, iota(dt, &shape))])[0];
                 let p: Vec<usize> = perm.iter().map(|&v| v as usize).collect();
                 let os: Vec<usize> = p.iter().map(|&d| shape[d]).collect();
                 assert_eq!(out.info.shape, os);
@@ -537,15 +553,11 @@ mod tests {
         use crate::kernel::KernelSpec;
         let f = |s: &[usize]| popart_ir::TensorInfo::new(DataType::Float32, s);
         let cases = [
-            (
-                "Slice",
-                attrs(&[ints("starts", &[0]), ints("ends", &[1]), ints("steps", &[0])]),
-                "slice step cannot be 0",
-            ),
-            ("Slice", attrs(&[ints("starts", &[0]), ints("ends", &[1, 2])]), "must have the same length"),
-            ("Slice", attrs(&[ints("starts", &[0]), ints("ends", &[1]), ints("axes", &[2])]), "axis 2 is out of range"),
-            ("Transpose", attrs(&[ints("perm", &[0, 0])]), "[0, 0] is not a permutation of 2 axes"),
-            ("Concat", attrs(&[(String::from("axis"), AttrValue::Int(-3))]), "axis -3 is out of range for rank 2"),
+            ("Slice", slice(&[0], &[1], Some(&[0]), None).to_attrs(), "slice step cannot be 0"),
+            ("Slice", slice(&[0], &[1, 2], None, None).to_attrs(), "must have the same length"),
+            ("Slice", slice(&[0], &[1], None, Some(&[2])).to_attrs(), "axis 2 is out of range"),
+            ("Transpose", transpose(&[0, 0]), "[0, 0] is not a permutation of 2 axes"),
+            ("Concat", axis(-3), "axis -3 is out of range for rank 2"),
         ];
         for (op, a, want) in cases {
             let def = popart_ir::lookup_op(op).unwrap();
@@ -587,8 +599,7 @@ mod tests {
             ([3, 0], [1, 6], [1, 1]),
         ];
         for &(starts, ends, steps) in cases {
-            let a =
-                attrs(&[ints("starts", &starts), ints("ends", &ends), ints("steps", &steps), ints("axes", &[0, 1])]);
+            let a = slice(&starts, &ends, Some(&steps), Some(&[0, 1])).to_attrs();
             let out = &run_op("Slice", a, &[(0, iota(DataType::Float64, &shape))])[0];
             let r0 = py_slice(5, starts[0], ends[0], steps[0]);
             let r1 = py_slice(6, starts[1], ends[1], steps[1]);
@@ -600,27 +611,21 @@ mod tests {
 
     #[test]
     fn slice_grad_scatters_into_zeros() {
-        let a = attrs(&[ints("starts", &[3]), ints("ends", &[0]), ints("steps", &[-2]), ints("axes", &[1])]);
+        let SliceAttrs { starts, ends, steps, axes } = slice(&[3], &[0], Some(&[-2]), Some(&[1]));
         let g = t(DataType::Float32, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
-        let a = a.with("shape", AttrValue::Ints(vec![2, 4]));
+        let a = SliceGradAttrs { starts, ends, steps, axes, shape: vec![2, 4] }.to_attrs();
         let out = &run_op("SliceGrad", a, &[(0, g)])[0];
         assert_eq!(out.to_f64_vec(), vec![0.0, 2.0, 0.0, 1.0, 0.0, 4.0, 0.0, 3.0]);
-    }
-
-    /// Attribute `shape`: the shape of `x` (a gradient op's forward shape).
-    fn shape_attr(x: &HostTensor) -> Attributes {
-        Attributes::new().with("shape", AttrValue::Ints(x.info.shape.iter().map(|&d| d as i64).collect()))
     }
 
     #[test]
     fn concat_along_each_axis() {
         let a = iota(DataType::Int32, &[2, 2]);
         let b = t(DataType::Int32, &[2, 1], &[10.0, 11.0]);
-        let out = &run_op("Concat", attrs(&[("axis".into(), AttrValue::Int(1))]), &[(0, a.clone()), (1, b)])[0];
+        let out = &run_op("Concat", axis(1), &[(0, a.clone()), (1, b)])[0];
         assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 10.0, 2.0, 3.0, 11.0]);
         let c = t(DataType::Int32, &[1, 2], &[7.0, 8.0]);
-        let out =
-            &run_op("Concat", attrs(&[("axis".into(), AttrValue::Int(-2))]), &[(0, a.clone()), (1, c), (2, a)])[0];
+        let out = &run_op("Concat", axis(-2), &[(0, a.clone()), (1, c), (2, a)])[0];
         assert_eq!(out.info.shape, vec![5, 2]);
         assert_eq!(out.to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0, 7.0, 8.0, 0.0, 1.0, 2.0, 3.0]);
     }
@@ -629,7 +634,7 @@ mod tests {
     fn gather_picks_rows_with_negative_indices() {
         let data = iota(DataType::Float32, &[3, 4]);
         let idx = t(DataType::Int32, &[2, 2], &[2.0, 0.0, -1.0, 1.0]);
-        let ax = |a| attrs(&[("axis".into(), AttrValue::Int(a))]);
+        let ax = |a| gather(a, false);
         let out = &run_op("Gather", ax(0), &[(0, data.clone()), (1, idx.clone())])[0];
         assert_eq!(out.info.shape, vec![2, 2, 4]);
         let want: Vec<f64> = [2, 0, 2, 1].iter().flat_map(|&r| (0..4).map(move |c| (r * 4 + c) as f64)).collect();
@@ -654,7 +659,7 @@ mod tests {
             let out = &run_op("Gather", Attributes::new(), &[(0, data.clone()), (1, idx.clone())])[0];
             assert_eq!(out.to_f64_vec(), vec![2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 4.0, 5.0], "{dt}");
             let g = t(DataType::Float32, &[4, 2], &[1.0; 8]);
-            let dx = &run_op("GatherGrad", shape_attr(&data), &[(0, g), (1, idx)])[0];
+            let dx = &run_op("GatherGrad", gather_grad(0, false, &data.info.shape), &[(0, g), (1, idx)])[0];
             assert_eq!(dx.to_f64_vec(), vec![0.0, 0.0, 1.0, 1.0, 1.0, 1.0], "{dt}");
         }
     }
@@ -667,15 +672,12 @@ mod tests {
         assert_eq!(err, KernelRunError::IndexOutOfRange { index: 7, bound: 3 });
         let g = t(DataType::Float32, &[3, 2], &[1.0; 6]);
         let grad_ins = [(0, g), (1, idx.clone())];
-        let err = try_run_op_checked("GatherGrad", shape_attr(&data), &grad_ins).unwrap_err();
+        let err = try_run_op_checked("GatherGrad", gather_grad(0, false, &data.info.shape), &grad_ins).unwrap_err();
         assert_eq!(err, KernelRunError::IndexOutOfRange { index: 7, bound: 3 });
         // zero_OOR asks for the zeros: no error, same result as unchecked.
-        let zero_oor = Attributes::new().with("zero_OOR", AttrValue::Bool(true));
-        let out = try_run_op_checked("Gather", zero_oor.clone(), &[(0, data.clone()), (1, idx)]).unwrap();
+        let out = try_run_op_checked("Gather", gather(0, true), &[(0, data.clone()), (1, idx)]).unwrap();
         assert_eq!(out[0].to_f64_vec(), vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
-        assert!(
-            try_run_op_checked("GatherGrad", zero_oor.with("shape", AttrValue::Ints(vec![3, 2])), &grad_ins).is_ok()
-        );
+        assert!(try_run_op_checked("GatherGrad", gather_grad(0, true, &[3, 2]), &grad_ins).is_ok());
         // In range: checked and unchecked agree.
         let ok = t(DataType::Int32, &[2], &[-1.0, 0.0]);
         let out = try_run_op_checked("Gather", Attributes::new(), &[(0, data), (1, ok)]).unwrap();
@@ -689,10 +691,8 @@ mod tests {
             [iota(DataType::Float32, &[2, 2]), iota(DataType::Float32, &[2, 1]), iota(DataType::Float32, &[2, 2])];
         let want: [&[f64]; 3] = [&[0.0, 1.0, 5.0, 6.0], &[2.0, 7.0], &[3.0, 4.0, 8.0, 9.0]];
         for (index, want) in want.iter().enumerate() {
-            let mut a = attrs(&[("axis".into(), AttrValue::Int(1)), ("index".into(), AttrValue::Int(index as i64))]);
-            for (i, p) in parts.iter().enumerate() {
-                a = a.with(&format!("shape{i}"), AttrValue::Ints(p.info.shape.iter().map(|&d| d as i64).collect()));
-            }
+            let shapes = parts.iter().map(|p| p.info.shape.iter().map(|&d| d as i64).collect()).collect();
+            let a = ConcatGradAttrs { axis: 1, index: index as i64, shapes }.to_attrs();
             let out = &run_op("ConcatGrad", a, &[(0, g.clone())])[0];
             assert_eq!(out.info, parts[index].info);
             assert_eq!(out.to_f64_vec(), want.to_vec());
@@ -705,15 +705,14 @@ mod tests {
         let mut rng = Rng::new(8);
         let x = rng.vec(12, -1.0, 1.0);
         let idx = t(DataType::Int64, &[3], &[1.0, 3.0, 1.0]);
-        let a = attrs(&[("axis".into(), AttrValue::Int(1))]);
+        let a = gather(1, false);
         let w = rng.vec(9, -1.0, 1.0);
         let want = numeric_grad(&x, 1e-6, |x| {
             let out = &run_op("Gather", a.clone(), &[(0, t(DataType::Float64, &[3, 4], x)), (1, idx.clone())])[0];
             out.to_f64_vec().iter().zip(&w).map(|(p, q)| p * q).sum()
         });
         let ins = [(0, t(DataType::Float64, &[3, 3], &w)), (1, idx.clone())];
-        let a = a.with("shape", AttrValue::Ints(vec![3, 4]));
-        let got = &run_op("GatherGrad", a, &ins)[0];
+        let got = &run_op("GatherGrad", gather_grad(1, false, &[3, 4]), &ins)[0];
         assert_close(&got.to_f64_vec(), &want, 1e-8);
     }
 }

@@ -26,7 +26,7 @@ pub(crate) fn infer(op_type: &str, attrs: &Attributes, inputs: &[(u32, TensorInf
         ids.push((*i, id));
     }
     let def = lookup_op(op_type).unwrap();
-    ir.infer_outputs(main, def, attrs, &ids, "op").unwrap_or_else(|e| panic!("inference failed: {e}"))
+    ir.infer_outputs(main, def, attrs, &ids, "node").unwrap_or_else(|e| panic!("inference failed: {e}"))
 }
 
 /// 64-byte aligned zeroed storage for `nbytes`.

@@ -534,7 +534,10 @@ fn build_cast(spec: &KernelSpec<'_>) -> BuildResult {
 mod tests {
     use super::super::testutil::{run_op, t, ti};
     use super::GELU_A;
-    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+    use popart_ir::ops::grad::ShapeAttrs;
+    use popart_ir::ops::shape::ReshapeAttrs;
+    use popart_ir::ops::unary::CastAttrs;
+    use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
     fn unary(op: &str, dtype: DataType, xs: &[f64]) -> Vec<f64> {
         run_op(op, Attributes::new(), &[(0, t(dtype, &[xs.len()], xs))])[0].to_f64_vec()
@@ -589,7 +592,7 @@ mod tests {
     #[test]
     fn reshape_squeeze_and_reshape_grad_copy_elements_in_order() {
         let x = t(DataType::Int16, &[2, 1, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-        let shape = Attributes::new().with("shape", AttrValue::Ints(vec![3, -1]));
+        let shape = ReshapeAttrs { shape: vec![3, -1] }.to_attrs();
         let r = &run_op("Reshape", shape, &[(0, x.clone())])[0];
         assert_eq!(r.info, ti(DataType::Int16, &[3, 2]));
         assert_eq!(r.bytes, x.bytes);
@@ -597,9 +600,7 @@ mod tests {
         assert_eq!(sq.info, ti(DataType::Int16, &[2, 3]));
         assert_eq!(sq.bytes, x.bytes);
         let g = t(DataType::Int16, &[6], &[6.0, 5.0, 4.0, 3.0, 2.0, 1.0]);
-        let back =
-            &run_op("ReshapeGrad", Attributes::new().with("shape", AttrValue::Ints(vec![2, 1, 3])), &[(0, g.clone())])
-                [0];
+        let back = &run_op("ReshapeGrad", ShapeAttrs { shape: vec![2, 1, 3] }.to_attrs(), &[(0, g.clone())])[0];
         assert_eq!(back.info, ti(DataType::Int16, &[2, 1, 3]));
         assert_eq!(back.bytes, g.bytes);
     }
@@ -651,7 +652,7 @@ mod tests {
                     continue;
                 }
                 let src: Vec<f64> = if from == DataType::Bool { vec![0.0, 1.0, 1.0, 0.0] } else { vals.to_vec() };
-                let attrs = Attributes::new().with("to", AttrValue::DType(to));
+                let attrs = CastAttrs { to }.to_attrs();
                 let out = &run_op("Cast", attrs, &[(0, t(from, &[4], &src))])[0];
                 assert_eq!(out.info, ti(to, &[4]));
                 let want: Vec<f64> =
@@ -663,7 +664,7 @@ mod tests {
 
     #[test]
     fn cast_truncates_floats_and_wraps_integers_like_numpy() {
-        let attrs = |d| Attributes::new().with("to", AttrValue::DType(d));
+        let attrs = |to| CastAttrs { to }.to_attrs();
         let x = t(DataType::Float32, &[4], &[-1.75, 2.9, 0.4, -0.0]);
         assert_eq!(
             run_op("Cast", attrs(DataType::Int32), &[(0, x.clone())])[0].to_f64_vec(),

@@ -197,7 +197,12 @@ pub(crate) const KERNELS: &[KernelEntry] =
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{assert_close, run_op, t};
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::var_update::{AccumulateAttrs, ScaleAttrs};
+    use popart_ir::{Attributes, DataType, OpAttrs};
+
+    fn factor(f: f64) -> Attributes {
+        AccumulateAttrs { kind: None, factor: Some(f) }.to_attrs()
+    }
 
     #[test]
     fn add_inplace_and_accumulate_with_broadcast() {
@@ -205,7 +210,7 @@ mod tests {
         let x = t(DataType::Float32, &[3], &[10.0, 20.0, 30.0]);
         let out = &run_op("AddInplace", Attributes::new(), &[(0, v.clone()), (1, x.clone())])[0];
         assert_eq!(out.to_f64_vec(), vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
-        let f = Attributes::new().with("factor", AttrValue::Float(0.5));
+        let f = factor(0.5);
         let out = &run_op("Accumulate", f, &[(0, v.clone()), (1, x.clone())])[0];
         assert_eq!(out.to_f64_vec(), vec![6.0, 12.0, 18.0, 9.0, 15.0, 21.0]);
         let ft = t(DataType::Float32, &[], &[-1.0]);
@@ -217,10 +222,10 @@ mod tests {
     fn scaled_add_with_attributes_and_tensors() {
         let v = t(DataType::Float64, &[3], &[1.0, 2.0, 3.0]);
         let y = t(DataType::Float64, &[3], &[4.0, 5.0, 6.0]);
-        let ab = Attributes::new().with("a", AttrValue::Float(2.0)).with("b", AttrValue::Float(-0.5));
+        let ab = ScaleAttrs { a: Some(2.0), b: Some(-0.5) }.to_attrs();
         let out = &run_op("ScaledAddInplace", ab, &[(0, v.clone()), (1, y.clone())])[0];
         assert_close(&out.to_f64_vec(), &[0.0, 1.5, 3.0], 0.0);
-        let b = Attributes::new().with("b", AttrValue::Float(-0.1));
+        let b = ScaleAttrs { a: None, b: Some(-0.1) }.to_attrs();
         let out = &run_op("ScaledAddInplace", b, &[(0, v.clone()), (1, y.clone())])[0];
         assert_close(&out.to_f64_vec(), &[0.6, 1.5, 2.4], 1e-15);
         let (ta, tb) = (t(DataType::Float64, &[1], &[3.0]), t(DataType::Float64, &[], &[1.0]));
@@ -239,7 +244,7 @@ mod tests {
         assert_eq!(run_op("AddInplace", Attributes::new(), &[(0, v), (1, x)])[0].to_f64_vec(), vec![8.0, -5.0]);
         let h = t(DataType::Float16, &[2], &[1.0, 2.0]);
         let hx = t(DataType::Float16, &[2], &[0.5, 0.25]);
-        let f = Attributes::new().with("factor", AttrValue::Float(2.0));
+        let f = factor(2.0);
         assert_eq!(run_op("Accumulate", f, &[(0, h), (1, hx)])[0].to_f64_vec(), vec![2.0, 2.5]);
     }
 

@@ -5,7 +5,8 @@
 use half::f16;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::collectives::CollectiveOperator as Op;
-use popart_ir::{AttrValue, Attributes, DataType, HostTensor, Ir, OpDef, ReplicaGrouping, TensorInfo};
+use popart_ir::ops::collectives::{AllReduceAttrs, IpuAllReduceAttrs, ReduceScatterAttrs};
+use popart_ir::{Attributes, DataType, HostTensor, Ir, OpAttrs, OpDef, ReplicaGrouping, TensorInfo};
 
 use super::super::build_kernel;
 use super::super::testutil::Rng;
@@ -31,7 +32,7 @@ fn infer(rf: usize, def: &'static dyn OpDef, attrs: &Attributes, inputs: &[Tenso
         .enumerate()
         .map(|(i, t)| (i as u32, ir.graph_mut(main).unwrap().add_input(&format!("x{i}"), t.clone()).unwrap()))
         .collect();
-    ir.infer_outputs(main, def, attrs, &ids, "op").unwrap_or_else(|e| panic!("{e}"))
+    ir.infer_outputs(main, def, attrs, &ids, "node").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Run `def` on `rf` replicas, replica `r` on `inputs[r]`, each on its own
@@ -59,12 +60,7 @@ pub(super) fn run_spec(
 ) -> Result<Vec<Vec<HostTensor>>, KernelRunError> {
     assert_eq!(inputs.len(), rf);
     let in_infos: Vec<TensorInfo> = inputs[0].iter().map(|t| t.info.clone()).collect();
-    // The tests share one attribute set across collectives: the op sees the keys
-    // it declares.
-    let mut declared = Attributes::new();
-    for (k, v) in attrs.iter().filter(|(k, _)| def.attributes().iter().any(|s| s.name == *k)) {
-        declared.set(k, v.clone());
-    }
+    let declared = declared(def, attrs);
     let out_infos = infer(rf, def, &declared, &in_infos);
     let spec = KernelSpec {
         weight_invariant,
@@ -157,11 +153,24 @@ pub(super) fn run(
     run_on(rf, def, attrs, inputs, true).unwrap_or_else(|e| panic!("{}: {e}", def.op_type()))
 }
 
+/// The tests share one attribute set across collectives: the op sees the keys
+/// it declares.
+fn declared(def: &dyn OpDef, attrs: &Attributes) -> Attributes {
+    let mut declared = Attributes::new();
+    for (k, v) in attrs.iter().filter(|(k, _)| def.attributes().iter().any(|s| s.name == *k)) {
+        declared.set(k, v.clone());
+    }
+    declared
+}
+
+/// Operator `op` over the grouping `(s, g)`.
 pub(super) fn attrs(op: Op, s: usize, g: usize) -> Attributes {
-    Attributes::new()
-        .with("op", AttrValue::Str(op.name().into()))
-        .with("stride", AttrValue::Int(s as i64))
-        .with("group_size", AttrValue::Int(g as i64))
+    AllReduceAttrs { op, stride: s as i64, group_size: g as i64 }.to_attrs()
+}
+
+/// [`attrs`] with attribute `shape`.
+pub(super) fn shaped(op: Op, s: usize, g: usize, shape: Option<Vec<i64>>) -> Attributes {
+    ReduceScatterAttrs { op, stride: s as i64, group_size: g as i64, shape, rts: false }.to_attrs()
 }
 
 /// Every constant grouping of `rf` replicas.
@@ -368,10 +377,10 @@ fn all_gather_concatenates_the_members_in_order() {
                 // Flat, and into a meta shape that drops the padding of the last shard.
                 let meta = vec![g * (n - 1) + 1];
                 for (shape_attr, total) in [(None, g * n), (Some(meta.clone()), meta[0])] {
-                    let mut a = group.clone();
-                    if let Some(sh) = &shape_attr {
-                        a.set("shape", AttrValue::Ints(sh.iter().map(|&d| d as i64).collect()));
-                    }
+                    let a = match &shape_attr {
+                        Some(sh) => shaped(Op::Add, s, g, Some(sh.iter().map(|&d| d as i64).collect())),
+                        None => group.clone(),
+                    };
                     let outs = run(rf, &ir::ReplicatedAllGather, &a, &inputs);
                     for (r, out) in outs.iter().enumerate() {
                         let members = rg.members(rg.group_at(r));
@@ -394,8 +403,7 @@ fn gathers_and_shards_into_attribute_shape() {
     let vals: Vec<Vec<f64>> = (0..rf).map(|_| data(&mut rng, DataType::Float32, 4)).collect();
     let inputs: Vec<Vec<HostTensor>> =
         vals.iter().map(|v| vec![HostTensor::from_f64_values(DataType::Float32, &[4], v)]).collect();
-    let shaped = |s: Vec<i64>| attrs(Op::Add, 1, 4).with("shape", AttrValue::Ints(s));
-    let outs = run(rf, &ir::ReplicatedAllGather, &shaped(vec![3, 5]), &inputs);
+    let outs = run(rf, &ir::ReplicatedAllGather, &shaped(Op::Add, 1, 4, Some(vec![3, 5])), &inputs);
     let want: Vec<f64> = vals.iter().flatten().copied().take(15).collect();
     for out in &outs {
         assert_eq!(out[0].info.shape, vec![3, 5]);
@@ -404,7 +412,7 @@ fn gathers_and_shards_into_attribute_shape() {
     let big: Vec<Vec<f64>> = (0..rf).map(|_| data(&mut rng, DataType::Float32, 15)).collect();
     let inputs: Vec<Vec<HostTensor>> =
         big.iter().map(|v| vec![HostTensor::from_f64_values(DataType::Float32, &[3, 5], v)]).collect();
-    let local = attrs(Op::Local, 1, 4).with("shape", AttrValue::Ints(vec![2, 2]));
+    let local = shaped(Op::Local, 1, 4, Some(vec![2, 2]));
     let outs = run(rf, &ir::ReplicatedReduceScatter, &local, &inputs);
     for (r, out) in outs.iter().enumerate() {
         let want: Vec<f64> = (4 * r..4 * r + 4).map(|e| if e < 15 { big[r][e] } else { 0.0 }).collect();
@@ -420,17 +428,20 @@ fn multi_ipu_all_reduce_reduces_its_inputs() {
         for (op, dt) in op_dtypes() {
             let vals: Vec<Vec<f64>> = (0..k).map(|_| data(&mut rng, dt, 6)).collect();
             let inputs: Vec<HostTensor> = vals.iter().map(|v| HostTensor::from_f64_values(dt, &[2, 3], v)).collect();
-            let a = Attributes::new()
-                .with("op", AttrValue::Str(op.name().into()))
-                .with("ipus", AttrValue::Ints((0..k as i64).collect()));
-            let outs = run(1, &ir::AllReduce, &a, std::slice::from_ref(&inputs));
+            let ipus = IpuAllReduceAttrs {
+                op,
+                ipus: (0..k as i64).collect(),
+                identical_inputs: false,
+                identical_grad_inputs: false,
+            };
+            let outs = run(1, &ir::AllReduce, &ipus.to_attrs(), std::slice::from_ref(&inputs));
             let want: Vec<f64> =
                 (0..6).map(|e| reference(op, dt, &vals.iter().map(|v| v[e]).collect::<Vec<_>>())).collect();
             assert_eq!(outs[0].len(), k);
             for out in &outs[0] {
                 assert_eq!(out.to_f64_vec(), want, "{op} {dt} k {k}");
             }
-            let identity = a.clone().with("identical_inputs", AttrValue::Bool(true));
+            let identity = IpuAllReduceAttrs { identical_inputs: true, ..ipus }.to_attrs();
             let outs = run(1, &ir::AllReduce, &identity, std::slice::from_ref(&inputs));
             assert_eq!(outs[0], inputs);
         }
@@ -464,6 +475,7 @@ fn unsupported_specs_are_build_errors() {
         (&ir::ReplicatedReduceScatter, attrs(Op::SquareAdd, 1, 2), vec![b.clone()], vec![b]),
     ];
     for (def, a, ins, outs) in cases {
+        let a = declared(def, &a);
         let spec = KernelSpec::new(
             def,
             &a,

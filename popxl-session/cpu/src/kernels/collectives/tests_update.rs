@@ -3,11 +3,12 @@
 //! independent [`ReplicaGrouping`](popart_ir::ReplicaGrouping).
 
 use popart_ir::ops::all as ir;
+use popart_ir::ops::collectives::AllReduceUpdateAttrs;
 use popart_ir::ops::collectives::CollectiveOperator as Op;
-use popart_ir::{AttrValue, DataType, HostTensor};
+use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
 use super::super::testutil::{assert_close, Rng};
-use super::tests::{attrs, groupings, run, run_on, run_spec, RFS};
+use super::tests::{groupings, run, run_on, run_spec, RFS};
 
 /// `xᵀ @ g` of one replica, `x` as `[m, k]` and `g` as `[m, n]` (rows folded), in float64.
 fn rhs_grad(x: &[f64], g: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
@@ -56,7 +57,7 @@ fn matmul_update_adds_the_groups_reduced_product_to_every_members_weight() {
                         (0..rf).map(|r| vec![t(&gs, &g[r]), t(xs, &x[r]), t(ws, &w[r])]).collect();
                     // The kernel computes in float32 from the float32 values.
                     let as32 = |v: &[f64]| v.iter().map(|&e| f64::from(e as f32)).collect::<Vec<_>>();
-                    let a = attrs(op, s, size).with("b", AttrValue::Float(b));
+                    let a = update_attrs(op, s, size, b);
                     let outs = run(rf, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs);
                     for (r, out) in outs.iter().enumerate() {
                         let members = rg.members(rg.group_at(r));
@@ -83,7 +84,7 @@ fn matmul_update_without_a_replica_context_is_the_local_update() {
     let (x, g, w) = (rng.vec(m * k, -1.0, 1.0), rng.vec(m * n, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0));
     let t = |shape: &[usize], v: &[f64]| HostTensor::from_f64_values(DataType::Float32, shape, v);
     let inputs = vec![vec![t(&[m, n], &g), t(&[m, k], &x), t(&[k, n], &w)]];
-    let a = attrs(Op::Mean, 1, 1).with("b", AttrValue::Float(0.5));
+    let a = update_attrs(Op::Mean, 1, 1, 0.5);
     let out = run_on(1, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs, false).unwrap();
     let as32 = |v: &[f64]| v.iter().map(|&e| f64::from(e as f32)).collect::<Vec<_>>();
     let p = rhs_grad(&as32(&x), &as32(&g), m, k, n);
@@ -105,7 +106,7 @@ fn matmul_update_is_deterministic() {
             ]
         })
         .collect();
-    let a = attrs(Op::Add, 1, rf).with("b", AttrValue::Float(-0.25));
+    let a = update_attrs(Op::Add, 1, rf, -0.25);
     let first = run(rf, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs);
     for _ in 0..5 {
         assert_eq!(run(rf, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs), first);
@@ -140,7 +141,7 @@ fn matmul_update_of_an_invariant_weight_gives_every_member_the_same_update() {
                 let inputs: Vec<Vec<HostTensor>> =
                     (0..rf).map(|r| vec![t(&gs, &g[r]), t(xs, &x[r]), t(ws, &w)]).collect();
                 let as32 = |v: &[f64]| v.iter().map(|&e| f64::from(e as f32)).collect::<Vec<_>>();
-                let a = attrs(op, 1, rf).with("b", AttrValue::Float(b));
+                let a = update_attrs(op, 1, rf, b);
                 let outs = run_spec(rf, &ir::ReplicatedScaledAddMatMulRhsGradInplace, &a, &inputs, true, true)
                     .unwrap_or_else(|e| panic!("{e}"));
                 let mut sum = vec![0.0; k * n];
@@ -157,4 +158,9 @@ fn matmul_update_of_an_invariant_weight_gives_every_member_the_same_update() {
             }
         }
     }
+}
+
+/// Operator `op` over the grouping `(s, g)`, scale `b`.
+fn update_attrs(op: Op, s: usize, g: usize, b: f64) -> Attributes {
+    AllReduceUpdateAttrs { op, stride: s as i64, group_size: g as i64, b }.to_attrs()
 }

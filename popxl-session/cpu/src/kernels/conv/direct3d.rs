@@ -838,7 +838,7 @@ mod tests {
     fn taken(c: &Case) -> [bool; 3] {
         let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
         let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
-        let geo = conv_geometry(&xs, &ws, &c.attrs()).unwrap();
+        let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
         [Pass::Forward, Pass::Data, Pass::Weights].map(|p| select(&geo, p).is_some())
     }
 

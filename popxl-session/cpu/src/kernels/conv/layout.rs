@@ -654,14 +654,16 @@ impl<T: ConvElem> ConvKernel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use popart_ir::ops::conv::conv_geometry;
-    use popart_ir::{AttrValue, Attributes};
+    use popart_ir::ops::conv::{conv_geometry, ConvAttrs};
 
     fn geo(x: &[usize], w: &[usize], strides: &[i64], pads: &[i64], dil: &[i64]) -> Geo2 {
-        let a = Attributes::new()
-            .with("strides", AttrValue::Ints(strides.to_vec()))
-            .with("pads", AttrValue::Ints(pads.to_vec()))
-            .with("dilations", AttrValue::Ints(dil.to_vec()));
+        let a = ConvAttrs {
+            strides: Some(strides.to_vec()),
+            pads: Some(pads.to_vec()),
+            dilations: Some(dil.to_vec()),
+            group: 1,
+            auto_pad: None,
+        };
         Geo2::new(&conv_geometry(x, w, &a).unwrap()).unwrap()
     }
 

@@ -54,7 +54,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::all as ir;
-use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvGeometry};
+use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvAttrs, ConvGeometry, ConvTransposeAttrs};
 use popart_ir::DataType;
 
 mod batched;
@@ -275,13 +275,13 @@ struct ConvKernel<T> {
 fn geometry(spec: &KernelSpec<'_>) -> Result<(ConvGeometry, Pass), KernelError> {
     let shape = |i: u32| spec.input(i).map(|s| s.shape().to_vec());
     let (geo, pass) = if spec.is::<ir::Conv>() {
-        (conv_geometry(&shape(0)?, &shape(1)?, spec.attrs), Pass::Forward)
+        (conv_geometry(&shape(0)?, &shape(1)?, &spec.typed::<ConvAttrs>()?), Pass::Forward)
     } else if spec.is::<ir::ConvDataGrad>() {
-        (conv_geometry(&shape(2)?, &shape(1)?, spec.attrs), Pass::Data)
+        (conv_geometry(&shape(2)?, &shape(1)?, &spec.typed::<ConvAttrs>()?), Pass::Data)
     } else if spec.is::<ir::ConvWeightsGrad>() {
-        (conv_geometry(&shape(1)?, &shape(2)?, spec.attrs), Pass::Weights)
+        (conv_geometry(&shape(1)?, &shape(2)?, &spec.typed::<ConvAttrs>()?), Pass::Weights)
     } else {
-        (conv_transpose_geometry(&shape(0)?, &shape(1)?, spec.attrs), Pass::Data)
+        (conv_transpose_geometry(&shape(0)?, &shape(1)?, &spec.typed::<ConvTransposeAttrs>()?), Pass::Data)
     };
     Ok((geo.map_err(|m| spec.error(m))?, pass))
 }

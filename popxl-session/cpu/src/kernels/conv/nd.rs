@@ -263,7 +263,8 @@ impl<T: ConvElem> Kernel for NdKernel<T> {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use popart_ir::{AttrValue, Attributes, DataType};
+    use popart_ir::ops::conv::{ConvAttrs, ConvTransposeAttrs};
+    use popart_ir::{Attributes, DataType, OpAttrs};
 
     use crate::kernels::testutil::{assert_close, infer, run_with_outputs, t, Rng};
 
@@ -288,13 +289,18 @@ pub(super) mod tests {
                 .map(|i| (self.size[i] + self.p[i] + self.p[nd + i] - (self.k[i] - 1) * self.d[i] - 1) / self.s[i] + 1)
                 .collect()
         }
+        pub(in crate::kernels) fn conv_attrs(&self) -> ConvAttrs {
+            let ints = |v: &[usize]| Some(v.iter().map(|&a| a as i64).collect());
+            ConvAttrs {
+                strides: ints(&self.s),
+                pads: ints(&self.p),
+                dilations: ints(&self.d),
+                group: self.groups as i64,
+                auto_pad: None,
+            }
+        }
         pub(in crate::kernels) fn attrs(&self) -> Attributes {
-            let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&a| a as i64).collect());
-            Attributes::new()
-                .with("strides", ints(&self.s))
-                .with("pads", ints(&self.p))
-                .with("dilations", ints(&self.d))
-                .with("group", AttrValue::Int(self.groups as i64))
+            self.conv_attrs().to_attrs()
         }
     }
 
@@ -382,8 +388,17 @@ pub(super) mod tests {
             let (out, nd) = (c.out(), c.size.len());
             let extra =
                 (0..nd).map(|i| (c.size[i] + c.p[i] + c.p[nd + i] - ((out[i] - 1) * c.s[i] + c.k[i])) as i64).collect();
-            let mut ta = attrs.clone();
-            ta.set("output_padding", AttrValue::Ints(extra));
+            let ca = c.conv_attrs();
+            let ta = ConvTransposeAttrs {
+                strides: ca.strides,
+                pads: ca.pads,
+                dilations: ca.dilations,
+                group: ca.group,
+                auto_pad: None,
+                output_padding: Some(extra),
+                output_shape: None,
+            }
+            .to_attrs();
             let tr = run_with_outputs("ConvTranspose", &ta, &[(0, dy), (1, w)], std::slice::from_ref(&x.info));
             assert_close(&tr[0].to_f64_vec(), &want_dx, tol);
         }

@@ -2,7 +2,8 @@
 //! method is checked against, random inputs, and a check through the kernel
 //! builder.
 
-use popart_ir::{AttrValue, Attributes, DataType};
+use popart_ir::ops::conv::ConvAttrs;
+use popart_ir::{Attributes, DataType, OpAttrs};
 
 use super::super::testutil::{assert_close, infer, run_with_outputs, t, Rng};
 use super::layout::Geo2;
@@ -54,13 +55,20 @@ pub(crate) fn naive(c: Case, s: usize, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec
 }
 
 /// The attributes of case `c` at stride `s`.
-fn attrs(c: Case, s: usize) -> Attributes {
+fn conv_attrs(c: Case, s: usize) -> ConvAttrs {
     let (groups, p, d) = (c.1, c.8, c.9);
-    Attributes::new()
-        .with("strides", AttrValue::Ints(vec![s as i64; 2]))
-        .with("pads", AttrValue::Ints(p.iter().map(|&v| v as i64).collect()))
-        .with("dilations", AttrValue::Ints(d.iter().map(|&v| v as i64).collect()))
-        .with("group", AttrValue::Int(groups as i64))
+    ConvAttrs {
+        strides: Some(vec![s as i64; 2]),
+        pads: Some(p.iter().map(|&v| v as i64).collect()),
+        dilations: Some(d.iter().map(|&v| v as i64).collect()),
+        group: groups as i64,
+        auto_pad: None,
+    }
+}
+
+/// The attribute map of case `c` at stride `s`.
+fn attrs(c: Case, s: usize) -> Attributes {
+    conv_attrs(c, s).to_attrs()
 }
 
 /// Runs case `c` (stride `s`, dtype `dt`) through the kernel builder — the
@@ -107,7 +115,7 @@ pub(crate) struct Inputs {
 pub(crate) fn inputs(c: Case, s: usize, seed: u64) -> Inputs {
     use popart_ir::ops::conv::conv_geometry;
     let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
-    let attrs = attrs(c, s);
+    let attrs = conv_attrs(c, s);
     let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &attrs).unwrap();
     let g = Geo2::new(&geo).unwrap();
     let mut rng = Rng::new(seed);
