@@ -42,7 +42,7 @@ pub use error::{InplaceAmbiguity, IrError, Result};
 pub use graph::Graph;
 pub use ir::{Ir, MAIN_GRAPH_NAME};
 pub use op::{
-    check_attributes, lookup_op, register_op, registered_op_types, registered_ops, AsAny, GradOpSpec, GradRule,
+    check_attributes, lookup_op, register_op, Alias, AliasKind, registered_op_types, registered_ops, AsAny, GradOpSpec, GradRule,
     GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use placement::{IpuRoute, Placement, TileSet};

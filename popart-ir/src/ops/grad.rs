@@ -3,9 +3,10 @@
 
 use super::unary::Identity;
 use super::{broadcast_shapes, op_types, reduce, to_shape};
+use crate::Alias;
 use crate::{
     op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, OpAttrs,
-    OpDef, OpFlags, Result, TensorInfo,
+    OpDef, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -431,8 +432,9 @@ impl OpDef for ReshapeGrad {
     fn attributes(&self) -> &'static [AttrSpec] {
         ShapeAttrs::SCHEMA
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::VIEW
+    /// Its output holds the input's bytes in order (a view for lowering).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::copy(0, 0)]
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;

@@ -188,7 +188,7 @@ impl OpDef for PrintTensor {
         Ok(vec![ctx.input(0)?.clone()])
     }
     /// Printing is a side effect: an op that prints is never pruned.
-    fn flags(&self, attrs: &Attributes) -> OpFlags {
+    fn properties(&self, attrs: &Attributes) -> OpFlags {
         if prints_self(attrs) {
             OpFlags::SIDE_EFFECT
         } else {

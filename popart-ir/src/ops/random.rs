@@ -103,7 +103,7 @@ impl OpDef for RandomUniform {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_random(ctx)
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
 }
@@ -118,7 +118,7 @@ impl OpDef for RandomNormal {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_random(ctx)
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
 }
@@ -140,7 +140,7 @@ impl OpDef for Dropout {
         }
         Ok(vec![x.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
     /// `Dropout(g, seed)` with the same seed and `p`: the same elements are dropped and the
@@ -172,7 +172,7 @@ impl OpDef for ShapedDropout {
         }
         Ok(vec![x.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
     /// `ShapedDropout(g, seed)` with the same seed, shape and ratio: the same mask.

@@ -7,7 +7,8 @@
 //! computed in float32.
 
 use super::{broadcast_shapes, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
+use crate::Alias;
+use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Accumulate`, `AccumulatorScale` and `SparseAccumulate`.
@@ -192,11 +193,7 @@ macro_rules! update {
                 let infer: fn(&InferContext<'_>) -> Result<Vec<TensorInfo>> = $infer;
                 infer(ctx)
             }
-            fn flags(&self, _attrs: &Attributes) -> OpFlags {
-                OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-            }
-            fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> { vec![0] }
-            fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> { vec![(0, 0)] }
+            fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> { vec![Alias::modified(0, 0)] }
         }
     )*};
 }
@@ -309,14 +306,8 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
         ctx.float("b")?;
         infer_rhs_grad_update(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![2]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(2, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(2, 0)]
     }
 }
 

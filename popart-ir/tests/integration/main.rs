@@ -3,6 +3,7 @@
 mod common;
 mod fuzz_text;
 mod graph_editing;
+mod op_aliases;
 mod schedule;
 mod text_form;
 mod verifier;
