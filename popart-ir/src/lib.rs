@@ -14,6 +14,7 @@
 
 pub mod alias;
 mod attr;
+mod cost;
 pub mod dot;
 mod dtype;
 mod error;
@@ -36,6 +37,7 @@ mod verify;
 
 #[doc(hidden)]
 pub use attr::decode_field;
+pub use cost::{CostContext, CostEngine, OpCost};
 pub use attr::{check_schema, AttrError, AttrKind, AttrSpec, AttrType, AttrValue, Attributes, OpAttrs};
 pub use dtype::{DataType, UnknownDataType};
 pub use error::{InplaceAmbiguity, IrError, Result};

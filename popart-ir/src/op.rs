@@ -378,6 +378,16 @@ pub trait OpDef: AsAny + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// FLOP and bytes of one execution, from the argument infos and the
+    /// attributes, and the engine doing the arithmetic: read by the IPU
+    /// model's timeline and counters and by model FLOP counts. Default: the
+    /// vector estimate, one FLOP per element of the largest argument
+    /// ([`CostContext::elementwise`]); matmuls and convolutions count their
+    /// multiply-adds on the matrix engine.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.elementwise()
+    }
+
     /// How to differentiate an op of this type.
     fn grad(&self, _op: &Op) -> GradRule {
         GradRule::None

@@ -145,7 +145,7 @@ fn propagate(
             .into_iter()
             .filter(|&i| mop.input(i) == Some(t))
             .find_map(|i| {
-                mop.def().aliases(&mop.attrs).into_iter().find(|&(a, _)| a == i).and_then(|(_, o)| mop.output(o))
+                mop.alias_pairs().into_iter().find(|&(a, _)| a == i).and_then(|(_, o)| mop.output(o))
             })
             .unwrap_or(t);
         current.insert(nodes.find(t), out);

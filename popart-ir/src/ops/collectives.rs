@@ -403,6 +403,10 @@ impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ReplicatedScaledAddMatMulRhsGradInplace"
     }
+    /// As `ScaledAddMatMulRhsGradInplace` (the reduction is not counted).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
+    }
     fn attributes(&self) -> &'static [AttrSpec] {
         AllReduceUpdateAttrs::SCHEMA
     }

@@ -303,6 +303,10 @@ impl OpDef for MatMulLhsGrad {
     fn op_type(&self) -> &'static str {
         "MatMulLhsGrad"
     }
+    /// The forward product's multiply-adds: `g`'s elements x the contracted size (input 1's last dimension).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         matmul_grad_check(ctx)?;
         info_of_input(ctx, 1)
@@ -312,6 +316,10 @@ impl OpDef for MatMulLhsGrad {
 impl OpDef for MatMulRhsGrad {
     fn op_type(&self) -> &'static str {
         "MatMulRhsGrad"
+    }
+    /// As `MatMulLhsGrad`: the forward product's multiply-adds.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         matmul_grad_check(ctx)?;

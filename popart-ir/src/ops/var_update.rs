@@ -298,6 +298,10 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ScaledAddMatMulRhsGradInplace"
     }
+    /// The weight gradient's multiply-adds: `g`'s elements x `x`'s last dimension.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
+    }
     fn attributes(&self) -> &'static [AttrSpec] {
         ScaleAttrs::SCHEMA
     }
