@@ -13,8 +13,7 @@ bitflags::bitflags! {
         /// An effect beyond its outputs and modified inputs (host IO, code load...): never pruned.
         const SIDE_EFFECT = 1 << 0;
         /// Writes to at least one of its inputs in place (see
-        /// [`<dyn OpDef>::modified_inputs`](trait.OpDef.html#method.modified_inputs)).
-        /// Derived from [`OpDef::aliases`]: an [`AliasKind::Modified`] entry.
+        /// `<dyn OpDef>::modified_inputs`). Derived from [`OpDef::aliases`]: an [`AliasKind::Modified`] entry.
         const MODIFIES_INPUTS = 1 << 1;
         /// An output is the memory of an input (in-place updates, in-place views).
         /// Derived from [`OpDef::aliases`]: an entry with an output that is not

@@ -4,6 +4,7 @@ mod common;
 mod fuzz_text;
 mod graph_editing;
 mod op_aliases;
+mod op_costs;
 mod schedule;
 mod text_form;
 mod verifier;

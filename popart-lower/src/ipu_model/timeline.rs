@@ -93,6 +93,9 @@ pub struct TimelineRow {
     pub repeats: u64,
     /// FLOP of one execution (kernels).
     pub flops: u64,
+    /// The engine doing a kernel's arithmetic ([`popart_ir::OpCost::engine`];
+    /// `None` for copies and transfers).
+    pub engine: Option<CostEngine>,
     /// Bytes read and written (kernels), copied or transferred.
     pub bytes: u64,
     /// Cycles on compute tiles (vertices, on-chip exchange, sync).
@@ -130,6 +133,8 @@ pub struct TimelineTotals {
     pub exchange_bytes: u64,
     /// FLOP.
     pub flops: u64,
+    /// FLOP on the matrix engine (matmuls and convolutions): a model FLOP count.
+    pub matrix_flops: u64,
     /// `total_cycles` at the clock, in seconds.
     pub seconds: f64,
 }
@@ -235,6 +240,7 @@ impl Walker<'_> {
             tiles: TileSet::Compute,
             repeats,
             flops,
+            engine: Some(engine),
             bytes,
             compute_cycles,
             exchange_cycles: 0,
@@ -255,6 +261,7 @@ impl Walker<'_> {
             tiles: TileSet::Compute,
             repeats,
             flops: 0,
+            engine: None,
             bytes,
             compute_cycles: cycles,
             exchange_cycles: 0,
@@ -313,6 +320,7 @@ impl Walker<'_> {
             tiles,
             repeats,
             flops: 0,
+            engine: None,
             bytes,
             compute_cycles: 0,
             exchange_cycles,
@@ -422,6 +430,9 @@ pub(crate) fn timeline(
         t.exchange_cycles = t.exchange_cycles.saturating_add(times(r.exchange_cycles));
         t.hidden_cycles = t.hidden_cycles.saturating_add(times(r.hidden_cycles));
         t.flops = t.flops.saturating_add(times(r.flops));
+        if r.engine == Some(CostEngine::Matrix) {
+            t.matrix_flops = t.matrix_flops.saturating_add(times(r.flops));
+        }
         if r.kind.is_exchange() {
             t.exchange_bytes = t.exchange_bytes.saturating_add(times(r.bytes));
         }
