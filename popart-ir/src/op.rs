@@ -36,8 +36,7 @@ bitflags::bitflags! {
 impl OpFlags {
     /// The flags derived from an op's [`OpDef::aliases`] declaration, never
     /// from [`OpDef::properties`].
-    pub const ALIAS_FACTS: OpFlags =
-        OpFlags::MODIFIES_INPUTS.union(OpFlags::INPLACE).union(OpFlags::VIEW);
+    pub const ALIAS_FACTS: OpFlags = OpFlags::MODIFIES_INPUTS.union(OpFlags::INPLACE).union(OpFlags::VIEW);
 }
 
 /// How an output of an op relates to the memory of one of its inputs: the kind
@@ -465,9 +464,7 @@ impl dyn OpDef {
         for a in self.aliases(attrs) {
             match a.kind {
                 AliasKind::Modified => flags |= OpFlags::MODIFIES_INPUTS,
-                AliasKind::Identical | AliasKind::Copy if a.input == 0 && a.output == Some(0) => {
-                    flags |= OpFlags::VIEW
-                }
+                AliasKind::Identical | AliasKind::Copy if a.input == 0 && a.output == Some(0) => flags |= OpFlags::VIEW,
                 _ => {}
             }
             if a.memory_pair().is_some() {

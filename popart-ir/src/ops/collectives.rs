@@ -39,9 +39,8 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
     ReplicaGrouping, Result, TensorInfo,
 };
 

@@ -1,9 +1,8 @@
 //! Subgraph ops: `Call`, `Repeat` and `If`. Their outputs are the called graph's outputs.
 
 use super::{infer_error, op_types};
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, Attributes, Graph, GraphId, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, Graph, GraphId, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_attrs! {

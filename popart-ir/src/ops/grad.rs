@@ -3,10 +3,9 @@
 
 use super::unary::Identity;
 use super::{broadcast_shapes, op_types, reduce, to_shape};
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, OpAttrs,
-    OpDef, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext,
+    OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {

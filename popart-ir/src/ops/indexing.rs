@@ -21,9 +21,8 @@ use super::indexing_grad::{
 };
 use super::shape::Concat;
 use super::{infer_error, normalize_axis, op_types};
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
     Result, TensorInfo,
 };
 

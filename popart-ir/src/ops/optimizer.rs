@@ -5,8 +5,7 @@
 
 use super::op_types;
 use super::var_update::{check_scalar, float_compatible};
-use crate::Alias;
-use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `AdamUpdater` (hyper-parameters as attributes or inputs).

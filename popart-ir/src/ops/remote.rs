@@ -15,10 +15,9 @@
 //! is differentiable: gradients stop at a remote load.
 
 use super::op_types;
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, Attributes, DataType, GradRule, GraphId, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
-    TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, DataType, GradRule, GraphId, InferContext, Op, OpAttrs, OpDef, OpFlags,
+    Result, TensorInfo,
 };
 
 op_attrs! {

@@ -4,9 +4,8 @@ pub use super::axes::{resolve_slices, transpose_perm, SliceDim};
 use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result,
     TensorInfo,
 };
 

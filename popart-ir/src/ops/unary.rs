@@ -2,10 +2,9 @@
 
 use super::grad::{pass_through, simple, spec, unary_grad};
 use super::{op_types, require_float};
-use crate::Alias;
 use crate::{
-    op_attrs, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, IpuRoute, Op,
-    OpAttrs, OpDef, Result, TensorInfo,
+    op_attrs, Alias, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext,
+    IpuRoute, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {

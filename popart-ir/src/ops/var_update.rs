@@ -7,8 +7,7 @@
 //! computed in float32.
 
 use super::{broadcast_shapes, normalize_axis, op_types};
-use crate::Alias;
-use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Accumulate`, `AccumulatorScale` and `SparseAccumulate`.

@@ -21,9 +21,8 @@
 
 use super::op_types;
 use super::shape::{slice_dims, Concat, Reshape, Slice, Transpose};
-use crate::Alias;
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {

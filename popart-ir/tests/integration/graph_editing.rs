@@ -3,9 +3,9 @@
 use crate::common;
 
 use common::{assert_real_cycle, f32i, op1};
-use popart_ir::{Alias, 
-    lookup_op, register_op, AttrValue, Attributes, DataType, HostTensor, InferContext, Ir, IrError, OpDef, OpFlags,
-    Port, Result, StreamDirection, TensorInfo, TensorKind,
+use popart_ir::{
+    lookup_op, register_op, Alias, AttrValue, Attributes, DataType, HostTensor, InferContext, Ir, IrError, OpDef,
+    OpFlags, Port, Result, StreamDirection, TensorInfo, TensorKind,
 };
 
 #[test]

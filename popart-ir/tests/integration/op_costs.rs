@@ -35,7 +35,14 @@ fn matmul_macs(b: usize, m: usize, k: usize, n: usize) -> u64 {
 }
 
 /// Multiply-adds of a naive grouped 2-d convolution without padding.
-fn conv_macs(n: usize, cin: usize, cout: usize, groups: usize, (h, w): (usize, usize), (kh, kw): (usize, usize)) -> u64 {
+fn conv_macs(
+    n: usize,
+    cin: usize,
+    cout: usize,
+    groups: usize,
+    (h, w): (usize, usize),
+    (kh, kw): (usize, usize),
+) -> u64 {
     let (oh, ow) = (h - kh + 1, w - kw + 1);
     let mut c = 0u64;
     for _ in 0..n {

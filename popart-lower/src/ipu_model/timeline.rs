@@ -36,10 +36,10 @@ use std::fmt;
 use popart_ir::TileSet;
 
 use super::code::owner;
-use popart_ir::{CostEngine, OpCost};
 use super::tiles::TileSpan;
 use super::IpuModelConfig;
 use crate::executable::{BufferId, Executable, FunctionId, KernelCall, Program};
+use popart_ir::{CostEngine, OpCost};
 
 /// What a timeline step does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

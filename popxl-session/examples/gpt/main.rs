@@ -392,14 +392,6 @@ fn flops_per_step(session: &Session, replicas: usize) -> AppResult<f64> {
     Ok(per_replica as f64 * replicas as f64)
 }
 
-/// The formula of `gpt_common.model_flops_per_step` (DEV CHECK).
-fn flops_formula(s: &Shape) -> f64 {
-    let (d, t, b, l, v) = (s.width as f64, s.seq as f64, s.batch as f64, s.layers as f64, s.vocab as f64);
-    let per_token = l * (2.0 * d * 3.0 * d + 2.0 * d * d + 2.0 * d * 4.0 * d * 2.0) + 2.0 * d * v;
-    let attn = l * 2.0 * 2.0 * t * t * d;
-    3.0 * (b * t * per_token + b * attn)
-}
-
 fn main() -> AppResult<()> {
     let mut cfg = parse_args()?;
     let corpus = load_corpus(&cfg.data)?;
@@ -546,7 +538,6 @@ fn main() -> AppResult<()> {
         ms.sort_by(f64::total_cmp);
         let med = ms[ms.len() / 2];
         let flops = flops_per_step(&session, cfg.replicas)?;
-        eprintln!("DEV flops hook {flops} formula {}", flops_formula(&s));
         let gflops = flops / (med / 1e3) / 1e9;
         let threads = popxl_session::cpu::team::num_threads();
         let (peak, isa) = popxl_session::cpu::peak::fma_peak_gflops(threads);
