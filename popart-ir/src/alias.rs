@@ -39,7 +39,7 @@ impl AliasGroups {
     pub fn of_ops(graph: &Graph, keep: impl Fn(&crate::Op) -> bool) -> AliasGroups {
         let mut groups = AliasGroups::default();
         for op in graph.ops().filter(|o| keep(o)) {
-            for (i, o) in op.def().aliases(&op.attrs) {
+            for (i, o) in op.alias_pairs() {
                 if let (Some(a), Some(b)) = (op.input(i), op.output(o)) {
                     groups.union(a, b);
                 }
@@ -129,7 +129,7 @@ pub fn aliased_constant(graph: &Graph, t: TensorId) -> Option<TensorId> {
         }
         let Some(p) = tensor.producer() else { continue };
         let Ok(op) = graph.op(p.op) else { continue };
-        for (i, o) in op.def().aliases(&op.attrs) {
+        for (i, o) in op.alias_pairs() {
             if o == p.index {
                 stack.extend(op.input(i));
             }
@@ -214,7 +214,7 @@ impl<'g> Order<'g> {
 /// True for an op that only creates aliases (a view): it declares alias pairs
 /// and writes nothing.
 fn is_pure_view(graph: &Graph, op: OpId) -> bool {
-    graph.op(op).is_ok_and(|o| !o.def().aliases(&o.attrs).is_empty() && o.modified_inputs().is_empty())
+    graph.op(op).is_ok_and(|o| !o.alias_pairs().is_empty() && o.modified_inputs().is_empty())
 }
 
 /// Reject in-place writes whose effect depends on the schedule (see the module

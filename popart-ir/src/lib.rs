@@ -14,6 +14,7 @@
 
 pub mod alias;
 mod attr;
+mod cost;
 pub mod dot;
 mod dtype;
 mod error;
@@ -37,13 +38,14 @@ mod verify;
 #[doc(hidden)]
 pub use attr::decode_field;
 pub use attr::{check_schema, AttrError, AttrKind, AttrSpec, AttrType, AttrValue, Attributes, OpAttrs};
+pub use cost::{CostContext, CostEngine, OpCost};
 pub use dtype::{DataType, UnknownDataType};
 pub use error::{InplaceAmbiguity, IrError, Result};
 pub use graph::Graph;
 pub use ir::{Ir, MAIN_GRAPH_NAME};
 pub use op::{
-    check_attributes, lookup_op, register_op, registered_op_types, registered_ops, AsAny, GradOpSpec, GradRule,
-    GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
+    check_attributes, lookup_op, register_op, registered_op_types, registered_ops, Alias, AliasKind, AsAny, GradOpSpec,
+    GradRule, GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
 };
 pub use placement::{IpuRoute, Placement, TileSet};
 pub use remote::{RemoteBuffer, RemoteBufferId, RemoteError, RemoteSlot};

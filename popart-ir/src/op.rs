@@ -12,20 +12,104 @@ bitflags::bitflags! {
     pub struct OpFlags: u32 {
         /// An effect beyond its outputs and modified inputs (host IO, code load...): never pruned.
         const SIDE_EFFECT = 1 << 0;
-        /// Writes to at least one of its inputs in place (see [`OpDef::modified_inputs`]).
+        /// Writes to at least one of its inputs in place (see
+        /// `<dyn OpDef>::modified_inputs`). Derived from [`OpDef::aliases`]: an [`AliasKind::Modified`] entry.
         const MODIFIES_INPUTS = 1 << 1;
-        /// The in-place variant of another op.
+        /// An output is the memory of an input (in-place updates, in-place views).
+        /// Derived from [`OpDef::aliases`]: an entry with an output that is not
+        /// [`AliasKind::Copy`].
         const INPLACE = 1 << 2;
         /// Calls other graphs (call, repeat, if).
         const SUBGRAPH = 1 << 3;
         /// Output 0 holds exactly the bytes of input 0 (reshapes, identity): lowering
         /// lets it share the input's buffer and runs no kernel when neither is
-        /// written in place.
+        /// written in place. Derived from [`OpDef::aliases`]: an
+        /// [`AliasKind::Identical`] or [`AliasKind::Copy`] entry from input 0 to output 0.
         const VIEW = 1 << 4;
         /// Moves data between host and device.
         const HOST_IO = 1 << 5;
         /// Depends on a random seed input.
         const RANDOM = 1 << 6;
+    }
+}
+
+impl OpFlags {
+    /// The flags derived from an op's [`OpDef::aliases`] declaration, never
+    /// from [`OpDef::properties`].
+    pub const ALIAS_FACTS: OpFlags = OpFlags::MODIFIES_INPUTS.union(OpFlags::INPLACE).union(OpFlags::VIEW);
+}
+
+/// How an output of an op relates to the memory of one of its inputs: the kind
+/// of one [`Alias`] entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AliasKind {
+    /// The op writes the input in place; the output, if any, is the input's
+    /// memory after the write (in-place updates: `AddInplace`, `Accumulate`,
+    /// `RemoteLoadInplace`). Without an output, the input is only written
+    /// (`AdamUpdater`'s step, a `Call`'s or `Repeat`'s `modified` inputs, which
+    /// the builder reads off the called graph).
+    Modified,
+    /// The output is the input's memory, unwritten, byte for byte in the same
+    /// order (`ReshapeInplace`, `DetachInplace`).
+    Identical,
+    /// The output is the input's memory or a part of it, unwritten, in another
+    /// layout or at an offset (`TransposeInplace`, `SliceInplace`, each input of
+    /// `ConcatInplace`).
+    Region,
+    /// Not an alias in the IR: the output is a tensor of its own holding the
+    /// input's bytes in the same order (`Reshape`, `Identity`). Lowering may let
+    /// it share the input's buffer and run no kernel when neither is written.
+    Copy,
+}
+
+/// One entry of an op type's in-place and view declaration ([`OpDef::aliases`]):
+/// the single statement from which [`OpFlags::MODIFIES_INPUTS`],
+/// [`OpFlags::INPLACE`], [`OpFlags::VIEW`], the modified inputs and the alias
+/// pairs of the alias model are derived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Alias {
+    /// The input index.
+    pub input: u32,
+    /// The output index; `None` only for an input written without an output
+    /// ([`AliasKind::Modified`]).
+    pub output: Option<u32>,
+    /// How the output relates to the input.
+    pub kind: AliasKind,
+}
+
+impl Alias {
+    /// Input `input` is updated in place and output `output` is its memory.
+    pub const fn modified(input: u32, output: u32) -> Alias {
+        Alias { input, output: Some(output), kind: AliasKind::Modified }
+    }
+
+    /// Input `input` is written in place and no output names it.
+    pub const fn written(input: u32) -> Alias {
+        Alias { input, output: None, kind: AliasKind::Modified }
+    }
+
+    /// Output `output` is input `input`'s memory, byte for byte, unwritten.
+    pub const fn identical(input: u32, output: u32) -> Alias {
+        Alias { input, output: Some(output), kind: AliasKind::Identical }
+    }
+
+    /// Output `output` is (part of) input `input`'s memory in another layout, unwritten.
+    pub const fn region(input: u32, output: u32) -> Alias {
+        Alias { input, output: Some(output), kind: AliasKind::Region }
+    }
+
+    /// Output `output` is a new tensor holding input `input`'s bytes in order.
+    pub const fn copy(input: u32, output: u32) -> Alias {
+        Alias { input, output: Some(output), kind: AliasKind::Copy }
+    }
+
+    /// The (input, output) pair of the alias model: an output that is the
+    /// input's memory (every kind but [`AliasKind::Copy`]).
+    pub fn memory_pair(&self) -> Option<(u32, u32)> {
+        match (self.kind, self.output) {
+            (AliasKind::Copy, _) | (_, None) => None,
+            (_, Some(o)) => Some((self.input, o)),
+        }
     }
 }
 
@@ -256,20 +340,50 @@ pub trait OpDef: AsAny + Send + Sync + 'static {
         &[]
     }
 
-    /// Property flags (side effect, in-place, subgraph...).
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
+    /// The property flags that are not alias facts (side effect, subgraph, host
+    /// IO, random). [`OpFlags::ALIAS_FACTS`] returned here are ignored: they
+    /// are derived from [`OpDef::aliases`] by `<dyn OpDef>::flags`.
+    fn properties(&self, _attrs: &Attributes) -> OpFlags {
         OpFlags::empty()
     }
 
-    /// Indices of inputs written in place.
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
+    /// The in-place and view behaviour of an op of this type, declared once:
+    /// which inputs it writes, which outputs are an input's memory and which
+    /// hold an input's bytes ([`Alias`]). `<dyn OpDef>::flags`,
+    /// `<dyn OpDef>::modified_inputs` and `<dyn OpDef>::alias_pairs` derive
+    /// from it. Default: none.
+    ///
+    /// ```
+    /// use popart_ir::{Alias, Attributes, InferContext, OpDef, OpFlags, Result, TensorInfo};
+    /// /// `x += 1` in place.
+    /// struct Bump;
+    /// impl OpDef for Bump {
+    ///     fn op_type(&self) -> &'static str { "example.Bump" }
+    ///     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+    ///         Ok(vec![ctx.input(0)?.clone()])
+    ///     }
+    ///     fn aliases(&self, _: &Attributes) -> Vec<Alias> {
+    ///         vec![Alias::modified(0, 0)]
+    ///     }
+    /// }
+    /// let def: &dyn OpDef = &Bump;
+    /// let attrs = Attributes::new();
+    /// assert_eq!(def.flags(&attrs), OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE);
+    /// assert_eq!(def.modified_inputs(&attrs), vec![0]);
+    /// assert_eq!(def.alias_pairs(&attrs), vec![(0, 0)]);
+    /// ```
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
         Vec::new()
     }
 
-    /// (input, output) pairs where the output is the same memory as the input
-    /// (in-place updates and views).
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        Vec::new()
+    /// FLOP and bytes of one execution, from the argument infos and the
+    /// attributes, and the engine doing the arithmetic: read by the IPU
+    /// model's timeline and counters and by model FLOP counts. Default: the
+    /// vector estimate, one FLOP per element of the largest argument
+    /// ([`CostContext::elementwise`]); matmuls and convolutions count their
+    /// multiply-adds on the matrix engine.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.elementwise()
     }
 
     /// How to differentiate an op of this type.
@@ -343,6 +457,35 @@ impl fmt::Debug for OpDefId {
 }
 
 impl dyn OpDef {
+    /// Property flags: [`OpDef::properties`] and the alias facts derived from
+    /// [`OpDef::aliases`] ([`OpFlags::ALIAS_FACTS`]).
+    pub fn flags(&self, attrs: &Attributes) -> OpFlags {
+        let mut flags = self.properties(attrs).difference(OpFlags::ALIAS_FACTS);
+        for a in self.aliases(attrs) {
+            match a.kind {
+                AliasKind::Modified => flags |= OpFlags::MODIFIES_INPUTS,
+                AliasKind::Identical | AliasKind::Copy if a.input == 0 && a.output == Some(0) => flags |= OpFlags::VIEW,
+                _ => {}
+            }
+            if a.memory_pair().is_some() {
+                flags |= OpFlags::INPLACE;
+            }
+        }
+        flags
+    }
+
+    /// Indices of the inputs written in place ([`AliasKind::Modified`] entries
+    /// of [`OpDef::aliases`], in declaration order).
+    pub fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
+        self.aliases(attrs).into_iter().filter(|a| a.kind == AliasKind::Modified).map(|a| a.input).collect()
+    }
+
+    /// (input, output) pairs where the output is the input's memory (in-place
+    /// updates and views; [`Alias::memory_pair`]): the alias model's edges.
+    pub fn alias_pairs(&self, attrs: &Attributes) -> Vec<(u32, u32)> {
+        self.aliases(attrs).iter().filter_map(Alias::memory_pair).collect()
+    }
+
     /// This definition's identity.
     pub fn id(&self) -> OpDefId {
         OpDefId(<dyn OpDef as AsAny>::as_any(self).type_id())
@@ -738,6 +881,16 @@ impl Op {
     /// Input indices written in place.
     pub fn modified_inputs(&self) -> Vec<u32> {
         self.def.modified_inputs(&self.attrs)
+    }
+
+    /// The in-place and view declaration of this op ([`OpDef::aliases`]).
+    pub fn aliases(&self) -> Vec<Alias> {
+        self.def.aliases(&self.attrs)
+    }
+
+    /// (input, output) pairs where the output is the input's memory.
+    pub fn alias_pairs(&self) -> Vec<(u32, u32)> {
+        self.def.alias_pairs(&self.attrs)
     }
 
     /// Creation sequence number within the graph.

@@ -249,6 +249,16 @@ pub struct KernelCall {
     pub weight_invariant: bool,
 }
 
+impl KernelCall {
+    /// FLOP and bytes of one execution of this call ([`OpDef::cost`](popart_ir::OpDef::cost)
+    /// of its op, from its argument infos and attributes).
+    pub fn cost(&self) -> popart_ir::OpCost {
+        let inputs: Vec<(u32, &TensorInfo)> = self.inputs.iter().map(|a| (a.index, &a.info)).collect();
+        let outputs: Vec<(u32, &TensorInfo)> = self.outputs.iter().map(|a| (a.index, &a.info)).collect();
+        self.def.cost(&popart_ir::CostContext { inputs: &inputs, outputs: &outputs, attrs: &self.attrs })
+    }
+}
+
 /// A device program: a tree in the style of Poplar's `program::Program`.
 ///
 /// New device features (remote buffer loads and stores, code loading,

@@ -293,7 +293,7 @@ impl AliasClasses {
         }
         let mut keys = Vec::new();
         for op in g.ops() {
-            for (i, o) in op.def().aliases(&op.attrs) {
+            for (i, o) in op.alias_pairs() {
                 if let (Some(a), Some(b)) = (op.input(i), op.output(o)) {
                     for t in [a, b] {
                         if !parent.contains_key(t) {

@@ -144,9 +144,7 @@ fn propagate(
             .modified_inputs()
             .into_iter()
             .filter(|&i| mop.input(i) == Some(t))
-            .find_map(|i| {
-                mop.def().aliases(&mop.attrs).into_iter().find(|&(a, _)| a == i).and_then(|(_, o)| mop.output(o))
-            })
+            .find_map(|i| mop.alias_pairs().into_iter().find(|&(a, _)| a == i).and_then(|(_, o)| mop.output(o)))
             .unwrap_or(t);
         current.insert(nodes.find(t), out);
     }

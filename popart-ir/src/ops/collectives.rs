@@ -40,8 +40,8 @@
 use super::grad::spec;
 use super::op_types;
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
-    OpFlags, ReplicaGrouping, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    ReplicaGrouping, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -338,14 +338,8 @@ impl OpDef for ReplicatedAllReduceInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_all_reduce(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
 }
 
@@ -364,20 +358,18 @@ impl OpDef for ReplicatedAllReduceScaledAddInplace {
         }
         Ok(vec![w.clone()])
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
 }
 
 impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ReplicatedScaledAddMatMulRhsGradInplace"
+    }
+    /// As `ScaledAddMatMulRhsGradInplace` (the reduction is not counted).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
     }
     fn attributes(&self) -> &'static [AttrSpec] {
         AllReduceUpdateAttrs::SCHEMA
@@ -390,14 +382,8 @@ impl OpDef for ReplicatedScaledAddMatMulRhsGradInplace {
         }
         super::var_update::infer_rhs_grad_update(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![2]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(2, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(2, 0)]
     }
 }
 
@@ -557,7 +543,7 @@ pub(crate) const ALL: &[&dyn OpDef] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Ir, IrError};
+    use crate::{Ir, IrError, OpFlags};
 
     fn ir_with(rf: usize) -> Ir {
         let mut ir = Ir::new();
@@ -640,9 +626,10 @@ mod tests {
     #[test]
     fn flags_and_grad_rules() {
         let attrs = Attributes::new();
-        assert_eq!(ReplicatedAllReduce.flags(&attrs), OpFlags::empty());
-        assert!(ReplicatedAllReduceInplace.flags(&attrs).contains(OpFlags::MODIFIES_INPUTS));
-        assert_eq!(ReplicatedAllReduceInplace.aliases(&attrs), vec![(0, 0)]);
+        let (plain, inplace): (&dyn OpDef, &dyn OpDef) = (&ReplicatedAllReduce, &ReplicatedAllReduceInplace);
+        assert_eq!(plain.flags(&attrs), OpFlags::empty());
+        assert!(inplace.flags(&attrs).contains(OpFlags::MODIFIES_INPUTS));
+        assert_eq!(inplace.alias_pairs(&attrs), vec![(0, 0)]);
         for def in ALL {
             assert!(!def.flags(&attrs).contains(OpFlags::SIDE_EFFECT), "{}", def.op_type());
         }

@@ -2,7 +2,7 @@
 
 use super::{infer_error, op_types};
 use crate::{
-    op_attrs, AttrSpec, Attributes, Graph, GraphId, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, Graph, GraphId, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -224,10 +224,10 @@ impl OpDef for Call {
         check_modified(ctx, 0..inputs.len(), "call")?;
         Ok(g.output_infos())
     }
-    fn flags(&self, attrs: &Attributes) -> OpFlags {
-        modifying_flags(attrs)
+    fn properties(&self, _: &Attributes) -> OpFlags {
+        OpFlags::SUBGRAPH
     }
-    fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
+    fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
         modified_attr(attrs)
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
@@ -254,10 +254,10 @@ impl OpDef for Repeat {
         check_modified(ctx, g.outputs().len()..inputs.len(), "repeat (past its loop-carried inputs)")?;
         Ok(g.output_infos())
     }
-    fn flags(&self, attrs: &Attributes) -> OpFlags {
-        modifying_flags(attrs)
+    fn properties(&self, _: &Attributes) -> OpFlags {
+        OpFlags::SUBGRAPH
     }
-    fn modified_inputs(&self, attrs: &Attributes) -> Vec<u32> {
+    fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
         modified_attr(attrs)
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
@@ -274,19 +274,12 @@ fn check_modified(ctx: &InferContext<'_>, allowed: std::ops::Range<usize>, what:
     }
 }
 
-/// A call or repeat that marks inputs modified also modifies inputs.
-fn modifying_flags(attrs: &Attributes) -> OpFlags {
-    if attrs.ints("modified").is_some_and(|m| !m.is_empty()) {
-        OpFlags::SUBGRAPH | OpFlags::MODIFIES_INPUTS
-    } else {
-        OpFlags::SUBGRAPH
-    }
-}
-
-/// The `modified` attribute as input indices (out-of-range entries, rejected by
-/// `infer`, are skipped).
-fn modified_attr(attrs: &Attributes) -> Vec<u32> {
-    attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).collect()
+/// The `modified` attribute as written inputs (out-of-range entries, rejected by
+/// `infer`, are skipped). The builder sets it from what the called graph
+/// writes: a call's or repeat's in-place behaviour depends on its graph, so it
+/// is recorded on the op where the declaration can read it.
+fn modified_attr(attrs: &Attributes) -> Vec<Alias> {
+    attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).map(Alias::written).collect()
 }
 
 impl OpDef for If {
@@ -316,7 +309,7 @@ impl OpDef for If {
         check_branch_outputs(tg, eg).map_err(infer_error(ctx))?;
         Ok(tg.output_infos())
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {

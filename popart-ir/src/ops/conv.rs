@@ -390,6 +390,10 @@ impl OpDef for Conv {
     fn op_type(&self) -> &'static str {
         "Conv"
     }
+    /// Output elements x the weight's window (input channels per group x kernel size) multiply-adds.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.output_elements(0).saturating_mul(ctx.input_window(1)))
+    }
     fn attributes(&self) -> &'static [AttrSpec] {
         ConvAttrs::SCHEMA
     }
@@ -415,6 +419,10 @@ impl OpDef for ConvDataGrad {
     fn op_type(&self) -> &'static str {
         "ConvDataGrad"
     }
+    /// The forward convolution's multiply-adds: `g`'s elements x the weight's window.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_window(1)))
+    }
     fn attributes(&self) -> &'static [AttrSpec] {
         ConvAttrs::SCHEMA
     }
@@ -428,6 +436,10 @@ impl OpDef for ConvWeightsGrad {
     fn op_type(&self) -> &'static str {
         "ConvWeightsGrad"
     }
+    /// The forward convolution's multiply-adds: `g`'s elements x the weight's window (input 2, the weight).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_window(2)))
+    }
     fn attributes(&self) -> &'static [AttrSpec] {
         ConvAttrs::SCHEMA
     }
@@ -440,6 +452,10 @@ impl OpDef for ConvWeightsGrad {
 impl OpDef for ConvTranspose {
     fn op_type(&self) -> &'static str {
         "ConvTranspose"
+    }
+    /// As `ConvDataGrad`: input elements x the weight's window.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_window(1)))
     }
     fn attributes(&self) -> &'static [AttrSpec] {
         ConvTransposeAttrs::SCHEMA

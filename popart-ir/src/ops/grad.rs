@@ -4,8 +4,8 @@
 use super::unary::Identity;
 use super::{broadcast_shapes, op_types, reduce, to_shape};
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, OpAttrs,
-    OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext,
+    OpAttrs, OpDef, Result, TensorInfo,
 };
 
 /// The forward input `x` of a unary op, as its derivative reads it (the default
@@ -500,6 +500,10 @@ impl OpDef for MatMulLhsGrad {
     fn op_type(&self) -> &'static str {
         "MatMulLhsGrad"
     }
+    /// The forward product's multiply-adds: `g`'s elements x the contracted size (input 1's last dimension).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         matmul_grad_check(ctx)?;
         info_of_input(ctx, 1)
@@ -509,6 +513,10 @@ impl OpDef for MatMulLhsGrad {
 impl OpDef for MatMulRhsGrad {
     fn op_type(&self) -> &'static str {
         "MatMulRhsGrad"
+    }
+    /// As `MatMulLhsGrad`: the forward product's multiply-adds.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         matmul_grad_check(ctx)?;
@@ -630,8 +638,9 @@ impl OpDef for ReshapeGrad {
     fn attributes(&self) -> &'static [AttrSpec] {
         ShapeAttrs::SCHEMA
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::VIEW
+    /// Its output holds the input's bytes in order (a view for lowering).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::copy(0, 0)]
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;

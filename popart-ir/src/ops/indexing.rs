@@ -22,8 +22,8 @@ use super::indexing_grad::{
 use super::shape::Concat;
 use super::{infer_error, normalize_axis, op_types};
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
-    OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    Result, TensorInfo,
 };
 
 op_attrs! {
@@ -670,14 +670,8 @@ impl OpDef for DynamicUpdateInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_dynamic_update(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
 }
 

@@ -49,7 +49,7 @@ impl OpDef for HostLoad {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![stream_info(ctx, StreamDirection::HostToDevice)?.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::SIDE_EFFECT | OpFlags::HOST_IO
     }
 }
@@ -69,7 +69,7 @@ impl OpDef for HostStore {
         }
         Ok(vec![])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::SIDE_EFFECT | OpFlags::HOST_IO
     }
 }

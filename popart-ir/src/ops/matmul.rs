@@ -41,6 +41,10 @@ impl OpDef for MatMul {
     fn op_type(&self) -> &'static str {
         "MatMul"
     }
+    /// Output elements x the contracted size (`a`'s last dimension) multiply-adds.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.output_elements(0).saturating_mul(ctx.input_last_dim(0)))
+    }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (a, b) = (ctx.input(0)?, ctx.input(1)?);
         if a.dtype != b.dtype {
@@ -65,6 +69,10 @@ impl OpDef for MatMul {
 impl OpDef for MatMulAdd {
     fn op_type(&self) -> &'static str {
         "MatMulAdd"
+    }
+    /// As `MatMul` (the bias add is not counted).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.output_elements(0).saturating_mul(ctx.input_last_dim(0)))
     }
     /// `MatMulAdd(a, b, c)`: `MatMul(a, b)`'s info; `c` is `[n]`, `n` the result's last dim.
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {

@@ -5,7 +5,7 @@
 
 use super::op_types;
 use super::var_update::{check_scalar, float_compatible};
-use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `AdamUpdater` (hyper-parameters as attributes or inputs).
@@ -141,12 +141,10 @@ impl OpDef for AdamUpdater {
         let dtype = w.map_or(m.dtype, |w| w.dtype);
         Ok(vec![TensorInfo::new(dtype, m.shape.clone())])
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS
-    }
-    /// The time step (input 3), incremented in place when connected.
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![3]
+    /// The time step (input 3), incremented in place when connected (no
+    /// output is its memory).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::written(3)]
     }
 }
 
@@ -174,14 +172,8 @@ impl OpDef for AdamVarUpdate {
         hyper(ctx, w, 5, "max_weight_norm", a.max_weight_norm)?;
         Ok(vec![w.clone()])
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
 }
 

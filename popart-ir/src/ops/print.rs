@@ -121,7 +121,7 @@ impl OpDef for PrintTensor {
         Ok(vec![ctx.input(0)?.clone()])
     }
     /// Printing is a side effect: an op that prints is never pruned.
-    fn flags(&self, attrs: &Attributes) -> OpFlags {
+    fn properties(&self, attrs: &Attributes) -> OpFlags {
         if PrintTensorAttrs::from_attrs(attrs).is_ok_and(|a| a.print_self) {
             OpFlags::SIDE_EFFECT
         } else {

@@ -103,7 +103,7 @@ impl OpDef for RandomUniform {
         let a = RandomUniformAttrs::infer(ctx)?;
         infer_random(ctx, &a.shape, a.dtype)
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
 }
@@ -119,7 +119,7 @@ impl OpDef for RandomNormal {
         let a = RandomNormalAttrs::infer(ctx)?;
         infer_random(ctx, &a.shape, a.dtype)
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
 }
@@ -141,7 +141,7 @@ impl OpDef for Dropout {
         }
         Ok(vec![x.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
     /// `Dropout(g, seed)` with the same seed and `p`: the same elements are dropped and the
@@ -173,7 +173,7 @@ impl OpDef for ShapedDropout {
         }
         Ok(vec![x.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::RANDOM
     }
     /// `ShapedDropout(g, seed)` with the same seed, shape and ratio: the same mask.

@@ -16,8 +16,8 @@
 
 use super::op_types;
 use crate::{
-    op_attrs, AttrSpec, Attributes, DataType, GradRule, GraphId, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
-    TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, DataType, GradRule, GraphId, InferContext, Op, OpAttrs, OpDef, OpFlags,
+    Result, TensorInfo,
 };
 
 op_attrs! {
@@ -103,7 +103,7 @@ impl OpDef for RemoteLoad {
         }
         Ok(vec![buffer_info(ctx)?.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::HOST_IO
     }
     fn grad(&self, _: &Op) -> GradRule {
@@ -124,14 +124,11 @@ impl OpDef for RemoteLoadInplace {
         check_entry(ctx, t, entry)?;
         Ok(vec![t.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
-        OpFlags::HOST_IO | OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
+    fn properties(&self, _: &Attributes) -> OpFlags {
+        OpFlags::HOST_IO
     }
-    fn modified_inputs(&self, _: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
     fn grad(&self, _: &Op) -> GradRule {
         GradRule::Stop
@@ -150,7 +147,7 @@ impl OpDef for RemoteStore {
         check_entry(ctx, ctx.input(0)?, entry)?;
         Ok(vec![])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::HOST_IO | OpFlags::SIDE_EFFECT
     }
     fn grad(&self, _: &Op) -> GradRule {
@@ -179,7 +176,7 @@ impl OpDef for RemoteCodeLoad {
         }
         Ok(vec![])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
+    fn properties(&self, _: &Attributes) -> OpFlags {
         // SUBGRAPH: it names a graph (kept reachable, printed by name); it does
         // not run it. SIDE_EFFECT: pruning keeps it.
         OpFlags::HOST_IO | OpFlags::SIDE_EFFECT | OpFlags::SUBGRAPH

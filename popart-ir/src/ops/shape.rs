@@ -5,7 +5,7 @@ use super::grad::{simple, spec};
 use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
 use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -131,8 +131,9 @@ impl OpDef for Reshape {
     fn attributes(&self) -> &'static [AttrSpec] {
         ReshapeAttrs::SCHEMA
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::VIEW
+    /// Its output holds the input's bytes in order (a view for lowering).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::copy(0, 0)]
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
@@ -264,8 +265,9 @@ impl OpDef for Squeeze {
     fn attributes(&self) -> &'static [AttrSpec] {
         SqueezeAttrs::SCHEMA
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::VIEW
+    /// Its output holds the input's bytes in order (a view for lowering).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::copy(0, 0)]
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;

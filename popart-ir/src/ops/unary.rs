@@ -3,8 +3,8 @@
 use super::grad::{infer_unary_derivative, pass_through, simple, spec, unary_derivative, UnaryDerivative, UnaryGradOp};
 use super::{op_types, require_float};
 use crate::{
-    op_attrs, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, IpuRoute, Op,
-    OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext,
+    IpuRoute, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -123,11 +123,11 @@ op_types!(
 );
 
 /// The table of unary ops sharing the "same type and shape" rule, one line each:
-/// `/// doc` then `Type => "OpType", float_only = bool, grad = GradRule expr[, flags = OpFlags];`.
+/// `/// doc` then `Type => "OpType", float_only = bool, grad = GradRule expr[, aliases = [Alias...]];`.
 /// `float_only` restricts to float inputs. Declares each zero-sized type, its
 /// [`OpDef`] and the list [`TABLE`] that registers them.
 macro_rules! same_info_unary {
-    ($($(#[$doc:meta])* $ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr $(, flags = $flags:expr)?;)*) => {
+    ($($(#[$doc:meta])* $ty:ident => $name:literal, float_only = $float:literal, grad = $grad:expr $(, aliases = $aliases:expr)?;)*) => {
         $(
             $(#[$doc])*
             #[derive(Debug, Clone, Copy, Default)]
@@ -143,9 +143,9 @@ macro_rules! same_info_unary {
                 fn grad(&self, _op: &Op) -> GradRule {
                     $grad
                 }
-                fn flags(&self, _attrs: &Attributes) -> OpFlags {
-                    OpFlags::empty() $(| $flags)?
-                }
+                $(fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+                    $aliases.to_vec()
+                })?
             }
         )*
 
@@ -256,9 +256,9 @@ same_info_unary! {
     /// round up
     Ceil => "Ceil", float_only = false, grad = GradRule::Zero;
     /// copy (PopXL `identity`, used to rename)
-    Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]), flags = OpFlags::VIEW;
+    Identity => "Identity", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]), aliases = [Alias::copy(0, 0)];
     /// identity that stops gradients
-    Detach => "Detach", float_only = false, grad = GradRule::Stop, flags = OpFlags::VIEW;
+    Detach => "Detach", float_only = false, grad = GradRule::Stop, aliases = [Alias::copy(0, 0)];
     /// copy between compute and IO tiles (PopXL `io_tile_copy`; the op's
     /// placement names the destination tile set)
     IoTileCopy => "IoTileCopy", float_only = false, grad = GradRule::Ops(vec![pass_through(0)]);
@@ -282,9 +282,6 @@ impl OpDef for Cast {
         }
         Ok(vec![TensorInfo::new(to, x.shape.clone())])
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::empty()
-    }
     /// The gradient passes through; autodiff casts it back to the input's dtype.
     /// Integer inputs get none (integer paths carry no gradient).
     fn grad(&self, _op: &Op) -> GradRule {
@@ -307,11 +304,7 @@ macro_rules! inplace_unary {
                 fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                     $fwd.infer(ctx)
                 }
-                fn flags(&self, _attrs: &Attributes) -> OpFlags {
-                    OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-                }
-                fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> { vec![0] }
-                fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> { vec![(0, 0)] }
+                fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> { vec![Alias::modified(0, 0)] }
             }
         )*
         /// Every in-place unary op of the table above.
@@ -339,12 +332,9 @@ impl OpDef for DetachInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![ctx.input(0)?.clone()])
     }
-    /// Aliases its input without writing it: no `MODIFIES_INPUTS`.
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::INPLACE
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    /// Aliases its input byte for byte without writing it.
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::identical(0, 0)]
     }
     fn grad(&self, _op: &Op) -> GradRule {
         GradRule::Stop
@@ -459,14 +449,8 @@ impl OpDef for IncrementModInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         infer_increment_mod(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
 }
 

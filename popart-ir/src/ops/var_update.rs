@@ -7,7 +7,7 @@
 //! computed in float32.
 
 use super::{broadcast_shapes, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, DataType, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Accumulate`.
@@ -204,11 +204,7 @@ macro_rules! update {
                 let infer: fn(&InferContext<'_>) -> Result<Vec<TensorInfo>> = $infer;
                 infer(ctx)
             }
-            fn flags(&self, _attrs: &Attributes) -> OpFlags {
-                OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-            }
-            fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> { vec![0] }
-            fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> { vec![(0, 0)] }
+            fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> { vec![Alias::modified(0, 0)] }
         }
     )*};
 }
@@ -315,6 +311,10 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
     fn op_type(&self) -> &'static str {
         "ScaledAddMatMulRhsGradInplace"
     }
+    /// The weight gradient's multiply-adds: `g`'s elements x `x`'s last dimension.
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        ctx.matrix(ctx.input_elements(0).saturating_mul(ctx.input_last_dim(1)))
+    }
     fn attributes(&self) -> &'static [AttrSpec] {
         ScaledAddMatMulAttrs::SCHEMA
     }
@@ -322,14 +322,8 @@ impl OpDef for ScaledAddMatMulRhsGradInplace {
         ScaledAddMatMulAttrs::infer(ctx)?;
         infer_rhs_grad_update(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![2]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(2, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(2, 0)]
     }
 }
 

@@ -22,7 +22,7 @@
 use super::op_types;
 use super::shape::{slice_dims, Concat, Reshape, Slice, Transpose};
 use crate::{
-    op_attrs, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -66,11 +66,8 @@ impl OpDef for ReshapeInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Reshape.infer(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::VIEW | OpFlags::INPLACE
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::identical(0, 0)]
     }
 }
 
@@ -84,11 +81,8 @@ impl OpDef for TransposeInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Transpose.infer(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::INPLACE
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::region(0, 0)]
     }
 }
 
@@ -102,11 +96,8 @@ impl OpDef for SliceInplace {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Slice.infer(ctx)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::INPLACE
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::region(0, 0)]
     }
 }
 
@@ -125,14 +116,11 @@ impl OpDef for ConcatInplace {
         }
         Ok(out)
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::INPLACE
-    }
     /// Every input aliases its region of the output (attribute `num_inputs`,
     /// checked against the connected inputs by inference).
-    fn aliases(&self, attrs: &Attributes) -> Vec<(u32, u32)> {
+    fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
         let n = attrs.int("num_inputs").and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-        (0..n).map(|i| (i, 0)).collect()
+        (0..n).map(|i| Alias::region(i, 0)).collect()
     }
     /// As `Concat` (PopXL: `concat_` ✓).
     fn grad(&self, op: &Op) -> GradRule {
@@ -158,14 +146,8 @@ impl OpDef for SliceUpdateInplace {
         }
         Ok(vec![base.clone()])
     }
-    fn flags(&self, _attrs: &Attributes) -> OpFlags {
-        OpFlags::MODIFIES_INPUTS | OpFlags::INPLACE
-    }
-    fn modified_inputs(&self, _attrs: &Attributes) -> Vec<u32> {
-        vec![0]
-    }
-    fn aliases(&self, _attrs: &Attributes) -> Vec<(u32, u32)> {
-        vec![(0, 0)]
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0)]
     }
 }
 

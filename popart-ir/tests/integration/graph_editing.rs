@@ -4,8 +4,8 @@ use crate::common;
 
 use common::{assert_real_cycle, f32i, op1};
 use popart_ir::{
-    lookup_op, register_op, AttrValue, Attributes, DataType, HostTensor, InferContext, Ir, IrError, OpDef, OpFlags,
-    Port, Result, StreamDirection, TensorInfo, TensorKind,
+    lookup_op, register_op, Alias, AttrValue, Attributes, DataType, HostTensor, InferContext, Ir, IrError, OpDef,
+    OpFlags, Port, Result, StreamDirection, TensorInfo, TensorKind,
 };
 
 #[test]
@@ -544,8 +544,8 @@ impl OpDef for Duplicate {
         }
         Ok(vec![x.clone(), x.clone()])
     }
-    fn flags(&self, _: &Attributes) -> OpFlags {
-        OpFlags::VIEW
+    fn aliases(&self, _: &Attributes) -> Vec<Alias> {
+        vec![Alias::copy(0, 0)]
     }
 }
 

@@ -4,6 +4,8 @@ mod common;
 mod fuzz_text;
 mod gradient_ops;
 mod graph_editing;
+mod op_aliases;
+mod op_costs;
 mod schedule;
 mod text_form;
 mod verifier;

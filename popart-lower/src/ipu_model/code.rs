@@ -14,7 +14,8 @@
 //!   memory buffer it writes or reads;
 //! - each vertex type (op type) adds its codelet once on every tile where one
 //!   of its instances runs ([`IpuModelConfig::matmul_codelet_bytes`] for
-//!   matmuls and convolutions, [`IpuModelConfig::codelet_bytes`] otherwise).
+//!   op types whose cost runs on the matrix engine, matmuls and convolutions
+//!   ([`popart_ir::OpDef::cost`]), [`IpuModelConfig::codelet_bytes`] otherwise).
 //!
 //! Blocks: one per function (what a code load brings in and liveness frees),
 //! `main` (the engine programs: main, init and the weight programs; always
@@ -27,29 +28,11 @@
 
 use std::collections::HashMap;
 
-use popart_ir::ops::all::{
-    Conv, ConvDataGrad, ConvTranspose, ConvWeightsGrad, MatMul, MatMulAdd, MatMulLhsGrad, MatMulRhsGrad,
-    ReplicatedScaledAddMatMulRhsGradInplace, ScaledAddMatMulRhsGradInplace,
-};
-use popart_ir::{OpDef, OpDefId, SizeError};
+use popart_ir::{CostEngine, OpDefId, SizeError};
 
 use super::tiles::{TileLoad, TileSpan};
 use super::IpuModelConfig;
 use crate::executable::{BufferId, Executable, FunctionId, KernelCall, Program};
-
-/// True for the op types the AMP units run (matmuls and convolutions).
-pub(crate) fn is_amp(def: &dyn OpDef) -> bool {
-    def.is::<MatMul>()
-        || def.is::<MatMulAdd>()
-        || def.is::<MatMulLhsGrad>()
-        || def.is::<MatMulRhsGrad>()
-        || def.is::<ScaledAddMatMulRhsGradInplace>()
-        || def.is::<ReplicatedScaledAddMatMulRhsGradInplace>()
-        || def.is::<Conv>()
-        || def.is::<ConvDataGrad>()
-        || def.is::<ConvWeightsGrad>()
-        || def.is::<ConvTranspose>()
-}
 
 /// The buffer a kernel writes (its largest output, else its largest input):
 /// where it runs.
@@ -106,7 +89,7 @@ impl Estimate<'_> {
                 let Some(b) = owner(k) else { return };
                 self.on_buffer(load, b, c.vertex_bytes_per_tile);
                 let span = self.span_of(b);
-                let amp = is_amp(k.def);
+                let amp = k.cost().engine == CostEngine::Matrix;
                 let all = n as usize * self.ipus as usize;
                 let (tiles, _) = self.codelets.entry(k.def.id()).or_insert_with(|| (vec![false; all], amp));
                 let (start, count) = (span.start as usize, span.tiles(n) as usize);

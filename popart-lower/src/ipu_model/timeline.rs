@@ -5,11 +5,12 @@
 //! - A kernel runs on the tiles of the buffer it writes (see
 //!   [`super::tiles`]), `t` tiles: `sync_cycles` + on-chip exchange of its input
 //!   bytes at `exchange_bytes_per_cycle` per tile over `t` tiles + its vertex
-//!   cycles. Matmuls and convolutions (AMP) do `2 x MACs` FLOP at
-//!   `matmul_flops_per_cycle_*` per tile (MACs: output elements x the contracted
-//!   size; gradients: the forward product's); every other kernel does one FLOP
-//!   per element of its largest argument at `vector_flops_per_cycle_*`, and at
-//!   least its argument bytes at `load_store_bytes_per_cycle` per tile.
+//!   cycles. FLOP, bytes and engine are the op's [`popart_ir::OpDef::cost`]:
+//!   matrix-engine FLOP (matmuls and convolutions: `2 x MACs`, MACs output
+//!   elements x the contracted size, gradients the forward product's) run at
+//!   `matmul_flops_per_cycle_*` per tile; vector FLOP (by default one per
+//!   element of the largest argument) at `vector_flops_per_cycle_*`, and at
+//!   least the argument bytes at `load_store_bytes_per_cycle` per tile.
 //! - An on-chip copy: `sync_cycles` + bytes at `exchange_bytes_per_cycle` over
 //!   the destination's tiles.
 //! - An off-chip transfer (remote load/store: streaming memory bandwidth; host
@@ -34,10 +35,11 @@ use std::fmt;
 
 use popart_ir::TileSet;
 
-use super::code::{is_amp, owner};
+use super::code::owner;
 use super::tiles::TileSpan;
 use super::IpuModelConfig;
 use crate::executable::{BufferId, Executable, FunctionId, KernelCall, Program};
+use popart_ir::{CostEngine, OpCost};
 
 /// What a timeline step does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,6 +93,9 @@ pub struct TimelineRow {
     pub repeats: u64,
     /// FLOP of one execution (kernels).
     pub flops: u64,
+    /// The engine doing a kernel's arithmetic ([`popart_ir::OpCost::engine`];
+    /// `None` for copies and transfers).
+    pub engine: Option<CostEngine>,
     /// Bytes read and written (kernels), copied or transferred.
     pub bytes: u64,
     /// Cycles on compute tiles (vertices, on-chip exchange, sync).
@@ -128,6 +133,8 @@ pub struct TimelineTotals {
     pub exchange_bytes: u64,
     /// FLOP.
     pub flops: u64,
+    /// FLOP on the matrix engine (matmuls and convolutions): a model FLOP count.
+    pub matrix_flops: u64,
     /// `total_cycles` at the clock, in seconds.
     pub seconds: f64,
 }
@@ -165,31 +172,6 @@ struct Walker<'a> {
 
 fn ceil_div(a: u64, b: u64) -> u64 {
     a.div_ceil(b.max(1))
-}
-
-/// Multiply-adds of a matmul or convolution kernel.
-fn macs(k: &KernelCall) -> u64 {
-    let arg = |v: &[crate::Arg], i: u32| v.iter().find(|a| a.index == i).map(|a| a.info.clone());
-    let elems = |i: &Option<popart_ir::TensorInfo>| i.as_ref().map_or(0, |i| i.nelms() as u64);
-    let last = |i: &Option<popart_ir::TensorInfo>| i.as_ref().and_then(|i| i.shape.last().copied()).unwrap_or(1) as u64;
-    let window = |i: &Option<popart_ir::TensorInfo>| {
-        i.as_ref().map_or(1, |i| i.shape.iter().skip(1).fold(1u64, |a, &d| a.saturating_mul(d as u64)))
-    };
-    use popart_ir::ops::all::{Conv, ConvDataGrad, ConvTranspose, ConvWeightsGrad, MatMul, MatMulAdd};
-    let (ins, outs, d) = (&k.inputs, &k.outputs, k.def);
-    if d.is::<MatMul>() || d.is::<MatMulAdd>() {
-        elems(&arg(outs, 0)).saturating_mul(last(&arg(ins, 0)))
-    } else if d.is::<Conv>() {
-        elems(&arg(outs, 0)).saturating_mul(window(&arg(ins, 1)))
-    } else if d.is::<ConvDataGrad>() || d.is::<ConvTranspose>() {
-        elems(&arg(ins, 0)).saturating_mul(window(&arg(ins, 1)))
-    } else if d.is::<ConvWeightsGrad>() {
-        elems(&arg(ins, 0)).saturating_mul(window(&arg(ins, 2)))
-    } else {
-        // Matmul gradients (g, a, b) and the fused weight update (g, x, w):
-        // the forward product's `g elements x k`.
-        elems(&arg(ins, 0)).saturating_mul(last(&arg(ins, 1)))
-    }
 }
 
 impl Walker<'_> {
@@ -236,18 +218,15 @@ impl Walker<'_> {
         let c = self.config;
         let tiles = owner(k).map_or(1, |b| self.tiles_of(b));
         let dtype = k.inputs.first().or(k.outputs.first()).map(|a| a.info.dtype);
-        let arg_bytes = |v: &[crate::Arg]| v.iter().fold(0u64, |acc, a| acc.saturating_add(a.info.nbytes() as u64));
-        let (in_bytes, out_bytes) = (arg_bytes(&k.inputs), arg_bytes(&k.outputs));
-        let bytes = in_bytes.saturating_add(out_bytes);
-        let (flops, vertex) = if is_amp(k.def) {
-            let flops = macs(k).saturating_mul(2);
+        let in_bytes = k.inputs.iter().fold(0u64, |acc, a| acc.saturating_add(a.info.nbytes() as u64));
+        let OpCost { flops, bytes, engine } = k.cost();
+        let vertex = if engine == CostEngine::Matrix {
             let rate = dtype.map_or(c.matmul_flops_per_cycle_fp32, |d| c.matmul_rate(d));
-            (flops, ceil_div(flops, rate.saturating_mul(tiles)))
+            ceil_div(flops, rate.saturating_mul(tiles))
         } else {
-            let flops = k.inputs.iter().chain(&k.outputs).map(|a| a.info.nelms() as u64).max().unwrap_or(0);
             let rate = dtype.map_or(c.vector_flops_per_cycle_fp32, |d| c.vector_rate(d));
             let alu = ceil_div(flops, rate.saturating_mul(tiles));
-            (flops, alu.max(ceil_div(bytes, c.load_store_bytes_per_cycle.saturating_mul(tiles))))
+            alu.max(ceil_div(bytes, c.load_store_bytes_per_cycle.saturating_mul(tiles)))
         };
         let exchange = ceil_div(in_bytes, c.exchange_bytes_per_cycle.saturating_mul(tiles));
         let compute_cycles = c.sync_cycles.saturating_add(exchange).saturating_add(vertex);
@@ -261,6 +240,7 @@ impl Walker<'_> {
             tiles: TileSet::Compute,
             repeats,
             flops,
+            engine: Some(engine),
             bytes,
             compute_cycles,
             exchange_cycles: 0,
@@ -281,6 +261,7 @@ impl Walker<'_> {
             tiles: TileSet::Compute,
             repeats,
             flops: 0,
+            engine: None,
             bytes,
             compute_cycles: cycles,
             exchange_cycles: 0,
@@ -339,6 +320,7 @@ impl Walker<'_> {
             tiles,
             repeats,
             flops: 0,
+            engine: None,
             bytes,
             compute_cycles: 0,
             exchange_cycles,
@@ -448,6 +430,9 @@ pub(crate) fn timeline(
         t.exchange_cycles = t.exchange_cycles.saturating_add(times(r.exchange_cycles));
         t.hidden_cycles = t.hidden_cycles.saturating_add(times(r.hidden_cycles));
         t.flops = t.flops.saturating_add(times(r.flops));
+        if r.engine == Some(CostEngine::Matrix) {
+            t.matrix_flops = t.matrix_flops.saturating_add(times(r.flops));
+        }
         if r.kind.is_exchange() {
             t.exchange_bytes = t.exchange_bytes.saturating_add(times(r.bytes));
         }

@@ -224,7 +224,7 @@ impl Emitter<'_, '_> {
         };
         let inputs: Vec<Arg> = op.inputs().iter().map(arg).collect::<Result<_, _>>()?;
         let outputs: Vec<Arg> = op.outputs().iter().map(arg).collect::<Result<_, _>>()?;
-        let aliases = op.def().aliases(&op.attrs);
+        let aliases = op.alias_pairs();
         for (n, o) in outputs.iter().enumerate() {
             let declared = |b: BufferId| {
                 aliases.iter().any(|&(i, j)| j == o.index && inputs.iter().any(|a| a.index == i && a.buffer == b))

@@ -36,7 +36,7 @@ impl Lowerer<'_> {
             let graph = self.graphs[g].graph;
             for n in 0..self.graphs[g].sched.len() {
                 let op = graph.op(self.graphs[g].sched[n])?;
-                for (i, j) in op.def().aliases(&op.attrs) {
+                for (i, j) in op.alias_pairs() {
                     if let (Some(a), Some(b)) = (op.input(i), op.output(j)) {
                         let (ka, kb) = (self.key(g, a)?, self.key(g, b)?);
                         self.classes.union(ka, kb);

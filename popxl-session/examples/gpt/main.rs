@@ -383,13 +383,13 @@ fn baseline_ms(script: &std::path::Path, data: &std::path::Path, s: &Shape) -> R
     num.parse().map_err(|e| format!("step_median_ms `{num}`: {e}"))
 }
 
-/// Kernel time per step by op type, largest first.
-/// Matmul FLOPs of one training step (`gpt_common.model_flops_per_step`).
-fn flops_per_step(s: &Shape) -> f64 {
-    let (d, t, b, l, v) = (s.width as f64, s.seq as f64, s.batch as f64, s.layers as f64, s.vocab as f64);
-    let per_token = l * (2.0 * d * 3.0 * d + 2.0 * d * d + 2.0 * d * 4.0 * d * 2.0) + 2.0 * d * v;
-    let attn = l * 2.0 * 2.0 * t * t * d;
-    3.0 * (b * t * per_token + b * attn)
+/// Matmul FLOPs of one training step (the baselines' `gpt_common.model_flops_per_step`):
+/// the matrix-engine FLOP of one run of the lowered training program, each
+/// kernel's [`popart_ir::OpDef::cost`] summed by the IPU model's timeline
+/// (repeats counted), times the replicas (each runs `batch / replicas`).
+fn flops_per_step(session: &Session, replicas: usize) -> AppResult<f64> {
+    let per_replica = session.ipu_model_report()?.timeline.totals.matrix_flops;
+    Ok(per_replica as f64 * replicas as f64)
 }
 
 fn main() -> AppResult<()> {
@@ -537,7 +537,8 @@ fn main() -> AppResult<()> {
         let mut ms: Vec<f64> = step_times[1..].iter().map(|d| d.as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
         let med = ms[ms.len() / 2];
-        let gflops = flops_per_step(&s) / (med / 1e3) / 1e9;
+        let flops = flops_per_step(&session, cfg.replicas)?;
+        let gflops = flops / (med / 1e3) / 1e9;
         let threads = popxl_session::cpu::team::num_threads();
         let (peak, isa) = popxl_session::cpu::peak::fma_peak_gflops(threads);
         println!(

@@ -572,7 +572,7 @@ impl Tensor {
             }
             let through = op.is::<ir_ops::ReplicatedAllReduce>()
                 || op.is::<ir_ops::ReplicatedAllReduceInplace>()
-                || op.def().aliases(&op.attrs).contains(&(0, port.index));
+                || op.alias_pairs().contains(&(0, port.index));
             match op.input(0) {
                 Some(x) if through && g.tensor(x)?.info == tensor.info => t = x,
                 _ => return Ok(None),

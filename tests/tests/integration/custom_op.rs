@@ -14,11 +14,12 @@ fn custom_op_example_checks_out() {
 
 /// Custom ops whose declarations do not fit their shapes: `hostile.Grow*`
 /// doubles its input (`[n] -> [2n]`) while declaring the output a view of the
-/// input (`OpFlags::VIEW`) or an alias of it (`OpDef::aliases`). Its kernel
+/// input (`Alias::copy`: `OpFlags::VIEW`), an alias of it (`Alias::region`) or
+/// both (`Alias::identical`). Its kernel
 /// trusts the declared shapes (reads `n`, writes `2n` through the pointers it is
 /// given), so any buffer smaller than a declared shape would be overrun.
 mod hostile {
-    use popart_ir::{InferContext, OpDef, OpFlags, Result as IrResult, TensorInfo};
+    use popart_ir::{Alias, InferContext, OpDef, Result as IrResult, TensorInfo};
     use popxl_session::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 
     /// Variant `K`: 0 a view, 1 an alias, 2 both, 3 an alias naming ports that
@@ -38,11 +39,14 @@ mod hostile {
             let x = ctx.input(0)?;
             Ok(vec![TensorInfo::new(x.dtype, [x.nelms() * 2])])
         }
-        fn flags(&self, _: &popart_ir::Attributes) -> OpFlags {
-            [OpFlags::VIEW, OpFlags::INPLACE, OpFlags::VIEW | OpFlags::INPLACE, OpFlags::INPLACE][K as usize]
-        }
-        fn aliases(&self, _: &popart_ir::Attributes) -> Vec<(u32, u32)> {
-            [vec![], vec![(0, 0)], vec![(0, 0)], vec![(3, 5)]][K as usize].clone()
+        fn aliases(&self, _: &popart_ir::Attributes) -> Vec<Alias> {
+            [
+                vec![Alias::copy(0, 0)],
+                vec![Alias::region(0, 0)],
+                vec![Alias::identical(0, 0)],
+                vec![Alias::region(3, 5)],
+            ][K as usize]
+                .clone()
         }
     }
 

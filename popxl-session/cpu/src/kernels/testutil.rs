@@ -90,7 +90,7 @@ pub(crate) fn try_run_with_outputs(
         weight_invariant: false,
     };
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{e}"));
-    let aliases = lookup_op(op_type).map(|d| d.aliases(attrs)).unwrap_or_default();
+    let aliases = lookup_op(op_type).map(|d| d.alias_pairs(attrs)).unwrap_or_default();
     let mut in_bufs: Vec<Vec<[u64; 8]>> = inputs
         .iter()
         .map(|(_, t)| {

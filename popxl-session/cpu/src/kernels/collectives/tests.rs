@@ -72,7 +72,7 @@ pub(super) fn run_spec(
         )
     };
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{e}"));
-    let aliases = def.aliases(attrs);
+    let aliases = def.alias_pairs(attrs);
     let mut in_bufs: Vec<Vec<Vec<[u64; 8]>>> =
         inputs.iter().map(|ins| ins.iter().map(|t| buffer(Some(t), t.bytes.len())).collect()).collect();
     let mut out_bufs: Vec<Vec<Vec<[u64; 8]>>> = (0..rf)
