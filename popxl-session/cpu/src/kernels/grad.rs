@@ -303,7 +303,11 @@ fn build_sum(spec: &KernelSpec<'_>) -> BuildResult {
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
-    use popart_ir::{AttrValue, Attributes, DataType, HostTensor};
+    use popart_ir::ops::all::{
+        BinaryDerivative, BinaryGradAttrs, InitAttrs, ReduceGradAttrs, ReduceKind, WhereGradAttrs,
+    };
+    use popart_ir::ops::reduce::ReduceAttrs;
+    use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
     fn f64s(shape: &[usize], v: &[f64]) -> HostTensor {
         t(DataType::Float64, shape, v)
@@ -371,14 +375,15 @@ mod tests {
         let b = rng.vec(3, 0.5, 2.0);
         let w = rng.vec(6, -1.0, 1.0);
         let none = Attributes::new();
+        use BinaryDerivative as D;
         let cases = [
-            ("Div", "div_rhs", 1),
-            ("Pow", "pow_lhs", 0),
-            ("Pow", "pow_rhs", 1),
-            ("Maximum", "max_lhs", 0),
-            ("Maximum", "max_rhs", 1),
-            ("Minimum", "min_lhs", 0),
-            ("Minimum", "min_rhs", 1),
+            ("Div", D::DivRhs, 1),
+            ("Pow", D::PowLhs, 0),
+            ("Pow", D::PowRhs, 1),
+            ("Maximum", D::MaxLhs, 0),
+            ("Maximum", D::MaxRhs, 1),
+            ("Minimum", D::MinLhs, 0),
+            ("Minimum", D::MinRhs, 1),
         ];
         for (op, func, wrt) in cases {
             // The gradient at the broadcast shape: differentiate w.r.t. a broadcast copy of the operand.
@@ -393,10 +398,10 @@ mod tests {
                 fwd(op, &none, &ins).iter().zip(&w).map(|(p, q)| p * q).sum()
             });
             let y = fwd(op, &none, &[(0, f64s(&sa, &a)), (1, f64s(&sb, &b))]);
-            let attrs = Attributes::new().with("derivative", AttrValue::Str(func.into()));
+            let attrs = BinaryGradAttrs { derivative: func }.to_attrs();
             let mut ins = vec![(0, f64s(&so, &w)), (1, f64s(&sa, &a)), (2, f64s(&sb, &b))];
             // Only the derivatives that read the forward output take it (inference refuses unread inputs).
-            if !matches!(func, "div_rhs" | "pow_lhs") {
+            if !matches!(func, D::DivRhs | D::PowLhs) {
                 ins.push((3, f64s(&so, &y)));
             }
             let got = run_op("BinaryGrad", attrs, &ins)[0].to_f64_vec();
@@ -408,7 +413,7 @@ mod tests {
     fn where_grad_routes_the_gradient() {
         let g = f64s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         let c = t(DataType::Bool, &[2], &[1.0, 0.0]);
-        let arg = |a| Attributes::new().with("arg", AttrValue::Int(a));
+        let arg = |arg| WhereGradAttrs { arg }.to_attrs();
         assert_eq!(
             run_op("WhereGrad", arg(0), &[(0, g.clone()), (1, c.clone())])[0].to_f64_vec(),
             vec![1.0, 0.0, 3.0, 0.0]
@@ -422,22 +427,25 @@ mod tests {
         let mut rng = Rng::new(3);
         let shape = [2usize, 3, 4];
         let x = rng.vec(24, -1.0, 1.0);
-        for (op, func) in [("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min")] {
-            for (axes, keep) in [(vec![1i64], false), (vec![0, 2], true), (vec![], false)] {
-                let fa = Attributes::new()
-                    .with("axes", AttrValue::Ints(axes.clone()))
-                    .with("keepdims", AttrValue::Bool(keep));
+        use ReduceKind as K;
+        for (op, func) in [("ReduceSum", K::Sum), ("ReduceMean", K::Mean), ("ReduceMax", K::Max), ("ReduceMin", K::Min)]
+        {
+            for (axes, keepdims) in [(vec![1i64], false), (vec![0, 2], true), (vec![], false)] {
+                let fa = ReduceAttrs { axes: axes.clone(), keepdims }.to_attrs();
                 let y = run_op(op, fa.clone(), &[(0, f64s(&shape, &x))]).remove(0);
                 let w = rng.vec(y.info.nelms(), -1.0, 1.0);
                 let want = numeric_grad(&x, 1e-6, |x| {
                     fwd(op, &fa, &[(0, f64s(&shape, x))]).iter().zip(&w).map(|(p, q)| p * q).sum()
                 });
-                let ga = fa
-                    .clone()
-                    .with("reduction", AttrValue::Str(func.into()))
-                    .with("shape", AttrValue::Ints(shape.iter().map(|&d| d as i64).collect()));
+                let ga = ReduceGradAttrs {
+                    reduction: func,
+                    axes,
+                    keepdims,
+                    shape: shape.iter().map(|&d| d as i64).collect(),
+                }
+                .to_attrs();
                 let mut ins = vec![(0, f64s(&y.info.shape, &w))];
-                if matches!(func, "max" | "min") {
+                if matches!(func, K::Max | K::Min) {
                     ins.push((1, f64s(&shape, &x)));
                     ins.push((2, y.clone()));
                 }
@@ -459,9 +467,7 @@ mod tests {
         let big: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let out = run_op("Sum", Attributes::new(), &[(0, f64s(&[n], &big)), (1, f64s(&[n], &big))]);
         assert!(out[0].to_f64_vec().iter().enumerate().all(|(i, &v)| v == 2.0 * i as f64));
-        let init = Attributes::new()
-            .with("shape", AttrValue::Ints(vec![2, 2]))
-            .with("dtype", AttrValue::DType(DataType::Int32));
+        let init = InitAttrs { shape: vec![2, 2], dtype: DataType::Int32 }.to_attrs();
         let z = run_op("Init", init, &[]);
         assert_eq!(z[0].info, popart_ir::TensorInfo::new(DataType::Int32, [2, 2]));
         assert_eq!(z[0].to_f64_vec(), vec![0.0; 4]);
