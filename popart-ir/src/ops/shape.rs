@@ -210,52 +210,63 @@ impl OpDef for Concat {
         ConcatAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let ins = ctx.inputs();
-        let Some((_, first)) = ins.first() else {
-            return Err(ctx.error("concat needs at least one input"));
-        };
-        if ins.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
-            return Err(ctx.error("concat inputs must be at indices 0..n"));
-        }
-        let axis = normalize_axis(ConcatAttrs::infer(ctx)?.axis, first.rank()).map_err(infer_error(ctx))?;
-        let mut shape = first.shape.clone();
-        shape[axis] = 0;
-        for (i, t) in ins {
-            let same_other_dims = t.rank() == first.rank()
-                && t.shape.iter().zip(&first.shape).enumerate().all(|(d, (a, b))| d == axis || a == b);
-            if t.dtype != first.dtype {
-                let types: Vec<String> = ins.iter().map(|(_, t)| t.dtype.to_string()).collect();
-                return Err(ctx.error(format!(
-                    "All inputs to a concat operation must have the same type: [{}] (input {i} is {}, input 0 {})",
-                    types.join(", "),
-                    t.dtype,
-                    first.dtype
-                )));
-            }
-            if !same_other_dims {
-                return Err(ctx.error(format!("input {i} ({t}) does not match input 0 ({first}) off axis {axis}")));
-            }
-            shape[axis] = shape[axis]
-                .checked_add(t.shape[axis])
-                .ok_or_else(|| ctx.error(format!("the concatenated size along axis {axis} overflows")))?;
-        }
-        Ok(vec![TensorInfo::new(first.dtype, shape)])
+        concat_infer(ctx, ConcatAttrs::infer(ctx)?.axis)
     }
     /// `ConcatGrad{axis, index, shape0, .., shape<n-1>}(g)` for each input
     /// `index`: the inputs' shapes are attributes.
     fn grad(&self, op: &Op) -> GradRule {
-        let n = op.inputs().len() as u32;
         let Ok(ConcatAttrs { axis }) = ConcatAttrs::of(op) else { return GradRule::None };
-        let specs = (0..n)
-            .map(|i| {
-                let attrs = super::grad::ConcatGradAttrs { axis, index: i64::from(i), shapes: Vec::new() }.to_attrs();
-                (0..n).fold(spec(&ConcatGrad, attrs, &[(0, G)], &[(0, i)]), |s, k| {
-                    s.with_shape_attr(format!("shape{k}"), GradSource::FwdInput(k))
-                })
-            })
-            .collect();
-        GradRule::Ops(specs)
+        concat_grad(op, axis)
     }
+}
+
+/// The output of a concatenation of the connected inputs along `axis`
+/// (`Concat` and `ConcatInplace`).
+pub(crate) fn concat_infer(ctx: &InferContext<'_>, axis: i64) -> Result<Vec<TensorInfo>> {
+    let ins = ctx.inputs();
+    let Some((_, first)) = ins.first() else {
+        return Err(ctx.error("concat needs at least one input"));
+    };
+    if ins.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+        return Err(ctx.error("concat inputs must be at indices 0..n"));
+    }
+    let axis = normalize_axis(axis, first.rank()).map_err(infer_error(ctx))?;
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for (i, t) in ins {
+        let same_other_dims = t.rank() == first.rank()
+            && t.shape.iter().zip(&first.shape).enumerate().all(|(d, (a, b))| d == axis || a == b);
+        if t.dtype != first.dtype {
+            let types: Vec<String> = ins.iter().map(|(_, t)| t.dtype.to_string()).collect();
+            return Err(ctx.error(format!(
+                "All inputs to a concat operation must have the same type: [{}] (input {i} is {}, input 0 {})",
+                types.join(", "),
+                t.dtype,
+                first.dtype
+            )));
+        }
+        if !same_other_dims {
+            return Err(ctx.error(format!("input {i} ({t}) does not match input 0 ({first}) off axis {axis}")));
+        }
+        shape[axis] = shape[axis]
+            .checked_add(t.shape[axis])
+            .ok_or_else(|| ctx.error(format!("the concatenated size along axis {axis} overflows")))?;
+    }
+    Ok(vec![TensorInfo::new(first.dtype, shape)])
+}
+
+/// The gradient rule of a concatenation along `axis` (`Concat`, `ConcatInplace`).
+pub(crate) fn concat_grad(op: &Op, axis: i64) -> GradRule {
+    let n = op.inputs().len() as u32;
+    let specs = (0..n)
+        .map(|i| {
+            let attrs = super::grad::ConcatGradAttrs { axis, index: i64::from(i), shapes: Vec::new() }.to_attrs();
+            (0..n).fold(spec(&ConcatGrad, attrs, &[(0, G)], &[(0, i)]), |s, k| {
+                s.with_shape_attr(format!("shape{k}"), GradSource::FwdInput(k))
+            })
+        })
+        .collect();
+    GradRule::Ops(specs)
 }
 
 impl OpDef for Squeeze {

@@ -20,7 +20,7 @@
 //! `ConcatInplace`, differentiated as `Concat`.
 
 use super::op_types;
-use super::shape::{slice_dims, Concat, Reshape, Slice, Transpose};
+use super::shape::{slice_dims, Reshape, Slice, Transpose};
 use crate::{
     op_attrs, Alias, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
@@ -109,8 +109,9 @@ impl OpDef for ConcatInplace {
         ConcatInplaceAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let out = Concat.infer(ctx)?;
-        let n = ctx.int("num_inputs")?;
+        let a = ConcatInplaceAttrs::infer(ctx)?;
+        let out = super::shape::concat_infer(ctx, a.axis)?;
+        let n = a.num_inputs;
         if usize::try_from(n).ok() != Some(ctx.num_inputs()) {
             return Err(ctx.error(format!("attribute num_inputs = {n}, but {} inputs are connected", ctx.num_inputs())));
         }
@@ -124,7 +125,8 @@ impl OpDef for ConcatInplace {
     }
     /// As `Concat` (PopXL: `concat_` ✓).
     fn grad(&self, op: &Op) -> GradRule {
-        Concat.grad(op)
+        let Ok(a) = ConcatInplaceAttrs::of(op) else { return GradRule::None };
+        super::shape::concat_grad(op, a.axis)
     }
 }
 

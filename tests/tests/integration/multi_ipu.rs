@@ -230,7 +230,7 @@ fn num_ipus_overflow_is_a_typed_error() {
     let too_many = IrError::TooManyIpus { ipus_per_replica: 1, replication_factor: usize::MAX };
     assert_eq!(core.num_ipus().unwrap_err(), too_many);
     core.replication_factor = 0;
-    assert!(matches!(core.num_ipus(), Err(IrError::Invalid(_))));
+    assert_eq!(core.num_ipus().unwrap_err(), IrError::ZeroSetting { setting: "replication_factor" });
 
     // Through popxl: two IPUs per replica times 2^63 replicas overflows the product.
     let ir = Ir::new();
