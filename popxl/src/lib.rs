@@ -37,6 +37,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod build;
+pub mod checkpoint;
 mod context;
 mod error;
 mod graph;

@@ -6,8 +6,6 @@
 #[allow(dead_code)]
 mod data;
 mod model;
-#[path = "../mnist/npy.rs"]
-mod npy;
 #[path = "../support/profile.rs"]
 mod profile;
 mod scan;
@@ -43,7 +41,8 @@ Options:
   --seed N             initialisation and batch seed (default 0)
   --sample N           characters to sample after training (default 400)
   --temperature X      sampling temperature (default 0.8)
-  --save PATH          write the trained weights (.npz or a directory of .npy)
+  --save PATH          write the trained weights (.npz, .safetensors or a directory of .npy;
+                       an existing checkpoint is replaced atomically)
   --load PATH          start from saved weights
   --bench              print ms/step, tokens/s and model GFLOP/s, then run the PyTorch and JAX
                        baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios
@@ -416,7 +415,7 @@ fn main() -> AppResult<()> {
     let init = match &cfg.load {
         Some(path) => {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            npy::load(path, &refs)?
+            popxl::checkpoint::select(path, popxl::checkpoint::load(path)?, &refs)?
         }
         None => model::init_params(&s, cfg.seed),
     };
@@ -530,7 +529,7 @@ fn main() -> AppResult<()> {
         tail.iter().sum::<f64>() / tail.len().max(1) as f64
     );
     if let Some(path) = &cfg.save {
-        npy::save(path, &weights)?;
+        popxl::checkpoint::save(path, &weights)?;
         eprintln!("saved the weights to {}", path.display());
     }
     if cfg.bench && step_times.len() > 1 {

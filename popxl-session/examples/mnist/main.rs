@@ -3,7 +3,6 @@
 
 mod app;
 mod data;
-mod npy;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,9 +28,11 @@ Options:
   --seed N              initialisation and shuffle seed (default 0)
   --limit-batches N     train on at most N batches per epoch
   --device D            cpu | ipu_model | ipu_hw (default cpu)
-  --save PATH           write the trained weights W0, b0, W1, b1 for numpy: one archive when PATH
-                        ends in .npz (numpy.load(PATH)[\"W0\"]), else files PATH/W0.npy ...
-  --load PATH           test the weights saved in PATH (.npz or directory) instead of training
+  --save PATH           write the trained weights W0, b0, W1, b1: one archive when PATH ends in
+                        .npz (numpy.load(PATH)[\"W0\"]) or .safetensors, else files PATH/W0.npy ...
+                        (replacing any previous checkpoint atomically)
+  --load PATH           test the weights saved in PATH (.npz, .safetensors or directory) instead
+                        of training
   --bench               print timing and memory numbers as well
   --profile             time every kernel and print the slowest (per step)
   --no-patterns         prepare the training IR without optimisation patterns
@@ -114,7 +115,8 @@ fn main() -> AppResult<()> {
         if cfg.rts && cfg.replicas > 1 { " with RTS" } else { "" }
     );
     if let Some(dir) = &extra.load {
-        let params: app::Params = npy::load(dir, &["W0", "b0", "W1", "b1"])?;
+        let params: app::Params =
+            popxl::checkpoint::select(dir, popxl::checkpoint::load(dir)?, &["W0", "b0", "W1", "b1"])?;
         let accuracy = app::test(&cfg, &params, &test_set)?;
         println!("Accuracy on test set: {accuracy:.2}% (weights from {})", dir.display());
         return Ok(());
@@ -130,7 +132,7 @@ fn main() -> AppResult<()> {
         tail.iter().sum::<f32>() / tail.len().max(1) as f32
     );
     if let Some(dir) = &extra.save {
-        npy::save(dir, &report.params)?;
+        popxl::checkpoint::save(dir, &report.params)?;
         eprintln!("saved the trained weights to {}", dir.display());
     }
     let accuracy = app::test(&cfg, &report.params, &test_set)?;

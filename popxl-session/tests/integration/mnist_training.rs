@@ -41,31 +41,32 @@ fn several_batches_per_run_match_one_batch_per_run() {
     }
 }
 
-#[path = "../../examples/mnist/npy.rs"]
-mod npy;
+use popxl::checkpoint;
 
 #[test]
 fn weights_round_trip_through_npy_files_and_npz_archives() {
     let dir = std::env::temp_dir().join(format!("popxl-npy-{}", std::process::id()));
     let params = app::init_params(4, 7);
     let names = ["W0", "b0", "W1", "b1"];
-    npy::save(&dir, &params).expect("save");
+    checkpoint::save(&dir, &params).expect("save");
     // The header numpy writes for a float32 [784, 4] array, padded to 64 bytes.
     let raw = std::fs::read(dir.join("W0.npy")).expect("read back");
     let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (784, 4), }";
     assert_eq!(&raw[..8], b"\x93NUMPY\x01\x00");
     assert_eq!(&raw[10..10 + header.len()], header.as_bytes());
     assert_eq!((raw.len() - 4 * 784 * 4) % 64, 0);
-    assert_eq!(npy::load(&dir, &names).expect("load"), params);
+    let load = |p: &std::path::Path| checkpoint::select(p, checkpoint::load(p).expect("load"), &names);
+    assert_eq!(load(&dir).expect("select"), params);
     // The same arrays as one .npz archive: stored members named `<name>.npy`, as numpy.savez.
     let npz = dir.join("weights.npz");
-    npy::save(&npz, &params).expect("save npz");
+    checkpoint::save(&npz, &params).expect("save npz");
     let bytes = std::fs::read(&npz).expect("read npz");
     assert_eq!(&bytes[..4], b"PK\x03\x04");
     let w0_at = bytes.windows(6).position(|w| w == b"W0.npy").expect("member W0.npy");
     assert!(bytes[w0_at..].windows(8).any(|w| w == b"\x93NUMPY\x01\x00"), "stored, uncompressed");
-    assert_eq!(npy::load(&npz, &names).expect("load npz"), params);
-    assert!(npy::load(&npz, &["W9"]).is_err());
+    assert_eq!(load(&npz).expect("select npz"), params);
+    let all = checkpoint::load(&npz).expect("load npz");
+    assert!(matches!(checkpoint::select(&npz, all, &["W9"]), Err(checkpoint::CheckpointError::Missing { .. })));
     std::fs::remove_dir_all(&dir).ok();
 }
 
