@@ -24,6 +24,24 @@ pub(super) fn structural_diff(a: &Ir, b: &Ir) -> Option<String> {
     if remote_vars(a) != remote_vars(b) {
         return Some(format!("remote variables differ: {:?} vs {:?}", remote_vars(a), remote_vars(b)));
     }
+    fn settings(ir: &Ir) -> Vec<(String, &crate::VariableSettings)> {
+        let g = ir.main_graph();
+        let mut v: Vec<_> = ir
+            .variables_settings()
+            .map(|(t, s)| (g.tensors.get(t).map_or_else(String::new, |t| t.name.clone()), s))
+            .collect();
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        v
+    }
+    let (sa, sb) = (settings(a), settings(b));
+    if sa.len() != sb.len() || sa.iter().zip(&sb).any(|(x, y)| x != y) {
+        let names = |v: &[(String, &crate::VariableSettings)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        let differing = sa.iter().zip(&sb).find(|(x, y)| x != y).map(|(x, _)| x.0.clone());
+        return Some(match differing {
+            Some(name) if sa.len() == sb.len() => format!("variable settings of `{name}` differ"),
+            _ => format!("replicated variables differ: {:?} vs {:?}", names(&sa), names(&sb)),
+        });
+    }
     let (ga, gb): (Vec<&Graph>, Vec<&Graph>) = (a.graphs().collect(), b.graphs().collect());
     let names = |gs: &[&Graph]| gs.iter().map(|g| g.name().to_string()).collect::<Vec<_>>();
     if names(&ga) != names(&gb) {

@@ -96,6 +96,17 @@ struct RemoteVarAst {
     entry: usize,
 }
 
+/// `variable_settings NAME groups=[..] retrieval=MODE shard_over=K|none host INFO = [..]`.
+struct SettingsAst {
+    line: usize,
+    name: String,
+    groups: Vec<usize>,
+    retrieval: String,
+    shard_over: Option<usize>,
+    host: TensorInfo,
+    data: Vec<String>,
+}
+
 struct RemoteBufferAst {
     line: usize,
     id: usize,
@@ -114,6 +125,7 @@ struct IrAst {
 struct GraphAst {
     line: usize,
     remote_vars: Vec<RemoteVarAst>,
+    settings: Vec<SettingsAst>,
     name: String,
     inputs: Option<(usize, Vec<String>)>,
     outputs: Option<(usize, Vec<String>)>,
@@ -295,6 +307,7 @@ fn parse_lines(text: &str) -> Result<IrAst> {
             graphs.push(GraphAst {
                 line,
                 remote_vars: Vec::new(),
+                settings: Vec::new(),
                 name,
                 inputs: None,
                 outputs: None,
@@ -389,6 +402,34 @@ fn parse_lines(text: &str) -> Result<IrAst> {
                 c.end()?;
                 g.remote_vars.push(RemoteVarAst { line, name, buffer, entry });
             }
+            "variable_settings" => {
+                let name = c.name("a tensor name")?;
+                c.keyword("groups")?;
+                c.punct('=')?;
+                let groups = c.list('[', ']', |c| c.usize("a group index"))?;
+                c.keyword("retrieval")?;
+                c.punct('=')?;
+                let retrieval = c.word("`one_per_group` or `all_replicas`")?;
+                c.keyword("shard_over")?;
+                c.punct('=')?;
+                let shard_over = match c.word("a replica count or `none`")?.as_str() {
+                    "none" => None,
+                    k => {
+                        Some(k.parse().map_err(|_| c.err(format!("expected a replica count or `none`, found `{k}`")))?)
+                    }
+                };
+                c.keyword("host")?;
+                let host = c.info()?;
+                c.punct('=')?;
+                if matches!(c.peek(), Some(Tok::Word(w)) if w == "elided") {
+                    return Err(c.err(format!(
+                        "the host data of variable `{name}` was elided (text printed with `elide_data_over`) and cannot be parsed"
+                    )));
+                }
+                let data = c.list('[', ']', |c| c.word("a value"))?;
+                c.end()?;
+                g.settings.push(SettingsAst { line, name, groups, retrieval, shard_over, host, data });
+            }
             other => return Err(c.err(format!("unknown statement `{other}`"))),
         }
     }
@@ -481,6 +522,20 @@ pub(super) fn parse(text: &str) -> Result<Ir> {
             let buffer = u32::try_from(v.buffer).map_err(|_| perr(v.line, format!("no remote buffer {}", v.buffer)))?;
             ir.set_remote_variable(t, crate::RemoteSlot { buffer: crate::RemoteBufferId(buffer), entry: v.entry })
                 .map_err(|e| perr(v.line, e.to_string()))?;
+        }
+        for v in &g.settings {
+            if k != 0 {
+                return Err(perr(v.line, "`variable_settings` outside the main graph"));
+            }
+            let e = |e: String| perr(v.line, e);
+            let t = ir.main_graph().tensor_id(&v.name).map_err(|x| e(x.to_string()))?;
+            let grouping = crate::ReplicaGrouping::from_assignment(ir.replication_factor, &v.groups)
+                .map_err(|x| e(x.to_string()))?;
+            let retrieval_mode = crate::RetrievalMode::parse(&v.retrieval)
+                .ok_or_else(|| e(format!("expected `one_per_group` or `all_replicas`, found `{}`", v.retrieval)))?;
+            let host = HostTensor { info: v.host.clone(), bytes: encode_data(v.line, &v.host, &v.data)? };
+            let settings = crate::VariableSettings { grouping, retrieval_mode, shard_over: v.shard_over, host };
+            ir.set_variable_settings(t, settings).map_err(|x| e(x.to_string()))?;
         }
     }
     // Ops, in printed (= creation) order.

@@ -34,12 +34,7 @@ fn write_graph(out: &mut String, ir: &Ir, g: &Graph, options: &TextOptions) {
         let _ = write!(out, "  tensor {} {} {}", name(&t.name), t.kind.short_name(), t.info);
         if let Some(d) = t.kind.data() {
             out.push_str(" = ");
-            match options.elide_data_over {
-                Some(max) if d.info.nelms() > max => {
-                    let _ = write!(out, "elided({})", d.info.nelms());
-                }
-                _ => write_data(out, d),
-            }
+            write_data_or_elided(out, d, options);
         }
         out.push('\n');
     }
@@ -75,6 +70,31 @@ fn write_graph(out: &mut String, ir: &Ir, g: &Graph, options: &TextOptions) {
         for (t, slot) in vars {
             let _ = writeln!(out, "  remote_variable {} buffer={} entry={}", tname(t), slot.buffer, slot.entry);
         }
+        let mut replicated: Vec<_> = ir.variables_settings().filter(|(t, _)| g.tensors.contains_key(*t)).collect();
+        replicated.sort_by_key(|(t, _)| g.tensors[*t].seq);
+        for (t, s) in replicated {
+            let groups = s.grouping.assignment().iter().map(|g| g.to_string()).collect::<Vec<_>>().join(", ");
+            let shard = s.shard_over.map_or_else(|| "none".to_string(), |k| k.to_string());
+            let _ = write!(
+                out,
+                "  variable_settings {} groups=[{groups}] retrieval={} shard_over={shard} host {} = ",
+                tname(t),
+                s.retrieval_mode.name(),
+                s.host.info
+            );
+            write_data_or_elided(out, &s.host, options);
+            out.push('\n');
+        }
+    }
+}
+
+/// `d`'s values, or `elided(n)` when [`TextOptions::elide_data_over`] says so.
+fn write_data_or_elided(out: &mut String, d: &HostTensor, options: &TextOptions) {
+    match options.elide_data_over {
+        Some(max) if d.info.nelms() > max => {
+            let _ = write!(out, "elided({})", d.info.nelms());
+        }
+        _ => write_data(out, d),
     }
 }
 

@@ -583,3 +583,77 @@ fn typed_attributes_refuse_missing_and_out_of_range_values() {
     let defaults = CumSumAttrs { axis: 0, exclusive: false, reverse: false };
     assert_eq!(CumSumAttrs::from_attrs(&Attributes::new()).unwrap(), defaults);
 }
+
+/// Replicated variables: a grouped one (two groups of two, stride 2), a
+/// sharded one, and one of a non-constant grouping.
+fn replicated_ir() -> Ir {
+    use popart_ir::{ReplicaGrouping, RetrievalMode, VariableSettings};
+    let mut ir = Ir::new();
+    ir.replication_factor = 4;
+    let main = ir.main_graph_id();
+    let var = |ir: &mut Ir, name: &str, shape: &[usize]| {
+        let n = shape.iter().product::<usize>();
+        let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        ir.main_graph_mut()
+            .add_tensor(name, f32i(shape), TensorKind::Variable(HostTensor::from_f32(shape, &data)))
+            .unwrap()
+    };
+    let grouped = var(&mut ir, "grouped", &[3]);
+    let settings = VariableSettings {
+        grouping: ReplicaGrouping::new(4, 2, 2).unwrap(),
+        retrieval_mode: RetrievalMode::AllReplicas,
+        shard_over: None,
+        host: HostTensor::from_f32(&[2, 3], &[1.0, 2.0, 3.0, -1.0, -2.0, -3.0]),
+    };
+    ir.set_variable_settings(grouped, settings).unwrap();
+    let sharded = var(&mut ir, "sharded", &[3]);
+    let settings = VariableSettings {
+        grouping: ReplicaGrouping::new(4, 1, 4).unwrap(),
+        retrieval_mode: RetrievalMode::OnePerGroup,
+        shard_over: Some(2),
+        host: HostTensor::from_f32(&[5], &[0.5, 1.5, 2.5, 3.5, 4.5]),
+    };
+    ir.set_variable_settings(sharded, settings).unwrap();
+    let odd = var(&mut ir, "odd", &[1]);
+    let settings = VariableSettings {
+        grouping: ReplicaGrouping::from_assignment(4, &[0, 1, 1, 0]).unwrap(),
+        retrieval_mode: RetrievalMode::OnePerGroup,
+        shard_over: None,
+        host: HostTensor::from_f32(&[2, 1], &[7.0, 8.0]),
+    };
+    ir.set_variable_settings(odd, settings).unwrap();
+    let y = ir.create_op(main, "Add", Attributes::new(), &[(0, grouped), (1, sharded)], "add").unwrap();
+    let y = out0(&ir, main, y);
+    ir.main_graph_mut().add_output(y).unwrap();
+    ir.verify().unwrap();
+    ir
+}
+
+#[test]
+fn replica_groupings_and_sharding_round_trip() {
+    let ir = replicated_ir();
+    let printed = assert_round_trip(&ir);
+    assert!(printed.contains("variable_settings grouped groups=[0, 1, 0, 1] retrieval=all_replicas shard_over=none host float32[2,3] = [1.0, 2.0, 3.0, -1.0, -2.0, -3.0]"), "{printed}");
+    assert!(
+        printed.contains("variable_settings sharded groups=[0, 0, 0, 0] retrieval=one_per_group shard_over=2"),
+        "{printed}"
+    );
+    assert!(printed.contains("variable_settings odd groups=[0, 1, 1, 0]"), "{printed}");
+    let back = parse(&printed).unwrap();
+    for name in ["grouped", "sharded", "odd"] {
+        let t = |ir: &Ir| ir.main_graph().tensor_id(name).unwrap();
+        assert_eq!(back.variable_settings(t(&back)), ir.variable_settings(t(&ir)), "{name}");
+    }
+    // A grouping changed in the text is a structural difference naming the variable.
+    let changed = parse(&printed.replace("groups=[0, 1, 0, 1]", "groups=[0, 0, 1, 1]")).unwrap();
+    let diff = structural_diff(&ir, &changed).expect("groupings differ");
+    assert!(diff.contains("`grouped`"), "{diff}");
+    // So is a host value of one group.
+    let changed = parse(&printed.replace("-3.0]", "-4.0]")).unwrap();
+    assert!(structural_diff(&ir, &changed).is_some());
+    // Settings the IR refuses are parse errors naming the line.
+    let err = parse(&printed.replace("shard_over=2", "shard_over=3")).unwrap_err();
+    assert!(err.to_string().contains("shard_over"), "{err}");
+    let err = parse(&printed.replace("groups=[0, 1, 1, 0]", "groups=[0, 1, 1]")).unwrap_err();
+    assert!(err.to_string().contains("line"), "{err}");
+}
