@@ -223,16 +223,40 @@ fn check_x_w(
     Ok((x.len() - 2, group))
 }
 
+/// `a + b` of geometry sizes, or an error saying that `what` overflows.
+pub(crate) fn geo_add(a: usize, b: usize, i: usize, what: &str) -> std::result::Result<usize, String> {
+    a.checked_add(b).ok_or_else(|| format!("spatial dimension {i}: {what} overflows ({a} + {b})"))
+}
+
+/// `a · b` of geometry sizes, or an error saying that `what` overflows.
+pub(crate) fn geo_mul(a: usize, b: usize, i: usize, what: &str) -> std::result::Result<usize, String> {
+    a.checked_mul(b).ok_or_else(|| format!("spatial dimension {i}: {what} overflows ({a} × {b})"))
+}
+
+/// The extent of kernel size `k` (at least 1) dilated by `dilation`: `(k - 1) · dilation + 1`.
+pub(crate) fn dilated_extent(k: usize, dilation: usize, i: usize) -> std::result::Result<usize, String> {
+    geo_add(geo_mul(k.saturating_sub(1), dilation, i, "the dilated kernel")?, 1, i, "the dilated kernel")
+}
+
+/// The input size `d` with `begin` and `end` padding.
+pub(crate) fn padded_extent(d: usize, begin: usize, end: usize, i: usize) -> std::result::Result<usize, String> {
+    geo_add(geo_add(d, begin, i, "the padded input")?, end, i, "the padded input")
+}
+
+/// The total `same_*` padding for input `d`, output `o`, stride `s` and kernel extent `k_eff`.
+pub(crate) fn same_padding(d: usize, o: usize, s: usize, k_eff: usize, i: usize) -> std::result::Result<usize, String> {
+    let span = geo_mul(o.max(1) - 1, s, i, "the `same` padding")?;
+    Ok(geo_add(span, k_eff, i, "the `same` padding")?.saturating_sub(d))
+}
+
 /// The geometry of `Conv(x, w)` with `attrs`: checks channels, groups, padding
 /// and that the (dilated) kernel fits the padded input.
 pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &ConvAttrs) -> std::result::Result<ConvGeometry, String> {
     let (n, group) = check_x_w(x, w, 1, 0, attrs.group)?;
-    if w[1] * group != x[1] {
+    if w[1].checked_mul(group) != Some(x[1]) {
         return Err(format!(
-            "the weight {w:?} expects {} input channels ({} per group × {group} groups), the input {x:?} has {}",
-            w[1] * group,
-            w[1],
-            x[1]
+            "the weight {w:?} expects {} per group × {group} groups input channels, the input {x:?} has {}",
+            w[1], x[1]
         ));
     }
     let strides = per_dim(&attrs.strides, "strides", n, 1, 1)?;
@@ -247,11 +271,11 @@ pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &ConvAttrs) -> std::result
     let mut pad_begin = Vec::with_capacity(n);
     let ptype = pad_type(attrs.auto_pad.as_deref())?;
     for i in 0..n {
-        let k_eff = (kernel[i] - 1) * dilations[i] + 1;
+        let k_eff = dilated_extent(kernel[i], dilations[i], i)?;
         let (d, s) = (in_size[i], strides[i]);
         let (o, pb) = match ptype {
             PadType::NotSet => {
-                let padded = d + pads[i] + pads[n + i];
+                let padded = padded_extent(d, pads[i], pads[n + i], i)?;
                 if padded < k_eff {
                     return Err(format!(
                         "spatial dimension {i}: the dilated kernel ({k_eff}) is larger than the padded input ({padded})"
@@ -269,7 +293,7 @@ pub fn conv_geometry(x: &[usize], w: &[usize], attrs: &ConvAttrs) -> std::result
             }
             PadType::SameUpper | PadType::SameLower => {
                 let o = d.div_ceil(s);
-                let total = ((o.max(1) - 1) * s + k_eff).saturating_sub(d);
+                let total = same_padding(d, o, s, k_eff, i)?;
                 let begin = if ptype == PadType::SameUpper { total / 2 } else { total - total / 2 };
                 (o, begin)
             }
@@ -330,9 +354,15 @@ pub fn conv_transpose_geometry(
     let mut out_size = Vec::with_capacity(n);
     let mut pad_begin = Vec::with_capacity(n);
     for i in 0..n {
-        let full = strides[i] * (x[2 + i].max(1) - 1) + output_padding[i] + kernel[i];
+        let full = geo_mul(strides[i], x[2 + i].max(1) - 1, i, "the transposed output")?;
+        let full = geo_add(
+            geo_add(full, output_padding[i], i, "the transposed output")?,
+            kernel[i],
+            i,
+            "the transposed output",
+        )?;
         if output_shape.is_empty() {
-            let cut = pads[i] + pads[n + i];
+            let cut = geo_add(pads[i], pads[n + i], i, "the padding")?;
             if full <= cut {
                 return Err(format!("spatial dimension {i}: the padding ({cut}) leaves no output"));
             }
@@ -354,7 +384,9 @@ pub fn conv_transpose_geometry(
     Ok(ConvGeometry {
         batch: x[0],
         group,
-        in_channels: w[1] * group,
+        in_channels: w[1]
+            .checked_mul(group)
+            .ok_or_else(|| format!("{} output channels per group × {group} groups overflow", w[1]))?,
         out_channels: w[0],
         in_size: out_size,
         kernel,
@@ -495,6 +527,25 @@ mod tests {
         let g = conv_geometry(&[1, 1, 7], &[1, 1, 4], &same).unwrap();
         // out = 4, total pad = 3·2 + 4 − 7 = 3, same_lower puts 2 at the start.
         assert_eq!((g.out_size.clone(), g.pad_begin.clone()), (vec![4], vec![2]));
+    }
+
+    #[test]
+    fn geometry_that_would_wrap_is_an_error() {
+        let big = 1i64 << 62;
+        let dilated = ConvAttrs { dilations: Some(vec![i64::MAX, 1]), ..conv() };
+        let err = conv_geometry(&[1, 1, 5, 5], &[1, 1, 4, 3], &dilated).unwrap_err();
+        assert!(err.contains("spatial dimension 0: the dilated kernel overflows"), "{err}");
+        let padded = ConvAttrs { pads: Some(vec![i64::MAX, 0, i64::MAX, 0]), ..conv() };
+        assert!(conv_geometry(&[1, 1, 5, 5], &[1, 1, 3, 3], &padded).unwrap_err().contains("padded input overflows"));
+        // Groups times per-group channels wrapping to the input's channel count.
+        let grouped = ConvAttrs { group: 1 << 63 >> 1, ..conv() };
+        assert!(conv_geometry(&[1, 0, 5, 5], &[0, 4, 3, 3], &grouped).is_err());
+        let t = ConvTransposeAttrs {
+            strides: Some(vec![i64::MAX, 1]),
+            output_padding: Some(vec![i64::MAX, 0]),
+            ..ConvTransposeAttrs::defaults().unwrap()
+        };
+        assert!(conv_transpose_geometry(&[1, 1, 3, 5], &[1, 1, 3, 3], &t).unwrap_err().contains("overflows"));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! (possible with `ceil_mode`) gives 0 for both pools. The max-pool gradient
 //! goes to the first maximum of each window in row-major window order.
 
-use super::conv::{pad_type, ConvGeometry, PadType};
+use super::conv::{dilated_extent, pad_type, padded_extent, same_padding, ConvGeometry, PadType};
 use super::grad::spec;
 use super::{op_types, require_float};
 use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
@@ -101,11 +101,11 @@ pub fn pool_geometry(x: &[usize], attrs: &PoolAttrs) -> std::result::Result<Conv
     let ptype = pad_type(attrs.auto_pad.as_deref())?;
     let (mut out_size, mut pad_begin) = (Vec::new(), Vec::new());
     for i in 0..n {
-        let k_eff = (kernel[i] - 1) * dilations[i] + 1;
+        let k_eff = dilated_extent(kernel[i], dilations[i], i)?;
         let (d, s) = (x[2 + i], strides[i]);
         let (o, pb) = match ptype {
             PadType::NotSet => {
-                let padded = d + pads[i] + pads[n + i];
+                let padded = padded_extent(d, pads[i], pads[n + i], i)?;
                 if padded < k_eff {
                     return Err(format!(
                         "spatial dimension {i}: the window ({k_eff}) is larger than the padded input ({padded})"
@@ -122,7 +122,7 @@ pub fn pool_geometry(x: &[usize], attrs: &PoolAttrs) -> std::result::Result<Conv
             }
             PadType::SameUpper | PadType::SameLower => {
                 let o = d.div_ceil(s);
-                let total = ((o.max(1) - 1) * s + k_eff).saturating_sub(d);
+                let total = same_padding(d, o, s, k_eff, i)?;
                 (o, if ptype == PadType::SameUpper { total / 2 } else { total - total / 2 })
             }
         };

@@ -551,6 +551,11 @@ fn generator_covers_the_op_registry() {
     assert!(types.len() >= 40, "only {} op types: {types:?}", types.len());
 }
 
+/// Every registered op with extreme attribute values (each key it declares and
+/// the generic ones) on ordinary, empty, huge and image-shaped inputs: an error
+/// or a shape, never a panic. popart-ir is built with `overflow-checks` in
+/// every profile (Cargo.toml), so shape arithmetic that would wrap panics
+/// here instead of giving a small wrong shape.
 #[test]
 fn extreme_attributes_never_panic() {
     let mut ir = Ir::new();
@@ -563,6 +568,15 @@ fn extreme_attributes_never_panic() {
         TensorInfo::new(DataType::Bool, [usize::MAX / 4]),
         TensorInfo::new(DataType::Uint32, [2]),
         TensorInfo::new(DataType::Int64, [3]),
+        // Images and kernels for the convolution and pooling geometry.
+        TensorInfo::new(DataType::Float32, [1, 2, 5, 5]),
+        TensorInfo::new(DataType::Float32, [2, 1, 3, 3]),
+        TensorInfo::new(DataType::Float32, [1, 0, 4, 4]),
+        TensorInfo::new(DataType::Float32, [0, 1, 3, 3]),
+        TensorInfo::new(DataType::Float32, [1, 2, 3, 5, 5]),
+        TensorInfo::new(DataType::Float32, [2, 2, 2, 3, 3]),
+        TensorInfo::new(DataType::Float32, [1, 2, 1usize << 40, 3]),
+        TensorInfo::new(DataType::Float32, [1, 4]),
     ];
     let ts: Vec<TensorId> = infos
         .iter()
@@ -578,6 +592,13 @@ fn extreme_attributes_never_panic() {
         AttrValue::Ints(vec![-1, -1]),
         AttrValue::Ints(vec![i64::MAX, 2, -1]),
         AttrValue::Ints(vec![1 << 62, 4, 0]),
+        AttrValue::Ints(vec![1 << 62; 4]),
+        AttrValue::Ints(vec![1 << 40; 2]),
+        AttrValue::Ints(vec![1 << 40; 4]),
+        AttrValue::Ints(vec![1 << 62; 3]),
+        AttrValue::Ints(vec![1 << 62; 6]),
+        AttrValue::Ints(vec![i64::MAX; 4]),
+        AttrValue::Int(1 << 62),
         AttrValue::Float(f64::NAN),
         AttrValue::Str(String::new()),
         AttrValue::Graph(main),
@@ -593,10 +614,22 @@ fn extreme_attributes_never_panic() {
         vec![(0, ts[5]), (1, ts[2])],
         vec![(0, ts[2]), (1, ts[6]), (2, ts[2])],
         vec![(0, ts[0]), (u32::MAX, ts[1])],
+        vec![(0, ts[7]), (1, ts[8])],
+        vec![(0, ts[7]), (1, ts[8]), (2, ts[7])],
+        vec![(0, ts[7])],
+        vec![(0, ts[9]), (1, ts[10])],
+        vec![(0, ts[11]), (1, ts[12])],
+        vec![(0, ts[11])],
+        vec![(0, ts[13]), (1, ts[8])],
+        vec![(0, ts[13])],
+        vec![(0, ts[7]), (1, ts[14])],
     ];
     let mut created = 0;
     for def in registered_ops() {
-        for key in KEYS {
+        // Every key the op declares, and the generic ones (unknown keys are errors).
+        let mut keys: Vec<&str> = KEYS.to_vec();
+        keys.extend(def.attributes().iter().map(|a| a.name));
+        for key in &keys {
             for v in &values {
                 for ins in &input_sets {
                     let mut attrs = Attributes::new().with(key, v.clone());
