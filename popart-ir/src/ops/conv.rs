@@ -538,8 +538,9 @@ mod tests {
         let padded = ConvAttrs { pads: Some(vec![i64::MAX, 0, i64::MAX, 0]), ..conv() };
         assert!(conv_geometry(&[1, 1, 5, 5], &[1, 1, 3, 3], &padded).unwrap_err().contains("padded input overflows"));
         // Groups times per-group channels wrapping to the input's channel count.
-        let grouped = ConvAttrs { group: 1 << 63 >> 1, ..conv() };
-        assert!(conv_geometry(&[1, 0, 5, 5], &[0, 4, 3, 3], &grouped).is_err());
+        let grouped = ConvAttrs { group: big, ..conv() };
+        let err = conv_geometry(&[1, 0, 5, 5], &[0, 4, 3, 3], &grouped).unwrap_err();
+        assert!(err.contains("per group"), "{err}");
         let t = ConvTransposeAttrs {
             strides: Some(vec![i64::MAX, 1]),
             output_padding: Some(vec![i64::MAX, 0]),
