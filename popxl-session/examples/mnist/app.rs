@@ -57,6 +57,10 @@ pub struct Config {
     /// one shard, gathers the full weight for the forward pass and gets its
     /// shard of the averaged gradient with `replicated_reduce_scatter`.
     pub rts: bool,
+    /// A soak: keep only the last 100 losses and no per-run times (so that
+    /// millions of steps hold the example's own memory flat), and measure the
+    /// process's resident memory after the first epoch and at the end.
+    pub soak: bool,
 }
 
 impl Default for Config {
@@ -78,6 +82,7 @@ impl Default for Config {
             patterns: true,
             replicas: 1,
             rts: false,
+            soak: false,
         }
     }
 }
@@ -324,8 +329,12 @@ pub fn build_test(cfg: &Config, params: &Params) -> AppResult<TestProgram> {
 /// What a training run measured.
 #[derive(Clone, Debug, Default)]
 pub struct TrainReport {
-    /// Loss of every step, in order.
+    /// Loss of every step, in order (with `Config::soak`, of the last 100).
     pub losses: Vec<f32>,
+    /// Training steps run.
+    pub steps: usize,
+    /// With `Config::soak`: resident memory (bytes) after the first epoch and at the end.
+    pub resident: Option<(u64, u64)>,
     /// Wall time of each `run` after the first (one per `host_transfers` steps).
     pub run_times: Vec<Duration>,
     /// From initialised parameters to the end of the first step: build, autodiff,
@@ -343,6 +352,14 @@ pub struct TrainReport {
     pub params: Params,
     /// Per-kernel time of the training runs after the first (when `Config::profile`).
     pub kernel_profile: Vec<popxl_session::cpu::executor::KernelTime>,
+}
+
+/// The process's resident memory (`VmRSS` of `/proc/self/status`), where Linux provides it.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn host_batch(shape: Vec<usize>, data: Vec<f32>) -> HostArray {
@@ -397,6 +414,9 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     let train_start = Instant::now();
     session.scope(|session| -> AppResult<()> {
         for _epoch in 0..cfg.epochs {
+            if _epoch == 1 && cfg.soak {
+                report.resident = resident_bytes().map(|r| (r, r));
+            }
             let order = rng.permutation(train_set.len());
             for r in 0..runs_per_epoch {
                 data::gather(train_set, &order[r * per_run..(r + 1) * per_run], &mut img, &mut lbl);
@@ -408,7 +428,7 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                 inputs.insert(program.labels.clone(), labels);
                 let t = Instant::now();
                 let out = session.run(&inputs)?;
-                if r > 0 || _epoch > 0 {
+                if (r > 0 || _epoch > 0) && !cfg.soak {
                     report.run_times.push(t.elapsed());
                 } else {
                     report.time_to_first_step = start.elapsed();
@@ -419,12 +439,19 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                 let losses = out[&program.loss].as_f32().ok_or("loss is not float32")?;
                 let losses: Vec<f32> = losses.iter().copied().collect();
                 for step in losses.chunks(cfg.replicas) {
+                    if cfg.soak && report.losses.len() == 100 {
+                        report.losses.remove(0);
+                    }
                     report.losses.push(step.iter().sum::<f32>() / cfg.replicas as f32);
+                    report.steps += 1;
                 }
                 bar.inc(cfg.host_transfers as u64);
                 let n = report.losses.len();
                 let recent = &report.losses[n.saturating_sub(100)..];
-                bar.set_message(format!("loss {:.4}", recent.iter().sum::<f32>() / recent.len() as f32));
+                // A formatted message per step would allocate: refresh it every 100 steps.
+                if report.steps % 100 < cfg.host_transfers {
+                    bar.set_message(format!("loss {:.4}", recent.iter().sum::<f32>() / recent.len() as f32));
+                }
                 // Reuse the input buffers next step.
                 if let (Some(HostArray::F32(a)), Some(HostArray::I32(b))) =
                     (inputs.remove(&program.images), inputs.remove(&program.labels))
@@ -437,6 +464,9 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
         Ok(())
     })?;
     report.train_wall = train_start.elapsed();
+    if let (Some((_, end)), Some(now)) = (report.resident.as_mut(), resident_bytes()) {
+        *end = now;
+    }
     report.kernel_profile = session.kernel_profile();
     if cfg.profile && cfg.replicas > 1 {
         let last = session.replica_kernel_profile(cfg.replicas - 1);

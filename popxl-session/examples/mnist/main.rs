@@ -34,6 +34,8 @@ Options:
   --load PATH           test the weights saved in PATH (.npz, .safetensors or directory) instead
                         of training
   --bench               print timing and memory numbers as well
+  --soak                for runs of millions of steps (e.g. --epochs 800): keep no per-step
+                        records and print the resident memory after the first epoch and at the end
   --profile             time every kernel and print the slowest (per step)
   --no-patterns         prepare the training IR without optimisation patterns
   --dump                print the IR and the lowered training program to stderr
@@ -64,6 +66,7 @@ fn parse_args() -> AppResult<(Config, Extra)> {
             "--seed" => cfg.seed = value()?.parse()?,
             "--replicas" => cfg.replicas = value()?.parse()?,
             "--rts" => cfg.rts = true,
+            "--soak" => cfg.soak = true,
             "--limit-batches" => cfg.limit_batches = Some(value()?.parse()?),
             "--device" => cfg.device = value()?,
             "--bench" => extra.bench = true,
@@ -122,8 +125,8 @@ fn main() -> AppResult<()> {
         return Ok(());
     }
     let report = app::train(&cfg, &train_set)?;
-    let steps = report.losses.len();
-    let tail = &report.losses[steps.saturating_sub(100)..];
+    let steps = report.steps;
+    let tail = &report.losses[report.losses.len().saturating_sub(100)..];
     println!(
         "Trained {steps} steps in {:.2} s ({:.0} samples/s); mean loss of the last {} steps: {:.4}",
         report.train_wall.as_secs_f64(),
@@ -152,6 +155,16 @@ fn main() -> AppResult<()> {
             report.intermediate_peak_bytes,
             report.host_load_bytes,
             report.intermediate_no_reuse_bytes
+        );
+    }
+    if let Some((warm, end)) = report.resident {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        println!(
+            "soak: {steps} steps in {:.1} s; resident memory {:.2} MiB after the first epoch, {:.2} MiB at the end ({:+} bytes)",
+            report.train_wall.as_secs_f64(),
+            mib(warm),
+            mib(end),
+            end as i64 - warm as i64
         );
     }
     if cfg.profile {
