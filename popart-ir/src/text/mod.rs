@@ -46,6 +46,12 @@
 //!   `place[ipu=N, tiles=io]` (each key only when set; see [`crate::Placement`]).
 //! - `topocon BEFORE -> AFTER`, with a trailing `tied` for tied constraints, sorted by
 //!   the creation order of `BEFORE` then `AFTER`.
+//! - In the main graph, `remote_variable NAME buffer=B entry=E` for each remote
+//!   variable, then `variable_settings NAME groups=[..] retrieval=MODE
+//!   shard_over=K|none host INFO = [..]` for each replicated variable
+//!   ([`crate::VariableSettings`]): the group of every replica (any grouping,
+//!   constant stride or not), the retrieval mode, the sharding and the host value
+//!   (one per group); the variable's own `= [..]` data is replica 0's value.
 //! - A name (of a graph, tensor, op, op type or attribute) is printed bare when it is
 //!   made only of ASCII letters, digits and `_ . : / + -` and does not contain `->`;
 //!   otherwise it is quoted like a string ([`quote`]): `"my tensor"`, with `\"`,
