@@ -140,9 +140,7 @@ pub fn aliased_constant(graph: &Graph, t: TensorId) -> Option<TensorId> {
 
 /// The remote buffer a remote load or store accesses.
 fn remote_access(op: &crate::Op) -> Option<i64> {
-    use crate::ops::remote::{RemoteLoad, RemoteLoadInplace, RemoteStore};
-    let remote = op.is::<RemoteLoad>() || op.is::<RemoteLoadInplace>() || op.is::<RemoteStore>();
-    remote.then(|| op.attrs.int("remote_buffer")).flatten()
+    crate::ops::remote::transfer_attrs(op).map(|a| a.remote_buffer)
 }
 
 /// Every pair (store, other access) of one remote buffer is ordered.

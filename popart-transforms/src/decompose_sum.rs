@@ -9,7 +9,8 @@
 
 use popart_ir::ops::all::Add;
 use popart_ir::ops::grad::Sum;
-use popart_ir::{Attributes, GraphId, Ir, OpId, Result, TensorId, TensorKind};
+use popart_ir::{Attributes, GraphId, Ir, OpId, TensorId, TensorKind};
+use crate::Result;
 
 /// Decompose every `Sum` of more than two inputs in graph `graph`; returns how
 /// many were decomposed.

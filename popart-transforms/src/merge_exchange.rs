@@ -21,7 +21,8 @@
 use std::collections::HashSet;
 
 use popart_ir::ops::all::{HostLoad, HostStore, RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
-use popart_ir::{Graph, GraphId, Ir, Op, OpId, Result, TileSet};
+use popart_ir::{Graph, GraphId, Ir, Op, OpId, TileSet};
+use crate::Result;
 
 use crate::pipeline::{Pass, PassOutcome};
 

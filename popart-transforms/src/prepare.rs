@@ -14,7 +14,8 @@
 //! To run passes of one's own, build a pipeline from the default one and run it
 //! instead of [`prepare`] (see [`crate::pipeline`]).
 
-use popart_ir::{Ir, Result};
+use popart_ir::{Ir};
+use crate::Result;
 
 use crate::pipeline::{PassRecord, Pipeline};
 use crate::prune::PruneReport;

@@ -14,7 +14,8 @@
 
 use popart_ir::ops::all::{Add, MatMul};
 use popart_ir::ops::matmul::MatMulAdd;
-use popart_ir::{Graph, Ir, OpId, Result, TensorId};
+use popart_ir::{Graph, Ir, OpId, TensorId};
+use crate::Result;
 
 use super::{fuse_ops, rewrite_matches};
 
