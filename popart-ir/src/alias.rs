@@ -195,7 +195,8 @@ impl<'g> Order<'g> {
     }
 
     fn pos(&self, op: OpId) -> Result<usize> {
-        self.pos.get(&op).copied().ok_or_else(|| IrError::Invalid(format!("op {op:?} is not in the schedule")))
+        // Every op of the graph is scheduled: a missing one is not the graph's.
+        self.pos.get(&op).copied().ok_or_else(|| self.graph.unknown_op(op))
     }
 
     /// Whether `a` reaches `b` or `b` reaches `a`.

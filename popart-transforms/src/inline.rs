@@ -33,12 +33,10 @@ use std::collections::{HashMap, HashSet};
 use popart_ir::alias::AliasGroups;
 use popart_ir::ops::control::{Call, CallAttrs};
 use popart_ir::ops::remote::{RemoteCodeLoad, RemoteCodeLoadAttrs};
-use popart_ir::{
-    Attributes, GraphId, Ir, Op, OpAttrs, OpDef, OpId, Placement, TensorId, TensorInfo, TensorKind,
-};
+use popart_ir::{Attributes, GraphId, Ir, Op, OpAttrs, OpDef, OpId, Placement, TensorId, TensorInfo, TensorKind};
 
-use crate::{Malformed, Result};
 use crate::pipeline::{Pass, PassOutcome};
+use crate::{Malformed, Result};
 
 /// The `inline-calls` pass (see the module docs).
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,11 +55,7 @@ impl Pass for InlineCalls {
     fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
         let mut inlinable: HashMap<GraphId, bool> = HashMap::new();
         // A graph whose code the program loads explicitly stays a function.
-        let code_loaded: HashSet<GraphId> = ir
-            .graphs()
-            .flat_map(|g| g.ops())
-            .filter_map(code_loaded_graph)
-            .collect();
+        let code_loaded: HashSet<GraphId> = ir.graphs().flat_map(|g| g.ops()).filter_map(code_loaded_graph).collect();
         let mut constants = ConstantCopies::new();
         let mut count = 0usize;
         // Callees first, so a graph called from many places is inlined into after
@@ -206,9 +200,11 @@ fn inline_call(
     // Callee tensor -> caller tensor.
     let mut map: HashMap<TensorId, TensorId> = HashMap::with_capacity(ops.len() * 2);
     for (i, &t) in callee_inputs.iter().enumerate() {
-        let parent_t = call_op
-            .input(i as u32)
-            .ok_or_else(|| Malformed::MissingInput { op: prefix.clone(), index: i as u32, context: "for its graph's input" })?;
+        let parent_t = call_op.input(i as u32).ok_or_else(|| Malformed::MissingInput {
+            op: prefix.clone(),
+            index: i as u32,
+            context: "for its graph's input",
+        })?;
         map.insert(t, parent_t);
     }
     for (t, name, info, kind) in constants {

@@ -20,9 +20,9 @@
 
 use std::collections::HashSet;
 
+use crate::Result;
 use popart_ir::ops::all::{HostLoad, HostStore, RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
 use popart_ir::{Graph, GraphId, Ir, Op, OpId, TileSet};
-use crate::Result;
 
 use crate::pipeline::{Pass, PassOutcome};
 

@@ -609,7 +609,7 @@ mod tests {
             "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, break-ir, verify-final"
         );
         let err = p.run(&mut small_ir()).unwrap_err();
-        assert!(matches!(&err, IrError::Inference { op, .. } if op == "relu"), "{err:?}");
+        assert!(matches!(&err, TransformError::Ir(IrError::Inference { op, .. }) if op == "relu"), "{err:?}");
         // Without the final verification nothing notices.
         let mut p = p;
         assert!(p.remove(Pipeline::VERIFY_FINAL).is_some());

@@ -22,9 +22,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::Result;
 use popart_ir::ops::control::Call;
 use popart_ir::{Graph, GraphId, Ir, OpAttrs, OpFlags, OpId, TensorId, TensorKind};
-use crate::Result;
 use slotmap::SecondaryMap;
 
 use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};

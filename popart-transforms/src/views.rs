@@ -233,7 +233,9 @@ fn propagate(
                             };
                             (&Slice, attrs.to_attrs())
                         }
-                        ViewKind::Transpose(a) => (&Transpose, TransposeAttrs { perm: inverse_perm(ir, gid, e, a)? }.to_attrs()),
+                        ViewKind::Transpose(a) => {
+                            (&Transpose, TransposeAttrs { perm: inverse_perm(ir, gid, e, a)? }.to_attrs())
+                        }
                     };
                     let out = if matches!(e.kind, ViewKind::Slice) {
                         op1(ir, gid, def, attrs, &[(0, b), (1, src)], "view_write_back", &mut created)?
@@ -333,15 +335,7 @@ fn shaped_like(
         .iter()
         .map(|&d| i64::try_from(d).map_err(|_| TransformError::DimensionOverflow { dim: d }))
         .collect::<Result<Vec<i64>>>()?;
-    op1(
-        ir,
-        gid,
-        &Reshape,
-        ReshapeAttrs { shape: dims }.to_attrs(),
-        &[(0, value)],
-        "view_reshape",
-        created,
-    )
+    op1(ir, gid, &Reshape, ReshapeAttrs { shape: dims }.to_attrs(), &[(0, value)], "view_reshape", created)
 }
 
 /// The length of base `b` along a concat edge's axis (0 for other edges).

@@ -21,9 +21,7 @@
 
 use super::op_types;
 use super::shape::{slice_dims, Reshape, Slice, Transpose};
-use crate::{
-    op_attrs, Alias, AttrSpec, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `ConcatInplace`.

@@ -4,7 +4,9 @@
 
 use popart_ir::ops::control::RepeatAttrs;
 use popart_ir::ops::io::{HostLoad, HostStore, StreamAttrs};
-use popart_ir::ops::remote::{RemoteAttrs, RemoteCodeLoad, RemoteCodeLoadAttrs, RemoteLoad, RemoteLoadInplace, RemoteStore};
+use popart_ir::ops::remote::{
+    RemoteAttrs, RemoteCodeLoad, RemoteCodeLoadAttrs, RemoteLoad, RemoteLoadInplace, RemoteStore,
+};
 use popart_ir::{Op, OpAttrs, RemoteBufferId, StreamDirection, TensorId, TileSet};
 
 use super::buffers::BufferTable;

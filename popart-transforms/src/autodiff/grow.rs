@@ -11,8 +11,8 @@ use slotmap::SecondaryMap;
 
 use super::analysis::Analysis;
 use super::error::{AutodiffError, Result};
-use crate::Malformed;
 use super::info::{name, ExpectedConnection, GradGraphInfo, GradGraphInfos, GraphIo};
+use crate::Malformed;
 
 /// A gradient value: symbolically zero, or a tensor of the gradient graph.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -44,17 +44,16 @@ use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
 use popart_ir::ops::shape::{Reshape, ReshapeAttrs};
 use popart_ir::OpAttrs;
 use popart_ir::{
-    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, Op, OpDef, OpId, TensorId, TensorInfo,
-    TensorKind,
+    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, Op, OpDef, OpId, TensorId, TensorInfo, TensorKind,
 };
 
 use slotmap::SecondaryMap;
 
 use super::analysis::topological_order;
 use super::error::{AutodiffError, Result};
-use crate::Malformed;
 use super::grow::{dense, Builder, Grad};
 use super::info::{name, ExpectedConnectionType, GradGraphInfo, GraphIo};
+use crate::Malformed;
 
 /// What the body's gradient graph reads and returns, by body input/output index.
 #[derive(Debug, Default)]
@@ -391,7 +390,10 @@ fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[
                 .iter()
                 .map(|(i, t)| map.get(t).map(|&n| (i, n)))
                 .collect::<Option<Vec<(u32, TensorId)>>>()
-                .ok_or_else(|| Malformed::UncopiedTensor { what: format!("op `{}`", op.name), graph: g.name().to_string() })?;
+                .ok_or_else(|| Malformed::UncopiedTensor {
+                    what: format!("op `{}`", op.name),
+                    graph: g.name().to_string(),
+                })?;
             let mut infos = Vec::new();
             let mut names = Vec::new();
             for t in op.outputs().tensors() {
@@ -636,9 +638,7 @@ impl Builder<'_> {
             let parts = &by_input[k];
             outs.push(match parts[..] {
                 [g] => g,
-                [] => {
-                    create1(ir, w, &Init, init_attrs(info), &[], &format!("{n}_grad_zero"))?
-                }
+                [] => create1(ir, w, &Init, init_attrs(info), &[], &format!("{n}_grad_zero"))?,
                 _ => create1(ir, w, &Sum, Attributes::new(), parts, &format!("{n}_grad_sum"))?,
             });
         }

@@ -2,8 +2,8 @@
 //! gradient graphs (`Repeat` is in [`super::repeat`]).
 
 use popart_ir::ops::control::{Call, CallAttrs, If, IfAttrs};
-use popart_ir::ops::grad::{Init, Sum};
 use popart_ir::ops::grad::InitAttrs;
+use popart_ir::ops::grad::{Init, Sum};
 use popart_ir::{AttrValue, Attributes, GraphId, Op, OpAttrs, TensorId};
 
 use super::error::{AutodiffError, Result};

@@ -14,13 +14,13 @@
 //! constraints), so moving the all-reduce later cannot change what any op
 //! sees, and every replica moves it alike (they run the same schedule).
 
+use crate::Result;
 use popart_ir::ops::collectives::{
     AllReduceAttrs, AllReduceUpdateAttrs, CollectiveOperator, ReplicatedAllReduce, ReplicatedAllReduceInplace,
     ReplicatedAllReduceScaledAddInplace,
 };
 use popart_ir::ops::var_update::{ScaleAttrs, ScaledAddInplace};
 use popart_ir::{Graph, Ir, OpAttrs, OpId, TensorId};
-use crate::Result;
 
 use super::{fuse_ops, rewrite_matches};
 use crate::pipeline::{Pass, PassOutcome};

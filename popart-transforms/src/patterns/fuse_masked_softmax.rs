@@ -13,10 +13,10 @@
 //! the softmax's), and everything is float of one dtype. The rewrite keeps every
 //! value: `where(mask, x · scale, fill)` is computed exactly as before, per element.
 
+use crate::Result;
 use popart_ir::ops::all::{Mul, Softmax, Where};
 use popart_ir::ops::nn::{MaskedSoftmax, MaskedSoftmaxAttrs, SoftmaxAttrs};
-use popart_ir::{Graph, OpAttrs, Ir, OpId, TensorId, TensorKind};
-use crate::Result;
+use popart_ir::{Graph, Ir, OpAttrs, OpId, TensorId, TensorKind};
 
 use super::{fuse_ops, rewrite_matches};
 

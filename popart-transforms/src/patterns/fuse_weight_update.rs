@@ -44,14 +44,14 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::{Malformed, Result};
 use popart_ir::ops::collectives::{
     AllReduceUpdateAttrs, ReplicatedAllReduceScaledAddInplace, ReplicatedScaledAddMatMulRhsGradInplace,
 };
 use popart_ir::ops::control::{Call, CallAttrs};
 use popart_ir::ops::grad::MatMulRhsGrad;
 use popart_ir::ops::var_update::{ScaleAttrs, ScaledAddInplace, ScaledAddMatMulAttrs, ScaledAddMatMulRhsGradInplace};
-use popart_ir::{Attributes, OpAttrs, Graph, GraphId, Ir, Op, OpDef, OpId, TensorId};
-use crate::{Malformed, Result};
+use popart_ir::{Attributes, Graph, GraphId, Ir, Op, OpAttrs, OpDef, OpId, TensorId};
 use slotmap::SecondaryMap;
 
 use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};
@@ -390,7 +390,11 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize
     }
     let (w, w2) = {
         let u = g.op(m.update)?;
-        let w = u.input(0).ok_or_else(|| Malformed::MissingInput { op: u.name.clone(), index: 0, context: "the weight" })?;
+        let w = u.input(0).ok_or_else(|| Malformed::MissingInput {
+            op: u.name.clone(),
+            index: 0,
+            context: "the weight",
+        })?;
         (w, u.output(0).ok_or_else(|| Malformed::NoOutput { op: u.name.clone() })?)
     };
     g.replace_all_uses(w2, w)?;
