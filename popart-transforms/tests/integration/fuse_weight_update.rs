@@ -1,6 +1,6 @@
 //! `fuse_weight_update` never turns a valid IR into an invalid one.
 
-use popart_ir::{text, IrError};
+use popart_ir::text;
 use popart_transforms::patterns::fuse_weight_updates;
 use popart_transforms::pipeline::Pipeline;
 
