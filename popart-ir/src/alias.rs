@@ -140,9 +140,7 @@ pub fn aliased_constant(graph: &Graph, t: TensorId) -> Option<TensorId> {
 
 /// The remote buffer a remote load or store accesses.
 fn remote_access(op: &crate::Op) -> Option<i64> {
-    use crate::ops::remote::{RemoteLoad, RemoteLoadInplace, RemoteStore};
-    let remote = op.is::<RemoteLoad>() || op.is::<RemoteLoadInplace>() || op.is::<RemoteStore>();
-    remote.then(|| op.attrs.int("remote_buffer")).flatten()
+    crate::ops::remote::transfer_attrs(op).map(|a| a.remote_buffer)
 }
 
 /// Every pair (store, other access) of one remote buffer is ordered.
@@ -197,7 +195,8 @@ impl<'g> Order<'g> {
     }
 
     fn pos(&self, op: OpId) -> Result<usize> {
-        self.pos.get(&op).copied().ok_or_else(|| IrError::Invalid(format!("op {op:?} is not in the schedule")))
+        // Every op of the graph is scheduled: a missing one is not the graph's.
+        self.pos.get(&op).copied().ok_or_else(|| self.graph.unknown_op(op))
     }
 
     /// Whether `a` reaches `b` or `b` reaches `a`.

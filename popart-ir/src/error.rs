@@ -168,15 +168,6 @@ pub enum IrError {
         /// What is wrong with the data.
         source: crate::HostDataError,
     },
-    /// A pipeline pass returned `Ok` but left an IR that fails verification
-    /// (reported when the pipeline verifies every pass: debug builds and tests).
-    #[error("pass `{pass}` left an invalid IR: {source}")]
-    InvalidAfterPass {
-        /// The pass's name.
-        pass: String,
-        /// What the verifier found.
-        source: Box<IrError>,
-    },
     /// [`crate::Ir::num_ipus`] does not fit in 64 bits.
     #[error(
         "the number of IPUs overflows: {ipus_per_replica} IPUs per replica x replication factor \

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{OnceLock, RwLock};
 
 use crate::hash::FxHashMap;
-use crate::{Attributes, Graph, GraphId, Ir, IrError, OpId, Result, TensorId, TensorInfo};
+use crate::{Attributes, GraphId, Ir, IrError, OpId, Result, TensorId, TensorInfo};
 
 bitflags::bitflags! {
     /// Properties of an op that passes must respect.
@@ -270,27 +270,6 @@ impl<'a> InferContext<'a> {
     pub fn inputs(&self) -> &'a [(u32, TensorInfo)] {
         self.read_all.set(true);
         self.inputs
-    }
-
-    /// A required integer attribute.
-    pub fn int(&self, key: &str) -> Result<i64> {
-        self.attrs.int(key).ok_or_else(|| self.error(format!("missing integer attribute `{key}`")))
-    }
-
-    /// A required float attribute.
-    pub fn float(&self, key: &str) -> Result<f64> {
-        self.attrs.float(key).ok_or_else(|| self.error(format!("missing float attribute `{key}`")))
-    }
-
-    /// A required list-of-integers attribute.
-    pub fn ints(&self, key: &str) -> Result<&'a [i64]> {
-        self.attrs.ints(key).ok_or_else(|| self.error(format!("missing integer-list attribute `{key}`")))
-    }
-
-    /// A required graph attribute.
-    pub fn graph(&self, key: &str) -> Result<&'a Graph> {
-        let id = self.attrs.graph(key).ok_or_else(|| self.error(format!("missing graph attribute `{key}`")))?;
-        self.ir.graph(id)
     }
 
     /// An inference error naming this op.

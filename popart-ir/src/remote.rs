@@ -123,11 +123,12 @@ impl Ir {
     fn max_used_entry(&self, id: RemoteBufferId) -> Option<usize> {
         let vars = self.remote.variables.values().filter(|s| s.buffer == id).map(|s| s.entry);
         let ops = self.graphs().flat_map(|g| g.ops()).filter_map(|op| {
-            let b = op.attrs.int("remote_buffer")?;
-            if b != i64::from(id.0) || op.input(1).is_some() {
+            let a = crate::ops::remote::transfer_attrs(op)?;
+            if a.remote_buffer != i64::from(id.0) || op.input(1).is_some() {
                 return None;
             }
-            usize::try_from(op.attrs.int("offset").unwrap_or(0)).ok()
+            // No offset input and no offset attribute: entry 0.
+            usize::try_from(a.offset.unwrap_or(0)).ok()
         });
         vars.chain(ops).max()
     }

@@ -7,9 +7,10 @@
 //! it is added rather than all living until one `Sum` reads them. Values agree up
 //! to the order of the floating-point additions.
 
+use crate::Result;
 use popart_ir::ops::all::Add;
 use popart_ir::ops::grad::Sum;
-use popart_ir::{Attributes, GraphId, Ir, OpId, Result, TensorId, TensorKind};
+use popart_ir::{Attributes, GraphId, Ir, OpId, TensorId, TensorKind};
 
 /// Decompose every `Sum` of more than two inputs in graph `graph`; returns how
 /// many were decomposed.

@@ -31,10 +31,12 @@
 use std::collections::{HashMap, HashSet};
 
 use popart_ir::alias::AliasGroups;
-use popart_ir::ops::control::Call;
-use popart_ir::{Attributes, GraphId, Ir, IrError, OpDef, OpId, Placement, Result, TensorId, TensorInfo, TensorKind};
+use popart_ir::ops::control::{Call, CallAttrs};
+use popart_ir::ops::remote::{RemoteCodeLoad, RemoteCodeLoadAttrs};
+use popart_ir::{Attributes, GraphId, Ir, Op, OpAttrs, OpDef, OpId, Placement, TensorId, TensorInfo, TensorKind};
 
 use crate::pipeline::{Pass, PassOutcome};
+use crate::{Malformed, Result};
 
 /// The `inline-calls` pass (see the module docs).
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,12 +55,7 @@ impl Pass for InlineCalls {
     fn run(&self, ir: &mut Ir) -> Result<PassOutcome> {
         let mut inlinable: HashMap<GraphId, bool> = HashMap::new();
         // A graph whose code the program loads explicitly stays a function.
-        let code_loaded: HashSet<GraphId> = ir
-            .graphs()
-            .flat_map(|g| g.ops())
-            .filter(|op| op.is::<popart_ir::ops::remote::RemoteCodeLoad>())
-            .filter_map(|op| op.attrs.graph("graph"))
-            .collect();
+        let code_loaded: HashSet<GraphId> = ir.graphs().flat_map(|g| g.ops()).filter_map(code_loaded_graph).collect();
         let mut constants = ConstantCopies::new();
         let mut count = 0usize;
         // Callees first, so a graph called from many places is inlined into after
@@ -74,7 +71,7 @@ impl Pass for InlineCalls {
                         if !op.is::<Call>() || !op.modified_inputs().is_empty() {
                             return None;
                         }
-                        op.attrs.graph("graph").map(|callee| (o, callee))
+                        CallAttrs::of(op).ok().map(|a| (o, a.graph))
                     })
                     .collect()
             };
@@ -97,12 +94,18 @@ impl Pass for InlineCalls {
     }
 }
 
+/// The graph a `RemoteCodeLoad` loads (`None` for other ops).
+fn code_loaded_graph(op: &Op) -> Option<GraphId> {
+    if !op.is::<RemoteCodeLoad>() {
+        return None;
+    }
+    RemoteCodeLoadAttrs::of(op).ok().map(|a| a.graph)
+}
+
 /// Whether calls of `callee` can be inlined (see the module docs).
 fn can_inline(ir: &Ir, callee: GraphId) -> Result<bool> {
     // A graph whose code the program loads explicitly stays a function.
-    let code_loaded = ir.graphs().any(|g| {
-        g.ops().any(|op| op.is::<popart_ir::ops::remote::RemoteCodeLoad>() && op.attrs.graph("graph") == Some(callee))
-    });
+    let code_loaded = ir.graphs().any(|g| g.ops().any(|op| code_loaded_graph(op) == Some(callee)));
     if code_loaded {
         return Ok(false);
     }
@@ -183,6 +186,7 @@ fn inline_call(
         .collect::<Result<_>>()?;
     let callee_inputs = g.inputs().to_vec();
     let callee_outputs = g.outputs().to_vec();
+    let callee_name = g.name().to_string();
     let constants: Vec<(TensorId, String, TensorInfo, TensorKind)> =
         g.constants().map(|t| (t.id, t.name.clone(), t.info.clone(), t.kind.clone())).collect();
     let internal_cons: Vec<(OpId, OpId, bool)> = g.topo_cons().edges().collect();
@@ -196,9 +200,11 @@ fn inline_call(
     // Callee tensor -> caller tensor.
     let mut map: HashMap<TensorId, TensorId> = HashMap::with_capacity(ops.len() * 2);
     for (i, &t) in callee_inputs.iter().enumerate() {
-        let parent_t = call_op
-            .input(i as u32)
-            .ok_or_else(|| IrError::Invalid(format!("call `{prefix}` has no input {i} for its graph's input")))?;
+        let parent_t = call_op.input(i as u32).ok_or_else(|| Malformed::MissingInput {
+            op: prefix.clone(),
+            index: i as u32,
+            context: "for its graph's input",
+        })?;
         map.insert(t, parent_t);
     }
     for (t, name, info, kind) in constants {
@@ -233,8 +239,9 @@ fn inline_call(
                 any_inside = true;
                 read_inside.insert(p);
             }
-            let pt = *map.get(&t).ok_or_else(|| {
-                IrError::Invalid(format!("inlining `{prefix}`: op `{}` reads an unknown tensor", c.name))
+            let pt = *map.get(&t).ok_or_else(|| Malformed::UncopiedTensor {
+                what: format!("op `{}`", c.name),
+                graph: callee_name.clone(),
             })?;
             pg.connect_input(new, i, pt)?;
         }

@@ -6,6 +6,7 @@
 
 pub mod autodiff;
 pub mod decompose_sum;
+pub mod error;
 pub mod inline;
 pub mod merge_exchange;
 pub mod patterns;
@@ -18,4 +19,5 @@ pub use autodiff::{
     autodiff, AutodiffError, AutodiffOutput, CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo,
     GradGraphInfos,
 };
+pub use error::{Malformed, Result, TransformError};
 pub use pipeline::{Pass, PassOutcome, Pipeline};

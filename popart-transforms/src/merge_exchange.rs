@@ -20,8 +20,9 @@
 
 use std::collections::HashSet;
 
+use crate::Result;
 use popart_ir::ops::all::{HostLoad, HostStore, RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
-use popart_ir::{Graph, GraphId, Ir, Op, OpId, Result, TileSet};
+use popart_ir::{Graph, GraphId, Ir, Op, OpId, TileSet};
 
 use crate::pipeline::{Pass, PassOutcome};
 

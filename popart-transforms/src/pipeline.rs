@@ -19,8 +19,9 @@
 //! verification, which then checks what the new pass did).
 //!
 //! ```
-//! use popart_ir::{Ir, IrError, Result};
+//! use popart_ir::Ir;
 //! use popart_transforms::pipeline::{Pass, PassOutcome, Pipeline};
+//! use popart_transforms::Result;
 //! use popart_transforms::prepare::PrepareOptions;
 //!
 //! /// Counts ops; changes nothing.
@@ -52,7 +53,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use popart_ir::{Ir, IrError, Result};
+use popart_ir::Ir;
+
+use crate::{Result, TransformError};
 
 use crate::inline::InlineCalls;
 use crate::patterns::{FuseAllReduceUpdate, FuseMaskedSoftmax, FuseMatMulBias, FuseWeightUpdates};
@@ -225,7 +228,7 @@ impl Pipeline {
     }
 
     /// Verify the IR after every pass that succeeds, reporting a pass that leaves
-    /// an invalid IR as [`IrError::InvalidAfterPass`] with its name. On by default
+    /// an invalid IR as [`TransformError::InvalidAfterPass`] with its name. On by default
     /// in debug builds (`cfg(debug_assertions)`) and when the environment variable
     /// [`VERIFY_EACH_PASS_ENV`] is `1`; otherwise off in release builds, where
     /// only the pipeline's own verification passes run; tests turn it on. Costs one
@@ -361,7 +364,7 @@ impl Pipeline {
             if self.verify_each_pass {
                 if let Err(e) = ir.verify() {
                     tracing::debug!(pass = name, error = %e, "pass left an invalid IR");
-                    return Err(IrError::InvalidAfterPass { pass: name.to_string(), source: Box::new(e) });
+                    return Err(TransformError::InvalidAfterPass { pass: name.to_string(), source: Box::new(e) });
                 }
             }
             match &outcome.details {
@@ -606,7 +609,7 @@ mod tests {
             "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, break-ir, verify-final"
         );
         let err = p.run(&mut small_ir()).unwrap_err();
-        assert!(matches!(&err, IrError::Inference { op, .. } if op == "relu"), "{err:?}");
+        assert!(matches!(&err, TransformError::Ir(IrError::Inference { op, .. }) if op == "relu"), "{err:?}");
         // Without the final verification nothing notices.
         let mut p = p;
         assert!(p.remove(Pipeline::VERIFY_FINAL).is_some());

@@ -14,7 +14,8 @@
 //! To run passes of one's own, build a pipeline from the default one and run it
 //! instead of [`prepare`] (see [`crate::pipeline`]).
 
-use popart_ir::{Ir, Result};
+use crate::Result;
+use popart_ir::Ir;
 
 use crate::pipeline::{PassRecord, Pipeline};
 use crate::prune::PruneReport;
@@ -129,7 +130,7 @@ mod tests {
         assert!(matches!(ir.main_graph_mut().add_topo_con(b, a), Err(IrError::Cycle { .. })));
         ir.main_graph_mut().add_topo_con_unchecked(b, a).unwrap();
         match prepare(&mut ir) {
-            Err(IrError::Cycle { graph, ops }) => {
+            Err(crate::TransformError::Ir(IrError::Cycle { graph, ops })) => {
                 assert_eq!(graph, "main");
                 let mut ops = ops;
                 ops.sort();

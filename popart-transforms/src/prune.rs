@@ -22,8 +22,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::Result;
 use popart_ir::ops::control::Call;
-use popart_ir::{Graph, GraphId, Ir, OpFlags, OpId, Result, TensorId, TensorKind};
+use popart_ir::{Graph, GraphId, Ir, OpAttrs, OpFlags, OpId, TensorId, TensorKind};
 use slotmap::SecondaryMap;
 
 use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};
@@ -150,7 +151,7 @@ fn prune_ops(ir: &mut Ir, gid: GraphId, effectful: &HashSet<GraphId>, report: &m
     dangling.sort();
     dangling.dedup();
     report.removed_tensors += dangling.len();
-    g.remove_tensors(&dangling)
+    Ok(g.remove_tensors(&dangling)?)
 }
 
 /// If graph `callee` has one call site left (of `sites`, the ops that called it
@@ -190,7 +191,7 @@ fn prune_call_outputs(
     }
     let gone = remove_call_outputs(ir, caller, call, &indices)?;
     report.removed_tensors += gone.len();
-    ir.graph_mut(caller)?.remove_tensors(&gone)
+    Ok(ir.graph_mut(caller)?.remove_tensors(&gone)?)
 }
 
 /// Every op calling each graph, as (caller graph, op); an `If` calling the same
@@ -209,9 +210,7 @@ pub(crate) fn call_sites(ir: &Ir) -> HashMap<GraphId, Vec<(GraphId, OpId)>> {
 
 /// The graph a `Call` op calls (its `graph` attribute).
 pub(crate) fn call_callee(op: &popart_ir::Op) -> Result<GraphId> {
-    op.attrs
-        .graph("graph")
-        .ok_or_else(|| popart_ir::IrError::Invalid(format!("call `{}` has no `graph` attribute", op.name)))
+    Ok(popart_ir::ops::control::CallAttrs::of(op)?.graph)
 }
 
 /// Remove outputs `indices` of the `Call` op `call` in graph `caller` and of the
@@ -245,7 +244,7 @@ pub(crate) fn remove_call_outputs(
     let orphans: Vec<TensorId> = orphans.keys().collect();
     f.remove_tensors(&orphans)?;
     let indices: Vec<u32> = indices.iter().map(|&i| i as u32).collect();
-    ir.graph_mut(caller)?.remove_op_outputs(call, &indices)
+    Ok(ir.graph_mut(caller)?.remove_op_outputs(call, &indices)?)
 }
 
 /// Graphs containing, directly or through the graphs they call, an op with a side

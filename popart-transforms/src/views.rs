@@ -24,10 +24,12 @@ use popart_ir::alias::{ordered_from, AliasGroups};
 use popart_ir::ops::all::{
     Concat, ConcatInplace, CopyVarUpdate, Reshape, Slice, SliceInplace, SliceUpdateInplace, Transpose,
 };
-use popart_ir::ops::normalize_axis;
-use popart_ir::ops::shape::transpose_perm;
-use popart_ir::ops::view::is_strided_view;
-use popart_ir::{AttrValue, Attributes, GraphId, Ir, IrError, OpDef, OpId, Result, TensorId};
+use popart_ir::ops::shape::{transpose_perm, ConcatAttrs, ReshapeAttrs, SliceAttrs, TransposeAttrs};
+use popart_ir::ops::view::{is_strided_view, ConcatInplaceAttrs};
+use popart_ir::ops::{normalize_axis, AxisError};
+use popart_ir::{Attributes, GraphId, Ir, Op, OpAttrs, OpDef, OpId, TensorId};
+
+use crate::{Malformed, Result, TransformError};
 
 use crate::pipeline::{Pass, PassOutcome};
 
@@ -67,13 +69,34 @@ impl Pass for MaterializeViews {
     }
 }
 
-/// A strided view: its op, bases (inputs in order) and view (output 0).
+/// A strided view: its op, kind, bases (inputs in order) and view (output 0).
 struct Edge {
     op: OpId,
-    def: &'static dyn OpDef,
+    name: String,
+    kind: ViewKind,
+    /// The op's attributes: a slice's and a transpose's out-of-place op takes them as they are.
     attrs: Attributes,
     bases: Vec<TensorId>,
     view: TensorId,
+}
+
+/// The strided view ops, with their decoded attributes.
+enum ViewKind {
+    Transpose(TransposeAttrs),
+    Slice,
+    Concat(ConcatInplaceAttrs),
+}
+
+impl ViewKind {
+    fn of(op: &Op) -> Result<Self> {
+        Ok(if op.is::<ConcatInplace>() {
+            ViewKind::Concat(ConcatInplaceAttrs::of(op)?)
+        } else if op.is::<SliceInplace>() {
+            ViewKind::Slice
+        } else {
+            ViewKind::Transpose(TransposeAttrs::of(op)?)
+        })
+    }
 }
 
 /// Rewrite the strided views of one graph; returns how many there were.
@@ -81,10 +104,11 @@ fn materialize_graph(ir: &mut Ir, gid: GraphId) -> Result<usize> {
     let graph = ir.graph(gid)?;
     let mut edges = Vec::new();
     for op in graph.ops().filter(|o| is_strided_view(o.def())) {
-        let view = op.output(0).ok_or_else(|| IrError::Invalid(format!("view `{}` has no output", op.name)))?;
+        let view = op.output(0).ok_or_else(|| Malformed::NoOutput { op: op.name.clone() })?;
         edges.push(Edge {
             op: op.id,
-            def: op.def(),
+            name: op.name.clone(),
+            kind: ViewKind::of(op)?,
             attrs: op.attrs.clone(),
             bases: op.inputs().tensors().collect(),
             view,
@@ -196,27 +220,26 @@ fn propagate(
                         offset += len;
                         continue;
                     }
-                    let out = if e.def.is::<SliceInplace>() {
-                        op1(
-                            ir,
-                            gid,
-                            &SliceUpdateInplace,
-                            e.attrs.clone(),
-                            &[(0, b), (1, src)],
-                            "view_write_back",
-                            &mut created,
-                        )?
+                    // The write-back op: a slice update in place, or the inverse
+                    // view of `src` copied into the base.
+                    let (def, attrs): (&'static dyn OpDef, Attributes) = match &e.kind {
+                        ViewKind::Slice => (&SliceUpdateInplace, e.attrs.clone()),
+                        ViewKind::Concat(a) => {
+                            let attrs = SliceAttrs {
+                                starts: vec![offset],
+                                ends: vec![offset + len],
+                                steps: None,
+                                axes: Some(vec![a.axis]),
+                            };
+                            (&Slice, attrs.to_attrs())
+                        }
+                        ViewKind::Transpose(a) => {
+                            (&Transpose, TransposeAttrs { perm: inverse_perm(ir, gid, e, a)? }.to_attrs())
+                        }
+                    };
+                    let out = if matches!(e.kind, ViewKind::Slice) {
+                        op1(ir, gid, def, attrs, &[(0, b), (1, src)], "view_write_back", &mut created)?
                     } else {
-                        let (def, attrs): (&'static dyn OpDef, Attributes) = if e.def.is::<ConcatInplace>() {
-                            let axis = e.attrs.int("axis").unwrap_or(0);
-                            let attrs = Attributes::new()
-                                .with("starts", AttrValue::Ints(vec![offset]))
-                                .with("ends", AttrValue::Ints(vec![offset + len]))
-                                .with("axes", AttrValue::Ints(vec![axis]));
-                            (&Slice, attrs)
-                        } else {
-                            (&Transpose, Attributes::new().with("perm", AttrValue::Ints(inverse_perm(ir, gid, e)?)))
-                        };
                         let tmp = op1(ir, gid, def, attrs, &[(0, src)], "view_write_back", &mut created)?;
                         op1(
                             ir,
@@ -269,12 +292,10 @@ fn propagate(
 
 /// The out-of-place op computing a strided view from its bases, and its attributes.
 fn out_of_place(e: &Edge) -> (&'static dyn OpDef, Attributes) {
-    if e.def.is::<ConcatInplace>() {
-        (&Concat, Attributes::new().with("axis", AttrValue::Int(e.attrs.int("axis").unwrap_or(0))))
-    } else if e.def.is::<SliceInplace>() {
-        (&Slice, e.attrs.clone())
-    } else {
-        (&Transpose, e.attrs.clone())
+    match &e.kind {
+        ViewKind::Concat(a) => (&Concat, ConcatAttrs { axis: a.axis }.to_attrs()),
+        ViewKind::Slice => (&Slice, e.attrs.clone()),
+        ViewKind::Transpose(_) => (&Transpose, e.attrs.clone()),
     }
 }
 
@@ -291,7 +312,7 @@ fn op1(
     let name = ir.graph_mut(gid)?.unique_op_name(name);
     let op = ir.create_op_with_def(gid, def, attrs, inputs, &name)?;
     created.push(op);
-    ir.graph(gid)?.op(op)?.output(0).ok_or_else(|| IrError::Invalid(format!("`{name}` has no output")))
+    Ok(ir.graph(gid)?.op(op)?.output(0).ok_or(Malformed::NoOutput { op: name })?)
 }
 
 /// `value` as a tensor of `like`'s shape. A node groups tensors that share one
@@ -312,38 +333,31 @@ fn shaped_like(
     }
     let dims = shape
         .iter()
-        .map(|&d| i64::try_from(d).map_err(|_| IrError::Invalid(format!("dimension {d} does not fit an i64"))))
+        .map(|&d| i64::try_from(d).map_err(|_| TransformError::DimensionOverflow { dim: d }))
         .collect::<Result<Vec<i64>>>()?;
-    op1(
-        ir,
-        gid,
-        &Reshape,
-        Attributes::new().with("shape", AttrValue::Ints(dims)),
-        &[(0, value)],
-        "view_reshape",
-        created,
-    )
+    op1(ir, gid, &Reshape, ReshapeAttrs { shape: dims }.to_attrs(), &[(0, value)], "view_reshape", created)
 }
 
 /// The length of base `b` along a concat edge's axis (0 for other edges).
 fn base_len(ir: &Ir, gid: GraphId, e: &Edge, b: TensorId) -> Result<i64> {
-    if !e.def.is::<ConcatInplace>() {
-        return Ok(0);
-    }
+    let ViewKind::Concat(a) = &e.kind else { return Ok(0) };
     let info = &ir.graph(gid)?.tensor(b)?.info;
-    let axis =
-        normalize_axis(e.attrs.int("axis").unwrap_or(0), info.rank()).map_err(|m| IrError::Invalid(m.to_string()))?;
+    let axis = normalize_axis(a.axis, info.rank()).map_err(|error| view_axis(e, error))?;
     Ok(info.shape[axis] as i64)
 }
 
 /// The permutation undoing a transpose edge's.
-fn inverse_perm(ir: &Ir, gid: GraphId, e: &Edge) -> Result<Vec<i64>> {
+fn inverse_perm(ir: &Ir, gid: GraphId, e: &Edge, a: &TransposeAttrs) -> Result<Vec<i64>> {
     let rank = ir.graph(gid)?.tensor(e.bases[0])?.info.rank();
-    let perm =
-        transpose_perm(e.attrs.ints("perm").unwrap_or(&[]), rank).map_err(|m| IrError::Invalid(m.to_string()))?;
+    let perm = transpose_perm(&a.perm, rank).map_err(|error| view_axis(e, error))?;
     let mut inv = vec![0i64; rank];
     for (i, &p) in perm.iter().enumerate() {
         inv[p] = i as i64;
     }
     Ok(inv)
+}
+
+/// The error of a view whose axis attributes do not fit its bases.
+fn view_axis(e: &Edge, error: AxisError) -> TransformError {
+    TransformError::ViewAxis { op: e.name.clone(), error }
 }

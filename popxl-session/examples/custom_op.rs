@@ -260,7 +260,7 @@ impl popart_transforms::Pass for LeakyReluZeroToRelu {
         "leaky-relu-zero-to-relu"
     }
 
-    fn run(&self, ir: &mut CoreIr) -> IrResult<popart_transforms::PassOutcome> {
+    fn run(&self, ir: &mut CoreIr) -> popart_transforms::Result<popart_transforms::PassOutcome> {
         let mut changed = 0;
         for g in ir.graph_ids() {
             let targets: Vec<_> = ir

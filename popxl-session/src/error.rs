@@ -40,6 +40,11 @@ pub enum SessionError {
     /// The IR failed verification or preparation (for example a topological-constraint cycle).
     #[error("invalid IR: {0}")]
     InvalidIr(#[from] IrError),
+    /// A pass of the preparation pipeline failed for another reason than an IR
+    /// error (those are [`SessionError::InvalidIr`]), for example one that left
+    /// an invalid IR.
+    #[error("invalid IR: {0}")]
+    Transform(popart_transforms::TransformError),
     /// Lowering failed.
     #[error("lowering failed: {0}")]
     Lower(#[from] LowerError),
@@ -259,6 +264,17 @@ pub enum SessionError {
         /// What broke.
         reason: String,
     },
+}
+
+/// IR errors of the preparation pipeline stay [`SessionError::InvalidIr`]; the
+/// others are [`SessionError::Transform`].
+impl From<popart_transforms::TransformError> for SessionError {
+    fn from(e: popart_transforms::TransformError) -> Self {
+        match e {
+            popart_transforms::TransformError::Ir(e) => SessionError::InvalidIr(e),
+            e => SessionError::Transform(e),
+        }
+    }
 }
 
 impl From<SizeError> for SessionError {

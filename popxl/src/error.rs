@@ -357,6 +357,21 @@ pub enum PopXlError {
     /// does not fit a call site.
     #[error(transparent)]
     Autodiff(#[from] popart_transforms::autodiff::AutodiffError),
+    /// A transform (`merge_exchange`, `decompose_sum`...) failed for another
+    /// reason than an IR error (those are [`PopXlError::Ir`]).
+    #[error(transparent)]
+    Transform(popart_transforms::TransformError),
+}
+
+/// IR errors of a transform stay [`PopXlError::Ir`]; the others are
+/// [`PopXlError::Transform`].
+impl From<popart_transforms::TransformError> for PopXlError {
+    fn from(e: popart_transforms::TransformError) -> Self {
+        match e {
+            popart_transforms::TransformError::Ir(e) => PopXlError::Ir(e),
+            e => PopXlError::Transform(e),
+        }
+    }
 }
 
 /// Result alias of this crate.

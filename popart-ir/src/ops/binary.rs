@@ -168,12 +168,13 @@ impl OpDef for ScaledAdd {
         if x.dtype == DataType::Bool {
             return Err(ctx.error("operands must be numeric, got bool"));
         }
-        for (i, key) in [(2, "a"), (3, "b")] {
+        let scales = super::var_update::ScaleAttrs::infer(ctx)?;
+        for (i, key, attr) in [(2, "a", scales.a), (3, "b", scales.b)] {
             if let Some(s) = ctx.optional_input(i) {
                 if s.nelms() != 1 || s.dtype != x.dtype {
                     return Err(ctx.error(format!("input {i} (`{key}`) must be a {} scalar, got {s}", x.dtype)));
                 }
-                if ctx.attrs.get(key).is_some() {
+                if attr.is_some() {
                     return Err(ctx.error(format!("`{key}` is given both as attribute and as input {i}")));
                 }
             }

@@ -248,9 +248,9 @@ impl std::fmt::Display for CollectiveOperator {
 /// The attributes of a collective over `grouping` (`stride`, `group_size`).
 ///
 /// ```
-/// use popart_ir::{ops::collectives::grouping_attrs, ReplicaGrouping};
-/// let a = grouping_attrs(&ReplicaGrouping::new(8, 2, 4).unwrap()).unwrap();
-/// assert_eq!((a.int("stride"), a.int("group_size")), (Some(2), Some(4)));
+/// use popart_ir::{ops::collectives::{grouping_attrs, AllGatherAttrs}, OpAttrs, ReplicaGrouping};
+/// let a = AllGatherAttrs::from_attrs(&grouping_attrs(&ReplicaGrouping::new(8, 2, 4).unwrap()).unwrap()).unwrap();
+/// assert_eq!((a.stride, a.group_size), (2, 4));
 /// assert!(grouping_attrs(&ReplicaGrouping::from_assignment(4, &[0, 1, 1, 0]).unwrap()).is_err());
 /// ```
 pub fn grouping_attrs(grouping: &ReplicaGrouping) -> std::result::Result<Attributes, crate::ReplicaGroupingError> {

@@ -217,18 +217,19 @@ impl OpDef for Call {
         CallAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let a = CallAttrs::infer(ctx)?;
         check_graph_attrs(ctx, &["graph"])?;
-        let g = ctx.graph("graph")?;
+        let g = ctx.ir.graph(a.graph)?;
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
-        check_modified(ctx, 0..inputs.len(), "call")?;
+        check_modified(ctx, &a.modified, 0..inputs.len(), "call")?;
         Ok(g.output_infos())
     }
     fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH
     }
     fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
-        modified_attr(attrs)
+        modified_attr(CallAttrs::from_attrs(attrs).ok().map(|a| a.modified))
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
         crate::GradRule::Subgraph
@@ -243,43 +244,44 @@ impl OpDef for Repeat {
         RepeatAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let a = RepeatAttrs::infer(ctx)?;
         check_graph_attrs(ctx, &["graph"])?;
-        let g = ctx.graph("graph")?;
-        check_repeat_count(ctx.int("count")?).map_err(infer_error(ctx))?;
+        let g = ctx.ir.graph(a.graph)?;
+        check_repeat_count(a.count).map_err(infer_error(ctx))?;
         let inputs = contiguous_inputs(ctx)?;
         check_args(ctx, g, &inputs)?;
         check_repeat_body(g).map_err(infer_error(ctx))?;
         // Loop-carried inputs take the previous iteration's outputs: only the others
         // may be written through to the caller.
-        check_modified(ctx, g.outputs().len()..inputs.len(), "repeat (past its loop-carried inputs)")?;
+        check_modified(ctx, &a.modified, g.outputs().len()..inputs.len(), "repeat (past its loop-carried inputs)")?;
         Ok(g.output_infos())
     }
     fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH
     }
     fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
-        modified_attr(attrs)
+        modified_attr(RepeatAttrs::from_attrs(attrs).ok().map(|a| a.modified))
     }
     fn grad(&self, _op: &crate::Op) -> crate::GradRule {
         crate::GradRule::Subgraph
     }
 }
 
-/// Every entry of the `modified` attribute lies in `allowed`.
-fn check_modified(ctx: &InferContext<'_>, allowed: std::ops::Range<usize>, what: &str) -> Result<()> {
-    let m = ctx.attrs.ints("modified").unwrap_or(&[]);
+/// Every entry of the `modified` attribute (`m`) lies in `allowed`.
+fn check_modified(ctx: &InferContext<'_>, m: &[i64], allowed: std::ops::Range<usize>, what: &str) -> Result<()> {
     match m.iter().find(|&&i| usize::try_from(i).map_or(true, |i| !allowed.contains(&i))) {
         Some(bad) => Err(ctx.error(format!("modified input {bad} is not an input of the {what}"))),
         None => Ok(()),
     }
 }
 
-/// The `modified` attribute as written inputs (out-of-range entries, rejected by
+/// The `modified` attribute (`m`, of attributes that decode: others are
+/// rejected by `infer`) as written inputs (out-of-range entries, rejected by
 /// `infer`, are skipped). The builder sets it from what the called graph
 /// writes: a call's or repeat's in-place behaviour depends on its graph, so it
 /// is recorded on the op where the declaration can read it.
-fn modified_attr(attrs: &Attributes) -> Vec<Alias> {
-    attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| u32::try_from(i).ok()).map(Alias::written).collect()
+fn modified_attr(m: Option<Vec<i64>>) -> Vec<Alias> {
+    m.unwrap_or_default().into_iter().filter_map(|i| u32::try_from(i).ok()).map(Alias::written).collect()
 }
 
 impl OpDef for If {
@@ -294,18 +296,18 @@ impl OpDef for If {
         if c.dtype != crate::DataType::Bool || c.nelms() != 1 {
             return Err(ctx.error(format!("the condition must be a bool scalar, got {c}")));
         }
+        let a = IfAttrs::infer(ctx)?;
         check_graph_attrs(ctx, &["then_graph", "else_graph"])?;
-        let (tg, eg) = (ctx.graph("then_graph")?, ctx.graph("else_graph")?);
-        let as_idx = |key: &str| -> Result<Vec<u32>> {
-            let v = ctx.attrs.ints(key).unwrap_or(&[]);
+        let (tg, eg) = (ctx.ir.graph(a.then_graph)?, ctx.ir.graph(a.else_graph)?);
+        let as_idx = |key: &str, v: &[i64]| -> Result<Vec<u32>> {
             v.iter()
                 .map(|&i| {
                     u32::try_from(i).map_err(|_| ctx.error(format!("`{key}` names input {i}, not an input index")))
                 })
                 .collect()
         };
-        check_args(ctx, tg, &as_idx("then_inputs")?)?;
-        check_args(ctx, eg, &as_idx("else_inputs")?)?;
+        check_args(ctx, tg, &as_idx("then_inputs", &a.then_inputs)?)?;
+        check_args(ctx, eg, &as_idx("else_inputs", &a.else_inputs)?)?;
         check_branch_outputs(tg, eg).map_err(infer_error(ctx))?;
         Ok(tg.output_infos())
     }

@@ -420,17 +420,6 @@ op_types!(
     Init,
 );
 
-/// The forward tensor shape a gradient op takes as its attribute `key` (set by
-/// autodiff from [`crate::GradOpSpec::shape_attrs`]), checked: its element
-/// count must fit `usize`.
-pub(crate) fn fwd_shape(ctx: &InferContext<'_>, key: &str) -> Result<Vec<usize>> {
-    let shape = to_shape(ctx, ctx.ints(key)?, &format!("`{key}`"))?;
-    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
-        return Err(ctx.error(format!("`{key}` {shape:?} has too many elements")));
-    }
-    Ok(shape)
-}
-
 fn first_input_info(ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
     Ok(vec![ctx.input(0)?.clone()])
 }
@@ -532,11 +521,11 @@ impl OpDef for ReduceGrad {
         ReduceGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let ReduceGradAttrs { reduction, axes, keepdims, .. } = ReduceGradAttrs::infer(ctx)?;
+        let ReduceGradAttrs { reduction, axes, keepdims, shape } = ReduceGradAttrs::infer(ctx)?;
         let f = reduction.name();
         let (reads_x, reads_y) = reduction.reads();
         let g = ctx.input(0)?;
-        let x = TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
+        let x = TensorInfo::new(g.dtype, super::checked_shape(ctx, &shape, "shape")?);
         for (i, reads) in [(1, reads_x), (2, reads_y)] {
             match (reads, ctx.optional_input(i)) {
                 (true, None) => return Err(ctx.error(format!("`{f}` reads the forward tensor at input {i}"))),
@@ -569,7 +558,8 @@ impl OpDef for SoftmaxGrad {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let y = ctx.input(1)?;
         check_grad_input(ctx, y.dtype, &y.shape)?;
-        super::normalize_axis(ctx.attrs.int("axis").unwrap_or(-1), y.rank()).map_err(super::infer_error(ctx))?;
+        let axis = super::nn::SoftmaxAttrs::infer(ctx)?.axis;
+        super::normalize_axis(axis, y.rank()).map_err(super::infer_error(ctx))?;
         info_of_input(ctx, 1)
     }
 }
@@ -603,13 +593,13 @@ impl OpDef for GatherGrad {
         GatherGradAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let x_shape = fwd_shape(ctx, "shape")?;
+        let a = GatherGradAttrs::infer(ctx)?;
+        let x_shape = super::checked_shape(ctx, &a.shape, "shape")?;
         let (dtype, idx) = (ctx.input(0)?.dtype, ctx.input(1)?);
         if !idx.dtype.is_int() {
             return Err(ctx.error(format!("indices must be an integer tensor, got {}", idx.dtype)));
         }
-        let axis = super::normalize_axis(ctx.attrs.int("axis").unwrap_or(0), x_shape.len())
-            .map_err(super::infer_error(ctx))?;
+        let axis = super::normalize_axis(a.axis, x_shape.len()).map_err(super::infer_error(ctx))?;
         let mut shape = x_shape[..axis].to_vec();
         shape.extend_from_slice(&idx.shape);
         shape.extend_from_slice(&x_shape[axis + 1..]);
@@ -644,7 +634,7 @@ impl OpDef for ReshapeGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let g = ctx.input(0)?;
-        let x = TensorInfo::new(g.dtype, fwd_shape(ctx, "shape")?);
+        let x = TensorInfo::new(g.dtype, super::checked_shape(ctx, &ShapeAttrs::infer(ctx)?.shape, "shape")?);
         if g.nelms() != x.nelms() {
             return Err(ctx.error(format!("gradient {g} cannot be reshaped to {x}")));
         }
@@ -677,7 +667,7 @@ impl OpDef for ReduceToShape {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let x = ctx.input(0)?;
-        let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;
+        let shape = to_shape(ctx, &ShapeAttrs::infer(ctx)?.shape, "shape")?;
         if broadcast_shapes(&shape, &x.shape).as_deref() != Some(&x.shape[..]) {
             return Err(ctx.error(format!("{:?} does not broadcast to {:?}", shape, x.shape)));
         }
@@ -709,8 +699,8 @@ impl OpDef for Init {
         InitAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let shape = to_shape(ctx, ctx.ints("shape")?, "shape")?;
-        let dtype = ctx.attrs.dtype("dtype").ok_or_else(|| ctx.error("missing dtype attribute `dtype`"))?;
+        let InitAttrs { shape, dtype } = InitAttrs::infer(ctx)?;
+        let shape = to_shape(ctx, &shape, "shape")?;
         Ok(vec![TensorInfo::new(dtype, shape)])
     }
 }

@@ -449,13 +449,14 @@ fn require_int_indices(ctx: &InferContext<'_>, idx: &TensorInfo) -> Result<()> {
     Ok(())
 }
 
-/// Keep the `axis`, `group_size` and `zero_OOR` attributes of a gather.
-fn gather_attrs(op: &Op) -> Attributes {
-    let mut attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
-    if let Some(g) = op.attrs.int("group_size") {
+/// The `axis`, `group_size` (a grouped gather's) and `zero_OOR` (when set)
+/// attributes of a gather's gradient.
+fn gather_grad_attrs(axis: i64, group_size: Option<i64>, zero_oor: bool) -> Attributes {
+    let mut attrs = Attributes::new().with("axis", AttrValue::Int(axis));
+    if let Some(g) = group_size {
         attrs.set("group_size", AttrValue::Int(g));
     }
-    if op.attrs.bool("zero_OOR") == Some(true) {
+    if zero_oor {
         attrs.set("zero_OOR", AttrValue::Bool(true));
     }
     attrs
@@ -504,7 +505,8 @@ impl OpDef for Split {
     fn grad(&self, op: &Op) -> GradRule {
         let n = op.outputs().end() as u32;
         let inputs: Vec<(u32, GradSource)> = (0..n).map(|i| (i, GradSource::GradOfOutput(i))).collect();
-        let attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)));
+        let Ok(a) = SplitAttrs::of(op) else { return GradRule::None };
+        let attrs = super::shape::ConcatAttrs { axis: a.axis }.to_attrs();
         GradRule::Ops(vec![spec(&Concat, attrs, &inputs, &[(0, 0)])])
     }
 }
@@ -528,8 +530,9 @@ impl OpDef for Scatter {
     /// `ScatterReduceGrad{axis, reduction: none, with_initial, shape: values'}(g, indices)`:
     /// `values` get `g` gathered at the indices, `t` gets `g` zeroed there.
     fn grad(&self, op: &Op) -> GradRule {
+        let Ok(a) = ScatterAttrs::of(op) else { return GradRule::None };
         let attrs = Attributes::new()
-            .with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)))
+            .with("axis", AttrValue::Int(a.axis))
             .with("reduction", AttrValue::Str("none".into()))
             .with("with_initial", AttrValue::Bool(true));
         let ins = [(0, G), (1, IDX)];
@@ -590,10 +593,10 @@ impl OpDef for ScatterReduce {
     /// max and min also read the forward output (and initial values) to find the
     /// selected elements.
     fn grad(&self, op: &Op) -> GradRule {
-        let reduction = op.attrs.str("reduction").unwrap_or("sum").to_string();
+        let Ok(ScatterReduceAttrs { axis, reduction, .. }) = ScatterReduceAttrs::of(op) else { return GradRule::None };
         let with_initial = op.input(2).is_some();
         let attrs = Attributes::new()
-            .with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(0)))
+            .with("axis", AttrValue::Int(axis))
             .with("reduction", AttrValue::Str(reduction.clone()))
             .with("with_initial", AttrValue::Bool(with_initial));
         let mut ins = vec![(0, G), (1, IDX)];
@@ -610,14 +613,8 @@ impl OpDef for ScatterReduce {
 }
 
 /// The attributes a dynamic op's gradient ops keep.
-fn dynamic_attrs(op: &Op) -> Attributes {
-    let mut attrs = Attributes::new();
-    for key in ["axes", "sizes"] {
-        if let Some(v) = op.attrs.ints(key) {
-            attrs.set(key, AttrValue::Ints(v.to_vec()));
-        }
-    }
-    attrs
+fn dynamic_attrs(axes: &[i64], sizes: &[i64]) -> Attributes {
+    Attributes::new().with("axes", AttrValue::Ints(axes.to_vec())).with("sizes", AttrValue::Ints(sizes.to_vec()))
 }
 
 impl OpDef for DynamicSlice {
@@ -634,8 +631,10 @@ impl OpDef for DynamicSlice {
     }
     /// `DynamicSliceGrad{axes, sizes, shape: t's}(g, index)`: zeros with `g` at the slice.
     fn grad(&self, op: &Op) -> GradRule {
+        let Ok(a) = DynamicSliceAttrs::of(op) else { return GradRule::None };
         let ins = [(0, G), (1, IDX)];
-        GradRule::Ops(vec![spec(&DynamicSliceGrad, dynamic_attrs(op), &ins, &[(0, 0)]).with_shape_attr("shape", X)])
+        let attrs = dynamic_attrs(&a.axes, &a.sizes);
+        GradRule::Ops(vec![spec(&DynamicSliceGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 
@@ -652,7 +651,8 @@ impl OpDef for DynamicUpdate {
     /// `DynamicUpdateGrad{axes, sizes}(g, index)` for `t` (`g` zeroed at the slice)
     /// and `DynamicSlice{axes, sizes}(g, index)` for the update.
     fn grad(&self, op: &Op) -> GradRule {
-        let attrs = dynamic_attrs(op);
+        let Ok(a) = DynamicSliceAttrs::of(op) else { return GradRule::None };
+        let attrs = dynamic_attrs(&a.axes, &a.sizes);
         GradRule::Ops(vec![
             spec(&DynamicUpdateGrad, attrs.clone(), &[(0, G), (1, IDX)], &[(0, 0)]),
             spec(&DynamicSlice, attrs, &[(0, G), (1, IDX)], &[(0, 2)]),
@@ -699,8 +699,9 @@ impl OpDef for Onehot {
     /// `OnehotGrad{axis, num_classes}(g, indices)`: the sums of `g` off and on
     /// the hot positions (the gradient of `values`; the indices get none).
     fn grad(&self, op: &Op) -> GradRule {
-        let mut attrs = Attributes::new().with("axis", AttrValue::Int(op.attrs.int("axis").unwrap_or(-1)));
-        if let Some(c) = op.attrs.int("num_classes") {
+        let Ok(a) = OnehotAttrs::of(op) else { return GradRule::None };
+        let mut attrs = Attributes::new().with("axis", AttrValue::Int(a.axis));
+        if let Some(c) = a.num_classes {
             attrs.set("num_classes", AttrValue::Int(c));
         }
         GradRule::Ops(vec![spec(&OnehotGrad, attrs, &[(0, G), (1, X)], &[(0, 2)])])
@@ -724,8 +725,10 @@ impl OpDef for GroupedGather {
     /// `GroupedGatherGrad{axis, group_size, zero_OOR, shape: data's}(g, indices)`: per group,
     /// `g` scatter-added into zeros (out-of-range indices add nothing).
     fn grad(&self, op: &Op) -> GradRule {
+        let Ok(a) = GroupedGatherAttrs::of(op) else { return GradRule::None };
         let ins = [(0, G), (1, IDX)];
-        GradRule::Ops(vec![spec(&GroupedGatherGrad, gather_attrs(op), &ins, &[(0, 0)]).with_shape_attr("shape", X)])
+        let attrs = gather_grad_attrs(a.axis, Some(a.group_size), a.zero_oor);
+        GradRule::Ops(vec![spec(&GroupedGatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 
@@ -746,10 +749,10 @@ impl OpDef for TiedGather {
     /// `GatherGrad{axis, zero_OOR, shape: data's}(g, indices)`, as `Gather` (PopART's
     /// `TiedGatherGradOp` is a `GatherGradOp`).
     fn grad(&self, op: &Op) -> GradRule {
+        let Ok(a) = super::shape::GatherAttrs::of(op) else { return GradRule::None };
         let ins = [(0, G), (1, IDX)];
-        GradRule::Ops(vec![
-            spec(&super::grad::GatherGrad, gather_attrs(op), &ins, &[(0, 0)]).with_shape_attr("shape", X)
-        ])
+        let attrs = gather_grad_attrs(a.axis, None, a.zero_oor);
+        GradRule::Ops(vec![spec(&super::grad::GatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
     }
 }
 

@@ -189,8 +189,8 @@ impl OpDef for ReduceMedianGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
-        let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
-        let ReduceMedianGradAttrs { axes, keepdims, .. } = ReduceMedianGradAttrs::infer(ctx)?;
+        let ReduceMedianGradAttrs { axes, keepdims, shape } = ReduceMedianGradAttrs::infer(ctx)?;
+        let x = &TensorInfo::new(g.dtype, super::checked_shape(ctx, &shape, "shape")?);
         let axes = normalize_axes(&axes, x.rank()).map_err(infer_error(ctx))?;
         let reduced = reduced_shape(&x.shape, &axes, keepdims);
         if g.dtype != x.dtype || g.shape != reduced {

@@ -53,17 +53,25 @@ op_types!(
     RemoteCodeLoad,
 );
 
+/// The attributes of a remote transfer (`RemoteLoad`, `RemoteLoadInplace`,
+/// `RemoteStore`); `None` for other ops and attributes that do not decode
+/// (which inference rejects).
+pub fn transfer_attrs(op: &Op) -> Option<RemoteAttrs> {
+    let transfer = op.is::<RemoteLoad>() || op.is::<RemoteLoadInplace>() || op.is::<RemoteStore>();
+    transfer.then(|| RemoteAttrs::of(op).ok()).flatten()
+}
+
 /// The code-load destinations PopXL offers.
 pub const CODE_LOAD_DESTINATIONS: &[&str] = &["executable"];
 
 /// The buffer's entry type, after checking the offset (attribute or input 1).
-fn buffer_info<'a>(ctx: &InferContext<'a>) -> Result<&'a TensorInfo> {
-    let id = ctx.int("remote_buffer")?;
+fn buffer_info<'a>(ctx: &InferContext<'a>, a: &RemoteAttrs) -> Result<&'a TensorInfo> {
+    let id = a.remote_buffer;
     let id = u32::try_from(id).map_err(|_| ctx.error(format!("no remote buffer {id}")))?;
     let buf = ctx.ir.remote_buffer(crate::RemoteBufferId(id)).map_err(|e| ctx.error(e.to_string()))?;
     match ctx.optional_input(1) {
         Some(off) => {
-            if ctx.attrs.int("offset").is_some() {
+            if a.offset.is_some() {
                 return Err(ctx.error("an offset tensor and an `offset` attribute: give one"));
             }
             if !matches!(off.dtype, DataType::Int32 | DataType::Uint32) || off.nelms() != 1 {
@@ -71,7 +79,8 @@ fn buffer_info<'a>(ctx: &InferContext<'a>) -> Result<&'a TensorInfo> {
             }
         }
         None => {
-            let off = ctx.attrs.int("offset").unwrap_or(0);
+            // No offset attribute and no offset input: entry 0.
+            let off = a.offset.unwrap_or(0);
             if off < 0 || off as u128 >= buf.entries as u128 {
                 return Err(ctx
                     .error(format!("offset {off} is out of range for remote buffer {id} of {} entries", buf.entries)));
@@ -82,9 +91,9 @@ fn buffer_info<'a>(ctx: &InferContext<'a>) -> Result<&'a TensorInfo> {
 }
 
 /// Check that `t` matches the buffer's entry type.
-fn check_entry(ctx: &InferContext<'_>, t: &TensorInfo, entry: &TensorInfo) -> Result<()> {
+fn check_entry(ctx: &InferContext<'_>, a: &RemoteAttrs, t: &TensorInfo, entry: &TensorInfo) -> Result<()> {
     if t != entry {
-        let id = ctx.attrs.int("remote_buffer").unwrap_or(0);
+        let id = a.remote_buffer;
         return Err(ctx.error(format!("tensor {t} does not match remote buffer {id} of {entry}")));
     }
     Ok(())
@@ -101,7 +110,7 @@ impl OpDef for RemoteLoad {
         if ctx.optional_input(0).is_some() {
             return Err(ctx.error("input 0 is not used (RemoteLoadInplace loads into a tensor)"));
         }
-        Ok(vec![buffer_info(ctx)?.clone()])
+        Ok(vec![buffer_info(ctx, &RemoteAttrs::infer(ctx)?)?.clone()])
     }
     fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::HOST_IO
@@ -119,9 +128,10 @@ impl OpDef for RemoteLoadInplace {
         RemoteAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let entry = buffer_info(ctx)?;
+        let a = RemoteAttrs::infer(ctx)?;
+        let entry = buffer_info(ctx, &a)?;
         let t = ctx.input(0)?;
-        check_entry(ctx, t, entry)?;
+        check_entry(ctx, &a, t, entry)?;
         Ok(vec![t.clone()])
     }
     fn properties(&self, _: &Attributes) -> OpFlags {
@@ -143,8 +153,9 @@ impl OpDef for RemoteStore {
         RemoteAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let entry = buffer_info(ctx)?;
-        check_entry(ctx, ctx.input(0)?, entry)?;
+        let a = RemoteAttrs::infer(ctx)?;
+        let entry = buffer_info(ctx, &a)?;
+        check_entry(ctx, &a, ctx.input(0)?, entry)?;
         Ok(vec![])
     }
     fn properties(&self, _: &Attributes) -> OpFlags {
@@ -163,12 +174,13 @@ impl OpDef for RemoteCodeLoad {
         RemoteCodeLoadAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let g = ctx.graph("graph")?;
+        let a = RemoteCodeLoadAttrs::infer(ctx)?;
+        let g = ctx.ir.graph(a.graph)?;
         if g.id() == ctx.ir.main_graph_id() {
             return Err(ctx.error("the main graph's code is always live and cannot be loaded"));
         }
-        let dest = ctx.attrs.str("destination").unwrap_or("executable");
-        if !CODE_LOAD_DESTINATIONS.contains(&dest) {
+        let dest = a.destination;
+        if !CODE_LOAD_DESTINATIONS.contains(&dest.as_str()) {
             return Err(ctx.error(format!(
                 "unknown destination `{dest}` (expected one of: {})",
                 CODE_LOAD_DESTINATIONS.join(", ")

@@ -170,8 +170,9 @@ impl OpDef for TopKGrad {
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let (g, idx) = (ctx.input(0)?, ctx.input(1)?);
-        let x = &TensorInfo::new(g.dtype, super::grad::fwd_shape(ctx, "shape")?);
-        let axis = normalize_axis(TopKGradAttrs::infer(ctx)?.axis, x.rank()).map_err(infer_error(ctx))?;
+        let a = TopKGradAttrs::infer(ctx)?;
+        let x = &TensorInfo::new(g.dtype, super::checked_shape(ctx, &a.shape, "shape")?);
+        let axis = normalize_axis(a.axis, x.rank()).map_err(infer_error(ctx))?;
         let fits = g.dtype == x.dtype
             && g.rank() == x.rank()
             && g.shape[axis] <= x.shape[axis]

@@ -69,6 +69,13 @@ op_attrs! {
     }
 }
 
+impl ScaleAttrs {
+    /// The scales `(a, b)` of an op without scale inputs: an absent one is 1.
+    pub fn constant_scales(&self) -> (f64, f64) {
+        (self.a.unwrap_or(1.0), self.b.unwrap_or(1.0))
+    }
+}
+
 op_types!(
     /// `t += x` (PopXL `add_`)
     AddInplace,

@@ -21,9 +21,7 @@
 
 use super::op_types;
 use super::shape::{slice_dims, Reshape, Slice, Transpose};
-use crate::{
-    op_attrs, Alias, AttrSpec, AttrValue, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `ConcatInplace`.
@@ -120,7 +118,8 @@ impl OpDef for ConcatInplace {
     /// Every input aliases its region of the output (attribute `num_inputs`,
     /// checked against the connected inputs by inference).
     fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
-        let n = attrs.int("num_inputs").and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+        // Attributes that do not decode are reported by inference; they alias nothing.
+        let n = ConcatInplaceAttrs::from_attrs(attrs).ok().and_then(|a| u32::try_from(a.num_inputs).ok()).unwrap_or(0);
         (0..n).map(|i| Alias::region(i, 0)).collect()
     }
     /// As `Concat` (PopXL: `concat_` ✓).
@@ -155,7 +154,7 @@ impl OpDef for SliceUpdateInplace {
 
 /// The attributes of a `ConcatInplace` of `n` inputs along `axis`.
 pub fn concat_inplace_attrs(axis: i64, n: usize) -> Attributes {
-    Attributes::new().with("axis", AttrValue::Int(axis)).with("num_inputs", AttrValue::Int(n as i64))
+    ConcatInplaceAttrs { axis, num_inputs: i64::try_from(n).unwrap_or(i64::MAX) }.to_attrs()
 }
 
 /// The ops of this file.

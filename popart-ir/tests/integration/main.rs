@@ -8,4 +8,5 @@ mod op_aliases;
 mod op_costs;
 mod schedule;
 mod text_form;
+mod typed_attrs;
 mod verifier;

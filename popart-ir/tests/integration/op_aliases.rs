@@ -13,7 +13,11 @@ type Row = (&'static str, Attributes, OpFlags, Vec<u32>, Vec<(u32, u32)>);
 
 fn rows() -> Vec<Row> {
     let none = Attributes::new;
-    let modified = |m: Vec<i64>| Attributes::new().with("modified", AttrValue::Ints(m));
+    // Subgraph ops always name their graph (and a repeat its count): the
+    // declaration reads `modified` from attributes that decode.
+    let graph = AttrValue::Graph(popart_ir::Ir::new().main_graph_id());
+    let call = |m: Vec<i64>| Attributes::new().with("graph", graph.clone()).with("modified", AttrValue::Ints(m));
+    let repeat = |m: Vec<i64>| call(m).with("count", AttrValue::Int(2));
     vec![
         // In-place unary ops and updates: input 0 written, output 0 its memory.
         ("ReluInplace", none(), M | I, vec![0], vec![(0, 0)]),
@@ -49,9 +53,9 @@ fn rows() -> Vec<Row> {
         ("Identity", none(), V, vec![], vec![]),
         ("Detach", none(), V, vec![], vec![]),
         // Calls: modified inputs from the `modified` attribute (the called graph's writes).
-        ("Call", none(), OpFlags::SUBGRAPH, vec![], vec![]),
-        ("Call", modified(vec![0, 2]), OpFlags::SUBGRAPH | M, vec![0, 2], vec![]),
-        ("Repeat", modified(vec![1]), OpFlags::SUBGRAPH | M, vec![1], vec![]),
+        ("Call", call(vec![]), OpFlags::SUBGRAPH, vec![], vec![]),
+        ("Call", call(vec![0, 2]), OpFlags::SUBGRAPH | M, vec![0, 2], vec![]),
+        ("Repeat", repeat(vec![1]), OpFlags::SUBGRAPH | M, vec![1], vec![]),
         ("If", none(), OpFlags::SUBGRAPH, vec![], vec![]),
         // Remote and host IO keep their other properties.
         ("RemoteLoadInplace", none(), OpFlags::HOST_IO | M | I, vec![0], vec![(0, 0)]),

@@ -24,7 +24,9 @@
 
 use std::collections::HashMap;
 
-use popart_ir::ops::remote::RemoteCodeLoad;
+use popart_ir::ops::control::RepeatAttrs;
+use popart_ir::ops::remote::{RemoteCodeLoad, RemoteCodeLoadAttrs};
+use popart_ir::OpAttrs;
 
 use super::index::{GraphIndex, Idx};
 use super::sites::SiteKind;
@@ -79,7 +81,7 @@ impl Walk<'_, '_> {
             let t = base + gd.start[o];
             let op = gd.graph.op(o)?;
             if op.is::<RemoteCodeLoad>() {
-                let target = op.attrs.graph("graph").and_then(|id| self.index.get(&id).copied());
+                let target = self.index.get(&RemoteCodeLoadAttrs::of(op)?.graph).copied();
                 if let Some(target) = target {
                     state.insert(target, vec![Path { segs: Vec::new(), open: t }]);
                     self.live.entry(target).or_default().push((t, t));
@@ -101,7 +103,7 @@ impl Walk<'_, '_> {
                     let (lo, hi) = (t + 1, t + self.l.graphs[callee].len);
                     self.call(state, callee, hi);
                     self.graph(callee, lo, state)?;
-                    let count = op.attrs.int("count").unwrap_or(1);
+                    let count = RepeatAttrs::of(op)?.count;
                     if count > 1 {
                         // The next iteration: what the body loaded stays live to
                         // the body's end and reaches the body's start.
@@ -183,7 +185,8 @@ impl Lowerer<'_> {
         let mut loaded = vec![false; self.graphs.len()];
         for gd in self.graphs.iter() {
             for op in gd.graph.ops().filter(|op| op.is::<RemoteCodeLoad>()) {
-                if let Some(&i) = op.attrs.graph("graph").and_then(|id| index.get(&id)) {
+                let graph = RemoteCodeLoadAttrs::of(op).ok().map(|a| a.graph);
+                if let Some(&i) = graph.and_then(|id| index.get(&id)) {
                     loaded[i.index()] = true;
                 }
             }

@@ -2,9 +2,12 @@
 //! with their planned copies), one [`Function`] per subgraph, and the engine's
 //! programs.
 
-use popart_ir::ops::io::{HostLoad, HostStore};
-use popart_ir::ops::remote::{RemoteCodeLoad, RemoteLoad, RemoteLoadInplace, RemoteStore};
-use popart_ir::{Op, RemoteBufferId, StreamDirection, TensorId, TileSet};
+use popart_ir::ops::control::RepeatAttrs;
+use popart_ir::ops::io::{HostLoad, HostStore, StreamAttrs};
+use popart_ir::ops::remote::{
+    RemoteAttrs, RemoteCodeLoad, RemoteCodeLoadAttrs, RemoteLoad, RemoteLoadInplace, RemoteStore,
+};
+use popart_ir::{Op, OpAttrs, RemoteBufferId, StreamDirection, TensorId, TileSet};
 
 use super::buffers::BufferTable;
 use super::copies::{Loc, PlannedCopy, SitePlan};
@@ -57,7 +60,8 @@ impl Emitter<'_, '_> {
     }
 
     fn stream(&self, g: GraphIndex, op: &Op, direction: StreamDirection) -> Result<StreamId, LowerError> {
-        let name = op.attrs.str("stream").unwrap_or("");
+        let name = StreamAttrs::of(op)?.stream;
+        let name = name.as_str();
         self.host.data_streams.get(&(direction, name)).copied().ok_or_else(|| LowerError::UnknownStream {
             graph: self.l.graphs[g].graph.name().to_string(),
             op: op.name.clone(),
@@ -67,11 +71,12 @@ impl Emitter<'_, '_> {
 
     /// The remote buffer and entry of a remote load or store.
     fn remote_target(&self, g: GraphIndex, op: &Op) -> Result<(RemoteBufferId, RemoteOffset), LowerError> {
-        let id = op.attrs.int("remote_buffer").and_then(|b| u32::try_from(b).ok());
-        let id = id.ok_or_else(|| internal(format!("`{}` has no remote buffer", op.name)))?;
+        let a = RemoteAttrs::of(op)?;
+        let id = u32::try_from(a.remote_buffer).map_err(|_| internal(format!("`{}` has no remote buffer", op.name)))?;
         let offset = match op.input(1) {
             Some(t) => RemoteOffset::Tensor(self.buf(g, t)?),
-            None => RemoteOffset::Entry(usize::try_from(op.attrs.int("offset").unwrap_or(0)).unwrap_or(usize::MAX)),
+            // No offset input and no offset attribute: entry 0.
+            None => RemoteOffset::Entry(usize::try_from(a.offset.unwrap_or(0)).unwrap_or(usize::MAX)),
         };
         Ok((RemoteBufferId(id), offset))
     }
@@ -156,7 +161,7 @@ impl Emitter<'_, '_> {
                 }
                 def if def.is::<RemoteCodeLoad>() => {
                     // A graph with no function (never called, or inlined) has no code to load.
-                    let target = op.attrs.graph("graph").and_then(|id| self.l.graph_index(id));
+                    let target = self.l.graph_index(RemoteCodeLoadAttrs::of(op)?.graph);
                     if let Some(function) = target.and_then(|t| t.function_id()) {
                         seq.push(Program::CodeLoad { function, tiles });
                     }
@@ -182,9 +187,7 @@ impl Emitter<'_, '_> {
                 self.copies(&plan.copy_back, seq)?;
             }
             SiteKind::Repeat => {
-                let count = op
-                    .attrs
-                    .int("count")
+                let count = Some(RepeatAttrs::of(op)?.count)
                     .filter(|&c| c >= 1)
                     .ok_or_else(|| internal(format!("repeat op `{}` has no count >= 1", op.name)))?
                     as u64;

@@ -28,7 +28,8 @@
 use std::collections::HashSet;
 
 use popart_ir::ops::all::{ReplicatedAllReduceScaledAddInplace, ReplicatedScaledAddMatMulRhsGradInplace};
-use popart_ir::Ir;
+use popart_ir::ops::collectives::AllReduceUpdateAttrs;
+use popart_ir::{Ir, OpAttrs};
 
 use crate::executable::{BufferId, BufferKind, Executable, KernelCall, Program};
 
@@ -82,8 +83,9 @@ fn non_uniform_writes(p: &Program, rf: usize) -> Vec<BufferId> {
 fn uniform_update(k: &KernelCall, rf: usize) -> bool {
     let fused =
         k.def.is::<ReplicatedAllReduceScaledAddInplace>() || k.def.is::<ReplicatedScaledAddMatMulRhsGradInplace>();
-    let int = |key: &str| k.attrs.int(key);
-    fused && int("stride") == Some(1) && int("group_size") == Some(rf as i64)
+    // Both fused updates take the attributes of an all-reduce update.
+    let group = || AllReduceUpdateAttrs::from_attrs(&k.attrs).ok().map(|a| (a.stride, a.group_size));
+    fused && group() == Some((1, rf as i64))
 }
 
 /// Set [`KernelCall::weight_invariant`] on every

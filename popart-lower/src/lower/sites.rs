@@ -1,8 +1,8 @@
 //! Call sites: every `Call`, `Repeat` and `If` branch of a reachable graph, with the
 //! caller tensor bound to each callee input and output.
 
-use popart_ir::ops::control::{Call, If, Repeat};
-use popart_ir::{GraphId, Ir, Op, OpId, TensorId};
+use popart_ir::ops::control::{Call, CallAttrs, If, IfAttrs, Repeat, RepeatAttrs};
+use popart_ir::{GraphId, Ir, Op, OpAttrs, OpId, TensorId};
 
 use super::index::{GraphIndex, Idx, SiteId};
 use crate::LowerError;
@@ -97,11 +97,6 @@ impl OpCall {
     }
 }
 
-/// Op input index passed as branch input `k` of an if op (`then_inputs`/`else_inputs`).
-fn if_arg_index(op: &Op, key: &str, k: usize) -> Option<u32> {
-    op.attrs.ints(key).and_then(|v| v.get(k)).map(|&i| i as u32)
-}
-
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
     v.dedup();
@@ -120,7 +115,11 @@ fn outs(ir: &Ir, op: &Op, callee: GraphId) -> Result<Vec<TensorId>, LowerError> 
 
 /// The call of a `Call` or `Repeat` op.
 fn call_like(ir: &Ir, op: &Op, kind: SiteKind) -> Result<OpCall, LowerError> {
-    let callee = op.attrs.graph("graph").ok_or_else(|| missing(op, "`graph` attribute"))?;
+    // Only `Call` and `Repeat` ops call one graph.
+    let callee = match kind {
+        SiteKind::Repeat => RepeatAttrs::of(op)?.graph,
+        _ => CallAttrs::of(op)?.graph,
+    };
     let n = ir.graph(callee)?.inputs().len();
     let args = (0..n as u32)
         .map(|k| op.input(k).ok_or_else(|| missing(op, &format!("input {k}"))))
@@ -133,14 +132,18 @@ fn call_like(ir: &Ir, op: &Op, kind: SiteKind) -> Result<OpCall, LowerError> {
 /// The two branch calls of an `If` op.
 fn if_branches(ir: &Ir, op: &Op) -> Result<Vec<OpCall>, LowerError> {
     let mut v = Vec::new();
-    for (kind, gkey, ikey) in
-        [(SiteKind::IfThen, "then_graph", "then_inputs"), (SiteKind::IfElse, "else_graph", "else_inputs")]
-    {
-        let callee = op.attrs.graph(gkey).ok_or_else(|| missing(op, gkey))?;
+    let a = IfAttrs::of(op)?;
+    for (kind, callee, ikey, indices) in [
+        (SiteKind::IfThen, a.then_graph, "then_inputs", &a.then_inputs),
+        (SiteKind::IfElse, a.else_graph, "else_inputs", &a.else_inputs),
+    ] {
         let n = ir.graph(callee)?.inputs().len();
         let pairs = (0..n)
             .map(|k| {
-                if_arg_index(op, ikey, k)
+                // Op input index passed as branch input `k`.
+                indices
+                    .get(k)
+                    .and_then(|&i| u32::try_from(i).ok())
                     .and_then(|i| Some((i, op.input(i)?)))
                     .ok_or_else(|| missing(op, &format!("{ikey}[{k}]")))
             })

@@ -88,6 +88,15 @@ pub enum AutodiffError {
         /// What is wrong.
         reason: String,
     },
+    /// A graph autodiff had to differentiate but did not analyse first (a bug in autodiff).
+    #[error("autodiff: graph `{graph}` was not analysed")]
+    NotAnalysed {
+        /// The graph.
+        graph: String,
+    },
+    /// An op lacking a connection autodiff needs (see [`crate::Malformed`]).
+    #[error(transparent)]
+    Malformed(#[from] crate::Malformed),
     /// An error of the IR itself (unknown graph, failed shape inference...).
     #[error(transparent)]
     Ir(#[from] IrError),

@@ -1,10 +1,10 @@
 //! Growing the gradient graph of one forward graph.
 
-use popart_ir::ops::control::{Call, If, Repeat};
-use popart_ir::ops::grad::{Init, ReduceToShape, Sum};
-use popart_ir::ops::unary::{Cast, Identity};
+use popart_ir::ops::control::{Call, CallAttrs, If, Repeat};
+use popart_ir::ops::grad::{Init, InitAttrs, ReduceToShape, ShapeAttrs, Sum};
+use popart_ir::ops::unary::{Cast, CastAttrs, Identity};
 use popart_ir::{
-    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, IrError, Op, OpDef, OpFlags, OpId,
+    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpAttrs, OpDef, OpFlags, OpId,
     Placement, TensorId, TensorIndexMap, TensorInfo, TensorKind,
 };
 use slotmap::SecondaryMap;
@@ -12,6 +12,7 @@ use slotmap::SecondaryMap;
 use super::analysis::Analysis;
 use super::error::{AutodiffError, Result};
 use super::info::{name, ExpectedConnection, GradGraphInfo, GradGraphInfos, GraphIo};
+use crate::Malformed;
 
 /// A gradient value: symbolically zero, or a tensor of the gradient graph.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -117,7 +118,7 @@ fn add_forward_outputs(ir: &mut Ir, fwd: GraphId, tensors: &[TensorId]) -> Resul
     let mut sites: Vec<(GraphId, OpId)> = Vec::new();
     for g in ir.graphs() {
         for op in g.ops() {
-            if op.is::<Call>() && op.attrs.graph("graph") == Some(fwd) {
+            if op.is::<Call>() && CallAttrs::of(op).is_ok_and(|a| a.graph == fwd) {
                 sites.push((g.id(), op.id));
             }
         }
@@ -142,13 +143,7 @@ fn add_forward_outputs(ir: &mut Ir, fwd: GraphId, tensors: &[TensorId]) -> Resul
 pub(super) fn dense(map: &TensorIndexMap, op: &Op) -> Result<Vec<Option<TensorId>>> {
     let end = usize::try_from(map.end()).unwrap_or(usize::MAX);
     if end > 2 * map.len() + 64 {
-        return Err(IrError::Invalid(format!(
-            "op `{}` has an index map with index {} but {} entries",
-            op.name,
-            end - 1,
-            map.len()
-        ))
-        .into());
+        return Err(Malformed::SparseIndexMap { op: op.name.clone(), index: end - 1, entries: map.len() }.into());
     }
     let mut v = vec![None; end];
     for (i, t) in map.iter() {
@@ -271,9 +266,8 @@ impl<'a> Builder<'a> {
     }
 
     pub(super) fn zeros(&mut self, info: &TensorInfo, name: &str) -> Result<TensorId> {
-        let attrs = Attributes::new()
-            .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
-            .with("dtype", AttrValue::DType(info.dtype));
+        let shape = info.shape.iter().map(|&d| d as i64).collect();
+        let attrs = InitAttrs { shape, dtype: info.dtype }.to_attrs();
         let op = self.create(&Init, attrs, &[], name, &[])?;
         Ok(self.output(op, 0))
     }
@@ -289,12 +283,12 @@ impl<'a> Builder<'a> {
         let out_name = self.partial_name(x);
         let mut t = t;
         if tinfo.shape != xinfo.shape {
-            let shape = AttrValue::Ints(xinfo.shape.iter().map(|&d| d as i64).collect());
+            let shape = xinfo.shape.iter().map(|&d| d as i64).collect();
             let last = tinfo.dtype == xinfo.dtype;
             let names = if last { vec![out_name.clone()] } else { vec![] };
             let op = self.create(
                 &ReduceToShape,
-                Attributes::new().with("shape", shape),
+                ShapeAttrs { shape }.to_attrs(),
                 &[(0, t)],
                 &format!("{xname}_grad_reduce"),
                 &names,
@@ -302,7 +296,7 @@ impl<'a> Builder<'a> {
             t = self.output(op, 0);
         }
         if tinfo.dtype != xinfo.dtype {
-            let attrs = Attributes::new().with("to", AttrValue::DType(xinfo.dtype));
+            let attrs = CastAttrs { to: xinfo.dtype }.to_attrs();
             let op = self.create(&Cast, attrs, &[(0, t)], &format!("{xname}_grad_cast"), &[out_name])?;
             t = self.output(op, 0);
         }

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use popart_ir::ops::control::Call;
-use popart_ir::{Graph, GraphId, Ir, Op, OpId, TensorId};
+use popart_ir::ops::control::{Call, CallAttrs};
+use popart_ir::{Graph, GraphId, Ir, Op, OpAttrs, OpId, TensorId};
 use slotmap::SecondaryMap;
 
 use super::error::{AutodiffError, Result};
@@ -163,7 +163,7 @@ impl GradGraphInfo {
     /// The op at `site`, checked to be a `Call` of `callee`.
     fn call_op<'a>(&self, ir: &'a Ir, site: CallSite, callee: GraphId) -> Result<&'a Op> {
         let op = ir.graph(site.graph)?.op(site.op)?;
-        if !op.is::<Call>() || op.attrs.graph("graph") != Some(callee) {
+        if !op.is::<Call>() || CallAttrs::of(op).map_or(true, |a| a.graph != callee) {
             let callee = ir.graph(callee)?.name();
             return Err(self.invalid(ir, &format!("op `{}` is not a call of graph `{callee}`", op.name)));
         }

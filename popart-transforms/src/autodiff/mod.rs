@@ -42,7 +42,7 @@ mod subgraph;
 
 use std::collections::BTreeSet;
 
-use popart_ir::{GradRule, Graph, GraphId, Ir, IrError, TensorId};
+use popart_ir::{GradRule, Graph, GraphId, Ir, TensorId};
 
 pub use error::{AutodiffError, Result};
 pub use info::{CallSite, ExpectedConnection, ExpectedConnectionType, GradGraphInfo, GradGraphInfos};
@@ -139,7 +139,9 @@ pub fn autodiff(
         for &c in &order {
             // Every graph of `order` is in `needed`, and every needed graph was analysed.
             let Some((_, a)) = analyses.iter().find(|(g, _)| *g == c) else {
-                return Err(IrError::Invalid(format!("autodiff: graph {c:?} was not analysed")).into());
+                return Err(AutodiffError::NotAnalysed {
+                    graph: ir.graph(c).map_or_else(|_| format!("{c:?}"), |g| g.name().to_string()),
+                });
             };
             let cg = ir.graph(c)?;
             let provided = float_tensors(cg, cg.outputs());

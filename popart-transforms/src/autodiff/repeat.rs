@@ -36,16 +36,15 @@
 use std::collections::BTreeSet;
 
 use popart_ir::ops::binary::{Add, Sub};
-use popart_ir::ops::control::{Call, Repeat};
-use popart_ir::ops::grad::{Init, Sum};
+use popart_ir::ops::control::{Call, Repeat, RepeatAttrs};
+use popart_ir::ops::grad::{Init, InitAttrs, Sum};
 use popart_ir::ops::indexing::{DynamicSlice, DynamicSliceAttrs, DynamicUpdateInplace};
 use popart_ir::ops::indexing_grad::DynamicSliceGrad;
 use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
-use popart_ir::ops::shape::Reshape;
+use popart_ir::ops::shape::{Reshape, ReshapeAttrs};
 use popart_ir::OpAttrs;
 use popart_ir::{
-    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, IrError, Op, OpDef, OpId, TensorId, TensorInfo,
-    TensorKind,
+    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, Op, OpDef, OpId, TensorId, TensorInfo, TensorKind,
 };
 
 use slotmap::SecondaryMap;
@@ -54,6 +53,7 @@ use super::analysis::topological_order;
 use super::error::{AutodiffError, Result};
 use super::grow::{dense, Builder, Grad};
 use super::info::{name, ExpectedConnectionType, GradGraphInfo, GraphIo};
+use crate::Malformed;
 
 /// What the body's gradient graph reads and returns, by body input/output index.
 #[derive(Debug, Default)]
@@ -151,7 +151,7 @@ fn create1(
     name: &str,
 ) -> Result<TensorId> {
     let outs = create(ir, g, def, attrs, inputs, name)?;
-    outs.first().copied().ok_or_else(|| IrError::Invalid(format!("op `{name}` has no output")).into())
+    Ok(outs.first().copied().ok_or_else(|| Malformed::NoOutput { op: name.to_string() })?)
 }
 
 /// An int32 scalar constant of `g`.
@@ -162,8 +162,18 @@ fn int_constant(ir: &mut Ir, g: GraphId, base: &str, value: i32) -> Result<Tenso
     Ok(graph.add_tensor(&n, data.info.clone(), TensorKind::Constant(data))?)
 }
 
-fn ints(v: impl IntoIterator<Item = usize>) -> AttrValue {
-    AttrValue::Ints(v.into_iter().map(|d| d as i64).collect())
+fn ints(v: &[usize]) -> Vec<i64> {
+    v.iter().map(|&d| d as i64).collect()
+}
+
+/// The attributes of a `Reshape` to `info`'s shape.
+fn reshape_attrs(info: &TensorInfo) -> Attributes {
+    ReshapeAttrs { shape: ints(&info.shape) }.to_attrs()
+}
+
+/// The attributes of an `Init` of `info`.
+fn init_attrs(info: &TensorInfo) -> Attributes {
+    InitAttrs { shape: ints(&info.shape), dtype: info.dtype }.to_attrs()
 }
 
 /// `[count, ..shape]`: a stash of `info` per iteration.
@@ -183,8 +193,7 @@ fn row_attrs() -> Attributes {
 fn stash_row(ir: &mut Ir, g: GraphId, stash: TensorId, counter: TensorId, info: &TensorInfo) -> Result<TensorId> {
     let base = ir.graph(g)?.tensor(stash)?.name.clone();
     let row = create1(ir, g, &DynamicSlice, row_attrs(), &[stash, counter], &format!("{base}_row"))?;
-    let attrs = Attributes::new().with("shape", ints(info.shape.iter().copied()));
-    create1(ir, g, &Reshape, attrs, &[row], &format!("{base}_row_reshape"))
+    create1(ir, g, &Reshape, reshape_attrs(info), &[row], &format!("{base}_row_reshape"))
 }
 
 /// The wrapper body of a stashing forward `Repeat`: inputs `[carried.., counter,
@@ -222,8 +231,7 @@ fn stash_wrapper(ir: &mut Ir, body: GraphId, count: usize, stash: &[usize]) -> R
         let mut updates = Vec::with_capacity(stash.len());
         for (&k, &s) in stash.iter().zip(&stash_ins) {
             let info = stacked(&inputs[k].1, 1);
-            let attrs = Attributes::new().with("shape", ints(info.shape.iter().copied()));
-            let row = create1(ir, w, &Reshape, attrs, &[ins[k]], &format!("{}_row", inputs[k].0))?;
+            let row = create1(ir, w, &Reshape, reshape_attrs(&info), &[ins[k]], &format!("{}_row", inputs[k].0))?;
             let name = format!("{}_stash_update", inputs[k].0);
             updates.push(create1(ir, w, &DynamicUpdateInplace, row_attrs(), &[s, counter, row], &name)?);
         }
@@ -259,17 +267,14 @@ fn stash_forward(
     let rewrite = |ir: &mut Ir| -> Result<Vec<TensorId>> {
         let old: Vec<TensorId> = dense(op.inputs(), &op)?.into_iter().flatten().collect();
         if old.len() != n {
-            return Err(IrError::Invalid(format!("Repeat op `{}` does not connect every body input", op.name)).into());
+            return Err(Malformed::UnconnectedGraphInputs { op: op.name.clone(), op_type: "Repeat" }.into());
         }
         let mut inputs: Vec<TensorId> = old[..m].to_vec();
         inputs.push(int_constant(ir, fwd, &format!("{}_counter_init", op.name), 0)?);
         let winfos = ir.graph(w)?.input_infos();
         for s in 0..stash.len() {
             let info = &winfos[m + 1 + s];
-            let attrs = Attributes::new()
-                .with("shape", ints(info.shape.iter().copied()))
-                .with("dtype", AttrValue::DType(info.dtype));
-            inputs.push(create1(ir, fwd, &Init, attrs, &[], &format!("{}_stash_init", op.name))?);
+            inputs.push(create1(ir, fwd, &Init, init_attrs(info), &[], &format!("{}_stash_init", op.name))?);
         }
         inputs.extend_from_slice(&old[m..]);
         let mut attrs = op.attrs.clone();
@@ -296,7 +301,7 @@ fn stash_forward(
         Ok(outs)
     };
     let result = rewrite(ir);
-    if result.is_err() && !ir.graphs().any(|g| g.ops().any(|o| o.attrs.graph("graph") == Some(w))) {
+    if result.is_err() && !ir.graphs().any(|g| g.ops().any(|o| o.attrs.graphs().any(|g| g == w))) {
         let _ = ir.remove_graph(w);
     }
     result
@@ -385,8 +390,9 @@ fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[
                 .iter()
                 .map(|(i, t)| map.get(t).map(|&n| (i, n)))
                 .collect::<Option<Vec<(u32, TensorId)>>>()
-                .ok_or_else(|| {
-                    IrError::Invalid(format!("op `{}` of `{}` reads a tensor not copied", op.name, g.name()))
+                .ok_or_else(|| Malformed::UncopiedTensor {
+                    what: format!("op `{}`", op.name),
+                    graph: g.name().to_string(),
                 })?;
             let mut infos = Vec::new();
             let mut names = Vec::new();
@@ -405,7 +411,10 @@ fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[
         }
         let cg = ir.graph_mut(copy)?;
         for &t in outputs {
-            let n = map.get(t).copied().ok_or_else(|| IrError::Invalid(format!("output of `{name}` is not copied")))?;
+            let n = map.get(t).copied().ok_or_else(|| Malformed::UncopiedTensor {
+                what: "an output".to_string(),
+                graph: g.name().to_string(),
+            })?;
             cg.add_output(n)?;
         }
         Ok(())
@@ -433,8 +442,8 @@ impl Builder<'_> {
         if self.skip_if_zero(op, &grads) {
             return Ok(());
         }
-        let (body, info) = self.callee_info(op, "graph")?;
-        let count = op.attrs.int("count").ok_or_else(|| self.not_differentiable(op, "it has no count"))?;
+        let (body, info) = self.callee_info(RepeatAttrs::of(op)?.graph)?;
+        let count = RepeatAttrs::of(op)?.count;
         let count_i32 = i32::try_from(count)
             .ok()
             .filter(|&c| c >= 1)
@@ -629,12 +638,7 @@ impl Builder<'_> {
             let parts = &by_input[k];
             outs.push(match parts[..] {
                 [g] => g,
-                [] => {
-                    let attrs = Attributes::new()
-                        .with("shape", ints(info.shape.iter().copied()))
-                        .with("dtype", AttrValue::DType(info.dtype));
-                    create1(ir, w, &Init, attrs, &[], &format!("{n}_grad_zero"))?
-                }
+                [] => create1(ir, w, &Init, init_attrs(info), &[], &format!("{n}_grad_zero"))?,
                 _ => create1(ir, w, &Sum, Attributes::new(), parts, &format!("{n}_grad_sum"))?,
             });
         }

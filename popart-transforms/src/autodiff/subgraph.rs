@@ -1,21 +1,19 @@
 //! Gradients of the subgraph ops `Call` and `If`: calls of the called graphs'
 //! gradient graphs (`Repeat` is in [`super::repeat`]).
 
-use popart_ir::ops::control::{Call, If};
+use popart_ir::ops::control::{Call, CallAttrs, If, IfAttrs};
+use popart_ir::ops::grad::InitAttrs;
 use popart_ir::ops::grad::{Init, Sum};
-use popart_ir::{AttrValue, Attributes, GraphId, Op, TensorId};
+use popart_ir::{AttrValue, Attributes, GraphId, Op, OpAttrs, TensorId};
 
 use super::error::{AutodiffError, Result};
 use super::grow::{dense, Builder, Grad};
 use super::info::{name, ExpectedConnectionType, GradGraphInfo, GradGraphInfos, GraphIo};
 
 impl<'a> Builder<'a> {
-    pub(super) fn callee_info(&self, op: &Op, key: &str) -> Result<(GraphId, &'a GradGraphInfo)> {
+    /// Graph `g` called by a subgraph op, and its gradient graph's info.
+    pub(super) fn callee_info(&self, g: GraphId) -> Result<(GraphId, &'a GradGraphInfo)> {
         let infos: &'a GradGraphInfos = self.infos;
-        let g = op
-            .attrs
-            .graph(key)
-            .ok_or_else(|| self.not_differentiable(op, &format!("missing graph attribute `{key}`")))?;
         let info = infos.get(&g).ok_or_else(|| AutodiffError::InvalidGradGraphInfo {
             graph: self.ir.graph(g).map_or_else(|_| format!("{g:?}"), |g| g.name().to_string()),
             reason: "no gradient graph was made for it".to_string(),
@@ -105,7 +103,7 @@ impl<'a> Builder<'a> {
         if self.skip_if_zero(op, &grads) {
             return Ok(());
         }
-        let (callee, info) = self.callee_info(op, "graph")?;
+        let (callee, info) = self.callee_info(CallAttrs::of(op)?.graph)?;
         let inputs = self.callee_grad_inputs(op, callee, info, &|i| Some(i as u32), &grads)?;
         // Which op input each gradient-graph output is the gradient of.
         let io = GraphIo::of(self.ir.graph(callee)?);
@@ -146,13 +144,13 @@ impl<'a> Builder<'a> {
         if self.skip_if_zero(op, &grads) {
             return Ok(());
         }
-        let branch_map =
-            |key: &str| -> Vec<u32> { op.attrs.ints(key).unwrap_or(&[]).iter().map(|&i| i as u32).collect() };
-        let branches = [("then_graph", branch_map("then_inputs")), ("else_graph", branch_map("else_inputs"))];
+        let a = IfAttrs::of(op)?;
+        let branch_map = |v: &[i64]| -> Vec<u32> { v.iter().map(|&i| i as u32).collect() };
+        let branches = [(a.then_graph, branch_map(&a.then_inputs)), (a.else_graph, branch_map(&a.else_inputs))];
         // Op inputs receiving a gradient from at least one branch.
         let mut wanted: Vec<u32> = Vec::new();
-        for (key, map) in &branches {
-            let (callee, info) = self.callee_info(op, key)?;
+        for (branch, map) in &branches {
+            let (callee, info) = self.callee_info(*branch)?;
             let io = GraphIo::of(self.ir.graph(callee)?);
             for e in &info.expected_outputs {
                 if let Some(&j) = io.input_index(e.fwd_tensor).and_then(|i| map.get(i)) {
@@ -168,9 +166,9 @@ impl<'a> Builder<'a> {
         }
         let cond = self.need_fwd(op.input(0).ok_or_else(|| self.not_differentiable(op, "it has no condition"))?)?;
         let mut if_inputs = vec![cond];
-        let mut attrs = Attributes::new();
-        for (key, map) in &branches {
-            let (callee, info) = self.callee_info(op, key)?;
+        let mut graphs = Vec::with_capacity(2);
+        for (branch, map) in &branches {
+            let (callee, info) = self.callee_info(*branch)?;
             let parents = self.callee_grad_inputs(op, callee, info, &|i| map.get(i).copied(), &grads)?;
             let wrapper = self.if_branch_wrapper(op, callee, info, map, &parents, &wanted)?;
             let mut indices = Vec::with_capacity(parents.len());
@@ -181,10 +179,11 @@ impl<'a> Builder<'a> {
                 });
                 indices.push(k as i64);
             }
-            attrs.set(key, AttrValue::Graph(wrapper));
-            let inputs_key = if *key == "then_graph" { "then_inputs" } else { "else_inputs" };
-            attrs.set(inputs_key, AttrValue::Ints(indices));
+            graphs.push((wrapper, indices));
         }
+        let [(then_graph, then_inputs), (else_graph, else_inputs)]: [(GraphId, Vec<i64>); 2] =
+            graphs.try_into().map_err(|_| self.not_differentiable(op, "it has not two branches"))?;
+        let attrs = IfAttrs { then_graph, else_graph, then_inputs, else_inputs }.to_attrs();
         let op_name = format!("{}_grad", op.name);
         let names: Vec<String> =
             wanted.iter().map(|&j| self.partial_name(op.input(j).expect("wanted input"))).collect();
@@ -238,9 +237,8 @@ impl<'a> Builder<'a> {
                 1 => parts[0],
                 0 => {
                     let info = self.fwd_tensor(x)?.1.clone();
-                    let attrs = Attributes::new()
-                        .with("shape", AttrValue::Ints(info.shape.iter().map(|&d| d as i64).collect()))
-                        .with("dtype", AttrValue::DType(info.dtype));
+                    let shape = info.shape.iter().map(|&d| d as i64).collect();
+                    let attrs = InitAttrs { shape, dtype: info.dtype }.to_attrs();
                     let z = self.ir.create_op(w, &Init, attrs, &[], "zeros")?;
                     self.ir.graph(w)?.op(z)?.output(0).expect("init output")
                 }

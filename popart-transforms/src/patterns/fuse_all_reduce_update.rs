@@ -14,11 +14,13 @@
 //! constraints), so moving the all-reduce later cannot change what any op
 //! sees, and every replica moves it alike (they run the same schedule).
 
+use crate::Result;
 use popart_ir::ops::collectives::{
-    ReplicatedAllReduce, ReplicatedAllReduceInplace, ReplicatedAllReduceScaledAddInplace,
+    AllReduceAttrs, AllReduceUpdateAttrs, CollectiveOperator, ReplicatedAllReduce, ReplicatedAllReduceInplace,
+    ReplicatedAllReduceScaledAddInplace,
 };
-use popart_ir::ops::var_update::ScaledAddInplace;
-use popart_ir::{AttrValue, Attributes, Graph, Ir, OpId, Result, TensorId};
+use popart_ir::ops::var_update::{ScaleAttrs, ScaledAddInplace};
+use popart_ir::{Graph, Ir, OpAttrs, OpId, TensorId};
 
 use super::{fuse_ops, rewrite_matches};
 use crate::pipeline::{Pass, PassOutcome};
@@ -48,7 +50,7 @@ struct Match {
     reduce: OpId,
     w: TensorId,
     g: TensorId,
-    b: f64,
+    attrs: AllReduceUpdateAttrs,
 }
 
 fn find(g: &Graph, update: OpId) -> Option<Match> {
@@ -56,19 +58,18 @@ fn find(g: &Graph, update: OpId) -> Option<Match> {
     if !op.is::<ScaledAddInplace>() || op.input(2).is_some() || op.input(3).is_some() {
         return None;
     }
-    if op.attrs.float("a").unwrap_or(1.0) != 1.0 {
+    let (a, b) = ScaleAttrs::of(op).ok()?.constant_scales();
+    if a != 1.0 {
         return None;
     }
-    let b = op.attrs.float("b").unwrap_or(1.0);
     let (w, r) = (op.input(0)?, op.input(1)?);
     let rt = g.tensor(r).ok()?;
     let red = g.op(rt.producer()?.op).ok()?;
-    let reduce_op = red.attrs.get("op").and_then(|v| match v {
-        AttrValue::Str(s) => Some(s.as_str()),
-        _ => None,
-    });
-    let fits = (red.is::<ReplicatedAllReduce>() || red.is::<ReplicatedAllReduceInplace>())
-        && matches!(reduce_op, Some("add" | "mean"))
+    if !(red.is::<ReplicatedAllReduce>() || red.is::<ReplicatedAllReduceInplace>()) {
+        return None;
+    }
+    let AllReduceAttrs { op: reduce_op, stride, group_size } = AllReduceAttrs::of(red).ok()?;
+    let fits = matches!(reduce_op, CollectiveOperator::Add | CollectiveOperator::Mean)
         && rt.consumers().len() == 1
         && g.output_index(r).is_none()
         && rt.info.dtype.is_floating_point()
@@ -79,19 +80,19 @@ fn find(g: &Graph, update: OpId) -> Option<Match> {
     let gi = red.input(0)?;
     // An in-place all-reduce writes its input: fuse only when nothing else reads it.
     let in_place_ok = !red.is::<ReplicatedAllReduceInplace>() || g.tensor(gi).ok()?.consumers().len() == 1;
-    (fits && in_place_ok && gi != w).then_some(Match { update, reduce: red.id, w, g: gi, b })
+    (fits && in_place_ok && gi != w).then_some(Match {
+        update,
+        reduce: red.id,
+        w,
+        g: gi,
+        attrs: AllReduceUpdateAttrs { op: reduce_op, stride, group_size, b },
+    })
 }
 
 fn rewrite(g: &mut Graph, m: Match) -> Result<()> {
     let red = g.op(m.reduce)?;
     let name = format!("{}_update", red.name);
-    let mut attrs = Attributes::new();
-    for key in ["op", "stride", "group_size"] {
-        if let Some(v) = red.attrs.get(key) {
-            attrs.set(key, v.clone());
-        }
-    }
-    attrs.set("b", AttrValue::Float(m.b));
+    let attrs = m.attrs.to_attrs();
     fuse_ops(g, &[m.update, m.reduce], &ReplicatedAllReduceScaledAddInplace, attrs, &name, &[m.w, m.g])?;
     Ok(())
 }

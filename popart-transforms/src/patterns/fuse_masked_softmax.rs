@@ -13,9 +13,10 @@
 //! the softmax's), and everything is float of one dtype. The rewrite keeps every
 //! value: `where(mask, x · scale, fill)` is computed exactly as before, per element.
 
+use crate::Result;
 use popart_ir::ops::all::{Mul, Softmax, Where};
-use popart_ir::ops::nn::MaskedSoftmax;
-use popart_ir::{AttrValue, Attributes, Graph, Ir, OpId, Result, TensorId, TensorKind};
+use popart_ir::ops::nn::{MaskedSoftmax, MaskedSoftmaxAttrs, SoftmaxAttrs};
+use popart_ir::{Graph, Ir, OpAttrs, OpId, TensorId, TensorKind};
 
 use super::{fuse_ops, rewrite_matches};
 
@@ -76,7 +77,7 @@ fn find(g: &Graph, softmax: OpId) -> Option<Match> {
     let w = op.input(0)?;
     let info = &g.tensor(w).ok()?.info;
     let rank = info.rank() as i64;
-    let axis = op.attrs.int("axis").unwrap_or(-1);
+    let axis = SoftmaxAttrs::of(op).ok()?.axis;
     if rank == 0 || (axis != -1 && axis != rank - 1) || !info.dtype.is_floating_point() || !single_use(g, w) {
         return None;
     }
@@ -108,10 +109,7 @@ fn find(g: &Graph, softmax: OpId) -> Option<Match> {
 
 fn rewrite(g: &mut Graph, m: Match) -> Result<()> {
     let name = format!("{}_masked", g.op(m.softmax)?.name);
-    let attrs = Attributes::new()
-        .with("scale", AttrValue::Float(m.scale))
-        .with("fill", AttrValue::Float(m.fill))
-        .with("axis", AttrValue::Int(-1));
+    let attrs = MaskedSoftmaxAttrs { scale: m.scale, fill: m.fill, axis: -1 }.to_attrs();
     // Consumers before producers: the softmax, the where, the mul.
     let mut ops = vec![m.softmax, m.where_];
     ops.extend(m.mul);

@@ -12,9 +12,10 @@
 //! are exactly those of the two ops: `c` is added to the finished product, as
 //! `a·b + c` does (PopXL's programs compare with numpy at its default tolerance).
 
+use crate::Result;
 use popart_ir::ops::all::{Add, MatMul};
 use popart_ir::ops::matmul::MatMulAdd;
-use popart_ir::{Graph, Ir, OpId, Result, TensorId};
+use popart_ir::{Graph, Ir, OpId, TensorId};
 
 use super::{fuse_ops, rewrite_matches};
 

@@ -44,11 +44,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use popart_ir::ops::collectives::{ReplicatedAllReduceScaledAddInplace, ReplicatedScaledAddMatMulRhsGradInplace};
-use popart_ir::ops::control::Call;
+use crate::{Malformed, Result};
+use popart_ir::ops::collectives::{
+    AllReduceUpdateAttrs, ReplicatedAllReduceScaledAddInplace, ReplicatedScaledAddMatMulRhsGradInplace,
+};
+use popart_ir::ops::control::{Call, CallAttrs};
 use popart_ir::ops::grad::MatMulRhsGrad;
-use popart_ir::ops::var_update::{ScaledAddInplace, ScaledAddMatMulRhsGradInplace};
-use popart_ir::{AttrValue, Attributes, Graph, GraphId, Ir, Op, OpDef, OpId, Result, TensorId};
+use popart_ir::ops::var_update::{ScaleAttrs, ScaledAddInplace, ScaledAddMatMulAttrs, ScaledAddMatMulRhsGradInplace};
+use popart_ir::{Attributes, Graph, GraphId, Ir, Op, OpAttrs, OpDef, OpId, TensorId};
 use slotmap::SecondaryMap;
 
 use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};
@@ -134,11 +137,10 @@ pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
                 let (outs, args): (Vec<usize>, Vec<usize>) = per_call[&call].iter().copied().unzip();
                 let gone = remove_call_outputs(ir, caller, call, &outs)?;
                 ir.graph_mut(caller)?.remove_tensors(&gone)?;
-                let attrs = ir.graph_mut(caller)?.op_attrs_mut(call)?;
-                let mut modified: Vec<i64> = attrs.ints("modified").unwrap_or(&[]).to_vec();
-                modified.extend(args.iter().map(|&a| a as i64));
-                modified.sort_unstable();
-                attrs.set("modified", AttrValue::Ints(modified));
+                let mut call_attrs = CallAttrs::of(ir.graph(caller)?.op(call)?)?;
+                call_attrs.modified.extend(args.iter().map(|&a| a as i64));
+                call_attrs.modified.sort_unstable();
+                *ir.graph_mut(caller)?.op_attrs_mut(call)? = call_attrs.to_attrs();
             }
             if !retry {
                 break;
@@ -174,16 +176,13 @@ fn update_kind(op: &Op) -> Option<(&'static dyn OpDef, Attributes)> {
         return None;
     }
     if op.is::<ScaledAddInplace>() {
-        // The kernel's defaults for absent scalars.
-        let (a, b) = (op.attrs.float("a").unwrap_or(1.0), op.attrs.float("b").unwrap_or(1.0));
-        let attrs = Attributes::new().with("a", AttrValue::Float(a)).with("b", AttrValue::Float(b));
-        return Some((&ScaledAddMatMulRhsGradInplace, attrs));
+        // Two inputs: no scale inputs, the attributes (or their defaults) hold the scales.
+        let (a, b) = ScaleAttrs::of(op).ok()?.constant_scales();
+        return Some((&ScaledAddMatMulRhsGradInplace, ScaledAddMatMulAttrs { a, b }.to_attrs()));
     }
     if op.is::<ReplicatedAllReduceScaledAddInplace>() {
-        let mut attrs = Attributes::new();
-        for key in ["op", "stride", "group_size", "b"] {
-            attrs.set(key, op.attrs.get(key)?.clone());
-        }
+        // The fused op takes the same attributes.
+        let attrs = AllReduceUpdateAttrs::of(op).ok()?.to_attrs();
         return Some((&ReplicatedScaledAddMatMulRhsGradInplace, attrs));
     }
     None
@@ -340,8 +339,12 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize
     let (g_in, x_in, wf, name) = {
         let f = ir.graph(m.callee)?;
         let mm = f.op(m.matmul)?;
-        let (Some(g_in), Some(x_in)) = (mm.input(0), mm.input(1)) else {
-            return Err(popart_ir::IrError::Invalid(format!("`{}` lacks an input", mm.name)));
+        let (g_in, x_in) = match (mm.input(0), mm.input(1)) {
+            (Some(g_in), Some(x_in)) => (g_in, x_in),
+            (g_in, _) => {
+                let index = if g_in.is_none() { 0 } else { 1 };
+                return Err(Malformed::MissingInput { op: mm.name.clone(), index, context: "" }.into());
+            }
         };
         (g_in, x_in, f.inputs()[m.arg], format!("{}_update", mm.name))
     };
@@ -387,10 +390,12 @@ fn apply(ir: &mut Ir, caller: GraphId, m: &Match, pos: &SecondaryMap<OpId, usize
     }
     let (w, w2) = {
         let u = g.op(m.update)?;
-        (u.input(0), u.output(0))
-    };
-    let (Some(w), Some(w2)) = (w, w2) else {
-        return Err(popart_ir::IrError::Invalid("the update lacks its tensor".into()));
+        let w = u.input(0).ok_or_else(|| Malformed::MissingInput {
+            op: u.name.clone(),
+            index: 0,
+            context: "the weight",
+        })?;
+        (w, u.output(0).ok_or_else(|| Malformed::NoOutput { op: u.name.clone() })?)
     };
     g.replace_all_uses(w2, w)?;
     g.erase_op_and_outputs(m.update)?;

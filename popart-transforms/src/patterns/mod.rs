@@ -20,7 +20,8 @@ pub use fuse_masked_softmax::FuseMaskedSoftmax;
 pub use fuse_matmul_bias::FuseMatMulBias;
 pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};
 
-use popart_ir::{Attributes, Graph, Ir, OpDef, OpId, Result, TensorId};
+use crate::Result;
+use popart_ir::{Attributes, Graph, Ir, OpDef, OpId, TensorId};
 
 /// Run a local pattern over every graph: collect the matches `find` reports for
 /// each op of a graph, then apply `rewrite` to each; returns the number rewritten.

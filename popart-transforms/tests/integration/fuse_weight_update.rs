@@ -1,6 +1,6 @@
 //! `fuse_weight_update` never turns a valid IR into an invalid one.
 
-use popart_ir::{text, IrError};
+use popart_ir::text;
 use popart_transforms::patterns::fuse_weight_updates;
 use popart_transforms::pipeline::Pipeline;
 
@@ -76,7 +76,7 @@ fn a_pass_that_breaks_the_ir_is_named() {
         fn name(&self) -> &str {
             "breaker"
         }
-        fn run(&self, ir: &mut popart_ir::Ir) -> popart_ir::Result<popart_transforms::PassOutcome> {
+        fn run(&self, ir: &mut popart_ir::Ir) -> popart_transforms::Result<popart_transforms::PassOutcome> {
             // A constraint against a data edge, through the unchecked path.
             let (call, u1) = (ir.main_graph().op_by_name("call")?.id, ir.main_graph().op_by_name("u1")?.id);
             ir.main_graph_mut().add_topo_con_unchecked(u1, call)?;
@@ -86,7 +86,7 @@ fn a_pass_that_breaks_the_ir_is_named() {
     let mut ir = text::parse(CROSSED_READERS).unwrap();
     let p = Pipeline::new().with_pass(Breaker).with_verify_each_pass(true);
     match p.run(&mut ir) {
-        Err(IrError::InvalidAfterPass { pass, .. }) => assert_eq!(pass, "breaker"),
+        Err(popart_transforms::TransformError::InvalidAfterPass { pass, .. }) => assert_eq!(pass, "breaker"),
         other => panic!("expected the pass to be named, got {other:?}"),
     }
 }

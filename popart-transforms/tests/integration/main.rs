@@ -2,3 +2,4 @@
 
 mod autodiff_structure;
 mod fuse_weight_update;
+mod transform_errors;

@@ -42,6 +42,7 @@ pub fn session_err(e: SessionError) -> PyErr {
         SessionError::NoOps { .. }
         | SessionError::AttachFailed { .. }
         | SessionError::InvalidIr(_)
+        | SessionError::Transform(_)
         | SessionError::Lower(_)
         | SessionError::Kernel(_)
         | SessionError::OutOfMemory { .. }
