@@ -178,7 +178,8 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
     })?;
     out.wall = t_train.elapsed();
     if cfg.profile {
-        profile::print_profile(&session.kernel_profile(), out.step_times.len());
+        let timeline = session.ipu_model_report().ok().map(|r| r.timeline);
+        profile::print_profile(&session.kernel_profile(), out.step_times.len(), timeline.as_ref());
     }
     bar.finish_and_clear();
     let data = session.get_tensors_data(params.iter())?;

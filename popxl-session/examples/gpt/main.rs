@@ -559,7 +559,8 @@ fn main() -> AppResult<()> {
         }
     }
     if cfg.profile && cfg.steps > 1 {
-        profile::print_profile(&session.kernel_profile(), cfg.steps - 1);
+        let timeline = session.ipu_model_report().ok().map(|r| r.timeline);
+        profile::print_profile(&session.kernel_profile(), cfg.steps - 1, timeline.as_ref());
         profile::print_top_kernels(&session.kernel_profile(), cfg.steps - 1, 30);
     }
     if cfg.sample > 0 {
