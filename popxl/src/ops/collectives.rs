@@ -31,8 +31,11 @@
 use std::str::FromStr;
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::collectives::{grouping_attrs, CollectiveOperator};
-use popart_ir::AttrValue;
+use popart_ir::ops::remote::RemoteAttrs;
+use popart_ir::OpAttrs;
+use popart_ir::ops::collectives::{
+    AllGatherAttrs, AllReduceAttrs, CollectiveOperator, IpuAllReduceAttrs, ReduceScatterAttrs,
+};
 
 use super::OpBuilder;
 pub use crate::ReplicaGrouping;
@@ -163,26 +166,49 @@ fn group_of(t: &Tensor, group: Option<&ReplicaGrouping>, what: &str) -> Result<R
     Ok(rg)
 }
 
-/// An op of `def` on `t` over `rg`.
-fn collective<'a>(
+/// The `stride` and `group_size` attributes of a collective over `rg` (a
+/// constant grouping).
+fn grouping(rg: &ReplicaGrouping) -> Result<(i64, i64)> {
+    let (stride, group_size) = rg.require_const("by a collective")?;
+    let what = || "replica grouping of a collective".to_string();
+    Ok((super::to_i64(stride, what)?, super::to_i64(group_size, what)?))
+}
+
+/// A `ReplicatedAllReduce(Inplace)` of `def` on `t` over `rg`.
+fn all_reduce_over(
     what: &'static str,
     def: &'static dyn popart_ir::OpDef,
-    t: &'a Tensor,
+    t: &Tensor,
     rg: &ReplicaGrouping,
-) -> Result<OpBuilder<'a>> {
-    let mut b = OpBuilder::new(what, def).input(0, t);
-    for (k, v) in grouping_attrs(rg)?.iter() {
-        b = b.attr(k, v.clone());
-    }
-    Ok(b)
+    op: CollectiveOperator,
+) -> Result<Tensor> {
+    let (stride, group_size) = grouping(rg)?;
+    OpBuilder::new(what, def).input(0, t).typed(&AllReduceAttrs { op, stride, group_size }).create1()
 }
 
-fn op_attr(op: CollectiveOperator) -> AttrValue {
-    AttrValue::Str(op.name().to_string())
+/// A `ReplicatedAllGather` of `t` over `rg` into `shape`.
+fn all_gather(what: &'static str, t: &Tensor, rg: &ReplicaGrouping, shape: &[usize]) -> Result<Tensor> {
+    let (stride, group_size) = grouping(rg)?;
+    let shape = shape.iter().map(|&d| super::to_i64(d, || format!("{what} output shape"))).collect::<Result<_>>()?;
+    OpBuilder::new(what, &ir_ops::ReplicatedAllGather)
+        .input(0, t)
+        .typed(&AllGatherAttrs { stride, group_size, shape: Some(shape) })
+        .create1()
 }
 
-fn ints(shape: &[usize]) -> AttrValue {
-    AttrValue::Ints(shape.iter().map(|&d| d as i64).collect())
+/// A `ReplicatedReduceScatter` of `t` over `rg`.
+fn reduce_scatter(
+    what: &'static str,
+    t: &Tensor,
+    rg: &ReplicaGrouping,
+    op: CollectiveOperator,
+    rts: bool,
+) -> Result<Tensor> {
+    let (stride, group_size) = grouping(rg)?;
+    OpBuilder::new(what, &ir_ops::ReplicatedReduceScatter)
+        .input(0, t)
+        .typed(&ReduceScatterAttrs { op, stride, group_size, shape: None, rts })
+        .create1()
 }
 
 /// Reduce `t` across the replicas of each group of `group` (op
@@ -207,7 +233,7 @@ fn ints(shape: &[usize]) -> AttrValue {
 pub fn replicated_all_reduce(t: &Tensor, op: CollectiveOp, group: Option<&ReplicaGrouping>) -> Result<Tensor> {
     let what = "replicated_all_reduce";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedAllReduce, t, &rg)?.attr("op", op_attr(op.operator())).create1()
+    all_reduce_over(what, &ir_ops::ReplicatedAllReduce, t, &rg, op.operator())
 }
 
 /// [`replicated_all_reduce`] in place on `t` (op `ReplicatedAllReduceInplace`;
@@ -225,7 +251,7 @@ pub fn replicated_all_reduce(t: &Tensor, op: CollectiveOp, group: Option<&Replic
 pub fn replicated_all_reduce_(t: &Tensor, op: CollectiveOp, group: Option<&ReplicaGrouping>) -> Result<Tensor> {
     let what = "replicated_all_reduce_";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedAllReduceInplace, t, &rg)?.attr("op", op_attr(op.operator())).create1()
+    all_reduce_over(what, &ir_ops::ReplicatedAllReduceInplace, t, &rg, op.operator())
 }
 
 /// The permutation bringing `axis` to the front.
@@ -301,12 +327,12 @@ pub fn replicated_all_gather(
                     t.name()
                 ))
             })?;
-            collective(what, &ir_ops::ReplicatedAllGather, t, &rg)?.attr("shape", ints(&meta)).create1()
+            all_gather(what, t, &rg, &meta)
         }
         AllGatherShape::NewAxis => {
             let flat = t.flatten()?;
             let shape: Vec<usize> = std::iter::once(g).chain(t.shape().iter().copied()).collect();
-            collective(what, &ir_ops::ReplicatedAllGather, &flat, &rg)?.attr("shape", ints(&shape)).create1()
+            all_gather(what, &flat, &rg, &shape)
         }
         _ => {
             let axis = normalize_axis(t, axis, what)?;
@@ -315,8 +341,7 @@ pub fn replicated_all_gather(
             shape[0] =
                 shape[0].checked_mul(g).ok_or_else(|| PopXlError::InvalidArgument(format!("{what}: too large")))?;
             let flat = front.flatten()?;
-            let y =
-                collective(what, &ir_ops::ReplicatedAllGather, &flat, &rg)?.attr("shape", ints(&shape)).create1()?;
+            let y = all_gather(what, &flat, &rg, &shape)?;
             if axis > 0 {
                 y.transpose(&axis_back(t.rank(), axis))
             } else {
@@ -353,10 +378,7 @@ pub fn replicated_reduce_scatter(
 ) -> Result<Tensor> {
     let what = "replicated_reduce_scatter";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedReduceScatter, t, &rg)?
-        .attr("op", op_attr(op.operator()))
-        .attr("rts", AttrValue::Bool(configure_output_for_replicated_tensor_sharding))
-        .create1()
+    reduce_scatter(what, t, &rg, op.operator(), configure_output_for_replicated_tensor_sharding)
 }
 
 /// The replica's shard of `t` (op `ReplicatedReduceScatter{op: local, rts}`;
@@ -377,10 +399,7 @@ pub fn replicated_reduce_scatter(
 pub fn replica_sharded_slice(t: &Tensor, group: Option<&ReplicaGrouping>) -> Result<Tensor> {
     let what = "replica_sharded_slice";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedReduceScatter, t, &rg)?
-        .attr("op", op_attr(CollectiveOperator::Local))
-        .attr("rts", AttrValue::Bool(true))
-        .create1()
+    reduce_scatter(what, t, &rg, CollectiveOperator::Local, true)
 }
 
 /// The replica's equal slice of `t` along `axis` (PopXL's `replicated_slice`):
@@ -411,9 +430,7 @@ pub fn replicated_slice(t: &Tensor, axis: i64, group: Option<&ReplicaGrouping>) 
     }
     let front = if axis > 0 { t.transpose(&axis_first(t.rank(), axis))? } else { t.clone() };
     let flat = front.flatten()?;
-    let shard = collective(what, &ir_ops::ReplicatedReduceScatter, &flat, &rg)?
-        .attr("op", op_attr(CollectiveOperator::Local))
-        .create1()?;
+    let shard = reduce_scatter(what, &flat, &rg, CollectiveOperator::Local, false)?;
     let mut shape: Vec<i64> = front.shape().iter().map(|&d| d as i64).collect();
     if len / g == 1 {
         // The axis is dropped; the other dims keep their order.
@@ -459,10 +476,7 @@ fn all_reduce_op(
     let ipus = ipus_of(ts, ipus, what)?;
     let mut b = OpBuilder::new(what, &ir_ops::AllReduce)
         .mixed_placement()
-        .attr("op", op_attr(op.operator()))
-        .attr("ipus", AttrValue::Ints(ipus))
-        .attr("identical_inputs", AttrValue::Bool(identical_inputs))
-        .attr("identical_grad_inputs", AttrValue::Bool(identical_grad_inputs));
+        .typed(&IpuAllReduceAttrs { op: op.operator(), ipus, identical_inputs, identical_grad_inputs });
     for (i, t) in ts.iter().enumerate() {
         b = b.input(i as u32, t);
     }
@@ -559,7 +573,7 @@ impl Tensor {
             let Some(port) = tensor.producer() else { return Ok(None) };
             let op = g.op(port.op)?;
             if op.is::<ir_ops::ReplicatedReduceScatter>() {
-                let rts = op.attrs.bool("rts").unwrap_or(false);
+                let rts = ReduceScatterAttrs::of(op)?.rts;
                 return match op.input(0) {
                     Some(x) if rts => Ok(Some(g.tensor(x)?.info.shape.clone())),
                     _ => Ok(None),
@@ -585,8 +599,8 @@ impl Tensor {
 /// The meta shape of what a remote load reads: the value shape of the
 /// replica-sharded remote variable at its (constant) buffer entry.
 fn remote_meta_shape(ir: &popart_ir::Ir, op: &popart_ir::Op) -> Option<Vec<usize>> {
-    let buffer = op.attrs.int("remote_buffer")?;
-    let entry = op.attrs.int("offset")?;
+    let RemoteAttrs { remote_buffer: buffer, offset } = RemoteAttrs::of(op).ok()?;
+    let entry = offset?;
     ir.remote_variables()
         .filter(|(_, slot)| i64::from(slot.buffer.0) == buffer && slot.entry as i64 == entry)
         .find_map(|(v, _)| ir.variable_settings(v).filter(|s| s.shard_over.is_some()))

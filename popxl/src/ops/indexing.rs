@@ -10,7 +10,12 @@
 //! is a run-time `IndexOutOfRange` error instead.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::{AttrValue, DataType, TensorKind};
+use popart_ir::ops::grad::InitAttrs;
+use popart_ir::ops::indexing::{
+    DynamicSliceAttrs, GroupedGatherAttrs, OnehotAttrs, ScatterAttrs, ScatterReduceAttrs, SplitAttrs, SubsampleAttrs,
+};
+use popart_ir::ops::shape::GatherAttrs;
+use popart_ir::{DataType, TensorKind};
 
 use super::OpBuilder;
 use crate::{PopXlError, Result, Tensor};
@@ -39,7 +44,7 @@ pub fn subsample(t: &Tensor, strides: &[i64]) -> Result<Tensor> {
     }
     let mut s = strides.to_vec();
     s.resize(t.rank(), 1);
-    OpBuilder::new("subsample", &ir_ops::Subsample).input(0, t).attr("strides", AttrValue::Ints(s)).create1()
+    OpBuilder::new("subsample", &ir_ops::Subsample).input(0, t).typed(&SubsampleAttrs { strides: s }).create1()
 }
 
 /// How [`split`] divides an axis: into a number of equal parts, or into parts
@@ -120,8 +125,7 @@ pub fn split(t: &Tensor, splits: impl Into<Splits>, axis: i64) -> Result<Vec<Ten
         .collect::<Result<Vec<_>>>()?;
     let mut b = OpBuilder::new("split", &ir_ops::Split)
         .input(0, t)
-        .attr("axis", AttrValue::Int(axis))
-        .attr("split", AttrValue::Ints(sizes.clone()));
+        .typed(&SplitAttrs { axis, split: sizes.clone() });
     for i in 0..sizes.len() {
         b = b.output_name(&format!("{}_split_{i}", t.base_name()));
     }
@@ -148,7 +152,7 @@ pub fn scatter(t: &Tensor, indices: &Tensor, values: &Tensor, axis: i64) -> Resu
         .input(0, t)
         .input(1, indices)
         .input(2, values)
-        .attr("axis", AttrValue::Int(axis))
+        .typed(&ScatterAttrs { axis })
         .create1()
 }
 
@@ -210,14 +214,11 @@ pub fn scatter_reduce(
             "scatter_reduce needs one of initial_values and axis_size".to_string(),
         ));
     }
-    let mut b = OpBuilder::new("scatter_reduce", &ir_ops::ScatterReduce)
-        .input(0, data)
-        .input(1, indices)
-        .attr("axis", AttrValue::Int(opts.axis))
-        .attr("reduction", AttrValue::Str(reduction.to_string()));
-    if let Some(s) = opts.axis_size {
-        b = b.attr("axis_size", AttrValue::Int(super::to_i64(s, || "scatter_reduce axis_size".to_string())?));
-    }
+    let axis_size =
+        opts.axis_size.map(|s| super::to_i64(s, || "scatter_reduce axis_size".to_string())).transpose()?;
+    let mut b = OpBuilder::new("scatter_reduce", &ir_ops::ScatterReduce).input(0, data).input(1, indices).typed(
+        &ScatterReduceAttrs { axis: opts.axis, reduction: reduction.to_string(), axis_size },
+    );
     if let Some(init) = opts.initial_values {
         b = b.input(2, init);
     }
@@ -232,10 +233,7 @@ fn dynamic<'a>(
     sizes: &[i64],
     no_overlap: bool,
 ) -> OpBuilder<'a> {
-    OpBuilder::new(what, def)
-        .attr("axes", AttrValue::Ints(axes.to_vec()))
-        .attr("sizes", AttrValue::Ints(sizes.to_vec()))
-        .attr("no_overlap", AttrValue::Bool(no_overlap))
+    OpBuilder::new(what, def).typed(&DynamicSliceAttrs { axes: axes.to_vec(), sizes: sizes.to_vec(), no_overlap })
 }
 
 /// A copy of the slice of `t` at run-time offsets `index` (op `DynamicSlice`):
@@ -350,8 +348,7 @@ pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> R
         .input(0, t)
         .input(1, num_classes)
         .input(2, values)
-        .attr("num_classes", AttrValue::Int(c as i64))
-        .attr("axis", AttrValue::Int(axis))
+        .typed(&OnehotAttrs { axis, num_classes: Some(c as i64) })
         .create1()
 }
 
@@ -403,14 +400,11 @@ pub fn gather_with_options(t: &Tensor, indices: &Tensor, opts: GatherOptions) ->
 /// assert_eq!(y.shape(), &[2, 2, 4]);
 /// ```
 pub fn tied_gather(t: &Tensor, indices: &Tensor, opts: GatherOptions) -> Result<Tensor> {
-    let mut b = OpBuilder::new("tied_gather", &ir_ops::TiedGather)
+    OpBuilder::new("tied_gather", &ir_ops::TiedGather)
         .input(0, t)
         .input(1, indices)
-        .attr("axis", AttrValue::Int(opts.axis));
-    if opts.zero_OOR {
-        b = b.attr("zero_OOR", AttrValue::Bool(true));
-    }
-    b.create1()
+        .typed(&GatherAttrs { axis: opts.axis, zero_oor: opts.zero_OOR })
+        .create1()
 }
 
 /// PopXL's keyword arguments of [`groupedgather`].
@@ -458,15 +452,11 @@ pub fn groupedgather(t: &Tensor, indices: &Tensor, opts: GroupedGatherOptions) -
         return super::gather_with(t, indices, opts.axis, opts.zero_OOR);
     }
     let group_size = super::to_i64(opts.group_size, || "groupedgather group_size".to_string())?;
-    let mut b = OpBuilder::new("groupedgather", &ir_ops::GroupedGather)
+    OpBuilder::new("groupedgather", &ir_ops::GroupedGather)
         .input(0, t)
         .input(1, indices)
-        .attr("axis", AttrValue::Int(opts.axis))
-        .attr("group_size", AttrValue::Int(group_size));
-    if opts.zero_OOR {
-        b = b.attr("zero_OOR", AttrValue::Bool(true));
-    }
-    b.create1()
+        .typed(&GroupedGatherAttrs { axis: opts.axis, group_size, zero_oor: opts.zero_OOR })
+        .create1()
 }
 
 /// What [`init`] fills its tensor with (PopXL's `init_type`).
@@ -498,8 +488,7 @@ pub fn init(shape: &[usize], dtype: DataType, name: &str, init_type: InitType) -
         .map(|&d| super::to_i64(d, || format!("dimension of init tensor `{name}`")))
         .collect::<Result<Vec<_>>>()?;
     OpBuilder::new("init", &ir_ops::Init)
-        .attr("shape", AttrValue::Ints(shape))
-        .attr("dtype", AttrValue::DType(dtype))
+        .typed(&InitAttrs { shape, dtype })
         .output_name(name)
         .create1()
 }

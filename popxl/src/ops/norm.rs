@@ -3,7 +3,7 @@
 //! [`batch_norm`] (PopART's `BatchNormalization` with all its outputs).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::norm::{BatchNormAttrs, GroupNormAttrs};
 
 use super::OpBuilder;
 use crate::host::Wide;
@@ -29,8 +29,7 @@ pub fn group_norm(t: &Tensor, weight: &Tensor, bias: &Tensor, num_groups: i64, e
         .input(0, t)
         .input(1, weight)
         .input(2, bias)
-        .attr("num_groups", AttrValue::Int(num_groups))
-        .attr("epsilon", AttrValue::Float(eps))
+        .typed(&GroupNormAttrs { num_groups, epsilon: eps })
         .create1()
 }
 
@@ -197,9 +196,11 @@ pub fn batch_norm_with(
         .input(2, bias)
         .input(3, mean)
         .input(4, var)
-        .attr("epsilon", AttrValue::Float(opts.epsilon))
-        .attr("momentum", AttrValue::Float(opts.momentum))
-        .attr("unbiased_variance", AttrValue::Bool(opts.unbiased_variance))
+        .typed(&BatchNormAttrs {
+            epsilon: opts.epsilon,
+            momentum: opts.momentum,
+            unbiased_variance: opts.unbiased_variance,
+        })
         .create_all()?;
     match <[Tensor; 5]>::try_from(outs) {
         Ok([y, mean, var, _, _]) => Ok(BatchNormOutputs { y, mean, var }),

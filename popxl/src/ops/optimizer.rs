@@ -2,8 +2,7 @@
 //! AdaMax (op `AdamUpdater`) and the weight update (op `AdamVarUpdate`).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::optimizer::AdamMode;
-use popart_ir::AttrValue;
+use popart_ir::ops::optimizer::{AdamMode, AdamUpdaterAttrs, AdamVarUpdateAttrs};
 
 use super::var_update::Scalar;
 use super::OpBuilder;
@@ -69,25 +68,28 @@ fn create_updater<'a>(
     if decays(&o.weight_decay) && o.weight.is_none() {
         return Err(invalid("Weight decay requires weight to not be None."));
     }
-    let mut b = OpBuilder::new(what, &ir_ops::AdamUpdater)
-        .input(1, m)
-        .input(2, v)
-        .attr("mode", AttrValue::Str(mode.name().to_string()));
+    let mut b = OpBuilder::new(what, &ir_ops::AdamUpdater).input(1, m).input(2, v);
+    let mut attrs =
+        AdamUpdaterAttrs { mode, weight_decay: None, beta1: None, beta2: None, epsilon: o.epsilon.constant() };
     if let (true, Some(w)) = (decays(&o.weight_decay), o.weight) {
-        b = b.input(0, w).scalar("weight_decay", 4, o.weight_decay.unwrap_or(Scalar::Const(0.0)));
+        let wd = o.weight_decay.unwrap_or(Scalar::Const(0.0));
+        attrs.weight_decay = wd.constant();
+        b = b.input(0, w).scalar_input(4, &wd);
     }
     if mode.bias_correction() {
         if let Some(t) = o.time_step {
             b = b.input(3, t);
         }
         if let Some(b1) = o.beta1 {
-            b = b.scalar("beta1", 5, b1);
+            attrs.beta1 = b1.constant();
+            b = b.scalar_input(5, &b1);
         }
         if let (false, Some(b2)) = (mode == AdamMode::AdaMax, o.beta2) {
-            b = b.scalar("beta2", 6, b2);
+            attrs.beta2 = b2.constant();
+            b = b.scalar_input(6, &b2);
         }
     }
-    b.scalar("epsilon", 7, o.epsilon).create1()
+    b.scalar_input(7, &o.epsilon).typed(&attrs).create1()
 }
 
 /// Adam's updater term (op `AdamUpdater`; PopXL's `var_updates.adam_updater`):
@@ -220,9 +222,14 @@ pub fn adam_var_update<'a>(
         (None, None) => {}
         _ => return Err(invalid("adam_var_update: r1 and r2 go together")),
     }
-    b = b.scalar("learning_rate", 4, learning_rate.into());
-    if let Some(mwn) = max_weight_norm {
-        b = b.scalar("max_weight_norm", 5, mwn);
+    let learning_rate = learning_rate.into();
+    b = b.scalar_input(4, &learning_rate);
+    if let Some(mwn) = &max_weight_norm {
+        b = b.scalar_input(5, mwn);
     }
-    b.create1()
+    b.typed(&AdamVarUpdateAttrs {
+        learning_rate: learning_rate.constant(),
+        max_weight_norm: max_weight_norm.as_ref().and_then(Scalar::constant),
+    })
+    .create1()
 }

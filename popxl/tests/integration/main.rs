@@ -4,3 +4,4 @@ mod building;
 mod errors;
 mod graphs;
 mod ops;
+mod typed_attrs;
