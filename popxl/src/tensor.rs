@@ -210,7 +210,7 @@ impl Tensor {
     }
 
     /// The size of dimension 0 (PopXL's `len(t)`); a scalar has none
-    /// ([`PopXlError::InvalidArgument`]).
+    /// ([`PopXlError::ScalarHasNoLength`]).
     ///
     /// ```
     /// let ir = popxl::Ir::new();
@@ -221,7 +221,7 @@ impl Tensor {
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Result<usize> {
         self.shape().first().copied().ok_or_else(|| {
-            PopXlError::InvalidArgument(format!("tensor `{}` is a scalar and doesn't have a length", self.name()))
+            PopXlError::ScalarHasNoLength { tensor: self.name().to_string() }
         })
     }
 

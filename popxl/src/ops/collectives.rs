@@ -105,11 +105,13 @@ impl std::fmt::Display for CollectiveOp {
 
 impl FromStr for CollectiveOp {
     type Err = PopXlError;
-    /// PopXL's strings; anything else is PopXL's "Not a valid op" error.
+    /// PopXL's strings; anything else is a [`PopXlError::UnknownName`]
+    /// (PopXL's "Not a valid op" error).
     fn from_str(s: &str) -> Result<Self> {
-        Self::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|o| o.name()).collect();
-            PopXlError::InvalidArgument(format!("Not a valid op: {s}. Must choose from: {}", names.join(", ")))
+        Self::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| PopXlError::UnknownName {
+            what: "Not a valid op: collective op",
+            got: s.to_string(),
+            accepted: Self::ALL.iter().map(|o| o.name()).collect(),
         })
     }
 }
@@ -145,9 +147,11 @@ impl FromStr for AllGatherShape {
             "new_axis" => Ok(Self::NewAxis),
             "concat" => Ok(Self::Concat),
             "meta_shape" => Ok(Self::MetaShape),
-            _ => Err(PopXlError::InvalidArgument(format!(
-                "output_shape must equal one of 'new_axis', 'concat', 'meta_shape', 'auto'. Value: {s}"
-            ))),
+            _ => Err(PopXlError::UnknownName {
+                what: "output_shape",
+                got: s.to_string(),
+                accepted: vec!["new_axis", "concat", "meta_shape", "auto"],
+            }),
         }
     }
 }
@@ -276,7 +280,7 @@ fn axis_back(rank: usize, axis: usize) -> Vec<i64> {
 
 fn normalize_axis(t: &Tensor, axis: i64, what: &str) -> Result<usize> {
     popart_ir::ops::normalize_axis(axis, t.rank())
-        .map_err(|e| PopXlError::InvalidArgument(format!("{what}: tensor `{}` {}: {e}", t.name(), t.info())))
+        .map_err(|source| PopXlError::AxisOutOfRange { what: format!("{what}: tensor `{}` {}", t.name(), t.info()), source })
 }
 
 /// Gather `t` across the replicas of each group of `group` (op
@@ -321,12 +325,8 @@ pub fn replicated_all_gather(
     };
     match mode {
         AllGatherShape::MetaShape => {
-            let meta = t.meta_shape()?.ok_or_else(|| {
-                PopXlError::InvalidArgument(format!(
-                    "{what}: tensor `{}` has no meta shape (it is not a replica-sharded tensor)",
-                    t.name()
-                ))
-            })?;
+            let meta =
+                t.meta_shape()?.ok_or_else(|| PopXlError::NoMetaShape { what, tensor: t.name().to_string() })?;
             all_gather(what, t, &rg, &meta)
         }
         AllGatherShape::NewAxis => {
@@ -338,8 +338,11 @@ pub fn replicated_all_gather(
             let axis = normalize_axis(t, axis, what)?;
             let front = if axis > 0 { t.transpose(&axis_first(t.rank(), axis))? } else { t.clone() };
             let mut shape = front.shape().to_vec();
-            shape[0] =
-                shape[0].checked_mul(g).ok_or_else(|| PopXlError::InvalidArgument(format!("{what}: too large")))?;
+            shape[0] = shape[0].checked_mul(g).ok_or_else(|| PopXlError::IntegerOutOfRange {
+                what: format!("{what}: gathered dimension of tensor `{}`", t.name()),
+                value: format!("{} * {g}", shape[0]),
+                ty: "usize",
+            })?;
             let flat = front.flatten()?;
             let y = all_gather(what, &flat, &rg, &shape)?;
             if axis > 0 {
@@ -424,9 +427,14 @@ pub fn replicated_slice(t: &Tensor, axis: i64, group: Option<&ReplicaGrouping>) 
     let axis = normalize_axis(t, axis, what)?;
     let len = t.shape()[axis];
     if !len.is_multiple_of(g) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "Replicated slice must equally divide axis. Axis size: {len}. Replica group size: {g}"
-        )));
+        return Err(PopXlError::NotDivisible {
+            what: format!(
+                "Replicated slice must equally divide axis {axis} of tensor `{}` into the replica group size: axis size",
+                t.name()
+            ),
+            len,
+            divisor: g,
+        });
     }
     let front = if axis > 0 { t.transpose(&axis_first(t.rank(), axis))? } else { t.clone() };
     let flat = front.flatten()?;
@@ -447,17 +455,19 @@ pub fn replicated_slice(t: &Tensor, axis: i64, group: Option<&ReplicaGrouping>) 
 }
 
 /// The IPUs of `ts`: `ipus` if given (one per tensor), else each tensor's IPU.
-fn ipus_of(ts: &[&Tensor], ipus: Option<&[u32]>, what: &str) -> Result<Vec<i64>> {
+fn ipus_of(ts: &[&Tensor], ipus: Option<&[u32]>, what: &'static str) -> Result<Vec<i64>> {
     let ipus: Vec<u32> = match ipus {
         Some(v) => v.to_vec(),
         None => ts.iter().map(|t| t.ipu()).collect::<Result<_>>()?,
     };
     if ipus.len() != ts.len() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "{what}: Number of specified tensor does not equal number of specified IPUs. {} != {}",
-            ts.len(),
-            ipus.len()
-        )));
+        return Err(PopXlError::LengthMismatch {
+            what,
+            left: ts.len(),
+            left_name: "tensors",
+            right: ipus.len(),
+            right_name: "IPUs",
+        });
     }
     Ok(ipus.into_iter().map(i64::from).collect())
 }
@@ -471,7 +481,7 @@ fn all_reduce_op(
     identical_grad_inputs: bool,
 ) -> Result<Vec<Tensor>> {
     if ts.is_empty() {
-        return Err(PopXlError::InvalidArgument(format!("{what}: there must be at least one tensor")));
+        return Err(PopXlError::EmptyArgument { what, expected: "at least one tensor" });
     }
     let ipus = ipus_of(ts, ipus, what)?;
     let mut b = OpBuilder::new(what, &ir_ops::AllReduce)

@@ -218,7 +218,11 @@ impl CallSiteInfo {
         let called = graph.read(|g| -> Result<_> {
             let o = g.op(op)?;
             if !o.is::<ir_ops::Call>() {
-                return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
+                return Err(PopXlError::WrongOpType {
+                    op: o.name.clone(),
+                    op_type: o.op_type().to_string(),
+                    expected: "Call",
+                });
             }
             Ok(CallAttrs::of(o)?.graph)
         })??;

@@ -35,12 +35,12 @@ use crate::{PopXlError, Result, Tensor};
 /// ```
 pub fn subsample(t: &Tensor, strides: &[i64]) -> Result<Tensor> {
     if strides.len() > t.rank() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "{} subsample strides for tensor `{}` of rank {}",
-            strides.len(),
-            t.name(),
-            t.rank()
-        )));
+        return Err(PopXlError::TooManyAxes {
+            what: "subsample strides",
+            count: strides.len(),
+            tensor: t.name().to_string(),
+            rank: t.rank(),
+        });
     }
     let mut s = strides.to_vec();
     s.resize(t.rank(), 1);
@@ -105,15 +105,17 @@ impl<const N: usize> From<[usize; N]> for Splits {
 /// ```
 pub fn split(t: &Tensor, splits: impl Into<Splits>, axis: i64) -> Result<Vec<Tensor>> {
     let rank = t.rank();
-    let ax = popart_ir::ops::normalize_axis(axis, rank).map_err(|e| PopXlError::InvalidArgument(e.to_string()))?;
+    let ax = popart_ir::ops::normalize_axis(axis, rank)
+        .map_err(|source| PopXlError::AxisOutOfRange { what: format!("split of tensor `{}`", t.name()), source })?;
     let sizes = match splits.into() {
         Splits::Parts(n) => {
             let len = t.shape()[ax];
             if n == 0 || !len.is_multiple_of(n) {
-                return Err(PopXlError::InvalidArgument(format!(
-                    "split {n} does not equally divide axis {ax} of length {len} of tensor `{}`",
-                    t.name()
-                )));
+                return Err(PopXlError::NotDivisible {
+                    what: format!("split {n} does not equally divide axis {ax} of tensor `{}`: its length", t.name()),
+                    len,
+                    divisor: n,
+                });
             }
             vec![len / n; n]
         }
@@ -205,14 +207,17 @@ pub fn scatter_reduce(
     opts: ScatterReduceOptions<'_>,
 ) -> Result<Tensor> {
     if popart_ir::ops::indexing::Reduction::parse(reduction).is_none() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "scatter_reduce reduction `{reduction}` is not one of sum, max, min, none"
-        )));
+        return Err(PopXlError::UnknownName {
+            what: "scatter_reduce reduction",
+            got: reduction.to_string(),
+            accepted: vec!["sum", "max", "min", "none"],
+        });
     }
     if opts.initial_values.is_none() && opts.axis_size.is_none() {
-        return Err(PopXlError::InvalidArgument(
-            "scatter_reduce needs one of initial_values and axis_size".to_string(),
-        ));
+        return Err(PopXlError::MissingArgument {
+            what: "scatter_reduce",
+            needs: "one of initial_values and axis_size",
+        });
     }
     let axis_size =
         opts.axis_size.map(|s| super::to_i64(s, || "scatter_reduce axis_size".to_string())).transpose()?;
@@ -329,10 +334,11 @@ pub fn dynamic_update_(
 /// ```
 pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> Result<Tensor> {
     let not_const = || {
-        PopXlError::InvalidArgument(format!(
-            "onehot num_classes `{}` must be a constant integer scalar (its value fixes the output shape)",
-            num_classes.name()
-        ))
+        PopXlError::NotConstant {
+            what: "onehot num_classes",
+            tensor: num_classes.name().to_string(),
+            expected: "integer scalar",
+        }
     };
     let TensorKind::Constant(data) = num_classes.kind()? else {
         return Err(not_const());
@@ -342,7 +348,11 @@ pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> R
     }
     let c = data.to_f64_vec().first().copied().ok_or_else(not_const)?;
     if c < 0.0 || c > i64::MAX as f64 {
-        return Err(PopXlError::InvalidArgument(format!("onehot num_classes {c} is negative")));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "onehot num_classes".to_string(),
+            expected: "non-negative",
+            got: c.to_string(),
+        });
     }
     OpBuilder::new("onehot", &ir_ops::Onehot)
         .input(0, t)

@@ -75,27 +75,29 @@ pub fn batch_norm_inference(
     momentum: f64,
 ) -> Result<Tensor> {
     if t.rank() < 2 {
-        return Err(PopXlError::InvalidArgument(format!(
-            "batch_norm_inference: the input must be [N, C, ..], got {:?}",
-            t.shape()
-        )));
+        return Err(PopXlError::ShapeMismatch {
+            what: "batch_norm_inference: the input".to_string(),
+            expected: "[N, C, ..]".to_string(),
+            got: format!("{:?}", t.shape()),
+        });
     }
     if !((0.0..=1.0).contains(&momentum) && eps >= 0.0 && eps.is_finite()) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "batch_norm_inference: momentum must be in [0, 1] and epsilon finite and >= 0, got {momentum} and {eps}"
-        )));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "batch_norm_inference: momentum and epsilon".to_string(),
+            expected: "in [0, 1] and finite and >= 0",
+            got: format!("{momentum} and {eps}"),
+        });
     }
     let c = t.shape()[1];
     let mut bshape = vec![1i64; t.rank()];
     bshape[1] = c as i64;
     for (p, what) in [(scale, "scale"), (bias, "bias"), (mean, "mean"), (var, "var")] {
         if p.shape() != [c] || p.dtype() != t.dtype() {
-            return Err(PopXlError::InvalidArgument(format!(
-                "batch_norm_inference: {what} must be a {} tensor of shape [{c}], got {:?} {}",
-                t.dtype(),
-                p.shape(),
-                p.dtype()
-            )));
+            return Err(PopXlError::ShapeMismatch {
+                what: format!("batch_norm_inference: {what}"),
+                expected: format!("a {} tensor of shape [{c}]", t.dtype()),
+                got: format!("{:?} {}", p.shape(), p.dtype()),
+            });
         }
     }
     let col = |p: &Tensor| ops::reshape(p, &bshape);

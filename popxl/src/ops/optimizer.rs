@@ -45,8 +45,8 @@ impl Default for AdamUpdaterOptions<'_> {
     }
 }
 
-fn invalid(msg: &str) -> PopXlError {
-    PopXlError::InvalidArgument(msg.to_string())
+fn invalid(what: &'static str, reason: &'static str) -> PopXlError {
+    PopXlError::IncompatibleOptions { what, reason }
 }
 
 /// PopXL's `weight_decay_is_required`: a tensor, or a constant other than 0.
@@ -66,7 +66,7 @@ fn create_updater<'a>(
     o: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
     if decays(&o.weight_decay) && o.weight.is_none() {
-        return Err(invalid("Weight decay requires weight to not be None."));
+        return Err(invalid(what, "Weight decay requires weight to not be None."));
     }
     let mut b = OpBuilder::new(what, &ir_ops::AdamUpdater).input(1, m).input(2, v);
     let mut attrs =
@@ -120,14 +120,14 @@ pub fn adam_updater<'a>(
     acc_second_order: &'a Tensor,
     options: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
-    let mode = bias_mode(&options, AdamMode::Adam, AdamMode::AdamNoBias)?;
+    let mode = bias_mode("adam_updater", &options, AdamMode::Adam, AdamMode::AdamNoBias)?;
     create_updater("adam_updater", mode, acc_first_order, acc_second_order, options)
 }
 
-fn bias_mode(o: &AdamUpdaterOptions<'_>, bias: AdamMode, no_bias: AdamMode) -> Result<AdamMode> {
+fn bias_mode(what: &'static str, o: &AdamUpdaterOptions<'_>, bias: AdamMode, no_bias: AdamMode) -> Result<AdamMode> {
     match (o.time_step, &o.beta1, &o.beta2) {
         (Some(_), Some(_), Some(_)) => Ok(bias),
-        (Some(_), _, _) => Err(invalid("Bias correction requires both beta1 and beta2 to not be None.")),
+        (Some(_), _, _) => Err(invalid(what, "Bias correction requires both beta1 and beta2 to not be None.")),
         (None, _, _) => Ok(no_bias),
     }
 }
@@ -152,7 +152,7 @@ pub fn lamb_updater<'a>(
     acc_second_order: &'a Tensor,
     options: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
-    let mode = bias_mode(&options, AdamMode::Lamb, AdamMode::LambNoBias)?;
+    let mode = bias_mode("lamb_updater", &options, AdamMode::Lamb, AdamMode::LambNoBias)?;
     create_updater("lamb_updater", mode, acc_first_order, acc_second_order, options)
 }
 
@@ -179,10 +179,10 @@ pub fn adamax_updater<'a>(
     options: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
     if options.time_step.is_none() {
-        return Err(invalid("AdaMax requires time_step to not be None."));
+        return Err(invalid("adamax_updater", "AdaMax requires time_step to not be None."));
     }
     if options.beta2.is_some() {
-        return Err(invalid("AdaMax takes no beta2."));
+        return Err(invalid("adamax_updater", "AdaMax takes no beta2."));
     }
     let options = AdamUpdaterOptions { beta1: Some(options.beta1.unwrap_or(Scalar::Const(0.9))), ..options };
     create_updater("adamax_updater", AdamMode::AdaMax, acc_first_order, acc_second_order, options)
@@ -220,7 +220,7 @@ pub fn adam_var_update<'a>(
     match (r1, r2) {
         (Some(r1), Some(r2)) => b = b.input(2, r1).input(3, r2),
         (None, None) => {}
-        _ => return Err(invalid("adam_var_update: r1 and r2 go together")),
+        _ => return Err(invalid("adam_var_update", "r1 and r2 go together")),
     }
     let learning_rate = learning_rate.into();
     b = b.scalar_input(4, &learning_rate);

@@ -120,7 +120,7 @@ pub fn max_pool_with(
     storage_order: StorageOrder,
 ) -> Result<Tensor> {
     if storage_order == StorageOrder::Column {
-        return Err(PopXlError::InvalidArgument("max_pool: storage_order column is not supported".into()));
+        return Err(PopXlError::Unsupported { what: "max_pool", feature: "storage_order column" });
     }
     options.build(OpBuilder::new("max_pool", &ir_ops::MaxPool).input(0, t), kernel_size).create1()
 }

@@ -50,7 +50,7 @@ fn remote_op<'a>(
     Ok(match offset {
         RemoteOffset::Entry(e) => {
             let e = i64::try_from(e)
-                .map_err(|_| PopXlError::InvalidArgument(format!("{what}: offset {e} is too large")))?;
+                .map_err(|_| PopXlError::IntegerOutOfRange { what: format!("{what}: offset"), value: e.to_string(), ty: "i64" })?;
             b.typed(&RemoteAttrs { remote_buffer, offset: Some(e) })
         }
         RemoteOffset::Tensor(t) => b.input(1, t).typed(&RemoteAttrs { remote_buffer, offset: None }),

@@ -33,9 +33,11 @@ pub fn roi_align(
     sampling_ratio: i64,
 ) -> Result<Tensor> {
     if output_size.iter().any(|&d| d < 1) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "roi_align: output_size must be positive, got {output_size:?}"
-        )));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "roi_align: output_size".to_string(),
+            expected: "positive",
+            got: format!("{output_size:?}"),
+        });
     }
     OpBuilder::new("roi_align", &ir_ops::RoiAlign)
         .input(0, t)

@@ -245,12 +245,12 @@ macro_rules! s {
 /// ```
 pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
     if items.len() > t.rank() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "index with {} items into tensor `{}` of rank {}",
-            items.len(),
-            t.name(),
-            t.rank()
-        )));
+        return Err(PopXlError::TooManyAxes {
+            what: "index items",
+            count: items.len(),
+            tensor: t.name().to_string(),
+            rank: t.rank(),
+        });
     }
     let (mut starts, mut ends, mut steps, mut axes, mut squeeze_axes) = (vec![], vec![], vec![], vec![], vec![]);
     for (axis, (item, &len)) in items.iter().zip(t.shape()).enumerate() {
@@ -274,7 +274,11 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
             }
             SliceIndex::Range { start, end, step } => {
                 if step == 0 {
-                    return Err(PopXlError::InvalidArgument(format!("slice step of axis {axis} cannot be 0")));
+                    return Err(PopXlError::ValueOutOfRange {
+                        what: format!("slice step of axis {axis}"),
+                        expected: "non-zero",
+                        got: step.to_string(),
+                    });
                 }
                 if start.is_none() && end.is_none() && step == 1 {
                     continue;
@@ -299,7 +303,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
 /// PopXL's `t[key]` with a tensor key: an integer `key` gathers along axis 0
 /// ([`gather`]: output shape `key.shape + t.shape[1..]`); a bool `key` is a
 /// mask, `where(key, t, 0)` ([`super::select`], broadcast together). Any other
-/// key dtype is [`PopXlError::InvalidArgument`].
+/// key dtype is [`PopXlError::DTypeMismatch`].
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -322,11 +326,12 @@ pub fn index_with(t: &Tensor, key: &Tensor) -> Result<Tensor> {
     } else if dtype.is_int() {
         gather(t, key, 0)
     } else {
-        Err(PopXlError::InvalidArgument(format!(
-            "index tensor `{}` of tensor `{}` must be an integer or bool tensor, not {dtype}",
-            key.name(),
-            t.name()
-        )))
+        Err(PopXlError::DTypeMismatch {
+            what: format!("index of tensor `{}`", t.name()),
+            tensor: key.name().to_string(),
+            expected: "an integer or bool tensor",
+            got: dtype,
+        })
     }
 }
 
