@@ -178,12 +178,11 @@ pub fn replica_sharded_buffer(
     let k = shard_over.unwrap_or(rg.group_size());
     check_shard_over("replica_sharded_buffer", &rg, k)?;
     let value = if rg.num_groups() > 1 { shape.get(1..).unwrap_or(&[]) } else { shape };
-    let nelms = popart_ir::size::checked_product(value)
-        .ok_or_else(|| PopXlError::IntegerOutOfRange {
-            what: "replica_sharded_buffer: number of elements".to_string(),
-            value: format!("product of {shape:?}"),
-            ty: "usize",
-        })?;
+    let nelms = popart_ir::size::checked_product(value).ok_or_else(|| PopXlError::IntegerOutOfRange {
+        what: "replica_sharded_buffer: number of elements".to_string(),
+        value: format!("product of {shape:?}"),
+        ty: "usize",
+    })?;
     crate::remote_buffer([nelms.div_ceil(k)], dtype, entries)
 }
 

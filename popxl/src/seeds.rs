@@ -73,11 +73,10 @@ pub fn create_seeds_with(seed: u64, options: SeedOptions) -> Result<ArrayD<u32>>
 fn seed_words(entropy: u128, count: usize) -> Result<Vec<u32>> {
     let mut rng = Pcg64::from_seed_sequence(&SeedSequence::new(entropy));
     let mut out = Vec::new();
-    out.try_reserve_exact(count.saturating_mul(2))
-        .map_err(|_| PopXlError::AllocationFailed {
-            what: format!("create_seeds: {count} seeds"),
-            bytes: count.saturating_mul(8),
-        })?;
+    out.try_reserve_exact(count.saturating_mul(2)).map_err(|_| PopXlError::AllocationFailed {
+        what: format!("create_seeds: {count} seeds"),
+        bytes: count.saturating_mul(8),
+    })?;
     for _ in 0..count {
         let v = rng.next_u64();
         out.push((v >> 32) as u32);

@@ -220,9 +220,7 @@ impl Tensor {
     /// ```
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Result<usize> {
-        self.shape().first().copied().ok_or_else(|| {
-            PopXlError::ScalarHasNoLength { tensor: self.name().to_string() }
-        })
+        self.shape().first().copied().ok_or_else(|| PopXlError::ScalarHasNoLength { tensor: self.name().to_string() })
     }
 
     /// Bytes to step along each dimension of the row-major layout (PopXL's

@@ -31,11 +31,11 @@
 use std::str::FromStr;
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::remote::RemoteAttrs;
-use popart_ir::OpAttrs;
 use popart_ir::ops::collectives::{
     AllGatherAttrs, AllReduceAttrs, CollectiveOperator, IpuAllReduceAttrs, ReduceScatterAttrs,
 };
+use popart_ir::ops::remote::RemoteAttrs;
+use popart_ir::OpAttrs;
 
 use super::OpBuilder;
 pub use crate::ReplicaGrouping;
@@ -279,8 +279,10 @@ fn axis_back(rank: usize, axis: usize) -> Vec<i64> {
 }
 
 fn normalize_axis(t: &Tensor, axis: i64, what: &str) -> Result<usize> {
-    popart_ir::ops::normalize_axis(axis, t.rank())
-        .map_err(|source| PopXlError::AxisOutOfRange { what: format!("{what}: tensor `{}` {}", t.name(), t.info()), source })
+    popart_ir::ops::normalize_axis(axis, t.rank()).map_err(|source| PopXlError::AxisOutOfRange {
+        what: format!("{what}: tensor `{}` {}", t.name(), t.info()),
+        source,
+    })
 }
 
 /// Gather `t` across the replicas of each group of `group` (op
@@ -325,8 +327,7 @@ pub fn replicated_all_gather(
     };
     match mode {
         AllGatherShape::MetaShape => {
-            let meta =
-                t.meta_shape()?.ok_or_else(|| PopXlError::NoMetaShape { what, tensor: t.name().to_string() })?;
+            let meta = t.meta_shape()?.ok_or_else(|| PopXlError::NoMetaShape { what, tensor: t.name().to_string() })?;
             all_gather(what, t, &rg, &meta)
         }
         AllGatherShape::NewAxis => {
@@ -484,9 +485,12 @@ fn all_reduce_op(
         return Err(PopXlError::EmptyArgument { what, expected: "at least one tensor" });
     }
     let ipus = ipus_of(ts, ipus, what)?;
-    let mut b = OpBuilder::new(what, &ir_ops::AllReduce)
-        .mixed_placement()
-        .typed(&IpuAllReduceAttrs { op: op.operator(), ipus, identical_inputs, identical_grad_inputs });
+    let mut b = OpBuilder::new(what, &ir_ops::AllReduce).mixed_placement().typed(&IpuAllReduceAttrs {
+        op: op.operator(),
+        ipus,
+        identical_inputs,
+        identical_grad_inputs,
+    });
     for (i, t) in ts.iter().enumerate() {
         b = b.input(i as u32, t);
     }

@@ -458,7 +458,11 @@ impl CallSiteInfo {
 
 /// The `modified` inputs of a call site's op (a `Repeat`, else a `Call`).
 fn modified_of(op: &Op) -> Result<Vec<i64>> {
-    Ok(if op.op_type() == ir_ops::Repeat.op_type() { RepeatAttrs::of(op)?.modified } else { CallAttrs::of(op)?.modified })
+    Ok(if op.op_type() == ir_ops::Repeat.op_type() {
+        RepeatAttrs::of(op)?.modified
+    } else {
+        CallAttrs::of(op)?.modified
+    })
 }
 
 /// The attributes of a call site's op with `modified` replaced.

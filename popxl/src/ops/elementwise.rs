@@ -286,10 +286,7 @@ fn increment_mod_op(
     inc: f64,
     m: f64,
 ) -> Result<Tensor> {
-    OpBuilder::new(what, def)
-        .input(0, t)
-        .typed(&IncrementModAttrs { increment: inc, modulus: m })
-        .create1()
+    OpBuilder::new(what, def).input(0, t).typed(&IncrementModAttrs { increment: inc, modulus: m }).create1()
 }
 
 /// `(t + increment) % modulus` (op `IncrementMod`; no gradient). `increment` and

@@ -125,9 +125,7 @@ pub fn split(t: &Tensor, splits: impl Into<Splits>, axis: i64) -> Result<Vec<Ten
         .iter()
         .map(|&s| super::to_i64(s, || format!("split size of tensor `{}`", t.name())))
         .collect::<Result<Vec<_>>>()?;
-    let mut b = OpBuilder::new("split", &ir_ops::Split)
-        .input(0, t)
-        .typed(&SplitAttrs { axis, split: sizes.clone() });
+    let mut b = OpBuilder::new("split", &ir_ops::Split).input(0, t).typed(&SplitAttrs { axis, split: sizes.clone() });
     for i in 0..sizes.len() {
         b = b.output_name(&format!("{}_split_{i}", t.base_name()));
     }
@@ -219,11 +217,11 @@ pub fn scatter_reduce(
             needs: "one of initial_values and axis_size",
         });
     }
-    let axis_size =
-        opts.axis_size.map(|s| super::to_i64(s, || "scatter_reduce axis_size".to_string())).transpose()?;
-    let mut b = OpBuilder::new("scatter_reduce", &ir_ops::ScatterReduce).input(0, data).input(1, indices).typed(
-        &ScatterReduceAttrs { axis: opts.axis, reduction: reduction.to_string(), axis_size },
-    );
+    let axis_size = opts.axis_size.map(|s| super::to_i64(s, || "scatter_reduce axis_size".to_string())).transpose()?;
+    let mut b = OpBuilder::new("scatter_reduce", &ir_ops::ScatterReduce)
+        .input(0, data)
+        .input(1, indices)
+        .typed(&ScatterReduceAttrs { axis: opts.axis, reduction: reduction.to_string(), axis_size });
     if let Some(init) = opts.initial_values {
         b = b.input(2, init);
     }
@@ -333,12 +331,10 @@ pub fn dynamic_update_(
 /// assert_eq!(popxl::ops::onehot(&t, &c, &v, -1).unwrap().shape(), &[1, 2, 6]);
 /// ```
 pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> Result<Tensor> {
-    let not_const = || {
-        PopXlError::NotConstant {
-            what: "onehot num_classes",
-            tensor: num_classes.name().to_string(),
-            expected: "integer scalar",
-        }
+    let not_const = || PopXlError::NotConstant {
+        what: "onehot num_classes",
+        tensor: num_classes.name().to_string(),
+        expected: "integer scalar",
     };
     let TensorKind::Constant(data) = num_classes.kind()? else {
         return Err(not_const());
@@ -497,8 +493,5 @@ pub fn init(shape: &[usize], dtype: DataType, name: &str, init_type: InitType) -
         .iter()
         .map(|&d| super::to_i64(d, || format!("dimension of init tensor `{name}`")))
         .collect::<Result<Vec<_>>>()?;
-    OpBuilder::new("init", &ir_ops::Init)
-        .typed(&InitAttrs { shape, dtype })
-        .output_name(name)
-        .create1()
+    OpBuilder::new("init", &ir_ops::Init).typed(&InitAttrs { shape, dtype }).output_name(name).create1()
 }

@@ -49,8 +49,11 @@ fn remote_op<'a>(
     let remote_buffer = i64::from(buf.id().0);
     Ok(match offset {
         RemoteOffset::Entry(e) => {
-            let e = i64::try_from(e)
-                .map_err(|_| PopXlError::IntegerOutOfRange { what: format!("{what}: offset"), value: e.to_string(), ty: "i64" })?;
+            let e = i64::try_from(e).map_err(|_| PopXlError::IntegerOutOfRange {
+                what: format!("{what}: offset"),
+                value: e.to_string(),
+                ty: "i64",
+            })?;
             b.typed(&RemoteAttrs { remote_buffer, offset: Some(e) })
         }
         RemoteOffset::Tensor(t) => b.input(1, t).typed(&RemoteAttrs { remote_buffer, offset: None }),

@@ -263,8 +263,7 @@ fn print_tensor_prints_the_gradient_under_its_own_title() {
     let ir = Ir::new();
     let g = ir.main_graph().enter();
     let x = c64(&[1.0, 2.0], "x").expect("x");
-    let opts =
-        PrintTensorOptions { title: "p".into(), print_self: false, print_gradient: true, ..Default::default() };
+    let opts = PrintTensorOptions { title: "p".into(), print_self: false, print_gradient: true, ..Default::default() };
     let graph = ir
         .create_graph(
             |ts: Vec<Tensor>| {

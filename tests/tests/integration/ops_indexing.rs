@@ -353,8 +353,16 @@ fn typed_build_errors() {
         inference_error(ops::subsample(&x, &[-2]), "at least 1");
         invalid_argument(ops::subsample(&x, &[1, 1, 1, 1]), |e| matches!(e, PopXlError::TooManyAxes { .. }), "rank 3");
         // split
-        invalid_argument(ops::split(&x, 2, 0), |e| matches!(e, PopXlError::NotDivisible { .. }), "does not equally divide");
-        invalid_argument(ops::split(&x, 0, 0), |e| matches!(e, PopXlError::NotDivisible { .. }), "does not equally divide");
+        invalid_argument(
+            ops::split(&x, 2, 0),
+            |e| matches!(e, PopXlError::NotDivisible { .. }),
+            "does not equally divide",
+        );
+        invalid_argument(
+            ops::split(&x, 0, 0),
+            |e| matches!(e, PopXlError::NotDivisible { .. }),
+            "does not equally divide",
+        );
         inference_error(ops::split(&x, vec![2, 2], 0), "do not sum");
         invalid_argument(ops::split(&x, 5, 3), |e| matches!(e, PopXlError::AxisOutOfRange { .. }), "out of range");
         // scatter
