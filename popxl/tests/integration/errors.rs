@@ -467,7 +467,7 @@ fn argument_errors_are_typed() {
     assert!(matches!(&err, PopXlError::UnknownName { got, .. } if got == "mul"), "{err}");
     assert_eq!(err.to_string(), "scatter_reduce reduction `mul` is not one of sum, max, min, none");
     let err = ops::index_with(&a, &a).unwrap_err();
-    assert!(matches!(err, PopXlError::DTypeMismatch { got: float32, .. }), "{err}");
+    assert!(matches!(err, PopXlError::DTypeMismatch { got: popxl::DataType::Float32, .. }), "{err}");
     assert_eq!(
         ops::max_pool_with(&a, &[1], &Default::default(), ops::StorageOrder::Column).unwrap_err(),
         PopXlError::Unsupported { what: "max_pool", feature: "storage_order column" }
