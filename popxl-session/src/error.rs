@@ -258,7 +258,17 @@ pub enum SessionError {
     #[error("device: {0}")]
     Device(CpuError),
     /// A broken invariant of the session (a bug, not a user mistake); the
-    /// session may not be usable afterwards.
+    /// session may not be usable afterwards. Returned only if one of these
+    /// breaks:
+    /// - the host conversions of `popxl` (`HostArray::try_cast`,
+    ///   `try_downcast_64bit`, `from_host_tensor`) fail only with `HostCast`,
+    ///   `Size` or `HostData` errors (each mapped to its own variant here);
+    /// - every stream and named tensor of the prepared IR's main graph has an
+    ///   unbound handle (`Tensor::unbound`, `DeviceToHostStream::unbound`);
+    /// - every variable of the prepared IR has a host copy (made when the
+    ///   session is created);
+    /// - a program compiled as one that cannot fail does not stop part way
+    ///   (only a program that may fail saves the state a failure restores).
     #[error("internal session error: {reason}")]
     Internal {
         /// What broke.

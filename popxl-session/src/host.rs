@@ -96,8 +96,12 @@ pub(crate) fn try_zeros(info: &TensorInfo, what: &str) -> Result<HostArray, Size
         Float8_143 => F8_143: popart_ir::float8::Float8_143, Float8_152 => F8_152: popart_ir::float8::Float8_152))
 }
 
-/// A failed checked host conversion (`try_cast`, `try_downcast_64bit`) as a
-/// session error naming `tensor`.
+/// A failed checked host conversion (`try_cast`, `try_downcast_64bit`,
+/// `from_host_tensor`) as a session error naming `tensor`: an unrepresentable
+/// value or invalid bytes are [`crate::SessionError::InvalidHostData`], sizes
+/// [`crate::SessionError::SizeOverflow`] or [`crate::SessionError::OutOfMemory`];
+/// these conversions fail in no other way ([`crate::SessionError::Internal`]
+/// otherwise).
 pub(crate) fn cast_error(tensor: &str, e: popxl::PopXlError) -> crate::SessionError {
     use crate::SessionError;
     match e {
@@ -109,7 +113,7 @@ pub(crate) fn cast_error(tensor: &str, e: popxl::PopXlError) -> crate::SessionEr
         popxl::PopXlError::HostData { source, .. } => {
             SessionError::InvalidHostData { tensor: tensor.to_string(), source }
         }
-        other => SessionError::Internal { reason: format!("converting data for `{tensor}`: {other}") },
+        other => SessionError::Internal { reason: format!("converting data for `{tensor}`: unexpected {other}") },
     }
 }
 

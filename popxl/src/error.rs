@@ -350,9 +350,208 @@ pub enum PopXlError {
         /// The target data type.
         dtype: DataType,
     },
-    /// An argument with an invalid value; the message says which and why.
-    #[error("{0}")]
-    InvalidArgument(String),
+    /// An axis argument outside the rank of its tensor.
+    #[error("{what}: {source}")]
+    AxisOutOfRange {
+        /// The function and tensor, e.g. "split of tensor `a`".
+        what: String,
+        /// The axis and the rank.
+        source: popart_ir::ops::AxisError,
+    },
+    /// More per-axis items (indices, strides) than the tensor has axes.
+    #[error("{count} {what} for tensor `{tensor}` of rank {rank}")]
+    TooManyAxes {
+        /// The items, e.g. "subsample strides".
+        what: &'static str,
+        /// How many were given.
+        count: usize,
+        /// The tensor.
+        tensor: String,
+        /// Its rank.
+        rank: usize,
+    },
+    /// A tensor, data or buffer whose shape (or type) does not fit.
+    #[error("{what} must be {expected}, got {got}")]
+    ShapeMismatch {
+        /// The function and argument, e.g. "batch_norm_inference: the input".
+        what: String,
+        /// The accepted shapes, in words.
+        expected: String,
+        /// The shape given.
+        got: String,
+    },
+    /// A tensor of a data type the function does not take.
+    #[error("{what}: tensor `{tensor}` must be {expected}, not {got}")]
+    DTypeMismatch {
+        /// The function and argument, e.g. "index of tensor `a`".
+        what: String,
+        /// The tensor given.
+        tensor: String,
+        /// The accepted data types, in words.
+        expected: &'static str,
+        /// Its data type.
+        got: DataType,
+    },
+    /// A size that must be a multiple of another (an equal split, a sharding).
+    #[error("{what}: {len} is not a multiple of {divisor}")]
+    NotDivisible {
+        /// What is divided, e.g. "split of axis 1 of tensor `a` into 4 equal parts".
+        what: String,
+        /// The size divided.
+        len: usize,
+        /// The number or size of the parts.
+        divisor: usize,
+    },
+    /// A number outside the values the function accepts.
+    #[error("{what} must be {expected}, got {got}")]
+    ValueOutOfRange {
+        /// The function and argument, e.g. "num_host_transfers".
+        what: String,
+        /// The accepted values, in words.
+        expected: &'static str,
+        /// The value given.
+        got: String,
+    },
+    /// A name that is none of the accepted ones.
+    #[error("{what} `{got}` is not one of {}", accepted.join(", "))]
+    UnknownName {
+        /// The function and argument, e.g. "scatter_reduce reduction".
+        what: &'static str,
+        /// The name given.
+        got: String,
+        /// The accepted names.
+        accepted: Vec<&'static str>,
+    },
+    /// An empty list where at least one item is needed.
+    #[error("{what}: there must be {expected}")]
+    EmptyArgument {
+        /// The function.
+        what: &'static str,
+        /// What is needed, e.g. "at least one tensor".
+        expected: &'static str,
+    },
+    /// Two lists of different lengths that must match one to one.
+    #[error("{what}: {left} {left_name} but {right} {right_name}")]
+    LengthMismatch {
+        /// The function.
+        what: &'static str,
+        /// The length of the first list.
+        left: usize,
+        /// What it holds, e.g. "tensors".
+        left_name: &'static str,
+        /// The length of the second list.
+        right: usize,
+        /// What it holds, e.g. "IPUs".
+        right_name: &'static str,
+    },
+    /// Options that do not go together, or one that another requires.
+    #[error("{what}: {reason}")]
+    IncompatibleOptions {
+        /// The function.
+        what: &'static str,
+        /// Which options and why, e.g. "r1 and r2 go together".
+        reason: &'static str,
+    },
+    /// A required argument of several alternatives is missing.
+    #[error("{what} needs {needs}")]
+    MissingArgument {
+        /// The function.
+        what: &'static str,
+        /// The alternatives, e.g. "one of initial_values and axis_size".
+        needs: &'static str,
+    },
+    /// A PopXL option the `cpu` device does not support.
+    #[error("{what}: {feature} is not supported")]
+    Unsupported {
+        /// The function.
+        what: &'static str,
+        /// The option and value, e.g. "storage_order column".
+        feature: &'static str,
+    },
+    /// A tensor whose value must be known when the op is built (it fixes a shape).
+    #[error("{what} `{tensor}` must be a constant {expected} (its value fixes the output shape)")]
+    NotConstant {
+        /// The function and argument, e.g. "onehot num_classes".
+        what: &'static str,
+        /// The tensor given.
+        tensor: String,
+        /// The accepted values, e.g. "integer scalar".
+        expected: &'static str,
+    },
+    /// A tensor that is not a replica-sharded tensor where one is needed.
+    #[error("{what}: tensor `{tensor}` has no meta shape (it is not a replica-sharded tensor)")]
+    NoMetaShape {
+        /// The function.
+        what: &'static str,
+        /// The tensor.
+        tensor: String,
+    },
+    /// A tensor used as a stream that is not one (of that direction).
+    #[error("tensor `{tensor}` is not a {kind} stream")]
+    NotAStream {
+        /// The tensor.
+        tensor: String,
+        /// The stream kind, e.g. "h2d_stream".
+        kind: &'static str,
+    },
+    /// An op of another type than the one expected.
+    #[error("op `{op}` is a {op_type}, not a {expected}")]
+    WrongOpType {
+        /// The op's name.
+        op: String,
+        /// Its type.
+        op_type: String,
+        /// The type expected.
+        expected: &'static str,
+    },
+    /// A call site that calls another graph than the one given with it.
+    #[error("{what} must be a call of graph `{expected}`, but it calls `{got}`")]
+    WrongCalledGraph {
+        /// The function and argument.
+        what: String,
+        /// The graph given.
+        expected: String,
+        /// The graph the call site calls.
+        got: String,
+    },
+    /// A remote buffer entry that already holds a remote variable.
+    #[error("remote_variable `{name}`: entry {entry} of remote buffer {buffer} already holds a remote variable")]
+    RemoteEntryTaken {
+        /// The variable being created.
+        name: String,
+        /// The remote buffer.
+        buffer: String,
+        /// The entry.
+        entry: usize,
+    },
+    /// `len()` of a scalar tensor.
+    #[error("tensor `{tensor}` is a scalar and doesn't have a length")]
+    ScalarHasNoLength {
+        /// The tensor.
+        tensor: String,
+    },
+    /// An op-created hook handle that is not (or no longer) registered.
+    #[error("no op created hook with handle {handle}")]
+    UnknownHook {
+        /// The handle given.
+        handle: u64,
+    },
+    /// An op-created hook failed: the op was created, the hook's error is
+    /// returned to the function that created it (bindings keep the original
+    /// exception aside and raise it instead).
+    #[error("an op created hook failed: {message}")]
+    OpCreatedHook {
+        /// The hook's error.
+        message: String,
+    },
+    /// Memory for host data could not be reserved.
+    #[error("{what}: cannot allocate {bytes} bytes")]
+    AllocationFailed {
+        /// What was being allocated, e.g. "create_seeds: 10 seeds".
+        what: String,
+        /// The size asked for.
+        bytes: usize,
+    },
     /// `transforms::autodiff` could not differentiate a graph, or a `GradGraphInfo`
     /// does not fit a call site.
     #[error(transparent)]

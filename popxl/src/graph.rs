@@ -364,12 +364,12 @@ impl Graph {
     }
 
     /// Remove a hook registered with [`Graph::register_op_created_hook`]; an
-    /// unknown handle is [`PopXlError::InvalidArgument`].
+    /// unknown handle is [`PopXlError::UnknownHook`].
     pub fn remove_op_created_hook(&self, handle: u64) -> Result<()> {
         if crate::context::remove_op_created_hook(handle) {
             Ok(())
         } else {
-            Err(PopXlError::InvalidArgument(format!("no op created hook with handle {handle}")))
+            Err(PopXlError::UnknownHook { handle })
         }
     }
 }

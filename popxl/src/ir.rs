@@ -282,7 +282,11 @@ impl Ir {
     /// ```
     pub fn set_num_host_transfers(&self, n: usize) -> Result<()> {
         if n == 0 {
-            return Err(PopXlError::InvalidArgument("num_host_transfers must be at least 1".into()));
+            return Err(PopXlError::ValueOutOfRange {
+                what: "num_host_transfers".to_string(),
+                expected: "at least 1",
+                got: n.to_string(),
+            });
         }
         self.state.borrow_mut().building("setting num_host_transfers")?.num_host_transfers = n;
         Ok(())
@@ -307,7 +311,11 @@ impl Ir {
     /// ```
     pub fn set_replication_factor(&self, n: usize) -> Result<()> {
         if n == 0 {
-            return Err(PopXlError::InvalidArgument("replication_factor must be at least 1".into()));
+            return Err(PopXlError::ValueOutOfRange {
+                what: "replication_factor".to_string(),
+                expected: "at least 1",
+                got: n.to_string(),
+            });
         }
         self.state.borrow_mut().building("setting replication_factor")?.replication_factor = n;
         Ok(())

@@ -86,21 +86,22 @@ impl RemoteBuffer {
 
     /// Change the number of entries (at least 1, and at least one more than
     /// the highest entry a remote variable or a constant offset uses);
-    /// [`PopXlError::InvalidArgument`] otherwise, [`PopXlError::IrFrozen`] once
+    /// [`PopXlError::ValueOutOfRange`] otherwise, [`PopXlError::IrFrozen`] once
     /// a session holds the IR.
     pub fn set_entries(&self, entries: usize) -> Result<()> {
         if entries == 0 {
-            return Err(PopXlError::InvalidArgument(format!(
-                "remote buffer {}: entries must be at least 1, not 0",
-                self.id
-            )));
+            return Err(PopXlError::ValueOutOfRange {
+                what: format!("remote buffer {}: entries", self.id),
+                expected: "at least 1",
+                got: "0".to_string(),
+            });
         }
         let ir = self.ir()?;
         let state = ir.state.clone();
         let mut st = state.borrow_mut();
         st.building("setting RemoteBuffer.entries")?
             .set_remote_buffer_entries(self.id, entries)
-            .map_err(|e| PopXlError::InvalidArgument(e.to_string()))
+            .map_err(PopXlError::from)
     }
 }
 
@@ -112,7 +113,7 @@ fn current_ir(what: &str) -> Result<Ir> {
 
 /// A new remote buffer of `entries` tensors of `shape` and `dtype` in the
 /// current IR (PopXL's `popxl.remote_buffer`). `entries` below 1 is a
-/// [`PopXlError::InvalidArgument`] (PopXL's `ValueError`).
+/// [`PopXlError::ValueOutOfRange`] (PopXL's `ValueError`).
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -127,7 +128,11 @@ pub fn remote_buffer(shape: impl Into<Vec<usize>>, dtype: DataType, entries: usi
     let ir = current_ir("remote_buffer")?;
     let info = TensorInfo::new(dtype, shape.into());
     if entries == 0 {
-        return Err(PopXlError::InvalidArgument("remote_buffer: entries must be at least 1, not 0".into()));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "remote_buffer: entries".to_string(),
+            expected: "at least 1",
+            got: "0".to_string(),
+        });
     }
     let state = ir.state.clone();
     let id = {
@@ -171,29 +176,26 @@ pub fn remote_variable(data: impl Into<HostArray>, buf: &RemoteBuffer, offset: u
     }
     let entries = buf.entries()?;
     if offset >= entries {
-        return Err(PopXlError::InvalidArgument(format!(
-            "remote_variable `{name}`: offset {offset} is out of range for remote buffer {} of {entries} entries",
-            buf.id
-        )));
+        return Err(PopXlError::IndexOutOfRange {
+            what: format!("remote_variable `{name}`: offset into the entries of remote buffer {}:", buf.id),
+            index: offset,
+            len: entries,
+        });
     }
     let data = data.into().cast_as(buf.tensor_dtype(), &format!("data of remote variable `{name}`"), true)?;
     if data.shape() != buf.tensor_shape() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "remote_variable `{name}`: data of shape {:?} for remote buffer {} of shape {:?}",
-            data.shape(),
-            buf.id,
-            buf.tensor_shape()
-        )));
+        return Err(PopXlError::ShapeMismatch {
+            what: format!("remote_variable `{name}`: data for remote buffer {}", buf.id),
+            expected: format!("of shape {:?}", buf.tensor_shape()),
+            got: format!("{:?}", data.shape()),
+        });
     }
     // Check the slot before creating the variable, so a refused call adds nothing.
     let taken = buf
         .ir()?
         .with_ir(|core| core.remote_variables().any(|(_, s)| s == RemoteSlot { buffer: buf.id, entry: offset }));
     if taken {
-        return Err(PopXlError::InvalidArgument(format!(
-            "remote_variable `{name}`: entry {offset} of remote buffer {} already holds a remote variable",
-            buf.id
-        )));
+        return Err(PopXlError::RemoteEntryTaken { name: name.to_string(), buffer: buf.id.to_string(), entry: offset });
     }
     let t = crate::variables::variable_in_main(&graph, data, name)?;
     let state = graph.state()?;

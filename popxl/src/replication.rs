@@ -101,10 +101,11 @@ fn settings_for(
     }
     let groups = grouping.num_groups();
     if groups > 1 && host.info.shape.first() != Some(&groups) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "variable `{name}`: its data of shape {:?} needs a leading dim of {groups} (one value per group of {grouping})",
-            host.info.shape
-        )));
+        return Err(PopXlError::ShapeMismatch {
+            what: format!("variable `{name}`: its data"),
+            expected: format!("of a shape with a leading dim of {groups} (one value per group of {grouping})"),
+            got: format!("{:?}", host.info.shape),
+        });
     }
     if let Some(k) = shard_over {
         check_shard_over(&format!("variable `{name}`"), grouping, k)?;
@@ -115,10 +116,11 @@ fn settings_for(
 /// `k` replicas per shard must divide the group size of `grouping`; the error names `what`.
 fn check_shard_over(what: &str, grouping: &ReplicaGrouping, k: usize) -> Result<()> {
     if k == 0 || !grouping.group_size().is_multiple_of(k) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "{what}: the sharding group size ({k}) must divide the replica group size ({})",
-            grouping.group_size()
-        )));
+        return Err(PopXlError::NotDivisible {
+            what: format!("{what}: the sharding group size must divide the replica group size"),
+            len: grouping.group_size(),
+            divisor: k,
+        });
     }
     Ok(())
 }
@@ -176,8 +178,11 @@ pub fn replica_sharded_buffer(
     let k = shard_over.unwrap_or(rg.group_size());
     check_shard_over("replica_sharded_buffer", &rg, k)?;
     let value = if rg.num_groups() > 1 { shape.get(1..).unwrap_or(&[]) } else { shape };
-    let nelms = popart_ir::size::checked_product(value)
-        .ok_or_else(|| PopXlError::InvalidArgument(format!("replica_sharded_buffer: shape {shape:?} overflows")))?;
+    let nelms = popart_ir::size::checked_product(value).ok_or_else(|| PopXlError::IntegerOutOfRange {
+        what: "replica_sharded_buffer: number of elements".to_string(),
+        value: format!("product of {shape:?}"),
+        ty: "usize",
+    })?;
     crate::remote_buffer([nelms.div_ceil(k)], dtype, entries)
 }
 
@@ -196,10 +201,11 @@ pub fn remote_replica_sharded_variable(
 ) -> Result<Tensor> {
     let ir = current_ir("remote_replica_sharded_variable")?;
     if ir.replication_factor() <= 1 {
-        return Err(PopXlError::InvalidArgument(format!(
-            "remote_replica_sharded_variable `{name}`: the IR's replication factor is {}; it must be above 1",
-            ir.replication_factor()
-        )));
+        return Err(PopXlError::ValueOutOfRange {
+            what: format!("remote_replica_sharded_variable `{name}`: the IR's replication factor"),
+            expected: "above 1",
+            got: ir.replication_factor().to_string(),
+        });
     }
     let rg = grouping_or_all(grouping)?;
     let data = data.into().cast_as(buf.tensor_dtype(), &format!("data of variable `{name}`"), true)?;
@@ -211,11 +217,11 @@ pub fn remote_replica_sharded_variable(
     let shard = buf.tensor_shape().iter().product::<usize>().max(1);
     let k = (1..=rg.group_size()).find(|k| rg.group_size().is_multiple_of(*k) && nelms.div_ceil(*k) == shard);
     let Some(k) = k.filter(|_| buf.tensor_shape().len() == 1) else {
-        return Err(PopXlError::InvalidArgument(format!(
-            "remote_replica_sharded_variable `{name}`: remote buffer {} of shape {:?} does not hold shards of {nelms} elements",
-            buf.id(),
-            buf.tensor_shape()
-        )));
+        return Err(PopXlError::ShapeMismatch {
+            what: format!("remote_replica_sharded_variable `{name}`: remote buffer {}", buf.id()),
+            expected: format!("of shape [n] holding shards of {nelms} elements"),
+            got: format!("{:?}", buf.tensor_shape()),
+        });
     };
     let settings = settings_for(name, &rg, retrieval_mode, Some(k), host)?;
     let t = crate::remote_variable(replica_zero(&settings)?, buf, offset, name)?;

@@ -61,15 +61,22 @@ pub fn create_seeds_with(seed: u64, options: SeedOptions) -> Result<ArrayD<u32>>
     })?;
     let words = seed_words(u128::from(seed) + u128::from(offset), count)?;
     let shape: Vec<usize> = [b, g, r, 2].into_iter().filter(|&d| d != 1).collect();
-    ArrayD::from_shape_vec(IxDyn(&shape), words).map_err(|e| PopXlError::InvalidArgument(format!("create_seeds: {e}")))
+    let len = words.len();
+    ArrayD::from_shape_vec(IxDyn(&shape), words).map_err(|_| PopXlError::ShapeMismatch {
+        what: "create_seeds: the seeds".to_string(),
+        expected: format!("of shape {shape:?}"),
+        got: format!("{len} words"),
+    })
 }
 
 /// `count` draws of PCG64 seeded by `SeedSequence(entropy)`, each as `[high, low]`.
 fn seed_words(entropy: u128, count: usize) -> Result<Vec<u32>> {
     let mut rng = Pcg64::from_seed_sequence(&SeedSequence::new(entropy));
     let mut out = Vec::new();
-    out.try_reserve_exact(count.saturating_mul(2))
-        .map_err(|e| PopXlError::InvalidArgument(format!("create_seeds: {count} seeds: {e}")))?;
+    out.try_reserve_exact(count.saturating_mul(2)).map_err(|_| PopXlError::AllocationFailed {
+        what: format!("create_seeds: {count} seeds"),
+        bytes: count.saturating_mul(8),
+    })?;
     for _ in 0..count {
         let v = rng.next_u64();
         out.push((v >> 32) as u32);

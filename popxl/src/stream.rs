@@ -99,11 +99,7 @@ macro_rules! stream_type {
             pub fn from_tensor(tensor: Tensor) -> Result<Self> {
                 match tensor.kind()? {
                     TensorKind::Stream(d) if d == $dir => Ok($name { tensor }),
-                    _ => Err(PopXlError::InvalidArgument(format!(
-                        "tensor `{}` is not a {} stream",
-                        tensor.name(),
-                        $label
-                    ))),
+                    _ => Err(PopXlError::NotAStream { tensor: tensor.name().to_string(), kind: $label }),
                 }
             }
         }

@@ -210,7 +210,7 @@ impl Tensor {
     }
 
     /// The size of dimension 0 (PopXL's `len(t)`); a scalar has none
-    /// ([`PopXlError::InvalidArgument`]).
+    /// ([`PopXlError::ScalarHasNoLength`]).
     ///
     /// ```
     /// let ir = popxl::Ir::new();
@@ -220,9 +220,7 @@ impl Tensor {
     /// ```
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Result<usize> {
-        self.shape().first().copied().ok_or_else(|| {
-            PopXlError::InvalidArgument(format!("tensor `{}` is a scalar and doesn't have a length", self.name()))
-        })
+        self.shape().first().copied().ok_or_else(|| PopXlError::ScalarHasNoLength { tensor: self.name().to_string() })
     }
 
     /// Bytes to step along each dimension of the row-major layout (PopXL's

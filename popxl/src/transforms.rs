@@ -132,11 +132,11 @@ impl GradGraphInfo {
 
     fn check_site(&self, site: &CallSiteInfo, called: &Graph, what: &str) -> Result<core::CallSite> {
         if site.called_graph() != *called {
-            return Err(PopXlError::InvalidArgument(format!(
-                "{what} must be a call of graph `{}`, but it calls `{}`",
-                called.name(),
-                site.called_graph().name()
-            )));
+            return Err(PopXlError::WrongCalledGraph {
+                what: what.to_string(),
+                expected: called.name().to_string(),
+                got: site.called_graph().name().to_string(),
+            });
         }
         Ok(core::CallSite { graph: site.graph().id, op: site.op_id() })
     }

@@ -33,13 +33,11 @@ impl Tensor {
 }
 
 /// The main-graph stream tensor `tensor` of `core`, unbound, if its direction is `dir`.
-fn unbound_stream(core: &popart_ir::Ir, tensor: TensorId, dir: StreamDirection, label: &str) -> Result<Tensor> {
+fn unbound_stream(core: &popart_ir::Ir, tensor: TensorId, dir: StreamDirection, label: &'static str) -> Result<Tensor> {
     let main = core.main_graph();
     match main.tensor(tensor)?.kind {
         TensorKind::Stream(d) if d == dir => Tensor::unbound(core, main.id(), tensor),
-        _ => {
-            Err(PopXlError::InvalidArgument(format!("tensor `{}` is not a {label} stream", main.tensor(tensor)?.name)))
-        }
+        _ => Err(PopXlError::NotAStream { tensor: main.tensor(tensor)?.name.clone(), kind: label }),
     }
 }
 

@@ -43,31 +43,58 @@ op_attrs! {
     /// assert_eq!(PrintTensorAttrs::from_attrs(&a).unwrap().format().float_format, FloatFormat::Fixed);
     /// let bad = Attributes::new().with("separator", AttrValue::Str(", ".into()));
     /// assert!(PrintTensorAttrs::from_attrs(&bad).is_err());
+    /// assert_eq!(PrintTensorAttrs::defaults().unwrap(), PrintTensorAttrs::default());
     /// ```
     #[derive(Clone, Debug, PartialEq)]
     pub struct PrintTensorAttrs {
-        /// Printed before the tensor.
-        pub title: String = String::new(),
+        /// Printed before the tensor (the facade's `print_tensor` titles an
+        /// empty one `print_<tensor name>`, PopXL's default).
+        pub title: String = PrintTensorAttrs::DEFAULT.title,
         /// Print the tensor.
-        pub print_self: bool = true,
+        pub print_self: bool = PrintTensorAttrs::DEFAULT.print_self,
         /// The gradient op prints the gradient.
-        pub print_gradient: bool = false,
+        pub print_gradient: bool = PrintTensorAttrs::DEFAULT.print_gradient,
         /// See [`PrintFormat::summarise_threshold`].
-        pub summarise_threshold: usize = 1000,
+        pub summarise_threshold: usize = PrintTensorAttrs::DEFAULT.summarise_threshold,
         /// See [`PrintFormat::edge_items`].
-        pub edge_items: usize = 3,
+        pub edge_items: usize = PrintTensorAttrs::DEFAULT.edge_items,
         /// See [`PrintFormat::max_line_width`].
-        pub max_line_width: usize = 75,
+        pub max_line_width: usize = PrintTensorAttrs::DEFAULT.max_line_width,
         /// See [`PrintFormat::digits`].
-        pub digits: usize = 8,
+        pub digits: usize = PrintTensorAttrs::DEFAULT.digits,
         /// Float notation.
-        pub float_format: FloatFormat = FloatFormat::Auto,
+        pub float_format: FloatFormat = PrintTensorAttrs::DEFAULT.float_format,
         /// Between elements.
-        pub separator: char = ' ',
+        pub separator: char = PrintTensorAttrs::DEFAULT.separator,
         /// Opens a dimension.
-        pub open_bracket: char = '[',
+        pub open_bracket: char = PrintTensorAttrs::DEFAULT.open_bracket,
         /// Closes a dimension.
-        pub close_bracket: char = ']',
+        pub close_bracket: char = PrintTensorAttrs::DEFAULT.close_bracket,
+    }
+}
+
+impl PrintTensorAttrs {
+    /// PopXL's defaults (`print_tensor`'s keyword arguments), the value of
+    /// every absent attribute: written once, here.
+    pub const DEFAULT: PrintTensorAttrs = PrintTensorAttrs {
+        title: String::new(),
+        print_self: true,
+        print_gradient: false,
+        summarise_threshold: 1000,
+        edge_items: 3,
+        max_line_width: 75,
+        digits: 8,
+        float_format: FloatFormat::Auto,
+        separator: ' ',
+        open_bracket: '[',
+        close_bracket: ']',
+    };
+}
+
+/// [`PrintTensorAttrs::DEFAULT`].
+impl Default for PrintTensorAttrs {
+    fn default() -> Self {
+        Self::DEFAULT
     }
 }
 

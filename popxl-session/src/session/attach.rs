@@ -270,8 +270,7 @@ impl Session {
                 // The host copy came from the device: check it (bool bytes 0 or 1).
                 data.validate()
                     .map_err(|source| SessionError::InvalidHostData { tensor: t.id().to_string(), source })?;
-                HostArray::from_host_tensor(data)
-                    .map_err(|e| SessionError::Internal { reason: format!("data of `{}`: {e}", t.id()) })
+                HostArray::from_host_tensor(data).map_err(|e| crate::host::cast_error(t.id(), e))
             })
             .collect()
     }

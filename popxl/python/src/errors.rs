@@ -14,7 +14,7 @@ pyo3::create_exception!(
 
 /// A `popxl` build error as a Python exception.
 pub fn build_err(e: PopXlError) -> PyErr {
-    if matches!(&e, PopXlError::InvalidArgument(m) if m == crate::hooks::HOOK_RAISED) {
+    if matches!(&e, PopXlError::OpCreatedHook { message } if message == crate::hooks::HOOK_RAISED) {
         if let Some(hook_error) = crate::hooks::take_hook_error() {
             return hook_error;
         }

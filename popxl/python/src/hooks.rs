@@ -86,7 +86,7 @@ pub fn register(graph: &Graph, hook: PyObject) -> u64 {
         })
         .map_err(|e| {
             HOOK_ERROR.with(|slot| *slot.borrow_mut() = Some(e));
-            PopXlError::InvalidArgument(HOOK_RAISED.into())
+            PopXlError::OpCreatedHook { message: HOOK_RAISED.into() }
         })
     })
 }

@@ -31,8 +31,11 @@
 use std::str::FromStr;
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::collectives::{grouping_attrs, CollectiveOperator};
-use popart_ir::AttrValue;
+use popart_ir::ops::collectives::{
+    AllGatherAttrs, AllReduceAttrs, CollectiveOperator, IpuAllReduceAttrs, ReduceScatterAttrs,
+};
+use popart_ir::ops::remote::RemoteAttrs;
+use popart_ir::OpAttrs;
 
 use super::OpBuilder;
 pub use crate::ReplicaGrouping;
@@ -102,11 +105,13 @@ impl std::fmt::Display for CollectiveOp {
 
 impl FromStr for CollectiveOp {
     type Err = PopXlError;
-    /// PopXL's strings; anything else is PopXL's "Not a valid op" error.
+    /// PopXL's strings; anything else is a [`PopXlError::UnknownName`]
+    /// (PopXL's "Not a valid op" error).
     fn from_str(s: &str) -> Result<Self> {
-        Self::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|o| o.name()).collect();
-            PopXlError::InvalidArgument(format!("Not a valid op: {s}. Must choose from: {}", names.join(", ")))
+        Self::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| PopXlError::UnknownName {
+            what: "Not a valid op: collective op",
+            got: s.to_string(),
+            accepted: Self::ALL.iter().map(|o| o.name()).collect(),
         })
     }
 }
@@ -142,9 +147,11 @@ impl FromStr for AllGatherShape {
             "new_axis" => Ok(Self::NewAxis),
             "concat" => Ok(Self::Concat),
             "meta_shape" => Ok(Self::MetaShape),
-            _ => Err(PopXlError::InvalidArgument(format!(
-                "output_shape must equal one of 'new_axis', 'concat', 'meta_shape', 'auto'. Value: {s}"
-            ))),
+            _ => Err(PopXlError::UnknownName {
+                what: "output_shape",
+                got: s.to_string(),
+                accepted: vec!["new_axis", "concat", "meta_shape", "auto"],
+            }),
         }
     }
 }
@@ -163,26 +170,49 @@ fn group_of(t: &Tensor, group: Option<&ReplicaGrouping>, what: &str) -> Result<R
     Ok(rg)
 }
 
-/// An op of `def` on `t` over `rg`.
-fn collective<'a>(
+/// The `stride` and `group_size` attributes of a collective over `rg` (a
+/// constant grouping).
+fn grouping(rg: &ReplicaGrouping) -> Result<(i64, i64)> {
+    let (stride, group_size) = rg.require_const("by a collective")?;
+    let what = || "replica grouping of a collective".to_string();
+    Ok((super::to_i64(stride, what)?, super::to_i64(group_size, what)?))
+}
+
+/// A `ReplicatedAllReduce(Inplace)` of `def` on `t` over `rg`.
+fn all_reduce_over(
     what: &'static str,
     def: &'static dyn popart_ir::OpDef,
-    t: &'a Tensor,
+    t: &Tensor,
     rg: &ReplicaGrouping,
-) -> Result<OpBuilder<'a>> {
-    let mut b = OpBuilder::new(what, def).input(0, t);
-    for (k, v) in grouping_attrs(rg)?.iter() {
-        b = b.attr(k, v.clone());
-    }
-    Ok(b)
+    op: CollectiveOperator,
+) -> Result<Tensor> {
+    let (stride, group_size) = grouping(rg)?;
+    OpBuilder::new(what, def).input(0, t).typed(&AllReduceAttrs { op, stride, group_size }).create1()
 }
 
-fn op_attr(op: CollectiveOperator) -> AttrValue {
-    AttrValue::Str(op.name().to_string())
+/// A `ReplicatedAllGather` of `t` over `rg` into `shape`.
+fn all_gather(what: &'static str, t: &Tensor, rg: &ReplicaGrouping, shape: &[usize]) -> Result<Tensor> {
+    let (stride, group_size) = grouping(rg)?;
+    let shape = shape.iter().map(|&d| super::to_i64(d, || format!("{what} output shape"))).collect::<Result<_>>()?;
+    OpBuilder::new(what, &ir_ops::ReplicatedAllGather)
+        .input(0, t)
+        .typed(&AllGatherAttrs { stride, group_size, shape: Some(shape) })
+        .create1()
 }
 
-fn ints(shape: &[usize]) -> AttrValue {
-    AttrValue::Ints(shape.iter().map(|&d| d as i64).collect())
+/// A `ReplicatedReduceScatter` of `t` over `rg`.
+fn reduce_scatter(
+    what: &'static str,
+    t: &Tensor,
+    rg: &ReplicaGrouping,
+    op: CollectiveOperator,
+    rts: bool,
+) -> Result<Tensor> {
+    let (stride, group_size) = grouping(rg)?;
+    OpBuilder::new(what, &ir_ops::ReplicatedReduceScatter)
+        .input(0, t)
+        .typed(&ReduceScatterAttrs { op, stride, group_size, shape: None, rts })
+        .create1()
 }
 
 /// Reduce `t` across the replicas of each group of `group` (op
@@ -207,7 +237,7 @@ fn ints(shape: &[usize]) -> AttrValue {
 pub fn replicated_all_reduce(t: &Tensor, op: CollectiveOp, group: Option<&ReplicaGrouping>) -> Result<Tensor> {
     let what = "replicated_all_reduce";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedAllReduce, t, &rg)?.attr("op", op_attr(op.operator())).create1()
+    all_reduce_over(what, &ir_ops::ReplicatedAllReduce, t, &rg, op.operator())
 }
 
 /// [`replicated_all_reduce`] in place on `t` (op `ReplicatedAllReduceInplace`;
@@ -225,7 +255,7 @@ pub fn replicated_all_reduce(t: &Tensor, op: CollectiveOp, group: Option<&Replic
 pub fn replicated_all_reduce_(t: &Tensor, op: CollectiveOp, group: Option<&ReplicaGrouping>) -> Result<Tensor> {
     let what = "replicated_all_reduce_";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedAllReduceInplace, t, &rg)?.attr("op", op_attr(op.operator())).create1()
+    all_reduce_over(what, &ir_ops::ReplicatedAllReduceInplace, t, &rg, op.operator())
 }
 
 /// The permutation bringing `axis` to the front.
@@ -249,8 +279,10 @@ fn axis_back(rank: usize, axis: usize) -> Vec<i64> {
 }
 
 fn normalize_axis(t: &Tensor, axis: i64, what: &str) -> Result<usize> {
-    popart_ir::ops::normalize_axis(axis, t.rank())
-        .map_err(|e| PopXlError::InvalidArgument(format!("{what}: tensor `{}` {}: {e}", t.name(), t.info())))
+    popart_ir::ops::normalize_axis(axis, t.rank()).map_err(|source| PopXlError::AxisOutOfRange {
+        what: format!("{what}: tensor `{}` {}", t.name(), t.info()),
+        source,
+    })
 }
 
 /// Gather `t` across the replicas of each group of `group` (op
@@ -295,28 +327,25 @@ pub fn replicated_all_gather(
     };
     match mode {
         AllGatherShape::MetaShape => {
-            let meta = t.meta_shape()?.ok_or_else(|| {
-                PopXlError::InvalidArgument(format!(
-                    "{what}: tensor `{}` has no meta shape (it is not a replica-sharded tensor)",
-                    t.name()
-                ))
-            })?;
-            collective(what, &ir_ops::ReplicatedAllGather, t, &rg)?.attr("shape", ints(&meta)).create1()
+            let meta = t.meta_shape()?.ok_or_else(|| PopXlError::NoMetaShape { what, tensor: t.name().to_string() })?;
+            all_gather(what, t, &rg, &meta)
         }
         AllGatherShape::NewAxis => {
             let flat = t.flatten()?;
             let shape: Vec<usize> = std::iter::once(g).chain(t.shape().iter().copied()).collect();
-            collective(what, &ir_ops::ReplicatedAllGather, &flat, &rg)?.attr("shape", ints(&shape)).create1()
+            all_gather(what, &flat, &rg, &shape)
         }
         _ => {
             let axis = normalize_axis(t, axis, what)?;
             let front = if axis > 0 { t.transpose(&axis_first(t.rank(), axis))? } else { t.clone() };
             let mut shape = front.shape().to_vec();
-            shape[0] =
-                shape[0].checked_mul(g).ok_or_else(|| PopXlError::InvalidArgument(format!("{what}: too large")))?;
+            shape[0] = shape[0].checked_mul(g).ok_or_else(|| PopXlError::IntegerOutOfRange {
+                what: format!("{what}: gathered dimension of tensor `{}`", t.name()),
+                value: format!("{} * {g}", shape[0]),
+                ty: "usize",
+            })?;
             let flat = front.flatten()?;
-            let y =
-                collective(what, &ir_ops::ReplicatedAllGather, &flat, &rg)?.attr("shape", ints(&shape)).create1()?;
+            let y = all_gather(what, &flat, &rg, &shape)?;
             if axis > 0 {
                 y.transpose(&axis_back(t.rank(), axis))
             } else {
@@ -353,10 +382,7 @@ pub fn replicated_reduce_scatter(
 ) -> Result<Tensor> {
     let what = "replicated_reduce_scatter";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedReduceScatter, t, &rg)?
-        .attr("op", op_attr(op.operator()))
-        .attr("rts", AttrValue::Bool(configure_output_for_replicated_tensor_sharding))
-        .create1()
+    reduce_scatter(what, t, &rg, op.operator(), configure_output_for_replicated_tensor_sharding)
 }
 
 /// The replica's shard of `t` (op `ReplicatedReduceScatter{op: local, rts}`;
@@ -377,10 +403,7 @@ pub fn replicated_reduce_scatter(
 pub fn replica_sharded_slice(t: &Tensor, group: Option<&ReplicaGrouping>) -> Result<Tensor> {
     let what = "replica_sharded_slice";
     let rg = group_of(t, group, what)?;
-    collective(what, &ir_ops::ReplicatedReduceScatter, t, &rg)?
-        .attr("op", op_attr(CollectiveOperator::Local))
-        .attr("rts", AttrValue::Bool(true))
-        .create1()
+    reduce_scatter(what, t, &rg, CollectiveOperator::Local, true)
 }
 
 /// The replica's equal slice of `t` along `axis` (PopXL's `replicated_slice`):
@@ -405,15 +428,18 @@ pub fn replicated_slice(t: &Tensor, axis: i64, group: Option<&ReplicaGrouping>) 
     let axis = normalize_axis(t, axis, what)?;
     let len = t.shape()[axis];
     if !len.is_multiple_of(g) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "Replicated slice must equally divide axis. Axis size: {len}. Replica group size: {g}"
-        )));
+        return Err(PopXlError::NotDivisible {
+            what: format!(
+                "Replicated slice must equally divide axis {axis} of tensor `{}` into the replica group size: axis size",
+                t.name()
+            ),
+            len,
+            divisor: g,
+        });
     }
     let front = if axis > 0 { t.transpose(&axis_first(t.rank(), axis))? } else { t.clone() };
     let flat = front.flatten()?;
-    let shard = collective(what, &ir_ops::ReplicatedReduceScatter, &flat, &rg)?
-        .attr("op", op_attr(CollectiveOperator::Local))
-        .create1()?;
+    let shard = reduce_scatter(what, &flat, &rg, CollectiveOperator::Local, false)?;
     let mut shape: Vec<i64> = front.shape().iter().map(|&d| d as i64).collect();
     if len / g == 1 {
         // The axis is dropped; the other dims keep their order.
@@ -430,17 +456,19 @@ pub fn replicated_slice(t: &Tensor, axis: i64, group: Option<&ReplicaGrouping>) 
 }
 
 /// The IPUs of `ts`: `ipus` if given (one per tensor), else each tensor's IPU.
-fn ipus_of(ts: &[&Tensor], ipus: Option<&[u32]>, what: &str) -> Result<Vec<i64>> {
+fn ipus_of(ts: &[&Tensor], ipus: Option<&[u32]>, what: &'static str) -> Result<Vec<i64>> {
     let ipus: Vec<u32> = match ipus {
         Some(v) => v.to_vec(),
         None => ts.iter().map(|t| t.ipu()).collect::<Result<_>>()?,
     };
     if ipus.len() != ts.len() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "{what}: Number of specified tensor does not equal number of specified IPUs. {} != {}",
-            ts.len(),
-            ipus.len()
-        )));
+        return Err(PopXlError::LengthMismatch {
+            what,
+            left: ts.len(),
+            left_name: "tensors",
+            right: ipus.len(),
+            right_name: "IPUs",
+        });
     }
     Ok(ipus.into_iter().map(i64::from).collect())
 }
@@ -454,15 +482,15 @@ fn all_reduce_op(
     identical_grad_inputs: bool,
 ) -> Result<Vec<Tensor>> {
     if ts.is_empty() {
-        return Err(PopXlError::InvalidArgument(format!("{what}: there must be at least one tensor")));
+        return Err(PopXlError::EmptyArgument { what, expected: "at least one tensor" });
     }
     let ipus = ipus_of(ts, ipus, what)?;
-    let mut b = OpBuilder::new(what, &ir_ops::AllReduce)
-        .mixed_placement()
-        .attr("op", op_attr(op.operator()))
-        .attr("ipus", AttrValue::Ints(ipus))
-        .attr("identical_inputs", AttrValue::Bool(identical_inputs))
-        .attr("identical_grad_inputs", AttrValue::Bool(identical_grad_inputs));
+    let mut b = OpBuilder::new(what, &ir_ops::AllReduce).mixed_placement().typed(&IpuAllReduceAttrs {
+        op: op.operator(),
+        ipus,
+        identical_inputs,
+        identical_grad_inputs,
+    });
     for (i, t) in ts.iter().enumerate() {
         b = b.input(i as u32, t);
     }
@@ -559,7 +587,7 @@ impl Tensor {
             let Some(port) = tensor.producer() else { return Ok(None) };
             let op = g.op(port.op)?;
             if op.is::<ir_ops::ReplicatedReduceScatter>() {
-                let rts = op.attrs.bool("rts").unwrap_or(false);
+                let rts = ReduceScatterAttrs::of(op)?.rts;
                 return match op.input(0) {
                     Some(x) if rts => Ok(Some(g.tensor(x)?.info.shape.clone())),
                     _ => Ok(None),
@@ -585,8 +613,8 @@ impl Tensor {
 /// The meta shape of what a remote load reads: the value shape of the
 /// replica-sharded remote variable at its (constant) buffer entry.
 fn remote_meta_shape(ir: &popart_ir::Ir, op: &popart_ir::Op) -> Option<Vec<usize>> {
-    let buffer = op.attrs.int("remote_buffer")?;
-    let entry = op.attrs.int("offset")?;
+    let RemoteAttrs { remote_buffer: buffer, offset } = RemoteAttrs::of(op).ok()?;
+    let entry = offset?;
     ir.remote_variables()
         .filter(|(_, slot)| i64::from(slot.buffer.0) == buffer && slot.entry as i64 == entry)
         .find_map(|(v, _)| ir.variable_settings(v).filter(|s| s.shard_over.is_some()))

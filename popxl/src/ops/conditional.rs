@@ -4,7 +4,8 @@
 use std::fmt;
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::{AttrValue, OpId};
+use popart_ir::ops::control::IfAttrs;
+use popart_ir::{OpAttrs, OpId};
 
 use super::control::{control_flow_error, resolve_inputs};
 use super::{target_graph, OpBuilder};
@@ -179,10 +180,12 @@ pub fn conditional_with_info(
         else_idx.push(position_or_push(&mut order, t)?);
     }
     let mut spec = OpBuilder::new("conditional", &ir_ops::If)
-        .attr("then_graph", AttrValue::Graph(then_branch.graph.id))
-        .attr("else_graph", AttrValue::Graph(else_branch.graph.id))
-        .attr("then_inputs", AttrValue::Ints(then_idx))
-        .attr("else_inputs", AttrValue::Ints(else_idx))
+        .typed(&IfAttrs {
+            then_graph: then_branch.graph.id,
+            else_graph: else_branch.graph.id,
+            then_inputs: then_idx,
+            else_inputs: else_idx,
+        })
         .in_graph(parent);
     for (i, t) in order.iter().enumerate() {
         spec = spec.input(super::input_index(i, "conditional")?, t);
@@ -247,9 +250,8 @@ impl ConditionalSiteInfo {
             m.tensors().map(|t| Ok(Tensor::from_core(&self.parent, g.tensor(t)?))).collect()
         };
         let (ins, outs) = (wrap(op.inputs())?, wrap(op.outputs())?);
-        let then_idx = op.attrs.ints("then_inputs").unwrap_or_default();
-        let else_idx = op.attrs.ints("else_inputs").unwrap_or_default();
-        Ok(f(&ins, &outs, then_idx, else_idx))
+        let attrs = IfAttrs::of(op)?;
+        Ok(f(&ins, &outs, &attrs.then_inputs, &attrs.else_inputs))
     }
 
     /// The bool condition tensor (op input 0).

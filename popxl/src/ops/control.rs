@@ -4,7 +4,8 @@
 use popart_ir::ops::all as ir_ops;
 use std::fmt;
 
-use popart_ir::{AttrValue, OpId, TensorInfo};
+use popart_ir::ops::control::{CallAttrs, RepeatAttrs};
+use popart_ir::{Attributes, Op, OpAttrs, OpDef, OpId, TensorInfo};
 
 use super::{target_graph, OpBuilder};
 use crate::tensor::check_in_graph;
@@ -127,13 +128,10 @@ fn create_call(
 ) -> Result<super::CreatedOp> {
     let parent = parent_graph(inputs, inputs_dict, what)?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, what)?;
-    let mut spec = OpBuilder::new(what, &ir_ops::Call).attr("graph", AttrValue::Graph(graph.id)).in_graph(parent);
+    let modified = by_ref_inputs(graph)?;
+    let mut spec = OpBuilder::new(what, &ir_ops::Call).typed(&CallAttrs { graph: graph.id, modified }).in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(super::input_index(i, what)?, p);
-    }
-    let by_ref = by_ref_inputs(graph)?;
-    if !by_ref.is_empty() {
-        spec = spec.attr("modified", AttrValue::Ints(by_ref));
     }
     spec.create()
 }
@@ -220,11 +218,13 @@ impl CallSiteInfo {
         let called = graph.read(|g| -> Result<_> {
             let o = g.op(op)?;
             if !o.is::<ir_ops::Call>() {
-                return Err(PopXlError::InvalidArgument(format!("op `{}` is a {}, not a Call", o.name, o.op_type())));
+                return Err(PopXlError::WrongOpType {
+                    op: o.name.clone(),
+                    op_type: o.op_type().to_string(),
+                    expected: "Call",
+                });
             }
-            o.attrs
-                .graph("graph")
-                .ok_or_else(|| PopXlError::InvalidArgument(format!("Call op `{}` has no `graph` attribute", o.name)))
+            Ok(CallAttrs::of(o)?.graph)
         })??;
         let called = graph.ir()?.graph_handle(called);
         Ok(CallSiteInfo { parent: graph.clone(), op, called })
@@ -425,13 +425,15 @@ impl CallSiteInfo {
         let i = super::to_i64(self.input_index(t)?, || format!("input index of tensor `{}`", t.name()))?;
         let st = self.parent.state()?;
         let mut st = st.borrow_mut();
-        let attrs = st.building("set_parent_input_modified")?.graph_mut(self.parent.id)?.op_attrs_mut(self.op)?;
-        let mut modified = attrs.ints("modified").map(<[i64]>::to_vec).unwrap_or_default();
+        let g = st.building("set_parent_input_modified")?.graph_mut(self.parent.id)?;
+        let op = g.op(self.op)?;
+        let mut modified = modified_of(op)?;
         if !modified.contains(&i) {
             modified.push(i);
             modified.sort_unstable();
         }
-        attrs.set("modified", AttrValue::Ints(modified));
+        let attrs = with_modified(op, modified)?;
+        *g.op_attrs_mut(self.op)? = attrs;
         Ok(())
     }
 
@@ -447,11 +449,29 @@ impl CallSiteInfo {
     /// ```
     pub fn modified_inputs(&self) -> Result<Vec<usize>> {
         self.parent.read(|g| -> Result<Vec<usize>> {
-            let op = g.op(self.op)?;
+            let modified = modified_of(g.op(self.op)?)?;
             // Negative indices (only from hand-written IR text) name no input.
-            Ok(op.attrs.ints("modified").unwrap_or(&[]).iter().filter_map(|&i| usize::try_from(i).ok()).collect())
+            Ok(modified.into_iter().filter_map(|i| usize::try_from(i).ok()).collect())
         })?
     }
+}
+
+/// The `modified` inputs of a call site's op (a `Repeat`, else a `Call`).
+fn modified_of(op: &Op) -> Result<Vec<i64>> {
+    Ok(if op.op_type() == ir_ops::Repeat.op_type() {
+        RepeatAttrs::of(op)?.modified
+    } else {
+        CallAttrs::of(op)?.modified
+    })
+}
+
+/// The attributes of a call site's op with `modified` replaced.
+fn with_modified(op: &Op, modified: Vec<i64>) -> Result<Attributes> {
+    Ok(if op.op_type() == ir_ops::Repeat.op_type() {
+        RepeatAttrs { modified, ..RepeatAttrs::of(op)? }.to_attrs()
+    } else {
+        CallAttrs { modified, ..CallAttrs::of(op)? }.to_attrs()
+    })
 }
 
 /// Call `graph` `count` times in a loop (op `Repeat`; PopXL's `ops.repeat`).
@@ -507,14 +527,10 @@ fn create_repeat(
     let parent = parent_graph(inputs, inputs_dict, "repeat")?;
     let parents = resolve_inputs(graph, &parent, inputs, inputs_dict, "repeat")?;
     let mut spec = OpBuilder::new("repeat", &ir_ops::Repeat)
-        .attr("graph", AttrValue::Graph(graph.id))
-        .attr("count", AttrValue::Int(count))
+        .typed(&RepeatAttrs { graph: graph.id, count, modified: by_ref })
         .in_graph(parent);
     for (i, p) in parents.iter().enumerate() {
         spec = spec.input(super::input_index(i, "repeat")?, p);
-    }
-    if !by_ref.is_empty() {
-        spec = spec.attr("modified", AttrValue::Ints(by_ref));
     }
     spec.create()
 }

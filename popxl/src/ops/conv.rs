@@ -2,7 +2,7 @@
 
 use popart_ir::ops::all as ir_ops;
 pub use popart_ir::ops::conv::PadType;
-use popart_ir::AttrValue;
+use popart_ir::ops::conv::{ConvAttrs, ConvTransposeAttrs};
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -70,12 +70,15 @@ impl ConvOptions {
         self
     }
 
-    pub(crate) fn apply<'a>(&self, b: OpBuilder<'a>) -> OpBuilder<'a> {
-        b.attr("strides", AttrValue::Ints(self.stride.clone()))
-            .attr("pads", AttrValue::Ints(self.padding.clone()))
-            .attr("dilations", AttrValue::Ints(self.dilation.clone()))
-            .attr("group", AttrValue::Int(self.groups))
-            .attr("auto_pad", AttrValue::Str(self.pad_type.name().to_string()))
+    /// The op attributes of these options.
+    pub(crate) fn attrs(&self) -> ConvAttrs {
+        ConvAttrs {
+            strides: Some(self.stride.clone()),
+            pads: Some(self.padding.clone()),
+            dilations: Some(self.dilation.clone()),
+            group: self.groups,
+            auto_pad: Some(self.pad_type.name().to_string()),
+        }
     }
 }
 
@@ -108,7 +111,7 @@ pub fn conv(t: &Tensor, weight: &Tensor) -> Result<Tensor> {
 /// assert_eq!(conv_with(&x, &w, &o).unwrap().shape(), &[1, 4, 5, 5]);
 /// ```
 pub fn conv_with(t: &Tensor, weight: &Tensor, options: &ConvOptions) -> Result<Tensor> {
-    options.apply(OpBuilder::new("conv", &ir_ops::Conv).input(0, t).input(1, weight)).create1()
+    OpBuilder::new("conv", &ir_ops::Conv).input(0, t).input(1, weight).typed(&options.attrs()).create1()
 }
 
 /// PopXL's keyword arguments of [`conv_transpose`]: those of [`ConvOptions`]
@@ -131,6 +134,19 @@ pub struct ConvTransposeOptions {
 }
 
 impl ConvTransposeOptions {
+    /// The op attributes of these options.
+    pub(crate) fn attrs(&self) -> ConvTransposeAttrs {
+        let ConvAttrs { strides, pads, dilations, group, auto_pad } = self.conv.attrs();
+        ConvTransposeAttrs {
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+            output_padding: Some(self.output_padding.clone()),
+            output_shape: Some(self.output_shape.clone()),
+        }
+    }
     /// Set the convolution options.
     pub fn conv(mut self, c: ConvOptions) -> Self {
         self.conv = c;
@@ -164,11 +180,9 @@ impl ConvTransposeOptions {
 /// assert_eq!(conv_transpose(&x, &w, &o).unwrap().shape(), &[2, 6, 10, 10]);
 /// ```
 pub fn conv_transpose(t: &Tensor, weight: &Tensor, options: &ConvTransposeOptions) -> Result<Tensor> {
-    let b = OpBuilder::new("conv_transpose", &ir_ops::ConvTranspose).input(0, t).input(1, weight);
-    options
-        .conv
-        .apply(b)
-        .attr("output_padding", AttrValue::Ints(options.output_padding.clone()))
-        .attr("output_shape", AttrValue::Ints(options.output_shape.clone()))
+    OpBuilder::new("conv_transpose", &ir_ops::ConvTranspose)
+        .input(0, t)
+        .input(1, weight)
+        .typed(&options.attrs())
         .create1()
 }

@@ -3,7 +3,9 @@
 //! the n-ary `maximum`/`minimum` and `scaled_add`.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::{AttrValue, DataType};
+use popart_ir::ops::unary::{CastAttrs, ClipAttrs, IncrementModAttrs};
+use popart_ir::ops::var_update::ScaleAttrs;
+use popart_ir::DataType;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -262,14 +264,7 @@ unary_inplace! {
 /// assert!(popxl::ops::clip(&x, Some(1.0), Some(0.0)).is_err());
 /// ```
 pub fn clip(t: &Tensor, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
-    let mut b = OpBuilder::new("clip", &ir_ops::Clip).input(0, t);
-    if let Some(v) = min {
-        b = b.attr("min", AttrValue::Float(v));
-    }
-    if let Some(v) = max {
-        b = b.attr("max", AttrValue::Float(v));
-    }
-    b.create1()
+    OpBuilder::new("clip", &ir_ops::Clip).input(0, t).typed(&ClipAttrs { min, max }).create1()
 }
 
 /// PopXL's alias of [`clip`].
@@ -291,11 +286,7 @@ fn increment_mod_op(
     inc: f64,
     m: f64,
 ) -> Result<Tensor> {
-    OpBuilder::new(what, def)
-        .input(0, t)
-        .attr("increment", AttrValue::Float(inc))
-        .attr("modulus", AttrValue::Float(m))
-        .create1()
+    OpBuilder::new(what, def).input(0, t).typed(&IncrementModAttrs { increment: inc, modulus: m }).create1()
 }
 
 /// `(t + increment) % modulus` (op `IncrementMod`; no gradient). `increment` and
@@ -347,7 +338,7 @@ pub fn identity(t: &Tensor, name: &str) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::cast(&x, popxl::int32).unwrap().dtype(), popxl::int32);
 /// ```
 pub fn cast(t: &Tensor, dtype: DataType) -> Result<Tensor> {
-    OpBuilder::new("cast", &ir_ops::Cast).input(0, t).attr("to", AttrValue::DType(dtype)).create1()
+    OpBuilder::new("cast", &ir_ops::Cast).input(0, t).typed(&CastAttrs { to: dtype }).create1()
 }
 
 macro_rules! binary {
@@ -503,14 +494,14 @@ pub fn scaled_add<'a>(
     a: impl Into<super::Scalar<'a>>,
     b: impl Into<super::Scalar<'a>>,
 ) -> Result<Tensor> {
-    let mut op = OpBuilder::new("scaled_add", &ir_ops::ScaledAdd).input(0, x).input(1, y);
-    for (key, index, s) in [("a", 2, a.into()), ("b", 3, b.into())] {
-        op = match s {
-            super::Scalar::Const(v) => op.attr(key, AttrValue::Float(v)),
-            super::Scalar::Tensor(t) => op.input(index, t),
-        };
-    }
-    op.create1()
+    let (a, b) = (a.into(), b.into());
+    OpBuilder::new("scaled_add", &ir_ops::ScaledAdd)
+        .input(0, x)
+        .input(1, y)
+        .scalar_input(2, &a)
+        .scalar_input(3, &b)
+        .typed(&ScaleAttrs { a: a.constant(), b: b.constant() })
+        .create1()
 }
 
 /// PopXL's `where(condition, lhs, rhs)`: `lhs` where `condition` is true, else

@@ -8,7 +8,8 @@
 //! None of these ops has a gradient (PopART: float8 is for inference).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::{AttrValue, DataType};
+use popart_ir::ops::unary::CastAttrs;
+use popart_ir::DataType;
 
 use super::conv::{ConvOptions, ConvTransposeOptions};
 use super::OpBuilder;
@@ -31,7 +32,7 @@ pub fn pow2scale_cast_to_fp8(t: &Tensor, log2_scale: &Tensor, data_type: DataTyp
     OpBuilder::new("pow2scale_cast_to_fp8", &ir_ops::Pow2ScaleThenCast)
         .input(0, t)
         .input(1, log2_scale)
-        .attr("to", AttrValue::DType(data_type))
+        .typed(&CastAttrs { to: data_type })
         .create1()
 }
 
@@ -52,7 +53,7 @@ pub fn pow2scale_cast_from_fp8(t: &Tensor, log2_scale: &Tensor, data_type: DataT
     OpBuilder::new("pow2scale_cast_from_fp8", &ir_ops::CastThenPow2Scale)
         .input(0, t)
         .input(1, log2_scale)
-        .attr("to", AttrValue::DType(data_type))
+        .typed(&CastAttrs { to: data_type })
         .create1()
 }
 
@@ -98,13 +99,11 @@ pub fn matmul_pow2scaled(lhs: &Tensor, rhs: &Tensor, log2_scale: &Tensor) -> Res
 /// assert_eq!((y.dtype(), y.shape()), (popxl::float16, &[1, 3, 3, 3][..]));
 /// ```
 pub fn conv_pow2scaled(t: &Tensor, weight: &Tensor, log2_scale: &Tensor, options: &ConvOptions) -> Result<Tensor> {
-    options
-        .apply(
-            OpBuilder::new("conv_pow2scaled", &ir_ops::ConvPow2Scaled)
-                .input(0, t)
-                .input(1, weight)
-                .input(2, log2_scale),
-        )
+    OpBuilder::new("conv_pow2scaled", &ir_ops::ConvPow2Scaled)
+        .input(0, t)
+        .input(1, weight)
+        .input(2, log2_scale)
+        .typed(&options.attrs())
         .create1()
 }
 
@@ -130,15 +129,10 @@ pub fn conv_transpose_pow2scaled(
     log2_scale: &Tensor,
     options: &ConvTransposeOptions,
 ) -> Result<Tensor> {
-    options
-        .conv
-        .apply(
-            OpBuilder::new("conv_transpose_pow2scaled", &ir_ops::ConvTransposePow2Scaled)
-                .input(0, t)
-                .input(1, weight)
-                .input(2, log2_scale),
-        )
-        .attr("output_padding", AttrValue::Ints(options.output_padding.clone()))
-        .attr("output_shape", AttrValue::Ints(options.output_shape.clone()))
+    OpBuilder::new("conv_transpose_pow2scaled", &ir_ops::ConvTransposePow2Scaled)
+        .input(0, t)
+        .input(1, weight)
+        .input(2, log2_scale)
+        .typed(&options.attrs())
         .create1()
 }

@@ -10,7 +10,12 @@
 //! is a run-time `IndexOutOfRange` error instead.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::{AttrValue, DataType, TensorKind};
+use popart_ir::ops::grad::InitAttrs;
+use popart_ir::ops::indexing::{
+    DynamicSliceAttrs, GroupedGatherAttrs, OnehotAttrs, ScatterAttrs, ScatterReduceAttrs, SplitAttrs, SubsampleAttrs,
+};
+use popart_ir::ops::shape::GatherAttrs;
+use popart_ir::{DataType, TensorKind};
 
 use super::OpBuilder;
 use crate::{PopXlError, Result, Tensor};
@@ -30,16 +35,16 @@ use crate::{PopXlError, Result, Tensor};
 /// ```
 pub fn subsample(t: &Tensor, strides: &[i64]) -> Result<Tensor> {
     if strides.len() > t.rank() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "{} subsample strides for tensor `{}` of rank {}",
-            strides.len(),
-            t.name(),
-            t.rank()
-        )));
+        return Err(PopXlError::TooManyAxes {
+            what: "subsample strides",
+            count: strides.len(),
+            tensor: t.name().to_string(),
+            rank: t.rank(),
+        });
     }
     let mut s = strides.to_vec();
     s.resize(t.rank(), 1);
-    OpBuilder::new("subsample", &ir_ops::Subsample).input(0, t).attr("strides", AttrValue::Ints(s)).create1()
+    OpBuilder::new("subsample", &ir_ops::Subsample).input(0, t).typed(&SubsampleAttrs { strides: s }).create1()
 }
 
 /// How [`split`] divides an axis: into a number of equal parts, or into parts
@@ -100,15 +105,17 @@ impl<const N: usize> From<[usize; N]> for Splits {
 /// ```
 pub fn split(t: &Tensor, splits: impl Into<Splits>, axis: i64) -> Result<Vec<Tensor>> {
     let rank = t.rank();
-    let ax = popart_ir::ops::normalize_axis(axis, rank).map_err(|e| PopXlError::InvalidArgument(e.to_string()))?;
+    let ax = popart_ir::ops::normalize_axis(axis, rank)
+        .map_err(|source| PopXlError::AxisOutOfRange { what: format!("split of tensor `{}`", t.name()), source })?;
     let sizes = match splits.into() {
         Splits::Parts(n) => {
             let len = t.shape()[ax];
             if n == 0 || !len.is_multiple_of(n) {
-                return Err(PopXlError::InvalidArgument(format!(
-                    "split {n} does not equally divide axis {ax} of length {len} of tensor `{}`",
-                    t.name()
-                )));
+                return Err(PopXlError::NotDivisible {
+                    what: format!("split {n} does not equally divide axis {ax} of tensor `{}`: its length", t.name()),
+                    len,
+                    divisor: n,
+                });
             }
             vec![len / n; n]
         }
@@ -118,10 +125,7 @@ pub fn split(t: &Tensor, splits: impl Into<Splits>, axis: i64) -> Result<Vec<Ten
         .iter()
         .map(|&s| super::to_i64(s, || format!("split size of tensor `{}`", t.name())))
         .collect::<Result<Vec<_>>>()?;
-    let mut b = OpBuilder::new("split", &ir_ops::Split)
-        .input(0, t)
-        .attr("axis", AttrValue::Int(axis))
-        .attr("split", AttrValue::Ints(sizes.clone()));
+    let mut b = OpBuilder::new("split", &ir_ops::Split).input(0, t).typed(&SplitAttrs { axis, split: sizes.clone() });
     for i in 0..sizes.len() {
         b = b.output_name(&format!("{}_split_{i}", t.base_name()));
     }
@@ -148,7 +152,7 @@ pub fn scatter(t: &Tensor, indices: &Tensor, values: &Tensor, axis: i64) -> Resu
         .input(0, t)
         .input(1, indices)
         .input(2, values)
-        .attr("axis", AttrValue::Int(axis))
+        .typed(&ScatterAttrs { axis })
         .create1()
 }
 
@@ -201,23 +205,23 @@ pub fn scatter_reduce(
     opts: ScatterReduceOptions<'_>,
 ) -> Result<Tensor> {
     if popart_ir::ops::indexing::Reduction::parse(reduction).is_none() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "scatter_reduce reduction `{reduction}` is not one of sum, max, min, none"
-        )));
+        return Err(PopXlError::UnknownName {
+            what: "scatter_reduce reduction",
+            got: reduction.to_string(),
+            accepted: vec!["sum", "max", "min", "none"],
+        });
     }
     if opts.initial_values.is_none() && opts.axis_size.is_none() {
-        return Err(PopXlError::InvalidArgument(
-            "scatter_reduce needs one of initial_values and axis_size".to_string(),
-        ));
+        return Err(PopXlError::MissingArgument {
+            what: "scatter_reduce",
+            needs: "one of initial_values and axis_size",
+        });
     }
+    let axis_size = opts.axis_size.map(|s| super::to_i64(s, || "scatter_reduce axis_size".to_string())).transpose()?;
     let mut b = OpBuilder::new("scatter_reduce", &ir_ops::ScatterReduce)
         .input(0, data)
         .input(1, indices)
-        .attr("axis", AttrValue::Int(opts.axis))
-        .attr("reduction", AttrValue::Str(reduction.to_string()));
-    if let Some(s) = opts.axis_size {
-        b = b.attr("axis_size", AttrValue::Int(super::to_i64(s, || "scatter_reduce axis_size".to_string())?));
-    }
+        .typed(&ScatterReduceAttrs { axis: opts.axis, reduction: reduction.to_string(), axis_size });
     if let Some(init) = opts.initial_values {
         b = b.input(2, init);
     }
@@ -232,10 +236,7 @@ fn dynamic<'a>(
     sizes: &[i64],
     no_overlap: bool,
 ) -> OpBuilder<'a> {
-    OpBuilder::new(what, def)
-        .attr("axes", AttrValue::Ints(axes.to_vec()))
-        .attr("sizes", AttrValue::Ints(sizes.to_vec()))
-        .attr("no_overlap", AttrValue::Bool(no_overlap))
+    OpBuilder::new(what, def).typed(&DynamicSliceAttrs { axes: axes.to_vec(), sizes: sizes.to_vec(), no_overlap })
 }
 
 /// A copy of the slice of `t` at run-time offsets `index` (op `DynamicSlice`):
@@ -330,11 +331,10 @@ pub fn dynamic_update_(
 /// assert_eq!(popxl::ops::onehot(&t, &c, &v, -1).unwrap().shape(), &[1, 2, 6]);
 /// ```
 pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> Result<Tensor> {
-    let not_const = || {
-        PopXlError::InvalidArgument(format!(
-            "onehot num_classes `{}` must be a constant integer scalar (its value fixes the output shape)",
-            num_classes.name()
-        ))
+    let not_const = || PopXlError::NotConstant {
+        what: "onehot num_classes",
+        tensor: num_classes.name().to_string(),
+        expected: "integer scalar",
     };
     let TensorKind::Constant(data) = num_classes.kind()? else {
         return Err(not_const());
@@ -344,14 +344,17 @@ pub fn onehot(t: &Tensor, num_classes: &Tensor, values: &Tensor, axis: i64) -> R
     }
     let c = data.to_f64_vec().first().copied().ok_or_else(not_const)?;
     if c < 0.0 || c > i64::MAX as f64 {
-        return Err(PopXlError::InvalidArgument(format!("onehot num_classes {c} is negative")));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "onehot num_classes".to_string(),
+            expected: "non-negative",
+            got: c.to_string(),
+        });
     }
     OpBuilder::new("onehot", &ir_ops::Onehot)
         .input(0, t)
         .input(1, num_classes)
         .input(2, values)
-        .attr("num_classes", AttrValue::Int(c as i64))
-        .attr("axis", AttrValue::Int(axis))
+        .typed(&OnehotAttrs { axis, num_classes: Some(c as i64) })
         .create1()
 }
 
@@ -403,14 +406,11 @@ pub fn gather_with_options(t: &Tensor, indices: &Tensor, opts: GatherOptions) ->
 /// assert_eq!(y.shape(), &[2, 2, 4]);
 /// ```
 pub fn tied_gather(t: &Tensor, indices: &Tensor, opts: GatherOptions) -> Result<Tensor> {
-    let mut b = OpBuilder::new("tied_gather", &ir_ops::TiedGather)
+    OpBuilder::new("tied_gather", &ir_ops::TiedGather)
         .input(0, t)
         .input(1, indices)
-        .attr("axis", AttrValue::Int(opts.axis));
-    if opts.zero_OOR {
-        b = b.attr("zero_OOR", AttrValue::Bool(true));
-    }
-    b.create1()
+        .typed(&GatherAttrs { axis: opts.axis, zero_oor: opts.zero_OOR })
+        .create1()
 }
 
 /// PopXL's keyword arguments of [`groupedgather`].
@@ -458,15 +458,11 @@ pub fn groupedgather(t: &Tensor, indices: &Tensor, opts: GroupedGatherOptions) -
         return super::gather_with(t, indices, opts.axis, opts.zero_OOR);
     }
     let group_size = super::to_i64(opts.group_size, || "groupedgather group_size".to_string())?;
-    let mut b = OpBuilder::new("groupedgather", &ir_ops::GroupedGather)
+    OpBuilder::new("groupedgather", &ir_ops::GroupedGather)
         .input(0, t)
         .input(1, indices)
-        .attr("axis", AttrValue::Int(opts.axis))
-        .attr("group_size", AttrValue::Int(group_size));
-    if opts.zero_OOR {
-        b = b.attr("zero_OOR", AttrValue::Bool(true));
-    }
-    b.create1()
+        .typed(&GroupedGatherAttrs { axis: opts.axis, group_size, zero_oor: opts.zero_OOR })
+        .create1()
 }
 
 /// What [`init`] fills its tensor with (PopXL's `init_type`).
@@ -497,9 +493,5 @@ pub fn init(shape: &[usize], dtype: DataType, name: &str, init_type: InitType) -
         .iter()
         .map(|&d| super::to_i64(d, || format!("dimension of init tensor `{name}`")))
         .collect::<Result<Vec<_>>>()?;
-    OpBuilder::new("init", &ir_ops::Init)
-        .attr("shape", AttrValue::Ints(shape))
-        .attr("dtype", AttrValue::DType(dtype))
-        .output_name(name)
-        .create1()
+    OpBuilder::new("init", &ir_ops::Init).typed(&InitAttrs { shape, dtype }).output_name(name).create1()
 }

@@ -3,7 +3,8 @@
 //! `ipu_copy` between IPUs.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::io::StreamAttrs;
+use popart_ir::ops::unary::IpuCopyAttrs;
 
 use super::OpBuilder;
 use crate::{DeviceToHostStream, HostToDeviceStream, PopXlError, Result, Tensor};
@@ -33,7 +34,7 @@ pub fn host_load(stream: &HostToDeviceStream, name: &str) -> Result<Tensor> {
     check_stream_ir(stream.tensor(), "host_load")?;
     let graph = crate::context::try_current_graph().unwrap_or_else(|| stream.tensor().graph());
     OpBuilder::new("host_load", &ir_ops::HostLoad)
-        .attr("stream", AttrValue::Str(stream.name().to_string()))
+        .typed(&StreamAttrs { stream: stream.name().to_string() })
         .output_name(name)
         .in_graph(graph)
         .create1()
@@ -75,7 +76,7 @@ pub fn host_store(stream: &DeviceToHostStream, t: &Tensor) -> Result<()> {
     }
     OpBuilder::new("host_store", &ir_ops::HostStore)
         .input(0, t)
-        .attr("stream", AttrValue::Str(stream.name().to_string()))
+        .typed(&StreamAttrs { stream: stream.name().to_string() })
         .create()?;
     Ok(())
 }
@@ -138,8 +139,7 @@ pub fn ipu_copy(t: &Tensor, destination: u32, source: Option<u32>) -> Result<Ten
     let leaf = t.name().rsplit('/').next().unwrap_or_default();
     OpBuilder::new("ipu_copy", &ir_ops::IpuCopy)
         .input(0, t)
-        .attr("source", AttrValue::Int(i64::from(source)))
-        .attr("destination", AttrValue::Int(i64::from(destination)))
+        .typed(&IpuCopyAttrs { source: i64::from(source), destination: i64::from(destination) })
         .output_name(&format!("{leaf}_c{destination}"))
         .create1()
 }

@@ -3,7 +3,7 @@
 //! [`batch_norm`] (PopART's `BatchNormalization` with all its outputs).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::norm::{BatchNormAttrs, GroupNormAttrs};
 
 use super::OpBuilder;
 use crate::host::Wide;
@@ -29,8 +29,7 @@ pub fn group_norm(t: &Tensor, weight: &Tensor, bias: &Tensor, num_groups: i64, e
         .input(0, t)
         .input(1, weight)
         .input(2, bias)
-        .attr("num_groups", AttrValue::Int(num_groups))
-        .attr("epsilon", AttrValue::Float(eps))
+        .typed(&GroupNormAttrs { num_groups, epsilon: eps })
         .create1()
 }
 
@@ -76,27 +75,29 @@ pub fn batch_norm_inference(
     momentum: f64,
 ) -> Result<Tensor> {
     if t.rank() < 2 {
-        return Err(PopXlError::InvalidArgument(format!(
-            "batch_norm_inference: the input must be [N, C, ..], got {:?}",
-            t.shape()
-        )));
+        return Err(PopXlError::ShapeMismatch {
+            what: "batch_norm_inference: the input".to_string(),
+            expected: "[N, C, ..]".to_string(),
+            got: format!("{:?}", t.shape()),
+        });
     }
     if !((0.0..=1.0).contains(&momentum) && eps >= 0.0 && eps.is_finite()) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "batch_norm_inference: momentum must be in [0, 1] and epsilon finite and >= 0, got {momentum} and {eps}"
-        )));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "batch_norm_inference: momentum and epsilon".to_string(),
+            expected: "in [0, 1] and finite and >= 0",
+            got: format!("{momentum} and {eps}"),
+        });
     }
     let c = t.shape()[1];
     let mut bshape = vec![1i64; t.rank()];
     bshape[1] = c as i64;
     for (p, what) in [(scale, "scale"), (bias, "bias"), (mean, "mean"), (var, "var")] {
         if p.shape() != [c] || p.dtype() != t.dtype() {
-            return Err(PopXlError::InvalidArgument(format!(
-                "batch_norm_inference: {what} must be a {} tensor of shape [{c}], got {:?} {}",
-                t.dtype(),
-                p.shape(),
-                p.dtype()
-            )));
+            return Err(PopXlError::ShapeMismatch {
+                what: format!("batch_norm_inference: {what}"),
+                expected: format!("a {} tensor of shape [{c}]", t.dtype()),
+                got: format!("{:?} {}", p.shape(), p.dtype()),
+            });
         }
     }
     let col = |p: &Tensor| ops::reshape(p, &bshape);
@@ -197,9 +198,11 @@ pub fn batch_norm_with(
         .input(2, bias)
         .input(3, mean)
         .input(4, var)
-        .attr("epsilon", AttrValue::Float(opts.epsilon))
-        .attr("momentum", AttrValue::Float(opts.momentum))
-        .attr("unbiased_variance", AttrValue::Bool(opts.unbiased_variance))
+        .typed(&BatchNormAttrs {
+            epsilon: opts.epsilon,
+            momentum: opts.momentum,
+            unbiased_variance: opts.unbiased_variance,
+        })
         .create_all()?;
     match <[Tensor; 5]>::try_from(outs) {
         Ok([y, mean, var, _, _]) => Ok(BatchNormOutputs { y, mean, var }),

@@ -2,8 +2,7 @@
 //! AdaMax (op `AdamUpdater`) and the weight update (op `AdamVarUpdate`).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::optimizer::AdamMode;
-use popart_ir::AttrValue;
+use popart_ir::ops::optimizer::{AdamMode, AdamUpdaterAttrs, AdamVarUpdateAttrs};
 
 use super::var_update::Scalar;
 use super::OpBuilder;
@@ -46,8 +45,8 @@ impl Default for AdamUpdaterOptions<'_> {
     }
 }
 
-fn invalid(msg: &str) -> PopXlError {
-    PopXlError::InvalidArgument(msg.to_string())
+fn invalid(what: &'static str, reason: &'static str) -> PopXlError {
+    PopXlError::IncompatibleOptions { what, reason }
 }
 
 /// PopXL's `weight_decay_is_required`: a tensor, or a constant other than 0.
@@ -67,27 +66,30 @@ fn create_updater<'a>(
     o: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
     if decays(&o.weight_decay) && o.weight.is_none() {
-        return Err(invalid("Weight decay requires weight to not be None."));
+        return Err(invalid(what, "Weight decay requires weight to not be None."));
     }
-    let mut b = OpBuilder::new(what, &ir_ops::AdamUpdater)
-        .input(1, m)
-        .input(2, v)
-        .attr("mode", AttrValue::Str(mode.name().to_string()));
+    let mut b = OpBuilder::new(what, &ir_ops::AdamUpdater).input(1, m).input(2, v);
+    let mut attrs =
+        AdamUpdaterAttrs { mode, weight_decay: None, beta1: None, beta2: None, epsilon: o.epsilon.constant() };
     if let (true, Some(w)) = (decays(&o.weight_decay), o.weight) {
-        b = b.input(0, w).scalar("weight_decay", 4, o.weight_decay.unwrap_or(Scalar::Const(0.0)));
+        let wd = o.weight_decay.unwrap_or(Scalar::Const(0.0));
+        attrs.weight_decay = wd.constant();
+        b = b.input(0, w).scalar_input(4, &wd);
     }
     if mode.bias_correction() {
         if let Some(t) = o.time_step {
             b = b.input(3, t);
         }
         if let Some(b1) = o.beta1 {
-            b = b.scalar("beta1", 5, b1);
+            attrs.beta1 = b1.constant();
+            b = b.scalar_input(5, &b1);
         }
         if let (false, Some(b2)) = (mode == AdamMode::AdaMax, o.beta2) {
-            b = b.scalar("beta2", 6, b2);
+            attrs.beta2 = b2.constant();
+            b = b.scalar_input(6, &b2);
         }
     }
-    b.scalar("epsilon", 7, o.epsilon).create1()
+    b.scalar_input(7, &o.epsilon).typed(&attrs).create1()
 }
 
 /// Adam's updater term (op `AdamUpdater`; PopXL's `var_updates.adam_updater`):
@@ -118,14 +120,14 @@ pub fn adam_updater<'a>(
     acc_second_order: &'a Tensor,
     options: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
-    let mode = bias_mode(&options, AdamMode::Adam, AdamMode::AdamNoBias)?;
+    let mode = bias_mode("adam_updater", &options, AdamMode::Adam, AdamMode::AdamNoBias)?;
     create_updater("adam_updater", mode, acc_first_order, acc_second_order, options)
 }
 
-fn bias_mode(o: &AdamUpdaterOptions<'_>, bias: AdamMode, no_bias: AdamMode) -> Result<AdamMode> {
+fn bias_mode(what: &'static str, o: &AdamUpdaterOptions<'_>, bias: AdamMode, no_bias: AdamMode) -> Result<AdamMode> {
     match (o.time_step, &o.beta1, &o.beta2) {
         (Some(_), Some(_), Some(_)) => Ok(bias),
-        (Some(_), _, _) => Err(invalid("Bias correction requires both beta1 and beta2 to not be None.")),
+        (Some(_), _, _) => Err(invalid(what, "Bias correction requires both beta1 and beta2 to not be None.")),
         (None, _, _) => Ok(no_bias),
     }
 }
@@ -150,7 +152,7 @@ pub fn lamb_updater<'a>(
     acc_second_order: &'a Tensor,
     options: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
-    let mode = bias_mode(&options, AdamMode::Lamb, AdamMode::LambNoBias)?;
+    let mode = bias_mode("lamb_updater", &options, AdamMode::Lamb, AdamMode::LambNoBias)?;
     create_updater("lamb_updater", mode, acc_first_order, acc_second_order, options)
 }
 
@@ -177,10 +179,10 @@ pub fn adamax_updater<'a>(
     options: AdamUpdaterOptions<'a>,
 ) -> Result<Tensor> {
     if options.time_step.is_none() {
-        return Err(invalid("AdaMax requires time_step to not be None."));
+        return Err(invalid("adamax_updater", "AdaMax requires time_step to not be None."));
     }
     if options.beta2.is_some() {
-        return Err(invalid("AdaMax takes no beta2."));
+        return Err(invalid("adamax_updater", "AdaMax takes no beta2."));
     }
     let options = AdamUpdaterOptions { beta1: Some(options.beta1.unwrap_or(Scalar::Const(0.9))), ..options };
     create_updater("adamax_updater", AdamMode::AdaMax, acc_first_order, acc_second_order, options)
@@ -218,11 +220,16 @@ pub fn adam_var_update<'a>(
     match (r1, r2) {
         (Some(r1), Some(r2)) => b = b.input(2, r1).input(3, r2),
         (None, None) => {}
-        _ => return Err(invalid("adam_var_update: r1 and r2 go together")),
+        _ => return Err(invalid("adam_var_update", "r1 and r2 go together")),
     }
-    b = b.scalar("learning_rate", 4, learning_rate.into());
-    if let Some(mwn) = max_weight_norm {
-        b = b.scalar("max_weight_norm", 5, mwn);
+    let learning_rate = learning_rate.into();
+    b = b.scalar_input(4, &learning_rate);
+    if let Some(mwn) = &max_weight_norm {
+        b = b.scalar_input(5, mwn);
     }
-    b.create1()
+    b.typed(&AdamVarUpdateAttrs {
+        learning_rate: learning_rate.constant(),
+        max_weight_norm: max_weight_norm.as_ref().and_then(Scalar::constant),
+    })
+    .create1()
 }

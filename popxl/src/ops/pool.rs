@@ -3,7 +3,7 @@
 //! `ops::mean(t, &[2, 3], true)` (average) or `ops::max(t, &[2, 3], true)`.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::pool::PoolAttrs;
 
 use super::conv::PadType;
 use super::OpBuilder;
@@ -64,14 +64,16 @@ impl PoolOptions {
     }
 
     fn build<'a>(&self, b: OpBuilder<'a>, kernel_size: &[i64]) -> OpBuilder<'a> {
-        b.attr("kernel_shape", AttrValue::Ints(kernel_size.to_vec()))
-            .attr("strides", AttrValue::Ints(self.stride.clone()))
-            .attr("pads", AttrValue::Ints(self.padding.clone()))
-            .attr("out_pads", AttrValue::Ints(self.out_pads.clone()))
-            .attr("dilations", AttrValue::Ints(self.dilation.clone()))
-            .attr("in_dilations", AttrValue::Ints(self.in_dilations.clone()))
-            .attr("auto_pad", AttrValue::Str(self.auto_pad.name().to_string()))
-            .attr("ceil_mode", AttrValue::Int(self.ceil_mode as i64))
+        b.typed(&PoolAttrs {
+            kernel_shape: kernel_size.to_vec(),
+            strides: Some(self.stride.clone()),
+            pads: Some(self.padding.clone()),
+            dilations: Some(self.dilation.clone()),
+            auto_pad: Some(self.auto_pad.name().to_string()),
+            ceil_mode: i64::from(self.ceil_mode),
+            out_pads: Some(self.out_pads.clone()),
+            in_dilations: Some(self.in_dilations.clone()),
+        })
     }
 }
 
@@ -118,7 +120,7 @@ pub fn max_pool_with(
     storage_order: StorageOrder,
 ) -> Result<Tensor> {
     if storage_order == StorageOrder::Column {
-        return Err(PopXlError::InvalidArgument("max_pool: storage_order column is not supported".into()));
+        return Err(PopXlError::Unsupported { what: "max_pool", feature: "storage_order column" });
     }
     options.build(OpBuilder::new("max_pool", &ir_ops::MaxPool).input(0, t), kernel_size).create1()
 }

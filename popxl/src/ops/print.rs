@@ -7,58 +7,17 @@ use popart_ir::ops::print::PrintTensorAttrs;
 use super::OpBuilder;
 use crate::{Result, Tensor};
 
-/// The keyword arguments of PopXL's `print_tensor`, with its defaults.
+/// The keyword arguments of PopXL's `print_tensor`, with its defaults: the
+/// IR's typed attributes of `PrintTensor` ([`PrintTensorAttrs`], one
+/// definition). An empty `title` is PopXL's `None`: `print_<tensor name>`.
 ///
 /// ```
 /// use popxl::ops::{FloatFormat, PrintTensorOptions};
-/// let o = PrintTensorOptions { title: Some("w".into()), float_format: FloatFormat::Fixed, ..Default::default() };
+/// let o = PrintTensorOptions { title: "w".into(), float_format: FloatFormat::Fixed, ..Default::default() };
 /// assert!(o.print_self && !o.print_gradient);
 /// assert_eq!(o.summarise_threshold, 1000);
 /// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct PrintTensorOptions {
-    /// Printed before the tensor; default `print_<tensor name>`.
-    pub title: Option<String>,
-    /// Print the tensor (default true).
-    pub print_self: bool,
-    /// Also print its gradient, titled `<title>_gradient`, when autodiff makes one
-    /// (default false).
-    pub print_gradient: bool,
-    /// Above this many elements only the edges are printed (0: never summarise).
-    pub summarise_threshold: usize,
-    /// Elements kept at each end of a summarised dimension.
-    pub edge_items: usize,
-    /// Lines are wrapped before this width (0: never).
-    pub max_line_width: usize,
-    /// Significant digits of floats (0: shortest form, unaligned).
-    pub digits: usize,
-    /// Float notation.
-    pub float_format: FloatFormat,
-    /// Between elements.
-    pub separator: char,
-    /// Opens a dimension.
-    pub open_bracket: char,
-    /// Closes a dimension.
-    pub close_bracket: char,
-}
-
-impl Default for PrintTensorOptions {
-    fn default() -> Self {
-        PrintTensorOptions {
-            title: None,
-            print_self: true,
-            print_gradient: false,
-            summarise_threshold: 1000,
-            edge_items: 3,
-            max_line_width: 75,
-            digits: 8,
-            float_format: FloatFormat::Auto,
-            separator: ' ',
-            open_bracket: '[',
-            close_bracket: ']',
-        }
-    }
-}
+pub use popart_ir::ops::print::PrintTensorAttrs as PrintTensorOptions;
 
 /// Print `t` when the op runs and return it unchanged (op `PrintTensor`; PopXL's
 /// `print_tensor`). The `cpu` device writes `<title>: <tensor>` to stderr in
@@ -76,19 +35,7 @@ impl Default for PrintTensorOptions {
 /// assert_eq!(y.shape(), x.shape());
 /// ```
 pub fn print_tensor(t: &Tensor, options: &PrintTensorOptions) -> Result<Tensor> {
-    let o = options;
-    let attrs = PrintTensorAttrs {
-        title: o.title.clone().unwrap_or_else(|| format!("print_{}", t.name())),
-        print_self: o.print_self,
-        print_gradient: o.print_gradient,
-        summarise_threshold: o.summarise_threshold,
-        edge_items: o.edge_items,
-        max_line_width: o.max_line_width,
-        digits: o.digits,
-        float_format: o.float_format,
-        separator: o.separator,
-        open_bracket: o.open_bracket,
-        close_bracket: o.close_bracket,
-    };
+    let title = if options.title.is_empty() { format!("print_{}", t.name()) } else { options.title.clone() };
+    let attrs = PrintTensorAttrs { title, ..options.clone() };
     OpBuilder::new("print_tensor", &ir_ops::PrintTensor).input(0, t).typed(&attrs).create1()
 }

@@ -1,15 +1,16 @@
 //! Random ops driven by an explicit `uint32[2]` seed tensor: deterministic for a given seed.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::{AttrValue, DataType};
+use popart_ir::ops::random::{DropoutAttrs, RandomNormalAttrs, RandomUniformAttrs, ShapedDropoutAttrs};
+use popart_ir::DataType;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
 
-fn shape_attr(shape: &[usize]) -> Result<AttrValue> {
+fn shape_attr(shape: &[usize]) -> Result<Vec<i64>> {
     let dims =
         shape.iter().enumerate().map(|(i, &d)| super::to_i64(d, || format!("dimension {i} of the random shape")));
-    Ok(AttrValue::Ints(dims.collect::<Result<_>>()?))
+    dims.collect()
 }
 
 /// Uniform samples in `[low, high)` of `shape` and floating point `dtype`
@@ -25,10 +26,7 @@ fn shape_attr(shape: &[usize]) -> Result<AttrValue> {
 pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype: DataType) -> Result<Tensor> {
     OpBuilder::new("random_uniform", &ir_ops::RandomUniform)
         .input(0, seed)
-        .attr("shape", shape_attr(shape)?)
-        .attr("dtype", AttrValue::DType(dtype))
-        .attr("low", AttrValue::Float(low))
-        .attr("high", AttrValue::Float(high))
+        .typed(&RandomUniformAttrs { shape: shape_attr(shape)?, dtype, low, high })
         .create1()
 }
 
@@ -45,10 +43,7 @@ pub fn random_uniform(seed: &Tensor, shape: &[usize], low: f64, high: f64, dtype
 pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype: DataType) -> Result<Tensor> {
     OpBuilder::new("random_normal", &ir_ops::RandomNormal)
         .input(0, seed)
-        .attr("shape", shape_attr(shape)?)
-        .attr("dtype", AttrValue::DType(dtype))
-        .attr("mean", AttrValue::Float(mean))
-        .attr("std", AttrValue::Float(std))
+        .typed(&RandomNormalAttrs { shape: shape_attr(shape)?, dtype, mean, std })
         .create1()
 }
 
@@ -64,7 +59,7 @@ pub fn random_normal(seed: &Tensor, shape: &[usize], mean: f64, std: f64, dtype:
 /// assert!(popxl::ops::dropout(&x, &seed, 1.0).is_err());
 /// ```
 pub fn dropout(t: &Tensor, seed: &Tensor, p: f64) -> Result<Tensor> {
-    OpBuilder::new("dropout", &ir_ops::Dropout).input(0, t).input(1, seed).attr("p", AttrValue::Float(p)).create1()
+    OpBuilder::new("dropout", &ir_ops::Dropout).input(0, t).input(1, seed).typed(&DropoutAttrs { p }).create1()
 }
 
 /// Dropout with one mask of `shape` broadcast over `t` (op `ShapedDropout`;
@@ -87,8 +82,7 @@ pub fn shaped_dropout(t: &Tensor, seed_tensor: &Tensor, shape: &[usize], ratio: 
     OpBuilder::new("shaped_dropout", &ir_ops::ShapedDropout)
         .input(0, t)
         .input(1, seed_tensor)
-        .attr("shape", shape_attr(shape)?)
-        .attr("ratio", AttrValue::Float(ratio))
+        .typed(&ShapedDropoutAttrs { ratio, shape: shape_attr(shape)? })
         .create1()
 }
 

@@ -5,7 +5,7 @@
 //! loads that must see it inside [`crate::in_sequence`].
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::remote::{RemoteAttrs, RemoteCodeLoadAttrs};
 
 use super::OpBuilder;
 use crate::{Graph, PopXlError, RemoteBuffer, Result, Tensor};
@@ -45,14 +45,18 @@ fn remote_op<'a>(
             return Err(PopXlError::ForeignIr { name: format!("remote buffer {}", buf.id()), what: what.into() });
         }
     }
-    let b = OpBuilder::new(what, def).mixed_placement().attr("remote_buffer", AttrValue::Int(i64::from(buf.id().0)));
+    let b = OpBuilder::new(what, def).mixed_placement();
+    let remote_buffer = i64::from(buf.id().0);
     Ok(match offset {
         RemoteOffset::Entry(e) => {
-            let e = i64::try_from(e)
-                .map_err(|_| PopXlError::InvalidArgument(format!("{what}: offset {e} is too large")))?;
-            b.attr("offset", AttrValue::Int(e))
+            let e = i64::try_from(e).map_err(|_| PopXlError::IntegerOutOfRange {
+                what: format!("{what}: offset"),
+                value: e.to_string(),
+                ty: "i64",
+            })?;
+            b.typed(&RemoteAttrs { remote_buffer, offset: Some(e) })
         }
-        RemoteOffset::Tensor(t) => b.input(1, t),
+        RemoteOffset::Tensor(t) => b.input(1, t).typed(&RemoteAttrs { remote_buffer, offset: None }),
     })
 }
 
@@ -136,8 +140,7 @@ pub fn remote_code_load(graph: &Graph, destination: &str) -> Result<()> {
         return Err(PopXlError::ForeignIr { name: graph.name().to_string(), what: "remote_code_load".into() });
     }
     OpBuilder::new("remote_code_load", &ir_ops::RemoteCodeLoad)
-        .attr("graph", AttrValue::Graph(graph.id()))
-        .attr("destination", AttrValue::Str(destination.to_string()))
+        .typed(&RemoteCodeLoadAttrs { graph: graph.id(), destination: destination.to_string() })
         .create()?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Resizing: [`interpolate`] (PopXL `interpolate`, nearest and linear).
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::resize::ResizeAttrs;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -81,9 +81,11 @@ pub fn interpolate(t: &Tensor, options: &InterpolateOptions) -> Result<Tensor> {
     let scales = if options.scale_factor.is_empty() { vec![1.0; t.rank()] } else { options.scale_factor.clone() };
     OpBuilder::new("interpolate", &ir_ops::Resize)
         .input(0, t)
-        .attr("scales", AttrValue::Floats(scales))
-        .attr("mode", AttrValue::Str(options.mode.clone()))
-        .attr("nearest_mode", AttrValue::Str(options.nearest_mode.clone()))
-        .attr("coordinate_transformation_mode", AttrValue::Str(options.coordinate_transformation_mode.clone()))
+        .typed(&ResizeAttrs {
+            scales: Some(scales),
+            mode: options.mode.clone(),
+            nearest_mode: options.nearest_mode.clone(),
+            coordinate_transformation_mode: options.coordinate_transformation_mode.clone(),
+        })
         .create1()
 }

@@ -1,7 +1,7 @@
 //! Region-of-interest pooling: [`roi_align`].
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::roi_align::RoiAlignAttrs;
 
 use super::OpBuilder;
 use crate::{PopXlError, Result, Tensor};
@@ -33,17 +33,21 @@ pub fn roi_align(
     sampling_ratio: i64,
 ) -> Result<Tensor> {
     if output_size.iter().any(|&d| d < 1) {
-        return Err(PopXlError::InvalidArgument(format!(
-            "roi_align: output_size must be positive, got {output_size:?}"
-        )));
+        return Err(PopXlError::ValueOutOfRange {
+            what: "roi_align: output_size".to_string(),
+            expected: "positive",
+            got: format!("{output_size:?}"),
+        });
     }
     OpBuilder::new("roi_align", &ir_ops::RoiAlign)
         .input(0, t)
         .input(1, rois)
         .input(2, batch_index)
-        .attr("output_height", AttrValue::Int(output_size[0]))
-        .attr("output_width", AttrValue::Int(output_size[1]))
-        .attr("spatial_scale", AttrValue::Float(spatial_scale))
-        .attr("sampling_ratio", AttrValue::Int(sampling_ratio))
+        .typed(&RoiAlignAttrs {
+            output_height: output_size[0],
+            output_width: output_size[1],
+            sampling_ratio,
+            spatial_scale,
+        })
         .create1()
 }

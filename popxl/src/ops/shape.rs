@@ -3,7 +3,7 @@
 use popart_ir::ops::all as ir_ops;
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 
-use popart_ir::AttrValue;
+use popart_ir::ops::shape::{ConcatAttrs, GatherAttrs, ReshapeAttrs, SliceAttrs, SqueezeAttrs, TransposeAttrs};
 
 use super::OpBuilder;
 use crate::{DataType, PopXlError, Result, Tensor};
@@ -18,7 +18,7 @@ use crate::{DataType, PopXlError, Result, Tensor};
 /// assert!(popxl::ops::reshape(&a, &[5, -1]).is_err());
 /// ```
 pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
-    OpBuilder::new("reshape", &ir_ops::Reshape).input(0, t).attr("shape", AttrValue::Ints(shape.to_vec())).create1()
+    OpBuilder::new("reshape", &ir_ops::Reshape).input(0, t).typed(&ReshapeAttrs { shape: shape.to_vec() }).create1()
 }
 
 /// `t` as one dimension (a `Reshape` to `[-1]`).
@@ -30,7 +30,7 @@ pub fn reshape(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::flatten(&a).unwrap().shape(), &[6]);
 /// ```
 pub fn flatten(t: &Tensor) -> Result<Tensor> {
-    OpBuilder::new("flatten", &ir_ops::Reshape).input(0, t).attr("shape", AttrValue::Ints(vec![-1])).create1()
+    OpBuilder::new("flatten", &ir_ops::Reshape).input(0, t).typed(&ReshapeAttrs { shape: vec![-1] }).create1()
 }
 
 /// Permute the dimensions by `perm`; empty `perm` reverses them (op `Transpose`).
@@ -44,7 +44,7 @@ pub fn flatten(t: &Tensor) -> Result<Tensor> {
 /// assert!(popxl::ops::transpose(&a, &[0, 0, 1]).is_err());
 /// ```
 pub fn transpose(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
-    OpBuilder::new("transpose", &ir_ops::Transpose).input(0, t).attr("perm", AttrValue::Ints(perm.to_vec())).create1()
+    OpBuilder::new("transpose", &ir_ops::Transpose).input(0, t).typed(&TransposeAttrs { perm: perm.to_vec() }).create1()
 }
 
 /// Numpy slicing along `axes` (op `Slice`): for each k, elements
@@ -81,10 +81,7 @@ pub(crate) fn slice_op(
         axes.to_vec()
     };
     op.input(0, t)
-        .attr("starts", AttrValue::Ints(starts.to_vec()))
-        .attr("ends", AttrValue::Ints(ends.to_vec()))
-        .attr("steps", AttrValue::Ints(steps))
-        .attr("axes", AttrValue::Ints(axes))
+        .typed(&SliceAttrs { starts: starts.to_vec(), ends: ends.to_vec(), steps: Some(steps), axes: Some(axes) })
         .create1()
 }
 
@@ -248,12 +245,12 @@ macro_rules! s {
 /// ```
 pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
     if items.len() > t.rank() {
-        return Err(PopXlError::InvalidArgument(format!(
-            "index with {} items into tensor `{}` of rank {}",
-            items.len(),
-            t.name(),
-            t.rank()
-        )));
+        return Err(PopXlError::TooManyAxes {
+            what: "index items",
+            count: items.len(),
+            tensor: t.name().to_string(),
+            rank: t.rank(),
+        });
     }
     let (mut starts, mut ends, mut steps, mut axes, mut squeeze_axes) = (vec![], vec![], vec![], vec![], vec![]);
     for (axis, (item, &len)) in items.iter().zip(t.shape()).enumerate() {
@@ -277,7 +274,11 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
             }
             SliceIndex::Range { start, end, step } => {
                 if step == 0 {
-                    return Err(PopXlError::InvalidArgument(format!("slice step of axis {axis} cannot be 0")));
+                    return Err(PopXlError::ValueOutOfRange {
+                        what: format!("slice step of axis {axis}"),
+                        expected: "non-zero",
+                        got: step.to_string(),
+                    });
                 }
                 if start.is_none() && end.is_none() && step == 1 {
                     continue;
@@ -302,7 +303,7 @@ pub fn index(t: &Tensor, items: &[SliceIndex]) -> Result<Tensor> {
 /// PopXL's `t[key]` with a tensor key: an integer `key` gathers along axis 0
 /// ([`gather`]: output shape `key.shape + t.shape[1..]`); a bool `key` is a
 /// mask, `where(key, t, 0)` ([`super::select`], broadcast together). Any other
-/// key dtype is [`PopXlError::InvalidArgument`].
+/// key dtype is [`PopXlError::DTypeMismatch`].
 ///
 /// ```
 /// let ir = popxl::Ir::new();
@@ -325,11 +326,12 @@ pub fn index_with(t: &Tensor, key: &Tensor) -> Result<Tensor> {
     } else if dtype.is_int() {
         gather(t, key, 0)
     } else {
-        Err(PopXlError::InvalidArgument(format!(
-            "index tensor `{}` of tensor `{}` must be an integer or bool tensor, not {dtype}",
-            key.name(),
-            t.name()
-        )))
+        Err(PopXlError::DTypeMismatch {
+            what: format!("index of tensor `{}`", t.name()),
+            tensor: key.name().to_string(),
+            expected: "an integer or bool tensor",
+            got: dtype,
+        })
     }
 }
 
@@ -343,7 +345,7 @@ pub fn index_with(t: &Tensor, key: &Tensor) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::concat(&[&a, &b], 0).unwrap().shape(), &[3, 3]);
 /// ```
 pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
-    let mut spec = OpBuilder::new("concat", &ir_ops::Concat).attr("axis", AttrValue::Int(axis));
+    let mut spec = OpBuilder::new("concat", &ir_ops::Concat).typed(&ConcatAttrs { axis });
     for (i, t) in ts.iter().enumerate() {
         spec = spec.input(super::input_index(i, "concat")?, t);
     }
@@ -361,7 +363,7 @@ pub fn concat(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
 /// assert!(popxl::ops::squeeze(&a, &[1]).is_err());
 /// ```
 pub fn squeeze(t: &Tensor, axes: &[i64]) -> Result<Tensor> {
-    OpBuilder::new("squeeze", &ir_ops::Squeeze).input(0, t).attr("axes", AttrValue::Ints(axes.to_vec())).create1()
+    OpBuilder::new("squeeze", &ir_ops::Squeeze).input(0, t).typed(&SqueezeAttrs { axes: axes.to_vec() }).create1()
 }
 
 /// Pick the elements at integer `indices` along `axis` of `t` (op `Gather`);
@@ -396,10 +398,9 @@ pub fn gather(t: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::gather_with(&table, &idx, 0, true).unwrap().shape(), &[2, 4]);
 /// ```
 pub fn gather_with(t: &Tensor, indices: &Tensor, axis: i64, zero_oor: bool) -> Result<Tensor> {
-    let mut b =
-        OpBuilder::new("gather", &ir_ops::Gather).input(0, t).input(1, indices).attr("axis", AttrValue::Int(axis));
-    if zero_oor {
-        b = b.attr("zero_OOR", AttrValue::Bool(true));
-    }
-    b.create1()
+    OpBuilder::new("gather", &ir_ops::Gather)
+        .input(0, t)
+        .input(1, indices)
+        .typed(&GatherAttrs { axis, zero_oor })
+        .create1()
 }

@@ -7,8 +7,10 @@
 //! updates are. Unlike PopXL, updates broadcast to the accumulator's shape.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::var_update::AccumulationType;
-use popart_ir::{AttrValue, DataType};
+use popart_ir::ops::var_update::{
+    AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs, ScaleAttrs, SparseAccumulateAttrs,
+};
+use popart_ir::DataType;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -46,11 +48,23 @@ impl<'a> From<&'a Tensor> for Scalar<'a> {
     }
 }
 
+impl Scalar<'_> {
+    /// The constant, for the op's attribute (`None` for a tensor, connected as
+    /// an input with [`OpBuilder::scalar_input`]).
+    pub(super) fn constant(&self) -> Option<f64> {
+        match self {
+            Scalar::Const(v) => Some(*v),
+            Scalar::Tensor(_) => None,
+        }
+    }
+}
+
 impl<'a> OpBuilder<'a> {
-    /// Set a scalar as attribute `key` or connect it at input `index`.
-    pub(super) fn scalar(self, key: &str, index: u32, s: Scalar<'a>) -> Self {
+    /// Connect a tensor scalar at input `index` (a constant is an attribute of
+    /// the op's typed attributes, see [`Scalar::constant`]).
+    pub(super) fn scalar_input(self, index: u32, s: &Scalar<'a>) -> Self {
         match s {
-            Scalar::Const(v) => self.attr(key, AttrValue::Float(v)),
+            Scalar::Const(_) => self,
             Scalar::Tensor(t) => self.input(index, t),
         }
     }
@@ -88,7 +102,13 @@ pub fn add_(t: &Tensor, x: &Tensor) -> Result<Tensor> {
 /// PopART's `AccumulateOpx` does; float16 and float32 mix without a cast.
 pub fn accumulate_<'a>(t: &'a Tensor, x: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result<Tensor> {
     let x = cast_to_accumulator(t, x)?;
-    OpBuilder::new("accumulate_", &ir_ops::Accumulate).input(0, t).input(1, &x).scalar("factor", 2, f.into()).create1()
+    let f = f.into();
+    OpBuilder::new("accumulate_", &ir_ops::Accumulate)
+        .input(0, t)
+        .input(1, &x)
+        .scalar_input(2, &f)
+        .typed(&AccumulateAttrs { kind: None, factor: f.constant() })
+        .create1()
 }
 
 /// `x` itself when `Accumulate` takes it into `t` as it is (the same type, or
@@ -114,8 +134,8 @@ fn accumulate_typed<'a>(
     OpBuilder::new(what, &ir_ops::Accumulate)
         .input(0, t)
         .input(1, &x)
-        .attr("type", AttrValue::Str(ty.name().to_string()))
-        .scalar("factor", 2, f)
+        .scalar_input(2, &f)
+        .typed(&AccumulateAttrs { kind: Some(ty), factor: f.constant() })
         .create1()
 }
 
@@ -188,7 +208,12 @@ pub fn accumulate_moving_average_square_<'a>(t: &'a Tensor, x: &'a Tensor, f: im
 /// popxl::ops::accumulator_scale_(&acc, 0.5).unwrap();
 /// ```
 pub fn accumulator_scale_<'a>(t: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result<Tensor> {
-    OpBuilder::new("accumulator_scale_", &ir_ops::AccumulatorScale).input(0, t).scalar("factor", 2, f.into()).create1()
+    let f = f.into();
+    OpBuilder::new("accumulator_scale_", &ir_ops::AccumulatorScale)
+        .input(0, t)
+        .scalar_input(2, &f)
+        .typed(&AccumulatorScaleAttrs { factor: f.constant() })
+        .create1()
 }
 
 /// Zero `t` in place (`accumulator_scale_(t, 0.0)`; PopXL's `accumulator_zero_`);
@@ -204,7 +229,7 @@ pub fn accumulator_scale_<'a>(t: &'a Tensor, f: impl Into<Scalar<'a>>) -> Result
 pub fn accumulator_zero_(t: &Tensor) -> Result<Tensor> {
     OpBuilder::new("accumulator_zero_", &ir_ops::AccumulatorScale)
         .input(0, t)
-        .attr("factor", AttrValue::Float(0.0))
+        .typed(&AccumulatorScaleAttrs { factor: Some(0.0) })
         .create1()
 }
 
@@ -247,9 +272,9 @@ pub fn sparse_accumulate_<'a>(
         .input(0, t)
         .input(1, x)
         .input(3, indices)
-        .attr("axis", AttrValue::Int(options.axis));
-    if let Some(f) = options.f {
-        b = b.scalar("factor", 2, f);
+        .typed(&SparseAccumulateAttrs { factor: options.f.as_ref().and_then(Scalar::constant), axis: options.axis });
+    if let Some(f) = &options.f {
+        b = b.scalar_input(2, f);
     }
     if let Some(w) = options.w {
         b = b.input(4, w);
@@ -275,11 +300,13 @@ pub fn scaled_add_<'a>(
     a: impl Into<Scalar<'a>>,
     b: impl Into<Scalar<'a>>,
 ) -> Result<Tensor> {
+    let (a, b) = (a.into(), b.into());
     OpBuilder::new("scaled_add_", &ir_ops::ScaledAddInplace)
         .input(0, x)
         .input(1, y)
-        .scalar("a", 2, a.into())
-        .scalar("b", 3, b.into())
+        .scalar_input(2, &a)
+        .scalar_input(3, &b)
+        .typed(&ScaleAttrs { a: a.constant(), b: b.constant() })
         .create1()
 }
 

@@ -16,7 +16,8 @@
 //! differentiated as `concat`. `slice_` takes PopXL's `slice` arguments.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::AttrValue;
+use popart_ir::ops::shape::{ReshapeAttrs, TransposeAttrs};
+use popart_ir::ops::view::ConcatInplaceAttrs;
 
 use super::OpBuilder;
 use crate::{Result, Tensor};
@@ -33,7 +34,7 @@ use crate::{Result, Tensor};
 pub fn reshape_(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
     OpBuilder::new("reshape_", &ir_ops::ReshapeInplace)
         .input(0, t)
-        .attr("shape", AttrValue::Ints(shape.to_vec()))
+        .typed(&ReshapeAttrs { shape: shape.to_vec() })
         .create1()
 }
 
@@ -46,7 +47,7 @@ pub fn reshape_(t: &Tensor, shape: &[i64]) -> Result<Tensor> {
 /// assert_eq!(popxl::ops::flatten_(&x).unwrap().shape(), &[6]);
 /// ```
 pub fn flatten_(t: &Tensor) -> Result<Tensor> {
-    OpBuilder::new("flatten_", &ir_ops::ReshapeInplace).input(0, t).attr("shape", AttrValue::Ints(vec![-1])).create1()
+    OpBuilder::new("flatten_", &ir_ops::ReshapeInplace).input(0, t).typed(&ReshapeAttrs { shape: vec![-1] }).create1()
 }
 
 /// `t` with its dimensions permuted by `perm` (empty: reversed), as an alias
@@ -61,7 +62,7 @@ pub fn flatten_(t: &Tensor) -> Result<Tensor> {
 pub fn transpose_(t: &Tensor, perm: &[i64]) -> Result<Tensor> {
     OpBuilder::new("transpose_", &ir_ops::TransposeInplace)
         .input(0, t)
-        .attr("perm", AttrValue::Ints(perm.to_vec()))
+        .typed(&TransposeAttrs { perm: perm.to_vec() })
         .create1()
 }
 
@@ -90,9 +91,7 @@ pub fn slice_(t: &Tensor, starts: &[i64], ends: &[i64], steps: &[i64], axes: &[i
 /// ```
 pub fn concat_(ts: &[&Tensor], axis: i64) -> Result<Tensor> {
     let n = super::to_i64(ts.len(), || "concat_ input count".to_string())?;
-    let mut spec = OpBuilder::new("concat_", &ir_ops::ConcatInplace)
-        .attr("axis", AttrValue::Int(axis))
-        .attr("num_inputs", AttrValue::Int(n));
+    let mut spec = OpBuilder::new("concat_", &ir_ops::ConcatInplace).typed(&ConcatInplaceAttrs { axis, num_inputs: n });
     for (i, t) in ts.iter().enumerate() {
         spec = spec.input(super::input_index(i, "concat_")?, t);
     }

@@ -440,3 +440,46 @@ fn host_data_that_the_tensor_type_cannot_hold_is_named() {
     assert!(popxl::constant_as(-1i32, popxl::uint8, "c").is_err());
     assert!(popxl::constant_as(f32::NAN, int32, "n").is_err());
 }
+
+/// Argument mistakes are variants a caller can match, carrying the values involved.
+#[test]
+fn argument_errors_are_typed() {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let a = popxl::variable(Array2::<f32>::ones((2, 3)), "a").unwrap();
+    assert_eq!(
+        ops::split(&a, 4, 1).unwrap_err(),
+        PopXlError::NotDivisible {
+            what: "split 4 does not equally divide axis 1 of tensor `a`: its length".into(),
+            len: 3,
+            divisor: 4
+        }
+    );
+    assert!(matches!(
+        ops::split(&a, 1, 2).unwrap_err(),
+        PopXlError::AxisOutOfRange { source: popart_ir::ops::AxisError::OutOfRange { axis: 2, rank: 2 }, .. }
+    ));
+    assert_eq!(
+        ops::subsample(&a, &[1, 1, 1]).unwrap_err(),
+        PopXlError::TooManyAxes { what: "subsample strides", count: 3, tensor: "a".into(), rank: 2 }
+    );
+    let err = ops::scatter_reduce(&a, &a, "mul", Default::default()).unwrap_err();
+    assert!(matches!(&err, PopXlError::UnknownName { got, .. } if got == "mul"), "{err}");
+    assert_eq!(err.to_string(), "scatter_reduce reduction `mul` is not one of sum, max, min, none");
+    let err = ops::index_with(&a, &a).unwrap_err();
+    assert!(matches!(err, PopXlError::DTypeMismatch { got: popxl::DataType::Float32, .. }), "{err}");
+    assert_eq!(
+        ops::max_pool_with(&a, &[1], &Default::default(), ops::StorageOrder::Column).unwrap_err(),
+        PopXlError::Unsupported { what: "max_pool", feature: "storage_order column" }
+    );
+    assert_eq!(
+        ir.set_num_host_transfers(0).unwrap_err(),
+        PopXlError::ValueOutOfRange { what: "num_host_transfers".into(), expected: "at least 1", got: "0".into() }
+    );
+    assert_eq!(ir.main_graph().remove_op_created_hook(12345).unwrap_err(), PopXlError::UnknownHook { handle: 12345 });
+    let i = popxl::variable(vec![0i32], "i").unwrap();
+    assert_eq!(
+        ops::scatter_reduce(&a, &i, "sum", Default::default()).unwrap_err(),
+        PopXlError::MissingArgument { what: "scatter_reduce", needs: "one of initial_values and axis_size" }
+    );
+}

@@ -5,3 +5,4 @@ mod checkpoint;
 mod errors;
 mod graphs;
 mod ops;
+mod typed_attrs;

@@ -223,7 +223,7 @@ fn shape_ops() {
     m.check("Squeeze", &[("axes", ints(&[]))], &["y"], &[&[3]]);
     let idx = popxl::variable(Array1::<i32>::zeros(4), "idx").unwrap();
     ops::gather(&m.x, &idx, 1).unwrap();
-    m.check("Gather", &[("axis", AttrValue::Int(1))], &["x", "idx"], &[&[2, 4]]);
+    m.check("Gather", &[("axis", AttrValue::Int(1)), ("zero_OOR", AttrValue::Bool(false))], &["x", "idx"], &[&[2, 4]]);
 }
 
 #[test]

@@ -153,7 +153,7 @@ fn popxl_autodiff_errors_are_typed() {
     assert_eq!(parents, [&x, &wv]);
     let other = ir.create_graph(|t: Tensor| -t, &x).unwrap();
     let other_call = ops::call_with_info(&other, &[&x], &[]).unwrap();
-    assert!(matches!(info.inputs_dict(&other_call), Err(PopXlError::InvalidArgument(_))));
+    assert!(matches!(info.inputs_dict(&other_call), Err(PopXlError::WrongCalledGraph { .. })));
     ir.freeze();
     let err = transforms::autodiff(&g, None, None, &HashMap::new(), false).unwrap_err();
     assert!(matches!(err, PopXlError::IrFrozen { .. }), "{err}");

@@ -207,7 +207,7 @@ fn print_tensor_prints_numpy_style_in_schedule_order_and_is_never_pruned() {
     ops::print_tensor(&s, &PrintTensorOptions::default()).expect("print");
     let t = ops::add(&a, &s).expect("add");
     let opts = PrintTensorOptions {
-        title: Some("second".into()),
+        title: "second".into(),
         separator: ',',
         open_bracket: '(',
         close_bracket: ')',
@@ -215,7 +215,7 @@ fn print_tensor_prints_numpy_style_in_schedule_order_and_is_never_pruned() {
     };
     let t2 = ops::print_tensor(&t, &opts).expect("print");
     let m = popxl::constant_as(arr2(&[[0.5, 1.0], [2.0, -4.25]]), DataType::Float32, "m").expect("m");
-    ops::print_tensor(&m, &PrintTensorOptions { title: Some("m".into()), ..Default::default() }).expect("print");
+    ops::print_tensor(&m, &PrintTensorOptions { title: "m".into(), ..Default::default() }).expect("print");
     let out = popxl::d2h_stream(t2.shape(), t2.dtype(), "out").expect("stream");
     ops::host_store(&out, &t2).expect("store");
     let name = s.name();
@@ -263,8 +263,7 @@ fn print_tensor_prints_the_gradient_under_its_own_title() {
     let ir = Ir::new();
     let g = ir.main_graph().enter();
     let x = c64(&[1.0, 2.0], "x").expect("x");
-    let opts =
-        PrintTensorOptions { title: Some("p".into()), print_self: false, print_gradient: true, ..Default::default() };
+    let opts = PrintTensorOptions { title: "p".into(), print_self: false, print_gradient: true, ..Default::default() };
     let graph = ir
         .create_graph(
             |ts: Vec<Tensor>| {

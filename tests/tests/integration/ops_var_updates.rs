@@ -375,7 +375,7 @@ fn typed_errors() {
     assert!(is_inference_error(&e), "{e}");
     // PopXL's ValueErrors.
     let invalid = |e: PopXlError, msg: &str| {
-        assert!(matches!(&e, PopXlError::InvalidArgument(m) if m.contains(msg)), "{e}");
+        assert!(matches!(&e, PopXlError::IncompatibleOptions { reason, .. } if reason.contains(msg)), "{e}");
     };
     let e = main_graph_error(|| {
         let opts = AdamUpdaterOptions { weight_decay: Some(0.1.into()), ..Default::default() };

@@ -230,7 +230,7 @@ fn groupings_and_sharding_mistakes_are_typed_errors() {
     ));
     assert!(matches!(
         popxl::variable_grouped(vec![1.0f32, 2.0, 3.0], "b", &rg, RetrievalMode::OnePerGroup),
-        Err(popxl::PopXlError::InvalidArgument(m)) if m.contains("leading dim of 2")
+        Err(e @ popxl::PopXlError::ShapeMismatch { .. }) if e.to_string().contains("leading dim of 2")
     ));
     assert!(
         popxl::replica_sharded_variable(vec![1.0f32; 4], "c", Some(&rg), Some(3), RetrievalMode::OnePerGroup).is_err()

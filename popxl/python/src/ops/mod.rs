@@ -771,6 +771,8 @@ fn print_tensor(
     print_self: bool,
     print_gradient: bool,
 ) -> Out {
+    // No title (or an empty one): `print_<tensor name>`, as PopXL.
+    let title = title.unwrap_or_default();
     let options = ops::PrintTensorOptions { title, print_self, print_gradient, ..ops::PrintTensorOptions::default() };
     wrap(py, ops::print_tensor(&t_of(t)?, &options).py()?)
 }

@@ -276,7 +276,7 @@ pub fn cases() -> Vec<Case> {
             let Some(op) = op else {
                 return Err(super::harness::Failure::WrongError("repeat output has no producer".into()));
             };
-            expect_err!(ops::CallSiteInfo::from_op(&main, op), E::InvalidArgument(_), ["not a Call"])
+            expect_err!(ops::CallSiteInfo::from_op(&main, op), E::WrongOpType { .. }, ["not a Call"])
         }),
         case(GraphBuilding, "tensor_spec_input_with_overflowing_shape", || {
             let ir = Ir::new();

@@ -177,7 +177,7 @@ pub fn cases() -> Vec<Case> {
             let m = step_model()?;
             expect_err!(
                 m.ir.set_num_host_transfers(0),
-                popxl::PopXlError::InvalidArgument(_) | popxl::PopXlError::Ir(_),
+                popxl::PopXlError::ValueOutOfRange { .. },
                 ["num_host_transfers"]
             )
         }),
