@@ -594,6 +594,9 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::AllReduce, build_multi_all_reduce),
 ];
 
+pub(super) mod matmul_update;
+pub(super) mod update;
+
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -284,7 +284,7 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
         | ReduceKind::L2
         | ReduceKind::LogSum
         | ReduceKind::LogSumExp
-        | ReduceKind::SumSquare => super::reduce_ext::build_reduce_grad(spec, reduction),
+        | ReduceKind::SumSquare => super::reduce::groups::build_reduce_grad(spec, reduction),
     }
 }
 

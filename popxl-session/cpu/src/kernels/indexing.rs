@@ -1,6 +1,6 @@
 //! Indexing kernels: `Subsample`, `Split`, the dynamic slices and updates,
 //! `Onehot`, `GroupedGather` and `TiedGather`, and their gradients (the
-//! scatters are in `scatter`). Index semantics are documented in
+//! scatters are in [`scatter`]). Index semantics are documented in
 //! `popart_ir::ops::indexing`.
 //!
 //! Every plan (strides, runs, per-group sizes) is fixed at build time; the
@@ -22,6 +22,8 @@ use popart_ir::ops::indexing_grad::{
 };
 use popart_ir::ops::shape::GatherAttrs;
 use popart_ir::DataType;
+
+pub(super) mod scatter;
 
 /// Check output `index` has the expected shape and dtype.
 pub(super) fn check_out(

@@ -9,7 +9,7 @@ use popart_ir::ops::optimizer::AdamMode;
 use popart_ir::ops::optimizer::{AdamUpdaterAttrs, AdamVarUpdateAttrs};
 use popart_ir::DataType;
 
-use super::accumulate::{read_f64, Scalar};
+use super::var_update::accumulate::{read_f64, Scalar};
 use super::dispatch::with_float;
 use super::elem::Float;
 use super::float16::{f16_adapter, has_f16};

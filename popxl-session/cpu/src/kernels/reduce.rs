@@ -21,6 +21,8 @@ use crate::team;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::reduce::ReduceAttrs;
 
+pub(super) mod groups;
+
 /// How values combine. Implemented by zero-sized reducer types: each element is
 /// `map`ped, then `combine`d into the accumulator (partial accumulators of a
 /// split reduction are merged with `combine` too).

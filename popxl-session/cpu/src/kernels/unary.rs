@@ -1,6 +1,7 @@
 //! Elementwise unary kernels (`Neg` ... `Gelu`) and their derivatives (the
 //! gradient op of each, `ReluGrad`...), copies (`Identity`, `Detach`, `Reshape`, `Squeeze`,
-//! `ReshapeGrad`) and `Cast` between every pair of dtypes.
+//! `ReshapeGrad`) and `Cast` between every pair of dtypes; the maps with
+//! parameters (`Clip`, `IncrementMod`) are in [`params`].
 //!
 //! Adding an elementwise unary op here is one line of `unary_ops!`: its scalar
 //! function (and derivative, if it has a gradient) and its cost.
@@ -18,6 +19,8 @@ use super::par::{par_range, par_range_cost, wide_simd, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
+
+pub(super) mod params;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 
 /// A scalar function applied elementwise; implemented by zero-sized op types.

@@ -1,5 +1,5 @@
 //! In-place variable updates: `AddInplace`, `ScaledAddInplace`, `CopyVarUpdate`
-//! and integer `Accumulate` (float accumulators are in `accumulate`). The updated
+//! and integer `Accumulate` (float accumulators are in [`accumulate`]). The updated
 //! tensor (input 0) is read and written through output pointer 0 only, as the
 //! aliasing invariant requires.
 
@@ -15,6 +15,8 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::var_update::{AccumulateAttrs, ScaleAttrs};
+
+pub(super) mod accumulate;
 
 /// Where a scalar coefficient comes from.
 #[derive(Clone, Copy, Debug)]

@@ -10,14 +10,14 @@
 
 use std::sync::Mutex;
 
-use super::broadcast::{contiguous_strides, MAX_RANK};
-use super::dispatch::{with_bits, with_index, with_num};
-use super::elem::{IndexElem, Num};
-use super::float16::{f16_adapter, has_f16};
-use super::indexing::check_out;
-use super::ptr::{slice, slice_mut};
-use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
-use super::KernelEntry;
+use crate::kernels::broadcast::{contiguous_strides, MAX_RANK};
+use crate::kernels::dispatch::{with_bits, with_index, with_num};
+use crate::kernels::elem::{IndexElem, Num};
+use crate::kernels::float16::{f16_adapter, has_f16};
+use super::check_out;
+use crate::kernels::ptr::{slice, slice_mut};
+use crate::kernels::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::indexing::{scatter_indices, Reduction, ScatterIndices};

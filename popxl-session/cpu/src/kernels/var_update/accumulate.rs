@@ -11,15 +11,15 @@ use popart_ir::ops::var_update::AccumulationType;
 use popart_ir::ops::var_update::{AccumulateAttrs, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::DataType;
 
-use super::broadcast::Broadcast;
-use super::dispatch::{with_float, with_index};
-use super::elem::{Float, IndexElem};
-use super::float16::{f16_adapter, has_f16};
-use super::par::par_range;
-use super::ptr::{slice, slice_mut, SendPtr};
-use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
-use super::var_update::update_in_place;
-use super::KernelEntry;
+use crate::kernels::broadcast::Broadcast;
+use crate::kernels::dispatch::{with_float, with_index};
+use crate::kernels::elem::{Float, IndexElem};
+use crate::kernels::float16::{f16_adapter, has_f16};
+use crate::kernels::par::par_range;
+use crate::kernels::ptr::{slice, slice_mut, SendPtr};
+use crate::kernels::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
+use super::update_in_place;
+use crate::kernels::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 
 /// A scalar operand: a constant (attribute) or a one-element input of any numeric
@@ -169,7 +169,7 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
         if !matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd) {
             return Err(spec.unsupported_dtype(t.dtype()));
         }
-        return super::var_update::build(spec);
+        return super::build(spec);
     }
     if has_f16(spec) {
         return f16_adapter(spec, true, build_accumulate);
@@ -343,7 +343,7 @@ pub(crate) const KERNELS: &[KernelEntry] =
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, run_op, t, try_run_op_checked};
+    use crate::kernels::testutil::{assert_close, run_op, t, try_run_op_checked};
     use crate::kernel::KernelRunError;
     use popart_ir::ops::var_update::SparseAccumulateAttrs;
     use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};

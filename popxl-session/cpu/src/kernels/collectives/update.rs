@@ -12,11 +12,11 @@ use popart_ir::ops::collectives::AllReduceUpdateAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
-use super::collectives::chunk;
-use super::par::Simd;
-use super::ptr::{slice, slice_mut};
-use super::spec::{boxed, BuildResult, SpecExt, Types};
-use super::KernelEntry;
+use super::chunk;
+use crate::kernels::par::Simd;
+use crate::kernels::ptr::{slice, slice_mut};
+use crate::kernels::spec::{boxed, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use crate::replicas::{self, GroupPos};
 
