@@ -24,7 +24,7 @@ use super::broadcast::Broadcast;
 use super::dispatch::with_float;
 use super::elem::Float;
 use super::float16::{f16_adapter, has_f16};
-use super::par::par_range;
+use super::par::{par_map, par_range};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -173,22 +173,17 @@ struct DropoutKernel<T> {
 impl<T: Float> Kernel for DropoutKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let seed = read_seed(args.inputs[self.pos[1]]);
-        let x = SendPtr(args.inputs[self.pos[0]] as *mut T);
-        let y = SendPtr(args.outputs[0] as *mut T);
+        let (x, y) = (args.inputs[self.pos[0]] as *const T, args.outputs[0] as *mut T);
         let (p, scale) = (self.p, T::from_f64(1.0 / (1.0 - self.p)));
         let st = stream_state(seed, Stream::Dropout);
-        par_range(
-            self.n,
-            #[inline(always)]
-            move |r| {
-                // SAFETY: buffers hold `n` elements and do not overlap; pieces are disjoint.
-                let (xs, ys) =
-                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-                for ((i, o), &v) in (r.start as u64..).zip(ys).zip(xs) {
+        // SAFETY: the buffers hold `n` elements and do not overlap.
+        unsafe {
+            par_map(self.n, x, y, |start, xs, ys| {
+                for ((i, o), &v) in (start as u64..).zip(ys).zip(xs) {
                     *o = if unit24(bits(st, i)) >= p { v * scale } else { T::ZERO };
                 }
-            },
-        );
+            })
+        };
         Ok(())
     }
 }

@@ -232,13 +232,14 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatGradKernel<E> {
     }
 }
 
-/// `[outer, A, inner]` data indexed along A by `I` indices.
+/// `[outer, A, inner]` data indexed along A by `I` indices: the geometry of
+/// `Gather` and its gradient, and of each group of `GroupedGather` (`indexing`).
 #[derive(Clone, Copy, Debug)]
-struct GatherDims {
-    outer: usize,
-    axis_len: usize,
-    inner: usize,
-    nidx: usize,
+pub(super) struct GatherDims {
+    pub(super) outer: usize,
+    pub(super) axis_len: usize,
+    pub(super) inner: usize,
+    pub(super) nidx: usize,
 }
 
 impl GatherDims {
@@ -249,19 +250,66 @@ impl GatherDims {
         let v = if v < 0 { v + a } else { v };
         (0..a).contains(&v).then_some(v as usize)
     }
-}
 
-impl GatherDims {
     /// With `check`, the first index out of range as an error (before anything
     /// is written); without, nothing (out-of-range rows have a defined result).
     #[inline]
-    fn check<I: IndexElem>(&self, check: bool, idx: &[I]) -> KernelResult {
+    pub(super) fn check<I: IndexElem>(&self, check: bool, idx: &[I]) -> KernelResult {
         if check {
             if let Some(&v) = idx.iter().find(|&&v| self.row(v.to_i64()).is_none()) {
                 return Err(KernelRunError::IndexOutOfRange { index: v.to_i64(), bound: self.axis_len });
             }
         }
         Ok(())
+    }
+
+    /// Elements of the indexed data: `outer * axis_len * inner`.
+    pub(super) fn data_len(&self) -> usize {
+        self.outer * self.axis_len * self.inner
+    }
+
+    /// Elements of the gathered output: `outer * nidx * inner`.
+    pub(super) fn out_len(&self) -> usize {
+        self.outer * self.nidx * self.inner
+    }
+
+    /// `y[o, i, :] = x[o, idx[i], :]`, a zero row where the index is out of range.
+    ///
+    /// # Safety
+    /// `x` holds [`data_len`](Self::data_len) elements and `y`
+    /// [`out_len`](Self::out_len), not overlapping `x`; `idx` holds `nidx`.
+    #[inline]
+    pub(super) unsafe fn gather_rows<E: Copy + Default, I: IndexElem>(&self, x: *const E, idx: &[I], y: *mut E) {
+        for o in 0..self.outer {
+            for (i, &v) in idx.iter().enumerate() {
+                let out = slice_mut(y.add((o * self.nidx + i) * self.inner), self.inner);
+                match self.row(v.to_i64()) {
+                    Some(r) => out.copy_from_slice(slice(x.add((o * self.axis_len + r) * self.inner), self.inner)),
+                    None => out.fill(E::default()),
+                }
+            }
+        }
+    }
+
+    /// `y[o, idx[i], :] += g[o, i, :]`, nothing where the index is out of range
+    /// (the gradient of [`gather_rows`](Self::gather_rows)).
+    ///
+    /// # Safety
+    /// `g` holds [`out_len`](Self::out_len) elements, not overlapping `y`; `y`
+    /// holds [`data_len`](Self::data_len) and `idx` `nidx`.
+    #[inline]
+    pub(super) unsafe fn add_rows<T: Num, I: IndexElem>(&self, g: *const T, idx: &[I], y: &mut [T]) {
+        for o in 0..self.outer {
+            for (i, &v) in idx.iter().enumerate() {
+                if let Some(r) = self.row(v.to_i64()) {
+                    let src = slice(g.add((o * self.nidx + i) * self.inner), self.inner);
+                    let dst = &mut y[(o * self.axis_len + r) * self.inner..][..self.inner];
+                    for (a, &b) in dst.iter_mut().zip(src) {
+                        *a = a.add(b);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -279,16 +327,7 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GatherK
         let x = args.inputs[self.pos[0]] as *const E;
         let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
         d.check(self.check, idx)?;
-        let y = args.outputs[0] as *mut E;
-        for o in 0..d.outer {
-            for (i, &v) in idx.iter().enumerate() {
-                let out = slice_mut(y.add((o * d.nidx + i) * d.inner), d.inner);
-                match d.row(v.to_i64()) {
-                    Some(r) => out.copy_from_slice(slice(x.add((o * d.axis_len + r) * d.inner), d.inner)),
-                    None => out.fill(E::default()),
-                }
-            }
-        }
+        d.gather_rows(x, idx, args.outputs[0] as *mut E);
         Ok(())
     }
 }
@@ -308,19 +347,9 @@ impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
         let g = args.inputs[self.pos[0]] as *const T;
         let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
         d.check(self.check, idx)?;
-        let y = slice_mut(args.outputs[0] as *mut T, d.outer * d.axis_len * d.inner);
+        let y = slice_mut(args.outputs[0] as *mut T, d.data_len());
         y.fill(T::ZERO);
-        for o in 0..d.outer {
-            for (i, &v) in idx.iter().enumerate() {
-                if let Some(r) = d.row(v.to_i64()) {
-                    let src = slice(g.add((o * d.nidx + i) * d.inner), d.inner);
-                    let dst = &mut y[(o * d.axis_len + r) * d.inner..][..d.inner];
-                    for (a, &b) in dst.iter_mut().zip(src) {
-                        *a = a.add(b);
-                    }
-                }
-            }
-        }
+        d.add_rows(g, idx, y);
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ use super::binary::{Binary, Map2};
 use super::dispatch::{bound_alias, with_any, with_float, with_num};
 use super::elem::{Bool8, Float, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{par_range, par_range_cost, wide_simd, Simd};
+use super::par::{par_map, par_range_cost, wide_simd, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -496,20 +496,15 @@ struct CastKernel<S, D> {
 
 impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let x = SendPtr(args.inputs[0] as *mut S);
-        let y = SendPtr(args.outputs[0] as *mut D);
-        par_range(
-            self.n,
-            #[inline(always)]
-            move |r| {
-                // SAFETY: buffers hold `n` elements and do not overlap.
-                let (xs, ys) =
-                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+        let (x, y) = (args.inputs[0] as *const S, args.outputs[0] as *mut D);
+        // SAFETY: the buffers hold `n` elements and do not overlap.
+        unsafe {
+            par_map(self.n, x, y, |_, xs, ys| {
                 for (o, &v) in ys.iter_mut().zip(xs) {
                     *o = cast::<S, D>(v);
                 }
-            },
-        );
+            })
+        };
         Ok(())
     }
 }
