@@ -159,7 +159,8 @@ struct InitKernel {
 
 impl Kernel for InitKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        slice_mut(args.outputs[0], self.nbytes).fill(0);
+        // SAFETY: output 0 holds the spec's `nbytes` (`KernelArgs`).
+        unsafe { slice_mut(args.outputs[0], self.nbytes) }.fill(0);
         Ok(())
     }
 }

@@ -6,13 +6,17 @@
 //! Every plan (strides, runs, per-group sizes) is fixed at build time; the
 //! kernels that only move elements are instantiated per element size.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use super::broadcast::{contiguous_strides, MAX_RANK};
 use super::dispatch::{with_bits, with_index, with_num};
 use super::elem::{IndexElem, Num};
 use super::float16::{f16_adapter, has_f16};
 use super::ptr::{slice, slice_mut};
-use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::shape::GatherDims;
+use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;

@@ -6,6 +6,10 @@
 //! dims), so contiguous runs are either folded into one output (innermost dim
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use super::broadcast::Broadcast;
 use std::sync::Mutex;
 

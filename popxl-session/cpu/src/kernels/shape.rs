@@ -146,7 +146,8 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for StridedScatter<E> {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         if self.zero_fill {
-            slice_mut(y, self.out_len).fill(E::default());
+            // SAFETY: the output holds the spec's `out_len` elements (`KernelArgs`).
+            unsafe { slice_mut(y, self.out_len) }.fill(E::default());
         }
         self.view.for_segments(0..self.view.len, |o, s, len, st| {
             // SAFETY: the view addresses only output elements; input runs are in range.
@@ -203,7 +204,10 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatKernel<E> {
         for &(pos, off, len) in &self.parts {
             let x = args.inputs[pos] as *const E;
             for o in 0..self.outer {
-                slice_mut(y.add(o * self.row + off), len).copy_from_slice(slice(x.add(o * len), len));
+                // SAFETY: the output is `[outer, row]` and input `pos` `[outer, len]` with
+                // `off + len <= row` (from the spec's shapes at build); they do not
+                // overlap (`KernelArgs`).
+                unsafe { slice_mut(y.add(o * self.row + off), len).copy_from_slice(slice(x.add(o * len), len)) };
             }
         }
         Ok(())
@@ -226,7 +230,12 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatGradKernel<E> {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         for o in 0..self.outer {
-            slice_mut(y.add(o * self.len), self.len).copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len));
+            // SAFETY: `g` is `[outer, g_row]` with `off + len <= g_row` and the output
+            // `[outer, len]` (from the spec's shapes at build); they do not overlap.
+            unsafe {
+                slice_mut(y.add(o * self.len), self.len)
+                    .copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len))
+            };
         }
         Ok(())
     }
@@ -282,9 +291,16 @@ impl GatherDims {
     pub(super) unsafe fn gather_rows<E: Copy + Default, I: IndexElem>(&self, x: *const E, idx: &[I], y: *mut E) {
         for o in 0..self.outer {
             for (i, &v) in idx.iter().enumerate() {
-                let out = slice_mut(y.add((o * self.nidx + i) * self.inner), self.inner);
+                // SAFETY: row `(o, i)` of the `[outer, nidx, inner]` output, within its
+                // `out_len` elements (this method's contract).
+                let out = unsafe { slice_mut(y.add((o * self.nidx + i) * self.inner), self.inner) };
                 match self.row(v.to_i64()) {
-                    Some(r) => out.copy_from_slice(slice(x.add((o * self.axis_len + r) * self.inner), self.inner)),
+                    Some(r) => {
+                        // SAFETY: `r < axis_len`: row `(o, r)` of the `[outer, axis_len,
+                        // inner]` data, which does not overlap `y` (this method's contract).
+                        let src = unsafe { slice(x.add((o * self.axis_len + r) * self.inner), self.inner) };
+                        out.copy_from_slice(src)
+                    }
                     None => out.fill(E::default()),
                 }
             }
@@ -302,7 +318,9 @@ impl GatherDims {
         for o in 0..self.outer {
             for (i, &v) in idx.iter().enumerate() {
                 if let Some(r) = self.row(v.to_i64()) {
-                    let src = slice(g.add((o * self.nidx + i) * self.inner), self.inner);
+                    // SAFETY: row `(o, i)` of the `[outer, nidx, inner]` `g`, not
+                    // overlapping `y` (this method's contract).
+                    let src = unsafe { slice(g.add((o * self.nidx + i) * self.inner), self.inner) };
                     let dst = &mut y[(o * self.axis_len + r) * self.inner..][..self.inner];
                     for (a, &b) in dst.iter_mut().zip(src) {
                         *a = a.add(b);
@@ -325,9 +343,12 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GatherK
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
         let x = args.inputs[self.pos[0]] as *const E;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
+        // SAFETY: the indices hold `nidx` elements (`KernelArgs`).
+        let idx = unsafe { slice(args.inputs[self.pos[1]] as *const I, d.nidx) };
         d.check(self.check, idx)?;
-        d.gather_rows(x, idx, args.outputs[0] as *mut E);
+        // SAFETY: the data and the output hold the `data_len` and `out_len` elements
+        // of `d` (built from their shapes) and do not overlap (`KernelArgs`).
+        unsafe { d.gather_rows(x, idx, args.outputs[0] as *mut E) };
         Ok(())
     }
 }
@@ -345,11 +366,14 @@ impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
         let g = args.inputs[self.pos[0]] as *const T;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
+        // SAFETY: the indices hold `nidx` elements (`KernelArgs`).
+        let idx = unsafe { slice(args.inputs[self.pos[1]] as *const I, d.nidx) };
         d.check(self.check, idx)?;
-        let y = slice_mut(args.outputs[0] as *mut T, d.data_len());
+        // SAFETY: the output has the data's `data_len` elements (`KernelArgs`).
+        let y = unsafe { slice_mut(args.outputs[0] as *mut T, d.data_len()) };
         y.fill(T::ZERO);
-        d.add_rows(g, idx, y);
+        // SAFETY: `g` holds the gathered `out_len` elements, not overlapping `y`.
+        unsafe { d.add_rows(g, idx, y) };
         Ok(())
     }
 }

@@ -87,7 +87,9 @@ struct FoldKernel<T, F> {
 
 impl<T: Copy + Send + Sync + 'static, F: Map2<T, T>> Kernel for FoldKernel<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        self.first.run(args)?;
+        // SAFETY: `first` was built from the same spec's first three inputs and its
+        // output, so `args` (valid for the whole spec) satisfies its contract.
+        unsafe { self.first.run(args) }?;
         let y = SendPtr(args.outputs[0] as *mut T);
         for (plan, pos) in &self.rest {
             let x = SendPtr(args.inputs[*pos] as *mut T);

@@ -33,7 +33,8 @@ impl<T: Copy> Coef<T> {
     unsafe fn get(self, args: &KernelArgs<'_>) -> T {
         match self {
             Coef::Const(v) => v,
-            Coef::Input(p) => *(args.inputs[p] as *const T),
+            // SAFETY: input `p` holds one `T` (this method's contract).
+            Coef::Input(p) => unsafe { *(args.inputs[p] as *const T) },
         }
     }
 }
@@ -47,7 +48,9 @@ struct ScaledAddKernel<T> {
 
 impl<T: Num> Kernel for ScaledAddKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let (a, b) = (self.coefs[0].get(args), self.coefs[1].get(args));
+        // SAFETY: the build checked that an `Input` coefficient is a one-element
+        // input of the kernel's dtype, and `args` holds the spec's buffers.
+        let (a, b) = unsafe { (self.coefs[0].get(args), self.coefs[1].get(args)) };
         let x = SendPtr(args.inputs[self.pos[0]] as *mut T);
         let y = SendPtr(args.inputs[self.pos[1]] as *mut T);
         let out = SendPtr(args.outputs[0] as *mut T);

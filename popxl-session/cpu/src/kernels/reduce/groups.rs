@@ -6,20 +6,24 @@
 //! relative to it, row-major over the reduced axes (a table only when they are
 //! not contiguous): the median index of an element is its position in that order.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::sync::Mutex;
 
 use popart_ir::DataType;
 
+use super::{pairwise, Reduce, SumSquareR};
+use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use crate::kernels::binary::{MapN, NAry};
 use crate::kernels::broadcast::MAX_RANK;
 use crate::kernels::dispatch::{with_float, with_num};
 use crate::kernels::elem::{Float, Num};
 use crate::kernels::float16::{f16_adapter, has_f16};
 use crate::kernels::ptr::{slice, slice_mut};
-use super::{pairwise, Reduce, SumSquareR};
 use crate::kernels::spec::{boxed, norm_axes, BuildResult, SpecExt, Types};
 use crate::kernels::KernelEntry;
-use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::grad::{ReduceGradAttrs, ReduceKind};
 use popart_ir::ops::reduce::{ReduceAttrs, ReduceMedianGradAttrs};
