@@ -15,7 +15,6 @@
 
 use popart_ir::{AttrValue, Attributes, DataType, TensorInfo};
 use popxl_cpu::kernel::KernelArgs;
-use popxl_cpu::team;
 
 #[path = "support/buffers.rs"]
 #[allow(dead_code)]
@@ -25,29 +24,14 @@ mod kernel_timing;
 #[path = "support/torch_server.rs"]
 mod torch_server;
 use buffers::{buffer, Line};
-use kernel_timing::{kernel, timed};
-use torch_server::TorchServer;
+use kernel_timing::{kernel, ratio, Options};
 
 fn main() {
-    let (mut threads, mut shapes, mut torch, mut reps, mut min_time) =
-        (2usize, "32x64x32x32,8x256x16x16,256x1024".to_string(), None::<String>, 5usize, 0.2f64);
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let v = pair.get(1).cloned().unwrap_or_default();
-        match pair[0].as_str() {
-            "--threads" => threads = v.parse().expect("--threads takes an integer"),
-            "--shapes" => shapes = v,
-            "--torch" => torch = Some(v),
-            "--reps" => reps = v.parse().expect("--reps takes an integer"),
-            "--min-time" => min_time = v.parse().expect("--min-time takes seconds"),
-            other => panic!("unknown option {other}; see the example's doc comment"),
-        }
-    }
-    let args = ["--threads".to_string(), threads.to_string(), "--min-time".to_string(), min_time.to_string()];
-    let mut torch = torch.and_then(|script| TorchServer::start(&script, &args));
+    let mut opts = Options::from_args("32x64x32x32,8x256x16x16,256x1024");
+    let threads = opts.threads;
     println!("batch_norm (training) float32, {threads} threads (torch: PyTorch's time over ours, above 1: faster)");
     println!("{:<16} {:>9} {:>12} {:>9} {:>12}", "shape", "fwd ms", "fwd+bwd ms", "torch/fwd", "torch/both");
-    for s in shapes.split(',') {
+    for s in opts.shapes.clone().split(',') {
         let shape: Vec<usize> = s.split('x').map(|v| v.parse().expect("NxC[xHxW..]")).collect();
         assert!(shape.len() >= 2, "NxC[xHxW..]");
         let (n, c) = (shape.iter().product::<usize>(), shape[1]);
@@ -82,23 +66,7 @@ fn main() {
         // SAFETY: buffers match the specs' infos and outputs do not overlap inputs.
         let run_f = || unsafe { fwd.run(&fa) }.expect("run");
         let run_b = || unsafe { bwd.run(&ba) }.expect("run");
-        let ((tf, pf), (tb, pb)) = team::with_max_threads(threads, || {
-            (
-                timed(reps, min_time, run_f, &mut torch, s, "fwd"),
-                timed(
-                    reps,
-                    min_time,
-                    || {
-                        run_f();
-                        run_b();
-                    },
-                    &mut torch,
-                    s,
-                    "both",
-                ),
-            )
-        });
-        let ratio = |t: Option<f64>, ours: f64| t.map_or("-".into(), |t| format!("{:.2}", t / ours));
+        let ((tf, pf), (tb, pb)) = opts.fwd_and_both(s, run_f, run_b);
         println!("{s:<16} {tf:>9.3} {tb:>12.3} {:>9} {:>12}", ratio(pf, tf), ratio(pb, tb));
     }
 }

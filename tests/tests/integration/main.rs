@@ -14,6 +14,7 @@ mod gpt_trajectory;
 mod guide_listings;
 mod inplace_aliasing;
 mod ipu_model_report;
+mod layout;
 mod lower_memory_plan;
 mod lower_seed_examples;
 mod multi_ipu;

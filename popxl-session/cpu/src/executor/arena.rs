@@ -55,7 +55,8 @@ pub(super) const PAR_COPY_MIN: usize = 1 << 18;
 pub(super) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     let threads = crate::team::num_threads();
     if len < PAR_COPY_MIN || threads < 2 {
-        std::ptr::copy_nonoverlapping(src, dst, len);
+        // SAFETY: the caller's contract, that of `copy_nonoverlapping`.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
     }
     struct Ptrs(*const u8, *mut u8);
@@ -67,7 +68,9 @@ pub(super) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
         /// # Safety
         /// The range lies within both buffers.
         unsafe fn copy(&self, start: usize, n: usize) {
-            std::ptr::copy_nonoverlapping(self.0.add(start), self.1.add(start), n)
+            // SAFETY: `start + n` is within both buffers (this method's contract), which
+            // do not overlap (`copy_bytes`'s).
+            unsafe { std::ptr::copy_nonoverlapping(self.0.add(start), self.1.add(start), n) }
         }
     }
     let p = Ptrs(src, dst);

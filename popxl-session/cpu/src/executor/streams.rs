@@ -20,7 +20,9 @@ impl CpuExecutor {
         bytes: usize,
         count: usize,
     ) -> Result<(), BindError> {
-        self.bind_stream_strided(stream, host, bytes, count, 1, 0)
+        // SAFETY: `host` holds `count` elements of `bytes` (this function's contract),
+        // which is the strided contract with stride 1 from element 0.
+        unsafe { self.bind_stream_strided(stream, host, bytes, count, 1, 0) }
     }
 
     /// [`CpuExecutor::bind_stream`] to every `stride`-th element from element

@@ -24,7 +24,8 @@ impl Kernel for AddF32 {
         let (a, b) = (args.inputs[0] as *const f32, args.inputs[1] as *const f32);
         let y = args.outputs[0] as *mut f32;
         for i in 0..self.0 {
-            *y.add(i) = *a.add(i) + *b.add(i);
+            // SAFETY: the three buffers hold the kernel's `self.0` floats (`KernelArgs`).
+            unsafe { *y.add(i) = *a.add(i) + *b.add(i) };
         }
         Ok(())
     }
@@ -34,7 +35,8 @@ impl Kernel for AddInplaceF32 {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (b, y) = (args.inputs[1] as *const f32, args.outputs[0] as *mut f32);
         for i in 0..self.0 {
-            *y.add(i) += *b.add(i);
+            // SAFETY: both buffers hold the kernel's `self.0` floats (`KernelArgs`).
+            unsafe { *y.add(i) += *b.add(i) };
         }
         Ok(())
     }
@@ -42,8 +44,11 @@ impl Kernel for AddInplaceF32 {
 struct GreaterScalar;
 impl Kernel for GreaterScalar {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let (a, b) = (*(args.inputs[0] as *const f32), *(args.inputs[1] as *const f32));
-        *args.outputs[0] = (a > b) as u8;
+        // SAFETY: the inputs are scalar floats and the output a bool byte (`KernelArgs`).
+        unsafe {
+            let (a, b) = (*(args.inputs[0] as *const f32), *(args.inputs[1] as *const f32));
+            *args.outputs[0] = (a > b) as u8;
+        }
         Ok(())
     }
 }

@@ -1,12 +1,13 @@
 //! Elementwise binary kernels with numpy broadcasting: arithmetic, comparisons
 //! and `Where`; plus a generic n-ary broadcasting kernel reused by gradient ops
-//! (the n-ary `Maximum`/`Minimum` and `Fmod` are in `elementwise_ext`).
+//! and `Fmod`; the n-ary `Maximum`/`Minimum` are in [`extremum`], `ScaledAdd` in
+//! [`scaled_add`].
 
 use popart_ir::DataType;
 
 use super::broadcast::Broadcast;
 use super::dispatch::{bound_alias, with_any, with_bits, with_num};
-use super::elem::{Bool8, Num};
+use super::elem::{Bool8, Num, Rem};
 use super::float16::{f16_adapter, has_f16};
 use super::par::{par_range, par_range_cost, wide_simd, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
@@ -15,6 +16,9 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use half::f16;
 use popart_ir::ops::all as ir;
+
+pub(super) mod extremum;
+pub(super) mod scaled_add;
 
 /// A scalar function of two operands; implemented by zero-sized op types.
 pub(crate) trait Map2<T, O>: Send + Sync + 'static {
@@ -203,7 +207,17 @@ binary_ops! {
 }
 
 /// The other kernels of this file.
-pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::Where, build_where)];
+pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::Where, build_where), (&ir::Fmod, build_arith::<FmodMap>)];
+
+/// `Fmod`: the remainder of a truncated division ([`Rem`]).
+struct FmodMap;
+impl<T: Rem> Map2<T, T> for FmodMap {
+    const COST: usize = 8;
+    #[inline(always)]
+    fn f(a: T, b: T) -> T {
+        a.rem(b)
+    }
+}
 
 /// Two operands of one dtype and the output: (a, b, y, dtype).
 fn operands<'s>(spec: &'s KernelSpec<'_>) -> Result<(Slot<'s>, Slot<'s>, Slot<'s>, DataType), KernelError> {

@@ -182,16 +182,21 @@ unsafe fn reduce_into<T: Elem, C: Combine<T::Acc>>(
     while start < hi {
         let len = (hi - start).min(BLOCK);
         let acc = &mut acc[..len];
-        for (a, &x) in acc.iter_mut().zip(slice(src(0).add(start), len)) {
+        // SAFETY: `start + len <= hi`: within every source, which no one writes
+        // meanwhile (this function's contract); likewise for the other sources.
+        for (a, &x) in acc.iter_mut().zip(unsafe { slice(src(0).add(start), len) }) {
             *a = C::first(x.load());
         }
         for k in 1..count {
-            for (a, &x) in acc.iter_mut().zip(slice(src(k).add(start), len)) {
+            // SAFETY: as above.
+            for (a, &x) in acc.iter_mut().zip(unsafe { slice(src(k).add(start), len) }) {
                 *a = C::next(*a, x.load());
             }
         }
         for d in 0..ndst {
-            for (o, &a) in slice_mut(dst(d).add(start), len).iter_mut().zip(acc.iter()) {
+            // SAFETY: `start + len <= hi`, within the destination, which only this call
+            // touches meanwhile; the source slices above are no longer used.
+            for (o, &a) in unsafe { slice_mut(dst(d).add(start), len) }.iter_mut().zip(acc.iter()) {
                 *o = T::store(C::finish(a, count));
             }
         }
@@ -365,7 +370,9 @@ impl<T: Copy + Send + Sync + 'static> AllGatherKernel<T> {
         let off = k * self.n;
         if off < self.m {
             let len = self.n.min(self.m - off);
-            std::ptr::copy_nonoverlapping(src, out.add(off), len);
+            // SAFETY: `off + len <= m` and `len <= n`: within `out` and `src`, and `out`,
+            // this replica's own output, overlaps no input (this method's contract).
+            unsafe { std::ptr::copy_nonoverlapping(src, out.add(off), len) };
         }
     }
 }
@@ -448,7 +455,8 @@ impl<T, C> ReduceScatterKernel<T, C> {
 /// # Safety
 /// `out` is valid for writes of `c` elements.
 unsafe fn zero_tail<T>(out: *mut T, valid: usize, c: usize) {
-    std::ptr::write_bytes(out.add(valid), 0, c - valid);
+    // SAFETY: `valid..c` lies in `out`'s `c` elements (this function's contract).
+    unsafe { std::ptr::write_bytes(out.add(valid), 0, c - valid) };
 }
 
 impl<T: Elem, C: Combine<T::Acc>> Kernel for ReduceScatterKernel<T, C> {
@@ -501,10 +509,14 @@ impl<T: Copy + Send + Sync + 'static> Kernel for LocalShardKernel<T> {
         })?;
         let base = j.saturating_mul(self.c);
         let valid = self.n.saturating_sub(base).min(self.c);
-        if valid > 0 {
-            std::ptr::copy_nonoverlapping(x.add(base), out, valid);
+        // SAFETY: the input holds `n >= base + valid` elements and the output, the
+        // shard, `c >= valid`; they do not overlap (`KernelArgs`).
+        unsafe {
+            if valid > 0 {
+                std::ptr::copy_nonoverlapping(x.add(base), out, valid);
+            }
+            zero_tail(out, valid, self.c);
         }
-        zero_tail(out, valid, self.c);
         Ok(())
     }
 }
@@ -550,7 +562,9 @@ impl<T: Elem, C: Combine<T::Acc>> Kernel for MultiAllReduceKernel<T, C> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let src = |i: usize| args.inputs[i] as *const T;
         let dst = |i: usize| args.outputs[i] as *mut T;
-        reduce_into::<T, C>(self.k, src, self.k, dst, 0, self.n);
+        // SAFETY: the `k` inputs and outputs hold `n` elements each (`KernelArgs`), and
+        // this kernel, run by one thread, is their only user meanwhile.
+        unsafe { reduce_into::<T, C>(self.k, src, self.k, dst, 0, self.n) };
         Ok(())
     }
 }
@@ -563,7 +577,9 @@ struct CopyEachKernel {
 impl Kernel for CopyEachKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         for (&x, &y) in args.inputs.iter().zip(args.outputs) {
-            std::ptr::copy_nonoverlapping(x, y, self.nbytes);
+            // SAFETY: every input and output holds `nbytes`, and outputs overlap no
+            // input (`KernelArgs`).
+            unsafe { std::ptr::copy_nonoverlapping(x, y, self.nbytes) };
         }
         Ok(())
     }
@@ -593,6 +609,9 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::ReplicatedReduceScatter, build_reduce_scatter),
     (&ir::AllReduce, build_multi_all_reduce),
 ];
+
+pub(super) mod matmul_update;
+pub(super) mod update;
 
 #[cfg(test)]
 mod tests;

@@ -343,3 +343,26 @@ mod tests {
         assert_eq!(<f64 as Float>::tanh(0.0), 0.0);
     }
 }
+
+/// The remainder of a truncated division, with the sign of the dividend (C
+/// `fmod`, Rust `%`); an integer zero divisor gives 0, so no kernel can panic.
+pub(crate) trait Rem: Num {
+    fn rem(self, o: Self) -> Self;
+}
+
+macro_rules! impl_rem {
+    (int: $($t:ty),*) => {$(
+        impl Rem for $t {
+            #[inline(always)]
+            fn rem(self, o: Self) -> Self { if o == 0 { 0 } else { self.wrapping_rem(o) } }
+        }
+    )*};
+    (float: $($t:ty),*) => {$(
+        impl Rem for $t {
+            #[inline(always)]
+            fn rem(self, o: Self) -> Self { self % o }
+        }
+    )*};
+}
+impl_rem!(int: i8, i16, i32, i64, u8, u16, u32, u64);
+impl_rem!(float: f32, f64);

@@ -95,7 +95,9 @@ impl Kernel for F16Adapter {
                 Some(s) => {
                     let buf = &mut st.scratch[s];
                     let src = if self.in_place && p == 0 { args.outputs[0] as *const u8 } else { args.inputs[p] };
-                    slice(src as *const f16, buf.len()).convert_to_f32_slice(buf);
+                    // SAFETY: the scratch buffer has the input's element count (both built
+                    // from the spec), and `args` holds the spec's buffers.
+                    unsafe { slice(src as *const f16, buf.len()) }.convert_to_f32_slice(buf);
                     st.in_ptrs[p] = buf.as_ptr() as *const u8;
                 }
                 None => st.in_ptrs[p] = args.inputs[p],
@@ -108,11 +110,16 @@ impl Kernel for F16Adapter {
             };
         }
         // An error means the inner kernel wrote nothing: neither do we.
-        self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs })?;
+        // SAFETY: the inner kernel's spec is this one's with float16 made float32: its
+        // float32 buffers are the scratch buffers sized for it, the others `args`'
+        // own, and scratch outputs overlap nothing.
+        unsafe { self.inner.run(&KernelArgs { inputs: &st.in_ptrs, outputs: &st.out_ptrs }) }?;
         for (p, s) in self.outs.iter().enumerate() {
             if let Some(s) = *s {
                 let buf = &st.scratch[s];
-                slice_mut(args.outputs[p] as *mut f16, buf.len()).convert_from_f32_slice(buf);
+                // SAFETY: output `p` holds the scratch buffer's element count (both from the
+                // spec) and overlaps no input (`KernelArgs`).
+                unsafe { slice_mut(args.outputs[p] as *mut f16, buf.len()) }.convert_from_f32_slice(buf);
             }
         }
         Ok(())

@@ -40,7 +40,8 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 /// # Safety
 /// `p` points to one int32.
 unsafe fn read_log2_scale(p: *const u8) -> Result<i32, KernelRunError> {
-    let s = *(p as *const i32);
+    // SAFETY: `p` points to one int32 (this function's contract).
+    let s = unsafe { *(p as *const i32) };
     if LOG2_SCALE_RANGE.contains(&s) {
         Ok(s)
     } else {
@@ -71,25 +72,31 @@ fn build_to_fp8(spec: &KernelSpec<'_>) -> BuildResult {
 
 impl Kernel for ToFp8 {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let scale = pow2(read_log2_scale(args.inputs[1])?);
+        // SAFETY: input 1 is the int32 `log2_scale` (checked at build; `KernelArgs`).
+        let scale = pow2(unsafe { read_log2_scale(args.inputs[1]) }?);
         let (fmt, out) = (self.fmt, SendPtr(args.outputs[0]));
         let src = args.inputs[0];
         match self.src {
             DataType::Float16 => {
-                let x = slice(src as *const f16, self.n);
+                // SAFETY: input 0 holds `n` values of the source dtype (`KernelArgs`).
+                let x = unsafe { slice(src as *const f16, self.n) };
                 par_range(self.n, |r| {
-                    let y = slice_mut(out.get(), self.n);
-                    for i in r {
-                        y[i] = encode_scaled(fmt, x[i].to_f64(), scale, true);
+                    // SAFETY: the output holds `n` codes and overlaps no input; the pieces
+                    // of `0..n` are disjoint.
+                    let y = unsafe { slice_mut(out.get().add(r.start), r.len()) };
+                    for (o, v) in y.iter_mut().zip(&x[r]) {
+                        *o = encode_scaled(fmt, v.to_f64(), scale, true);
                     }
                 });
             }
             _ => {
-                let x = slice(src as *const f32, self.n);
+                // SAFETY: as above.
+                let x = unsafe { slice(src as *const f32, self.n) };
                 par_range(self.n, |r| {
-                    let y = slice_mut(out.get(), self.n);
-                    for i in r {
-                        y[i] = encode_scaled(fmt, f64::from(x[i]), scale, true);
+                    // SAFETY: as above.
+                    let y = unsafe { slice_mut(out.get().add(r.start), r.len()) };
+                    for (o, &v) in y.iter_mut().zip(&x[r]) {
+                        *o = encode_scaled(fmt, f64::from(v), scale, true);
                     }
                 });
             }
@@ -120,28 +127,34 @@ fn build_from_fp8(spec: &KernelSpec<'_>) -> BuildResult {
 /// # Safety
 /// `x` holds `n` codes, `out` room for `n` values.
 unsafe fn lookup<T: Copy + Send + Sync>(table: &[T; 256], x: *const u8, out: *mut T, n: usize) {
-    let x = slice(x, n);
+    // SAFETY: `x` holds `n` codes (this function's contract).
+    let x = unsafe { slice(x, n) };
     let out = SendPtr(out);
     par_range(n, |r| {
-        let y = slice_mut(out.get(), n);
-        for i in r {
-            y[i] = table[usize::from(x[i])];
+        // SAFETY: `out` has room for `n` values (this function's contract); the pieces
+        // of `0..n` are disjoint.
+        let y = unsafe { slice_mut(out.get().add(r.start), r.len()) };
+        for (o, &c) in y.iter_mut().zip(&x[r]) {
+            *o = table[usize::from(c)];
         }
     });
 }
 
 impl Kernel for FromFp8 {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let scale = pow2(read_log2_scale(args.inputs[1])?);
+        // SAFETY: input 1 is the int32 `log2_scale` (checked at build; `KernelArgs`).
+        let scale = pow2(unsafe { read_log2_scale(args.inputs[1]) }?);
         let base = self.fmt.decode_table();
         // Every code times 2^s with |s| <= 32 is an f32 (normal): exact.
         let scaled: [f32; 256] = std::array::from_fn(|c| (f64::from(base[c]) * scale) as f32);
         match self.dst {
             DataType::Float16 => {
                 let table: [f16; 256] = std::array::from_fn(|c| f16::from_f32(scaled[c]));
-                lookup(&table, args.inputs[0], args.outputs[0] as *mut f16, self.n);
+                // SAFETY: input 0 holds `n` codes and output 0 `n` values (`KernelArgs`).
+                unsafe { lookup(&table, args.inputs[0], args.outputs[0] as *mut f16, self.n) };
             }
-            _ => lookup(&scaled, args.inputs[0], args.outputs[0] as *mut f32, self.n),
+            // SAFETY: as above.
+            _ => unsafe { lookup(&scaled, args.inputs[0], args.outputs[0] as *mut f32, self.n) },
         }
         Ok(())
     }
@@ -198,26 +211,37 @@ fn build_scaled_product(spec: &KernelSpec<'_>) -> BuildResult {
 /// `src` holds `dst.len()` codes.
 unsafe fn decode_into(fmt: Float8Format, src: *const u8, dst: &mut [f32]) {
     let table = fmt.decode_table();
-    lookup(table, src, dst.as_mut_ptr(), dst.len());
+    // SAFETY: `src` holds `dst.len()` codes (this function's contract), `dst` room
+    // for as many values.
+    unsafe { lookup(table, src, dst.as_mut_ptr(), dst.len()) };
 }
 
 impl Kernel for ScaledProduct {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let scale = pow2(read_log2_scale(args.inputs[2])?);
+        // SAFETY: input 2 is the int32 `log2_scale` (checked at build; `KernelArgs`).
+        let scale = pow2(unsafe { read_log2_scale(args.inputs[2]) }?);
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let st = &mut *guard;
-        decode_into(self.fmts[0], args.inputs[0], &mut st.a);
-        decode_into(self.fmts[1], args.inputs[1], &mut st.b);
+        // SAFETY: the scratch buffers have the element counts of inputs 0 and 1 (sized
+        // from the spec at build), which `args` holds.
+        unsafe {
+            decode_into(self.fmts[0], args.inputs[0], &mut st.a);
+            decode_into(self.fmts[1], args.inputs[1], &mut st.b);
+        }
         let ins = [st.a.as_ptr() as *const u8, st.b.as_ptr() as *const u8];
         let outs = [st.y.as_mut_ptr() as *mut u8];
-        self.inner.run(&KernelArgs { inputs: &ins, outputs: &outs })?;
+        // SAFETY: the inner f32 kernel was built for the scratch buffers' infos; the
+        // output scratch overlaps neither input scratch.
+        unsafe { self.inner.run(&KernelArgs { inputs: &ins, outputs: &outs }) }?;
         let n = st.y.len();
         let (acc, out) = (&st.y, SendPtr(args.outputs[0] as *mut f16));
         par_range(n, |r| {
-            let y = slice_mut(out.get(), n);
-            for i in r {
+            // SAFETY: the f16 output has the f32 scratch's `n` elements (`KernelArgs`);
+            // the pieces of `0..n` are disjoint.
+            let y = unsafe { slice_mut(out.get().add(r.start), r.len()) };
+            for (o, &a) in y.iter_mut().zip(&acc[r]) {
                 // The f32 sum times 2^s is exact in f64: one rounding, to f16.
-                y[i] = f16::from_f64(f64::from(acc[i]) * scale);
+                *o = f16::from_f64(f64::from(a) * scale);
             }
         });
         Ok(())

@@ -159,7 +159,8 @@ struct InitKernel {
 
 impl Kernel for InitKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        slice_mut(args.outputs[0], self.nbytes).fill(0);
+        // SAFETY: output 0 holds the spec's `nbytes` (`KernelArgs`).
+        unsafe { slice_mut(args.outputs[0], self.nbytes) }.fill(0);
         Ok(())
     }
 }
@@ -284,7 +285,7 @@ fn build_reduce_grad(spec: &KernelSpec<'_>) -> BuildResult {
         | ReduceKind::L2
         | ReduceKind::LogSum
         | ReduceKind::LogSumExp
-        | ReduceKind::SumSquare => super::reduce_ext::build_reduce_grad(spec, reduction),
+        | ReduceKind::SumSquare => super::reduce::groups::build_reduce_grad(spec, reduction),
     }
 }
 

@@ -1,16 +1,21 @@
 //! Indexing kernels: `Subsample`, `Split`, the dynamic slices and updates,
 //! `Onehot`, `GroupedGather` and `TiedGather`, and their gradients (the
-//! scatters are in `scatter`). Index semantics are documented in
+//! scatters are in [`scatter`]). Index semantics are documented in
 //! `popart_ir::ops::indexing`.
 //!
 //! Every plan (strides, runs, per-group sizes) is fixed at build time; the
 //! kernels that only move elements are instantiated per element size.
+
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
 
 use super::broadcast::{contiguous_strides, MAX_RANK};
 use super::dispatch::{with_bits, with_index, with_num};
 use super::elem::{IndexElem, Num};
 use super::float16::{f16_adapter, has_f16};
 use super::ptr::{slice, slice_mut};
+use super::shape::GatherDims;
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
@@ -22,6 +27,8 @@ use popart_ir::ops::indexing_grad::{
 };
 use popart_ir::ops::shape::GatherAttrs;
 use popart_ir::DataType;
+
+pub(super) mod scatter;
 
 /// Check output `index` has the expected shape and dtype.
 pub(super) fn check_out(
@@ -559,36 +566,8 @@ fn build_onehot(spec: &KernelSpec<'_>) -> BuildResult {
 #[derive(Clone, Copy, Debug)]
 struct GroupDims {
     groups: usize,
-    outer: usize,
-    axis_len: usize,
-    inner: usize,
-    nidx: usize,
-}
-
-impl GroupDims {
-    #[inline(always)]
-    fn row(&self, v: i64) -> Option<usize> {
-        let a = self.axis_len as i64;
-        let v = if v < 0 { v + a } else { v };
-        (0..a).contains(&v).then_some(v as usize)
-    }
-
-    fn check<I: IndexElem>(&self, check: bool, idx: &[I]) -> KernelResult {
-        if check {
-            if let Some(&v) = idx.iter().find(|&&v| self.row(v.to_i64()).is_none()) {
-                return Err(KernelRunError::IndexOutOfRange { index: v.to_i64(), bound: self.axis_len });
-            }
-        }
-        Ok(())
-    }
-
-    fn data_len(&self) -> usize {
-        self.outer * self.axis_len * self.inner
-    }
-
-    fn out_len(&self) -> usize {
-        self.outer * self.nidx * self.inner
-    }
+    /// The geometry of one group.
+    g: GatherDims,
 }
 
 /// `GroupedGather`, `TiedGather`: out-of-range indices give zero rows.
@@ -601,22 +580,13 @@ struct GroupedGatherKernel<E, I> {
 
 impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GroupedGatherKernel<E, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let d = self.d;
-        let idx_all = slice(args.inputs[self.pos[1]] as *const I, d.groups * d.nidx);
+        let GroupDims { groups, g: d } = self.d;
+        let idx_all = slice(args.inputs[self.pos[1]] as *const I, groups * d.nidx);
         d.check(self.check, idx_all)?;
-        for g in 0..d.groups {
+        for g in 0..groups {
             let x = (args.inputs[self.pos[0]] as *const E).add(g * d.data_len());
             let y = (args.outputs[0] as *mut E).add(g * d.out_len());
-            let idx = &idx_all[g * d.nidx..][..d.nidx];
-            for o in 0..d.outer {
-                for (i, &v) in idx.iter().enumerate() {
-                    let out = slice_mut(y.add((o * d.nidx + i) * d.inner), d.inner);
-                    match d.row(v.to_i64()) {
-                        Some(r) => out.copy_from_slice(slice(x.add((o * d.axis_len + r) * d.inner), d.inner)),
-                        None => out.fill(E::default()),
-                    }
-                }
-            }
+            d.gather_rows(x, &idx_all[g * d.nidx..][..d.nidx], y);
         }
         Ok(())
     }
@@ -632,26 +602,15 @@ struct GroupedGatherGradKernel<T, I> {
 
 impl<T: Num, I: IndexElem> Kernel for GroupedGatherGradKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let d = self.d;
-        let idx_all = slice(args.inputs[self.pos[1]] as *const I, d.groups * d.nidx);
+        let GroupDims { groups, g: d } = self.d;
+        let idx_all = slice(args.inputs[self.pos[1]] as *const I, groups * d.nidx);
         d.check(self.check, idx_all)?;
-        let y_all = slice_mut(args.outputs[0] as *mut T, d.groups * d.data_len());
+        let y_all = slice_mut(args.outputs[0] as *mut T, groups * d.data_len());
         y_all.fill(T::ZERO);
-        for g in 0..d.groups {
+        for g in 0..groups {
             let gr = (args.inputs[self.pos[0]] as *const T).add(g * d.out_len());
             let y = &mut y_all[g * d.data_len()..][..d.data_len()];
-            let idx = &idx_all[g * d.nidx..][..d.nidx];
-            for o in 0..d.outer {
-                for (i, &v) in idx.iter().enumerate() {
-                    if let Some(r) = d.row(v.to_i64()) {
-                        let src = slice(gr.add((o * d.nidx + i) * d.inner), d.inner);
-                        let dst = &mut y[(o * d.axis_len + r) * d.inner..][..d.inner];
-                        for (a, &b) in dst.iter_mut().zip(src) {
-                            *a = a.add(b);
-                        }
-                    }
-                }
-            }
+            d.add_rows(gr, &idx_all[g * d.nidx..][..d.nidx], y);
         }
         Ok(())
     }
@@ -676,10 +635,12 @@ fn build_grouped_gather(spec: &KernelSpec<'_>) -> BuildResult {
     let first = usize::from(groups > 1);
     let d = GroupDims {
         groups,
-        outer: data.shape()[first..axis].iter().product(),
-        axis_len: data.shape()[axis],
-        inner: data.shape()[axis + 1..].iter().product(),
-        nidx: idx.shape()[first.min(idx.info.rank())..].iter().product(),
+        g: GatherDims {
+            outer: data.shape()[first..axis].iter().product(),
+            axis_len: data.shape()[axis],
+            inner: data.shape()[axis + 1..].iter().product(),
+            nidx: idx.shape()[first.min(idx.info.rank())..].iter().product(),
+        },
     };
     // `zero_OOR` asks for zeros at out-of-range indices: never an error.
     let check = spec.check_indices && !zero_oor;

@@ -9,8 +9,7 @@ use popart_ir::DataType;
 use super::binary::{Binary, Map2};
 use super::dispatch::dispatch_dtype;
 use super::elem::Bool8;
-use super::par::par_range;
-use super::ptr::{slice, slice_mut, SendPtr};
+use super::par::par_map;
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
@@ -74,20 +73,15 @@ struct PredKernel<T, P> {
 
 impl<T: Copy + Send + Sync + 'static, P: Pred<T>> Kernel for PredKernel<T, P> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let x = SendPtr(args.inputs[0] as *mut T);
-        let y = SendPtr(args.outputs[0] as *mut Bool8);
-        par_range(
-            self.n,
-            #[inline(always)]
-            move |r| {
-                // SAFETY: buffers hold `n` elements and do not overlap.
-                let (xs, ys) =
-                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+        let (x, y) = (args.inputs[0] as *const T, args.outputs[0] as *mut Bool8);
+        // SAFETY: the buffers hold `n` elements and do not overlap.
+        unsafe {
+            par_map(self.n, x, y, |_, xs, ys| {
                 for (o, &v) in ys.iter_mut().zip(xs) {
                     *o = Bool8(P::f(v) as u8);
                 }
-            },
-        );
+            })
+        };
         Ok(())
     }
 }
@@ -109,20 +103,14 @@ struct NotKernel {
 
 impl Kernel for NotKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let x = SendPtr(args.inputs[0] as *mut u8);
-        let y = SendPtr(args.outputs[0]);
-        par_range(
-            self.n,
-            #[inline(always)]
-            move |r| {
-                // SAFETY: buffers hold `n` bytes and do not overlap.
-                let (xs, ys) =
-                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+        // SAFETY: the buffers hold `n` bytes and do not overlap.
+        unsafe {
+            par_map(self.n, args.inputs[0], args.outputs[0], |_, xs, ys| {
                 for (o, &v) in ys.iter_mut().zip(xs) {
                     *o = (v == 0) as u8;
                 }
-            },
-        );
+            })
+        };
         Ok(())
     }
 }

@@ -9,6 +9,10 @@
 //! performs the batch reduction. Float types run on the `gemm` crate; integer
 //! types on a straightforward loop.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use gemm::Parallelism;
 use half::f16;
 use popart_ir::ops::broadcast_shapes;

@@ -34,10 +34,15 @@
 //!   exceptions are inside the `gemm` crate, which allocates its packing buffer per
 //!   call for large products, and `PrintTensor` when it prints (it formats text).
 //!
-//! Layout: one file per op family (`unary`, `binary`, `matmul`, `reduce`,
-//! `reduce_ext`, `scan`, `sort`, `nn`, `shape`, `var_update`, `accumulate`,
-//! `optimizer`, `random`, `grad`, `elementwise_ext`, `logical`, `print`,
-//! `indexing`, `scatter`, `conv` (a folder: geometry, passes, tasks and the picker in `conv/mod.rs`, one file per method and concept), `pool`, `norm`, `resize`, `roi_align`, `collectives`), each exporting its `KERNELS` table,
+//! Layout: one file or folder per op family of `popart_ir::ops` (`unary`, with
+//! `unary/params`; `binary`, with `binary/scaled_add` and `binary/extremum`;
+//! `matmul`, `reduce`, with `reduce/groups`; `scan`, `sort`, `nn`, `shape`,
+//! `var_update`, with `var_update/accumulate`; `optimizer`, `random`, `grad`,
+//! `logical`, `print`, `indexing`, with `indexing/scatter`; `conv` (a folder:
+//! geometry, passes, tasks and the picker in `conv/mod.rs`, one file per method
+//! and concept), `float8`, `pool`, `norm`, `resize`, `roi_align`, `collectives`,
+//! with `collectives/update` and `collectives/matmul_update`), each exporting
+//! its `KERNELS` table,
 //! over the shared machinery: `spec` (typed spec accessors, build errors),
 //! `elem` (element traits), `dispatch` (dtype dispatch macros), `broadcast`
 //! (broadcast and stride plans), `par` (threading and SIMD dispatch), `ptr`
@@ -61,16 +66,12 @@
 //! assert_eq!(y, [11.0, 22.0, 33.0]);
 //! ```
 
-mod accumulate;
 mod binary;
 mod broadcast;
 mod collectives;
-mod collectives_matmul_update;
-mod collectives_update;
 mod conv;
 mod dispatch;
 mod elem;
-mod elementwise_ext;
 mod float16;
 mod float8;
 mod grad;
@@ -86,11 +87,9 @@ mod print;
 mod ptr;
 mod random;
 mod reduce;
-mod reduce_ext;
 mod resize;
 mod roi_align;
 mod scan;
-mod scatter;
 mod shape;
 mod sort;
 mod spec;
@@ -126,21 +125,23 @@ fn registry() -> &'static Registry {
             binary::KERNELS,
             matmul::KERNELS,
             reduce::KERNELS,
-            reduce_ext::KERNELS,
+            reduce::groups::KERNELS,
             scan::KERNELS,
             sort::KERNELS,
             nn::KERNELS,
             shape::KERNELS,
             var_update::KERNELS,
-            accumulate::KERNELS,
+            var_update::accumulate::KERNELS,
             optimizer::KERNELS,
             random::KERNELS,
             grad::KERNELS,
-            elementwise_ext::KERNELS,
+            unary::params::KERNELS,
+            binary::scaled_add::KERNELS,
+            binary::extremum::KERNELS,
             logical::KERNELS,
             print::KERNELS,
             indexing::KERNELS,
-            scatter::KERNELS,
+            indexing::scatter::KERNELS,
             conv::KERNELS,
             float8::KERNELS,
             pool::KERNELS,
@@ -148,8 +149,8 @@ fn registry() -> &'static Registry {
             resize::KERNELS,
             roi_align::KERNELS,
             collectives::KERNELS,
-            collectives_update::KERNELS,
-            collectives_matmul_update::KERNELS,
+            collectives::update::KERNELS,
+            collectives::matmul_update::KERNELS,
         ];
         let map = tables.iter().flat_map(|t| t.iter()).map(|(def, b)| (def.id(), (*b, true))).collect();
         RwLock::new(map)

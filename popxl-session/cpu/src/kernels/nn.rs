@@ -11,6 +11,10 @@
 //! Built with run-time checks ([`KernelSpec::check_indices`]), the kernels
 //! instead fail on such a label before writing anything.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use super::dispatch::{with_float, with_index};
 use super::elem::{Float, IndexElem};
 use super::float16::{f16_adapter, has_f16};

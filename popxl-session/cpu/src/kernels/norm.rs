@@ -22,6 +22,10 @@
 //! writes `x · a[c] + b[c]`; the gradient takes `Σ g` and `Σ g · (x − μ)`, then
 //! writes `dx`. Chunks run on the worker team above a size threshold.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::sync::Mutex;
 
 use popart_ir::ops::all as ir;

@@ -9,13 +9,13 @@ use popart_ir::ops::optimizer::AdamMode;
 use popart_ir::ops::optimizer::{AdamUpdaterAttrs, AdamVarUpdateAttrs};
 use popart_ir::DataType;
 
-use super::accumulate::{read_f64, Scalar};
 use super::dispatch::with_float;
 use super::elem::Float;
 use super::float16::{f16_adapter, has_f16};
 use super::par::par_range_cost;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
+use super::var_update::accumulate::{read_f64, Scalar};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 
@@ -28,12 +28,15 @@ unsafe fn increment_step(p: *mut u8, dt: DataType) -> f64 {
     macro_rules! int {
         ($t:ty) => {{
             let s = p as *mut $t;
-            *s = (*s).wrapping_add(1);
+            // SAFETY: `p` holds one `dt` element only we access (this function's contract).
+            unsafe { *s = (*s).wrapping_add(1) };
         }};
     }
     match dt {
-        DataType::Float32 => *(p as *mut f32) += 1.0,
-        DataType::Float64 => *(p as *mut f64) += 1.0,
+        // SAFETY: as in `int!`.
+        DataType::Float32 => unsafe { *(p as *mut f32) += 1.0 },
+        // SAFETY: as in `int!`.
+        DataType::Float64 => unsafe { *(p as *mut f64) += 1.0 },
         DataType::Int8 => int!(i8),
         DataType::Int16 => int!(i16),
         DataType::Int32 => int!(i32),
@@ -45,7 +48,8 @@ unsafe fn increment_step(p: *mut u8, dt: DataType) -> f64 {
         // Refused at build time.
         DataType::Float16 | DataType::Bool | DataType::Float8_143 | DataType::Float8_152 => {}
     }
-    read_f64(p, dt)
+    // SAFETY: `p` holds one `dt` element (this function's contract).
+    unsafe { read_f64(p, dt) }
 }
 
 /// `AdamUpdater` on `T`: `ADAMAX` skips the square root of `v`, `DECAY` adds `wd * w`.
@@ -68,17 +72,28 @@ impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKern
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         // The step is a modified input: written through its own pointer, which the
         // executor gives this op alone for the duration of the run.
-        let step = self.step.map(|(p, dt)| increment_step(args.inputs[p] as *mut u8, dt));
+        // SAFETY: the build checked the step is one element of `dt`.
+        let step = self.step.map(|(p, dt)| unsafe { increment_step(args.inputs[p] as *mut u8, dt) });
+        // SAFETY: the build made `Input` scalars only of one-element inputs
+        // (`Scalar::of`), which `args` holds (`KernelArgs`).
+        let [beta1, beta2, eps, wd] = unsafe {
+            [
+                self.beta1.get(args),
+                self.beta2.get(args),
+                self.eps.get(args),
+                if DECAY { self.wd.get(args) } else { 0.0 },
+            ]
+        };
         let (mut c1, mut c2) = (1.0, 1.0);
         if let (true, Some(t)) = (self.bias, step) {
-            c1 = 1.0 - self.beta1.get(args).powf(t);
+            c1 = 1.0 - beta1.powf(t);
             if !ADAMAX {
-                c2 = 1.0 - self.beta2.get(args).powf(t);
+                c2 = 1.0 - beta2.powf(t);
             }
         }
         let (c1, c2) = (T::from_f64(c1), T::from_f64(c2));
-        let eps = T::from_f64(self.eps.get(args));
-        let wd = T::from_f64(if DECAY { self.wd.get(args) } else { 0.0 });
+        let eps = T::from_f64(eps);
+        let wd = T::from_f64(wd);
         let (m, v, w) =
             (args.inputs[self.m] as *const T, args.inputs[self.v] as *const T, args.inputs[self.w] as *const T);
         let (m, v, w) = (SendPtr(m as *mut T), SendPtr(v as *mut T), SendPtr(w as *mut T));
@@ -205,14 +220,19 @@ fn trust_ratio(r1sq: f64, r2sq: f64, mwn: f64) -> f64 {
 
 impl<T: Float> Kernel for AdamVarUpdateKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let ratio = match self.norms {
-            Some((r1, r2)) => {
-                let mwn = self.mwn.map_or(f64::INFINITY, |m| m.get(args));
-                trust_ratio(r1.get(args), r2.get(args), mwn)
-            }
-            None => 1.0,
+        // SAFETY: the build made `Input` scalars only of one-element inputs
+        // (`Scalar::of`), which `args` holds (`KernelArgs`).
+        let (ratio, lr) = unsafe {
+            let ratio = match self.norms {
+                Some((r1, r2)) => {
+                    let mwn = self.mwn.map_or(f64::INFINITY, |m| m.get(args));
+                    trust_ratio(r1.get(args), r2.get(args), mwn)
+                }
+                None => 1.0,
+            };
+            (ratio, self.lr.get(args))
         };
-        let s = T::from_f64(-(self.lr.get(args) * ratio));
+        let s = T::from_f64(-(lr * ratio));
         let w = SendPtr(args.outputs[0] as *mut T);
         let x = SendPtr(args.inputs[self.x] as *mut T);
         par_range_cost(

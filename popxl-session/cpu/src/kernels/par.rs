@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use super::ptr::{slice, slice_mut, SendPtr};
 use crate::team;
 
 /// Elements below which a kernel never splits work over threads.
@@ -17,6 +18,28 @@ const PAR_CHUNK: usize = 1 << 14;
 #[inline]
 pub(crate) fn par_range(n: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     par_split(n, PAR_MIN_ELEMS, PAR_CHUNK, f);
+}
+
+/// `f(start, xs, ys)` over the pieces [`par_range`] makes of `0..n`: `xs` and
+/// `ys` are a piece's elements of `x` and `y`, `start` the index of its first
+/// element (one input to one output of another type: casts, predicates, masks).
+///
+/// # Safety
+/// `x` must hold `n` elements of `S` and `y` `n` elements of `D`, both valid for
+/// the call, and they must not overlap.
+#[inline(always)]
+pub(crate) unsafe fn par_map<S, D>(n: usize, x: *const S, y: *mut D, f: impl Fn(usize, &[S], &mut [D]) + Sync + Send) {
+    let (x, y) = (SendPtr(x as *mut S), SendPtr(y));
+    par_range(
+        n,
+        #[inline(always)]
+        move |r| {
+            // SAFETY: both buffers hold `n` elements and do not overlap (the caller's
+            // contract); the pieces of `0..n` are disjoint.
+            let (xs, ys) = unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+            f(r.start, xs, ys);
+        },
+    );
 }
 
 /// [`par_range`] for work costing about `cost` simple elementwise operations per

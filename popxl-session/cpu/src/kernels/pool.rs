@@ -9,6 +9,10 @@
 //! input (vectorised along the row). Window element counts are separable
 //! (valid leading taps × valid rows × valid columns) and precomputed at build time.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use popart_ir::ops::all as ir;
 use popart_ir::ops::pool::{pool_geometry, PoolAttrs};
 

@@ -33,7 +33,8 @@ pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize) -> &'a [T] {
     if n == 0 {
         &[]
     } else {
-        std::slice::from_raw_parts(p, n)
+        // SAFETY: `p` is valid for `n > 0` reads (this function's contract).
+        unsafe { std::slice::from_raw_parts(p, n) }
     }
 }
 
@@ -46,6 +47,7 @@ pub(crate) unsafe fn slice_mut<'a, T>(p: *mut T, n: usize) -> &'a mut [T] {
     if n == 0 {
         &mut []
     } else {
-        std::slice::from_raw_parts_mut(p, n)
+        // SAFETY: `p` is valid for `n > 0` writes and not aliased (this function's contract).
+        unsafe { std::slice::from_raw_parts_mut(p, n) }
     }
 }

@@ -24,7 +24,7 @@ use super::broadcast::Broadcast;
 use super::dispatch::with_float;
 use super::elem::Float;
 use super::float16::{f16_adapter, has_f16};
-use super::par::par_range;
+use super::par::{par_map, par_range};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -94,9 +94,14 @@ fn normal_pair(b: u64) -> (f64, f64) {
     (r * c, r * s)
 }
 
+/// The `uint32[2]` seed at `p`.
+///
+/// # Safety
+/// `p` holds two `u32`.
 #[inline(always)]
 unsafe fn read_seed(p: *const u8) -> [u32; 2] {
-    let s = slice(p as *const u32, 2);
+    // SAFETY: `p` holds two `u32` (this function's contract).
+    let s = unsafe { slice(p as *const u32, 2) };
     [s[0], s[1]]
 }
 
@@ -116,7 +121,8 @@ struct RandomKernel<T> {
 
 impl<T: Float> Kernel for RandomKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let seed = read_seed(args.inputs[self.seed]);
+        // SAFETY: the seed input is a `uint32[2]` tensor (checked at build; `KernelArgs`).
+        let seed = unsafe { read_seed(args.inputs[self.seed]) };
         let y = SendPtr(args.outputs[0] as *mut T);
         let dist = self.dist;
         let f64_bits = std::mem::size_of::<T>() == 8;
@@ -172,23 +178,19 @@ struct DropoutKernel<T> {
 
 impl<T: Float> Kernel for DropoutKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let seed = read_seed(args.inputs[self.pos[1]]);
-        let x = SendPtr(args.inputs[self.pos[0]] as *mut T);
-        let y = SendPtr(args.outputs[0] as *mut T);
+        // SAFETY: the seed input is a `uint32[2]` tensor (checked at build; `KernelArgs`).
+        let seed = unsafe { read_seed(args.inputs[self.pos[1]]) };
+        let (x, y) = (args.inputs[self.pos[0]] as *const T, args.outputs[0] as *mut T);
         let (p, scale) = (self.p, T::from_f64(1.0 / (1.0 - self.p)));
         let st = stream_state(seed, Stream::Dropout);
-        par_range(
-            self.n,
-            #[inline(always)]
-            move |r| {
-                // SAFETY: buffers hold `n` elements and do not overlap; pieces are disjoint.
-                let (xs, ys) =
-                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
-                for ((i, o), &v) in (r.start as u64..).zip(ys).zip(xs) {
+        // SAFETY: the buffers hold `n` elements and do not overlap.
+        unsafe {
+            par_map(self.n, x, y, |start, xs, ys| {
+                for ((i, o), &v) in (start as u64..).zip(ys).zip(xs) {
                     *o = if unit24(bits(st, i)) >= p { v * scale } else { T::ZERO };
                 }
-            },
-        );
+            })
+        };
         Ok(())
     }
 }
@@ -204,7 +206,8 @@ struct ShapedDropoutKernel<T> {
 
 impl<T: Float> Kernel for ShapedDropoutKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let seed = read_seed(args.inputs[self.pos[1]]);
+        // SAFETY: the seed input is a `uint32[2]` tensor (checked at build; `KernelArgs`).
+        let seed = unsafe { read_seed(args.inputs[self.pos[1]]) };
         let st = stream_state(seed, Stream::ShapedDropout);
         let scale = T::from_f64(1.0 / (1.0 - self.ratio));
         let mut guard = self.mask.lock().unwrap_or_else(|e| e.into_inner());
@@ -254,10 +257,12 @@ struct ModifySeedKernel {
 
 impl Kernel for ModifySeedKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let [l, r] = read_seed(args.inputs[self.pos[0]]);
-        let m = *(args.inputs[self.pos[1]] as *const u32);
+        // SAFETY: the build checked a `uint32[2]` seed and a one-element `uint32`
+        // modifier (`KernelArgs`: the buffers hold them).
+        let ([l, r], m) = unsafe { (read_seed(args.inputs[self.pos[0]]), *(args.inputs[self.pos[1]] as *const u32)) };
         let h = (bits(stream_state([l, r.wrapping_add(m)], Stream::SeedSplit), 0) >> 32) as u32;
-        let out = slice_mut(args.outputs[0] as *mut u32, 2);
+        // SAFETY: the output is a `uint32[2]` tensor overlapping no input (`KernelArgs`).
+        let out = unsafe { slice_mut(args.outputs[0] as *mut u32, 2) };
         out.copy_from_slice(&[l, h]);
         Ok(())
     }

@@ -6,6 +6,10 @@
 //! dims), so contiguous runs are either folded into one output (innermost dim
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use super::broadcast::Broadcast;
 use std::sync::Mutex;
 
@@ -20,6 +24,8 @@ use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::reduce::ReduceAttrs;
+
+pub(super) mod groups;
 
 /// How values combine. Implemented by zero-sized reducer types: each element is
 /// `map`ped, then `combine`d into the accumulator (partial accumulators of a

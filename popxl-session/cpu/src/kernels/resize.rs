@@ -118,8 +118,10 @@ impl<T: Float> ResizeKernel<T> {
 impl<T: Float> Kernel for ResizeKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (n_in, n_out) = if self.grad { (self.out_len, self.in_len) } else { (self.in_len, self.out_len) };
-        let input = slice(args.inputs[self.src] as *const T, n_in);
-        let output = slice_mut(args.outputs[0] as *mut T, n_out);
+        // SAFETY: the input and the output hold the spec's `n_in` and `n_out`
+        // elements and do not overlap (`KernelArgs`).
+        let (input, output) =
+            unsafe { (slice(args.inputs[self.src] as *const T, n_in), slice_mut(args.outputs[0] as *mut T, n_out)) };
         if self.stages.is_empty() {
             output.copy_from_slice(input);
             return Ok(());

@@ -146,8 +146,14 @@ impl<T: Float + ToF64, I: IndexElem> Roi<T, I> {
 impl<T: Float + ToF64, I: IndexElem> Kernel for Roi<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (plane, bins) = (self.h * self.w, self.oh * self.ow);
-        let boxes = slice(args.inputs[self.pos[1]] as *const T, self.rois * 4);
-        let index = slice(args.inputs[self.pos[2]] as *const I, self.rois);
+        // SAFETY: the boxes and batch indices hold the spec's `rois * 4` and `rois`
+        // elements (`KernelArgs`), and are only read.
+        let (boxes, index) = unsafe {
+            (
+                slice(args.inputs[self.pos[1]] as *const T, self.rois * 4),
+                slice(args.inputs[self.pos[2]] as *const I, self.rois),
+            )
+        };
         let batch = |r: usize| usize::try_from(index[r].to_i64()).ok().filter(|&b| b < self.n);
         if self.check {
             if let Some(r) = (0..self.rois).find(|&r| batch(r).is_none()) {
@@ -157,9 +163,12 @@ impl<T: Float + ToF64, I: IndexElem> Kernel for Roi<T, I> {
         let out = SendPtr(args.outputs[0] as *mut T);
         let src = SendPtr(args.inputs[self.pos[0]] as *mut T);
         if self.grad {
-            let dx = slice_mut(out.get(), self.n * self.c * plane);
+            // SAFETY: in the gradient the output is the feature map's gradient
+            // (`n * c * plane` elements) and input 0 the pooled gradient (`rois * c *
+            // bins`); they do not overlap (`KernelArgs`).
+            let (dx, g) =
+                unsafe { (slice_mut(out.get(), self.n * self.c * plane), slice(src.get(), self.rois * self.c * bins)) };
             dx.fill(T::ZERO);
-            let g = slice(src.get(), self.rois * self.c * bins);
             for r in 0..self.rois {
                 let Some(b) = batch(r) else { continue };
                 self.for_samples(&boxes[r * 4..r * 4 + 4], |bin, taps, inv| {

@@ -38,6 +38,11 @@ impl<T: Num> CumSum<T> {
     }
 
     /// Scan lanes `cols` of the outer slices `rows` (`inner > 1`).
+    ///
+    /// # Safety
+    /// `x` and `y` hold the `[outer, n, inner]` tensor, `rows` and `cols` lie in
+    /// `0..outer` and `0..inner`, `y` overlaps not `x`, and no one else touches
+    /// these lanes of `y` meanwhile.
     unsafe fn scan_columns(&self, x: *const T, y: *mut T, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>) {
         let (n, inner, w) = (self.n, self.inner, cols.len());
         for r in rows {
@@ -46,16 +51,26 @@ impl<T: Num> CumSum<T> {
             if n == 0 {
                 continue;
             }
-            let first = slice_mut(y.add(row(0)), w);
+            // SAFETY: `row(j) + w` stays within slice `r`'s lanes `cols` of both
+            // tensors (this method's contract).
+            let first = unsafe { slice_mut(y.add(row(0)), w) };
             if self.exclusive {
                 first.fill(T::ZERO);
             } else {
-                first.copy_from_slice(slice(x.add(row(0)), w));
+                // SAFETY: as above.
+                first.copy_from_slice(unsafe { slice(x.add(row(0)), w) });
             }
             for j in 1..n {
-                let prev = slice(y.add(row(j - 1)), w);
-                let xs = slice(x.add(if self.exclusive { row(j - 1) } else { row(j) }), w);
-                for ((out, &p), &v) in slice_mut(y.add(row(j)), w).iter_mut().zip(prev).zip(xs) {
+                // SAFETY: as above; `row(j - 1)` and `row(j)` are different rows of `y`
+                // (`at` is a permutation), so `prev` and the output do not overlap.
+                let (prev, xs, out) = unsafe {
+                    (
+                        slice(y.add(row(j - 1)), w),
+                        slice(x.add(if self.exclusive { row(j - 1) } else { row(j) }), w),
+                        slice_mut(y.add(row(j)), w),
+                    )
+                };
+                for ((out, &p), &v) in out.iter_mut().zip(prev).zip(xs) {
                     *out = p.add(v);
                 }
             }
@@ -63,6 +78,10 @@ impl<T: Num> CumSum<T> {
     }
 
     /// Scan the contiguous rows `rows` (`inner == 1`), eight at a time.
+    ///
+    /// # Safety
+    /// `x` and `y` hold the `[outer, n]` tensor, `rows` lies in `0..outer`, `y`
+    /// overlaps not `x`, and no one else touches these rows of `y` meanwhile.
     unsafe fn scan_rows(&self, x: *const T, y: *mut T, rows: std::ops::Range<usize>) {
         const L: usize = 8;
         let n = self.n;
@@ -70,17 +89,22 @@ impl<T: Num> CumSum<T> {
         while r < rows.end {
             let k = L.min(rows.end - r);
             let mut acc = [T::ZERO; L];
-            let (xb, yb) = (x.add(r * n), y.add(r * n));
+            // SAFETY: rows `r..r + k` lie in `rows` (this method's contract), and
+            // `l < k`, `p < n` address element `p` of row `r + l` below.
+            let (xb, yb) = unsafe { (x.add(r * n), y.add(r * n)) };
             for j in 0..n {
                 let p = self.at(j);
                 for (l, a) in acc.iter_mut().enumerate().take(k) {
-                    let v = *xb.add(l * n + p);
+                    // SAFETY: as above.
+                    let v = unsafe { *xb.add(l * n + p) };
                     if self.exclusive {
-                        *yb.add(l * n + p) = *a;
+                        // SAFETY: as above.
+                        unsafe { *yb.add(l * n + p) = *a };
                         *a = a.add(v);
                     } else {
                         *a = a.add(v);
-                        *yb.add(l * n + p) = *a;
+                        // SAFETY: as above.
+                        unsafe { *yb.add(l * n + p) = *a };
                     }
                 }
             }

@@ -146,7 +146,8 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for StridedScatter<E> {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         if self.zero_fill {
-            slice_mut(y, self.out_len).fill(E::default());
+            // SAFETY: the output holds the spec's `out_len` elements (`KernelArgs`).
+            unsafe { slice_mut(y, self.out_len) }.fill(E::default());
         }
         self.view.for_segments(0..self.view.len, |o, s, len, st| {
             // SAFETY: the view addresses only output elements; input runs are in range.
@@ -203,7 +204,10 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatKernel<E> {
         for &(pos, off, len) in &self.parts {
             let x = args.inputs[pos] as *const E;
             for o in 0..self.outer {
-                slice_mut(y.add(o * self.row + off), len).copy_from_slice(slice(x.add(o * len), len));
+                // SAFETY: the output is `[outer, row]` and input `pos` `[outer, len]` with
+                // `off + len <= row` (from the spec's shapes at build); they do not
+                // overlap (`KernelArgs`).
+                unsafe { slice_mut(y.add(o * self.row + off), len).copy_from_slice(slice(x.add(o * len), len)) };
             }
         }
         Ok(())
@@ -226,19 +230,25 @@ impl<E: Copy + Send + Sync + 'static> Kernel for ConcatGradKernel<E> {
         let g = args.inputs[self.src] as *const E;
         let y = args.outputs[0] as *mut E;
         for o in 0..self.outer {
-            slice_mut(y.add(o * self.len), self.len).copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len));
+            // SAFETY: `g` is `[outer, g_row]` with `off + len <= g_row` and the output
+            // `[outer, len]` (from the spec's shapes at build); they do not overlap.
+            unsafe {
+                slice_mut(y.add(o * self.len), self.len)
+                    .copy_from_slice(slice(g.add(o * self.g_row + self.off), self.len))
+            };
         }
         Ok(())
     }
 }
 
-/// `[outer, A, inner]` data indexed along A by `I` indices.
+/// `[outer, A, inner]` data indexed along A by `I` indices: the geometry of
+/// `Gather` and its gradient, and of each group of `GroupedGather` (`indexing`).
 #[derive(Clone, Copy, Debug)]
-struct GatherDims {
-    outer: usize,
-    axis_len: usize,
-    inner: usize,
-    nidx: usize,
+pub(super) struct GatherDims {
+    pub(super) outer: usize,
+    pub(super) axis_len: usize,
+    pub(super) inner: usize,
+    pub(super) nidx: usize,
 }
 
 impl GatherDims {
@@ -249,19 +259,75 @@ impl GatherDims {
         let v = if v < 0 { v + a } else { v };
         (0..a).contains(&v).then_some(v as usize)
     }
-}
 
-impl GatherDims {
     /// With `check`, the first index out of range as an error (before anything
     /// is written); without, nothing (out-of-range rows have a defined result).
     #[inline]
-    fn check<I: IndexElem>(&self, check: bool, idx: &[I]) -> KernelResult {
+    pub(super) fn check<I: IndexElem>(&self, check: bool, idx: &[I]) -> KernelResult {
         if check {
             if let Some(&v) = idx.iter().find(|&&v| self.row(v.to_i64()).is_none()) {
                 return Err(KernelRunError::IndexOutOfRange { index: v.to_i64(), bound: self.axis_len });
             }
         }
         Ok(())
+    }
+
+    /// Elements of the indexed data: `outer * axis_len * inner`.
+    pub(super) fn data_len(&self) -> usize {
+        self.outer * self.axis_len * self.inner
+    }
+
+    /// Elements of the gathered output: `outer * nidx * inner`.
+    pub(super) fn out_len(&self) -> usize {
+        self.outer * self.nidx * self.inner
+    }
+
+    /// `y[o, i, :] = x[o, idx[i], :]`, a zero row where the index is out of range.
+    ///
+    /// # Safety
+    /// `x` holds [`data_len`](Self::data_len) elements and `y`
+    /// [`out_len`](Self::out_len), not overlapping `x`; `idx` holds `nidx`.
+    #[inline]
+    pub(super) unsafe fn gather_rows<E: Copy + Default, I: IndexElem>(&self, x: *const E, idx: &[I], y: *mut E) {
+        for o in 0..self.outer {
+            for (i, &v) in idx.iter().enumerate() {
+                // SAFETY: row `(o, i)` of the `[outer, nidx, inner]` output, within its
+                // `out_len` elements (this method's contract).
+                let out = unsafe { slice_mut(y.add((o * self.nidx + i) * self.inner), self.inner) };
+                match self.row(v.to_i64()) {
+                    Some(r) => {
+                        // SAFETY: `r < axis_len`: row `(o, r)` of the `[outer, axis_len,
+                        // inner]` data, which does not overlap `y` (this method's contract).
+                        let src = unsafe { slice(x.add((o * self.axis_len + r) * self.inner), self.inner) };
+                        out.copy_from_slice(src)
+                    }
+                    None => out.fill(E::default()),
+                }
+            }
+        }
+    }
+
+    /// `y[o, idx[i], :] += g[o, i, :]`, nothing where the index is out of range
+    /// (the gradient of [`gather_rows`](Self::gather_rows)).
+    ///
+    /// # Safety
+    /// `g` holds [`out_len`](Self::out_len) elements, not overlapping `y`; `y`
+    /// holds [`data_len`](Self::data_len) and `idx` `nidx`.
+    #[inline]
+    pub(super) unsafe fn add_rows<T: Num, I: IndexElem>(&self, g: *const T, idx: &[I], y: &mut [T]) {
+        for o in 0..self.outer {
+            for (i, &v) in idx.iter().enumerate() {
+                if let Some(r) = self.row(v.to_i64()) {
+                    // SAFETY: row `(o, i)` of the `[outer, nidx, inner]` `g`, not
+                    // overlapping `y` (this method's contract).
+                    let src = unsafe { slice(g.add((o * self.nidx + i) * self.inner), self.inner) };
+                    let dst = &mut y[(o * self.axis_len + r) * self.inner..][..self.inner];
+                    for (a, &b) in dst.iter_mut().zip(src) {
+                        *a = a.add(b);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -277,18 +343,12 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GatherK
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
         let x = args.inputs[self.pos[0]] as *const E;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
+        // SAFETY: the indices hold `nidx` elements (`KernelArgs`).
+        let idx = unsafe { slice(args.inputs[self.pos[1]] as *const I, d.nidx) };
         d.check(self.check, idx)?;
-        let y = args.outputs[0] as *mut E;
-        for o in 0..d.outer {
-            for (i, &v) in idx.iter().enumerate() {
-                let out = slice_mut(y.add((o * d.nidx + i) * d.inner), d.inner);
-                match d.row(v.to_i64()) {
-                    Some(r) => out.copy_from_slice(slice(x.add((o * d.axis_len + r) * d.inner), d.inner)),
-                    None => out.fill(E::default()),
-                }
-            }
-        }
+        // SAFETY: the data and the output hold the `data_len` and `out_len` elements
+        // of `d` (built from their shapes) and do not overlap (`KernelArgs`).
+        unsafe { d.gather_rows(x, idx, args.outputs[0] as *mut E) };
         Ok(())
     }
 }
@@ -306,21 +366,14 @@ impl<T: Num, I: IndexElem> Kernel for GatherGradKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
         let g = args.inputs[self.pos[0]] as *const T;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, d.nidx);
+        // SAFETY: the indices hold `nidx` elements (`KernelArgs`).
+        let idx = unsafe { slice(args.inputs[self.pos[1]] as *const I, d.nidx) };
         d.check(self.check, idx)?;
-        let y = slice_mut(args.outputs[0] as *mut T, d.outer * d.axis_len * d.inner);
+        // SAFETY: the output has the data's `data_len` elements (`KernelArgs`).
+        let y = unsafe { slice_mut(args.outputs[0] as *mut T, d.data_len()) };
         y.fill(T::ZERO);
-        for o in 0..d.outer {
-            for (i, &v) in idx.iter().enumerate() {
-                if let Some(r) = d.row(v.to_i64()) {
-                    let src = slice(g.add((o * d.nidx + i) * d.inner), d.inner);
-                    let dst = &mut y[(o * d.axis_len + r) * d.inner..][..d.inner];
-                    for (a, &b) in dst.iter_mut().zip(src) {
-                        *a = a.add(b);
-                    }
-                }
-            }
-        }
+        // SAFETY: `g` holds the gathered `out_len` elements, not overlapping `y`.
+        unsafe { d.add_rows(g, idx, y) };
         Ok(())
     }
 }

@@ -6,6 +6,10 @@
 //! above every number (so `ArgMax`, `ArgMin` and `TopK{largest}` pick the first
 //! NaN, `TopK{smallest}` never prefers it); ties keep the lower index.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::cmp::Ordering;
 use std::sync::Mutex;
 

@@ -1,6 +1,7 @@
 //! Elementwise unary kernels (`Neg` ... `Gelu`) and their derivatives (the
 //! gradient op of each, `ReluGrad`...), copies (`Identity`, `Detach`, `Reshape`, `Squeeze`,
-//! `ReshapeGrad`) and `Cast` between every pair of dtypes.
+//! `ReshapeGrad`) and `Cast` between every pair of dtypes; the maps with
+//! parameters (`Clip`, `IncrementMod`) are in [`params`].
 //!
 //! Adding an elementwise unary op here is one line of `unary_ops!`: its scalar
 //! function (and derivative, if it has a gradient) and its cost.
@@ -14,10 +15,12 @@ use super::binary::{Binary, Map2};
 use super::dispatch::{bound_alias, with_any, with_float, with_num};
 use super::elem::{Bool8, Float, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{par_range, par_range_cost, wide_simd, Simd};
+use super::par::{par_map, par_range_cost, wide_simd, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
+
+pub(super) mod params;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 
 /// A scalar function applied elementwise; implemented by zero-sized op types.
@@ -303,7 +306,9 @@ impl Kernel for CopyKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let (src, dst) = (args.inputs[self.src], args.outputs[0]);
         if self.nbytes > 0 && !std::ptr::eq(src, dst) {
-            std::ptr::copy_nonoverlapping(src, dst, self.nbytes);
+            // SAFETY: both buffers hold the spec's `nbytes` (`KernelArgs`); an output
+            // overlaps an input only as the same pointer, excluded here.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, self.nbytes) };
         }
         Ok(())
     }
@@ -493,20 +498,15 @@ struct CastKernel<S, D> {
 
 impl<S: CastElem, D: CastElem> Kernel for CastKernel<S, D> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let x = SendPtr(args.inputs[0] as *mut S);
-        let y = SendPtr(args.outputs[0] as *mut D);
-        par_range(
-            self.n,
-            #[inline(always)]
-            move |r| {
-                // SAFETY: buffers hold `n` elements and do not overlap.
-                let (xs, ys) =
-                    unsafe { (slice(x.get().add(r.start), r.len()), slice_mut(y.get().add(r.start), r.len())) };
+        let (x, y) = (args.inputs[0] as *const S, args.outputs[0] as *mut D);
+        // SAFETY: the buffers hold `n` elements and do not overlap.
+        unsafe {
+            par_map(self.n, x, y, |_, xs, ys| {
                 for (o, &v) in ys.iter_mut().zip(xs) {
                     *o = cast::<S, D>(v);
                 }
-            },
-        );
+            })
+        };
         Ok(())
     }
 }

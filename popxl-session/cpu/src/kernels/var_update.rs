@@ -1,5 +1,5 @@
 //! In-place variable updates: `AddInplace`, `ScaledAddInplace`, `CopyVarUpdate`
-//! and integer `Accumulate` (float accumulators are in `accumulate`). The updated
+//! and integer `Accumulate` (float accumulators are in [`accumulate`]). The updated
 //! tensor (input 0) is read and written through output pointer 0 only, as the
 //! aliasing invariant requires.
 
@@ -16,6 +16,8 @@ use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::var_update::{AccumulateAttrs, ScaleAttrs};
 
+pub(super) mod accumulate;
+
 /// Where a scalar coefficient comes from.
 #[derive(Clone, Copy, Debug)]
 enum Coef<T> {
@@ -29,7 +31,8 @@ impl<T: Num> Coef<T> {
     unsafe fn get(self, args: &KernelArgs<'_>) -> T {
         match self {
             Coef::Const(v) => v,
-            Coef::Input(p) => *(args.inputs[p] as *const T),
+            // SAFETY: input `p` holds one `T` (this method's contract).
+            Coef::Input(p) => unsafe { *(args.inputs[p] as *const T) },
         }
     }
     fn is_one(self) -> bool {
@@ -118,16 +121,20 @@ pub(super) unsafe fn update_in_place<T: Copy + Send + Sync>(
 
 impl<T: Num, F: Update<T>> Kernel for InPlace<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let (a, b) = (self.a.get(args), self.b.get(args));
+        // SAFETY: the build checked that an `Input` coefficient is a one-element
+        // input of the kernel's dtype, and `args` holds the spec's buffers.
+        let (a, b) = unsafe { (self.a.get(args), self.b.get(args)) };
         // SAFETY: the updated tensor is read and written through output 0 only;
         // `x` is a different buffer (the executor guarantees non-overlap).
-        update_in_place(
-            &self.plan,
-            args.outputs[0] as *mut T,
-            args.inputs[self.x] as *const T,
-            #[inline(always)]
-            move |t, u| F::f(t, u, a, b),
-        );
+        unsafe {
+            update_in_place(
+                &self.plan,
+                args.outputs[0] as *mut T,
+                args.inputs[self.x] as *const T,
+                #[inline(always)]
+                move |t, u| F::f(t, u, a, b),
+            )
+        };
         Ok(())
     }
 }

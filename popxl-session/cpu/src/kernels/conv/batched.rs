@@ -1,6 +1,10 @@
 //! The batched im2col method of the convolution kernels: several small
 //! planes side by side in one GEMM.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use super::layout::{col2im, im2col, ConvElem};
 #[cfg(doc)]
 use super::Plan;

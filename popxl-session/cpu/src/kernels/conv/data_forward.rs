@@ -11,6 +11,10 @@
 //! im2col and writes `dx` once. The cost is one copy of the weights per run
 //! into a buffer reserved when the kernel is built.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;

@@ -23,6 +23,10 @@
 //! (zeros in the discarded columns) and sweeps it once with one vector
 //! accumulator per tap.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::any::TypeId;
 
 use super::super::par::Simd;

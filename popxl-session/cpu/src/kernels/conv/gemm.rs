@@ -4,6 +4,10 @@
 //! two vector loads of `b` and six broadcasts of `a` per `k`: 12 FMAs for 8
 //! loads, so the two FMA pipes stay busy from the level-1 cache.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 /// Rows of a tile (the `a` panel's width); the panel shapes are defined on
 /// every target, the tile on x86-64 only.
 pub(super) const MR: usize = 6;

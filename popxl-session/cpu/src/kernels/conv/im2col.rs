@@ -5,6 +5,10 @@
 //! by the whole team, and weight gradients that build the matrix of large
 //! planes in column blocks that stay in cache.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use super::super::par::Simd;
 use super::super::ptr::SendPtr;
 use super::layout::{col2im, im2col, ConvElem};

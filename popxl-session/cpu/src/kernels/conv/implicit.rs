@@ -26,6 +26,10 @@
 //! Every output is summed over `k` in the same order whatever the task split,
 //! so results do not depend on the thread count.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::any::TypeId;
 
 use super::super::par::Simd;

@@ -15,6 +15,10 @@
 //! few, blocks of input channels; each weight is summed in an order fixed at
 //! build time, whatever the thread count.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 #[cfg(target_arch = "x86_64")]
 use super::gemm::tile;
 use super::gemm::{MR, NR};

@@ -8,6 +8,10 @@
 //! output position `(p / ow, p % ow)`; row `r` is `(c, ki, kj)` with
 //! `r = (c · kh + ki) · kw + kj`, the weight layout `[C_out, C_in / group, kh, kw]`.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::ops::{AddAssign, Mul, Range};
 
 use popart_ir::ops::conv::ConvGeometry;

@@ -12,12 +12,12 @@ use popart_ir::ops::collectives::AllReduceUpdateAttrs;
 use popart_ir::ops::collectives::CollectiveOperator;
 use popart_ir::DataType;
 
-use super::collectives::chunk;
-use super::par::Simd;
-use super::ptr::{slice, slice_mut};
-use super::spec::{boxed, BuildResult, SpecExt, Types};
-use super::KernelEntry;
+use super::chunk;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
+use crate::kernels::par::Simd;
+use crate::kernels::ptr::{slice, slice_mut};
+use crate::kernels::spec::{boxed, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 use crate::replicas::{self, GroupPos};
 
 /// Elements reduced per block, accumulated on the stack.
@@ -94,16 +94,21 @@ impl<T: Float> UpdateKernel<T> {
                 while start < hi {
                     let len = (hi - start).min(BLOCK);
                     let acc = &mut acc[..len];
-                    for (a, &x) in acc.iter_mut().zip(slice(g(0).add(start), len)) {
+                    // SAFETY: `start + len <= hi`, within every `g(k)`, which nobody writes
+                    // (this method's contract); likewise below.
+                    for (a, &x) in acc.iter_mut().zip(unsafe { slice(g(0).add(start), len) }) {
                         *a = x.load();
                     }
                     for k in 1..count {
-                        for (a, &x) in acc.iter_mut().zip(slice(g(k).add(start), len)) {
+                        // SAFETY: as above.
+                        for (a, &x) in acc.iter_mut().zip(unsafe { slice(g(k).add(start), len) }) {
                             *a += x.load();
                         }
                     }
                     for d in 0..count {
-                        for (o, &a) in slice_mut(w(d).add(start), len).iter_mut().zip(acc.iter()) {
+                        // SAFETY: `start..start + len` lies in `lo..hi` of `w(d)`, which only
+                        // this call touches meanwhile (this method's contract).
+                        for (o, &a) in unsafe { slice_mut(w(d).add(start), len) }.iter_mut().zip(acc.iter()) {
                             *o = T::store(o.load() + b * (a / divisor));
                         }
                     }

@@ -6,20 +6,24 @@
 //! relative to it, row-major over the reduced axes (a table only when they are
 //! not contiguous): the median index of an element is its position in that order.
 
+// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
+// `unsafe` blocks with their SAFETY comments.
+#![allow(unsafe_op_in_unsafe_fn)]
+
 use std::sync::Mutex;
 
 use popart_ir::DataType;
 
-use super::binary::{MapN, NAry};
-use super::broadcast::MAX_RANK;
-use super::dispatch::{with_float, with_num};
-use super::elem::{Float, Num};
-use super::float16::{f16_adapter, has_f16};
-use super::ptr::{slice, slice_mut};
-use super::reduce::{pairwise, Reduce, SumSquareR};
-use super::spec::{boxed, norm_axes, BuildResult, SpecExt, Types};
-use super::KernelEntry;
+use super::{pairwise, Reduce, SumSquareR};
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
+use crate::kernels::binary::{MapN, NAry};
+use crate::kernels::broadcast::MAX_RANK;
+use crate::kernels::dispatch::{with_float, with_num};
+use crate::kernels::elem::{Float, Num};
+use crate::kernels::float16::{f16_adapter, has_f16};
+use crate::kernels::ptr::{slice, slice_mut};
+use crate::kernels::spec::{boxed, norm_axes, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::grad::{ReduceGradAttrs, ReduceKind};
 use popart_ir::ops::reduce::{ReduceAttrs, ReduceMedianGradAttrs};
@@ -116,7 +120,7 @@ pub(crate) struct Groups {
 
 impl Groups {
     pub(crate) fn new(spec: &KernelSpec<'_>, shape: &[usize], axes: &[usize]) -> Result<Groups, KernelError> {
-        let strides = super::broadcast::contiguous_strides(shape);
+        let strides = crate::kernels::broadcast::contiguous_strides(shape);
         let pairs = |reduced: bool| {
             shape
                 .iter()

@@ -10,15 +10,15 @@
 
 use std::sync::Mutex;
 
-use super::broadcast::{contiguous_strides, MAX_RANK};
-use super::dispatch::{with_bits, with_index, with_num};
-use super::elem::{IndexElem, Num};
-use super::float16::{f16_adapter, has_f16};
-use super::indexing::check_out;
-use super::ptr::{slice, slice_mut};
-use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
-use super::KernelEntry;
+use super::check_out;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
+use crate::kernels::broadcast::{contiguous_strides, MAX_RANK};
+use crate::kernels::dispatch::{with_bits, with_index, with_num};
+use crate::kernels::elem::{IndexElem, Num};
+use crate::kernels::float16::{f16_adapter, has_f16};
+use crate::kernels::ptr::{slice, slice_mut};
+use crate::kernels::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::indexing::{scatter_indices, Reduction, ScatterIndices};
 use popart_ir::ops::indexing::{ScatterAttrs, ScatterReduceAttrs};
@@ -176,12 +176,20 @@ struct ScatterNoneKernel<E, I> {
 impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for ScatterNoneKernel<E, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let p = &self.plan;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, p.idx_len);
+        // SAFETY: the plan's lengths are the spec's element counts of the indices,
+        // the source, the output and the initial values, which `args` holds; the
+        // output overlaps no input (`KernelArgs`).
+        let (idx, src, out, init) = unsafe {
+            (
+                slice(args.inputs[self.pos[1]] as *const I, p.idx_len),
+                slice(args.inputs[self.pos[0]] as *const E, p.src_len),
+                slice_mut(args.outputs[0] as *mut E, p.out_len),
+                self.init.map(|i| slice(args.inputs[i] as *const E, p.out_len)),
+            )
+        };
         p.check(self.check, idx)?;
-        let src = slice(args.inputs[self.pos[0]] as *const E, p.src_len);
-        let out = slice_mut(args.outputs[0] as *mut E, p.out_len);
-        match self.init {
-            Some(i) => out.copy_from_slice(slice(args.inputs[i] as *const E, p.out_len)),
+        match init {
+            Some(init) => out.copy_from_slice(init),
             None => out.fill(E::default()),
         }
         p.visit(idx, |s, o, n| {
@@ -209,12 +217,20 @@ struct ScatterReduceKernel<T, I> {
 impl<T: Num, I: IndexElem> Kernel for ScatterReduceKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let p = &self.plan;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, p.idx_len);
+        // SAFETY: the plan's lengths are the spec's element counts of the indices,
+        // the source, the output and the initial values, which `args` holds; the
+        // output overlaps no input (`KernelArgs`).
+        let (idx, src, out, init) = unsafe {
+            (
+                slice(args.inputs[self.pos[1]] as *const I, p.idx_len),
+                slice(args.inputs[self.pos[0]] as *const T, p.src_len),
+                slice_mut(args.outputs[0] as *mut T, p.out_len),
+                self.init.map(|i| slice(args.inputs[i] as *const T, p.out_len)),
+            )
+        };
         p.check(self.check, idx)?;
-        let src = slice(args.inputs[self.pos[0]] as *const T, p.src_len);
-        let out = slice_mut(args.outputs[0] as *mut T, p.out_len);
-        match (self.init, self.reduction) {
-            (Some(i), _) => out.copy_from_slice(slice(args.inputs[i] as *const T, p.out_len)),
+        match (init, self.reduction) {
+            (Some(init), _) => out.copy_from_slice(init),
             (None, Reduction::Max) => out.fill(T::LOWEST),
             (None, Reduction::Min) => out.fill(T::HIGHEST),
             (None, _) => out.fill(T::ZERO),
@@ -265,19 +281,28 @@ struct ScatterGradKernel<T, I> {
 impl<T: Num, I: IndexElem> Kernel for ScatterGradKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let p = &self.plan;
-        let idx = slice(args.inputs[self.pos[1]] as *const I, p.idx_len);
-        p.check(self.check, idx)?;
-        let g = slice(args.inputs[self.pos[0]] as *const T, p.out_len);
         let select = matches!(self.reduction, Reduction::Max | Reduction::Min);
-        let (data, y) = if select {
+        // SAFETY: the plan's lengths are the spec's element counts of the indices,
+        // `g` and the data gradient (the output), and, for max and min, of the data
+        // and `y`, which `args` holds; outputs overlap no input (`KernelArgs`).
+        let (idx, g, data, y, gd) = unsafe {
+            let (data, y) = if select {
+                (
+                    slice(args.inputs[self.pos[2]] as *const T, p.src_len),
+                    slice(args.inputs[self.pos[3]] as *const T, p.out_len),
+                )
+            } else {
+                (&[][..], &[][..])
+            };
             (
-                slice(args.inputs[self.pos[2]] as *const T, p.src_len),
-                slice(args.inputs[self.pos[3]] as *const T, p.out_len),
+                slice(args.inputs[self.pos[1]] as *const I, p.idx_len),
+                slice(args.inputs[self.pos[0]] as *const T, p.out_len),
+                data,
+                y,
+                slice_mut(args.outputs[0] as *mut T, p.src_len),
             )
-        } else {
-            (&[][..], &[][..])
         };
-        let gd = slice_mut(args.outputs[0] as *mut T, p.src_len);
+        p.check(self.check, idx)?;
         p.visit(idx, |s, o, n| {
             let dst = &mut gd[s..s + n];
             match o {
@@ -293,7 +318,9 @@ impl<T: Num, I: IndexElem> Kernel for ScatterGradKernel<T, I> {
         if !self.with_initial {
             return Ok(());
         }
-        let gi = slice_mut(args.outputs[1] as *mut T, p.out_len);
+        // SAFETY: with initial values, output 1 is their gradient, of the output's
+        // `out_len` elements, overlapping no input (`KernelArgs`).
+        let gi = unsafe { slice_mut(args.outputs[1] as *mut T, p.out_len) };
         match self.reduction {
             Reduction::Sum => gi.copy_from_slice(g),
             Reduction::None => {
@@ -305,7 +332,9 @@ impl<T: Num, I: IndexElem> Kernel for ScatterGradKernel<T, I> {
                 });
             }
             Reduction::Max | Reduction::Min => {
-                let init = slice(args.inputs[self.pos[4]] as *const T, p.out_len);
+                // SAFETY: for max and min with initial values, input 4 holds them
+                // (`out_len` elements; `KernelArgs`).
+                let init = unsafe { slice(args.inputs[self.pos[4]] as *const T, p.out_len) };
                 for (((d, &gv), &yv), &iv) in gi.iter_mut().zip(g).zip(y).zip(init) {
                     *d = if yv == iv { gv } else { T::ZERO };
                 }

@@ -11,16 +11,16 @@ use popart_ir::ops::var_update::AccumulationType;
 use popart_ir::ops::var_update::{AccumulateAttrs, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::DataType;
 
-use super::broadcast::Broadcast;
-use super::dispatch::{with_float, with_index};
-use super::elem::{Float, IndexElem};
-use super::float16::{f16_adapter, has_f16};
-use super::par::par_range;
-use super::ptr::{slice, slice_mut, SendPtr};
-use super::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
-use super::var_update::update_in_place;
-use super::KernelEntry;
+use super::update_in_place;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelRunError, KernelSpec};
+use crate::kernels::broadcast::Broadcast;
+use crate::kernels::dispatch::{with_float, with_index};
+use crate::kernels::elem::{Float, IndexElem};
+use crate::kernels::float16::{f16_adapter, has_f16};
+use crate::kernels::par::par_range;
+use crate::kernels::ptr::{slice, slice_mut, SendPtr};
+use crate::kernels::spec::{boxed, norm_axis, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 
 /// A scalar operand: a constant (attribute) or a one-element input of any numeric
 /// dtype, read as f64 at run time.
@@ -41,7 +41,8 @@ impl Scalar {
     pub(crate) unsafe fn get(self, args: &KernelArgs<'_>) -> f64 {
         match self {
             Scalar::Const(v) => v,
-            Scalar::Input(p, dt) => read_f64(args.inputs[p], dt),
+            // SAFETY: input `p` holds one element of `dt` (this method's contract).
+            Scalar::Input(p, dt) => unsafe { read_f64(args.inputs[p], dt) },
         }
     }
 
@@ -70,23 +71,27 @@ impl Scalar {
 /// `p` points to one valid element of `dt`.
 #[inline]
 pub(crate) unsafe fn read_f64(p: *const u8, dt: DataType) -> f64 {
-    match dt {
-        DataType::Float16 => (*(p as *const f16)).to_f64(),
-        DataType::Float32 => f64::from(*(p as *const f32)),
-        DataType::Float64 => *(p as *const f64),
-        DataType::Int8 => f64::from(*(p as *const i8)),
-        DataType::Int16 => f64::from(*(p as *const i16)),
-        DataType::Int32 => f64::from(*(p as *const i32)),
-        DataType::Int64 => *(p as *const i64) as f64,
-        DataType::Uint8 => f64::from(*p),
-        DataType::Uint16 => f64::from(*(p as *const u16)),
-        DataType::Uint32 => f64::from(*(p as *const u32)),
-        DataType::Uint64 => *(p as *const u64) as f64,
-        DataType::Bool => f64::from(*p),
-        DataType::Float8_143 | DataType::Float8_152 => match popart_ir::float8::Float8Format::of(dt) {
-            Some(f) => f.decode_f64(*p),
-            None => f64::NAN,
-        },
+    // SAFETY: `p` points to one element of `dt` (this function's contract), read
+    // as that type.
+    unsafe {
+        match dt {
+            DataType::Float16 => (*(p as *const f16)).to_f64(),
+            DataType::Float32 => f64::from(*(p as *const f32)),
+            DataType::Float64 => *(p as *const f64),
+            DataType::Int8 => f64::from(*(p as *const i8)),
+            DataType::Int16 => f64::from(*(p as *const i16)),
+            DataType::Int32 => f64::from(*(p as *const i32)),
+            DataType::Int64 => *(p as *const i64) as f64,
+            DataType::Uint8 => f64::from(*p),
+            DataType::Uint16 => f64::from(*(p as *const u16)),
+            DataType::Uint32 => f64::from(*(p as *const u32)),
+            DataType::Uint64 => *(p as *const u64) as f64,
+            DataType::Bool => f64::from(*p),
+            DataType::Float8_143 | DataType::Float8_152 => match popart_ir::float8::Float8Format::of(dt) {
+                Some(f) => f.decode_f64(*p),
+                None => f64::NAN,
+            },
+        }
     }
 }
 
@@ -143,17 +148,21 @@ struct AccumulateKernel<T, F> {
 
 impl<T: Float, F: Form<T>> Kernel for AccumulateKernel<T, F> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let (a, b) = coefficients(self.ty, self.factor.get(args));
+        // SAFETY: the build made an `Input` factor only of a one-element input
+        // (`Scalar::of`), which `args` holds.
+        let (a, b) = coefficients(self.ty, unsafe { self.factor.get(args) });
         let (a, b) = (T::from_f64(a), T::from_f64(b));
         // SAFETY: the accumulator is read and written through output 0 only and
         // `x` is another buffer.
-        update_in_place(
-            &self.plan,
-            args.outputs[0] as *mut T,
-            args.inputs[self.x] as *const T,
-            #[inline(always)]
-            move |t, u| F::f(t, u, a, b),
-        );
+        unsafe {
+            update_in_place(
+                &self.plan,
+                args.outputs[0] as *mut T,
+                args.inputs[self.x] as *const T,
+                #[inline(always)]
+                move |t, u| F::f(t, u, a, b),
+            )
+        };
         Ok(())
     }
 }
@@ -169,7 +178,7 @@ fn build_accumulate(spec: &KernelSpec<'_>) -> BuildResult {
         if !matches!(ty, AccumulationType::Add | AccumulationType::DampenedAdd) {
             return Err(spec.unsupported_dtype(t.dtype()));
         }
-        return super::var_update::build(spec);
+        return super::build(spec);
     }
     if has_f16(spec) {
         return f16_adapter(spec, true, build_accumulate);
@@ -199,7 +208,8 @@ struct ZeroKernel {
 
 impl Kernel for ZeroKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        std::ptr::write_bytes(args.outputs[0], 0, self.nbytes);
+        // SAFETY: the output holds the spec's `nbytes` (`KernelArgs`).
+        unsafe { std::ptr::write_bytes(args.outputs[0], 0, self.nbytes) };
         Ok(())
     }
 }
@@ -213,7 +223,9 @@ struct ScaleKernel<T> {
 
 impl<T: Float> Kernel for ScaleKernel<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let f = T::from_f64(self.factor.get(args));
+        // SAFETY: the build made an `Input` factor only of a one-element input
+        // (`Scalar::of`), which `args` holds.
+        let f = T::from_f64(unsafe { self.factor.get(args) });
         let t = SendPtr(args.outputs[0] as *mut T);
         par_range(
             self.n,
@@ -279,19 +291,26 @@ struct SparseAccumulateKernel<T, I> {
 impl<T: Float, I: IndexElem> Kernel for SparseAccumulateKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
-        let idx = slice(args.inputs[self.idx] as *const I, d.nidx);
+        // SAFETY: the indices hold `nidx` elements (`KernelArgs`).
+        let idx = unsafe { slice(args.inputs[self.idx] as *const I, d.nidx) };
         if self.check {
             if let Some(&v) = idx.iter().find(|&&v| d.row(v.to_i64()).is_none()) {
                 return Err(KernelRunError::IndexOutOfRange { index: v.to_i64(), bound: d.axis_len });
             }
         }
-        let f = T::from_f64(self.factor.get(args));
+        // SAFETY: the build made an `Input` factor only of a one-element input
+        // (`Scalar::of`), which `args` holds.
+        let f = T::from_f64(unsafe { self.factor.get(args) });
         let x = args.inputs[self.x] as *const T;
-        let t = slice_mut(args.outputs[0] as *mut T, d.outer * d.axis_len * d.inner);
+        // SAFETY: the accumulator, read and written through output 0 only, is the
+        // `[outer, axis_len, inner]` tensor (`KernelArgs`).
+        let t = unsafe { slice_mut(args.outputs[0] as *mut T, d.outer * d.axis_len * d.inner) };
         for o in 0..d.outer {
             for (j, &v) in idx.iter().enumerate() {
                 if let Some(r) = d.row(v.to_i64()) {
-                    let src = slice(x.add((o * d.nidx + j) * d.inner), d.inner);
+                    // SAFETY: row `(o, j)` of the `[outer, nidx, inner]` update, another
+                    // buffer than the accumulator.
+                    let src = unsafe { slice(x.add((o * d.nidx + j) * d.inner), d.inner) };
                     let dst = &mut t[(o * d.axis_len + r) * d.inner..][..d.inner];
                     for (a, &b) in dst.iter_mut().zip(src) {
                         *a = *a + f * b;
@@ -343,8 +362,8 @@ pub(crate) const KERNELS: &[KernelEntry] =
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{assert_close, run_op, t, try_run_op_checked};
     use crate::kernel::KernelRunError;
+    use crate::kernels::testutil::{assert_close, run_op, t, try_run_op_checked};
     use popart_ir::ops::var_update::SparseAccumulateAttrs;
     use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs};
     use popart_ir::{Attributes, DataType, OpAttrs};

@@ -40,14 +40,14 @@ use half::f16;
 use popart_ir::ops::all as ir;
 use popart_ir::DataType;
 
-use super::collectives::chunk;
-use super::collectives_update::{Float, UpdateAttrs};
-use super::matmul::{MatElem, GEMM_PAR_MIN};
-use super::par::Simd;
-use super::ptr::{slice_mut, SendPtr};
-use super::spec::{boxed, BuildResult, SpecExt, Types};
-use super::KernelEntry;
+use super::chunk;
+use super::update::{Float, UpdateAttrs};
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelRunError, KernelSpec};
+use crate::kernels::matmul::{MatElem, GEMM_PAR_MIN};
+use crate::kernels::par::Simd;
+use crate::kernels::ptr::{slice_mut, SendPtr};
+use crate::kernels::spec::{boxed, BuildResult, SpecExt, Types};
+use crate::kernels::KernelEntry;
 use crate::replicas::{self, GroupPos};
 use crate::team;
 
@@ -95,7 +95,28 @@ impl<T: MatElem + Float> Kern<T> {
     #[allow(clippy::too_many_arguments)]
     unsafe fn product(&self, dst: *mut T, accumulate: bool, r0: usize, len: usize, x: *const T, g: *const T, scale: T) {
         let (n, k, m) = (self.n, self.k, self.m);
-        T::gemm(len, n, m, dst, n as isize, 1, accumulate, x.add(r0), 1, k as isize, g, n as isize, 1, T::ONE, scale);
+        // SAFETY: `x` is `[m, k]` row-major, so columns `r0..r0 + len <= k` of it,
+        // `g` `[m, n]` and `dst` `[len, n]` are within their buffers, and `dst`
+        // overlaps neither (this method's contract).
+        unsafe {
+            T::gemm(
+                len,
+                n,
+                m,
+                dst,
+                n as isize,
+                1,
+                accumulate,
+                x.add(r0),
+                1,
+                k as isize,
+                g,
+                n as isize,
+                1,
+                T::ONE,
+                scale,
+            )
+        };
     }
     /// Rows `rows` of every member's weight: `w_d[rows] += b * reduce_j(x_jᵀ @ g_j)[rows]`.
     ///
@@ -121,10 +142,16 @@ impl<T: MatElem + Float> Kern<T> {
             // member order, then copy the rows to the other members.
             let mine = w(own);
             for j in 0..count {
-                self.product(mine.add(rows.start * n), true, rows.start, rows.len(), x(j), g(j), scale);
+                // SAFETY: rows `rows` (`< k`) of `w(own)` are `rows.len() · n` elements
+                // only this call touches, and no `x(j)`, `g(j)` (this method's contract).
+                unsafe { self.product(mine.add(rows.start * n), true, rows.start, rows.len(), x(j), g(j), scale) };
             }
             for d in (0..count).filter(|&d| d != own) {
-                std::ptr::copy_nonoverlapping(mine.add(rows.start * n), w(d).add(rows.start * n), rows.len() * n);
+                // SAFETY: the same rows of two distinct members' weights, both only
+                // this call's meanwhile.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(mine.add(rows.start * n), w(d).add(rows.start * n), rows.len() * n)
+                };
             }
             return;
         }
@@ -133,11 +160,15 @@ impl<T: MatElem + Float> Kern<T> {
             let len = (rows.end - r0).min(self.block_rows);
             // block[len, n] = scale · Σ_j x_j[:, r0..r0+len]ᵀ @ g_j, in member order.
             for j in 0..count {
-                self.product(block, j > 0, r0, len, x(j), g(j), scale);
+                // SAFETY: `block` holds `block_rows · n >= len · n` elements, overlaps no
+                // operand, and `r0 + len <= rows.end <= k` (this method's contract).
+                unsafe { self.product(block, j > 0, r0, len, x(j), g(j), scale) };
             }
-            let acc = std::slice::from_raw_parts(block, len * n);
+            // SAFETY: as above; the block is only read from here on.
+            let acc = unsafe { std::slice::from_raw_parts(block, len * n) };
             for d in 0..count {
-                let dst = slice_mut(w(d).add(r0 * n), len * n);
+                // SAFETY: rows `r0..r0 + len` of `w(d)`, only this call's meanwhile.
+                let dst = unsafe { slice_mut(w(d).add(r0 * n), len * n) };
                 Simd::for_cost(1).run_narrow(
                     #[inline(always)]
                     || T::add_assign(dst, acc),
@@ -165,7 +196,10 @@ impl<T: MatElem + Float> Kern<T> {
         let work = (hi - lo) * self.n * self.m * group.count;
         let parts = if work >= GEMM_PAR_MIN { team::num_threads().min(self.slots).min(hi - lo) } else { 1 };
         if parts <= 1 {
-            return self.rows(group, x, g, w, lo..hi, base.get());
+            // SAFETY: the scratch has room for `slots · block_rows · n` elements (reserved
+            // at build, except for the own-weight path, which uses none), this call's
+            // alone under the lock; the rest is this method's contract.
+            return unsafe { self.rows(group, x, g, w, lo..hi, base.get()) };
         }
         let slot = self.block_rows * self.n;
         team::run(parts, &|i| {
@@ -209,7 +243,8 @@ impl<T: MatElem + Float> Kernel for Kern<T> {
         }
         if self.m == 0 {
             // An empty product reduces to zeros on every replica: `w + b * 0`.
-            let all = slice_mut(w, self.k * self.n);
+            // SAFETY: the output is the `[k, n]` weight (`KernelArgs`).
+            let all = unsafe { slice_mut(w, self.k * self.n) };
             all.iter_mut().for_each(|o| *o = T::store(o.load() + self.b as f32 * 0.0));
             return Ok(());
         }
