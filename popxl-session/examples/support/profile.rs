@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use popxl_session::cpu::executor::KernelTime;
 use popart_lower::ipu_model::Timeline;
+use popxl_session::cpu::executor::KernelTime;
 
 /// Prints the op types taking the most kernel time per step, over `steps`
 /// profiled steps, with their GFLOP/s when `timeline` (the lowered program's
