@@ -494,8 +494,20 @@ pub fn scaled_add<'a>(
     a: impl Into<super::Scalar<'a>>,
     b: impl Into<super::Scalar<'a>>,
 ) -> Result<Tensor> {
-    let (a, b) = (a.into(), b.into());
-    OpBuilder::new("scaled_add", &ir_ops::ScaledAdd)
+    scaled_add_op("scaled_add", &ir_ops::ScaledAdd, x, y, a.into(), b.into())
+}
+
+/// `a * x + b * y` as op `def` (`ScaledAdd` or `ScaledAddInplace`): constant
+/// coefficients go in the attributes, tensor ones in inputs 2 and 3.
+pub(super) fn scaled_add_op<'a>(
+    what: &'static str,
+    def: &'static dyn popart_ir::OpDef,
+    x: &'a Tensor,
+    y: &'a Tensor,
+    a: super::Scalar<'a>,
+    b: super::Scalar<'a>,
+) -> Result<Tensor> {
+    OpBuilder::new(what, def)
         .input(0, x)
         .input(1, y)
         .scalar_input(2, &a)

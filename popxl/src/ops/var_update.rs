@@ -7,9 +7,7 @@
 //! updates are. Unlike PopXL, updates broadcast to the accumulator's shape.
 
 use popart_ir::ops::all as ir_ops;
-use popart_ir::ops::var_update::{
-    AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs, ScaleAttrs, SparseAccumulateAttrs,
-};
+use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, AccumulatorScaleAttrs, SparseAccumulateAttrs};
 use popart_ir::DataType;
 
 use super::OpBuilder;
@@ -300,14 +298,7 @@ pub fn scaled_add_<'a>(
     a: impl Into<Scalar<'a>>,
     b: impl Into<Scalar<'a>>,
 ) -> Result<Tensor> {
-    let (a, b) = (a.into(), b.into());
-    OpBuilder::new("scaled_add_", &ir_ops::ScaledAddInplace)
-        .input(0, x)
-        .input(1, y)
-        .scalar_input(2, &a)
-        .scalar_input(3, &b)
-        .typed(&ScaleAttrs { a: a.constant(), b: b.constant() })
-        .create1()
+    super::elementwise::scaled_add_op("scaled_add_", &ir_ops::ScaledAddInplace, x, y, a.into(), b.into())
 }
 
 /// `t = x` in place; shapes must be equal (op `CopyVarUpdate`; PopXL's `copy_var_update_`).
