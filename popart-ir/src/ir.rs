@@ -39,12 +39,52 @@ pub struct Ir {
     main: GraphId,
     /// Host-load executions per stream per `run` (PopXL's `num_host_transfers`).
     pub num_host_transfers: usize,
-    /// Number of replicas (PopXL's `replication_factor`).
+    /// Number of replicas (PopXL's `replication_factor`), of every process.
     pub replication_factor: usize,
+    /// The processes the replicas are split between, and this one's place
+    /// (PopXL's `popdist` instances; one process by default). Not part of the
+    /// program: the text form leaves it out.
+    pub instances: Instances,
     /// Remote buffers and remote variables ([`crate::remote`]).
     pub(crate) remote: crate::remote::RemoteState,
     /// Replicated variables ([`crate::VariableSettings`]).
     pub(crate) settings: crate::variable_settings::SettingsState,
+}
+
+/// The processes (instances) a program's replicas are split between, as
+/// `poprun`/`mpirun` starts them: process `index` of `count` runs replicas
+/// `index * r..(index + 1) * r` of the `replication_factor`, where `r =
+/// replication_factor / count` is the instance replication factor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Instances {
+    /// This process, `0..count`.
+    pub index: usize,
+    /// Number of processes, at least 1.
+    pub count: usize,
+}
+
+impl Default for Instances {
+    fn default() -> Self {
+        Instances { index: 0, count: 1 }
+    }
+}
+
+impl Instances {
+    /// Replicas per process (`replication_factor / count`), or `None` when
+    /// `count` is 0, `index` is not below it, or it does not divide
+    /// `replication_factor`.
+    ///
+    /// ```
+    /// use popart_ir::Instances;
+    /// assert_eq!(Instances { index: 1, count: 2 }.replicas_per_instance(4), Some(2));
+    /// assert_eq!(Instances { index: 0, count: 3 }.replicas_per_instance(4), None);
+    /// ```
+    pub fn replicas_per_instance(self, replication_factor: usize) -> Option<usize> {
+        if self.count == 0 || self.index >= self.count || replication_factor % self.count != 0 {
+            return None;
+        }
+        Some(replication_factor / self.count)
+    }
 }
 
 impl Default for Ir {
@@ -68,6 +108,7 @@ impl Ir {
             main,
             num_host_transfers: 1,
             replication_factor: 1,
+            instances: Instances::default(),
             remote: Default::default(),
             settings: Default::default(),
         }

@@ -42,7 +42,7 @@ pub use cost::{CostContext, CostEngine, OpCost};
 pub use dtype::{DataType, UnknownDataType};
 pub use error::{InplaceAmbiguity, IrError, Result};
 pub use graph::Graph;
-pub use ir::{Ir, MAIN_GRAPH_NAME};
+pub use ir::{Instances, Ir, MAIN_GRAPH_NAME};
 pub use op::{
     check_attributes, lookup_op, register_op, registered_op_types, registered_ops, Alias, AliasKind, AsAny, GradOpSpec,
     GradRule, GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,

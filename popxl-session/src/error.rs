@@ -23,6 +23,31 @@ pub enum SessionError {
         /// The limit.
         max: usize,
     },
+    /// The IR's replicas span several processes ([`popxl::Ir::set_instances`])
+    /// and the session has no transport to reach them: build with the `mpi`
+    /// feature and call `popxl_session::cpu::mpi::init()`, or set
+    /// [`crate::SessionOptions::transport`].
+    #[error(
+        "the IR's replicas span {processes} processes but no transport reaches them: build with the `mpi` feature \
+         and call popxl_session::cpu::mpi::init() first, or set SessionOptions::transport"
+    )]
+    NoTransport {
+        /// Processes the IR's replicas span.
+        processes: usize,
+    },
+    /// The IR's instances do not match the replication factor or the transport
+    /// (a count that does not divide `replication_factor`, or a transport of
+    /// another rank or size).
+    #[error("the IR's instances do not fit: {reason}")]
+    Instances {
+        /// What does not match.
+        reason: String,
+    },
+    /// Another process of a session spanning processes failed (its own error
+    /// is reported there), or the processes diverged: this process's step
+    /// stopped too, with its state restored.
+    #[error(transparent)]
+    Processes(#[from] crate::cpu::transport::SpanError),
     /// `write_variable_data` on a variable whose retrieval mode is all_replicas
     /// and whose groups hold several replicas (PopXL's NotImplementedError).
     #[error("cannot write variable `{tensor}`: writing variables with retrieval_mode all_replicas is not supported")]

@@ -321,6 +321,69 @@ impl Ir {
         Ok(())
     }
 
+    /// The processes the replicas are split between and this process's place
+    /// (default: one process). See [`Ir::set_instances`].
+    pub fn instances(&self) -> popart_ir::Instances {
+        self.state.borrow().ir.instances
+    }
+
+    /// Split the [`Ir::replication_factor`] replicas between `count`
+    /// processes, this one being `index` (PopXL's `popdist` instances, as
+    /// `poprun`/`mpirun` starts them): each process runs
+    /// `replication_factor / count` replicas and meets the others' at
+    /// collectives through a transport (MPI: see `popxl_session`). Errors: a
+    /// `count` of 0 or an `index` not below it; an error once frozen. The
+    /// replication factor must be a multiple of `count` when a session is made.
+    ///
+    /// ```
+    /// let ir = popxl::Ir::new();
+    /// ir.set_replication_factor(4).unwrap();
+    /// ir.set_instances(1, 2).unwrap();
+    /// assert_eq!(ir.instance_replication_factor(), 2);
+    /// assert!(ir.set_instances(2, 2).is_err());
+    /// ```
+    pub fn set_instances(&self, index: usize, count: usize) -> Result<()> {
+        if count == 0 || index >= count {
+            return Err(PopXlError::ValueOutOfRange {
+                what: "instances (index, count)".to_string(),
+                expected: "a count of at least 1 and an index below it",
+                got: format!("({index}, {count})"),
+            });
+        }
+        self.state.borrow_mut().building("setting instances")?.instances = popart_ir::Instances { index, count };
+        Ok(())
+    }
+
+    /// Replicas this process runs: `replication_factor / count` of
+    /// [`Ir::instances`] (PopXL's `instance_replication_factor`; the whole
+    /// replication factor when one process runs them all, or when the count
+    /// does not divide it, which a session refuses).
+    pub fn instance_replication_factor(&self) -> usize {
+        let st = self.state.borrow();
+        st.ir.instances.replicas_per_instance(st.ir.replication_factor).unwrap_or(st.ir.replication_factor)
+    }
+
+    /// A new IR whose replicas span the processes of the launch this process
+    /// belongs to (PopXL's `Ir(replication="popdist")`): this process's rank
+    /// and the number of processes come from the environment `mpirun` sets
+    /// ([`instance_from_env`]), the replicas per process from
+    /// `POPDIST_NUM_LOCAL_REPLICAS` (default 1), and `replication_factor =
+    /// processes x replicas per process`. Outside a launch it is one process
+    /// with that many replicas. Errors name a malformed variable.
+    pub fn replication_from_env() -> Result<Ir> {
+        let inst = instance_from_env()?;
+        let local = env_count("POPDIST_NUM_LOCAL_REPLICAS")?.unwrap_or(1);
+        let ir = Ir::new();
+        let rf = inst.count.checked_mul(local).ok_or_else(|| PopXlError::ValueOutOfRange {
+            what: "replication_factor (processes x POPDIST_NUM_LOCAL_REPLICAS)".to_string(),
+            expected: "a product that fits in usize",
+            got: format!("{} x {local}", inst.count),
+        })?;
+        ir.set_replication_factor(rf)?;
+        ir.set_instances(inst.index, inst.count)?;
+        Ok(ir)
+    }
+
     /// The number of IPUs a session of this IR needs, as PopXL counts them:
     /// `2^ceil(log2((max ipu + 1) * replication_factor))` over every op of
     /// every graph (ops outside any [`crate::ipu`] context count as IPU 0; an
@@ -434,4 +497,42 @@ impl Ir {
     pub fn to_text(&self) -> String {
         self.with_ir(popart_ir::text::to_text)
     }
+}
+
+/// A count from the environment variable `name`: `None` when unset; an error
+/// when set but not a positive integer.
+fn env_count(name: &str) -> Result<Option<usize>> {
+    let Ok(v) = std::env::var(name) else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(PopXlError::ValueOutOfRange { what: name.to_string(), expected: "a positive integer", got: v }),
+    }
+}
+
+/// This process's place in the launch it belongs to, from the variables MPI
+/// launchers set: Open MPI's `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`,
+/// or the PMI ones (`PMI_RANK`/`PMI_SIZE`, MPICH and Slurm). One process
+/// (`index 0 of 1`) when none is set; an error when a value is malformed or
+/// the rank is not below the size.
+pub fn instance_from_env() -> Result<popart_ir::Instances> {
+    for (rank, size) in [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")] {
+        let Some(count) = env_count(size)? else { continue };
+        let index = match std::env::var(rank) {
+            Ok(v) => v.trim().parse::<usize>().map_err(|_| PopXlError::ValueOutOfRange {
+                what: rank.to_string(),
+                expected: "a non-negative integer",
+                got: v.clone(),
+            })?,
+            Err(_) => 0,
+        };
+        if index >= count {
+            return Err(PopXlError::ValueOutOfRange {
+                what: rank.to_string(),
+                expected: "a rank below the launch's size",
+                got: format!("{index} of {count}"),
+            });
+        }
+        return Ok(popart_ir::Instances { index, count });
+    }
+    Ok(popart_ir::Instances::default())
 }

@@ -5,7 +5,9 @@
 //! blocks ([`executor::CpuExecutor`]), builds one kernel per kernel call from
 //! a kernel library ([`kernels::build_kernel`], keyed by op identity, open to
 //! custom ops through [`kernels::register_kernel`]), runs them on a team of
-//! threads ([`team`]) and runs replicas in lock step ([`gang`], [`replicas`]).
+//! threads ([`team`]) and runs replicas in lock step ([`gang`], [`replicas`]),
+//! within this process or across processes ([`transport`]; over MPI with the
+//! `mpi` feature).
 //!
 //! The crate depends only on the IR (`popart-ir`), the lowered form
 //! (`popart-lower`) and numeric crates. Its errors are [`CpuError`];
@@ -29,5 +31,8 @@ pub mod kernels;
 pub mod peak;
 pub mod replicas;
 pub mod team;
+pub mod transport;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 
 pub use error::CpuError;

@@ -26,6 +26,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
+
+use crate::transport::{self, Header, Span, SpanError, Step};
 use std::time::{Duration, Instant};
 
 /// The collective was abandoned because another replica failed.
@@ -107,10 +109,33 @@ impl Barrier {
 
 /// The communicator of the replicas of one session.
 pub struct Comm {
+    /// The barrier of this process's replicas.
     barrier: Barrier,
-    /// Per replica, the input pointers of the current exchange.
+    /// Per replica (of every process), the input pointers of the current
+    /// exchange: this process's own buffers, mirrors of the others'.
     inputs: Vec<[AtomicPtr<u8>; MAX_INPUTS]>,
+    /// Per replica, the output pointer (null for other processes' replicas).
     outputs: Vec<AtomicPtr<u8>>,
+    /// The other processes, when the replicas span several.
+    span: Option<Spanning>,
+}
+
+/// The cross-process part of a [`Comm`].
+struct Spanning {
+    span: Span,
+    /// Used by this process's first replica between barriers only.
+    state: Mutex<SpanState>,
+}
+
+#[derive(Default)]
+struct SpanState {
+    /// This process's inputs, packed for the transport.
+    send: Vec<u8>,
+    /// Every process's packed inputs (this process's slot unused).
+    mirror: Vec<u8>,
+    /// A failure found at an exchange of the current step: the exchange that
+    /// told every process, so the step ends without another.
+    failure: Option<SpanError>,
 }
 
 /// Input pointers one replica can publish in an exchange.
@@ -118,12 +143,12 @@ pub const MAX_INPUTS: usize = 2;
 
 impl std::fmt::Debug for Comm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Comm").field("replicas", &self.inputs.len()).finish()
+        f.debug_struct("Comm").field("replicas", &self.inputs.len()).field("local", &self.barrier.n).finish()
     }
 }
 
 impl Comm {
-    /// A communicator for `replicas` replicas (at least 1).
+    /// A communicator for `replicas` replicas (at least 1), all in this process.
     pub fn new(replicas: usize) -> Self {
         let n = replicas.max(1);
         let null = || AtomicPtr::new(std::ptr::null_mut());
@@ -131,22 +156,68 @@ impl Comm {
             barrier: Barrier::new(n),
             inputs: (0..n).map(|_| [null(), null()]).collect(),
             outputs: (0..n).map(|_| null()).collect(),
+            span: None,
         }
     }
 
-    /// Number of replicas.
+    /// A communicator for `span.local` replicas in this process (at least 1),
+    /// replicas `span.first()..` of the `span.global()` replicas of every
+    /// process ([`crate::transport`]).
+    pub fn spanning(span: Span) -> Self {
+        let span = Span { local: span.local.max(1), ..span };
+        let null = || AtomicPtr::new(std::ptr::null_mut());
+        let n = span.global();
+        Comm {
+            barrier: Barrier::new(span.local),
+            inputs: (0..n).map(|_| [null(), null()]).collect(),
+            outputs: (0..n).map(|_| null()).collect(),
+            span: Some(Spanning { span, state: Mutex::new(SpanState::default()) }),
+        }
+    }
+
+    /// Number of replicas (of every process).
     pub fn num_replicas(&self) -> usize {
         self.inputs.len()
+    }
+
+    /// The processes the replicas span, if more than this one.
+    pub fn span(&self) -> Option<&Span> {
+        self.span.as_ref().map(|s| &s.span)
+    }
+
+    /// The global indices of this process's replicas.
+    pub fn local_replicas(&self) -> std::ops::Range<usize> {
+        match &self.span {
+            Some(s) => s.span.first()..s.span.first() + s.span.local,
+            None => 0..self.inputs.len(),
+        }
     }
 
     /// Make the next execution start afresh (after an abort).
     pub fn reset(&mut self) {
         self.barrier.reset();
+        if let Some(s) = &mut self.span {
+            s.state.get_mut().unwrap_or_else(|e| e.into_inner()).failure = None;
+        }
     }
 
     /// Abandon every exchange in progress or to come until [`Comm::reset`].
     pub fn abort(&self) {
         self.barrier.abort();
+    }
+
+    /// End a step (a run) of a communicator spanning processes: unless an
+    /// exchange of the step already found a failure (returned here), tell
+    /// every process whether this one's step succeeded (`ok`) and learn
+    /// theirs. Every process calls it once per step, after its replicas have
+    /// stopped. Nothing to do within one process.
+    pub fn finish(&mut self, ok: bool) -> Result<(), SpanError> {
+        let Some(s) = &mut self.span else { return Ok(()) };
+        let st = s.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = st.failure.take() {
+            return Err(e);
+        }
+        transport::agree(&*s.span.transport, Header { step: Step::End, failed: !ok })
     }
 
     /// One collective step, called by every replica with its own pointers:
@@ -156,28 +227,39 @@ impl Comm {
     ///
     /// `work` must only write output bytes that no other replica's `work`
     /// writes or reads (split the elements by the replica's position in its
-    /// group), and may read any input bytes that no replica writes.
-    pub fn exchange(
+    /// group, or, when [`Peers::solo`], only its own output), and may read any
+    /// input bytes that no replica writes.
+    ///
+    /// # Safety
+    /// `input` is valid for reads of `in_bytes` bytes until the call returns
+    /// (the same count on every replica).
+    pub unsafe fn exchange(
         &self,
         replica: usize,
         input: *const u8,
+        in_bytes: usize,
         output: *mut u8,
         work: impl FnOnce(Peers<'_>),
     ) -> Result<(), Aborted> {
-        self.exchange_inputs(replica, [input, std::ptr::null()], output, work)
+        // SAFETY: the caller's contract; the second input is empty.
+        unsafe { self.exchange_inputs(replica, [input, std::ptr::null()], [in_bytes, 0], output, work) }
     }
 
     /// [`Comm::exchange`] publishing [`MAX_INPUTS`] input pointers
     /// ([`Peers::input_at`]).
-    pub fn exchange_inputs(
+    ///
+    /// # Safety
+    /// Each `inputs[i]` is valid for reads of `in_bytes[i]` bytes until the
+    /// call returns (the same counts on every replica).
+    pub unsafe fn exchange_inputs(
         &self,
         replica: usize,
         inputs: [*const u8; MAX_INPUTS],
+        in_bytes: [usize; MAX_INPUTS],
         output: *mut u8,
         work: impl FnOnce(Peers<'_>),
     ) -> Result<(), Aborted> {
-        let n = self.num_replicas();
-        if replica >= n {
+        if !self.local_replicas().contains(&replica) {
             return Err(Aborted);
         }
         for (slot, &p) in self.inputs[replica].iter().zip(&inputs) {
@@ -185,8 +267,77 @@ impl Comm {
         }
         self.outputs[replica].store(output, SeqCst);
         self.barrier.wait()?;
-        work(Peers { comm: self });
+        let Some(s) = &self.span else {
+            work(Peers { comm: self, solo: false });
+            return self.barrier.wait();
+        };
+        if replica == s.span.first() {
+            // SAFETY: every local replica published inputs of `in_bytes`
+            // (the caller's contract) and waits at the barrier below.
+            if unsafe { self.cross(s, in_bytes) }.is_err() {
+                self.barrier.abort();
+            }
+        }
+        self.barrier.wait()?;
+        work(Peers { comm: self, solo: true });
         self.barrier.wait()
+    }
+
+    /// The cross-process part of an exchange, run by this process's first
+    /// replica while the others wait: agree on the step, send this process's
+    /// inputs to every other process and point the other processes' replicas'
+    /// inputs at the copies received.
+    ///
+    /// # Safety
+    /// Every local replica's published inputs hold `in_bytes` bytes.
+    unsafe fn cross(&self, s: &Spanning, in_bytes: [usize; MAX_INPUTS]) -> Result<(), ()> {
+        let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *st;
+        let fail = |st: &mut SpanState, e: SpanError| {
+            st.failure = Some(e);
+            Err(())
+        };
+        let transport = &*s.span.transport;
+        let step = Step::Collective(in_bytes.map(|b| b as u64));
+        if let Err(e) = transport::agree(transport, Header { step, failed: false }) {
+            return fail(st, e);
+        }
+        let per_replica: usize = in_bytes.iter().sum();
+        let (local, size, rank) = (s.span.local, transport.size(), transport.rank());
+        let block = local * per_replica;
+        if st.mirror.len() < block * size {
+            st.mirror.resize(block * size, 0);
+        }
+        let first = s.span.first();
+        let ptr = |r: usize, k: usize| self.inputs[r][k].load(SeqCst) as *const u8;
+        let sent = if local == 1 && in_bytes[1] == 0 {
+            // One replica, one input: send it in place.
+            // SAFETY: the published input holds `in_bytes[0]` bytes (this method's contract).
+            unsafe { std::slice::from_raw_parts(ptr(first, 0), in_bytes[0]) }
+        } else {
+            st.send.clear();
+            for r in first..first + local {
+                for (k, &n) in in_bytes.iter().enumerate() {
+                    // SAFETY: as above, for each local replica and input.
+                    st.send.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr(r, k), n) });
+                }
+            }
+            &st.send[..]
+        };
+        if let Err(e) = transport.exchange(sent, &mut st.mirror[..block * size]) {
+            return fail(st, e.into());
+        }
+        let base = st.mirror.as_mut_ptr();
+        for p in (0..size).filter(|&p| p != rank) {
+            for i in 0..local {
+                let mut off = p * block + i * per_replica;
+                for (k, &n) in in_bytes.iter().enumerate() {
+                    self.inputs[p * local + i][k].store(base.wrapping_add(off), SeqCst);
+                    off += n;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -194,9 +345,19 @@ impl Comm {
 #[derive(Clone, Copy)]
 pub struct Peers<'a> {
     comm: &'a Comm,
+    solo: bool,
 }
 
 impl Peers<'_> {
+    /// The replicas span processes: each replica computes its whole output
+    /// from every member's inputs (mirrored from the other processes) and
+    /// writes no other replica's output. Computing every element in the same
+    /// order as the split work does keeps the results independent of how the
+    /// replicas are placed.
+    pub fn solo(&self) -> bool {
+        self.solo
+    }
+
     /// Replica `r`'s input pointer (null for `r` out of range).
     pub fn input(&self, r: usize) -> *const u8 {
         self.input_at(r, 0)
@@ -207,7 +368,7 @@ impl Peers<'_> {
         self.comm.inputs.get(r).and_then(|p| p.get(i)).map_or(std::ptr::null(), |p| p.load(SeqCst) as *const u8)
     }
 
-    /// Replica `r`'s output pointer (null for `r` out of range).
+    /// Replica `r`'s output pointer (null for `r` out of range or in another process).
     pub fn output(&self, r: usize) -> *mut u8 {
         self.comm.outputs.get(r).map_or(std::ptr::null_mut(), |p| p.load(SeqCst))
     }
@@ -223,7 +384,7 @@ pub struct ReplicaCtx<'a> {
 }
 
 impl ReplicaCtx<'_> {
-    /// Number of replicas.
+    /// Number of replicas (of every process).
     pub fn num_replicas(&self) -> usize {
         self.comm.num_replicas()
     }
@@ -311,7 +472,8 @@ mod tests {
             for r in 0..4 {
                 let (comm, data, out) = (&comm, &data, out_ptrs[r]);
                 s.spawn(move || {
-                    comm.exchange(r, data[r].as_ptr() as *const u8, out as *mut u8, |peers| {
+                    // SAFETY: each input holds 8 f32s for the whole exchange.
+                    unsafe { comm.exchange(r, data[r].as_ptr() as *const u8, 32, out as *mut u8, |peers| {
                         // Replica r reduces elements 2r, 2r+1 for everyone.
                         for e in 2 * r..2 * r + 2 {
                             // SAFETY: every pointer holds 8 f32s; element e is written by replica r only.
@@ -321,7 +483,7 @@ mod tests {
                                 unsafe { *(peers.output(p) as *mut f32).add(e) = sum }
                             }
                         }
-                    })
+                    }) }
                     .unwrap();
                 });
             }
@@ -333,7 +495,8 @@ mod tests {
         let comm = Comm::new(2);
         std::thread::scope(|s| {
             let c = &comm;
-            let waiter = s.spawn(move || c.exchange(0, std::ptr::null(), std::ptr::null_mut(), |_| {}));
+            // SAFETY: no input bytes.
+            let waiter = s.spawn(move || unsafe { c.exchange(0, std::ptr::null(), 0, std::ptr::null_mut(), |_| {}) });
             std::thread::sleep(Duration::from_millis(5));
             comm.abort();
             assert_eq!(waiter.join().unwrap(), Err(Aborted));

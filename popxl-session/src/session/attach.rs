@@ -231,7 +231,7 @@ impl Session {
         if any_variable && self.attached && !self.host_weights_in_sync {
             self.weights_to_host()?;
         }
-        let rf = self.executors.len();
+        let rf = self.comm.num_replicas();
         tensors
             .iter()
             .map(|t| {
@@ -299,7 +299,7 @@ impl Session {
             let info = host_info.as_ref().unwrap_or(&core.info);
             if let Some(s) = self.variables.get(&(g, id)).and_then(|v| v.settings.as_ref()) {
                 if s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas
-                    && s.grouping.num_groups() < self.executors.len()
+                    && s.grouping.num_groups() < self.comm.num_replicas()
                 {
                     return Err(SessionError::WriteAllReplicas { tensor: t.id().to_string() });
                 }
@@ -339,8 +339,9 @@ impl Session {
                 v.replica_values.clear();
             }
             if self.attached && v.weight.is_some() {
+                let first = self.comm.local_replicas().start;
                 for (r, exec) in self.executors.iter_mut().enumerate() {
-                    let bytes = super::replicated::replica_bytes(v, r)?;
+                    let bytes = super::replicated::replica_bytes(v, first + r)?;
                     let written = match v.weight {
                         Some(WeightSlot::Device(w)) => {
                             // The buffer was checked to lie within the arena at compile time.

@@ -21,6 +21,7 @@ use popart_lower::{Executable, StreamId};
 use popxl::{DeviceToHostStream, HostArray, HostToDeviceStream};
 
 use crate::cpu::executor::{CpuExecutor, ExecCounters, KernelFactory};
+use crate::cpu::transport::{self, Header, Span, Step};
 use crate::SessionError;
 
 pub use attach::SessionContext;
@@ -101,6 +102,47 @@ fn reachable_ops(ir: &popart_ir::Ir) -> usize {
     n
 }
 
+/// The processes `ir`'s replicas span and the transport to them, or `None`
+/// for one process. Errors: no transport, or one that does not match the IR's
+/// instances, or a replication factor they do not divide.
+fn span_of(ir: &popxl::Ir, options: &SessionOptions) -> Result<Option<Span>> {
+    let (inst, rf) = ir.with_ir(|core| (core.instances, core.replication_factor.max(1)));
+    if inst.count <= 1 {
+        return Ok(None);
+    }
+    let local = inst.replicas_per_instance(rf).ok_or_else(|| SessionError::Instances {
+        reason: format!("{} processes (this one {}) cannot split replication_factor {rf}", inst.count, inst.index),
+    })?;
+    let transport = match &options.transport {
+        Some(t) => t.clone(),
+        None => world_transport().ok_or(SessionError::NoTransport { processes: inst.count })?,
+    };
+    if (transport.rank(), transport.size()) != (inst.index, inst.count) {
+        return Err(SessionError::Instances {
+            reason: format!(
+                "the IR is process {} of {}, the transport rank {} of {}",
+                inst.index,
+                inst.count,
+                transport.rank(),
+                transport.size()
+            ),
+        });
+    }
+    Ok(Some(Span { transport, local }))
+}
+
+/// MPI's world, when built with the `mpi` feature and MPI is initialized.
+#[cfg(feature = "mpi")]
+fn world_transport() -> Option<std::sync::Arc<dyn transport::Transport>> {
+    crate::cpu::mpi::world().map(|t| std::sync::Arc::new(t) as std::sync::Arc<dyn transport::Transport>)
+}
+
+/// No transport without the `mpi` feature.
+#[cfg(not(feature = "mpi"))]
+fn world_transport() -> Option<std::sync::Arc<dyn transport::Transport>> {
+    None
+}
+
 /// A copy of host data, or [`SessionError::OutOfMemory`] naming `tensor`.
 fn try_clone_host(data: &HostTensor, tensor: &str) -> Result<HostTensor> {
     let mut bytes = Vec::new();
@@ -158,6 +200,12 @@ pub struct SessionOptions {
     /// fails with [`SessionError::TileMemoryExceeded`] when the program does not
     /// fit in its tile memory, and [`Session::ipu_model_report`] uses it.
     pub ipu_model: popart_lower::IpuModelConfig,
+    /// How a session whose replicas span processes ([`popxl::Ir::set_instances`])
+    /// reaches the others' replicas. `None` (the default): MPI's world
+    /// (`cpu::mpi::world()`, with the `mpi` feature, after `cpu::mpi::init()`).
+    /// [`crate::cpu::transport::ThreadTransport`] runs "processes" as threads of
+    /// one process (tests). Unused by a session of one process.
+    pub transport: Option<std::sync::Arc<dyn crate::cpu::transport::Transport>>,
 }
 
 impl Default for SessionOptions {
@@ -171,6 +219,7 @@ impl Default for SessionOptions {
             check_inplace_ambiguity: true,
             inline_calls: None,
             ipu_model: popart_lower::IpuModelConfig::default(),
+            transport: None,
         }
     }
 }
@@ -275,7 +324,7 @@ pub struct Session {
     /// The frozen IR core after preparation: what the executable was lowered from.
     prepared: popart_ir::Ir,
     exe: Executable,
-    /// One executor per replica (replica 0 first).
+    /// One executor per replica of this process (its first replica first).
     executors: Vec<CpuExecutor>,
     /// The replicas' communicator (collectives).
     comm: crate::cpu::replicas::Comm,
@@ -293,6 +342,9 @@ pub struct Session {
     d2h: Vec<DataStream>,
     stream_position: HashMap<TensorId, usize>,
     counts: TransferCounts,
+    /// The current step already ended on every process (a run spanning
+    /// processes told the others its outcome).
+    step_told: bool,
 }
 
 impl fmt::Debug for Session {
@@ -361,10 +413,34 @@ impl Session {
         kernels: KernelFactory<'_>,
         may_fail: crate::cpu::executor::MayFail<'_>,
     ) -> Result<Session> {
+        let span = span_of(&ir, &options)?;
+        let Some(span) = span else { return Self::build_local(ir, device, options, kernels, may_fail, None) };
+        // Every process builds, then all learn whether every one succeeded.
+        // A step spanning processes may stop because another failed, so every
+        // program saves the state a failed run restores.
+        let built = Self::build_local(ir, device, options, kernels, &|_| true, Some(span.clone()));
+        let told = transport::agree(&*span.transport, Header { step: Step::End, failed: built.is_err() });
+        match (built, told) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(e.into()),
+            (Ok(s), Ok(())) => Ok(s),
+        }
+    }
+
+    fn build_local(
+        ir: popxl::Ir,
+        device: &str,
+        options: SessionOptions,
+        kernels: KernelFactory<'_>,
+        may_fail: crate::cpu::executor::MayFail<'_>,
+        span: Option<Span>,
+    ) -> Result<Session> {
         let device: DeviceType = device.parse()?;
         ir.freeze();
         let mut prepared = ir.with_ir(|core| core.clone());
         let rf = prepared.replication_factor.max(1);
+        // This process's replicas.
+        let local = span.as_ref().map_or(rf, |s| s.local);
         // The device size PopXL would ask for: (max IPU + 1) x replicas,
         // rounded up to a power of two; every device runs any number of IPUs.
         prepared.num_ipus().map_err(|e| SessionError::SizeOverflow { what: format!("the number of IPUs: {e}") })?;
@@ -394,8 +470,8 @@ impl Session {
         if device == DeviceType::IpuModel {
             ipu_report::check_fits(&exe, &options.ipu_model)?;
         }
-        let mut executors = Vec::with_capacity(rf);
-        for _ in 0..rf {
+        let mut executors = Vec::with_capacity(local);
+        for _ in 0..local {
             executors.push(kernel_library::compile(&exe, kernels, may_fail, options.check_indices)?);
         }
 
@@ -446,15 +522,18 @@ impl Session {
             prepared,
             exe,
             executors,
-            comm: crate::cpu::replicas::Comm::new(rf),
-            gang: if rf > 1 {
-                Some(crate::cpu::gang::Gang::new(rf).map_err(|e| {
-                    SessionError::Device(crate::cpu::CpuError::Threads { replicas: rf, reason: e.to_string() })
+            comm: match span {
+                Some(span) => crate::cpu::replicas::Comm::spanning(span),
+                None => crate::cpu::replicas::Comm::new(rf),
+            },
+            gang: if local > 1 {
+                Some(crate::cpu::gang::Gang::new(local).map_err(|e| {
+                    SessionError::Device(crate::cpu::CpuError::Threads { replicas: local, reason: e.to_string() })
                 })?)
             } else {
                 None
             },
-            replica_results: Vec::with_capacity(rf),
+            replica_results: Vec::with_capacity(local),
             device,
             options,
             attached: false,
@@ -465,6 +544,7 @@ impl Session {
             d2h,
             stream_position,
             counts: TransferCounts::default(),
+            step_told: false,
         })
     }
 
@@ -529,9 +609,22 @@ impl Session {
         })
     }
 
-    /// Number of replicas the session runs (the IR's `replication_factor`).
+    /// Number of replicas the session's program has (the IR's
+    /// `replication_factor`), of every process.
     pub fn replication_factor(&self) -> usize {
+        self.comm.num_replicas()
+    }
+
+    /// Number of replicas this process runs (the IR's
+    /// `instance_replication_factor`; the replication factor in a session of
+    /// one process).
+    pub fn instance_replication_factor(&self) -> usize {
         self.executors.len()
+    }
+
+    /// The global indices of this process's replicas.
+    pub fn local_replicas(&self) -> std::ops::Range<usize> {
+        self.comm.local_replicas()
     }
 
     /// Turn per-kernel timing of the compiled programs on (clearing earlier

@@ -41,9 +41,12 @@ impl Shared {
     }
 }
 
-/// Run `program` on every executor at once, executor `r` as replica `r` on
-/// member `r` of `gang`. Returns the first failure that is not a replica
-/// abandoning a collective because another failed.
+/// Run `program` on every executor at once, executor `i` as this process's
+/// replica `i` (global index `first + i`) on member `i` of `gang`. Returns
+/// the first failure that is not a replica abandoning a collective because
+/// another failed. When the replicas span processes, every process then
+/// learns whether every other succeeded ([`Comm::finish`]): a failure of
+/// another process is [`ExecError::Processes`].
 pub(super) fn run_all(
     executors: &mut [CpuExecutor],
     comm: &mut Comm,
@@ -51,34 +54,67 @@ pub(super) fn run_all(
     results: &mut Vec<Result<(), ExecError>>,
     program: EngineProgram,
 ) -> Result<(), ExecError> {
+    let local = run_local(executors, comm, gang, results, program);
+    let across = comm.finish(local.is_ok());
+    match (local, across) {
+        // This process's own failure first: the others report it by rank.
+        (Err(e), _) if !aborted(&e) => Err(e),
+        (_, Err(e)) => Err(ExecError::Processes(e)),
+        (r, Ok(())) => r,
+    }
+}
+
+/// A replica abandoning a collective because another failed.
+fn aborted(e: &ExecError) -> bool {
+    matches!(e, ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. })
+}
+
+/// [`run_all`] within this process.
+fn run_local(
+    executors: &mut [CpuExecutor],
+    comm: &mut Comm,
+    gang: Option<&mut Gang>,
+    results: &mut Vec<Result<(), ExecError>>,
+    program: EngineProgram,
+) -> Result<(), ExecError> {
     let n = executors.len();
+    comm.reset();
+    let first = comm.local_replicas().start;
+    // Processes on this host share its cores, and so do this process's replicas.
+    let host = comm.span().map_or(1, |s| s.transport.host_size().max(1));
+    let threads = (team::num_threads() / (n * host)).max(1);
     let gang = match gang {
         Some(g) if n > 1 && g.len() == n => g,
         _ => {
             return match executors {
+                [only] if comm.span().is_some() => {
+                    let comm: &Comm = comm;
+                    let ran = replicas::enter(first, comm, || team::with_max_threads(threads, || only.run(program)));
+                    if ran.is_err() {
+                        comm.abort();
+                    }
+                    ran
+                }
                 [only] => only.run(program),
                 _ => Err(ExecError::UnboundStream { stream: u32::MAX }),
             }
         }
     };
-    comm.reset();
     results.clear();
     results.resize_with(n, || Ok(()));
-    let threads = (team::num_threads() / n).max(1);
     let comm: &Comm = comm;
     let shared = Shared { executors: executors.as_mut_ptr(), results: results.as_mut_ptr() };
     gang.run(&|r: usize| {
         // SAFETY: `r < n` (one task per member) and only this task touches index `r`.
         let (e, out) = unsafe { shared.get(r) };
-        *out = replicas::enter(r, comm, || team::with_max_threads(threads, || e.run(program)));
+        *out = replicas::enter(first + r, comm, || team::with_max_threads(threads, || e.run(program)));
         if out.is_err() {
             comm.abort();
         }
     });
-    let aborted = |e: &ExecError| matches!(e, ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. });
-    let first = results.iter().position(|r| r.as_ref().is_err_and(|e| !aborted(e)));
-    let first = first.or_else(|| results.iter().position(Result::is_err));
-    match first {
+    let first_err = results.iter().position(|r| r.as_ref().is_err_and(|e| !aborted(e)));
+    let first_err = first_err.or_else(|| results.iter().position(Result::is_err));
+    match first_err {
         Some(i) => std::mem::replace(&mut results[i], Ok(())),
         None => Ok(()),
     }
@@ -102,11 +138,23 @@ impl Session {
     /// Weight programs run no kernel, so they cannot fail once bound.
     pub(super) fn run_weight_programs(&mut self, program: EngineProgram) -> Result<()> {
         let to_host = matches!(program, EngineProgram::WeightsToHost);
-        let rf = self.executors.len();
+        let (first, all) = (self.comm.local_replicas().start, self.comm.num_replicas());
+        let spanning = self.comm.span().is_some();
+        // Variables in a fixed order (the same in every process).
+        let mut keys: Vec<(popart_ir::GraphId, popart_ir::TensorId)> = self.variables.keys().copied().collect();
+        keys.sort_unstable();
+        // Spanning processes, each replicated variable's values of this
+        // process's replicas, in replica order, for the other processes.
+        let mut gathered: Vec<Vec<u8>> = vec![Vec::new(); keys.len()];
         let mut sink: Vec<u8> = Vec::new();
-        for r in 0..rf {
-            let mut bindings: Vec<(&mut HostVariable, popart_lower::StreamId, Binding)> = Vec::new();
-            for v in self.variables.values_mut() {
+        for (r, exec) in self.executors.iter_mut().enumerate() {
+            let replica = first + r;
+            let mut bindings: Vec<(usize, &mut HostVariable, popart_lower::StreamId, Binding)> = Vec::new();
+            let mut vars: Vec<(usize, &mut HostVariable)> = self.variables.iter_mut().map(|(k, v)| (*k, v)).map(|(k, v)| {
+                (keys.binary_search(&k).unwrap_or(usize::MAX), v)
+            }).collect();
+            vars.sort_unstable_by_key(|(i, _)| *i);
+            for (i, v) in vars {
                 let (from_host, to_host_stream) = match v.weight {
                     None => continue,
                     Some(WeightSlot::Device(w)) => (self.exe.weights[w].from_host, self.exe.weights[w].to_host),
@@ -116,17 +164,17 @@ impl Session {
                 };
                 let stream = if to_host { to_host_stream } else { from_host };
                 let binding = match &v.settings {
-                    None if !to_host || r == 0 => Binding::Host,
+                    None if !to_host || replica == 0 => Binding::Host,
                     None => Binding::Sink,
                     Some(s) => {
-                        let all = s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas;
+                        let all_mode = s.retrieval_mode == popart_ir::RetrievalMode::AllReplicas;
                         let n = s.replica_info().nbytes();
-                        if to_host && !s.is_source(r) && !all {
+                        if to_host && !s.is_source(replica) && !all_mode && !spanning {
                             Binding::Sink
                         } else {
                             let mut buf = popart_ir::size::try_zeroed_bytes(n, "a replica's variable value")?;
                             if !to_host {
-                                s.replica_value(r, &mut buf);
+                                s.replica_value(replica, &mut buf);
                             }
                             Binding::Scratch(buf)
                         }
@@ -138,11 +186,10 @@ impl Session {
                         sink = popart_ir::size::try_zeroed_bytes(n, "a weight stream sink")?;
                     }
                 }
-                bindings.push((v, stream, binding));
+                bindings.push((i, v, stream, binding));
             }
-            let exec = &mut self.executors[r];
             let mut bound = Ok(());
-            for (v, stream, binding) in bindings.iter_mut() {
+            for (_, v, stream, binding) in bindings.iter_mut() {
                 let (ptr, len) = match binding {
                     Binding::Host => (v.data.bytes.as_mut_ptr(), v.data.bytes.len()),
                     Binding::Scratch(b) => (b.as_mut_ptr(), b.len()),
@@ -160,14 +207,53 @@ impl Session {
             exec.unbind_streams();
             ran?;
             if to_host {
-                for (v, _, binding) in bindings {
+                for (i, v, _, binding) in bindings {
                     let Binding::Scratch(buf) = binding else { continue };
-                    store_replica_value(v, r, rf, &buf)?;
+                    store_replica_value(v, replica, all, &buf)?;
+                    if spanning {
+                        gathered[i].extend_from_slice(&buf);
+                    }
                 }
+            }
+        }
+        if to_host && spanning {
+            self.share_weights(&keys, &gathered)?;
+        }
+        Ok(())
+    }
+
+    /// After `weights_to_host` on replicas spanning processes, give every
+    /// process every variable's host value: a plain variable's from the
+    /// process of replica 0, a replicated one's from each replica's values
+    /// (`gathered[i]`, this process's replicas' values of variable `keys[i]`).
+    fn share_weights(&mut self, keys: &[(popart_ir::GraphId, popart_ir::TensorId)], gathered: &[Vec<u8>]) -> Result<()> {
+        let Some(span) = self.comm.span().cloned() else { return Ok(()) };
+        let (t, all, first) = (&*span.transport, span.global(), span.first());
+        let local = first..first + span.local;
+        for (key, mine) in keys.iter().zip(gathered) {
+            let Some(v) = self.variables.get_mut(key) else { continue };
+            if v.weight.is_none() {
+                continue;
+            }
+            if v.settings.is_none() {
+                t.broadcast(0, &mut v.data.bytes).map_err(processes)?;
+                continue;
+            }
+            let n = mine.len() / span.local;
+            let mut every = popart_ir::size::try_zeroed_bytes(n * all, "every replica's variable value")?;
+            every[first * n..(first + span.local) * n].copy_from_slice(mine);
+            t.exchange(mine, &mut every).map_err(processes)?;
+            for r in (0..all).filter(|r| !local.contains(r)) {
+                store_replica_value(v, r, all, &every[r * n..(r + 1) * n])?;
             }
         }
         Ok(())
     }
+}
+
+/// A transport failure, as a session error.
+fn processes(e: crate::cpu::transport::TransportError) -> SessionError {
+    SessionError::Processes(e.into())
 }
 
 /// Put replica `r`'s device value `value` of a replicated variable into its

@@ -142,14 +142,21 @@ impl Session {
     }
 
     /// Shape of the host array of a stream of shape `shape`:
-    /// `[num_host_transfers, replication_factor, *shape]` without the size-1 leading dims.
+    /// `[num_host_transfers, replication_factor, *shape]` without the size-1
+    /// leading dims. When the replicas span processes, the replica dim is this
+    /// process's replicas ([`Session::instance_replication_factor`]).
     pub fn host_shape(&self, shape: &[usize]) -> Vec<usize> {
+        self.host_shape_for(shape, self.executors.len())
+    }
+
+    /// [`Session::host_shape`] with `rf` replicas.
+    fn host_shape_for(&self, shape: &[usize], rf: usize) -> Vec<usize> {
         let mut v = Vec::with_capacity(shape.len() + 2);
         if self.exe.num_host_transfers > 1 {
             v.push(self.exe.num_host_transfers);
         }
-        if self.exe.replication_factor > 1 {
-            v.push(self.exe.replication_factor);
+        if rf > 1 {
+            v.push(rf);
         }
         v.extend_from_slice(shape);
         v
@@ -177,10 +184,12 @@ impl Session {
     /// device-to-host stream ([`Session::create_host_outputs`] +
     /// [`Session::run_with_outputs`]).
     pub fn run(&mut self, inputs: &Inputs) -> Result<Outputs> {
-        self.require_attached("run")?;
-        let mut outputs = self.create_host_outputs()?;
-        self.run_with_outputs(inputs, &mut outputs)?;
-        Ok(outputs)
+        self.step(|this| {
+            this.require_attached("run")?;
+            let mut outputs = this.create_host_outputs()?;
+            this.run_with_outputs(inputs, &mut outputs)?;
+            Ok(outputs)
+        })
     }
 
     /// Run the main program once, reading `inputs` and writing into `outputs`.
@@ -206,35 +215,39 @@ impl Session {
     /// fail pay nothing for this: only a program with a kernel that may fail or
     /// a remote transfer at a run-time offset copies that state before each run.
     pub fn run_with_outputs(&mut self, inputs: &Inputs, outputs: &mut Outputs) -> Result<()> {
-        self.require_attached("run_with_outputs")?;
-        // Downcast 64-bit arrays if allowed (a copy); borrow the others' bytes.
-        let mut arrays: Vec<(&HostToDeviceStream, Cow<'_, HostArray>)> = Vec::with_capacity(inputs.len());
-        for (s, arr) in inputs {
-            let target = self.stream_position.get(&s.tensor().tensor_id()).map(|&pos| &self.h2d[pos]);
-            let arr = match target {
-                Some(ds) if self.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) => {
-                    Cow::Owned(arr.clone().try_downcast_64bit().map_err(|e| crate::host::cast_error(&ds.name, e))?)
-                }
-                _ => Cow::Borrowed(arr),
-            };
-            arrays.push((s, arr));
-        }
-        let bytes: Vec<Cow<'_, [u8]>> = arrays.iter().map(|(_, a)| bytes_of(a)).collect();
-        let views: Vec<(&HostToDeviceStream, InputView<'_>)> = arrays
-            .iter()
-            .zip(&bytes)
-            .map(|((s, a), b)| (*s, InputView { dtype: a.dtype(), shape: a.shape(), bytes: b }))
-            .collect();
-        self.run_views_with_outputs(&views, outputs)
+        self.step(|this| {
+            this.require_attached("run_with_outputs")?;
+            // Downcast 64-bit arrays if allowed (a copy); borrow the others' bytes.
+            let mut arrays: Vec<(&HostToDeviceStream, Cow<'_, HostArray>)> = Vec::with_capacity(inputs.len());
+            for (s, arr) in inputs {
+                let target = this.stream_position.get(&s.tensor().tensor_id()).map(|&pos| &this.h2d[pos]);
+                let arr = match target {
+                    Some(ds) if this.options.downcast_inputs && downcast_target(arr.dtype()) == Some(ds.dtype) => {
+                        Cow::Owned(arr.clone().try_downcast_64bit().map_err(|e| crate::host::cast_error(&ds.name, e))?)
+                    }
+                    _ => Cow::Borrowed(arr),
+                };
+                arrays.push((s, arr));
+            }
+            let bytes: Vec<Cow<'_, [u8]>> = arrays.iter().map(|(_, a)| bytes_of(a)).collect();
+            let views: Vec<(&HostToDeviceStream, InputView<'_>)> = arrays
+                .iter()
+                .zip(&bytes)
+                .map(|((s, a), b)| (*s, InputView { dtype: a.dtype(), shape: a.shape(), bytes: b }))
+                .collect();
+            this.run_views_with_outputs(&views, outputs)
+        })
     }
 
     /// [`Session::run`] with borrowed inputs ([`InputView`]: bytes the caller
     /// owns, read in place without a copy).
     pub fn run_views(&mut self, inputs: &[(&HostToDeviceStream, InputView<'_>)]) -> Result<Outputs> {
-        self.require_attached("run")?;
-        let mut outputs = self.create_host_outputs()?;
-        self.run_views_with_outputs(inputs, &mut outputs)?;
-        Ok(outputs)
+        self.step(|this| {
+            this.require_attached("run")?;
+            let mut outputs = this.create_host_outputs()?;
+            this.run_views_with_outputs(inputs, &mut outputs)?;
+            Ok(outputs)
+        })
     }
 
     /// [`Session::run_with_outputs`] with borrowed inputs: each [`InputView`]'s
@@ -246,42 +259,44 @@ impl Session {
         inputs: &[(&HostToDeviceStream, InputView<'_>)],
         outputs: &mut Outputs,
     ) -> Result<()> {
-        self.require_attached("run_with_outputs")?;
-        let mut dests: Vec<(&DeviceToHostStream, DataType, Vec<usize>, Dest<'_>)> = outputs
-            .iter_mut()
-            .map(|(s, arr)| {
-                let (dtype, shape) = (arr.dtype(), arr.shape().to_vec());
-                let dest = match mut_ptr_of(arr) {
-                    // SAFETY: the pointer and length are those of `arr`'s elements, which
-                    // this map entry borrows exclusively for as long as `dests` lives.
-                    Some((p, n)) => Dest::Direct(unsafe { std::slice::from_raw_parts_mut(p, n) }),
-                    None => {
-                        let bytes = arr.to_host_tensor().bytes;
-                        Dest::Scratch(arr, bytes)
-                    }
-                };
-                (s, dtype, shape, dest)
-            })
-            .collect();
-        let mut views: Vec<(&DeviceToHostStream, OutputView<'_>)> = dests
-            .iter_mut()
-            .map(|(s, dtype, shape, dest)| {
-                let bytes: &mut [u8] = match dest {
-                    Dest::Direct(b) => b,
-                    Dest::Scratch(_, v) => v.as_mut_slice(),
-                };
-                (*s, OutputView { dtype: *dtype, shape, bytes })
-            })
-            .collect();
-        self.run_views_into(inputs, &mut views)?;
-        drop(views);
-        for (s, _, _, dest) in dests {
-            if let Dest::Scratch(arr, buf) = dest {
-                assign_bytes(arr, &buf)
-                    .map_err(|e| SessionError::InvalidHostData { tensor: s.name().to_string(), source: e })?;
+        self.step(|this| {
+            this.require_attached("run_with_outputs")?;
+            let mut dests: Vec<(&DeviceToHostStream, DataType, Vec<usize>, Dest<'_>)> = outputs
+                .iter_mut()
+                .map(|(s, arr)| {
+                    let (dtype, shape) = (arr.dtype(), arr.shape().to_vec());
+                    let dest = match mut_ptr_of(arr) {
+                        // SAFETY: the pointer and length are those of `arr`'s elements, which
+                        // this map entry borrows exclusively for as long as `dests` lives.
+                        Some((p, n)) => Dest::Direct(unsafe { std::slice::from_raw_parts_mut(p, n) }),
+                        None => {
+                            let bytes = arr.to_host_tensor().bytes;
+                            Dest::Scratch(arr, bytes)
+                        }
+                    };
+                    (s, dtype, shape, dest)
+                })
+                .collect();
+            let mut views: Vec<(&DeviceToHostStream, OutputView<'_>)> = dests
+                .iter_mut()
+                .map(|(s, dtype, shape, dest)| {
+                    let bytes: &mut [u8] = match dest {
+                        Dest::Direct(b) => b,
+                        Dest::Scratch(_, v) => v.as_mut_slice(),
+                    };
+                    (*s, OutputView { dtype: *dtype, shape, bytes })
+                })
+                .collect();
+            this.run_views_into(inputs, &mut views)?;
+            drop(views);
+            for (s, _, _, dest) in dests {
+                if let Dest::Scratch(arr, buf) = dest {
+                    assign_bytes(arr, &buf)
+                        .map_err(|e| SessionError::InvalidHostData { tensor: s.name().to_string(), source: e })?;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Run the main program once, reading each [`InputView`] and writing each
@@ -293,82 +308,124 @@ impl Session {
         inputs: &[(&HostToDeviceStream, InputView<'_>)],
         outputs: &mut [(&DeviceToHostStream, OutputView<'_>)],
     ) -> Result<()> {
-        self.require_attached("run_with_outputs")?;
-        let nht = self.exe.num_host_transfers.max(1);
-        self.check_stream_set("input", inputs.iter().map(|(s, _)| s.tensor()), &self.h2d)?;
-        let mut in_data: Vec<(usize, &[u8])> = Vec::with_capacity(inputs.len());
-        for (s, view) in inputs {
-            let pos = self.stream_position[&s.tensor().tensor_id()];
-            let ds = &self.h2d[pos];
-            self.check_array("input", ds, view.dtype, view.shape, view.nelms())?;
-            in_data.push((pos, view.bytes));
-        }
-        self.check_stream_set("output", outputs.iter().map(|(s, _)| s.tensor()), &self.d2h)?;
-        let mut out_ptrs: Vec<(StreamId, *mut u8, usize)> = Vec::with_capacity(outputs.len());
-        for (s, view) in outputs.iter_mut() {
-            let ds = &self.d2h[self.stream_position[&s.tensor().tensor_id()]];
-            self.check_array("output", ds, view.dtype, view.shape, view.nelms())?;
-            out_ptrs.push((ds.id, view.bytes.as_mut_ptr(), view.bytes.len()));
-        }
-        // Bind, run, unbind. `bind_stream_strided` checks each buffer holds
-        // element `(nht - 1) * rf + r` of every replica `r` (validated above, so
-        // an error here is a bug). Replica `r` reads and writes elements
-        // `k * rf + r` only, so replicas never touch the same bytes.
-        let rf = self.executors.len();
-        let bind_error = |e: crate::cpu::executor::BindError| SessionError::Device(e.into());
-        let mut bound: Result<()> = Ok(());
-        for (r, exec) in self.executors.iter_mut().enumerate() {
-            for (pos, data) in &in_data {
-                bound = bound.and_then(|_| {
-                    // SAFETY: the input bytes are borrowed for the whole call, so they
-                    // outlive the run (unbound below), and are only read
-                    // (host-to-device transfers never write host memory).
-                    unsafe {
-                        exec.bind_stream_strided(self.h2d[*pos].id, data.as_ptr() as *mut u8, data.len(), nht, rf, r)
-                    }
-                    .map_err(bind_error)
-                });
+        self.step(|this| {
+            this.require_attached("run_with_outputs")?;
+            let nht = this.exe.num_host_transfers.max(1);
+            this.check_stream_set("input", inputs.iter().map(|(s, _)| s.tensor()), &this.h2d)?;
+            // Each array holds this process's replicas or, when the replicas
+            // span processes, possibly every replica (`layout` replicas).
+            let mut in_data: Vec<(usize, &[u8], usize)> = Vec::with_capacity(inputs.len());
+            for (s, view) in inputs {
+                let pos = this.stream_position[&s.tensor().tensor_id()];
+                let ds = &this.h2d[pos];
+                let layout = this.check_layout("input", ds, view.dtype, view.shape, view.nelms())?;
+                in_data.push((pos, view.bytes, layout));
             }
-            for &(id, p, n) in &out_ptrs {
-                // SAFETY: the output views are exclusively borrowed for the whole call
-                // and outlive the run; replicas write disjoint elements.
-                bound =
-                    bound.and_then(|_| unsafe { exec.bind_stream_strided(id, p, n, nht, rf, r) }.map_err(bind_error));
+            this.check_stream_set("output", outputs.iter().map(|(s, _)| s.tensor()), &this.d2h)?;
+            let mut out_ptrs: Vec<(StreamId, *mut u8, usize, usize)> = Vec::with_capacity(outputs.len());
+            for (s, view) in outputs.iter_mut() {
+                let ds = &this.d2h[this.stream_position[&s.tensor().tensor_id()]];
+                let layout = this.check_layout("output", ds, view.dtype, view.shape, view.nelms())?;
+                out_ptrs.push((ds.id, view.bytes.as_mut_ptr(), view.bytes.len(), layout));
             }
-        }
-        let unbind = |s: &mut Session| s.executors.iter_mut().for_each(|e| e.unbind_streams());
-        if let Err(e) = bound {
-            unbind(self);
-            return Err(e);
-        }
-        // A program that may fail (see `CpuExecutor::may_fail`) saves the state
-        // a failure restores; the others do nothing here.
-        self.executors.iter_mut().for_each(|e| e.save_state());
-        let ran = super::replicated::run_all(
-            &mut self.executors,
-            &mut self.comm,
-            self.gang.as_mut(),
-            &mut self.replica_results,
-            EngineProgram::Main,
-        );
-        unbind(self);
-        if let Err(e) = ran {
-            // Restore the variables, seeds, constants and remote buffers as they
-            // were before the run. Only a program that may fail stops here, and
-            // such a program saved them.
-            for exec in &mut self.executors {
-                // An unbound stream is found before the program starts.
-                if !exec.restore_state() && !matches!(e, ExecError::UnboundStream { .. }) {
-                    return Err(SessionError::Internal {
-                        reason: format!("a program compiled as one that cannot fail stopped: {e}"),
+            // Bind, run, unbind. `bind_stream_strided` checks each buffer holds
+            // element `(nht - 1) * rf + r` of every replica `r` (validated above, so
+            // an error here is a bug). Replica `r` reads and writes elements
+            // `k * rf + r` only, so replicas never touch the same bytes.
+            let (local, first) = (this.executors.len(), this.comm.local_replicas().start);
+            // Replica `r` of this process is element `r` of an array of its
+            // replicas, `first + r` of one of every replica.
+            let index = move |layout: usize, r: usize| if layout == local { r } else { first + r };
+            let bind_error = |e: crate::cpu::executor::BindError| SessionError::Device(e.into());
+            let mut bound: Result<()> = Ok(());
+            for (r, exec) in this.executors.iter_mut().enumerate() {
+                for &(pos, data, layout) in &in_data {
+                    bound = bound.and_then(|_| {
+                        let (ptr, len) = (data.as_ptr() as *mut u8, data.len());
+                        // SAFETY: the input bytes are borrowed for the whole call, so they
+                        // outlive the run (unbound below), and are only read
+                        // (host-to-device transfers never write host memory).
+                        unsafe { exec.bind_stream_strided(this.h2d[pos].id, ptr, len, nht, layout, index(layout, r)) }
+                            .map_err(bind_error)
+                    });
+                }
+                for &(id, p, n, layout) in &out_ptrs {
+                    // SAFETY: the output views are exclusively borrowed for the whole call
+                    // and outlive the run; replicas write disjoint elements.
+                    bound = bound.and_then(|_| {
+                        unsafe { exec.bind_stream_strided(id, p, n, nht, layout, index(layout, r)) }.map_err(bind_error)
                     });
                 }
             }
-            return Err(exec_error(e));
+            let unbind = |s: &mut Session| s.executors.iter_mut().for_each(|e| e.unbind_streams());
+            if let Err(e) = bound {
+                unbind(this);
+                return Err(e);
+            }
+            // A program that may fail (see `CpuExecutor::may_fail`) saves the state
+            // a failure restores; the others do nothing here.
+            this.executors.iter_mut().for_each(|e| e.save_state());
+            // `run_all` tells the other processes how the step ended.
+            this.step_told = true;
+            let ran = super::replicated::run_all(
+                &mut this.executors,
+                &mut this.comm,
+                this.gang.as_mut(),
+                &mut this.replica_results,
+                EngineProgram::Main,
+            );
+            unbind(this);
+            if let Err(e) = ran {
+                // Restore the variables, seeds, constants and remote buffers as they
+                // were before the run. Only a program that may fail stops here, and
+                // such a program saved them.
+                for exec in &mut this.executors {
+                    // An unbound stream is found before the program starts.
+                    if !exec.restore_state() && !matches!(e, ExecError::UnboundStream { .. }) {
+                        return Err(SessionError::Internal {
+                            reason: format!("a program compiled as one that cannot fail stopped: {e}"),
+                        });
+                    }
+                }
+                return Err(exec_error(e));
+            }
+            this.host_weights_in_sync = false;
+            this.counts.runs += 1;
+            Ok(())
+        })
+    }
+
+    /// Run `f` as one step of the processes: when the replicas span processes
+    /// and `f` fails before the run told the others how its step ended (a bad
+    /// input, a detached session), tell them now, so they stop at their next
+    /// collective instead of waiting for this process.
+    fn step<T>(&mut self, f: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        self.step_told = false;
+        let r = f(self);
+        if r.is_err() && !self.step_told && self.comm.span().is_some() {
+            // This process's own error is what it reports.
+            let _ = self.comm.finish(false);
+            self.step_told = true;
         }
-        self.host_weights_in_sync = false;
-        self.counts.runs += 1;
-        Ok(())
+        r
+    }
+
+    /// [`Session::check_array`] for an array of this process's replicas or,
+    /// when the replicas span processes, of every replica: the number of
+    /// replicas the array holds.
+    fn check_layout(
+        &self,
+        role: &'static str,
+        s: &DataStream,
+        dtype: DataType,
+        shape: &[usize],
+        nelms: usize,
+    ) -> Result<usize> {
+        let (local, all) = (self.executors.len(), self.comm.num_replicas());
+        match self.check_array(role, s, dtype, shape, nelms, local) {
+            Err(_) if all != local && self.check_array(role, s, dtype, shape, nelms, all).is_ok() => Ok(all),
+            r => r.map(|_| local),
+        }
     }
 
     fn check_stream_set<'a>(
@@ -409,6 +466,7 @@ impl Session {
         dtype: DataType,
         shape: &[usize],
         nelms: usize,
+        rf: usize,
     ) -> Result<()> {
         if dtype != s.dtype {
             return Err(SessionError::StreamDTypeMismatch {
@@ -419,7 +477,6 @@ impl Session {
             });
         }
         let nht = self.exe.num_host_transfers;
-        let rf = self.exe.replication_factor;
         let (mut repl_index, mut data_index) = (0, 0);
         if nht > 1 {
             repl_index += 1;
@@ -451,7 +508,7 @@ impl Session {
             role,
             stream: s.name.clone(),
             stream_shape: s.shape.clone(),
-            expected: self.host_shape(&s.shape),
+            expected: self.host_shape_for(&s.shape, rf),
             got: shape.to_vec(),
         };
         let squeezed_rank = shape.iter().filter(|&&d| d != 1).count();
@@ -484,6 +541,7 @@ fn exec_error(e: ExecError) -> SessionError {
         ExecError::RemoteOffset { buffer, offset, entries } => {
             SessionError::RemoteOffsetOutOfRange { buffer, offset, entries }
         }
+        ExecError::Processes(e) => SessionError::Processes(e),
         e @ (ExecError::UnboundStream { .. } | ExecError::Kernel { error: KernelRunError::ReplicaAborted, .. }) => {
             SessionError::Device(e.into())
         }

@@ -71,4 +71,9 @@ pub enum ExecError {
         /// Entries of the buffer.
         entries: usize,
     },
+    /// The replicas span processes and another process failed (or they
+    /// diverged): this process's replicas stopped at the collective where
+    /// they learnt it.
+    #[error(transparent)]
+    Processes(#[from] crate::transport::SpanError),
 }

@@ -325,17 +325,26 @@ impl<T: Elem, C: Combine<T::Acc>> Kernel for AllReduceKernel<T, C> {
                 return Ok(());
             };
             let pos = group.position(&ctx)?;
-            let (lo, hi) = chunk(n, pos.size, pos.index);
-            ctx.comm
-                .exchange(ctx.index, x as *const u8, out as *mut u8, |peers| {
+            let bytes = n * std::mem::size_of::<T>();
+            // SAFETY: `x` holds `n` elements for the whole call.
+            unsafe {
+                ctx.comm.exchange(ctx.index, x as *const u8, bytes, out as *mut u8, |peers| {
                     let src = |k: usize| peers.input(pos.member(k)) as *const T;
+                    if peers.solo() {
+                        // SAFETY: every member's input holds `n` elements that no one
+                        // writes during the exchange (an in-place input is read from
+                        // its mirror); `out` is this replica's own, written by it alone.
+                        return reduce_into::<T, C>(pos.size, src, 1, |_| out, 0, n);
+                    }
+                    let (lo, hi) = chunk(n, pos.size, pos.index);
                     let dst = |k: usize| peers.output(pos.member(k)) as *mut T;
                     // SAFETY: every member published buffers of `n` elements of
                     // this op (all replicas run the same kernel); only this
                     // member reads or writes elements `lo..hi` during the exchange.
-                    unsafe { reduce_into::<T, C>(pos.size, src, pos.size, dst, lo, hi) };
+                    reduce_into::<T, C>(pos.size, src, pos.size, dst, lo, hi)
                 })
-                .map_err(|_| KernelRunError::ReplicaAborted)
+            }
+            .map_err(|_| KernelRunError::ReplicaAborted)
         })
     }
 }
@@ -393,17 +402,20 @@ impl<T: Copy + Send + Sync + 'static> Kernel for AllGatherKernel<T> {
             }
             let Some(ctx) = ctx else { return Ok(()) };
             let pos = group.position(&ctx)?;
-            ctx.comm
-                .exchange(ctx.index, x as *const u8, out as *mut u8, |peers| {
+            let bytes = self.n * std::mem::size_of::<T>();
+            // SAFETY: `x` holds `n` elements for the whole call.
+            unsafe {
+                ctx.comm.exchange(ctx.index, x as *const u8, bytes, out as *mut u8, |peers| {
                     for k in 0..pos.size {
                         // SAFETY: every member's input holds `n` elements, which
                         // no one writes during the exchange; `out` is this
                         // replica's own output, written by it alone, and
                         // `ceil(m / size) == n` keeps the copies in bounds.
-                        unsafe { self.place(k, peers.input(pos.member(k)) as *const T, out) };
+                        self.place(k, peers.input(pos.member(k)) as *const T, out);
                     }
                 })
-                .map_err(|_| KernelRunError::ReplicaAborted)
+            }
+            .map_err(|_| KernelRunError::ReplicaAborted)
         })
     }
 }
@@ -475,19 +487,20 @@ impl<T: Elem, C: Combine<T::Acc>> Kernel for ReduceScatterKernel<T, C> {
             };
             let pos = group.position(&ctx)?;
             let (base, valid) = self.shard(pos.index);
-            ctx.comm
-                .exchange(ctx.index, x as *const u8, out as *mut u8, |peers| {
+            let bytes = self.n * std::mem::size_of::<T>();
+            // SAFETY: `x` holds `n` elements for the whole call.
+            unsafe {
+                ctx.comm.exchange(ctx.index, x as *const u8, bytes, out as *mut u8, |peers| {
                     // Only called for `k < size` and when `valid > 0`, so `base < n`.
                     let src = |k: usize| (peers.input(pos.member(k)) as *const T).wrapping_add(base);
                     // SAFETY: the members' inputs hold `n` elements and no one
                     // writes them during the exchange; `out` is this replica's
                     // own output of `c` elements, written by it alone.
-                    unsafe {
-                        reduce_into::<T, C>(pos.size, src, 1, |_| out, 0, valid);
-                        zero_tail(out, valid, self.c);
-                    }
+                    reduce_into::<T, C>(pos.size, src, 1, |_| out, 0, valid);
+                    zero_tail(out, valid, self.c);
                 })
-                .map_err(|_| KernelRunError::ReplicaAborted)
+            }
+            .map_err(|_| KernelRunError::ReplicaAborted)
         })
     }
 }

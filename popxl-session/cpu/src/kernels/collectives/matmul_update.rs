@@ -77,12 +77,15 @@ struct Kern<T> {
     _t: Types<T>,
 }
 
-/// The members of an update: how many, and the position of the member
-/// running, when it updates its own weight and copies it (`weight_invariant`).
+/// The members of an update: how many, the position of the member
+/// running when it updates its own weight and copies it (`weight_invariant`),
+/// and, when the replicas span processes, the only member whose weight it
+/// writes (its own: every member computes all rows).
 #[derive(Clone, Copy)]
 struct Group {
     count: usize,
     own: Option<usize>,
+    solo: Option<usize>,
 }
 
 impl<T: MatElem + Float> Kern<T> {
@@ -134,7 +137,8 @@ impl<T: MatElem + Float> Kern<T> {
         rows: std::ops::Range<usize>,
         block: *mut T,
     ) {
-        let Group { count, own } = group;
+        let Group { count, own, solo } = group;
+        let writes = |d: usize| !matches!(solo, Some(s) if s != d);
         let n = self.n;
         let scale = T::from_f64(self.b / if self.mean { count as f64 } else { 1.0 });
         if let Some(own) = own {
@@ -146,7 +150,7 @@ impl<T: MatElem + Float> Kern<T> {
                 // only this call touches, and no `x(j)`, `g(j)` (this method's contract).
                 unsafe { self.product(mine.add(rows.start * n), true, rows.start, rows.len(), x(j), g(j), scale) };
             }
-            for d in (0..count).filter(|&d| d != own) {
+            for d in (0..count).filter(|&d| d != own && writes(d)) {
                 // SAFETY: the same rows of two distinct members' weights, both only
                 // this call's meanwhile.
                 unsafe {
@@ -166,7 +170,7 @@ impl<T: MatElem + Float> Kern<T> {
             }
             // SAFETY: as above; the block is only read from here on.
             let acc = unsafe { std::slice::from_raw_parts(block, len * n) };
-            for d in 0..count {
+            for d in (0..count).filter(|&d| writes(d)) {
                 // SAFETY: rows `r0..r0 + len` of `w(d)`, only this call's meanwhile.
                 let dst = unsafe { slice_mut(w(d).add(r0 * n), len * n) };
                 Simd::for_cost(1).run_narrow(
@@ -256,20 +260,33 @@ impl<T: MatElem + Float> Kernel for Kern<T> {
             };
             let pos = GroupPos::of(ctx.num_replicas(), self.stride, self.group_size, ctx.index)
                 .ok_or(KernelRunError::ReplicaAborted)?;
-            let (lo, hi) = chunk(self.k, pos.size, pos.index);
             let own = self.invariant.then_some(pos.index);
-            ctx.comm
-                .exchange_inputs(ctx.index, [x as *const u8, g as *const u8], w as *mut u8, |peers| {
+            let size = std::mem::size_of::<T>();
+            let bytes = [self.m * self.k * size, self.m * self.n * size];
+            // SAFETY: `x` and `g` hold `m·k` and `m·n` elements for the whole call.
+            unsafe {
+                ctx.comm.exchange_inputs(ctx.index, [x as *const u8, g as *const u8], bytes, w as *mut u8, |peers| {
                     let x = |j: usize| peers.input_at(pos.member(j), 0) as *const T;
                     let g = |j: usize| peers.input_at(pos.member(j), 1) as *const T;
                     let w = |d: usize| peers.output(pos.member(d)) as *mut T;
-                    // SAFETY: every member published the buffers of this op (all
-                    // replicas run the same kernel); only this member touches rows
-                    // `lo..hi` of the weights during the exchange, and `x` and `g`
-                    // are only read.
-                    unsafe { self.chunk_rows(Group { count: pos.size, own }, &x, &g, &w, lo, hi) };
+                    // Spanning processes, every member computes all rows of its
+                    // own weight, chunk by chunk as the members would (the same
+                    // GEMM calls, so the same rounding).
+                    let (solo, chunks) = match peers.solo() {
+                        true => (Some(pos.index), 0..pos.size),
+                        false => (None, pos.index..pos.index + 1),
+                    };
+                    for j in chunks {
+                        let (lo, hi) = chunk(self.k, pos.size, j);
+                        // SAFETY: every member published the buffers of this op (all
+                        // replicas run the same kernel); only this member touches rows
+                        // `lo..hi` of the weights it writes during the exchange, and
+                        // `x` and `g` are only read.
+                        self.chunk_rows(Group { count: pos.size, own, solo }, &x, &g, &w, lo, hi);
+                    }
                 })
-                .map_err(|_| KernelRunError::ReplicaAborted)
+            }
+            .map_err(|_| KernelRunError::ReplicaAborted)
         })
     }
 }

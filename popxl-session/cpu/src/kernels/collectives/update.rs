@@ -70,15 +70,18 @@ struct UpdateKernel<T> {
 }
 
 impl<T: Float> UpdateKernel<T> {
-    /// `w_d[lo..hi] += b * reduce(g_k[lo..hi])` for every destination `d`.
+    /// `w_d[lo..hi] += b * reduce(g_k[lo..hi])` over the `count` members'
+    /// gradients, for every destination `d < dsts`.
     ///
     /// # Safety
     /// Every `g(k)` and `w(d)` holds `hi` elements; nobody else touches
     /// elements `lo..hi` of any `w(d)` meanwhile, and no `g(k)` is written.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn apply(
         &self,
         count: usize,
         g: impl Fn(usize) -> *const T,
+        dsts: usize,
         w: impl Fn(usize) -> *mut T,
         lo: usize,
         hi: usize,
@@ -105,7 +108,7 @@ impl<T: Float> UpdateKernel<T> {
                             *a += x.load();
                         }
                     }
-                    for d in 0..count {
+                    for d in 0..dsts {
                         // SAFETY: `start..start + len` lies in `lo..hi` of `w(d)`, which only
                         // this call touches meanwhile (this method's contract).
                         for (o, &a) in unsafe { slice_mut(w(d).add(start), len) }.iter_mut().zip(acc.iter()) {
@@ -128,23 +131,31 @@ impl<T: Float> Kernel for UpdateKernel<T> {
             let Some(ctx) = ctx.filter(|_| self.group_size > 1) else {
                 // SAFETY: `w` and `g` hold `n` elements and do not overlap (the
                 // executor's contract: only `w` is aliased, to the output).
-                unsafe { self.apply(1, |_| g, |_| w, 0, n) };
+                unsafe { self.apply(1, |_| g, 1, |_| w, 0, n) };
                 return Ok(());
             };
             let pos = GroupPos::of(ctx.num_replicas(), self.stride, self.group_size, ctx.index)
                 .ok_or(KernelRunError::ReplicaAborted)?;
-            let (lo, hi) = chunk(n, pos.size, pos.index);
-            ctx.comm
-                .exchange(ctx.index, g as *const u8, w as *mut u8, |peers| {
+            let bytes = n * std::mem::size_of::<T>();
+            // SAFETY: `g` holds `n` elements for the whole call.
+            unsafe {
+                ctx.comm.exchange(ctx.index, g as *const u8, bytes, w as *mut u8, |peers| {
                     let gs = |k: usize| peers.input(pos.member(k)) as *const T;
+                    if peers.solo() {
+                        // SAFETY: every member's gradient holds `n` elements, only
+                        // read; `w` is this replica's own weight, updated by it alone.
+                        return self.apply(pos.size, gs, 1, |_| w, 0, n);
+                    }
+                    let (lo, hi) = chunk(n, pos.size, pos.index);
                     let ws = |k: usize| peers.output(pos.member(k)) as *mut T;
                     // SAFETY: every member published its `n`-element gradient and
                     // weight of this op (all replicas run the same kernel); only this
                     // member touches elements `lo..hi` of the weights during the
                     // exchange, and gradients are only read.
-                    unsafe { self.apply(pos.size, gs, ws, lo, hi) };
+                    self.apply(pos.size, gs, pos.size, ws, lo, hi)
                 })
-                .map_err(|_| KernelRunError::ReplicaAborted)
+            }
+            .map_err(|_| KernelRunError::ReplicaAborted)
         })
     }
 }

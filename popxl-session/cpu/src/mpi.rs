@@ -1,0 +1,171 @@
+//! The [`Transport`] over MPI (the `mpi` feature): replicas in several
+//! processes, on one host or many, started by `mpirun` as `poprun` starts
+//! PopXL's. The bytes move through the MPI library (`rsmpi` over Open MPI or
+//! any other implementation); this module only calls it.
+//!
+//! A program calls [`init`] once and keeps the returned [`Mpi`] alive while
+//! it uses sessions (dropping it finalizes MPI); sessions whose IR spans
+//! processes ([`popart_ir::Ir::instances`]) then use [`world`]'s transport.
+
+use std::sync::Mutex;
+
+use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::environment::Universe;
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::Threading;
+
+use crate::transport::{Transport, TransportError};
+
+/// MPI, initialized: finalized when dropped.
+pub struct Mpi {
+    _universe: Universe,
+}
+
+impl std::fmt::Debug for Mpi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Mpi")
+    }
+}
+
+/// Initialize MPI (with at least serialized threading: the transport
+/// serializes its calls itself). Errors when MPI was already initialized or
+/// the library offers only single-threaded use.
+pub fn init() -> Result<Mpi, TransportError> {
+    let (universe, provided) = mpi::initialize_with_threading(Threading::Serialized)
+        .ok_or_else(|| TransportError("MPI is already initialized".into()))?;
+    if provided < Threading::Serialized {
+        return Err(TransportError(format!("the MPI library offers {provided:?} threading, not Serialized")));
+    }
+    Ok(Mpi { _universe: universe })
+}
+
+/// The transport between every process of `MPI_COMM_WORLD`, or `None` when
+/// MPI is not initialized ([`init`]).
+pub fn world() -> Option<MpiTransport> {
+    if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+        return None;
+    }
+    let comm = SimpleCommunicator::world();
+    let host = comm.split_shared(comm.rank());
+    let host_size = usize::try_from(host.size()).unwrap_or(1).max(1);
+    Some(MpiTransport {
+        rank: usize::try_from(comm.rank()).unwrap_or(0),
+        size: usize::try_from(comm.size()).unwrap_or(1).max(1),
+        host_size,
+        comm: Mutex::new(comm),
+    })
+}
+
+/// A [`Transport`] over an MPI communicator.
+pub struct MpiTransport {
+    rank: usize,
+    size: usize,
+    host_size: usize,
+    /// Every call holds the lock: MPI is used serialized.
+    comm: Mutex<SimpleCommunicator>,
+}
+
+impl std::fmt::Debug for MpiTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiTransport").field("rank", &self.rank).field("size", &self.size).finish()
+    }
+}
+
+// SAFETY: the communicator is a handle MPI lets any thread use when calls are
+// serialized (`init` asks for `Threading::Serialized`), and every use goes
+// through the mutex.
+unsafe impl Send for MpiTransport {}
+// SAFETY: as above.
+unsafe impl Sync for MpiTransport {}
+
+/// MPI counts are `i32`: larger messages are refused.
+fn count(n: usize) -> Result<(), TransportError> {
+    match i32::try_from(n) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(TransportError(format!("a message of {n} bytes exceeds MPI's 2^31 - 1 element count"))),
+    }
+}
+
+impl MpiTransport {
+    /// Processes of this communicator on this host.
+    pub fn host_size(&self) -> usize {
+        self.host_size
+    }
+
+    /// Run `f` with the communicator (serialized).
+    pub fn with_comm<R>(&self, f: impl FnOnce(&SimpleCommunicator) -> R) -> R {
+        let comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());
+        f(&comm)
+    }
+}
+
+impl Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn host_size(&self) -> usize {
+        self.host_size
+    }
+
+    fn exchange(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError> {
+        let n = send.len();
+        if recv.len() != n * self.size {
+            return Err(TransportError(format!("receive buffer of {} bytes for {} x {n}", recv.len(), self.size)));
+        }
+        count(n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let rank = self.rank;
+        self.with_comm(|comm| {
+            mpi::request::scope(|scope| {
+                let mut guards = Vec::with_capacity(2 * self.size);
+                for (p, chunk) in recv.chunks_exact_mut(n).enumerate().filter(|&(p, _)| p != rank) {
+                    let peer = comm.process_at_rank(p as i32);
+                    guards.push(mpi::request::WaitGuard::from(peer.immediate_receive_into(scope, chunk)));
+                }
+                let mut sends = Vec::with_capacity(self.size);
+                for p in (0..self.size).filter(|&p| p != rank) {
+                    let peer = comm.process_at_rank(p as i32);
+                    sends.push(mpi::request::WaitGuard::from(peer.immediate_send(scope, send)));
+                }
+                drop(sends);
+                drop(guards);
+            })
+        });
+        Ok(())
+    }
+
+    fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<(), TransportError> {
+        count(buf.len())?;
+        if root >= self.size {
+            return Err(TransportError(format!("broadcast root {root} of {} processes", self.size)));
+        }
+        self.with_comm(|comm| comm.process_at_rank(root as i32).broadcast_into(buf));
+        Ok(())
+    }
+}
+
+/// `MPI_Allreduce` (sum) of `f32`s: the MPI library's own collective, for
+/// the collective benchmark's baseline.
+pub fn all_reduce_sum_f32(t: &MpiTransport, send: &[f32], recv: &mut [f32]) {
+    t.with_comm(|comm| comm.all_reduce_into(send, recv, mpi::collective::SystemOperation::sum()));
+}
+
+/// `MPI_Allgather` of bytes: the MPI library's own collective, for the
+/// collective benchmark's baseline.
+pub fn all_gather_bytes(t: &MpiTransport, send: &[u8], recv: &mut [u8]) {
+    t.with_comm(|comm| comm.all_gather_into(send, recv));
+}
+
+/// `MPI_Reduce_scatter_block` (sum) of `f32`s: the MPI library's own
+/// collective, for the collective benchmark's baseline.
+pub fn reduce_scatter_sum_f32(t: &MpiTransport, send: &[f32], recv: &mut [f32]) {
+    t.with_comm(|comm| comm.reduce_scatter_block_into(send, recv, mpi::collective::SystemOperation::sum()));
+}

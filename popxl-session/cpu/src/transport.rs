@@ -1,0 +1,332 @@
+//! Replicas in other processes: the [`Transport`] collectives reach them
+//! through, and the agreement every process reaches at the end of a step.
+//!
+//! A session whose replicas span several processes (PopXL's `popdist`: one
+//! process per host or per group of replicas, `replication_factor = processes
+//! x instance_replication_factor`) runs its own replicas as before and meets
+//! the others' at collectives. The device never moves bytes between processes
+//! itself: a [`Transport`] does, an existing engine (MPI, behind the `mpi`
+//! feature: [`crate::mpi`]) or, for tests and for simulating processes in one,
+//! [`ThreadTransport`].
+//!
+//! ## Faults
+//!
+//! Every exchange between processes starts with a [`Header`]: what the
+//! process is doing (a collective with its byte counts, or the end of a step)
+//! and whether it failed. A process that fails (a bad input, a `Session::new`
+//! error, a run error) sends a failed header at its next exchange, which is the
+//! one every other process is waiting in: all of them return
+//! [`SpanError::RankFailed`] naming it, instead of waiting forever. Processes
+//! that disagree on what they are doing (different programs) get
+//! [`SpanError::Desync`].
+
+use std::fmt;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A transport failed (the engine reported an error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("transport error: {0}")]
+pub struct TransportError(pub String);
+
+/// Moves bytes between the processes of a replicated session. Every process
+/// calls the same methods in the same order (the collectives of one program,
+/// run by every process).
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// This process's rank, `0..size`.
+    fn rank(&self) -> usize;
+    /// Number of processes.
+    fn size(&self) -> usize;
+    /// Processes on this host (sharing its cores), at least 1.
+    fn host_size(&self) -> usize {
+        1
+    }
+    /// Every process contributes `send` (the same length on every process);
+    /// on return, `recv` (`size x send.len()` bytes) holds process `p`'s bytes
+    /// at `p x send.len()`, except this process's own slot, which is left as
+    /// it was (the caller has its own bytes already).
+    fn exchange(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError>;
+    /// Process `root`'s `buf` into every process's `buf` (the same length everywhere).
+    fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<(), TransportError>;
+}
+
+/// Why a step that spans processes failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpanError {
+    /// Another process failed; its own error is reported by that process.
+    #[error("process rank {rank} of {size} failed (its own error is reported there)")]
+    RankFailed {
+        /// The lowest failing rank.
+        rank: usize,
+        /// Number of processes.
+        size: usize,
+    },
+    /// The processes are not running the same program: at one exchange they
+    /// were doing different things.
+    #[error("the processes diverged: rank {rank} was {theirs} while this process was {ours}")]
+    Desync {
+        /// The first rank that disagrees.
+        rank: usize,
+        /// What it was doing.
+        theirs: String,
+        /// What this process was doing.
+        ours: String,
+    },
+    /// The transport failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+/// What a process is doing at an exchange.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A collective publishing inputs of these byte counts.
+    Collective([u64; 2]),
+    /// The end of a phase (`Session::new`, a run, a weight transfer): the
+    /// process has no more collectives in it.
+    End,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Collective([a, b]) => write!(f, "in a collective of {a} + {b} input bytes"),
+            Step::End => f.write_str("at the end of a step"),
+        }
+    }
+}
+
+/// The header of an exchange between processes: the step and whether the
+/// process failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// What the process is doing.
+    pub step: Step,
+    /// The process failed (its step is then [`Step::End`]).
+    pub failed: bool,
+}
+
+const HEADER_BYTES: usize = 32;
+
+impl Header {
+    fn encode(self) -> [u8; HEADER_BYTES] {
+        let (kind, a, b) = match self.step {
+            Step::Collective([a, b]) => (1u64, a, b),
+            Step::End => (2, 0, 0),
+        };
+        let words = [kind, u64::from(self.failed), a, b];
+        let mut out = [0u8; HEADER_BYTES];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Header> {
+        let word = |i: usize| bytes.get(8 * i..8 * i + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+        let step = match word(0)? {
+            1 => Step::Collective([word(2)?, word(3)?]),
+            2 => Step::End,
+            _ => return None,
+        };
+        Some(Header { step, failed: word(1)? != 0 })
+    }
+}
+
+/// Exchange headers with every process: `Ok` when every process is at
+/// `ours` and none failed; otherwise the lowest failing rank (or the first
+/// disagreeing one). `ours.failed` makes every process, this one included,
+/// return [`SpanError::RankFailed`].
+pub fn agree(transport: &dyn Transport, ours: Header) -> Result<(), SpanError> {
+    let size = transport.size();
+    let rank = transport.rank();
+    let mut all = vec![0u8; size * HEADER_BYTES];
+    let mine = ours.encode();
+    all[rank * HEADER_BYTES..(rank + 1) * HEADER_BYTES].copy_from_slice(&mine);
+    transport.exchange(&mine, &mut all)?;
+    let headers: Vec<Option<Header>> = all.chunks_exact(HEADER_BYTES).map(Header::decode).collect();
+    if let Some(rank) = headers.iter().position(|h| !matches!(h, Some(h) if !h.failed)) {
+        return Err(SpanError::RankFailed { rank, size });
+    }
+    if let Some((rank, h)) = headers.iter().enumerate().find(|(_, h)| h.is_some_and(|h| h.step != ours.step)) {
+        let theirs = h.map_or_else(String::new, |h| h.step.to_string());
+        return Err(SpanError::Desync { rank, theirs, ours: ours.step.to_string() });
+    }
+    Ok(())
+}
+
+/// A [`Transport`] between threads of one process: `ThreadTransport::group(n)`
+/// gives the `n` ends, one per simulated process (each used by one thread at
+/// a time). Tests use it to run a session per "process" without MPI; its
+/// exchanges copy through a shared buffer.
+#[derive(Clone)]
+pub struct ThreadTransport {
+    rank: usize,
+    shared: Arc<Rendezvous>,
+}
+
+impl fmt::Debug for ThreadTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadTransport").field("rank", &self.rank).field("size", &self.shared.size).finish()
+    }
+}
+
+struct Rendezvous {
+    size: usize,
+    state: Mutex<RendezvousState>,
+    wake: Condvar,
+}
+
+struct RendezvousState {
+    /// Each rank's contribution to the current exchange.
+    slots: Vec<Option<Vec<u8>>>,
+    /// Ranks that have read the current exchange.
+    read: usize,
+    /// Exchanges completed (all ranks read).
+    generation: u64,
+}
+
+impl ThreadTransport {
+    /// The `n` ends of a transport between `n` threads (`n >= 1`).
+    pub fn group(n: usize) -> Vec<ThreadTransport> {
+        let n = n.max(1);
+        let shared = Arc::new(Rendezvous {
+            size: n,
+            state: Mutex::new(RendezvousState { slots: vec![None; n], read: 0, generation: 0 }),
+            wake: Condvar::new(),
+        });
+        (0..n).map(|rank| ThreadTransport { rank, shared: shared.clone() }).collect()
+    }
+
+    /// Deposit `send`, wait for every rank's, and call `read` with all of them.
+    fn rendezvous(&self, send: &[u8], read: impl FnOnce(&[Option<Vec<u8>>])) -> Result<(), TransportError> {
+        let s = &self.shared;
+        let mut st = s.state.lock().map_err(|_| TransportError("a rank panicked".into()))?;
+        // Wait until the previous exchange is fully read (our slot is free).
+        while st.slots[self.rank].is_some() {
+            st = s.wake.wait(st).map_err(|_| TransportError("a rank panicked".into()))?;
+        }
+        st.slots[self.rank] = Some(send.to_vec());
+        let generation = st.generation;
+        s.wake.notify_all();
+        while st.slots.iter().any(Option::is_none) && st.generation == generation {
+            st = s.wake.wait(st).map_err(|_| TransportError("a rank panicked".into()))?;
+        }
+        read(&st.slots);
+        st.read += 1;
+        if st.read == s.size {
+            st.read = 0;
+            st.generation += 1;
+            st.slots.iter_mut().for_each(|slot| *slot = None);
+            s.wake.notify_all();
+        } else {
+            // Keep the slots until every rank has read them.
+            while st.generation == generation {
+                st = s.wake.wait(st).map_err(|_| TransportError("a rank panicked".into()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Transport for ThreadTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.shared.size
+    }
+
+    fn host_size(&self) -> usize {
+        self.shared.size
+    }
+
+    fn exchange(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError> {
+        let n = send.len();
+        if recv.len() != n * self.shared.size {
+            return Err(TransportError(format!("receive buffer of {} bytes for {} x {n}", recv.len(), self.shared.size)));
+        }
+        let mut bad = None;
+        self.rendezvous(send, |slots| {
+            for (p, slot) in slots.iter().enumerate().filter(|&(p, _)| p != self.rank) {
+                match slot {
+                    Some(b) if b.len() == n => recv[p * n..(p + 1) * n].copy_from_slice(b),
+                    _ => bad = Some(p),
+                }
+            }
+        })?;
+        match bad {
+            Some(p) => Err(TransportError(format!("rank {p} sent a different length"))),
+            None => Ok(()),
+        }
+    }
+
+    fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<(), TransportError> {
+        let mut bad = false;
+        let send = if root == self.rank { buf.to_vec() } else { Vec::new() };
+        self.rendezvous(&send, |slots| match slots.get(root) {
+            Some(Some(b)) if b.len() == buf.len() => buf.copy_from_slice(b),
+            _ => bad = true,
+        })?;
+        if bad {
+            return Err(TransportError(format!("broadcast root {root} sent a different length")));
+        }
+        Ok(())
+    }
+}
+
+/// The transport of a [`crate::replicas::Comm`] spanning processes: this
+/// process's replicas are `first..first + local` of `local x size`.
+#[derive(Clone, Debug)]
+pub struct Span {
+    /// The transport to the other processes.
+    pub transport: Arc<dyn Transport>,
+    /// Replicas of this process.
+    pub local: usize,
+}
+
+impl Span {
+    /// The global index of this process's first replica.
+    pub fn first(&self) -> usize {
+        self.transport.rank() * self.local
+    }
+
+    /// Replicas of all processes.
+    pub fn global(&self) -> usize {
+        self.transport.size() * self.local
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_transport_exchanges_and_agrees() {
+        let ends = ThreadTransport::group(3);
+        std::thread::scope(|s| {
+            for t in &ends {
+                s.spawn(move || {
+                    for round in 0..20u8 {
+                        let r = t.rank() as u8;
+                        let mut recv = vec![0u8; 3 * 2];
+                        t.exchange(&[r, round], &mut recv).unwrap();
+                        for p in (0..3u8).filter(|&p| p != r) {
+                            assert_eq!(&recv[2 * p as usize..2 * p as usize + 2], &[p, round]);
+                        }
+                        let mut b = if r == 1 { vec![round; 4] } else { vec![0; 4] };
+                        t.broadcast(1, &mut b).unwrap();
+                        assert_eq!(b, vec![round; 4]);
+                    }
+                    let ok = Header { step: Step::End, failed: false };
+                    agree(t, ok).unwrap();
+                    let failed = Header { step: Step::End, failed: t.rank() == 2 };
+                    assert_eq!(agree(t, failed), Err(SpanError::RankFailed { rank: 2, size: 3 }));
+                    let step = if t.rank() == 0 { Step::End } else { Step::Collective([4, 0]) };
+                    let e = agree(t, Header { step, failed: false }).unwrap_err();
+                    assert!(matches!(e, SpanError::Desync { .. }), "{e}");
+                });
+            }
+        });
+    }
+}
