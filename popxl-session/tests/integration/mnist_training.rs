@@ -7,6 +7,9 @@ mod app;
 #[path = "../../examples/mnist/data.rs"]
 #[allow(dead_code)]
 mod data;
+#[path = "../../examples/support/train_state.rs"]
+#[allow(dead_code)]
+mod train_state;
 
 #[test]
 fn short_mnist_training_learns() {
