@@ -163,7 +163,9 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
         );
     }
     if c.load.is_some() && c.resume.is_some() {
-        return Err("--load starts from saved weights with a fresh optimizer, --resume continues training: give one".into());
+        return Err(
+            "--load starts from saved weights with a fresh optimizer, --resume continues training: give one".into()
+        );
     }
     if c.temperature.is_nan() || c.temperature <= 0.0 {
         return Err("--temperature must be positive".into());

@@ -504,7 +504,12 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                     lbl = b.into_raw_vec_and_offset().0;
                 }
             }
-            pos = Position { step: start_step + report.steps as u64, epoch: epoch as u64 + 1, batch: 0, epoch_rng: rng.state() };
+            pos = Position {
+                step: start_step + report.steps as u64,
+                epoch: epoch as u64 + 1,
+                batch: 0,
+                epoch_rng: rng.state(),
+            };
         }
         Ok(())
     })?;

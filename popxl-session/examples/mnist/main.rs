@@ -1,8 +1,8 @@
 //! `cargo run --release --example mnist -- [options]`: train the PopXL user guide's
 //! MNIST classifier (784 -> hidden -> 10, gelu, softmax + NLL, SGD) and test it.
 
-mod app;
-mod data;
+pub(crate) mod app;
+pub(crate) mod data;
 #[path = "../support/train_state.rs"]
 #[allow(dead_code)]
 mod train_state;

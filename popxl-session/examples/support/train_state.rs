@@ -71,8 +71,11 @@ impl Checkpoint {
 
     fn get(&self, name: &str) -> StateResult<&HostArray> {
         self.arrays.get(name).ok_or_else(|| {
-            format!("--resume {}: no array `{name}` (not a checkpoint of this program's training state)", self.path.display())
-                .into()
+            format!(
+                "--resume {}: no array `{name}` (not a checkpoint of this program's training state)",
+                self.path.display()
+            )
+            .into()
         })
     }
 

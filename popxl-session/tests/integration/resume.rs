@@ -9,16 +9,17 @@ use std::process::Command;
 
 use popxl::checkpoint;
 
+// The examples share modules (`data.rs`, `support/*.rs`): each holds its own copy.
 #[path = "../../examples/mnist/main.rs"]
-#[allow(dead_code)]
-mod mnist;
+#[allow(dead_code, clippy::duplicate_mod)]
+pub(crate) mod mnist;
 
 #[path = "../../examples/cnn/main.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, clippy::duplicate_mod)]
 mod cnn;
 
 #[path = "../../examples/gpt/main.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, clippy::duplicate_mod)]
 mod gpt;
 
 /// The child's example and arguments, one per line.
@@ -153,8 +154,22 @@ fn cnn_resumes_bit_for_bit() {
 #[test]
 fn gpt_resumes_bit_for_bit() {
     let base = [
-        "--layers", "2", "--heads", "2", "--width", "16", "--seq", "8", "--batch", "2", "--eval-every", "0",
-        "--eval-batches", "1", "--sample", "0",
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--width",
+        "16",
+        "--seq",
+        "8",
+        "--batch",
+        "2",
+        "--eval-every",
+        "0",
+        "--eval-batches",
+        "1",
+        "--sample",
+        "0",
     ];
     let dir = resumes_exactly("gpt", &base, 6, 4, "state.npz");
     std::fs::remove_dir_all(dir).ok();
