@@ -8,6 +8,9 @@ mod layers;
 mod model;
 #[path = "../support/profile.rs"]
 mod profile;
+#[path = "../support/train_state.rs"]
+#[allow(dead_code)]
+mod train_state;
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -19,6 +22,7 @@ use popxl::{ops, HostArray, Tensor};
 use popxl_session::Session;
 
 use data::{Rng, Split};
+use train_state::{Checkpoint, Position};
 
 type AppResult<T> = Result<T, Box<dyn Error>>;
 
@@ -34,6 +38,14 @@ Options:
   --epochs N         epochs (default 2)
   --seed N           initialisation and shuffle seed (default 0)
   --limit-batches N  train on at most N batches per epoch
+  --steps N          stop once N steps are trained in all (counting those before --resume); the
+                     schedule is that of the full run
+  --save PATH        write the training state: the weights l<i>.W, l<i>.b, the momentum buffers
+                     l<i>.W.v, l<i>.b.v, the step and the data order (train.* counters) to PATH
+                     (.npz, .safetensors or a directory of .npy; replaced atomically)
+  --resume PATH      continue the training saved by --save in PATH, bit for bit as if it had not
+                     stopped (same --batch and --limit-batches; --epochs/--steps may grow)
+  --print-losses     print every step's loss (exactly: shortest round-trip form)
   --device D         cpu | ipu_model | ipu_hw (default cpu)
   --bench            print step timings next to bench/torch_cnn.py (eager and torch.compile), run in the same run
   --profile          time every kernel and print the op types that take the most time per step
@@ -48,12 +60,16 @@ struct Config {
     epochs: usize,
     seed: u64,
     limit_batches: Option<usize>,
+    steps: Option<usize>,
+    save: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    print_losses: bool,
     device: String,
     bench: bool,
     profile: bool,
 }
 
-fn parse_args() -> AppResult<Config> {
+fn parse_args(args: Vec<String>) -> AppResult<Config> {
     let mut c = Config {
         data: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist")),
         batch: 64,
@@ -63,11 +79,15 @@ fn parse_args() -> AppResult<Config> {
         epochs: 2,
         seed: 0,
         limit_batches: None,
+        steps: None,
+        save: None,
+        resume: None,
+        print_losses: false,
         device: "cpu".into(),
         bench: false,
         profile: false,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -79,6 +99,10 @@ fn parse_args() -> AppResult<Config> {
             "--epochs" => c.epochs = value()?.parse()?,
             "--seed" => c.seed = value()?.parse()?,
             "--limit-batches" => c.limit_batches = Some(value()?.parse()?),
+            "--steps" => c.steps = Some(value()?.parse()?),
+            "--save" => c.save = Some(PathBuf::from(value()?)),
+            "--resume" => c.resume = Some(PathBuf::from(value()?)),
+            "--print-losses" => c.print_losses = true,
             "--device" => c.device = value()?,
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
@@ -101,6 +125,12 @@ fn batch_array(shape: &[usize], data: Vec<f32>) -> AppResult<HostArray> {
 
 struct Trained {
     params: model::Params,
+    /// The momentum buffers (every variable but the weights), by name.
+    state: model::Params,
+    /// Where training stopped (see `train_state::Position`), as checkpoint counters.
+    counters: Vec<(&'static str, u64)>,
+    /// Steps trained before `losses[0]` (0 unless resumed).
+    start_step: u64,
     losses: Vec<f32>,
     step_times: Vec<Duration>,
     first_step: Duration,
@@ -134,15 +164,30 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
     if let Some(l) = cfg.limit_batches {
         batches = batches.min(l);
     }
-    let bar = indicatif::ProgressBar::new((batches * cfg.epochs) as u64);
+    let max_steps = cfg.steps.map_or(u64::MAX, |s| s as u64);
+    let state_vars = train_state::state_variables(&ir, &params)?;
+    let mut pos = Position { epoch_rng: Rng::new(cfg.seed.wrapping_add(1)).state(), ..Position::default() };
+    if let Some(path) = &cfg.resume {
+        let ck = Checkpoint::load(path)?;
+        ck.expect_setting("batch", cfg.batch as u64)?;
+        ck.expect_setting("batches_per_epoch", batches as u64)?;
+        ck.restore(&mut session, &params)?;
+        ck.restore(&mut session, &state_vars)?;
+        pos = Position::load(&ck)?;
+    }
+    let start_step = pos.step;
+    let bar = indicatif::ProgressBar::new(((batches * cfg.epochs) as u64).saturating_sub(start_step));
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} batches [{elapsed_precise}] {msg}")
             .expect("valid template"),
     );
-    let mut rng = Rng::new(cfg.seed.wrapping_add(1));
+    let mut rng = Rng::from_state(pos.epoch_rng);
     let (mut img, mut lbl) = (Vec::new(), Vec::new());
     let mut out = Trained {
         params: vec![],
+        state: vec![],
+        counters: vec![],
+        start_step,
         losses: vec![],
         step_times: vec![],
         first_step: Duration::ZERO,
@@ -151,9 +196,16 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
     let t_train = Instant::now();
     session.scope(|s| -> AppResult<()> {
         let mut inputs = HashMap::new();
-        for _ in 0..cfg.epochs {
+        for epoch in pos.epoch as usize..cfg.epochs {
+            let epoch_rng = rng.state();
             let order = rng.permutation(train_set.len());
-            for b in 0..batches {
+            let first = if epoch as u64 == pos.epoch { pos.batch as usize } else { 0 };
+            for b in first..batches {
+                let step = start_step + out.losses.len() as u64;
+                if step >= max_steps {
+                    pos = Position { step, epoch: epoch as u64, batch: b as u64, epoch_rng };
+                    return Ok(());
+                }
                 data::gather(train_set, &order[b * cfg.batch..(b + 1) * cfg.batch], &mut img, &mut lbl);
                 inputs.insert(images.clone(), batch_array(&[cfg.batch, 1, 28, 28], img.clone())?);
                 inputs.insert(labels.clone(), ArrayD::from_shape_vec(IxDyn(&[cfg.batch]), lbl.clone())?.into());
@@ -173,10 +225,13 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
                 let recent = &out.losses[n.saturating_sub(50)..];
                 bar.set_message(format!("loss {:.4}", recent.iter().sum::<f32>() / recent.len() as f32));
             }
+            let step = start_step + out.losses.len() as u64;
+            pos = Position { step, epoch: epoch as u64 + 1, batch: 0, epoch_rng: rng.state() };
         }
         Ok(())
     })?;
     out.wall = t_train.elapsed();
+    out.counters = pos.counters(cfg.batch, batches);
     if cfg.profile {
         let timeline = session.ipu_model_report().ok().map(|r| r.timeline);
         profile::print_profile(&session.kernel_profile(), out.step_times.len(), timeline.as_ref());
@@ -184,6 +239,7 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
     bar.finish_and_clear();
     let data = session.get_tensors_data(params.iter())?;
     out.params = params.iter().map(|v| v.name().to_string()).zip(data).collect();
+    out.state = train_state::read(&mut session, &state_vars)?;
     Ok(out)
 }
 
@@ -247,7 +303,12 @@ fn torch_step_us(script: &std::path::Path, cfg: &Config, threads: usize, compile
 }
 
 fn main() -> AppResult<()> {
-    let cfg = parse_args()?;
+    run(std::env::args().skip(1).collect())
+}
+
+/// The example with command-line arguments `args` (without the program name).
+pub fn run(args: Vec<String>) -> AppResult<()> {
+    let cfg = parse_args(args)?;
     let train_set = data::load_split(&cfg.data, "train")?;
     let test_set = data::load_split(&cfg.data, "t10k")?;
     eprintln!(
@@ -269,6 +330,15 @@ fn main() -> AppResult<()> {
         tail.len(),
         tail.iter().sum::<f32>() / tail.len().max(1) as f32
     );
+    if cfg.print_losses {
+        for (i, loss) in t.losses.iter().enumerate() {
+            println!("step {}: loss {loss:?}", t.start_step + i as u64 + 1);
+        }
+    }
+    if let Some(path) = &cfg.save {
+        train_state::save(path, &t.params, &t.state, &t.counters)?;
+        eprintln!("saved the training state to {}", path.display());
+    }
     let accuracy = test(&cfg, &t.params, &test_set)?;
     println!("Accuracy on test set: {accuracy:.2}%");
     if cfg.bench {

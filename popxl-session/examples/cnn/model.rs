@@ -10,8 +10,8 @@ use ndarray::{ArrayD, IxDyn};
 use popxl::ops::{self, CallSiteInfo};
 use popxl::{transforms, HostArray, Ir, Module, Tensor};
 
-use crate::data::Rng;
-use crate::layers;
+use super::data::Rng;
+use super::layers;
 
 /// One layer of the network: its parameter shapes and how it computes.
 #[derive(Clone, Copy, Debug)]

@@ -9,6 +9,9 @@ mod model;
 #[path = "../support/profile.rs"]
 mod profile;
 mod scan;
+#[path = "../support/train_state.rs"]
+#[allow(dead_code)]
+mod train_state;
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -21,6 +24,7 @@ use popxl_session::Session;
 
 pub use data::Rng;
 use model::Shape;
+use train_state::Checkpoint;
 
 type AppResult<T> = Result<T, Box<dyn Error>>;
 
@@ -35,15 +39,20 @@ Options:
   --seq N              context length (default 128)
   --batch N            sequences per step (default 16)
   --lr X               Adam learning rate (default 1e-3)
-  --steps N            training steps (default 2000)
+  --steps N            training steps in all, counting those before --resume (default 2000)
   --eval-every N       validation loss every N steps (default 500; 0: only at the end)
   --eval-batches N     validation batches per evaluation (default 8)
   --seed N             initialisation and batch seed (default 0)
   --sample N           characters to sample after training (default 400)
   --temperature X      sampling temperature (default 0.8)
-  --save PATH          write the trained weights (.npz, .safetensors or a directory of .npy;
-                       an existing checkpoint is replaced atomically)
-  --load PATH          start from saved weights
+  --save PATH          write the training state (.npz, .safetensors or a directory of .npy; an
+                       existing checkpoint is replaced atomically): the weights (per-layer names,
+                       also with --scan-layers), Adam's moments and step counters (*.adam_m,
+                       *.adam_v, *.adam_t), the step and the batch generator (train.* counters)
+  --resume PATH        continue the training saved by --save in PATH, bit for bit as if it had
+                       not stopped, up to --steps (same --batch, model and optimizer options)
+  --load PATH          start from saved weights (a fresh optimizer)
+  --print-losses       print every step's loss (exactly: shortest round-trip form)
   --bench              print ms/step, tokens/s and model GFLOP/s, then run the PyTorch and JAX
                        baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios
   --baselines DIR      where those scripts are (default ../shared/bench beside the project)
@@ -73,6 +82,8 @@ struct Config {
     temperature: f64,
     save: Option<PathBuf>,
     load: Option<PathBuf>,
+    resume: Option<PathBuf>,
+    print_losses: bool,
     bench: bool,
     profile: bool,
     dump: bool,
@@ -83,7 +94,7 @@ struct Config {
     baselines: PathBuf,
 }
 
-fn parse_args() -> AppResult<Config> {
+fn parse_args(args: Vec<String>) -> AppResult<Config> {
     let mut c = Config {
         data: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/tinyshakespeare/input.txt")),
         shape: Shape { layers: 4, heads: 4, width: 256, seq: 128, batch: 16, vocab: 0 },
@@ -97,6 +108,8 @@ fn parse_args() -> AppResult<Config> {
         temperature: 0.8,
         save: None,
         load: None,
+        resume: None,
+        print_losses: false,
         bench: false,
         profile: false,
         dump: false,
@@ -106,7 +119,7 @@ fn parse_args() -> AppResult<Config> {
         memory_top: 8,
         baselines: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench")),
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -126,6 +139,8 @@ fn parse_args() -> AppResult<Config> {
             "--temperature" => c.temperature = value()?.parse()?,
             "--save" => c.save = Some(PathBuf::from(value()?)),
             "--load" => c.load = Some(PathBuf::from(value()?)),
+            "--resume" => c.resume = Some(PathBuf::from(value()?)),
+            "--print-losses" => c.print_losses = true,
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
             "--dump" => c.dump = true,
@@ -145,6 +160,11 @@ fn parse_args() -> AppResult<Config> {
     if s.layers == 0 || s.heads == 0 || s.width == 0 || s.seq == 0 || s.batch == 0 || !s.width.is_multiple_of(s.heads) {
         return Err(
             "--layers, --heads, --width, --seq and --batch must be positive, the width a multiple of the heads".into(),
+        );
+    }
+    if c.load.is_some() && c.resume.is_some() {
+        return Err(
+            "--load starts from saved weights with a fresh optimizer, --resume continues training: give one".into()
         );
     }
     if c.temperature.is_nan() || c.temperature <= 0.0 {
@@ -392,7 +412,12 @@ fn flops_per_step(session: &Session, replicas: usize) -> AppResult<f64> {
 }
 
 fn main() -> AppResult<()> {
-    let mut cfg = parse_args()?;
+    run(std::env::args().skip(1).collect())
+}
+
+/// The example with command-line arguments `args` (without the program name).
+pub fn run(args: Vec<String>) -> AppResult<()> {
+    let mut cfg = parse_args(args)?;
     let corpus = load_corpus(&cfg.data)?;
     cfg.shape.vocab = corpus.vocab.len();
     let s = cfg.shape;
@@ -445,6 +470,21 @@ fn main() -> AppResult<()> {
         }
     }
     let mut session = Session::new(train.ir.clone(), "cpu")?;
+    // Adam's moments and step counters: every variable but the weights.
+    let state_vars = train_state::state_variables(&train.ir, &train.params)?;
+    let mut rng = Rng::new(cfg.seed.wrapping_add(1));
+    let mut start_step = 0;
+    if let Some(path) = &cfg.resume {
+        let ck = Checkpoint::load(path)?;
+        ck.expect_setting("batch", s.batch as u64)?;
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let weights = ck.arrays(&refs)?;
+        let weights = if cfg.scan_layers { scan::stack(&s, &weights)? } else { weights };
+        write_weights(&mut session, &train, &weights)?;
+        ck.restore(&mut session, &state_vars)?;
+        start_step = ck.counter("step")? as usize;
+        rng = Rng::from_state(ck.counter("batch_rng")?);
+    }
     eprintln!(
         "training program{}: {} kernel calls, {} ops after preparation, built and lowered in {:.3} s",
         if cfg.scan_layers { " (layers as one repeat)" } else { "" },
@@ -469,12 +509,11 @@ fn main() -> AppResult<()> {
     let mut eval = Session::new(eval_prog.ir.clone(), "cpu")?;
     eprintln!("built and prepared the training and evaluation programs in {:.2} s", start.elapsed().as_secs_f64());
 
-    let bar = indicatif::ProgressBar::new(cfg.steps as u64);
+    let bar = indicatif::ProgressBar::new(cfg.steps.saturating_sub(start_step) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} steps [{elapsed_precise}] {msg}")
             .expect("valid template"),
     );
-    let mut rng = Rng::new(cfg.seed.wrapping_add(1));
     let mut losses = Vec::with_capacity(cfg.steps);
     let mut step_times: Vec<Duration> = Vec::with_capacity(cfg.steps);
     let tokens_per_step = (s.batch * s.seq) as f64;
@@ -482,12 +521,12 @@ fn main() -> AppResult<()> {
     // `with session:` around the whole loop, as PopXL programs train: the
     // weights stay on the device between steps.
     let mut ctx = session.enter()?;
-    for step in 0..cfg.steps {
+    for step in start_step..cfg.steps {
         let (x, y) = batch(&mut rng, &corpus.ids, 0, corpus.split, &s);
         let t = Instant::now();
         let out = ctx.run(&inputs(&train, x, y))?;
         step_times.push(t.elapsed());
-        if step == 0 {
+        if step == start_step {
             // Profile the steady state, not the first run.
             ctx.set_profiling(cfg.profile);
         }
@@ -519,6 +558,7 @@ fn main() -> AppResult<()> {
     bar.finish_and_clear();
     ctx.exit()?;
     let weights = layer_weights(read_weights(&mut session, &train, &train_names)?)?;
+    let end_step = cfg.steps.max(start_step);
     write_weights(&mut eval, &eval_prog, &weights)?;
     let val = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
     let n = losses.len();
@@ -528,9 +568,16 @@ fn main() -> AppResult<()> {
         tail.len(),
         tail.iter().sum::<f64>() / tail.len().max(1) as f64
     );
+    if cfg.print_losses {
+        for (i, loss) in losses.iter().enumerate() {
+            println!("step {}: loss {loss:?}", start_step + i + 1);
+        }
+    }
     if let Some(path) = &cfg.save {
-        popxl::checkpoint::save(path, &weights)?;
-        eprintln!("saved the weights to {}", path.display());
+        let state = train_state::read(&mut session, &state_vars)?;
+        let counters = [("step", end_step as u64), ("batch_rng", rng.state()), ("batch", s.batch as u64)];
+        train_state::save(path, &weights, &state, &counters)?;
+        eprintln!("saved the training state to {}", path.display());
     }
     if cfg.bench && step_times.len() > 1 {
         let mut ms: Vec<f64> = step_times[1..].iter().map(|d| d.as_secs_f64() * 1e3).collect();
@@ -558,10 +605,10 @@ fn main() -> AppResult<()> {
             }
         }
     }
-    if cfg.profile && cfg.steps > 1 {
+    if cfg.profile && step_times.len() > 1 {
         let timeline = session.ipu_model_report().ok().map(|r| r.timeline);
-        profile::print_profile(&session.kernel_profile(), cfg.steps - 1, timeline.as_ref());
-        profile::print_top_kernels(&session.kernel_profile(), cfg.steps - 1, 30);
+        profile::print_profile(&session.kernel_profile(), step_times.len() - 1, timeline.as_ref());
+        profile::print_top_kernels(&session.kernel_profile(), step_times.len() - 1, 30);
     }
     if cfg.sample > 0 {
         let one = Shape { batch: 1, ..s };

@@ -13,6 +13,7 @@ use popxl::{ops, transforms, DeviceToHostStream, HostArray, HostToDeviceStream, 
 use popxl_session::{Session, SessionOptions};
 
 use super::data::{self, Rng, Split, PIXELS};
+use super::train_state::{self, Checkpoint, Position};
 
 /// Result type of the application.
 pub type AppResult<T> = Result<T, Box<dyn Error>>;
@@ -38,6 +39,11 @@ pub struct Config {
     pub seed: u64,
     /// Stop after this many training batches (CI and tests).
     pub limit_batches: Option<usize>,
+    /// Stop once this many steps are trained in all (those before a resume
+    /// included); the schedule (epochs, order) is unchanged.
+    pub steps: Option<usize>,
+    /// Resume from the training state in this checkpoint (see `--resume`).
+    pub resume: Option<PathBuf>,
     /// Device string.
     pub device: String,
     /// Show a progress bar (only drawn on a terminal).
@@ -75,6 +81,8 @@ impl Default for Config {
             host_transfers: 1,
             seed: 0,
             limit_batches: None,
+            steps: None,
+            resume: None,
             device: "cpu".into(),
             progress: true,
             dump: false,
@@ -350,6 +358,12 @@ pub struct TrainReport {
     pub intermediate_no_reuse_bytes: usize,
     /// Trained parameters by name.
     pub params: Params,
+    /// The training program's other variables by name (none with SGD; any
+    /// random seed or optimizer state a variant adds), for `--save`.
+    pub state: Params,
+    /// Where the training stopped in its schedule, with the settings a
+    /// resume must share, as checkpoint counters (see `train_state::Position`).
+    pub counters: Vec<(&'static str, u64)>,
     /// Per-kernel time of the training runs after the first (when `Config::profile`).
     pub kernel_profile: Vec<popxl_session::cpu::executor::KernelTime>,
 }
@@ -379,6 +393,7 @@ fn host_shape(n: usize, replicas: usize, shape: &[usize]) -> Vec<usize> {
 }
 
 /// Train with the guide's loop: shuffle each epoch, drop the last partial batch.
+/// With `Config::resume`, start from a checkpoint's variables and position.
 pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     let params = init_params(cfg.hidden, cfg.seed);
     // As jax_mnist.py's first_step_s: from the initialised parameters to the end
@@ -401,8 +416,29 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     }
     let runs_per_epoch = batches_per_epoch / cfg.host_transfers;
     let total_steps = (runs_per_epoch * cfg.host_transfers * cfg.epochs) as u64;
-    let bar = progress_bar(cfg.progress, total_steps);
-    let mut rng = Rng::new(cfg.seed.wrapping_add(1));
+    let max_steps = cfg.steps.map_or(u64::MAX, |s| s as u64);
+    let state_vars = train_state::state_variables(&program.ir, &program.variables)?;
+    let mut pos = Position { epoch_rng: Rng::new(cfg.seed.wrapping_add(1)).state(), ..Position::default() };
+    if let Some(path) = &cfg.resume {
+        let ck = Checkpoint::load(path)?;
+        ck.expect_setting("batch", cfg.batch as u64)?;
+        ck.expect_setting("batches_per_epoch", batches_per_epoch as u64)?;
+        ck.restore(&mut session, &program.variables)?;
+        ck.restore(&mut session, &state_vars)?;
+        pos = Position::load(&ck)?;
+        if !pos.batch.is_multiple_of(cfg.host_transfers as u64) {
+            return Err(format!(
+                "--resume {}: the checkpoint stopped at batch {} of its epoch, not a multiple of --host-transfers {}",
+                path.display(),
+                pos.batch,
+                cfg.host_transfers
+            )
+            .into());
+        }
+    }
+    let start_step = pos.step;
+    let bar = progress_bar(cfg.progress, total_steps.saturating_sub(start_step));
+    let mut rng = Rng::from_state(pos.epoch_rng);
     let (mut img, mut lbl) = (Vec::with_capacity(per_run * PIXELS), Vec::with_capacity(per_run));
     let mut report = TrainReport {
         intermediate_peak_bytes,
@@ -413,12 +449,19 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     let mut inputs = HashMap::new();
     let train_start = Instant::now();
     session.scope(|session| -> AppResult<()> {
-        for _epoch in 0..cfg.epochs {
-            if _epoch == 1 && cfg.soak {
+        for epoch in pos.epoch as usize..cfg.epochs {
+            if epoch == 1 && cfg.soak {
                 report.resident = resident_bytes().map(|r| (r, r));
             }
+            let epoch_rng = rng.state();
             let order = rng.permutation(train_set.len());
-            for r in 0..runs_per_epoch {
+            let first_run = if epoch as u64 == pos.epoch { pos.batch as usize / cfg.host_transfers } else { 0 };
+            for r in first_run..runs_per_epoch {
+                let step = start_step + report.steps as u64;
+                if step >= max_steps {
+                    pos = Position { step, epoch: epoch as u64, batch: (r * cfg.host_transfers) as u64, epoch_rng };
+                    return Ok(());
+                }
                 data::gather(train_set, &order[r * per_run..(r + 1) * per_run], &mut img, &mut lbl);
                 let pb = cfg.batch / cfg.replicas;
                 let ishape = host_shape(cfg.host_transfers, cfg.replicas, &[pb, 28, 28]);
@@ -426,9 +469,10 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                 inputs.insert(program.images.clone(), host_batch(ishape, std::mem::take(&mut img)));
                 let labels: HostArray = ArrayD::from_shape_vec(IxDyn(&lshape), std::mem::take(&mut lbl))?.into();
                 inputs.insert(program.labels.clone(), labels);
+                let first = report.steps == 0;
                 let t = Instant::now();
                 let out = session.run(&inputs)?;
-                if (r > 0 || _epoch > 0) && !cfg.soak {
+                if !first && !cfg.soak {
                     report.run_times.push(t.elapsed());
                 } else {
                     report.time_to_first_step = start.elapsed();
@@ -460,10 +504,17 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                     lbl = b.into_raw_vec_and_offset().0;
                 }
             }
+            pos = Position {
+                step: start_step + report.steps as u64,
+                epoch: epoch as u64 + 1,
+                batch: 0,
+                epoch_rng: rng.state(),
+            };
         }
         Ok(())
     })?;
     report.train_wall = train_start.elapsed();
+    report.counters = pos.counters(cfg.batch, batches_per_epoch);
     if let (Some((_, end)), Some(now)) = (report.resident.as_mut(), resident_bytes()) {
         *end = now;
     }
@@ -483,6 +534,7 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     bar.finish_and_clear();
     let data = session.get_tensors_data(program.variables.iter())?;
     report.params = program.variables.iter().map(|v| v.name().to_string()).zip(data).collect();
+    report.state = train_state::read(&mut session, &state_vars)?;
     Ok(report)
 }
 

@@ -85,6 +85,16 @@ impl Rng {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
+    /// The generator's whole state (what a checkpoint saves to resume the data order).
+    pub fn state(&self) -> u64 {
+        self.0
+    }
+
+    /// The generator in `state` (from [`Rng::state`]).
+    pub fn from_state(state: u64) -> Self {
+        Rng(state)
+    }
+
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);

@@ -1,8 +1,11 @@
 //! `cargo run --release --example mnist -- [options]`: train the PopXL user guide's
 //! MNIST classifier (784 -> hidden -> 10, gelu, softmax + NLL, SGD) and test it.
 
-mod app;
-mod data;
+pub(crate) mod app;
+pub(crate) mod data;
+#[path = "../support/train_state.rs"]
+#[allow(dead_code)]
+mod train_state;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,12 +30,18 @@ Options:
                         (replicated tensor sharding, as PopXL's mnist_rts)
   --seed N              initialisation and shuffle seed (default 0)
   --limit-batches N     train on at most N batches per epoch
+  --steps N             stop once N steps are trained in all (counting those before --resume;
+                        a multiple of --host-transfers); the schedule is that of the full run
   --device D            cpu | ipu_model | ipu_hw (default cpu)
-  --save PATH           write the trained weights W0, b0, W1, b1: one archive when PATH ends in
-                        .npz (numpy.load(PATH)[\"W0\"]) or .safetensors, else files PATH/W0.npy ...
-                        (replacing any previous checkpoint atomically)
+  --save PATH           write the training state: the weights W0, b0, W1, b1, any other variable,
+                        the step and the data order (train.* counters); one archive when PATH
+                        ends in .npz (numpy.load(PATH)[\"W0\"]) or .safetensors, else files
+                        PATH/W0.npy ... (replacing any previous checkpoint atomically)
+  --resume PATH         continue the training saved by --save in PATH, bit for bit as if it had
+                        not stopped (same --batch, --limit-batches; --epochs/--steps may grow)
   --load PATH           test the weights saved in PATH (.npz, .safetensors or directory) instead
                         of training
+  --print-losses        print every step's loss (exactly: shortest round-trip form)
   --bench               print timing and memory numbers as well
   --soak                for runs of millions of steps (e.g. --epochs 800): keep no per-step
                         records and print the resident memory after the first epoch and at the end
@@ -45,14 +54,15 @@ Options:
 #[derive(Default)]
 struct Extra {
     bench: bool,
+    print_losses: bool,
     save: Option<PathBuf>,
     load: Option<PathBuf>,
 }
 
-fn parse_args() -> AppResult<(Config, Extra)> {
+fn parse_args(args: Vec<String>) -> AppResult<(Config, Extra)> {
     let mut cfg = Config::default();
     let mut extra = Extra::default();
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -68,6 +78,9 @@ fn parse_args() -> AppResult<(Config, Extra)> {
             "--rts" => cfg.rts = true,
             "--soak" => cfg.soak = true,
             "--limit-batches" => cfg.limit_batches = Some(value()?.parse()?),
+            "--steps" => cfg.steps = Some(value()?.parse()?),
+            "--resume" => cfg.resume = Some(PathBuf::from(value()?)),
+            "--print-losses" => extra.print_losses = true,
             "--device" => cfg.device = value()?,
             "--bench" => extra.bench = true,
             "--save" => extra.save = Some(PathBuf::from(value()?)),
@@ -84,6 +97,12 @@ fn parse_args() -> AppResult<(Config, Extra)> {
     }
     if cfg.batch == 0 || cfg.test_batch == 0 || cfg.host_transfers == 0 || cfg.replicas == 0 {
         return Err("--batch, --test-batch, --host-transfers and --replicas must be positive".into());
+    }
+    if cfg.steps.is_some_and(|s| !s.is_multiple_of(cfg.host_transfers)) {
+        return Err("--steps must be a multiple of --host-transfers".into());
+    }
+    if extra.load.is_some() && cfg.resume.is_some() {
+        return Err("--load tests saved weights, --resume continues training: give one".into());
     }
     if !cfg.batch.is_multiple_of(cfg.replicas) {
         return Err(format!("--batch ({}) must be a multiple of --replicas ({})", cfg.batch, cfg.replicas).into());
@@ -102,7 +121,12 @@ fn main() -> AppResult<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let (cfg, extra) = parse_args()?;
+    run(std::env::args().skip(1).collect())
+}
+
+/// The example with command-line arguments `args` (without the program name).
+pub fn run(args: Vec<String>) -> AppResult<()> {
+    let (cfg, extra) = parse_args(args)?;
     let train_set = data::load_split(&cfg.data, "train")?;
     let test_set = data::load_split(&cfg.data, "t10k")?;
     eprintln!(
@@ -134,9 +158,17 @@ fn main() -> AppResult<()> {
         tail.len(),
         tail.iter().sum::<f32>() / tail.len().max(1) as f32
     );
+    if extra.print_losses {
+        // The last `losses.len()` steps of the schedule (all of this run's unless --soak).
+        let end = report.counters.iter().find(|c| c.0 == "step").map_or(0, |c| c.1);
+        let first = end.saturating_sub(report.losses.len() as u64);
+        for (i, loss) in report.losses.iter().enumerate() {
+            println!("step {}: loss {loss:?}", first + i as u64 + 1);
+        }
+    }
     if let Some(dir) = &extra.save {
-        popxl::checkpoint::save(dir, &report.params)?;
-        eprintln!("saved the trained weights to {}", dir.display());
+        train_state::save(dir, &report.params, &report.state, &report.counters)?;
+        eprintln!("saved the training state to {}", dir.display());
     }
     let accuracy = app::test(&cfg, &report.params, &test_set)?;
     println!("Accuracy on test set: {accuracy:.2}%");

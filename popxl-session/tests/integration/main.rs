@@ -3,3 +3,4 @@
 mod bad_input;
 mod borrowed_io;
 mod mnist_training;
+mod resume;

@@ -1,12 +1,7 @@
 //! A shortened run of the MNIST example: the loss falls and the test accuracy is
 //! far above chance (10%).
 
-#[path = "../../examples/mnist/app.rs"]
-#[allow(dead_code)]
-mod app;
-#[path = "../../examples/mnist/data.rs"]
-#[allow(dead_code)]
-mod data;
+use super::resume::mnist::{app, data};
 
 #[test]
 fn short_mnist_training_learns() {
