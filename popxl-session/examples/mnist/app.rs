@@ -67,6 +67,10 @@ pub struct Config {
     /// millions of steps hold the example's own memory flat), and measure the
     /// process's resident memory after the first epoch and at the end.
     pub soak: bool,
+    /// The replicas span processes, reached through this transport: this
+    /// process is its rank of its size and runs `replicas / size` of the
+    /// replicas (`--mpi`: MPI's world; tests: threads).
+    pub transport: Option<std::sync::Arc<dyn popxl_session::cpu::transport::Transport>>,
 }
 
 impl Default for Config {
@@ -91,6 +95,7 @@ impl Default for Config {
             replicas: 1,
             rts: false,
             soak: false,
+            transport: None,
         }
     }
 }
@@ -174,6 +179,9 @@ pub fn build_train(cfg: &Config, params: &Params) -> AppResult<TrainProgram> {
     let ir = Ir::new();
     ir.set_num_host_transfers(cfg.host_transfers)?;
     ir.set_replication_factor(cfg.replicas)?;
+    if let Some(t) = &cfg.transport {
+        ir.set_instances(t.rank(), t.size())?;
+    }
     let main = ir.main_graph();
     let _g = main.enter();
     let _s = popxl::in_sequence(true);
@@ -400,8 +408,11 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     // of the first step (build + autodiff + prepare + lower + compile + first run).
     let start = Instant::now();
     let program = build_train(cfg, &params)?;
-    let options = SessionOptions { patterns: cfg.patterns, ..SessionOptions::default() };
+    let options = SessionOptions { patterns: cfg.patterns, transport: cfg.transport.clone(), ..SessionOptions::default() };
     let mut session = Session::with_options(program.ir.clone(), &cfg.device, options)?;
+    // Replicas of this process (of every process, each taking its own slice
+    // of the batch arrays, which hold every replica's samples).
+    let local = session.instance_replication_factor();
     if cfg.dump {
         eprintln!("{}\n{}", program.ir.to_text(), session.executable().dump());
     }
@@ -479,14 +490,15 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                     session.set_profiling(cfg.profile);
                 }
                 // One loss per step and replica: the step's loss is their mean
-                // (the loss of the global batch).
+                // (the loss of the global batch; of this process's share of it
+                // when the replicas span processes).
                 let losses = out[&program.loss].as_f32().ok_or("loss is not float32")?;
                 let losses: Vec<f32> = losses.iter().copied().collect();
-                for step in losses.chunks(cfg.replicas) {
+                for step in losses.chunks(local) {
                     if cfg.soak && report.losses.len() == 100 {
                         report.losses.remove(0);
                     }
-                    report.losses.push(step.iter().sum::<f32>() / cfg.replicas as f32);
+                    report.losses.push(step.iter().sum::<f32>() / local as f32);
                     report.steps += 1;
                 }
                 bar.inc(cfg.host_transfers as u64);
@@ -519,12 +531,12 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
         *end = now;
     }
     report.kernel_profile = session.kernel_profile();
-    if cfg.profile && cfg.replicas > 1 {
-        let last = session.replica_kernel_profile(cfg.replicas - 1);
+    if cfg.profile && local > 1 {
+        let last = session.replica_kernel_profile(local - 1);
         let total: f64 = last.iter().map(|k| k.total.as_secs_f64()).sum();
         eprintln!(
             "replica {} kernels: {:.1} us per run",
-            cfg.replicas - 1,
+            local - 1,
             total * 1e6 / report.run_times.len().max(1) as f64
         );
         for k in last.iter().take(6) {

@@ -3,4 +3,5 @@
 mod bad_input;
 mod borrowed_io;
 mod mnist_training;
+mod processes;
 mod resume;
