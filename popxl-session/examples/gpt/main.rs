@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
 use popxl::{ops, DeviceToHostStream, HostArray, HostToDeviceStream, Ir, Tensor};
+use popxl_session::cpu::transport::Transport;
 use popxl_session::Session;
+use std::sync::Arc;
 
 pub use data::Rng;
 use model::Shape;
@@ -66,6 +68,9 @@ Options:
   --memory-top N       tensors listed in the memory report (live at the planned peak; default 8)
   --replicas R         data-parallel replicas (replication_factor, default 1): each takes
                        batch / R sequences; gradients are averaged with replicated_all_reduce
+  --mpi                split the replicas between the processes of an MPI launch (build with
+                       --features mpi; `mpirun -n 2 target/release/examples/gpt --replicas 2
+                       --mpi`): each process runs R / processes replicas; rank 0 prints and saves
   --profile            time every kernel and print the op types that take the most time per step
   -h, --help           this text";
 
@@ -92,6 +97,7 @@ struct Config {
     ipu_model_report: bool,
     memory_top: usize,
     baselines: PathBuf,
+    mpi: bool,
 }
 
 fn parse_args(args: Vec<String>) -> AppResult<Config> {
@@ -118,6 +124,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
         ipu_model_report: false,
         memory_top: 8,
         baselines: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/bench")),
+        mpi: false,
     };
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
@@ -149,6 +156,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
             "--ipu-model-report" => c.ipu_model_report = true,
             "--memory-top" => c.memory_top = value()?.parse()?,
             "--baselines" => c.baselines = PathBuf::from(value()?),
+            "--mpi" => c.mpi = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -224,11 +232,12 @@ fn build(
     logits_only: bool,
     scan: bool,
 ) -> AppResult<Program> {
-    build_replicated(s, init, train, logits_only, scan, 1)
+    build_replicated(s, init, train, logits_only, scan, 1, None)
 }
 
 /// [`build`] for `replicas` data-parallel replicas: each runs the model on
-/// `s.batch / replicas` sequences (the host arrays gain a replica dim).
+/// `s.batch / replicas` sequences (the host arrays gain a replica dim). With
+/// `transport`, the replicas are split between its processes.
 fn build_replicated(
     s: &Shape,
     init: &[(String, HostArray)],
@@ -236,6 +245,7 @@ fn build_replicated(
     logits_only: bool,
     scan: bool,
     replicas: usize,
+    transport: Option<&Arc<dyn Transport>>,
 ) -> AppResult<Program> {
     if replicas == 0 || !s.batch.is_multiple_of(replicas) {
         return Err(format!("--batch ({}) must be a multiple of --replicas ({replicas})", s.batch).into());
@@ -243,6 +253,9 @@ fn build_replicated(
     let s = &Shape { batch: s.batch / replicas, ..*s };
     let ir = Ir::new();
     ir.set_replication_factor(replicas)?;
+    if let Some(t) = transport {
+        ir.set_instances(t.rank(), t.size())?;
+    }
     let main = ir.main_graph();
     let _g = main.enter();
     let _sq = popxl::in_sequence(true);
@@ -417,15 +430,39 @@ fn main() -> AppResult<()> {
 
 /// The example with command-line arguments `args` (without the program name).
 pub fn run(args: Vec<String>) -> AppResult<()> {
-    let mut cfg = parse_args(args)?;
+    let cfg = parse_args(args)?;
+    if !cfg.mpi {
+        return run_with(cfg, None);
+    }
+    #[cfg(feature = "mpi")]
+    {
+        let _mpi = popxl_session::cpu::mpi::init()?;
+        let world = popxl_session::cpu::mpi::world().ok_or("MPI is not initialized")?;
+        run_with(cfg, Some(Arc::new(world)))
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err("--mpi needs the example built with the mpi feature: cargo build --release --features mpi --example gpt".into())
+}
+
+/// [`run`] with `--args` parsed, the replicas split between the processes of
+/// `transport` when given (tests pass threads; `--mpi` MPI's world).
+pub fn run_with_transport(args: Vec<String>, transport: Option<Arc<dyn Transport>>) -> AppResult<()> {
+    run_with(parse_args(args)?, transport)
+}
+
+fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult<()> {
+    // Rank 0 prints and saves; every rank trains.
+    let leader = transport.as_ref().is_none_or(|t| t.rank() == 0);
     let corpus = load_corpus(&cfg.data)?;
     cfg.shape.vocab = corpus.vocab.len();
     let s = cfg.shape;
     if corpus.split <= s.seq + 1 || corpus.ids.len() - corpus.split <= s.seq + 1 {
         return Err("the text is too short for this context length".into());
     }
+    let processes = transport.as_ref().map_or(1, |t| t.size());
     eprintln!(
-        "GPT: {} layers, {} heads, width {}, context {}, batch {}, vocab {}, {} replica(s); {} train / {} validation characters",
+        "GPT: {} layers, {} heads, width {}, context {}, batch {}, vocab {}, {} replica(s) in {processes} process(es); \
+         {} train / {} validation characters",
         s.layers,
         s.heads,
         s.width,
@@ -447,9 +484,11 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
     let adam = model::Adam { lr: cfg.lr, offload: cfg.offload_optimizer };
     let start = Instant::now();
     let (train, train_names) = if cfg.scan_layers {
-        (build_replicated(&s, &scan::stack(&s, &init)?, Some(adam), false, true, cfg.replicas)?, scan::stacked_names())
+        let stacked = scan::stack(&s, &init)?;
+        let t = transport.as_ref();
+        (build_replicated(&s, &stacked, Some(adam), false, true, cfg.replicas, t)?, scan::stacked_names())
     } else {
-        (build_replicated(&s, &init, Some(adam), false, false, cfg.replicas)?, names.clone())
+        (build_replicated(&s, &init, Some(adam), false, false, cfg.replicas, transport.as_ref())?, names.clone())
     };
     if cfg.ipu_model_report {
         // The same step lowered for ipu_model (one function per graph): what an
@@ -469,7 +508,8 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
             Err(e) => eprintln!("ipu_model: {e}"),
         }
     }
-    let mut session = Session::new(train.ir.clone(), "cpu")?;
+    let options = popxl_session::SessionOptions { transport: transport.clone(), ..Default::default() };
+    let mut session = Session::with_options(train.ir.clone(), "cpu", options)?;
     // Adam's moments and step counters: every variable but the weights.
     let state_vars = train_state::state_variables(&train.ir, &train.params)?;
     let mut rng = Rng::new(cfg.seed.wrapping_add(1));
@@ -530,7 +570,8 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
             // Profile the steady state, not the first run.
             ctx.set_profiling(cfg.profile);
         }
-        // One loss per replica: the step's loss (of the global batch) is their mean.
+        // One loss per replica: the step's loss (of the global batch) is their
+        // mean (of this process's share of it when the replicas span processes).
         let per_replica = out[&train.out].to_f64_vec();
         losses.push(per_replica.iter().sum::<f64>() / per_replica.len() as f64);
         bar.inc(1);
@@ -563,23 +604,28 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
     let val = validate(&mut eval, &eval_prog, &corpus, &s, cfg.eval_batches)?;
     let n = losses.len();
     let tail = &losses[n.saturating_sub(50)..];
-    println!(
-        "Trained {n} steps; mean training loss of the last {}: {:.4}; validation loss {val:.4} nats/char",
-        tail.len(),
-        tail.iter().sum::<f64>() / tail.len().max(1) as f64
-    );
-    if cfg.print_losses {
+    if leader {
+        println!(
+            "Trained {n} steps; mean training loss of the last {}: {:.4}; validation loss {val:.4} nats/char",
+            tail.len(),
+            tail.iter().sum::<f64>() / tail.len().max(1) as f64
+        );
+    }
+    if cfg.print_losses && leader {
         for (i, loss) in losses.iter().enumerate() {
             println!("step {}: loss {loss:?}", start_step + i + 1);
         }
     }
-    if let Some(path) = &cfg.save {
+    if let Some(path) = cfg.save.as_ref() {
+        // Every process reads (a collective); rank 0 writes.
         let state = train_state::read(&mut session, &state_vars)?;
         let counters = [("step", end_step as u64), ("batch_rng", rng.state()), ("batch", s.batch as u64)];
-        train_state::save(path, &weights, &state, &counters)?;
-        eprintln!("saved the training state to {}", path.display());
+        if leader {
+            train_state::save(path, &weights, &state, &counters)?;
+            eprintln!("saved the training state to {}", path.display());
+        }
     }
-    if cfg.bench && step_times.len() > 1 {
+    if cfg.bench && step_times.len() > 1 && leader {
         let mut ms: Vec<f64> = step_times[1..].iter().map(|d| d.as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
         let med = ms[ms.len() / 2];
@@ -610,7 +656,7 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
         profile::print_profile(&session.kernel_profile(), step_times.len() - 1, timeline.as_ref());
         profile::print_top_kernels(&session.kernel_profile(), step_times.len() - 1, 30);
     }
-    if cfg.sample > 0 {
+    if cfg.sample > 0 && leader {
         let one = Shape { batch: 1, ..s };
         let prog = build(&one, &weights, None, true, false)?;
         let mut sess = Session::new(prog.ir.clone(), "cpu")?;

@@ -45,6 +45,10 @@ Options:
   --bench               print timing and memory numbers as well
   --soak                for runs of millions of steps (e.g. --epochs 800): keep no per-step
                         records and print the resident memory after the first epoch and at the end
+  --mpi                 split the replicas between the processes of an MPI launch (build with
+                        --features mpi; `mpirun -n 2 target/release/examples/mnist --replicas 2
+                        --mpi`): each process runs R / processes replicas on its slice of every
+                        batch; rank 0 prints and saves
   --profile             time every kernel and print the slowest (per step)
   --no-patterns         prepare the training IR without optimisation patterns
   --dump                print the IR and the lowered training program to stderr
@@ -57,6 +61,7 @@ struct Extra {
     print_losses: bool,
     save: Option<PathBuf>,
     load: Option<PathBuf>,
+    mpi: bool,
 }
 
 fn parse_args(args: Vec<String>) -> AppResult<(Config, Extra)> {
@@ -75,6 +80,7 @@ fn parse_args(args: Vec<String>) -> AppResult<(Config, Extra)> {
             "--host-transfers" => cfg.host_transfers = value()?.parse()?,
             "--seed" => cfg.seed = value()?.parse()?,
             "--replicas" => cfg.replicas = value()?.parse()?,
+            "--mpi" => extra.mpi = true,
             "--rts" => cfg.rts = true,
             "--soak" => cfg.soak = true,
             "--limit-batches" => cfg.limit_batches = Some(value()?.parse()?),
@@ -127,6 +133,23 @@ fn main() -> AppResult<()> {
 /// The example with command-line arguments `args` (without the program name).
 pub fn run(args: Vec<String>) -> AppResult<()> {
     let (cfg, extra) = parse_args(args)?;
+    if !extra.mpi {
+        return run_with(cfg, extra);
+    }
+    #[cfg(feature = "mpi")]
+    {
+        let _mpi = popxl_session::cpu::mpi::init()?;
+        let world = popxl_session::cpu::mpi::world().ok_or("MPI is not initialized")?;
+        let cfg = Config { transport: Some(std::sync::Arc::new(world)), ..cfg };
+        run_with(cfg, extra)
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err("--mpi needs the example built with the mpi feature: cargo build --release --features mpi --example mnist".into())
+}
+
+fn run_with(cfg: Config, extra: Extra) -> AppResult<()> {
+    // Rank 0 prints and saves; every rank trains.
+    let leader = cfg.transport.as_ref().is_none_or(|t| t.rank() == 0);
     let train_set = data::load_split(&cfg.data, "train")?;
     let test_set = data::load_split(&cfg.data, "t10k")?;
     eprintln!(
@@ -149,6 +172,9 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
         return Ok(());
     }
     let report = app::train(&cfg, &train_set)?;
+    if !leader {
+        return Ok(());
+    }
     let steps = report.steps;
     let tail = &report.losses[report.losses.len().saturating_sub(100)..];
     println!(
