@@ -93,6 +93,11 @@ impl MpiTransport {
         self.host_size
     }
 
+    /// `MPI_Barrier` of every process.
+    pub fn barrier(&self) {
+        self.with_comm(|comm| comm.barrier());
+    }
+
     /// Run `f` with the communicator (serialized).
     pub fn with_comm<R>(&self, f: impl FnOnce(&SimpleCommunicator) -> R) -> R {
         let comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());

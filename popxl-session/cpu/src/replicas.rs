@@ -123,6 +123,9 @@ pub struct Comm {
 /// The cross-process part of a [`Comm`].
 struct Spanning {
     span: Span,
+    /// The programs may fail while running: agree before every collective
+    /// and at the end of every run.
+    checked: bool,
     /// Used by this process's first replica between barriers only.
     state: Mutex<SpanState>,
 }
@@ -171,7 +174,7 @@ impl Comm {
             barrier: Barrier::new(span.local),
             inputs: (0..n).map(|_| [null(), null()]).collect(),
             outputs: (0..n).map(|_| null()).collect(),
-            span: Some(Spanning { span, state: Mutex::new(SpanState::default()) }),
+            span: Some(Spanning { span, checked: true, state: Mutex::new(SpanState::default()) }),
         }
     }
 
@@ -193,6 +196,29 @@ impl Comm {
         }
     }
 
+    /// Whether the programs may fail while running (default true): when not,
+    /// the processes agree only at the start of a run, not before every
+    /// collective and at the end ([`crate::transport`]).
+    pub fn set_checked(&mut self, checked: bool) {
+        if let Some(s) = &mut self.span {
+            s.checked = checked;
+        }
+    }
+
+    /// Whether the processes agree before every collective and at the end of
+    /// every run (false within one process).
+    pub fn checked(&self) -> bool {
+        self.span.as_ref().is_some_and(|s| s.checked)
+    }
+
+    /// Start a run of a communicator spanning processes: tell every process
+    /// whether this one is ready (`ok`: its inputs checked and bound) and
+    /// learn theirs. Every process calls it once per run before running.
+    pub fn start(&mut self, ok: bool) -> Result<(), SpanError> {
+        let Some(s) = &mut self.span else { return Ok(()) };
+        transport::agree(&*s.span.transport, Header { step: Step::Start, failed: !ok })
+    }
+
     /// Make the next execution start afresh (after an abort).
     pub fn reset(&mut self) {
         self.barrier.reset();
@@ -206,16 +232,20 @@ impl Comm {
         self.barrier.abort();
     }
 
-    /// End a step (a run) of a communicator spanning processes: unless an
-    /// exchange of the step already found a failure (returned here), tell
-    /// every process whether this one's step succeeded (`ok`) and learn
-    /// theirs. Every process calls it once per step, after its replicas have
-    /// stopped. Nothing to do within one process.
+    /// End a run of a communicator spanning processes: unless an exchange of
+    /// the run already found a failure (returned here), tell every process
+    /// whether this one's run succeeded (`ok`) and learn theirs (when
+    /// [`Comm::checked`]; a run that cannot fail ends without agreement).
+    /// Every process calls it once per run, after its replicas have stopped.
+    /// Nothing to do within one process.
     pub fn finish(&mut self, ok: bool) -> Result<(), SpanError> {
         let Some(s) = &mut self.span else { return Ok(()) };
         let st = s.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = st.failure.take() {
             return Err(e);
+        }
+        if !s.checked {
+            return Ok(());
         }
         transport::agree(&*s.span.transport, Header { step: Step::End, failed: !ok })
     }
@@ -299,8 +329,10 @@ impl Comm {
         };
         let transport = &*s.span.transport;
         let step = Step::Collective(in_bytes.map(|b| b as u64));
-        if let Err(e) = transport::agree(transport, Header { step, failed: false }) {
-            return fail(st, e);
+        if s.checked {
+            if let Err(e) = transport::agree(transport, Header { step, failed: false }) {
+                return fail(st, e);
+            }
         }
         let per_replica: usize = in_bytes.iter().sum();
         let (local, size, rank) = (s.span.local, transport.size(), transport.rank());

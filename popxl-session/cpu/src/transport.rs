@@ -11,14 +11,19 @@
 //!
 //! ## Faults
 //!
-//! Every exchange between processes starts with a [`Header`]: what the
-//! process is doing (a collective with its byte counts, or the end of a step)
-//! and whether it failed. A process that fails (a bad input, a `Session::new`
-//! error, a run error) sends a failed header at its next exchange, which is the
-//! one every other process is waiting in: all of them return
-//! [`SpanError::RankFailed`] naming it, instead of waiting forever. Processes
-//! that disagree on what they are doing (different programs) get
-//! [`SpanError::Desync`].
+//! The processes agree ([`agree`]: an exchange of [`Header`]s saying what
+//! each is doing and whether it failed) when a session is built, at the start
+//! of every run (after each has checked and bound its inputs) and, for
+//! programs that may fail while running (checked indices, remote offsets,
+//! custom kernels), before every collective and at the end of every run. A
+//! process that fails (a bad input, a `Session::new` error, a run error)
+//! sends a failed header at its next agreement, which is the one every other
+//! process is waiting in: all of them return [`SpanError::RankFailed`] naming
+//! it, instead of waiting forever, and restore their state as a failed run
+//! does. Processes that disagree on what they are doing (different programs
+//! or options) get [`SpanError::Desync`]. A program that cannot fail while
+//! running meets the others only at its start agreement and its collectives'
+//! data: it pays for no other agreement.
 
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
@@ -79,18 +84,25 @@ pub enum SpanError {
 /// What a process is doing at an exchange.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
+    /// A session was built; its programs check their collectives (`true`:
+    /// they may fail on one process, so every collective and the end of every
+    /// run is agreed on) or not. Every process must build the same.
+    Ready(bool),
+    /// The start of a run: this process's inputs are bound (or not: failed).
+    Start,
     /// A collective publishing inputs of these byte counts.
     Collective([u64; 2]),
-    /// The end of a phase (`Session::new`, a run, a weight transfer): the
-    /// process has no more collectives in it.
+    /// The end of a run: the process has no more collectives in it.
     End,
 }
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Step::Ready(checked) => write!(f, "ready (collectives checked: {checked})"),
+            Step::Start => f.write_str("at the start of a run"),
             Step::Collective([a, b]) => write!(f, "in a collective of {a} + {b} input bytes"),
-            Step::End => f.write_str("at the end of a step"),
+            Step::End => f.write_str("at the end of a run"),
         }
     }
 }
@@ -112,6 +124,8 @@ impl Header {
         let (kind, a, b) = match self.step {
             Step::Collective([a, b]) => (1u64, a, b),
             Step::End => (2, 0, 0),
+            Step::Start => (3, 0, 0),
+            Step::Ready(checked) => (4, u64::from(checked), 0),
         };
         let words = [kind, u64::from(self.failed), a, b];
         let mut out = [0u8; HEADER_BYTES];
@@ -126,6 +140,8 @@ impl Header {
         let step = match word(0)? {
             1 => Step::Collective([word(2)?, word(3)?]),
             2 => Step::End,
+            3 => Step::Start,
+            4 => Step::Ready(word(2)? != 0),
             _ => return None,
         };
         Some(Header { step, failed: word(1)? != 0 })

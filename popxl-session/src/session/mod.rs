@@ -415,11 +415,15 @@ impl Session {
     ) -> Result<Session> {
         let span = span_of(&ir, &options)?;
         let Some(span) = span else { return Self::build_local(ir, device, options, kernels, may_fail, None) };
-        // Every process builds, then all learn whether every one succeeded.
-        // A step spanning processes may stop because another failed, so every
-        // program saves the state a failed run restores.
-        let built = Self::build_local(ir, device, options, kernels, &|_| true, Some(span.clone()));
-        let told = transport::agree(&*span.transport, Header { step: Step::End, failed: built.is_err() });
+        // Every process builds, then all learn whether every one succeeded and
+        // agree on whether their programs may fail while running (then every
+        // collective and the end of every run is agreed on too).
+        let mut built = Self::build_local(ir, device, options, kernels, may_fail, Some(span.clone()));
+        let checked = built.as_ref().is_ok_and(|s| s.executors.iter().any(CpuExecutor::may_fail));
+        let told = transport::agree(&*span.transport, Header { step: Step::Ready(checked), failed: built.is_err() });
+        if let Ok(s) = &mut built {
+            s.comm.set_checked(checked);
+        }
         match (built, told) {
             (Err(e), _) => Err(e),
             (Ok(_), Err(e)) => Err(e.into()),

@@ -362,11 +362,16 @@ impl Session {
                 unbind(this);
                 return Err(e);
             }
+            // Spanning processes, every process's inputs are checked and bound
+            // before any runs: a mistake on one stops all, with nothing changed.
+            this.step_told = true;
+            if let Err(e) = this.comm.start(true) {
+                unbind(this);
+                return Err(e.into());
+            }
             // A program that may fail (see `CpuExecutor::may_fail`) saves the state
             // a failure restores; the others do nothing here.
             this.executors.iter_mut().for_each(|e| e.save_state());
-            // `run_all` tells the other processes how the step ended.
-            this.step_told = true;
             let ran = super::replicated::run_all(
                 &mut this.executors,
                 &mut this.comm,
@@ -381,7 +386,9 @@ impl Session {
                 // such a program saved them.
                 for exec in &mut this.executors {
                     // An unbound stream is found before the program starts.
-                    if !exec.restore_state() && !matches!(e, ExecError::UnboundStream { .. }) {
+                    // A transport failure can stop a program that cannot fail.
+                    let expected = matches!(e, ExecError::UnboundStream { .. } | ExecError::Processes(_));
+                    if !exec.restore_state() && !expected {
                         return Err(SessionError::Internal {
                             reason: format!("a program compiled as one that cannot fail stopped: {e}"),
                         });
@@ -395,17 +402,17 @@ impl Session {
         })
     }
 
-    /// Run `f` as one step of the processes: when the replicas span processes
-    /// and `f` fails before the run told the others how its step ended (a bad
-    /// input, a detached session), tell them now, so they stop at their next
-    /// collective instead of waiting for this process.
+    /// Run `f` as one run of the processes: when the replicas span processes
+    /// and `f` fails before the run's start agreement (a bad input, a
+    /// detached session), tell the others at theirs, so they stop too instead
+    /// of waiting for this process.
     fn step<T>(&mut self, f: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
         self.step_told = false;
         let r = f(self);
         if r.is_err() && !self.step_told && self.comm.span().is_some() {
-            // This process's own error is what it reports.
-            let _ = self.comm.finish(false);
             self.step_told = true;
+            // This process's own error is what it reports.
+            let _ = self.comm.start(false);
         }
         r
     }
