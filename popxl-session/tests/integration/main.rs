@@ -2,4 +2,6 @@
 
 mod bad_input;
 mod borrowed_io;
+mod custom_op_declarations;
+mod empty_tensors;
 mod mnist_training;
