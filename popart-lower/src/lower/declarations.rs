@@ -4,10 +4,12 @@
 //! Buffer sharing trusts [`OpDef::aliases`](popart_ir::OpDef::aliases): an
 //! output declared to be an input's memory shares the input's buffer, and a
 //! kernel reads and writes each argument's declared info through its pointer.
-//! A declaration that does not fit the tensors (an alias naming a port the op
-//! does not have, an output larger than the memory it is declared to be, one
-//! output declared the memory of two inputs) is refused here, naming the op,
-//! rather than trusted or silently repaired.
+//! A declaration that does not fit the tensors (an alias with an output naming
+//! a port the op does not have, an output larger than the memory it is
+//! declared to be, one output declared the memory of two inputs, one input the
+//! written or identical memory of two outputs) is refused here, naming the op,
+//! rather than trusted or silently repaired. An input declared written without
+//! an output (`Alias::written`) may be absent: it is written when connected.
 
 use popart_ir::{Alias, AliasKind, Op, TensorInfo};
 
@@ -42,8 +44,10 @@ fn check_op<'a>(
 ) -> Result<(), String> {
     let info = |t| info(t).map_err(|e| e.to_string());
     for a in aliases {
-        let x = op.input(a.input).ok_or_else(|| format!("alias {a:?} names input {}, which is not connected", a.input))?;
+        // A written input without an output (`Alias::written`) is written when
+        // connected (`AdamUpdater`'s optional step): unconnected, nothing is written.
         let Some(j) = a.output else { continue };
+        let x = op.input(a.input).ok_or_else(|| format!("alias {a:?} names input {}, which is not connected", a.input))?;
         let y = op.output(j).ok_or_else(|| format!("alias {a:?} names output {j}, which the op does not have"))?;
         let (ix, iy) = (info(x)?, info(y)?);
         let same_bytes = matches!(a.kind, AliasKind::Modified | AliasKind::Identical | AliasKind::Copy);

@@ -54,7 +54,13 @@ const DECLS: &[Decl] = &[
         aliases: || vec![Alias::identical(0, 5)],
         refused: true,
     },
-    Decl { name: "hostile.WrittenMissing", inputs: 1, outputs: &[1], aliases: || vec![Alias::written(4)], refused: true },
+    Decl {
+        name: "hostile.ModifiedMissing",
+        inputs: 1,
+        outputs: &[1],
+        aliases: || vec![Alias::modified(4, 0)],
+        refused: true,
+    },
     // One output the memory of two inputs; one input the memory of two outputs.
     Decl {
         name: "hostile.TwoInputsOneOutput",
@@ -81,6 +87,14 @@ const DECLS: &[Decl] = &[
     // Honest controls: a view of the same size, an in-place update.
     Decl { name: "honest.View", inputs: 1, outputs: &[1], aliases: || vec![Alias::copy(0, 0)], refused: false },
     Decl { name: "honest.Inplace", inputs: 1, outputs: &[1], aliases: || vec![Alias::modified(0, 0)], refused: false },
+    // Written when connected (as `AdamUpdater`'s optional step): absent, nothing is written.
+    Decl {
+        name: "honest.WrittenOptional",
+        inputs: 1,
+        outputs: &[1],
+        aliases: || vec![Alias::written(4)],
+        refused: false,
+    },
 ];
 
 /// The op type of declaration `K` of [`DECLS`].
@@ -179,7 +193,7 @@ fn check(def: &'static dyn OpDef, decl: &Decl) {
 
 #[test]
 fn custom_op_declarations_are_checked_when_a_session_is_built() {
-    let defs: [&'static dyn OpDef; 12] = [
+    let defs: [&'static dyn OpDef; 13] = [
         &Custom::<0>,
         &Custom::<1>,
         &Custom::<2>,
@@ -192,6 +206,7 @@ fn custom_op_declarations_are_checked_when_a_session_is_built() {
         &Custom::<9>,
         &Custom::<10>,
         &Custom::<11>,
+        &Custom::<12>,
     ];
     assert_eq!(defs.len(), DECLS.len());
     for (def, decl) in defs.into_iter().zip(DECLS) {
