@@ -47,7 +47,8 @@ fn check_op<'a>(
         // A written input without an output (`Alias::written`) is written when
         // connected (`AdamUpdater`'s optional step): unconnected, nothing is written.
         let Some(j) = a.output else { continue };
-        let x = op.input(a.input).ok_or_else(|| format!("alias {a:?} names input {}, which is not connected", a.input))?;
+        let x =
+            op.input(a.input).ok_or_else(|| format!("alias {a:?} names input {}, which is not connected", a.input))?;
         let y = op.output(j).ok_or_else(|| format!("alias {a:?} names output {j}, which the op does not have"))?;
         let (ix, iy) = (info(x)?, info(y)?);
         let same_bytes = matches!(a.kind, AliasKind::Modified | AliasKind::Identical | AliasKind::Copy);
@@ -89,7 +90,9 @@ fn check_op<'a>(
     }
     // Per input: written or identical memory of at most one output.
     let mut seen: Vec<u32> = Vec::new();
-    for a in aliases.iter().filter(|a| matches!(a.kind, AliasKind::Modified | AliasKind::Identical) && a.output.is_some()) {
+    for a in
+        aliases.iter().filter(|a| matches!(a.kind, AliasKind::Modified | AliasKind::Identical) && a.output.is_some())
+    {
         if seen.contains(&a.input) {
             return Err(format!("input {} is declared the memory of several outputs", a.input));
         }

@@ -46,7 +46,13 @@ const DECLS: &[Decl] = &[
         refused: true,
     },
     // Ports the op does not have.
-    Decl { name: "hostile.MissingInput", inputs: 1, outputs: &[1], aliases: || vec![Alias::region(3, 0)], refused: true },
+    Decl {
+        name: "hostile.MissingInput",
+        inputs: 1,
+        outputs: &[1],
+        aliases: || vec![Alias::region(3, 0)],
+        refused: true,
+    },
     Decl {
         name: "hostile.MissingOutput",
         inputs: 1,

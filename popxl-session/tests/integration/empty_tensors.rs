@@ -16,9 +16,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use cases::Case;
 use popart_ir::{lookup_op, registered_ops, GradRule, HostTensor, Ir, OpDef, TensorInfo};
-use popxl_session::Session;
 use popxl_session::cpu::kernel::{KernelArgs, KernelSpec};
 use popxl_session::cpu::kernels::build_kernel;
+use popxl_session::Session;
 
 /// 64-byte aligned storage of at least one block.
 fn buffer(nbytes: usize, fill: u64) -> Vec<[u64; 8]> {
@@ -119,7 +119,12 @@ fn check_op(def: &'static dyn OpDef, case: &Case) -> Result<Check, String> {
         };
     }
     let (infos, has_grad) = infer(def, case).map_err(|e| format!("shape rule refuses the empty case: {e}"))?;
-    if !case.inputs.iter().chain(infos.iter().map(|t| (0, t.clone())).collect::<Vec<_>>().iter()).any(|(_, t)| t.nelms() == 0) {
+    if !case
+        .inputs
+        .iter()
+        .chain(infos.iter().map(|t| (0, t.clone())).collect::<Vec<_>>().iter())
+        .any(|(_, t)| t.nelms() == 0)
+    {
         return Err("the case has no empty input or output".into());
     }
     let outs = match catch_unwind(AssertUnwindSafe(|| run_kernel(def, case, &infos)))
@@ -212,7 +217,8 @@ fn check_session(def: &'static dyn OpDef, case: &Case, with_grad: bool) -> Resul
         }
     }
     drop(g);
-    let ran: Vec<&'static str> = ir.with_ir(|core| core.graphs().flat_map(|g| g.ops().map(|op| op.op_type())).collect());
+    let ran: Vec<&'static str> =
+        ir.with_ir(|core| core.graphs().flat_map(|g| g.ops().map(|op| op.op_type())).collect());
     let mut session = Session::new(ir, "cpu").map_err(|e| format!("session: {e}"))?;
     let mut inputs: popxl_session::Inputs = HashMap::new();
     for (k, s) in streams.iter().enumerate() {

@@ -22,7 +22,14 @@ pub struct Case {
 
 impl Case {
     pub fn new(inputs: Vec<(u32, TensorInfo)>) -> Case {
-        Case { inputs, attrs: Attributes::new(), values: HashMap::new(), expected: HashMap::new(), grads: HashMap::new(), refused: None }
+        Case {
+            inputs,
+            attrs: Attributes::new(),
+            values: HashMap::new(),
+            expected: HashMap::new(),
+            grads: HashMap::new(),
+            refused: None,
+        }
     }
 
     /// Set an attribute.
@@ -226,21 +233,11 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     );
     m.insert(
         "BatchNorm",
-        vec![Case::new(vec![
-            (0, f32s(&[0, 3, 4])),
-            (1, f32s(&[3])),
-            (2, f32s(&[3])),
-            (3, f32s(&[3])),
-            (4, f32s(&[3])),
-        ])
-        .refused("at least"),
-        Case::new(vec![
-            (0, f32s(&[2, 0, 4])),
-            (1, f32s(&[0])),
-            (2, f32s(&[0])),
-            (3, f32s(&[0])),
-            (4, f32s(&[0])),
-        ])],
+        vec![
+            Case::new(vec![(0, f32s(&[0, 3, 4])), (1, f32s(&[3])), (2, f32s(&[3])), (3, f32s(&[3])), (4, f32s(&[3]))])
+                .refused("at least"),
+            Case::new(vec![(0, f32s(&[2, 0, 4])), (1, f32s(&[0])), (2, f32s(&[0])), (3, f32s(&[0])), (4, f32s(&[0]))]),
+        ],
     );
     // RoiAlign: an empty feature map samples zeros (every point lies outside);
     // no boxes give an empty result.
@@ -260,13 +257,8 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     );
     // Losses: the sum over no samples is 0; the mean divides by the counted
     // rows, at least 1 (as when every label is ignored), so it is 0, not NaN.
-    let nll = |r: &str| {
-        Case::new(vec![(0, f32s(&[0, 3])), (1, i32s(&[0]))]).attr("reduction", s(r))
-    };
-    m.insert(
-        "NllLoss",
-        vec![nll("mean").expect(0, vec![0.0]), nll("sum").expect(0, vec![0.0]), nll("none")],
-    );
+    let nll = |r: &str| Case::new(vec![(0, f32s(&[0, 3])), (1, i32s(&[0]))]).attr("reduction", s(r));
+    m.insert("NllLoss", vec![nll("mean").expect(0, vec![0.0]), nll("sum").expect(0, vec![0.0]), nll("none")]);
     m.insert(
         "NllLossWithSoftmaxGrad",
         vec![Case::new(vec![(0, f32s(&[0, 3])), (1, i32s(&[0]))]).attr("reduction", s("sum")).expect(0, vec![0.0])],
@@ -277,10 +269,7 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     );
     m.insert(
         "TopK",
-        vec![
-            Case::new(vec![(0, f32s(&[0, 3]))]).attr("k", i(2)),
-            Case::new(vec![(0, f32s(&[2, 3]))]).attr("k", i(0)),
-        ],
+        vec![Case::new(vec![(0, f32s(&[0, 3]))]).attr("k", i(2)), Case::new(vec![(0, f32s(&[2, 3]))]).attr("k", i(0))],
     );
     m.insert("Cast", vec![Case::new(vec![(0, f32s(&[2, 0, 3]))]).attr("to", AttrValue::DType(DataType::Float16))]);
     m.insert("Dropout", vec![Case::new(vec![(0, f32s(&[2, 0, 3])), (1, seed())]).attr("p", f(0.5))]);
@@ -290,7 +279,10 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     );
     m.insert("RandomUniform", vec![Case::new(vec![(0, seed())]).attr("shape", ints(&[0, 3]))]);
     m.insert("RandomNormal", vec![Case::new(vec![(0, seed())]).attr("shape", ints(&[0, 3]))]);
-    m.insert("Init", vec![Case::new(vec![]).attr("shape", ints(&[0, 3])).attr("dtype", AttrValue::DType(DataType::Float32))]);
+    m.insert(
+        "Init",
+        vec![Case::new(vec![]).attr("shape", ints(&[0, 3])).attr("dtype", AttrValue::DType(DataType::Float32))],
+    );
     m.insert(
         "Onehot",
         vec![Case::new(vec![(0, i32s(&[0])), (1, i32s(&[])), (2, f32s(&[2]))])
@@ -343,7 +335,10 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
         "Split",
         vec![
             Case::new(vec![(0, f32s(&[0, 3]))]).attr("axis", i(1)).attr("split", ints(&[1, 2])),
-            Case::new(vec![(0, f32s(&[2, 3]))]).attr("axis", i(1)).attr("split", ints(&[0, 3])).values(0, t23.clone())
+            Case::new(vec![(0, f32s(&[2, 3]))])
+                .attr("axis", i(1))
+                .attr("split", ints(&[0, 3]))
+                .values(0, t23.clone())
                 .expect(1, t23.clone()),
         ],
     );
@@ -355,10 +350,7 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     };
     m.insert("Slice", vec![slice(&[2, 0, 3], 0, 1, 0), slice(&[2, 3], 1, 1, 1)]);
     m.insert("SliceInplace", vec![slice(&[2, 0, 3], 0, 1, 0), slice(&[2, 3], 1, 1, 1)]);
-    m.insert(
-        "SliceUpdateInplace",
-        vec![slice(&[2, 0, 3], 0, 1, 0).with_input((1, f32s(&[1, 0, 3])))],
-    );
+    m.insert("SliceUpdateInplace", vec![slice(&[2, 0, 3], 0, 1, 0).with_input((1, f32s(&[1, 0, 3])))]);
     m.insert(
         "ConcatInplace",
         vec![Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[2, 0]))]).attr("axis", i(1)).attr("num_inputs", i(2))],
@@ -375,7 +367,8 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     m.insert("AccumulatorScale", vec![Case::new(vec![(0, f32s(&[2, 0, 3]))]).attr("factor", f(0.5))]);
     m.insert(
         "SparseAccumulate",
-        vec![Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[2, 4])), (3, i32s(&[4]))]).attr("axis", i(1))
+        vec![Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[2, 4])), (3, i32s(&[4]))])
+            .attr("axis", i(1))
             .values(3, vec![0.0; 4])],
     );
     m.insert(
@@ -411,7 +404,10 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     m.insert("ReplicatedAllReduce", vec![coll()]);
     m.insert("ReplicatedAllReduceInplace", vec![coll()]);
     m.insert("ReplicatedAllGather", vec![coll()]);
-    m.insert("ReplicatedReduceScatter", vec![Case::new(vec![(0, f32s(&[0]))]).attr("stride", i(1)).attr("group_size", i(1))]);
+    m.insert(
+        "ReplicatedReduceScatter",
+        vec![Case::new(vec![(0, f32s(&[0]))]).attr("stride", i(1)).attr("group_size", i(1))],
+    );
     m.insert("AllReduce", vec![Case::new(vec![(0, f32s(&[2, 0]))]).attr("ipus", ints(&[0]))]);
     // float8: casts and scaled products of empty tensors (the log2 scale is a scalar).
     let f8 = AttrValue::DType(DataType::Float8_143);
@@ -420,10 +416,7 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
         vec![Case::new(vec![(0, TensorInfo::new(DataType::Float8_143, [2, 0])), (1, i32s(&[]))])
             .attr("to", AttrValue::DType(DataType::Float32))],
     );
-    m.insert(
-        "Pow2ScaleThenCast",
-        vec![Case::new(vec![(0, f32s(&[2, 0])), (1, i32s(&[]))]).attr("to", f8.clone())],
-    );
+    m.insert("Pow2ScaleThenCast", vec![Case::new(vec![(0, f32s(&[2, 0])), (1, i32s(&[]))]).attr("to", f8.clone())]);
     let f8s = |sh: &[usize]| TensorInfo::new(DataType::Float8_143, sh);
     m.insert(
         "MatMulPow2Scaled",
