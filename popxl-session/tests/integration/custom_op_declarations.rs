@@ -9,7 +9,7 @@
 //! pointers it is given), so a buffer smaller than a declared shape would be
 //! overrun.
 
-use popart_ir::{Alias, Attributes, InferContext, OpDef, Result as IrResult, TensorInfo};
+use popart_ir::{Alias, Attributes, InferContext, OpDef, OpFlags, Result as IrResult, TensorInfo};
 use popart_lower::LowerError;
 use popxl::ops::OpBuilder;
 use popxl_session::cpu::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
@@ -23,19 +23,38 @@ struct Decl {
     /// Output element counts, as multiples of the input's.
     outputs: &'static [usize],
     aliases: fn() -> Vec<Alias>,
+    /// What `OpDef::properties` claims.
+    flags: OpFlags,
     /// Whether the declaration is refused.
     refused: bool,
 }
 
+const NONE: OpFlags = OpFlags::empty();
+
 const DECLS: &[Decl] = &[
     // Views and aliases larger than the input they are declared to be.
-    Decl { name: "hostile.GrowView", inputs: 1, outputs: &[2], aliases: || vec![Alias::copy(0, 0)], refused: true },
-    Decl { name: "hostile.GrowRegion", inputs: 1, outputs: &[2], aliases: || vec![Alias::region(0, 0)], refused: true },
+    Decl {
+        name: "hostile.GrowView",
+        inputs: 1,
+        outputs: &[2],
+        aliases: || vec![Alias::copy(0, 0)],
+        flags: NONE,
+        refused: true,
+    },
+    Decl {
+        name: "hostile.GrowRegion",
+        inputs: 1,
+        outputs: &[2],
+        aliases: || vec![Alias::region(0, 0)],
+        flags: NONE,
+        refused: true,
+    },
     Decl {
         name: "hostile.GrowIdentical",
         inputs: 1,
         outputs: &[2],
         aliases: || vec![Alias::identical(0, 0)],
+        flags: NONE,
         refused: true,
     },
     Decl {
@@ -43,6 +62,7 @@ const DECLS: &[Decl] = &[
         inputs: 1,
         outputs: &[2],
         aliases: || vec![Alias::modified(0, 0)],
+        flags: NONE,
         refused: true,
     },
     // Ports the op does not have.
@@ -51,6 +71,7 @@ const DECLS: &[Decl] = &[
         inputs: 1,
         outputs: &[1],
         aliases: || vec![Alias::region(3, 0)],
+        flags: NONE,
         refused: true,
     },
     Decl {
@@ -58,6 +79,7 @@ const DECLS: &[Decl] = &[
         inputs: 1,
         outputs: &[1],
         aliases: || vec![Alias::identical(0, 5)],
+        flags: NONE,
         refused: true,
     },
     Decl {
@@ -65,6 +87,7 @@ const DECLS: &[Decl] = &[
         inputs: 1,
         outputs: &[1],
         aliases: || vec![Alias::modified(4, 0)],
+        flags: NONE,
         refused: true,
     },
     // One output the memory of two inputs; one input the memory of two outputs.
@@ -73,6 +96,7 @@ const DECLS: &[Decl] = &[
         inputs: 2,
         outputs: &[1],
         aliases: || vec![Alias::identical(0, 0), Alias::modified(1, 0)],
+        flags: NONE,
         refused: true,
     },
     Decl {
@@ -80,6 +104,7 @@ const DECLS: &[Decl] = &[
         inputs: 1,
         outputs: &[1, 1],
         aliases: || vec![Alias::modified(0, 0), Alias::identical(0, 1)],
+        flags: NONE,
         refused: true,
     },
     // Regions of two inputs making an output larger than both.
@@ -88,17 +113,44 @@ const DECLS: &[Decl] = &[
         inputs: 2,
         outputs: &[3],
         aliases: || vec![Alias::region(0, 0), Alias::region(1, 0)],
+        flags: NONE,
         refused: true,
     },
     // Honest controls: a view of the same size, an in-place update.
-    Decl { name: "honest.View", inputs: 1, outputs: &[1], aliases: || vec![Alias::copy(0, 0)], refused: false },
-    Decl { name: "honest.Inplace", inputs: 1, outputs: &[1], aliases: || vec![Alias::modified(0, 0)], refused: false },
+    Decl {
+        name: "honest.View",
+        inputs: 1,
+        outputs: &[1],
+        aliases: || vec![Alias::copy(0, 0)],
+        flags: NONE,
+        refused: false,
+    },
+    Decl {
+        name: "honest.Inplace",
+        inputs: 1,
+        outputs: &[1],
+        aliases: || vec![Alias::modified(0, 0)],
+        flags: NONE,
+        refused: false,
+    },
+    // Flags claiming a view, an in-place update, host IO, a subgraph: the alias
+    // facts are derived from `aliases` only, the others move no memory, so the
+    // op (output twice its input) runs as a plain op in its own buffers.
+    Decl {
+        name: "honest.ClaimsEveryFlag",
+        inputs: 1,
+        outputs: &[2],
+        aliases: Vec::new,
+        flags: OpFlags::all(),
+        refused: false,
+    },
     // Written when connected (as `AdamUpdater`'s optional step): absent, nothing is written.
     Decl {
         name: "honest.WrittenOptional",
         inputs: 1,
         outputs: &[1],
         aliases: || vec![Alias::written(4)],
+        flags: NONE,
         refused: false,
     },
 ];
@@ -119,6 +171,9 @@ impl<const K: usize> OpDef for Custom<K> {
     }
     fn aliases(&self, _: &Attributes) -> Vec<Alias> {
         (DECLS[K].aliases)()
+    }
+    fn properties(&self, _: &Attributes) -> OpFlags {
+        DECLS[K].flags
     }
 }
 
@@ -199,7 +254,7 @@ fn check(def: &'static dyn OpDef, decl: &Decl) {
 
 #[test]
 fn custom_op_declarations_are_checked_when_a_session_is_built() {
-    let defs: [&'static dyn OpDef; 13] = [
+    let defs: [&'static dyn OpDef; 14] = [
         &Custom::<0>,
         &Custom::<1>,
         &Custom::<2>,
@@ -213,6 +268,7 @@ fn custom_op_declarations_are_checked_when_a_session_is_built() {
         &Custom::<10>,
         &Custom::<11>,
         &Custom::<12>,
+        &Custom::<13>,
     ];
     assert_eq!(defs.len(), DECLS.len());
     for (def, decl) in defs.into_iter().zip(DECLS) {

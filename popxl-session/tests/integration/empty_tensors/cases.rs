@@ -164,6 +164,10 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
             Case::new(vec![(0, f32s(&[0, 2, 5, 5])), (1, f32s(&[3, 2, 3, 3]))]),
             Case::new(vec![(0, f32s(&[1, 0, 4, 4])), (1, f32s(&[2, 0, 3, 3]))]).expect(0, vec![0.0; 8]),
             Case::new(vec![(0, f32s(&[2, 2, 0, 0])), (1, f32s(&[3, 2, 1, 1]))]).refused("larger than the padded input"),
+            // 1-d and 3-d: an empty batch, and no input channels (zeros).
+            Case::new(vec![(0, f32s(&[1, 0, 5])), (1, f32s(&[2, 0, 3]))]).expect(0, vec![0.0; 6]),
+            Case::new(vec![(0, f32s(&[0, 2, 3, 3, 3])), (1, f32s(&[2, 2, 2, 2, 2]))]),
+            Case::new(vec![(0, f32s(&[1, 0, 3, 3, 3])), (1, f32s(&[2, 0, 2, 2, 2]))]).expect(0, vec![0.0; 16]),
         ],
     );
     m.insert(
@@ -187,6 +191,13 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
             Case::new(vec![(0, f32s(&[1, 0, 4, 4]))]).attr("kernel_shape", ints(&[2, 2])),
         ],
     );
+    // Broadcasting against an empty tensor: the result is empty and the
+    // gradient of the non-empty operand is a sum over nothing, zeros.
+    let bcast = || Case::new(vec![(0, f32s(&[2, 0, 3])), (1, f32s(&[3]))]);
+    m.insert("Add", vec![bcast()]);
+    m.insert("Mul", vec![bcast()]);
+    m.insert("Sub", vec![bcast()]);
+    m.insert("Div", vec![bcast()]);
     m.insert("Softmax", vec![Case::new(vec![(0, f32s(&[2, 0]))]), Case::new(vec![(0, f32s(&[0, 3]))])]);
     m.insert(
         "Concat",
