@@ -92,6 +92,21 @@ pub enum LowerError {
     /// sizes add up to more than [`popart_ir::size::MAX_TENSOR_BYTES`]).
     #[error(transparent)]
     Size(#[from] popart_ir::SizeError),
+    /// An op's definition declares aliases that do not fit its tensors (a
+    /// custom `OpDef` naming a port the op does not have, or an output larger
+    /// than the input memory it is declared to be): refused before any buffer
+    /// is planned, so that no kernel reads or writes outside a buffer.
+    #[error("op `{op}` ({op_type}) of graph `{graph}`: its alias declaration does not fit its tensors: {reason}")]
+    Declaration {
+        /// Graph of the op.
+        graph: String,
+        /// The op.
+        op: String,
+        /// Its type.
+        op_type: String,
+        /// What does not fit.
+        reason: String,
+    },
     /// A broken invariant of the lowering itself (a bug, or an unverified IR).
     #[error("internal lowering error: {0}")]
     Internal(String),

@@ -36,6 +36,7 @@ mod buffers;
 mod classes;
 mod code;
 mod copies;
+mod declarations;
 mod emit;
 mod graphs;
 mod host;
@@ -143,6 +144,7 @@ impl<'a> Lowerer<'a> {
 
     /// The lowering steps, in order.
     fn run(mut self) -> Result<Executable, LowerError> {
+        self.check_declarations()?;
         self.compute_timeline();
         self.merge_aliases()?;
         let modifies_input = self.inputs_modified_by_graphs()?;

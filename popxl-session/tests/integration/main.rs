@@ -2,6 +2,8 @@
 
 mod bad_input;
 mod borrowed_io;
+mod custom_op_declarations;
+mod empty_tensors;
 mod mnist_training;
 mod processes;
 mod resume;

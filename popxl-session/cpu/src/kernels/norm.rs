@@ -190,6 +190,11 @@ impl<T: Float> GroupNormKernel<T> {
             let is = T::ONE / (var + self.eps).sqrt();
             *mean.add(r) = m;
             *inv.add(r) = is;
+            // An empty group (no channels or no positions): numpy's NaN mean
+            // and deviation (0/0), nothing to normalise.
+            if self.len == 0 {
+                continue;
+            }
             let c0 = self.first_channel(r);
             if self.s == 1 {
                 let (wr, br) = (&w[c0..c0 + self.cg], &b[c0..c0 + self.cg]);
@@ -238,6 +243,10 @@ impl<T: Float> GroupNormKernel<T> {
         let n = T::from_f64(self.len as f64);
         let c = self.channels;
         for r in range {
+            // An empty group adds nothing to dw and db and has no dx.
+            if self.len == 0 {
+                continue;
+            }
             let (gr, xr) = (slice(g.add(r * self.len), self.len), slice(x.add(r * self.len), self.len));
             let dr = slice_mut(dx.add(r * self.len), self.len);
             let (m, is) = (mean[r], inv[r]);
@@ -331,7 +340,8 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
             chunk(0);
         }
         let (dwo, dbo) = (slice_mut(dw.get(), c), slice_mut(db.get(), c));
-        for part in partials.chunks_exact(2 * c) {
+        // No channels: dw and db are empty (`max(1)`: chunks of 0 would panic).
+        for part in partials.chunks_exact((2 * c).max(1)).filter(|_| c > 0) {
             dwo.iter_mut().zip(&part[..c]).for_each(|(o, &p)| *o = *o + p);
             dbo.iter_mut().zip(&part[c..]).for_each(|(o, &p)| *o = *o + p);
         }
@@ -542,7 +552,8 @@ impl<T: Float> BatchNormKernel<T> {
     /// Adds the chunks' partials at `offset` (`C` each, `2 · C` apart) per channel, in chunk order.
     fn reduce_partials(&self, parts: &[T], offset: usize, out: &mut [T]) {
         out.fill(T::ZERO);
-        for part in parts.chunks_exact(2 * self.c) {
+        // No channels: `out` is empty (`max(1)`: chunks of 0 would panic).
+        for part in parts.chunks_exact((2 * self.c).max(1)).filter(|_| self.c > 0) {
             out.iter_mut().zip(&part[offset..offset + self.c]).for_each(|(o, &p)| *o = *o + p);
         }
     }

@@ -65,8 +65,9 @@ impl Geo2 {
         let mut geo = Geo2 {
             n: g.batch,
             groups: g.group,
-            ci_g: g.in_channels / g.group,
-            co_g: g.out_channels / g.group,
+            // A pool's groups are its channels, which may be 0.
+            ci_g: g.in_channels.checked_div(g.group).unwrap_or(0),
+            co_g: g.out_channels.checked_div(g.group).unwrap_or(0),
             ih,
             iw,
             kh,

@@ -254,6 +254,20 @@ fn scratch_slots(spec: &KernelSpec<'_>, pieces: usize, words: usize) -> Result<V
     Ok(scratch)
 }
 
+/// A pass without multiply-adds: writes `bytes` zero bytes to output 0
+/// (all-zero bits are 0 in every float type).
+struct ZeroKernel {
+    bytes: usize,
+}
+
+impl Kernel for ZeroKernel {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        // SAFETY: output 0 holds the result's `bytes` bytes (the kernel contract).
+        unsafe { std::ptr::write_bytes(args.outputs[0], 0, self.bytes) };
+        Ok(())
+    }
+}
+
 /// A 1-D or 2-D convolution pass run by its [`Plan`].
 struct ConvKernel<T> {
     geo: Geo2,
@@ -337,6 +351,11 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         [spec.input(1)?.pos, 0, spec.input(0)?.pos]
     };
     let out_len = spec.output(0)?.nelms();
+    // No multiply-add at all (an empty batch, channel or spatial dim): the
+    // result is zeros (empty when its own dims are), with no plan to cut.
+    if geo.macs() == 0 {
+        return Ok(Box::new(ZeroKernel { bytes: spec.output(0)?.info.nbytes() }));
+    }
     if geo.kernel.len() > 2 {
         if dt == DataType::Float32 {
             if let Some(k) = Direct3d::plan(spec, &geo, pass, pos)? {
