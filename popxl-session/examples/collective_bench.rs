@@ -114,7 +114,10 @@ fn main() -> R<()> {
              the MPI library's own call on the same bytes",
             mpi_world.host_size()
         );
-        println!("{:>15} {:>10} {:>12} {:>12} {:>10} {:>10} {:>8}", "", "bytes", "ours us", "MPI us", "ours GB/s", "MPI GB/s", "ratio");
+        println!(
+            "{:>15} {:>10} {:>12} {:>12} {:>10} {:>10} {:>8}",
+            "", "bytes", "ours us", "MPI us", "ours GB/s", "MPI GB/s", "ratio"
+        );
     }
     for kind in [Kind::AllReduce, Kind::AllGather, Kind::ReduceScatter] {
         let mut bytes = min.max(4 * p);
@@ -170,4 +173,3 @@ fn main() -> R<()> {
     }
     Ok(())
 }
-

@@ -87,7 +87,9 @@ fn main() -> R<()> {
             let (mine, all) = (got[mine].to_host_tensor().bytes, reference[all].to_host_tensor().bytes);
             let row = all.len() / REPLICAS;
             if mine[..] != all[rank * local * row..(rank + 1) * local * row] {
-                return Err(format!("rank {rank}: output {o} differs from one process's (own slice {own_slice})").into());
+                return Err(
+                    format!("rank {rank}: output {o} differs from one process's (own slice {own_slice})").into()
+                );
             }
         }
     }
@@ -114,7 +116,10 @@ fn main() -> R<()> {
     if took > Duration::from_secs(10) || again.is_err() {
         return Err(format!("rank {rank}: the failure took {took:?}; the next run gave {again:?}").into());
     }
-    say(&format!("ok: a bad input on rank {last} stopped every rank with an error in {:.1} ms", took.as_secs_f64() * 1e3));
+    say(&format!(
+        "ok: a bad input on rank {last} stopped every rank with an error in {:.1} ms",
+        took.as_secs_f64() * 1e3
+    ));
 
     // 3. A Session::new failure on rank 0 only.
     let (ir, _, _) = program(Some((rank, size)))?;

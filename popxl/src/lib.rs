@@ -79,8 +79,8 @@ pub use error::{PopXlError, Result};
 pub use graph::Graph;
 pub use host::{HostArray, HostElement};
 pub use ir::{instance_from_env, Ir};
-pub use popart_ir::Instances;
 pub use ops::SliceIndex;
+pub use popart_ir::Instances;
 pub use popart_ir::{DataType, Placement, TileSet};
 pub use remote::{remote_buffer, remote_variable, RemoteBuffer};
 pub use replication::{

@@ -28,11 +28,11 @@ pub mod executor;
 pub mod gang;
 pub mod kernel;
 pub mod kernels;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod peak;
 pub mod replicas;
 pub mod team;
 pub mod transport;
-#[cfg(feature = "mpi")]
-pub mod mpi;
 
 pub use error::CpuError;

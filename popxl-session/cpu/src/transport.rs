@@ -260,7 +260,11 @@ impl Transport for ThreadTransport {
     fn exchange(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError> {
         let n = send.len();
         if recv.len() != n * self.shared.size {
-            return Err(TransportError(format!("receive buffer of {} bytes for {} x {n}", recv.len(), self.shared.size)));
+            return Err(TransportError(format!(
+                "receive buffer of {} bytes for {} x {n}",
+                recv.len(),
+                self.shared.size
+            )));
         }
         let mut bad = None;
         self.rendezvous(send, |slots| {

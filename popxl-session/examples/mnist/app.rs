@@ -408,7 +408,8 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
     // of the first step (build + autodiff + prepare + lower + compile + first run).
     let start = Instant::now();
     let program = build_train(cfg, &params)?;
-    let options = SessionOptions { patterns: cfg.patterns, transport: cfg.transport.clone(), ..SessionOptions::default() };
+    let options =
+        SessionOptions { patterns: cfg.patterns, transport: cfg.transport.clone(), ..SessionOptions::default() };
     let mut session = Session::with_options(program.ir.clone(), &cfg.device, options)?;
     // Replicas of this process (of every process, each taking its own slice
     // of the batch arrays, which hold every replica's samples).

@@ -144,7 +144,8 @@ pub fn run(args: Vec<String>) -> AppResult<()> {
         run_with(cfg, extra)
     }
     #[cfg(not(feature = "mpi"))]
-    Err("--mpi needs the example built with the mpi feature: cargo build --release --features mpi --example mnist".into())
+    Err("--mpi needs the example built with the mpi feature: cargo build --release --features mpi --example mnist"
+        .into())
 }
 
 fn run_with(cfg: Config, extra: Extra) -> AppResult<()> {

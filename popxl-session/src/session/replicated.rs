@@ -150,9 +150,12 @@ impl Session {
         for (r, exec) in self.executors.iter_mut().enumerate() {
             let replica = first + r;
             let mut bindings: Vec<(usize, &mut HostVariable, popart_lower::StreamId, Binding)> = Vec::new();
-            let mut vars: Vec<(usize, &mut HostVariable)> = self.variables.iter_mut().map(|(k, v)| (*k, v)).map(|(k, v)| {
-                (keys.binary_search(&k).unwrap_or(usize::MAX), v)
-            }).collect();
+            let mut vars: Vec<(usize, &mut HostVariable)> = self
+                .variables
+                .iter_mut()
+                .map(|(k, v)| (*k, v))
+                .map(|(k, v)| (keys.binary_search(&k).unwrap_or(usize::MAX), v))
+                .collect();
             vars.sort_unstable_by_key(|(i, _)| *i);
             for (i, v) in vars {
                 let (from_host, to_host_stream) = match v.weight {
@@ -226,7 +229,11 @@ impl Session {
     /// process every variable's host value: a plain variable's from the
     /// process of replica 0, a replicated one's from each replica's values
     /// (`gathered[i]`, this process's replicas' values of variable `keys[i]`).
-    fn share_weights(&mut self, keys: &[(popart_ir::GraphId, popart_ir::TensorId)], gathered: &[Vec<u8>]) -> Result<()> {
+    fn share_weights(
+        &mut self,
+        keys: &[(popart_ir::GraphId, popart_ir::TensorId)],
+        gathered: &[Vec<u8>],
+    ) -> Result<()> {
         let Some(span) = self.comm.span().cloned() else { return Ok(()) };
         let (t, all, first) = (&*span.transport, span.global(), span.first());
         let local = first..first + span.local;

@@ -22,8 +22,11 @@ fn processes<T: Send>(n: usize, f: impl Fn(usize, Arc<dyn Transport>) -> T + Syn
     let ends = ThreadTransport::group(n);
     std::thread::scope(|s| {
         let f = &f;
-        let handles: Vec<_> =
-            ends.into_iter().enumerate().map(|(r, t)| s.spawn(move || f(r, Arc::new(t) as Arc<dyn Transport>))).collect();
+        let handles: Vec<_> = ends
+            .into_iter()
+            .enumerate()
+            .map(|(r, t)| s.spawn(move || f(r, Arc::new(t) as Arc<dyn Transport>)))
+            .collect();
         handles.into_iter().map(|h| h.join().expect("a process thread panicked")).collect()
     })
 }
@@ -64,7 +67,11 @@ fn mnist_weights_do_not_depend_on_the_processes() {
         for (rank, w) in split.iter().enumerate() {
             assert_eq!(w.len(), one[0].len());
             for ((name, a), (_, b)) in w.iter().zip(&one[0]) {
-                assert!(a == b, "{procs} processes x {} replicas (rts {rts}), rank {rank}: `{name}` differs", replicas / procs);
+                assert!(
+                    a == b,
+                    "{procs} processes x {} replicas (rts {rts}), rank {rank}: `{name}` differs",
+                    replicas / procs
+                );
             }
         }
         // Training moved the weights (the comparison means something).
@@ -185,4 +192,55 @@ fn spanning_needs_a_matching_transport() {
     ir.set_replication_factor(3).unwrap();
     ir.set_instances(0, 2).unwrap();
     assert!(matches!(Session::new(ir, "cpu"), Err(SessionError::Instances { .. })));
+}
+
+#[test]
+fn a_run_failing_on_one_process_restores_every_process() {
+    // With checked indices the program may fail while running, so the
+    // processes agree before every collective: process 1 gathers an
+    // out-of-range row after both have updated `w`. Its error is its own, the
+    // other's is process 1's failure, and both keep `w` as before the run; the
+    // next run, with good indices, completes on both.
+    let got = processes(2, |rank, t| {
+        let ir = Ir::new();
+        ir.set_replication_factor(2).unwrap();
+        ir.set_instances(rank, 2).unwrap();
+        let (w, idx) = ir
+            .main_graph()
+            .with(|| -> popxl::Result<_> {
+                let _s = popxl::in_sequence(true);
+                let w = popxl::variable(HostArray::from(ndarray::Array1::from_elem(4, 1.0f32).into_dyn()), "w")?;
+                let table: Vec<f32> = (0..12).map(|i| i as f32).collect();
+                let table = HostArray::from(ndarray::Array2::from_shape_vec((3, 4), table).unwrap().into_dyn());
+                let table = popxl::variable(table, "table")?;
+                let idx = popxl::h2d_stream([1], popxl::int32, "idx")?;
+                let i = popxl::ops::host_load(&idx, "i")?;
+                popxl::ops::add_(&w, &popxl::constant(1.0f32, "one")?)?;
+                let row = popxl::ops::gather(&table, &i, 0)?;
+                let sum = collectives::replicated_all_reduce(&row, CollectiveOp::Add, None)?;
+                popxl::ops::add_(&w, &popxl::ops::reshape(&sum, &[4])?)?;
+                Ok((w, idx))
+            })
+            .unwrap();
+        let opts = SessionOptions { transport: Some(t), check_indices: true, ..SessionOptions::default() };
+        let mut s = Session::with_options(ir, "cpu", opts).unwrap();
+        let index = |i: i32| HostArray::from(ndarray::Array1::from_elem(1, i).into_dyn());
+        s.scope(|s| {
+            let bad = s.run(&[(idx.clone(), index(if rank == 1 { 7 } else { 0 }))].into()).map(|_| ());
+            let kept = s.get_tensor_data(&w)?.to_host_tensor().bytes;
+            let good = s.run(&[(idx, index(rank as i32))].into()).map(|_| ());
+            let after = s.get_tensor_data(&w)?.as_f32().unwrap().iter().copied().collect::<Vec<f32>>();
+            Ok::<_, SessionError>((bad, kept, good, after))
+        })
+        .unwrap()
+    });
+    let ones: Vec<u8> = (0..4).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+    assert!(matches!(got[1].0, Err(SessionError::IndexOutOfRange { .. })), "{:?}", got[1].0);
+    assert_eq!(got[0].0, Err(SessionError::Processes(SpanError::RankFailed { rank: 1, size: 2 })));
+    for (rank, (_, kept, good, after)) in got.iter().enumerate() {
+        assert_eq!(kept, &ones, "rank {rank}: w changed by the failed run");
+        assert!(good.is_ok(), "rank {rank}: {good:?}");
+        // w = 1 + 1 + (row 0 + row 1) = 2 + [4, 6, 8, 10].
+        assert_eq!(after, &[6.0, 8.0, 10.0, 12.0], "rank {rank}");
+    }
 }
