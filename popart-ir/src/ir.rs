@@ -80,7 +80,7 @@ impl Instances {
     /// assert_eq!(Instances { index: 0, count: 3 }.replicas_per_instance(4), None);
     /// ```
     pub fn replicas_per_instance(self, replication_factor: usize) -> Option<usize> {
-        if self.count == 0 || self.index >= self.count || replication_factor % self.count != 0 {
+        if self.count == 0 || self.index >= self.count || !replication_factor.is_multiple_of(self.count) {
             return None;
         }
         Some(replication_factor / self.count)

@@ -504,21 +504,19 @@ mod tests {
             for r in 0..4 {
                 let (comm, data, out) = (&comm, &data, out_ptrs[r]);
                 s.spawn(move || {
-                    // SAFETY: each input holds 8 f32s for the whole exchange.
-                    unsafe {
-                        comm.exchange(r, data[r].as_ptr() as *const u8, 32, out as *mut u8, |peers| {
-                            // Replica r reduces elements 2r, 2r+1 for everyone.
-                            for e in 2 * r..2 * r + 2 {
-                                // SAFETY: every pointer holds 8 f32s; element e is written by replica r only.
-                                let sum: f32 = (0..4).map(|p| unsafe { *(peers.input(p) as *const f32).add(e) }).sum();
-                                for p in 0..4 {
-                                    // SAFETY: as above.
-                                    unsafe { *(peers.output(p) as *mut f32).add(e) = sum }
-                                }
+                    // Replica r reduces elements 2r, 2r+1 for everyone.
+                    let work = |peers: Peers<'_>| {
+                        for e in 2 * r..2 * r + 2 {
+                            // SAFETY: every pointer holds 8 f32s; element e is written by replica r only.
+                            let sum: f32 = (0..4).map(|p| unsafe { *(peers.input(p) as *const f32).add(e) }).sum();
+                            for p in 0..4 {
+                                // SAFETY: as above.
+                                unsafe { *(peers.output(p) as *mut f32).add(e) = sum }
                             }
-                        })
-                    }
-                    .unwrap();
+                        }
+                    };
+                    // SAFETY: each input holds 8 f32s for the whole exchange.
+                    unsafe { comm.exchange(r, data[r].as_ptr() as *const u8, 32, out as *mut u8, work) }.unwrap();
                 });
             }
         });

@@ -353,6 +353,7 @@ impl Session {
                     // SAFETY: the output views are exclusively borrowed for the whole call
                     // and outlive the run; replicas write disjoint elements.
                     bound = bound.and_then(|_| {
+                        // SAFETY: as above.
                         unsafe { exec.bind_stream_strided(id, p, n, nht, layout, index(layout, r)) }.map_err(bind_error)
                     });
                 }
