@@ -50,7 +50,9 @@ pub fn session_err(e: SessionError) -> PyErr {
         | SessionError::IpuModel(_)
         | SessionError::Device(_)
         | SessionError::Internal { .. }
-        | SessionError::Log2ScaleOutOfRange { .. } => PyRuntimeError::new_err(msg),
+        | SessionError::Log2ScaleOutOfRange { .. }
+        | SessionError::NoTransport { .. }
+        | SessionError::Processes(_) => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

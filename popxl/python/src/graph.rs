@@ -28,10 +28,9 @@ impl PyIr {
         let ir = Ir::new();
         let Some(replication) = replication else { return Ok(PyIr { ir }) };
         if replication.extract::<String>().is_ok_and(|s| s == "popdist") {
-            return Err(pyo3::exceptions::PyNotImplementedError::new_err(
-                "Ir(replication='popdist') takes its settings from a poprun launch of several processes, which this \
-                 package does not provide (one process runs every replica): pass replication=<number of replicas>",
-            ));
+            // This process's place in an MPI launch and the replicas per
+            // process (POPDIST_NUM_LOCAL_REPLICAS) from the environment.
+            return Ok(PyIr { ir: Ir::replication_from_env().py()? });
         }
         let rf: usize = replication.extract().map_err(|_| {
             PyValueError::new_err(format!(
@@ -50,11 +49,11 @@ impl PyIr {
     fn id(&self) -> u64 {
         self.ir.id()
     }
-    /// The number of replicas this process runs: `replication_factor` (one
-    /// process runs every replica).
+    /// The number of replicas this process runs: `replication_factor` divided
+    /// by the processes of the launch (`Ir(replication="popdist")`).
     #[getter]
     fn instance_replication_factor(&self) -> usize {
-        self.ir.replication_factor()
+        self.ir.instance_replication_factor()
     }
     /// Output a graphical representation of the IR in Graphviz DOT format, to
     /// `<save_dir>/<check>_all.dot`. `save_dir` (created if needed) stays the

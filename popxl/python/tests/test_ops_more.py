@@ -500,10 +500,28 @@ def test_create_seeds_rejects_negative_counts():
         popxl.create_seeds(1, replicas=-1)
 
 
-def test_ir_replication_options():
+def test_ir_replication_options(monkeypatch):
     ir = popxl.Ir(replication=4)
     assert ir.instance_replication_factor == 4 == ir.replication_factor
-    with pytest.raises(NotImplementedError, match="popdist"):
+    # popdist outside a launch: one process of POPDIST_NUM_LOCAL_REPLICAS replicas.
+    for var in ["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"]:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("POPDIST_NUM_LOCAL_REPLICAS", "2")
+    ir = popxl.Ir(replication="popdist")
+    assert (ir.replication_factor, ir.instance_replication_factor) == (2, 2)
+    # Process 1 of 2 (as mpirun sets it): 4 replicas, 2 of them here.
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    ir = popxl.Ir(replication="popdist")
+    assert (ir.replication_factor, ir.instance_replication_factor) == (4, 2)
+    with ir.main_graph:
+        v = popxl.variable(np.ones(2, np.float32), name="v")
+        ops.var_updates.accumulate_(v, popxl.constant(np.ones(2, np.float32)))
+    # This package has no transport between processes (the Rust `mpi` feature).
+    with pytest.raises(Exception, match="transport"):
+        popxl.Session(ir, "cpu")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "x")
+    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_RANK"):
         popxl.Ir(replication="popdist")
 
 
