@@ -7,8 +7,8 @@
 //! run a program of one collective on a variable, one `Session::run` per
 //! collective (the run's own cost included: binding, the end-of-step
 //! agreement between processes). The all-gather and reduce-scatter programs
-//! also copy their result into a variable (a collective's result must be used
-//! or it is pruned): a copy of the output, which MPI's call does not make.
+//! also copy one element of their result into a variable (a collective's
+//! result must be used or it is pruned).
 //!
 //! Sizes are the bytes of the full tensor: the all-reduce's operand, the
 //! all-gather's result, the reduce-scatter's input. Options: `--min BYTES`
@@ -57,15 +57,17 @@ fn session(kind: Kind, n: usize, world: &Arc<dyn Transport>) -> R<Session> {
             Kind::AllReduce => {
                 collectives::replicated_all_reduce_(&v(n, "x")?, CollectiveOp::Mean, None)?;
             }
+            // A collective's result must be used or it is pruned: one element
+            // of it is copied into a variable.
             Kind::AllGather => {
-                let (x, y) = (v(n / p, "x")?, v(n, "y")?);
+                let (x, y) = (v(n / p, "x")?, v(1, "y")?);
                 let g = collectives::replicated_all_gather(&x, 0, None, AllGatherShape::Concat)?;
-                popxl::ops::copy_var_update_(&y, &g)?;
+                popxl::ops::copy_var_update_(&y, &popxl::ops::slice(&g, &[0], &[1], &[1], &[0])?)?;
             }
             Kind::ReduceScatter => {
-                let (x, y) = (v(n, "x")?, v(n / p, "y")?);
+                let (x, y) = (v(n, "x")?, v(1, "y")?);
                 let s = collectives::replicated_reduce_scatter(&x, CollectiveOp::Add, None, false)?;
-                popxl::ops::copy_var_update_(&y, &s)?;
+                popxl::ops::copy_var_update_(&y, &popxl::ops::slice(&s, &[0], &[1], &[1], &[0])?)?;
             }
         }
         Ok(())

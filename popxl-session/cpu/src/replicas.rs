@@ -116,6 +116,9 @@ pub struct Comm {
     inputs: Vec<[AtomicPtr<u8>; MAX_INPUTS]>,
     /// Per replica, the output pointer (null for other processes' replicas).
     outputs: Vec<AtomicPtr<u8>>,
+    /// Per replica, the bytes of its output when the output is the
+    /// concatenation of every replica's input ([`Comm::exchange_gather`]), else 0.
+    gather_bytes: Vec<AtomicUsize>,
     /// The other processes, when the replicas span several.
     span: Option<Spanning>,
 }
@@ -159,6 +162,7 @@ impl Comm {
             barrier: Barrier::new(n),
             inputs: (0..n).map(|_| [null(), null()]).collect(),
             outputs: (0..n).map(|_| null()).collect(),
+            gather_bytes: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             span: None,
         }
     }
@@ -174,6 +178,7 @@ impl Comm {
             barrier: Barrier::new(span.local),
             inputs: (0..n).map(|_| [null(), null()]).collect(),
             outputs: (0..n).map(|_| null()).collect(),
+            gather_bytes: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             span: Some(Spanning { span, checked: true, state: Mutex::new(SpanState::default()) }),
         }
     }
@@ -275,6 +280,35 @@ impl Comm {
         unsafe { self.exchange_inputs(replica, [input, std::ptr::null()], [in_bytes, 0], output, work) }
     }
 
+    /// [`Comm::exchange`] for an all-gather over every replica: `output`
+    /// (`out_bytes`, at least `num_replicas x in_bytes`) is to hold every
+    /// replica's input in replica order, so the other processes' inputs may be
+    /// received straight into their places in it ([`Peers::input`] then points
+    /// there: copying it onto itself is to be skipped).
+    ///
+    /// # Safety
+    /// As [`Comm::exchange`]; `output` is valid for writes of `out_bytes` bytes
+    /// and overlaps no input.
+    pub unsafe fn exchange_gather(
+        &self,
+        replica: usize,
+        input: *const u8,
+        in_bytes: usize,
+        output: *mut u8,
+        out_bytes: usize,
+        work: impl FnOnce(Peers<'_>),
+    ) -> Result<(), Aborted> {
+        if let Some(slot) = self.gather_bytes.get(replica) {
+            slot.store(out_bytes, SeqCst);
+        }
+        // SAFETY: the caller's contract.
+        let r = unsafe { self.exchange_inputs(replica, [input, std::ptr::null()], [in_bytes, 0], output, work) };
+        if let Some(slot) = self.gather_bytes.get(replica) {
+            slot.store(0, SeqCst);
+        }
+        r
+    }
+
     /// [`Comm::exchange`] publishing [`MAX_INPUTS`] input pointers
     /// ([`Peers::input_at`]).
     ///
@@ -356,10 +390,21 @@ impl Comm {
             }
             &st.send[..]
         };
-        if let Err(e) = transport.exchange(sent, &mut st.mirror[..block * size]) {
+        // An all-gather over every replica of one replica per process receives
+        // straight into its output (laid out as the receive buffer).
+        let gather = self.gather_bytes[first].load(SeqCst);
+        let (recv, base) = if local == 1 && in_bytes[1] == 0 && gather >= block * size {
+            let out = self.outputs[first].load(SeqCst);
+            // SAFETY: the published output holds `gather` bytes, overlaps no input
+            // and nobody else touches it until the exchange ends (`exchange_gather`).
+            (unsafe { std::slice::from_raw_parts_mut(out, block * size) }, out)
+        } else {
+            let base = st.mirror.as_mut_ptr();
+            (&mut st.mirror[..block * size], base)
+        };
+        if let Err(e) = transport.exchange(sent, recv) {
             return fail(st, e.into());
         }
-        let base = st.mirror.as_mut_ptr();
         for p in (0..size).filter(|&p| p != rank) {
             for i in 0..local {
                 let mut off = p * block + i * per_replica;

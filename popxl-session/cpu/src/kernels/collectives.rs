@@ -377,10 +377,11 @@ impl<T: Copy + Send + Sync + 'static> AllGatherKernel<T> {
     /// `src` holds `n` elements, `out` holds `m` and is written by this replica only.
     unsafe fn place(&self, k: usize, src: *const T, out: *mut T) {
         let off = k * self.n;
-        if off < self.m {
+        if off < self.m && !std::ptr::eq(src, out.wrapping_add(off).cast_const()) {
             let len = self.n.min(self.m - off);
             // SAFETY: `off + len <= m` and `len <= n`: within `out` and `src`, and `out`,
-            // this replica's own output, overlaps no input (this method's contract).
+            // this replica's own output, overlaps no input (this method's contract;
+            // an input received into its place in `out` is not copied).
             unsafe { std::ptr::copy_nonoverlapping(src, out.add(off), len) };
         }
     }
@@ -402,10 +403,16 @@ impl<T: Copy + Send + Sync + 'static> Kernel for AllGatherKernel<T> {
             }
             let Some(ctx) = ctx else { return Ok(()) };
             let pos = group.position(&ctx)?;
-            let bytes = self.n * std::mem::size_of::<T>();
-            // SAFETY: `x` holds `n` elements for the whole call.
+            let size = std::mem::size_of::<T>();
+            let bytes = self.n * size;
+            // Over every replica without padding, the output is every input in
+            // replica order: the other processes' may be received into it.
+            let whole = pos.size == ctx.num_replicas() && pos.stride == 1 && self.m == pos.size * self.n;
+            let out_bytes = if whole { self.m * size } else { 0 };
+            // SAFETY: `x` holds `n` elements and `out` `m` for the whole call; they do
+            // not overlap.
             unsafe {
-                ctx.comm.exchange(ctx.index, x as *const u8, bytes, out as *mut u8, |peers| {
+                ctx.comm.exchange_gather(ctx.index, x as *const u8, bytes, out as *mut u8, out_bytes, |peers| {
                     for k in 0..pos.size {
                         // SAFETY: every member's input holds `n` elements, which
                         // no one writes during the exchange; `out` is this

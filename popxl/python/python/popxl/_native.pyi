@@ -198,7 +198,7 @@ class Ir:
         """The IR's id."""
     @property
     def instance_replication_factor(self) -> int:
-        """The number of replicas this process runs: `replication_factor` (one process runs every replica)."""
+        """The number of replicas this process runs: `replication_factor` divided by the processes of the launch (`Ir(replication="popdist")`)."""
     @property
     def main_graph(self) -> Graph:
         """The main graph."""
