@@ -6,10 +6,6 @@
 //! above every number (so `ArgMax`, `ArgMin` and `TopK{largest}` pick the first
 //! NaN, `TopK{smallest}` never prefers it); ties keep the lower index.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::cmp::Ordering;
 use std::sync::Mutex;
 
@@ -123,7 +119,9 @@ impl<T: Num, const MAX: bool> Kernel for Arg<T, MAX> {
         // The compare-and-select loops need AVX2's blends to vectorise.
         Simd::for_cost(1).run_narrow(
             #[inline(always)]
-            || self.arg_all(x, y),
+            // SAFETY: `x` and `y` are this kernel's input and output buffers,
+            // valid and disjoint (the `KernelArgs` contract of `run`).
+            || unsafe { self.arg_all(x, y) },
         );
         Ok(())
     }
@@ -138,9 +136,13 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
     unsafe fn arg_all(&self, x: *const T, y: *mut i32) {
         let (n, inner) = (self.n, self.inner);
         for o in 0..self.outer {
-            let xo = x.add(o * n * inner);
+            // SAFETY: `o < outer`: lane block `o` of `x`'s `outer * n * inner`
+            // elements starts in bounds (this function's contract).
+            let xo = unsafe { x.add(o * n * inner) };
             if inner == 1 {
-                *y.add(o) = Self::arg_row(slice(xo, n)) as i32;
+                // SAFETY: with `inner == 1`, row `o` is `n` contiguous elements of `x`
+                // and `y` holds `outer` outputs; the output overlaps no input.
+                unsafe { *y.add(o) = Self::arg_row(slice(xo, n)) as i32 };
                 continue;
             }
             // Lanes in blocks: running best values and indices on the stack.
@@ -150,9 +152,11 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
                 let w = B.min(inner - c0);
                 let mut best = [T::ZERO; B];
                 let mut idx = [0i32; B];
-                best[..w].copy_from_slice(slice(xo.add(c0), w));
+                // SAFETY: `c0 + w <= inner`: columns `c0..c0 + w` of row 0 of block `o`.
+                best[..w].copy_from_slice(unsafe { slice(xo.add(c0), w) });
                 for j in 1..n {
-                    let row = slice(xo.add(j * inner + c0), w);
+                    // SAFETY: `j < n` and `c0 + w <= inner`: within block `o` of `x`.
+                    let row = unsafe { slice(xo.add(j * inner + c0), w) };
                     for ((b, i), &v) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
                         if Self::better(v, *b) {
                             *b = v;
@@ -160,7 +164,9 @@ impl<T: Num, const MAX: bool> Arg<T, MAX> {
                         }
                     }
                 }
-                slice_mut(y.add(o * inner + c0), w).copy_from_slice(&idx[..w]);
+                // SAFETY: `y` holds `outer * inner` outputs and `c0 + w <= inner`; the
+                // output overlaps no input.
+                unsafe { slice_mut(y.add(o * inner + c0), w) }.copy_from_slice(&idx[..w]);
                 c0 += w;
             }
         }
@@ -308,18 +314,27 @@ impl<T: Num> Kernel for TopK<T> {
             for c in 0..inner {
                 let base = o * n * inner + c;
                 let lane: &[T] = if inner == 1 {
-                    slice(x.add(base), n)
+                    // SAFETY: with `inner == 1` lane `o` is `n` contiguous elements of
+                    // the input's `outer * n` (the `KernelArgs` contract).
+                    unsafe { slice(x.add(base), n) }
                 } else {
                     for (j, v) in lane_buf.iter_mut().enumerate() {
-                        *v = *x.add(base + j * inner);
+                        // SAFETY: `base + j * inner < outer * n * inner` for `j < n`
+                        // (`lane_buf` has `n` elements): inside the input.
+                        *v = unsafe { *x.add(base + j * inner) };
                     }
                     lane_buf
                 };
                 self.select(lane, bv, bi, sel);
                 let out = o * k * inner + c;
                 for j in 0..k {
-                    *yv.add(out + j * inner) = bv[j];
-                    *yi.add(out + j * inner) = bi[j] as i32;
+                    // SAFETY: both outputs hold `outer * k * inner` elements and
+                    // `out + j * inner` is below that for `j < k`; they overlap no
+                    // input nor each other (the `KernelArgs` contract).
+                    unsafe {
+                        *yv.add(out + j * inner) = bv[j];
+                        *yi.add(out + j * inner) = bi[j] as i32;
+                    }
                 }
             }
         }
@@ -374,19 +389,29 @@ impl<T: Num> Kernel for TopKGrad<T> {
         let (n, inner, k) = (self.n, self.inner, self.k);
         let m = self.outer * k * inner;
         if self.check {
-            if let Some(&bad) = slice(ind, m).iter().find(|&&i| i < 0 || i as usize >= n) {
+            // SAFETY: the indices input has `g`'s shape, `outer * k * inner` elements
+            // (checked at build).
+            if let Some(&bad) = unsafe { slice(ind, m) }.iter().find(|&&i| i < 0 || i as usize >= n) {
                 return Err(KernelRunError::IndexOutOfRange { index: bad.into(), bound: n });
             }
         }
-        slice_mut(out, self.outer * n * inner).fill(T::ZERO);
+        // SAFETY: the output has the forward input's `outer * n * inner` elements and
+        // overlaps no input (the `KernelArgs` contract).
+        unsafe { slice_mut(out, self.outer * n * inner) }.fill(T::ZERO);
         for o in 0..self.outer {
             for j in 0..k {
                 let src = (o * k + j) * inner;
-                let (gs, is) = (slice(g.add(src), inner), slice(ind.add(src), inner));
+                // SAFETY: `g` and the indices hold `outer * k * inner` elements; row
+                // `(o, j)` is `inner` of them.
+                let (gs, is) = unsafe { (slice(g.add(src), inner), slice(ind.add(src), inner)) };
                 for (c, (&gv, &i)) in gs.iter().zip(is).enumerate() {
                     if i >= 0 && (i as usize) < n {
-                        let p = out.add((o * n + i as usize) * inner + c);
-                        *p = (*p).add(gv);
+                        // SAFETY: `0 <= i < n` (just checked) and `c < inner`: inside the
+                        // output's `outer * n * inner` elements, which no input aliases.
+                        unsafe {
+                            let p = out.add((o * n + i as usize) * inner + c);
+                            *p = (*p).add(gv);
+                        }
                     }
                 }
             }
@@ -431,8 +456,14 @@ impl<T: Num> Kernel for Histogram<T> {
     // `!(v < l)` rather than `v >= l`: NaN counts in the last bin.
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let xs = slice(args.inputs[self.src] as *const T, self.n);
-        let counts = slice_mut(args.outputs[0] as *mut u32, self.levels.len() + 1);
+        // SAFETY: the input holds `n` elements and the output `levels + 1` bins
+        // (checked at build); the output overlaps no input (the `KernelArgs` contract).
+        let (xs, counts) = unsafe {
+            (
+                slice(args.inputs[self.src] as *const T, self.n),
+                slice_mut(args.outputs[0] as *mut u32, self.levels.len() + 1),
+            )
+        };
         counts.fill(0);
         let levels = &self.levels[..];
         for &v in xs {
