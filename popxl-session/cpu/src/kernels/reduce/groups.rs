@@ -6,10 +6,6 @@
 //! relative to it, row-major over the reduced axes (a table only when they are
 //! not contiguous): the median index of an element is its position in that order.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::sync::Mutex;
 
 use popart_ir::DataType;
@@ -185,12 +181,17 @@ impl<T: Num> Kernel for Median<T> {
         let n = self.groups.count;
         let m = n.saturating_sub(1) / 2;
         self.groups.kept.for_each(|o, base| {
-            let xb = x.add(base);
+            // SAFETY: the plan was built from the input's shape, so `base + offset(k)`
+            // for `k < n` lies inside the input (`base + k` for a contiguous group);
+            // the reads of `xb` below rely on this too.
+            let xb = unsafe { x.add(base) };
             match &self.groups.red {
-                None => buf.copy_from_slice(slice(xb, n)),
+                // SAFETY: as above, a contiguous group of `n` elements.
+                None => buf.copy_from_slice(unsafe { slice(xb, n) }),
                 Some(offs) => {
                     for (b, &off) in buf.iter_mut().zip(offs) {
-                        *b = *xb.add(off);
+                        // SAFETY: `off` is one of the plan's offsets, as above.
+                        *b = unsafe { *xb.add(off) };
                     }
                 }
             }
@@ -201,12 +202,17 @@ impl<T: Num> Kernel for Median<T> {
                     let (_, v, _) =
                         buf.select_nth_unstable_by(m, |a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
                     let v = *v;
-                    let at = (0..n).find(|&k| *xb.add(self.groups.offset(k)) == v).unwrap_or(0);
+                    // SAFETY: `k < n`: a plan offset inside the input, as above.
+                    let at = (0..n).find(|&k| unsafe { *xb.add(self.groups.offset(k)) } == v).unwrap_or(0);
                     (v, at)
                 }
             };
-            *y.add(o) = v;
-            *ind.add(o) = at as i32;
+            // SAFETY: `o` counts the kept positions, `kept.len()` = the element count of
+            // both outputs (checked at build), which overlap no input nor each other.
+            unsafe {
+                *y.add(o) = v;
+                *ind.add(o) = at as i32;
+            }
         });
         Ok(())
     }
@@ -252,15 +258,22 @@ impl<T: Num> Kernel for MedianGrad<T> {
         let out = args.outputs[0] as *mut T;
         let n = self.groups.count;
         if self.check {
-            if let Some(&bad) = slice(ind, self.groups.kept.len()).iter().find(|&&i| i < 0 || i as usize >= n) {
+            // SAFETY: the indices input has `kept.len()` elements (checked at build).
+            let ind = unsafe { slice(ind, self.groups.kept.len()) };
+            if let Some(&bad) = ind.iter().find(|&&i| i < 0 || i as usize >= n) {
                 return Err(KernelRunError::IndexOutOfRange { index: bad.into(), bound: n });
             }
         }
-        slice_mut(out, self.len).fill(T::ZERO);
+        // SAFETY: the output holds the forward input's `len` elements and overlaps no
+        // input (the `KernelArgs` contract).
+        unsafe { slice_mut(out, self.len) }.fill(T::ZERO);
         self.groups.kept.for_each(|o, base| {
-            let k = *ind.add(o);
+            // SAFETY: `o < kept.len()`, the element count of `g` and the indices.
+            let k = unsafe { *ind.add(o) };
             if k >= 0 && (k as usize) < n {
-                *out.add(base + self.groups.offset(k as usize)) = *g.add(o);
+                // SAFETY: `k < n` (just checked): `base + offset(k)` is a plan offset,
+                // inside the output, which has the shape the plan was built from.
+                unsafe { *out.add(base + self.groups.offset(k as usize)) = *g.add(o) };
             }
         });
         Ok(())
@@ -302,11 +315,16 @@ impl<T: Num> Kernel for ProdGrad<T> {
         let out = args.outputs[0] as *mut T;
         let n = self.groups.count;
         self.groups.kept.for_each(|o, base| {
-            let (xb, ob) = (x.add(base), out.add(base));
+            // SAFETY: `x` and the output both have the shape the plan was built from,
+            // so `base + offset(k)`, `k < n`, lies in both; `o < kept.len()`, the
+            // element count of `g`; the output overlaps no input and each group's
+            // elements belong to it alone (the accesses below rely on this too).
+            let (xb, ob, go) = unsafe { (x.add(base), out.add(base), *g.add(o)) };
             match &self.groups.red {
                 None => {
-                    let (xs, os) = (slice(xb, n), slice_mut(ob, n));
-                    let mut p = *g.add(o);
+                    // SAFETY: as above, a contiguous group of `n` elements.
+                    let (xs, os) = unsafe { (slice(xb, n), slice_mut(ob, n)) };
+                    let mut p = go;
                     for (y, &v) in os.iter_mut().zip(xs) {
                         *y = p;
                         p = p.mul(v);
@@ -318,15 +336,21 @@ impl<T: Num> Kernel for ProdGrad<T> {
                     }
                 }
                 Some(offs) => {
-                    let mut p = *g.add(o);
+                    let mut p = go;
                     for &off in offs {
-                        *ob.add(off) = p;
-                        p = p.mul(*xb.add(off));
+                        // SAFETY: `off` is one of the plan's offsets, as above.
+                        unsafe {
+                            *ob.add(off) = p;
+                            p = p.mul(*xb.add(off));
+                        }
                     }
                     let mut q = T::ONE;
                     for &off in offs.iter().rev() {
-                        *ob.add(off) = (*ob.add(off)).mul(q);
-                        q = q.mul(*xb.add(off));
+                        // SAFETY: `off` is one of the plan's offsets, as above.
+                        unsafe {
+                            *ob.add(off) = (*ob.add(off)).mul(q);
+                            q = q.mul(*xb.add(off));
+                        }
                     }
                 }
             }
@@ -440,8 +464,12 @@ struct LambSquareF64 {
 
 impl Kernel for LambSquareF64 {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let xs = slice(args.inputs[self.src] as *const f64, self.n);
-        *(args.outputs[0] as *mut f32) = pairwise(xs, |v| v * v, 0.0, |a, b| a + b) as f32;
+        // SAFETY: the input holds `n` float64 and the output one float32 (checked at
+        // build), which overlaps no input (the `KernelArgs` contract).
+        unsafe {
+            let xs = slice(args.inputs[self.src] as *const f64, self.n);
+            *(args.outputs[0] as *mut f32) = pairwise(xs, |v| v * v, 0.0, |a, b| a + b) as f32;
+        }
         Ok(())
     }
 }
