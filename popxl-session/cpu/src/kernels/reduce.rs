@@ -6,10 +6,6 @@
 //! dims), so contiguous runs are either folded into one output (innermost dim
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::broadcast::Broadcast;
 use std::sync::Mutex;
 
@@ -272,6 +268,10 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
     }
 
     /// Reduce the flat input range `range` into the outputs (already initialised).
+    ///
+    /// # Safety
+    /// `x` holds the plan's input and `y` its outputs; the outputs `range` reduces
+    /// into are touched by no one else during the call.
     #[inline(always)]
     unsafe fn accumulate(&self, x: *const T, y: *mut T, range: std::ops::Range<usize>) {
         let [s] = self.plan.inner_strides();
@@ -279,13 +279,17 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
             range,
             #[inline(always)]
             move |i, [o], len| {
-                let xs = slice(x.add(i), len);
-                if s == 0 {
-                    let out = &mut *y.add(o);
-                    *out = R::fold(*out, xs);
-                } else {
-                    for (out, &v) in slice_mut(y.add(o), len).iter_mut().zip(xs) {
-                        *out = R::combine(*out, R::map(v));
+                // SAFETY: the plan's segments lie inside its input (`x`) and outputs
+                // (`y`), which this call alone touches (this function's contract).
+                unsafe {
+                    let xs = slice(x.add(i), len);
+                    if s == 0 {
+                        let out = &mut *y.add(o);
+                        *out = R::fold(*out, xs);
+                    } else {
+                        for (out, &v) in slice_mut(y.add(o), len).iter_mut().zip(xs) {
+                            *out = R::combine(*out, R::map(v));
+                        }
                     }
                 }
             },
@@ -313,7 +317,9 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
         let simd = Simd::for_cost(1);
         if self.out_len == 1 {
             // Full reduction: partial folds per piece, combined in order.
-            let out = &mut *y.get();
+            // SAFETY: the output holds one element and overlaps no input (the
+            // `KernelArgs` contract).
+            let out = unsafe { &mut *y.get() };
             let acc = if in_len >= PAR_MIN_ELEMS && threads > 1 {
                 // At most PIECES partial results, combined in piece order (deterministic).
                 const PIECES: usize = 64;
@@ -323,7 +329,8 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                 let parts = SendPtr(partial.as_mut_ptr());
                 team::run(pieces, &|p| {
                     let r = p * chunk..((p + 1) * chunk).min(in_len);
-                    let xs = slice(x.get().add(r.start), r.len());
+                    // SAFETY: `r` lies in `0..in_len`, inside the input, which no one writes.
+                    let xs = unsafe { slice(x.get().add(r.start), r.len()) };
                     // SAFETY: the range lies inside the input; each task writes its own slot.
                     unsafe {
                         *parts.get().add(p) = simd.run_narrow(
@@ -334,9 +341,11 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                 });
                 partial[..pieces].iter().fold(R::init(), |a, &b| R::combine(a, b))
             } else {
+                // SAFETY: the input holds the plan's `in_len` elements.
+                let xs = unsafe { slice(x.get(), in_len) };
                 simd.run_narrow(
                     #[inline(always)]
-                    || R::fold(R::init(), slice(x.get(), in_len)),
+                    || R::fold(R::init(), xs),
                 )
             };
             *out = R::finish(acc, self.count);
@@ -390,10 +399,15 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
         simd.run_narrow(
             #[inline(always)]
             || {
-                let ys = slice_mut(y.get(), self.out_len);
-                ys.fill(R::init());
-                self.accumulate(x.get(), y.get(), 0..in_len);
-                self.finish(ys);
+                // SAFETY: `x` and `y` are the kernel's input and output (`out_len`
+                // elements), disjoint by the `KernelArgs` contract, and this single
+                // task reduces the whole range.
+                unsafe {
+                    let ys = slice_mut(y.get(), self.out_len);
+                    ys.fill(R::init());
+                    self.accumulate(x.get(), y.get(), 0..in_len);
+                    self.finish(ys);
+                }
             },
         );
         Ok(())
@@ -450,6 +464,11 @@ impl<T: Float> LogSumExp<T> {
 
     /// Both passes over the input range `range`, whose outputs (and scratch
     /// entries) `outs` no other range touches.
+    ///
+    /// # Safety
+    /// `x` holds the plan's input, `y` and `s` its `out_len` outputs; outputs and
+    /// scratch entries `outs` (those `range` reduces into) are touched by no one
+    /// else during the call.
     #[inline(always)]
     unsafe fn pass(
         &self,
@@ -459,23 +478,33 @@ impl<T: Float> LogSumExp<T> {
         range: std::ops::Range<usize>,
         outs: std::ops::Range<usize>,
     ) {
-        slice_mut(y.add(outs.start), outs.len()).fill(T::LOWEST);
-        slice_mut(s.add(outs.start), outs.len()).fill(T::ZERO);
-        self.max.accumulate(x, y, range.clone());
+        // SAFETY: `outs` lies within the `out_len` entries of `y` and `s`, and this
+        // call alone touches them (this function's contract); `accumulate`'s contract
+        // is this one's.
+        unsafe {
+            slice_mut(y.add(outs.start), outs.len()).fill(T::LOWEST);
+            slice_mut(s.add(outs.start), outs.len()).fill(T::ZERO);
+            self.max.accumulate(x, y, range.clone());
+        }
         let [st] = self.max.plan.inner_strides();
         self.max.plan.for_segments(range, |i, [o], len| {
-            let xs = slice(x.add(i), len);
-            if st == 0 {
-                let m = *y.add(o);
-                *s.add(o) = (*s.add(o)) + sum_exp_shifted(xs, m);
-            } else {
-                let (ms, ss) = (slice(y.add(o), len), slice_mut(s.add(o), len));
-                for ((acc, &v), &m) in ss.iter_mut().zip(xs).zip(ms) {
-                    *acc = *acc + (v - m).fast_exp();
+            // SAFETY: the plan's segments lie inside the input and the outputs; `s`
+            // has the outputs' layout; the entries of `range` are this call's alone.
+            unsafe {
+                let xs = slice(x.add(i), len);
+                if st == 0 {
+                    let m = *y.add(o);
+                    *s.add(o) = (*s.add(o)) + sum_exp_shifted(xs, m);
+                } else {
+                    let (ms, ss) = (slice(y.add(o), len), slice_mut(s.add(o), len));
+                    for ((acc, &v), &m) in ss.iter_mut().zip(xs).zip(ms) {
+                        *acc = *acc + (v - m).fast_exp();
+                    }
                 }
             }
         });
-        let (ys, ss) = (slice_mut(y.add(outs.start), outs.len()), slice(s.add(outs.start), outs.len()));
+        // SAFETY: as the first block: entries `outs` of `y` and `s`, this call's alone.
+        let (ys, ss) = unsafe { (slice_mut(y.add(outs.start), outs.len()), slice(s.add(outs.start), outs.len())) };
         for (m, &sum) in ys.iter_mut().zip(ss) {
             if *m > T::LOWEST && *m < T::HIGHEST {
                 *m = *m + sum.ln();
@@ -516,7 +545,10 @@ impl<T: Float> Kernel for LogSumExp<T> {
         } else {
             Simd::for_cost(16).run(
                 #[inline(always)]
-                || self.pass(x.get(), y.get(), s.get(), 0..in_len, 0..out_len),
+                // SAFETY: `x` and `y` are the kernel's input and output, disjoint (the
+                // `KernelArgs` contract); `s` is the locked scratch of `out_len`
+                // entries; this single task covers every output.
+                || unsafe { self.pass(x.get(), y.get(), s.get(), 0..in_len, 0..out_len) },
             );
         }
         Ok(())
