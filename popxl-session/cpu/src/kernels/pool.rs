@@ -9,10 +9,6 @@
 //! input (vectorised along the row). Window element counts are separable
 //! (valid leading taps × valid rows × valid columns) and precomputed at build time.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use popart_ir::ops::all as ir;
 use popart_ir::ops::pool::{pool_geometry, PoolAttrs};
 
@@ -99,24 +95,36 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
 
 impl<T: Float> PoolKernel<T> {
     /// The forward pass of one plane (all its leading positions).
+    ///
+    /// # Safety
+    /// `x` is one plane of the input (`outer.inp * ip` elements) and `y` one
+    /// plane of the output (`outer.out * op`), which nothing else touches
+    /// during the call.
     #[inline(always)]
     unsafe fn forward(&self, x: *const T, y: *mut T) {
         let g = &self.geo;
         let max = self.kind == Kind::Max;
         for od in 0..self.outer.out {
-            let y = y.add(od * g.op());
+            // SAFETY: `od < outer.out`: output slice `od` of the plane (this
+            // function's contract).
+            let y = unsafe { y.add(od * g.op()) };
             for o in 0..g.oh {
-                let yr = slice_mut(y.add(o * g.ow), g.ow);
+                // SAFETY: row `o < oh` of slice `od`, this call's alone.
+                let yr = unsafe { slice_mut(y.add(o * g.ow), g.ow) };
                 yr.fill(if max { T::LOWEST } else { T::ZERO });
                 for (_, id) in self.outer.valid(od) {
-                    let x = x.add(id * g.ip());
+                    // SAFETY: `valid` yields leading input positions `id < outer.inp`.
+                    let x = unsafe { x.add(id * g.ip()) };
                     for ki in 0..g.kh {
                         let Some(ir) = g.in_row(o, ki) else { continue };
-                        let xr = x.add(ir * g.iw);
+                        // SAFETY: `in_row` only returns input rows `ir < ih`.
+                        let xr = unsafe { x.add(ir * g.iw) };
                         for kj in 0..g.kw {
                             let (valid, off) = g.valid_cols(kj);
                             for t in valid {
-                                let v = *xr.offset((t * g.sw) as isize + off);
+                                // SAFETY: `valid_cols` keeps the output columns whose
+                                // input column `t * sw + off` lies in `0..iw`.
+                                let v = unsafe { *xr.offset((t * g.sw) as isize + off) };
                                 let a = &mut yr[t];
                                 *a = if max { a.maximum(v) } else { *a + v };
                             }
@@ -138,28 +146,46 @@ impl<T: Float> PoolKernel<T> {
 
     /// The gradient of one plane (all its leading positions): `dx` from `gy`
     /// (and `x`, `y` for max).
+    ///
+    /// # Safety
+    /// `gy` is one plane of the output gradient (`outer.out * op` elements) and
+    /// `dx` one plane of the result (`outer.inp * ip`), which nothing else
+    /// touches during the call; for the max gradient `x` and `y` are the same
+    /// plane of the forward input and output (never read otherwise).
     #[inline(always)]
     unsafe fn backward(&self, gy: *const T, x: *const T, y: *const T, dx: *mut T) {
         let g = &self.geo;
         let (ip, op) = (g.ip(), g.op());
-        std::ptr::write_bytes(dx, 0, self.outer.inp * ip);
+        // SAFETY: `dx` holds the plane's `outer.inp * ip` elements (this function's
+        // contract).
+        unsafe { std::ptr::write_bytes(dx, 0, self.outer.inp * ip) };
         for od in 0..self.outer.out {
-            let (gy, y) = (gy.add(od * op), y.wrapping_add(od * op));
+            // SAFETY: `od < outer.out`: slice `od` of the gradient plane (`y` is
+            // offset wrapping: it may not be an operand).
+            let (gy, y) = (unsafe { gy.add(od * op) }, y.wrapping_add(od * op));
             for o in 0..g.oh {
-                let gr = gy.add(o * g.ow);
+                // SAFETY: row `o < oh` of slice `od`.
+                let gr = unsafe { gy.add(o * g.ow) };
                 if self.kind == Kind::AvgGrad {
                     let rows = self.rows[o] * self.outer_counts[od];
                     for (_, id) in self.outer.valid(od) {
-                        let dx = dx.add(id * ip);
+                        // SAFETY: `valid` yields leading input positions `id < outer.inp`.
+                        let dx = unsafe { dx.add(id * ip) };
                         for ki in 0..g.kh {
                             let Some(ir) = g.in_row(o, ki) else { continue };
-                            let dr = dx.add(ir * g.iw);
+                            // SAFETY: `in_row` only returns input rows `ir < ih`.
+                            let dr = unsafe { dx.add(ir * g.iw) };
                             for kj in 0..g.kw {
                                 let (valid, off) = g.valid_cols(kj);
                                 for t in valid {
                                     let n = rows * self.cols[t];
-                                    let d = dr.offset((t * g.sw) as isize + off);
-                                    *d = *d + *gr.add(t) / T::from_f64(n as f64);
+                                    // SAFETY: `valid_cols` keeps the output columns
+                                    // `t < ow` whose input column `t * sw + off` lies in
+                                    // `0..iw`; `dx` is this call's alone.
+                                    unsafe {
+                                        let d = dr.offset((t * g.sw) as isize + off);
+                                        *d = *d + *gr.add(t) / T::from_f64(n as f64);
+                                    }
                                 }
                             }
                         }
@@ -168,19 +194,27 @@ impl<T: Float> PoolKernel<T> {
                 }
                 // Max: the first window element (row-major) equal to the output.
                 for t in 0..g.ow {
-                    let m = *y.add(o * g.ow + t);
+                    // SAFETY: the max gradient reads the forward output, whose plane
+                    // slice `od` holds `oh * ow` elements (this function's contract).
+                    let m = unsafe { *y.add(o * g.ow + t) };
                     'window: for (_, id) in self.outer.valid(od) {
-                        let (x, dx) = (x.add(id * ip), dx.add(id * ip));
+                        // SAFETY: `valid` yields leading input positions `id < outer.inp`
+                        // of both the forward input and the result.
+                        let (x, dx) = unsafe { (x.add(id * ip), dx.add(id * ip)) };
                         for ki in 0..g.kh {
                             let Some(ir) = g.in_row(o, ki) else { continue };
                             for kj in 0..g.kw {
                                 let (valid, off) = g.valid_cols(kj);
                                 if valid.contains(&t) {
                                     let at = ir * g.iw + ((t * g.sw) as isize + off) as usize;
-                                    let v = *x.add(at);
+                                    // SAFETY: `ir < ih` (`in_row`) and column `t * sw + off`
+                                    // in `0..iw` (`t` in `valid`): `at < ip`.
+                                    let v = unsafe { *x.add(at) };
                                     #[allow(clippy::eq_op)]
                                     if v == m || (v != v && m != m) {
-                                        *dx.add(at) = *dx.add(at) + *gr.add(t);
+                                        // SAFETY: as above, `at < ip`; `t < ow`; `dx` is
+                                        // this call's alone.
+                                        unsafe { *dx.add(at) = *dx.add(at) + *gr.add(t) };
                                         break 'window;
                                     }
                                 }
