@@ -22,10 +22,6 @@
 //! writes `x · a[c] + b[c]`; the gradient takes `Σ g` and `Σ g · (x − μ)`, then
 //! writes `dx`. Chunks run on the worker team above a size threshold.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::sync::Mutex;
 
 use popart_ir::ops::all as ir;
@@ -169,6 +165,11 @@ impl<T: Float> GroupNormKernel<T> {
     }
 
     /// Forward rows `range`: y, mean, inv_std.
+    ///
+    /// # Safety
+    /// `x` and `y` hold `rows · len` elements, `mean` and `inv` `rows`; rows
+    /// `range` (within `0..rows`) of `y`, `mean` and `inv` are touched by no one
+    /// else during the call.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn forward(
@@ -183,13 +184,17 @@ impl<T: Float> GroupNormKernel<T> {
     ) {
         let n = T::from_f64(self.len as f64);
         for r in range {
-            let xr = slice(x.add(r * self.len), self.len);
-            let yr = slice_mut(y.add(r * self.len), self.len);
+            // SAFETY: `r < rows`: row `r` of `x` and `y`, the latter this call's alone
+            // (this function's contract).
+            let (xr, yr) = unsafe { (slice(x.add(r * self.len), self.len), slice_mut(y.add(r * self.len), self.len)) };
             let m = lane_sum(xr, xr, |a, _| a) / n;
             let var = lane_sum(xr, xr, |a, _| (a - m) * (a - m)) / n;
             let is = T::ONE / (var + self.eps).sqrt();
-            *mean.add(r) = m;
-            *inv.add(r) = is;
+            // SAFETY: `r < rows`, entry `r` of `mean` and `inv`, this call's alone.
+            unsafe {
+                *mean.add(r) = m;
+                *inv.add(r) = is;
+            }
             // An empty group (no channels or no positions): numpy's NaN mean
             // and deviation (0/0), nothing to normalise.
             if self.len == 0 {
@@ -227,6 +232,10 @@ impl<T: Float> GroupNormKernel<T> {
     }
 
     /// Gradient rows `range`: dx, and dw/db added into `dwb` (`[dw.., db..]`).
+    ///
+    /// # Safety
+    /// `g`, `x` and `dx` hold `rows · len` elements; rows `range` (within
+    /// `0..rows`) of `dx` are touched by no one else during the call.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn backward(
@@ -247,8 +256,12 @@ impl<T: Float> GroupNormKernel<T> {
             if self.len == 0 {
                 continue;
             }
-            let (gr, xr) = (slice(g.add(r * self.len), self.len), slice(x.add(r * self.len), self.len));
-            let dr = slice_mut(dx.add(r * self.len), self.len);
+            // SAFETY: `r < rows`: row `r` of `g`, `x` and `dx`, the last this call's
+            // alone (this function's contract).
+            let (gr, xr, dr) = unsafe {
+                let at = r * self.len;
+                (slice(g.add(at), self.len), slice(x.add(at), self.len), slice_mut(dx.add(at), self.len))
+            };
             let (m, is) = (mean[r], inv[r]);
             let c0 = self.first_channel(r);
             // Σ g·w and Σ g·w·x̂ over the row; dw, db per channel.
@@ -316,17 +329,23 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
         }
         let (g, x, w, mean, inv) = (inp(0), inp(1), inp(2), inp(3), inp(4));
         let (dx, dw, db) = (out(0), out(1), out(2));
-        slice_mut(dw.get(), c).fill(T::ZERO);
-        slice_mut(db.get(), c).fill(T::ZERO);
+        // SAFETY: `dw` and `db` are outputs of `C` elements, overlapping no input
+        // (the `KernelArgs` contract).
+        unsafe {
+            slice_mut(dw.get(), c).fill(T::ZERO);
+            slice_mut(db.get(), c).fill(T::ZERO);
+        }
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         partials.fill(T::ZERO);
         let parts = SendPtr(partials.as_mut_ptr());
         let nchunks = self.chunks.len() - 1;
         let simd = Simd::for_cost(1);
         let chunk = |k: usize| {
-            // SAFETY: chunk k writes its own rows of dx and its own [dw, db] partial.
             simd.run_narrow(
                 #[inline(always)]
+                // SAFETY: the buffers are the kernel's arguments (shapes checked at
+                // build: `w` of `C`, `mean` and `inv` of `rows`, read only); chunk `k`
+                // writes its own rows of dx and its own `[dw, db]` partial.
                 || unsafe {
                     let (w, mean, inv) = (slice(w.get(), c), slice(mean.get(), self.rows), slice(inv.get(), self.rows));
                     let dwb = slice_mut(parts.get().add(k * 2 * c), 2 * c);
@@ -339,7 +358,8 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
         } else {
             chunk(0);
         }
-        let (dwo, dbo) = (slice_mut(dw.get(), c), slice_mut(db.get(), c));
+        // SAFETY: as above, the `C` elements of `dw` and `db`; the chunks are done.
+        let (dwo, dbo) = unsafe { (slice_mut(dw.get(), c), slice_mut(db.get(), c)) };
         // No channels: dw and db are empty (`max(1)`: chunks of 0 would panic).
         for part in partials.chunks_exact((2 * c).max(1)).filter(|_| c > 0) {
             dwo.iter_mut().zip(&part[..c]).for_each(|(o, &p)| *o = *o + p);
@@ -448,12 +468,17 @@ impl<T: Float> BatchNormKernel<T> {
 
     /// Adds, per channel, `Σ x` (`mean` empty) or `Σ (x − mean)²` over strips
     /// `range` into `part`.
+    ///
+    /// # Safety
+    /// `x` holds the input's `N · C · S` elements and `range` lies in `0..N · C`.
     #[inline(always)]
     unsafe fn stat_sums(&self, range: std::ops::Range<usize>, x: *const T, mean: &[T], part: &mut [T]) {
         let (c, s) = (self.c, self.s);
         let squares = !mean.is_empty();
         self.segments(range, |n, cs| {
-            let xr = slice(x.add((n * c + cs.start) * s), cs.len() * s);
+            // SAFETY: strips `n · C + cs` lie in `range`, inside `x` (this function's
+            // contract).
+            let xr = unsafe { slice(x.add((n * c + cs.start) * s), cs.len() * s) };
             if s == 1 {
                 let p = &mut part[cs.clone()];
                 if squares {
@@ -480,6 +505,9 @@ impl<T: Float> BatchNormKernel<T> {
     }
 
     /// Adds, per channel, `Σ g` into `sg` and `Σ g · (x − mean)` into `sgx` over strips `range`.
+    ///
+    /// # Safety
+    /// `g` and `x` hold the input's `N · C · S` elements and `range` lies in `0..N · C`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn grad_sums(
@@ -494,7 +522,9 @@ impl<T: Float> BatchNormKernel<T> {
         let (c, s) = (self.c, self.s);
         self.segments(range, |n, cs| {
             let off = (n * c + cs.start) * s;
-            let (gr, xr) = (slice(g.add(off), cs.len() * s), slice(x.add(off), cs.len() * s));
+            // SAFETY: strips `n · C + cs` lie in `range`, inside `g` and `x` (this
+            // function's contract).
+            let (gr, xr) = unsafe { (slice(g.add(off), cs.len() * s), slice(x.add(off), cs.len() * s)) };
             if s == 1 {
                 let (a, b, mr) = (&mut sg[cs.clone()], &mut sgx[cs.clone()], &mean[cs]);
                 for ((((a, b), &gv), &xv), &mv) in a.iter_mut().zip(b.iter_mut()).zip(gr).zip(xr).zip(mr) {
@@ -514,6 +544,11 @@ impl<T: Float> BatchNormKernel<T> {
     /// Writes `out = f(x, g, k0[c], k1[c], k2[c], k3[c])` over strips `range`,
     /// with `coef = [k0, k1, k2, k3]` (`C` each; `g` may be `x` when unused):
     /// the forward pass and the gradient `dx`.
+    ///
+    /// # Safety
+    /// `x`, `g` and `out` hold the input's `N · C · S` elements, `range` lies in
+    /// `0..N · C`, and strips `range` of `out` are touched by no one else during
+    /// the call (`out` overlaps neither `x` nor `g`).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn apply(
@@ -530,7 +565,9 @@ impl<T: Float> BatchNormKernel<T> {
         self.segments(range, |n, cs| {
             let off = (n * c + cs.start) * s;
             let len = cs.len() * s;
-            let (xr, gr, o) = (slice(x.add(off), len), slice(g.add(off), len), slice_mut(out.add(off), len));
+            // SAFETY: strips `n · C + cs` lie in `range`, inside the three buffers, and
+            // are this call's alone in `out` (this function's contract).
+            let (xr, gr, o) = unsafe { (slice(x.add(off), len), slice(g.add(off), len), slice_mut(out.add(off), len)) };
             if s == 1 {
                 let [k0, k1, k2, k3] = k.map(|v| &v[cs.clone()]);
                 for (i, ((o, &xv), &gv)) in o.iter_mut().zip(xr).zip(gr).enumerate() {
@@ -569,29 +606,45 @@ impl<T: Float> Kernel for BatchNormKernel<T> {
         let (parts, coef) = scratch.split_at_mut(nparts);
         parts.fill(T::ZERO);
         let pp = SendPtr(parts.as_mut_ptr());
-        let part = move |k: usize| slice_mut(pp.get().add(k * 2 * c), 2 * c);
+        // SAFETY: `parts` holds `2 · C` partials for each chunk and `k` is a chunk;
+        // each chunk's task asks only for its own `k`, once per pass.
+        let part = move |k: usize| unsafe { slice_mut(pp.get().add(k * 2 * c), 2 * c) };
         let mcount = T::from_f64(self.m as f64);
         if !self.grad {
             let (x, scale, bias, rmean, rvar) = (inp(0), inp(1), inp(2), inp(3), inp(4));
             let (y, new_mean, new_var, mean, inv) = (out(0), out(1), out(2), out(3), out(4));
-            // SAFETY (all passes): the buffers are the kernel's arguments with
-            // checked shapes; chunk k writes only its own partials and strips.
             self.over_chunks(
                 #[inline(always)]
-                |k, r| self.stat_sums(r, x.get(), &[], &mut part(k)[..c]),
+                // SAFETY: `x` is the input of `N · C · S` elements (checked at build);
+                // the chunks' strips lie in `0..N · C`.
+                |k, r| unsafe { self.stat_sums(r, x.get(), &[], &mut part(k)[..c]) },
             );
-            let mean_s = slice_mut(mean.get(), c);
+            // SAFETY: the output `mean` holds `C` elements and overlaps no input (the
+            // `KernelArgs` contract); no chunk runs now.
+            let mean_s = unsafe { slice_mut(mean.get(), c) };
             self.reduce_partials(parts, 0, mean_s);
             mean_s.iter_mut().for_each(|v| *v = *v / mcount);
             self.over_chunks(
                 #[inline(always)]
-                |k, r| self.stat_sums(r, x.get(), slice(mean.get(), c), &mut part(k)[c..]),
+                // SAFETY: as the first pass; the chunks only read `mean` (`C` elements).
+                |k, r| unsafe { self.stat_sums(r, x.get(), slice(mean.get(), c), &mut part(k)[c..]) },
             );
-            let (mean_s, inv_s) = (slice(mean.get(), c), slice_mut(inv.get(), c));
+            // SAFETY: the per-channel inputs and outputs hold `C` elements (checked at
+            // build); the outputs overlap no input nor each other (the `KernelArgs`
+            // contract), and no chunk runs now.
+            let (mean_s, inv_s, scale, bias, rmean, rvar, nm, nv) = unsafe {
+                (
+                    slice(mean.get(), c),
+                    slice_mut(inv.get(), c),
+                    slice(scale.get(), c),
+                    slice(bias.get(), c),
+                    slice(rmean.get(), c),
+                    slice(rvar.get(), c),
+                    slice_mut(new_mean.get(), c),
+                    slice_mut(new_var.get(), c),
+                )
+            };
             self.reduce_partials(parts, c, inv_s);
-            let (scale, bias) = (slice(scale.get(), c), slice(bias.get(), c));
-            let (rmean, rvar) = (slice(rmean.get(), c), slice(rvar.get(), c));
-            let (nm, nv) = (slice_mut(new_mean.get(), c), slice_mut(new_var.get(), c));
             let keep = T::ONE - self.momentum;
             // coef = [μ, scale · inv_std, bias, _]: y = (x − μ) · a + bias.
             coef[..c].copy_from_slice(mean_s);
@@ -607,7 +660,10 @@ impl<T: Float> Kernel for BatchNormKernel<T> {
             let cf = SendPtr(coef.as_mut_ptr());
             self.over_chunks(
                 #[inline(always)]
-                |_, r| {
+                // SAFETY: `x` and `y` have `N · C · S` elements and do not overlap (the
+                // `KernelArgs` contract); chunk strips are disjoint; `cf` is the
+                // scratch's `4 · C` coefficients, only read here.
+                |_, r| unsafe {
                     self.apply(r, x.get(), x.get(), slice(cf.get(), 4 * c), y.get(), |xv, _, [m, a, b, _]| {
                         (xv - m) * a + b
                     })
@@ -617,18 +673,22 @@ impl<T: Float> Kernel for BatchNormKernel<T> {
         }
         let (g, x, scale, mean, inv) = (inp(0), inp(1), inp(2), inp(3), inp(4));
         let (dx, dscale, dbias) = (out(0), out(1), out(2));
-        let (mean_s, inv_s) = (slice(mean.get(), c), slice(inv.get(), c));
+        // SAFETY: the per-channel inputs hold `C` elements (checked at build).
+        let (mean_s, inv_s) = unsafe { (slice(mean.get(), c), slice(inv.get(), c)) };
         self.over_chunks(
             #[inline(always)]
             |k, r| {
                 let (sg, sgx) = part(k).split_at_mut(c);
-                self.grad_sums(r, g.get(), x.get(), mean_s, sg, sgx)
+                // SAFETY: `g` and `x` are inputs of `N · C · S` elements (checked at
+                // build); the chunks' strips lie in `0..N · C`.
+                unsafe { self.grad_sums(r, g.get(), x.get(), mean_s, sg, sgx) }
             },
         );
-        let (ds, db) = (slice_mut(dscale.get(), c), slice_mut(dbias.get(), c));
+        // SAFETY: `dscale` and `dbias` are outputs of `C` elements, overlapping no
+        // input nor each other (the `KernelArgs` contract); `scale` an input of `C`.
+        let (ds, db, scale) = unsafe { (slice_mut(dscale.get(), c), slice_mut(dbias.get(), c), slice(scale.get(), c)) };
         self.reduce_partials(parts, 0, db);
         self.reduce_partials(parts, c, ds);
-        let scale = slice(scale.get(), c);
         // dx = p · (g − q − (x − μ) · r) with p = scale · inv_std, q = Σg / M
         // and r = inv_std · dscale / M; coef = [μ, p, q, r].
         coef[..c].copy_from_slice(mean_s);
@@ -644,7 +704,10 @@ impl<T: Float> Kernel for BatchNormKernel<T> {
             #[inline(always)]
             |_, rg| {
                 let f = |xv: T, gv: T, [m, p, q, r]: [T; 4]| p * (gv - q - (xv - m) * r);
-                self.apply(rg, x.get(), g.get(), slice(cf.get(), 4 * c), dx.get(), f)
+                // SAFETY: `x`, `g` and `dx` have `N · C · S` elements and `dx` overlaps
+                // no input (the `KernelArgs` contract); chunk strips are disjoint;
+                // `cf` is the scratch's `4 · C` coefficients, only read here.
+                unsafe { self.apply(rg, x.get(), g.get(), slice(cf.get(), 4 * c), dx.get(), f) }
             },
         );
         Ok(())
