@@ -6,10 +6,6 @@
 //! Every plan (strides, runs, per-group sizes) is fixed at build time; the
 //! kernels that only move elements are instantiated per element size.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::broadcast::{contiguous_strides, MAX_RANK};
 use super::dispatch::{with_bits, with_index, with_num};
 use super::elem::{IndexElem, Num};
@@ -121,7 +117,9 @@ impl<E: Copy + Default + Send + Sync + 'static> Kernel for SubsampleKernel<E> {
         let (x, y) = (args.inputs[0] as *const E, args.outputs[0] as *mut E);
         let (len, step) = (self.rows.len, self.rows.step);
         if self.grad {
-            slice_mut(y, self.src_len).fill(E::default());
+            // SAFETY: the gradient's output has the forward input's `src_len`
+            // elements and overlaps no input (the `KernelArgs` contract).
+            unsafe { slice_mut(y, self.src_len) }.fill(E::default());
         }
         self.rows.for_each(|row, off| {
             // SAFETY: the plan addresses rows inside both tensors (built from their shapes).
@@ -187,7 +185,10 @@ impl<E: Copy + Send + Sync + 'static> Kernel for SplitKernel<E> {
         for &(pos, off, len) in &self.parts {
             let y = args.outputs[pos] as *mut E;
             for o in 0..self.outer {
-                slice_mut(y.add(o * len), len).copy_from_slice(slice(x.add(o * self.row + off), len));
+                // SAFETY: output `pos` holds `outer · len` elements and the input
+                // `outer · row`, with `off + len <= row` (checked at build); outputs
+                // overlap no input (the `KernelArgs` contract).
+                unsafe { slice_mut(y.add(o * len), len).copy_from_slice(slice(x.add(o * self.row + off), len)) };
             }
         }
         Ok(())
@@ -355,7 +356,8 @@ struct DynKernel<E, I> {
 
 impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKernel<E, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        let index = slice(args.inputs[self.pos[1]] as *const I, self.plan.sizes.len());
+        // SAFETY: the index input holds one offset per sliced axis (checked at build).
+        let index = unsafe { slice(args.inputs[self.pos[1]] as *const I, self.plan.sizes.len()) };
         let starts = self.plan.starts(index, self.check)?;
         let y = args.outputs[0] as *mut E;
         let big = args.inputs[self.pos[0]] as *const E;
@@ -374,16 +376,22 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
             DynMode::Slice => self.plan.for_runs(&starts, copy(big, false)),
             DynMode::Update | DynMode::UpdateInplace => {
                 if self.mode == DynMode::Update {
-                    slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms));
+                    // SAFETY: out of place, the output and the tensor input both hold
+                    // `nelms` elements and do not overlap (the `KernelArgs` contract).
+                    unsafe { slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms)) };
                 }
                 self.plan.for_runs(&starts, copy(small, true));
             }
             DynMode::SliceGrad => {
-                slice_mut(y, self.nelms).fill(E::default());
+                // SAFETY: the output has the forward tensor's `nelms` elements and
+                // overlaps no input.
+                unsafe { slice_mut(y, self.nelms) }.fill(E::default());
                 self.plan.for_runs(&starts, copy(small, true));
             }
             DynMode::UpdateGrad => {
-                slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms));
+                // SAFETY: the gradient input and the output both hold `nelms` elements
+                // and do not overlap (the `KernelArgs` contract).
+                unsafe { slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms)) };
                 self.plan.for_runs(&starts, |t, _, n| {
                     // SAFETY: as above.
                     unsafe { slice_mut(y.add(t), n).fill(E::default()) }
@@ -481,10 +489,17 @@ struct OnehotKernel<E, I> {
 impl<E: Copy + Send + Sync + 'static, I: IndexElem> Kernel for OnehotKernel<E, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
-        let idx = slice(args.inputs[self.pos[0]] as *const I, d.outer * d.inner);
+        // SAFETY: the indices hold `outer · inner` elements, the values 2 and the
+        // output `outer · classes · inner` (checked at build); the output overlaps
+        // no input (the `KernelArgs` contract).
+        let (idx, v, y) = unsafe {
+            (
+                slice(args.inputs[self.pos[0]] as *const I, d.outer * d.inner),
+                slice(args.inputs[self.pos[1]] as *const E, 2),
+                slice_mut(args.outputs[0] as *mut E, d.outer * d.classes * d.inner),
+            )
+        };
         d.check(self.check, idx)?;
-        let v = slice(args.inputs[self.pos[1]] as *const E, 2);
-        let y = slice_mut(args.outputs[0] as *mut E, d.outer * d.classes * d.inner);
         y.fill(v[0]);
         for o in 0..d.outer {
             for (i, &k) in idx[o * d.inner..][..d.inner].iter().enumerate() {
@@ -507,8 +522,14 @@ struct OnehotGradKernel<T, I> {
 impl<T: Num, I: IndexElem> Kernel for OnehotGradKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let d = self.d;
-        let g = slice(args.inputs[self.pos[0]] as *const T, d.outer * d.classes * d.inner);
-        let idx = slice(args.inputs[self.pos[1]] as *const I, d.outer * d.inner);
+        // SAFETY: `g` has the one-hot shape, `outer · classes · inner` elements, and
+        // the indices `outer · inner` (checked at build).
+        let (g, idx) = unsafe {
+            (
+                slice(args.inputs[self.pos[0]] as *const T, d.outer * d.classes * d.inner),
+                slice(args.inputs[self.pos[1]] as *const I, d.outer * d.inner),
+            )
+        };
         let (mut off, mut on) = (T::ZERO, T::ZERO);
         for o in 0..d.outer {
             let ids = &idx[o * d.inner..][..d.inner];
@@ -523,7 +544,8 @@ impl<T: Num, I: IndexElem> Kernel for OnehotGradKernel<T, I> {
                 }
             }
         }
-        let y = slice_mut(args.outputs[0] as *mut T, 2);
+        // SAFETY: the output is the `[2]` values' gradient and overlaps no input.
+        let y = unsafe { slice_mut(args.outputs[0] as *mut T, 2) };
         y[0] = off;
         y[1] = on;
         Ok(())
@@ -581,12 +603,18 @@ struct GroupedGatherKernel<E, I> {
 impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for GroupedGatherKernel<E, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let GroupDims { groups, g: d } = self.d;
-        let idx_all = slice(args.inputs[self.pos[1]] as *const I, groups * d.nidx);
+        // SAFETY: the indices hold `groups · nidx` elements (checked at build).
+        let idx_all = unsafe { slice(args.inputs[self.pos[1]] as *const I, groups * d.nidx) };
         d.check(self.check, idx_all)?;
         for g in 0..groups {
-            let x = (args.inputs[self.pos[0]] as *const E).add(g * d.data_len());
-            let y = (args.outputs[0] as *mut E).add(g * d.out_len());
-            d.gather_rows(x, &idx_all[g * d.nidx..][..d.nidx], y);
+            // SAFETY: the data holds `groups · data_len` elements and the output
+            // `groups · out_len` (checked at build), so group `g < groups` of each is
+            // in bounds, as `gather_rows` requires; the output overlaps no input.
+            unsafe {
+                let x = (args.inputs[self.pos[0]] as *const E).add(g * d.data_len());
+                let y = (args.outputs[0] as *mut E).add(g * d.out_len());
+                d.gather_rows(x, &idx_all[g * d.nidx..][..d.nidx], y);
+            }
         }
         Ok(())
     }
@@ -603,14 +631,22 @@ struct GroupedGatherGradKernel<T, I> {
 impl<T: Num, I: IndexElem> Kernel for GroupedGatherGradKernel<T, I> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let GroupDims { groups, g: d } = self.d;
-        let idx_all = slice(args.inputs[self.pos[1]] as *const I, groups * d.nidx);
+        // SAFETY: the indices hold `groups · nidx` elements (checked at build).
+        let idx_all = unsafe { slice(args.inputs[self.pos[1]] as *const I, groups * d.nidx) };
         d.check(self.check, idx_all)?;
-        let y_all = slice_mut(args.outputs[0] as *mut T, groups * d.data_len());
+        // SAFETY: the output has the forward data's `groups · data_len` elements and
+        // overlaps no input (the `KernelArgs` contract).
+        let y_all = unsafe { slice_mut(args.outputs[0] as *mut T, groups * d.data_len()) };
         y_all.fill(T::ZERO);
         for g in 0..groups {
-            let gr = (args.inputs[self.pos[0]] as *const T).add(g * d.out_len());
             let y = &mut y_all[g * d.data_len()..][..d.data_len()];
-            d.add_rows(gr, &idx_all[g * d.nidx..][..d.nidx], y);
+            // SAFETY: `g` holds `groups · out_len` elements (checked at build), so
+            // group `g < groups` is in bounds, as `add_rows` requires; it overlaps
+            // no output.
+            unsafe {
+                let gr = (args.inputs[self.pos[0]] as *const T).add(g * d.out_len());
+                d.add_rows(gr, &idx_all[g * d.nidx..][..d.nidx], y);
+            }
         }
         Ok(())
     }
