@@ -11,10 +11,6 @@
 //! Built with run-time checks ([`KernelSpec::check_indices`]), the kernels
 //! instead fail on such a label before writing anything.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::dispatch::{with_float, with_index};
 use super::elem::{Float, IndexElem};
 use super::float16::{f16_adapter, has_f16};
@@ -397,9 +393,13 @@ impl Nll {
 
     /// With run-time checks, the first label that is neither ignored nor in
     /// range as an error.
+    ///
+    /// # Safety
+    /// `labels` holds `rows` labels.
     unsafe fn check_labels<L: IndexElem>(&self, labels: *const L) -> KernelResult {
         if self.check {
-            for &l in slice(labels, self.rows) {
+            // SAFETY: `rows` labels (this function's contract).
+            for &l in unsafe { slice(labels, self.rows) } {
                 let v = l.to_i64();
                 if self.ignore != Some(v) && self.class(l).is_none() {
                     return Err(KernelRunError::IndexOutOfRange { index: v, bound: self.classes });
@@ -410,28 +410,46 @@ impl Nll {
     }
 
     /// Number of counted rows (in range, not ignored), at least 1.
+    ///
+    /// # Safety
+    /// `labels` holds `rows` labels.
     unsafe fn count<L: IndexElem>(&self, labels: *const L) -> usize {
-        let ls = slice(labels, self.rows);
+        // SAFETY: `rows` labels (this function's contract).
+        let ls = unsafe { slice(labels, self.rows) };
         ls.iter().filter(|&&l| self.class(l).is_some()).count().max(1)
     }
 
     /// Write the loss (per row or reduced) from `probs` and `labels`.
+    ///
+    /// # Safety
+    /// `p` holds `rows · classes` probabilities, `labels` `rows` labels and `out`
+    /// the loss (`rows` elements for `none`, else one), overlapping neither.
     unsafe fn loss<T: Float, L: IndexElem>(&self, p: *const T, labels: *const L, out: *mut T) {
-        let ls = slice(labels, self.rows);
-        let row_loss = |i: usize| match self.class(ls[i]) {
-            Some(c) if self.log_prob => -*p.add(i * self.classes + c),
-            Some(c) => -(*p.add(i * self.classes + c)).ln(),
-            None => T::ZERO,
+        // SAFETY: `rows` labels (this function's contract).
+        let ls = unsafe { slice(labels, self.rows) };
+        // SAFETY: `i < rows` (callers below) and `class` only returns `c < classes`:
+        // inside the `rows · classes` probabilities.
+        let row_loss = |i: usize| unsafe {
+            match self.class(ls[i]) {
+                Some(c) if self.log_prob => -*p.add(i * self.classes + c),
+                Some(c) => -(*p.add(i * self.classes + c)).ln(),
+                None => T::ZERO,
+            }
         };
         match self.reduction {
             Reduction::None => {
-                for (i, o) in slice_mut(out, self.rows).iter_mut().enumerate() {
+                // SAFETY: for `none` the loss holds `rows` elements (this function's
+                // contract).
+                for (i, o) in unsafe { slice_mut(out, self.rows) }.iter_mut().enumerate() {
                     *o = row_loss(i);
                 }
             }
             r => {
                 let sum = (0..self.rows).fold(T::ZERO, |acc, i| acc + row_loss(i));
-                *out = if r == Reduction::Mean { sum / T::from_f64(self.count(labels) as f64) } else { sum };
+                // SAFETY: a reduced loss is one element; `labels` as above.
+                unsafe {
+                    *out = if r == Reduction::Mean { sum / T::from_f64(self.count(labels) as f64) } else { sum };
+                }
             }
         }
     }
@@ -446,8 +464,13 @@ struct NllLoss<T, L> {
 impl<T: Float, L: IndexElem> Kernel for NllLoss<T, L> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let labels = args.inputs[1] as *const L;
-        self.nll.check_labels(labels)?;
-        self.nll.loss::<T, L>(args.inputs[0] as *const T, labels, args.outputs[0] as *mut T);
+        // SAFETY: inputs 0 and 1 are the `[rows, classes]` probabilities and the
+        // `rows` labels (checked at build), output 0 the loss (its shape inferred
+        // from the reduction), which overlaps no input (the `KernelArgs` contract).
+        unsafe {
+            self.nll.check_labels(labels)?;
+            self.nll.loss::<T, L>(args.inputs[0] as *const T, labels, args.outputs[0] as *mut T);
+        }
         Ok(())
     }
 }
@@ -465,11 +488,18 @@ impl<T: Float, L: IndexElem> Kernel for NllSoftmaxGrad<T, L> {
         let nll = self.nll;
         let p = args.inputs[0] as *const T;
         let labels = args.inputs[1] as *const L;
-        nll.check_labels(labels)?;
-        nll.loss::<T, L>(p, labels, args.outputs[0] as *mut T);
-        let mut scale = self.loss_grad.map_or(T::ONE, |pos| *(args.inputs[pos] as *const T));
+        // SAFETY: inputs 0 and 1 are the `[rows, classes]` probabilities and the
+        // `rows` labels (checked at build), output 0 the loss (its shape inferred
+        // from the reduction), which overlaps no input (the `KernelArgs` contract);
+        // `loss_grad` is a scalar input (checked at build).
+        let mut scale = unsafe {
+            nll.check_labels(labels)?;
+            nll.loss::<T, L>(p, labels, args.outputs[0] as *mut T);
+            self.loss_grad.map_or(T::ONE, |pos| *(args.inputs[pos] as *const T))
+        };
         if nll.reduction == Reduction::Mean {
-            scale = scale / T::from_f64(nll.count(labels) as f64);
+            // SAFETY: `rows` labels, as above.
+            scale = scale / T::from_f64(unsafe { nll.count(labels) } as f64);
         }
         let (p, l, dx) = (SendPtr(p as *mut T), SendPtr(labels as *mut L), SendPtr(args.outputs[1] as *mut T));
         let c = nll.classes;
@@ -515,18 +545,31 @@ impl<T: Float, L: IndexElem> Kernel for NllLossGrad<T, L> {
         let g = args.inputs[self.pos[0]] as *const T;
         let p = args.inputs[self.pos[1]] as *const T;
         let labels = args.inputs[self.pos[2]] as *const L;
-        nll.check_labels(labels)?;
+        // SAFETY: `rows` labels (checked at build).
+        unsafe { nll.check_labels(labels)? };
         let c = nll.classes;
-        let dx = slice_mut(args.outputs[0] as *mut T, nll.rows * c);
+        // SAFETY: the output has the probabilities' `rows · classes` elements and
+        // overlaps no input (the `KernelArgs` contract).
+        let dx = unsafe { slice_mut(args.outputs[0] as *mut T, nll.rows * c) };
         dx.fill(T::ZERO);
-        let scale = match nll.reduction {
-            Reduction::Mean => *g / T::from_f64(nll.count(labels) as f64),
-            _ => *g,
+        // SAFETY: a reduced loss's `g` is one element (checked at build); `rows`
+        // labels. For `none` (`g` of `rows` elements, maybe none) `g` is not read
+        // here and `scale` is unused.
+        let scale = unsafe {
+            match nll.reduction {
+                Reduction::Mean => *g / T::from_f64(nll.count(labels) as f64),
+                Reduction::Sum => *g,
+                Reduction::None => T::ZERO,
+            }
         };
-        for (i, &label) in slice(labels, nll.rows).iter().enumerate() {
-            let gi = if nll.reduction == Reduction::None { *g.add(i) } else { scale };
+        // SAFETY: `rows` labels (checked at build).
+        for (i, &label) in unsafe { slice(labels, nll.rows) }.iter().enumerate() {
+            // SAFETY: for `none`, `g` holds `rows` elements and `i < rows`.
+            let gi = if nll.reduction == Reduction::None { unsafe { *g.add(i) } } else { scale };
             if let Some(k) = nll.class(label) {
-                dx[i * c + k] = if nll.log_prob { -gi } else { -(gi / *p.add(i * c + k)) };
+                // SAFETY: `i < rows` and `k < classes` (`class`): inside the
+                // `rows · classes` probabilities.
+                dx[i * c + k] = if nll.log_prob { -gi } else { -(gi / unsafe { *p.add(i * c + k) }) };
             }
         }
         Ok(())
