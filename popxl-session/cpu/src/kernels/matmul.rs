@@ -9,10 +9,6 @@
 //! performs the batch reduction. Float types run on the `gemm` crate; integer
 //! types on a straightforward loop.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use gemm::Parallelism;
 use half::f16;
 use popart_ir::ops::broadcast_shapes;
@@ -95,10 +91,15 @@ macro_rules! gemm_elem {
                 rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
                 alpha: Self, beta: Self,
             ) {
-                gemm::gemm(
-                    m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
-                    alpha, beta, false, false, false, Parallelism::None,
-                );
+                // SAFETY: `gemm::gemm` asks what this function's contract guarantees:
+                // pointers valid for the addressed elements, `dst` overlapping no
+                // operand (its strides are given column first).
+                unsafe {
+                    gemm::gemm(
+                        m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
+                        alpha, beta, false, false, false, Parallelism::None,
+                    );
+                }
             }
         }
     )*};
@@ -132,9 +133,12 @@ macro_rules! int_elem {
                 rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
                 alpha: Self, beta: Self,
             ) {
-                naive_gemm(
-                    m, n, k, dst, dst_rs, dst_cs, read_dst, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, alpha, beta,
-                );
+                // SAFETY: `naive_gemm`'s contract is this function's.
+                unsafe {
+                    naive_gemm(
+                        m, n, k, dst, dst_rs, dst_cs, read_dst, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, alpha, beta,
+                    );
+                }
             }
         }
     )*};
@@ -142,6 +146,9 @@ macro_rules! int_elem {
 int_elem!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 /// Integer GEMM (wrapping arithmetic).
+///
+/// # Safety
+/// As [`MatElem::gemm`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn naive_gemm<T: Num>(
     m: usize,
@@ -162,13 +169,18 @@ unsafe fn naive_gemm<T: Num>(
 ) {
     for i in 0..m as isize {
         for j in 0..n as isize {
-            let d = dst.offset(i * dst_rs + j * dst_cs);
-            let mut acc = T::ZERO;
-            for p in 0..k as isize {
-                acc = acc.add((*lhs.offset(i * lhs_rs + p * lhs_cs)).mul(*rhs.offset(p * rhs_rs + j * rhs_cs)));
+            // SAFETY: `(i, j)` is an element of the `m × n` result, `(i, p)` of the
+            // `m × k` lhs and `(p, j)` of the `k × n` rhs, all addressed through
+            // their strides (this function's contract); `dst` overlaps neither.
+            unsafe {
+                let d = dst.offset(i * dst_rs + j * dst_cs);
+                let mut acc = T::ZERO;
+                for p in 0..k as isize {
+                    acc = acc.add((*lhs.offset(i * lhs_rs + p * lhs_cs)).mul(*rhs.offset(p * rhs_rs + j * rhs_cs)));
+                }
+                acc = acc.mul(beta);
+                *d = if read_dst { alpha.mul(*d).add(acc) } else { acc };
             }
-            acc = acc.mul(beta);
-            *d = if read_dst { alpha.mul(*d).add(acc) } else { acc };
         }
     }
 }
@@ -213,15 +225,26 @@ struct MatMulKernel<T> {
 
 impl<T: MatElem> MatMulKernel<T> {
     /// One GEMM call of the plan, single-threaded.
+    ///
+    /// # Safety
+    /// As [`Self::block`], for the whole `m × n` result of `j`.
     #[inline]
     unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, bias: *const T) {
         let p = &self.plan;
-        self.block(j, dst, lhs, rhs, bias, 0..p.m, 0..p.n);
+        // SAFETY: this function's contract, over all rows and columns.
+        unsafe { self.block(j, dst, lhs, rhs, bias, 0..p.m, 0..p.n) };
     }
 
     /// Rows `rows` and columns `cols` of one GEMM call's result (`bias`: the
     /// `MatMulAdd` row vector, added to the block right after its product, while
     /// the block is in cache: the values are exactly those of `MatMul` then `Add`).
+    ///
+    /// # Safety
+    /// `dst`, `lhs` and `rhs` are the kernel's output and operands, which the
+    /// plan's jobs address inside (built from their shapes), and `bias` the
+    /// `n`-element row vector when `bias_pos` is set; `rows` lies in `0..m` and
+    /// `cols` in `0..n`; this block of `j`'s result is touched by no one else
+    /// during the call, and the output overlaps no operand.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     unsafe fn block(
@@ -241,31 +264,41 @@ impl<T: MatElem> MatMulKernel<T> {
             // The first product into a block scales the old value by `a`; later ones add.
             Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
         };
-        T::gemm(
-            rows.len(),
-            cols.len(),
-            p.k,
-            dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1),
-            p.dst_s.0,
-            p.dst_s.1,
-            read_dst,
-            lhs.add(j.lhs).offset(r0 * p.lhs_s.0),
-            p.lhs_s.0,
-            p.lhs_s.1,
-            rhs.add(j.rhs).offset(c0 * p.rhs_s.1),
-            p.rhs_s.0,
-            p.rhs_s.1,
-            alpha,
-            beta,
-        );
+        // SAFETY: job `j`'s offsets and the plan's strides address its `m × n`
+        // result, `m × k` lhs and `k × n` rhs inside the buffers, of which this is
+        // the `rows × cols` block; the output overlaps no operand (this function's
+        // contract).
+        unsafe {
+            T::gemm(
+                rows.len(),
+                cols.len(),
+                p.k,
+                dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1),
+                p.dst_s.0,
+                p.dst_s.1,
+                read_dst,
+                lhs.add(j.lhs).offset(r0 * p.lhs_s.0),
+                p.lhs_s.0,
+                p.lhs_s.1,
+                rhs.add(j.rhs).offset(c0 * p.rhs_s.1),
+                p.rhs_s.0,
+                p.rhs_s.1,
+                alpha,
+                beta,
+            );
+        }
         // Forward jobs never accumulate (`build`), so each block gets the bias once.
         if self.bias_pos.is_some() {
-            let b = slice(bias.add(cols.start), cols.len());
-            for r in rows {
-                let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
-                for (c, &v) in b.iter().enumerate() {
-                    let y = row.offset(c as isize * p.dst_s.1);
-                    *y = (*y).plus(v);
+            // SAFETY: with `bias_pos` set, `bias` holds `n` elements and `cols` lies
+            // in `0..n`; the rows are those of this block, this call's alone.
+            unsafe {
+                let b = slice(bias.add(cols.start), cols.len());
+                for r in rows {
+                    let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
+                    for (c, &v) in b.iter().enumerate() {
+                        let y = row.offset(c as isize * p.dst_s.1);
+                        *y = (*y).plus(v);
+                    }
                 }
             }
         }
@@ -274,6 +307,9 @@ impl<T: MatElem> MatMulKernel<T> {
     /// One GEMM call split over the worker team: the larger of the row and
     /// column ranges is cut into one block per thread (multiples of 16), each
     /// block a single-threaded GEMM.
+    ///
+    /// # Safety
+    /// As [`Self::call`].
     unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: SendPtr<T>, threads: usize) {
         let p = &self.plan;
         let by_rows = p.m > p.n;
@@ -281,7 +317,8 @@ impl<T: MatElem> MatMulKernel<T> {
         let block = len.div_ceil(threads).next_multiple_of(16);
         let pieces = len.div_ceil(block);
         if pieces < 2 {
-            return self.call(j, d.get(), l.get(), r.get(), b.get());
+            // SAFETY: this function's contract.
+            return unsafe { self.call(j, d.get(), l.get(), r.get(), b.get()) };
         }
         team::run(pieces, &|i| {
             let part = i * block..((i + 1) * block).min(len);
@@ -298,12 +335,15 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let dst = args.outputs[0] as *mut T;
         let bias = self.bias_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
         if self.zero_fill {
-            let out = slice_mut(dst, p.out_len);
+            // SAFETY: the output holds `out_len` elements and overlaps no input (the
+            // `KernelArgs` contract).
+            let out = unsafe { slice_mut(dst, p.out_len) };
             match (self.update, self.bias_pos) {
                 // An empty product: the update only scales.
                 (Some((a, _)), _) => out.iter_mut().for_each(|v| *v = v.times(a)),
                 (None, Some(_)) => {
-                    let b = slice(bias, p.n);
+                    // SAFETY: the `MatMulAdd` bias is a row vector of `n` elements.
+                    let b = unsafe { slice(bias, p.n) };
                     out.chunks_mut(p.n.max(1)).for_each(|row| row.copy_from_slice(&b[..row.len()]));
                 }
                 (None, None) => out.fill(T::ZERO),
@@ -326,10 +366,15 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
             return Ok(());
         }
         for j in &p.jobs {
-            if threads > 1 && work >= GEMM_PAR_MIN {
-                self.call_split(j, d, l, r, b, threads);
-            } else {
-                self.call(j, dst, lhs, rhs, bias);
+            // SAFETY: the buffers are the kernel's output and operands, which the
+            // plan was built for, the output overlapping no input (the `KernelArgs`
+            // contract); jobs run one after another, each over its whole result.
+            unsafe {
+                if threads > 1 && work >= GEMM_PAR_MIN {
+                    self.call_split(j, d, l, r, b, threads);
+                } else {
+                    self.call(j, dst, lhs, rhs, bias);
+                }
             }
         }
         Ok(())
