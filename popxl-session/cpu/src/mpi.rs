@@ -127,22 +127,20 @@ impl Transport for MpiTransport {
         if n == 0 {
             return Ok(());
         }
-        let rank = self.rank;
+        let (rank, size) = (self.rank, self.size);
+        // Pairwise exchange: in round `s`, send to `rank + s` and receive from
+        // `rank - s` (MPI_Sendrecv: no deadlock, nothing allocated).
         self.with_comm(|comm| {
-            mpi::request::scope(|scope| {
-                let mut guards = Vec::with_capacity(2 * self.size);
-                for (p, chunk) in recv.chunks_exact_mut(n).enumerate().filter(|&(p, _)| p != rank) {
-                    let peer = comm.process_at_rank(p as i32);
-                    guards.push(mpi::request::WaitGuard::from(peer.immediate_receive_into(scope, chunk)));
-                }
-                let mut sends = Vec::with_capacity(self.size);
-                for p in (0..self.size).filter(|&p| p != rank) {
-                    let peer = comm.process_at_rank(p as i32);
-                    sends.push(mpi::request::WaitGuard::from(peer.immediate_send(scope, send)));
-                }
-                drop(sends);
-                drop(guards);
-            })
+            for s in 1..size {
+                let (to, from) = ((rank + s) % size, (rank + size - s) % size);
+                let chunk = &mut recv[from * n..(from + 1) * n];
+                mpi::point_to_point::send_receive_into(
+                    send,
+                    &comm.process_at_rank(to as i32),
+                    chunk,
+                    &comm.process_at_rank(from as i32),
+                );
+            }
         });
         Ok(())
     }

@@ -155,15 +155,23 @@ impl Header {
 pub fn agree(transport: &dyn Transport, ours: Header) -> Result<(), SpanError> {
     let size = transport.size();
     let rank = transport.rank();
-    let mut all = vec![0u8; size * HEADER_BYTES];
+    // On the stack up to 64 processes: an agreement starts every run.
+    let mut stack = [0u8; 64 * HEADER_BYTES];
+    let mut heap = Vec::new();
+    let all: &mut [u8] = if size <= 64 {
+        &mut stack[..size * HEADER_BYTES]
+    } else {
+        heap.resize(size * HEADER_BYTES, 0);
+        &mut heap
+    };
     let mine = ours.encode();
     all[rank * HEADER_BYTES..(rank + 1) * HEADER_BYTES].copy_from_slice(&mine);
-    transport.exchange(&mine, &mut all)?;
-    let headers: Vec<Option<Header>> = all.chunks_exact(HEADER_BYTES).map(Header::decode).collect();
-    if let Some(rank) = headers.iter().position(|h| !matches!(h, Some(h) if !h.failed)) {
+    transport.exchange(&mine, all)?;
+    let header = |p: usize| Header::decode(&all[p * HEADER_BYTES..(p + 1) * HEADER_BYTES]);
+    if let Some(rank) = (0..size).find(|&p| !matches!(header(p), Some(h) if !h.failed)) {
         return Err(SpanError::RankFailed { rank, size });
     }
-    if let Some((rank, h)) = headers.iter().enumerate().find(|(_, h)| h.is_some_and(|h| h.step != ours.step)) {
+    if let Some((rank, h)) = (0..size).map(|p| (p, header(p))).find(|(_, h)| h.is_some_and(|h| h.step != ours.step)) {
         let theirs = h.map_or_else(String::new, |h| h.step.to_string());
         return Err(SpanError::Desync { rank, theirs, ours: ours.step.to_string() });
     }
