@@ -11,7 +11,6 @@ use std::sync::Mutex;
 
 use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::environment::Universe;
-use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::Threading;
 
