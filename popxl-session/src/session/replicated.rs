@@ -150,12 +150,8 @@ impl Session {
         for (r, exec) in self.executors.iter_mut().enumerate() {
             let replica = first + r;
             let mut bindings: Vec<(usize, &mut HostVariable, popart_lower::StreamId, Binding)> = Vec::new();
-            let mut vars: Vec<(usize, &mut HostVariable)> = self
-                .variables
-                .iter_mut()
-                .map(|(k, v)| (*k, v))
-                .map(|(k, v)| (keys.binary_search(&k).unwrap_or(usize::MAX), v))
-                .collect();
+            let mut vars: Vec<(usize, &mut HostVariable)> =
+                self.variables.iter_mut().filter_map(|(k, v)| keys.binary_search(k).ok().map(|i| (i, v))).collect();
             vars.sort_unstable_by_key(|(i, _)| *i);
             for (i, v) in vars {
                 let (from_host, to_host_stream) = match v.weight {
