@@ -16,39 +16,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use popxl::ops::collectives::{self, AllGatherShape, CollectiveOp};
-use popxl::{HostArray, Ir};
+#[path = "support/collectives_program.rs"]
+mod collectives_program;
+
+use collectives_program::{program, REPLICAS};
+use popxl::HostArray;
 use popxl_session::cpu::transport::{SpanError, Transport};
 use popxl_session::{Session, SessionError, SessionOptions};
 
 type R<T> = Result<T, Box<dyn std::error::Error>>;
-
-const REPLICAS: usize = 4;
-
-/// Every collective of `[6]` float inputs over [`REPLICAS`] replicas; with
-/// `instances`, split between processes.
-fn program(instances: Option<(usize, usize)>) -> R<(Ir, popxl::HostToDeviceStream, Vec<popxl::DeviceToHostStream>)> {
-    let ir = Ir::new();
-    ir.set_replication_factor(REPLICAS)?;
-    if let Some((index, count)) = instances {
-        ir.set_instances(index, count)?;
-    }
-    let (x, outs) = ir.main_graph().with(|| -> popxl::Result<_> {
-        let x = popxl::h2d_stream([6], popxl::float32, "x")?;
-        let t = popxl::ops::host_load(&x, "t")?;
-        let sum = collectives::replicated_all_reduce(&t, CollectiveOp::Add, None)?;
-        let all = collectives::replicated_all_gather(&t, 0, None, AllGatherShape::Concat)?;
-        let shard = collectives::replicated_reduce_scatter(&t, CollectiveOp::Mean, None, false)?;
-        let mut outs = Vec::new();
-        for (name, y) in [("sum", sum), ("all", all), ("shard", shard)] {
-            let s = popxl::d2h_stream(y.shape(), y.dtype(), name)?;
-            popxl::ops::host_store(&s, &y)?;
-            outs.push(s);
-        }
-        Ok((x, outs))
-    })?;
-    Ok((ir, x, outs))
-}
 
 fn array(rows: usize, data: Vec<f32>) -> HostArray {
     HostArray::from(ndarray::Array2::from_shape_vec((rows, 6), data).expect("rows x 6").into_dyn())

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use popxl::ops::collectives::{self, AllGatherShape, CollectiveOp};
+use popxl::ops::collectives::{self, CollectiveOp};
 use popxl::{HostArray, Ir};
 use popxl_session::cpu::transport::{SpanError, ThreadTransport, Transport};
 use popxl_session::{Session, SessionError, SessionOptions};
@@ -80,32 +80,12 @@ fn mnist_weights_do_not_depend_on_the_processes() {
     }
 }
 
-/// A program of every collective over 4 replicas: all-reduce (add), all-gather
-/// and reduce-scatter (mean) of each replica's input, stored per replica.
+#[path = "../../examples/support/collectives_program.rs"]
+mod collectives_program;
+
+/// [`collectives_program::program`] for process `rank` of `procs` (one process: not split).
 fn collectives_ir(procs: usize, rank: usize) -> (Ir, popxl::HostToDeviceStream, Vec<popxl::DeviceToHostStream>) {
-    let ir = Ir::new();
-    ir.set_replication_factor(4).unwrap();
-    if procs > 1 {
-        ir.set_instances(rank, procs).unwrap();
-    }
-    let (x, outs) = ir
-        .main_graph()
-        .with(|| -> popxl::Result<_> {
-            let x = popxl::h2d_stream([6], popxl::float32, "x")?;
-            let t = popxl::ops::host_load(&x, "t")?;
-            let sum = collectives::replicated_all_reduce(&t, CollectiveOp::Add, None)?;
-            let all = collectives::replicated_all_gather(&t, 0, None, AllGatherShape::Concat)?;
-            let shard = collectives::replicated_reduce_scatter(&t, CollectiveOp::Mean, None, false)?;
-            let mut outs = Vec::new();
-            for (name, y) in [("sum", sum), ("all", all), ("shard", shard)] {
-                let s = popxl::d2h_stream(y.shape(), y.dtype(), name)?;
-                popxl::ops::host_store(&s, &y)?;
-                outs.push(s);
-            }
-            Ok((x, outs))
-        })
-        .unwrap();
-    (ir, x, outs)
+    collectives_program::program((procs > 1).then_some((rank, procs))).unwrap()
 }
 
 #[test]
