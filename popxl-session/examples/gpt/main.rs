@@ -5,7 +5,8 @@
 #[path = "../mnist/data.rs"]
 #[allow(dead_code)]
 mod data;
-mod model;
+pub mod decode;
+pub mod model;
 #[path = "../support/profile.rs"]
 mod profile;
 mod scan;
@@ -45,7 +46,9 @@ Options:
   --eval-every N       validation loss every N steps (default 500; 0: only at the end)
   --eval-batches N     validation batches per evaluation (default 8)
   --seed N             initialisation and batch seed (default 0)
-  --sample N           characters to sample after training (default 400)
+  --sample N           characters to sample after training (default 400), one position per run
+                       with the keys and values of the earlier ones cached on the device
+  --sample-no-cache    sample with the full-context program instead (the whole window per character)
   --temperature X      sampling temperature (default 0.8)
   --save PATH          write the training state (.npz, .safetensors or a directory of .npy; an
                        existing checkpoint is replaced atomically): the weights (per-layer names,
@@ -56,7 +59,9 @@ Options:
   --load PATH          start from saved weights (a fresh optimizer)
   --print-losses       print every step's loss (exactly: shortest round-trip form)
   --bench              print ms/step, tokens/s and model GFLOP/s, then run the PyTorch and JAX
-                       baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios
+                       baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios;
+                       then generation tokens/s at batch 1 (256 tokens, with and without the cache) next to
+                       PyTorch eager with its KV cache (bench/torch_gpt_generate.py, the same weights)
   --baselines DIR      where those scripts are (default ../shared/bench beside the project)
   --scan-layers        build the blocks as one `repeat` over stacked weights, differentiated
                        through the loop (same losses; smaller program)
@@ -84,6 +89,7 @@ struct Config {
     eval_batches: usize,
     seed: u64,
     sample: usize,
+    sample_no_cache: bool,
     temperature: f64,
     save: Option<PathBuf>,
     load: Option<PathBuf>,
@@ -111,6 +117,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
         eval_batches: 8,
         seed: 0,
         sample: 400,
+        sample_no_cache: false,
         temperature: 0.8,
         save: None,
         load: None,
@@ -143,6 +150,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
             "--eval-batches" => c.eval_batches = value()?.parse()?,
             "--seed" => c.seed = value()?.parse()?,
             "--sample" => c.sample = value()?.parse()?,
+            "--sample-no-cache" => c.sample_no_cache = true,
             "--temperature" => c.temperature = value()?.parse()?,
             "--save" => c.save = Some(PathBuf::from(value()?)),
             "--load" => c.load = Some(PathBuf::from(value()?)),
@@ -182,13 +190,15 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
 }
 
 /// The text as token ids, its vocabulary, and the 90% / 10% split point.
-struct Corpus {
-    vocab: Vec<char>,
+pub struct Corpus {
+    /// The characters, sorted: token `i` is `vocab[i]`.
+    pub vocab: Vec<char>,
     ids: Vec<i32>,
     split: usize,
 }
 
-fn load_corpus(path: &std::path::Path) -> AppResult<Corpus> {
+/// Read the text at `path` as a [`Corpus`].
+pub fn load_corpus(path: &std::path::Path) -> AppResult<Corpus> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut vocab: Vec<char> = text.chars().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     vocab.sort_unstable();
@@ -336,48 +346,120 @@ fn validate(session: &mut Session, p: &Program, corpus: &Corpus, s: &Shape, batc
     Ok(total / batches.max(1) as f64)
 }
 
-/// Sample `n` characters after a newline prompt with the logits-only program (batch 1).
-fn sample(
-    session: &mut Session,
-    p: &Program,
+/// `--sample-no-cache`: the logits-only program (batch 1) on the whole window
+/// for each token.
+struct FullContext {
+    session: Session,
+    prog: Program,
+    seq: usize,
+    vocab: usize,
+}
+
+impl FullContext {
+    fn new(s: &Shape, weights: &[(String, HostArray)]) -> AppResult<FullContext> {
+        let one = Shape { batch: 1, ..*s };
+        let prog = build(&one, weights, None, true, false)?;
+        let mut session = Session::new(prog.ir.clone(), "cpu")?;
+        session.enter_context()?;
+        Ok(FullContext { session, prog, seq: s.seq, vocab: s.vocab })
+    }
+}
+
+impl decode::NextLogits for FullContext {
+    fn next_logits(&mut self, window: &[i32], _fresh: bool) -> AppResult<Vec<f64>> {
+        let n = window.len();
+        if n == 0 || n > self.seq {
+            return Err(format!("a window of {n} tokens in a context of {}", self.seq).into());
+        }
+        let mut x = window.to_vec();
+        x.resize(self.seq, 0);
+        let xa: HostArray = ArrayD::from_shape_vec(IxDyn(&[1, self.seq]), x.clone())?.into();
+        let ya: HostArray = ArrayD::from_shape_vec(IxDyn(&[1, self.seq]), x)?.into();
+        let logits = self.session.run(&inputs(&self.prog, xa, ya))?[&self.prog.out].to_f64_vec();
+        Ok(logits[(n - 1) * self.vocab..n * self.vocab].to_vec())
+    }
+}
+
+/// Sample `n` characters after a newline prompt (batch 1) from the model `s`
+/// with `weights`: with the KV cache ([`decode`]), or with `no_cache` by the
+/// full-context program. Returns the text and what [`decode::generate`] gave.
+pub fn sample(
     corpus: &Corpus,
     s: &Shape,
+    weights: &[(String, HostArray)],
     n: usize,
     temp: f64,
     seed: u64,
-) -> AppResult<String> {
-    let mut rng = Rng::new(seed ^ 0x5A5A);
-    let newline = corpus.vocab.iter().position(|&c| c == '\n').unwrap_or(0) as i32;
-    let mut ctx = vec![newline];
-    let mut out = String::new();
-    session.scope(|sess| -> AppResult<()> {
-        for _ in 0..n {
-            let start = ctx.len().saturating_sub(s.seq);
-            let window = &ctx[start..];
-            let mut x = window.to_vec();
-            x.resize(s.seq, 0);
-            let xa: HostArray = ArrayD::from_shape_vec(IxDyn(&[1, s.seq]), x.clone())?.into();
-            let ya: HostArray = ArrayD::from_shape_vec(IxDyn(&[1, s.seq]), x)?.into();
-            let r = sess.run(&inputs(p, xa, ya))?;
-            let logits = r[&p.out].to_f64_vec();
-            let row = &logits[(window.len() - 1) * s.vocab..window.len() * s.vocab];
-            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let w: Vec<f64> = row.iter().map(|&l| ((l - m) / temp).exp()).collect();
-            let mut u = rng.uniform() * w.iter().sum::<f64>();
-            let mut pick = w.len() - 1;
-            for (i, &wi) in w.iter().enumerate() {
-                if u < wi {
-                    pick = i;
-                    break;
-                }
-                u -= wi;
-            }
-            ctx.push(pick as i32);
-            out.push(corpus.vocab[pick]);
+    no_cache: bool,
+) -> AppResult<(String, decode::Generated)> {
+    let mut src: Box<dyn decode::NextLogits> =
+        if no_cache { Box::new(FullContext::new(s, weights)?) } else { Box::new(decode::Cached::new(s, weights)?) };
+    let prompt = [newline(corpus)];
+    let g = decode::generate(src.as_mut(), &prompt, s.seq, n, temp, seed)?;
+    Ok((g.ids.iter().map(|&i| corpus.vocab[i]).collect(), g))
+}
+
+/// The newline's token (the prompt of the samples).
+fn newline(corpus: &Corpus) -> i32 {
+    corpus.vocab.iter().position(|&c| c == '\n').unwrap_or(0) as i32
+}
+
+/// `--bench`'s generation line: tokens/s of a 256-token generation at batch 1
+/// with the KV cache (best of 3) and with the full-context program, and of
+/// `bench/torch_gpt_generate.py` (PyTorch eager with its KV cache) on the same
+/// weights, written to a temporary `.npz`.
+fn bench_generation(corpus: &Corpus, s: &Shape, weights: &[(String, HostArray)], temp: f64) -> AppResult<()> {
+    const TOKENS: usize = 256;
+    let prompt = [newline(corpus)];
+    let timed = |src: &mut dyn decode::NextLogits, reps: usize| -> AppResult<f64> {
+        decode::generate(src, &prompt, s.seq, 4, temp, 1)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..reps {
+            let t = Instant::now();
+            decode::generate(src, &prompt, s.seq, TOKENS, temp, 1)?;
+            best = best.min(t.elapsed().as_secs_f64());
         }
-        Ok(())
-    })?;
-    Ok(out)
+        Ok(TOKENS as f64 / best)
+    };
+    let cached = timed(&mut decode::Cached::new(s, weights)?, 3)?;
+    let full = timed(&mut FullContext::new(s, weights)?, 1)?;
+    println!(
+        "bench: generation at batch 1, {TOKENS} tokens (context {}): {cached:.0} tokens/s with the KV cache \
+         ({:.3} ms/token), {full:.0} tokens/s with the full-context program",
+        s.seq,
+        1e3 / cached
+    );
+    let script = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/torch_gpt_generate.py"));
+    let file = std::env::temp_dir().join(format!("popxl-gpt-generate-{}.npz", std::process::id()));
+    popxl::checkpoint::save(&file, weights)?;
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--weights".as_ref(), file.as_os_str()])
+        .args(["--heads", &s.heads.to_string(), "--tokens", &TOKENS.to_string(), "--reps", "3"])
+        .args(["--temperature", &temp.to_string()])
+        .output();
+    std::fs::remove_file(&file).ok();
+    let theirs = match out {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            let key = "\"tokens_per_s\": ";
+            text.rfind(key)
+                .map(|at| text[at + key.len()..].chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect())
+                .and_then(|num: String| num.parse::<f64>().ok())
+                .ok_or_else(|| format!("no tokens_per_s in `{}`", text.trim()))
+        }
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("failed").to_string()),
+        Err(e) => Err(format!("python3: {e}")),
+    };
+    match theirs {
+        Ok(t) => println!(
+            "bench: torch_gpt_generate.py (eager, its own KV cache, same weights): {t:.0} tokens/s; \
+             ours with the cache is {:.2}x its tokens/s",
+            cached / t
+        ),
+        Err(why) => println!("bench: torch_gpt_generate.py: not run ({why})"),
+    }
+    Ok(())
 }
 
 /// Run a baseline script (`torch_gpt.py` / `jax_gpt.py`) on the same
@@ -656,11 +738,12 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         profile::print_profile(&session.kernel_profile(), step_times.len() - 1, timeline.as_ref());
         profile::print_top_kernels(&session.kernel_profile(), step_times.len() - 1, 30);
     }
+    if cfg.bench && leader {
+        bench_generation(&corpus, &s, &weights, cfg.temperature)?;
+    }
     if cfg.sample > 0 && leader {
-        let one = Shape { batch: 1, ..s };
-        let prog = build(&one, &weights, None, true, false)?;
-        let mut sess = Session::new(prog.ir.clone(), "cpu")?;
-        let text = sample(&mut sess, &prog, &corpus, &one, cfg.sample, cfg.temperature, cfg.seed)?;
+        let no_cache = cfg.sample_no_cache;
+        let (text, _) = sample(&corpus, &s, &weights, cfg.sample, cfg.temperature, cfg.seed, no_cache)?;
         println!("--- sample (temperature {}) ---\n{text}\n---", cfg.temperature);
     }
     let _ = evals;

@@ -87,7 +87,7 @@ pub fn init_params(s: &Shape, seed: u64) -> Vec<(String, HostArray)> {
 }
 
 /// `(x - mean) / sqrt(var + 1e-5) * g + b` over the last axis.
-fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
+pub fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
     // PopXL's layer_norm normalises [N, C] rows: fold the leading dims, as PopXL programs do.
     let d = *x.shape().last().unwrap_or(&1) as i64;
     let y = ops::layer_norm(&x.reshape(&[-1, d])?, g, b, 1e-5)?;
@@ -97,24 +97,61 @@ fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
 
 /// One transformer block on `x` [B, T, d] with its 12 parameters.
 pub fn block(s: &Shape, x: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
-    let (b, t, d, h) = (s.batch as i64, s.seq as i64, s.width as i64, s.heads as i64);
-    let dh = d / h;
-    let heads = |u: &Tensor| ops::transpose(&u.reshape(&[b, t, h, dh])?, &[0, 2, 1, 3]);
-    let causal = popxl::constant(Array2::from_shape_fn((s.seq, s.seq), |(i, j)| j <= i), "causal")?;
-    let masked = popxl::constant(-1e9f32, "masked")?;
-    let scale = popxl::constant(1.0 / (dh as f32).sqrt(), "scale")?;
+    let (b, t, d) = (s.batch as i64, s.seq as i64, s.width as i64);
+    let causal = causal_mask(s)?;
+    let [q, k, v] = qkv_heads(s, x, p, t)?;
+    let y = attend(s, &q, &k, &v, &causal)?;
+    let y = ops::transpose(&y, &[0, 2, 1, 3])?.reshape(&[b, t, d])?;
+    block_out(x, &y, p)
+}
 
+/// The causal mask of the whole context: `mask[i][j]` is `j <= i` (`[T, T]`).
+pub fn causal_mask(s: &Shape) -> popxl::Result<Tensor> {
+    popxl::constant(Array2::from_shape_fn((s.seq, s.seq), |(i, j)| j <= i), "causal")
+}
+
+/// The first part of a block on `x` [B, t, d]: `ln1`, the q/k/v projection and
+/// the heads split off, each `[B, H, t, dh]`.
+pub fn qkv_heads(s: &Shape, x: &Tensor, p: &[Tensor], t: i64) -> popxl::Result<[Tensor; 3]> {
+    let (b, h) = (s.batch as i64, s.heads as i64);
+    let dh = (s.width / s.heads) as i64;
+    let heads = |u: &Tensor| ops::transpose(&u.reshape(&[b, t, h, dh])?, &[0, 2, 1, 3]);
     let n1 = layer_norm(x, &p[0], &p[1])?;
     let qkv = ops::add(&n1.matmul(&p[2])?, &p[3])?;
     let parts = ops::split(&qkv, vec![s.width; 3], -1)?;
-    let (q, k, v) = (heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?);
-    let att = ops::mul(&q.matmul(&ops::transpose(&k, &[0, 1, 3, 2])?)?, &scale)?;
-    let att = ops::softmax(&ops::select(&causal, &att, &masked)?, -1)?;
-    let y = ops::transpose(&att.matmul(&v)?, &[0, 2, 1, 3])?.reshape(&[b, t, d])?;
+    Ok([heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?])
+}
+
+/// Softmax attention of `q` [B, H, tq, dh] over `k`, `v` [B, H, tk, dh], the
+/// scores where `mask` [tq, tk] is false set to -1e9: `[B, H, tq, dh]`.
+pub fn attend(s: &Shape, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> popxl::Result<Tensor> {
+    let masked = popxl::constant(-1e9f32, "masked")?;
+    let scale = popxl::constant(1.0 / ((s.width / s.heads) as f32).sqrt(), "scale")?;
+    let att = ops::mul(&q.matmul(&ops::transpose(k, &[0, 1, 3, 2])?)?, &scale)?;
+    let att = ops::softmax(&ops::select(mask, &att, &masked)?, -1)?;
+    att.matmul(v)
+}
+
+/// The rest of a block after attention: `y` [B, t, d] (heads merged) through
+/// the projection onto the residual `x`, then `ln2` and the MLP.
+pub fn block_out(x: &Tensor, y: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
     let x = ops::add(x, &ops::add(&y.matmul(&p[4])?, &p[5])?)?;
     let n2 = layer_norm(&x, &p[6], &p[7])?;
     let f = ops::gelu(&ops::add(&n2.matmul(&p[8])?, &p[9])?)?;
     ops::add(&x, &ops::add(&f.matmul(&p[10])?, &p[11])?)
+}
+
+/// Embedding of `tokens` [B, t] at the positions of `wpe` [t, d]: `[B, t, d]`.
+pub fn embed(tokens: &Tensor, wte: &Tensor, wpe: &Tensor) -> popxl::Result<Tensor> {
+    ops::add(&ops::gather(wte, tokens, 0)?, wpe)
+}
+
+/// The LM head on `x` [.., d] (`rows` positions in all): the final LayerNorm,
+/// then the tied token embedding: logits `[rows, V]`.
+pub fn lm_head(x: &Tensor, g: &Tensor, b: &Tensor, wte: &Tensor, rows: usize) -> popxl::Result<Tensor> {
+    let d = *wte.shape().last().unwrap_or(&1) as i64;
+    let x = layer_norm(x, g, b)?.reshape(&[rows as i64, d])?;
+    x.matmul(&ops::transpose(wte, &[1, 0])?)
 }
 
 /// The traced graphs of one model shape.
@@ -133,17 +170,14 @@ pub fn trace(ir: &Ir, s: &Shape) -> popxl::Result<Graphs> {
     let d = s.width;
     let spec = |shape: Vec<usize>| popxl::TensorSpec::new(shape, f32_);
     let embed = ir.create_graph(
-        |tok: Tensor, wte: Tensor, wpe: Tensor| ops::add(&ops::gather(&wte, &tok, 0)?, &wpe),
+        |tok: Tensor, wte: Tensor, wpe: Tensor| embed(&tok, &wte, &wpe),
         (popxl::TensorSpec::new([s.batch, s.seq], popxl::int32), spec(vec![s.vocab, d]), spec(vec![s.seq, d])),
     )?;
     let mut args = vec![spec(vec![s.batch, s.seq, d])];
     args.extend(BLOCK_PARAMS.iter().map(|n| spec(param_shape(n, s))));
     let block = ir.create_graph(|ts: Vec<Tensor>| block(s, &ts[0], &ts[1..]), args)?;
     let head = ir.create_graph(
-        |x: Tensor, g: Tensor, b: Tensor, wte: Tensor| -> popxl::Result<Tensor> {
-            let x = layer_norm(&x, &g, &b)?.reshape(&[(s.batch * s.seq) as i64, d as i64])?;
-            x.matmul(&ops::transpose(&wte, &[1, 0])?)
-        },
+        |x: Tensor, g: Tensor, b: Tensor, wte: Tensor| lm_head(&x, &g, &b, &wte, s.batch * s.seq),
         (spec(vec![s.batch, s.seq, d]), spec(vec![d]), spec(vec![d]), spec(vec![s.vocab, d])),
     )?;
     Ok(Graphs { embed, block, head })
