@@ -421,7 +421,10 @@ fn bench_generation(corpus: &Corpus, s: &Shape, weights: &[(String, HostArray)],
         }
         Ok(TOKENS as f64 / best)
     };
-    let cached = timed(&mut decode::Cached::new(s, weights)?, 3)?;
+    let mut cache = decode::Cached::new(s, weights)?;
+    let cached = timed(&mut cache, 3)?;
+    // What PyTorch checks its logits against: our tokens and logits of a 256-token generation.
+    let check = decode::generate(&mut cache, &prompt, s.seq, TOKENS, temp, 1)?;
     let full = timed(&mut FullContext::new(s, weights)?, 1)?;
     println!(
         "bench: generation at batch 1, {TOKENS} tokens (context {}): {cached:.0} tokens/s with the KV cache \
@@ -431,30 +434,41 @@ fn bench_generation(corpus: &Corpus, s: &Shape, weights: &[(String, HostArray)],
     );
     let script = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/torch_gpt_generate.py"));
     let file = std::env::temp_dir().join(format!("popxl-gpt-generate-{}.npz", std::process::id()));
-    popxl::checkpoint::save(&file, weights)?;
+    let mut arrays = weights.to_vec();
+    let ids: Vec<i32> = check.ids.iter().map(|&i| i as i32).collect();
+    let logits: Vec<f32> = check.logits.iter().flatten().map(|&l| l as f32).collect();
+    arrays.push(("check.ids".into(), ArrayD::from_shape_vec(IxDyn(&[TOKENS]), ids)?.into()));
+    arrays.push(("check.logits".into(), ArrayD::from_shape_vec(IxDyn(&[TOKENS, s.vocab]), logits)?.into()));
+    popxl::checkpoint::save(&file, &arrays)?;
     let out = std::process::Command::new("python3")
         .arg(&script)
         .args(["--weights".as_ref(), file.as_os_str()])
         .args(["--heads", &s.heads.to_string(), "--tokens", &TOKENS.to_string(), "--reps", "3"])
-        .args(["--temperature", &temp.to_string()])
+        .args(["--temperature", &temp.to_string(), "--prompt", &prompt[0].to_string()])
         .output();
     std::fs::remove_file(&file).ok();
+    // A number of the script's JSON line.
+    let field = |text: &str, key: &str| -> Option<f64> {
+        let at = text.rfind(&format!("\"{key}\": "))? + key.len() + 4;
+        let num: String =
+            text[at..].chars().take_while(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | '-' | '+')).collect();
+        num.parse().ok()
+    };
     let theirs = match out {
         Ok(o) if o.status.success() => {
             let text = String::from_utf8_lossy(&o.stdout).into_owned();
-            let key = "\"tokens_per_s\": ";
-            text.rfind(key)
-                .map(|at| text[at + key.len()..].chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect())
-                .and_then(|num: String| num.parse::<f64>().ok())
-                .ok_or_else(|| format!("no tokens_per_s in `{}`", text.trim()))
+            match (field(&text, "tokens_per_s"), field(&text, "max_abs_logit_diff")) {
+                (Some(t), Some(diff)) => Ok((t, diff)),
+                _ => Err(format!("no tokens_per_s / max_abs_logit_diff in `{}`", text.trim())),
+            }
         }
         Ok(o) => Err(String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("failed").to_string()),
         Err(e) => Err(format!("python3: {e}")),
     };
     match theirs {
-        Ok(t) => println!(
-            "bench: torch_gpt_generate.py (eager, its own KV cache, same weights): {t:.0} tokens/s; \
-             ours with the cache is {:.2}x its tokens/s",
+        Ok((t, diff)) => println!(
+            "bench: torch_gpt_generate.py (eager, its own KV cache, same weights; logits within {diff:.1e} of ours \
+             over our {TOKENS} tokens): {t:.0} tokens/s; ours with the cache is {:.2}x its tokens/s",
             cached / t
         ),
         Err(why) => println!("bench: torch_gpt_generate.py: not run ({why})"),
