@@ -1,7 +1,8 @@
 //! `--sample`'s generation with a KV cache: a decode program that computes
 //! `chunk` positions per run (one when generating) from the keys and values of
 //! the earlier positions, kept on the device in one variable per layer and kind
-//! (`h<l>.k_cache`, `h<l>.v_cache`, `[1, H, T, dh]`).
+//! (`h<l>.k_cache`, `[1, H, dh, T]`: transposed, as attention reads them;
+//! `h<l>.v_cache`, `[1, H, T, dh]`).
 //!
 //! One run embeds the tokens at positions `pos..pos + chunk` (an input), runs
 //! each block of [`model`] with its attention split out: the q/k/v projection
@@ -68,14 +69,16 @@ pub fn build(s: &Shape, weights: &[(String, HostArray)], chunk: usize) -> AppRes
     let mut x = model::embed(&tok, &p["wte"], &wpe)?;
     // Rows pos..pos + chunk of the causal mask: [chunk, T].
     let mask = ops::dynamic_slice(&model::causal_mask(s)?, &at, &[0], &[chunk as i64], true)?;
-    let zeros: HostArray = ArrayD::<f32>::zeros(IxDyn(&[1, h, s.seq, d / h])).into();
+    let zeros = |shape: &[usize]| -> HostArray { ArrayD::<f32>::zeros(IxDyn(shape)).into() };
     let mut caches = Vec::with_capacity(2 * s.layers);
     for l in 0..s.layers {
         let w: Vec<Tensor> = BLOCK_PARAMS.iter().map(|n| p[&format!("h{l}.{n}")].clone()).collect();
         let [q, k, v] = model::qkv_heads(&s1, &x, &w, chunk as i64)?;
-        let kc = popxl::variable(zeros.clone(), &format!("h{l}.k_cache"))?;
-        let vc = popxl::variable(zeros.clone(), &format!("h{l}.v_cache"))?;
-        let keys = ops::dynamic_update_(&kc, &at, &k, &[2], &[chunk as i64], true)?;
+        // The keys transposed ([1, H, dh, T]), as attention reads them.
+        let kc = popxl::variable(zeros(&[1, h, d / h, s.seq]), &format!("h{l}.k_cache"))?;
+        let vc = popxl::variable(zeros(&[1, h, s.seq, d / h]), &format!("h{l}.v_cache"))?;
+        let kt = ops::transpose(&k, &[0, 1, 3, 2])?;
+        let keys = ops::dynamic_update_(&kc, &at, &kt, &[3], &[chunk as i64], true)?;
         let values = ops::dynamic_update_(&vc, &at, &v, &[2], &[chunk as i64], true)?;
         let y = model::attend(&s1, &q, &keys, &values, &mask)?;
         let y = ops::transpose(&y, &[0, 2, 1, 3])?.reshape(&[1, chunk as i64, d as i64])?;

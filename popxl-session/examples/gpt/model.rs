@@ -100,7 +100,7 @@ pub fn block(s: &Shape, x: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
     let (b, t, d) = (s.batch as i64, s.seq as i64, s.width as i64);
     let causal = causal_mask(s)?;
     let [q, k, v] = qkv_heads(s, x, p, t)?;
-    let y = attend(s, &q, &k, &v, &causal)?;
+    let y = attend(s, &q, &ops::transpose(&k, &[0, 1, 3, 2])?, &v, &causal)?;
     let y = ops::transpose(&y, &[0, 2, 1, 3])?.reshape(&[b, t, d])?;
     block_out(x, &y, p)
 }
@@ -122,12 +122,13 @@ pub fn qkv_heads(s: &Shape, x: &Tensor, p: &[Tensor], t: i64) -> popxl::Result<[
     Ok([heads(&parts[0])?, heads(&parts[1])?, heads(&parts[2])?])
 }
 
-/// Softmax attention of `q` [B, H, tq, dh] over `k`, `v` [B, H, tk, dh], the
-/// scores where `mask` [tq, tk] is false set to -1e9: `[B, H, tq, dh]`.
-pub fn attend(s: &Shape, q: &Tensor, k: &Tensor, v: &Tensor, mask: &Tensor) -> popxl::Result<Tensor> {
+/// Softmax attention of `q` [B, H, tq, dh] over the keys `kt` (transposed:
+/// [B, H, dh, tk]) and values `v` [B, H, tk, dh], the scores where `mask`
+/// [tq, tk] is false set to -1e9: `[B, H, tq, dh]`.
+pub fn attend(s: &Shape, q: &Tensor, kt: &Tensor, v: &Tensor, mask: &Tensor) -> popxl::Result<Tensor> {
     let masked = popxl::constant(-1e9f32, "masked")?;
     let scale = popxl::constant(1.0 / ((s.width / s.heads) as f32).sqrt(), "scale")?;
-    let att = ops::mul(&q.matmul(&ops::transpose(k, &[0, 1, 3, 2])?)?, &scale)?;
+    let att = ops::mul(&q.matmul(kt)?, &scale)?;
     let att = ops::softmax(&ops::select(mask, &att, &masked)?, -1)?;
     att.matmul(v)
 }

@@ -4,6 +4,7 @@ mod bad_input;
 mod borrowed_io;
 mod custom_op_declarations;
 mod empty_tensors;
+mod generation;
 mod mnist_training;
 mod processes;
 mod resume;

@@ -20,7 +20,7 @@ mod cnn;
 
 #[path = "../../examples/gpt/main.rs"]
 #[allow(dead_code, clippy::duplicate_mod)]
-mod gpt;
+pub(crate) mod gpt;
 
 /// The child's example and arguments, one per line.
 const CHILD: &str = "POPXL_RESUME_TEST_CHILD";
