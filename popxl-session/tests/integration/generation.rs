@@ -87,9 +87,9 @@ fn decode_program_checks_its_chunk_and_positions() {
     }
     let mut d = decode::build(&s, &w, 2).expect("the decode program");
     assert_eq!(d.run(&[1, 2], 4).expect("positions 4 and 5").len(), 5);
-    let err = d.run(&[1, 2], 5).err().expect("position 6 is past the context").to_string();
+    let err = d.run(&[1, 2], 5).expect_err("position 6 is past the context").to_string();
     assert!(err.contains("2 tokens at position 5"), "{err}");
-    let err = d.run(&[1], 0).err().expect("one token for a chunk of two").to_string();
+    let err = d.run(&[1], 0).expect_err("one token for a chunk of two").to_string();
     assert!(err.contains("1 tokens at position 0"), "{err}");
     let err = decode::build(&s, &w[1..], 1).err().expect("no wte").to_string();
     assert!(err.contains("no weight `wte`"), "{err}");
