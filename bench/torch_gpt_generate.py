@@ -90,8 +90,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--prompt", type=int, default=0, help="the prompt's token id")
+    ap.add_argument("--threads", type=int, help="torch threads (default: the CPUs of the affinity mask)")
     a = ap.parse_args()
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.set_num_threads(a.threads or len(os.sched_getaffinity(0)))
     w = dict(np.load(a.weights))
     # Optional `check.ids` / `check.logits`: tokens the example generated and the logits it saw.
     weights = {k: v for k, v in w.items() if not k.startswith("check.")}
