@@ -88,8 +88,9 @@ pub fn print_matmul_profile(
 ) {
     let by_name: HashMap<&str, &popart_lower::KernelCall> = calls.iter().map(|c| (c.name.as_str(), *c)).collect();
     let per_step = |x: f64| x / steps.max(1) as f64;
-    // (role, op type, dims) -> (ms per step, kernels, calls per step, FLOP per step)
-    let mut shapes: HashMap<(&str, &str, [usize; 4]), (f64, usize, f64, f64)> = HashMap::new();
+    // (role, op type, dims) -> (ms, calls, FLOP), per step
+    type Shape<'a> = (&'a str, &'a str, [usize; 4]);
+    let mut shapes: HashMap<Shape, (f64, f64, f64)> = HashMap::new();
     let (mut other_ms, mut other_kernels) = (0.0, 0usize);
     for k in kernels {
         let ms = per_step(k.total.as_secs_f64() * 1e3);
@@ -98,9 +99,8 @@ pub fn print_matmul_profile(
             Some((role, (dims, flops))) => {
                 let e = shapes.entry((role, k.op_type.as_str(), dims)).or_default();
                 e.0 += ms;
-                e.1 += 1;
-                e.2 += per_step(k.calls as f64);
-                e.3 += per_step(flops as f64 * k.calls as f64);
+                e.1 += per_step(k.calls as f64);
+                e.2 += per_step(flops as f64 * k.calls as f64);
             }
             None => {
                 other_ms += ms;
@@ -111,7 +111,7 @@ pub fn print_matmul_profile(
     let mut rows: Vec<_> = shapes.into_iter().collect();
     rows.sort_by(|a, b| a.0 .0.cmp(b.0 .0).then(b.1 .0.total_cmp(&a.1 .0)));
     let mm_ms: f64 = rows.iter().map(|r| r.1 .0).sum();
-    let mm_flop: f64 = rows.iter().map(|r| r.1 .3).sum();
+    let mm_flop: f64 = rows.iter().map(|r| r.1 .2).sum();
     let total = mm_ms + other_ms;
     let share = |gflops: f64| peak.map_or_else(|| "     -".to_string(), |p| format!("{:5.1}%", 100.0 * gflops / p));
     println!(
@@ -122,7 +122,7 @@ pub fn print_matmul_profile(
         "  {:<11} {:<30} {:>20} {:>6} {:>9} {:>6} {:>9} {:>6}",
         "role", "op type", "batch x m x k x n", "calls", "ms", "time", "GFLOP/s", "peak"
     );
-    for ((role, op, [b, m, k, n]), (ms, _, calls, flop)) in &rows {
+    for ((role, op, [b, m, k, n]), (ms, calls, flop)) in &rows {
         let gflops = flop / (ms * 1e-3).max(1e-12) / 1e9;
         println!(
             "  {role:<11} {op:<30} {:>20} {calls:>6.0} {ms:>9.3} {:>5.1}% {gflops:>9.1} {}",
