@@ -213,7 +213,7 @@ fn chart(s: &mut String, y0: f64, id: &str, title: &str, values: &[u64], limit: 
 }
 
 /// The smallest of 1, 2, 5 x 10^k at or above `b` (at least 1; a multiple of 4
-/// when at least 4, so the quarter ticks are whole bytes).
+/// when at least 4, so the quarter ticks are whole bytes; saturating at `u64::MAX`).
 fn nice_ceil(b: u64) -> u64 {
     let mut p = 1u64;
     loop {
@@ -253,9 +253,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nice_ceilings() {
-        for (b, want) in [(0, 1), (1, 1), (3, 5), (7, 12), (11, 20), (150, 200), (201, 500), (1001, 2000)] {
-            assert_eq!(nice_ceil(b), want, "{b}");
+    fn nice_ceilings_cover_the_data_in_whole_quarter_ticks() {
+        for b in (0..5000u64).chain([u64::MAX / 3, u64::MAX]) {
+            let v = nice_ceil(b);
+            assert!(v >= b.max(1), "{b}: {v}");
+            assert!(v < 4 || v % 4 == 0 || v == u64::MAX, "{b}: {v}");
+            // 1, 2, 5 x 10^k: never more than 2.5x the next power step, plus rounding to 4.
+            assert!(v <= b.saturating_mul(3).saturating_add(4), "{b}: {v}");
         }
+        assert_eq!((nice_ceil(150), nice_ceil(1001)), (200, 2000));
     }
 }
