@@ -257,7 +257,7 @@ mod tests {
         for b in (0..5000u64).chain([u64::MAX / 3, u64::MAX]) {
             let v = nice_ceil(b);
             assert!(v >= b.max(1), "{b}: {v}");
-            assert!(v < 4 || v % 4 == 0 || v == u64::MAX, "{b}: {v}");
+            assert!(v < 4 || v.is_multiple_of(4) || v == u64::MAX, "{b}: {v}");
             // 1, 2, 5 x 10^k: never more than 2.5x the next power step, plus rounding to 4.
             assert!(v <= b.saturating_mul(3).saturating_add(4), "{b}: {v}");
         }
