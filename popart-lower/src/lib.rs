@@ -45,6 +45,7 @@
 //!   - `buffers`: buffers numbered in program order and placed in the arena;
 //!   - `host`: streams, weights and constants; `emit`: functions and programs;
 //! - `memory`: offset assignment for buffers with live intervals;
+//! - [`memory_plot`]: the memory report as an SVG plot ([`Executable::memory_plot`]);
 //! - [`ipu_model`]: an IPU model of an executable (tile memory per program point
 //!   and an estimated timeline), a pure function of the executable and an
 //!   [`IpuModelConfig`].
@@ -58,6 +59,7 @@ mod executable;
 pub mod ipu_model;
 mod lower;
 mod memory;
+pub mod memory_plot;
 mod report;
 
 pub use executable::{

@@ -162,6 +162,16 @@ pub enum SessionError {
         /// The session's IR.
         session_ir_id: u64,
     },
+    /// A file the session was asked to write (a trace, a plot) could not be written.
+    #[error("could not write {what} to `{path}`: {reason}")]
+    WriteFile {
+        /// What was being written.
+        what: &'static str,
+        /// The path.
+        path: String,
+        /// The operating system's reason.
+        reason: String,
+    },
     /// No tensor of the session's main graph has this name.
     #[error("the main graph of this session's IR has no tensor named `{name}`")]
     UnknownTensor {

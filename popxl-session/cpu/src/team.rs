@@ -15,9 +15,12 @@
 //!   sequentially, so the team can never deadlock or oversubscribe the cores.
 //! - Team size: `POPXL_NUM_THREADS` if set, else the available parallelism;
 //!   [`with_max_threads`] caps it for the current thread (benchmarks, tests).
+//! - Tracing ([`set_tracing`]): each worker records the span of every job it
+//!   joins ([`worker_spans`]) on the clock of [`clock_ns`], into a buffer
+//!   reserved when tracing is turned on (one relaxed load per job when off).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -70,6 +73,53 @@ struct Shared {
     wake: Condvar,
     /// Held by the caller for the duration of a job.
     submit: Mutex<()>,
+    /// Job spans `(start_ns, end_ns)` of worker `i + 1`, at index `i`, while tracing.
+    spans: Vec<Mutex<Vec<(u64, u64)>>>,
+}
+
+/// Workers record their job spans.
+static TRACING: AtomicBool = AtomicBool::new(false);
+
+/// Nanoseconds since the first call in this process (a monotonic clock shared
+/// by the executor's kernel spans and the workers' job spans).
+pub fn clock_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One job a worker took part in, while tracing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerSpan {
+    /// The worker (1 to the team size - 1; the calling thread is 0 and records nothing).
+    pub worker: usize,
+    /// When it joined the job ([`clock_ns`]).
+    pub start_ns: u64,
+    /// When it found no task left.
+    pub end_ns: u64,
+}
+
+/// Turn the workers' job spans on with room for `capacity` spans per worker
+/// (earlier spans are cleared), or off (`None`, freeing them). Spans beyond
+/// the room are dropped: a worker never allocates while tracing.
+pub fn set_tracing(capacity: Option<usize>) {
+    let t = team();
+    TRACING.store(false, SeqCst);
+    for log in &t.shared.spans {
+        let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+        *log = capacity.map_or_else(Vec::new, Vec::with_capacity);
+    }
+    TRACING.store(capacity.is_some(), SeqCst);
+}
+
+/// The job spans recorded since [`set_tracing`], by worker then time.
+pub fn worker_spans() -> Vec<WorkerSpan> {
+    let mut out = Vec::new();
+    for (i, log) in team().shared.spans.iter().enumerate() {
+        let log = log.lock().unwrap_or_else(|e| e.into_inner());
+        out.extend(log.iter().map(|&(start_ns, end_ns)| WorkerSpan { worker: i + 1, start_ns, end_ns }));
+    }
+    out
 }
 
 struct Team {
@@ -97,18 +147,19 @@ fn team() -> &'static Team {
             lock: Mutex::new(()),
             wake: Condvar::new(),
             submit: Mutex::new(()),
+            spans: (1..threads).map(|_| Mutex::new(Vec::new())).collect(),
         }));
         let mut workers = 0;
         for i in 1..threads {
             let spawned =
-                std::thread::Builder::new().name(format!("popxl-cpu-{i}")).spawn(move || worker(shared)).is_ok();
+                std::thread::Builder::new().name(format!("popxl-cpu-{i}")).spawn(move || worker(shared, i)).is_ok();
             workers += spawned as usize;
         }
         Team { shared, workers }
     })
 }
 
-fn worker(s: &'static Shared) {
+fn worker(s: &'static Shared, index: usize) {
     let mut seen = 0u64;
     loop {
         // Wait for a new epoch: spin, then park.
@@ -149,7 +200,18 @@ fn worker(s: &'static Shared) {
             // registered in `users` before loading the pointer.
             let job = unsafe { &*p };
             if job.joined.fetch_add(1, SeqCst) < job.max_workers {
-                job.work();
+                if TRACING.load(Relaxed) {
+                    let start = clock_ns();
+                    job.work();
+                    let end = clock_ns();
+                    if let Some(Ok(mut log)) = s.spans.get(index - 1).map(Mutex::try_lock) {
+                        if log.len() < log.capacity() {
+                            log.push((start, end));
+                        }
+                    }
+                } else {
+                    job.work();
+                }
             }
         }
         s.users.fetch_sub(1, SeqCst);

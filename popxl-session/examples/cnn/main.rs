@@ -49,6 +49,10 @@ Options:
   --device D         cpu | ipu_model | ipu_hw (default cpu)
   --bench            print step timings next to bench/torch_cnn.py (eager and torch.compile), run in the same run
   --profile          time every kernel and print the op types that take the most time per step
+  --trace FILE       write the kernel timeline of the training steps after the first as Chrome
+                     trace-event JSON (open in Perfetto or chrome://tracing)
+  --memory-plot FILE write the training step's memory plan as an SVG plot (bytes live per step;
+                     on --device ipu_model also the most loaded tile per step)
   -h, --help         this text";
 
 struct Config {
@@ -67,6 +71,8 @@ struct Config {
     device: String,
     bench: bool,
     profile: bool,
+    trace: Option<PathBuf>,
+    memory_plot: Option<PathBuf>,
 }
 
 fn parse_args(args: Vec<String>) -> AppResult<Config> {
@@ -86,6 +92,8 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
         device: "cpu".into(),
         bench: false,
         profile: false,
+        trace: None,
+        memory_plot: None,
     };
     let mut args = args.into_iter();
     while let Some(a) = args.next() {
@@ -106,6 +114,8 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
             "--device" => c.device = value()?,
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
+            "--trace" => c.trace = Some(PathBuf::from(value()?)),
+            "--memory-plot" => c.memory_plot = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -160,6 +170,12 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
         (images, labels, loss_out, params)
     };
     let mut session = Session::new(ir.clone(), &cfg.device)?;
+    if let Some(path) = &cfg.memory_plot {
+        let tiles = if cfg.device == "ipu_model" { Some(session.ipu_model_report()?.memory) } else { None };
+        std::fs::write(path, session.executable().memory_plot(tiles.as_ref()))
+            .map_err(|e| format!("--memory-plot {}: {e}", path.display()))?;
+        eprintln!("wrote the memory plot to {}", path.display());
+    }
     let mut batches = train_set.len() / cfg.batch;
     if let Some(l) = cfg.limit_batches {
         batches = batches.min(l);
@@ -215,6 +231,7 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
                     out.first_step = start.elapsed();
                     // Profile the steady state, not the first run.
                     s.set_profiling(cfg.profile);
+                    s.set_tracing(cfg.trace.is_some());
                 } else {
                     out.step_times.push(t.elapsed());
                 }
@@ -235,6 +252,10 @@ fn train(cfg: &Config, train_set: &Split) -> AppResult<Trained> {
     if cfg.profile {
         let timeline = session.ipu_model_report().ok().map(|r| r.timeline);
         profile::print_profile(&session.kernel_profile(), out.step_times.len(), timeline.as_ref());
+    }
+    if let Some(path) = &cfg.trace {
+        session.write_trace(path)?;
+        eprintln!("wrote the kernel timeline to {}", path.display());
     }
     bar.finish_and_clear();
     let data = session.get_tensors_data(params.iter())?;

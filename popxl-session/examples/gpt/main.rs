@@ -76,7 +76,12 @@ Options:
   --mpi                split the replicas between the processes of an MPI launch (build with
                        --features mpi; `mpirun -n 2 target/release/examples/gpt --replicas 2
                        --mpi`): each process runs R / processes replicas; rank 0 prints and saves
-  --profile            time every kernel and print the op types that take the most time per step
+  --profile            time every kernel and print the op types that take the most time per step, and
+                       (with --bench) each matmul shape's time, GFLOP/s and share of the FMA peak
+  --trace FILE         write the kernel timeline of the training steps after the first as Chrome
+                       trace-event JSON (open in Perfetto or chrome://tracing)
+  --memory-plot FILE   write the training step's memory plan as an SVG plot (bytes live per step;
+                       with --ipu-model-report also the most loaded IPU tile per step)
   -h, --help           this text";
 
 struct Config {
@@ -97,6 +102,8 @@ struct Config {
     print_losses: bool,
     bench: bool,
     profile: bool,
+    trace: Option<PathBuf>,
+    memory_plot: Option<PathBuf>,
     dump: bool,
     scan_layers: bool,
     offload_optimizer: bool,
@@ -125,6 +132,8 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
         print_losses: false,
         bench: false,
         profile: false,
+        trace: None,
+        memory_plot: None,
         dump: false,
         scan_layers: false,
         offload_optimizer: false,
@@ -158,6 +167,8 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
             "--print-losses" => c.print_losses = true,
             "--bench" => c.bench = true,
             "--profile" => c.profile = true,
+            "--trace" => c.trace = Some(PathBuf::from(value()?)),
+            "--memory-plot" => c.memory_plot = Some(PathBuf::from(value()?)),
             "--dump" => c.dump = true,
             "--scan-layers" => c.scan_layers = true,
             "--offload-optimizer" => c.offload_optimizer = true,
@@ -599,6 +610,8 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
     } else {
         (build_replicated(&s, &init, Some(adam), false, false, cfg.replicas, transport.as_ref())?, names.clone())
     };
+    // The ipu_model's tile memory per step, for --memory-plot.
+    let mut tile_memory = None;
     if cfg.ipu_model_report {
         // The same step lowered for ipu_model (one function per graph): what an
         // IPU would hold and how long the step would take there.
@@ -613,6 +626,7 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
                 eprint!("{}", report.memory_table(8));
                 eprintln!("timeline of one step (cycles at {} GHz):", report.config.clock_hz / 1e9);
                 eprint!("{}", report.timeline.table(0));
+                tile_memory = Some(report.memory);
             }
             Err(e) => eprintln!("ipu_model: {e}"),
         }
@@ -654,6 +668,11 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
     }
     // The training step's memory plan: planned peak and the tensors live there.
     eprint!("{}", session.executable().memory_report().table(cfg.memory_top));
+    if let (Some(path), true) = (&cfg.memory_plot, leader) {
+        std::fs::write(path, session.executable().memory_plot(tile_memory.as_ref()))
+            .map_err(|e| format!("--memory-plot {}: {e}", path.display()))?;
+        eprintln!("wrote the memory plot to {}", path.display());
+    }
     let eval_prog = build(&s, &init, None, false, false)?;
     let mut eval = Session::new(eval_prog.ir.clone(), "cpu")?;
     eprintln!("built and prepared the training and evaluation programs in {:.2} s", start.elapsed().as_secs_f64());
@@ -670,6 +689,9 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
     // `with session:` around the whole loop, as PopXL programs train: the
     // weights stay on the device between steps.
     let mut ctx = session.enter()?;
+    // The FMA peak on the team's threads just before and just after the timed steps.
+    let threads = popxl_session::cpu::team::num_threads();
+    let probe = (cfg.bench && leader).then(|| popxl_session::cpu::peak::PeakProbe::before(threads));
     for step in start_step..cfg.steps {
         let (x, y) = batch(&mut rng, &corpus.ids, 0, corpus.split, &s);
         let t = Instant::now();
@@ -678,6 +700,7 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         if step == start_step {
             // Profile the steady state, not the first run.
             ctx.set_profiling(cfg.profile);
+            ctx.set_tracing(cfg.trace.is_some());
         }
         // One loss per replica: the step's loss (of the global batch) is their
         // mean (of this process's share of it when the replicas span processes).
@@ -706,6 +729,7 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         }
     }
     bar.finish_and_clear();
+    let peak = probe.map(|p| p.after());
     ctx.exit()?;
     let weights = layer_weights(read_weights(&mut session, &train, &train_names)?)?;
     let end_step = cfg.steps.max(start_step);
@@ -740,16 +764,19 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         let med = ms[ms.len() / 2];
         let flops = flops_per_step(&session, cfg.replicas)?;
         let gflops = flops / (med / 1e3) / 1e9;
-        let threads = popxl_session::cpu::team::num_threads();
-        let (peak, isa) = popxl_session::cpu::peak::fma_peak_gflops(threads);
         println!(
-            "bench: step median {med:.2} ms (p10 {:.2}, p90 {:.2}), {:.0} tokens/s, {gflops:.1} model GFLOP/s = {:.0}% of \
-             this machine's fp32 FMA peak ({peak:.0} GFLOP/s on {threads} threads, {isa})",
+            "bench: step median {med:.2} ms (p10 {:.2}, p90 {:.2}), {:.0} tokens/s, {gflops:.1} model GFLOP/s{}",
             ms[ms.len() / 10],
             ms[ms.len() * 9 / 10],
             tokens_per_step / (med / 1e3),
-            100.0 * gflops / peak
+            match peak.and_then(|v| v.peak()) {
+                Some(p) => format!(" = {:.0}% of this machine's fp32 FMA peak", 100.0 * gflops / p),
+                None => String::new(),
+            }
         );
+        if let Some(v) = &peak {
+            println!("bench: {}", v.describe());
+        }
         for script in ["torch_gpt.py", "jax_gpt.py"] {
             match baseline_ms(&cfg.baselines.join(script), &cfg.data, &s) {
                 Ok(theirs) => println!(
@@ -764,6 +791,13 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         let timeline = session.ipu_model_report().ok().map(|r| r.timeline);
         profile::print_profile(&session.kernel_profile(), step_times.len() - 1, timeline.as_ref());
         profile::print_top_kernels(&session.kernel_profile(), step_times.len() - 1, 30);
+        let calls = session.executable().kernel_calls();
+        let limit = peak.and_then(|v| v.peak());
+        profile::print_matmul_profile(&session.kernel_profile(), step_times.len() - 1, &calls, limit);
+    }
+    if let (Some(path), true) = (&cfg.trace, leader) {
+        session.write_trace(path)?;
+        eprintln!("wrote the kernel timeline of {} steps to {}", step_times.len().saturating_sub(1), path.display());
     }
     if cfg.bench && leader {
         bench_generation(&corpus, &s, &weights, cfg.temperature)?;

@@ -52,6 +52,12 @@ pub struct Config {
     pub dump: bool,
     /// Time every kernel of the training program (see `TrainReport::kernel_profile`).
     pub profile: bool,
+    /// Write the kernel timeline of the training runs after the first here
+    /// (Chrome trace-event JSON, `Session::write_trace`).
+    pub trace: Option<PathBuf>,
+    /// Write the training program's memory plan here as an SVG plot
+    /// (`Executable::memory_plot`; with the most loaded tile on `ipu_model`).
+    pub memory_plot: Option<PathBuf>,
     /// Let the session apply its optimisation patterns (`SessionOptions::patterns`).
     pub patterns: bool,
     /// Data-parallel replicas (`replication_factor`): each takes `batch /
@@ -91,6 +97,8 @@ impl Default for Config {
             progress: true,
             dump: false,
             profile: false,
+            trace: None,
+            memory_plot: None,
             patterns: true,
             replicas: 1,
             rts: false,
@@ -418,6 +426,13 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
         eprintln!("{}\n{}", program.ir.to_text(), session.executable().dump());
     }
     let memory = session.executable().memory;
+    let leader = cfg.transport.as_ref().is_none_or(|t| t.rank() == 0);
+    if let (Some(path), true) = (&cfg.memory_plot, leader) {
+        let tiles = if cfg.device == "ipu_model" { Some(session.ipu_model_report()?.memory) } else { None };
+        std::fs::write(path, session.executable().memory_plot(tiles.as_ref()))
+            .map_err(|e| format!("--memory-plot {}: {e}", path.display()))?;
+        eprintln!("wrote the memory plot to {}", path.display());
+    }
     let intermediate_peak_bytes = memory.arena_bytes - memory.permanent_bytes;
     let intermediate_no_reuse_bytes = memory.no_reuse_bytes - memory.permanent_bytes;
 
@@ -489,6 +504,7 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
                 } else {
                     report.time_to_first_step = start.elapsed();
                     session.set_profiling(cfg.profile);
+                    session.set_tracing(cfg.trace.is_some());
                 }
                 // One loss per step and replica: the step's loss is their mean
                 // (the loss of the global batch; of this process's share of it
@@ -532,6 +548,10 @@ pub fn train(cfg: &Config, train_set: &Split) -> AppResult<TrainReport> {
         *end = now;
     }
     report.kernel_profile = session.kernel_profile();
+    if let (Some(path), true) = (&cfg.trace, leader) {
+        session.write_trace(path)?;
+        eprintln!("wrote the kernel timeline to {}", path.display());
+    }
     if cfg.profile && local > 1 {
         let last = session.replica_kernel_profile(local - 1);
         let total: f64 = last.iter().map(|k| k.total.as_secs_f64()).sum();

@@ -50,6 +50,10 @@ Options:
                         --mpi`): each process runs R / processes replicas on its slice of every
                         batch; rank 0 prints and saves
   --profile             time every kernel and print the slowest (per step)
+  --trace FILE          write the kernel timeline of the training runs after the first as Chrome
+                        trace-event JSON (open in Perfetto or chrome://tracing)
+  --memory-plot FILE    write the training program's memory plan as an SVG plot (bytes live per
+                        step; on --device ipu_model also the most loaded tile per step)
   --no-patterns         prepare the training IR without optimisation patterns
   --dump                print the IR and the lowered training program to stderr
   -h, --help            this text";
@@ -93,6 +97,8 @@ fn parse_args(args: Vec<String>) -> AppResult<(Config, Extra)> {
             "--load" => extra.load = Some(PathBuf::from(value()?)),
             "--dump" => cfg.dump = true,
             "--profile" => cfg.profile = true,
+            "--trace" => cfg.trace = Some(PathBuf::from(value()?)),
+            "--memory-plot" => cfg.memory_plot = Some(PathBuf::from(value()?)),
             "--no-patterns" => cfg.patterns = false,
             "-h" | "--help" => {
                 println!("{USAGE}");

@@ -11,6 +11,7 @@ mod ipu_report;
 mod kernel_library;
 mod replicated;
 mod run;
+mod trace;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

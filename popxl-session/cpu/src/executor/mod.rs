@@ -211,6 +211,15 @@ pub struct CpuExecutor {
     counters: ExecCounters,
     /// Per-kernel (calls, nanoseconds) while profiling; empty otherwise.
     profile: Vec<(u64, u64)>,
+    /// Kernel spans while tracing (never grown inside a run: `run` reserves
+    /// room for the program's kernels first, up to [`MAX_TRACE_SPANS`]).
+    trace: Vec<KernelSpan>,
+    tracing: bool,
+    /// Spans not recorded for want of room.
+    trace_dropped: u64,
+    /// Kernel executions of one run of each entry program (repeats counted,
+    /// the larger branch of an `If`), saturating.
+    kernels_per_run: [u64; 4],
     /// The streams each entry program transfers (checked bound before it runs).
     used_streams: [Vec<u32>; 4],
     /// The copy of the state a failed run restores; `None` when the programs cannot fail.
@@ -228,6 +237,22 @@ pub struct KernelTime {
     pub calls: u64,
     /// Total wall-clock time.
     pub total: std::time::Duration,
+}
+
+/// The most kernel spans an executor keeps while tracing (24 B each); later
+/// ones are counted in [`CpuExecutor::trace_dropped`].
+pub const MAX_TRACE_SPANS: usize = 1 << 22;
+
+/// One kernel execution recorded while tracing: on the thread running the
+/// program, between two readings of [`crate::team::clock_ns`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelSpan {
+    /// The compiled kernel ([`CpuExecutor::kernel_name`], [`CpuExecutor::kernel_type`]).
+    pub kernel: u32,
+    /// Start, ns on [`crate::team::clock_ns`]'s clock.
+    pub start_ns: u64,
+    /// End (at least `start_ns`).
+    pub end_ns: u64,
 }
 
 // SAFETY: every raw pointer held points into `arena` (owned, never reallocated or
@@ -570,6 +595,7 @@ impl CpuExecutor {
             true => Some(snapshot::Saved::allocate(exe.memory.permanent_bytes, &remote, &c.remote_written)?),
             false => None,
         };
+        let kernels_per_run = entry.map(|b| kernels_in(&c.blocks, b, 0));
         Ok(CpuExecutor {
             arena,
             arena_bytes,
@@ -588,6 +614,10 @@ impl CpuExecutor {
             remote_entries: exe.remote_buffers.iter().map(|r| r.entries).collect(),
             counters: ExecCounters::default(),
             profile: Vec::new(),
+            trace: Vec::new(),
+            tracing: false,
+            trace_dropped: 0,
+            kernels_per_run,
             used_streams,
             saved,
         })
@@ -612,6 +642,36 @@ impl CpuExecutor {
     /// every kernel execution is timed with a monotonic clock (~20-40 ns each).
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = if on { vec![(0, 0); self.kernels.len()] } else { Vec::new() };
+    }
+
+    /// Turn the kernel timeline on (clearing earlier spans) or off (freeing
+    /// them). While on, every kernel execution is recorded as a [`KernelSpan`]
+    /// in a buffer that each [`CpuExecutor::run`] extends before running, so a
+    /// step never allocates; spans beyond [`MAX_TRACE_SPANS`] are dropped.
+    pub fn set_tracing(&mut self, on: bool) {
+        self.tracing = on;
+        self.trace = Vec::new();
+        self.trace_dropped = 0;
+    }
+
+    /// The kernel spans recorded since tracing was turned on, in execution order.
+    pub fn trace(&self) -> &[KernelSpan] {
+        &self.trace
+    }
+
+    /// Kernel spans not recorded (the buffer was full).
+    pub fn trace_dropped(&self) -> u64 {
+        self.trace_dropped
+    }
+
+    /// The name of compiled kernel `kernel` (its op's, scoped), if it exists.
+    pub fn kernel_name(&self, kernel: u32) -> Option<&str> {
+        self.kernel_names.get(kernel as usize).map(String::as_str)
+    }
+
+    /// The op type of compiled kernel `kernel`, if it exists.
+    pub fn kernel_type(&self, kernel: u32) -> Option<&str> {
+        self.kernel_types.get(kernel as usize).map(String::as_str)
     }
 
     /// Timings gathered since profiling was turned on, one entry per compiled
@@ -677,6 +737,12 @@ impl CpuExecutor {
             return Err(ExecError::UnboundStream { stream });
         }
         let block = self.entry[program as usize];
+        if self.tracing {
+            // Room for this run's spans, outside the run.
+            let room = MAX_TRACE_SPANS.saturating_sub(self.trace.len());
+            let want = usize::try_from(self.kernels_per_run[program as usize]).unwrap_or(usize::MAX).min(room);
+            self.trace.reserve(want);
+        }
         self.exec(block).map_err(|stop| match stop {
             Stop::Kernel(k, error) => ExecError::Kernel {
                 op: self.kernel_names.get(k as usize).cloned().unwrap_or_default(),
@@ -704,7 +770,7 @@ impl CpuExecutor {
                         inputs: &self.in_ptrs[a..a + n_inputs as usize],
                         outputs: &self.out_ptrs[b..b + n_outputs as usize],
                     };
-                    let r = if self.profile.is_empty() {
+                    let r = if self.profile.is_empty() && !self.tracing {
                         // SAFETY: every pointer was checked at compile time to address
                         // a buffer within the arena holding its info's bytes
                         // (`ptr_for`); the memory plan keeps outputs disjoint from
@@ -712,12 +778,22 @@ impl CpuExecutor {
                         // aligned with 64-byte aligned offsets.
                         unsafe { self.kernels[kernel as usize].run(&args) }
                     } else {
-                        let t = std::time::Instant::now();
+                        let start_ns = crate::team::clock_ns();
                         // SAFETY: as above.
                         let r = unsafe { self.kernels[kernel as usize].run(&args) };
-                        let p = &mut self.profile[kernel as usize];
-                        p.0 += 1;
-                        p.1 += t.elapsed().as_nanos() as u64;
+                        let end_ns = crate::team::clock_ns();
+                        if let Some(p) = self.profile.get_mut(kernel as usize) {
+                            p.0 += 1;
+                            p.1 += end_ns.saturating_sub(start_ns);
+                        }
+                        if self.tracing {
+                            // Never grows: `run` reserved the room.
+                            if self.trace.len() < self.trace.capacity() {
+                                self.trace.push(KernelSpan { kernel, start_ns, end_ns });
+                            } else {
+                                self.trace_dropped += 1;
+                            }
+                        }
                         r
                     };
                     r.map_err(|e| Stop::Kernel(kernel, e))?;
@@ -809,6 +885,27 @@ impl CpuExecutor {
         }
         Ok(())
     }
+}
+
+/// Kernel executions of one run of `block` (repeats counted, the larger
+/// branch of an `If`), saturating; `depth` bounds the recursion (calls nest
+/// no deeper than the program's graphs).
+fn kernels_in(blocks: &[Vec<Instr>], block: u32, depth: usize) -> u64 {
+    if depth > 256 {
+        return 0;
+    }
+    let count = |b: u32| kernels_in(blocks, b, depth + 1);
+    blocks.get(block as usize).map_or(0, |instrs| {
+        instrs.iter().fold(0u64, |n, i| {
+            n.saturating_add(match *i {
+                Instr::Kernel { .. } => 1,
+                Instr::Call { block } => count(block),
+                Instr::Repeat { count: times, block } => times.saturating_mul(count(block)),
+                Instr::If { then_block, else_block, .. } => count(then_block).max(count(else_block)),
+                _ => 0,
+            })
+        })
+    })
 }
 
 /// [`CpuError::OutOfMemory`] for `requested` bytes of `what`.
