@@ -10,7 +10,9 @@
 //! timed with the worker team capped at `--threads` (median of `--reps`
 //! measurements of at least `--min-time` seconds). GFLOP/s counts 2 FLOPs per
 //! multiply-add; "peak" is the fraction of this machine's fp32 FMA peak on
-//! that many threads, measured at start-up (`support/peak.rs`). With
+//! that many threads, probed on the worker team before the table and again
+//! after it (`popxl_cpu::peak::PeakProbe`); when the two disagree by more than
+//! 10% the output says the host was disturbed. With
 //! `--torch bench/torch_conv_bench.py` PyTorch (oneDNN) times the same shapes
 //! in the same run and the table prints PyTorch's time over ours (above 1:
 //! we are faster). The script runs as a server and the measurements
@@ -259,8 +261,13 @@ fn main() {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let (peak, isa) = popxl_cpu::peak::fma_peak_gflops(o.threads);
-    println!("{cpu}, {} threads; measured fp32 FMA peak {peak:.0} GFLOP/s ({isa})", o.threads);
+    let probe = popxl_cpu::peak::PeakProbe::before(o.threads);
+    let peak = probe.before_gflops();
+    println!(
+        "{cpu}, {} threads; fp32 FMA peak {peak:.0} GFLOP/s before the table ({}; probed again after it)",
+        o.threads,
+        popxl_cpu::peak::isa()
+    );
     let batches: Vec<String> = o.batches.iter().map(|b| b.to_string()).collect();
     let torch_args = [
         ("--threads", o.threads.to_string()),
@@ -324,5 +331,10 @@ fn main() {
     }
     if torch.is_some() {
         println!("t/x: PyTorch's time over ours (above 1: faster than PyTorch), measurements alternated");
+    }
+    let verdict = probe.after();
+    println!("{}", verdict.describe());
+    if verdict.peak().is_none() {
+        println!("(the \"peak\" column above is a share of the probe before the table, which the host did not keep)");
     }
 }

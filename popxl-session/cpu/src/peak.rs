@@ -72,6 +72,12 @@ impl PeakProbe {
         PeakProbe { threads: threads.max(1), before: best_of_probes(threads, PROBES), at: Instant::now() }
     }
 
+    /// The best GFLOP/s of the probes before the timed work (for shares printed
+    /// while it runs; [`PeakProbe::after`] says whether the host kept it).
+    pub fn before_gflops(&self) -> f64 {
+        self.before
+    }
+
     /// The best of [`PROBES`] probes again, and the verdict on the two.
     pub fn after(self) -> PeakVerdict {
         let after = best_of_probes(self.threads, PROBES);
