@@ -31,6 +31,7 @@ impl<T: ConvElem> ConvKernel<T> {
         // SAFETY: image `n < g.n` and group `t.g < groups` of the tensors `io`
         // holds (this function's contract); the task's channels and rows.
         let xg = |n: usize| unsafe { x.add((n * g.groups + t.g) * g.ci_g * ip) };
+        // SAFETY: as above.
         let yg = |n: usize| unsafe { y.add((n * g.groups + t.g) * g.co_g * op) };
         // SAFETY: as above.
         let wg = unsafe { w.add(t.g * g.co_g * kdim) };
