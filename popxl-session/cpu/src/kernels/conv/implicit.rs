@@ -287,11 +287,11 @@ impl Implicit {
                 if full {
                     let (base, m) = runs[0];
                     for _ in 0..cb {
-                        // SAFETY: one run of all 16 lanes of one input row (`valid_cols` keeps
-                        // the columns inside it) of channel `xc` and image `s.x`: at stride 1 two
-                        // full vectors inside the plane; at stride 2 the first three vectors
-                        // hold even lanes inside the row and the last one's lanes past it are
-                        // masked off; rows as above.
+                        // SAFETY: one run of all 16 lanes in one input row (`valid_cols` keeps
+                        // their columns inside it) of channel `xc`: at stride 1 the two vectors
+                        // from `b` lie inside the row; at stride 2 elements `0..31` from `b` lie
+                        // inside it (lanes read the even ones), and the last vector's odd lanes,
+                        // which may lie past the plane, are masked off; rows as above.
                         unsafe {
                             let b = xc.offset(base);
                             if f.sw == 1 {
