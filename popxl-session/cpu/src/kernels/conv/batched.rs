@@ -1,10 +1,6 @@
 //! The batched im2col method of the convolution kernels: several small
 //! planes side by side in one GEMM.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::layout::{col2im, im2col, ConvElem};
 #[cfg(doc)]
 use super::Plan;
@@ -77,14 +73,22 @@ impl<T: ConvElem> ConvKernel<T> {
         let Io { x, w, y, col, wpart } = io;
         let g = &self.geo;
         let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
-        let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
-        let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
-        let wg = w.add(t.g * g.co_g * kdim);
+        // SAFETY: images `n < g.n` and group `t.g < groups` of the tensors `io`
+        // holds (this function's contract).
+        let xg = |n: usize| unsafe { x.add((n * g.groups + t.g) * g.ci_g * ip) };
+        // SAFETY: as above.
+        let yg = |n: usize| unsafe { y.add((n * g.groups + t.g) * g.co_g * op) };
+        // SAFETY: as above.
+        let wg = unsafe { w.add(t.g * g.co_g * kdim) };
         // dy of images n0.. side by side: [co_g, nimg · op].
         let gather = |n0: usize, nimg: usize, dst: *mut T| {
             for i in 0..nimg {
                 for o in 0..g.co_g {
-                    std::ptr::copy_nonoverlapping(yg(n0 + i).add(o * op), dst.add(o * nimg * op + i * op), op);
+                    // SAFETY: `nimg` images from `n0` of the task's batch, inside `g.n`;
+                    // `dst` holds `co_g · nimg · op` elements of the scratch.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(yg(n0 + i).add(o * op), dst.add(o * nimg * op + i * op), op);
+                    }
                 }
             }
         };
@@ -92,91 +96,112 @@ impl<T: ConvElem> ConvKernel<T> {
             Pass::Forward => {
                 let nimg = images.min(g.n - t.n);
                 let ld = nimg * op;
-                for i in 0..nimg {
-                    im2col(g, xg(t.n + i), 0..kdim, 0..op, col.add(i * op), ld);
-                }
-                let ob = t.o1 - t.o0;
-                let ybuf = col.add(kdim * images * op);
-                T::gemm(
-                    ob,
-                    ld,
-                    kdim,
-                    ybuf,
-                    ld as isize,
-                    1,
-                    false,
-                    wg.add(t.o0 * kdim),
-                    kdim as isize,
-                    1,
-                    col,
-                    ld as isize,
-                    1,
-                    T::ONE,
-                    T::ONE,
-                );
-                for i in 0..nimg {
-                    for o in 0..ob {
-                        std::ptr::copy_nonoverlapping(ybuf.add(o * ld + i * op), yg(t.n + i).add((t.o0 + o) * op), op);
+                // SAFETY: images `t.n..t.n + nimg` (inside `g.n`), output channels
+                // `o0..o1` of group `t.g`, this task's alone; the scratch holds the
+                // `kdim × images·op` column matrix and then the `ob × images·op` result.
+                unsafe {
+                    for i in 0..nimg {
+                        im2col(g, xg(t.n + i), 0..kdim, 0..op, col.add(i * op), ld);
+                    }
+                    let ob = t.o1 - t.o0;
+                    let ybuf = col.add(kdim * images * op);
+                    T::gemm(
+                        ob,
+                        ld,
+                        kdim,
+                        ybuf,
+                        ld as isize,
+                        1,
+                        false,
+                        wg.add(t.o0 * kdim),
+                        kdim as isize,
+                        1,
+                        col,
+                        ld as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    );
+                    for i in 0..nimg {
+                        for o in 0..ob {
+                            std::ptr::copy_nonoverlapping(
+                                ybuf.add(o * ld + i * op),
+                                yg(t.n + i).add((t.o0 + o) * op),
+                                op,
+                            );
+                        }
                     }
                 }
             }
             Pass::Data => {
                 let nimg = images.min(g.n - t.n);
                 let ld = nimg * op;
-                let (dys, dcol) = (col, col.add(g.co_g * images * op));
-                gather(t.n, nimg, dys);
-                let rows = (t.lo * kk)..(t.hi * kk);
-                T::gemm(
-                    rows.len(),
-                    ld,
-                    g.co_g,
-                    dcol,
-                    ld as isize,
-                    1,
-                    false,
-                    wg.add(rows.start),
-                    1,
-                    kdim as isize,
-                    dys,
-                    ld as isize,
-                    1,
-                    T::ONE,
-                    T::ONE,
-                );
-                for i in 0..nimg {
-                    std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
-                    col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
+                // SAFETY: images `t.n..t.n + nimg` (inside `g.n`), input channels
+                // `lo..hi` of group `t.g`, this task's alone; the scratch holds
+                // `co_g × images·op` of `dy` and then the `kdim × images·op` columns.
+                unsafe {
+                    let (dys, dcol) = (col, col.add(g.co_g * images * op));
+                    gather(t.n, nimg, dys);
+                    let rows = (t.lo * kk)..(t.hi * kk);
+                    T::gemm(
+                        rows.len(),
+                        ld,
+                        g.co_g,
+                        dcol,
+                        ld as isize,
+                        1,
+                        false,
+                        wg.add(rows.start),
+                        1,
+                        kdim as isize,
+                        dys,
+                        ld as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    );
+                    for i in 0..nimg {
+                        std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
+                        col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
+                    }
                 }
             }
             Pass::Weights => {
                 let rows = (t.lo * kk)..(t.hi * kk);
-                let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
-                let (dys, cols) = (col, col.add(g.co_g * images * op));
+                // SAFETY: rows `lo·kk..hi·kk` of group `t.g` of `wpart` (the weights or
+                // chunk `t.n`'s partial, this task's alone); the scratch holds
+                // `co_g × images·op` of `dy` and then `rows × images·op` columns.
+                let (dst, dys, cols) =
+                    unsafe { (wpart.add(t.g * g.co_g * kdim + rows.start), col, col.add(g.co_g * images * op)) };
                 let (start, end) = (self.chunks[t.n], self.chunks[t.n + 1]);
                 for (k, n0) in (start..end).step_by(images).enumerate() {
                     let nimg = images.min(end - n0);
                     let ld = nimg * op;
                     gather(n0, nimg, dys);
-                    for i in 0..nimg {
-                        im2col(g, xg(n0 + i), rows.clone(), 0..op, cols.add(i * op), ld);
+                    // SAFETY: images `n0..n0 + nimg` of chunk `t.n`, inside `g.n`; the
+                    // scratch and the rows of `wpart` as above.
+                    unsafe {
+                        for i in 0..nimg {
+                            im2col(g, xg(n0 + i), rows.clone(), 0..op, cols.add(i * op), ld);
+                        }
+                        T::gemm(
+                            g.co_g,
+                            rows.len(),
+                            ld,
+                            dst,
+                            kdim as isize,
+                            1,
+                            k > 0,
+                            dys,
+                            ld as isize,
+                            1,
+                            cols,
+                            1,
+                            ld as isize,
+                            T::ONE,
+                            T::ONE,
+                        );
                     }
-                    T::gemm(
-                        g.co_g,
-                        rows.len(),
-                        ld,
-                        dst,
-                        kdim as isize,
-                        1,
-                        k > 0,
-                        dys,
-                        ld as isize,
-                        1,
-                        cols,
-                        1,
-                        ld as isize,
-                        T::ONE,
-                        T::ONE,
-                    );
                 }
             }
         }

@@ -11,10 +11,6 @@
 //! im2col and writes `dx` once. The cost is one copy of the weights per run
 //! into a buffer reserved when the kernel is built.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;
@@ -120,8 +116,13 @@ impl<T: ConvElem> DataAsForward<T> {
 impl<T: ConvElem> Kernel for DataAsForward<T> {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let mut wt = self.wt.lock().unwrap_or_else(|e| e.into_inner());
-        self.flip(args.inputs[self.w] as *const T, &mut wt);
+        // SAFETY: input `w` is the weight of the geometry the plan was built for
+        // (this function's contract); `wt` holds the flipped weight's `wlen`.
+        unsafe { self.flip(args.inputs[self.w] as *const T, &mut wt) };
         let inputs = [args.inputs[self.dy], wt.as_ptr() as *const u8];
-        self.inner.run(&KernelArgs { inputs: &inputs, outputs: args.outputs })
+        // SAFETY: the inner forward plan reads `dy` (this call's input, of the
+        // forward geometry's input shape) and the flipped weight in `wt`, held
+        // locked for the call; it writes this call's output, the data gradient.
+        unsafe { self.inner.run(&KernelArgs { inputs: &inputs, outputs: args.outputs }) }
     }
 }

@@ -23,10 +23,6 @@
 //! (zeros in the discarded columns) and sweeps it once with one vector
 //! accumulator per tap.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::any::TypeId;
 
 use super::super::par::Simd;
@@ -195,20 +191,29 @@ impl Blocked {
         let lo = self.left.clamp(0, self.reach.min(self.pitch) as isize) as usize;
         let hi = (self.left + self.iw as isize).clamp(0, self.reach.min(self.pitch) as isize) as usize;
         for c in 0..cin {
-            let dst = xp.add(c * self.plane);
-            std::ptr::write_bytes(dst, 0, self.plane);
+            // SAFETY: plane `c < cin` of `xp` (`cin · plane` writes: this function's contract).
+            let dst = unsafe { xp.add(c * self.plane) };
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(dst, 0, self.plane) };
             if lo >= hi {
                 continue;
             }
             for j in 0..nimg {
-                let src = x.add(j * self.xs + c * self.ih * self.iw);
+                // SAFETY: channel `c < cin` of image `j < nimg` of the input planes (this
+                // function's contract).
+                let src = unsafe { x.add(j * self.xs + c * self.ih * self.iw) };
                 for r in 0..self.hp {
                     let ir = r as isize - self.top;
                     if ir < 0 || ir as usize >= self.ih {
                         continue;
                     }
-                    let s = src.add(ir as usize * self.iw).offset(lo as isize - self.left);
-                    copy_row(s, dst.add(r * self.wp + j * self.pitch + lo), hi - lo);
+                    // SAFETY: input row `ir < ih`; columns `lo - left..hi - left` lie in
+                    // `0..iw` (`lo >= left`, `hi <= left + iw`); they land in row `r < hp` of
+                    // the plane, image `j`'s columns `lo..hi` within its reach.
+                    unsafe {
+                        let s = src.add(ir as usize * self.iw).offset(lo as isize - self.left);
+                        copy_row(s, dst.add(r * self.wp + j * self.pitch + lo), hi - lo);
+                    }
                 }
             }
         }
@@ -232,32 +237,44 @@ impl Blocked {
         scratch: *mut f32,
     ) {
         let (o0, o1) = (outs.start, outs.end);
-        let (xp, ext) = (scratch, scratch.add(self.cin_block() * self.plane));
+        // SAFETY: the scratch holds [`Blocked::scratch_len`] elements: the
+        // `cin_block` padded planes, then the output grids.
+        let (xp, ext) = (scratch, unsafe { scratch.add(self.cin_block() * self.plane) });
         // Only the rows' vectors up to the last image's outputs are needed.
         let used = (self.oh - 1) * self.wp + (nimg - 1) * self.pitch + self.ow;
         let nv = used.div_ceil(LANES);
         let cb = self.cin_block();
         for c0 in (0..self.cin).step_by(cb) {
             let cn = cb.min(self.cin - c0);
-            self.pad(x.add(c0 * self.ih * self.iw), cn, nimg, xp);
+            // SAFETY: input channels `c0..c0 + cn` of the images (this function's
+            // contract) into the scratch's `cin_block >= cn` planes.
+            unsafe { self.pad(x.add(c0 * self.ih * self.iw), cn, nimg, xp) };
             for ob in (o0..o1).step_by(RB) {
                 let r = RB.min(o1 - ob);
-                let wb = w.add(ob * self.wr + c0 * self.wc);
-                let eb = ext.add((ob - o0) * self.ext);
+                // SAFETY: output channels `ob..ob + r <= o1` of the weights, and their
+                // grids in the scratch (sized for `outs` rounded up to `RB`).
+                let (wb, eb) = unsafe { (w.add(ob * self.wr + c0 * self.wc), ext.add((ob - o0) * self.ext)) };
                 #[cfg(target_arch = "x86_64")]
                 if self.simd == Simd::Avx2 {
                     // One channel at a time (plans of this tier are depthwise: r = 1).
                     for k in 0..r {
-                        avx2::sweep(self, used, cn, c0 > 0, xp, wb.add(k * self.wr), eb.add(k * self.ext));
+                        // SAFETY: `simd` is AVX2: the CPU has AVX2 + FMA (this function's
+                        // contract); channel `k < r` of the block, `used` within the grid.
+                        unsafe { avx2::sweep(self, used, cn, c0 > 0, xp, wb.add(k * self.wr), eb.add(k * self.ext)) };
                     }
                     continue;
                 }
                 let mut v = 0;
                 while v < nv {
                     let p = if r == 1 { PB1 } else { PB }.min(nv - v);
-                    let (xv, ev) = (xp.add(v * LANES), eb.add(v * LANES));
+                    // SAFETY: vectors `v..v + p` of the `nv` covering `used`, within the
+                    // grid and the plane's slack.
+                    let (xv, ev) = unsafe { (xp.add(v * LANES), eb.add(v * LANES)) };
                     #[cfg(target_arch = "x86_64")]
-                    tile_dispatch(p, r, &self.sweep(), TileAt { x: xv, w: wb, e: ev, cin: cn, add: c0 > 0 });
+                    // SAFETY: as above; the CPU runs `self.simd` (this function's contract).
+                    unsafe {
+                        tile_dispatch(p, r, &self.sweep(), TileAt { x: xv, w: wb, e: ev, cin: cn, add: c0 > 0 })
+                    };
                     #[cfg(not(target_arch = "x86_64"))]
                     let _ = (r, cn, xv, wb, ev);
                     v += p;
@@ -265,12 +282,17 @@ impl Blocked {
             }
         }
         for o in o0..o1 {
-            let src = ext.add((o - o0) * self.ext);
-            for j in 0..nimg {
-                let dst = y.add(j * self.ys + o * self.oh * self.ow);
-                for row in 0..self.oh {
-                    let s = src.add(row * self.wp + j * self.pitch);
-                    copy_row(s, dst.add(row * self.ow), self.ow);
+            // SAFETY: grid `o - o0` of the scratch; channel `o < o1` of image
+            // `j < nimg` of `y` (this function's contract), its `oh` rows of `ow`
+            // copied from the grid's rows `row · wp + j · pitch`.
+            unsafe {
+                let src = ext.add((o - o0) * self.ext);
+                for j in 0..nimg {
+                    let dst = y.add(j * self.ys + o * self.oh * self.ow);
+                    for row in 0..self.oh {
+                        let s = src.add(row * self.wp + j * self.pitch);
+                        copy_row(s, dst.add(row * self.ow), self.ow);
+                    }
                 }
             }
         }
@@ -293,24 +315,36 @@ impl Blocked {
         dw: &mut [f32],
         scratch: *mut f32,
     ) {
-        let (xp, ext) = (scratch, scratch.add(self.cin_block() * self.plane));
+        // SAFETY: the scratch holds [`Blocked::scratch_len`]`(1)` elements: the
+        // padded plane, then the grid.
+        let (xp, ext) = (scratch, unsafe { scratch.add(self.cin_block() * self.plane) });
         dw.fill(0.0);
         for n0 in (0..n).step_by(self.imgs) {
             let nimg = self.imgs.min(n - n0);
-            self.pad(x.add(n0 * self.xs), 1, nimg, xp);
-            std::ptr::write_bytes(ext, 0, self.ext);
+            // SAFETY: images `n0..n0 + nimg <= n` of `x` (this function's contract)
+            // into the padded plane; the grid's `ext` elements.
+            unsafe {
+                self.pad(x.add(n0 * self.xs), 1, nimg, xp);
+                std::ptr::write_bytes(ext, 0, self.ext);
+            }
             for j in 0..nimg {
-                let src = dy.add((n0 + j) * self.ys);
-                for row in 0..self.oh {
-                    let d = ext.add(row * self.wp + j * self.pitch);
-                    copy_row(src.add(row * self.ow), d, self.ow);
+                // SAFETY: image `n0 + j < n` of `dy`, its `oh` rows of `ow` into the
+                // grid's rows `row · wp + j · pitch` (within `ext`).
+                unsafe {
+                    let src = dy.add((n0 + j) * self.ys);
+                    for row in 0..self.oh {
+                        let d = ext.add(row * self.wp + j * self.pitch);
+                        copy_row(src.add(row * self.ow), d, self.ow);
+                    }
                 }
             }
             #[cfg(target_arch = "x86_64")]
             if self.simd == Simd::Avx2 {
-                avx2::tap_dots(self, xp, ext, dw);
+                // SAFETY: `simd` is AVX2: the CPU has AVX2 + FMA (this function's contract).
+                unsafe { avx2::tap_dots(self, xp, ext, dw) };
             } else {
-                tap_dots(self, xp, ext, dw);
+                // SAFETY: the CPU runs `self.simd`, AVX-512F (this function's contract).
+                unsafe { tap_dots(self, xp, ext, dw) };
             }
         }
     }
@@ -400,13 +434,16 @@ impl<T: ConvElem> ConvKernel<T> {
     /// # Safety
     /// As [`Blocked::run`]; `T` is f32 (see [`ConvKernel::blocked_plan`]).
     pub(super) unsafe fn blocked_task(&self, b: &Blocked, t: Task, io: Io<T>) {
-        if depthwise(&self.geo) {
-            // A run of channels (see `cut_blocked`), one group each.
-            for gi in t.lo..t.hi {
-                self.blocked_group(b, Task { g: gi, ..t }, io);
+        // SAFETY: this function's contract, group by group.
+        unsafe {
+            if depthwise(&self.geo) {
+                // A run of channels (see `cut_blocked`), one group each.
+                for gi in t.lo..t.hi {
+                    self.blocked_group(b, Task { g: gi, ..t }, io);
+                }
+            } else {
+                self.blocked_group(b, t, io);
             }
-        } else {
-            self.blocked_group(b, t, io);
         }
     }
 
@@ -417,19 +454,31 @@ impl<T: ConvElem> ConvKernel<T> {
     unsafe fn blocked_group(&self, b: &Blocked, t: Task, io: Io<T>) {
         let Io { x, w, y, col, .. } = io;
         let g = &self.geo;
-        let xg = x.add((t.n * g.groups + t.g) * g.ci_g * g.ip());
-        let yg = y.add((t.n * g.groups + t.g) * g.co_g * g.op());
-        let wg = w.add(t.g * g.co_g * g.kdim());
+        // SAFETY: image `t.n < g.n`, group `t.g < groups` of the tensors `io`
+        // holds (this function's contract).
+        let (xg, yg, wg) = unsafe {
+            (
+                x.add((t.n * g.groups + t.g) * g.ci_g * g.ip()),
+                y.add((t.n * g.groups + t.g) * g.co_g * g.op()),
+                w.add(t.g * g.co_g * g.kdim()),
+            )
+        };
         let (src, dst) = match self.pass {
             Pass::Forward => (xg, yg),
             Pass::Data => (yg, xg),
             Pass::Weights => {
-                let dw = std::slice::from_raw_parts_mut(wg as *mut f32, g.kk());
-                return b.depthwise_weight_grad(xg as *const f32, yg as *const f32, g.n, dw, col as *mut f32);
+                // SAFETY: `T` is f32 (this function's contract); the group's `kk` weight
+                // gradients (depthwise: one channel), this task's alone; `col` the scratch.
+                unsafe {
+                    let dw = std::slice::from_raw_parts_mut(wg as *mut f32, g.kk());
+                    return b.depthwise_weight_grad(xg as *const f32, yg as *const f32, g.n, dw, col as *mut f32);
+                }
             }
         };
         let nimg = b.imgs.min(g.n - t.n);
-        b.run(src as *const f32, nimg, wg as *const f32, dst as *mut f32, t.o0..t.o1, col as *mut f32);
+        // SAFETY: `T` is f32; images `t.n..t.n + nimg <= g.n`, the task's output
+        // channels; `col` the scratch (this function's contract).
+        unsafe { b.run(src as *const f32, nimg, wg as *const f32, dst as *mut f32, t.o0..t.o1, col as *mut f32) };
     }
 }
 
@@ -486,13 +535,17 @@ pub(super) unsafe fn tile_dispatch(p: usize, r: usize, b: &Sweep<'_>, at: TileAt
             }
         };
     }
-    match (p, r) {
-        (4, 1) => tile::<4, 1>(b, cin, add, x, w, e),
-        (5, 1) => tile::<5, 1>(b, cin, add, x, w, e),
-        (6, 1) => tile::<6, 1>(b, cin, add, x, w, e),
-        (1, _) => rs!(1),
-        (2, _) => rs!(2),
-        _ => rs!(3),
+    // SAFETY: the CPU has AVX-512F and the tile's reads and writes are valid
+    // (this function's contract, `p ≤ PB`, `r ≤ RB`).
+    unsafe {
+        match (p, r) {
+            (4, 1) => tile::<4, 1>(b, cin, add, x, w, e),
+            (5, 1) => tile::<5, 1>(b, cin, add, x, w, e),
+            (6, 1) => tile::<6, 1>(b, cin, add, x, w, e),
+            (1, _) => rs!(1),
+            (2, _) => rs!(2),
+            _ => rs!(3),
+        }
     }
 }
 
@@ -517,33 +570,45 @@ unsafe fn tile<const P: usize, const R: usize>(
     let mut acc = [[_mm512_setzero_ps(); R]; P];
     if add {
         for (p, row) in acc.iter_mut().enumerate() {
-            for (r, a) in row.iter_mut().enumerate() {
-                *a = _mm512_loadu_ps(e.add(r * b.ext + p * LANES));
+            // SAFETY: grid `r < R` at `e`, its `P` vectors (this function's contract).
+            unsafe {
+                for (r, a) in row.iter_mut().enumerate() {
+                    *a = _mm512_loadu_ps(e.add(r * b.ext + p * LANES));
+                }
             }
         }
     }
     let (wr, wc, plane) = (b.wr, b.wc, b.plane);
     for c in 0..cin {
-        let xc = x.add(c * plane);
-        let wcp = w.add(c * wc);
-        for (&tap, &wo) in b.taps.iter().zip(b.woff) {
-            let xs = xc.add(tap);
-            let mut xv = [_mm512_setzero_ps(); P];
-            for (p, v) in xv.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(xs.add(p * LANES));
-            }
-            let wt = wcp.add(wo);
-            for r in 0..R {
-                let wv = _mm512_set1_ps(*wt.add(r * wr));
-                for p in 0..P {
-                    acc[p][r] = _mm512_fmadd_ps(xv[p], wv, acc[p][r]);
+        // SAFETY: input channel `c < cin` of the padded planes and of the weight
+        // rows; each tap's offset plus the tile's `P` vectors stays within the
+        // plane's slack, `wo + r · wr` within the `R` weight rows (built with the
+        // plan, this function's contract).
+        unsafe {
+            let xc = x.add(c * plane);
+            let wcp = w.add(c * wc);
+            for (&tap, &wo) in b.taps.iter().zip(b.woff) {
+                let xs = xc.add(tap);
+                let mut xv = [_mm512_setzero_ps(); P];
+                for (p, v) in xv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(xs.add(p * LANES));
+                }
+                let wt = wcp.add(wo);
+                for r in 0..R {
+                    let wv = _mm512_set1_ps(*wt.add(r * wr));
+                    for p in 0..P {
+                        acc[p][r] = _mm512_fmadd_ps(xv[p], wv, acc[p][r]);
+                    }
                 }
             }
         }
     }
     for (p, row) in acc.iter().enumerate() {
-        for (r, a) in row.iter().enumerate() {
-            _mm512_storeu_ps(e.add(r * b.ext + p * LANES), *a);
+        // SAFETY: grid `r < R` at `e`, its `P` vectors (this function's contract).
+        unsafe {
+            for (r, a) in row.iter().enumerate() {
+                _mm512_storeu_ps(e.add(r * b.ext + p * LANES), *a);
+            }
         }
     }
 }
@@ -555,17 +620,21 @@ unsafe fn tile<const P: usize, const R: usize>(
 #[cfg(target_arch = "x86_64")]
 unsafe fn tap_dots(b: &Blocked, xp: *const f32, ext: *const f32, dw: &mut [f32]) {
     let kk = b.taps.len();
-    match kk {
-        9 => dots::<9>(b, xp, ext, 0, dw),
-        25 => dots::<25>(b, xp, ext, 0, dw),
-        _ => {
-            let mut t = 0;
-            while t + 8 <= kk {
-                dots::<8>(b, xp, ext, t, dw);
-                t += 8;
-            }
-            for t in t..kk {
-                dots::<1>(b, xp, ext, t, dw);
+    // SAFETY: taps `t0..t0 + K` within `kk`; the CPU and the pointers as this
+    // function's contract.
+    unsafe {
+        match kk {
+            9 => dots::<9>(b, xp, ext, 0, dw),
+            25 => dots::<25>(b, xp, ext, 0, dw),
+            _ => {
+                let mut t = 0;
+                while t + 8 <= kk {
+                    dots::<8>(b, xp, ext, t, dw);
+                    t += 8;
+                }
+                for t in t..kk {
+                    dots::<1>(b, xp, ext, t, dw);
+                }
             }
         }
     }
@@ -584,9 +653,13 @@ unsafe fn dots<const K: usize>(b: &Blocked, xp: *const f32, ext: *const f32, t0:
     taps.copy_from_slice(&b.taps[t0..t0 + K]);
     let mut acc = [_mm512_setzero_ps(); K];
     for v in 0..b.ext / LANES {
-        let e = _mm512_loadu_ps(ext.add(v * LANES));
-        for k in 0..K {
-            acc[k] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xp.add(taps[k] + v * LANES)), acc[k]);
+        // SAFETY: vector `v < ext / 16` of the grid, and the plane read at each
+        // tap's offset plus it, within the plane's slack (this function's contract).
+        unsafe {
+            let e = _mm512_loadu_ps(ext.add(v * LANES));
+            for k in 0..K {
+                acc[k] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xp.add(taps[k] + v * LANES)), acc[k]);
+            }
         }
     }
     for k in 0..K {

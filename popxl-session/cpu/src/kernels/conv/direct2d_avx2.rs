@@ -9,9 +9,6 @@
 //! 8 grid positions and one weight broadcast; the depthwise weight gradient
 //! keeps one accumulator per tap for up to [`TAPS`] taps per sweep of the grid.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
 #![cfg(target_arch = "x86_64")]
 
 use super::direct2d::Blocked;
@@ -35,20 +32,25 @@ pub(super) unsafe fn sweep(b: &Blocked, used: usize, cin: usize, add: bool, x: *
     let mut v = 0;
     while v < nv {
         let p = PB.min(nv - v);
-        let (x, e) = (x.add(v * LANES), e.add(v * LANES));
-        match p {
-            12 => tile::<12>(b, cin, add, x, w, e),
-            11 => tile::<11>(b, cin, add, x, w, e),
-            10 => tile::<10>(b, cin, add, x, w, e),
-            9 => tile::<9>(b, cin, add, x, w, e),
-            8 => tile::<8>(b, cin, add, x, w, e),
-            7 => tile::<7>(b, cin, add, x, w, e),
-            6 => tile::<6>(b, cin, add, x, w, e),
-            5 => tile::<5>(b, cin, add, x, w, e),
-            4 => tile::<4>(b, cin, add, x, w, e),
-            3 => tile::<3>(b, cin, add, x, w, e),
-            2 => tile::<2>(b, cin, add, x, w, e),
-            _ => tile::<1>(b, cin, add, x, w, e),
+        // SAFETY: vectors `v..v + p` of the `nv` covering `used`: inside the grid
+        // and the plane's slack (this function's contract), AVX2 + FMA present.
+        let (x, e) = unsafe { (x.add(v * LANES), e.add(v * LANES)) };
+        // SAFETY: as above: `tile` reads `p` vectors from `x`, writes them at `e`.
+        unsafe {
+            match p {
+                12 => tile::<12>(b, cin, add, x, w, e),
+                11 => tile::<11>(b, cin, add, x, w, e),
+                10 => tile::<10>(b, cin, add, x, w, e),
+                9 => tile::<9>(b, cin, add, x, w, e),
+                8 => tile::<8>(b, cin, add, x, w, e),
+                7 => tile::<7>(b, cin, add, x, w, e),
+                6 => tile::<6>(b, cin, add, x, w, e),
+                5 => tile::<5>(b, cin, add, x, w, e),
+                4 => tile::<4>(b, cin, add, x, w, e),
+                3 => tile::<3>(b, cin, add, x, w, e),
+                2 => tile::<2>(b, cin, add, x, w, e),
+                _ => tile::<1>(b, cin, add, x, w, e),
+            }
         }
         v += p;
     }
@@ -68,22 +70,33 @@ unsafe fn tile<const P: usize>(b: &Blocked, cin: usize, add: bool, x: *const f32
     let mut acc = [_mm256_setzero_ps(); P];
     if add {
         for p in 0..P {
-            acc[p] = _mm256_loadu_ps(e.add(p * LANES));
+            // SAFETY: `P` vectors of the grid at `e` (this function's contract).
+            unsafe {
+                acc[p] = _mm256_loadu_ps(e.add(p * LANES));
+            }
         }
     }
     for c in 0..cin {
-        let xc = x.add(c * b.plane);
-        let wcp = w.add(c * b.wc);
-        for (&tap, &wo) in b.taps.iter().zip(&b.woff) {
-            let xs = xc.add(tap);
-            let wv = _mm256_set1_ps(*wcp.add(wo));
-            for p in 0..P {
-                acc[p] = _mm256_fmadd_ps(_mm256_loadu_ps(xs.add(p * LANES)), wv, acc[p]);
+        // SAFETY: channel `c < cin` of the padded planes and of the weight row;
+        // `tap` + the tile's `P` vectors stay within the plane's slack and
+        // `wo` within a weight row (built with the plan); AVX2 + FMA present.
+        unsafe {
+            let xc = x.add(c * b.plane);
+            let wcp = w.add(c * b.wc);
+            for (&tap, &wo) in b.taps.iter().zip(&b.woff) {
+                let xs = xc.add(tap);
+                let wv = _mm256_set1_ps(*wcp.add(wo));
+                for p in 0..P {
+                    acc[p] = _mm256_fmadd_ps(_mm256_loadu_ps(xs.add(p * LANES)), wv, acc[p]);
+                }
             }
         }
     }
     for p in 0..P {
-        _mm256_storeu_ps(e.add(p * LANES), acc[p]);
+        // SAFETY: `P` vectors of the grid at `e` (this function's contract).
+        unsafe {
+            _mm256_storeu_ps(e.add(p * LANES), acc[p]);
+        }
     }
 }
 
@@ -102,12 +115,16 @@ pub(super) unsafe fn tap_dots(b: &Blocked, xp: *const f32, ext: *const f32, dw: 
             n if n >= 4 => 4,
             _ => 1,
         };
-        match k {
-            9 => dots::<9>(b, xp, ext, t, dw),
-            TAPS => dots::<TAPS>(b, xp, ext, t, dw),
-            8 => dots::<8>(b, xp, ext, t, dw),
-            4 => dots::<4>(b, xp, ext, t, dw),
-            _ => dots::<1>(b, xp, ext, t, dw),
+        // SAFETY: `t + k <= kk` taps; AVX2 + FMA and the pointers as this
+        // function's contract.
+        unsafe {
+            match k {
+                9 => dots::<9>(b, xp, ext, t, dw),
+                TAPS => dots::<TAPS>(b, xp, ext, t, dw),
+                8 => dots::<8>(b, xp, ext, t, dw),
+                4 => dots::<4>(b, xp, ext, t, dw),
+                _ => dots::<1>(b, xp, ext, t, dw),
+            }
         }
         t += k;
     }
@@ -125,9 +142,13 @@ unsafe fn dots<const K: usize>(b: &Blocked, xp: *const f32, ext: *const f32, t0:
     taps.copy_from_slice(&b.taps[t0..t0 + K]);
     let mut acc = [_mm256_setzero_ps(); K];
     for v in 0..b.ext / LANES {
-        let e = _mm256_loadu_ps(ext.add(v * LANES));
-        for k in 0..K {
-            acc[k] = _mm256_fmadd_ps(e, _mm256_loadu_ps(xp.add(taps[k] + v * LANES)), acc[k]);
+        // SAFETY: vector `v < ext / 8` of the grid, and the plane read at each
+        // tap's offset plus it, within the plane's slack (this function's contract).
+        unsafe {
+            let e = _mm256_loadu_ps(ext.add(v * LANES));
+            for k in 0..K {
+                acc[k] = _mm256_fmadd_ps(e, _mm256_loadu_ps(xp.add(taps[k] + v * LANES)), acc[k]);
+            }
         }
     }
     for k in 0..K {

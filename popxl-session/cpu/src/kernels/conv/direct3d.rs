@@ -38,9 +38,6 @@
 //! Each output is summed in an order fixed at build time, whatever the
 //! thread timing.
 
-// TODO(lead): conv/direct3d.rs is being tuned; its unsafe blocks follow.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -434,47 +431,61 @@ impl Direct3d {
         let [_, sh, sw] = g.s;
         let (hp, wp) = (l.hp, l.wp);
         for c in 0..cn {
-            let dst = xp.add(c * plane);
+            // SAFETY: channel `c < cn` of `xp` (`cn · plane` elements: this function's
+            // contract).
+            let dst = unsafe { xp.add(c * plane) };
             // Only the padding is zeroed (slices past the input, rows and
             // columns outside it, the tail past the slices): the copies write the rest.
-            std::ptr::write_bytes(dst.add(ns * l.slice), 0, plane - ns * l.slice);
+            // SAFETY: the tail past the `ns` slices, inside the channel's `plane`
+            // (the layout puts `ns · slice <= plane`).
+            unsafe { std::ptr::write_bytes(dst.add(ns * l.slice), 0, plane - ns * l.slice) };
             for s in 0..ns {
                 let di = (sp0 + s) as isize - g.p[0];
                 if di < 0 || di as usize >= id {
-                    std::ptr::write_bytes(dst.add(s * l.slice), 0, l.slice);
+                    // SAFETY: slice `s < ns` of the channel's padded slices.
+                    unsafe { std::ptr::write_bytes(dst.add(s * l.slice), 0, l.slice) };
                     continue;
                 }
-                let src = x.add(c * g.ivol() + di as usize * ih * iw);
+                // SAFETY: input depth `di < id` of channel `c < cn` (this function's
+                // contract).
+                let src = unsafe { x.add(c * g.ivol() + di as usize * ih * iw) };
                 for pr in 0..sh {
                     let (r0, r1) = inside(ih, sh, pr, g.p[1], hp);
                     for (pc, &(lo, hi, ic)) in l.cols.iter().enumerate() {
-                        let ph = dst.add(s * l.slice + (pr * sw + pc) * l.phase);
-                        if lo >= hi || r0 >= r1 {
-                            std::ptr::write_bytes(ph, 0, l.phase);
-                            continue;
-                        }
-                        std::ptr::write_bytes(ph, 0, r0 * wp);
-                        std::ptr::write_bytes(ph.add(r1 * wp), 0, (hp - r1) * wp);
-                        for r in r0..r1 {
-                            let ir = (r * sh + pr) as isize - g.p[1];
-                            let srow = src.add(ir as usize * iw + ic);
-                            let drow = ph.add(r * wp + lo);
-                            std::ptr::write_bytes(ph.add(r * wp), 0, lo);
-                            std::ptr::write_bytes(drow.add(hi - lo), 0, wp - hi);
-                            if sw == 1 {
-                                copy_row(srow, drow, hi - lo);
-                            } else if sw == 2 {
-                                // Even elements, as slices the loop vectorizes.
-                                let len = hi - lo;
-                                let src = std::slice::from_raw_parts(srow, 2 * len - 1);
-                                let (head, last) = std::slice::from_raw_parts_mut(drow, len).split_at_mut(len - 1);
-                                for (d, pair) in head.iter_mut().zip(src.chunks_exact(2)) {
-                                    *d = pair[0];
-                                }
-                                last[0] = src[2 * (len - 1)];
-                            } else {
-                                for j in 0..hi - lo {
-                                    *drow.add(j) = *srow.add(j * sw);
+                        // SAFETY: phase `(pr, pc)` of slice `s < ns`, its `hp` rows of `wp`
+                        // (`phase` elements); `inside` keeps the rows `r0..r1` whose input row
+                        // `r · sh + pr − ph` lies in `0..ih`, and the layout's columns the
+                        // phase columns `lo..hi <= wp` whose input columns `ic + j · sw`
+                        // (`j < hi − lo`) lie in `0..iw`.
+                        unsafe {
+                            let ph = dst.add(s * l.slice + (pr * sw + pc) * l.phase);
+                            if lo >= hi || r0 >= r1 {
+                                std::ptr::write_bytes(ph, 0, l.phase);
+                                continue;
+                            }
+                            std::ptr::write_bytes(ph, 0, r0 * wp);
+                            std::ptr::write_bytes(ph.add(r1 * wp), 0, (hp - r1) * wp);
+                            for r in r0..r1 {
+                                let ir = (r * sh + pr) as isize - g.p[1];
+                                let srow = src.add(ir as usize * iw + ic);
+                                let drow = ph.add(r * wp + lo);
+                                std::ptr::write_bytes(ph.add(r * wp), 0, lo);
+                                std::ptr::write_bytes(drow.add(hi - lo), 0, wp - hi);
+                                if sw == 1 {
+                                    copy_row(srow, drow, hi - lo);
+                                } else if sw == 2 {
+                                    // Even elements, as slices the loop vectorizes.
+                                    let len = hi - lo;
+                                    let src = std::slice::from_raw_parts(srow, 2 * len - 1);
+                                    let (head, last) = std::slice::from_raw_parts_mut(drow, len).split_at_mut(len - 1);
+                                    for (d, pair) in head.iter_mut().zip(src.chunks_exact(2)) {
+                                        *d = pair[0];
+                                    }
+                                    last[0] = src[2 * (len - 1)];
+                                } else {
+                                    for j in 0..hi - lo {
+                                        *drow.add(j) = *srow.add(j * sw);
+                                    }
                                 }
                             }
                         }
@@ -492,33 +503,54 @@ impl Direct3d {
     unsafe fn forward_task(&self, t: &Task3, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
         let (g, l) = (&self.g, &self.lay);
         let (ivol, ovol) = (g.ivol(), g.ovol());
-        let xi = x.add((t.n * g.groups + t.g) * g.cin * ivol);
-        let yi = y.add((t.n * g.groups + t.g) * g.cout * ovol);
-        let wg = w.add(t.g * g.cin * g.cout * g.kk());
-        let (xp, grids) = (scratch, scratch.add(self.cb * self.plane));
+        // SAFETY: image `t.n`, group `t.g` of the whole tensors (this function's
+        // contract); the scratch holds `cb` padded channels of `plane` and then
+        // the task's grids (as planned).
+        let (xi, yi, wg, xp, grids) = unsafe {
+            (
+                x.add((t.n * g.groups + t.g) * g.cin * ivol),
+                y.add((t.n * g.groups + t.g) * g.cout * ovol),
+                w.add(t.g * g.cin * g.cout * g.kk()),
+                scratch,
+                scratch.add(self.cb * self.plane),
+            )
+        };
         let ns = (t.d1 - t.d0 - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
         for c0 in (0..g.cin).step_by(self.cb) {
             let cn = self.cb.min(g.cin - c0);
-            self.pad(xi.add(c0 * ivol), cn, t.d0 * g.s[0], ns, self.plane, xp);
+            // SAFETY: channels `c0..c0 + cn <= cin` of the image, the padded depths
+            // the task's output depths read, into the scratch's `cb >= cn` channels.
+            unsafe { self.pad(xi.add(c0 * ivol), cn, t.d0 * g.s[0], ns, self.plane, xp) };
             for od in t.d0..t.d1 {
                 let set = &self.sets[self.set_of[od]];
                 let sweep =
                     Sweep { taps: &set.taps, woff: &set.woff, wr: g.wr, wc: g.wc, plane: self.plane, ext: l.ext };
-                let xb = xp.add((od - t.d0) * g.s[0] * l.slice);
-                let gb = grids.add((od - t.d0) * (t.o1 - t.o0).next_multiple_of(RB) * l.ext);
+                // SAFETY: output depth `od` of the task's: its first padded slice, and
+                // its grids (`o1 − o0` rounded up to `RB` of `ext`) in the scratch.
+                let (xb, gb) = unsafe {
+                    (
+                        xp.add((od - t.d0) * g.s[0] * l.slice),
+                        grids.add((od - t.d0) * (t.o1 - t.o0).next_multiple_of(RB) * l.ext),
+                    )
+                };
                 for o in (t.o0..t.o1).step_by(RB) {
                     let r = RB.min(t.o1 - o);
-                    let (wb, eb) = (wg.add(o * g.wr + c0 * g.wc), gb.add((o - t.o0) * l.ext));
+                    // SAFETY: output channels `o..o + r <= o1` of the weights and of the grids.
+                    let (wb, eb) = unsafe { (wg.add(o * g.wr + c0 * g.wc), gb.add((o - t.o0) * l.ext)) };
                     let mut v = 0;
                     while v < l.nv {
                         let p = PB.min(l.nv - v);
                         #[cfg(target_arch = "x86_64")]
-                        tile_dispatch(
-                            p,
-                            r,
-                            &sweep,
-                            TileAt { x: xb.add(v * LANES), w: wb, e: eb.add(v * LANES), cin: cn, add: c0 > 0 },
-                        );
+                        // SAFETY: vectors `v..v + p` of the `nv` covering the grid, within the
+                        // slices' slack; the CPU has AVX-512 (this function's contract).
+                        unsafe {
+                            tile_dispatch(
+                                p,
+                                r,
+                                &sweep,
+                                TileAt { x: xb.add(v * LANES), w: wb, e: eb.add(v * LANES), cin: cn, add: c0 > 0 },
+                            )
+                        };
                         #[cfg(not(target_arch = "x86_64"))]
                         let _ = (r, wb, eb, &sweep);
                         v += p;
@@ -528,12 +560,17 @@ impl Direct3d {
         }
         let [_, oh, ow] = g.out;
         for od in t.d0..t.d1 {
-            let gb = grids.add((od - t.d0) * (t.o1 - t.o0).next_multiple_of(RB) * l.ext);
-            for o in t.o0..t.o1 {
-                let src = gb.add((o - t.o0) * l.ext);
-                let dst = yi.add(o * ovol + od * oh * ow);
-                for row in 0..oh {
-                    copy_row(src.add(row * l.wp), dst.add(row * ow), ow);
+            // SAFETY: the task's grids of depth `od` (as above); output depth `od`,
+            // channels `o0..o1` of image `t.n` (this task's alone), their `oh` rows
+            // of `ow`, copied from grid rows `wp >= ow` apart.
+            unsafe {
+                let gb = grids.add((od - t.d0) * (t.o1 - t.o0).next_multiple_of(RB) * l.ext);
+                for o in t.o0..t.o1 {
+                    let src = gb.add((o - t.o0) * l.ext);
+                    let dst = yi.add(o * ovol + od * oh * ow);
+                    for row in 0..oh {
+                        copy_row(src.add(row * l.wp), dst.add(row * ow), ow);
+                    }
                 }
             }
         }
@@ -552,11 +589,16 @@ impl Direct3d {
         let (c0, rows) = (t.k0 / kk, t.k1 - t.k0);
         let chans = (t.k1 - 1) / kk + 1 - c0;
         let posv = scratch as *mut usize;
-        let xp = scratch.add(wb) as *mut f32;
-        let dwt = xp.add(chans * plane);
-        let dyt = dwt.add(rows * co16);
-        std::ptr::write_bytes(dwt, 0, rows * co16);
-        std::ptr::write_bytes(dyt, 0, wb * co16);
+        // SAFETY: the scratch as planned: `wb` words of position offsets, then
+        // the padded channels, the task's transposed `dw` and the packed `dy`.
+        let (xp, dwt, dyt) = unsafe {
+            let xp = scratch.add(wb) as *mut f32;
+            let dwt = xp.add(chans * plane);
+            let dyt = dwt.add(rows * co16);
+            std::ptr::write_bytes(dwt, 0, rows * co16);
+            std::ptr::write_bytes(dyt, 0, wb * co16);
+            (xp, dwt, dyt)
+        };
         let [od_all, oh, ow] = g.out;
         let mut u = t.d0;
         while u < t.d1 {
@@ -564,16 +606,22 @@ impl Direct3d {
             let (n, a) = (u / od_all, u % od_all);
             let b = (a + t.d1 - u).min(od_all);
             u += b - a;
-            let xi = x.add(((n * g.groups + t.g) * g.cin + c0) * ivol);
-            let yi = dy.add((n * g.groups + t.g) * g.cout * ovol);
             let ns = (b - a - 1) * g.s[0] + (g.k[0] - 1) * g.d[0] + 1;
-            self.pad(xi, chans, a * g.s[0], ns, plane, xp);
+            // SAFETY: image `n`, group `t.g` of the whole tensors, channels
+            // `c0..c0 + chans` of the task's rows (this function's contract); the
+            // depths of the run into the scratch's padded channels.
+            let yi = unsafe {
+                let xi = x.add(((n * g.groups + t.g) * g.cin + c0) * ivol);
+                self.pad(xi, chans, a * g.s[0], ns, plane, xp);
+                dy.add((n * g.groups + t.g) * g.cout * ovol)
+            };
             let (q_lo, q_hi) = (a * oh * ow, b * oh * ow);
             let (mut od, mut oy, mut ox) = (0, 0, 0);
             for q0 in (q_lo..q_hi).step_by(wb) {
                 let np = wb.min(q_hi - q0);
                 for p in 0..np {
-                    *posv.add(p) = od * g.s[0] * l.slice + oy * l.wp + ox;
+                    // SAFETY: `p < np <= wb` words of position offsets.
+                    unsafe { *posv.add(p) = od * g.s[0] * l.slice + oy * l.wp + ox };
                     ox += 1;
                     if ox == ow {
                         ox = 0;
@@ -588,19 +636,28 @@ impl Direct3d {
                 // vectors of channels (positions × up to 64 channels each,
                 // contiguous), then every row of the task's dw over it.
                 #[cfg(target_arch = "x86_64")]
-                transpose_dy(yi.add(q0), ovol, g.cout, co16, np, wb, dyt);
+                // SAFETY: positions `q0..q0 + np` of the image's `dy`, into the packed
+                // `dy` of `co16 · wb`; the CPU has AVX-512 (this function's contract).
+                unsafe {
+                    transpose_dy(yi.add(q0), ovol, g.cout, co16, np, wb, dyt)
+                };
                 for ob in (0..co16).step_by(WR * LANES) {
                     let width = (co16 - ob).min(WR * LANES);
                     for r0 in (0..rows).step_by(WT) {
                         let tr = WT.min(rows - r0);
                         #[cfg(target_arch = "x86_64")]
-                        wtile_dispatch(
-                            tr,
-                            width / LANES,
-                            KRows { xp, offs: &t.offs[r0..r0 + tr], pos: posv, np },
-                            (dyt.add(ob * wb), width),
-                            (dwt.add(r0 * co16 + ob), co16),
-                        );
+                        // SAFETY: rows `r0..r0 + tr` of the task's, their offsets in the padded
+                        // channels; channel block `ob` of the packed `dy` (`np` rows of `width`)
+                        // and of the transposed `dw`; AVX-512.
+                        unsafe {
+                            wtile_dispatch(
+                                tr,
+                                width / LANES,
+                                KRows { xp, offs: &t.offs[r0..r0 + tr], pos: posv, np },
+                                (dyt.add(ob * wb), width),
+                                (dwt.add(r0 * co16 + ob), co16),
+                            )
+                        };
                         #[cfg(not(target_arch = "x86_64"))]
                         let _ = (tr, width, r0);
                     }
@@ -608,12 +665,17 @@ impl Direct3d {
             }
         }
         // dw rows written contiguously, from blocks of 16 rows of the transposed sums.
-        let wg = dw.add(t.g * g.cout * kdim + t.k0);
-        for r0 in (0..rows).step_by(LANES) {
-            let rn = LANES.min(rows - r0);
-            for o in 0..g.cout {
-                for r in r0..r0 + rn {
-                    *wg.add(o * kdim + r) = *dwt.add(r * co16 + o);
+        // SAFETY: the task's rows `k0..k1` of group `t.g`'s weights of `dw` (this
+        // task's alone: the result or the chunk's partial), from the transposed
+        // sums (`rows` of `co16`).
+        unsafe {
+            let wg = dw.add(t.g * g.cout * kdim + t.k0);
+            for r0 in (0..rows).step_by(LANES) {
+                let rn = LANES.min(rows - r0);
+                for o in 0..g.cout {
+                    for r in r0..r0 + rn {
+                        *wg.add(o * kdim + r) = *dwt.add(r * co16 + o);
+                    }
                 }
             }
         }
@@ -660,14 +722,18 @@ impl Kernel for Direct3d {
         let mut wflip = self.wflip.lock().unwrap_or_else(|e| e.into_inner());
         // The data gradient reads its weights flipped and transposed.
         let wr = if self.g.flip {
-            self.flip_weights(w.get(), SendPtr(wflip.as_mut_ptr()));
+            // SAFETY: `w` is the weight input (this function's contract); `wflip`
+            // holds as many elements, locked for the call.
+            unsafe { self.flip_weights(w.get(), SendPtr(wflip.as_mut_ptr())) };
             SendPtr(wflip.as_mut_ptr())
         } else {
             w
         };
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         let parts = SendPtr(partials.as_mut_ptr());
-        let wpart = |chunk: usize| if chunk == 0 { w.get() } else { parts.get().add((chunk - 1) * wlen) };
+        // SAFETY: chunk `c > 0` has partial `c − 1` of the `chunks − 1` partials
+        // of `wlen` elements (sized at build time).
+        let wpart = |chunk: usize| if chunk == 0 { w.get() } else { unsafe { parts.get().add((chunk - 1) * wlen) } };
         let next = AtomicUsize::new(0);
         let piece = |p: usize| {
             let mut buf = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
@@ -695,7 +761,9 @@ impl Kernel for Direct3d {
         }
         // Chunked weight gradients: add the partials in chunk order.
         if self.pass == Pass::Weights && self.chunks > 1 {
-            let out = slice_mut(w.get(), wlen);
+            // SAFETY: the weight gradient (this call's output) holds `wlen` elements;
+            // the pieces have finished.
+            let out = unsafe { slice_mut(w.get(), wlen) };
             for part in partials.chunks_exact(wlen) {
                 out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
             }
@@ -718,25 +786,36 @@ unsafe fn transpose_dy(dy: *const f32, ovol: usize, cout: usize, co16: usize, np
     let full = np / 8 * 8;
     for ob in (0..co16).step_by(WR * LANES) {
         let width = (co16 - ob).min(WR * LANES);
-        let blk = dyt.add(ob * wb);
+        // SAFETY: block `ob < co16` of `dyt` (`co16 · wb` writes: this function's
+        // contract).
+        let blk = unsafe { dyt.add(ob * wb) };
         for o8 in (ob..ob + width).step_by(8) {
-            let d = blk.add(o8 - ob);
+            // SAFETY: channels `o8..o8 + 8` of the block, within its `width`.
+            let d = unsafe { blk.add(o8 - ob) };
             for p8 in (0..full).step_by(8) {
-                let r: [__m256; 8] = std::array::from_fn(|i| {
-                    if o8 + i < cout {
-                        _mm256_loadu_ps(dy.add((o8 + i) * ovol + p8))
-                    } else {
-                        _mm256_setzero_ps()
+                // SAFETY: channels `o8 + i < cout` of `dy`, positions `p8..p8 + 8 <= np`
+                // (this function's contract), into rows `p8..p8 + 8 < wb` of the block;
+                // AVX2.
+                unsafe {
+                    let r: [__m256; 8] = std::array::from_fn(|i| {
+                        if o8 + i < cout {
+                            _mm256_loadu_ps(dy.add((o8 + i) * ovol + p8))
+                        } else {
+                            _mm256_setzero_ps()
+                        }
+                    });
+                    let c = transpose8(r);
+                    for (j, v) in c.iter().enumerate() {
+                        _mm256_storeu_ps(d.add((p8 + j) * width), *v);
                     }
-                });
-                let c = transpose8(r);
-                for (j, v) in c.iter().enumerate() {
-                    _mm256_storeu_ps(d.add((p8 + j) * width), *v);
                 }
             }
             for p in full..np {
-                for i in 0..8 {
-                    *d.add(p * width + i) = if o8 + i < cout { *dy.add((o8 + i) * ovol + p) } else { 0.0 };
+                // SAFETY: as above, position `p < np`.
+                unsafe {
+                    for i in 0..8 {
+                        *d.add(p * width + i) = if o8 + i < cout { *dy.add((o8 + i) * ovol + p) } else { 0.0 };
+                    }
                 }
             }
         }
@@ -770,13 +849,16 @@ unsafe fn wtile_dispatch(t: usize, r: usize, rows: KRows<'_>, dyt: (*const f32, 
             }
         };
     }
-    match t {
-        1 => rs!(1),
-        2 => rs!(2),
-        3 => rs!(3),
-        4 => rs!(4),
-        5 => rs!(5),
-        _ => rs!(6),
+    // SAFETY: this function's contract, `t ≤ WT`, `r ≤ WR`.
+    unsafe {
+        match t {
+            1 => rs!(1),
+            2 => rs!(2),
+            3 => rs!(3),
+            4 => rs!(4),
+            5 => rs!(5),
+            _ => rs!(6),
+        }
     }
 }
 
@@ -804,23 +886,31 @@ unsafe fn wtile<const T: usize, const R: usize>(
     let mut off = [0usize; T];
     off.copy_from_slice(&offs[..T]);
     for p in 0..np {
-        let base = xp.add(*pos.add(p));
-        let d = dyt.add(p * ds);
-        let mut dv = [_mm512_setzero_ps(); R];
-        for r in 0..R {
-            dv[r] = _mm512_loadu_ps(d.add(r * LANES));
-        }
-        for t in 0..T {
-            let xv = _mm512_set1_ps(*base.add(off[t]));
+        // SAFETY: position `p < np`: its offset in the padded channels, where
+        // every row's `offs[t]` reads (this function's contract), and row `p` of
+        // `dyt`, `R` vectors.
+        unsafe {
+            let base = xp.add(*pos.add(p));
+            let d = dyt.add(p * ds);
+            let mut dv = [_mm512_setzero_ps(); R];
             for r in 0..R {
-                a[t][r] = _mm512_fmadd_ps(xv, dv[r], a[t][r]);
+                dv[r] = _mm512_loadu_ps(d.add(r * LANES));
+            }
+            for t in 0..T {
+                let xv = _mm512_set1_ps(*base.add(off[t]));
+                for r in 0..R {
+                    a[t][r] = _mm512_fmadd_ps(xv, dv[r], a[t][r]);
+                }
             }
         }
     }
     for t in 0..T {
         for r in 0..R {
-            let at = acc.add(t * co16 + r * LANES);
-            _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), a[t][r]));
+            // SAFETY: row `t < T` of `acc`, its `R` vectors (this function's contract).
+            unsafe {
+                let at = acc.add(t * co16 + r * LANES);
+                _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), a[t][r]));
+            }
         }
     }
 }

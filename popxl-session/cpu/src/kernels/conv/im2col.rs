@@ -5,10 +5,6 @@
 //! by the whole team, and weight gradients that build the matrix of large
 //! planes in column blocks that stay in cache.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use super::super::par::Simd;
 use super::super::ptr::SendPtr;
 use super::layout::{col2im, im2col, ConvElem};
@@ -32,102 +28,122 @@ impl<T: ConvElem> ConvKernel<T> {
         let g = &self.geo;
         let (kk, kdim, ip, op) = (g.kk(), g.kdim(), g.ip(), g.op());
         // Group g of image n: its input planes, output planes and weight rows.
-        let xg = |n: usize| x.add((n * g.groups + t.g) * g.ci_g * ip);
-        let yg = |n: usize| y.add((n * g.groups + t.g) * g.co_g * op);
-        let wg = w.add(t.g * g.co_g * kdim);
+        // SAFETY: image `n < g.n` and group `t.g < groups` of the tensors `io`
+        // holds (this function's contract); the task's channels and rows.
+        let xg = |n: usize| unsafe { x.add((n * g.groups + t.g) * g.ci_g * ip) };
+        // SAFETY: as above.
+        let yg = |n: usize| unsafe { y.add((n * g.groups + t.g) * g.co_g * op) };
+        // SAFETY: as above.
+        let wg = unsafe { w.add(t.g * g.co_g * kdim) };
         match self.pass {
             Pass::Forward => {
                 let cols = t.hi - t.lo;
-                let (rhs, rs) = if pointwise {
-                    (xg(t.n).add(t.lo) as *const T, ip)
-                } else {
-                    im2col(g, xg(t.n), 0..kdim, t.lo..t.hi, col, cols);
-                    (col as *const T, cols)
-                };
-                T::gemm(
-                    t.o1 - t.o0,
-                    cols,
-                    kdim,
-                    yg(t.n).add(t.o0 * op + t.lo),
-                    op as isize,
-                    1,
-                    false,
-                    wg.add(t.o0 * kdim),
-                    kdim as isize,
-                    1,
-                    rhs,
-                    rs as isize,
-                    1,
-                    T::ONE,
-                    T::ONE,
-                );
+                // SAFETY: the task's columns `lo..hi` of image `n`, output channels
+                // `o0..o1` of group `t.g` (rows of `y` and `w`); `col` holds the plan's
+                // scratch (`kdim` rows of `hi - lo` columns); tasks write disjoint outputs.
+                unsafe {
+                    let (rhs, rs) = if pointwise {
+                        (xg(t.n).add(t.lo) as *const T, ip)
+                    } else {
+                        im2col(g, xg(t.n), 0..kdim, t.lo..t.hi, col, cols);
+                        (col as *const T, cols)
+                    };
+                    T::gemm(
+                        t.o1 - t.o0,
+                        cols,
+                        kdim,
+                        yg(t.n).add(t.o0 * op + t.lo),
+                        op as isize,
+                        1,
+                        false,
+                        wg.add(t.o0 * kdim),
+                        kdim as isize,
+                        1,
+                        rhs,
+                        rs as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    );
+                }
             }
             Pass::Data => {
                 // dcol rows of channels lo..hi = wgᵀ[rows] @ dy.
-                let rows = (t.lo * kk)..(t.hi * kk);
-                let dx = xg(t.n).add(t.lo * ip);
-                let (dst, ld) = if pointwise { (dx, ip) } else { (col, op) };
-                T::gemm(
-                    rows.len(),
-                    op,
-                    g.co_g,
-                    dst,
-                    ld as isize,
-                    1,
-                    false,
-                    wg.add(rows.start),
-                    1,
-                    kdim as isize,
-                    yg(t.n),
-                    op as isize,
-                    1,
-                    T::ONE,
-                    T::ONE,
-                );
-                if !pointwise {
-                    std::ptr::write_bytes(dx, 0, (t.hi - t.lo) * ip);
-                    col2im(g, col, op, (t.lo * kk)..(t.hi * kk), xg(t.n));
+                // SAFETY: channels `lo..hi` of group `t.g`, image `n` (this task's alone:
+                // tasks write disjoint outputs); `col` holds the plan's scratch (the
+                // column matrix of one image, `kdim` rows of `op`).
+                unsafe {
+                    let rows = (t.lo * kk)..(t.hi * kk);
+                    let dx = xg(t.n).add(t.lo * ip);
+                    let (dst, ld) = if pointwise { (dx, ip) } else { (col, op) };
+                    T::gemm(
+                        rows.len(),
+                        op,
+                        g.co_g,
+                        dst,
+                        ld as isize,
+                        1,
+                        false,
+                        wg.add(rows.start),
+                        1,
+                        kdim as isize,
+                        yg(t.n),
+                        op as isize,
+                        1,
+                        T::ONE,
+                        T::ONE,
+                    );
+                    if !pointwise {
+                        std::ptr::write_bytes(dx, 0, (t.hi - t.lo) * ip);
+                        col2im(g, col, op, (t.lo * kk)..(t.hi * kk), xg(t.n));
+                    }
                 }
             }
             Pass::Weights => {
                 // dw[:, rows] (+)= dy @ colᵀ over the images of chunk t.n, the
                 // im2col matrix built in column blocks that stay in cache.
-                let rows = (t.lo * kk)..(t.hi * kk);
-                let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
-                let cb = if pointwise || op < WGRAD_MIN_OP {
-                    op
-                } else {
-                    let cb = (WGRAD_COL_ELEMS / rows.len().max(1)).max(256);
-                    op.div_ceil(op.div_ceil(cb))
-                };
-                let chunk = self.chunks[t.n]..self.chunks[t.n + 1];
-                let (images, span) = if col_chunks { (0..1, chunk) } else { (chunk, 0..op) };
-                for (i, n) in images.enumerate() {
-                    for lo in (span.start..span.end).step_by(cb.max(1)) {
-                        let cols = lo..(lo + cb).min(span.end);
-                        let (rhs, cs) = if pointwise {
-                            (xg(n).add(t.lo * ip + cols.start) as *const T, ip)
-                        } else {
-                            im2col(g, xg(n), rows.clone(), cols.clone(), col, cols.len());
-                            (col as *const T, cols.len())
-                        };
-                        T::gemm(
-                            g.co_g,
-                            rows.len(),
-                            cols.len(),
-                            dst,
-                            kdim as isize,
-                            1,
-                            i > 0 || lo > span.start,
-                            yg(n).add(lo),
-                            op as isize,
-                            1,
-                            rhs,
-                            1,
-                            cs as isize,
-                            T::ONE,
-                            T::ONE,
-                        );
+                // SAFETY: rows `lo·kk..hi·kk` of group `t.g` of `wpart` (the weights or
+                // chunk `t.n`'s partial, this task's alone); images of chunk `t.n` and
+                // columns of `span`, inside `op`; `col` holds `rows.len() · cb` elements
+                // (the plan's scratch).
+                unsafe {
+                    let rows = (t.lo * kk)..(t.hi * kk);
+                    let dst = wpart.add(t.g * g.co_g * kdim + rows.start);
+                    let cb = if pointwise || op < WGRAD_MIN_OP {
+                        op
+                    } else {
+                        let cb = (WGRAD_COL_ELEMS / rows.len().max(1)).max(256);
+                        op.div_ceil(op.div_ceil(cb))
+                    };
+                    let chunk = self.chunks[t.n]..self.chunks[t.n + 1];
+                    let (images, span) = if col_chunks { (0..1, chunk) } else { (chunk, 0..op) };
+                    for (i, n) in images.enumerate() {
+                        for lo in (span.start..span.end).step_by(cb.max(1)) {
+                            let cols = lo..(lo + cb).min(span.end);
+                            let (rhs, cs) = if pointwise {
+                                (xg(n).add(t.lo * ip + cols.start) as *const T, ip)
+                            } else {
+                                im2col(g, xg(n), rows.clone(), cols.clone(), col, cols.len());
+                                (col as *const T, cols.len())
+                            };
+                            T::gemm(
+                                g.co_g,
+                                rows.len(),
+                                cols.len(),
+                                dst,
+                                kdim as isize,
+                                1,
+                                i > 0 || lo > span.start,
+                                yg(n).add(lo),
+                                op as isize,
+                                1,
+                                rhs,
+                                1,
+                                cs as isize,
+                                T::ONE,
+                                T::ONE,
+                            );
+                        }
                     }
                 }
             }
@@ -137,6 +153,9 @@ impl<T: ConvElem> ConvKernel<T> {
     /// The forward pass with a shared im2col matrix per image (see
     /// [`Im2colSplit::SharedCol`]): the rows are built in parallel, then the output-channel
     /// blocks multiply it in parallel.
+    ///
+    /// # Safety
+    /// `x`, `w`, `y` hold the whole tensors of the plan's geometry.
     pub(super) unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
         let g = &self.geo;
         let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
@@ -148,7 +167,8 @@ impl<T: ConvElem> ConvKernel<T> {
         while start < self.tasks.len() {
             let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
             let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
-            let xg = SendPtr(x.get().add((n * g.groups + gi) * g.ci_g * ip));
+            // SAFETY: tasks name images `n < g.n` and groups `gi < groups`.
+            let xg = SendPtr(unsafe { x.get().add((n * g.groups + gi) * g.ci_g * ip) });
             team::run(kdim.div_ceil(rb), &|i| {
                 let rows = i * rb..((i + 1) * rb).min(kdim);
                 // SAFETY: each task writes its own rows of the shared matrix.
@@ -160,8 +180,10 @@ impl<T: ConvElem> ConvKernel<T> {
             let tasks = &self.tasks[start..end];
             team::run(tasks.len(), &|j| {
                 let t = tasks[j];
-                let yg = y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op);
-                let wg = w.get().add((gi * g.co_g + t.o0) * kdim);
+                // SAFETY: output channels `o0..o1 <= co_g` of group `gi` of image `n`.
+                let (yg, wg) = unsafe {
+                    (y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op), w.get().add((gi * g.co_g + t.o0) * kdim))
+                };
                 // SAFETY: each task writes its own output channels; the matrix is read only.
                 unsafe {
                     T::gemm(

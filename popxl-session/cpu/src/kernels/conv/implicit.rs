@@ -26,10 +26,6 @@
 //! Every output is summed over `k` in the same order whatever the task split,
 //! so results do not depend on the thread count.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::any::TypeId;
 
 use super::super::par::Simd;
@@ -173,38 +169,56 @@ impl Implicit {
         let (op, ip, kk) = (f.op(), f.ip(), f.kk());
         let kb = cb * kk;
         let xs = f.groups * f.ci_g * ip;
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        // SAFETY: the CPU has AVX2 (this function's contract), as for every
+        // intrinsic below.
+        let lanes = unsafe { _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7) };
         // Elements lo..hi of the `sw · 16` a panel row reads, every `sw`-th,
         // as the masks of their vectors.
-        let even = _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0);
+        // SAFETY: AVX2.
+        let even = unsafe { _mm256_setr_epi32(-1, 0, -1, 0, -1, 0, -1, 0) };
         let mask = |lo: usize, hi: usize, v: i32| {
-            let (lo, hi) = (_mm256_set1_epi32(lo as i32 - 1), _mm256_set1_epi32(hi as i32));
-            let e = _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * v));
-            let m = _mm256_and_si256(_mm256_cmpgt_epi32(e, lo), _mm256_cmpgt_epi32(hi, e));
-            if f.sw == 1 {
-                m
-            } else {
-                _mm256_and_si256(m, even)
+            // SAFETY: AVX2; register operations only.
+            unsafe {
+                let (lo, hi) = (_mm256_set1_epi32(lo as i32 - 1), _mm256_set1_epi32(hi as i32));
+                let e = _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * v));
+                let m = _mm256_and_si256(_mm256_cmpgt_epi32(e, lo), _mm256_cmpgt_epi32(hi, e));
+                if f.sw == 1 {
+                    m
+                } else {
+                    _mm256_and_si256(m, even)
+                }
             }
         };
         // The even elements of (a, b), in order.
         let evens = |a: __m256, b: __m256| {
-            let t = _mm256_castps_pd(_mm256_shuffle_ps::<0b10_00_10_00>(a, b));
-            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(t))
+            // SAFETY: AVX2; register operations only.
+            unsafe {
+                let t = _mm256_castps_pd(_mm256_shuffle_ps::<0b10_00_10_00>(a, b));
+                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(t))
+            }
         };
-        let xc0 = x.add(c0 * ip);
+        // SAFETY: channel `c0 < ci_g` of the group's planes (this function's contract).
+        let xc0 = unsafe { x.add(c0 * ip) };
         // The masks of the input elements a split row reads (see `pack_split_rows`).
         // Kernels of at least 5 columns (3: as fast either way).
         let split = (f.sw == 2 && f.kw >= 5 && (f.kw - 1) * f.dw + 2 * NR <= 4 * NR).then(|| {
-            let span = _mm256_set1_epi32(((f.kw - 1) * f.dw + 2 * NR - 1) as i32);
-            std::array::from_fn(|v| _mm256_cmpgt_epi32(span, _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * v as i32))))
+            // SAFETY: AVX2; register operations only.
+            unsafe {
+                let span = _mm256_set1_epi32(((f.kw - 1) * f.dw + 2 * NR - 1) as i32);
+                std::array::from_fn(|v| {
+                    _mm256_cmpgt_epi32(span, _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * v as i32)))
+                })
+            }
         });
         // A tap's runs (set before use: zeroed once per call, not per tap).
-        let mut runs = [(0isize, [_mm256_setzero_si256(); 4]); NR];
+        // SAFETY: AVX2.
+        let mut runs = [(0isize, unsafe { [_mm256_setzero_si256(); 4] }); NR];
         let mut q = 0;
         while q < cols {
             let wd = NR.min(cols - q);
-            let pd = dst.add(q * kb);
+            // SAFETY: panel `q / NR` of `dst`, its `kb · NR` elements within the
+            // `cols.next_multiple_of(NR) · cb · kk` writes (this function's contract).
+            let pd = unsafe { dst.add(q * kb) };
             // The panel's columns as runs within one output row.
             let mut segs = [Seg::default(); NR];
             let mut ns = 0;
@@ -232,7 +246,9 @@ impl Implicit {
             if let Some(split) = split.filter(|_| ns == 1 && segs[0].len == NR) {
                 let s = segs[0];
                 if (0..f.kw).all(|kx| f.valid_cols(kx).0.start <= s.ox && s.ox + NR <= f.valid_cols(kx).0.end) {
-                    self.pack_split_rows(xc0, s, cb, split, pd);
+                    // SAFETY: every tap of the segment's 16 positions reads inside its
+                    // input row (checked above); AVX2, and `xc0`, `pd` as above.
+                    unsafe { self.pack_split_rows(xc0, s, cb, split, pd) };
                     q += NR;
                     continue;
                 }
@@ -262,55 +278,73 @@ impl Implicit {
                         nr += 1;
                     }
                 }
-                let mut row = pd.add(t * NR);
+                // SAFETY: tap `t < kk`'s row of the panel; channel `c < cb` moves it
+                // `kk · NR` on, within the panel's `kb · NR` (written below, one row per
+                // channel, and `xc` one plane on, within the `cb` channels from `c0`).
+                let mut row = unsafe { pd.add(t * NR) };
                 let mut xc = xc0;
                 // One run over all 16 lanes (inside the plane): plain loads.
                 if full {
                     let (base, m) = runs[0];
                     for _ in 0..cb {
-                        let b = xc.offset(base);
-                        if f.sw == 1 {
-                            _mm256_storeu_ps(row, _mm256_loadu_ps(b));
-                            _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(b.add(8)));
-                        } else {
-                            // The last vector's odd lanes may lie past the plane: masked.
-                            let v = |i: usize| _mm256_loadu_ps(b.add(8 * i));
-                            let v3 = _mm256_maskload_ps(b.add(24), m[3]);
-                            _mm256_storeu_ps(row, evens(v(0), v(1)));
-                            _mm256_storeu_ps(row.add(8), evens(v(2), v3));
+                        // SAFETY: one run of all 16 lanes in one input row (`valid_cols` keeps
+                        // their columns inside it) of channel `xc`: at stride 1 the two vectors
+                        // from `b` lie inside the row; at stride 2 elements `0..31` from `b` lie
+                        // inside it (lanes read the even ones), and the last vector's odd lanes,
+                        // which may lie past the plane, are masked off; rows as above.
+                        unsafe {
+                            let b = xc.offset(base);
+                            if f.sw == 1 {
+                                _mm256_storeu_ps(row, _mm256_loadu_ps(b));
+                                _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(b.add(8)));
+                            } else {
+                                // The last vector's odd lanes may lie past the plane: masked.
+                                let v = |i: usize| _mm256_loadu_ps(b.add(8 * i));
+                                let v3 = _mm256_maskload_ps(b.add(24), m[3]);
+                                _mm256_storeu_ps(row, evens(v(0), v(1)));
+                                _mm256_storeu_ps(row.add(8), evens(v(2), v3));
+                            }
+                            row = row.add(kk * NR);
+                            xc = xc.add(ip);
                         }
-                        row = row.add(kk * NR);
-                        xc = xc.add(ip);
                     }
                     continue;
                 }
                 // Masked-off lanes are not read: a run's pointer may lie outside the row.
                 if f.sw == 1 {
                     for _ in 0..cb {
-                        let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                        for &(base, m) in &runs[..nr] {
-                            let b = xc.wrapping_offset(base);
-                            v0 = _mm256_or_ps(v0, _mm256_maskload_ps(b, m[0]));
-                            v1 = _mm256_or_ps(v1, _mm256_maskload_ps(b.wrapping_add(8), m[1]));
+                        // SAFETY: masked lanes only are read (each run's lanes hold valid
+                        // input columns of one input row, its pointer offset wrapping); rows
+                        // as above.
+                        unsafe {
+                            let (mut v0, mut v1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                            for &(base, m) in &runs[..nr] {
+                                let b = xc.wrapping_offset(base);
+                                v0 = _mm256_or_ps(v0, _mm256_maskload_ps(b, m[0]));
+                                v1 = _mm256_or_ps(v1, _mm256_maskload_ps(b.wrapping_add(8), m[1]));
+                            }
+                            _mm256_storeu_ps(row, v0);
+                            _mm256_storeu_ps(row.add(8), v1);
+                            row = row.add(kk * NR);
+                            xc = xc.add(ip);
                         }
-                        _mm256_storeu_ps(row, v0);
-                        _mm256_storeu_ps(row.add(8), v1);
-                        row = row.add(kk * NR);
-                        xc = xc.add(ip);
                     }
                 } else {
                     for _ in 0..cb {
-                        let mut v = [_mm256_setzero_ps(); 4];
-                        for &(base, m) in &runs[..nr] {
-                            let b = xc.wrapping_offset(base);
-                            for (i, v) in v.iter_mut().enumerate() {
-                                *v = _mm256_or_ps(*v, _mm256_maskload_ps(b.wrapping_add(8 * i), m[i]));
+                        // SAFETY: as in the stride-1 loop above.
+                        unsafe {
+                            let mut v = [_mm256_setzero_ps(); 4];
+                            for &(base, m) in &runs[..nr] {
+                                let b = xc.wrapping_offset(base);
+                                for (i, v) in v.iter_mut().enumerate() {
+                                    *v = _mm256_or_ps(*v, _mm256_maskload_ps(b.wrapping_add(8 * i), m[i]));
+                                }
                             }
+                            _mm256_storeu_ps(row, evens(v[0], v[1]));
+                            _mm256_storeu_ps(row.add(8), evens(v[2], v[3]));
+                            row = row.add(kk * NR);
+                            xc = xc.add(ip);
                         }
-                        _mm256_storeu_ps(row, evens(v[0], v[1]));
-                        _mm256_storeu_ps(row.add(8), evens(v[2], v[3]));
-                        row = row.add(kk * NR);
-                        xc = xc.add(ip);
                     }
                 }
             }
@@ -340,9 +374,15 @@ impl Implicit {
         let f = &self.f;
         let (ip, kk) = (f.ip(), f.kk());
         let pick = |a: __m256, b: __m256, odd: bool| {
-            let t =
-                if odd { _mm256_shuffle_ps::<0b11_01_11_01>(a, b) } else { _mm256_shuffle_ps::<0b10_00_10_00>(a, b) };
-            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
+            // SAFETY: AVX2 (this function's contract); register operations only.
+            unsafe {
+                let t = if odd {
+                    _mm256_shuffle_ps::<0b11_01_11_01>(a, b)
+                } else {
+                    _mm256_shuffle_ps::<0b10_00_10_00>(a, b)
+                };
+                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(t)))
+            }
         };
         let (mut even, mut odd) = ([0f32; 2 * NR], [0f32; 2 * NR]);
         // Pairs of vectors holding the elements the taps read.
@@ -350,29 +390,37 @@ impl Implicit {
         for ky in 0..f.kh {
             let iy = f.in_row(s.oy, ky);
             for c in 0..cb {
-                let mut row = pd.add((c * kk + ky * f.kw) * NR);
-                let Some(iy) = iy else {
-                    for _ in 0..f.kw {
-                        _mm256_storeu_ps(row, _mm256_setzero_ps());
-                        _mm256_storeu_ps(row.add(8), _mm256_setzero_ps());
+                // SAFETY: AVX2 (this function's contract). Channel `c < cb`, kernel row
+                // `ky`: its `kw` rows of the panel at `pd` (`kb · NR` elements); the
+                // segment's 16 positions read inside input row `iy < ih` at every tap
+                // (checked by the caller), and `masks` keep the `(kw − 1)·dw + 31`
+                // elements from its column `2·ox − pw` (offset wrapping: masked-off lanes
+                // are not read); `even` and `odd` hold the `pairs · 8 <= 2 · NR` values.
+                unsafe {
+                    let mut row = pd.add((c * kk + ky * f.kw) * NR);
+                    let Some(iy) = iy else {
+                        for _ in 0..f.kw {
+                            _mm256_storeu_ps(row, _mm256_setzero_ps());
+                            _mm256_storeu_ps(row.add(8), _mm256_setzero_ps());
+                            row = row.add(NR);
+                        }
+                        continue;
+                    };
+                    // Input column of lane 0 at tap 0: 2·ox − pw (inside the row).
+                    let b = xc0.add(c * ip + s.x + iy * f.iw + 2 * s.ox).wrapping_offset(-f.pw);
+                    for h in 0..pairs {
+                        let v = |i: usize| _mm256_maskload_ps(b.wrapping_add(8 * i), masks[i]);
+                        let (lo, hi) = (v(2 * h), v(2 * h + 1));
+                        _mm256_storeu_ps(even.as_mut_ptr().add(8 * h), pick(lo, hi, false));
+                        _mm256_storeu_ps(odd.as_mut_ptr().add(8 * h), pick(lo, hi, true));
+                    }
+                    for kx in 0..f.kw {
+                        let d = kx * f.dw;
+                        let src = if d.is_multiple_of(2) { even.as_ptr() } else { odd.as_ptr() }.add(d / 2);
+                        _mm256_storeu_ps(row, _mm256_loadu_ps(src));
+                        _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(src.add(8)));
                         row = row.add(NR);
                     }
-                    continue;
-                };
-                // Input column of lane 0 at tap 0: 2·ox − pw (inside the row).
-                let b = xc0.add(c * ip + s.x + iy * f.iw + 2 * s.ox).wrapping_offset(-f.pw);
-                for h in 0..pairs {
-                    let v = |i: usize| _mm256_maskload_ps(b.wrapping_add(8 * i), masks[i]);
-                    let (lo, hi) = (v(2 * h), v(2 * h + 1));
-                    _mm256_storeu_ps(even.as_mut_ptr().add(8 * h), pick(lo, hi, false));
-                    _mm256_storeu_ps(odd.as_mut_ptr().add(8 * h), pick(lo, hi, true));
-                }
-                for kx in 0..f.kw {
-                    let d = kx * f.dw;
-                    let src = if d.is_multiple_of(2) { even.as_ptr() } else { odd.as_ptr() }.add(d / 2);
-                    _mm256_storeu_ps(row, _mm256_loadu_ps(src));
-                    _mm256_storeu_ps(row.add(8), _mm256_loadu_ps(src.add(8)));
-                    row = row.add(NR);
                 }
             }
         }
@@ -390,7 +438,9 @@ impl Implicit {
         let mut q = 0;
         while q < cols {
             let wd = MR.min(cols - q);
-            let pd = dst.add(q * kb);
+            // SAFETY: panel `q / MR` of `dst`, its `kb · MR` elements within the
+            // `cols.next_multiple_of(MR) · kb` writes (this function's contract).
+            let pd = unsafe { dst.add(q * kb) };
             if self.flipped {
                 // Step k = c·kk + t of output channel o reads the data
                 // gradient's w[c][o][kk − 1 − t]: the panel's channels are
@@ -398,26 +448,36 @@ impl Implicit {
                 let row = f.co_g * kk;
                 let (c0, mut d) = (k0 / kk, pd);
                 for c in c0..c0 + kb / kk {
-                    let base = w.add(c * row + (o0 + q) * kk + kk - 1);
-                    for t in 0..kk {
-                        let src = base.sub(t);
-                        for r in 0..MR {
-                            *d.add(r) = if r < wd { *src.add(r * kk) } else { 0.0 };
+                    // SAFETY: channel `c` of the data gradient's weights (the group's),
+                    // output channels `o0 + q + r < o0 + cols` of its row, their `kk` taps;
+                    // `d` walks the panel's `kb · MR` elements, `MR` per step.
+                    unsafe {
+                        let base = w.add(c * row + (o0 + q) * kk + kk - 1);
+                        for t in 0..kk {
+                            let src = base.sub(t);
+                            for r in 0..MR {
+                                *d.add(r) = if r < wd { *src.add(r * kk) } else { 0.0 };
+                            }
+                            d = d.add(MR);
                         }
-                        d = d.add(MR);
                     }
                 }
             } else {
                 for r in 0..MR {
-                    let d = pd.add(r);
-                    if r < wd {
-                        let src = w.add((o0 + q + r) * kdim + k0);
-                        for k in 0..kb {
-                            *d.add(k * MR) = *src.add(k);
-                        }
-                    } else {
-                        for k in 0..kb {
-                            *d.add(k * MR) = 0.0;
+                    // SAFETY: row `r` of the panel, its `kb` steps `MR` apart; output channel
+                    // `o0 + q + r < o0 + cols` of the group's weights, steps `k0..k0 + kb`
+                    // within its `kdim`.
+                    unsafe {
+                        let d = pd.add(r);
+                        if r < wd {
+                            let src = w.add((o0 + q + r) * kdim + k0);
+                            for k in 0..kb {
+                                *d.add(k * MR) = *src.add(k);
+                            }
+                        } else {
+                            for k in 0..kb {
+                                *d.add(k * MR) = 0.0;
+                            }
                         }
                     }
                 }
@@ -438,9 +498,9 @@ impl Implicit {
     pub(super) unsafe fn run(&self, t: Task, x: *const f32, w: *const f32, y: *mut f32, scratch: *mut f32) {
         let f = &self.f;
         let (op, kdim) = (f.op(), f.kdim());
-        let xg = x.add(t.g * f.ci_g * f.ip());
-        let wg = w.add(t.g * f.co_g * kdim);
-        let yg = y.add(t.g * f.co_g * op);
+        // SAFETY: group `t.g < groups` of the tensors (this function's contract).
+        let (xg, wg, yg) =
+            unsafe { (x.add(t.g * f.ci_g * f.ip()), w.add(t.g * f.co_g * kdim), y.add(t.g * f.co_g * op)) };
         let ys = f.groups * f.co_g * op;
         // Offsets in `y` of a position and of a channel.
         let pos_off = |p: usize| (p / op) * ys + p % op;
@@ -449,25 +509,37 @@ impl Implicit {
         let kk = f.kk();
         // Cache-line aligned packed blocks: the weights of `mc` channels for
         // every step of `k` (block k0 at `a + k0 · mcp`), and NC positions for one block of `k`.
-        let a = scratch.add(scratch.align_offset(64));
-        let b = a.add(self.mc.next_multiple_of(MR) * kdim);
+        // SAFETY: the scratch holds [`Self::scratch_len`] elements: 32 of slack
+        // cover the alignment of `a` to 64 bytes, then the packed weights and
+        // positions.
+        let (a, b) = unsafe {
+            let a = scratch.add(scratch.align_offset(64));
+            (a, a.add(self.mc.next_multiple_of(MR) * kdim))
+        };
         let mut buf = [0f32; MR * NR];
         for i0 in rows.clone().step_by(self.mc) {
             let mc = self.mc.min(rows.end - i0);
             let mcp = mc.next_multiple_of(MR);
             for c0 in (0..f.ci_g).step_by(self.cb) {
                 let (k0, kb) = (c0 * kk, self.cb.min(f.ci_g - c0) * kk);
-                self.pack_weights(wg, i0, mc, k0, kb, a.add(k0 * mcp));
+                // SAFETY: output channels `i0..i0 + mc` of the task's, steps `k0..k0 + kb`
+                // into block `k0` of `a`; AVX2 + FMA.
+                unsafe { self.pack_weights(wg, i0, mc, k0, kb, a.add(k0 * mcp)) };
             }
             for j0 in cols.clone().step_by(NC) {
                 let nc = NC.min(cols.end - j0);
                 for c0 in (0..f.ci_g).step_by(self.cb) {
                     let (k0, kb) = (c0 * kk, self.cb.min(f.ci_g - c0) * kk);
-                    self.pack_positions(xg, j0, nc, c0, kb / kk, b);
-                    let ak = a.add(k0 * mcp);
+                    // SAFETY: positions `j0..j0 + nc` of the task's, channels `c0..c0 + kb / kk`
+                    // into `b` (`cb · kk · NC` elements); AVX2 + FMA.
+                    let ak = unsafe {
+                        self.pack_positions(xg, j0, nc, c0, kb / kk, b);
+                        a.add(k0 * mcp)
+                    };
                     for jr in (0..nc).step_by(NR) {
                         let (j, nw) = (j0 + jr, NR.min(nc - jr));
-                        let bp = b.add(jr * kb);
+                        // SAFETY: panel `jr / NR` of the packed positions.
+                        let bp = unsafe { b.add(jr * kb) };
                         // Offsets of the tile's positions: one image's (a vector store) or several.
                         let whole = nw == NR && j % op + NR <= op;
                         let mut coff = [0usize; NR];
@@ -478,22 +550,28 @@ impl Implicit {
                         }
                         for ir in (0..mc).step_by(MR) {
                             let (i, mw) = (i0 + ir, MR.min(mc - ir));
-                            let ap = ak.add(ir * kb);
-                            // Whole tile of 16 positions in one image: straight to `y`.
-                            if mw == MR && whole {
-                                tile(kb, ap, bp, yg.add(ch_off(i) + pos_off(j)), op, k0 > 0);
-                                continue;
-                            }
-                            tile(kb, ap, bp, buf.as_mut_ptr(), NR, false);
-                            if whole {
-                                let base = pos_off(j);
-                                coff.iter_mut().enumerate().for_each(|(jj, c)| *c = base + jj);
-                            }
-                            for ii in 0..mw {
-                                let (row, src) = (yg.add(ch_off(i + ii)), &buf[ii * NR..ii * NR + nw]);
-                                for (&c, &v) in coff[..nw].iter().zip(src) {
-                                    let dst = row.add(c);
-                                    *dst = if k0 > 0 { *dst + v } else { v };
+                            // SAFETY: channels `i..i + mw` of the packed weights and of the
+                            // task's (disjoint from other tasks'), positions `j..j + nw` of it:
+                            // `pos_off` maps them into `y`; a whole tile lies in one image's
+                            // `op`; `tile` reads `kb` steps of both panels; AVX2 + FMA.
+                            unsafe {
+                                let ap = ak.add(ir * kb);
+                                // Whole tile of 16 positions in one image: straight to `y`.
+                                if mw == MR && whole {
+                                    tile(kb, ap, bp, yg.add(ch_off(i) + pos_off(j)), op, k0 > 0);
+                                    continue;
+                                }
+                                tile(kb, ap, bp, buf.as_mut_ptr(), NR, false);
+                                if whole {
+                                    let base = pos_off(j);
+                                    coff.iter_mut().enumerate().for_each(|(jj, c)| *c = base + jj);
+                                }
+                                for ii in 0..mw {
+                                    let (row, src) = (yg.add(ch_off(i + ii)), &buf[ii * NR..ii * NR + nw]);
+                                    for (&c, &v) in coff[..nw].iter().zip(src) {
+                                        let dst = row.add(c);
+                                        *dst = if k0 > 0 { *dst + v } else { v };
+                                    }
                                 }
                             }
                         }
@@ -516,13 +594,17 @@ impl Implicit {
         let f = &self.f;
         let (op, ip, k) = (f.op(), f.ip(), f.kdim());
         let (xs, ys) = (f.groups * f.ci_g * ip, f.groups * f.co_g * op);
-        let xg = x.add(t.g * f.ci_g * ip);
-        let wg = w.add(t.g * f.co_g * k);
-        let yg = y.add(t.g * f.co_g * op);
+        // SAFETY: group `t.g < groups` of the tensors (this function's contract).
+        let (xg, wg, yg) = unsafe { (x.add(t.g * f.ci_g * ip), w.add(t.g * f.co_g * k), y.add(t.g * f.co_g * op)) };
         let p = t.hi - t.lo;
         let kk = f.kk();
-        let a = scratch.add(scratch.align_offset(64));
-        let b = a.add(p.next_multiple_of(MR) * self.cb * kk);
+        // SAFETY: the scratch holds [`Self::scratch_len`] elements: 32 of slack
+        // cover the alignment of `a` to 64 bytes, then the packed positions
+        // (`p` rounded up to `MR`, `cb · kk` steps) and weights.
+        let (a, b) = unsafe {
+            let a = scratch.add(scratch.align_offset(64));
+            (a, a.add(p.next_multiple_of(MR) * self.cb * kk))
+        };
         let mut buf = [0f32; MR * NR];
         for j0 in (t.o0..t.o1).step_by(NC) {
             let nc = NC.min(t.o1 - j0);
@@ -533,17 +615,23 @@ impl Implicit {
                 // w[c][i][kk − 1 − tap]; the panel's 16 channels are `16·kk`
                 // contiguous values of `w` per `c`.
                 for c in 0..cn {
-                    let src = wg.add((c0 + c) * f.co_g * kk + j0 * kk);
-                    for q in (0..nc).step_by(NR) {
-                        let (wd, d) = (NR.min(nc - q), b.add(q * kb + c * kk * NR));
-                        if kk == 1 && wd == NR {
-                            std::ptr::copy_nonoverlapping(src.add(q) as *const [f32; NR], d as *mut [f32; NR], 1);
-                            continue;
-                        }
-                        for tt in 0..kk {
-                            let (s, d) = (src.add(q * kk + kk - 1 - tt), d.add(tt * NR));
-                            for jj in 0..NR {
-                                *d.add(jj) = if jj < wd { *s.add(jj * kk) } else { 0.0 };
+                    // SAFETY: input channels `j0..j0 + nc <= t.o1` of the data gradient's
+                    // weights for channel `c0 + c < ci_g`, their `kk` taps; the panel's
+                    // `NR` columns of step rows `c · kk..(c + 1) · kk` in `b` (`cb · kk · NC`
+                    // elements).
+                    unsafe {
+                        let src = wg.add((c0 + c) * f.co_g * kk + j0 * kk);
+                        for q in (0..nc).step_by(NR) {
+                            let (wd, d) = (NR.min(nc - q), b.add(q * kb + c * kk * NR));
+                            if kk == 1 && wd == NR {
+                                std::ptr::copy_nonoverlapping(src.add(q) as *const [f32; NR], d as *mut [f32; NR], 1);
+                                continue;
+                            }
+                            for tt in 0..kk {
+                                let (s, d) = (src.add(q * kk + kk - 1 - tt), d.add(tt * NR));
+                                for jj in 0..NR {
+                                    *d.add(jj) = if jj < wd { *s.add(jj * kk) } else { 0.0 };
+                                }
                             }
                         }
                     }
@@ -564,9 +652,14 @@ impl Implicit {
                             }
                         }
                         for c in 0..cn {
-                            let (src, d) = (xg.add((c0 + c) * ip), a.add(q * kb + (c * kk + tt) * MR));
-                            for (r, o) in offs.iter().enumerate() {
-                                *d.add(r) = o.map_or(0.0, |o| *src.add(o));
+                            // SAFETY: `offs` only holds input offsets inside the planes (`in_row`
+                            // and `valid_cols`), of channel `c0 + c < ci_g`; row `q / MR` of the
+                            // packed positions, step `c · kk + tt < kb`.
+                            unsafe {
+                                let (src, d) = (xg.add((c0 + c) * ip), a.add(q * kb + (c * kk + tt) * MR));
+                                for (r, o) in offs.iter().enumerate() {
+                                    *d.add(r) = o.map_or(0.0, |o| *src.add(o));
+                                }
                             }
                         }
                     }
@@ -574,13 +667,19 @@ impl Implicit {
                 for jr in (0..nc).step_by(NR) {
                     let nw = NR.min(nc - jr);
                     for ir in (0..p).step_by(MR) {
-                        tile(kb, a.add(ir * kb), b.add(jr * kb), buf.as_mut_ptr(), NR, false);
-                        for ii in 0..MR.min(p - ir) {
-                            let pos = t.lo + ir + ii;
-                            let row = yg.add((pos / op) * ys + pos % op + (j0 + jr) * op);
-                            for (jj, &v) in buf[ii * NR..ii * NR + nw].iter().enumerate() {
-                                let dst = row.add(jj * op);
-                                *dst = if k0 > 0 { *dst + v } else { v };
+                        // SAFETY: panels `ir / MR` and `jr / NR` of the packed blocks (`kb`
+                        // steps each); positions `t.lo + ir + ii < t.hi` of the batch and
+                        // channels `j0 + jr..+ nw` of the task's (disjoint from other tasks');
+                        // AVX2 + FMA.
+                        unsafe {
+                            tile(kb, a.add(ir * kb), b.add(jr * kb), buf.as_mut_ptr(), NR, false);
+                            for ii in 0..MR.min(p - ir) {
+                                let pos = t.lo + ir + ii;
+                                let row = yg.add((pos / op) * ys + pos % op + (j0 + jr) * op);
+                                for (jj, &v) in buf[ii * NR..ii * NR + nw].iter().enumerate() {
+                                    let dst = row.add(jj * op);
+                                    *dst = if k0 > 0 { *dst + v } else { v };
+                                }
                             }
                         }
                     }
@@ -645,10 +744,13 @@ impl<T: ConvElem> ConvKernel<T> {
         let Io { x, w, y, col, .. } = io;
         let (src, dst) = if im.flipped { (y, x) } else { (x, y) };
         #[cfg(target_arch = "x86_64")]
-        if im.trans {
-            im.run_trans(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
-        } else {
-            im.run(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+        // SAFETY: this function's contract.
+        unsafe {
+            if im.trans {
+                im.run_trans(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+            } else {
+                im.run(t, src as *const f32, w as *const f32, dst as *mut f32, col as *mut f32);
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (t, src, dst, w, col, im);

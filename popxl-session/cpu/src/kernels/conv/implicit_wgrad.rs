@@ -15,10 +15,6 @@
 //! few, blocks of input channels; each weight is summed in an order fixed at
 //! build time, whatever the thread count.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 #[cfg(target_arch = "x86_64")]
 use super::gemm::tile;
 use super::gemm::{MR, NR};
@@ -70,37 +66,56 @@ impl Implicit {
     ) {
         let f = &self.f;
         let (op, kk, kdim, m) = (f.op(), f.kk(), f.kdim(), f.co_g);
-        let xg = x.add(t.g * f.ci_g * f.ip());
-        let yg = dy.add(t.g * m * op);
-        let wg = dw.add(t.g * m * kdim);
+        // SAFETY: group `t.g < groups` of the tensors (this function's contract).
+        let (xg, yg, wg) = unsafe { (x.add(t.g * f.ci_g * f.ip()), dy.add(t.g * m * op), dw.add(t.g * m * kdim)) };
         let ys = f.groups * m * op;
         let ncw = self.wgrad_block();
         let kbp = (self.cb * kk).next_multiple_of(NR);
-        let a = scratch.add(scratch.align_offset(64));
-        let packed = a.add(m.next_multiple_of(MR) * ncw);
-        let bt = packed.add(ncw * kbp);
+        // SAFETY: the scratch holds [`Self::wgrad_scratch_len`] elements: 32 of
+        // slack cover the alignment of `a` to 64 bytes, then the packed gradient, the packed
+        // positions and their transpose.
+        let (a, packed, bt) = unsafe {
+            let a = scratch.add(scratch.align_offset(64));
+            let packed = a.add(m.next_multiple_of(MR) * ncw);
+            (a, packed, packed.add(ncw * kbp))
+        };
         let mut buf = [0f32; MR * NR];
         for j0 in span.clone().step_by(ncw) {
             let nc = ncw.min(span.end - j0);
             let first = j0 == span.start;
-            self.pack_gradient(yg, ys, j0, nc, a);
+            // SAFETY: positions `j0..j0 + nc` of `span` (inside the batch), into `a`'s
+            // `co_g.next_multiple_of(MR) · ncw` elements.
+            unsafe { self.pack_gradient(yg, ys, j0, nc, a) };
             for c0 in (t.lo..t.hi).step_by(self.cb) {
                 let (k0, kb) = (c0 * kk, self.cb.min(t.hi - c0) * kk);
-                self.pack_positions(xg, j0, nc, c0, kb / kk, packed);
-                transpose_panels(packed, nc, kb, bt);
+                // SAFETY: channels `c0..c0 + kb / kk <= t.hi` of the group, positions as
+                // above, into `packed` (`ncw · kbp` elements) and its transpose `bt`;
+                // AVX2 + FMA (this function's contract).
+                unsafe {
+                    self.pack_positions(xg, j0, nc, c0, kb / kk, packed);
+                    transpose_panels(packed, nc, kb, bt);
+                }
                 for kq in (0..kb).step_by(NR) {
-                    let (nw, bp) = (NR.min(kb - kq), bt.add(kq * nc.next_multiple_of(NR)));
+                    // SAFETY: step group `kq < kb` of `bt`, whose groups are `nc` rounded up
+                    // to `NR` rows apart.
+                    let (nw, bp) = (NR.min(kb - kq), unsafe { bt.add(kq * nc.next_multiple_of(NR)) });
                     for ir in (0..m).step_by(MR) {
-                        let (mw, ap, dst) = (MR.min(m - ir), a.add(ir * nc), wg.add(ir * kdim + k0 + kq));
-                        if mw == MR && nw == NR {
-                            tile(nc, ap, bp, dst, kdim, !first);
-                            continue;
-                        }
-                        tile(nc, ap, bp, buf.as_mut_ptr(), NR, false);
-                        for ii in 0..mw {
-                            for (jj, &v) in buf[ii * NR..ii * NR + nw].iter().enumerate() {
-                                let d = dst.add(ii * kdim + jj);
-                                *d = if first { v } else { *d + v };
+                        // SAFETY: channels `ir..ir + mw <= m` of the packed gradient and of the
+                        // group's weights, columns `k0 + kq..k0 + kq + nw` of the task's channels
+                        // (disjoint from other tasks'); `tile` reads `nc` steps of both panels,
+                        // writes `MR × NR` (full tile) or the local buffer, AVX2 + FMA.
+                        unsafe {
+                            let (mw, ap, dst) = (MR.min(m - ir), a.add(ir * nc), wg.add(ir * kdim + k0 + kq));
+                            if mw == MR && nw == NR {
+                                tile(nc, ap, bp, dst, kdim, !first);
+                                continue;
+                            }
+                            tile(nc, ap, bp, buf.as_mut_ptr(), NR, false);
+                            for ii in 0..mw {
+                                for (jj, &v) in buf[ii * NR..ii * NR + nw].iter().enumerate() {
+                                    let d = dst.add(ii * kdim + jj);
+                                    *d = if first { v } else { *d + v };
+                                }
                             }
                         }
                     }
@@ -121,23 +136,31 @@ impl Implicit {
     unsafe fn pack_gradient(&self, dy: *const f32, ys: usize, p0: usize, nc: usize, dst: *mut f32) {
         let (op, m) = (self.f.op(), self.f.co_g);
         for ir in (0..m).step_by(MR) {
-            let pa = dst.add(ir * nc);
+            // SAFETY: panel `ir / MR` of `dst`, its `nc` groups of `MR`
+            // (`co_g.next_multiple_of(MR) · nc` writes: this function's contract).
+            let pa = unsafe { dst.add(ir * nc) };
             for r in 0..MR {
                 let o = ir + r;
                 if o >= m {
-                    (0..nc).for_each(|i| *pa.add(i * MR + r) = 0.0);
+                    // SAFETY: as above.
+                    (0..nc).for_each(|i| unsafe { *pa.add(i * MR + r) = 0.0 });
                     continue;
                 }
                 // Runs of positions within one image.
-                let (mut p, mut d) = (p0, pa.add(r));
-                while p < p0 + nc {
-                    let (img, pos) = (p / op, p % op);
-                    let len = (op - pos).min(p0 + nc - p);
-                    let src = dy.add(img * ys + o * op + pos);
-                    for i in 0..len {
-                        *d.add(i * MR) = *src.add(i);
+                // SAFETY: as above; position `p < p0 + nc` is image `img`'s position `pos`
+                // (the batch's positions, this function's contract), run of `len`
+                // positions within the image.
+                unsafe {
+                    let (mut p, mut d) = (p0, pa.add(r));
+                    while p < p0 + nc {
+                        let (img, pos) = (p / op, p % op);
+                        let len = (op - pos).min(p0 + nc - p);
+                        let src = dy.add(img * ys + o * op + pos);
+                        for i in 0..len {
+                            *d.add(i * MR) = *src.add(i);
+                        }
+                        (p, d) = (p + len, d.add(len * MR));
                     }
-                    (p, d) = (p + len, d.add(len * MR));
                 }
             }
         }
@@ -157,24 +180,29 @@ unsafe fn transpose_panels(src: *const f32, nc: usize, kb: usize, dst: *mut f32)
     use std::arch::x86_64::*;
     let ncp = nc.next_multiple_of(NR);
     for q in (0..ncp).step_by(NR) {
-        let panel = src.add(q * kb);
-        for kq in (0..kb).step_by(NR) {
-            let rows = NR.min(kb - kq);
-            let out = dst.add(kq * ncp + q * NR);
-            // Four 8 × 8 blocks: steps kq + 8g.., positions q + 8h...
-            for g in 0..2 {
-                for h in 0..2 {
-                    let r: [__m256; 8] = std::array::from_fn(|i| {
-                        let k = 8 * g + i;
-                        if k < rows {
-                            _mm256_loadu_ps(panel.add((kq + k) * NR + 8 * h))
-                        } else {
-                            _mm256_setzero_ps()
+        // SAFETY: panel `q / NR` of `src` (`ncp · kb` values), step rows `kq + k <
+        // kb` of it, and its `NR · NR` block of `dst`; AVX2 (this function's
+        // contract).
+        unsafe {
+            let panel = src.add(q * kb);
+            for kq in (0..kb).step_by(NR) {
+                let rows = NR.min(kb - kq);
+                let out = dst.add(kq * ncp + q * NR);
+                // Four 8 × 8 blocks: steps kq + 8g.., positions q + 8h...
+                for g in 0..2 {
+                    for h in 0..2 {
+                        let r: [__m256; 8] = std::array::from_fn(|i| {
+                            let k = 8 * g + i;
+                            if k < rows {
+                                _mm256_loadu_ps(panel.add((kq + k) * NR + 8 * h))
+                            } else {
+                                _mm256_setzero_ps()
+                            }
+                        });
+                        let c = transpose8(r);
+                        for (j, v) in c.iter().enumerate() {
+                            _mm256_storeu_ps(out.add((8 * h + j) * NR + 8 * g), *v);
                         }
-                    });
-                    let c = transpose8(r);
-                    for (j, v) in c.iter().enumerate() {
-                        _mm256_storeu_ps(out.add((8 * h + j) * NR + 8 * g), *v);
                     }
                 }
             }
@@ -184,36 +212,43 @@ unsafe fn transpose_panels(src: *const f32, nc: usize, kb: usize, dst: *mut f32)
 
 /// The transpose of the 8 × 8 block whose rows are `r`: row `j` of the
 /// result holds element `j` of every row.
+///
+/// # Safety
+/// The CPU has AVX.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(u0, u4),
-        _mm256_permute2f128_ps::<0x20>(u1, u5),
-        _mm256_permute2f128_ps::<0x20>(u2, u6),
-        _mm256_permute2f128_ps::<0x20>(u3, u7),
-        _mm256_permute2f128_ps::<0x31>(u0, u4),
-        _mm256_permute2f128_ps::<0x31>(u1, u5),
-        _mm256_permute2f128_ps::<0x31>(u2, u6),
-        _mm256_permute2f128_ps::<0x31>(u3, u7),
-    ]
+    // SAFETY: the caller runs AVX (this function's contract); register
+    // shuffles only.
+    unsafe {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
 }
 
 impl<T: ConvElem> ConvKernel<T> {
@@ -251,7 +286,11 @@ impl<T: ConvElem> ConvKernel<T> {
         let Io { x, y, col, wpart: dw, .. } = io;
         let span = self.chunks[t.n]..self.chunks[t.n + 1];
         #[cfg(target_arch = "x86_64")]
-        im.run_weights(t, span, x as *const f32, y as *const f32, dw as *mut f32, col as *mut f32);
+        // SAFETY: this function's contract, the task's positions `span` of chunk
+        // `t.n`.
+        unsafe {
+            im.run_weights(t, span, x as *const f32, y as *const f32, dw as *mut f32, col as *mut f32)
+        };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (t, span, x, y, col, dw, im);
     }

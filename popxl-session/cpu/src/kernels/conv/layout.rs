@@ -8,10 +8,6 @@
 //! output position `(p / ow, p % ow)`; row `r` is `(c, ki, kj)` with
 //! `r = (c · kh + ki) · kw + kj`, the weight layout `[C_out, C_in / group, kh, kw]`.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::ops::{AddAssign, Mul, Range};
 
 use popart_ir::ops::conv::ConvGeometry;
@@ -232,31 +228,39 @@ pub(crate) unsafe fn im2col<T: ConvElem>(
     let kk = g.kk();
     for (ri, r) in rows.enumerate() {
         let (c, ki, kj) = (r / kk, (r % kk) / g.kw, r % g.kw);
-        let plane = x.add(c * g.ip());
-        let drow = dst.add(ri * ld);
-        let (valid, off) = g.valid_cols(kj);
-        let mut p = cols.start;
-        while p < cols.end {
-            let (o, t0) = (p / g.ow, p % g.ow);
-            let t1 = g.ow.min(t0 + cols.end - p);
-            let d = drow.add(p - cols.start);
-            match g.in_row(o, ki) {
-                None => std::ptr::write_bytes(d, 0, t1 - t0),
-                Some(ir) => {
-                    let src = plane.add(ir * g.iw);
-                    let (lo, hi) = (valid.start.clamp(t0, t1), valid.end.clamp(t0, t1));
-                    std::ptr::write_bytes(d, 0, lo - t0);
-                    if g.sw == 1 {
-                        copy_row(src.offset(lo as isize + off), d.add(lo - t0), hi - lo);
-                    } else {
-                        for t in lo..hi {
-                            *d.add(t - t0) = *src.offset((t * g.sw) as isize + off);
+        // SAFETY: row `r` of the matrix is input channel `c < ci_g`'s tap
+        // `(ki, kj)`: plane `c` of `x` (`ci_g · ih · iw` reads); `in_row` only
+        // yields input rows `ir < ih` and `valid_cols` the output columns whose
+        // input column `t·sw + off` lies in `0..iw`; the destination is row `ri`
+        // of `dst`, columns `p - cols.start < cols.len() <= ld` (this function's
+        // contract).
+        unsafe {
+            let plane = x.add(c * g.ip());
+            let drow = dst.add(ri * ld);
+            let (valid, off) = g.valid_cols(kj);
+            let mut p = cols.start;
+            while p < cols.end {
+                let (o, t0) = (p / g.ow, p % g.ow);
+                let t1 = g.ow.min(t0 + cols.end - p);
+                let d = drow.add(p - cols.start);
+                match g.in_row(o, ki) {
+                    None => std::ptr::write_bytes(d, 0, t1 - t0),
+                    Some(ir) => {
+                        let src = plane.add(ir * g.iw);
+                        let (lo, hi) = (valid.start.clamp(t0, t1), valid.end.clamp(t0, t1));
+                        std::ptr::write_bytes(d, 0, lo - t0);
+                        if g.sw == 1 {
+                            copy_row(src.offset(lo as isize + off), d.add(lo - t0), hi - lo);
+                        } else {
+                            for t in lo..hi {
+                                *d.add(t - t0) = *src.offset((t * g.sw) as isize + off);
+                            }
                         }
+                        std::ptr::write_bytes(d.add(hi - t0), 0, t1 - hi);
                     }
-                    std::ptr::write_bytes(d.add(hi - t0), 0, t1 - hi);
                 }
+                p += t1 - t0;
             }
-            p += t1 - t0;
         }
     }
 }
@@ -272,20 +276,26 @@ pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, ld: usize, row
     let (kk, op) = (g.kk(), ld);
     for (ri, r) in rows.enumerate() {
         let (c, ki, kj) = (r / kk, (r % kk) / g.kw, r % g.kw);
-        let plane = dx.add(c * g.ip());
-        let (valid, off) = g.valid_cols(kj);
-        for o in 0..g.oh {
-            let Some(ir) = g.in_row(o, ki) else { continue };
-            let s = src.add(ri * op + o * g.ow);
-            let d = plane.add(ir * g.iw);
-            if g.sw == 1 {
-                let d = d.offset(off);
-                for t in valid.clone() {
-                    *d.add(t) += *s.add(t);
-                }
-            } else {
-                for t in valid.clone() {
-                    *d.offset((t * g.sw) as isize + off) += *s.add(t);
+        // SAFETY: plane `c < ci_g` of `dx`; `in_row` only yields input rows
+        // `ir < ih` and `valid_cols` the output columns whose input column
+        // `t·sw + off` lies in `0..iw`; row `ri` of `src`, its `oh · ow <= ld`
+        // columns (this function's contract); `src` and `dx` do not overlap.
+        unsafe {
+            let plane = dx.add(c * g.ip());
+            let (valid, off) = g.valid_cols(kj);
+            for o in 0..g.oh {
+                let Some(ir) = g.in_row(o, ki) else { continue };
+                let s = src.add(ri * op + o * g.ow);
+                let d = plane.add(ir * g.iw);
+                if g.sw == 1 {
+                    let d = d.offset(off);
+                    for t in valid.clone() {
+                        *d.add(t) += *s.add(t);
+                    }
+                } else {
+                    for t in valid.clone() {
+                        *d.offset((t * g.sw) as isize + off) += *s.add(t);
+                    }
                 }
             }
         }
@@ -299,23 +309,29 @@ pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, ld: usize, row
 /// `x`: `ih · iw` reads, `y`: `oh · ow` writes, `w`: `kh · kw` reads.
 #[inline(always)]
 pub(crate) unsafe fn direct_fwd_plane<T: ConvElem>(g: &Geo2, x: *const T, w: *const T, y: *mut T) {
-    std::ptr::write_bytes(y, 0, g.op());
+    // SAFETY: `y` holds `oh · ow` elements (this function's contract).
+    unsafe { std::ptr::write_bytes(y, 0, g.op()) };
     for o in 0..g.oh {
-        let yr = y.add(o * g.ow);
-        for ki in 0..g.kh {
-            let Some(ir) = g.in_row(o, ki) else { continue };
-            let xr = x.add(ir * g.iw);
-            for kj in 0..g.kw {
-                let wv = *w.add(ki * g.kw + kj);
-                let (valid, off) = g.valid_cols(kj);
-                if g.sw == 1 {
-                    let xs = xr.offset(off);
-                    for t in valid {
-                        *yr.add(t) += wv * *xs.add(t);
-                    }
-                } else {
-                    for t in valid {
-                        *yr.add(t) += wv * *xr.offset((t * g.sw) as isize + off);
+        // SAFETY: row `o < oh` of `y`; `in_row` only yields input rows `ir < ih`,
+        // `valid_cols` the output columns `t < ow` whose input column
+        // `t·sw + off` lies in `0..iw`; tap `ki · kw + kj < kh · kw` of `w`.
+        unsafe {
+            let yr = y.add(o * g.ow);
+            for ki in 0..g.kh {
+                let Some(ir) = g.in_row(o, ki) else { continue };
+                let xr = x.add(ir * g.iw);
+                for kj in 0..g.kw {
+                    let wv = *w.add(ki * g.kw + kj);
+                    let (valid, off) = g.valid_cols(kj);
+                    if g.sw == 1 {
+                        let xs = xr.offset(off);
+                        for t in valid {
+                            *yr.add(t) += wv * *xs.add(t);
+                        }
+                    } else {
+                        for t in valid {
+                            *yr.add(t) += wv * *xr.offset((t * g.sw) as isize + off);
+                        }
                     }
                 }
             }
@@ -330,21 +346,26 @@ pub(crate) unsafe fn direct_fwd_plane<T: ConvElem>(g: &Geo2, x: *const T, w: *co
 #[inline(always)]
 pub(crate) unsafe fn direct_data_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T, w: *const T, dx: *mut T) {
     for o in 0..g.oh {
-        let gr = dy.add(o * g.ow);
-        for ki in 0..g.kh {
-            let Some(ir) = g.in_row(o, ki) else { continue };
-            let xr = dx.add(ir * g.iw);
-            for kj in 0..g.kw {
-                let wv = *w.add(ki * g.kw + kj);
-                let (valid, off) = g.valid_cols(kj);
-                if g.sw == 1 {
-                    let xs = xr.offset(off);
-                    for t in valid {
-                        *xs.add(t) += wv * *gr.add(t);
-                    }
-                } else {
-                    for t in valid {
-                        *xr.offset((t * g.sw) as isize + off) += wv * *gr.add(t);
+        // SAFETY: row `o < oh` of `dy`; `in_row` only yields input rows `ir < ih`
+        // of `dx`, `valid_cols` the output columns `t < ow` whose input column
+        // `t·sw + off` lies in `0..iw`; tap `ki · kw + kj < kh · kw` of `w`.
+        unsafe {
+            let gr = dy.add(o * g.ow);
+            for ki in 0..g.kh {
+                let Some(ir) = g.in_row(o, ki) else { continue };
+                let xr = dx.add(ir * g.iw);
+                for kj in 0..g.kw {
+                    let wv = *w.add(ki * g.kw + kj);
+                    let (valid, off) = g.valid_cols(kj);
+                    if g.sw == 1 {
+                        let xs = xr.offset(off);
+                        for t in valid {
+                            *xs.add(t) += wv * *gr.add(t);
+                        }
+                    } else {
+                        for t in valid {
+                            *xr.offset((t * g.sw) as isize + off) += wv * *gr.add(t);
+                        }
                     }
                 }
             }
@@ -361,36 +382,42 @@ pub(crate) unsafe fn direct_data_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T,
 pub(crate) unsafe fn direct_weight_grad_plane<T: ConvElem>(g: &Geo2, dy: *const T, x: *const T, dw: *mut T) {
     for ki in 0..g.kh {
         for kj in 0..g.kw {
-            let (valid, off) = g.valid_cols(kj);
-            let mut acc = T::ZERO;
-            for o in 0..g.oh {
-                let Some(ir) = g.in_row(o, ki) else { continue };
-                let gr = dy.add(o * g.ow);
-                let xr = x.add(ir * g.iw);
-                // Four partial sums so the loop vectorises.
-                let mut part = [T::ZERO; 4];
-                if g.sw == 1 {
-                    let xs = xr.offset(off);
-                    let (mut t, end) = (valid.start, valid.end);
-                    while t + 4 <= end {
-                        for (l, p) in part.iter_mut().enumerate() {
-                            *p += *gr.add(t + l) * *xs.add(t + l);
+            // SAFETY: rows `o < oh` of `dy`, and the input rows `ir < ih` of `x`
+            // that `in_row` yields; `valid_cols` keeps the output columns `t < ow`
+            // whose input column `t·sw + off` lies in `0..iw`; tap `ki · kw + kj <
+            // kh · kw` of `dw` (this function's contract).
+            unsafe {
+                let (valid, off) = g.valid_cols(kj);
+                let mut acc = T::ZERO;
+                for o in 0..g.oh {
+                    let Some(ir) = g.in_row(o, ki) else { continue };
+                    let gr = dy.add(o * g.ow);
+                    let xr = x.add(ir * g.iw);
+                    // Four partial sums so the loop vectorises.
+                    let mut part = [T::ZERO; 4];
+                    if g.sw == 1 {
+                        let xs = xr.offset(off);
+                        let (mut t, end) = (valid.start, valid.end);
+                        while t + 4 <= end {
+                            for (l, p) in part.iter_mut().enumerate() {
+                                *p += *gr.add(t + l) * *xs.add(t + l);
+                            }
+                            t += 4;
                         }
-                        t += 4;
+                        for t in t..end {
+                            part[0] += *gr.add(t) * *xs.add(t);
+                        }
+                    } else {
+                        for t in valid.clone() {
+                            part[0] += *gr.add(t) * *xr.offset((t * g.sw) as isize + off);
+                        }
                     }
-                    for t in t..end {
-                        part[0] += *gr.add(t) * *xs.add(t);
-                    }
-                } else {
-                    for t in valid.clone() {
-                        part[0] += *gr.add(t) * *xr.offset((t * g.sw) as isize + off);
+                    for p in part {
+                        acc += p;
                     }
                 }
-                for p in part {
-                    acc += p;
-                }
+                *dw.add(ki * g.kw + kj) += acc;
             }
-            *dw.add(ki * g.kw + kj) += acc;
         }
     }
 }
@@ -406,24 +433,31 @@ pub(crate) unsafe fn direct_weight_grad_plane<T: ConvElem>(g: &Geo2, dy: *const 
 pub(crate) unsafe fn copy_row<T: Copy>(src: *const T, dst: *mut T, n: usize) {
     use std::ptr::{read_unaligned as rd, write_unaligned as wr};
     if n > 64 {
-        std::ptr::copy_nonoverlapping(src, dst, n);
+        // SAFETY: `n` reads of `src` and writes of `dst`, not overlapping (this
+        // function's contract).
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
         return;
     }
     let mut i = 0;
     while i + 8 <= n {
-        wr(dst.add(i) as *mut [T; 8], rd(src.add(i) as *const [T; 8]));
+        // SAFETY: elements `i..i + 8 <= n` of both (this function's contract);
+        // unaligned reads and writes of arrays of `T`.
+        unsafe { wr(dst.add(i) as *mut [T; 8], rd(src.add(i) as *const [T; 8])) };
         i += 8;
     }
     if i + 4 <= n {
-        wr(dst.add(i) as *mut [T; 4], rd(src.add(i) as *const [T; 4]));
+        // SAFETY: elements `i..i + 4 <= n`, as above.
+        unsafe { wr(dst.add(i) as *mut [T; 4], rd(src.add(i) as *const [T; 4])) };
         i += 4;
     }
     if i + 2 <= n {
-        wr(dst.add(i) as *mut [T; 2], rd(src.add(i) as *const [T; 2]));
+        // SAFETY: elements `i..i + 2 <= n`, as above.
+        unsafe { wr(dst.add(i) as *mut [T; 2], rd(src.add(i) as *const [T; 2])) };
         i += 2;
     }
     if i < n {
-        *dst.add(i) = *src.add(i);
+        // SAFETY: element `i < n`, as above.
+        unsafe { *dst.add(i) = *src.add(i) };
     }
 }
 
@@ -468,7 +502,8 @@ impl Padded {
     /// # Safety
     /// `x`: `ih · iw` reads; `xp`: [`Padded::plane_len`] writes.
     pub(crate) unsafe fn pad<T: ConvElem>(&self, g: &Geo2, x: *const T, xp: *mut T) {
-        std::ptr::write_bytes(xp, 0, self.plane_len(g));
+        // SAFETY: `xp` holds `plane_len` elements (this function's contract).
+        unsafe { std::ptr::write_bytes(xp, 0, self.plane_len(g)) };
         for r in 0..self.hp {
             let ir = r as isize - g.ph;
             if ir < 0 || ir as usize >= g.ih {
@@ -476,8 +511,13 @@ impl Padded {
             }
             let (lo, hi) = ((g.pw.max(0) as usize).min(self.wp), ((g.iw as isize + g.pw).max(0) as usize).min(self.wp));
             if lo < hi {
-                let src = x.add(ir as usize * g.iw).offset(lo as isize - g.pw);
-                copy_row(src, xp.add(r * self.wp + lo), hi - lo);
+                // SAFETY: input row `ir < ih`, its columns `lo - pw..hi - pw` in
+                // `0..iw` (`lo >= pw`, `hi <= iw + pw`), into columns `lo..hi <= wp`
+                // of padded row `r < hp`.
+                unsafe {
+                    let src = x.add(ir as usize * g.iw).offset(lo as isize - g.pw);
+                    copy_row(src, xp.add(r * self.wp + lo), hi - lo);
+                }
             }
         }
     }
@@ -488,19 +528,24 @@ impl Padded {
     /// `xp`: [`Padded::plane_len`] reads; `w`: `kh · kw` reads; `ext`: grid writes; `y`: `oh · ow` writes.
     pub(crate) unsafe fn fwd<T: ConvElem>(&self, g: &Geo2, xp: *const T, w: *const T, ext: *mut T, y: *mut T) {
         let n = self.ext_len(g);
-        let e = std::slice::from_raw_parts_mut(ext, n);
+        // SAFETY: `ext` holds the grid's `ext_len` elements, no other operand's
+        // (this function's contract).
+        let e = unsafe { std::slice::from_raw_parts_mut(ext, n) };
         e.fill(T::ZERO);
         for ki in 0..g.kh {
             for kj in 0..g.kw {
-                let wv = *w.add(ki * g.kw + kj);
-                let src = std::slice::from_raw_parts(xp.add(self.tap(g, ki, kj)), n);
+                // SAFETY: tap `ki · kw + kj < kh · kw` of `w`; the plane's `plane_len`
+                // covers every tap's offset plus the grid's `ext_len` (its slack).
+                let (wv, src) =
+                    unsafe { (*w.add(ki * g.kw + kj), std::slice::from_raw_parts(xp.add(self.tap(g, ki, kj)), n)) };
                 for (d, &s) in e.iter_mut().zip(src) {
                     *d += wv * s;
                 }
             }
         }
         for o in 0..g.oh {
-            copy_row(ext.add(o * self.wp), y.add(o * g.ow), g.ow);
+            // SAFETY: grid row `o < oh` (`wp >= ow` columns), output row `o` of `y`.
+            unsafe { copy_row(ext.add(o * self.wp), y.add(o * g.ow), g.ow) };
         }
     }
 
@@ -509,9 +554,11 @@ impl Padded {
     /// # Safety
     /// `dy`: `oh · ow` reads; `ext`: grid writes.
     pub(crate) unsafe fn spread<T: ConvElem>(&self, g: &Geo2, dy: *const T, ext: *mut T) {
-        std::ptr::write_bytes(ext, 0, self.ext_len(g));
+        // SAFETY: `ext` holds the grid's `ext_len` elements (this function's contract).
+        unsafe { std::ptr::write_bytes(ext, 0, self.ext_len(g)) };
         for o in 0..g.oh {
-            copy_row(dy.add(o * g.ow), ext.add(o * self.wp), g.ow);
+            // SAFETY: output row `o < oh` of `dy`, grid row `o` (`wp >= ow` columns).
+            unsafe { copy_row(dy.add(o * g.ow), ext.add(o * self.wp), g.ow) };
         }
     }
 
@@ -521,11 +568,16 @@ impl Padded {
     /// `ext`: grid reads; `w`: `kh · kw` reads; `dxp`: [`Padded::plane_len`] reads and writes.
     pub(crate) unsafe fn data_grad<T: ConvElem>(&self, g: &Geo2, ext: *const T, w: *const T, dxp: *mut T) {
         let n = self.ext_len(g);
-        let e = std::slice::from_raw_parts(ext, n);
+        // SAFETY: `ext` holds the grid's `ext_len` elements (this function's contract).
+        let e = unsafe { std::slice::from_raw_parts(ext, n) };
         for ki in 0..g.kh {
             for kj in 0..g.kw {
-                let wv = *w.add(ki * g.kw + kj);
-                let dst = std::slice::from_raw_parts_mut(dxp.add(self.tap(g, ki, kj)), n);
+                // SAFETY: tap `ki · kw + kj < kh · kw` of `w`; the plane's `plane_len`
+                // covers every tap's offset plus the grid's `ext_len` (its slack);
+                // `dxp` overlaps neither `ext` nor `w`.
+                let (wv, dst) = unsafe {
+                    (*w.add(ki * g.kw + kj), std::slice::from_raw_parts_mut(dxp.add(self.tap(g, ki, kj)), n))
+                };
                 for (d, &s) in dst.iter_mut().zip(e) {
                     *d += wv * s;
                 }
@@ -538,7 +590,8 @@ impl Padded {
     /// # Safety
     /// `xp`: [`Padded::plane_len`] reads; `x`: `ih · iw` writes.
     pub(crate) unsafe fn crop<T: ConvElem>(&self, g: &Geo2, xp: *const T, x: *mut T) {
-        std::ptr::write_bytes(x, 0, g.ip());
+        // SAFETY: `x` holds `ih · iw` elements (this function's contract).
+        unsafe { std::ptr::write_bytes(x, 0, g.ip()) };
         for ir in 0..g.ih {
             let r = ir as isize + g.ph;
             if r < 0 || r as usize >= self.hp {
@@ -546,8 +599,13 @@ impl Padded {
             }
             let (lo, hi) = ((g.pw.max(0) as usize).min(self.wp), ((g.iw as isize + g.pw).max(0) as usize).min(self.wp));
             if lo < hi {
-                let dst = x.add(ir * g.iw).offset(lo as isize - g.pw);
-                copy_row(xp.add(r as usize * self.wp + lo), dst, hi - lo);
+                // SAFETY: padded row `r < hp`, its columns `lo..hi <= wp`, into input
+                // row `ir < ih`, columns `lo - pw..hi - pw` in `0..iw` (`lo >= pw`,
+                // `hi <= iw + pw`).
+                unsafe {
+                    let dst = x.add(ir * g.iw).offset(lo as isize - g.pw);
+                    copy_row(xp.add(r as usize * self.wp + lo), dst, hi - lo);
+                }
             }
         }
     }
@@ -558,10 +616,13 @@ impl Padded {
     /// `ext`: grid reads; `xp`: [`Padded::plane_len`] reads; `dw`: `kh · kw` reads and writes.
     pub(crate) unsafe fn weight_grad<T: ConvElem>(&self, g: &Geo2, ext: *const T, xp: *const T, dw: *mut T) {
         let n = self.ext_len(g);
-        let e = std::slice::from_raw_parts(ext, n);
+        // SAFETY: `ext` holds the grid's `ext_len` elements (this function's contract).
+        let e = unsafe { std::slice::from_raw_parts(ext, n) };
         for ki in 0..g.kh {
             for kj in 0..g.kw {
-                let src = std::slice::from_raw_parts(xp.add(self.tap(g, ki, kj)), n);
+                // SAFETY: the plane's `plane_len` covers every tap's offset plus the
+                // grid's `ext_len` (its slack).
+                let src = unsafe { std::slice::from_raw_parts(xp.add(self.tap(g, ki, kj)), n) };
                 let mut part = [T::ZERO; 8];
                 let (ec, sc) = (e.chunks_exact(8), src.chunks_exact(8));
                 let (er, sr) = (ec.remainder(), sc.remainder());
@@ -577,7 +638,8 @@ impl Padded {
                 for p in part {
                     acc += p;
                 }
-                *dw.add(ki * g.kw + kj) += acc;
+                // SAFETY: tap `ki · kw + kj < kh · kw` of `dw` (this function's contract).
+                unsafe { *dw.add(ki * g.kw + kj) += acc };
             }
         }
     }
@@ -597,58 +659,77 @@ impl<T: ConvElem> ConvKernel<T> {
         let g = &self.geo;
         let (kk, ip, op) = (g.kk(), g.ip(), g.op());
         // Output channel o (of all groups) reads input channel o / co_g.
-        let y_plane = |n: usize, o: usize| y.add((n * g.groups * g.co_g + o) * op);
+        // SAFETY: image `n < g.n`, output channel `o < groups · co_g` of `y` (the
+        // whole tensor: this function's contract).
+        let y_plane = |n: usize, o: usize| unsafe { y.add((n * g.groups * g.co_g + o) * op) };
         let (xp, ext) = match padded {
-            Some(p) => (col, col.add(p.plane_len(g))),
+            // SAFETY: the plan's scratch holds the padded plane and then the grid
+            // (`Padded::scratch_len`).
+            Some(p) => (col, unsafe { col.add(p.plane_len(g)) }),
             None => (col, col),
         };
         match self.pass {
             Pass::Forward => {
                 let (n, c) = (t.n, t.g);
-                let xi = x.add((n * g.groups + c) * ip);
-                if let Some(p) = padded {
-                    p.pad(g, xi, xp);
-                }
-                for o in c * g.co_g..(c + 1) * g.co_g {
-                    match padded {
-                        Some(p) => p.fwd(g, xp, w.add(o * kk), ext, y_plane(n, o)),
-                        None => direct_fwd_plane(g, xi, w.add(o * kk), y_plane(n, o)),
+                // SAFETY: plane `c` of image `n` of `x`, the output planes of its `co_g`
+                // channels (this task's alone) and their taps in `w`; `xp` and `ext` in
+                // the plan's scratch, this piece's own.
+                unsafe {
+                    let xi = x.add((n * g.groups + c) * ip);
+                    if let Some(p) = padded {
+                        p.pad(g, xi, xp);
+                    }
+                    for o in c * g.co_g..(c + 1) * g.co_g {
+                        match padded {
+                            Some(p) => p.fwd(g, xp, w.add(o * kk), ext, y_plane(n, o)),
+                            None => direct_fwd_plane(g, xi, w.add(o * kk), y_plane(n, o)),
+                        }
                     }
                 }
             }
             Pass::Data => {
                 let (n, c) = (t.n, t.g);
-                let dx = x.add((n * g.groups + c) * ip);
-                match padded {
-                    Some(p) => std::ptr::write_bytes(xp, 0, p.plane_len(g)),
-                    None => std::ptr::write_bytes(dx, 0, ip),
-                }
-                for o in c * g.co_g..(c + 1) * g.co_g {
+                // SAFETY: plane `c` of image `n` of `dx` (this task's alone), the output
+                // gradient planes of its `co_g` channels and their taps in `w`; `xp` and
+                // `ext` in the plan's scratch, this piece's own.
+                unsafe {
+                    let dx = x.add((n * g.groups + c) * ip);
                     match padded {
-                        Some(p) => {
-                            p.spread(g, y_plane(n, o), ext);
-                            p.data_grad(g, ext, w.add(o * kk), xp);
-                        }
-                        None => direct_data_grad_plane(g, y_plane(n, o), w.add(o * kk), dx),
+                        Some(p) => std::ptr::write_bytes(xp, 0, p.plane_len(g)),
+                        None => std::ptr::write_bytes(dx, 0, ip),
                     }
-                }
-                if let Some(p) = padded {
-                    p.crop(g, xp, dx);
+                    for o in c * g.co_g..(c + 1) * g.co_g {
+                        match padded {
+                            Some(p) => {
+                                p.spread(g, y_plane(n, o), ext);
+                                p.data_grad(g, ext, w.add(o * kk), xp);
+                            }
+                            None => direct_data_grad_plane(g, y_plane(n, o), w.add(o * kk), dx),
+                        }
+                    }
+                    if let Some(p) = padded {
+                        p.crop(g, xp, dx);
+                    }
                 }
             }
             Pass::Weights => {
                 let o = t.g;
-                let dw = w.add(o * kk);
-                std::ptr::write_bytes(dw, 0, kk);
-                for n in 0..g.n {
-                    let xi = x.add((n * g.groups + o / g.co_g) * ip);
-                    match padded {
-                        Some(p) => {
-                            p.pad(g, xi, xp);
-                            p.spread(g, y_plane(n, o), ext);
-                            p.weight_grad(g, ext, xp, dw);
+                // SAFETY: the `kk` taps of channel `o` of `dw` (this task's alone), its
+                // input and output planes in every image; `xp` and `ext` in the plan's
+                // scratch, this piece's own.
+                unsafe {
+                    let dw = w.add(o * kk);
+                    std::ptr::write_bytes(dw, 0, kk);
+                    for n in 0..g.n {
+                        let xi = x.add((n * g.groups + o / g.co_g) * ip);
+                        match padded {
+                            Some(p) => {
+                                p.pad(g, xi, xp);
+                                p.spread(g, y_plane(n, o), ext);
+                                p.weight_grad(g, ext, xp, dw);
+                            }
+                            None => direct_weight_grad_plane(g, y_plane(n, o), xi, dw),
                         }
-                        None => direct_weight_grad_plane(g, y_plane(n, o), xi, dw),
                     }
                 }
             }

@@ -50,10 +50,6 @@
 //! `implicit` (+ `implicit_wgrad`, its register tile in `gemm`),
 //! `direct3d`, `nd`, and `tests` (shared test helpers).
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -545,16 +541,26 @@ impl<T: ConvElem> ConvKernel<T> {
 
     /// Runs task `t` on `io` by the plan's method (inlined into the run's
     /// SIMD tier build).
+    ///
+    /// # Safety
+    /// `t` is one of the plan's tasks; `io` holds the whole tensors, the
+    /// partial of chunk `t.n` and a scratch of the plan's size; tasks running
+    /// at the same time write disjoint outputs.
     #[inline(always)]
     unsafe fn task(&self, t: Task, io: Io<T>) {
-        match &self.plan {
-            Plan::Pointwise => self.gemm_task(t, true, false, io),
-            Plan::Im2col(split) => self.gemm_task(t, false, *split == Im2colSplit::ColumnChunks, io),
-            Plan::Direct(padded) => self.direct_task(t, *padded, io),
-            Plan::Batched { images } => self.batched_task(t, *images, io),
-            Plan::Blocked(b) => self.blocked_task(b, t, io),
-            Plan::Implicit(im) if self.pass == Pass::Weights => self.implicit_weights_task(im, t, io),
-            Plan::Implicit(im) => self.implicit_task(im, t, io),
+        // SAFETY: each method's contract is this function's: the plan it was
+        // built for (`Blocked` and `Implicit` plans only for f32, checked when
+        // planning), `io` and disjoint tasks.
+        unsafe {
+            match &self.plan {
+                Plan::Pointwise => self.gemm_task(t, true, false, io),
+                Plan::Im2col(split) => self.gemm_task(t, false, *split == Im2colSplit::ColumnChunks, io),
+                Plan::Direct(padded) => self.direct_task(t, *padded, io),
+                Plan::Batched { images } => self.batched_task(t, *images, io),
+                Plan::Blocked(b) => self.blocked_task(b, t, io),
+                Plan::Implicit(im) if self.pass == Pass::Weights => self.implicit_weights_task(im, t, io),
+                Plan::Implicit(im) => self.implicit_task(im, t, io),
+            }
         }
     }
 }
@@ -571,18 +577,24 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
         };
         let (x, w, y) = (ptr(0), ptr(1), ptr(2));
         if let Some(len) = self.zero_fill {
-            slice_mut(args.outputs[0] as *mut T, len).fill(T::ZERO);
+            // SAFETY: the output holds the plan's `out_len` elements (this
+            // function's contract).
+            unsafe { slice_mut(args.outputs[0] as *mut T, len).fill(T::ZERO) };
             return Ok(());
         }
         if let Plan::Im2col(Im2colSplit::SharedCol) = self.plan {
-            self.run_shared_col(x, w, y);
+            // SAFETY: `x`, `w`, `y` are this call's operands (this function's
+            // contract), of the geometry the plan was built for.
+            unsafe { self.run_shared_col(x, w, y) };
             return Ok(());
         }
         let g = &self.geo;
         let wlen = g.groups * g.co_g * g.kdim();
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         let parts = SendPtr(partials.as_mut_ptr());
-        let wpart = |chunk: usize| if chunk == 0 { w.get() } else { parts.get().add((chunk - 1) * wlen) };
+        // SAFETY: chunk `c > 0` has partial `c - 1` of the `chunks.len() - 2`
+        // partials of `wlen` elements (sized at build time).
+        let wpart = |chunk: usize| if chunk == 0 { w.get() } else { unsafe { parts.get().add((chunk - 1) * wlen) } };
         let pieces = self.scratch.len();
         // Pieces claim tasks in order as they finish the last, so a core
         // slowed by another process takes fewer.
@@ -609,7 +621,9 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
         }
         // Chunked weight gradients: add the partials in chunk order.
         if self.chunks.len() > 2 {
-            let out = slice_mut(w.get(), wlen);
+            // SAFETY: the weight gradient (this call's output) holds `wlen`
+            // elements; the pieces have finished.
+            let out = unsafe { slice_mut(w.get(), wlen) };
             Simd::for_cost(1).run_narrow(
                 #[inline(always)]
                 || {

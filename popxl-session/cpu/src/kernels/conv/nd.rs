@@ -20,10 +20,6 @@
 //! 1-D pointwise convolutions over the flattened positions (see `conv.rs`);
 //! float32 3-D ones on AVX-512 that fit its tiles run `direct3d`.
 
-// TODO(unsafe_op_in_unsafe_fn): this file's unsafe operations still to wrap in
-// `unsafe` blocks with their SAFETY comments.
-#![allow(unsafe_op_in_unsafe_fn)]
-
 use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;
@@ -223,7 +219,9 @@ impl<T: ConvElem> Kernel for NdKernel<T> {
         let (xb, yb, wb) = (SendPtr(bufs.x.as_mut_ptr()), SendPtr(bufs.y.as_mut_ptr()), SendPtr(bufs.w.as_mut_ptr()));
         let total = self.n * self.outer.out;
         if self.pass == Pass::Data || total == 0 {
-            std::ptr::write_bytes(out.get(), 0, self.out_len);
+            // SAFETY: the output holds the plan's `out_len` elements (this
+            // function's contract).
+            unsafe { std::ptr::write_bytes(out.get(), 0, self.out_len) };
         }
         for (k, v0) in (0..total).step_by(self.chunk).enumerate() {
             let vs = v0..(v0 + self.chunk).min(total);
@@ -239,23 +237,38 @@ impl<T: ConvElem> Kernel for NdKernel<T> {
             };
             match self.pass {
                 Pass::Forward => {
-                    self.gather_x(input(0), xb, vs.clone());
+                    // SAFETY: input 0 is the convolution's `x` and the output its
+                    // `y` (this function's contract); `xb`, `yb` are the chunk's
+                    // planes, sized at build for `chunk` images, `vs.len() <= chunk`.
+                    unsafe { self.gather_x(input(0), xb, vs.clone()) };
                     run(xb, input(1), yb)?;
-                    self.move_y(out, yb, vs, true);
+                    // SAFETY: as above.
+                    unsafe { self.move_y(out, yb, vs, true) };
                 }
                 Pass::Data => {
-                    self.move_y(input(2), yb, vs.clone(), false);
+                    // SAFETY: input 2 is the convolution's `dy` and the output its
+                    // `dx` (this function's contract); `xb`, `yb` are the chunk's
+                    // planes, sized at build for `chunk` images, `vs.len() <= chunk`.
+                    unsafe { self.move_y(input(2), yb, vs.clone(), false) };
                     run(yb, input(1), xb)?;
-                    self.scatter_x(xb, out, vs);
+                    // SAFETY: as above.
+                    unsafe { self.scatter_x(xb, out, vs) };
                 }
                 Pass::Weights => {
-                    self.gather_x(input(0), xb, vs.clone());
-                    self.move_y(input(2), yb, vs, false);
+                    // SAFETY: inputs 0 and 2 are the convolution's `x` and `dy`
+                    // (this function's contract); `xb`, `yb` are the chunk's planes,
+                    // sized at build for `chunk` images, `vs.len() <= chunk`.
+                    unsafe {
+                        self.gather_x(input(0), xb, vs.clone());
+                        self.move_y(input(2), yb, vs, false);
+                    }
                     if k == 0 {
                         run(xb, yb, out)?;
                     } else {
                         run(xb, yb, wb)?;
-                        let (o, p) = (slice_mut(out.get(), self.wlen), slice_mut(wb.get(), self.wlen));
+                        // SAFETY: the output (the weight gradient) and the partial
+                        // `wb` both hold `wlen` elements; they do not overlap.
+                        let (o, p) = unsafe { (slice_mut(out.get(), self.wlen), slice_mut(wb.get(), self.wlen)) };
                         o.iter_mut().zip(p.iter()).for_each(|(o, &p)| *o += p);
                     }
                 }
