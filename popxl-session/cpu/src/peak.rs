@@ -1,8 +1,9 @@
 //! This machine's float32 FMA peak, measured: twelve independent chains of
 //! vector FMAs per thread (enough to hide the FMA latency on two pipes), 512-bit
 //! where the CPU has AVX-512F, else 256-bit AVX2+FMA, else scalar; picked at run
-//! time. `threads` copies run at once on scoped threads, one per core, so the
-//! figure includes any clock drop under load. FLOPs = 2 per lane per FMA.
+//! time. One copy runs on each of `threads` threads of the worker team at
+//! once, so the figure includes any clock drop under load. FLOPs = 2 per lane
+//! per FMA.
 //!
 //! [`PeakProbe`] is the honest limit a benchmark compares itself with: the best
 //! of [`PROBES`] short probes on the worker team's own threads, taken just
@@ -137,20 +138,6 @@ impl PeakVerdict {
             ),
         }
     }
-}
-
-/// Measured fp32 peak in GFLOP/s over `threads` threads, and the ISA used.
-pub fn fma_peak_gflops(threads: usize) -> (f64, &'static str) {
-    let isa = isa();
-    let iters: u64 = 40_000_000;
-    let t0 = Instant::now();
-    let flops_per_thread: f64 = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(move || chains(isa, iters))).collect();
-        // A chain thread cannot panic; one that did would count as no work.
-        hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum::<f64>() / threads.max(1) as f64
-    });
-    let secs = t0.elapsed().as_secs_f64();
-    (flops_per_thread * threads.max(1) as f64 / secs / 1e9, isa)
 }
 
 /// The widest FMA instruction set this CPU has: `avx512`, `avx2` or `scalar`.

@@ -8,7 +8,7 @@
 //! inside (a worker span outside every kernel of this session, from another
 //! session, is left out). Times are microseconds from the first recorded span.
 
-use std::fmt::Write as _;
+use serde_json::{json, Value};
 
 use crate::cpu::executor::KernelSpan;
 use crate::cpu::team;
@@ -52,66 +52,42 @@ impl Session {
     /// ```
     pub fn trace_json(&self) -> String {
         let Some(exe) = self.executors.first() else {
-            return "{\"traceEvents\":[]}\n".to_string();
+            return json!({ "traceEvents": [] }).to_string();
         };
         let kernels = exe.trace();
         let mut workers = team::worker_spans();
         workers.retain(|w| containing(kernels, w.start_ns, w.end_ns).is_some());
         let origin = kernels.iter().map(|k| k.start_ns).chain(workers.iter().map(|w| w.start_ns)).min().unwrap_or(0);
         let us = |ns: u64| ns.saturating_sub(origin) as f64 / 1e3;
-        let mut out = String::from("{\"traceEvents\":[\n");
-        let mut first = true;
-        let mut event = |out: &mut String, body: String| {
-            if !first {
-                out.push_str(",\n");
-            }
-            first = false;
-            out.push_str(&body);
+        // A complete event of kernel `k` on track `tid`.
+        let span = |tid: usize, k: u32, start: u64, end: u64| {
+            json!({
+                "name": exe.kernel_name(k).unwrap_or("?"),
+                "cat": exe.kernel_type(k).unwrap_or("?"),
+                "ph": "X",
+                "ts": us(start),
+                "dur": end.saturating_sub(start) as f64 / 1e3,
+                "pid": 1,
+                "tid": tid,
+                "args": { "kernel": k },
+            })
         };
-        // Track names.
+        // Track names first.
         let mut tids: Vec<usize> = workers.iter().map(|w| w.worker).collect();
         tids.dedup();
-        event(&mut out, thread_name(0, "executor (replica 0)"));
-        for &t in &tids {
-            event(&mut out, thread_name(t, &format!("popxl-cpu-{t}")));
-        }
-        for k in kernels {
-            let name = exe.kernel_name(k.kernel).unwrap_or("?");
-            let op_type = exe.kernel_type(k.kernel).unwrap_or("?");
-            event(
-                &mut out,
-                format!(
-                    "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":1,\"tid\":0,\
-                     \"args\":{{\"kernel\":{}}}}}",
-                    escape(name),
-                    escape(op_type),
-                    us(k.start_ns),
-                    (k.end_ns.saturating_sub(k.start_ns)) as f64 / 1e3,
-                    k.kernel
-                ),
-            );
-        }
-        for w in &workers {
+        let mut events = vec![thread_name(0, "executor (replica 0)")];
+        events.extend(tids.iter().map(|&t| thread_name(t, &format!("popxl-cpu-{t}"))));
+        events.extend(kernels.iter().map(|k| span(0, k.kernel, k.start_ns, k.end_ns)));
+        events.extend(workers.iter().map(|w| {
             let k = containing(kernels, w.start_ns, w.end_ns).map_or(0, |k| k.kernel);
-            event(
-                &mut out,
-                format!(
-                    "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":1,\"tid\":{},\
-                     \"args\":{{\"kernel\":{k}}}}}",
-                    escape(exe.kernel_name(k).unwrap_or("?")),
-                    escape(exe.kernel_type(k).unwrap_or("?")),
-                    us(w.start_ns),
-                    (w.end_ns.saturating_sub(w.start_ns)) as f64 / 1e3,
-                    w.worker
-                ),
-            );
-        }
-        let _ = write!(
-            out,
-            "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"dropped_kernel_spans\":{}}}}}\n",
-            exe.trace_dropped()
-        );
-        out
+            span(w.worker, k, w.start_ns, w.end_ns)
+        }));
+        let trace = json!({
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": { "dropped_kernel_spans": exe.trace_dropped() },
+        });
+        trace.to_string()
     }
 
     /// Write [`Session::trace_json`] to `path` ([`SessionError::WriteFile`] when it cannot be written).
@@ -133,25 +109,6 @@ fn containing(kernels: &[KernelSpan], start: u64, end: u64) -> Option<&KernelSpa
 }
 
 /// A metadata event naming track `tid`.
-fn thread_name(tid: usize, name: &str) -> String {
-    format!(
-        "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{tid},\"args\":{{\"name\":\"{}\"}}}}",
-        escape(name)
-    )
-}
-
-/// `s` as the inside of a JSON string.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
+fn thread_name(tid: usize, name: &str) -> Value {
+    json!({ "name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": { "name": name } })
 }
