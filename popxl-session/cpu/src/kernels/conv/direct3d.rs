@@ -12,9 +12,9 @@
 //! strided 3-d convolution is a stride-1 sweep over the grid with 3-d taps
 //! (the columns `ow..wp` of the grid are discarded).
 //!
-//! **Forward** (and stride-1 data gradient, whose weights each run first
-//! copies flipped and transposed into the forward layout, so that its
-//! broadcasts read contiguous rows as the forward pass's do): tasks are (image, group, output
+//! **Forward** (and stride-1 data gradient, which reads the weights in
+//! place, output row `ci` of `[co][ci][taps]` with the taps reversed): tasks
+//! are (image, group, output
 //! depth, block of output channels; up to 4 consecutive depths for fewer than
 //! 16 input channels). A task copies a level-2-sized block of
 //! input channels' slices for its output depths and runs the register tile of
@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 
 use popart_ir::ops::conv::ConvGeometry;
 
-use super::super::par::{par_split, Simd, PAR_MIN_ELEMS};
+use super::super::par::Simd;
 use super::super::ptr::{slice_mut, SendPtr};
 use super::super::spec::SpecExt;
 #[cfg(target_arch = "x86_64")]
@@ -90,8 +90,8 @@ struct Geo3 {
     wr: usize,
     wc: usize,
     /// The weights are the data gradient's (`[C_out, C_in / group, taps]` of the
-    /// convolution, this geometry's output channels second): each run copies
-    /// them flipped and transposed into this geometry's `[cout, cin, taps]`.
+    /// convolution, this geometry's output channels second), read in place
+    /// through `wr`/`wc` with the taps reversed.
     flip: bool,
 }
 
@@ -204,9 +204,6 @@ pub(super) struct Direct3d {
     /// Weight gradient: chunks of output depths, and the partial dw of chunks 1...
     chunks: usize,
     partials: Mutex<Vec<f32>>,
-    /// Data gradient: the weights flipped and transposed (see [`Geo3::flip`];
-    /// empty for the other passes), rewritten at every run.
-    wflip: Mutex<Vec<f32>>,
     scratch: Vec<Arc<Mutex<Vec<u64>>>>,
 }
 
@@ -245,7 +242,9 @@ fn select(geo: &ConvGeometry, pass: Pass) -> Option<Geo3> {
                 return None;
             }
             let p = [0, 1, 2].map(|i| ((k[i] - 1) * d[i]) as isize - base.p[i]);
-            Geo3 { cin: co, cout: ci, inp: base.out, out: base.inp, p, wr: co * kk, wc: kk, flip: true, ..base }
+            // Output row `ci` of the weights `[co][ci][taps]` is `kk` from the
+            // next, input channel `co` `ci · kk` (read in place, taps reversed).
+            Geo3 { cin: co, cout: ci, inp: base.out, out: base.inp, p, wr: kk, wc: ci * kk, flip: true, ..base }
         }
     };
     let fits = match pass {
@@ -287,7 +286,6 @@ impl Direct3d {
             co16: 0,
             chunks: 1,
             partials: Mutex::new(Vec::new()),
-            wflip: Mutex::new(Vec::new()),
             scratch: Vec::new(),
         };
         let words = if pass == Pass::Weights { k3.plan_weights(want) } else { k3.plan_forward(want) };
@@ -295,9 +293,6 @@ impl Direct3d {
         let partials = popart_ir::size::try_zeroed_vec::<f32>((k3.chunks - 1) * wlen, "conv partials")
             .map_err(|_| spec.error("cannot allocate the convolution weight-gradient partials"))?;
         k3.partials = Mutex::new(partials);
-        let wflip = popart_ir::size::try_zeroed_vec::<f32>(if k3.g.flip { wlen } else { 0 }, "flipped conv weights")
-            .map_err(|_| spec.error("cannot allocate the convolution's flipped weights"))?;
-        k3.wflip = Mutex::new(wflip);
         let slots = if parallel { threads.min(k3.tasks.len()).max(1) } else { 1 };
         k3.scratch = scratch_slots(spec, slots, words)?;
         Ok(Some(Box::new(k3)))
@@ -325,7 +320,7 @@ impl Direct3d {
                         for (j, &hw) in l.hw.iter().enumerate() {
                             taps.push(kd * g.d[0] * l.slice + hw);
                             let t = kd * khw + j;
-                            woff.push(t);
+                            woff.push(if g.flip { g.kk() - 1 - t } else { t });
                         }
                     }
                     ranges.push((lo, hi));
@@ -682,35 +677,6 @@ impl Direct3d {
     }
 }
 
-impl Direct3d {
-    /// Copies the data gradient's weights `w` into `dst` flipped and
-    /// transposed: `dst[g · cout + o][c][t] = w[g · cin + c][o][taps − 1 − t]`,
-    /// rows split over the team.
-    ///
-    /// # Safety
-    /// `w` holds the weights, `dst` as many elements.
-    unsafe fn flip_weights(&self, w: *const f32, dst: SendPtr<f32>) {
-        let g = &self.g;
-        let kk = g.kk();
-        let src = SendPtr(w as *mut f32);
-        par_split(g.groups * g.cout, PAR_MIN_ELEMS.div_ceil(g.cin * kk), 1, move |range| {
-            for row in range {
-                let (gi, o) = (row / g.cout, row % g.cout);
-                for c in 0..g.cin {
-                    // SAFETY: row `row` of `dst` is this piece's own; `w` is read only.
-                    unsafe {
-                        let s = src.get().add(((gi * g.cin + c) * g.cout + o) * kk);
-                        let d = dst.get().add((row * g.cin + c) * kk);
-                        for t in 0..kk {
-                            *d.add(kk - 1 - t) = *s.add(t);
-                        }
-                    }
-                }
-            }
-        });
-    }
-}
-
 impl Kernel for Direct3d {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
         let out = self.pass.out_role();
@@ -719,16 +685,6 @@ impl Kernel for Direct3d {
         };
         let (x, w, y) = (ptr(0), ptr(1), ptr(2));
         let wlen = self.g.groups * self.g.cout * self.g.cin * self.g.kk();
-        let mut wflip = self.wflip.lock().unwrap_or_else(|e| e.into_inner());
-        // The data gradient reads its weights flipped and transposed.
-        let wr = if self.g.flip {
-            // SAFETY: `w` is the weight input (this function's contract); `wflip`
-            // holds as many elements, locked for the call.
-            unsafe { self.flip_weights(w.get(), SendPtr(wflip.as_mut_ptr())) };
-            SendPtr(wflip.as_mut_ptr())
-        } else {
-            w
-        };
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         let parts = SendPtr(partials.as_mut_ptr());
         // SAFETY: chunk `c > 0` has partial `c − 1` of the `chunks − 1` partials
@@ -746,8 +702,8 @@ impl Kernel for Direct3d {
                     #[inline(always)]
                     || unsafe {
                         match self.pass {
-                            Pass::Forward => self.forward_task(t, x.get(), wr.get(), y.get(), s.get() as *mut f32),
-                            Pass::Data => self.forward_task(t, y.get(), wr.get(), x.get(), s.get() as *mut f32),
+                            Pass::Forward => self.forward_task(t, x.get(), w.get(), y.get(), s.get() as *mut f32),
+                            Pass::Data => self.forward_task(t, y.get(), w.get(), x.get(), s.get() as *mut f32),
                             Pass::Weights => self.weights_task(t, x.get(), y.get(), wpart(t.n), s.get()),
                         }
                     },
