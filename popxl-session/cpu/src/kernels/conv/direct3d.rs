@@ -75,34 +75,34 @@ const MIN_ROWS: usize = 256;
 /// The computed forward convolution of one group (a data gradient's: of `dy`
 /// into `dx`, channels swapped, taps reversed), per spatial dim `[d, h, w]`.
 #[derive(Clone, Debug)]
-struct Geo3 {
-    n: usize,
-    groups: usize,
-    cin: usize,
-    cout: usize,
-    inp: [usize; 3],
-    out: [usize; 3],
-    k: [usize; 3],
-    s: [usize; 3],
-    d: [usize; 3],
-    p: [isize; 3],
+pub(super) struct Geo3 {
+    pub(super) n: usize,
+    pub(super) groups: usize,
+    pub(super) cin: usize,
+    pub(super) cout: usize,
+    pub(super) inp: [usize; 3],
+    pub(super) out: [usize; 3],
+    pub(super) k: [usize; 3],
+    pub(super) s: [usize; 3],
+    pub(super) d: [usize; 3],
+    pub(super) p: [isize; 3],
     /// Weight strides between output channels and between input channels.
-    wr: usize,
-    wc: usize,
+    pub(super) wr: usize,
+    pub(super) wc: usize,
     /// The weights are the data gradient's (`[C_out, C_in / group, taps]` of the
     /// convolution, this geometry's output channels second), read in place
     /// through `wr`/`wc` with the taps reversed.
-    flip: bool,
+    pub(super) flip: bool,
 }
 
 impl Geo3 {
-    fn kk(&self) -> usize {
+    pub(super) fn kk(&self) -> usize {
         self.k.iter().product()
     }
-    fn ivol(&self) -> usize {
+    pub(super) fn ivol(&self) -> usize {
         self.inp.iter().product()
     }
-    fn ovol(&self) -> usize {
+    pub(super) fn ovol(&self) -> usize {
         self.out.iter().product()
     }
 }
@@ -212,7 +212,7 @@ pub(super) struct Direct3d {
 /// dims, at least 4 computed output channels and 16 channel pairs per group;
 /// data gradients of stride 1; weight gradients of at least 16 output
 /// channels per group.
-fn select(geo: &ConvGeometry, pass: Pass) -> Option<Geo3> {
+pub(super) fn select(geo: &ConvGeometry, pass: Pass) -> Option<Geo3> {
     if !cfg!(target_arch = "x86_64") || Simd::best() < Simd::Avx512 || geo.kernel.len() != 3 || geo.macs() == 0 {
         return None;
     }

@@ -66,6 +66,7 @@ mod gemm;
 mod im2col;
 mod implicit;
 mod implicit_wgrad;
+mod lanes3d;
 mod layout;
 mod nd;
 #[cfg(test)]
@@ -83,6 +84,7 @@ use crate::team;
 use direct2d::Blocked;
 use direct3d::Direct3d;
 use implicit::Implicit;
+use lanes3d::Lanes3d;
 use layout::{ConvElem, Padded};
 use nd::NdKernel;
 
@@ -354,6 +356,9 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     }
     if geo.kernel.len() > 2 {
         if dt == DataType::Float32 {
+            if let Some(k) = Lanes3d::plan(spec, &geo, pass, pos)? {
+                return Ok(k);
+            }
             if let Some(k) = Direct3d::plan(spec, &geo, pass, pos)? {
                 return Ok(k);
             }

@@ -1,0 +1,642 @@
+//! The direct 3-d convolution of float32 on AVX-512 with the *output
+//! channels in the vector lanes*: the forward pass of any stride and the
+//! stride-1 data gradient, for layers of at least [`MIN_COUT`] computed
+//! output channels (fewer go to [`super::direct3d`], whose lanes hold
+//! output positions).
+//!
+//! **Why.** A tile of `direct3d` loads vectors of 16 consecutive positions
+//! at every tap's offset, which straddles two cache lines for 15 taps in 16;
+//! here every vector load is an aligned row of packed weights and the input
+//! is read one element at a time (a broadcast never straddles), as oneDNN's
+//! blocked direct convolutions do.
+//!
+//! **Weights.** Each run packs the weights of every group into blocks of
+//! [`BW`] output channels, `[group][block][c][tap][BW]`, channels past the
+//! layer's zero. A data gradient reads the convolution's `[C_out, C_in /
+//! group, taps]` weights transposed (its output channel is the
+//! convolution's input channel) with the taps reversed.
+//!
+//! **Tasks** are (image, group, output depth, block of output channels). A
+//! task copies the depth slices its taps read of a level-2-sized block of
+//! input channels, zero-padded in height and width (`hp × wq`: exactly the
+//! padded extent the taps read), then sweeps sub-blocks of input channels
+//! whose packed weights stay in the level-1 cache: for each sub-block, every
+//! output row in tiles of up to [`PMAX`] positions × `R ≤ 4` vectors of 16
+//! output channels, each (channel, tap) one vector load per 16 channels, one
+//! broadcast per position and `P · R` multiply-adds. Partial sums live in the
+//! task's position-major block (`[position][BW]`, level-2 sized), written
+//! transposed to the output at the end. Taps whose depth reads padding are
+//! skipped, not multiplied by zeros.
+//!
+//! Each output is summed in an order fixed at build time (channel, then
+//! tap), whatever the thread count.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use popart_ir::ops::conv::ConvGeometry;
+
+use super::super::par::{par_split, Simd, PAR_MIN_ELEMS};
+use super::super::ptr::SendPtr;
+use super::super::spec::SpecExt;
+use super::direct3d::{select, Geo3};
+use super::layout::copy_row;
+use super::{scratch_slots, Pass};
+use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
+use crate::team;
+
+/// f32 lanes of one AVX-512 vector.
+const LANES: usize = 16;
+/// Vectors of output channels of a full tile.
+const RV: usize = 4;
+/// Output channels per packed block.
+const BW: usize = RV * LANES;
+/// Output positions of a full tile (`PMAX · RV` accumulators).
+const PMAX: usize = 6;
+/// Computed output channels below which `direct3d` keeps the layer.
+pub(super) const MIN_COUT: usize = 32;
+/// Bytes of packed weights a channel sub-block keeps in the level-1 cache.
+const L1_W_BYTES: usize = 32 << 10;
+/// Elements of padded input a task keeps in the level-2 cache (1 MiB of f32).
+const L2_ELEMS: usize = 1 << 18;
+/// Input channels per piece of the weight packing.
+const PACK_CHANNELS: usize = 8;
+/// Multiply-adds below which a convolution runs on the calling thread only.
+const PAR_MIN_MACS: usize = 1 << 18;
+
+/// The taps of one output depth whose depth lies inside the input: their
+/// offsets in the task's padded slices, and in a channel's packed weights.
+#[derive(Clone, Debug)]
+struct TapSet {
+    xoff: Vec<usize>,
+    woff: Vec<usize>,
+    /// The padded slices the taps read (`kd · dilation`), each once.
+    slices: Vec<usize>,
+}
+
+/// One unit of work: image `n`, group `g`, output depth `od`, channel
+/// blocks `b0..b1`.
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    n: usize,
+    g: usize,
+    od: usize,
+    b0: usize,
+    b1: usize,
+}
+
+pub(super) struct Lanes3d {
+    g: Geo3,
+    pass: Pass,
+    /// Positions of (x, w, y) in the kernel args (one of them is the output).
+    pos: [usize; 3],
+    /// Padded rows and columns of a slice, elements of a slice, of a channel's slices.
+    hp: usize,
+    wq: usize,
+    slice: usize,
+    plane: usize,
+    /// Blocks of `BW` output channels per group.
+    blocks: usize,
+    /// Input channels per level-2 block and per level-1 sub-block.
+    cb: usize,
+    cw: usize,
+    /// Taps per chunk of a sub-block (all of them unless one channel's
+    /// weights pass the level-1 budget).
+    tb: usize,
+    /// Each output position's offset in a channel's padded slices (row-major).
+    qoff: Vec<usize>,
+    sets: Vec<TapSet>,
+    set_of: Vec<usize>,
+    tasks: Vec<Task>,
+    parallel: bool,
+    /// The packed weights, rewritten at every run.
+    packed: Mutex<Vec<f32>>,
+    scratch: Vec<Arc<Mutex<Vec<u64>>>>,
+}
+
+impl Lanes3d {
+    /// The plan of pass `pass` (forward, or a stride-1 data gradient) over
+    /// the 3-d geometry `geo` when the element type is f32 (checked by the
+    /// caller), the CPU has AVX-512 and the layer computes at least
+    /// [`MIN_COUT`] output channels per group; `None` otherwise.
+    pub(super) fn plan(
+        spec: &KernelSpec<'_>,
+        geo: &ConvGeometry,
+        pass: Pass,
+        pos: [usize; 3],
+    ) -> Result<Option<Box<dyn Kernel>>, KernelError> {
+        if pass == Pass::Weights {
+            return Ok(None);
+        }
+        let Some(g) = select(geo, pass) else { return Ok(None) };
+        if g.cout < MIN_COUT {
+            return Ok(None);
+        }
+        let [_, oh, ow] = g.out;
+        let hp = (oh - 1) * g.s[1] + (g.k[1] - 1) * g.d[1] + 1;
+        let wq = (ow - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1;
+        let slice = hp * wq;
+        let ns = (g.k[0] - 1) * g.d[0] + 1;
+        // The last tap of the last tile reads one element past its position;
+        // a vector's slack keeps every channel's slices apart.
+        let plane = (ns * slice).next_multiple_of(LANES);
+        let kk = g.kk();
+        let blocks = g.cout.div_ceil(BW);
+        let cb = (L2_ELEMS / plane).clamp(1, g.cin);
+        let cb = g.cin.div_ceil(g.cin.div_ceil(cb));
+        let l1 = L1_W_BYTES;
+        let cw = (l1 / (kk * BW * 4)).clamp(1, cb);
+        // A channel's taps alone past the budget: chunks of near-equal sizes.
+        let tb = (l1 / (BW * 4)).max(1);
+        let tb = kk.div_ceil(kk.div_ceil(tb));
+        // Each output position's offset in a padded channel: tiles run over
+        // positions in row-major order, across rows.
+        let qoff = (0..oh * ow).map(|q| (q / ow) * g.s[1] * wq + (q % ow) * g.s[2]).collect();
+        let (mut sets, mut set_of) = (Vec::<TapSet>::new(), Vec::new());
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for od in 0..g.out[0] {
+            let ok = |kd: usize| {
+                let i = (od * g.s[0] + kd * g.d[0]) as isize - g.p[0];
+                i >= 0 && (i as usize) < g.inp[0]
+            };
+            let lo = (0..g.k[0]).find(|&kd| ok(kd)).unwrap_or(g.k[0]);
+            let hi = (lo..g.k[0]).take_while(|&kd| ok(kd)).last().map_or(lo, |kd| kd + 1);
+            let at = match ranges.iter().position(|&r| r == (lo, hi)) {
+                Some(at) => at,
+                None => {
+                    let mut set = TapSet { xoff: Vec::new(), woff: Vec::new(), slices: Vec::new() };
+                    for kd in lo..hi {
+                        set.slices.push(kd * g.d[0]);
+                        for ki in 0..g.k[1] {
+                            for kj in 0..g.k[2] {
+                                set.xoff.push(kd * g.d[0] * slice + ki * g.d[1] * wq + kj * g.d[2]);
+                                set.woff.push(((kd * g.k[1] + ki) * g.k[2] + kj) * BW);
+                            }
+                        }
+                    }
+                    ranges.push((lo, hi));
+                    sets.push(set);
+                    ranges.len() - 1
+                }
+            };
+            set_of.push(at);
+        }
+        // A task takes every block of its output depth (padding its input
+        // once when the channels fit one level-2 block) unless the team needs
+        // more tasks than (image, group, depth) give.
+        let threads = team::num_threads();
+        let parallel = threads > 1 && geo.macs() >= PAR_MIN_MACS;
+        let want = if parallel { 2 * threads } else { 1 };
+        let per = g.n * g.groups * g.out[0];
+        let bpt = blocks.div_ceil(want.div_ceil(per).min(blocks));
+        let mut tasks = Vec::new();
+        for n in 0..g.n {
+            for gi in 0..g.groups {
+                for od in 0..g.out[0] {
+                    for b0 in (0..blocks).step_by(bpt) {
+                        tasks.push(Task { n, g: gi, od, b0, b1: (b0 + bpt).min(blocks) });
+                    }
+                }
+            }
+        }
+        let parallel = parallel && tasks.len() > 1;
+        let plen = g.groups * blocks * g.cin * kk * BW;
+        let packed = popart_ir::size::try_zeroed_vec::<f32>(plen, "packed conv weights")
+            .map_err(|_| spec.error("cannot allocate the convolution's packed weights"))?;
+        // Padded channels, then the position-major sums (f32, in u64 words).
+        let words = (cb * plane + oh * ow * BW).div_ceil(2);
+        let slots = if parallel { threads.min(tasks.len()).max(1) } else { 1 };
+        let scratch = scratch_slots(spec, slots, words)?;
+        Ok(Some(Box::new(Lanes3d {
+            g,
+            pass,
+            pos,
+            hp,
+            wq,
+            slice,
+            plane,
+            blocks,
+            cb,
+            cw,
+            tb,
+            qoff,
+            sets,
+            set_of,
+            tasks,
+            parallel,
+            packed: Mutex::new(packed),
+            scratch,
+        })))
+    }
+
+    /// Packs the weights `w` into `dst` (see the module doc), rows (group,
+    /// block, [`PACK_CHANNELS`] channels) split over the team: each row reads
+    /// its channels' weights of every output channel of the block (contiguous
+    /// runs of the forward's `[C_out, C_in / group, taps]`) and writes one
+    /// contiguous run of `dst`.
+    ///
+    /// # Safety
+    /// `w` holds the layer's weights; `dst` `groups · blocks · cin · taps · BW` elements.
+    unsafe fn pack(&self, w: *const f32, dst: SendPtr<f32>) {
+        let g = &self.g;
+        let kk = g.kk();
+        let src = SendPtr(w as *mut f32);
+        let chunks = g.cin.div_ceil(PACK_CHANNELS);
+        let rows = g.groups * self.blocks * chunks;
+        par_split(rows, PAR_MIN_ELEMS.div_ceil(PACK_CHANNELS * kk * BW), 1, move |range| {
+            for row in range {
+                let (gb, ck) = (row / chunks, row % chunks);
+                let (gi, blk) = (gb / self.blocks, gb % self.blocks);
+                let (o0, c0) = (blk * BW, ck * PACK_CHANNELS);
+                let (valid, cn) = (BW.min(g.cout - o0), PACK_CHANNELS.min(g.cin - c0));
+                // SAFETY: channels `c0..c0 + cn` of block `blk` of group `gi` of `dst`
+                // (`cn · kk · BW` elements) are this piece's own; `w` is read only, at
+                // weight `(o, c, tap)` of group `gi` for `o < cout`, `c < cin`.
+                unsafe {
+                    let d = dst.get().add(((gi * self.blocks + blk) * g.cin + c0) * kk * BW);
+                    let base = src.get().add(gi * g.cin * g.cout * kk + c0 * g.wc);
+                    for j in 0..valid {
+                        let s = base.add((o0 + j) * g.wr);
+                        for c in 0..cn {
+                            for t in 0..kk {
+                                let tap = if g.flip { kk - 1 - t } else { t };
+                                *d.add((c * kk + t) * BW + j) = *s.add(c * g.wc + tap);
+                            }
+                        }
+                    }
+                    if valid < BW {
+                        for ct in 0..cn * kk {
+                            std::ptr::write_bytes(d.add(ct * BW + valid), 0, BW - valid);
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Copies the slices `set` reads of `cn` input channels of one image
+    /// (`x`: the first's volume) for output depth `od` into `xp`, `plane`
+    /// apart, zero-padded in height and width.
+    ///
+    /// # Safety
+    /// `x` holds the channels' volumes, `xp` `cn · plane` elements.
+    #[inline(always)]
+    unsafe fn pad(&self, x: *const f32, cn: usize, od: usize, set: &TapSet, xp: *mut f32) {
+        let g = &self.g;
+        let [_, ih, iw] = g.inp;
+        let (hp, wq) = (self.hp, self.wq);
+        let (ph, pw) = (g.p[1], g.p[2]);
+        // Padded column q reads input column q − pw: columns lo..hi are inside.
+        let lo = pw.clamp(0, wq as isize) as usize;
+        let hi = (iw as isize + pw).clamp(lo as isize, wq as isize) as usize;
+        let ic0 = (lo as isize - pw) as usize;
+        for c in 0..cn {
+            for &s in &set.slices {
+                let di = ((od * g.s[0] + s) as isize - g.p[0]) as usize;
+                // SAFETY: input depth `di < id` (the set's taps are inside the input)
+                // of channel `c < cn`; padded slice `s` of channel `c` in `xp`
+                // (`s · slice + hp · wq <= plane`); rows `r < hp`, columns `< wq`.
+                unsafe {
+                    let src = x.add(c * g.ivol() + di * ih * iw);
+                    let dst = xp.add(c * self.plane + s * self.slice);
+                    for r in 0..hp {
+                        let drow = dst.add(r * wq);
+                        let ir = r as isize - ph;
+                        if ir < 0 || ir as usize >= ih || lo >= hi {
+                            std::ptr::write_bytes(drow, 0, wq);
+                            continue;
+                        }
+                        std::ptr::write_bytes(drow, 0, lo);
+                        copy_row(src.add(ir as usize * iw + ic0), drow.add(lo), hi - lo);
+                        std::ptr::write_bytes(drow.add(hi), 0, wq - hi);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs task `t`: `x` the computed input, `pk` the packed weights, `y`
+    /// the computed output.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512; the tensors are whole; `scratch` as planned.
+    #[inline(always)]
+    unsafe fn task(&self, t: Task, x: *const f32, pk: *const f32, y: *mut f32, scratch: *mut f32) {
+        let g = &self.g;
+        let (kk, ivol, ovol) = (g.kk(), g.ivol(), g.ovol());
+        let [_, oh, ow] = g.out;
+        let set = &self.sets[self.set_of[t.od]];
+        // SAFETY: image `t.n`, group `t.g` of the whole tensors; the scratch holds
+        // `cb` padded channels of `plane` and then `oh · ow · BW` sums (as planned).
+        let (xi, xp, sums) =
+            unsafe { (x.add((t.n * g.groups + t.g) * g.cin * ivol), scratch, scratch.add(self.cb * self.plane)) };
+        // With one level-2 block of channels, the first block's padding serves all.
+        let once = self.cb == g.cin;
+        for blk in t.b0..t.b1 {
+            let o0 = blk * BW;
+            let valid = BW.min(g.cout - o0);
+            // SAFETY: output depth `t.od` of channels `o0..o0 + valid` of image `t.n`
+            // (this task's alone).
+            let yo = unsafe { y.add(((t.n * g.groups + t.g) * g.cout + o0) * ovol + t.od * oh * ow) };
+            if set.xoff.is_empty() {
+                // Every tap of this depth reads padding: zeros.
+                for j in 0..valid {
+                    // SAFETY: as above, channel `o0 + j`'s `oh · ow` outputs of the depth.
+                    unsafe { std::ptr::write_bytes(yo.add(j * ovol), 0, oh * ow) };
+                }
+                continue;
+            }
+            let r = valid.div_ceil(LANES);
+            // SAFETY: block `blk` of the group's packed weights.
+            let wb = unsafe { pk.add((t.g * self.blocks + blk) * g.cin * kk * BW) };
+            for c0 in (0..g.cin).step_by(self.cb) {
+                let cn = self.cb.min(g.cin - c0);
+                if !once || blk == t.b0 {
+                    // SAFETY: channels `c0..c0 + cn <= cin` of the image into the
+                    // scratch's `cb >= cn` padded channels.
+                    unsafe { self.pad(xi.add(c0 * ivol), cn, t.od, set, xp) };
+                }
+                for c1 in (c0..c0 + cn).step_by(self.cw) {
+                    let cm = self.cw.min(c0 + cn - c1);
+                    for (ch, (xoff, woff)) in set.xoff.chunks(self.tb).zip(set.woff.chunks(self.tb)).enumerate() {
+                        for q0 in (0..oh * ow).step_by(PMAX) {
+                            let p = PMAX.min(oh * ow - q0);
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: channels `c1..c1 + cm` of the padded block and of the
+                            // packed weights; output positions `q0..q0 + p` of the sums;
+                            // every tap of the set stays inside the plane.
+                            unsafe {
+                                tile_dispatch(
+                                    p,
+                                    r,
+                                    Tile {
+                                        x: xp.add((c1 - c0) * self.plane),
+                                        qoff: &self.qoff[q0..q0 + p],
+                                        xoff,
+                                        woff,
+                                        cin: cm,
+                                        plane: self.plane,
+                                        w: wb.add(c1 * kk * BW),
+                                        wstride: kk * BW,
+                                        e: sums.add(q0 * BW),
+                                        add: c1 > 0 || ch > 0,
+                                    },
+                                )
+                            };
+                            #[cfg(not(target_arch = "x86_64"))]
+                            let _ = (p, r, q0, cm, wb, sums, xoff, woff, ch);
+                        }
+                    }
+                }
+            }
+            // SAFETY: `yo` as above; the sums of every position.
+            unsafe { Self::write_out(yo, sums, valid, oh * ow, ovol) };
+        }
+    }
+
+    /// Writes the position-major sums (`npos` rows of `BW`) to `valid` output
+    /// channels at `yi`, `ovol` apart.
+    ///
+    /// # Safety
+    /// `yi` valid for those writes, `sums` for `npos · BW` reads.
+    #[inline(always)]
+    unsafe fn write_out(yi: *mut f32, sums: *const f32, valid: usize, npos: usize, ovol: usize) {
+        // SAFETY: `npos` elements of each channel, `ovol` apart; `npos` rows of sums.
+        unsafe {
+            for q0 in (0..npos).step_by(LANES) {
+                let qn = LANES.min(npos - q0);
+                for j in 0..valid {
+                    let d = yi.add(j * ovol + q0);
+                    let s = sums.add(q0 * BW + j);
+                    for q in 0..qn {
+                        *d.add(q) = *s.add(q * BW);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Kernel for Lanes3d {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let out = self.pass.out_role();
+        let ptr = |role: usize| {
+            SendPtr(if role == out { args.outputs[0] as *mut f32 } else { args.inputs[self.pos[role]] as *mut f32 })
+        };
+        // The computed convolution's input and output (a data gradient's: `dy`, `dx`).
+        let (x, w, y) = match self.pass {
+            Pass::Data => (ptr(2), ptr(1), ptr(0)),
+            _ => (ptr(0), ptr(1), ptr(2)),
+        };
+        let mut packed = self.packed.lock().unwrap_or_else(|e| e.into_inner());
+        let pk = SendPtr(packed.as_mut_ptr());
+        // SAFETY: `w` is the weight input (this function's contract); `packed` was
+        // sized for this layer at build time and is locked for the call.
+        unsafe { self.pack(w.get(), pk) };
+        let next = AtomicUsize::new(0);
+        let piece = |p: usize| {
+            let mut buf = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
+            let s = SendPtr(buf.as_mut_ptr() as *mut f32);
+            while let Some(&t) = self.tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                // SAFETY: tasks write disjoint outputs (output depth and channel
+                // block of one image); the scratch is this piece's own; the plan
+                // exists only on AVX-512 CPUs. The layout loops run the AVX2 build.
+                Simd::Avx2.run(
+                    #[inline(always)]
+                    || unsafe { self.task(t, x.get(), pk.get(), y.get(), s.get()) },
+                );
+            }
+        };
+        if self.parallel && self.scratch.len() > 1 {
+            team::run(self.scratch.len(), &piece);
+        } else {
+            piece(0);
+        }
+        Ok(())
+    }
+}
+
+/// Where one register tile works: `x` the padded input of its first
+/// channel, `qoff` its positions' offsets there, `xoff`/`woff` the
+/// taps' offsets, `cin` channels `plane` apart (their packed weights at `w`,
+/// `wstride` apart), `e` its sums (`BW` per position); `add`: they hold
+/// partial sums.
+#[derive(Clone, Copy)]
+struct Tile<'a> {
+    x: *const f32,
+    qoff: &'a [usize],
+    xoff: &'a [usize],
+    woff: &'a [usize],
+    cin: usize,
+    plane: usize,
+    w: *const f32,
+    wstride: usize,
+    e: *mut f32,
+    add: bool,
+}
+
+/// Runs the tile of `p ≤ PMAX` positions and `r ≤ RV` vectors of channels.
+///
+/// # Safety
+/// The CPU has AVX-512F; the tile's reads and writes are valid.
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile_dispatch(p: usize, r: usize, at: Tile<'_>) {
+    macro_rules! rs {
+        ($p:literal) => {
+            match r {
+                1 => tile::<$p, 1>(at),
+                2 => tile::<$p, 2>(at),
+                3 => tile::<$p, 3>(at),
+                _ => tile::<$p, 4>(at),
+            }
+        };
+    }
+    // SAFETY: as this function's contract, `p ≤ PMAX`, `r ≤ RV`.
+    unsafe {
+        match p {
+            1 => rs!(1),
+            2 => rs!(2),
+            3 => rs!(3),
+            4 => rs!(4),
+            5 => rs!(5),
+            _ => rs!(6),
+        }
+    }
+}
+
+/// One register tile: `P` positions × `R` vectors of 16 output channels,
+/// summed over every channel and tap (see [`Tile`]).
+///
+/// # Safety
+/// As [`tile_dispatch`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+#[allow(clippy::needless_range_loop)] // explicit indices keep the register tile visible
+unsafe fn tile<const P: usize, const R: usize>(at: Tile<'_>) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); R]; P];
+    let mut q = [0usize; P];
+    q.copy_from_slice(&at.qoff[..P]);
+    if at.add {
+        for p in 0..P {
+            for r in 0..R {
+                // SAFETY: position `p < P` of the sums, its vector `r < R` (this
+                // function's contract).
+                acc[p][r] = unsafe { _mm512_loadu_ps(at.e.add(p * BW + r * LANES)) };
+            }
+        }
+    }
+    for c in 0..at.cin {
+        // SAFETY: channel `c < cin` of the padded input and of the packed weights;
+        // every tap's offset plus a position's stays in the channel's plane, every
+        // weight offset plus `R · 16` in its packed row (this function's contract).
+        unsafe {
+            let xc = at.x.add(c * at.plane);
+            let wc = at.w.add(c * at.wstride);
+            for (&xo, &wo) in at.xoff.iter().zip(at.woff) {
+                let mut wv = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    wv[r] = _mm512_loadu_ps(wc.add(wo + r * LANES));
+                }
+                let xs = xc.add(xo);
+                for p in 0..P {
+                    let xb = _mm512_set1_ps(*xs.add(q[p]));
+                    for r in 0..R {
+                        acc[p][r] = _mm512_fmadd_ps(wv[r], xb, acc[p][r]);
+                    }
+                }
+            }
+        }
+    }
+    for p in 0..P {
+        for r in 0..R {
+            // SAFETY: as the loads above.
+            unsafe { _mm512_storeu_ps(at.e.add(p * BW + r * LANES), acc[p][r]) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use popart_ir::ops::conv::conv_geometry;
+    use popart_ir::DataType;
+
+    use super::super::super::par::Simd;
+    use super::super::super::testutil::{infer, run_with_outputs, t, Rng};
+    use super::super::nd::tests::{case, check, Case};
+    use super::super::Pass;
+    use super::{select, MIN_COUT};
+    use crate::team;
+
+    /// Whether this kernel takes the forward and the data pass of case `c`.
+    fn taken(c: &Case) -> [bool; 2] {
+        let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
+        let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
+        let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
+        [Pass::Forward, Pass::Data].map(|p| select(&geo, p).is_some_and(|g| g.cout >= MIN_COUT))
+    }
+
+    #[test]
+    fn lanes3d_matches_the_definition() {
+        let mut cases: Vec<(Case, [bool; 2])> = Vec::new();
+        // Output channels past one block (64 + a partial vector), odd sizes, padding.
+        let mut c = case(2, 1, 5, 83, &[4, 7, 9], &[3, 3, 3]);
+        c.p = vec![1; 6];
+        cases.push((c, [true, false]));
+        // The data gradient of that layer: 83 computed output channels.
+        let mut c = case(1, 1, 83, 6, &[4, 7, 9], &[3, 3, 3]);
+        c.p = vec![1; 6];
+        cases.push((c, [false, true]));
+        // Uneven padding, dilation, padding past the kernel's reach, groups
+        // (negative padding in the data gradient).
+        let mut c = case(1, 2, 40, 36, &[4, 6, 5], &[2, 3, 2]);
+        (c.d, c.p) = (vec![2, 1, 2], vec![3, 0, 2, 1, 2, 0]);
+        cases.push((c, [true, true]));
+        // Strides (a stem's (1, 2, 2) and 3), rows of positions in uneven tiles.
+        let mut c = case(2, 1, 3, 32, &[5, 17, 16], &[3, 7, 7]);
+        (c.s, c.d, c.p) = (vec![1, 3, 2], vec![1, 1, 2], vec![1, 3, 3, 1, 3, 3]);
+        cases.push((c, [true, false]));
+        // Large enough for the team, input channels in several level-2 blocks
+        // and level-1 sub-blocks.
+        let mut c = case(1, 1, 40, 48, &[6, 30, 31], &[3, 3, 3]);
+        c.p = vec![1; 6];
+        cases.push((c, [true, true]));
+        for (i, (c, want)) in cases.iter().enumerate() {
+            if Simd::best() >= Simd::Avx512 {
+                assert_eq!(taken(c), *want, "case {i}");
+            }
+            check(c, DataType::Float32, 70 + i as u64);
+        }
+    }
+
+    #[test]
+    fn lanes3d_does_not_depend_on_the_thread_count() {
+        // One image of three output depths and 80 channels: tasks split the
+        // channel blocks on the team; the forward and the data gradient.
+        let mut c = case(1, 1, 80, 80, &[3, 9, 10], &[3, 3, 3]);
+        c.p = vec![1; 6];
+        let attrs = c.attrs();
+        let mut rng = Rng::new(11);
+        let dt = DataType::Float32;
+        let xs = [vec![c.n, c.ci_g], c.size.clone()].concat();
+        let ws = [vec![c.co_g, c.ci_g], c.k.clone()].concat();
+        let ys = [vec![c.n, c.co_g], c.out()].concat();
+        let x = t(dt, &xs, &rng.vec(xs.iter().product(), -1.0, 1.0));
+        let w = t(dt, &ws, &rng.vec(ws.iter().product(), -1.0, 1.0));
+        let dy = t(dt, &ys, &rng.vec(ys.iter().product(), -1.0, 1.0));
+        let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
+        let run = || {
+            let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], std::slice::from_ref(&y_info));
+            let dx = run_with_outputs(
+                "ConvDataGrad",
+                &attrs,
+                &[(0, dy.clone()), (1, w.clone()), (2, x.clone())],
+                std::slice::from_ref(&x.info),
+            );
+            [y[0].to_f64_vec(), dx[0].to_f64_vec()]
+        };
+        let one = team::with_max_threads(1, run);
+        let all = run();
+        assert_eq!(one, all);
+    }
+}
