@@ -39,8 +39,10 @@ pub(crate) fn differentiate(
     required: Option<&[TensorId]>,
     infos: &GradGraphInfos,
     created: &mut Vec<GraphId>,
+    callee: bool,
 ) -> Result<GradGraphInfo> {
-    let recompute = !can_add_outputs(ir, fwd);
+    let mode = Intermediates::of(ir, fwd, callee);
+    let recompute = mode == Intermediates::Recompute;
     let grad_name = ir.unique_graph_name(&format!("{}_grad", ir.graph(fwd)?.name()));
     let grad = ir.create_graph(&grad_name)?;
     created.push(grad);
@@ -99,15 +101,43 @@ pub(crate) fn differentiate(
     }
 
     let Builder { expected_inputs, new_fwd_outputs, .. } = b;
-    add_forward_outputs(ir, fwd, &new_fwd_outputs)?;
+    if mode == Intermediates::Outputs {
+        add_forward_outputs(ir, fwd, &new_fwd_outputs)?;
+    }
     Ok(GradGraphInfo { graph: grad, forward_graph: fwd, expected_inputs, expected_outputs })
 }
 
-/// True when every op calling `fwd` is a `Call`, whose outputs can be extended; graphs
-/// called by `If` or `Repeat` must keep their outputs, so their gradient graphs
-/// recompute forward intermediates instead.
-fn can_add_outputs(ir: &Ir, fwd: GraphId) -> bool {
-    !ir.graphs().any(|g| g.ops().any(|op| !op.is::<Call>() && op.called_graphs().contains(&fwd)))
+/// How the gradient graph of a forward graph receives the forward
+/// intermediates it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Intermediates {
+    /// Every op calling the graph is a `Call`, whose outputs can be extended:
+    /// the intermediates become extra outputs of the graph and of its calls.
+    Outputs,
+    /// A called graph whose callers are all `Repeat`s (which keep their
+    /// outputs): the gradient graph reads them as forward inputs of the body's
+    /// internal tensors, and the `Repeat`'s gradient stashes them per
+    /// iteration from a copy of the body that outputs them (`repeat.rs`).
+    Internal,
+    /// Otherwise (a graph called by `If`, a mix of callers, or the
+    /// differentiated graph itself when something other than `Call` calls it):
+    /// they are recomputed in the gradient graph.
+    Recompute,
+}
+
+impl Intermediates {
+    /// The mode of `fwd`; `callee`: it is differentiated as a graph called by
+    /// the one `autodiff` was asked for.
+    fn of(ir: &Ir, fwd: GraphId, callee: bool) -> Intermediates {
+        let callers = || ir.graphs().flat_map(|g| g.ops()).filter(|op| op.called_graphs().contains(&fwd));
+        if callers().all(|op| op.is::<Call>()) {
+            Intermediates::Outputs
+        } else if callee && callers().all(|op| op.is::<Repeat>()) {
+            Intermediates::Internal
+        } else {
+            Intermediates::Recompute
+        }
+    }
 }
 
 /// Make `tensors` extra outputs of `fwd` and give every `Call` of `fwd` the matching outputs.

@@ -16,14 +16,16 @@
 //!   which are differentiated first (callees before callers) unless their gradient
 //!   graphs are passed in, so a graph called from many places gets one gradient graph;
 //! - forward intermediates the gradient graph reads become extra outputs of the
-//!   forward graph, and every `Call` of it gets the matching outputs; when the graph
-//!   is called by an op whose outputs cannot grow (`If`, `Repeat`), they are
-//!   recomputed in the gradient graph instead;
+//!   forward graph, and every `Call` of it gets the matching outputs; a called
+//!   graph whose callers are all `Repeat`s keeps its outputs and the `Repeat`'s
+//!   gradient stashes them (below); when the graph is called by an `If` (or a mix
+//!   of callers), they are recomputed in the gradient graph instead;
 //! - `Repeat` (which PopXL does not differentiate) stashes, per iteration, the
-//!   loop-carried inputs its body's gradient graph reads: the forward op is
-//!   rewritten to repeat a wrapper body that also carries an int32 counter and one
-//!   stash `[count, ..]` per such input, written in place at the counter. Body
-//!   internals are recomputed from the stashed inputs, not stashed. The gradient is
+//!   loop-carried inputs and the body intermediates its body's gradient graph
+//!   reads: the forward op is rewritten to repeat a wrapper body that also carries
+//!   an int32 counter and one stash `[count, ..]` per such tensor, written in place
+//!   at the counter, and calls a copy of the body that also outputs the
+//!   intermediates, so nothing is recomputed. The gradient is
 //!   a `Repeat` of a backward wrapper with the counter going `count-1 .. 0`: it
 //!   slices the stashes, calls the body's gradient graph, passes the carried
 //!   gradients to the earlier iteration and sums the gradients of loop-invariant
@@ -145,10 +147,10 @@ pub fn autodiff(
             };
             let cg = ir.graph(c)?;
             let provided = float_tensors(cg, cg.outputs());
-            let info = grow::differentiate(ir, c, a, &provided, None, &all, &mut created)?;
+            let info = grow::differentiate(ir, c, a, &provided, None, &all, &mut created, true)?;
             all.insert(c, info);
         }
-        grow::differentiate(ir, graph, &analyses[0].1, &provided, required.as_deref(), &all, &mut created)
+        grow::differentiate(ir, graph, &analyses[0].1, &provided, required.as_deref(), &all, &mut created, false)
     })();
     let grad_info = match result {
         Ok(info) => info,

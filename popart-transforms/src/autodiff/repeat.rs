@@ -3,19 +3,23 @@
 //! `Repeat{graph=body, count=N}` with `m` body outputs has `m` loop-carried inputs
 //! (body output `k` feeds body input `k` of the next iteration) followed by
 //! loop-invariant inputs. The body is differentiated first, like any called graph;
-//! a repeated body cannot grow outputs, so its gradient graph recomputes the body's
-//! intermediates from the body's inputs (and reads at most its outputs). The op is
-//! then differentiated in three parts:
+//! a repeated body cannot grow outputs, so its gradient graph reads the body's
+//! intermediates as forward inputs of the body's internal tensors (when every op
+//! calling the body is a `Repeat`; otherwise it recomputes them from the body's
+//! inputs). The op is then differentiated in three parts:
 //!
-//! 1. **Stash.** When the body's gradient graph reads carried inputs (or outputs),
-//!    the forward op is rewritten in place into a `Repeat` of a wrapper body that
-//!    calls the body and also carries an int32 iteration counter and, per carried
-//!    input read, a stash `[N, ..]` written at the counter by `DynamicUpdateInplace`
-//!    (in place: no copy of the stash per iteration). The op keeps its outputs
-//!    `0..m` and gains the final counter and the stashes as outputs. The invariant
-//!    inputs need no stash. Body internals are not stashed: they are recomputed.
+//! 1. **Stash.** When the body's gradient graph reads carried inputs, outputs or
+//!    intermediates, the forward op is rewritten in place into a `Repeat` of a
+//!    wrapper body that calls the body and also carries an int32 iteration counter
+//!    and, per carried input or intermediate read, a stash `[N, ..]` written at the
+//!    counter by `DynamicUpdateInplace` (in place: no copy of the stash per
+//!    iteration). Intermediates come from a copy of the body whose outputs are the
+//!    body's followed by them, which the wrapper calls instead of the body: the
+//!    backward pass recomputes nothing, as the unrolled layers would not. The op
+//!    keeps its outputs `0..m` and gains the final counter and the stashes as
+//!    outputs. The invariant inputs need no stash.
 //! 2. **Reverse loop.** The gradient is a `Repeat`, `N` times, of a backward wrapper
-//!    whose counter goes `N-1 .. 0`: it slices the stashed inputs at the counter
+//!    whose counter goes `N-1 .. 0`: it slices the stashes at the counter
 //!    (`DynamicSlice`), calls the body's gradient graph, and hands the gradients of
 //!    the carried inputs to the next (earlier) iteration, where they are the
 //!    gradients of the body outputs. The body outputs the gradient graph reads are
@@ -62,6 +66,9 @@ struct Needs {
     stash: Vec<usize>,
     /// Body outputs read, carried backwards (each also in `stash`; sorted).
     outputs: Vec<usize>,
+    /// Body intermediates read (neither inputs nor outputs): stashed per
+    /// iteration from a copy of the body that outputs them (first-read order).
+    internals: Vec<TensorId>,
     /// Invariant inputs read (sorted).
     invariants: Vec<usize>,
     /// Floating point carried inputs: their gradients are carried backwards (sorted).
@@ -76,6 +83,7 @@ impl Needs {
         let (m, io) = (bg.outputs().len(), GraphIo::of(bg));
         let invalid = |reason: String| AutodiffError::InvalidGradGraphInfo { graph: bg.name().to_string(), reason };
         let (mut stash, mut outputs, mut invariants) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+        let mut internals = Vec::new();
         for e in &info.expected_inputs {
             let t = e.fwd_tensor;
             match (e.connection_type, io.input_index(t), io.output_index(t)) {
@@ -89,6 +97,11 @@ impl Needs {
                 (ExpectedConnectionType::Fwd, None, Some(k)) => {
                     outputs.insert(k);
                     stash.insert(k);
+                }
+                (ExpectedConnectionType::Fwd, None, None) if bg.tensor(t).is_ok_and(|x| x.producer().is_some()) => {
+                    if !internals.contains(&t) {
+                        internals.push(t);
+                    }
                 }
                 _ => {
                     return Err(invalid(format!(
@@ -120,6 +133,7 @@ impl Needs {
         Ok(Needs {
             stash: v(stash),
             outputs: v(outputs),
+            internals,
             invariants: v(invariants),
             carried_grads,
             accumulated: v(accumulated),
@@ -197,11 +211,26 @@ fn stash_row(ir: &mut Ir, g: GraphId, stash: TensorId, counter: TensorId, info: 
 }
 
 /// The wrapper body of a stashing forward `Repeat`: inputs `[carried.., counter,
-/// stashes.., invariants..]`, outputs `[body outputs.., counter + 1, stashes..]`,
-/// the stash of carried input `k` written at the counter before the body runs.
-fn stash_wrapper(ir: &mut Ir, body: GraphId, count: usize, stash: &[usize]) -> Result<GraphId> {
+/// stashes.., internal stashes.., invariants..]`, outputs `[body outputs..,
+/// counter + 1, stashes.., internal stashes..]`, the stash of carried input `k`
+/// written at the counter before the body runs, those of the body's
+/// `internals` after it: the wrapper then calls `callee`, a copy of the body
+/// whose outputs are the body's followed by the internals (`callee` is the body
+/// itself when there are none).
+fn stash_wrapper(
+    ir: &mut Ir,
+    body: GraphId,
+    callee: GraphId,
+    count: usize,
+    stash: &[usize],
+    internals: &[TensorId],
+) -> Result<GraphId> {
     let bg = ir.graph(body)?;
     let m = bg.outputs().len();
+    let internal_infos: Vec<(String, TensorInfo)> = internals
+        .iter()
+        .map(|&t| bg.tensor(t).map(|t| (t.name.clone(), t.info.clone())))
+        .collect::<std::result::Result<_, _>>()?;
     let inputs: Vec<(String, TensorInfo)> = bg
         .inputs()
         .iter()
@@ -224,6 +253,10 @@ fn stash_wrapper(ir: &mut Ir, body: GraphId, count: usize, stash: &[usize]) -> R
             let (n, info) = &inputs[k];
             stash_ins.push(add_input(ir, &format!("{n}_stash"), stacked(info, count))?);
         }
+        let mut internal_ins = Vec::with_capacity(internals.len());
+        for (n, info) in &internal_infos {
+            internal_ins.push(add_input(ir, &format!("{n}_stash"), stacked(info, count))?);
+        }
         for (n, info) in &inputs[m..] {
             ins.push(add_input(ir, n, info.clone())?);
         }
@@ -235,11 +268,24 @@ fn stash_wrapper(ir: &mut Ir, body: GraphId, count: usize, stash: &[usize]) -> R
             let name = format!("{}_stash_update", inputs[k].0);
             updates.push(create1(ir, w, &DynamicUpdateInplace, row_attrs(), &[s, counter, row], &name)?);
         }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(body));
-        outs.extend(create(ir, w, &Call, attrs, &ins, "body")?);
+        let attrs = Attributes::new().with("graph", AttrValue::Graph(callee));
+        let called = create(ir, w, &Call, attrs, &ins, "body")?;
+        outs.extend_from_slice(&called[..m]);
         let one = int_constant(ir, w, "one", 1)?;
         outs.push(create1(ir, w, &Add, Attributes::new(), &[counter, one], "counter_next")?);
         outs.extend(updates);
+        for (j, (&s, (n, info))) in internal_ins.iter().zip(&internal_infos).enumerate() {
+            let row =
+                create1(ir, w, &Reshape, reshape_attrs(&stacked(info, 1)), &[called[m + j]], &format!("{n}_row"))?;
+            outs.push(create1(
+                ir,
+                w,
+                &DynamicUpdateInplace,
+                row_attrs(),
+                &[s, counter, row],
+                &format!("{n}_stash_update"),
+            )?);
+        }
         let g = ir.graph_mut(w)?;
         for t in outs {
             g.add_output(t)?;
@@ -257,13 +303,30 @@ fn stash_forward(
     body: GraphId,
     count: usize,
     stash: &[usize],
+    internals: &[TensorId],
 ) -> Result<Vec<TensorId>> {
     let (m, n) = {
         let bg = ir.graph(body)?;
         (bg.outputs().len(), bg.inputs().len())
     };
     let op = ir.graph(fwd)?.op(id)?.clone();
-    let w = stash_wrapper(ir, body, count, stash)?;
+    let callee = if internals.is_empty() {
+        body
+    } else {
+        let mut outputs = ir.graph(body)?.outputs().to_vec();
+        outputs.extend_from_slice(internals);
+        let name = ir.unique_graph_name(&format!("{}_stashed", ir.graph(body)?.name()));
+        clone_graph(ir, body, &name, &[], &outputs)?
+    };
+    let w = match stash_wrapper(ir, body, callee, count, stash, internals) {
+        Ok(w) => w,
+        Err(e) => {
+            if callee != body {
+                let _ = ir.remove_graph(callee);
+            }
+            return Err(e);
+        }
+    };
     let rewrite = |ir: &mut Ir| -> Result<Vec<TensorId>> {
         let old: Vec<TensorId> = dense(op.inputs(), &op)?.into_iter().flatten().collect();
         if old.len() != n {
@@ -272,7 +335,7 @@ fn stash_forward(
         let mut inputs: Vec<TensorId> = old[..m].to_vec();
         inputs.push(int_constant(ir, fwd, &format!("{}_counter_init", op.name), 0)?);
         let winfos = ir.graph(w)?.input_infos();
-        for s in 0..stash.len() {
+        for s in 0..stash.len() + internals.len() {
             let info = &winfos[m + 1 + s];
             inputs.push(create1(ir, fwd, &Init, init_attrs(info), &[], &format!("{}_stash_init", op.name))?);
         }
@@ -303,6 +366,9 @@ fn stash_forward(
     let result = rewrite(ir);
     if result.is_err() && !ir.graphs().any(|g| g.ops().any(|o| o.attrs.graphs().any(|g| g == w))) {
         let _ = ir.remove_graph(w);
+        if callee != body {
+            let _ = ir.remove_graph(callee);
+        }
     }
     result
 }
@@ -421,6 +487,12 @@ fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[
     })
 }
 
+/// The name and info of tensor `t` of graph `body`.
+fn self_body_tensor(ir: &Ir, body: GraphId, t: TensorId) -> Result<(String, TensorInfo)> {
+    let x = ir.graph(body)?.tensor(t)?;
+    Ok((x.name.clone(), x.info.clone()))
+}
+
 /// Create graph `name` and fill it with `build`; on failure the half-built graph is
 /// removed again, so a failed autodiff leaves no stray graph behind.
 fn new_graph(ir: &mut Ir, name: &str, build: impl FnOnce(&mut Ir, GraphId) -> Result<()>) -> Result<GraphId> {
@@ -478,8 +550,10 @@ impl Builder<'_> {
         for &k in &needs.outputs {
             ins.push(self.need_fwd(out(k))?);
         }
-        if !needs.stash.is_empty() {
-            for t in stash_forward(self.ir, self.fwd, op.id, body, count_i32 as usize, &needs.stash)? {
+        if !needs.stash.is_empty() || !needs.internals.is_empty() {
+            let stashes =
+                stash_forward(self.ir, self.fwd, op.id, body, count_i32 as usize, &needs.stash, &needs.internals)?;
+            for t in stashes {
                 ins.push(self.need_fwd(t)?);
             }
         }
@@ -572,6 +646,11 @@ impl Builder<'_> {
             let (n, i) = &binputs[k];
             stash.push(add_input(ir, &format!("{n}_stash"), stacked(i, count))?);
         }
+        let mut internal_stash = Vec::with_capacity(needs.internals.len());
+        for &t in &needs.internals {
+            let x = self_body_tensor(ir, body, t)?;
+            internal_stash.push((add_input(ir, &format!("{}_stash", x.0), stacked(&x.1, count))?, x.1));
+        }
         let mut inv = Vec::with_capacity(needs.invariants.len());
         for &i in &needs.invariants {
             let (n, info) = &binputs[i];
@@ -580,6 +659,10 @@ impl Builder<'_> {
         let mut rows = Vec::with_capacity(stash.len());
         for (&k, &s) in needs.stash.iter().zip(&stash) {
             rows.push(stash_row(ir, w, s, counter, &binputs[k].1)?);
+        }
+        let mut internal_rows = Vec::with_capacity(internal_stash.len());
+        for (s, info) in &internal_stash {
+            internal_rows.push(stash_row(ir, w, *s, counter, info)?);
         }
         let pos = |v: &[usize], k: usize| v.iter().position(|&x| x == k);
         let missing = |what: String| AutodiffError::InvalidGradGraphInfo { graph: grad_name.clone(), reason: what };
@@ -615,7 +698,12 @@ impl Builder<'_> {
                     (None, Some(k)) => {
                         ynext[pos(&needs.outputs, k).ok_or_else(|| missing(format!("output {k} is not available")))?]
                     }
-                    _ => return Err(missing("an input is neither a body input nor output".to_string())),
+                    (None, None) => match needs.internals.iter().position(|&x| x == t) {
+                        Some(j) => internal_rows[j],
+                        None => {
+                            return Err(missing("an input is neither a body input, output nor stashed".to_string()))
+                        }
+                    },
                 },
             };
             call_ins.push(v);
