@@ -28,19 +28,31 @@ struct Partials {
     zero: bool,
 }
 
+/// Which graph [`differentiate`] builds the gradient of.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Role<'a> {
+    /// The graph `autodiff` was asked for, with the inputs whose gradients are
+    /// required (`None`: every floating point input that has a gradient).
+    Top { required: Option<&'a [TensorId]> },
+    /// A graph it calls (every floating point input that has a gradient).
+    Callee,
+}
+
 /// Build the gradient graph of `fwd` (see [`super::autodiff`] for the contract).
-/// `required: None` means every floating point input that has a gradient.
 /// Graphs created are appended to `created`.
 pub(crate) fn differentiate(
     ir: &mut Ir,
     fwd: GraphId,
     analysis: &Analysis,
     provided: &[TensorId],
-    required: Option<&[TensorId]>,
+    role: Role<'_>,
     infos: &GradGraphInfos,
     created: &mut Vec<GraphId>,
-    callee: bool,
 ) -> Result<GradGraphInfo> {
+    let (required, callee) = match role {
+        Role::Top { required } => (required, false),
+        Role::Callee => (None, true),
+    };
     let mode = Intermediates::of(ir, fwd, callee);
     let recompute = mode == Intermediates::Recompute;
     let grad_name = ir.unique_graph_name(&format!("{}_grad", ir.graph(fwd)?.name()));

@@ -147,10 +147,11 @@ pub fn autodiff(
             };
             let cg = ir.graph(c)?;
             let provided = float_tensors(cg, cg.outputs());
-            let info = grow::differentiate(ir, c, a, &provided, None, &all, &mut created, true)?;
+            let info = grow::differentiate(ir, c, a, &provided, grow::Role::Callee, &all, &mut created)?;
             all.insert(c, info);
         }
-        grow::differentiate(ir, graph, &analyses[0].1, &provided, required.as_deref(), &all, &mut created, false)
+        let role = grow::Role::Top { required: required.as_deref() };
+        grow::differentiate(ir, graph, &analyses[0].1, &provided, role, &all, &mut created)
     })();
     let grad_info = match result {
         Ok(info) => info,
