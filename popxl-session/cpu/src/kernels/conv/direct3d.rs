@@ -877,8 +877,8 @@ mod tests {
     use popart_ir::DataType;
 
     use super::super::super::par::Simd;
-    use super::super::super::testutil::{infer, run_with_outputs, t, Rng};
-    use super::super::nd::tests::{case, check, Case};
+
+    use super::super::nd::tests::{case, check, data, run_passes, Case};
     use super::super::Pass;
     use super::select;
     use crate::team;
@@ -951,26 +951,8 @@ mod tests {
         // Weight gradients of 40 · 27 rows split the rows.
         let mut c = case(1, 1, 40, 40, &[2, 20, 21], &[3, 3, 3]);
         (c.s, c.p) = (vec![1, 2, 1], vec![1; 6]);
-        let attrs = c.attrs();
-        let mut rng = Rng::new(7);
-        let dt = DataType::Float32;
-        let xs = [vec![c.n, c.ci_g], c.size.clone()].concat();
-        let ws = [vec![c.co_g, c.ci_g], c.k.clone()].concat();
-        let ys = [vec![c.n, c.co_g], c.out()].concat();
-        let x = t(dt, &xs, &rng.vec(xs.iter().product(), -1.0, 1.0));
-        let w = t(dt, &ws, &rng.vec(ws.iter().product(), -1.0, 1.0));
-        let dy = t(dt, &ys, &rng.vec(ys.iter().product(), -1.0, 1.0));
-        let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
-        let run = || {
-            let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], std::slice::from_ref(&y_info));
-            let dw = run_with_outputs(
-                "ConvWeightsGrad",
-                &attrs,
-                &[(0, dy.clone()), (1, x.clone()), (2, w.clone())],
-                std::slice::from_ref(&w.info),
-            );
-            [y[0].to_f64_vec(), dw[0].to_f64_vec()]
-        };
+        let d = data(&c, DataType::Float32, 7);
+        let run = || run_passes(&c, &d);
         let one = team::with_max_threads(1, run);
         let all = run();
         assert_eq!(one, all);

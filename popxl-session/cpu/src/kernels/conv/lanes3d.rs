@@ -562,8 +562,8 @@ mod tests {
     use popart_ir::DataType;
 
     use super::super::super::par::Simd;
-    use super::super::super::testutil::{infer, run_with_outputs, t, Rng};
-    use super::super::nd::tests::{case, check, Case};
+
+    use super::super::nd::tests::{case, check, data, run_passes, Case};
     use super::super::Pass;
     use super::{select, MIN_COUT};
     use crate::team;
@@ -612,29 +612,11 @@ mod tests {
     #[test]
     fn lanes3d_does_not_depend_on_the_thread_count() {
         // One image of three output depths and 80 channels: tasks split the
-        // channel blocks on the team; the forward and the data gradient.
+        // channel blocks on the team (the weight gradient runs `direct3d`).
         let mut c = case(1, 1, 80, 80, &[3, 9, 10], &[3, 3, 3]);
         c.p = vec![1; 6];
-        let attrs = c.attrs();
-        let mut rng = Rng::new(11);
-        let dt = DataType::Float32;
-        let xs = [vec![c.n, c.ci_g], c.size.clone()].concat();
-        let ws = [vec![c.co_g, c.ci_g], c.k.clone()].concat();
-        let ys = [vec![c.n, c.co_g], c.out()].concat();
-        let x = t(dt, &xs, &rng.vec(xs.iter().product(), -1.0, 1.0));
-        let w = t(dt, &ws, &rng.vec(ws.iter().product(), -1.0, 1.0));
-        let dy = t(dt, &ys, &rng.vec(ys.iter().product(), -1.0, 1.0));
-        let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
-        let run = || {
-            let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], std::slice::from_ref(&y_info));
-            let dx = run_with_outputs(
-                "ConvDataGrad",
-                &attrs,
-                &[(0, dy.clone()), (1, w.clone()), (2, x.clone())],
-                std::slice::from_ref(&x.info),
-            );
-            [y[0].to_f64_vec(), dx[0].to_f64_vec()]
-        };
+        let d = data(&c, DataType::Float32, 11);
+        let run = || run_passes(&c, &d);
         let one = team::with_max_threads(1, run);
         let all = run();
         assert_eq!(one, all);

@@ -281,7 +281,7 @@ impl<T: ConvElem> Kernel for NdKernel<T> {
 #[cfg(test)]
 pub(super) mod tests {
     use popart_ir::ops::conv::{ConvAttrs, ConvTransposeAttrs};
-    use popart_ir::{Attributes, DataType, OpAttrs};
+    use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
     use crate::kernels::testutil::{assert_close, infer, run_with_outputs, t, Rng};
 
@@ -368,9 +368,17 @@ pub(super) mod tests {
         [y, dx, dw]
     }
 
-    /// Conv, both gradients and (dilation 1) ConvTranspose of case `c` against [`naive`].
-    pub(in crate::kernels) fn check(c: &Case, dt: DataType, seed: u64) {
-        let attrs = c.attrs();
+    /// The inputs `x`, `w` and `dy` of case `c` (values uniform in `[-1, 1]`
+    /// from `seed`), as tensors of `dt` and as their values.
+    pub(in crate::kernels) struct Data {
+        pub x: HostTensor,
+        pub w: HostTensor,
+        pub dy: HostTensor,
+        pub values: [Vec<f64>; 3],
+    }
+
+    /// [`Data`] of case `c`.
+    pub(in crate::kernels) fn data(c: &Case, dt: DataType, seed: u64) -> Data {
         let mut rng = Rng::new(seed);
         let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
         let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
@@ -378,10 +386,16 @@ pub(super) mod tests {
         let xv = rng.vec(xs.iter().product(), -1.0, 1.0);
         let wv = rng.vec(ws.iter().product(), -1.0, 1.0);
         let dyv = rng.vec(ys.iter().product(), -1.0, 1.0);
-        let [want_y, want_dx, want_dw] = naive(c, &xv, &wv, &dyv);
         let (x, w, dy) = (t(dt, &xs, &xv), t(dt, &ws, &wv), t(dt, &ys, &dyv));
+        Data { x, w, dy, values: [xv, wv, dyv] }
+    }
+
+    /// `Conv`, `ConvDataGrad` and `ConvWeightsGrad` of case `c` on `d`: `[y, dx, dw]`.
+    pub(in crate::kernels) fn run_passes(c: &Case, d: &Data) -> [Vec<f64>; 3] {
+        let attrs = c.attrs();
+        let (x, w, dy) = (&d.x, &d.w, &d.dy);
         let y_info = infer("Conv", &attrs, &[(0, x.info.clone()), (1, w.info.clone())]).remove(0);
-        assert_eq!(y_info.shape, ys);
+        assert_eq!(y_info.shape, dy.info.shape);
         let y = run_with_outputs("Conv", &attrs, &[(0, x.clone()), (1, w.clone())], std::slice::from_ref(&y_info));
         let dx = run_with_outputs(
             "ConvDataGrad",
@@ -395,10 +409,20 @@ pub(super) mod tests {
             &[(0, dy.clone()), (1, x.clone()), (2, w.clone())],
             std::slice::from_ref(&w.info),
         );
+        [y[0].to_f64_vec(), dx[0].to_f64_vec(), dw[0].to_f64_vec()]
+    }
+
+    /// Conv, both gradients and (dilation 1) ConvTranspose of case `c` against [`naive`].
+    pub(in crate::kernels) fn check(c: &Case, dt: DataType, seed: u64) {
+        let d = data(c, dt, seed);
+        let [xv, wv, dyv] = &d.values;
+        let [want_y, want_dx, want_dw] = naive(c, xv, wv, dyv);
+        let [y, dx, dw] = run_passes(c, &d);
+        let (w, dy) = (&d.w, &d.dy);
         let tol = if dt == DataType::Float32 { 1e-4 } else { 1e-10 };
-        assert_close(&y[0].to_f64_vec(), &want_y, tol);
-        assert_close(&dx[0].to_f64_vec(), &want_dx, tol);
-        assert_close(&dw[0].to_f64_vec(), &want_dw, tol * 10.0);
+        assert_close(&y, &want_y, tol);
+        assert_close(&dx, &want_dx, tol);
+        assert_close(&dw, &want_dw, tol * 10.0);
         if c.d.iter().all(|&d| d == 1) {
             // ConvTranspose of dy is the data gradient (output padding: the
             // input positions a stride leaves unread at the end).
@@ -416,7 +440,8 @@ pub(super) mod tests {
                 output_shape: None,
             }
             .to_attrs();
-            let tr = run_with_outputs("ConvTranspose", &ta, &[(0, dy), (1, w)], std::slice::from_ref(&x.info));
+            let ins = [(0, dy.clone()), (1, w.clone())];
+            let tr = run_with_outputs("ConvTranspose", &ta, &ins, std::slice::from_ref(&d.x.info));
             assert_close(&tr[0].to_f64_vec(), &want_dx, tol);
         }
     }
