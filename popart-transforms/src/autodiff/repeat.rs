@@ -488,7 +488,7 @@ fn clone_graph(ir: &mut Ir, src: GraphId, name: &str, skip: &[OpId], outputs: &[
 }
 
 /// The name and info of tensor `t` of graph `body`.
-fn self_body_tensor(ir: &Ir, body: GraphId, t: TensorId) -> Result<(String, TensorInfo)> {
+fn body_tensor(ir: &Ir, body: GraphId, t: TensorId) -> Result<(String, TensorInfo)> {
     let x = ir.graph(body)?.tensor(t)?;
     Ok((x.name.clone(), x.info.clone()))
 }
@@ -648,7 +648,7 @@ impl Builder<'_> {
         }
         let mut internal_stash = Vec::with_capacity(needs.internals.len());
         for &t in &needs.internals {
-            let x = self_body_tensor(ir, body, t)?;
+            let x = body_tensor(ir, body, t)?;
             internal_stash.push((add_input(ir, &format!("{}_stash", x.0), stacked(&x.1, count))?, x.1));
         }
         let mut inv = Vec::with_capacity(needs.invariants.len());

@@ -20,8 +20,9 @@
 //! task copies the depth slices its taps read of a level-2-sized block of
 //! input channels, zero-padded in height and width (`hp × wq`: exactly the
 //! padded extent the taps read), then sweeps sub-blocks of input channels
-//! whose packed weights stay in the level-1 cache: for each sub-block, every
-//! output row in tiles of up to [`PMAX`] positions × `R ≤ 4` vectors of 16
+//! whose packed weights stay in the level-1 cache (one channel at least): for
+//! each sub-block, the output positions (row-major, a tile may cross rows) in
+//! tiles of up to [`PMAX`] positions × `R ≤ 4` vectors of 16
 //! output channels, each (channel, tap) one vector load per 16 channels, one
 //! broadcast per position and `P · R` multiply-adds. Partial sums live in the
 //! task's position-major block (`[position][BW]`, level-2 sized), written
@@ -100,9 +101,6 @@ pub(super) struct Lanes3d {
     /// Input channels per level-2 block and per level-1 sub-block.
     cb: usize,
     cw: usize,
-    /// Taps per chunk of a sub-block (all of them unless one channel's
-    /// weights pass the level-1 budget).
-    tb: usize,
     /// Each output position's offset in a channel's padded slices (row-major).
     qoff: Vec<usize>,
     sets: Vec<TapSet>,
@@ -144,11 +142,7 @@ impl Lanes3d {
         let blocks = g.cout.div_ceil(BW);
         let cb = (L2_ELEMS / plane).clamp(1, g.cin);
         let cb = g.cin.div_ceil(g.cin.div_ceil(cb));
-        let l1 = L1_W_BYTES;
-        let cw = (l1 / (kk * BW * 4)).clamp(1, cb);
-        // A channel's taps alone past the budget: chunks of near-equal sizes.
-        let tb = (l1 / (BW * 4)).max(1);
-        let tb = kk.div_ceil(kk.div_ceil(tb));
+        let cw = (L1_W_BYTES / (kk * BW * 4)).clamp(1, cb);
         // Each output position's offset in a padded channel: tiles run over
         // positions in row-major order, across rows.
         let qoff = (0..oh * ow).map(|q| (q / ow) * g.s[1] * wq + (q % ow) * g.s[2]).collect();
@@ -218,7 +212,6 @@ impl Lanes3d {
             blocks,
             cb,
             cw,
-            tb,
             qoff,
             sets,
             set_of,
@@ -358,34 +351,32 @@ impl Lanes3d {
                 }
                 for c1 in (c0..c0 + cn).step_by(self.cw) {
                     let cm = self.cw.min(c0 + cn - c1);
-                    for (ch, (xoff, woff)) in set.xoff.chunks(self.tb).zip(set.woff.chunks(self.tb)).enumerate() {
-                        for q0 in (0..oh * ow).step_by(PMAX) {
-                            let p = PMAX.min(oh * ow - q0);
-                            #[cfg(target_arch = "x86_64")]
-                            // SAFETY: channels `c1..c1 + cm` of the padded block and of the
-                            // packed weights; output positions `q0..q0 + p` of the sums;
-                            // every tap of the set stays inside the plane.
-                            unsafe {
-                                tile_dispatch(
-                                    p,
-                                    r,
-                                    Tile {
-                                        x: xp.add((c1 - c0) * self.plane),
-                                        qoff: &self.qoff[q0..q0 + p],
-                                        xoff,
-                                        woff,
-                                        cin: cm,
-                                        plane: self.plane,
-                                        w: wb.add(c1 * kk * BW),
-                                        wstride: kk * BW,
-                                        e: sums.add(q0 * BW),
-                                        add: c1 > 0 || ch > 0,
-                                    },
-                                )
-                            };
-                            #[cfg(not(target_arch = "x86_64"))]
-                            let _ = (p, r, q0, cm, wb, sums, xoff, woff, ch);
-                        }
+                    for q0 in (0..oh * ow).step_by(PMAX) {
+                        let p = PMAX.min(oh * ow - q0);
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: channels `c1..c1 + cm` of the padded block and of the
+                        // packed weights; output positions `q0..q0 + p` of the sums;
+                        // every tap of the set stays inside the plane.
+                        unsafe {
+                            tile_dispatch(
+                                p,
+                                r,
+                                Tile {
+                                    x: xp.add((c1 - c0) * self.plane),
+                                    qoff: &self.qoff[q0..q0 + p],
+                                    xoff: &set.xoff,
+                                    woff: &set.woff,
+                                    cin: cm,
+                                    plane: self.plane,
+                                    w: wb.add(c1 * kk * BW),
+                                    wstride: kk * BW,
+                                    e: sums.add(q0 * BW),
+                                    add: c1 > 0,
+                                },
+                            )
+                        };
+                        #[cfg(not(target_arch = "x86_64"))]
+                        let _ = (p, r, q0, cm, wb, sums);
                     }
                 }
             }
