@@ -40,16 +40,14 @@
 use std::collections::BTreeSet;
 
 use popart_ir::ops::binary::{Add, Sub};
-use popart_ir::ops::control::{Call, Repeat, RepeatAttrs};
+use popart_ir::ops::control::{Call, CallAttrs, Repeat, RepeatAttrs};
 use popart_ir::ops::grad::{Init, InitAttrs, Sum};
 use popart_ir::ops::indexing::{DynamicSlice, DynamicSliceAttrs, DynamicUpdateInplace};
 use popart_ir::ops::indexing_grad::DynamicSliceGrad;
 use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
 use popart_ir::ops::shape::{Reshape, ReshapeAttrs};
 use popart_ir::OpAttrs;
-use popart_ir::{
-    AttrValue, Attributes, DataType, GraphId, HostTensor, Ir, Op, OpDef, OpId, TensorId, TensorInfo, TensorKind,
-};
+use popart_ir::{Attributes, DataType, GraphId, HostTensor, Ir, Op, OpDef, OpId, TensorId, TensorInfo, TensorKind};
 
 use slotmap::SecondaryMap;
 
@@ -200,7 +198,7 @@ fn stacked(info: &TensorInfo, count: usize) -> TensorInfo {
 
 /// The attributes of a dynamic slice or update of one row of a stash.
 fn row_attrs() -> Attributes {
-    Attributes::new().with("axes", AttrValue::Ints(vec![0])).with("sizes", AttrValue::Ints(vec![1]))
+    DynamicSliceAttrs { axes: vec![0], sizes: vec![1], no_overlap: false }.to_attrs()
 }
 
 /// Row `counter` of `stash` in graph `g`, reshaped to `info`'s shape.
@@ -268,7 +266,7 @@ fn stash_wrapper(
             let name = format!("{}_stash_update", inputs[k].0);
             updates.push(create1(ir, w, &DynamicUpdateInplace, row_attrs(), &[s, counter, row], &name)?);
         }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(callee));
+        let attrs = CallAttrs { graph: callee, modified: Vec::new() }.to_attrs();
         let called = create(ir, w, &Call, attrs, &ins, "body")?;
         outs.extend_from_slice(&called[..m]);
         let one = int_constant(ir, w, "one", 1)?;
@@ -340,8 +338,7 @@ fn stash_forward(
             inputs.push(create1(ir, fwd, &Init, init_attrs(info), &[], &format!("{}_stash_init", op.name))?);
         }
         inputs.extend_from_slice(&old[m..]);
-        let mut attrs = op.attrs.clone();
-        attrs.set("graph", AttrValue::Graph(w));
+        let attrs = RepeatAttrs { graph: w, ..RepeatAttrs::of(&op)? }.to_attrs();
         let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
         let infos = ir.infer_outputs(fwd, &Repeat, &attrs, &ins, &op.name)?;
         // Everything is checked: now change the op.
@@ -574,7 +571,7 @@ impl Builder<'_> {
         for &i in &needs.accumulated {
             names.push(self.partial_name(input(i)));
         }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(bw)).with("count", AttrValue::Int(count));
+        let attrs = RepeatAttrs { graph: bw, count, modified: Vec::new() }.to_attrs();
         let ins: Vec<(u32, TensorId)> = ins.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
         let rep = self.create(&Repeat, attrs, &ins, &op_name, &names)?;
         for (j, &k) in needs.carried_grads.iter().enumerate() {
@@ -708,7 +705,7 @@ impl Builder<'_> {
             };
             call_ins.push(v);
         }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(grad_graph));
+        let attrs = CallAttrs { graph: grad_graph, modified: Vec::new() }.to_attrs();
         let grads = create(ir, w, &Call, attrs, &call_ins, "body_grad")?;
 
         // Gradients by body input.

@@ -4,7 +4,7 @@
 use popart_ir::ops::control::{Call, CallAttrs, If, IfAttrs};
 use popart_ir::ops::grad::InitAttrs;
 use popart_ir::ops::grad::{Init, Sum};
-use popart_ir::{AttrValue, Attributes, GraphId, Op, OpAttrs, TensorId};
+use popart_ir::{Attributes, GraphId, Op, OpAttrs, TensorId};
 
 use super::error::{AutodiffError, Result};
 use super::grow::{dense, Builder, Grad};
@@ -125,7 +125,7 @@ impl<'a> Builder<'a> {
             .map(|(k, x)| x.map_or_else(|| format!("{op_name}:{k}"), |x| self.partial_name(x)))
             .collect();
         let ins: Vec<(u32, TensorId)> = inputs.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
+        let attrs = CallAttrs { graph: info.graph, modified: Vec::new() }.to_attrs();
         let call = self.create(&Call, attrs, &ins, &op_name, &names)?;
         for (k, x) in targets.into_iter().enumerate() {
             if let Some(x) = x {
@@ -221,7 +221,7 @@ impl<'a> Builder<'a> {
             let n = g.unique_tensor_name(&n);
             call_inputs.push((k as u32, g.add_input(&n, i)?));
         }
-        let attrs = Attributes::new().with("graph", AttrValue::Graph(info.graph));
+        let attrs = CallAttrs { graph: info.graph, modified: Vec::new() }.to_attrs();
         let call = self.ir.create_op(w, &Call, attrs, &call_inputs, "call_grad")?;
         let io = GraphIo::of(self.ir.graph(branch)?);
         let mut per_input: Vec<Vec<TensorId>> = vec![Vec::new(); wanted.len()];
