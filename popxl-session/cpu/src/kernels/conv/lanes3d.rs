@@ -41,6 +41,8 @@ use super::super::par::{par_split, Simd, PAR_MIN_ELEMS};
 use super::super::ptr::SendPtr;
 use super::super::spec::SpecExt;
 use super::direct3d::{select, Geo3};
+#[cfg(target_arch = "x86_64")]
+use super::implicit_wgrad::transpose8;
 use super::layout::copy_row;
 use super::{scratch_slots, Pass};
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
@@ -226,7 +228,7 @@ impl Lanes3d {
     /// block, [`PACK_CHANNELS`] channels) split over the team: each row reads
     /// its channels' weights of every output channel of the block (contiguous
     /// runs of the forward's `[C_out, C_in / group, taps]`) and writes one
-    /// contiguous run of `dst`.
+    /// contiguous run of `dst`, through 8 × 8 transposes ([`pack_piece`]).
     ///
     /// # Safety
     /// `w` holds the layer's weights; `dst` `groups · blocks · cin · taps · BW` elements.
@@ -247,19 +249,15 @@ impl Lanes3d {
                 // weight `(o, c, tap)` of group `gi` for `o < cout`, `c < cin`.
                 unsafe {
                     let d = dst.get().add(((gi * self.blocks + blk) * g.cin + c0) * kk * BW);
-                    let base = src.get().add(gi * g.cin * g.cout * kk + c0 * g.wc);
-                    for j in 0..valid {
-                        let s = base.add((o0 + j) * g.wr);
-                        for c in 0..cn {
-                            for t in 0..kk {
-                                let tap = if g.flip { kk - 1 - t } else { t };
-                                *d.add((c * kk + t) * BW + j) = *s.add(c * g.wc + tap);
-                            }
-                        }
-                    }
-                    if valid < BW {
+                    let base = src.get().add(gi * g.cin * g.cout * kk + c0 * g.wc + o0 * g.wr);
+                    #[cfg(target_arch = "x86_64")]
+                    pack_piece(g, base, d, valid, cn);
+                    #[cfg(not(target_arch = "x86_64"))]
+                    for j in 0..BW {
                         for ct in 0..cn * kk {
-                            std::ptr::write_bytes(d.add(ct * BW + valid), 0, BW - valid);
+                            let (c, t) = (ct / kk, ct % kk);
+                            let tap = if g.flip { kk - 1 - t } else { t };
+                            *d.add(ct * BW + j) = if j < valid { *base.add(j * g.wr + c * g.wc + tap) } else { 0.0 };
                         }
                     }
                 }
@@ -491,6 +489,45 @@ unsafe fn tile_dispatch(p: usize, r: usize, at: Tile<'_>) {
             4 => rs!(4),
             5 => rs!(5),
             _ => rs!(6),
+        }
+    }
+}
+
+/// Packs one piece of weights: `valid` output channels (`s`'s rows, `wr`
+/// apart; rows `valid..BW` are written as zeros) of `cn` channels (`wc`
+/// apart) of every tap into `d[(c · taps + t) · BW + j]`, tap `t` read from
+/// `taps − 1 − t` when `g.flip`. Blocks of 8 outputs × 8 taps are transposed
+/// in registers, so reads and writes are runs of 8.
+///
+/// # Safety
+/// `s` holds the piece's weights as above, `d` `cn · taps · BW` elements; the
+/// CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_piece(g: &Geo3, s: *const f32, d: *mut f32, valid: usize, cn: usize) {
+    use std::arch::x86_64::*;
+    let kk = g.kk();
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for j0 in (0..BW).step_by(8) {
+        let rows = valid.saturating_sub(j0).min(8);
+        for c in 0..cn {
+            for t0 in (0..kk).step_by(8) {
+                let tn = (kk - t0).min(8);
+                let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(tn as i32), lane);
+                let mut r = [_mm256_setzero_ps(); 8];
+                for (i, v) in r.iter_mut().enumerate().take(rows) {
+                    // SAFETY: output row `j0 + i < valid`, channel `c < cn`, taps
+                    // `t0..t0 + tn` of `s` (masked past `tn`: not read).
+                    *v = unsafe { _mm256_maskload_ps(s.add((j0 + i) * g.wr + c * g.wc + t0), mask) };
+                }
+                // SAFETY: AVX (this function's contract).
+                let cols = unsafe { transpose8(r) };
+                for (i, v) in cols.iter().enumerate().take(tn) {
+                    let t = if g.flip { kk - 1 - (t0 + i) } else { t0 + i };
+                    // SAFETY: row `c · kk + t < cn · kk` of `d`, outputs `j0..j0 + 8 <= BW`.
+                    unsafe { _mm256_storeu_ps(d.add((c * kk + t) * BW + j0), *v) };
+                }
+            }
         }
     }
 }
