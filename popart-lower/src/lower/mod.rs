@@ -147,6 +147,7 @@ impl<'a> Lowerer<'a> {
         self.check_declarations()?;
         self.compute_timeline();
         self.merge_aliases()?;
+        self.elide_carried()?;
         let modifies_input = self.inputs_modified_by_graphs()?;
         self.elide_inputs(&modifies_input)?;
         self.elide_outputs()?;

@@ -2,10 +2,21 @@
 //!
 //! - **in-place aliases**: each `OpDef::aliases` (input, output) pair of an op is
 //!   one class;
-//! - **input elision**: when every call site of a graph (none of them a repeat)
-//!   passes the same caller buffer at input `k`, and the graph does not write that
-//!   input unless every site marks it modified, the callee reads the caller's
-//!   buffer directly (no copy in, no copy back);
+//! - **input elision**: when every call site of a graph passes the same caller
+//!   buffer at input `k`, and the graph does not write that input unless every
+//!   site is a `Call` marking it modified, the callee reads the caller's buffer
+//!   directly (no copy in, no copy back). For a repeat's body only the invariant
+//!   inputs (those after the loop-carried ones) qualify: a carried input is
+//!   overwritten after every iteration. An unwritten invariant input is read
+//!   by every iteration from the caller's buffer, which nothing writes while
+//!   the loop runs (a modified input's copy-back comes after it);
+//! - **carried elision**: a repeat body with a single call site shares its
+//!   loop-carried input `k` with the site's argument `k` when that argument is
+//!   an activation of the caller read by the repeat alone (it dies there: no
+//!   copy in), and with the site's output `k` when that output is an
+//!   activation whose whole class is defined at or after the repeat (no copy
+//!   out). A stash that the loop fills in place then lives in one buffer from
+//!   its `Init` to its last reader;
 //! - **output elision**: a graph with a single `Call` site writes output `j`
 //!   straight into the caller's output when that output is an activation private
 //!   to the graph (no copy out);
@@ -81,6 +92,80 @@ impl Lowerer<'_> {
         Ok(out)
     }
 
+    /// Carried elision (see the module docs), run before input elision, when
+    /// classes are still in-place alias classes.
+    pub(super) fn elide_carried(&mut self) -> Result<(), LowerError> {
+        for f in self.graphs.indices() {
+            let [s] = self.graphs[f].callers[..] else { continue };
+            if self.sites[s].kind != SiteKind::Repeat {
+                continue;
+            }
+            let graph = self.graphs[f].graph;
+            let inputs = graph.inputs();
+            let carried = graph.outputs().len().min(inputs.len());
+            for (k, &input) in inputs.iter().enumerate().take(carried) {
+                let ci = self.class(f, input)?;
+                // Another input in the class would make two caller tensors one buffer.
+                let alone = inputs.iter().enumerate().all(|(i, &t)| i == k || self.class(f, t).is_ok_and(|c| c != ci));
+                if !alone || self.sites[s].marks(k) {
+                    continue;
+                }
+                if self.dies_at_site(s, k)? {
+                    let site = &self.sites[s];
+                    let ca = self.class(site.caller, site.args[k])?;
+                    self.classes.merge(ca, ci);
+                }
+                if self.born_at_site(s, k)? {
+                    let site = &self.sites[s];
+                    let cy = self.class(site.caller, site.outs[k])?;
+                    let ci = self.class(f, input)?;
+                    self.classes.merge(cy, ci);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether argument `k` of site `s` is an activation of the caller, alone in
+    /// its class, read by the site's op alone and at one input only.
+    fn dies_at_site(&self, s: SiteId, k: usize) -> Result<bool, LowerError> {
+        let site = &self.sites[s];
+        let graph = self.graphs[site.caller].graph;
+        let a = site.args[k];
+        let t = graph.tensor(a)?;
+        let key = self.key(site.caller, a)?;
+        Ok(matches!(t.kind, TensorKind::ActGrad)
+            && t.producer().is_some()
+            && self.classes.members(self.classes.find(key)) == [key]
+            && t.consumers().len() == 1
+            && t.consumers().iter().all(|p| p.op == site.op)
+            && !graph.outputs().contains(&a))
+    }
+
+    /// Whether every member of the class of output `k` of site `s` is an
+    /// activation of the caller (not one of its inputs or outputs) defined at or
+    /// after the site's op.
+    fn born_at_site(&self, s: SiteId, k: usize) -> Result<bool, LowerError> {
+        let site = &self.sites[s];
+        let gd = &self.graphs[site.caller];
+        let at = gd.start[site.op];
+        let cy = self.class(site.caller, site.outs[k])?;
+        for &m in self.classes.members(cy) {
+            let (mg, mt) = self.tensors[m];
+            let t = self.tensor(m);
+            let born = t.producer().and_then(|p| gd.start.get(p.op)).is_some_and(|&d| d >= at);
+            if mg != site.caller
+                || !matches!(t.kind, TensorKind::ActGrad)
+                || !born
+                || gd.graph.inputs().contains(&mt)
+                || gd.graph.outputs().contains(&mt)
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Input elision (see the module docs), callers first.
     pub(super) fn elide_inputs(&mut self, modifies_input: &WrittenInputs) -> Result<(), LowerError> {
         for f in self.callers_first.clone() {
@@ -88,7 +173,7 @@ impl Lowerer<'_> {
                 continue;
             }
             let callers = self.graphs[f].callers.clone();
-            if callers.is_empty() || callers.iter().any(|&s| self.sites[s].kind == SiteKind::Repeat) {
+            if callers.is_empty() {
                 continue;
             }
             self.elide_inputs_of(f, &callers, &modifies_input[f])?;
@@ -96,8 +181,8 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// Input elision for graph `f`, called from `callers` (no repeat among them),
-    /// writing the inputs flagged in `writes`.
+    /// Input elision for graph `f`, called from `callers`, writing the inputs
+    /// flagged in `writes`.
     fn elide_inputs_of(&mut self, f: GraphIndex, callers: &[SiteId], writes: &[bool]) -> Result<(), LowerError> {
         let touched = |site: &Site, k: usize| writes[k] || site.marks(k);
         // Caller classes of every argument, taken before this graph's merges: those
@@ -119,7 +204,10 @@ impl Lowerer<'_> {
             groups.push(group);
         }
         let inputs = self.graphs[f].graph.inputs();
-        for (k, &input) in inputs.iter().enumerate() {
+        // A repeat's loop-carried inputs come first, one per body output.
+        let repeated = callers.iter().any(|&s| self.sites[s].kind == SiteKind::Repeat);
+        let carried = if repeated { self.graphs[f].graph.outputs().len() } else { 0 };
+        for (k, &input) in inputs.iter().enumerate().skip(carried) {
             let marked_everywhere =
                 callers.iter().all(|&s| self.sites[s].kind == SiteKind::Call && self.sites[s].marks(k));
             if writes[k] && !marked_everywhere {
