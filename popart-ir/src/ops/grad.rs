@@ -272,6 +272,17 @@ op_attrs! {
     }
 }
 
+crate::attr_enum! {
+    /// What an `Init` fills its tensor with (PopXL's `init_type`).
+    pub enum InitType {
+        /// Zeros.
+        Zero = "zero",
+        /// Whatever the buffer held: for tensors every element of which is
+        /// written before it is read (a repeat's stash).
+        Undef = "undef",
+    }
+}
+
 op_attrs! {
     /// Attributes of `Init`.
     #[derive(Clone, Debug, PartialEq)]
@@ -280,6 +291,8 @@ op_attrs! {
         pub shape: Vec<i64>,
         /// The data type.
         pub dtype: DataType,
+        /// The fill; absent: [`InitType::Zero`].
+        pub init_type: Option<InitType> = None,
     }
 }
 
@@ -699,7 +712,7 @@ impl OpDef for Init {
         InitAttrs::SCHEMA
     }
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
-        let InitAttrs { shape, dtype } = InitAttrs::infer(ctx)?;
+        let InitAttrs { shape, dtype, .. } = InitAttrs::infer(ctx)?;
         let shape = to_shape(ctx, &shape, "shape")?;
         Ok(vec![TensorInfo::new(dtype, shape)])
     }

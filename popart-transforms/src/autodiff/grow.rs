@@ -309,7 +309,7 @@ impl<'a> Builder<'a> {
 
     pub(super) fn zeros(&mut self, info: &TensorInfo, name: &str) -> Result<TensorId> {
         let shape = info.shape.iter().map(|&d| d as i64).collect();
-        let attrs = InitAttrs { shape, dtype: info.dtype }.to_attrs();
+        let attrs = InitAttrs { shape, dtype: info.dtype, init_type: None }.to_attrs();
         let op = self.create(&Init, attrs, &[], name, &[])?;
         Ok(self.output(op, 0))
     }

@@ -41,7 +41,7 @@ use std::collections::BTreeSet;
 
 use popart_ir::ops::binary::{Add, Sub};
 use popart_ir::ops::control::{Call, CallAttrs, Repeat, RepeatAttrs};
-use popart_ir::ops::grad::{Init, InitAttrs, Sum};
+use popart_ir::ops::grad::{Init, InitAttrs, InitType, Sum};
 use popart_ir::ops::indexing::{DynamicSlice, DynamicSliceAttrs, DynamicUpdateInplace};
 use popart_ir::ops::indexing_grad::DynamicSliceGrad;
 use popart_ir::ops::indexing_grad::DynamicSliceGradAttrs;
@@ -185,7 +185,13 @@ fn reshape_attrs(info: &TensorInfo) -> Attributes {
 
 /// The attributes of an `Init` of `info`.
 fn init_attrs(info: &TensorInfo) -> Attributes {
-    InitAttrs { shape: ints(&info.shape), dtype: info.dtype }.to_attrs()
+    InitAttrs { shape: ints(&info.shape), dtype: info.dtype, init_type: None }.to_attrs()
+}
+
+/// The attributes of a stash's `Init`: every row is written before the
+/// backward reads it, so the buffer is not filled.
+fn stash_init_attrs(info: &TensorInfo) -> Attributes {
+    InitAttrs { shape: ints(&info.shape), dtype: info.dtype, init_type: Some(InitType::Undef) }.to_attrs()
 }
 
 /// `[count, ..shape]`: a stash of `info` per iteration.
@@ -335,7 +341,7 @@ fn stash_forward(
         let winfos = ir.graph(w)?.input_infos();
         for s in 0..stash.len() + internals.len() {
             let info = &winfos[m + 1 + s];
-            inputs.push(create1(ir, fwd, &Init, init_attrs(info), &[], &format!("{}_stash_init", op.name))?);
+            inputs.push(create1(ir, fwd, &Init, stash_init_attrs(info), &[], &format!("{}_stash_init", op.name))?);
         }
         inputs.extend_from_slice(&old[m..]);
         let attrs = RepeatAttrs { graph: w, ..RepeatAttrs::of(&op)? }.to_attrs();

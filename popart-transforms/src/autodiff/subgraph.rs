@@ -238,7 +238,7 @@ impl<'a> Builder<'a> {
                 0 => {
                     let info = self.fwd_tensor(x)?.1.clone();
                     let shape = info.shape.iter().map(|&d| d as i64).collect();
-                    let attrs = InitAttrs { shape, dtype: info.dtype }.to_attrs();
+                    let attrs = InitAttrs { shape, dtype: info.dtype, init_type: None }.to_attrs();
                     let z = self.ir.create_op(w, &Init, attrs, &[], "zeros")?;
                     self.ir.graph(w)?.op(z)?.output(0).expect("init output")
                 }

@@ -493,5 +493,8 @@ pub fn init(shape: &[usize], dtype: DataType, name: &str, init_type: InitType) -
         .iter()
         .map(|&d| super::to_i64(d, || format!("dimension of init tensor `{name}`")))
         .collect::<Result<Vec<_>>>()?;
-    OpBuilder::new("init", &ir_ops::Init).typed(&InitAttrs { shape, dtype }).output_name(name).create1()
+    OpBuilder::new("init", &ir_ops::Init)
+        .typed(&InitAttrs { shape, dtype, init_type: None })
+        .output_name(name)
+        .create1()
 }

@@ -13,13 +13,15 @@ use super::broadcast::Broadcast;
 use super::dispatch::{with_bits, with_float, with_num};
 use super::elem::{Bool8, Float, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::par_range;
+use super::par::{par_fill, par_range};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{boxed, norm_axes, BuildResult, Slot, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
-use popart_ir::ops::grad::{BinaryDerivative, BinaryGradAttrs, ReduceGradAttrs, ReduceKind, WhereGradAttrs};
+use popart_ir::ops::grad::{
+    BinaryDerivative, BinaryGradAttrs, InitAttrs, InitType, ReduceGradAttrs, ReduceKind, WhereGradAttrs,
+};
 
 macro_rules! grad3 {
     ($($name:ident: |$g:ident, $p:ident, $q:ident| $e:expr;)*) => {$(
@@ -154,13 +156,14 @@ impl<T: Num> Kernel for SumKernel<T> {
 
 /// `Init`: zero bytes.
 struct InitKernel {
+    /// Bytes to zero: the output's, or none for `InitType::Undef`.
     nbytes: usize,
 }
 
 impl Kernel for InitKernel {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
-        // SAFETY: output 0 holds the spec's `nbytes` (`KernelArgs`).
-        unsafe { slice_mut(args.outputs[0], self.nbytes) }.fill(0);
+        // SAFETY: output 0 holds at least `nbytes` (`KernelArgs`).
+        unsafe { par_fill(args.outputs[0], self.nbytes, 0) };
         Ok(())
     }
 }
@@ -175,7 +178,8 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
 ];
 
 fn build_init(spec: &KernelSpec<'_>) -> BuildResult {
-    Ok(Box::new(InitKernel { nbytes: spec.output(0)?.info.nbytes() }))
+    let undef = spec.typed::<InitAttrs>()?.init_type == Some(InitType::Undef);
+    Ok(Box::new(InitKernel { nbytes: if undef { 0 } else { spec.output(0)?.info.nbytes() } }))
 }
 
 fn build_where_grad(spec: &KernelSpec<'_>) -> BuildResult {
@@ -305,7 +309,7 @@ fn build_sum(spec: &KernelSpec<'_>) -> BuildResult {
 mod tests {
     use super::super::testutil::{assert_close, numeric_grad, run_op, t, Rng};
     use popart_ir::ops::all::{
-        BinaryDerivative, BinaryGradAttrs, InitAttrs, ReduceGradAttrs, ReduceKind, WhereGradAttrs,
+        BinaryDerivative, BinaryGradAttrs, InitAttrs, InitType, ReduceGradAttrs, ReduceKind, WhereGradAttrs,
     };
     use popart_ir::ops::reduce::ReduceAttrs;
     use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
@@ -468,9 +472,18 @@ mod tests {
         let big: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let out = run_op("Sum", Attributes::new(), &[(0, f64s(&[n], &big)), (1, f64s(&[n], &big))]);
         assert!(out[0].to_f64_vec().iter().enumerate().all(|(i, &v)| v == 2.0 * i as f64));
-        let init = InitAttrs { shape: vec![2, 2], dtype: DataType::Int32 }.to_attrs();
+        let init = InitAttrs { shape: vec![2, 2], dtype: DataType::Int32, init_type: None }.to_attrs();
         let z = run_op("Init", init, &[]);
         assert_eq!(z[0].info, popart_ir::TensorInfo::new(DataType::Int32, [2, 2]));
         assert_eq!(z[0].to_f64_vec(), vec![0.0; 4]);
+        // Large enough to be filled by the team; the output starts as garbage.
+        let init = InitAttrs { shape: vec![3, 100_003], dtype: DataType::Float32, init_type: None }.to_attrs();
+        assert!(run_op("Init", init, &[])[0].to_f64_vec().iter().all(|&v| v == 0.0));
+        // `undef` leaves the buffer as it was (the test harness's 0x5A bytes).
+        let undef = InitAttrs { shape: vec![2, 3], dtype: DataType::Int32, init_type: Some(InitType::Undef) };
+        let u = run_op("Init", undef.to_attrs(), &[]);
+        assert!(u[0].bytes.iter().all(|&b| b == 0x5A));
+        let zero = InitAttrs { init_type: Some(InitType::Zero), ..undef };
+        assert_eq!(run_op("Init", zero.to_attrs(), &[])[0].to_f64_vec(), vec![0.0; 6]);
     }
 }

@@ -10,6 +10,7 @@ use super::broadcast::{contiguous_strides, MAX_RANK};
 use super::dispatch::{with_bits, with_index, with_num};
 use super::elem::{IndexElem, Num};
 use super::float16::{f16_adapter, has_f16};
+use super::par::{par_copy, par_fill};
 use super::ptr::{slice, slice_mut};
 use super::shape::GatherDims;
 use super::spec::{boxed, BuildResult, SpecExt, Types};
@@ -369,7 +370,7 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
                 let (from, to) = if up { (s, t) } else { (t, s) };
                 // SAFETY: the plan's runs lie inside the tensor and its slice, both
                 // sized by the spec; in place, `t` is only accessed through `y`.
-                unsafe { slice_mut(y.add(to), n).copy_from_slice(slice(src.add(from), n)) }
+                unsafe { par_copy(src.add(from), y.add(to), n) }
             }
         };
         match self.mode {
@@ -378,23 +379,23 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
                 if self.mode == DynMode::Update {
                     // SAFETY: out of place, the output and the tensor input both hold
                     // `nelms` elements and do not overlap (the `KernelArgs` contract).
-                    unsafe { slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms)) };
+                    unsafe { par_copy(big, y, self.nelms) };
                 }
                 self.plan.for_runs(&starts, copy(small, true));
             }
             DynMode::SliceGrad => {
                 // SAFETY: the output has the forward tensor's `nelms` elements and
                 // overlaps no input.
-                unsafe { slice_mut(y, self.nelms) }.fill(E::default());
+                unsafe { par_fill(y, self.nelms, E::default()) };
                 self.plan.for_runs(&starts, copy(small, true));
             }
             DynMode::UpdateGrad => {
                 // SAFETY: the gradient input and the output both hold `nelms` elements
                 // and do not overlap (the `KernelArgs` contract).
-                unsafe { slice_mut(y, self.nelms).copy_from_slice(slice(big, self.nelms)) };
+                unsafe { par_copy(big, y, self.nelms) };
                 self.plan.for_runs(&starts, |t, _, n| {
                     // SAFETY: as above.
-                    unsafe { slice_mut(y.add(t), n).fill(E::default()) }
+                    unsafe { par_fill(y.add(t), n, E::default()) }
                 });
             }
         }

@@ -42,6 +42,36 @@ pub(crate) unsafe fn par_map<S, D>(n: usize, x: *const S, y: *mut D, f: impl Fn(
     );
 }
 
+/// Copies `n` elements from `src` to `dst` in the pieces [`par_range`] makes:
+/// a large copy is bound by memory bandwidth, which one core does not use up.
+///
+/// # Safety
+/// `src` and `dst` must hold `n` elements each, valid for the call, and must
+/// not overlap.
+#[inline]
+pub(crate) unsafe fn par_copy<E: Copy>(src: *const E, dst: *mut E, n: usize) {
+    let (s, d) = (SendPtr(src as *mut E), SendPtr(dst));
+    par_range(n, move |r| {
+        // SAFETY: both hold `n` elements and do not overlap (the caller's
+        // contract); the pieces of `0..n` are disjoint.
+        unsafe { slice_mut(d.get().add(r.start), r.len()).copy_from_slice(slice(s.get().add(r.start), r.len())) }
+    });
+}
+
+/// Writes `v` to the `n` elements at `dst` in the pieces [`par_range`] makes.
+///
+/// # Safety
+/// `dst` must hold `n` elements, valid for the call.
+#[inline]
+pub(crate) unsafe fn par_fill<E: Copy + Send + Sync>(dst: *mut E, n: usize, v: E) {
+    let d = SendPtr(dst);
+    par_range(n, move |r| {
+        // SAFETY: `dst` holds `n` elements (the caller's contract); the pieces
+        // of `0..n` are disjoint.
+        unsafe { slice_mut(d.get().add(r.start), r.len()).fill(v) }
+    });
+}
+
 /// [`par_range`] for work costing about `cost` simple elementwise operations per
 /// item (transcendental maps): splits `cost` times earlier, in pieces `cost` times
 /// smaller, and runs the build of `f` for that cost ([`Simd::for_cost`]).
