@@ -144,6 +144,57 @@ impl Transport for MpiTransport {
         Ok(())
     }
 
+    fn exchange_parts(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError> {
+        let (rank, size) = (self.rank, self.size);
+        let part = crate::transport::parts(send.len(), recv.len(), size)?;
+        count(part)?;
+        if part == 0 {
+            return Ok(());
+        }
+        // Pairwise, as `exchange`, each round moving one part each way.
+        self.with_comm(|comm| {
+            for s in 1..size {
+                let (to, from) = ((rank + s) % size, (rank + size - s) % size);
+                mpi::point_to_point::send_receive_into(
+                    &send[to * part..(to + 1) * part],
+                    &comm.process_at_rank(to as i32),
+                    &mut recv[from * part..(from + 1) * part],
+                    &comm.process_at_rank(from as i32),
+                );
+            }
+        });
+        Ok(())
+    }
+
+    fn gather_in_place(&self, buf: &mut [u8]) -> Result<(), TransportError> {
+        let (rank, size) = (self.rank, self.size);
+        let part = crate::transport::parts(buf.len(), buf.len(), size)?;
+        count(part)?;
+        if part == 0 {
+            return Ok(());
+        }
+        self.with_comm(|comm| {
+            for s in 1..size {
+                let (to, from) = ((rank + s) % size, (rank + size - s) % size);
+                // This process's part and process `from`'s, disjoint (`from != rank`).
+                let (own, theirs) = if rank < from {
+                    let (lo, hi) = buf.split_at_mut(from * part);
+                    (&lo[rank * part..(rank + 1) * part], &mut hi[..part])
+                } else {
+                    let (lo, hi) = buf.split_at_mut(rank * part);
+                    (&hi[..part], &mut lo[from * part..(from + 1) * part])
+                };
+                mpi::point_to_point::send_receive_into(
+                    own,
+                    &comm.process_at_rank(to as i32),
+                    theirs,
+                    &comm.process_at_rank(from as i32),
+                );
+            }
+        });
+        Ok(())
+    }
+
     fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<(), TransportError> {
         count(buf.len())?;
         if root >= self.size {

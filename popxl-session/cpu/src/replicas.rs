@@ -347,6 +347,75 @@ impl Comm {
         self.barrier.wait()
     }
 
+    /// Whether [`Comm::all_reduce_split`] applies to an all-reduce of
+    /// `elems` elements over every replica: the replicas span processes, one
+    /// per process, and the elements split into one equal part per process.
+    pub fn splits_all_reduce(&self, elems: usize) -> bool {
+        self.span.as_ref().is_some_and(|s| s.span.local == 1 && elems % s.span.transport.size() == 0)
+    }
+
+    /// An all-reduce over every replica, one per process (see
+    /// [`Comm::splits_all_reduce`]), as MPI's own does it for large buffers:
+    /// a reduce-scatter, then an all-gather. Each process receives the
+    /// others' inputs for its own part only ([`Transport::exchange_parts`]),
+    /// reduces that part with `reduce(src, dst)`, where `src(p)` is process
+    /// (= replica) `p`'s input of the part, in order, and `dst` the part of
+    /// `output`, then receives the other reduced parts into `output`
+    /// ([`Transport::gather_in_place`]). Each element is reduced over the
+    /// replicas in replica order, as [`Comm::exchange`] does.
+    ///
+    /// [`Transport::exchange_parts`]: crate::transport::Transport::exchange_parts
+    /// [`Transport::gather_in_place`]: crate::transport::Transport::gather_in_place
+    ///
+    /// # Safety
+    /// `input` is valid for reads and `output` for writes of `bytes` bytes
+    /// (the same count on every process) until the call returns; they are
+    /// the same buffer or do not overlap.
+    pub unsafe fn all_reduce_split(
+        &self,
+        replica: usize,
+        input: *const u8,
+        output: *mut u8,
+        bytes: usize,
+        reduce: impl FnOnce(&dyn Fn(usize) -> *const u8, *mut u8),
+    ) -> Result<(), Aborted> {
+        let Some(s) = self.span.as_ref().filter(|s| s.span.local == 1) else { return Err(Aborted) };
+        if !self.local_replicas().contains(&replica) {
+            return Err(Aborted);
+        }
+        self.barrier.wait()?;
+        let mut guard = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *guard;
+        let transport = &*s.span.transport;
+        let (size, rank) = (transport.size(), transport.rank());
+        let part = bytes / size.max(1);
+        let result = (|| {
+            if s.checked {
+                transport::agree(transport, Header { step: Step::Collective([bytes as u64, 0]), failed: false })?;
+            }
+            if st.mirror.len() < bytes {
+                st.mirror.resize(bytes, 0);
+            }
+            // SAFETY: `input` holds `bytes` bytes, unwritten until the reduction
+            // (this method's contract).
+            let send = unsafe { std::slice::from_raw_parts(input, bytes) };
+            transport.exchange_parts(send, &mut st.mirror[..bytes])?;
+            let mirror = st.mirror.as_ptr();
+            let src = |p: usize| if p == rank { input.wrapping_add(p * part) } else { mirror.wrapping_add(p * part) };
+            reduce(&src, output.wrapping_add(rank * part));
+            // SAFETY: `output` holds `bytes` bytes, no longer read through
+            // `input` (the reduction is done) and used by no one else meanwhile.
+            transport.gather_in_place(unsafe { std::slice::from_raw_parts_mut(output, bytes) })?;
+            Ok::<(), SpanError>(())
+        })();
+        if let Err(e) = result {
+            st.failure = Some(e);
+            self.barrier.abort();
+        }
+        drop(guard);
+        self.barrier.wait()
+    }
+
     /// The cross-process part of an exchange, run by this process's first
     /// replica while the others wait: agree on the step, send this process's
     /// inputs to every other process and point the other processes' replicas'

@@ -52,6 +52,40 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn exchange(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError>;
     /// Process `root`'s `buf` into every process's `buf` (the same length everywhere).
     fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<(), TransportError>;
+
+    /// All-to-all: `send` holds `size` equal parts, part `p` for process
+    /// `p`; on return, part `p` of `recv` (as long as `send`) holds process
+    /// `p`'s part for this process, except this process's own part, which is
+    /// left as it was. The provided method goes through [`Transport::exchange`]
+    /// (every process receives every part); an engine moves only the parts.
+    fn exchange_parts(&self, send: &[u8], recv: &mut [u8]) -> Result<(), TransportError> {
+        let (rank, size, n) = (self.rank(), self.size(), send.len());
+        let part = parts(n, recv.len(), size)?;
+        let mut all = vec![0u8; n * size];
+        self.exchange(send, &mut all)?;
+        for p in (0..size).filter(|&p| p != rank) {
+            recv[p * part..(p + 1) * part].copy_from_slice(&all[p * n + rank * part..][..part]);
+        }
+        Ok(())
+    }
+
+    /// All-gather in place: `buf` holds `size` equal parts, this process's
+    /// own at its rank; on return part `p` holds process `p`'s. The provided
+    /// method goes through [`Transport::exchange`].
+    fn gather_in_place(&self, buf: &mut [u8]) -> Result<(), TransportError> {
+        let part = parts(buf.len(), buf.len(), self.size())?;
+        let own = buf[self.rank() * part..][..part].to_vec();
+        self.exchange(&own, buf)
+    }
+}
+
+/// The length of each of `size` equal parts of `n` bytes, checking that a
+/// receive buffer of `recv` bytes matches.
+pub(crate) fn parts(n: usize, recv: usize, size: usize) -> Result<usize, TransportError> {
+    if size == 0 || n % size != 0 || recv != n {
+        return Err(TransportError(format!("{n} bytes (receiving {recv}) do not split into {size} equal parts")));
+    }
+    Ok(n / size)
 }
 
 /// Why a step that spans processes failed.
@@ -342,6 +376,19 @@ mod tests {
                         for p in (0..3u8).filter(|&p| p != r) {
                             assert_eq!(&recv[2 * p as usize..2 * p as usize + 2], &[p, round]);
                         }
+                        // All-to-all: process r sends [r, p] as its part for p.
+                        let send: Vec<u8> = (0..3u8).flat_map(|p| [r, p]).collect();
+                        let mut recv = vec![0xEEu8; 6];
+                        t.exchange_parts(&send, &mut recv).unwrap();
+                        for p in 0..3u8 {
+                            let want = if p == r { [0xEE, 0xEE] } else { [p, r] };
+                            assert_eq!(&recv[2 * p as usize..2 * p as usize + 2], &want);
+                        }
+                        let mut parts = vec![0u8; 6];
+                        parts[2 * r as usize..2 * r as usize + 2].copy_from_slice(&[r, round]);
+                        t.gather_in_place(&mut parts).unwrap();
+                        assert_eq!(parts, (0..3u8).flat_map(|p| [p, round]).collect::<Vec<_>>());
+                        assert!(t.exchange_parts(&[0; 5], &mut [0; 5]).is_err(), "5 bytes do not split in 3");
                         let mut b = if r == 1 { vec![round; 4] } else { vec![0; 4] };
                         t.broadcast(1, &mut b).unwrap();
                         assert_eq!(b, vec![round; 4]);

@@ -326,6 +326,21 @@ impl<T: Elem, C: Combine<T::Acc>> Kernel for AllReduceKernel<T, C> {
             };
             let pos = group.position(&ctx)?;
             let bytes = n * std::mem::size_of::<T>();
+            if group.stride == 1 && pos.size == ctx.num_replicas() && ctx.comm.splits_all_reduce(n) {
+                // One replica per process: reduce-scatter, then all-gather.
+                let part = n / ctx.comm.span().map_or(1, |s| s.transport.size());
+                // SAFETY: `x` and `out` hold `n` elements for the whole call, and are
+                // one buffer or disjoint (the executor's contract).
+                return unsafe {
+                    ctx.comm.all_reduce_split(ctx.index, x as *const u8, out as *mut u8, bytes, |src, dst| {
+                        // SAFETY: `src(p)` holds process `p`'s `part` elements of this
+                        // process's part and `dst` the part of `out`, which only this
+                        // replica touches meanwhile (`all_reduce_split`).
+                        reduce_into::<T, C>(pos.size, |p| src(p) as *const T, 1, |_| dst as *mut T, 0, part)
+                    })
+                }
+                .map_err(|_| KernelRunError::ReplicaAborted);
+            }
             // SAFETY: `x` holds `n` elements for the whole call.
             unsafe {
                 ctx.comm.exchange(ctx.index, x as *const u8, bytes, out as *mut u8, |peers| {
