@@ -351,7 +351,7 @@ impl Comm {
     /// `elems` elements over every replica: the replicas span processes, one
     /// per process, and the elements split into one equal part per process.
     pub fn splits_all_reduce(&self, elems: usize) -> bool {
-        self.span.as_ref().is_some_and(|s| s.span.local == 1 && elems % s.span.transport.size() == 0)
+        self.span.as_ref().is_some_and(|s| s.span.local == 1 && elems.is_multiple_of(s.span.transport.size()))
     }
 
     /// An all-reduce over every replica, one per process (see

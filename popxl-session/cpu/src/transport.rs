@@ -82,7 +82,7 @@ pub trait Transport: Send + Sync + fmt::Debug {
 /// The length of each of `size` equal parts of `n` bytes, checking that a
 /// receive buffer of `recv` bytes matches.
 pub(crate) fn parts(n: usize, recv: usize, size: usize) -> Result<usize, TransportError> {
-    if size == 0 || n % size != 0 || recv != n {
+    if size == 0 || !n.is_multiple_of(size) || recv != n {
         return Err(TransportError(format!("{n} bytes (receiving {recv}) do not split into {size} equal parts")));
     }
     Ok(n / size)
