@@ -381,8 +381,15 @@ impl Direct3d {
         let co16 = g.cout.next_multiple_of(LANES);
         let per_group = want.div_ceil(g.groups);
         let units = g.n * g.out[0];
-        let (blocks, chunks) =
-            if kdim >= per_group * MIN_ROWS { (per_group, 1) } else { (1, per_group.clamp(1, units.max(1))) };
+        // Blocks of rows: twice as many as the team wants, so that a thread
+        // slowed by the host does not hold the others (measured faster on
+        // 3x3x3 layers of 64 and 256 channels); chunks of depths: as many as
+        // it wants (each adds a partial `dw`).
+        let (blocks, chunks) = if kdim >= per_group * MIN_ROWS {
+            (per_group * want.min(2), 1)
+        } else {
+            (1, per_group.clamp(1, units.max(1)))
+        };
         let rows = kdim.div_ceil(blocks).next_multiple_of(WT);
         let span = units.div_ceil(chunks);
         let chunks = units.div_ceil(span.max(1)).max(1);
