@@ -86,6 +86,23 @@ fn count(n: usize) -> Result<(), TransportError> {
     }
 }
 
+/// The pairwise rounds of `size` processes seen from `rank`: in round `s`,
+/// send to `rank + s` and receive from `rank - s` (with `MPI_Sendrecv`: no
+/// deadlock, nothing allocated).
+fn rounds(rank: usize, size: usize) -> impl Iterator<Item = (usize, usize)> {
+    (1..size).map(move |s| ((rank + s) % size, (rank + size - s) % size))
+}
+
+/// `send` to process `to` while receiving `recv` from process `from`.
+fn sendrecv(comm: &SimpleCommunicator, send: &[u8], to: usize, recv: &mut [u8], from: usize) {
+    mpi::point_to_point::send_receive_into(
+        send,
+        &comm.process_at_rank(to as i32),
+        recv,
+        &comm.process_at_rank(from as i32),
+    );
+}
+
 impl MpiTransport {
     /// Processes of this communicator on this host.
     pub fn host_size(&self) -> usize {
@@ -126,19 +143,9 @@ impl Transport for MpiTransport {
         if n == 0 {
             return Ok(());
         }
-        let (rank, size) = (self.rank, self.size);
-        // Pairwise exchange: in round `s`, send to `rank + s` and receive from
-        // `rank - s` (MPI_Sendrecv: no deadlock, nothing allocated).
         self.with_comm(|comm| {
-            for s in 1..size {
-                let (to, from) = ((rank + s) % size, (rank + size - s) % size);
-                let chunk = &mut recv[from * n..(from + 1) * n];
-                mpi::point_to_point::send_receive_into(
-                    send,
-                    &comm.process_at_rank(to as i32),
-                    chunk,
-                    &comm.process_at_rank(from as i32),
-                );
+            for (to, from) in rounds(self.rank, self.size) {
+                sendrecv(comm, send, to, &mut recv[from * n..(from + 1) * n], from);
             }
         });
         Ok(())
@@ -151,16 +158,9 @@ impl Transport for MpiTransport {
         if part == 0 {
             return Ok(());
         }
-        // Pairwise, as `exchange`, each round moving one part each way.
         self.with_comm(|comm| {
-            for s in 1..size {
-                let (to, from) = ((rank + s) % size, (rank + size - s) % size);
-                mpi::point_to_point::send_receive_into(
-                    &send[to * part..(to + 1) * part],
-                    &comm.process_at_rank(to as i32),
-                    &mut recv[from * part..(from + 1) * part],
-                    &comm.process_at_rank(from as i32),
-                );
+            for (to, from) in rounds(rank, size) {
+                sendrecv(comm, &send[to * part..(to + 1) * part], to, &mut recv[from * part..(from + 1) * part], from);
             }
         });
         Ok(())
@@ -174,8 +174,7 @@ impl Transport for MpiTransport {
             return Ok(());
         }
         self.with_comm(|comm| {
-            for s in 1..size {
-                let (to, from) = ((rank + s) % size, (rank + size - s) % size);
+            for (to, from) in rounds(rank, size) {
                 // This process's part and process `from`'s, disjoint (`from != rank`).
                 let (own, theirs) = if rank < from {
                     let (lo, hi) = buf.split_at_mut(from * part);
@@ -184,12 +183,7 @@ impl Transport for MpiTransport {
                     let (lo, hi) = buf.split_at_mut(rank * part);
                     (&hi[..part], &mut lo[from * part..(from + 1) * part])
                 };
-                mpi::point_to_point::send_receive_into(
-                    own,
-                    &comm.process_at_rank(to as i32),
-                    theirs,
-                    &comm.process_at_rank(from as i32),
-                );
+                sendrecv(comm, own, to, theirs, from);
             }
         });
         Ok(())
