@@ -103,13 +103,19 @@ impl Lowerer<'_> {
             let graph = self.graphs[f].graph;
             let inputs = graph.inputs();
             let carried = graph.outputs().len().min(inputs.len());
+            // Inputs per class, taken before the merges below (each joins one
+            // input's class with caller tensors only, never with another input).
+            let before: Vec<ClassId> = inputs.iter().map(|&t| self.class(f, t)).collect::<Result<_, _>>()?;
+            let mut per_class: HashMap<ClassId, u32> = HashMap::new();
+            for &c in &before {
+                *per_class.entry(c).or_default() += 1;
+            }
             for (k, &input) in inputs.iter().enumerate().take(carried) {
-                let ci = self.class(f, input)?;
                 // Another input in the class would make two caller tensors one buffer.
-                let alone = inputs.iter().enumerate().all(|(i, &t)| i == k || self.class(f, t).is_ok_and(|c| c != ci));
-                if !alone || self.sites[s].marks(k) {
+                if per_class[&before[k]] != 1 || self.sites[s].marks(k) {
                     continue;
                 }
+                let ci = self.class(f, input)?;
                 if self.dies_at_site(s, k)? {
                     let site = &self.sites[s];
                     let ca = self.class(site.caller, site.args[k])?;
