@@ -44,8 +44,9 @@ pub use error::{InplaceAmbiguity, IrError, Result};
 pub use graph::Graph;
 pub use ir::{Instances, Ir, MAIN_GRAPH_NAME};
 pub use op::{
-    check_attributes, lookup_op, register_op, registered_op_types, registered_ops, Alias, AliasKind, AsAny, GradOpSpec,
-    GradRule, GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef, TensorIndexMap,
+    check_attributes, lookup_op, register_op, registered_op_types, registered_ops, Alias, AliasKind, AsAny,
+    GradContext, GradOpSpec, GradRule, GradSource, InferContext, Op, OpDef, OpDefId, OpFlags, OpTypeRef,
+    TensorIndexMap,
 };
 pub use placement::{IpuRoute, Placement, TileSet};
 pub use remote::{RemoteBuffer, RemoteBufferId, RemoteError, RemoteSlot};

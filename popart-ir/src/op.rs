@@ -140,20 +140,37 @@ pub struct GradOpSpec {
     pub inputs: Vec<(u32, GradSource)>,
     /// Gradient-op output index -> index of the forward input it is the gradient of.
     pub outputs: Vec<(u32, u32)>,
-    /// Attribute name -> forward tensor whose shape autodiff writes into it
-    /// (an `Ints` attribute; [`GradSource::GradOfOutput`] names the forward
-    /// output's shape). A gradient op that needs a forward tensor's shape only
-    /// takes it this way, so the gradient graph does not ask for the tensor
-    /// (PopART's grad ops keep such shapes as members).
-    pub shape_attrs: Vec<(String, GradSource)>,
 }
 
-impl GradOpSpec {
-    /// The spec with attribute `key` set by autodiff to the shape of `source`
-    /// (see [`GradOpSpec::shape_attrs`]).
-    pub fn with_shape_attr(mut self, key: impl Into<String>, source: GradSource) -> Self {
-        self.shape_attrs.push((key.into(), source));
-        self
+/// What a gradient rule sees ([`OpDef::grad`]): the forward op and the
+/// shapes of its tensors. A gradient op that needs a forward tensor's shape
+/// takes it from here into its typed attributes, so the gradient graph does
+/// not ask for the tensor (PopART's grad ops keep such shapes as members).
+#[derive(Clone, Copy)]
+pub struct GradContext<'a> {
+    /// The forward op.
+    pub op: &'a Op,
+    graph: &'a crate::Graph,
+}
+
+impl<'a> GradContext<'a> {
+    /// The context of `op`, an op of `graph`.
+    pub fn new(op: &'a Op, graph: &'a crate::Graph) -> Self {
+        GradContext { op, graph }
+    }
+
+    /// The shape of the forward input `index`, if connected.
+    pub fn input_shape(&self, index: u32) -> Option<Vec<i64>> {
+        self.shape_of(self.op.input(index)?)
+    }
+
+    /// The shape of the forward output `index`, if connected.
+    pub fn output_shape(&self, index: u32) -> Option<Vec<i64>> {
+        self.shape_of(self.op.output(index)?)
+    }
+
+    fn shape_of(&self, t: crate::TensorId) -> Option<Vec<i64>> {
+        Some(self.graph.tensor(t).ok()?.info.shape.iter().map(|&d| d as i64).collect())
     }
 }
 
@@ -365,8 +382,9 @@ pub trait OpDef: AsAny + Send + Sync + 'static {
         ctx.elementwise()
     }
 
-    /// How to differentiate an op of this type.
-    fn grad(&self, _op: &Op) -> GradRule {
+    /// How to differentiate an op of this type: the gradient ops, with
+    /// typed attributes built from the forward op's ([`GradContext`]).
+    fn grad(&self, _cx: &GradContext<'_>) -> GradRule {
         GradRule::None
     }
 

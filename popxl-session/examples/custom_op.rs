@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use popart_ir::{
-    op_attrs, AttrSpec, GradOpSpec, GradRule, GradSource, InferContext, Ir as CoreIr, Op, OpAttrs, OpDef,
+    op_attrs, AttrSpec, GradOpSpec, GradRule, GradSource, InferContext, Ir as CoreIr, OpAttrs, OpDef,
     Result as IrResult, TensorInfo,
 };
 use popxl::ops::{self, OpBuilder};
@@ -61,13 +61,14 @@ impl OpDef for LeakyRelu {
         Ok(vec![x.clone()])
     }
 
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &popart_ir::GradContext<'_>) -> GradRule {
+        // The gradient op takes the forward op's typed attributes.
+        let Ok(attrs) = LeakyAttrs::of(cx.op) else { return GradRule::None };
         GradRule::Ops(vec![GradOpSpec {
             op: &LeakyReluGrad,
-            attrs: op.attrs.clone(),
+            attrs: attrs.to_attrs(),
             inputs: vec![(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))],
             outputs: vec![(0, 0)],
-            shape_attrs: Vec::new(),
         }])
     }
 }

@@ -1,12 +1,11 @@
 //! Elementwise binary ops with numpy broadcasting; both operands must have the same dtype.
 
 use super::grad::{pass_through, simple, spec};
-use super::grad::{BinaryDerivative, BinaryGrad, BinaryGradAttrs, WhereGrad};
+use super::grad::{BinaryDerivative, BinaryGrad, BinaryGradAttrs, WhereGrad, WhereGradAttrs};
 use super::unary::Neg;
 use super::{broadcast_shapes, op_types, require_dtype};
 use crate::{
-    AttrSpec, AttrValue, Attributes, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
-    Result, TensorInfo,
+    AttrSpec, DataType, GradOpSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_types!(
@@ -60,7 +59,7 @@ macro_rules! arithmetic {
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 Ok(vec![broadcast_info(ctx, 0, 1)?])
             }
-            fn grad(&self, _op: &Op) -> GradRule {
+            fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
                 GradRule::Ops($grad)
             }
         }
@@ -135,7 +134,8 @@ impl OpDef for Maximum {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![variadic_info(ctx)?])
     }
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         extremum_grad(op, BinaryDerivative::MaxLhs, BinaryDerivative::MaxRhs)
     }
 }
@@ -147,7 +147,8 @@ impl OpDef for Minimum {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         Ok(vec![variadic_info(ctx)?])
     }
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         extremum_grad(op, BinaryDerivative::MinLhs, BinaryDerivative::MinRhs)
     }
 }
@@ -192,7 +193,7 @@ macro_rules! comparison {
                 Ok(vec![TensorInfo::new(DataType::Bool, info.shape)])
             }
             /// Boolean output: zero gradient.
-            fn grad(&self, _op: &Op) -> GradRule {
+            fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
                 GradRule::Zero
             }
         }
@@ -213,9 +214,9 @@ impl OpDef for Where {
         Ok(vec![TensorInfo::new(v.dtype, shape)])
     }
     /// `WhereGrad{arg}(g, cond)` for each value operand; the condition gets none (bool).
-    fn grad(&self, _op: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         let arm = |arg: i64, input: u32| {
-            let attrs = Attributes::new().with("arg", AttrValue::Int(arg));
+            let attrs = WhereGradAttrs { arg }.to_attrs();
             spec(&WhereGrad, attrs, &[(0, G), (1, GradSource::FwdInput(0))], &[(0, input)])
         };
         GradRule::Ops(vec![arm(0, 1), arm(1, 2)])

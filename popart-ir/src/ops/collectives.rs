@@ -33,14 +33,14 @@
 //!   `identical_inputs` and `identical_grad_inputs` swapped (`AllReduceGradOp`).
 //!
 //! The gradient ops take the output gradient only, as PopART's do: the forward
-//! input's shape is their attribute `shape` (set by autodiff), so the gradient
+//! input's shape is their attribute `shape` (from the gradient rule's context), so the gradient
 //! of a non-1-D input, or of a padded shard, has the forward input's shape and
 //! the gradient graph asks for no forward tensor.
 
 use super::grad::spec;
 use super::op_types;
 use crate::{
-    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
+    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, OpAttrs, OpDef,
     ReplicaGrouping, Result, TensorInfo,
 };
 
@@ -424,22 +424,19 @@ impl OpDef for ReplicatedAllGather {
         Ok(vec![out])
     }
     /// `ReplicatedReduceScatter{op: local, stride, group_size, shape: x's}(g)`.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = AllGatherAttrs::of(op) else { return GradRule::None };
-        let rs = ReduceScatterAttrs {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (AllGatherAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
+        let attrs = ReduceScatterAttrs {
             op: CollectiveOperator::Local,
             stride: a.stride,
             group_size: a.group_size,
-            shape: None,
+            shape: Some(shape),
             rts: false,
-        };
-        // The grouping and operator only, as PopART's gradient op.
-        let mut attrs = rs.to_attrs();
-        attrs.remove("rts");
+        }
+        .to_attrs();
         let inputs = [(0, GradSource::GradOfOutput(0))];
-        GradRule::Ops(vec![
-            spec(&ReplicatedReduceScatter, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))
-        ])
+        GradRule::Ops(vec![spec(&ReplicatedReduceScatter, attrs, &inputs, &[(0, 0)])])
     }
 }
 
@@ -466,16 +463,15 @@ impl OpDef for ReplicatedReduceScatter {
     }
     /// With `op: local`, `ReplicatedAllGather{stride, group_size, shape: x's}(g)`;
     /// no gradient otherwise.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = ReduceScatterAttrs::of(op) else { return GradRule::None };
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (ReduceScatterAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
         if a.op != CollectiveOperator::Local {
             return GradRule::None;
         }
-        let attrs = AllGatherAttrs { stride: a.stride, group_size: a.group_size, shape: None }.to_attrs();
+        let attrs = AllGatherAttrs { stride: a.stride, group_size: a.group_size, shape: Some(shape) }.to_attrs();
         let inputs = [(0, GradSource::GradOfOutput(0))];
-        GradRule::Ops(vec![
-            spec(&ReplicatedAllGather, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))
-        ])
+        GradRule::Ops(vec![spec(&ReplicatedAllGather, attrs, &inputs, &[(0, 0)])])
     }
 }
 
@@ -512,7 +508,8 @@ impl OpDef for AllReduce {
     }
     /// With `op: add`, `AllReduce` of the output gradients with the identical
     /// flags swapped; no gradient otherwise.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = IpuAllReduceAttrs::of(op) else { return GradRule::None };
         if a.op != CollectiveOperator::Add {
             return GradRule::None;

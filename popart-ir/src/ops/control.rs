@@ -231,7 +231,7 @@ impl OpDef for Call {
     fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
         modified_attr(CallAttrs::from_attrs(attrs).ok().map(|a| a.modified))
     }
-    fn grad(&self, _op: &crate::Op) -> crate::GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> crate::GradRule {
         crate::GradRule::Subgraph
     }
 }
@@ -262,7 +262,7 @@ impl OpDef for Repeat {
     fn aliases(&self, attrs: &Attributes) -> Vec<Alias> {
         modified_attr(RepeatAttrs::from_attrs(attrs).ok().map(|a| a.modified))
     }
-    fn grad(&self, _op: &crate::Op) -> crate::GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> crate::GradRule {
         crate::GradRule::Subgraph
     }
 }
@@ -314,7 +314,7 @@ impl OpDef for If {
     fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::SUBGRAPH
     }
-    fn grad(&self, _op: &crate::Op) -> crate::GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> crate::GradRule {
         crate::GradRule::Subgraph
     }
 }

@@ -16,7 +16,7 @@
 
 use super::grad::spec;
 use super::op_types;
-use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Conv`, its gradients and `ConvPow2Scaled`.
@@ -436,13 +436,16 @@ impl OpDef for Conv {
         Ok(vec![TensorInfo::new(x.dtype, geo.y_shape())])
     }
     /// `ConvDataGrad(g, w, x)` for `x` and `ConvWeightsGrad(g, x, w)` for `w`, as PopART.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = ConvAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let g = (0, GradSource::GradOfOutput(0));
         let data = [g, (1, GradSource::FwdInput(1)), (2, GradSource::FwdInput(0))];
         let weights = [g, (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
         GradRule::Ops(vec![
-            spec(&ConvDataGrad, op.attrs.clone(), &data, &[(0, 0)]),
-            spec(&ConvWeightsGrad, op.attrs.clone(), &weights, &[(0, 1)]),
+            spec(&ConvDataGrad, attrs.clone(), &data, &[(0, 0)]),
+            spec(&ConvWeightsGrad, attrs, &weights, &[(0, 1)]),
         ])
     }
 }

@@ -374,7 +374,7 @@ pub(crate) fn spec(
     inputs: &[(u32, GradSource)],
     outputs: &[(u32, u32)],
 ) -> GradOpSpec {
-    GradOpSpec { op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec(), shape_attrs: Vec::new() }
+    GradOpSpec { op, attrs, inputs: inputs.to_vec(), outputs: outputs.to_vec() }
 }
 
 /// `Identity(g0)` as the gradient of forward input `input`: the output gradient passes

@@ -17,13 +17,14 @@
 
 use super::grad::spec;
 use super::indexing_grad::{
-    DynamicSliceGrad, DynamicUpdateGrad, GroupedGatherGrad, OnehotGrad, ScatterReduceGrad, SubsampleGrad,
+    DynamicSliceGrad, DynamicSliceGradAttrs, DynamicUpdateGrad, GroupedGatherGrad, GroupedGatherGradAttrs, OnehotGrad,
+    OnehotGradAttrs, ScatterReduceGrad, ScatterReduceGradAttrs, SubsampleGrad, SubsampleGradAttrs,
 };
 use super::shape::Concat;
 use super::{infer_error, normalize_axis, op_types};
 use crate::{
-    op_attrs, Alias, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef,
-    Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, DataType, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result,
+    TensorInfo,
 };
 
 op_attrs! {
@@ -449,19 +450,6 @@ fn require_int_indices(ctx: &InferContext<'_>, idx: &TensorInfo) -> Result<()> {
     Ok(())
 }
 
-/// The `axis`, `group_size` (a grouped gather's) and `zero_OOR` (when set)
-/// attributes of a gather's gradient.
-fn gather_grad_attrs(axis: i64, group_size: Option<i64>, zero_oor: bool) -> Attributes {
-    let mut attrs = Attributes::new().with("axis", AttrValue::Int(axis));
-    if let Some(g) = group_size {
-        attrs.set("group_size", AttrValue::Int(g));
-    }
-    if zero_oor {
-        attrs.set("zero_OOR", AttrValue::Bool(true));
-    }
-    attrs
-}
-
 impl OpDef for Subsample {
     fn op_type(&self) -> &'static str {
         "Subsample"
@@ -475,8 +463,11 @@ impl OpDef for Subsample {
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `SubsampleGrad{strides, shape: x's}(g)`: `g` scattered back into zeros.
-    fn grad(&self, op: &Op) -> GradRule {
-        GradRule::Ops(vec![spec(&SubsampleGrad, op.attrs.clone(), &[(0, G)], &[(0, 0)]).with_shape_attr("shape", X)])
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (SubsampleAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
+        let attrs = SubsampleGradAttrs { strides: a.strides, shape }.to_attrs();
+        GradRule::Ops(vec![spec(&SubsampleGrad, attrs, &[(0, G)], &[(0, 0)])])
     }
 }
 
@@ -502,7 +493,8 @@ impl OpDef for Split {
             .collect())
     }
     /// `Concat{axis}(g0, .., gn-1)` (missing gradients are zeros).
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let n = op.outputs().end() as u32;
         let inputs: Vec<(u32, GradSource)> = (0..n).map(|i| (i, GradSource::GradOfOutput(i))).collect();
         let Ok(a) = SplitAttrs::of(op) else { return GradRule::None };
@@ -529,15 +521,13 @@ impl OpDef for Scatter {
     }
     /// `ScatterReduceGrad{axis, reduction: none, with_initial, shape: values'}(g, indices)`:
     /// `values` get `g` gathered at the indices, `t` gets `g` zeroed there.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = ScatterAttrs::of(op) else { return GradRule::None };
-        let attrs = Attributes::new()
-            .with("axis", AttrValue::Int(a.axis))
-            .with("reduction", AttrValue::Str("none".into()))
-            .with("with_initial", AttrValue::Bool(true));
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (ScatterAttrs::of(op), cx.input_shape(2)) else { return GradRule::None };
+        let attrs =
+            ScatterReduceGradAttrs { axis: a.axis, reduction: "none".into(), with_initial: true, shape }.to_attrs();
         let ins = [(0, G), (1, IDX)];
-        let shape = GradSource::FwdInput(2);
-        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, &[(0, 2), (1, 0)]).with_shape_attr("shape", shape)])
+        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, &[(0, 2), (1, 0)])])
     }
 }
 
@@ -592,15 +582,18 @@ impl OpDef for ScatterReduce {
     /// `ScatterReduceGrad{axis, reduction, with_initial, shape: data's}(g, indices[, data, y[, initial]])`:
     /// max and min also read the forward output (and initial values) to find the
     /// selected elements.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(ScatterReduceAttrs { axis, reduction, .. }) = ScatterReduceAttrs::of(op) else { return GradRule::None };
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(ScatterReduceAttrs { axis, reduction, .. }), Some(shape)) =
+            (ScatterReduceAttrs::of(op), cx.input_shape(0))
+        else {
+            return GradRule::None;
+        };
         let with_initial = op.input(2).is_some();
-        let attrs = Attributes::new()
-            .with("axis", AttrValue::Int(axis))
-            .with("reduction", AttrValue::Str(reduction.clone()))
-            .with("with_initial", AttrValue::Bool(with_initial));
+        let is_extremum = matches!(reduction.as_str(), "max" | "min");
+        let attrs = ScatterReduceGradAttrs { axis, reduction, with_initial, shape }.to_attrs();
         let mut ins = vec![(0, G), (1, IDX)];
-        if matches!(reduction.as_str(), "max" | "min") {
+        if is_extremum {
             ins.push((2, X));
             ins.push((3, GradSource::FwdOutput(0)));
             if with_initial {
@@ -608,13 +601,8 @@ impl OpDef for ScatterReduce {
             }
         }
         let outs: &[(u32, u32)] = if with_initial { &[(0, 0), (1, 2)] } else { &[(0, 0)] };
-        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, outs).with_shape_attr("shape", X)])
+        GradRule::Ops(vec![spec(&ScatterReduceGrad, attrs, &ins, outs)])
     }
-}
-
-/// The attributes a dynamic op's gradient ops keep.
-fn dynamic_attrs(axes: &[i64], sizes: &[i64]) -> Attributes {
-    Attributes::new().with("axes", AttrValue::Ints(axes.to_vec())).with("sizes", AttrValue::Ints(sizes.to_vec()))
 }
 
 impl OpDef for DynamicSlice {
@@ -630,11 +618,12 @@ impl OpDef for DynamicSlice {
         Ok(vec![TensorInfo::new(t.dtype, dynamic_slice_shape(&t.shape, &slices))])
     }
     /// `DynamicSliceGrad{axes, sizes, shape: t's}(g, index)`: zeros with `g` at the slice.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = DynamicSliceAttrs::of(op) else { return GradRule::None };
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (DynamicSliceAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
         let ins = [(0, G), (1, IDX)];
-        let attrs = dynamic_attrs(&a.axes, &a.sizes);
-        GradRule::Ops(vec![spec(&DynamicSliceGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
+        let attrs = DynamicSliceGradAttrs { axes: a.axes, sizes: a.sizes, no_overlap: a.no_overlap, shape }.to_attrs();
+        GradRule::Ops(vec![spec(&DynamicSliceGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 
@@ -650,9 +639,10 @@ impl OpDef for DynamicUpdate {
     }
     /// `DynamicUpdateGrad{axes, sizes}(g, index)` for `t` (`g` zeroed at the slice)
     /// and `DynamicSlice{axes, sizes}(g, index)` for the update.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = DynamicSliceAttrs::of(op) else { return GradRule::None };
-        let attrs = dynamic_attrs(&a.axes, &a.sizes);
+        let attrs = a.to_attrs();
         GradRule::Ops(vec![
             spec(&DynamicUpdateGrad, attrs.clone(), &[(0, G), (1, IDX)], &[(0, 0)]),
             spec(&DynamicSlice, attrs, &[(0, G), (1, IDX)], &[(0, 2)]),
@@ -698,12 +688,10 @@ impl OpDef for Onehot {
     }
     /// `OnehotGrad{axis, num_classes}(g, indices)`: the sums of `g` off and on
     /// the hot positions (the gradient of `values`; the indices get none).
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = OnehotAttrs::of(op) else { return GradRule::None };
-        let mut attrs = Attributes::new().with("axis", AttrValue::Int(a.axis));
-        if let Some(c) = a.num_classes {
-            attrs.set("num_classes", AttrValue::Int(c));
-        }
+        let attrs = OnehotGradAttrs { axis: a.axis, num_classes: a.num_classes, shape: None }.to_attrs();
         GradRule::Ops(vec![spec(&OnehotGrad, attrs, &[(0, G), (1, X)], &[(0, 2)])])
     }
 }
@@ -724,11 +712,13 @@ impl OpDef for GroupedGather {
     }
     /// `GroupedGatherGrad{axis, group_size, zero_OOR, shape: data's}(g, indices)`: per group,
     /// `g` scatter-added into zeros (out-of-range indices add nothing).
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = GroupedGatherAttrs::of(op) else { return GradRule::None };
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (GroupedGatherAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
         let ins = [(0, G), (1, IDX)];
-        let attrs = gather_grad_attrs(a.axis, Some(a.group_size), a.zero_oor);
-        GradRule::Ops(vec![spec(&GroupedGatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
+        let attrs =
+            GroupedGatherGradAttrs { axis: a.axis, group_size: a.group_size, zero_oor: a.zero_oor, shape }.to_attrs();
+        GradRule::Ops(vec![spec(&GroupedGatherGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 
@@ -748,11 +738,14 @@ impl OpDef for TiedGather {
     }
     /// `GatherGrad{axis, zero_OOR, shape: data's}(g, indices)`, as `Gather` (PopART's
     /// `TiedGatherGradOp` is a `GatherGradOp`).
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = super::shape::GatherAttrs::of(op) else { return GradRule::None };
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (super::shape::GatherAttrs::of(op), cx.input_shape(0)) else {
+            return GradRule::None;
+        };
         let ins = [(0, G), (1, IDX)];
-        let attrs = gather_grad_attrs(a.axis, None, a.zero_oor);
-        GradRule::Ops(vec![spec(&super::grad::GatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
+        let attrs = super::grad::GatherGradAttrs { axis: a.axis, zero_oor: a.zero_oor, shape }.to_attrs();
+        GradRule::Ops(vec![spec(&super::grad::GatherGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

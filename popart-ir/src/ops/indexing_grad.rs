@@ -1,7 +1,7 @@
 //! Gradient ops of the indexing ops ([`super::indexing`]), created by autodiff.
 //! Input 0 is always the incoming gradient `g`; the others are forward tensors
 //! as listed per type. A forward tensor needed for its shape only is not an
-//! input: its shape is attribute `shape`, set by autodiff (as PopART's grad
+//! input: its shape is attribute `shape`, taken from the forward op's context by its gradient rule (as PopART's grad
 //! ops keep it), so the gradient graph does not ask for it.
 
 use super::indexing::{
@@ -17,7 +17,7 @@ op_attrs! {
     pub struct SubsampleGradAttrs {
         /// Step per dim.
         pub strides: Vec<i64>,
-        /// The forward input's shape (set by autodiff).
+        /// The forward input's shape (from the gradient rule's context).
         pub shape: Vec<i64>,
     }
 }
@@ -32,7 +32,7 @@ op_attrs! {
         pub reduction: String = "sum".to_string(),
         /// Output 1 is the initial values' gradient.
         pub with_initial: bool = false,
-        /// The forward input's shape (set by autodiff).
+        /// The forward input's shape (from the gradient rule's context).
         pub shape: Vec<i64>,
     }
 }
@@ -47,7 +47,7 @@ op_attrs! {
         pub sizes: Vec<i64>,
         /// Slices never overlap (PopXL's hint).
         pub no_overlap: bool = false,
-        /// The forward input's shape (set by autodiff).
+        /// The forward input's shape (from the gradient rule's context).
         pub shape: Vec<i64>,
     }
 }
@@ -75,7 +75,7 @@ op_attrs! {
         pub group_size: i64 = 1,
         /// Out-of-range indices give zeros.
         pub zero_oor key "zero_OOR": bool = false,
-        /// The forward input's shape (set by autodiff).
+        /// The forward input's shape (from the gradient rule's context).
         pub shape: Vec<i64>,
     }
 }

@@ -5,7 +5,7 @@
 
 use super::binary::broadcast_info;
 use super::{op_types, require_dtype, require_float};
-use crate::{DataType, GradRule, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{DataType, GradRule, InferContext, OpDef, Result, TensorInfo};
 
 op_types!(
     /// `x != x`: true where the element is NaN (PopXL `isnan`)
@@ -32,7 +32,7 @@ macro_rules! predicate {
                 Ok(vec![TensorInfo::new(DataType::Bool, x.shape.clone())])
             }
             /// No gradient (PopXL ✗); the bool output carries none anyway.
-            fn grad(&self, _op: &Op) -> GradRule {
+            fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
                 GradRule::None
             }
         }

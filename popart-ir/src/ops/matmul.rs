@@ -3,7 +3,7 @@
 use super::grad::simple;
 use super::grad::{MatMulLhsGrad, MatMulRhsGrad};
 use super::{broadcast_shapes, op_types};
-use crate::{GradRule, GradSource, InferContext, Op, OpDef, Result, TensorInfo};
+use crate::{GradRule, GradSource, InferContext, OpDef, Result, TensorInfo};
 
 op_types!(
     /// `a @ b`: batched over leading dims with broadcasting; a 1-D lhs is a row vector and a
@@ -60,7 +60,7 @@ impl OpDef for MatMul {
         Ok(vec![TensorInfo::new(a.dtype, shape)])
     }
     /// `MatMulLhsGrad(g, a, b)` and `MatMulRhsGrad(g, a, b)`, each already reduced to its operand's shape.
-    fn grad(&self, _op: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
         GradRule::Ops(vec![simple(&MatMulLhsGrad, &ins, 0), simple(&MatMulRhsGrad, &ins, 1)])
     }

@@ -3,7 +3,7 @@
 use super::grad::spec;
 use super::grad::{NllLossGrad, SoftmaxGrad};
 use super::{infer_error, normalize_axis, op_types, require_float};
-use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Softmax` and `SoftmaxGrad`.
@@ -78,7 +78,8 @@ impl OpDef for Softmax {
         Ok(vec![x.clone()])
     }
     /// `SoftmaxGrad{axis}(g, y)`.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = SoftmaxAttrs::of(op) else { return GradRule::None };
         let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(0))];
@@ -120,9 +121,12 @@ impl OpDef for NllLoss {
         Ok(vec![nll_loss_info(ctx)?])
     }
     /// `NllLossGrad{reduction, ignore_index}(g, probs, labels)`; labels (integer) get none.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = NllLossAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![spec(&NllLossGrad, op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&NllLossGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -12,9 +12,7 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
-};
+use crate::{op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `GroupNorm` and `GroupNormGrad`.
@@ -101,7 +99,10 @@ impl OpDef for GroupNorm {
         Ok(vec![x.clone(), stat.clone(), stat])
     }
     /// `GroupNormGrad(g, x, w, mean, inv_std)` for `x`, `w` and `b`, as PopART.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = GroupNormAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [
             (0, GradSource::GradOfOutput(0)),
             (1, GradSource::FwdInput(0)),
@@ -109,7 +110,7 @@ impl OpDef for GroupNorm {
             (3, GradSource::FwdOutput(1)),
             (4, GradSource::FwdOutput(2)),
         ];
-        GradRule::Ops(vec![spec(&GroupNormGrad, op.attrs.clone(), &ins, &[(0, 0), (1, 1), (2, 2)])])
+        GradRule::Ops(vec![spec(&GroupNormGrad, attrs, &ins, &[(0, 0), (1, 1), (2, 2)])])
     }
 }
 
@@ -195,7 +196,7 @@ impl OpDef for BatchNorm {
     /// `BatchNormGrad(g, x, scale, saved_mean, saved_inv_std)` for `x`, `scale`
     /// and `bias`, as PopART's `BatchNormGradOp`. The running statistics are
     /// not differentiated (nor are gradients of outputs 1 to 4 propagated).
-    fn grad(&self, _op: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         let ins = [
             (0, GradSource::GradOfOutput(0)),
             (1, GradSource::FwdInput(0)),

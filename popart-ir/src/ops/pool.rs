@@ -15,7 +15,7 @@
 use super::conv::{dilated_extent, pad_type, padded_extent, same_padding, ConvGeometry, PadType};
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of the pools and their gradients.
@@ -160,9 +160,12 @@ impl OpDef for MaxPool {
         Ok(vec![TensorInfo::new(x.dtype, infer_pool(ctx, x)?.y_shape())])
     }
     /// `MaxPoolGrad(g, x, y)`, as PopART.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = PoolAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0)), (2, GradSource::FwdOutput(0))];
-        GradRule::Ops(vec![spec(&MaxPoolGrad, op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&MaxPoolGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 
@@ -178,9 +181,12 @@ impl OpDef for AveragePool {
         Ok(vec![TensorInfo::new(x.dtype, infer_pool(ctx, x)?.y_shape())])
     }
     /// `AveragePoolGrad(g, x)`.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = PoolAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(0))];
-        GradRule::Ops(vec![spec(&AveragePoolGrad, op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&AveragePoolGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -5,7 +5,7 @@
 use super::grad::spec;
 use super::op_types;
 use crate::{
-    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
+    op_attrs, AttrSpec, Attributes, GradRule, GradSource, InferContext, OpAttrs, OpDef, OpFlags, Result, TensorInfo,
 };
 
 op_types!(
@@ -157,7 +157,8 @@ impl OpDef for PrintTensor {
     }
     /// A `PrintTensor` of the gradient titled `<title>_gradient`, printing if
     /// `print_gradient` (PopART's `PrintTensorOp::getGradOps`).
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = PrintTensorAttrs::of(op) else { return GradRule::None };
         let grad = PrintTensorAttrs {
             title: format!("{}_gradient", a.title),
@@ -165,14 +166,7 @@ impl OpDef for PrintTensor {
             print_gradient: a.print_gradient,
             ..a
         };
-        // The format attributes the forward op was given, no defaults added.
-        let mut attrs = op.attrs.clone();
-        for (key, value) in grad.to_attrs().iter() {
-            if ["title", "print_self", "print_gradient"].contains(&key) {
-                attrs.set(key, value.clone());
-            }
-        }
-        GradRule::Ops(vec![spec(&PrintTensor, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
+        GradRule::Ops(vec![spec(&PrintTensor, grad.to_attrs(), &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
     }
 }
 

@@ -4,7 +4,7 @@
 use super::grad::spec;
 use super::{broadcast_shapes, op_types, require_float, to_shape};
 use crate::{
-    op_attrs, AttrSpec, Attributes, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, OpFlags, Result,
+    op_attrs, AttrSpec, Attributes, DataType, GradRule, GradSource, InferContext, OpAttrs, OpDef, OpFlags, Result,
     TensorInfo,
 };
 
@@ -146,9 +146,12 @@ impl OpDef for Dropout {
     }
     /// `Dropout(g, seed)` with the same seed and `p`: the same elements are dropped and the
     /// kept ones scaled by `1/(1-p)`, which is exactly the derivative.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = DropoutAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![spec(&Dropout, op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&Dropout, attrs, &ins, &[(0, 0)])])
     }
 }
 
@@ -177,9 +180,12 @@ impl OpDef for ShapedDropout {
         OpFlags::RANDOM
     }
     /// `ShapedDropout(g, seed)` with the same seed, shape and ratio: the same mask.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = ShapedDropoutAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![spec(&ShapedDropout, op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&ShapedDropout, attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -6,10 +6,10 @@
 //! is the sum of squares of every element as a float32 scalar.
 
 use super::grad::spec;
-use super::grad::{ReduceGrad, ReduceKind};
+use super::grad::{ReduceGrad, ReduceGradAttrs, ReduceKind};
 use super::{infer_error, normalize_axes, op_types, require_float};
 use crate::{
-    op_attrs, AttrSpec, AttrValue, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+    op_attrs, AttrSpec, DataType, GradContext, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -31,7 +31,7 @@ op_attrs! {
         pub axes: Vec<i64> = Vec::new(),
         /// Keep reduced axes with size 1.
         pub keepdims: bool = false,
-        /// The forward input's shape (set by autodiff).
+        /// The forward input's shape (from the gradient rule's context).
         pub shape: Vec<i64>,
     }
 }
@@ -111,10 +111,11 @@ fn infer_reduce_with(ctx: &InferContext<'_>, has_identity: bool, domain: Domain)
 
 /// `ReduceGrad{reduction, axes, keepdims, shape: x's}(g[, x][, y])`, reading the
 /// forward input and output as [`ReduceKind::reads`] says.
-fn reduce_grad(op: &Op, reduction: ReduceKind) -> GradRule {
-    // The forward op's `axes` and `keepdims` as given (absent ones stay absent).
-    let mut attrs = op.attrs.clone();
-    attrs.set("reduction", AttrValue::Str(reduction.name().to_string()));
+fn reduce_grad(cx: &GradContext<'_>, reduction: ReduceKind) -> GradRule {
+    let (Ok(ReduceAttrs { axes, keepdims }), Some(shape)) = (ReduceAttrs::of(cx.op), cx.input_shape(0)) else {
+        return GradRule::None;
+    };
+    let attrs = ReduceGradAttrs { reduction, axes, keepdims, shape }.to_attrs();
     let (reads_x, reads_y) = reduction.reads();
     let mut inputs = vec![(0, GradSource::GradOfOutput(0))];
     if reads_x {
@@ -123,7 +124,7 @@ fn reduce_grad(op: &Op, reduction: ReduceKind) -> GradRule {
     if reads_y {
         inputs.push((2, GradSource::FwdOutput(0)));
     }
-    GradRule::Ops(vec![spec(&ReduceGrad, attrs, &inputs, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))])
+    GradRule::Ops(vec![spec(&ReduceGrad, attrs, &inputs, &[(0, 0)])])
 }
 
 macro_rules! reduce {
@@ -134,8 +135,8 @@ macro_rules! reduce {
             fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
                 Ok(vec![infer_reduce_with(ctx, $identity, Domain::$domain)?])
             }
-            fn grad(&self, op: &Op) -> GradRule {
-                reduce_grad(op, ReduceKind::$reduction)
+            fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+                reduce_grad(cx, ReduceKind::$reduction)
             }
         }
     )*};
@@ -172,11 +173,14 @@ impl OpDef for ReduceMedian {
         Ok(vec![y, indices])
     }
     /// `ReduceMedianGrad{axes, keepdims, shape: x's}(g, indices)`.
-    fn grad(&self, op: &Op) -> GradRule {
-        let attrs = op.attrs.clone();
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(ReduceAttrs { axes, keepdims }), Some(shape)) = (ReduceAttrs::of(op), cx.input_shape(0)) else {
+            return GradRule::None;
+        };
+        let attrs = ReduceMedianGradAttrs { axes, keepdims, shape }.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1))];
-        let x = GradSource::FwdInput(0);
-        GradRule::Ops(vec![spec(&ReduceMedianGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", x)])
+        GradRule::Ops(vec![spec(&ReduceMedianGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

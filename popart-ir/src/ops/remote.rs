@@ -115,7 +115,7 @@ impl OpDef for RemoteLoad {
     fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::HOST_IO
     }
-    fn grad(&self, _: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         GradRule::Stop
     }
 }
@@ -140,7 +140,7 @@ impl OpDef for RemoteLoadInplace {
     fn aliases(&self, _: &Attributes) -> Vec<Alias> {
         vec![Alias::modified(0, 0)]
     }
-    fn grad(&self, _: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         GradRule::Stop
     }
 }
@@ -161,7 +161,7 @@ impl OpDef for RemoteStore {
     fn properties(&self, _: &Attributes) -> OpFlags {
         OpFlags::HOST_IO | OpFlags::SIDE_EFFECT
     }
-    fn grad(&self, _: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         GradRule::Stop
     }
 }
@@ -193,7 +193,7 @@ impl OpDef for RemoteCodeLoad {
         // not run it. SIDE_EFFECT: pruning keeps it.
         OpFlags::HOST_IO | OpFlags::SIDE_EFFECT | OpFlags::SUBGRAPH
     }
-    fn grad(&self, _: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         GradRule::Stop
     }
 }

@@ -16,7 +16,7 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `Resize`.
@@ -45,7 +45,7 @@ op_attrs! {
         pub nearest_mode: String = "round_prefer_floor".to_string(),
         /// Coordinate mapping.
         pub coordinate_transformation_mode: String = "half_pixel".to_string(),
-        /// The forward input's shape (set by autodiff).
+        /// The forward input's shape (from the gradient rule's context).
         pub shape: Vec<i64>,
     }
 }
@@ -227,10 +227,13 @@ impl OpDef for Resize {
         Ok(vec![TensorInfo::new(x.dtype, infer_resize(ctx, x, p)?)])
     }
     /// `ResizeGrad{.., shape: x's}(g)`.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (ResizeAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
+        let ResizeAttrs { scales, mode, nearest_mode, coordinate_transformation_mode } = a;
+        let attrs = ResizeGradAttrs { scales, mode, nearest_mode, coordinate_transformation_mode, shape }.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0))];
-        let x = GradSource::FwdInput(0);
-        GradRule::Ops(vec![spec(&ResizeGrad, op.attrs.clone(), &ins, &[(0, 0)]).with_shape_attr("shape", x)])
+        GradRule::Ops(vec![spec(&ResizeGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -13,7 +13,7 @@
 
 use super::grad::spec;
 use super::{op_types, require_float};
-use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `RoiAlign` and `RoiAlignGrad`.
@@ -76,14 +76,17 @@ impl OpDef for RoiAlign {
         Ok(vec![TensorInfo::new(x.dtype, roi_shape(ctx, x, ctx.input(1)?, ctx.input(2)?)?)])
     }
     /// `RoiAlignGrad(g, x, rois, batch_index)` for `x`.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let Ok(a) = RoiAlignAttrs::of(op) else { return GradRule::None };
+        let attrs = a.to_attrs();
         let ins = [
             (0, GradSource::GradOfOutput(0)),
             (1, GradSource::FwdInput(0)),
             (2, GradSource::FwdInput(1)),
             (3, GradSource::FwdInput(2)),
         ];
-        GradRule::Ops(vec![spec(&RoiAlignGrad, op.attrs.clone(), &ins, &[(0, 0)])])
+        GradRule::Ops(vec![spec(&RoiAlignGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::grad::spec;
 use super::{infer_error, normalize_axis, op_types};
-use crate::{op_attrs, AttrSpec, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, DataType, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `CumSum` (PopART's `CumSumOp`).
@@ -41,7 +41,8 @@ impl OpDef for CumSum {
     }
     /// The gradient of a cumulative sum is the cumulative sum of `g` in the other
     /// direction, with the same `exclusive`: `CumSum{axis, exclusive, !reverse}(g)`.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = CumSumAttrs::of(op) else { return GradRule::None };
         let attrs = CumSumAttrs { reverse: !a.reverse, ..a }.to_attrs();
         GradRule::Ops(vec![spec(&CumSum, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])

@@ -1,11 +1,14 @@
 //! Shape ops: reshape, transpose, slice, concat, squeeze, gather.
 
 pub use super::axes::{resolve_slices, transpose_perm, SliceDim};
-use super::grad::{simple, spec};
-use super::grad::{ConcatGrad, GatherGrad, ReshapeGrad, SliceGrad};
+use super::grad::spec;
+use super::grad::{
+    ConcatGrad, ConcatGradAttrs, GatherGrad, GatherGradAttrs, ReshapeGrad, ShapeAttrs, SliceGrad, SliceGradAttrs,
+};
 use super::{infer_error, normalize_axes, normalize_axis, op_types};
 use crate::{
-    op_attrs, Alias, AttrSpec, Attributes, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo,
+    op_attrs, Alias, AttrSpec, Attributes, GradContext, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result,
+    TensorInfo,
 };
 
 op_attrs! {
@@ -71,7 +74,6 @@ op_attrs! {
 }
 
 const G: GradSource = GradSource::GradOfOutput(0);
-const X: GradSource = GradSource::FwdInput(0);
 
 op_types!(
     /// view with a new shape (`shape` may hold one `-1`)
@@ -141,8 +143,8 @@ impl OpDef for Reshape {
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `ReshapeGrad{shape: x's}(g)`: back to the input's shape.
-    fn grad(&self, _op: &Op) -> GradRule {
-        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G)], 0).with_shape_attr("shape", X)])
+    fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+        reshape_back(cx)
     }
 }
 
@@ -159,7 +161,8 @@ impl OpDef for Transpose {
         Ok(vec![TensorInfo::new(x.dtype, p.iter().map(|&i| x.shape[i]).collect::<Vec<_>>())])
     }
     /// `Transpose(g)` by the inverse permutation (reversal, the default, is its own inverse).
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(TransposeAttrs { perm }) = TransposeAttrs::of(op) else { return GradRule::None };
         let rank = perm.len() as i64;
         let mut inverse = vec![0i64; perm.len()];
@@ -196,9 +199,12 @@ impl OpDef for Slice {
         }
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
-    /// `SliceGrad{starts, ends, steps, axes}(g, x)`: `g` placed into zeros of the input's shape.
-    fn grad(&self, op: &Op) -> GradRule {
-        GradRule::Ops(vec![spec(&SliceGrad, op.attrs.clone(), &[(0, G)], &[(0, 0)]).with_shape_attr("shape", X)])
+    /// `SliceGrad{starts, ends, steps, axes, shape: x's}(g)`: `g` placed into zeros of the input's shape.
+    fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+        let (Ok(a), Some(shape)) = (SliceAttrs::of(cx.op), cx.input_shape(0)) else { return GradRule::None };
+        let SliceAttrs { starts, ends, steps, axes } = a;
+        let attrs = SliceGradAttrs { starts, ends, steps, axes, shape }.to_attrs();
+        GradRule::Ops(vec![spec(&SliceGrad, attrs, &[(0, G)], &[(0, 0)])])
     }
 }
 
@@ -214,9 +220,9 @@ impl OpDef for Concat {
     }
     /// `ConcatGrad{axis, index, shape0, .., shape<n-1>}(g)` for each input
     /// `index`: the inputs' shapes are attributes.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(ConcatAttrs { axis }) = ConcatAttrs::of(op) else { return GradRule::None };
-        concat_grad(op, axis)
+    fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+        let Ok(ConcatAttrs { axis }) = ConcatAttrs::of(cx.op) else { return GradRule::None };
+        concat_grad(cx, axis)
     }
 }
 
@@ -256,17 +262,24 @@ pub(crate) fn concat_infer(ctx: &InferContext<'_>, axis: i64) -> Result<Vec<Tens
 }
 
 /// The gradient rule of a concatenation along `axis` (`Concat`, `ConcatInplace`).
-pub(crate) fn concat_grad(op: &Op, axis: i64) -> GradRule {
-    let n = op.inputs().len() as u32;
+pub(crate) fn concat_grad(cx: &GradContext<'_>, axis: i64) -> GradRule {
+    let n = cx.op.inputs().len() as u32;
+    let Some(shapes) = (0..n).map(|k| cx.input_shape(k)).collect::<Option<Vec<_>>>() else {
+        return GradRule::None;
+    };
     let specs = (0..n)
         .map(|i| {
-            let attrs = super::grad::ConcatGradAttrs { axis, index: i64::from(i), shapes: Vec::new() }.to_attrs();
-            (0..n).fold(spec(&ConcatGrad, attrs, &[(0, G)], &[(0, i)]), |s, k| {
-                s.with_shape_attr(format!("shape{k}"), GradSource::FwdInput(k))
-            })
+            let attrs = ConcatGradAttrs { axis, index: i64::from(i), shapes: shapes.clone() }.to_attrs();
+            spec(&ConcatGrad, attrs, &[(0, G)], &[(0, i)])
         })
         .collect();
     GradRule::Ops(specs)
+}
+
+/// `ReshapeGrad{shape: x's}(g)`: the gradient back in the input's shape.
+fn reshape_back(cx: &GradContext<'_>) -> GradRule {
+    let Some(shape) = cx.input_shape(0) else { return GradRule::None };
+    GradRule::Ops(vec![spec(&ReshapeGrad, ShapeAttrs { shape }.to_attrs(), &[(0, G)], &[(0, 0)])])
 }
 
 impl OpDef for Squeeze {
@@ -295,8 +308,8 @@ impl OpDef for Squeeze {
         Ok(vec![TensorInfo::new(x.dtype, shape)])
     }
     /// `ReshapeGrad{shape: x's}(g)`: the squeezed axes come back.
-    fn grad(&self, _op: &Op) -> GradRule {
-        GradRule::Ops(vec![simple(&ReshapeGrad, &[(0, G)], 0).with_shape_attr("shape", X)])
+    fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+        reshape_back(cx)
     }
 }
 
@@ -320,16 +333,13 @@ impl OpDef for Gather {
     }
     /// `GatherGrad{axis, zero_OOR}(g, indices, data)`: scatter-add into zeros
     /// (out-of-range indices add nothing); the indices get none.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(GatherAttrs { axis, zero_oor }) = GatherAttrs::of(op) else { return GradRule::None };
-        let mut attrs = super::grad::GatherGradAttrs { axis, zero_oor, shape: Vec::new() }.to_attrs();
-        // `zero_OOR` only when set (the text form of gradient ops); `shape` is set by autodiff.
-        if !zero_oor {
-            attrs.remove("zero_OOR");
-        }
-        attrs.remove("shape");
+        let Some(shape) = cx.input_shape(0) else { return GradRule::None };
+        let attrs = GatherGradAttrs { axis, zero_oor, shape }.to_attrs();
         let ins = [(0, G), (1, GradSource::FwdInput(1))];
-        GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", X)])
+        GradRule::Ops(vec![spec(&GatherGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::grad::spec;
 use super::{infer_error, normalize_axis, op_types, require_float};
-use crate::{op_attrs, AttrSpec, DataType, GradRule, GradSource, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, AttrSpec, DataType, GradRule, GradSource, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `ArgMax` and `ArgMin`.
@@ -151,13 +151,12 @@ impl OpDef for TopK {
         Ok(vec![TensorInfo::new(x.dtype, shape.clone()), TensorInfo::new(DataType::Int32, shape)])
     }
     /// `TopKGrad{axis, shape: x's}(g, indices)`.
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = TopKAttrs::of(op) else { return GradRule::None };
-        // `shape` is set by autodiff (see `with_shape_attr`).
-        let mut attrs = crate::Attributes::new();
-        attrs.set("axis", crate::AttrValue::Int(a.axis));
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
+        let (Ok(a), Some(shape)) = (TopKAttrs::of(op), cx.input_shape(0)) else { return GradRule::None };
+        let attrs = TopKGradAttrs { axis: a.axis, shape }.to_attrs();
         let ins = [(0, GradSource::GradOfOutput(0)), (1, GradSource::FwdOutput(1))];
-        GradRule::Ops(vec![spec(&TopKGrad, attrs, &ins, &[(0, 0)]).with_shape_attr("shape", GradSource::FwdInput(0))])
+        GradRule::Ops(vec![spec(&TopKGrad, attrs, &ins, &[(0, 0)])])
     }
 }
 

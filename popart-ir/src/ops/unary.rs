@@ -4,7 +4,7 @@ use super::grad::{infer_unary_derivative, pass_through, simple, spec, unary_deri
 use super::{op_types, require_float};
 use crate::{
     op_attrs, Alias, AttrError, AttrSpec, AttrValue, Attributes, DataType, GradRule, GradSource, InferContext,
-    IpuRoute, Op, OpAttrs, OpDef, Result, TensorInfo,
+    IpuRoute, OpAttrs, OpDef, Result, TensorInfo,
 };
 
 op_attrs! {
@@ -140,7 +140,7 @@ macro_rules! same_info_unary {
                     if $float { require_float(ctx, x, "the input")?; }
                     Ok(vec![x.clone()])
                 }
-                fn grad(&self, _op: &Op) -> GradRule {
+                fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
                     $grad
                 }
                 $(fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
@@ -175,7 +175,7 @@ macro_rules! differentiable_unary {
                     if $float { require_float(ctx, x, "the input")?; }
                     Ok(vec![x.clone()])
                 }
-                fn grad(&self, _op: &Op) -> GradRule {
+                fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
                     unary_derivative::<$ty>()
                 }
             }
@@ -284,7 +284,7 @@ impl OpDef for Cast {
     }
     /// The gradient passes through; autodiff casts it back to the input's dtype.
     /// Integer inputs get none (integer paths carry no gradient).
-    fn grad(&self, _op: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         GradRule::Ops(vec![pass_through(0)])
     }
 }
@@ -336,7 +336,7 @@ impl OpDef for DetachInplace {
     fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
         vec![Alias::identical(0, 0)]
     }
-    fn grad(&self, _op: &Op) -> GradRule {
+    fn grad(&self, _cx: &crate::GradContext<'_>) -> GradRule {
         GradRule::Stop
     }
 }
@@ -355,7 +355,8 @@ impl OpDef for IpuCopy {
     /// An `IpuCopy` back: from the forward destination to the forward source,
     /// where the gradient of the input is needed (PopART's IPU copies of
     /// gradients run the other way).
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = IpuCopyAttrs::of(op) else { return GradRule::None };
         let attrs = IpuCopyAttrs { source: a.destination, destination: a.source }.to_attrs();
         GradRule::Ops(vec![spec(&IpuCopy, attrs, &[(0, GradSource::GradOfOutput(0))], &[(0, 0)])])
@@ -387,7 +388,8 @@ impl OpDef for Clip {
         Ok(vec![require_numeric(ctx, 0)?.clone()])
     }
     /// `ClipGrad{min, max}(g, y)`, from the forward output as PopART.
-    fn grad(&self, op: &Op) -> GradRule {
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let op = cx.op;
         let Ok(a) = ClipAttrs::of(op) else { return GradRule::None };
         GradRule::Ops(vec![spec(
             &ClipGrad,

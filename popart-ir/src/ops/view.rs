@@ -21,7 +21,7 @@
 
 use super::op_types;
 use super::shape::{slice_dims, Reshape, Slice, Transpose};
-use crate::{op_attrs, Alias, AttrSpec, Attributes, GradRule, InferContext, Op, OpAttrs, OpDef, Result, TensorInfo};
+use crate::{op_attrs, Alias, AttrSpec, Attributes, GradRule, InferContext, OpAttrs, OpDef, Result, TensorInfo};
 
 op_attrs! {
     /// Attributes of `ConcatInplace`.
@@ -123,9 +123,9 @@ impl OpDef for ConcatInplace {
         (0..n).map(|i| Alias::region(i, 0)).collect()
     }
     /// As `Concat` (PopXL: `concat_` ✓).
-    fn grad(&self, op: &Op) -> GradRule {
-        let Ok(a) = ConcatInplaceAttrs::of(op) else { return GradRule::None };
-        super::shape::concat_grad(op, a.axis)
+    fn grad(&self, cx: &crate::GradContext<'_>) -> GradRule {
+        let Ok(a) = ConcatInplaceAttrs::of(cx.op) else { return GradRule::None };
+        super::shape::concat_grad(cx, a.axis)
     }
 }
 

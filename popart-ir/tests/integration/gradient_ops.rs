@@ -5,7 +5,8 @@ use popart_ir::ops::all::{BinaryGrad, Exp, ExpGrad, ReduceGrad, Relu, ReluGrad, 
 use popart_ir::ops::grad::{UnaryGradOp, X, Y};
 use popart_ir::ops::unary::DERIVATIVES;
 use popart_ir::{
-    lookup_op, registered_ops, AttrValue, Attributes, DataType, GradRule, GradSource, Ir, IrError, OpDefId, TensorInfo,
+    lookup_op, registered_ops, AttrValue, Attributes, DataType, GradContext, GradRule, GradSource, Ir, IrError,
+    OpDefId, TensorInfo,
 };
 
 /// The unary ops whose PopART gradient op reads the forward output (`ReluGradOp`,
@@ -24,13 +25,42 @@ fn each_unary_derivative_is_an_op_type_reading_the_declared_tensor() {
         let main = ir.main_graph_id();
         let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [3])).unwrap();
         let op = ir.create_op(main, *fwd, Attributes::new(), &[(0, x)], "f").unwrap();
-        let GradRule::Ops(specs) = fwd.grad(ir.main_graph().op(op).unwrap()) else { panic!("{name}: no grad ops") };
+        let GradRule::Ops(specs) = fwd.grad(&GradContext::new(ir.main_graph().op(op).unwrap(), ir.main_graph())) else {
+            panic!("{name}: no grad ops")
+        };
         assert_eq!(specs.len(), 1);
         let want = if READS_OUTPUT.contains(&name) { GradSource::FwdOutput(0) } else { GradSource::FwdInput(0) };
         assert_eq!(specs[0].op.id(), grad.id(), "{name}");
         assert!(specs[0].attrs.is_empty(), "{name}: attributes {:?}", specs[0].attrs);
         assert_eq!(specs[0].inputs, [(0, GradSource::GradOfOutput(0)), (1, want)], "{name}");
     }
+}
+
+/// A rule builds its grad op's typed attributes: the forward op's, decoded
+/// (defaults included), and the forward input's shape from the context.
+#[test]
+fn gradient_rules_build_typed_attributes_with_shapes_from_the_context() {
+    use popart_ir::ops::grad::{ReduceGradAttrs, ReduceKind, SliceGradAttrs};
+    use popart_ir::ops::reduce::ReduceMean;
+    use popart_ir::ops::shape::Slice;
+    use popart_ir::{OpAttrs, OpDef};
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let x = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float32, [2, 5, 3])).unwrap();
+    let axes = Attributes::new().with("axes", AttrValue::Ints(vec![1]));
+    let mean = ir.create_op(main, &ReduceMean, axes, &[(0, x)], "mean").unwrap();
+    let g = ir.main_graph();
+    let GradRule::Ops(specs) = ReduceMean.grad(&GradContext::new(g.op(mean).unwrap(), g)) else { panic!("no grad") };
+    let want = ReduceGradAttrs { reduction: ReduceKind::Mean, axes: vec![1], keepdims: false, shape: vec![2, 5, 3] };
+    assert_eq!(ReduceGradAttrs::from_attrs(&specs[0].attrs).unwrap(), want);
+    assert_eq!(specs[0].inputs, [(0, GradSource::GradOfOutput(0))], "the shape is no input");
+
+    let bounds = Attributes::new().with("starts", AttrValue::Ints(vec![1])).with("ends", AttrValue::Ints(vec![4]));
+    let slice = ir.create_op(main, &Slice, bounds.with("axes", AttrValue::Ints(vec![1])), &[(0, x)], "s").unwrap();
+    let g = ir.main_graph();
+    let GradRule::Ops(specs) = Slice.grad(&GradContext::new(g.op(slice).unwrap(), g)) else { panic!("no grad") };
+    let got = SliceGradAttrs::from_attrs(&specs[0].attrs).unwrap();
+    assert_eq!((got.axes, got.shape), (Some(vec![1]), vec![2, 5, 3]));
 }
 
 #[test]

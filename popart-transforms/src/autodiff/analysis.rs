@@ -85,7 +85,7 @@ pub(crate) fn analyse(g: &Graph, provided: &[TensorId], required: &[TensorId]) -
                 reason: "it modifies a tensor on a gradient path in place".to_string(),
             });
         }
-        let rule = op.def().grad(op);
+        let rule = op.def().grad(&popart_ir::GradContext::new(op, g));
         if rule != GradRule::Stop {
             for t in op.outputs().tensors() {
                 if is_float(t) {

@@ -4,8 +4,8 @@ use popart_ir::ops::control::{Call, CallAttrs, If, Repeat};
 use popart_ir::ops::grad::{Init, InitAttrs, ReduceToShape, ShapeAttrs, Sum};
 use popart_ir::ops::unary::{Cast, CastAttrs, Identity};
 use popart_ir::{
-    AttrValue, Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpAttrs, OpDef, OpFlags, OpId,
-    Placement, TensorId, TensorIndexMap, TensorInfo, TensorKind,
+    Attributes, GradOpSpec, GradRule, GradSource, Graph, GraphId, Ir, Op, OpAttrs, OpDef, OpFlags, OpId, Placement,
+    TensorId, TensorIndexMap, TensorInfo, TensorKind,
 };
 use slotmap::SecondaryMap;
 
@@ -589,26 +589,10 @@ impl<'a> Builder<'a> {
                 };
                 inputs.push((gi, t));
             }
-            let mut attrs = spec.attrs.clone();
-            for (key, src) in &spec.shape_attrs {
-                let missing = |what: &str, i: u32| {
-                    self.not_differentiable(
-                        op,
-                        &format!("its gradient rule reads the shape of {what} {i}, which is not connected"),
-                    )
-                };
-                let t = match *src {
-                    GradSource::FwdInput(i) => op.input(i).ok_or_else(|| missing("input", i))?,
-                    GradSource::FwdOutput(j) | GradSource::GradOfOutput(j) => {
-                        op.output(j).ok_or_else(|| missing("output", j))?
-                    }
-                };
-                let shape = self.fwd_tensor(t)?.1.shape.iter().map(|&d| d as i64).collect();
-                attrs.set(key.as_str(), AttrValue::Ints(shape));
-            }
+            let attrs = &spec.attrs;
             let op_name = format!("{}_grad", op.name);
             let def = spec.op;
-            let infos = self.ir.infer_outputs(self.grad, def, &attrs, &inputs, &op_name)?;
+            let infos = self.ir.infer_outputs(self.grad, def, attrs, &inputs, &op_name)?;
             let mut names = Vec::with_capacity(infos.len());
             for (o, info) in infos.iter().enumerate() {
                 let target = targets.iter().find(|(to, _)| *to as usize == o);
@@ -618,7 +602,8 @@ impl<'a> Builder<'a> {
                     None => format!("{op_name}:{o}"),
                 });
             }
-            let new = self.ir.create_op_with_outputs(self.grad, def, attrs, &inputs, infos, &names, &op_name)?;
+            let new =
+                self.ir.create_op_with_outputs(self.grad, def, attrs.clone(), &inputs, infos, &names, &op_name)?;
             self.place_grad_op(new, op)?;
             for &(o, x) in &targets {
                 let t = self.grad_graph().op(new)?.output(o).ok_or_else(|| {

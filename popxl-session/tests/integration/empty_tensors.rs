@@ -42,7 +42,7 @@ fn infer(def: &'static dyn OpDef, case: &Case) -> Result<(Vec<TensorInfo>, bool)
     let infos = ir.infer_outputs(main, def, &case.attrs, &ids, "op").map_err(|e| e.to_string())?;
     let op = ir.create_op_with_def(main, def, case.attrs.clone(), &ids, "op").map_err(|e| e.to_string())?;
     let op = ir.main_graph().op(op).map_err(|e| e.to_string())?;
-    let has_grad = matches!(def.grad(op), GradRule::Ops(_));
+    let has_grad = matches!(def.grad(&popart_ir::GradContext::new(op, ir.main_graph())), GradRule::Ops(_));
     Ok((infos, has_grad))
 }
 

@@ -341,7 +341,8 @@ mod tests {
             let main = ir.main_graph_id();
             let xin = ir.main_graph_mut().add_input("x", TensorInfo::new(DataType::Float64, shape)).unwrap();
             let id = ir.create_op(main, *def, Attributes::new(), &[(0, xin)], "f").unwrap();
-            let from_y = match def.grad(ir.main_graph().op(id).unwrap()) {
+            let from_y = match def.grad(&popart_ir::GradContext::new(ir.main_graph().op(id).unwrap(), ir.main_graph()))
+            {
                 GradRule::Ops(specs) => {
                     assert_eq!(specs[0].op.id(), grad_def.id(), "{op}");
                     specs[0].inputs.iter().any(|(_, s)| matches!(s, GradSource::FwdOutput(_)))
