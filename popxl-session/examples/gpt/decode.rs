@@ -122,6 +122,16 @@ impl Decoder {
         Ok(self.outputs[&self.out].to_f64_vec())
     }
 
+    /// Time every kernel of the following runs (`--profile`).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.session.set_profiling(on);
+    }
+
+    /// The kernel times of the runs since profiling was turned on.
+    pub fn kernel_profile(&self) -> Vec<popxl_session::cpu::executor::KernelTime> {
+        self.session.kernel_profile()
+    }
+
     /// The caches (keys and values of each layer, in order).
     pub fn caches(&mut self) -> AppResult<Vec<HostArray>> {
         Ok(self.session.get_tensors_data(self.caches.iter())?)
@@ -155,6 +165,11 @@ impl Cached {
     /// The decode program of `s` with `weights`.
     pub fn new(s: &Shape, weights: &[(String, HostArray)]) -> AppResult<Cached> {
         Ok(Cached { shape: *s, weights: weights.to_vec(), step: build(s, weights, 1)?, prefill: None })
+    }
+
+    /// The one-position program.
+    pub fn step(&mut self) -> &mut Decoder {
+        &mut self.step
     }
 }
 

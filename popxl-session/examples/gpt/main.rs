@@ -62,6 +62,7 @@ Options:
                        baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios;
                        then generation tokens/s at batch 1 (256 tokens, with and without the cache) next to
                        PyTorch eager with its KV cache (bench/torch_gpt_generate.py, the same weights)
+  --bench-generation   only that generation line (with --steps 0: at the initial weights)
   --baselines DIR      where those scripts are (default ../shared/bench beside the project)
   --scan-layers        build the blocks as one `repeat` over stacked weights, differentiated
                        through the loop (same losses; smaller program)
@@ -101,6 +102,7 @@ struct Config {
     resume: Option<PathBuf>,
     print_losses: bool,
     bench: bool,
+    bench_generation: bool,
     profile: bool,
     trace: Option<PathBuf>,
     memory_plot: Option<PathBuf>,
@@ -131,6 +133,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
         resume: None,
         print_losses: false,
         bench: false,
+        bench_generation: false,
         profile: false,
         trace: None,
         memory_plot: None,
@@ -166,6 +169,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
             "--resume" => c.resume = Some(PathBuf::from(value()?)),
             "--print-losses" => c.print_losses = true,
             "--bench" => c.bench = true,
+            "--bench-generation" => c.bench_generation = true,
             "--profile" => c.profile = true,
             "--trace" => c.trace = Some(PathBuf::from(value()?)),
             "--memory-plot" => c.memory_plot = Some(PathBuf::from(value()?)),
@@ -419,7 +423,13 @@ fn newline(corpus: &Corpus) -> i32 {
 /// with the KV cache (best of 3) and with the full-context program, and of
 /// `bench/torch_gpt_generate.py` (PyTorch eager with its KV cache) on the same
 /// weights, written to a temporary `.npz`.
-fn bench_generation(corpus: &Corpus, s: &Shape, weights: &[(String, HostArray)], temp: f64) -> AppResult<()> {
+fn bench_generation(
+    corpus: &Corpus,
+    s: &Shape,
+    weights: &[(String, HostArray)],
+    temp: f64,
+    profiled: bool,
+) -> AppResult<()> {
     const TOKENS: usize = 256;
     let prompt = [newline(corpus)];
     let timed = |src: &mut dyn decode::NextLogits, reps: usize| -> AppResult<f64> {
@@ -434,6 +444,15 @@ fn bench_generation(corpus: &Corpus, s: &Shape, weights: &[(String, HostArray)],
     };
     let mut cache = decode::Cached::new(s, weights)?;
     let cached = timed(&mut cache, 3)?;
+    if profiled {
+        // The one-position program's kernels over one more generation.
+        cache.step().set_profiling(true);
+        decode::generate(&mut cache, &prompt, s.seq, TOKENS, temp, 1)?;
+        println!("profile: the one-position decode program, per token ({TOKENS} tokens)");
+        profile::print_profile(&cache.step().kernel_profile(), TOKENS, None);
+        profile::print_top_kernels(&cache.step().kernel_profile(), TOKENS, 20);
+        cache.step().set_profiling(false);
+    }
     // What PyTorch checks its logits against: our tokens and logits of a 256-token generation.
     let check = decode::generate(&mut cache, &prompt, s.seq, TOKENS, temp, 1)?;
     let full = timed(&mut FullContext::new(s, weights)?, 1)?;
@@ -799,8 +818,8 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         session.write_trace(path)?;
         eprintln!("wrote the kernel timeline of {} steps to {}", step_times.len().saturating_sub(1), path.display());
     }
-    if cfg.bench && leader {
-        bench_generation(&corpus, &s, &weights, cfg.temperature)?;
+    if (cfg.bench || cfg.bench_generation) && leader {
+        bench_generation(&corpus, &s, &weights, cfg.temperature, cfg.profile)?;
     }
     if cfg.sample > 0 && leader {
         let no_cache = cfg.sample_no_cache;

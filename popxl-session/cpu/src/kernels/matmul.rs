@@ -16,6 +16,7 @@ use popart_ir::ops::broadcast_shapes;
 use super::broadcast::Broadcast;
 use super::dispatch::with_num;
 use super::elem::Num;
+use super::gemv::{self, RowProduct};
 use super::par::par_split;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
@@ -64,11 +65,29 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
         alpha: Self,
         beta: Self,
     );
+
+    /// Run `p` as a [`RowProduct`] if this type has the row-vector loops
+    /// (f32, f64); false if not, and nothing is written.
+    ///
+    /// # Safety
+    /// As [`RowProduct::run`].
+    #[inline]
+    unsafe fn row_product(_p: &RowProduct<Self>, _dst: *mut Self, _lhs: *const Self, _rhs: *const Self) -> bool {
+        false
+    }
 }
 
 macro_rules! gemm_elem {
-    ($($t:ty => $one:expr, $zero:expr, $from:expr;)*) => {$(
+    ($($t:ty => $one:expr, $zero:expr, $from:expr $(, $rows:ident)?;)*) => {$(
         impl MatElem for $t {
+            $(
+            #[inline]
+            unsafe fn $rows(p: &RowProduct<Self>, dst: *mut Self, lhs: *const Self, rhs: *const Self) -> bool {
+                // SAFETY: this function's contract is `run`'s.
+                unsafe { p.run(dst, lhs, rhs) };
+                true
+            }
+            )?
             const ZERO: Self = $zero;
             const ONE: Self = $one;
             #[inline]
@@ -105,8 +124,8 @@ macro_rules! gemm_elem {
     )*};
 }
 gemm_elem! {
-    f32 => 1.0, 0.0, |v: f64| v as f32;
-    f64 => 1.0, 0.0, |v: f64| v;
+    f32 => 1.0, 0.0, |v: f64| v as f32, row_product;
+    f64 => 1.0, 0.0, |v: f64| v, row_product;
     f16 => f16::ONE, f16::ZERO, f16::from_f64;
 }
 
@@ -269,23 +288,22 @@ impl<T: MatElem> MatMulKernel<T> {
         // the `rows × cols` block; the output overlaps no operand (this function's
         // contract).
         unsafe {
-            T::gemm(
-                rows.len(),
-                cols.len(),
-                p.k,
-                dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1),
-                p.dst_s.0,
-                p.dst_s.1,
-                read_dst,
-                lhs.add(j.lhs).offset(r0 * p.lhs_s.0),
-                p.lhs_s.0,
-                p.lhs_s.1,
-                rhs.add(j.rhs).offset(c0 * p.rhs_s.1),
-                p.rhs_s.0,
-                p.rhs_s.1,
+            let d = dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1);
+            let l = lhs.add(j.lhs).offset(r0 * p.lhs_s.0);
+            let r = rhs.add(j.rhs).offset(c0 * p.rhs_s.1);
+            let row = gemv::applies(rows.len(), p.lhs_s.1, p.rhs_s).then(|| RowProduct {
+                n: cols.len(),
+                k: p.k,
+                dst_cs: p.dst_s.1,
+                rhs_s: p.rhs_s,
                 alpha,
                 beta,
-            );
+                read_dst,
+            });
+            if !row.is_some_and(|row| T::row_product(&row, d, l, r)) {
+                let (m, n, (drs, dcs), (lrs, lcs), (rrs, rcs)) = (rows.len(), cols.len(), p.dst_s, p.lhs_s, p.rhs_s);
+                T::gemm(m, n, p.k, d, drs, dcs, read_dst, l, lrs, lcs, r, rrs, rcs, alpha, beta);
+            }
         }
         // Forward jobs never accumulate (`build`), so each block gets the bias once.
         if self.bias_pos.is_some() {
