@@ -59,7 +59,8 @@ Options:
   --load PATH          start from saved weights (a fresh optimizer)
   --print-losses       print every step's loss (exactly: shortest round-trip form)
   --bench              print ms/step, tokens/s and model GFLOP/s, then run the PyTorch and JAX
-                       baselines (torch_gpt.py, jax_gpt.py) on the same configuration and print the ratios;
+                       baselines (torch_gpt.py, bench/torch_gpt_compile.py: torch.compile, jax_gpt.py) on the same
+                       configuration and print the ratios;
                        then generation tokens/s at batch 1 (256 tokens, with and without the cache) next to
                        PyTorch eager with its KV cache (bench/torch_gpt_generate.py, the same weights)
   --bench-generation   only that generation line (with --steps 0: at the initial weights)
@@ -521,7 +522,12 @@ fn bench_generation(
 
 /// Run a baseline script (`torch_gpt.py` / `jax_gpt.py`) on the same
 /// configuration (10 timed steps) and read `step_median_ms` from its JSON line.
-fn baseline_ms(script: &std::path::Path, data: &std::path::Path, s: &Shape) -> Result<f64, String> {
+fn baseline_ms(
+    script: &std::path::Path,
+    extra: &[std::ffi::OsString],
+    data: &std::path::Path,
+    s: &Shape,
+) -> Result<f64, String> {
     if !script.exists() {
         return Err(format!("{} not found; --baselines DIR", script.display()));
     }
@@ -538,6 +544,7 @@ fn baseline_ms(script: &std::path::Path, data: &std::path::Path, s: &Shape) -> R
     .collect();
     let out = std::process::Command::new("python3")
         .arg(script)
+        .args(extra)
         .args(&args)
         .arg("--data")
         .arg(data)
@@ -796,13 +803,22 @@ fn run_with(mut cfg: Config, transport: Option<Arc<dyn Transport>>) -> AppResult
         if let Some(v) = &peak {
             println!("bench: {}", v.describe());
         }
-        for script in ["torch_gpt.py", "jax_gpt.py"] {
-            match baseline_ms(&cfg.baselines.join(script), &cfg.data, &s) {
+        // PyTorch eager, PyTorch with `torch.compile` (this project's wrapper of
+        // torch_gpt.py), JAX.
+        let compiled = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/torch_gpt_compile.py"));
+        let with_baselines = ["--baselines".into(), cfg.baselines.clone().into_os_string()];
+        let runs: [(&str, PathBuf, &[std::ffi::OsString]); 3] = [
+            ("torch_gpt.py", cfg.baselines.join("torch_gpt.py"), &[]),
+            ("torch_gpt_compile.py (torch.compile)", compiled, &with_baselines),
+            ("jax_gpt.py", cfg.baselines.join("jax_gpt.py"), &[]),
+        ];
+        for (name, script, extra) in runs {
+            match baseline_ms(&script, extra, &cfg.data, &s) {
                 Ok(theirs) => println!(
-                    "bench: {script}: step median {theirs:.2} ms; ours is {:.2}x its steps per second",
+                    "bench: {name}: step median {theirs:.2} ms; ours is {:.2}x its steps per second",
                     theirs / med
                 ),
-                Err(why) => println!("bench: {script}: not run ({why})"),
+                Err(why) => println!("bench: {name}: not run ({why})"),
             }
         }
     }
