@@ -127,8 +127,10 @@ impl Ir {
         let main = self.main_graph_id();
         let g = self.graph_mut(main)?;
         let name = g.name().to_string();
-        let t =
-            g.tensors.get_mut(tensor).ok_or(IrError::UnknownTensor { graph: name, tensor: format!("{tensor:?}") })?;
+        let t = g
+            .tensors
+            .get_mut(tensor)
+            .ok_or_else(|| IrError::UnknownTensor { graph: name, tensor: format!("{tensor:?}") })?;
         t.kind = TensorKind::Variable(HostTensor { info, bytes: value });
         self.settings.variables.insert(tensor, settings);
         Ok(())

@@ -617,7 +617,7 @@ impl HostArray {
             let mut v = try_vec::<T>(t.bytes.len() / sz.max(1), WHAT)?;
             for (index, chunk) in t.bytes.chunks_exact(sz).enumerate() {
                 let byte = chunk.first().copied().unwrap_or_default();
-                v.push(T::read_le(chunk).ok_or(PopXlError::HostData {
+                v.push(T::read_le(chunk).ok_or_else(|| PopXlError::HostData {
                     what: WHAT.to_string(),
                     source: HostDataError::InvalidBool { index, byte },
                 })?);

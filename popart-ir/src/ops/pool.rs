@@ -71,7 +71,7 @@ fn dims(
                 usize::try_from(d)
                     .ok()
                     .filter(|&d| d >= min)
-                    .ok_or(format!("`{key}` values must be at least {min}, got {v:?}"))
+                    .ok_or_else(|| format!("`{key}` values must be at least {min}, got {v:?}"))
             })
             .collect(),
     }

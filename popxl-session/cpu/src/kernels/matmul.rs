@@ -30,6 +30,11 @@ use std::ops::Range;
 /// Multiply-adds from which one GEMM call is split over the worker team.
 pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
 
+/// Multiply-adds from which a one-row product ([`gemv`]) is split over the
+/// team: it reads each matrix element once, so splitting its columns splits
+/// the memory traffic, which pays from a smaller size than a GEMM's.
+const GEMV_PAR_MIN: usize = 1 << 15;
+
 /// Element types a GEMM can run on.
 pub(crate) trait MatElem: Copy + Send + Sync + 'static {
     /// Zero.
@@ -388,7 +393,8 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
             // plan was built for, the output overlapping no input (the `KernelArgs`
             // contract); jobs run one after another, each over its whole result.
             unsafe {
-                if threads > 1 && work >= GEMM_PAR_MIN {
+                let par_min = if gemv::applies(p.m, p.lhs_s.1, p.rhs_s) { GEMV_PAR_MIN } else { GEMM_PAR_MIN };
+                if threads > 1 && work >= par_min {
                     self.call_split(j, d, l, r, b, threads);
                 } else {
                     self.call(j, dst, lhs, rhs, bias);
