@@ -52,6 +52,10 @@ enum Instr {
         dst: *mut u8,
         len: usize,
     },
+    /// A dynamic slice read in place ([`views`]): `views[view]`.
+    View {
+        view: u32,
+    },
     Call {
         block: u32,
     },
@@ -199,6 +203,8 @@ pub struct CpuExecutor {
     kernel_types: Vec<String>,
     in_ptrs: Vec<*const u8>,
     out_ptrs: Vec<*mut u8>,
+    /// Dynamic slices read in place (their readers' `in_ptrs` set at run time).
+    views: Vec<views::View>,
     constants: Vec<Vec<u8>>,
     streams: Vec<StreamSlot>,
     stream_bytes: Vec<usize>,
@@ -289,6 +295,11 @@ struct Compiler<'e> {
     kernel_types: Vec<String>,
     in_ptrs: Vec<*const u8>,
     out_ptrs: Vec<*mut u8>,
+    /// References to each buffer anywhere in the executable ([`views::buffer_refs`]).
+    refs: Vec<u32>,
+    views: Vec<views::View>,
+    /// The buffer of each input pointer (to find the views' readers once all is compiled).
+    in_bufs: Vec<popart_lower::BufferId>,
 }
 
 impl Compiler<'_> {
@@ -335,49 +346,87 @@ impl Compiler<'_> {
         Ok(b)
     }
 
+    /// Build the kernel of `k` and its argument pointers: (kernel, inputs,
+    /// n_inputs, outputs, n_outputs) as [`Instr::Kernel`] holds them.
+    fn compile_kernel(&mut self, k: &popart_lower::KernelCall) -> Result<(u32, u32, u32, u32, u32), CpuError> {
+        let spec = KernelSpec {
+            def: k.def,
+            attrs: &k.attrs,
+            inputs: k.inputs.iter().map(|a| (a.index, a.info.clone())).collect(),
+            outputs: k.outputs.iter().map(|a| (a.index, a.info.clone())).collect(),
+            check_indices: self.check_indices,
+            weight_invariant: k.weight_invariant,
+        };
+        self.fallible |= (self.may_fail)(&spec);
+        let kernel = (self.factory)(&spec)
+            .map_err(|e| KernelError { op_type: e.op_type, reason: format!("{} (op `{}`)", e.reason, k.name) })?;
+        let inputs = self.in_ptrs.len() as u32;
+        let outputs = self.out_ptrs.len() as u32;
+        // Each argument's buffer holds its info (`ptr_for`): the sizes
+        // `KernelArgs` promises kernels.
+        for a in &k.inputs {
+            let p = self.ptr_for(a.buffer, a.info.nbytes())? as *const u8;
+            self.in_ptrs.push(p);
+            self.in_bufs.push(a.buffer);
+        }
+        for a in &k.outputs {
+            let p = self.ptr_for(a.buffer, a.info.nbytes())?;
+            self.out_ptrs.push(p);
+        }
+        let index = self.kernels.len() as u32;
+        self.kernels.push(kernel);
+        self.kernel_names.push(k.name.clone());
+        self.kernel_types.push(k.def.op_type().to_string());
+        Ok((index, inputs, k.inputs.len() as u32, outputs, k.outputs.len() as u32))
+    }
+
+    /// The kernel call `k`, a dynamic slice read in place (`plan`): its copy
+    /// kernel built as the fallback, its readers found as they are emitted.
+    fn emit_view(
+        &mut self,
+        k: &popart_lower::KernelCall,
+        plan: views::ViewPlan,
+        out: &mut Vec<Instr>,
+    ) -> Result<(), CpuError> {
+        let (kernel, inputs, n_inputs, outputs, n_outputs) = self.compile_kernel(k)?;
+        fn arg(k: &popart_lower::KernelCall, input: bool, i: u32) -> Result<&popart_lower::Arg, CpuError> {
+            let args = if input { &k.inputs } else { &k.outputs };
+            args.iter()
+                .find(|a| a.index == i)
+                .ok_or_else(|| internal(format!("dynamic slice `{}` lacks an argument", k.name)))
+        }
+        let (src, index, result) = (arg(k, true, 0)?, arg(k, true, 1)?, arg(k, false, 0)?);
+        let view = views::View {
+            kernel,
+            inputs,
+            n_inputs,
+            outputs,
+            n_outputs,
+            src: self.ptr_for(src.buffer, src.info.nbytes())?,
+            index: self.ptr_for(index.buffer, index.info.nbytes())?,
+            out: self.ptr_for(result.buffer, result.info.nbytes())?,
+            buffer: result.buffer,
+            plan,
+            slots: Vec::new(),
+        };
+        out.push(Instr::View { view: self.views.len() as u32 });
+        self.views.push(view);
+        Ok(())
+    }
+
     fn emit(&mut self, p: &Program, out: &mut Vec<Instr>) -> Result<(), CpuError> {
         match p {
             Program::Sequence(v) => {
-                for c in v {
-                    self.emit(c, out)?;
+                for (i, c) in v.iter().enumerate() {
+                    match (c, views::plan(self.exe, &self.refs, v, i)) {
+                        (Program::Execute(k), Some(plan)) => self.emit_view(k, plan, out)?,
+                        _ => self.emit(c, out)?,
+                    }
                 }
             }
             Program::Execute(k) => {
-                let spec = KernelSpec {
-                    def: k.def,
-                    attrs: &k.attrs,
-                    inputs: k.inputs.iter().map(|a| (a.index, a.info.clone())).collect(),
-                    outputs: k.outputs.iter().map(|a| (a.index, a.info.clone())).collect(),
-                    check_indices: self.check_indices,
-                    weight_invariant: k.weight_invariant,
-                };
-                self.fallible |= (self.may_fail)(&spec);
-                let kernel = (self.factory)(&spec).map_err(|e| KernelError {
-                    op_type: e.op_type,
-                    reason: format!("{} (op `{}`)", e.reason, k.name),
-                })?;
-                let inputs = self.in_ptrs.len() as u32;
-                let outputs = self.out_ptrs.len() as u32;
-                // Each argument's buffer holds its info (`ptr_for`): the sizes
-                // `KernelArgs` promises kernels.
-                for a in &k.inputs {
-                    let p = self.ptr_for(a.buffer, a.info.nbytes())? as *const u8;
-                    self.in_ptrs.push(p);
-                }
-                for a in &k.outputs {
-                    let p = self.ptr_for(a.buffer, a.info.nbytes())?;
-                    self.out_ptrs.push(p);
-                }
-                out.push(Instr::Kernel {
-                    kernel: self.kernels.len() as u32,
-                    inputs,
-                    n_inputs: k.inputs.len() as u32,
-                    outputs,
-                    n_outputs: k.outputs.len() as u32,
-                });
-                self.kernels.push(kernel);
-                self.kernel_names.push(k.name.clone());
-                self.kernel_types.push(k.def.op_type().to_string());
+                let (kernel, inputs, n_inputs, outputs, n_outputs) = self.compile_kernel(k)?;
+                out.push(Instr::Kernel { kernel, inputs, n_inputs, outputs, n_outputs });
             }
             Program::Copy { src, dst, bytes } => {
                 if *bytes > 0 {
@@ -563,6 +612,9 @@ impl CpuExecutor {
             kernel_types: Vec::new(),
             in_ptrs: Vec::new(),
             out_ptrs: Vec::new(),
+            refs: views::buffer_refs(exe),
+            views: Vec::new(),
+            in_bufs: Vec::new(),
         };
         // Reserve a block per function first so calls can refer to any of them.
         for _ in &exe.functions {
@@ -584,6 +636,13 @@ impl CpuExecutor {
             c.block_of(&p.weights_to_host)?,
             c.block_of(&p.main)?,
         ];
+        // Each view's readers: every input pointer of its slice's buffer
+        // (`views::plan` checked these are the only references to it).
+        for (slot, b) in c.in_bufs.iter().enumerate() {
+            for v in c.views.iter_mut().filter(|v| v.buffer == *b) {
+                v.slots.push(slot as u32);
+            }
+        }
         let used_streams = entry.map(|b| Self::streams_of(&c.blocks, b));
         if exe.memory.permanent_bytes > arena_bytes {
             return Err(internal(format!(
@@ -606,6 +665,7 @@ impl CpuExecutor {
             kernel_types: c.kernel_types,
             in_ptrs: c.in_ptrs,
             out_ptrs: c.out_ptrs,
+            views: c.views,
             constants,
             streams: vec![StreamSlot::UNBOUND; exe.streams.len()],
             stream_bytes: exe.streams.iter().map(|s| s.info.nbytes()).collect(),
@@ -631,6 +691,12 @@ impl CpuExecutor {
     /// Number of compiled kernels.
     pub fn num_kernels(&self) -> usize {
         self.kernels.len()
+    }
+
+    /// Number of dynamic slices read in place (their readers pointed into the
+    /// sliced tensor at run time, no copy; see the `views` module).
+    pub fn num_views(&self) -> usize {
+        self.views.len()
     }
 
     /// Work counters since creation.
@@ -758,6 +824,52 @@ impl CpuExecutor {
         })
     }
 
+    /// Run compiled kernel `kernel` on its argument pointers (positions
+    /// `inputs..inputs + n_inputs` and `outputs..outputs + n_outputs`).
+    fn run_kernel(
+        &mut self,
+        kernel: u32,
+        inputs: u32,
+        n_inputs: u32,
+        outputs: u32,
+        n_outputs: u32,
+    ) -> Result<(), Stop> {
+        let (a, b) = (inputs as usize, outputs as usize);
+        let args = KernelArgs {
+            inputs: &self.in_ptrs[a..a + n_inputs as usize],
+            outputs: &self.out_ptrs[b..b + n_outputs as usize],
+        };
+        let r = if self.profile.is_empty() && !self.tracing {
+            // SAFETY: every pointer was checked at compile time to address
+            // a buffer within the arena holding its info's bytes
+            // (`ptr_for`); the memory plan keeps outputs disjoint from
+            // inputs except declared aliases; the arena is 64-byte
+            // aligned with 64-byte aligned offsets.
+            unsafe { self.kernels[kernel as usize].run(&args) }
+        } else {
+            let start_ns = crate::team::clock_ns();
+            // SAFETY: as above.
+            let r = unsafe { self.kernels[kernel as usize].run(&args) };
+            let end_ns = crate::team::clock_ns();
+            if let Some(p) = self.profile.get_mut(kernel as usize) {
+                p.0 += 1;
+                p.1 += end_ns.saturating_sub(start_ns);
+            }
+            if self.tracing {
+                // Never grows: `run` reserved the room.
+                if self.trace.len() < self.trace.capacity() {
+                    self.trace.push(KernelSpan { kernel, start_ns, end_ns });
+                } else {
+                    self.trace_dropped += 1;
+                }
+            }
+            r
+        };
+        r.map_err(|e| Stop::Kernel(kernel, e))?;
+        self.counters.kernels += 1;
+        Ok(())
+    }
+
     fn exec(&mut self, block: u32) -> Result<(), Stop> {
         // Block ids are made by the compiler (`new_block`): always in range.
         let n = self.blocks[block as usize].len();
@@ -765,39 +877,26 @@ impl CpuExecutor {
             let instr = self.blocks[block as usize][i];
             match instr {
                 Instr::Kernel { kernel, inputs, n_inputs, outputs, n_outputs } => {
-                    let (a, b) = (inputs as usize, outputs as usize);
-                    let args = KernelArgs {
-                        inputs: &self.in_ptrs[a..a + n_inputs as usize],
-                        outputs: &self.out_ptrs[b..b + n_outputs as usize],
-                    };
-                    let r = if self.profile.is_empty() && !self.tracing {
-                        // SAFETY: every pointer was checked at compile time to address
-                        // a buffer within the arena holding its info's bytes
-                        // (`ptr_for`); the memory plan keeps outputs disjoint from
-                        // inputs except declared aliases; the arena is 64-byte
-                        // aligned with 64-byte aligned offsets.
-                        unsafe { self.kernels[kernel as usize].run(&args) }
-                    } else {
-                        let start_ns = crate::team::clock_ns();
-                        // SAFETY: as above.
-                        let r = unsafe { self.kernels[kernel as usize].run(&args) };
-                        let end_ns = crate::team::clock_ns();
-                        if let Some(p) = self.profile.get_mut(kernel as usize) {
-                            p.0 += 1;
-                            p.1 += end_ns.saturating_sub(start_ns);
+                    self.run_kernel(kernel, inputs, n_inputs, outputs, n_outputs)?;
+                }
+                Instr::View { view } => {
+                    let v = &self.views[view as usize];
+                    // SAFETY: the view's pointers were compiled from its kernel's
+                    // arguments (`Compiler::emit_view`).
+                    let at = match unsafe { v.resolve() } {
+                        Some(block) => {
+                            self.counters.kernels += 1;
+                            block
                         }
-                        if self.tracing {
-                            // Never grows: `run` reserved the room.
-                            if self.trace.len() < self.trace.capacity() {
-                                self.trace.push(KernelSpan { kernel, start_ns, end_ns });
-                            } else {
-                                self.trace_dropped += 1;
-                            }
+                        None => {
+                            let (out, k) = (v.out, (v.kernel, v.inputs, v.n_inputs, v.outputs, v.n_outputs));
+                            self.run_kernel(k.0, k.1, k.2, k.3, k.4)?;
+                            out
                         }
-                        r
                     };
-                    r.map_err(|e| Stop::Kernel(kernel, e))?;
-                    self.counters.kernels += 1;
+                    for &slot in &self.views[view as usize].slots {
+                        self.in_ptrs[slot as usize] = at;
+                    }
                 }
                 Instr::Copy { src, dst, len } => {
                     // SAFETY: distinct buffers (checked at compile time), both holding
@@ -898,7 +997,7 @@ fn kernels_in(blocks: &[Vec<Instr>], block: u32, depth: usize) -> u64 {
     blocks.get(block as usize).map_or(0, |instrs| {
         instrs.iter().fold(0u64, |n, i| {
             n.saturating_add(match *i {
-                Instr::Kernel { .. } => 1,
+                Instr::Kernel { .. } | Instr::View { .. } => 1,
                 Instr::Call { block } => count(block),
                 Instr::Repeat { count: times, block } => times.saturating_mul(count(block)),
                 Instr::If { then_block, else_block, .. } => count(then_block).max(count(else_block)),
@@ -919,6 +1018,7 @@ mod arena;
 mod remote;
 mod snapshot;
 mod streams;
+mod views;
 #[cfg(test)]
 use arena::PAR_COPY_MIN;
 use arena::{copy_bytes, Arena};

@@ -220,3 +220,90 @@ fn if_runs_one_branch() {
         assert_eq!(floats(&out), vec![want], "a={a} b={b}");
     }
 }
+
+/// main: y = s + s with s = dynamic_slice(w, idx) of `rows` rows of the
+/// stacked constant w [4, 16] (w[i, j] = 100 i + j): the slice is read in
+/// place, unless an offset needs the copy (out of range, or wrapping).
+fn slice_ir(rows: i64) -> Ir {
+    use popart_ir::ops::indexing::DynamicSliceAttrs;
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let w_info = TensorInfo::new(DataType::Float32, [4, 16]);
+    let w: Vec<f32> = (0..64).map(|i| (100 * (i / 16) + i % 16) as f32).collect();
+    let w = ir
+        .main_graph_mut()
+        .add_tensor("w", w_info.clone(), TensorKind::Constant(HostTensor { info: w_info, bytes: bytes(&w) }))
+        .unwrap();
+    let idx_info = TensorInfo::new(DataType::Int32, [1]);
+    let y_info = TensorInfo::new(DataType::Float32, [rows as usize, 16]);
+    let g = ir.main_graph_mut();
+    g.add_tensor("idx", idx_info, TensorKind::Stream(StreamDirection::HostToDevice)).unwrap();
+    g.add_tensor("y", y_info, TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    let l = ir.create_op(main, "HostLoad", stream_attrs("idx"), &[], "load").unwrap();
+    let idx = ir.main_graph().op(l).unwrap().output(0).unwrap();
+    let attrs = DynamicSliceAttrs { axes: vec![0], sizes: vec![rows], no_overlap: false }.to_attrs();
+    let ds = ir.create_op(main, "DynamicSlice", attrs, &[(0, w), (1, idx)], "slice").unwrap();
+    let s = ir.main_graph().op(ds).unwrap().output(0).unwrap();
+    let add = ir.create_op(main, "Add", Attributes::new(), &[(0, s), (1, s)], "twice").unwrap();
+    let y = ir.main_graph().op(add).unwrap().output(0).unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, y)], "store").unwrap();
+    ir.verify().unwrap();
+    ir
+}
+
+#[test]
+fn dynamic_slices_are_read_in_place_with_the_kernels_values() {
+    let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
+    for rows in [1i64, 2] {
+        let exe = popart_lower::lower(&slice_ir(rows)).unwrap();
+        let mut ex = CpuExecutor::new(&exe, &real).unwrap();
+        assert_eq!(ex.num_views(), 1, "the slice of {rows} row(s) is a view");
+        ex.run(EngineProgram::Init).unwrap();
+        // In range (a view), the last fitting row, out of range (popops: row 0)
+        // and, for two rows, a slice that wraps (rows 3 and 0): the copy.
+        for at in [1i32, 4 - rows as i32, 7, -1, 3] {
+            let mut idx = at.to_le_bytes().to_vec();
+            let mut out = vec![0u8; rows as usize * 64];
+            // SAFETY: the buffers hold one element each and outlive the run.
+            unsafe {
+                ex.bind_stream(StreamId(0), idx.as_mut_ptr(), 4, 1).unwrap();
+                ex.bind_stream(StreamId(1), out.as_mut_ptr(), out.len(), 1).unwrap();
+            }
+            ex.run(EngineProgram::Main).unwrap();
+            ex.unbind_streams();
+            let start = if (0..4).contains(&at) { at as usize } else { 0 };
+            let want: Vec<f32> = (0..rows as usize)
+                .flat_map(|r| (0..16).map(move |j| 2.0 * (100 * ((start + r) % 4) + j) as f32))
+                .collect();
+            assert_eq!(floats(&out), want, "{rows} row(s) at {at}");
+        }
+    }
+}
+
+#[test]
+fn a_slice_another_op_writes_is_copied() {
+    // An in-place add into the slice: reading in place would write `w`.
+    use popart_ir::ops::indexing::DynamicSliceAttrs;
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let info = TensorInfo::new(DataType::Float32, [4, 16]);
+    let w = ir.main_graph_mut().add_tensor("w", info.clone(), TensorKind::Constant(HostTensor::zeros(info))).unwrap();
+    let idx_info = TensorInfo::new(DataType::Int32, [1]);
+    let z = ir
+        .main_graph_mut()
+        .add_tensor("idx", idx_info.clone(), TensorKind::Constant(HostTensor::zeros(idx_info)))
+        .unwrap();
+    let attrs = DynamicSliceAttrs { axes: vec![0], sizes: vec![1], no_overlap: false }.to_attrs();
+    let ds = ir.create_op(main, "DynamicSlice", attrs, &[(0, w), (1, z)], "slice").unwrap();
+    let s = ir.main_graph().op(ds).unwrap().output(0).unwrap();
+    let add = ir.create_op(main, "AddInplace", Attributes::new(), &[(0, s), (1, s)], "twice").unwrap();
+    let y = ir.main_graph().op(add).unwrap().output(0).unwrap();
+    ir.main_graph_mut()
+        .add_tensor("y", TensorInfo::new(DataType::Float32, [1, 16]), TensorKind::Stream(StreamDirection::DeviceToHost))
+        .unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, y)], "store").unwrap();
+    ir.verify().unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
+    assert_eq!(CpuExecutor::new(&exe, &real).unwrap().num_views(), 0);
+}

@@ -16,16 +16,18 @@ use popart_ir::ops::broadcast_shapes;
 use super::broadcast::Broadcast;
 use super::dispatch::with_num;
 use super::elem::Num;
-use super::gemv::{self, RowProduct};
 use super::par::par_split;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use crate::team;
+use gemv::RowProduct;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::var_update::ScaledAddMatMulAttrs;
 use std::ops::Range;
+
+mod gemv;
 
 /// Multiply-adds from which one GEMM call is split over the worker team.
 pub(super) const GEMM_PAR_MIN: usize = 1 << 18;

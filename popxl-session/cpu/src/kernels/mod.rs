@@ -74,7 +74,6 @@ mod dispatch;
 mod elem;
 mod float16;
 mod float8;
-mod gemv;
 mod grad;
 mod indexing;
 mod logical;

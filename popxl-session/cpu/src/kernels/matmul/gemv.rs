@@ -12,7 +12,7 @@
 //! Each result element is summed in a fixed order (over `k`, in lanes, then the
 //! lanes in a fixed tree), whatever the thread split over columns.
 
-use super::par::Simd;
+use super::super::par::Simd;
 
 /// Result columns summed per pass over the rows (rows-contiguous case): a
 /// block of partial sums that stays in L1.
