@@ -195,28 +195,19 @@ fn main() {
 /// 4 heads), forward and both gradients.
 fn gpt_cases() -> Vec<Case> {
     let mut v = Vec::new();
-    for (name, k, n) in [("qkv", 256, 768), ("fc", 256, 1024), ("fc2", 1024, 256)] {
-        let (x, w, y) = (f32s(&[16, 128, k]), f32s(&[k, n]), f32s(&[16, 128, n]));
+    // The forward product `y = x @ w` and both gradients.
+    let mut passes = |name: &str, x: TensorInfo, w: TensorInfo, y: TensorInfo| {
         v.push(Case::new(format!("{name} fwd"), "MatMul", vec![x.clone(), w.clone()], y.clone()));
-        v.push(Case::new(
-            format!("{name} lhs grad"),
-            "MatMulLhsGrad",
-            vec![y.clone(), x.clone(), w.clone()],
-            x.clone(),
-        ));
+        let lhs = vec![y.clone(), x.clone(), w.clone()];
+        v.push(Case::new(format!("{name} lhs grad"), "MatMulLhsGrad", lhs, x.clone()));
         v.push(Case::new(format!("{name} rhs grad"), "MatMulRhsGrad", vec![y, x, w.clone()], w));
+    };
+    for (name, k, n) in [("qkv", 256, 768), ("fc", 256, 1024), ("fc2", 1024, 256)] {
+        passes(name, f32s(&[16, 128, k]), f32s(&[k, n]), f32s(&[16, 128, n]));
     }
     // Attention, per (sequence, head): scores q @ kᵀ and the weighted values p @ v.
     for (name, k, n) in [("qk", 64, 128), ("pv", 128, 64)] {
-        let (x, w, y) = (f32s(&[16, 4, 128, k]), f32s(&[16, 4, k, n]), f32s(&[16, 4, 128, n]));
-        v.push(Case::new(format!("{name} fwd"), "MatMul", vec![x.clone(), w.clone()], y.clone()));
-        v.push(Case::new(
-            format!("{name} lhs grad"),
-            "MatMulLhsGrad",
-            vec![y.clone(), x.clone(), w.clone()],
-            x.clone(),
-        ));
-        v.push(Case::new(format!("{name} rhs grad"), "MatMulRhsGrad", vec![y, x, w.clone()], w));
+        passes(name, f32s(&[16, 4, 128, k]), f32s(&[16, 4, k, n]), f32s(&[16, 4, 128, n]));
     }
     v
 }
