@@ -295,8 +295,8 @@ struct Compiler<'e> {
     kernel_types: Vec<String>,
     in_ptrs: Vec<*const u8>,
     out_ptrs: Vec<*mut u8>,
-    /// References to each buffer anywhere in the executable ([`views::buffer_refs`]).
-    refs: Vec<u32>,
+    /// References to each buffer and function anywhere in the executable.
+    refs: views::Refs,
     views: Vec<views::View>,
     /// The buffer of each input pointer (to find the views' readers once all is compiled).
     in_bufs: Vec<popart_lower::BufferId>,
@@ -612,7 +612,7 @@ impl CpuExecutor {
             kernel_types: Vec::new(),
             in_ptrs: Vec::new(),
             out_ptrs: Vec::new(),
-            refs: views::buffer_refs(exe),
+            refs: views::count_refs(exe),
             views: Vec::new(),
             in_bufs: Vec::new(),
         };

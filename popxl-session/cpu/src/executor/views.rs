@@ -9,8 +9,8 @@
 //!
 //! - the output buffer is an activation referenced by nothing but this
 //!   kernel's output and inputs of kernels that follow it in the same
-//!   sequence, directly or in functions called from it (a repeat's body
-//!   slices its stash rows, then calls the gradient graph), anywhere;
+//!   sequence, directly or in functions called from it and from nowhere else
+//!   (a repeat's body slices its stash rows, then calls the gradient graph);
 //! - between the slice and its last reader the sequence holds only kernels
 //!   and calls of functions made of kernels, none of which writes the sliced
 //!   input's arena bytes;
@@ -26,10 +26,20 @@ use popart_ir::ops::indexing::{dynamic_slices, DynamicSliceAttrs};
 use popart_ir::{DataType, OpAttrs, OpDefId};
 use popart_lower::{BufferKind, Executable, KernelCall, Program, RemoteOffset};
 
-/// How many times each buffer (by index) is named anywhere in `exe`'s
-/// programs and functions.
-pub(super) fn buffer_refs(exe: &Executable) -> Vec<u32> {
+/// How many times each buffer and each function (by index) is named
+/// anywhere in `exe`'s programs and functions.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Refs {
+    /// Per buffer.
+    pub buffers: Vec<u32>,
+    /// Call sites per function.
+    pub calls: Vec<u32>,
+}
+
+/// [`Refs`] of `exe`.
+pub(super) fn count_refs(exe: &Executable) -> Refs {
     let mut refs = vec![0u32; exe.buffers.len()];
+    let mut calls = vec![0u32; exe.functions.len()];
     let mut add = |b: popart_lower::BufferId| {
         if let Some(n) = refs.get_mut(b.index()) {
             *n = n.saturating_add(1);
@@ -65,12 +75,17 @@ pub(super) fn buffer_refs(exe: &Executable) -> Vec<u32> {
                     add(c.buffer);
                 }
             }
+            Program::Call(f) => {
+                if let Some(n) = calls.get_mut(f.index()) {
+                    *n = n.saturating_add(1);
+                }
+            }
             _ => {}
         });
     }
     exe.weights.iter().for_each(|w| add(w.buffer));
     exe.constants.iter().for_each(|c| add(c.buffer));
-    refs
+    Refs { buffers: refs, calls }
 }
 
 /// A slice that can be read in place: what [`plan`] found.
@@ -87,8 +102,8 @@ pub(super) struct ViewPlan {
 }
 
 /// Whether the kernel call `seq[at]` is a `DynamicSlice` that can be read in
-/// place (the module's conditions; `refs` from [`buffer_refs`]).
-pub(super) fn plan(exe: &Executable, refs: &[u32], seq: &[Program], at: usize) -> Option<ViewPlan> {
+/// place (the module's conditions; `refs` from [`count_refs`]).
+pub(super) fn plan(exe: &Executable, refs: &Refs, seq: &[Program], at: usize) -> Option<ViewPlan> {
     let Program::Execute(k) = seq.get(at)? else { return None };
     if k.def.id() != OpDefId::of::<popart_ir::ops::all::DynamicSlice>() {
         return None;
@@ -129,17 +144,18 @@ pub(super) fn plan(exe: &Executable, refs: &[u32], seq: &[Program], at: usize) -
     // functions of kernels) that write no memory of the input (its buffer, or
     // one sharing its arena bytes once it is dead).
     let span = |b: popart_lower::BufferId| exe.buffers.get(b.index()).map(|x| (x.offset, x.offset + x.size));
-    let region = Region { exe, src: span(src.buffer)?, out: out.buffer };
+    let region = Region { exe, calls: &refs.calls, src: span(src.buffer)?, out: out.buffer };
+    let total = *refs.buffers.get(out.buffer.index())?;
     let (mut reads, mut seen) = (0u32, 1u32);
     for node in &seq[at + 1..] {
-        if seen == refs[out.buffer.index()] {
+        if seen == total {
             break;
         }
         let n = region.reads(node, 0)?;
         reads += n;
         seen += n;
     }
-    (reads > 0 && seen == refs[out.buffer.index()]).then_some(ViewPlan {
+    (reads > 0 && seen == total).then_some(ViewPlan {
         dim: i64::try_from(dims[axis]).ok()?,
         size: i64::try_from(size).ok()?,
         step_bytes,
@@ -150,6 +166,9 @@ pub(super) fn plan(exe: &Executable, refs: &[u32], seq: &[Program], at: usize) -
 /// What may come between a view and its last reader.
 struct Region<'e> {
     exe: &'e Executable,
+    /// Call sites per function: a function called from the region must have
+    /// no other (elsewhere its readers would see the block this view chose).
+    calls: &'e [u32],
     /// The sliced input's arena bytes.
     src: (usize, usize),
     /// The slice's buffer.
@@ -172,7 +191,9 @@ impl Region<'_> {
                 Some(k.inputs.iter().filter(|i| i.buffer == self.out).count() as u32)
             }
             Program::Sequence(v) if depth < 16 => v.iter().try_fold(0u32, |n, c| Some(n + self.reads(c, depth + 1)?)),
-            Program::Call(f) if depth < 16 => self.reads(&self.exe.functions.get(f.index())?.body, depth + 1),
+            Program::Call(f) if depth < 16 && self.calls.get(f.index()) == Some(&1) => {
+                self.reads(&self.exe.functions.get(f.index())?.body, depth + 1)
+            }
             _ => None,
         }
     }

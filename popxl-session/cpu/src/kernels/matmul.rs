@@ -246,6 +246,9 @@ struct MatMulKernel<T> {
     update: Option<(T, T)>,
     zero_fill: bool,
     jobs_independent: bool,
+    /// The product has one row, with operand strides [`gemv`] takes: its
+    /// calls (and every column block of them) run as [`RowProduct`]s.
+    one_row: bool,
     _t: Types<T>,
 }
 
@@ -298,7 +301,7 @@ impl<T: MatElem> MatMulKernel<T> {
             let d = dst.add(j.dst).offset(r0 * p.dst_s.0 + c0 * p.dst_s.1);
             let l = lhs.add(j.lhs).offset(r0 * p.lhs_s.0);
             let r = rhs.add(j.rhs).offset(c0 * p.rhs_s.1);
-            let row = gemv::applies(rows.len(), p.lhs_s.1, p.rhs_s).then(|| RowProduct {
+            let row = self.one_row.then(|| RowProduct {
                 n: cols.len(),
                 k: p.k,
                 dst_cs: p.dst_s.1,
@@ -395,7 +398,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
             // plan was built for, the output overlapping no input (the `KernelArgs`
             // contract); jobs run one after another, each over its whole result.
             unsafe {
-                let par_min = if gemv::applies(p.m, p.lhs_s.1, p.rhs_s) { GEMV_PAR_MIN } else { GEMM_PAR_MIN };
+                let par_min = if self.one_row { GEMV_PAR_MIN } else { GEMM_PAR_MIN };
                 if threads > 1 && work >= par_min {
                     self.call_split(j, d, l, r, b, threads);
                 } else {
@@ -591,12 +594,14 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             if empty {
                 plan.jobs.clear();
             }
+            let one_row = gemv::applies(plan.m, plan.lhs_s.1, plan.rhs_s);
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
                 bias_pos,
                 update: update.map(|(a, b)| (<$t as MatElem>::from_f64(a), <$t as MatElem>::from_f64(b))),
                 zero_fill: zero_fill && !empty,
                 jobs_independent,
+                one_row,
                 _t: Types::default(),
             }) as Box<dyn Kernel>)
         }};
