@@ -28,6 +28,7 @@
 //! | [`nn`] | `NllLoss(probs, labels)` | `reduction: "mean"\|"sum"\|"none"`, optional `ignore_index: int` |
 //! | [`nn`] | `NllLossWithSoftmaxGrad(probs, labels[, loss_grad])` -> `(loss, dlogits)` | as `NllLoss` |
 //! | [`nn`] | `MaskedSoftmax(x, mask)` (made by a pattern) | `scale, fill: float`, `axis: -1` |
+//! | [`attention`] | `Attention(qkv) -> (y, lse)`, `AttentionGrad(g, qkv, y, lse)` (an extension: PopXL has none) | `heads: int`, `scale: float`, `causal: bool` |
 //! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
 //! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
 //! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std) -> (dx, dw, db)` | `num_groups: int`, `epsilon: float` |
@@ -56,6 +57,7 @@
 //! | [`collectives`] | `ReplicatedAllReduce(x)`, `ReplicatedAllReduceInplace(x)`, `ReplicatedAllReduceScaledAddInplace(w, g)`, `ReplicatedScaledAddMatMulRhsGradInplace(g, x, w)`, `ReplicatedAllGather(x[, like])`, `ReplicatedReduceScatter(x[, like])`; `AllReduce(x0, .., xk-1)` | `op: str` ([`collectives::CollectiveOperator`]), `stride, group_size: int`; `shape: ints`; `rts: bool`; `ipus: ints`, `identical_inputs, identical_grad_inputs: bool` |
 //! | [`grad`] | `BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
+pub mod attention;
 mod axes;
 pub mod binary;
 pub mod collectives;
@@ -92,6 +94,7 @@ use crate::{DataType, InferContext, IrError, OpDef, Result, TensorInfo};
 /// Every builtin op type in one namespace (`ops::all::Relu`), for code that names
 /// many op types (the `popxl` facade, device kernel tables).
 pub mod all {
+    pub use super::attention::*;
     pub use super::binary::*;
     pub use super::collectives::{
         AllReduce, ReplicatedAllGather, ReplicatedAllReduce, ReplicatedAllReduceInplace,
@@ -138,6 +141,7 @@ pub(crate) fn builtin_ops() -> &'static [&'static dyn OpDef] {
         v.extend_from_slice(scan::ALL);
         v.extend_from_slice(sort::ALL);
         v.extend_from_slice(nn::ALL);
+        v.extend_from_slice(attention::ALL);
         v.extend_from_slice(shape::ALL);
         v.extend_from_slice(var_update::ALL);
         v.extend_from_slice(optimizer::ALL);

@@ -65,6 +65,8 @@ Options:
                        PyTorch eager with its KV cache (bench/torch_gpt_generate.py, the same weights)
   --bench-generation   only that generation line (with --steps 0: at the initial weights)
   --baselines DIR      where those scripts are (default ../shared/bench beside the project)
+  --unfused-attention  write attention as PopXL programs do (head split and transposes, matmuls,
+                       causal mask, softmax) instead of the one `Attention` op (same values)
   --scan-layers        build the blocks as one `repeat` over stacked weights, differentiated
                        through the loop (same losses; smaller program)
   --offload-optimizer  keep Adam's moments in remote buffers (streaming memory), loaded before and
@@ -119,7 +121,7 @@ struct Config {
 fn parse_args(args: Vec<String>) -> AppResult<Config> {
     let mut c = Config {
         data: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/tinyshakespeare/input.txt")),
-        shape: Shape { layers: 4, heads: 4, width: 256, seq: 128, batch: 16, vocab: 0 },
+        shape: Shape { layers: 4, heads: 4, width: 256, seq: 128, batch: 16, vocab: 0, fused_attention: true },
         replicas: 1,
         lr: 1e-3,
         steps: 2000,
@@ -176,6 +178,7 @@ fn parse_args(args: Vec<String>) -> AppResult<Config> {
             "--memory-plot" => c.memory_plot = Some(PathBuf::from(value()?)),
             "--dump" => c.dump = true,
             "--scan-layers" => c.scan_layers = true,
+            "--unfused-attention" => c.shape.fused_attention = false,
             "--offload-optimizer" => c.offload_optimizer = true,
             "--ipu-model-report" => c.ipu_model_report = true,
             "--memory-top" => c.memory_top = value()?.parse()?,

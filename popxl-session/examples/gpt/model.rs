@@ -27,6 +27,9 @@ pub struct Shape {
     pub batch: usize,
     /// Vocabulary size.
     pub vocab: usize,
+    /// Attention as the one `Attention` op (`ops::attention`), else as the
+    /// matmuls, mask and softmax a PopXL program writes (same values).
+    pub fused_attention: bool,
 }
 
 /// The parameter names of one block, in `gpt_common.param_names` order.
@@ -98,6 +101,11 @@ pub fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> popxl::Result<Tensor> {
 /// One transformer block on `x` [B, T, d] with its 12 parameters.
 pub fn block(s: &Shape, x: &Tensor, p: &[Tensor]) -> popxl::Result<Tensor> {
     let (b, t, d) = (s.batch as i64, s.seq as i64, s.width as i64);
+    if s.fused_attention {
+        let n1 = layer_norm(x, &p[0], &p[1])?;
+        let qkv = ops::add(&n1.matmul(&p[2])?, &p[3])?;
+        return block_out(x, &ops::attention(&qkv, s.heads, true)?, p);
+    }
     let causal = causal_mask(s)?;
     let [q, k, v] = qkv_heads(s, x, p, t)?;
     let y = attend(s, &q, &ops::transpose(&k, &[0, 1, 3, 2])?, &v, &causal)?;

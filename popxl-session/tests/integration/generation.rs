@@ -56,7 +56,8 @@ fn trained(s: &Shape) -> Vec<(String, popxl::HostArray)> {
 #[test]
 fn sampling_with_the_kv_cache_equals_the_full_context() {
     let corpus = gpt::load_corpus(&data()).expect("the text");
-    let s = Shape { layers: 2, heads: 2, width: 32, seq: 24, batch: 1, vocab: corpus.vocab.len() };
+    let s =
+        Shape { layers: 2, heads: 2, width: 32, seq: 24, batch: 1, vocab: corpus.vocab.len(), fused_attention: true };
     let w = trained(&s);
     let (cached, gc) = gpt::sample(&corpus, &s, &w, 64, 0.8, 7, false).expect("with the cache");
     let (full, gf) = gpt::sample(&corpus, &s, &w, 64, 0.8, 7, true).expect("without the cache");
@@ -79,7 +80,7 @@ fn sampling_with_the_kv_cache_equals_the_full_context() {
 
 #[test]
 fn decode_program_checks_its_chunk_and_positions() {
-    let s = Shape { layers: 1, heads: 2, width: 8, seq: 6, batch: 1, vocab: 5 };
+    let s = Shape { layers: 1, heads: 2, width: 8, seq: 6, batch: 1, vocab: 5, fused_attention: true };
     let w = gpt::model::init_params(&s, 0);
     for chunk in [0, 7] {
         let err = decode::build(&s, &w, chunk).err().expect("a chunk out of range").to_string();

@@ -72,7 +72,7 @@ pub use indexing::{
 pub use io::{host_load, host_store, io_tile_copy, ipu_copy};
 pub use logical::{isfinite, isinf, isnan, logical_and, logical_not, logical_or};
 pub use nn::{
-    matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
+    attention, matmul, nll_loss, nll_loss_with, nll_loss_with_softmax_grad, nll_loss_with_softmax_grad_with, softmax,
     NllLossOptions, Reduction,
 };
 pub use norm::{

@@ -1,6 +1,7 @@
 //! Matmul, softmax and the negative log-likelihood losses (the reductions are in `reduce`).
 
 use popart_ir::ops::all as ir_ops;
+use popart_ir::ops::attention::AttentionAttrs;
 use popart_ir::ops::nn::{LossReduction, NllLossAttrs, SoftmaxAttrs};
 
 use super::OpBuilder;
@@ -19,6 +20,36 @@ use crate::{PopXlError, Result, Tensor};
 /// ```
 pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
     OpBuilder::new("matmul", &ir_ops::MatMul).input(0, lhs).input(1, rhs).create1()
+}
+
+/// Multi-head softmax self-attention in one op (`Attention`; an extension: PopXL
+/// writes attention from matmuls, a mask and a softmax, which give the same
+/// values). `qkv` is `[B, T, 3·D]` float32, the q/k/v projection as it leaves
+/// its matmul: queries, keys and values side by side, each `heads` heads of
+/// `D / heads` values. Returns `[B, T, D]`, the heads side by side:
+/// `softmax(q kᵀ / sqrt(D / heads)) v` per head, where with `causal` position `i`
+/// sees only positions `j <= i`. Differentiable (`AttentionGrad`).
+///
+/// ```
+/// let ir = popxl::Ir::new();
+/// let _g = ir.main_graph().enter();
+/// let qkv = popxl::constant(ndarray::Array3::<f32>::ones((2, 5, 12)), "qkv").unwrap();
+/// assert_eq!(popxl::ops::attention(&qkv, 2, true).unwrap().shape(), &[2, 5, 4]);
+/// assert!(popxl::ops::attention(&qkv, 3, true).is_err()); // 3 heads do not divide 4
+/// ```
+pub fn attention(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
+    let width = qkv.shape().last().copied().unwrap_or(0) / 3;
+    let dh = if heads > 0 { width / heads } else { 0 };
+    let scale = if dh > 0 { 1.0 / (dh as f64).sqrt() } else { 1.0 };
+    let heads = i64::try_from(heads).map_err(|_| PopXlError::ValueOutOfRange {
+        what: "attention: heads".to_string(),
+        expected: "an int64",
+        got: heads.to_string(),
+    })?;
+    OpBuilder::new("attention", &ir_ops::Attention)
+        .input(0, qkv)
+        .typed(&AttentionAttrs { heads, scale, causal })
+        .create1()
 }
 
 /// Softmax along `axis` (negative counts from the end; op `Softmax`).

@@ -36,7 +36,7 @@ impl Rng {
 }
 use model::Shape;
 
-const SHAPE: Shape = Shape { layers: 2, heads: 2, width: 64, seq: 32, batch: 4, vocab: 65 };
+const SHAPE: Shape = Shape { layers: 2, heads: 2, width: 64, seq: 32, batch: 4, vocab: 65, fused_attention: true };
 
 /// Six Adam steps from `init` on `batches` on `cpu`; returns the losses and the kernel calls of the step.
 fn train(init: &[(String, HostArray)], batches: &[(Array2<i32>, Array2<i32>)], scan_layers: bool) -> (Vec<f64>, usize) {

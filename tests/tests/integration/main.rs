@@ -19,6 +19,7 @@ mod lower_memory_plan;
 mod lower_seed_examples;
 mod memory_plot;
 mod multi_ipu;
+mod ops_attention;
 mod ops_conv;
 mod ops_elementwise;
 mod ops_float8;

@@ -66,6 +66,7 @@
 //! assert_eq!(y, [11.0, 22.0, 33.0]);
 //! ```
 
+mod attention;
 mod binary;
 mod broadcast;
 mod collectives;
@@ -129,6 +130,7 @@ fn registry() -> &'static Registry {
             scan::KERNELS,
             sort::KERNELS,
             nn::KERNELS,
+            attention::KERNELS,
             shape::KERNELS,
             var_update::KERNELS,
             var_update::accumulate::KERNELS,
