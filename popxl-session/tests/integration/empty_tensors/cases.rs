@@ -305,6 +305,23 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
         "Histogram",
         vec![Case::new(vec![(0, f32s(&[0]))]).attr("levels", AttrValue::Floats(vec![0.5])).expect(0, vec![0.0, 0.0])],
     );
+    // Attention: an empty batch or context is empty; heads of width 0 give
+    // zero scores, so row `i` of a causal softmax spreads over `i + 1` keys.
+    let attention = |qkv: &[usize]| Case::new(vec![(0, f32s(qkv))]).attr("heads", i(1)).attr("scale", f(1.0));
+    m.insert(
+        "Attention",
+        vec![
+            attention(&[0, 4, 6]),
+            attention(&[2, 0, 6]),
+            attention(&[2, 3, 0]).expect(1, [1f64, 2.0, 3.0, 1.0, 2.0, 3.0].map(f64::ln).to_vec()),
+        ],
+    );
+    m.insert(
+        "AttentionGrad",
+        vec![Case::new(vec![(0, f32s(&[0, 4, 2])), (1, f32s(&[0, 4, 6])), (2, f32s(&[0, 4, 2])), (3, f32s(&[0, 1, 4]))])
+            .attr("heads", i(1))
+            .attr("scale", f(1.0))],
+    );
     m.insert(
         "MaskedSoftmax",
         vec![Case::new(vec![(0, f32s(&[2, 0])), (1, bools(&[2, 0]))]).attr("scale", f(1.0)).attr("fill", f(-1e4))],

@@ -14,11 +14,11 @@
 //! - Backward per row block (the probabilities recomputed from the log-sum-exp):
 //!   `dp = g vᵀ`, `ds = p ⊙ (dp − rowsum(g ⊙ y)) · scale`, `dq = ds k`,
 //!   `dk += dsᵀ q`, `dv += pᵀ g`.
-//! - The products run on the GEMM of `matmul` (single-threaded inside a task);
+//! - The products run unpacked on a register tile ([`tile`]), the keys and
+//!   values transposed once per head where a product reads them as columns;
 //!   each result element is summed in a fixed order whatever the thread count.
 
 use super::elem::Float;
-use super::matmul::MatElem;
 use super::par::{par_split, Simd};
 use super::ptr::{slice, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt};
@@ -27,9 +27,12 @@ use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::attention::AttentionAttrs;
 use std::cell::RefCell;
+use tile::{product, Mat};
+
+mod tile;
 
 /// Query rows per block.
-const ROWS: usize = 64;
+const ROWS: usize = 32;
 
 /// `exp(x)` of a softmax term `x <= 0`, 0 below -87 (no subnormal arithmetic).
 #[inline(always)]
@@ -157,26 +160,19 @@ fn with_scratch(len: usize, f: impl FnOnce(&mut [f32])) {
     });
 }
 
-/// `c = a @ b` (or `c += a @ b` when `acc`), f32 with element strides.
+/// `out[c · rows + j] = src[j · rs + c]`: the `rows × cols` block at `src`
+/// (row stride `rs`, unit column stride) transposed into `out`.
 ///
 /// # Safety
-/// As `MatElem::gemm`.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-unsafe fn gemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    c: *mut f32,
-    (crs, ccs): (isize, isize),
-    acc: bool,
-    a: *const f32,
-    (ars, acs): (isize, isize),
-    b: *const f32,
-    (brs, bcs): (isize, isize),
-) {
-    // SAFETY: the caller's contract.
-    unsafe { <f32 as MatElem>::gemm(m, n, k, c, crs, ccs, acc, a, ars, acs, b, brs, bcs, 1.0, 1.0) }
+/// `src` addresses the block; `out` holds `rows · cols` values.
+unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: &mut [f32]) {
+    for j in 0..rows {
+        // SAFETY: row `j` of the block (the caller's contract).
+        let row = unsafe { slice(src.offset(j as isize * rs), cols) };
+        for (c, &x) in row.iter().enumerate() {
+            out[c * rows + j] = x;
+        }
+    }
 }
 
 struct AttentionKernel {
@@ -193,19 +189,21 @@ impl AttentionKernel {
         let (t, w, dh) = (d.seq, d.width, d.dh());
         let (b, h) = (bh / d.heads, bh % d.heads);
         let ws = 3 * w as isize;
+        let (s, kt) = s.split_at_mut(ROWS * t);
         // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
         unsafe {
             let q = qkv.add(b * t * 3 * w + h * dh);
             let (k, v) = (q.add(w), q.add(2 * w));
             let y = y.add(b * t * w + h * dh);
             let lse = lse.add(bh * t);
+            transpose(k, ws, t, dh, kt);
+            let kt = kt.as_ptr();
             for r0 in (0..t).step_by(ROWS) {
                 let r1 = (r0 + ROWS).min(t);
                 let (rows, keys) = (r1 - r0, d.keys(r1));
                 let p = s.as_mut_ptr();
-                // s = q kᵀ: kᵀ(c, j) = k[j, c].
                 let qr = q.offset(r0 as isize * ws);
-                gemm(rows, keys, dh, p, (keys as isize, 1), false, qr, (ws, 1), k, (1, ws));
+                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, t as isize, 1), p, keys as isize, false);
                 let simd = Simd::best();
                 simd.run(
                     #[inline(always)]
@@ -217,18 +215,8 @@ impl AttentionKernel {
                         }
                     },
                 );
-                gemm(
-                    rows,
-                    dh,
-                    keys,
-                    y.offset(r0 as isize * w as isize),
-                    (w as isize, 1),
-                    false,
-                    p,
-                    (keys as isize, 1),
-                    v,
-                    (ws, 1),
-                );
+                let yr = y.offset(r0 as isize * w as isize);
+                product(rows, dh, keys, Mat::new(p, keys as isize, 1), Mat::new(v, ws, 1), yr, w as isize, false);
             }
         }
     }
@@ -243,7 +231,7 @@ impl Kernel for AttentionKernel {
             SendPtr(args.outputs[1] as *mut f32),
         );
         par_split(d.batch * d.heads, d.par_min(), 1, |range| {
-            with_scratch(ROWS * d.seq, |s| {
+            with_scratch((ROWS + d.dh()) * d.seq, |s| {
                 for bh in range {
                     // SAFETY: each task owns its heads; the buffers are the kernel's.
                     unsafe { self.head(bh, qkv.get(), y.get(), lse.get(), s) };
@@ -278,7 +266,9 @@ impl AttentionGradKernel {
         let (t, w, dh) = (d.seq, d.width, d.dh());
         let (b, h) = (bh / d.heads, bh % d.heads);
         let (ws, wy) = (3 * w as isize, w as isize);
-        let (pbuf, dpbuf) = s.split_at_mut(ROWS * t);
+        let (pbuf, rest) = s.split_at_mut(ROWS * t);
+        let (dpbuf, rest) = rest.split_at_mut(ROWS * t);
+        let (kt, vt) = rest.split_at_mut(dh * t);
         // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
         unsafe {
             let base = b * t * 3 * w + h * dh;
@@ -286,6 +276,9 @@ impl AttentionGradKernel {
             let (dq, dk, dv) = (dqkv.add(base), dqkv.add(base + w), dqkv.add(base + 2 * w));
             let (g, y) = (g.add(b * t * w + h * dh), y.add(b * t * w + h * dh));
             let lse = lse.add(bh * t);
+            transpose(k, ws, t, dh, kt);
+            transpose(v, ws, t, dh, vt);
+            let (kt, vt) = (kt.as_ptr(), vt.as_ptr());
             for j in 0..t as isize {
                 std::ptr::write_bytes(dk.offset(j * ws), 0, dh);
                 std::ptr::write_bytes(dv.offset(j * ws), 0, dh);
@@ -296,8 +289,9 @@ impl AttentionGradKernel {
                 let ks = keys as isize;
                 let (p, dp) = (pbuf.as_mut_ptr(), dpbuf.as_mut_ptr());
                 let (qr, gr, yr) = (q.offset(r0 as isize * ws), g.offset(r0 as isize * wy), y.offset(r0 as isize * wy));
-                gemm(rows, keys, dh, p, (ks, 1), false, qr, (ws, 1), k, (1, ws));
-                gemm(rows, keys, dh, dp, (ks, 1), false, gr, (wy, 1), v, (1, ws));
+                let ts = t as isize;
+                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, ts, 1), p, ks, false);
+                product(rows, keys, dh, Mat::new(gr, wy, 1), Mat::new(vt, ts, 1), dp, ks, false);
                 Simd::best().run(
                     #[inline(always)]
                     || {
@@ -314,9 +308,10 @@ impl AttentionGradKernel {
                     },
                 );
                 // dq = ds k; dk += dsᵀ q (dsᵀ(j, i) = ds[i, j]); dv += pᵀ g.
-                gemm(rows, dh, keys, dq.offset(r0 as isize * ws), (ws, 1), false, dp, (ks, 1), k, (ws, 1));
-                gemm(keys, dh, rows, dk, (ws, 1), true, dp, (1, ks), qr, (ws, 1));
-                gemm(keys, dh, rows, dv, (ws, 1), true, p, (1, ks), gr, (wy, 1));
+                let dqr = dq.offset(r0 as isize * ws);
+                product(rows, dh, keys, Mat::new(dp, ks, 1), Mat::new(k, ws, 1), dqr, ws, false);
+                product(keys, dh, rows, Mat::new(dp, 1, ks), Mat::new(qr, ws, 1), dk, ws, true);
+                product(keys, dh, rows, Mat::new(p, 1, ks), Mat::new(gr, wy, 1), dv, ws, true);
             }
         }
     }
@@ -333,7 +328,7 @@ impl Kernel for AttentionGradKernel {
         );
         let dqkv = SendPtr(args.outputs[0] as *mut f32);
         par_split(d.batch * d.heads, d.par_min(), 1, |range| {
-            with_scratch(2 * ROWS * d.seq, |s| {
+            with_scratch(2 * (ROWS + d.dh()) * d.seq, |s| {
                 for bh in range {
                     // SAFETY: each task owns its heads; the buffers are the kernel's.
                     unsafe { self.head(bh, g.get(), qkv.get(), y.get(), lse.get(), dqkv.get(), s) };
