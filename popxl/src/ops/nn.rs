@@ -39,7 +39,7 @@ pub fn matmul(lhs: &Tensor, rhs: &Tensor) -> Result<Tensor> {
 /// ```
 pub fn attention(qkv: &Tensor, heads: usize, causal: bool) -> Result<Tensor> {
     let width = qkv.shape().last().copied().unwrap_or(0) / 3;
-    let dh = if heads > 0 { width / heads } else { 0 };
+    let dh = width.checked_div(heads).unwrap_or(0);
     let scale = if dh > 0 { 1.0 / (dh as f64).sqrt() } else { 1.0 };
     let heads = i64::try_from(heads).map_err(|_| PopXlError::ValueOutOfRange {
         what: "attention: heads".to_string(),

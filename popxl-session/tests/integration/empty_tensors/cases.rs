@@ -318,9 +318,14 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     );
     m.insert(
         "AttentionGrad",
-        vec![Case::new(vec![(0, f32s(&[0, 4, 2])), (1, f32s(&[0, 4, 6])), (2, f32s(&[0, 4, 2])), (3, f32s(&[0, 1, 4]))])
-            .attr("heads", i(1))
-            .attr("scale", f(1.0))],
+        vec![Case::new(vec![
+            (0, f32s(&[0, 4, 2])),
+            (1, f32s(&[0, 4, 6])),
+            (2, f32s(&[0, 4, 2])),
+            (3, f32s(&[0, 1, 4])),
+        ])
+        .attr("heads", i(1))
+        .attr("scale", f(1.0))],
     );
     m.insert(
         "MaskedSoftmax",

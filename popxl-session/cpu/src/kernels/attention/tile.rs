@@ -59,7 +59,13 @@ mod avx512 {
         for j0 in (0..n).step_by(32) {
             let cols = (n - j0).min(32);
             let lo = if cols >= 16 { 0xffff } else { (1u32 << cols) as u16 - 1 };
-            let hi = if cols >= 32 { 0xffff } else if cols > 16 { (1u32 << (cols - 16)) as u16 - 1 } else { 0 };
+            let hi = if cols >= 32 {
+                0xffff
+            } else if cols > 16 {
+                (1u32 << (cols - 16)) as u16 - 1
+            } else {
+                0
+            };
             for i0 in (0..m).step_by(MR) {
                 let rows = (m - i0).min(MR);
                 // SAFETY: rows `i0..i0 + rows` and columns `j0..j0 + cols` of the
