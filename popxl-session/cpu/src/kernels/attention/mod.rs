@@ -27,7 +27,7 @@ use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use popart_ir::ops::all as ir;
 use popart_ir::ops::attention::AttentionAttrs;
 use std::cell::RefCell;
-use tile::{product, Mat};
+use tile::{product, transpose, Mat};
 
 mod tile;
 
@@ -158,21 +158,6 @@ fn with_scratch(len: usize, f: impl FnOnce(&mut [f32])) {
         }
         f(&mut s[..len]);
     });
-}
-
-/// `out[c · rows + j] = src[j · rs + c]`: the `rows × cols` block at `src`
-/// (row stride `rs`, unit column stride) transposed into `out`.
-///
-/// # Safety
-/// `src` addresses the block; `out` holds `rows · cols` values.
-unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: &mut [f32]) {
-    for j in 0..rows {
-        // SAFETY: row `j` of the block (the caller's contract).
-        let row = unsafe { slice(src.offset(j as isize * rs), cols) };
-        for (c, &x) in row.iter().enumerate() {
-            out[c * rows + j] = x;
-        }
-    }
 }
 
 struct AttentionKernel {

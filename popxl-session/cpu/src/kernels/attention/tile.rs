@@ -43,6 +43,27 @@ pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *m
     unsafe { <f32 as MatElem>::gemm(m, n, k, c, crs, 1, acc, a.ptr, a.rs, a.cs, b.ptr, b.rs, 1, 1.0, 1.0) }
 }
 
+/// `out[c · rows + j] = src[j · rs + c]`: the `rows × cols` block at `src`
+/// (row stride `rs`, unit column stride) transposed into `out` (on AVX-512,
+/// in 16 × 16 blocks held in registers).
+///
+/// # Safety
+/// `src` addresses the block; `out` holds `rows · cols` values.
+pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: &mut [f32]) {
+    debug_assert!(out.len() >= rows * cols);
+    #[cfg(target_arch = "x86_64")]
+    if Simd::best() == Simd::Avx512 {
+        // SAFETY: the CPU has AVX-512 F; this function's contract.
+        return unsafe { avx512::transpose(src, rs, rows, cols, out.as_mut_ptr()) };
+    }
+    for j in 0..rows {
+        for c in 0..cols {
+            // SAFETY: element `(j, c)` of the block (the caller's contract).
+            out[c * rows + j] = unsafe { *src.offset(j as isize * rs + c as isize) };
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::Mat;
@@ -87,6 +108,62 @@ mod avx512 {
                     }
                 }
             }
+        }
+    }
+
+    /// 16 × 16 blocks transposed in registers: four stages, stage `k` swapping
+    /// bit `k` of the row index with bit `k` of the lane index between rows
+    /// `i` and `i | 2^k` (two two-source permutes per pair). The rest of the
+    /// block (rows or columns beyond a multiple of 16) is copied element by element.
+    ///
+    /// # Safety
+    /// As [`super::transpose`], on a CPU with AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32) {
+        let index = |k: usize, upper: bool| {
+            let b = 1 << k;
+            let lanes: [i32; 16] = std::array::from_fn(|l| match (l & b == 0, upper) {
+                (true, false) => l as i32,
+                (false, false) => 16 + (l ^ b) as i32,
+                (true, true) => (l ^ b) as i32,
+                (false, true) => 16 + l as i32,
+            });
+            // SAFETY: 16 i32 values are one 512-bit vector.
+            unsafe { _mm512_loadu_si512(lanes.as_ptr() as *const _) }
+        };
+        let lo = [index(0, false), index(1, false), index(2, false), index(3, false)];
+        let hi = [index(0, true), index(1, true), index(2, true), index(3, true)];
+        let (full_r, full_c) = (rows / 16 * 16, cols / 16 * 16);
+        for j0 in (0..full_r).step_by(16) {
+            for c0 in (0..full_c).step_by(16) {
+                // SAFETY: rows `j0..j0 + 16`, columns `c0..c0 + 16` of the block, and
+                // their transposed places in `out` (the caller's contract).
+                unsafe {
+                    let mut r: [__m512; 16] =
+                        std::array::from_fn(|i| _mm512_loadu_ps(src.offset((j0 + i) as isize * rs).add(c0)));
+                    for k in 0..4 {
+                        let b = 1 << k;
+                        for i in (0..16).filter(|i| i & b == 0) {
+                            let (x, y) = (r[i], r[i | b]);
+                            r[i] = _mm512_permutex2var_ps(x, lo[k], y);
+                            r[i | b] = _mm512_permutex2var_ps(x, hi[k], y);
+                        }
+                    }
+                    for (l, v) in r.iter().enumerate() {
+                        _mm512_storeu_ps(out.add((c0 + l) * rows + j0), *v);
+                    }
+                }
+            }
+        }
+        let copy = |j: usize, c: usize| {
+            // SAFETY: element `(j, c)` of the block and its transposed place.
+            unsafe { *out.add(c * rows + j) = *src.offset(j as isize * rs + c as isize) };
+        };
+        for j in 0..full_r {
+            (full_c..cols).for_each(|c| copy(j, c));
+        }
+        for j in full_r..rows {
+            (0..cols).for_each(|c| copy(j, c));
         }
     }
 
@@ -135,6 +212,54 @@ mod avx512 {
                     }
                     _mm512_mask_storeu_ps(row, self.lo, v0);
                     _mm512_mask_storeu_ps(row.add(16), self.hi, v1);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transposes_and_products_match_loops() {
+        let vals = |n: usize, seed: f32| (0..n).map(|i| ((i as f32 * 0.37 + seed).sin())).collect::<Vec<f32>>();
+        for &(rows, cols) in &[(16, 16), (128, 64), (33, 20), (7, 3), (48, 17)] {
+            let rs = cols + 5;
+            let src = vals(rows * rs, 1.0);
+            let mut out = vec![0.0; rows * cols];
+            // SAFETY: `src` holds `rows` rows of stride `rs`; `out` `rows · cols` values.
+            unsafe { transpose(src.as_ptr(), rs as isize, rows, cols, &mut out) };
+            for j in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(out[c * rows + j], src[j * rs + c], "{rows}x{cols} ({j}, {c})");
+                }
+            }
+        }
+        for &(m, n, k) in &[(32, 128, 64), (5, 37, 9), (64, 64, 32), (1, 1, 1)] {
+            let (a, b) = (vals(m * k, 2.0), vals(k * n, 3.0));
+            let mut c = vals(m * n, 4.0);
+            let old = c.clone();
+            // `a` read transposed (column-major), `c += a @ b`.
+            // SAFETY: the buffers hold what the strides address.
+            unsafe {
+                product(
+                    m,
+                    n,
+                    k,
+                    Mat::new(a.as_ptr(), 1, m as isize),
+                    Mat::new(b.as_ptr(), n as isize, 1),
+                    c.as_mut_ptr(),
+                    n as isize,
+                    true,
+                )
+            };
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 =
+                        old[i * n + j] as f64 + (0..k).map(|p| a[p * m + i] as f64 * b[p * n + j] as f64).sum::<f64>();
+                    assert!((c[i * n + j] as f64 - want).abs() < 1e-4, "{m}x{n}x{k} ({i}, {j})");
                 }
             }
         }
