@@ -86,7 +86,12 @@ pub fn build(s: &Shape, weights: &[(String, HostArray)], chunk: usize) -> AppRes
         caches.extend([kc, vc]);
     }
     let last = ops::slice(&x, &[chunk as i64 - 1], &[chunk as i64], &[1], &[1])?;
-    let logits = model::lm_head(&last, &p["lnf_g"], &p["lnf_b"], &p["wte"], 1)?;
+    // The tied embedding transposed once, here, for the head's product.
+    let wte_t = match by_name.get("wte") {
+        Some(HostArray::F32(a)) => popxl::variable(HostArray::from(a.t().as_standard_layout().into_owned()), "wte_t")?,
+        _ => return Err("the weight `wte` must be float32".into()),
+    };
+    let logits = model::lm_head_transposed(&last, &p["lnf_g"], &p["lnf_b"], &wte_t, 1)?;
     let out = popxl::d2h_stream(logits.shape(), logits.dtype(), "logits")?;
     ops::host_store(&out, &logits)?;
     let mut session = Session::new(ir.clone(), "cpu")?;

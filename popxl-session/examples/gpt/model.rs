@@ -158,9 +158,15 @@ pub fn embed(tokens: &Tensor, wte: &Tensor, wpe: &Tensor) -> popxl::Result<Tenso
 /// The LM head on `x` [.., d] (`rows` positions in all): the final LayerNorm,
 /// then the tied token embedding: logits `[rows, V]`.
 pub fn lm_head(x: &Tensor, g: &Tensor, b: &Tensor, wte: &Tensor, rows: usize) -> popxl::Result<Tensor> {
-    let d = *wte.shape().last().unwrap_or(&1) as i64;
+    lm_head_transposed(x, g, b, &ops::transpose(wte, &[1, 0])?, rows)
+}
+
+/// [`lm_head`] with the embedding already transposed, `wte_t` [d, V] (the
+/// decode program keeps a transposed copy instead of transposing per token).
+pub fn lm_head_transposed(x: &Tensor, g: &Tensor, b: &Tensor, wte_t: &Tensor, rows: usize) -> popxl::Result<Tensor> {
+    let d = wte_t.shape()[0] as i64;
     let x = layer_norm(x, g, b)?.reshape(&[rows as i64, d])?;
-    x.matmul(&ops::transpose(wte, &[1, 0])?)
+    x.matmul(wte_t)
 }
 
 /// The traced graphs of one model shape.
