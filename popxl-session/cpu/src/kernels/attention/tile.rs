@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn transposes_and_products_match_loops() {
-        let vals = |n: usize, seed: f32| (0..n).map(|i| ((i as f32 * 0.37 + seed).sin())).collect::<Vec<f32>>();
+        let vals = |n: usize, seed: f32| (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect::<Vec<f32>>();
         for &(rows, cols) in &[(16, 16), (128, 64), (33, 20), (7, 3), (48, 17)] {
             let rs = cols + 5;
             let src = vals(rows * rs, 1.0);
