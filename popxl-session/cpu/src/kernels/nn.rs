@@ -72,7 +72,7 @@ const LANES: usize = 16;
 /// arithmetic is a hundred times slower on x86 (masked attention scores are
 /// all such terms).
 #[inline(always)]
-fn exp_ftz<T: Float>(x: T) -> T {
+pub(super) fn exp_ftz<T: Float>(x: T) -> T {
     if x < <T as super::elem::Num>::from_f64(-87.0) {
         T::ZERO
     } else {

@@ -18,7 +18,7 @@
 //!   values transposed once per head where a product reads them as columns;
 //!   each result element is summed in a fixed order whatever the thread count.
 
-use super::elem::Float;
+use super::nn::exp_ftz;
 use super::par::{par_split, Simd};
 use super::ptr::{slice, SendPtr};
 use super::spec::{boxed, BuildResult, SpecExt};
@@ -33,16 +33,6 @@ mod tile;
 
 /// Query rows per block.
 const ROWS: usize = 32;
-
-/// `exp(x)` of a softmax term `x <= 0`, 0 below -87 (no subnormal arithmetic).
-#[inline(always)]
-fn exp_ftz(x: f32) -> f32 {
-    if x < -87.0 {
-        0.0
-    } else {
-        x.fast_exp()
-    }
-}
 
 /// Lanes of the row loops' partial results.
 const LANES: usize = 16;
