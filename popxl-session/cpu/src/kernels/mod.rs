@@ -91,6 +91,7 @@ mod reduce;
 mod resize;
 mod roi_align;
 mod scan;
+mod scratch;
 mod shape;
 mod sort;
 mod spec;

@@ -83,7 +83,7 @@ pub(super) fn exp_ftz<T: Float>(x: T) -> T {
 /// The largest element of `xs`, ignoring NaN (a NaN still makes the softmax row
 /// NaN: `NaN - max` is NaN); `T::LOWEST` for an empty row.
 #[inline(always)]
-fn row_max<T: Float>(xs: &[T]) -> T {
+pub(super) fn row_max<T: Float>(xs: &[T]) -> T {
     let mut acc = [T::LOWEST; LANES];
     let chunks = xs.chunks_exact(LANES);
     let rest = chunks.remainder();
@@ -98,7 +98,7 @@ fn row_max<T: Float>(xs: &[T]) -> T {
 
 /// `sum(xs · ys)`, in lanes.
 #[inline(always)]
-fn row_dot<T: Float>(xs: &[T], ys: &[T]) -> T {
+pub(super) fn row_dot<T: Float>(xs: &[T], ys: &[T]) -> T {
     let mut acc = [T::ZERO; LANES];
     let (cx, cy) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
     let (rx, ry) = (cx.remainder(), cy.remainder());

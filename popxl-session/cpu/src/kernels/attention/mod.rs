@@ -1,7 +1,8 @@
 //! `Attention` and `AttentionGrad` (see `popart_ir::ops::attention`): one
 //! task per (batch, head), its scores computed a block of query rows at a time
-//! into per-thread scratch that stays in cache; nothing of size `T × T` is
-//! written to the arena.
+//! into scratch that stays in cache (the shared [`scratch`] slots, one per
+//! piece, grown when the kernel is built); nothing of size `T × T` is written
+//! to the arena.
 //!
 //! - The heads are read in place from `qkv` `[B, T, 3·D]` (row stride `3·D`)
 //!   and `y` is written in place into `[B, T, D]`: no head transposes.
@@ -18,15 +19,17 @@
 //!   values transposed once per head where a product reads them as columns;
 //!   each result element is summed in a fixed order whatever the thread count.
 
-use super::nn::exp_ftz;
-use super::par::{par_split, Simd};
-use super::ptr::{slice, SendPtr};
+use super::nn::{exp_ftz, row_dot, row_max};
+use super::par::Simd;
+use super::ptr::{slice, slice_mut, SendPtr};
+use super::scratch;
 use super::spec::{boxed, BuildResult, SpecExt};
 use super::KernelEntry;
-use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
+use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
+use crate::team;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::attention::AttentionAttrs;
-use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tile::{product, transpose, Mat};
 
 mod tile;
@@ -34,51 +37,30 @@ mod tile;
 /// Query rows per block.
 const ROWS: usize = 32;
 
-/// Lanes of the row loops' partial results.
+/// Lanes of the row loops' partial sums.
 const LANES: usize = 16;
 
 /// `row = softmax(scale · row)` in place; returns the log-sum-exp of `scale · row`.
 #[inline(always)]
 fn softmax_row(row: &mut [f32], scale: f32) -> f32 {
-    let mut acc = [f32::MIN; LANES];
-    let mut chunks = row.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            let v = v * scale;
-            *a = if v > *a { v } else { *a };
-        }
-    }
-    let max = chunks.remainder().iter().fold(acc.iter().fold(f32::MIN, |m, &v| m.max(v)), |m, &v| m.max(v * scale));
+    row.iter_mut().for_each(|v| *v *= scale);
+    let max = row_max(row);
     let mut sums = [0.0f32; LANES];
     let mut chunks = row.chunks_exact_mut(LANES);
     for c in &mut chunks {
         for (s, v) in sums.iter_mut().zip(c) {
-            *v = exp_ftz(*v * scale - max);
+            *v = exp_ftz(*v - max);
             *s += *v;
         }
     }
     let mut sum = sums.iter().sum::<f32>();
     for v in chunks.into_remainder() {
-        *v = exp_ftz(*v * scale - max);
+        *v = exp_ftz(*v - max);
         sum += *v;
     }
     let inv = 1.0 / sum;
     row.iter_mut().for_each(|v| *v *= inv);
     max + sum.ln()
-}
-
-/// `Σ a · b` in lanes.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut sums = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            sums[l] += x[l] * y[l];
-        }
-    }
-    sums.iter().sum::<f32>() + tail
 }
 
 /// One row of the backward: the scores `p` (`q kᵀ` in, probabilities
@@ -123,35 +105,55 @@ impl Dims {
             self.seq
         }
     }
-    /// Tasks split over the team from this much work (multiply-adds).
-    fn par_min(&self) -> usize {
-        if self.batch * self.heads * self.seq * self.seq * self.dh() >= 1 << 18 {
-            0
-        } else {
-            usize::MAX
-        }
+    /// Whether the heads are split over the team: from 2^18 multiply-adds.
+    fn parallel(&self) -> bool {
+        [self.heads, self.seq, self.seq, self.dh()].iter().fold(self.batch, |a, &b| a.saturating_mul(b)) >= 1 << 18
+    }
+    /// Scratch of one forward head: a block of scores and the transposed keys.
+    fn forward_scratch(&self) -> usize {
+        (ROWS + self.dh()) * self.seq
+    }
+    /// Scratch of one gradient head: scores, their gradients, keys and values transposed.
+    fn grad_scratch(&self) -> usize {
+        2 * self.forward_scratch()
     }
 }
 
-thread_local! {
-    /// Scratch of a thread: two blocks of `ROWS × T` scores.
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+/// Run `f(bh, scratch)` for every head `bh` in `0..dims.batch · dims.heads`:
+/// one piece per scratch slot (over the team when there are several), each
+/// claiming heads in turn with its slot's first `len` f32 values as scratch.
+fn for_each_head(d: &Dims, slots: &[scratch::Slot], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let heads = d.batch * d.heads;
+    let next = AtomicUsize::new(0);
+    let piece = |p: usize| {
+        let mut words = slots[p].lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the slot holds at least `len` f32 values in its u64 words
+        // (grown at build time, aligned) and is this piece's alone while locked.
+        let s = unsafe { slice_mut(words.as_mut_ptr() as *mut f32, len) };
+        loop {
+            let bh = next.fetch_add(1, Ordering::Relaxed);
+            if bh >= heads {
+                break;
+            }
+            f(bh, s);
+        }
+    };
+    match slots.len() {
+        0 | 1 => piece(0),
+        n => team::run(n, &piece),
+    }
 }
 
-/// Run `f` with this thread's scratch of at least `len` values (allocated on a
-/// thread's first use, and again only for a longer context).
-fn with_scratch(len: usize, f: impl FnOnce(&mut [f32])) {
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.len() < len {
-            *s = vec![0.0; len];
-        }
-        f(&mut s[..len]);
-    });
+/// The scratch slots of an attention whose heads need `len` f32 values each:
+/// one per thread (at most one per head) above the size threshold, else one.
+fn head_slots(spec: &KernelSpec<'_>, d: &Dims, len: usize) -> Result<Vec<scratch::Slot>, KernelError> {
+    let pieces = if d.parallel() { team::num_threads().min(d.batch * d.heads).max(1) } else { 1 };
+    scratch::slots(spec, pieces, len.div_ceil(2))
 }
 
 struct AttentionKernel {
     d: Dims,
+    scratch: Vec<scratch::Slot>,
 }
 
 impl AttentionKernel {
@@ -205,13 +207,9 @@ impl Kernel for AttentionKernel {
             SendPtr(args.outputs[0] as *mut f32),
             SendPtr(args.outputs[1] as *mut f32),
         );
-        par_split(d.batch * d.heads, d.par_min(), 1, |range| {
-            with_scratch((ROWS + d.dh()) * d.seq, |s| {
-                for bh in range {
-                    // SAFETY: each task owns its heads; the buffers are the kernel's.
-                    unsafe { self.head(bh, qkv.get(), y.get(), lse.get(), s) };
-                }
-            })
+        for_each_head(&d, &self.scratch, d.forward_scratch(), |bh, s| {
+            // SAFETY: each head is claimed once; the buffers are the kernel's.
+            unsafe { self.head(bh, qkv.get(), y.get(), lse.get(), s) };
         });
         Ok(())
     }
@@ -219,6 +217,7 @@ impl Kernel for AttentionKernel {
 
 struct AttentionGradKernel {
     d: Dims,
+    scratch: Vec<scratch::Slot>,
 }
 
 impl AttentionGradKernel {
@@ -276,7 +275,7 @@ impl AttentionGradKernel {
                             let yi = slice(yr.offset(i as isize * wy), dh);
                             let (prow, pdead) = pbuf[i * keys..(i + 1) * keys].split_at_mut(valid);
                             let (dprow, dpdead) = dpbuf[i * keys..(i + 1) * keys].split_at_mut(valid);
-                            score_grad_row(prow, dprow, dot(gi, yi), *lse.add(r0 + i), d.scale);
+                            score_grad_row(prow, dprow, row_dot(gi, yi), *lse.add(r0 + i), d.scale);
                             pdead.fill(0.0);
                             dpdead.fill(0.0);
                         }
@@ -302,20 +301,16 @@ impl Kernel for AttentionGradKernel {
             SendPtr(args.inputs[3] as *mut f32),
         );
         let dqkv = SendPtr(args.outputs[0] as *mut f32);
-        par_split(d.batch * d.heads, d.par_min(), 1, |range| {
-            with_scratch(2 * (ROWS + d.dh()) * d.seq, |s| {
-                for bh in range {
-                    // SAFETY: each task owns its heads; the buffers are the kernel's.
-                    unsafe { self.head(bh, g.get(), qkv.get(), y.get(), lse.get(), dqkv.get(), s) };
-                }
-            })
+        for_each_head(&d, &self.scratch, d.grad_scratch(), |bh, s| {
+            // SAFETY: each head is claimed once; the buffers are the kernel's.
+            unsafe { self.head(bh, g.get(), qkv.get(), y.get(), lse.get(), dqkv.get(), s) };
         });
         Ok(())
     }
 }
 
 /// The checked dimensions of an attention over `qkv` (input `qkv_pos`).
-fn dims(spec: &KernelSpec<'_>, qkv_pos: u32) -> Result<Dims, crate::kernel::KernelError> {
+fn dims(spec: &KernelSpec<'_>, qkv_pos: u32) -> Result<Dims, KernelError> {
     let qkv = spec.input(qkv_pos)?;
     let AttentionAttrs { heads, scale, causal } = spec.typed()?;
     let dt = qkv.dtype();
@@ -339,7 +334,8 @@ fn build_attention(spec: &KernelSpec<'_>) -> BuildResult {
     if y.shape() != [d.batch, d.seq, d.width] || lse.shape() != [d.batch, d.heads, d.seq] {
         return Err(spec.error(format!("outputs {} and {} do not match the attention", y.info, lse.info)));
     }
-    boxed(AttentionKernel { d })
+    let scratch = head_slots(spec, &d, d.forward_scratch())?;
+    boxed(AttentionKernel { d, scratch })
 }
 
 fn build_attention_grad(spec: &KernelSpec<'_>) -> BuildResult {
@@ -352,7 +348,8 @@ fn build_attention_grad(spec: &KernelSpec<'_>) -> BuildResult {
     if !ok {
         return Err(spec.error("the gradient, output and log-sum-exp do not match the attention"));
     }
-    boxed(AttentionGradKernel { d })
+    let scratch = head_slots(spec, &d, d.grad_scratch())?;
+    boxed(AttentionGradKernel { d, scratch })
 }
 
 /// Every kernel of this file.

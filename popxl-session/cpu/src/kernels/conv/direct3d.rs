@@ -39,12 +39,13 @@
 //! thread timing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;
 
 use super::super::par::Simd;
 use super::super::ptr::{slice_mut, SendPtr};
+use super::super::scratch;
 use super::super::spec::SpecExt;
 #[cfg(target_arch = "x86_64")]
 use super::direct2d::{tile_dispatch, TileAt};
@@ -52,7 +53,7 @@ use super::direct2d::{Sweep, LANES, PB, RB};
 #[cfg(target_arch = "x86_64")]
 use super::implicit_wgrad::transpose8;
 use super::layout::copy_row;
-use super::{scratch_slots, Pass};
+use super::Pass;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
 
@@ -204,7 +205,7 @@ pub(super) struct Direct3d {
     /// Weight gradient: chunks of output depths, and the partial dw of chunks 1...
     chunks: usize,
     partials: Mutex<Vec<f32>>,
-    scratch: Vec<Arc<Mutex<Vec<u64>>>>,
+    scratch: Vec<scratch::Slot>,
 }
 
 /// The computed forward geometry of pass `pass` over `geo`, when this
@@ -294,7 +295,7 @@ impl Direct3d {
             .map_err(|_| spec.error("cannot allocate the convolution weight-gradient partials"))?;
         k3.partials = Mutex::new(partials);
         let slots = if parallel { threads.min(k3.tasks.len()).max(1) } else { 1 };
-        k3.scratch = scratch_slots(spec, slots, words)?;
+        k3.scratch = scratch::slots(spec, slots, words)?;
         Ok(Some(Box::new(k3)))
     }
 

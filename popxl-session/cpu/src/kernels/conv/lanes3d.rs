@@ -33,18 +33,19 @@
 //! tap), whatever the thread count.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use popart_ir::ops::conv::ConvGeometry;
 
 use super::super::par::{par_split, Simd, PAR_MIN_ELEMS};
 use super::super::ptr::SendPtr;
+use super::super::scratch;
 use super::super::spec::SpecExt;
 use super::direct3d::{select, Geo3};
 #[cfg(target_arch = "x86_64")]
 use super::implicit_wgrad::transpose8;
 use super::layout::copy_row;
-use super::{scratch_slots, Pass};
+use super::Pass;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
 
@@ -111,7 +112,7 @@ pub(super) struct Lanes3d {
     parallel: bool,
     /// The packed weights, rewritten at every run.
     packed: Mutex<Vec<f32>>,
-    scratch: Vec<Arc<Mutex<Vec<u64>>>>,
+    scratch: Vec<scratch::Slot>,
 }
 
 impl Lanes3d {
@@ -202,7 +203,7 @@ impl Lanes3d {
         // Padded channels, then the position-major sums (f32, in u64 words).
         let words = (cb * plane + oh * ow * BW).div_ceil(2);
         let slots = if parallel { threads.min(tasks.len()).max(1) } else { 1 };
-        let scratch = scratch_slots(spec, slots, words)?;
+        let scratch = scratch::slots(spec, slots, words)?;
         Ok(Some(Box::new(Lanes3d {
             g,
             pass,

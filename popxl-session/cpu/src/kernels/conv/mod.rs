@@ -51,7 +51,7 @@
 //! `direct3d`, `nd`, and `tests` (shared test helpers).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use popart_ir::ops::all as ir;
 use popart_ir::ops::conv::{conv_geometry, conv_transpose_geometry, ConvAttrs, ConvGeometry, ConvTransposeAttrs};
@@ -77,6 +77,7 @@ pub(super) use layout::{split_geometry, Geo2, Outer};
 use super::dispatch::with_float;
 use super::par::Simd;
 use super::ptr::{slice_mut, SendPtr};
+use super::scratch;
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
@@ -221,37 +222,6 @@ struct Io<T> {
     wpart: *mut T,
 }
 
-/// Scratch buffers shared by every convolution kernel of the process: piece
-/// `p` of a running kernel uses slot `p`. Kernels grow the slots they use when
-/// they are built, never while they run; a slot is locked while in use, so
-/// sessions running convolutions on different threads take turns.
-fn scratch_slot(p: usize) -> Arc<Mutex<Vec<u64>>> {
-    static SLOTS: Mutex<Vec<Arc<Mutex<Vec<u64>>>>> = Mutex::new(Vec::new());
-    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    while slots.len() <= p {
-        slots.push(Arc::new(Mutex::new(Vec::new())));
-    }
-    slots[p].clone()
-}
-
-/// The scratch slots of `pieces` pieces, each grown to `words` u64 words.
-fn scratch_slots(spec: &KernelSpec<'_>, pieces: usize, words: usize) -> Result<Vec<Arc<Mutex<Vec<u64>>>>, KernelError> {
-    let mut scratch = Vec::with_capacity(pieces);
-    for p in 0..pieces {
-        let slot = scratch_slot(p);
-        {
-            let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
-            if v.len() < words {
-                let extra = words - v.len();
-                v.try_reserve_exact(extra).map_err(|_| spec.error("cannot allocate the convolution scratch"))?;
-                v.resize(words, 0);
-            }
-        }
-        scratch.push(slot);
-    }
-    Ok(scratch)
-}
-
 /// A pass without multiply-adds: writes `bytes` zero bytes to output 0
 /// (all-zero bits are 0 in every float type).
 struct ZeroKernel {
@@ -279,8 +249,8 @@ struct ConvKernel<T> {
     parallel: bool,
     /// No multiply-add at all (an empty dim): the result is zeros of `out_len` elements.
     zero_fill: Option<usize>,
-    /// The shared scratch slots of the pieces (see [`scratch_slot`]).
-    scratch: Vec<Arc<Mutex<Vec<u64>>>>,
+    /// The shared scratch slots of the pieces (see [`scratch::slots`]).
+    scratch: Vec<scratch::Slot>,
     /// Partial weight gradients of chunks 1.. (chunk 0 writes the output).
     partials: Mutex<Vec<T>>,
     _t: Types<T>,
@@ -525,7 +495,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let slots = if cx.parallel { team::num_threads().min(tasks.len()).max(1) } else { 1 };
         // Scratch in u64 words (aligned for f32 and f64).
         let words = (scratch * std::mem::size_of::<T>()).div_ceil(8);
-        let scratch = scratch_slots(cx.spec, slots, words)?;
+        let scratch = scratch::slots(cx.spec, slots, words)?;
         let wlen = g.groups * g.co_g * g.kdim();
         let partials = popart_ir::size::try_zeroed_vec::<T>((chunks.len() - 2) * wlen, "conv partials")
             .map_err(|_| cx.spec.error("cannot allocate the convolution weight-gradient partials"))?;

@@ -1,0 +1,44 @@
+//! Scratch buffers shared by every kernel of the process that needs per-piece
+//! working memory (convolutions' column buffers, attention's score blocks):
+//! piece `p` of a running kernel uses slot `p`. Kernels grow the slots they use
+//! when they are built (fallibly: a typed error, never an abort), never while
+//! they run; a slot is locked while in use, so sessions running such kernels
+//! on different threads take turns. A model with many such kernels pays for
+//! one set of buffers.
+
+use std::sync::{Arc, Mutex};
+
+use super::spec::SpecExt;
+use crate::kernel::{KernelError, KernelSpec};
+
+/// One piece's scratch: `u64` words, so any element type up to 8 bytes is aligned.
+pub(crate) type Slot = Arc<Mutex<Vec<u64>>>;
+
+/// Slot `p`, created empty if it does not exist yet.
+fn slot(p: usize) -> Slot {
+    static SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    while slots.len() <= p {
+        slots.push(Arc::new(Mutex::new(Vec::new())));
+    }
+    slots[p].clone()
+}
+
+/// The scratch slots of `pieces` pieces, each grown to at least `words` words.
+pub(crate) fn slots(spec: &KernelSpec<'_>, pieces: usize, words: usize) -> Result<Vec<Slot>, KernelError> {
+    let mut scratch = Vec::with_capacity(pieces);
+    for p in 0..pieces {
+        let slot = slot(p);
+        {
+            let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if v.len() < words {
+                let extra = words - v.len();
+                v.try_reserve_exact(extra)
+                    .map_err(|_| spec.error(format!("cannot allocate {words} words of kernel scratch")))?;
+                v.resize(words, 0);
+            }
+        }
+        scratch.push(slot);
+    }
+    Ok(scratch)
+}
