@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use popart_ir::{DataType, TensorInfo};
+use popart_ir::{AttrValue, DataType, TensorInfo};
 use popxl_cpu::kernel::{KernelArgs, KernelSpec};
 use popxl_cpu::kernels::build_kernel;
 use popxl_cpu::team;
@@ -209,6 +209,14 @@ fn gpt_cases() -> Vec<Case> {
     for (name, k, n) in [("qk", 64, 128), ("pv", 128, 64)] {
         passes(name, f32s(&[16, 4, 128, k]), f32s(&[16, 4, k, n]), f32s(&[16, 4, 128, n]));
     }
+    // Attention as one op (causal, 4 heads of 64), forward and gradient.
+    let (qkv, y, lse) = (f32s(&[16, 128, 768]), f32s(&[16, 128, 256]), f32s(&[16, 4, 128]));
+    let attention = |c: Case| {
+        c.attr("heads", AttrValue::Int(4)).attr("scale", AttrValue::Float(0.125)).attr("causal", AttrValue::Bool(true))
+    };
+    v.push(attention(Case::new("attention fwd", "Attention", vec![qkv.clone()], y.clone()).output(lse.clone())));
+    let grad = Case::new("attention grad", "AttentionGrad", vec![y.clone(), qkv.clone(), y, lse], qkv);
+    v.push(attention(grad));
     v
 }
 

@@ -40,10 +40,14 @@ const ROWS: usize = 32;
 /// Lanes of the row loops' partial sums.
 const LANES: usize = 16;
 
-/// `row = softmax(scale · row)` in place; returns the log-sum-exp of `scale · row`.
+/// `row[..valid] = softmax(scale · row[..valid])` in place and the rest of
+/// the row 0 (its length a multiple of [`LANES`] where it can be, so every
+/// pass runs in whole vectors); returns the log-sum-exp of `scale · row[..valid]`.
 #[inline(always)]
-fn softmax_row(row: &mut [f32], scale: f32) -> f32 {
+fn softmax_row(row: &mut [f32], valid: usize, scale: f32) -> f32 {
     row.iter_mut().for_each(|v| *v *= scale);
+    // exp(-inf - max) is exactly 0: the masked positions add nothing.
+    row[valid..].fill(f32::NEG_INFINITY);
     let max = row_max(row);
     let mut sums = [0.0f32; LANES];
     let mut chunks = row.chunks_exact_mut(LANES);
@@ -64,11 +68,16 @@ fn softmax_row(row: &mut [f32], scale: f32) -> f32 {
 }
 
 /// One row of the backward: the scores `p` (`q kᵀ` in, probabilities
-/// `exp(scale · s − lse)` out) and `dp` (`g vᵀ` in, `p ⊙ (dp − dot) · scale` out).
+/// `exp(scale · s − lse)` out) and `dp` (`g vᵀ` in, `p ⊙ (dp − dot) · scale`
+/// out), both 0 from `valid` on (the whole rows in whole vectors, as
+/// [`softmax_row`]).
 #[inline(always)]
-fn score_grad_row(p: &mut [f32], dp: &mut [f32], dot: f32, lse: f32, scale: f32) {
+fn score_grad_row(p: &mut [f32], dp: &mut [f32], valid: usize, dot: f32, lse: f32, scale: f32) {
+    p.iter_mut().for_each(|v| *v *= scale);
+    p[valid..].fill(f32::NEG_INFINITY);
+    dp[valid..].fill(0.0);
     for (p, dp) in p.iter_mut().zip(dp.iter_mut()) {
-        let v = exp_ftz(*p * scale - lse);
+        let v = exp_ftz(*p - lse);
         *p = v;
         *dp = v * (*dp - dot) * scale;
     }
@@ -97,6 +106,10 @@ impl Dims {
             self.seq
         }
     }
+    /// Row stride of a block of scores over `keys` keys: whole vectors.
+    fn stride(&self, keys: usize) -> usize {
+        keys.next_multiple_of(LANES)
+    }
     /// Keys query row `i` attends to.
     fn valid(&self, i: usize) -> usize {
         if self.causal {
@@ -111,11 +124,11 @@ impl Dims {
     }
     /// Scratch of one forward head: a block of scores and the transposed keys.
     fn forward_scratch(&self) -> usize {
-        (ROWS + self.dh()) * self.seq
+        ROWS * self.stride(self.seq) + self.dh() * self.seq
     }
     /// Scratch of one gradient head: scores, their gradients, keys and values transposed.
     fn grad_scratch(&self) -> usize {
-        2 * self.forward_scratch()
+        2 * (ROWS * self.stride(self.seq) + self.dh() * self.seq)
     }
 }
 
@@ -166,7 +179,7 @@ impl AttentionKernel {
         let (t, w, dh) = (d.seq, d.width, d.dh());
         let (b, h) = (bh / d.heads, bh % d.heads);
         let ws = 3 * w as isize;
-        let (s, kt) = s.split_at_mut(ROWS * t);
+        let (s, kt) = s.split_at_mut(ROWS * d.stride(t));
         // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
         unsafe {
             let q = qkv.add(b * t * 3 * w + h * dh);
@@ -178,22 +191,21 @@ impl AttentionKernel {
             for r0 in (0..t).step_by(ROWS) {
                 let r1 = (r0 + ROWS).min(t);
                 let (rows, keys) = (r1 - r0, d.keys(r1));
+                let ks = d.stride(keys);
                 let p = s.as_mut_ptr();
                 let qr = q.offset(r0 as isize * ws);
-                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, t as isize, 1), p, keys as isize, false);
+                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, t as isize, 1), p, ks as isize, false);
                 let simd = Simd::best();
                 simd.run(
                     #[inline(always)]
                     || {
                         for i in 0..rows {
-                            let (live, dead) = s[i * keys..(i + 1) * keys].split_at_mut(d.valid(r0 + i));
-                            *lse.add(r0 + i) = softmax_row(live, d.scale);
-                            dead.fill(0.0);
+                            *lse.add(r0 + i) = softmax_row(&mut s[i * ks..(i + 1) * ks], d.valid(r0 + i), d.scale);
                         }
                     },
                 );
                 let yr = y.offset(r0 as isize * w as isize);
-                product(rows, dh, keys, Mat::new(p, keys as isize, 1), Mat::new(v, ws, 1), yr, w as isize, false);
+                product(rows, dh, keys, Mat::new(p, ks as isize, 1), Mat::new(v, ws, 1), yr, w as isize, false);
             }
         }
     }
@@ -240,8 +252,8 @@ impl AttentionGradKernel {
         let (t, w, dh) = (d.seq, d.width, d.dh());
         let (b, h) = (bh / d.heads, bh % d.heads);
         let (ws, wy) = (3 * w as isize, w as isize);
-        let (pbuf, rest) = s.split_at_mut(ROWS * t);
-        let (dpbuf, rest) = rest.split_at_mut(ROWS * t);
+        let (pbuf, rest) = s.split_at_mut(ROWS * d.stride(t));
+        let (dpbuf, rest) = rest.split_at_mut(ROWS * d.stride(t));
         let (kt, vt) = rest.split_at_mut(dh * t);
         // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
         unsafe {
@@ -253,14 +265,10 @@ impl AttentionGradKernel {
             transpose(k, ws, t, dh, kt);
             transpose(v, ws, t, dh, vt);
             let (kt, vt) = (kt.as_ptr(), vt.as_ptr());
-            for j in 0..t as isize {
-                std::ptr::write_bytes(dk.offset(j * ws), 0, dh);
-                std::ptr::write_bytes(dv.offset(j * ws), 0, dh);
-            }
             for r0 in (0..t).step_by(ROWS) {
                 let r1 = (r0 + ROWS).min(t);
                 let (rows, keys) = (r1 - r0, d.keys(r1));
-                let ks = keys as isize;
+                let ks = d.stride(keys) as isize;
                 let (p, dp) = (pbuf.as_mut_ptr(), dpbuf.as_mut_ptr());
                 let (qr, gr, yr) = (q.offset(r0 as isize * ws), g.offset(r0 as isize * wy), y.offset(r0 as isize * wy));
                 let ts = t as isize;
@@ -270,22 +278,26 @@ impl AttentionGradKernel {
                     #[inline(always)]
                     || {
                         for i in 0..rows {
-                            let valid = d.valid(r0 + i);
                             let gi = slice(gr.offset(i as isize * wy), dh);
                             let yi = slice(yr.offset(i as isize * wy), dh);
-                            let (prow, pdead) = pbuf[i * keys..(i + 1) * keys].split_at_mut(valid);
-                            let (dprow, dpdead) = dpbuf[i * keys..(i + 1) * keys].split_at_mut(valid);
-                            score_grad_row(prow, dprow, row_dot(gi, yi), *lse.add(r0 + i), d.scale);
-                            pdead.fill(0.0);
-                            dpdead.fill(0.0);
+                            let row = i * ks as usize..(i + 1) * ks as usize;
+                            let (prow, dprow) = (&mut pbuf[row.clone()], &mut dpbuf[row]);
+                            let (dot, lse) = (row_dot(gi, yi), *lse.add(r0 + i));
+                            score_grad_row(prow, dprow, d.valid(r0 + i), dot, lse, d.scale);
                         }
                     },
                 );
-                // dq = ds k; dk += dsᵀ q (dsᵀ(j, i) = ds[i, j]); dv += pᵀ g.
+                // dq = ds k; dk += dsᵀ q (dsᵀ(j, i) = ds[i, j]); dv += pᵀ g. The keys
+                // no earlier block reached are written, not added to.
                 let dqr = dq.offset(r0 as isize * ws);
                 product(rows, dh, keys, Mat::new(dp, ks, 1), Mat::new(k, ws, 1), dqr, ws, false);
-                product(keys, dh, rows, Mat::new(dp, 1, ks), Mat::new(qr, ws, 1), dk, ws, true);
-                product(keys, dh, rows, Mat::new(p, 1, ks), Mat::new(gr, wy, 1), dv, ws, true);
+                let seen = if r0 == 0 { 0 } else { d.keys(r0) };
+                for (j0, j1, acc) in [(0, seen, true), (seen, keys, false)] {
+                    let (jn, js) = (j1 - j0, j0 as isize);
+                    let (dkj, dvj) = (dk.offset(js * ws), dv.offset(js * ws));
+                    product(jn, dh, rows, Mat::new(dp.offset(js), 1, ks), Mat::new(qr, ws, 1), dkj, ws, acc);
+                    product(jn, dh, rows, Mat::new(p.offset(js), 1, ks), Mat::new(gr, wy, 1), dvj, ws, acc);
+                }
             }
         }
     }
