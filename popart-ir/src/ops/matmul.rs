@@ -9,8 +9,10 @@ op_types!(
     /// `a @ b`: batched over leading dims with broadcasting; a 1-D lhs is a row vector and a
     /// 1-D rhs a column vector, the promoted dim being removed from the output (numpy rules).
     MatMul,
-    /// `a @ b + c` with `c` of shape `[n]` added to every row (made by the
-    /// `fuse-matmul-bias` pattern from `MatMul` and `Add`; no gradient)
+    /// `a @ b + c (+ r)` with `c` of shape `[n]` added to every row and the
+    /// optional `r` (input 3) of the result's shape added after it: a linear
+    /// layer with its bias and residual (made by the `fuse-matmul-bias` pattern
+    /// from `MatMul` and `Add`s; no gradient)
     MatMulAdd,
 );
 
@@ -74,7 +76,8 @@ impl OpDef for MatMulAdd {
     fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
         ctx.matrix(ctx.output_elements(0).saturating_mul(ctx.input_last_dim(0)))
     }
-    /// `MatMulAdd(a, b, c)`: `MatMul(a, b)`'s info; `c` is `[n]`, `n` the result's last dim.
+    /// `MatMulAdd(a, b, c, r?)`: `MatMul(a, b)`'s info; `c` is `[n]`, `n` the
+    /// result's last dim; `r`, when connected, has the result's info.
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         let y = MatMul.infer(ctx)?.remove(0);
         let c = ctx.input(2)?;
@@ -83,6 +86,11 @@ impl OpDef for MatMulAdd {
             || y.shape.last().map(|&n| vec![n]) != Some(c.shape.clone())
         {
             return Err(ctx.error(format!("the addend {c} must be a {}[n] vector, n the last dim of {y}", y.dtype)));
+        }
+        if let Some(r) = ctx.optional_input(3) {
+            if r != &y {
+                return Err(ctx.error(format!("the residual {r} must have the result's info {y}")));
+            }
         }
         Ok(vec![y])
     }

@@ -19,7 +19,7 @@
 //! | [`print`] | `PrintTensor` | `title: str`, `print_self, print_gradient: bool`, format (see [`print::PrintFormat`]) |
 //! | [`binary`] | `Greater Less Equal` (bool output), `Where(cond, lhs, rhs)` | none |
 //! | [`matmul`] | `MatMul` (numpy `matmul`: batched, broadcast batch dims, 1-D operands promoted) | none |
-//! | [`matmul`] | `MatMulAdd(a, b, c)` (made by a pattern): `a @ b + c`, `c` a row vector | |
+//! | [`matmul`] | `MatMulAdd(a, b, c, r?)` (made by a pattern): `a @ b + c (+ r)`, `c` a row vector, `r` a residual | |
 //! | [`reduce`] | `ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceSumSquare` | `axes: ints` (empty = all), `keepdims: bool` |
 //! | [`reduce`] | `ReduceMedian` -> `(values, int32 indices)`, `ReduceMedianGrad(g, indices, x)`; `LambSquare` (float32 scalar) | `axes`, `keepdims`; none |
 //! | [`scan`] | `CumSum` | `axis: int`, `exclusive, reverse: bool` |

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`fuse_weight_update`] | `ScaledAddInplace(W, Call(..)[o])` whose gradient is a callee's `MatMulRhsGrad` becomes one `ScaledAddMatMulRhsGradInplace` inside the callee, accumulating into `W` |
 //! | [`fuse_masked_softmax`] | `Softmax(Where(mask, Mul(x, scale), fill))` over the last axis becomes one `MaskedSoftmax{scale, fill}(x, mask)` |
-//! | [`fuse_matmul_bias`] | `Add(MatMul(a, b), c)` with `c` a row vector becomes `MatMulAdd(a, b, c)` (the GEMM accumulates onto the bias) |
+//! | [`fuse_matmul_bias`] | `Add(MatMul(a, b), c)` with `c` a row vector becomes `MatMulAdd(a, b, c)`, and `Add(MatMulAdd(a, b, c), r)` with `r` of the result's shape `MatMulAdd(a, b, c, r)` (the kernel adds the bias and the residual to each block after its product) |
 
 pub mod fuse_all_reduce_update;
 pub mod fuse_masked_softmax;

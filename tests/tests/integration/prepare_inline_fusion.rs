@@ -235,3 +235,48 @@ fn matmul_bias_pattern_adds_the_bias_in_the_gemm() {
         }
     }
 }
+
+#[test]
+fn matmul_bias_pattern_adds_the_residual_after_the_bias() {
+    // A transformer layer's `x + (h @ w + b)`, residual on either side of the add,
+    // large enough for the GEMM to be split over the worker team.
+    let (m, k, n) = (300, 40, 70);
+    for residual_first in [false, true] {
+        let run = |patterns: bool| {
+            let ir = Ir::new();
+            let _g = ir.main_graph().enter();
+            let x_s = popxl::h2d_stream([2, m, k], popxl::float32, "x").unwrap();
+            let y_s = popxl::d2h_stream([2, m, n], popxl::float32, "y").unwrap();
+            let x = ops::host_load(&x_s, "x").unwrap();
+            let w = popxl::constant(data(&[k, n], 5), "w").unwrap();
+            let b = popxl::constant(data(&[n], 6), "b").unwrap();
+            let r = popxl::constant(data(&[2, m, n], 8), "r").unwrap();
+            let t = ops::add(&x.matmul(&w).unwrap(), &b).unwrap();
+            let y = if residual_first { ops::add(&r, &t) } else { ops::add(&t, &r) }.unwrap();
+            ops::host_store(&y_s, &y).unwrap();
+            let options = SessionOptions { patterns, ..SessionOptions::default() };
+            let mut session = Session::with_options(ir.clone(), "cpu", options).unwrap();
+            let input = data(&[2, m, k], 7);
+            let out =
+                session.scope(|s| s.run(&HashMap::from([(x_s.clone(), HostArray::from(input.clone()))]))).unwrap();
+            let counts = (count_ops(&session, "MatMulAdd"), count_ops(&session, "Add"));
+            (out[&y_s].to_f64_vec(), counts, input)
+        };
+        let (fused, n_fused, input) = run(true);
+        let (plain, n_plain, _) = run(false);
+        assert_eq!((n_fused, n_plain), ((1, 0), (0, 2)));
+        let (w, b, r) = (data(&[k, n], 5), data(&[n], 6), data(&[2, m, n], 8));
+        for bi in 0..2 {
+            for i in 0..m {
+                for j in 0..n {
+                    let dot: f64 = (0..k).map(|p| f64::from(input[[bi, i, p]]) * f64::from(w[[p, j]])).sum();
+                    let want = dot + f64::from(b[[j]]) + f64::from(r[[bi, i, j]]);
+                    let at = (bi * m + i) * n + j;
+                    assert!((fused[at] - want).abs() < 1e-5, "{bi} {i} {j}");
+                }
+            }
+        }
+        // The same f32 additions in the same order as the two `Add`s.
+        assert_eq!(fused, plain, "residual first: {residual_first}");
+    }
+}

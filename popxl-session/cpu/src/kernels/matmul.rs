@@ -238,10 +238,33 @@ struct GemmPlan {
     out_len: usize,
 }
 
+/// `MatMulAdd`'s addends: the bias row and the optional residual (null when absent).
+struct Addends<T> {
+    bias: *const T,
+    residual: *const T,
+}
+
+impl<T> Clone for Addends<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Addends<T> {}
+
+// SAFETY: read-only pointers into the kernel's inputs, shared by its tasks
+// (as `SendPtr`), which only read them.
+unsafe impl<T> Send for Addends<T> {}
+// SAFETY: as for `Send`.
+unsafe impl<T> Sync for Addends<T> {}
+
 struct MatMulKernel<T> {
     plan: GemmPlan,
     /// `MatMulAdd`: input position of the row vector added to every result row.
     bias_pos: Option<usize>,
+    /// `MatMulAdd`'s optional residual: input position of the tensor of the
+    /// result's shape added after the bias.
+    residual_pos: Option<usize>,
     /// `ScaledAddMatMulRhsGradInplace`: `dst = a · dst + b · product`, as (a, b).
     update: Option<(T, T)>,
     zero_fill: bool,
@@ -258,20 +281,22 @@ impl<T: MatElem> MatMulKernel<T> {
     /// # Safety
     /// As [`Self::block`], for the whole `m × n` result of `j`.
     #[inline]
-    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, bias: *const T) {
+    unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, add: Addends<T>) {
         let p = &self.plan;
         // SAFETY: this function's contract, over all rows and columns.
-        unsafe { self.block(j, dst, lhs, rhs, bias, 0..p.m, 0..p.n) };
+        unsafe { self.block(j, dst, lhs, rhs, add, 0..p.m, 0..p.n) };
     }
 
-    /// Rows `rows` and columns `cols` of one GEMM call's result (`bias`: the
-    /// `MatMulAdd` row vector, added to the block right after its product, while
-    /// the block is in cache: the values are exactly those of `MatMul` then `Add`).
+    /// Rows `rows` and columns `cols` of one GEMM call's result (`add`: the
+    /// `MatMulAdd` row vector and residual, added to the block right after its
+    /// product, while the block is in cache: the values are exactly those of
+    /// `MatMul` then `Add`s).
     ///
     /// # Safety
     /// `dst`, `lhs` and `rhs` are the kernel's output and operands, which the
-    /// plan's jobs address inside (built from their shapes), and `bias` the
-    /// `n`-element row vector when `bias_pos` is set; `rows` lies in `0..m` and
+    /// plan's jobs address inside (built from their shapes), and `add` the
+    /// `n`-element row vector when `bias_pos` is set and the residual of the
+    /// output's layout when `residual_pos` is; `rows` lies in `0..m` and
     /// `cols` in `0..n`; this block of `j`'s result is touched by no one else
     /// during the call, and the output overlaps no operand.
     #[inline]
@@ -282,7 +307,7 @@ impl<T: MatElem> MatMulKernel<T> {
         dst: *mut T,
         lhs: *const T,
         rhs: *const T,
-        bias: *const T,
+        add: Addends<T>,
         rows: Range<usize>,
         cols: Range<usize>,
     ) {
@@ -315,17 +340,22 @@ impl<T: MatElem> MatMulKernel<T> {
                 T::gemm(m, n, p.k, d, drs, dcs, read_dst, l, lrs, lcs, r, rrs, rcs, alpha, beta);
             }
         }
-        // Forward jobs never accumulate (`build`), so each block gets the bias once.
+        // Forward jobs never accumulate (`build`), so each block gets the bias
+        // (then the residual) once.
         if self.bias_pos.is_some() {
-            // SAFETY: with `bias_pos` set, `bias` holds `n` elements and `cols` lies
-            // in `0..n`; the rows are those of this block, this call's alone.
+            // SAFETY: with `bias_pos` set, `add.bias` holds `n` elements and `cols`
+            // lies in `0..n`; with `residual_pos` set, `add.residual` has the
+            // output's layout (forward: unit column stride); the rows are those of
+            // this block, this call's alone.
             unsafe {
-                let b = slice(bias.add(cols.start), cols.len());
+                let b = slice(add.bias.add(cols.start), cols.len());
                 for r in rows {
-                    let row = dst.add(j.dst).offset(r as isize * p.dst_s.0 + c0 * p.dst_s.1);
-                    for (c, &v) in b.iter().enumerate() {
-                        let y = row.offset(c as isize * p.dst_s.1);
-                        *y = (*y).plus(v);
+                    let at = j.dst as isize + r as isize * p.dst_s.0 + c0 * p.dst_s.1;
+                    let row = slice_mut(dst.offset(at), cols.len());
+                    row.iter_mut().zip(b).for_each(|(y, &v)| *y = y.plus(v));
+                    if self.residual_pos.is_some() {
+                        let res = slice(add.residual.offset(at), cols.len());
+                        row.iter_mut().zip(res).for_each(|(y, &v)| *y = y.plus(v));
                     }
                 }
             }
@@ -338,7 +368,7 @@ impl<T: MatElem> MatMulKernel<T> {
     ///
     /// # Safety
     /// As [`Self::call`].
-    unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: SendPtr<T>, threads: usize) {
+    unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: Addends<T>, threads: usize) {
         let p = &self.plan;
         let by_rows = p.m > p.n;
         let len = if by_rows { p.m } else { p.n };
@@ -346,13 +376,13 @@ impl<T: MatElem> MatMulKernel<T> {
         let pieces = len.div_ceil(block);
         if pieces < 2 {
             // SAFETY: this function's contract.
-            return unsafe { self.call(j, d.get(), l.get(), r.get(), b.get()) };
+            return unsafe { self.call(j, d.get(), l.get(), r.get(), b) };
         }
         team::run(pieces, &|i| {
             let part = i * block..((i + 1) * block).min(len);
             let (rows, cols) = if by_rows { (part, 0..p.n) } else { (0..p.m, part) };
             // SAFETY: blocks write disjoint parts of the result.
-            unsafe { self.block(j, d.get(), l.get(), r.get(), b.get(), rows, cols) };
+            unsafe { self.block(j, d.get(), l.get(), r.get(), b, rows, cols) };
         });
     }
 }
@@ -362,6 +392,8 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let p = &self.plan;
         let dst = args.outputs[0] as *mut T;
         let bias = self.bias_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
+        let residual = self.residual_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
+        let add = Addends { bias, residual };
         if self.zero_fill {
             // SAFETY: the output holds `out_len` elements and overlaps no input (the
             // `KernelArgs` contract).
@@ -373,6 +405,11 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
                     // SAFETY: the `MatMulAdd` bias is a row vector of `n` elements.
                     let b = unsafe { slice(bias, p.n) };
                     out.chunks_mut(p.n.max(1)).for_each(|row| row.copy_from_slice(&b[..row.len()]));
+                    if self.residual_pos.is_some() {
+                        // SAFETY: the residual has the output's `out_len` elements.
+                        let r = unsafe { slice(residual, p.out_len) };
+                        out.iter_mut().zip(r).for_each(|(y, &v)| *y = y.plus(v));
+                    }
                 }
                 (None, None) => out.fill(T::ZERO),
             }
@@ -382,13 +419,13 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let rhs = args.inputs[p.rhs_pos] as *const T;
         let work = p.m * p.n * p.k;
         let threads = team::num_threads();
-        let (d, l, r, b) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T), SendPtr(bias as *mut T));
+        let (d, l, r, b) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T), add);
         if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
             // Many independent products: whole calls per task.
             par_split(p.jobs.len(), 2, 1, |range| {
                 for j in &p.jobs[range] {
                     // SAFETY: independent jobs write disjoint output blocks.
-                    unsafe { self.call(j, d.get(), l.get(), r.get(), b.get()) };
+                    unsafe { self.call(j, d.get(), l.get(), r.get(), b) };
                 }
             });
             return Ok(());
@@ -402,7 +439,7 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
                 if threads > 1 && work >= par_min {
                     self.call_split(j, d, l, r, b, threads);
                 } else {
-                    self.call(j, dst, lhs, rhs, bias);
+                    self.call(j, dst, lhs, rhs, add);
                 }
             }
         }
@@ -588,6 +625,15 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
     } else {
         None
     };
+    let residual_pos = match spec.opt_input(3) {
+        Some(r) if bias_pos.is_some() => {
+            if r.info != y.info {
+                return Err(spec.error(format!("the residual {} must have the result's info {}", r.info, y.info)));
+            }
+            Some(r.pos)
+        }
+        _ => None,
+    };
     macro_rules! kernel {
         ($t:ty) => {{
             let mut plan = plan;
@@ -598,6 +644,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
                 bias_pos,
+                residual_pos,
                 update: update.map(|(a, b)| (<$t as MatElem>::from_f64(a), <$t as MatElem>::from_f64(b))),
                 zero_fill: zero_fill && !empty,
                 jobs_independent,

@@ -333,10 +333,17 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
     );
     m.insert(
         "MatMulAdd",
-        vec![Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[0, 3])), (2, f32s(&[3]))])
-            .values(2, vec![1.0, 2.0, 3.0])
-            .expect(0, vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0])
-            .grad(2, vec![2.0; 3])],
+        vec![
+            Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[0, 3])), (2, f32s(&[3]))])
+                .values(2, vec![1.0, 2.0, 3.0])
+                .expect(0, vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0])
+                .grad(2, vec![2.0; 3]),
+            // With a residual: the bias, then the residual, over an empty product.
+            Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[0, 3])), (2, f32s(&[3])), (3, f32s(&[2, 3]))])
+                .values(2, vec![1.0, 2.0, 3.0])
+                .values(3, vec![10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
+                .expect(0, vec![11.0, 22.0, 33.0, 41.0, 52.0, 63.0]),
+        ],
     );
     let gather = || Case::new(vec![(0, f32s(&[4, 0])), (1, i32s(&[2]))]).values(1, vec![0.0, 3.0]);
     m.insert("Gather", vec![gather(), Case::new(vec![(0, f32s(&[4, 3])), (1, i32s(&[0]))])]);
