@@ -5,7 +5,7 @@
 //!    schedulability (a topological-constraint cycle is reported here);
 //! 2. `prune` ([`crate::prune`]): drop ops without side effects whose outputs
 //!    nobody needs;
-//! 3. the patterns ([`crate::patterns`]: `fuse-all-reduce-update`, `fuse-weight-update`, `fuse-masked-softmax`, `fuse-matmul-bias`), unless
+//! 3. the patterns ([`crate::patterns`]: `fuse-all-reduce-update`, `fuse-weight-update`, `fuse-masked-softmax`, `fuse-matmul-bias`, `fuse-adam`), unless
 //!    [`PrepareOptions::patterns`] is off: no pattern is mandatory (every op type has
 //!    a direct lowering), they only make the program faster or smaller;
 //! 4. `inline-calls` ([`crate::inline`]) when [`PrepareOptions::inline_calls`] is on;

@@ -44,7 +44,7 @@
 //! | [`var_update`] | `AddInplace(t, x)`, `Accumulate(t, x[, factor])`, `ScaledAddInplace(x, y[, a, b])`, `CopyVarUpdate(t, x)`, `ScaledAddMatMulRhsGradInplace(g, x, w)` (made by a pattern) | `factor`, `a`, `b: float` |
 //! | [`view`] | `ReshapeInplace TransposeInplace SliceInplace ConcatInplace` (in-place views: output aliases input), `SliceUpdateInplace(base, update)` | as `Reshape Transpose Slice Concat` (+ `num_inputs: int` for `ConcatInplace`) |
 //! | [`var_update`] | `Accumulate` types, `AccumulatorScale(t[, factor])`, `SparseAccumulate(t, x[, factor], indices[, W])` | `type: str` ([`var_update::AccumulationType`]), `factor: float`, `axis: int` |
-//! | [`optimizer`] | `AdamUpdater(w?, m, v, step?, wd?, beta1?, beta2?, eps?)`, `AdamVarUpdate(w, x, r1sq?, r2sq?, lr?, mwn?)` | `mode: str` ([`optimizer::AdamMode`]), `weight_decay, beta1, beta2, epsilon, learning_rate, max_weight_norm: float` |
+//! | [`optimizer`] | `AdamUpdater(w?, m, v, step?, wd?, beta1?, beta2?, eps?)`, `AdamVarUpdate(w, x, r1sq?, r2sq?, lr?, mwn?)`, `AdamStep(w, g, m, v, step?)` (made by a pattern) | `mode: str` ([`optimizer::AdamMode`]), `weight_decay, beta1, beta2, epsilon, learning_rate, max_weight_norm: float`; `AdamStep`: `m_factor, v_factor, a, b: float` too |
 //! | [`random`] | `RandomUniform(seed)`, `RandomNormal(seed)`, `Dropout(x, seed)` | `shape, dtype, low, high, mean, std, p` |
 //! | [`random`] | `ShapedDropout(x, seed)`, `ModifyRandomSeed(seed, modifier)` | `shape, ratio` |
 //! | [`io`] | `HostLoad() -> t`, `HostStore(t)` | `stream: str` (name of a main-graph stream tensor) |

@@ -2,6 +2,8 @@
 //! Adam, LAMB and AdaMax) and `AdamVarUpdate` (the weight update with LAMB's
 //! trust ratio). Their scalar hyper-parameters are attributes or optional scalar
 //! tensor inputs of any float type (PopART's non-constant `OptimizerValue`s).
+//! `AdamStep` (an extension, made by the `fuse-adam` pattern) is one whole
+//! Adam step of one weight: both moments, the updater term and the update.
 
 use super::op_types;
 use super::var_update::{check_scalar, float_compatible};
@@ -35,7 +37,42 @@ op_attrs! {
     }
 }
 
+op_attrs! {
+    /// Attributes of `AdamStep`: those of the ops it replaces.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct AdamStepAttrs {
+        /// The first moment's moving-average factor: `m = f · m + (1 − f) · g`.
+        pub m_factor: f64,
+        /// The second moment's moving-average factor: `v = f · v + (1 − f) · g²`.
+        pub v_factor: f64,
+        /// The updater's mode (as [`AdamUpdaterAttrs::mode`]).
+        pub mode: AdamMode = AdamMode::AdamNoBias,
+        /// The updater's weight decay (absent: none).
+        pub weight_decay: Option<f64> = None,
+        /// The updater's beta1, for the bias correction.
+        pub beta1: Option<f64> = None,
+        /// The updater's beta2, for the bias correction.
+        pub beta2: Option<f64> = None,
+        /// The updater's epsilon (absent: 1e-7, as `AdamUpdater`).
+        pub epsilon: Option<f64> = None,
+        /// The update `w = a · w + b · u`: `a`.
+        pub a: f64 = 1.0,
+        /// The update's `b` (minus the learning rate).
+        pub b: f64,
+    }
+}
+
 op_types!(
+    /// One Adam step of one weight, in place (an extension: PopXL writes it as
+    /// the four ops it replaces; the `fuse-adam` pattern makes it): inputs
+    /// `(w, g, m, v, step?)` at 0..=4, all but the step of one float32 or
+    /// float64 info. Per element, with the attributes of [`AdamStepAttrs`],
+    /// exactly as `Accumulate{moving_average}(m, g)`,
+    /// `Accumulate{moving_average_square}(v, g)`, `u = AdamUpdater(w?, m, v,
+    /// step?)` and `ScaledAddInplace{a, b}(w, u)` compute it: `m` and `v` are
+    /// written in place (no outputs), the step incremented when connected, and
+    /// output 0 is `w`'s memory.
+    AdamStep,
     /// The updater term of Adam/LAMB/AdaMax (PopART `AdamUpdaterOp`): inputs
     /// `(w?, m, v, step?, wd?, beta1?, beta2?, eps?)` at 0..=7, attributes `mode`
     /// ([`AdamMode`]) and `weight_decay`, `beta1`, `beta2`, `epsilon` (for the
@@ -177,4 +214,46 @@ impl OpDef for AdamVarUpdate {
     }
 }
 
-pub(crate) const ALL: &[&dyn OpDef] = &[&AdamUpdater, &AdamVarUpdate];
+impl OpDef for AdamStep {
+    fn op_type(&self) -> &'static str {
+        "AdamStep"
+    }
+    fn attributes(&self) -> &'static [AttrSpec] {
+        AdamStepAttrs::SCHEMA
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        let a = AdamStepAttrs::infer(ctx)?;
+        let w = ctx.input(0)?;
+        if !matches!(w.dtype, DataType::Float32 | DataType::Float64) {
+            return Err(ctx.error(format!("the weight must be float32 or float64, got {w}")));
+        }
+        for (i, what) in [(1, "gradient"), (2, "first moment"), (3, "second moment")] {
+            let t = ctx.input(i)?;
+            if t != w {
+                return Err(ctx.error(format!("the {what} (input {i}) {t} must have the weight's info {w}")));
+            }
+        }
+        if let Some(s) = ctx.optional_input(4) {
+            if s.nelms() != 1 || matches!(s.dtype, DataType::Bool | DataType::Float16) {
+                return Err(
+                    ctx.error(format!("the time step must be a one-element float32/float64/integer tensor, got {s}"))
+                );
+            }
+        }
+        if a.mode.bias_correction() {
+            let betas = a.beta1.is_some() && (a.mode == AdamMode::AdaMax || a.beta2.is_some());
+            if ctx.optional_input(4).is_none() || !betas {
+                return Err(
+                    ctx.error(format!("mode {} corrects the bias: it needs the time step and betas", a.mode.name()))
+                );
+            }
+        }
+        Ok(vec![w.clone()])
+    }
+    /// The weight (output 0 its memory), both moments and the step (written).
+    fn aliases(&self, _attrs: &Attributes) -> Vec<Alias> {
+        vec![Alias::modified(0, 0), Alias::written(2), Alias::written(3), Alias::written(4)]
+    }
+}
+
+pub(crate) const ALL: &[&dyn OpDef] = &[&AdamUpdater, &AdamVarUpdate, &AdamStep];

@@ -35,6 +35,8 @@ fn rows() -> Vec<Row> {
         ("ReplicatedScaledAddMatMulRhsGradInplace", none(), M | I, vec![2], vec![(2, 0)]),
         // Written without an output alias: Adam's step counter.
         ("AdamUpdater", none(), M, vec![3], vec![]),
+        // One Adam step: the weight (output 0), both moments and the step.
+        ("AdamStep", none(), M | I, vec![0, 2, 3, 4], vec![(0, 0)]),
         // Views: unwritten aliases; only the byte-identical ones are VIEW.
         ("ReshapeInplace", none(), I | V, vec![], vec![(0, 0)]),
         ("DetachInplace", none(), I | V, vec![], vec![(0, 0)]),

@@ -31,6 +31,7 @@ mod ops_reduce;
 mod ops_resize;
 mod ops_roi_align;
 mod ops_var_updates;
+mod pattern_adam;
 mod pattern_weight_update;
 mod popxl_semantics;
 mod prepare_inline_fusion;

@@ -1,16 +1,18 @@
 //! Adam-family optimizer kernels: `AdamUpdater` (Adam, LAMB, AdaMax updater
-//! terms, incrementing the time step in place) and `AdamVarUpdate` (the weight
-//! update with LAMB's trust ratio). Float16 tensors go through the f16 adapter;
+//! terms, incrementing the time step in place), `AdamVarUpdate` (the weight
+//! update with LAMB's trust ratio) and `AdamStep` (a whole step of one weight
+//! in one pass over its four tensors, each value computed by the same f32/f64
+//! operations as the four ops it replaces). Float16 tensors go through the f16 adapter;
 //! the time step is never float16 (the IR refuses it), so the adapter passes its
 //! pointer through and the increment lands in the step's own buffer.
 
 use popart_ir::ops::all as ir;
 use popart_ir::ops::optimizer::AdamMode;
-use popart_ir::ops::optimizer::{AdamUpdaterAttrs, AdamVarUpdateAttrs};
+use popart_ir::ops::optimizer::{AdamStepAttrs, AdamUpdaterAttrs, AdamVarUpdateAttrs};
 use popart_ir::DataType;
 
 use super::dispatch::with_float;
-use super::elem::Float;
+use super::elem::{Float, Num};
 use super::float16::{f16_adapter, has_f16};
 use super::par::par_range_cost;
 use super::ptr::{slice, slice_mut, SendPtr};
@@ -52,6 +54,19 @@ unsafe fn increment_step(p: *mut u8, dt: DataType) -> f64 {
     unsafe { read_f64(p, dt) }
 }
 
+/// The bias corrections `(1 − beta1^t, 1 − beta2^t)` of step `t` (AdaMax: `v`
+/// uncorrected), or `(1, 1)`.
+fn corrections(bias: bool, adamax: bool, step: Option<f64>, beta1: f64, beta2: f64) -> (f64, f64) {
+    let (mut c1, mut c2) = (1.0, 1.0);
+    if let (true, Some(t)) = (bias, step) {
+        c1 = 1.0 - beta1.powf(t);
+        if !adamax {
+            c2 = 1.0 - beta2.powf(t);
+        }
+    }
+    (c1, c2)
+}
+
 /// `AdamUpdater` on `T`: `ADAMAX` skips the square root of `v`, `DECAY` adds `wd * w`.
 struct AdamUpdaterKernel<T, const ADAMAX: bool, const DECAY: bool> {
     n: usize,
@@ -84,13 +99,7 @@ impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamUpdaterKern
                 if DECAY { self.wd.get(args) } else { 0.0 },
             ]
         };
-        let (mut c1, mut c2) = (1.0, 1.0);
-        if let (true, Some(t)) = (self.bias, step) {
-            c1 = 1.0 - beta1.powf(t);
-            if !ADAMAX {
-                c2 = 1.0 - beta2.powf(t);
-            }
-        }
+        let (c1, c2) = corrections(self.bias, ADAMAX, step, beta1, beta2);
         let (c1, c2) = (T::from_f64(c1), T::from_f64(c2));
         let eps = T::from_f64(eps);
         let wd = T::from_f64(wd);
@@ -278,14 +287,139 @@ fn build_var_update(spec: &KernelSpec<'_>) -> BuildResult {
         _ => Err(spec.unsupported_dtype(dt)))
 }
 
+/// `AdamStep` on `T` (see [`ir::AdamStep`]): `ADAMAX` skips the square root
+/// of `v`, `DECAY` adds `wd · w` to the updater term.
+struct AdamStepKernel<T, const ADAMAX: bool, const DECAY: bool> {
+    n: usize,
+    /// Position and dtype of the step, when connected.
+    step: Option<(usize, DataType)>,
+    bias: bool,
+    beta1: f64,
+    beta2: f64,
+    /// The moments' coefficients `(f, 1 − f)`, as `Accumulate` computes them.
+    m_coef: (T, T),
+    v_coef: (T, T),
+    eps: T,
+    wd: T,
+    /// The update `w = a · w + b · u` (`w + b · u` when `a` is 1, as `ScaledAddInplace`).
+    a: Option<T>,
+    b: T,
+}
+
+impl<T: Float, const ADAMAX: bool, const DECAY: bool> Kernel for AdamStepKernel<T, ADAMAX, DECAY> {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        // The step, both moments: written inputs, through their own pointers,
+        // which the executor gives this op alone for the run; the weight through
+        // output 0.
+        // SAFETY: the build checked the step is one element of `dt`.
+        let step = self.step.map(|(p, dt)| unsafe { increment_step(args.inputs[p] as *mut u8, dt) });
+        let (c1, c2) = corrections(self.bias, ADAMAX, step, self.beta1, self.beta2);
+        let (c1, c2) = (T::from_f64(c1), T::from_f64(c2));
+        let w = SendPtr(args.outputs[0] as *mut T);
+        let g = SendPtr(args.inputs[1] as *mut T);
+        let (m, v) = (SendPtr(args.inputs[2] as *mut T), SendPtr(args.inputs[3] as *mut T));
+        let ((ma, mb), (va, vb), eps, wd, a, b) = (self.m_coef, self.v_coef, self.eps, self.wd, self.a, self.b);
+        par_range_cost(
+            self.n,
+            4,
+            #[inline(always)]
+            move |r| {
+                // SAFETY: the four buffers hold `n` elements each and are distinct
+                // (the IR's alias rules: three are written); pieces are disjoint.
+                let (ws, gs, ms, vs) = unsafe {
+                    (
+                        slice_mut(w.get().add(r.start), r.len()),
+                        slice(g.get().add(r.start), r.len()),
+                        slice_mut(m.get().add(r.start), r.len()),
+                        slice_mut(v.get().add(r.start), r.len()),
+                    )
+                };
+                for (((wi, &gi), mi), vi) in ws.iter_mut().zip(gs).zip(ms).zip(vs) {
+                    *mi = ma * *mi + mb * gi;
+                    *vi = va * *vi + vb * gi * gi;
+                    let vc = *vi / c2;
+                    let denom = if ADAMAX { vc } else { vc.sqrt() };
+                    let mut u = (*mi / c1) / (denom + eps);
+                    if DECAY {
+                        u = u + wd * *wi;
+                    }
+                    *wi = match a {
+                        None => *wi + b * u,
+                        Some(a) => a * *wi + b * u,
+                    };
+                }
+            },
+        );
+        Ok(())
+    }
+}
+
+fn build_step(spec: &KernelSpec<'_>) -> BuildResult {
+    let a: AdamStepAttrs = spec.typed()?;
+    let (w, y) = (spec.input(0)?, spec.output(0)?);
+    if y.info != w.info || w.pos != 0 {
+        return Err(spec.error(format!("output {} must be the updated input 0 {}", y.info, w.info)));
+    }
+    for i in 1..4 {
+        let t = spec.input(i)?;
+        if t.info != w.info {
+            return Err(spec.error(format!("input {i} {} must match the weight {}", t.info, w.info)));
+        }
+    }
+    let step = match spec.opt_input(4) {
+        Some(s) if s.nelms() == 1 && !matches!(s.dtype(), DataType::Float16 | DataType::Bool) => {
+            Some((s.pos, s.dtype()))
+        }
+        Some(s) => {
+            return Err(spec.error(format!("the time step must be a float32/float64/integer scalar, got {}", s.info)))
+        }
+        None => None,
+    };
+    let bias = a.mode.bias_correction();
+    let adamax = a.mode == AdamMode::AdaMax;
+    if bias && (step.is_none() || a.beta1.is_none() || (!adamax && a.beta2.is_none())) {
+        return Err(spec.error("bias correction needs the time step and the betas"));
+    }
+    let wd = a.weight_decay.unwrap_or(0.0);
+    let (n, dt) = (w.nelms(), w.dtype());
+    macro_rules! kernel {
+        ($T:ty, $adamax:literal, $decay:literal) => {{
+            let c = |f: f64| (<$T as Num>::from_f64(f), <$T as Num>::from_f64(1.0 - f));
+            boxed(AdamStepKernel::<$T, $adamax, $decay> {
+                n,
+                step,
+                bias,
+                beta1: if bias { a.beta1.unwrap_or(0.0) } else { 0.0 },
+                beta2: if bias && !adamax { a.beta2.unwrap_or(0.0) } else { 0.0 },
+                m_coef: c(a.m_factor),
+                v_coef: c(a.v_factor),
+                eps: <$T as Num>::from_f64(a.epsilon.unwrap_or(1e-7)),
+                wd: <$T as Num>::from_f64(wd),
+                a: (a.a != 1.0).then(|| <$T as Num>::from_f64(a.a)),
+                b: <$T as Num>::from_f64(a.b),
+            })
+        }};
+    }
+    match dt {
+        DataType::Float32 | DataType::Float64 => with_float!(dt, T => match (adamax, wd != 0.0) {
+            (false, false) => kernel!(T, false, false),
+            (false, true) => kernel!(T, false, true),
+            (true, false) => kernel!(T, true, false),
+            (true, true) => kernel!(T, true, true),
+        }, _ => Err(spec.unsupported_dtype(dt))),
+        _ => Err(spec.unsupported_dtype(dt)),
+    }
+}
+
 /// Every kernel of this file.
-pub(crate) const KERNELS: &[KernelEntry] = &[(&ir::AdamUpdater, build_updater), (&ir::AdamVarUpdate, build_var_update)];
+pub(crate) const KERNELS: &[KernelEntry] =
+    &[(&ir::AdamUpdater, build_updater), (&ir::AdamVarUpdate, build_var_update), (&ir::AdamStep, build_step)];
 
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{assert_close, run_op, t};
     use super::trust_ratio;
-    use popart_ir::ops::optimizer::{AdamMode, AdamUpdaterAttrs, AdamVarUpdateAttrs};
+    use popart_ir::ops::optimizer::{AdamMode, AdamStepAttrs, AdamUpdaterAttrs, AdamVarUpdateAttrs};
     use popart_ir::{DataType, OpAttrs};
 
     fn updater(mode: AdamMode) -> AdamUpdaterAttrs {
@@ -325,6 +459,81 @@ mod tests {
         let out = &run_op("AdamUpdater", eps, &ins)[0];
         assert_eq!(out.info.dtype, DataType::Float16);
         assert_close(&out.to_f64_vec(), &want(0.0, false), 2e-3);
+    }
+
+    #[test]
+    fn adam_step_is_the_four_ops_in_one() {
+        // AdaMax with bias correction and decay, and a decoupled scale `a`, one
+        // step from moments (m, v) with gradient g; f64 values from the formulas.
+        let (w, g, m, v) = ([1.0, -2.0, 0.5], [0.1, 0.3, -0.2], [0.05, 0.0, -0.1], [0.02, 0.01, 0.3]);
+        let (f1, f2, b1, eps, wd, a, b) = (0.8, 0.9, 0.7, 1e-3, 0.01, 0.99, -0.1);
+        let want: Vec<f64> = (0..3)
+            .map(|i| {
+                let m1 = f1 * m[i] + (1.0 - f1) * g[i];
+                let v1 = f2 * v[i] + (1.0 - f2) * g[i] * g[i];
+                let u = (m1 / (1.0 - b1)) / (v1 + eps) + wd * w[i];
+                a * w[i] + b * u
+            })
+            .collect();
+        let attrs = AdamStepAttrs {
+            m_factor: f1,
+            v_factor: f2,
+            mode: AdamMode::AdaMax,
+            weight_decay: Some(wd),
+            beta1: Some(b1),
+            beta2: None,
+            epsilon: Some(eps),
+            a,
+            b,
+        };
+        for dt in [DataType::Float32, DataType::Float64] {
+            let ins = [
+                (0, t(dt, &[3], &w)),
+                (1, t(dt, &[3], &g)),
+                (2, t(dt, &[3], &m)),
+                (3, t(dt, &[3], &v)),
+                (4, t(DataType::Int32, &[], &[0.0])),
+            ];
+            assert_close(&run_op("AdamStep", attrs.to_attrs(), &ins)[0].to_f64_vec(), &want, 1e-6);
+        }
+    }
+
+    #[test]
+    fn adam_step_refuses_what_it_cannot_run() {
+        use popart_ir::{lookup_op, Ir, TensorInfo};
+        let attrs = AdamStepAttrs {
+            m_factor: 0.9,
+            v_factor: 0.999,
+            mode: AdamMode::Adam,
+            weight_decay: None,
+            beta1: Some(0.9),
+            beta2: Some(0.999),
+            epsilon: None,
+            a: 1.0,
+            b: -0.1,
+        };
+        let err = |infos: &[(u32, TensorInfo)]| {
+            let mut ir = Ir::new();
+            let main = ir.main_graph_id();
+            let ids: Vec<_> = infos
+                .iter()
+                .map(|(i, info)| (*i, ir.graph_mut(main).unwrap().add_input(&format!("in{i}"), info.clone()).unwrap()))
+                .collect();
+            let def = lookup_op("AdamStep").unwrap();
+            ir.infer_outputs(main, def, &attrs.to_attrs(), &ids, "step").unwrap_err().to_string()
+        };
+        let f = |dt, n: usize| TensorInfo::new(dt, [n]);
+        let step = (4, TensorInfo::new(DataType::Float32, [1]));
+        let four = |v: TensorInfo| {
+            vec![(0, f(DataType::Float32, 3)), (1, f(DataType::Float32, 3)), (2, f(DataType::Float32, 3)), (3, v)]
+        };
+        let mut ins = four(f(DataType::Float32, 4));
+        ins.push(step.clone());
+        assert!(err(&ins).contains("second moment"), "{}", err(&ins));
+        let half: Vec<_> = (0..4).map(|i| (i, f(DataType::Float16, 3))).chain([step]).collect();
+        assert!(err(&half).contains("float32 or float64"), "{}", err(&half));
+        // Bias correction without the step.
+        assert!(err(&four(f(DataType::Float32, 3))).contains("time step"));
     }
 
     #[test]

@@ -411,6 +411,18 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
             .attr("axis", i(1))
             .values(3, vec![0.0; 4])],
     );
+    // One whole Adam step, the bias corrected with the step (written in place).
+    let e = || f32s(&[2, 0]);
+    m.insert(
+        "AdamStep",
+        vec![Case::new(vec![(0, e()), (1, e()), (2, e()), (3, e()), (4, f32s(&[]))])
+            .attr("m_factor", f(0.9))
+            .attr("v_factor", f(0.999))
+            .attr("mode", AttrValue::Str("adam".into()))
+            .attr("beta1", f(0.9))
+            .attr("beta2", f(0.999))
+            .attr("b", f(-0.1))],
+    );
     m.insert(
         "AdamVarUpdate",
         vec![Case::new(vec![(0, f32s(&[2, 0])), (1, f32s(&[2, 0])), (2, f32s(&[])), (3, f32s(&[]))])
