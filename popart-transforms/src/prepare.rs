@@ -71,7 +71,7 @@ impl Default for PrepareOptions {
 /// ir.create_op(main, "Relu", Attributes::new(), &[(0, c)], "unused").unwrap();
 /// let report = popart_transforms::prepare::prepare(&mut ir).unwrap();
 /// assert_eq!(report.pruned.removed_ops, vec!["main/unused".to_string()]);
-/// assert_eq!(report.passes.len(), 9);
+/// assert_eq!(report.passes.len(), 10);
 /// ```
 pub fn prepare(ir: &mut Ir) -> Result<PrepareReport> {
     prepare_with(ir, PrepareOptions::default())
