@@ -50,6 +50,11 @@ pub(crate) trait Float:
     /// subnormal results; f64: libm). The `Exp` op and composite functions
     /// (gelu, sigmoid, swish, logsumexp) use it.
     fn fast_exp(self) -> Self;
+    /// `exp` for callers that saturate where the result leaves the normal range
+    /// (`x / (1 + exp(-2u))` in gelu): the input clamped to `[-87, 88]`, where
+    /// the result is [`Float::fast_exp`]'s bit for bit (f32; f64: libm), scaled
+    /// by `2^k` in one step instead of two (about a fifth fewer operations).
+    fn fast_exp_normal(self) -> Self;
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     fn tanh(self) -> Self;
@@ -96,35 +101,43 @@ const TANH_SERIES: [f64; 10] = [
 /// Branch-free exponential (see [`Float::fast_exp`]).
 trait FastExp {
     fn fast_exp(self) -> Self;
+    fn fast_exp_normal(self) -> Self;
+}
+
+/// `exp(x) = 2^k · exp(r)`, `k = round(x / ln 2)`, `|r| <= ln(2) / 2`: returns
+/// `(exp(r), k)`, `exp(r)` from its degree-7 Taylor polynomial (truncation error
+/// below 6e-9 relative), for `x` already clamped to where `k` fits the callers.
+#[inline(always)]
+fn exp_parts(x: f32) -> (f32, i32) {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without SSE4.1.
+    const ROUND: f32 = 12_582_912.0;
+    let kr = x * LOG2E + ROUND;
+    let k = kr - ROUND;
+    // k as an integer, read from the mantissa (an `as i32` cast would not vectorise).
+    let ki = kr.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let mut p: f32 = 1.0 / 5040.0;
+    p = p.mul_add(r, 1.0 / 720.0);
+    p = p.mul_add(r, 1.0 / 120.0);
+    p = p.mul_add(r, 1.0 / 24.0);
+    p = p.mul_add(r, 1.0 / 6.0);
+    p = p.mul_add(r, 0.5);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    (p, ki)
 }
 
 impl FastExp for f32 {
-    /// `exp(x) = 2^k · exp(r)`, `k = round(x / ln 2)`, `|r| <= ln(2) / 2`, with `exp(r)`
-    /// from its degree-7 Taylor polynomial (truncation error below 6e-9 relative).
-    /// Full range: inputs are clamped to [-104, 89], past which the result is 0 or
-    /// +inf anyway, and `2^k` is applied as two normal powers of two, so results
-    /// overflow to +inf and underflow through the subnormals to 0 as libm's do.
+    /// [`exp_parts`] over the full range: inputs are clamped to [-104, 89], past
+    /// which the result is 0 or +inf anyway, and `2^k` is applied as two normal
+    /// powers of two, so results overflow to +inf and underflow through the
+    /// subnormals to 0 as libm's do.
     #[inline(always)]
     fn fast_exp(self) -> f32 {
-        const LOG2E: f32 = std::f32::consts::LOG2_E;
-        const LN2_HI: f32 = 0.693_145_75;
-        const LN2_LO: f32 = 1.428_606_8e-6;
-        // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without SSE4.1.
-        const ROUND: f32 = 12_582_912.0;
-        let x = self.clamp(-104.0, 89.0);
-        let kr = x * LOG2E + ROUND;
-        let k = kr - ROUND;
-        // k as an integer, read from the mantissa (an `as i32` cast would not vectorise).
-        let ki = kr.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
-        let r = (x - k * LN2_HI) - k * LN2_LO;
-        let mut p: f32 = 1.0 / 5040.0;
-        p = p.mul_add(r, 1.0 / 720.0);
-        p = p.mul_add(r, 1.0 / 120.0);
-        p = p.mul_add(r, 1.0 / 24.0);
-        p = p.mul_add(r, 1.0 / 6.0);
-        p = p.mul_add(r, 0.5);
-        p = p.mul_add(r, 1.0);
-        p = p.mul_add(r, 1.0);
+        let (p, ki) = exp_parts(self.clamp(-104.0, 89.0));
         // k in [-150, 129]: 2^k = 2^(k/2) · 2^(k - k/2), both factors normal.
         let k1 = ki >> 1;
         let s1 = f32::from_bits(((k1 + 127) as u32) << 23);
@@ -136,11 +149,29 @@ impl FastExp for f32 {
             y
         }
     }
+
+    /// As [`Self::fast_exp`] on `[-87, 88]` (`k` in `[-126, 127]`, so `2^k` is
+    /// one normal power of two and `p · 2^k` rounds once, as `p · 2^k1 · 2^k2`
+    /// does); outside, the value at the nearer end.
+    #[inline(always)]
+    fn fast_exp_normal(self) -> f32 {
+        let (p, ki) = exp_parts(self.clamp(-87.0, 88.0));
+        let y = p * f32::from_bits(((ki + 127) as u32) << 23);
+        if self.is_nan() {
+            self
+        } else {
+            y
+        }
+    }
 }
 
 impl FastExp for f64 {
     #[inline(always)]
     fn fast_exp(self) -> f64 {
+        self.exp()
+    }
+    #[inline(always)]
+    fn fast_exp_normal(self) -> f64 {
         self.exp()
     }
 }
@@ -175,6 +206,7 @@ macro_rules! impl_float {
         impl Float for $t {
             #[inline(always)] fn exp(self) -> Self { <$t>::exp(self) }
             #[inline(always)] fn fast_exp(self) -> Self { FastExp::fast_exp(self) }
+            #[inline(always)] fn fast_exp_normal(self) -> Self { FastExp::fast_exp_normal(self) }
             #[inline(always)] fn std(self, f32: fn(f32) -> f32, f64: fn(f64) -> f64) -> Self {
                 <$t as StdFn<$t>>::pick(f32, f64)(self)
             }
@@ -290,6 +322,23 @@ impl IndexElem for u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_exp_normal_is_fast_exp_where_the_result_is_normal() {
+        let mut x = -87.0f32;
+        while x <= 88.0 {
+            assert_eq!(Float::fast_exp_normal(x).to_bits(), Float::fast_exp(x).to_bits(), "exp({x})");
+            x += 0.00731;
+        }
+        for x in [-87.0f32, -86.99, 0.0, 1.0, 87.99, 88.0] {
+            assert_eq!(Float::fast_exp_normal(x).to_bits(), Float::fast_exp(x).to_bits(), "exp({x})");
+        }
+        // Outside, the ends of the range; NaN stays NaN.
+        assert_eq!(Float::fast_exp_normal(-1e4f32), Float::fast_exp(-87.0f32));
+        assert_eq!(Float::fast_exp_normal(f32::INFINITY), Float::fast_exp(88.0f32));
+        assert!(Float::fast_exp_normal(f32::NAN).is_nan());
+        assert_eq!(Float::fast_exp_normal(2.5f64), 2.5f64.exp());
+    }
 
     #[test]
     fn fast_exp_is_within_a_few_ulp_of_libm() {

@@ -183,13 +183,14 @@ unary_ops! {
     Sigmoid[8]: float |x| T::ONE / (T::ONE + (-x).fast_exp()), grad |g, Y(y)| g * y * (T::ONE - y);
     // 0.5 x (1 + tanh(u)) = x · sigmoid(2u): no cancellation, and a vectorisable exp.
     // gelu' = s + 2 x s (1 - s) u' with s = sigmoid(2u), u = c (x + a x³).
+    // The exp saturates harmlessly: past its normal range x / (1 + e) is 0 or x.
     Gelu[16]: float |x| {
         let u = T::from_f64(GELU_C) * (x + T::from_f64(GELU_A) * x * x * x);
-        x / (T::ONE + (T::from_f64(-2.0) * u).fast_exp())
+        x / (T::ONE + (T::from_f64(-2.0) * u).fast_exp_normal())
     }, grad [16] |g, X(x)| {
         let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
         let u = c * (x + a * x * x * x);
-        let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp());
+        let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp_normal());
         let du = c * (T::ONE + T::from_f64(3.0) * a * x * x);
         g * (s + T::from_f64(2.0) * x * s * (T::ONE - s) * du)
     };
