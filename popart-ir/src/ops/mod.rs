@@ -31,7 +31,7 @@
 //! | [`attention`] | `Attention(qkv) -> (y, lse)`, `AttentionGrad(g, qkv, y, lse)` (an extension: PopXL has none) | `heads: int`, `scale: float`, `causal: bool` |
 //! | [`conv`] | `Conv(x, w)`, `ConvDataGrad(g, w, x)`, `ConvWeightsGrad(g, x, w)`, `ConvTranspose(x, w)` (NCHW, N-d) | `strides, pads, dilations: ints`, `group: int`, `auto_pad: str`; `output_padding, output_shape: ints` |
 //! | [`pool`] | `MaxPool(x)`, `AveragePool(x)`, `MaxPoolGrad(g, x, y)`, `AveragePoolGrad(g, x)` (NCHW, N-d) | `kernel_shape, strides, pads, dilations: ints`, `auto_pad: str`, `ceil_mode: int` (`out_pads`, `in_dilations` must be default) |
-//! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std) -> (dx, dw, db)` | `num_groups: int`, `epsilon: float` |
+//! | [`norm`] | `GroupNorm(x, w, b) -> (y, mean, inv_std)`, `GroupNormGrad(g, x, w, mean, inv_std, r?) -> (dx (+ r), dw, db)` | `num_groups: int`, `epsilon: float` |
 //! | [`norm`] | `BatchNorm(x, scale, bias, mean, var) -> (y, new_mean, new_var, saved_mean, saved_inv_std)` (training), `BatchNormGrad(g, x, scale, saved_mean, saved_inv_std) -> (dx, dscale, dbias)` | `epsilon, momentum: float`, `unbiased_variance: bool` |
 //! | [`resize`] | `Resize(x)`, `ResizeGrad(g, x)` | `scales: floats`, `mode, nearest_mode, coordinate_transformation_mode: str` |
 //! | [`roi_align`] | `RoiAlign(x, rois, batch_index)`, `RoiAlignGrad(g, x, rois, batch_index)` | `output_height, output_width, sampling_ratio: int`, `spatial_scale: float` |

@@ -42,7 +42,10 @@ op_types!(
     /// `GroupNorm{num_groups, epsilon}(x, w, b) -> (y, mean, inv_std)`; PopXL
     /// `group_norm` / `layer_norm` (output 0)
     GroupNorm,
-    /// `GroupNormGrad{num_groups, epsilon}(g, x, w, mean, inv_std) -> (dx, dw, db)`
+    /// `GroupNormGrad{num_groups, epsilon}(g, x, w, mean, inv_std, r?) -> (dx (+ r), dw, db)`:
+    /// with the optional `r` (input 5, of `x`'s info; the `fuse-residual-grad`
+    /// pattern connects it) added to `dx`, the gradient a residual connection
+    /// around the norm sums with it
     GroupNormGrad,
     /// `BatchNorm{epsilon, momentum, unbiased_variance}(x, scale, bias, mean, var)
     /// -> (y, new_mean, new_var, saved_mean, saved_inv_std)`: training-mode batch
@@ -127,6 +130,11 @@ impl OpDef for GroupNormGrad {
         let stat = TensorInfo::new(x.dtype, [n * groups]);
         if g != x || ctx.input(3)? != &stat || ctx.input(4)? != &stat {
             return Err(ctx.error(format!("the gradient must match the input {x} and the statistics {stat}")));
+        }
+        if let Some(r) = ctx.optional_input(5) {
+            if r != x {
+                return Err(ctx.error(format!("the addend {r} must match the input {x}")));
+            }
         }
         Ok(vec![x.clone(), w.clone(), w.clone()])
     }

@@ -10,17 +10,20 @@
 //! | [`fuse_masked_softmax`] | `Softmax(Where(mask, Mul(x, scale), fill))` over the last axis becomes one `MaskedSoftmax{scale, fill}(x, mask)` |
 //! | [`fuse_matmul_bias`] | `Add(MatMul(a, b), c)` with `c` a row vector becomes `MatMulAdd(a, b, c)`, and `Add(MatMulAdd(a, b, c), r)` with `r` of the result's shape `MatMulAdd(a, b, c, r)` (the kernel adds the bias and the residual to each block after its product) |
 //! | [`fuse_adam`] | `Accumulate{moving_average}(m, g)`, `Accumulate{moving_average_square}(v, g)`, `AdamUpdater` and `ScaledAddInplace(w, u)` (PopXL's Adam) become one `AdamStep(w, g, m, v, step?)`, bit for bit |
+//! | [`fuse_residual_grad`] | `Sum(r, GroupNormGrad(..)[0])` (a residual connection's gradient and its norm's) becomes `GroupNormGrad(.., r)`, adding `r` as it writes `dx` |
 
 pub mod fuse_adam;
 pub mod fuse_all_reduce_update;
 pub mod fuse_masked_softmax;
 pub mod fuse_matmul_bias;
+pub mod fuse_residual_grad;
 pub mod fuse_weight_update;
 
 pub use fuse_adam::FuseAdam;
 pub use fuse_all_reduce_update::FuseAllReduceUpdate;
 pub use fuse_masked_softmax::FuseMaskedSoftmax;
 pub use fuse_matmul_bias::FuseMatMulBias;
+pub use fuse_residual_grad::FuseResidualGrad;
 pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};
 
 use crate::Result;

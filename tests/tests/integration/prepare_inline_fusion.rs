@@ -280,3 +280,99 @@ fn matmul_bias_pattern_adds_the_residual_after_the_bias() {
         assert_eq!(fused, plain, "residual first: {residual_first}");
     }
 }
+
+/// `d loss / d x` of `loss = Σ (x + layer_norm(x) · w)²` per row block, through
+/// autodiff's gradient graph called with the loss gradient; `x` of shape `shape`,
+/// `[6, 32]` or `[2, 3, 32]` (the norm then runs on a reshape to `[6, 32]`, as a
+/// transformer's layer norm does).
+fn residual_norm_grad(patterns: bool, x0: &ArrayD<f32>, shape: &'static [usize]) -> (Vec<f64>, usize, usize) {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let x_s = popxl::h2d_stream(shape.to_vec(), popxl::float32, "x").unwrap();
+    let dx_s = popxl::d2h_stream(shape.to_vec(), popxl::float32, "dx").unwrap();
+    let x = ops::host_load(&x_s, "x").unwrap();
+    let block = ir
+        .create_graph(
+            |x: Tensor, w: Tensor, b: Tensor| -> popxl::Result<Tensor> {
+                let rows = ops::reshape(&x, &[6, 32])?;
+                let normed = ops::reshape(
+                    &ops::layer_norm(&rows, &w, &b, 1e-5)?,
+                    &x.shape().iter().map(|&d| d as i64).collect::<Vec<_>>(),
+                )?;
+                ops::add(&x, &ops::mul(&normed, &w)?)
+            },
+            (
+                popxl::TensorSpec::new(shape.to_vec(), popxl::float32),
+                popxl::TensorSpec::new([32], popxl::float32),
+                popxl::TensorSpec::new([32], popxl::float32),
+            ),
+        )
+        .unwrap();
+    let grad = transforms::autodiff(&block, None, None, &HashMap::new(), false).unwrap().grad_info;
+    let w = popxl::constant(data(&[32], 3).mapv(|v| 1.0 + 0.5 * v), "w").unwrap();
+    let b = popxl::constant(data(&[32], 4), "b").unwrap();
+    let site = ops::call_with_info(&block, &[&x, &w, &b], &[]).unwrap();
+    let y = site.parent_output(0).unwrap();
+    let dy = ops::mul(&y, &popxl::constant(2.0f32, "two").unwrap()).unwrap();
+    let acts = grad.inputs_dict(&site).unwrap();
+    let acts: Vec<(&Tensor, &Tensor)> = acts.iter().map(|(k, v)| (k, v)).collect();
+    let call = ops::call_with_info(&grad.graph(), &[&dy], &acts).unwrap();
+    let g = grad.fwd_parent_ins_to_grad_parent_outs(&site, &call).unwrap();
+    ops::host_store(&dx_s, &g[&x]).unwrap();
+    let options = SessionOptions { patterns, ..SessionOptions::default() };
+    let mut session = Session::with_options(ir.clone(), "cpu", options).unwrap();
+    let out = session.scope(|s| s.run(&HashMap::from([(x_s.clone(), HostArray::from(x0.clone()))]))).unwrap();
+    let with_addend = session
+        .prepared_ir()
+        .graphs()
+        .flat_map(|g| g.ops())
+        .filter(|o| o.op_type() == "GroupNormGrad" && o.input(5).is_some())
+        .count();
+    (out[&dx_s].to_f64_vec(), with_addend, count_ops(&session, "Sum"))
+}
+
+#[test]
+fn residual_grad_pattern_adds_the_residual_in_the_norm_gradient() {
+    for shape in [&[6, 32][..], &[2, 3, 32]] {
+        residual_grad_case(shape);
+    }
+}
+
+fn residual_grad_case(shape: &'static [usize]) {
+    let x0 = data(shape, 9).mapv(|v| 2.0 * v);
+    let (fused, n_fused, sums_fused) = residual_norm_grad(true, &x0, shape);
+    let (plain, n_plain, sums_plain) = residual_norm_grad(false, &x0, shape);
+    // (The gradient graph's own copy and its inlined one.)
+    assert!(n_fused >= 1 && n_plain == 0, "{n_fused} {n_plain}");
+    assert!(sums_fused < sums_plain, "{sums_fused} Sums fused against {sums_plain}");
+    // One addition of the same two numbers.
+    assert_eq!(fused, plain);
+    // Against central differences of the loss in f64.
+    let (w, b) = (data(&[32], 3).mapv(|v| 1.0 + 0.5 * v), data(&[32], 4));
+    let loss = |x: &[f64]| -> f64 {
+        x.chunks(32)
+            .map(|row| {
+                let m = row.iter().sum::<f64>() / 32.0;
+                let var = row.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / 32.0;
+                let is = 1.0 / (var + 1e-5).sqrt();
+                row.iter()
+                    .enumerate()
+                    .map(|(j, &v)| {
+                        let (wj, bj) = (f64::from(w[[j]]), f64::from(b[[j]]));
+                        let y = v + ((v - m) * is * wj + bj) * wj;
+                        y * y
+                    })
+                    .sum::<f64>()
+            })
+            .sum()
+    };
+    let x: Vec<f64> = x0.iter().map(|&v| f64::from(v)).collect();
+    for i in (0..x.len()).step_by(13) {
+        let h = 1e-5;
+        let (mut up, mut down) = (x.clone(), x.clone());
+        up[i] += h;
+        down[i] -= h;
+        let want = (loss(&up) - loss(&down)) / (2.0 * h);
+        assert!((fused[i] - want).abs() <= 1e-3 * want.abs().max(1.0), "dx[{i}] {} against {want}", fused[i]);
+    }
+}

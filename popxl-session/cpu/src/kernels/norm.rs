@@ -114,6 +114,8 @@ struct GroupNormKernel<T> {
     channels: usize,
     eps: T,
     pos: Vec<usize>,
+    /// `GroupNormGrad`'s optional addend of `dx` (input 5).
+    addend: Option<usize>,
     parallel: bool,
     /// Row chunks of the gradient's weight/bias sums, and their partials
     /// (`[dw, db]`, `2 · channels` per chunk).
@@ -137,6 +139,11 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         .ok()
         .filter(|&g| g >= 1 && c.is_multiple_of(g))
         .ok_or_else(|| spec.error("num_groups must divide the channels"))?;
+    let addend = match spec.opt_input(5) {
+        Some(r) if grad && r.info == x.info => Some(r.pos),
+        Some(r) if grad => return Err(spec.error(format!("the addend {} must match the input {}", r.info, x.info))),
+        _ => None,
+    };
     let pos = if grad {
         (0..5).map(|i| spec.input(i).map(|s| s.pos)).collect::<Result<Vec<_>, _>>()?
     } else {
@@ -152,7 +159,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         let partials = popart_ir::size::try_zeroed_vec::<T>(nchunks * 2 * c, "group norm partials")
             .map_err(|e| spec.error(e.to_string()))?;
         Ok(Box::new(GroupNormKernel::<T> {
-            grad, rows, len, cg: c / groups, s, channels: c, eps: <T as super::elem::Num>::from_f64(eps), pos, parallel, chunks,
+            grad, rows, len, cg: c / groups, s, channels: c, eps: <T as super::elem::Num>::from_f64(eps), pos, addend, parallel, chunks,
             partials: Mutex::new(partials), _t: Types::default(),
         }))
     }, _ => Err(spec.unsupported_dtype(dt)))
@@ -231,11 +238,12 @@ impl<T: Float> GroupNormKernel<T> {
         }
     }
 
-    /// Gradient rows `range`: dx, and dw/db added into `dwb` (`[dw.., db..]`).
+    /// Gradient rows `range`: dx (plus `add`'s rows when not null), and dw/db
+    /// added into `dwb` (`[dw.., db..]`).
     ///
     /// # Safety
-    /// `g`, `x` and `dx` hold `rows · len` elements; rows `range` (within
-    /// `0..rows`) of `dx` are touched by no one else during the call.
+    /// `g`, `x`, `dx` and a non-null `add` hold `rows · len` elements; rows
+    /// `range` (within `0..rows`) of `dx` are touched by no one else during the call.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     unsafe fn backward(
@@ -247,6 +255,7 @@ impl<T: Float> GroupNormKernel<T> {
         mean: &[T],
         inv: &[T],
         dx: *mut T,
+        add: *const T,
         dwb: &mut [T],
     ) {
         let n = T::from_f64(self.len as f64);
@@ -298,6 +307,11 @@ impl<T: Float> GroupNormKernel<T> {
                     }
                 }
             }
+            if !add.is_null() {
+                // SAFETY: a non-null `add` holds `rows · len` elements (this function's contract).
+                let ar = unsafe { slice(add.add(r * self.len), self.len) };
+                dr.iter_mut().zip(ar).for_each(|(o, &v)| *o = *o + v);
+            }
         }
     }
 }
@@ -329,6 +343,7 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
         }
         let (g, x, w, mean, inv) = (inp(0), inp(1), inp(2), inp(3), inp(4));
         let (dx, dw, db) = (out(0), out(1), out(2));
+        let add = SendPtr(self.addend.map_or(std::ptr::null_mut(), |p| args.inputs[p] as *mut T));
         // SAFETY: `dw` and `db` are outputs of `C` elements, overlapping no input
         // (the `KernelArgs` contract).
         unsafe {
@@ -349,7 +364,8 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
                 || unsafe {
                     let (w, mean, inv) = (slice(w.get(), c), slice(mean.get(), self.rows), slice(inv.get(), self.rows));
                     let dwb = slice_mut(parts.get().add(k * 2 * c), 2 * c);
-                    self.backward(self.chunks[k]..self.chunks[k + 1], g.get(), x.get(), w, mean, inv, dx.get(), dwb);
+                    let rows = self.chunks[k]..self.chunks[k + 1];
+                    self.backward(rows, g.get(), x.get(), w, mean, inv, dx.get(), add.get(), dwb);
                 },
             )
         };
