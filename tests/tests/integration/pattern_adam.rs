@@ -52,7 +52,7 @@ fn w0(i: usize) -> f64 {
 }
 
 fn grad(step: usize, i: usize) -> f64 {
-    (((step * 31 + i * 17) % 23) as f64 / 23.0 - 0.4) * if i % 3 == 0 { 1e-3 } else { 1.0 }
+    (((step * 31 + i * 17) % 23) as f64 / 23.0 - 0.4) * if i.is_multiple_of(3) { 1e-3 } else { 1.0 }
 }
 
 fn build(var: Variant) -> Program {
@@ -77,7 +77,7 @@ fn build(var: Variant) -> Program {
         weight: (var.wd != 0.0).then_some(&w),
         weight_decay: (var.wd != 0.0).then_some(Scalar::Const(var.wd)),
         time_step: var.bias.then_some(&t),
-        beta1: var.bias.then(|| if var.beta1_tensor { Scalar::Tensor(&b1_t) } else { Scalar::Const(B1) }),
+        beta1: var.bias.then_some(if var.beta1_tensor { Scalar::Tensor(&b1_t) } else { Scalar::Const(B1) }),
         beta2: var.bias.then_some(Scalar::Const(B2)),
         epsilon: Scalar::Const(EPS),
     };
