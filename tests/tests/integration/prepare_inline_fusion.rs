@@ -199,36 +199,53 @@ fn masked_softmax_pattern_fuses_attention_scores() {
     }
 }
 
+/// `y = finish(x @ w, b)` for the stream `x` `[2, m, k]` (`data` seed 7) and the
+/// constants `w` `[k, n]` (seed 5) and `b` `[n]` (seed 6), run once with the
+/// patterns on or off: `y`, the session (to count its ops) and `x`.
+fn linear_layer(
+    patterns: bool,
+    (m, k, n): (usize, usize, usize),
+    finish: impl Fn(Tensor, &Tensor) -> Tensor,
+) -> (Vec<f64>, Session, ArrayD<f32>) {
+    let ir = Ir::new();
+    let _g = ir.main_graph().enter();
+    let x_s = popxl::h2d_stream([2, m, k], popxl::float32, "x").unwrap();
+    let y_s = popxl::d2h_stream([2, m, n], popxl::float32, "y").unwrap();
+    let x = ops::host_load(&x_s, "x").unwrap();
+    let w = popxl::constant(data(&[k, n], 5), "w").unwrap();
+    let b = popxl::constant(data(&[n], 6), "b").unwrap();
+    let y = finish(x.matmul(&w).unwrap(), &b);
+    ops::host_store(&y_s, &y).unwrap();
+    let options = SessionOptions { patterns, ..SessionOptions::default() };
+    let mut session = Session::with_options(ir.clone(), "cpu", options).unwrap();
+    let input = data(&[2, m, k], 7);
+    let out = session.scope(|s| s.run(&HashMap::from([(x_s.clone(), HostArray::from(input.clone()))]))).unwrap();
+    (out[&y_s].to_f64_vec(), session, input)
+}
+
+/// Columns of [`linear_layer`]'s `w` in these tests.
+const W_COLS: usize = 70;
+
+/// `x @ w` of [`linear_layer`] in f64 at `(batch, row, column)`.
+fn linear_ref(input: &ArrayD<f32>, (bi, i, j): (usize, usize, usize)) -> f64 {
+    let k = input.shape()[2];
+    let w = data(&[k, W_COLS], 5);
+    (0..k).map(|p| f64::from(input[[bi, i, p]]) * f64::from(w[[p, j]])).sum()
+}
+
 #[test]
 fn matmul_bias_pattern_adds_the_bias_in_the_gemm() {
     // Large enough for the GEMM to be split over the worker team.
-    let (m, k, n) = (300, 40, 70);
-    let run = |patterns: bool| {
-        let ir = Ir::new();
-        let _g = ir.main_graph().enter();
-        let x_s = popxl::h2d_stream([2, m, k], popxl::float32, "x").unwrap();
-        let y_s = popxl::d2h_stream([2, m, n], popxl::float32, "y").unwrap();
-        let x = ops::host_load(&x_s, "x").unwrap();
-        let w = popxl::constant(data(&[k, n], 5), "w").unwrap();
-        let b = popxl::constant(data(&[n], 6), "b").unwrap();
-        // Bias on either side of the add.
-        let y = ops::add(&b, &x.matmul(&w).unwrap()).unwrap();
-        ops::host_store(&y_s, &y).unwrap();
-        let options = SessionOptions { patterns, ..SessionOptions::default() };
-        let mut session = Session::with_options(ir.clone(), "cpu", options).unwrap();
-        let input = data(&[2, m, k], 7);
-        let out = session.scope(|s| s.run(&HashMap::from([(x_s.clone(), HostArray::from(input.clone()))]))).unwrap();
-        (out[&y_s].to_f64_vec(), count_ops(&session, "MatMulAdd"), input)
-    };
-    let (fused, n_fused, input) = run(true);
-    let (plain, n_plain, _) = run(false);
-    assert_eq!((n_fused, n_plain), (1, 0));
-    let (w, b) = (data(&[k, n], 5), data(&[n], 6));
+    let (m, k, n) = (300, 40, W_COLS);
+    // Bias on either side of the add.
+    let run = |patterns| linear_layer(patterns, (m, k, n), |t, b| ops::add(b, &t).unwrap());
+    let ((fused, s_fused, input), (plain, s_plain, _)) = (run(true), run(false));
+    assert_eq!((count_ops(&s_fused, "MatMulAdd"), count_ops(&s_plain, "MatMulAdd")), (1, 0));
+    let b = data(&[n], 6);
     for bi in 0..2 {
         for i in 0..m {
             for j in 0..n {
-                let want: f64 = f64::from(b[[j]])
-                    + (0..k).map(|p| f64::from(input[[bi, i, p]]) * f64::from(w[[p, j]])).sum::<f64>();
+                let want = f64::from(b[[j]]) + linear_ref(&input, (bi, i, j));
                 let at = (bi * m + i) * n + j;
                 assert!((fused[at] - want).abs() < 1e-5 && (plain[at] - want).abs() < 1e-5, "{bi} {i} {j}");
             }
@@ -240,37 +257,23 @@ fn matmul_bias_pattern_adds_the_bias_in_the_gemm() {
 fn matmul_bias_pattern_adds_the_residual_after_the_bias() {
     // A transformer layer's `x + (h @ w + b)`, residual on either side of the add,
     // large enough for the GEMM to be split over the worker team.
-    let (m, k, n) = (300, 40, 70);
+    let (m, k, n) = (300, 40, W_COLS);
     for residual_first in [false, true] {
-        let run = |patterns: bool| {
-            let ir = Ir::new();
-            let _g = ir.main_graph().enter();
-            let x_s = popxl::h2d_stream([2, m, k], popxl::float32, "x").unwrap();
-            let y_s = popxl::d2h_stream([2, m, n], popxl::float32, "y").unwrap();
-            let x = ops::host_load(&x_s, "x").unwrap();
-            let w = popxl::constant(data(&[k, n], 5), "w").unwrap();
-            let b = popxl::constant(data(&[n], 6), "b").unwrap();
-            let r = popxl::constant(data(&[2, m, n], 8), "r").unwrap();
-            let t = ops::add(&x.matmul(&w).unwrap(), &b).unwrap();
-            let y = if residual_first { ops::add(&r, &t) } else { ops::add(&t, &r) }.unwrap();
-            ops::host_store(&y_s, &y).unwrap();
-            let options = SessionOptions { patterns, ..SessionOptions::default() };
-            let mut session = Session::with_options(ir.clone(), "cpu", options).unwrap();
-            let input = data(&[2, m, k], 7);
-            let out =
-                session.scope(|s| s.run(&HashMap::from([(x_s.clone(), HostArray::from(input.clone()))]))).unwrap();
-            let counts = (count_ops(&session, "MatMulAdd"), count_ops(&session, "Add"));
-            (out[&y_s].to_f64_vec(), counts, input)
+        let run = |patterns| {
+            linear_layer(patterns, (m, k, n), |t, b| {
+                let r = popxl::constant(data(&[2, m, n], 8), "r").unwrap();
+                let t = ops::add(&t, b).unwrap();
+                if residual_first { ops::add(&r, &t) } else { ops::add(&t, &r) }.unwrap()
+            })
         };
-        let (fused, n_fused, input) = run(true);
-        let (plain, n_plain, _) = run(false);
-        assert_eq!((n_fused, n_plain), ((1, 0), (0, 2)));
-        let (w, b, r) = (data(&[k, n], 5), data(&[n], 6), data(&[2, m, n], 8));
+        let ((fused, s_fused, input), (plain, s_plain, _)) = (run(true), run(false));
+        let counts = |s: &Session| (count_ops(s, "MatMulAdd"), count_ops(s, "Add"));
+        assert_eq!((counts(&s_fused), counts(&s_plain)), ((1, 0), (0, 2)));
+        let (b, r) = (data(&[n], 6), data(&[2, m, n], 8));
         for bi in 0..2 {
             for i in 0..m {
                 for j in 0..n {
-                    let dot: f64 = (0..k).map(|p| f64::from(input[[bi, i, p]]) * f64::from(w[[p, j]])).sum();
-                    let want = dot + f64::from(b[[j]]) + f64::from(r[[bi, i, j]]);
+                    let want = linear_ref(&input, (bi, i, j)) + f64::from(b[[j]]) + f64::from(r[[bi, i, j]]);
                     let at = (bi * m + i) * n + j;
                     assert!((fused[at] - want).abs() < 1e-5, "{bi} {i} {j}");
                 }
