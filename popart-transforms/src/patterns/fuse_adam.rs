@@ -33,7 +33,7 @@ use popart_ir::ops::optimizer::{AdamStep, AdamStepAttrs, AdamUpdaterAttrs};
 use popart_ir::ops::var_update::{AccumulateAttrs, AccumulationType, ScaleAttrs};
 use popart_ir::{DataType, Graph, Ir, OpAttrs, OpId, TensorId};
 
-use super::{fuse_ops, rewrite_matches};
+use super::{fuse_ops, rewrite_matches, single_use};
 use crate::pipeline::{Pass, PassOutcome};
 use crate::Result;
 
@@ -67,7 +67,7 @@ struct Match {
 
 /// `t` is read by `op` alone (at one input) and is no graph output.
 fn sole_use(g: &Graph, t: TensorId, op: OpId) -> bool {
-    g.tensor(t).is_ok_and(|t| t.consumers().len() == 1 && t.consumers()[0].op == op) && g.output_index(t).is_none()
+    single_use(g, t) && g.tensor(t).is_ok_and(|t| t.consumers()[0].op == op)
 }
 
 /// `t` is no op's in-place or view output: nothing else names its memory.

@@ -18,7 +18,7 @@ use popart_ir::ops::all::{Mul, Softmax, Where};
 use popart_ir::ops::nn::{MaskedSoftmax, MaskedSoftmaxAttrs, SoftmaxAttrs};
 use popart_ir::{Graph, Ir, OpAttrs, OpId, TensorId, TensorKind};
 
-use super::{fuse_ops, rewrite_matches};
+use super::{fuse_ops, rewrite_matches, single_use};
 
 use crate::pipeline::{Pass, PassOutcome};
 
@@ -62,11 +62,6 @@ fn constant_scalar(g: &Graph, t: TensorId) -> Option<f64> {
         }
         _ => None,
     }
-}
-
-/// `t` is read by exactly one op input and is not a graph output.
-fn single_use(g: &Graph, t: TensorId) -> bool {
-    g.tensor(t).is_ok_and(|t| t.consumers().len() == 1) && g.output_index(t).is_none()
 }
 
 fn find(g: &Graph, softmax: OpId) -> Option<Match> {

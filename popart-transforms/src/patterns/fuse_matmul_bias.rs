@@ -28,7 +28,7 @@ use popart_ir::ops::all::{Add, MatMul};
 use popart_ir::ops::matmul::MatMulAdd;
 use popart_ir::{Graph, Ir, OpId, TensorId};
 
-use super::{fuse_ops, rewrite_matches};
+use super::{fuse_ops, rewrite_matches, single_use};
 
 use crate::pipeline::{Pass, PassOutcome};
 
@@ -73,8 +73,7 @@ fn find(g: &Graph, add: OpId) -> Option<Match> {
         let mm = g.op(tt.producer()?.op).ok()?;
         let n = *tt.info.shape.last()?;
         let fits = mm.is::<MatMul>()
-            && tt.consumers().len() == 1
-            && g.output_index(t).is_none()
+            && single_use(g, t)
             && tt.info == y.info
             && ct.info.dtype == y.info.dtype
             && y.info.dtype.is_floating_point()
@@ -96,8 +95,7 @@ fn find_residual(g: &Graph, add: OpId) -> Option<Match> {
         let mm = g.op(tt.producer()?.op).ok()?;
         let fits = mm.is::<MatMulAdd>()
             && mm.input(3).is_none()
-            && tt.consumers().len() == 1
-            && g.output_index(t).is_none()
+            && single_use(g, t)
             && tt.info == y.info
             && g.tensor(r).ok()?.info == y.info;
         let inputs = vec![mm.input(0)?, mm.input(1)?, mm.input(2)?, r];

@@ -22,7 +22,7 @@ use popart_ir::ops::all::{GroupNormGrad, Reshape, ReshapeGrad, Sum};
 use popart_ir::ops::shape::ReshapeAttrs;
 use popart_ir::{Graph, Ir, OpAttrs, OpId, TensorId, TensorKind};
 
-use super::rewrite_matches;
+use super::{rewrite_matches, single_use};
 use crate::pipeline::{Pass, PassOutcome};
 use crate::Result;
 
@@ -53,11 +53,6 @@ struct Match {
     view: Option<OpId>,
     /// The other addend.
     r: TensorId,
-}
-
-/// `t` is read by one op only and is no graph output.
-fn single_use(g: &Graph, t: TensorId) -> bool {
-    g.tensor(t).is_ok_and(|t| t.consumers().len() == 1) && g.output_index(t).is_none()
 }
 
 /// The `GroupNormGrad` whose `dx` (output 0, read by nothing else) is `t`, or

@@ -29,6 +29,11 @@ pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};
 use crate::Result;
 use popart_ir::{Attributes, Graph, Ir, OpDef, OpId, TensorId};
 
+/// `t` is read by exactly one op input and is not a graph output.
+pub(crate) fn single_use(g: &Graph, t: TensorId) -> bool {
+    g.tensor(t).is_ok_and(|t| t.consumers().len() == 1) && g.output_index(t).is_none()
+}
+
 /// Run a local pattern over every graph: collect the matches `find` reports for
 /// each op of a graph, then apply `rewrite` to each; returns the number rewritten.
 /// `find` must report disjoint matches (no op in two of them).
