@@ -140,11 +140,13 @@ impl PeakVerdict {
     }
 }
 
-/// The widest FMA instruction set this CPU has: `avx512`, `avx2` or `scalar`.
+/// The widest FMA instruction set this CPU has and this build uses: `avx512`,
+/// `avx2` or `scalar` (at most `avx2` without the `avx512` feature, as the
+/// kernels).
 pub fn isa() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f") {
             return "avx512";
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {

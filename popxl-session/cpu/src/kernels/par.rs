@@ -208,12 +208,20 @@ impl Simd {
     }
 }
 
-/// The widest tier this CPU runs.
+/// The widest tier this CPU runs (at most [`Simd::Avx2`] in a build without
+/// the `avx512` feature).
 fn detect() -> Simd {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
-        if has!("avx512f") && has!("avx512vl") && has!("avx512dq") && has!("avx512bw") && has!("avx2") && has!("fma") {
+        if cfg!(feature = "avx512")
+            && has!("avx512f")
+            && has!("avx512vl")
+            && has!("avx512dq")
+            && has!("avx512bw")
+            && has!("avx2")
+            && has!("fma")
+        {
             return Simd::Avx512;
         }
         if has!("avx2") && has!("fma") {
