@@ -4,8 +4,8 @@
 //! here instead, unpacked: a register tile of 8 rows × 32 columns (16 zmm
 //! sums), the lhs read element by element through any strides (broadcast), the
 //! rhs read as rows of unit stride, masked loads and stores at the right edge.
-//! Each result element is summed over `p` in order. Elsewhere they run on the
-//! GEMM of `matmul`.
+//! Each result element is summed over `p` in order. On AVX2 the same tile is
+//! 6 rows × 16 columns (12 ymm sums); elsewhere they run on the GEMM of `matmul`.
 
 use super::super::matmul::MatElem;
 use super::super::par::Simd;
@@ -39,13 +39,18 @@ pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *m
         // SAFETY: the CPU has AVX-512 F; this function's contract.
         return unsafe { avx512::product(m, n, k, a, b, c, crs, acc) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if Simd::best() == Simd::Avx2 {
+        // SAFETY: the CPU has AVX2 and FMA; this function's contract.
+        return unsafe { avx2::product(m, n, k, a, b, c, crs, acc) };
+    }
     // SAFETY: this function's contract is `gemm`'s.
     unsafe { <f32 as MatElem>::gemm(m, n, k, c, crs, 1, acc, a.ptr, a.rs, a.cs, b.ptr, b.rs, 1, 1.0, 1.0) }
 }
 
 /// `out[c · rows + j] = src[j · rs + c]`: the `rows × cols` block at `src`
 /// (row stride `rs`, unit column stride) transposed into `out` (on AVX-512,
-/// in 16 × 16 blocks held in registers).
+/// in 16 × 16 blocks held in registers; on AVX2 in 8 × 8 blocks).
 ///
 /// # Safety
 /// `src` addresses the block; `out` holds `rows · cols` values.
@@ -55,6 +60,11 @@ pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: us
     if Simd::best() == Simd::Avx512 {
         // SAFETY: the CPU has AVX-512 F; this function's contract.
         return unsafe { avx512::transpose(src, rs, rows, cols, out.as_mut_ptr()) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if Simd::best() == Simd::Avx2 {
+        // SAFETY: the CPU has AVX2; this function's contract.
+        return unsafe { avx2::transpose(src, rs, rows, cols, out.as_mut_ptr()) };
     }
     for j in 0..rows {
         for c in 0..cols {
@@ -218,48 +228,256 @@ mod avx512 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::Mat;
+    use std::arch::x86_64::*;
+
+    /// Rows of a register tile.
+    const MR: usize = 6;
+
+    /// The lanes `0..n` of a ymm mask (n clamped to 0..=8).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes(n: usize) -> __m256i {
+        let idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), idx)
+    }
+
+    /// # Safety
+    /// As [`super::product`], on a CPU with AVX2 and FMA.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, crs: isize, acc: bool) {
+        for j0 in (0..n).step_by(16) {
+            let cols = (n - j0).min(16);
+            let (lo, hi) = (lanes(cols), lanes(cols.saturating_sub(8)));
+            for i0 in (0..m).step_by(MR) {
+                let rows = (m - i0).min(MR);
+                // SAFETY: rows `i0..i0 + rows` and columns `j0..j0 + cols` of the
+                // result, inside the operands (the caller's contract).
+                unsafe {
+                    let at = a.ptr.offset(i0 as isize * a.rs);
+                    let bt = b.ptr.add(j0);
+                    let ct = c.offset(i0 as isize * crs).add(j0);
+                    let t = Tile { k, a: Mat { ptr: at, ..a }, b: bt, brs: b.rs, c: ct, crs, acc, lo, hi };
+                    // Whole-width tiles use plain loads and stores: masked stores are
+                    // slow on some CPUs (microcoded on AMD's).
+                    match (rows, cols == 16) {
+                        (6, true) => t.run::<6, true>(),
+                        (6, false) => t.run::<6, false>(),
+                        (5, true) => t.run::<5, true>(),
+                        (5, false) => t.run::<5, false>(),
+                        (4, true) => t.run::<4, true>(),
+                        (4, false) => t.run::<4, false>(),
+                        (3, true) => t.run::<3, true>(),
+                        (3, false) => t.run::<3, false>(),
+                        (2, true) => t.run::<2, true>(),
+                        (2, false) => t.run::<2, false>(),
+                        (_, true) => t.run::<1, true>(),
+                        (_, false) => t.run::<1, false>(),
+                    }
+                }
+            }
+        }
+    }
+
+    /// 8 × 8 blocks transposed in registers (unpack, shuffle, then swap of
+    /// 128-bit halves); the rest of the block is copied element by element.
+    ///
+    /// # Safety
+    /// As [`super::transpose`], on a CPU with AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32) {
+        let (full_r, full_c) = (rows / 8 * 8, cols / 8 * 8);
+        for j0 in (0..full_r).step_by(8) {
+            for c0 in (0..full_c).step_by(8) {
+                // SAFETY: rows `j0..j0 + 8`, columns `c0..c0 + 8` of the block, and
+                // their transposed places in `out` (the caller's contract).
+                unsafe {
+                    let r: [__m256; 8] =
+                        std::array::from_fn(|i| _mm256_loadu_ps(src.offset((j0 + i) as isize * rs).add(c0)));
+                    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                    let o = [
+                        _mm256_permute2f128_ps::<0x20>(u0, u4),
+                        _mm256_permute2f128_ps::<0x20>(u1, u5),
+                        _mm256_permute2f128_ps::<0x20>(u2, u6),
+                        _mm256_permute2f128_ps::<0x20>(u3, u7),
+                        _mm256_permute2f128_ps::<0x31>(u0, u4),
+                        _mm256_permute2f128_ps::<0x31>(u1, u5),
+                        _mm256_permute2f128_ps::<0x31>(u2, u6),
+                        _mm256_permute2f128_ps::<0x31>(u3, u7),
+                    ];
+                    for (l, v) in o.iter().enumerate() {
+                        _mm256_storeu_ps(out.add((c0 + l) * rows + j0), *v);
+                    }
+                }
+            }
+        }
+        let copy = |j: usize, c: usize| {
+            // SAFETY: element `(j, c)` of the block and its transposed place.
+            unsafe { *out.add(c * rows + j) = *src.offset(j as isize * rs + c as isize) };
+        };
+        for j in 0..full_r {
+            (full_c..cols).for_each(|c| copy(j, c));
+        }
+        for j in full_r..rows {
+            (0..cols).for_each(|c| copy(j, c));
+        }
+    }
+
+    /// One register tile of up to `MR × 16`.
+    struct Tile {
+        k: usize,
+        a: Mat,
+        b: *const f32,
+        brs: isize,
+        c: *mut f32,
+        crs: isize,
+        acc: bool,
+        /// Column masks of the two halves.
+        lo: __m256i,
+        hi: __m256i,
+    }
+
+    impl Tile {
+        /// # Safety
+        /// The tile's `R` rows and masked columns lie in the operands (`FULL`:
+        /// all 16 columns, the masks unused).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn run<const R: usize, const FULL: bool>(&self) {
+            // SAFETY: the addressed elements are the tile's (the caller's contract);
+            // masked lanes are neither read nor written.
+            unsafe {
+                let load = |p: *const f32, mask: __m256i| {
+                    if FULL {
+                        _mm256_loadu_ps(p)
+                    } else {
+                        _mm256_maskload_ps(p, mask)
+                    }
+                };
+                let mut s = [[_mm256_setzero_ps(); 2]; R];
+                let (mut a, mut b) = (self.a.ptr, self.b);
+                for _ in 0..self.k {
+                    let b0 = load(b, self.lo);
+                    let b1 = load(b.wrapping_add(8), self.hi);
+                    for (r, s) in s.iter_mut().enumerate() {
+                        let av = _mm256_set1_ps(*a.offset(r as isize * self.a.rs));
+                        s[0] = _mm256_fmadd_ps(av, b0, s[0]);
+                        s[1] = _mm256_fmadd_ps(av, b1, s[1]);
+                    }
+                    a = a.offset(self.a.cs);
+                    b = b.offset(self.brs);
+                }
+                for (r, s) in s.iter().enumerate() {
+                    let row = self.c.offset(r as isize * self.crs);
+                    let (mut v0, mut v1) = (s[0], s[1]);
+                    if self.acc {
+                        v0 = _mm256_add_ps(load(row, self.lo), v0);
+                        v1 = _mm256_add_ps(load(row.wrapping_add(8), self.hi), v1);
+                    }
+                    if FULL {
+                        _mm256_storeu_ps(row, v0);
+                        _mm256_storeu_ps(row.wrapping_add(8), v1);
+                    } else {
+                        _mm256_maskstore_ps(row, self.lo, v0);
+                        _mm256_maskstore_ps(row.wrapping_add(8), self.hi, v1);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    type Transpose = unsafe fn(*const f32, isize, usize, usize, *mut f32);
+    type Product = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, isize, bool);
+
+    /// The tiers' builds this CPU runs, whatever the build's widest tier: the
+    /// dispatching functions, then each SIMD module directly.
+    fn tiers() -> Vec<(&'static str, Transpose, Product)> {
+        // SAFETY (both wrappers): the callers' contract, that of `transpose`.
+        unsafe fn dispatch_transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32) {
+            // SAFETY: `out` holds `rows · cols` values (the caller's contract).
+            unsafe { transpose(src, rs, rows, cols, std::slice::from_raw_parts_mut(out, rows * cols)) }
+        }
+        let mut v: Vec<(&'static str, Transpose, Product)> = vec![("dispatch", dispatch_transpose, product)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") {
+                v.push(("avx2", avx2::transpose, avx2::product));
+            }
+            if has!("avx512f") {
+                v.push(("avx512", avx512::transpose, avx512::product));
+            }
+        }
+        v
+    }
+
     #[test]
     fn transposes_and_products_match_loops() {
         let vals = |n: usize, seed: f32| (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect::<Vec<f32>>();
-        for &(rows, cols) in &[(16, 16), (128, 64), (33, 20), (7, 3), (48, 17)] {
-            let rs = cols + 5;
-            let src = vals(rows * rs, 1.0);
-            let mut out = vec![0.0; rows * cols];
-            // SAFETY: `src` holds `rows` rows of stride `rs`; `out` `rows · cols` values.
-            unsafe { transpose(src.as_ptr(), rs as isize, rows, cols, &mut out) };
-            for j in 0..rows {
-                for c in 0..cols {
-                    assert_eq!(out[c * rows + j], src[j * rs + c], "{rows}x{cols} ({j}, {c})");
+        for (tier, transpose, product) in tiers() {
+            for &(rows, cols) in &[(16, 16), (128, 64), (33, 20), (7, 3), (48, 17), (8, 8), (9, 15)] {
+                let rs = cols + 5;
+                let src = vals(rows * rs, 1.0);
+                let mut out = vec![0.0; rows * cols];
+                // SAFETY: `src` holds `rows` rows of stride `rs`; `out` `rows · cols` values;
+                // `tiers` lists only what this CPU runs.
+                unsafe { transpose(src.as_ptr(), rs as isize, rows, cols, out.as_mut_ptr()) };
+                for j in 0..rows {
+                    for c in 0..cols {
+                        assert_eq!(out[c * rows + j], src[j * rs + c], "{tier} {rows}x{cols} ({j}, {c})");
+                    }
                 }
             }
-        }
-        for &(m, n, k) in &[(32, 128, 64), (5, 37, 9), (64, 64, 32), (1, 1, 1)] {
-            let (a, b) = (vals(m * k, 2.0), vals(k * n, 3.0));
-            let mut c = vals(m * n, 4.0);
-            let old = c.clone();
-            // `a` read transposed (column-major), `c += a @ b`.
-            // SAFETY: the buffers hold what the strides address.
-            unsafe {
-                product(
-                    m,
-                    n,
-                    k,
-                    Mat::new(a.as_ptr(), 1, m as isize),
-                    Mat::new(b.as_ptr(), n as isize, 1),
-                    c.as_mut_ptr(),
-                    n as isize,
-                    true,
-                )
-            };
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 =
-                        old[i * n + j] as f64 + (0..k).map(|p| a[p * m + i] as f64 * b[p * n + j] as f64).sum::<f64>();
-                    assert!((c[i * n + j] as f64 - want).abs() < 1e-4, "{m}x{n}x{k} ({i}, {j})");
+            for &(m, n, k) in &[(32, 128, 64), (5, 37, 9), (64, 64, 32), (1, 1, 1), (7, 8, 3), (13, 17, 5)] {
+                let (a, b) = (vals(m * k, 2.0), vals(k * n, 3.0));
+                for acc in [true, false] {
+                    let mut c = vals(m * n, 4.0);
+                    let old = c.clone();
+                    // `a` read transposed (column-major), `c (+)= a @ b`.
+                    // SAFETY: the buffers hold what the strides address; `tiers` lists only
+                    // what this CPU runs.
+                    unsafe {
+                        product(
+                            m,
+                            n,
+                            k,
+                            Mat::new(a.as_ptr(), 1, m as isize),
+                            Mat::new(b.as_ptr(), n as isize, 1),
+                            c.as_mut_ptr(),
+                            n as isize,
+                            acc,
+                        )
+                    };
+                    for i in 0..m {
+                        for j in 0..n {
+                            let sum = (0..k).map(|p| a[p * m + i] as f64 * b[p * n + j] as f64).sum::<f64>();
+                            let want = if acc { old[i * n + j] as f64 + sum } else { sum };
+                            assert!((c[i * n + j] as f64 - want).abs() < 1e-4, "{tier} {m}x{n}x{k} ({i}, {j})");
+                        }
+                    }
                 }
             }
         }
