@@ -7,9 +7,9 @@
 //! then writes `x · scale + shift` per channel; the gradient takes
 //! `Σ g·w` and `Σ g·w·x̂` per row, then writes `dx`. Rows are split over the
 //! worker team above a size threshold. The weight and bias gradients sum over
-//! rows: each of a fixed number of row chunks (fixed at build time) adds into
-//! its own partial buffer, and the partials are added in chunk order, so
-//! results do not depend on thread timing.
+//! rows: each of a number of row chunks that depends on the shape only adds
+//! into its own partial buffer, and the partials are added in chunk order, so
+//! results depend neither on thread timing nor on the number of threads.
 //!
 //! Batch normalisation in training mode (`BatchNorm`, `BatchNormGrad`) reduces
 //! each channel over the batch and spatial dims. The `N · C` strips of `S`
@@ -152,7 +152,9 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let rows = n * groups;
     let len = (c / groups) * s;
     let parallel = team::num_threads() > 1 && rows > 1 && rows * len >= PAR_MIN_ELEMS / 4;
-    let nchunks = if grad && parallel { (2 * team::num_threads()).min(rows) } else { 1 };
+    // The shape alone sets the chunks, so `dw` and `db` do not depend on the
+    // number of threads.
+    let nchunks = if grad { (rows * len).div_ceil(GN_CHUNK_ELEMS).clamp(1, GN_MAX_CHUNKS).min(rows.max(1)) } else { 1 };
     let chunks: Vec<usize> = (0..=nchunks).map(|i| i * rows / nchunks).collect();
     let dt = x.dtype();
     with_float!(dt, T => {
@@ -369,10 +371,10 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
                 },
             )
         };
-        if nchunks > 1 {
+        if nchunks > 1 && self.parallel {
             team::run(nchunks, &chunk);
         } else {
-            chunk(0);
+            (0..nchunks).for_each(chunk);
         }
         // SAFETY: as above, the `C` elements of `dw` and `db`; the chunks are done.
         let (dwo, dbo) = unsafe { (slice_mut(dw.get(), c), slice_mut(db.get(), c)) };
@@ -384,6 +386,12 @@ impl<T: Float> Kernel for GroupNormKernel<T> {
         Ok(())
     }
 }
+
+/// Elements per row chunk of a group norm gradient's weight and bias sums
+/// (the chunk count depends on the shape only).
+const GN_CHUNK_ELEMS: usize = 1 << 16;
+/// Most row chunks of a group norm gradient's weight and bias sums.
+const GN_MAX_CHUNKS: usize = 16;
 
 /// Elements per chunk of a batch norm's channel sums (the chunk count depends
 /// on the shape only, so sums do not depend on the number of threads).
@@ -727,5 +735,52 @@ impl<T: Float> Kernel for BatchNormKernel<T> {
             },
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, run_op, t, Rng};
+    use crate::team;
+    use popart_ir::ops::norm::GroupNormAttrs;
+    use popart_ir::{DataType, HostTensor, OpAttrs};
+
+    /// A layer norm's gradient over rows enough to split over the team: `dw`
+    /// and `db` against f64 sums of `g · x̂` and `g`, and every output equal
+    /// bit for bit with one thread and with two (the row chunks of the sums
+    /// depend on the shape only).
+    #[test]
+    fn group_norm_grad_sums_do_not_depend_on_threads() {
+        let (n, c) = (600, 256);
+        let mut rng = Rng::new(3);
+        let (x, g) = (rng.vec(n * c, -2.0, 2.0), rng.vec(n * c, -1.0, 1.0));
+        let w = rng.vec(c, 0.5, 1.5);
+        let attrs = GroupNormAttrs { num_groups: 1, epsilon: 1e-5 };
+        let run = || -> Vec<HostTensor> {
+            let (xt, wt) = (t(DataType::Float32, &[n, c], &x), t(DataType::Float32, &[c], &w));
+            let bt = t(DataType::Float32, &[c], &vec![0.0; c]);
+            let fwd = run_op("GroupNorm", attrs.to_attrs(), &[(0, xt.clone()), (1, wt.clone()), (2, bt)]);
+            let gt = t(DataType::Float32, &[n, c], &g);
+            let ins = [(0, gt), (1, xt), (2, wt), (3, fwd[1].clone()), (4, fwd[2].clone())];
+            run_op("GroupNormGrad", attrs.to_attrs(), &ins)
+        };
+        let one = team::with_max_threads(1, run);
+        let two = team::with_max_threads(2, run);
+        for (k, (a, b)) in one.iter().zip(&two).enumerate() {
+            assert!(a.bytes == b.bytes, "output {k} differs between one and two threads");
+        }
+        let (mut dw, mut db) = (vec![0.0; c], vec![0.0; c]);
+        for r in 0..n {
+            let row = &x[r * c..(r + 1) * c];
+            let mean = row.iter().sum::<f64>() / c as f64;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / c as f64;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            for j in 0..c {
+                dw[j] += g[r * c + j] * (row[j] - mean) * inv;
+                db[j] += g[r * c + j];
+            }
+        }
+        assert_close(&one[1].to_f64_vec(), &dw, 1e-4);
+        assert_close(&one[2].to_f64_vec(), &db, 1e-4);
     }
 }
