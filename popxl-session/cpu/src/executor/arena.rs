@@ -63,13 +63,16 @@ impl Arena {
     #[cfg(target_os = "linux")]
     fn mapped(size: usize) -> Option<Arena> {
         let len = size.checked_add(HUGE_PAGE)?;
+        // Not `MAP_NORESERVE`: the kernel's overcommit check refuses a size the
+        // machine cannot hold, here as in the allocator, so such an arena is
+        // `OutOfMemory` at attach rather than a process killed on first touch.
         // SAFETY: a new private anonymous mapping; no existing memory is touched.
         let start = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
