@@ -66,11 +66,26 @@ pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: us
         // SAFETY: the CPU has AVX2; this function's contract.
         return unsafe { avx2::transpose(src, rs, rows, cols, out.as_mut_ptr()) };
     }
-    for j in 0..rows {
-        for c in 0..cols {
-            // SAFETY: element `(j, c)` of the block (the caller's contract).
-            out[c * rows + j] = unsafe { *src.offset(j as isize * rs + c as isize) };
-        }
+    // SAFETY: this function's contract.
+    unsafe { transpose_rest(src, rs, rows, cols, (0, 0), out.as_mut_ptr()) }
+}
+
+/// The part of a [`transpose`] the register blocks leave, element by element:
+/// the columns from `full.1` on of the first `full.0` rows, and the rows from
+/// `full.0` on.
+///
+/// # Safety
+/// As [`transpose`], `out` holding `rows · cols` values.
+unsafe fn transpose_rest(src: *const f32, rs: isize, rows: usize, cols: usize, full: (usize, usize), out: *mut f32) {
+    let copy = |j: usize, c: usize| {
+        // SAFETY: element `(j, c)` of the block and its transposed place.
+        unsafe { *out.add(c * rows + j) = *src.offset(j as isize * rs + c as isize) };
+    };
+    for j in 0..full.0 {
+        (full.1..cols).for_each(|c| copy(j, c));
+    }
+    for j in full.0..rows {
+        (0..cols).for_each(|c| copy(j, c));
     }
 }
 
@@ -165,16 +180,8 @@ mod avx512 {
                 }
             }
         }
-        let copy = |j: usize, c: usize| {
-            // SAFETY: element `(j, c)` of the block and its transposed place.
-            unsafe { *out.add(c * rows + j) = *src.offset(j as isize * rs + c as isize) };
-        };
-        for j in 0..full_r {
-            (full_c..cols).for_each(|c| copy(j, c));
-        }
-        for j in full_r..rows {
-            (0..cols).for_each(|c| copy(j, c));
-        }
+        // SAFETY: as this function's.
+        unsafe { super::transpose_rest(src, rs, rows, cols, (full_r, full_c), out) };
     }
 
     /// One register tile of up to `MR × 32`.
@@ -329,16 +336,8 @@ mod avx2 {
                 }
             }
         }
-        let copy = |j: usize, c: usize| {
-            // SAFETY: element `(j, c)` of the block and its transposed place.
-            unsafe { *out.add(c * rows + j) = *src.offset(j as isize * rs + c as isize) };
-        };
-        for j in 0..full_r {
-            (full_c..cols).for_each(|c| copy(j, c));
-        }
-        for j in full_r..rows {
-            (0..cols).for_each(|c| copy(j, c));
-        }
+        // SAFETY: as this function's.
+        unsafe { super::transpose_rest(src, rs, rows, cols, (full_r, full_c), out) };
     }
 
     /// One register tile of up to `MR × 16`.
