@@ -791,16 +791,19 @@ mod tests {
     #[test]
     fn split_products_match_loops() {
         let mut rng = Rng::new(9);
-        // Forward, more columns than rows: split by columns.
-        let (sa, sb) = ([40usize, 200], [200usize, 300]);
-        let (a, b) = (rng.vec(40 * 200, -1.0, 1.0), rng.vec(200 * 300, -1.0, 1.0));
-        let out = &run_op(
-            "MatMul",
-            Attributes::new(),
-            &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
-        );
-        assert_close(&out[0].to_f64_vec(), &naive(&a, &sa, &b, &sb), 1e-4);
-        // Gradients of [2, 96, 130] @ [130, 70].
+        // Forward, more columns than rows (split by columns), then more rows than
+        // columns (split by rows).
+        for (sa, sb) in [([40usize, 200], [200usize, 300]), ([300, 200], [200, 40])] {
+            let (a, b) = (rng.vec(sa[0] * sa[1], -1.0, 1.0), rng.vec(sb[0] * sb[1], -1.0, 1.0));
+            let out = &run_op(
+                "MatMul",
+                Attributes::new(),
+                &[(0, t(DataType::Float32, &sa, &a)), (1, t(DataType::Float32, &sb, &b))],
+            );
+            assert_close(&out[0].to_f64_vec(), &naive(&a, &sa, &b, &sb), 1e-4);
+        }
+        // Gradients of [2, 96, 130] @ [130, 70] (the data gradient's 130 columns
+        // split).
         let (bs, m, k, n) = (2usize, 96usize, 130usize, 70usize);
         let (a, b, g) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
         let mut want_da = vec![0.0; bs * m * k];
