@@ -237,6 +237,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::super::conv::transpose8;
     use super::Mat;
     use std::arch::x86_64::*;
 
@@ -289,8 +290,8 @@ mod avx2 {
         }
     }
 
-    /// 8 × 8 blocks transposed in registers (unpack, shuffle, then swap of
-    /// 128-bit halves); the rest of the block is copied element by element.
+    /// 8 × 8 blocks transposed in registers (the convolutions' `transpose8`);
+    /// the rest of the block is copied element by element.
     ///
     /// # Safety
     /// As [`super::transpose`], on a CPU with AVX2.
@@ -304,32 +305,7 @@ mod avx2 {
                 unsafe {
                     let r: [__m256; 8] =
                         std::array::from_fn(|i| _mm256_loadu_ps(src.offset((j0 + i) as isize * rs).add(c0)));
-                    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-                    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-                    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-                    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-                    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-                    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-                    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-                    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-                    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                    let o = [
-                        _mm256_permute2f128_ps::<0x20>(u0, u4),
-                        _mm256_permute2f128_ps::<0x20>(u1, u5),
-                        _mm256_permute2f128_ps::<0x20>(u2, u6),
-                        _mm256_permute2f128_ps::<0x20>(u3, u7),
-                        _mm256_permute2f128_ps::<0x31>(u0, u4),
-                        _mm256_permute2f128_ps::<0x31>(u1, u5),
-                        _mm256_permute2f128_ps::<0x31>(u2, u6),
-                        _mm256_permute2f128_ps::<0x31>(u3, u7),
-                    ];
+                    let o = transpose8(r);
                     for (l, v) in o.iter().enumerate() {
                         _mm256_storeu_ps(out.add((c0 + l) * rows + j0), *v);
                     }

@@ -217,7 +217,7 @@ unsafe fn transpose_panels(src: *const f32, nc: usize, kb: usize, dst: *mut f32)
 /// The CPU has AVX.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(super) unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+pub(crate) unsafe fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
     // SAFETY: the caller runs AVX (this function's contract); register
     // shuffles only.

@@ -66,6 +66,9 @@ mod gemm;
 mod im2col;
 mod implicit;
 mod implicit_wgrad;
+/// The AVX 8 × 8 register transpose, also the attention's.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use implicit_wgrad::transpose8;
 mod lanes3d;
 mod layout;
 mod nd;
