@@ -13,8 +13,9 @@
 //!   outputs written). With `--numpy`, it then runs
 //!   `bench/numpy_kernel_bench.py` (same labels, same sizes, numpy on one
 //!   thread) in the same run and prints our time next to numpy's.
-//! - `--suite gpt`: the matmuls of one layer of the `gpt` example (forward and
-//!   both gradients of the qkv, fc and fc2 projections).
+//! - `--suite gpt`: the kernels of one layer of the `gpt` example: the
+//!   matmuls (forward and both gradients of the qkv, fc and fc2 projections),
+//!   the attention, gelu and the bias gradients.
 //! - `--only TEXT` keeps the kernels whose label contains TEXT.
 //!
 //! Prints one JSON line per (threads, kernel) with the median of the calls.
@@ -190,8 +191,7 @@ fn main() {
     }
 }
 
-/// A float32 info.
-/// The matmuls of one layer of the `gpt` example's default model ([2048, 256] tokens,
+/// The kernels of one layer of the `gpt` example's default model ([2048, 256] tokens,
 /// 4 heads), forward and both gradients.
 fn gpt_cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -217,9 +217,18 @@ fn gpt_cases() -> Vec<Case> {
     v.push(attention(Case::new("attention fwd", "Attention", vec![qkv.clone()], y.clone()).output(lse.clone())));
     let grad = Case::new("attention grad", "AttentionGrad", vec![y.clone(), qkv.clone(), y, lse], qkv);
     v.push(attention(grad));
+    // The elementwise passes and bias gradients around the fc matmuls.
+    let (hid, res) = (f32s(&[16, 128, 1024]), f32s(&[16, 128, 256]));
+    v.push(Case::new("fc gelu", "Gelu", vec![hid.clone()], hid.clone()));
+    v.push(Case::new("fc gelu grad", "GeluGrad", vec![hid.clone(), hid.clone()], hid.clone()));
+    for (name, x, n) in [("fc bias grad", hid, 1024), ("fc2 bias grad", res, 256)] {
+        let bias = Case::new(name, "ReduceToShape", vec![x], f32s(&[n]));
+        v.push(bias.attr("shape", AttrValue::Ints(vec![n as i64])));
+    }
     v
 }
 
+/// A float32 info.
 pub fn f32s(shape: &[usize]) -> TensorInfo {
     TensorInfo::new(DataType::Float32, shape)
 }

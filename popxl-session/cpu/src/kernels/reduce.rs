@@ -381,27 +381,30 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                 #[inline(always)]
                 move |c| {
                     // SAFETY: pieces own disjoint output columns; reads stay inside the input.
-                    unsafe {
-                        let ys = slice_mut(y.get().add(c.start), c.len());
-                        ys.fill(R::init());
-                        let row = |r: usize| slice(x.get().add(r * cols + c.start), c.len());
-                        // Four rows per pass over the outputs (combined in row order,
-                        // as one row at a time would): a quarter of the output traffic.
-                        let quads = rows - rows % 4;
-                        for r in (0..quads).step_by(4) {
-                            let (x0, x1, x2, x3) = (row(r), row(r + 1), row(r + 2), row(r + 3));
-                            for ((((o, &a), &b), &d), &e) in ys.iter_mut().zip(x0).zip(x1).zip(x2).zip(x3) {
-                                let v = R::combine(R::combine(*o, R::map(a)), R::map(b));
-                                *o = R::combine(R::combine(v, R::map(d)), R::map(e));
+                    simd.run_narrow(
+                        #[inline(always)]
+                        || unsafe {
+                            let ys = slice_mut(y.get().add(c.start), c.len());
+                            ys.fill(R::init());
+                            let row = |r: usize| slice(x.get().add(r * cols + c.start), c.len());
+                            // Four rows per pass over the outputs (combined in row order,
+                            // as one row at a time would): a quarter of the output traffic.
+                            let quads = rows - rows % 4;
+                            for r in (0..quads).step_by(4) {
+                                let (x0, x1, x2, x3) = (row(r), row(r + 1), row(r + 2), row(r + 3));
+                                for ((((o, &a), &b), &d), &e) in ys.iter_mut().zip(x0).zip(x1).zip(x2).zip(x3) {
+                                    let v = R::combine(R::combine(*o, R::map(a)), R::map(b));
+                                    *o = R::combine(R::combine(v, R::map(d)), R::map(e));
+                                }
                             }
-                        }
-                        for r in quads..rows {
-                            for (o, &v) in ys.iter_mut().zip(row(r)) {
-                                *o = R::combine(*o, R::map(v));
+                            for r in quads..rows {
+                                for (o, &v) in ys.iter_mut().zip(row(r)) {
+                                    *o = R::combine(*o, R::map(v));
+                                }
                             }
-                        }
-                        self.finish(ys);
-                    }
+                            self.finish(ys);
+                        },
+                    )
                 },
             );
             return Ok(());

@@ -8,6 +8,10 @@
 //! The builder resolves the op to a [`ConvGeometry`] (the only place the
 //! attributes are read: [`geometry`]) and picks, by shape, once, a [`Plan`]:
 //! one variant per method, owning the state that method needs:
+//! - **Winograd** F(2×2, 3×3) (`winograd`, float32) first, where it takes the
+//!   shape: 3x3 stride-1 forward passes and data gradients of one group with
+//!   at least 128 channels on both sides and 256 tiles in the batch, as 16
+//!   GEMMs over the channels (2.25x fewer multiply-adds);
 //! - **pointwise** (1x1, stride 1, unpadded): the input planes already are the
 //!   im2col matrix, so each product is one GEMM on the tensors, no copy;
 //! - **direct** (depthwise-like: one input channel and at most 4 output
@@ -48,7 +52,7 @@
 //! `layout` (the 2-D geometry, im2col / col2im, the direct plane loops),
 //! `im2col`, `batched`, `data_forward`, `direct2d` (+ `direct2d_avx2`),
 //! `implicit` (+ `implicit_wgrad`, its register tile in `gemm`),
-//! `direct3d`, `nd`, and `tests` (shared test helpers).
+//! `winograd`, `direct3d`, `nd`, and `tests` (shared test helpers).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -74,6 +78,7 @@ mod layout;
 mod nd;
 #[cfg(test)]
 mod tests;
+mod winograd;
 
 pub(super) use layout::{split_geometry, Geo2, Outer};
 
@@ -91,6 +96,7 @@ use implicit::Implicit;
 use lanes3d::Lanes3d;
 use layout::{ConvElem, Padded};
 use nd::NdKernel;
+use winograd::Winograd;
 
 /// Registered kernels.
 pub(crate) const KERNELS: &[KernelEntry] =
@@ -151,6 +157,8 @@ enum Plan {
     Blocked(Blocked),
     /// The packed implicit GEMM of `implicit` (f32 on AVX2 + FMA).
     Implicit(Implicit),
+    /// Winograd F(2×2, 3×3) (`winograd`, f32): 16 GEMMs over the channels.
+    Winograd(Winograd),
 }
 
 /// How the im2col method's work is shared.
@@ -363,6 +371,10 @@ impl<T: ConvElem> ConvKernel<T> {
         } else {
             None
         };
+        if let Some(wi) = Self::winograd_plan(g, cx.pass) {
+            let cut = Self::cut_winograd(&cx, &wi);
+            return Self::finish(&cx, Plan::Winograd(wi), cut);
+        }
         if let Some(b) = Self::blocked_plan(g, cx.pass) {
             let cut = Self::cut_blocked(&cx, &b);
             return Self::finish(&cx, Plan::Blocked(b), cut);
@@ -538,6 +550,8 @@ impl<T: ConvElem> ConvKernel<T> {
                 Plan::Blocked(b) => self.blocked_task(b, t, io),
                 Plan::Implicit(im) if self.pass == Pass::Weights => self.implicit_weights_task(im, t, io),
                 Plan::Implicit(im) => self.implicit_task(im, t, io),
+                // Runs whole (`run_winograd`), never as single tasks.
+                Plan::Winograd(_) => {}
             }
         }
     }
@@ -558,6 +572,11 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
             // SAFETY: the output holds the plan's `out_len` elements (this
             // function's contract).
             unsafe { slice_mut(args.outputs[0] as *mut T, len).fill(T::ZERO) };
+            return Ok(());
+        }
+        if let Plan::Winograd(wi) = &self.plan {
+            // SAFETY: as below; the plan was built for f32 only.
+            unsafe { self.run_winograd(wi, x, w, y) };
             return Ok(());
         }
         if let Plan::Im2col(Im2colSplit::SharedCol) = self.plan {

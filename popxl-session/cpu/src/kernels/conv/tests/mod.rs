@@ -55,7 +55,7 @@ pub(crate) fn naive(c: Case, s: usize, x: &[f64], w: &[f64], dy: &[f64]) -> [Vec
 }
 
 /// The attributes of case `c` at stride `s`.
-fn conv_attrs(c: Case, s: usize) -> ConvAttrs {
+pub(crate) fn conv_attrs(c: Case, s: usize) -> ConvAttrs {
     let (groups, p, d) = (c.1, c.8, c.9);
     ConvAttrs {
         strides: Some(vec![s as i64; 2]),
@@ -129,3 +129,4 @@ pub(crate) fn inputs(c: Case, s: usize, seed: u64) -> Inputs {
 
 #[cfg(target_arch = "x86_64")]
 mod implicit;
+mod winograd;

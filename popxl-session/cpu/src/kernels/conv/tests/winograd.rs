@@ -1,0 +1,60 @@
+//! The Winograd plan against the f64 loop, through the kernel builder.
+
+use popart_ir::ops::conv::conv_geometry;
+use popart_ir::DataType;
+
+use super::super::layout::Geo2;
+use super::super::winograd::Winograd;
+use super::super::{ConvKernel, Pass};
+use super::{check, conv_attrs, Case};
+
+/// Shapes the plan takes: odd planes (partial tiles on both edges), no
+/// padding, asymmetric padding (a data gradient padded by more than 2 − p on
+/// one side), channel counts that leave partial vectors, several images per
+/// task.
+const CASES: [Case; 4] = [
+    (2, 1, 128, 128, 23, 21, 3, 3, [1, 1, 1, 1], [1, 1]),
+    (1, 1, 128, 136, 34, 33, 3, 3, [0, 0, 0, 0], [1, 1]),
+    (1, 1, 144, 128, 33, 34, 3, 3, [2, 1, 0, 2], [1, 1]),
+    (16, 1, 128, 128, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+];
+
+/// The plan of case `c` at stride `s` for `pass`, if Winograd takes it.
+fn plan(c: Case, s: usize, pass: Pass) -> Option<Winograd> {
+    let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
+    let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &conv_attrs(c, s)).unwrap();
+    ConvKernel::<f32>::winograd_plan(&Geo2::new(&geo).unwrap(), pass)
+}
+
+#[test]
+fn winograd_takes_its_shapes_only() {
+    for c in CASES {
+        assert!(plan(c, 1, Pass::Forward).is_some() && plan(c, 1, Pass::Data).is_some(), "{c:?}");
+        assert!(plan(c, 1, Pass::Weights).is_none());
+        assert!(plan(c, 2, Pass::Forward).is_none(), "stride 2: {c:?}");
+        let f64_plan = {
+            let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
+            let attrs = conv_attrs(c, 1);
+            let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &attrs).unwrap();
+            ConvKernel::<f64>::winograd_plan(&Geo2::new(&geo).unwrap(), Pass::Forward)
+        };
+        assert!(f64_plan.is_none());
+    }
+    // Too few channels, too few tiles, two groups, dilation 2, a 5x5 filter.
+    for c in [
+        (1, 1, 64, 128, 32, 32, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (1, 1, 128, 128, 14, 14, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (1, 2, 128, 128, 32, 32, 3, 3, [1, 1, 1, 1], [1, 1]),
+        (1, 1, 128, 128, 32, 32, 3, 3, [1, 1, 1, 1], [2, 2]),
+        (1, 1, 128, 128, 32, 32, 5, 5, [1, 1, 1, 1], [1, 1]),
+    ] {
+        assert!(plan(c, 1, Pass::Forward).is_none(), "{c:?}");
+    }
+}
+
+#[test]
+fn winograd_matches_a_naive_loop() {
+    for (i, c) in CASES.into_iter().enumerate() {
+        check(c, 1, DataType::Float32, 800 + i as u64);
+    }
+}
