@@ -1,6 +1,7 @@
 //! Winograd F(2×2, 3×3): the float32 3×3 stride-1 convolutions with enough
-//! channels (forward passes, and data gradients as the forward convolution of
-//! `dy` with the flipped, transposed weights), in tiles of 2×2 outputs.
+//! channels and tiles (forward passes, data gradients as the forward
+//! convolution of `dy` with the flipped, transposed weights, and weight
+//! gradients), in tiles of 2×2 outputs.
 //!
 //! Each tile's 4×4 input patch `d` becomes `Bᵀ d B` (16 values per input
 //! channel), each 3×3 filter `g` becomes `G g Gᵀ` (16 values per channel
@@ -19,6 +20,12 @@
 //! its rows) and writes its outputs. The transforms run 16 channels side by
 //! side. Tasks write disjoint outputs and every output is one fixed
 //! sequence of operations, whatever the thread count.
+//!
+//! A weight gradient is the same product read backwards: the gradient of
+//! `U` is `Σ (A dy Aᵀ) ⊙ (Bᵀ d B)` over the tiles (16 GEMMs whose inner
+//! dimension is the tiles, `dy` past the plane's edge 0) and that of the
+//! filters `Gᵀ dU G`. The tiles are summed in chunks fixed when the kernel
+//! is built (one task each, the partials added in chunk order).
 
 use std::any::TypeId;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,6 +63,8 @@ const LANES: usize = 16;
 pub(super) struct Winograd {
     /// A data gradient: the filters are read flipped and transposed.
     flipped: bool,
+    /// A weight gradient (of the forward convolution this plan describes).
+    weights: bool,
     n: usize,
     /// Channels of the convolution computed (a data gradient's `cin` is the op's `co`).
     cin: usize,
@@ -88,16 +97,18 @@ impl Winograd {
             // dx[i] = Σ_a dy[i + a − (2 − p)] · w[2 − a]: the stride-1 convolution of
             // dy padded by 2 − p with the flipped filters.
             Pass::Data => (true, g.co_g, g.ci_g, g.oh, g.ow, g.ih, g.iw, 2 - g.ph, 2 - g.pw),
-            Pass::Weights => return None,
+            Pass::Weights => (false, g.ci_g, g.co_g, g.ih, g.iw, g.oh, g.ow, g.ph, g.pw),
         };
         let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
         if g.n.checked_mul(th * tw)? < MIN_TILES {
             return None;
         }
-        // Where the filters cannot be allocated, the other methods run.
-        let u_len = 16usize.checked_mul(cin)?.checked_mul(cout)?;
+        // Where the filters cannot be allocated, the other methods run. A
+        // weight gradient sums its transformed filters in scratch instead.
+        let weights = pass == Pass::Weights;
+        let u_len = if weights { 0 } else { 16usize.checked_mul(cin)?.checked_mul(cout)? };
         let u = popart_ir::size::try_zeroed_vec::<f32>(u_len, "winograd filters").ok()?;
-        Some(Winograd { flipped, n: g.n, cin, cout, ih, iw, oh, ow, ph, pw, th, tw, u: Mutex::new(u) })
+        Some(Winograd { flipped, weights, n: g.n, cin, cout, ih, iw, oh, ow, ph, pw, th, tw, u: Mutex::new(u) })
     }
 
     /// Tiles of the batch.
@@ -273,9 +284,118 @@ impl Winograd {
         }
     }
 
-    /// Scratch of one task: `V` and `M` of a block of tiles.
+    /// `A dy Aᵀ` of tiles `t0..t0 + len` of every output channel into `e`
+    /// (`[16][len][cout]`), [`LANES`] channels at a time: the weight
+    /// gradient's transform of the output gradient (its values past the
+    /// plane's edge 0).
+    ///
+    /// # Safety
+    /// `dy` holds the output gradient; `e` `16 · len · cout` values.
+    #[inline(always)]
+    unsafe fn transform_grads(&self, dy: *const f32, t0: usize, len: usize, e: *mut f32) {
+        let (cout, plane) = (self.cout, self.oh * self.ow);
+        let stride = len * cout;
+        for tl in 0..len {
+            let (img, ty, tx) = self.tile(t0 + tl);
+            let (r0, q0) = (2 * ty, 2 * tx);
+            let mut offs = [[None::<usize>; 2]; 2];
+            for (i, row) in offs.iter_mut().enumerate() {
+                for (j, off) in row.iter_mut().enumerate() {
+                    if r0 + i < self.oh && q0 + j < self.ow {
+                        *off = Some((r0 + i) * self.ow + q0 + j);
+                    }
+                }
+            }
+            // SAFETY: image `img` of the output gradient (this function's contract).
+            let src = unsafe { dy.add(img * cout * plane) };
+            for o0 in (0..cout).step_by(LANES) {
+                let n = LANES.min(cout - o0);
+                let mut d = [[[0.0f32; LANES]; 2]; 2];
+                for (row, offs) in d.iter_mut().zip(&offs) {
+                    for (val, off) in row.iter_mut().zip(offs) {
+                        if let Some(off) = *off {
+                            for (l, v) in val.iter_mut().enumerate().take(n) {
+                                // SAFETY: (channel o0 + l, offset off) lies inside the gradient.
+                                *v = unsafe { *src.add((o0 + l) * plane + off) };
+                            }
+                        }
+                    }
+                }
+                // A d: rows d0, d0 + d1, d0 − d1, −d1; then the same on the columns.
+                let a = |p: &[f32; LANES], q: &[f32; LANES]| {
+                    let mut o = [[0.0f32; LANES]; 4];
+                    for l in 0..LANES {
+                        o[0][l] = p[l];
+                        o[1][l] = p[l] + q[l];
+                        o[2][l] = p[l] - q[l];
+                        o[3][l] = -q[l];
+                    }
+                    o
+                };
+                let cols: [[[f32; LANES]; 4]; 2] = [0, 1].map(|c| a(&d[0][c], &d[1][c]));
+                for (r, (p, q)) in cols[0].iter().zip(&cols[1]).enumerate() {
+                    for (c, vals) in a(p, q).iter().enumerate() {
+                        // SAFETY: position (r, c), tile tl, channels o0..o0 + n of `e`.
+                        unsafe { store(vals, e.add((r * 4 + c) * stride + tl * cout + o0), n) };
+                    }
+                }
+            }
+        }
+    }
+
+    /// `dw = Gᵀ dU G` of input channels `cols` from the summed `dU`
+    /// (`[16][cin][cout]`) into the weight gradient `dw` `[co][ci][3][3]`.
+    ///
+    /// # Safety
+    /// `du` holds `16 · cin · cout` values; `dw` the op's weight gradient,
+    /// whose input channels `cols` no one else writes during the call.
+    #[inline(always)]
+    unsafe fn untransform_filters(&self, du: *const f32, dw: *mut f32, cols: std::ops::Range<usize>) {
+        let (cin, cout) = (self.cin, self.cout);
+        let plane = cin * cout;
+        for i in cols {
+            for o0 in (0..cout).step_by(LANES) {
+                let n = LANES.min(cout - o0);
+                let mut m = [[[0.0f32; LANES]; 4]; 4];
+                for (r, row) in m.iter_mut().enumerate() {
+                    for (c, val) in row.iter_mut().enumerate() {
+                        // SAFETY: position (r, c), row i, columns o0..o0 + n of `du`.
+                        unsafe { load(du.add((r * 4 + c) * plane + i * cout + o0), val, n) };
+                    }
+                }
+                // Gᵀ m: rows m0 + (m1 + m2) / 2, (m1 − m2) / 2, (m1 + m2) / 2 + m3;
+                // then the same on the columns.
+                let gt = |a: &[f32; LANES], b: &[f32; LANES], c: &[f32; LANES], d: &[f32; LANES]| {
+                    let mut o = [[0.0f32; LANES]; 3];
+                    for l in 0..LANES {
+                        let (h, k) = (0.5 * (b[l] + c[l]), 0.5 * (b[l] - c[l]));
+                        o[0][l] = a[l] + h;
+                        o[1][l] = k;
+                        o[2][l] = h + d[l];
+                    }
+                    o
+                };
+                let rows: [[[f32; LANES]; 3]; 4] = [0, 1, 2, 3].map(|c| gt(&m[0][c], &m[1][c], &m[2][c], &m[3][c]));
+                for (p, (((a, b), c), d)) in rows[0].iter().zip(&rows[1]).zip(&rows[2]).zip(&rows[3]).enumerate() {
+                    for (q, vals) in gt(a, b, c, d).iter().enumerate() {
+                        for (l, &v) in vals.iter().enumerate().take(n) {
+                            // SAFETY: tap (p, q) of the filter of (o0 + l, i) in `dw`.
+                            unsafe { *dw.add(((o0 + l) * cin + i) * 9 + p * 3 + q) = v };
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Scratch of one task: `V` and `M` of a block of tiles (a weight
+    /// gradient: `V`, the transformed gradient and the summed `dU`).
     fn scratch(&self, tiles: usize, rows: usize) -> usize {
-        16 * (self.cin + rows) * tiles
+        if self.weights {
+            16 * ((self.cin + self.cout) * tiles + self.cin * self.cout)
+        } else {
+            16 * (self.cin + rows) * tiles
+        }
     }
 }
 
@@ -325,6 +445,14 @@ impl<T: ConvElem> ConvKernel<T> {
     /// has `want`. A task's `lo..hi` are its tiles and `o0..o1` its channels.
     pub(super) fn cut_winograd(cx: &PlanCx<'_, '_>, wi: &Winograd) -> Cut {
         let tiles = wi.tiles();
+        if wi.weights {
+            // Chunks of tiles, one task each, summed in chunk order.
+            let c = cx.want.min(tiles.div_ceil(MIN_TILES)).max(1);
+            let chunks: Vec<usize> = (0..=c).map(|i| i * tiles / c).collect();
+            let tasks =
+                chunks.windows(2).enumerate().map(|(k, b)| Task { n: k, g: 0, lo: b[0], hi: b[1], o0: 0, o1: wi.cout });
+            return Cut { tasks: tasks.collect(), chunks, scratch: wi.scratch(MAX_TILES_BIG, wi.cout) };
+        }
         let most = if 16 * wi.cin * wi.cout > BIG_FILTERS { MAX_TILES_BIG } else { MAX_TILES };
         let blocks = tiles.div_ceil(most);
         let tb = tiles.div_ceil(blocks);
@@ -346,6 +474,11 @@ impl<T: ConvElem> ConvKernel<T> {
     /// `x`, `w`, `y` are this call's operands, of the geometry the plan was
     /// built for; `T` is f32 (checked when planning).
     pub(super) unsafe fn run_winograd(&self, wi: &Winograd, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
+        if wi.weights {
+            // SAFETY: this function's contract.
+            unsafe { self.run_winograd_weights(wi, x, w, y) };
+            return;
+        }
         let (src, dst) = if wi.flipped { (y, x) } else { (x, y) };
         let (src, w, dst) =
             (SendPtr(src.get() as *mut f32), SendPtr(w.get() as *mut f32), SendPtr(dst.get() as *mut f32));
@@ -409,6 +542,99 @@ impl<T: ConvElem> ConvKernel<T> {
             team::run(pieces, &piece);
         } else {
             piece(0);
+        }
+    }
+
+    /// Runs a Winograd weight gradient: each chunk of tiles (one task) sums
+    /// `dU = Σ (A dy Aᵀ) ⊙ (Bᵀ d B)` over its tiles, blocks of
+    /// [`MAX_TILES_BIG`] at a time, as 16 GEMMs whose inner dimension is the
+    /// tiles, and writes `Gᵀ dU G` to the result (chunk 0) or its partial,
+    /// the partials then added in chunk order.
+    ///
+    /// # Safety
+    /// As [`Self::run_winograd`].
+    unsafe fn run_winograd_weights(&self, wi: &Winograd, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
+        let (x, y) = (SendPtr(x.get() as *mut f32), SendPtr(y.get() as *mut f32));
+        let wlen = wi.cin * wi.cout * 9;
+        let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
+        let parts = SendPtr(partials.as_mut_ptr() as *mut f32);
+        let wpart = |chunk: usize| {
+            if chunk == 0 {
+                w.get() as *mut f32
+            } else {
+                // SAFETY: chunk `c > 0` has partial `c - 1` of `wlen` values (sized at build time).
+                unsafe { parts.get().add((chunk - 1) * wlen) }
+            }
+        };
+        let pieces = if self.parallel { self.scratch.len().max(1) } else { 1 };
+        let simd = Simd::best();
+        let (cin, cout) = (wi.cin, wi.cout);
+        let next = AtomicUsize::new(0);
+        let piece = |p: usize| {
+            let mut s = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
+            let s = s.as_mut_ptr() as *mut f32;
+            while let Some(t) = self.tasks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                // SAFETY: the scratch holds `dU` and a block's `V` and `E` (sized when
+                // cutting); the chunk's partial is this task's alone.
+                unsafe {
+                    let du = s;
+                    let v = s.add(16 * cin * cout);
+                    let e = v.add(16 * MAX_TILES_BIG * cin);
+                    for lo in (t.lo..t.hi).step_by(MAX_TILES_BIG) {
+                        let len = MAX_TILES_BIG.min(t.hi - lo);
+                        simd.run(
+                            #[inline(always)]
+                            || {
+                                wi.transform_inputs(x.get(), lo, len, v);
+                                wi.transform_grads(y.get(), lo, len, e);
+                            },
+                        );
+                        for xi in 0..16 {
+                            // dU (cout × cin, column-major) += Eᵀ (cout × len) · V (len × cin).
+                            f32::gemm(
+                                cout,
+                                cin,
+                                len,
+                                du.add(xi * cin * cout),
+                                1,
+                                cout as isize,
+                                lo > t.lo,
+                                e.add(xi * len * cout),
+                                1,
+                                cout as isize,
+                                v.add(xi * len * cin),
+                                cin as isize,
+                                1,
+                                1.0,
+                                1.0,
+                            );
+                        }
+                    }
+                    simd.run(
+                        #[inline(always)]
+                        || wi.untransform_filters(du, wpart(t.n), 0..cin),
+                    );
+                }
+            }
+        };
+        if pieces > 1 {
+            team::run(pieces, &piece);
+        } else {
+            piece(0);
+        }
+        if self.chunks.len() > 2 {
+            // SAFETY: the weight gradient holds `wlen` values; the pieces have finished.
+            let out = unsafe { std::slice::from_raw_parts_mut(w.get() as *mut f32, wlen) };
+            // SAFETY: the partials' own buffer, locked by this call.
+            let parts = unsafe { std::slice::from_raw_parts(parts.get(), partials.len()) };
+            simd.run(
+                #[inline(always)]
+                || {
+                    for part in parts.chunks_exact(wlen) {
+                        out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
+                    }
+                },
+            );
         }
     }
 }
