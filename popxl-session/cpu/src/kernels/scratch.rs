@@ -24,21 +24,36 @@ fn slot(p: usize) -> Slot {
     slots[p].clone()
 }
 
+/// Grows `slot` to at least `words` words.
+fn grow(spec: &KernelSpec<'_>, slot: &Slot, words: usize) -> Result<(), KernelError> {
+    let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if v.len() < words {
+        let extra = words - v.len();
+        v.try_reserve_exact(extra)
+            .map_err(|_| spec.error(format!("cannot allocate {words} words of kernel scratch")))?;
+        v.resize(words, 0);
+    }
+    Ok(())
+}
+
 /// The scratch slots of `pieces` pieces, each grown to at least `words` words.
 pub(crate) fn slots(spec: &KernelSpec<'_>, pieces: usize, words: usize) -> Result<Vec<Slot>, KernelError> {
     let mut scratch = Vec::with_capacity(pieces);
     for p in 0..pieces {
         let slot = slot(p);
-        {
-            let mut v = slot.lock().unwrap_or_else(|e| e.into_inner());
-            if v.len() < words {
-                let extra = words - v.len();
-                v.try_reserve_exact(extra)
-                    .map_err(|_| spec.error(format!("cannot allocate {words} words of kernel scratch")))?;
-                v.resize(words, 0);
-            }
-        }
+        grow(spec, &slot, words)?;
         scratch.push(slot);
     }
     Ok(scratch)
+}
+
+/// The one slot the pieces of a kernel share (the Winograd convolutions'
+/// transformed filters, written once per run and read by every piece),
+/// grown to at least `words` words. A kernel locks it before its pieces'
+/// slots, and no kernel holding a piece's slot waits for it.
+pub(crate) fn shared(spec: &KernelSpec<'_>, words: usize) -> Result<Slot, KernelError> {
+    static SHARED: Mutex<Option<Slot>> = Mutex::new(None);
+    let slot = SHARED.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Slot::default).clone();
+    grow(spec, &slot, words)?;
+    Ok(slot)
 }

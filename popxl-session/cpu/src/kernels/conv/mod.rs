@@ -371,7 +371,8 @@ impl<T: ConvElem> ConvKernel<T> {
         } else {
             None
         };
-        if let Some(wi) = Self::winograd_plan(g, cx.pass) {
+        if let Some(mut wi) = Self::winograd_plan(g, cx.pass) {
+            wi.reserve(cx.spec)?;
             let cut = Self::cut_winograd(&cx, &wi);
             return Self::finish(&cx, Plan::Winograd(wi), cut);
         }

@@ -29,13 +29,15 @@
 
 use std::any::TypeId;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use super::super::matmul::MatElem;
 use super::super::par::Simd;
 use super::super::ptr::SendPtr;
+use super::super::scratch;
+use super::super::spec::SpecExt;
 use super::layout::{ConvElem, Geo2};
 use super::{ConvKernel, Cut, Pass, PlanCx, Task};
+use crate::kernel::{KernelError, KernelSpec};
 use crate::team;
 
 /// Least input and output channels of the convolution computed: below, the
@@ -79,8 +81,10 @@ pub(super) struct Winograd {
     /// Tile rows and columns of one image.
     th: usize,
     tw: usize,
-    /// The transformed filters `[16][cin][cout]`, written at the start of each run.
-    u: Mutex<Vec<f32>>,
+    /// The slot of the transformed filters `[16][cin][cout]`, written at the
+    /// start of each run: reserved when planned ([`Winograd::reserve`]; none
+    /// for a weight gradient, which sums its own).
+    u: Option<scratch::Slot>,
 }
 
 impl Winograd {
@@ -103,12 +107,21 @@ impl Winograd {
         if g.n.checked_mul(th * tw)? < MIN_TILES {
             return None;
         }
-        // Where the filters cannot be allocated, the other methods run. A
-        // weight gradient sums its transformed filters in scratch instead.
         let weights = pass == Pass::Weights;
-        let u_len = if weights { 0 } else { 16usize.checked_mul(cin)?.checked_mul(cout)? };
-        let u = popart_ir::size::try_zeroed_vec::<f32>(u_len, "winograd filters").ok()?;
-        Some(Winograd { flipped, weights, n: g.n, cin, cout, ih, iw, oh, ow, ph, pw, th, tw, u: Mutex::new(u) })
+        Some(Winograd { flipped, weights, n: g.n, cin, cout, ih, iw, oh, ow, ph, pw, th, tw, u: None })
+    }
+
+    /// Reserves the shared slot of the transformed filters (a weight
+    /// gradient sums its own in its pieces' scratch).
+    pub(super) fn reserve(&mut self, spec: &KernelSpec<'_>) -> Result<(), KernelError> {
+        if !self.weights {
+            let len = 16usize
+                .checked_mul(self.cin)
+                .and_then(|v| v.checked_mul(self.cout))
+                .ok_or_else(|| spec.error("the Winograd filters overflow"))?;
+            self.u = Some(scratch::shared(spec, len.div_ceil(2))?);
+        }
+        Ok(())
     }
 
     /// Tiles of the batch.
@@ -482,8 +495,10 @@ impl<T: ConvElem> ConvKernel<T> {
         let (src, dst) = if wi.flipped { (y, x) } else { (x, y) };
         let (src, w, dst) =
             (SendPtr(src.get() as *mut f32), SendPtr(w.get() as *mut f32), SendPtr(dst.get() as *mut f32));
-        let mut u = wi.u.lock().unwrap_or_else(|e| e.into_inner());
-        let up = SendPtr(u.as_mut_ptr());
+        let Some(slot) = &wi.u else { return };
+        let mut u = slot.lock().unwrap_or_else(|e| e.into_inner());
+        // u64 words reinterpreted as f32: aligned, grown at build time to the filters.
+        let up = SendPtr(u.as_mut_ptr() as *mut f32);
         let pieces = if self.parallel { self.scratch.len().max(1) } else { 1 };
         let simd = Simd::best();
         // The filters, in even blocks of input channels.

@@ -12,12 +12,13 @@ use super::{check, conv_attrs, Case};
 /// Shapes the plan takes: odd planes (partial tiles on both edges), no
 /// padding, asymmetric padding (a data gradient padded by more than 2 − p on
 /// one side), channel counts that leave partial vectors, several images per
-/// task.
-const CASES: [Case; 4] = [
+/// task, a padding of 3 (the data gradient's padding 2 − 3 is negative).
+const CASES: [Case; 5] = [
     (2, 1, 128, 128, 23, 21, 3, 3, [1, 1, 1, 1], [1, 1]),
     (1, 1, 128, 136, 34, 33, 3, 3, [0, 0, 0, 0], [1, 1]),
     (1, 1, 144, 128, 33, 34, 3, 3, [2, 1, 0, 2], [1, 1]),
     (16, 1, 128, 128, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
+    (1, 1, 128, 128, 32, 31, 3, 3, [3, 0, 1, 3], [1, 1]),
 ];
 
 /// The plan of case `c` at stride `s` for `pass`, if Winograd takes it.
