@@ -617,20 +617,35 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
         } else {
             piece(0);
         }
-        // Chunked weight gradients: add the partials in chunk order.
-        if self.chunks.len() > 2 {
-            // SAFETY: the weight gradient (this call's output) holds `wlen`
-            // elements; the pieces have finished.
-            let out = unsafe { slice_mut(w.get(), wlen) };
-            Simd::for_cost(1).run_narrow(
-                #[inline(always)]
-                || {
-                    for part in partials.chunks_exact(wlen) {
-                        out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
-                    }
-                },
-            );
-        }
+        // SAFETY: the weight gradient (this call's output) holds `wlen`
+        // elements; the pieces have finished.
+        unsafe { self.add_partials(w.get(), &partials) };
         Ok(())
+    }
+}
+
+impl<T: ConvElem> ConvKernel<T> {
+    /// A chunked weight gradient: adds the partials of chunks 1.. to the
+    /// result (chunk 0's) in chunk order; nothing for one chunk.
+    ///
+    /// # Safety
+    /// `w` is the weight gradient (`groups · co_g · kdim` elements), which
+    /// no one else touches during the call.
+    unsafe fn add_partials(&self, w: *mut T, partials: &[T]) {
+        if self.chunks.len() <= 2 {
+            return;
+        }
+        let g = &self.geo;
+        let wlen = g.groups * g.co_g * g.kdim();
+        // SAFETY: this function's contract.
+        let out = unsafe { slice_mut(w, wlen) };
+        Simd::for_cost(1).run_narrow(
+            #[inline(always)]
+            || {
+                for part in partials.chunks_exact(wlen) {
+                    out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
+                }
+            },
+        );
     }
 }

@@ -167,14 +167,9 @@ impl Winograd {
                     [*a, p, q, *d]
                 };
                 let gg: [[[f32; LANES]; 4]; 3] = [0, 1, 2].map(|c| gt(&g[0][c], &g[1][c], &g[2][c]));
-                for (r, ((a, b), d)) in gg[0].iter().zip(&gg[1]).zip(&gg[2]).enumerate() {
-                    let v = gt(a, b, d);
-                    for (c, vals) in v.iter().enumerate() {
-                        // SAFETY: positions (r, c), row i, columns o0..o0 + n of `u`
-                        // (this function's contract).
-                        unsafe { store(vals, u.add((r * 4 + c) * plane + i * cout + o0), n) };
-                    }
-                }
+                let out = [0, 1, 2, 3].map(|r| gt(&gg[0][r], &gg[1][r], &gg[2][r]));
+                // SAFETY: row i, columns o0..o0 + n of `u` (this function's contract).
+                unsafe { store16(&out, u.add(i * cout + o0), plane, n) };
             }
         }
     }
@@ -236,13 +231,9 @@ impl Winograd {
                     o
                 };
                 let cols: [[[f32; LANES]; 4]; 4] = [0, 1, 2, 3].map(|c| bt(&d[0][c], &d[1][c], &d[2][c], &d[3][c]));
-                for (r, (((a, b), c), e)) in cols[0].iter().zip(&cols[1]).zip(&cols[2]).zip(&cols[3]).enumerate() {
-                    let vals = bt(a, b, c, e);
-                    for (c, vals) in vals.iter().enumerate() {
-                        // SAFETY: position (r, c), tile tl, channels ch0..ch0 + n of `v`.
-                        unsafe { store(vals, v.add((r * 4 + c) * stride + tl * cin + ch0), n) };
-                    }
-                }
+                let out = [0, 1, 2, 3].map(|r| bt(&cols[0][r], &cols[1][r], &cols[2][r], &cols[3][r]));
+                // SAFETY: tile tl, channels ch0..ch0 + n of `v` (this function's contract).
+                unsafe { store16(&out, v.add(tl * cin + ch0), stride, n) };
             }
         }
     }
@@ -267,13 +258,8 @@ impl Winograd {
             let dst = unsafe { y.add((img * self.cout + o0) * plane + r0 * self.ow + q0) };
             for ol0 in (0..rows).step_by(LANES) {
                 let n = LANES.min(rows - ol0);
-                let mut s = [[[0.0f32; LANES]; 4]; 4];
-                for (p, row) in s.iter_mut().enumerate() {
-                    for (c, val) in row.iter_mut().enumerate() {
-                        // SAFETY: position (p, c), tile tl, channels ol0..ol0 + n of `m`.
-                        unsafe { load(m.add((p * 4 + c) * stride + tl * rows + ol0), val, n) };
-                    }
-                }
+                // SAFETY: tile tl, channels ol0..ol0 + n of `m` (this function's contract).
+                let s = unsafe { load16(m.add(tl * rows + ol0), stride, n) };
                 // Aᵀ s: rows s0 + s1 + s2 and s1 − s2 − s3; then the same on the columns.
                 let at = |a: &[f32; LANES], b: &[f32; LANES], c: &[f32; LANES], e: &[f32; LANES]| {
                     let mut o = [[0.0f32; LANES]; 2];
@@ -346,12 +332,9 @@ impl Winograd {
                     o
                 };
                 let cols: [[[f32; LANES]; 4]; 2] = [0, 1].map(|c| a(&d[0][c], &d[1][c]));
-                for (r, (p, q)) in cols[0].iter().zip(&cols[1]).enumerate() {
-                    for (c, vals) in a(p, q).iter().enumerate() {
-                        // SAFETY: position (r, c), tile tl, channels o0..o0 + n of `e`.
-                        unsafe { store(vals, e.add((r * 4 + c) * stride + tl * cout + o0), n) };
-                    }
-                }
+                let out = [0, 1, 2, 3].map(|r| a(&cols[0][r], &cols[1][r]));
+                // SAFETY: tile tl, channels o0..o0 + n of `e` (this function's contract).
+                unsafe { store16(&out, e.add(tl * cout + o0), stride, n) };
             }
         }
     }
@@ -369,13 +352,8 @@ impl Winograd {
         for i in cols {
             for o0 in (0..cout).step_by(LANES) {
                 let n = LANES.min(cout - o0);
-                let mut m = [[[0.0f32; LANES]; 4]; 4];
-                for (r, row) in m.iter_mut().enumerate() {
-                    for (c, val) in row.iter_mut().enumerate() {
-                        // SAFETY: position (r, c), row i, columns o0..o0 + n of `du`.
-                        unsafe { load(du.add((r * 4 + c) * plane + i * cout + o0), val, n) };
-                    }
-                }
+                // SAFETY: row i, columns o0..o0 + n of `du` (this function's contract).
+                let m = unsafe { load16(du.add(i * cout + o0), plane, n) };
                 // Gᵀ m: rows m0 + (m1 + m2) / 2, (m1 − m2) / 2, (m1 + m2) / 2 + m3;
                 // then the same on the columns.
                 let gt = |a: &[f32; LANES], b: &[f32; LANES], c: &[f32; LANES], d: &[f32; LANES]| {
@@ -412,36 +390,53 @@ impl Winograd {
     }
 }
 
-/// `dst[..n] = vals[..n]`: whole vectors when `n` is [`LANES`].
+/// The 16 positions of a transform, [`LANES`] values each.
+type Positions = [[[f32; LANES]; 4]; 4];
+
+/// Stores position (r, c) of `vals` to `dst + (4r + c) · stride`, `n`
+/// values each (whole vectors when `n` is [`LANES`]).
 ///
 /// # Safety
-/// `dst` is valid for `n ≤ LANES` writes.
+/// `dst + (4r + c) · stride` is valid for `n ≤ LANES` writes for every position.
 #[inline(always)]
-unsafe fn store(vals: &[f32; LANES], dst: *mut f32, n: usize) {
-    // SAFETY: this function's contract.
-    unsafe {
-        if n == LANES {
-            std::ptr::copy_nonoverlapping(vals.as_ptr(), dst, LANES);
-        } else {
-            std::ptr::copy_nonoverlapping(vals.as_ptr(), dst, n);
+unsafe fn store16(vals: &Positions, dst: *mut f32, stride: usize, n: usize) {
+    for (r, row) in vals.iter().enumerate() {
+        for (c, v) in row.iter().enumerate() {
+            // SAFETY: this function's contract.
+            unsafe {
+                let d = dst.add((r * 4 + c) * stride);
+                if n == LANES {
+                    std::ptr::copy_nonoverlapping(v.as_ptr(), d, LANES);
+                } else {
+                    std::ptr::copy_nonoverlapping(v.as_ptr(), d, n);
+                }
+            }
         }
     }
 }
 
-/// `vals[..n] = src[..n]`: whole vectors when `n` is [`LANES`].
+/// Loads position (r, c) from `src + (4r + c) · stride`, `n` values each
+/// (whole vectors when `n` is [`LANES`]), the rest 0.
 ///
 /// # Safety
-/// `src` is valid for `n ≤ LANES` reads.
+/// `src + (4r + c) · stride` is valid for `n ≤ LANES` reads for every position.
 #[inline(always)]
-unsafe fn load(src: *const f32, vals: &mut [f32; LANES], n: usize) {
-    // SAFETY: this function's contract.
-    unsafe {
-        if n == LANES {
-            std::ptr::copy_nonoverlapping(src, vals.as_mut_ptr(), LANES);
-        } else {
-            std::ptr::copy_nonoverlapping(src, vals.as_mut_ptr(), n);
+unsafe fn load16(src: *const f32, stride: usize, n: usize) -> Positions {
+    let mut vals = [[[0.0f32; LANES]; 4]; 4];
+    for (r, row) in vals.iter_mut().enumerate() {
+        for (c, v) in row.iter_mut().enumerate() {
+            // SAFETY: this function's contract.
+            unsafe {
+                let p = src.add((r * 4 + c) * stride);
+                if n == LANES {
+                    std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), LANES);
+                } else {
+                    std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), n);
+                }
+            }
         }
     }
+    vals
 }
 
 impl<T: ConvElem> ConvKernel<T> {
@@ -637,19 +632,7 @@ impl<T: ConvElem> ConvKernel<T> {
         } else {
             piece(0);
         }
-        if self.chunks.len() > 2 {
-            // SAFETY: the weight gradient holds `wlen` values; the pieces have finished.
-            let out = unsafe { std::slice::from_raw_parts_mut(w.get() as *mut f32, wlen) };
-            // SAFETY: the partials' own buffer, locked by this call.
-            let parts = unsafe { std::slice::from_raw_parts(parts.get(), partials.len()) };
-            simd.run(
-                #[inline(always)]
-                || {
-                    for part in parts.chunks_exact(wlen) {
-                        out.iter_mut().zip(part).for_each(|(o, &p)| *o += p);
-                    }
-                },
-            );
-        }
+        // SAFETY: the weight gradient holds `wlen` values; the pieces have finished.
+        unsafe { self.add_partials(w.get(), &partials) };
     }
 }
