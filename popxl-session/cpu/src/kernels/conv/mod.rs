@@ -371,8 +371,7 @@ impl<T: ConvElem> ConvKernel<T> {
         } else {
             None
         };
-        if let Some(mut wi) = Self::winograd_plan(g, cx.pass) {
-            wi.reserve(cx.spec)?;
+        if let Some(wi) = Self::winograd_plan(&cx)? {
             let cut = Self::cut_winograd(&cx, &wi);
             return Self::finish(&cx, Plan::Winograd(wi), cut);
         }

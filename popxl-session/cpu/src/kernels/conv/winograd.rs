@@ -37,7 +37,7 @@ use super::super::scratch;
 use super::super::spec::SpecExt;
 use super::layout::{ConvElem, Geo2};
 use super::{ConvKernel, Cut, Pass, PlanCx, Task};
-use crate::kernel::{KernelError, KernelSpec};
+use crate::kernel::KernelError;
 use crate::team;
 
 /// Least input and output channels of the convolution computed: below, the
@@ -81,17 +81,18 @@ pub(super) struct Winograd {
     /// Tile rows and columns of one image.
     th: usize,
     tw: usize,
-    /// The slot of the transformed filters `[16][cin][cout]`, written at the
-    /// start of each run: reserved when planned ([`Winograd::reserve`]; none
-    /// for a weight gradient, which sums its own).
-    u: Option<scratch::Slot>,
+    /// The shared slot of the transformed filters `[16][cin][cout]`, grown
+    /// when planned and written at the start of each run (a weight gradient
+    /// sums its own in its pieces' scratch and leaves it as it is).
+    u: scratch::Slot,
 }
 
 impl Winograd {
     /// The plan of pass `pass` of `g`, if Winograd takes it: f32, one group,
     /// 3×3, stride and dilation 1, forward or data gradient, at least
-    /// [`MIN_CHANNELS`] channels on both sides.
-    fn new(g: &Geo2, pass: Pass) -> Option<Self> {
+    /// [`MIN_CHANNELS`] channels on both sides, [`MIN_TILES`] tiles; its
+    /// filters in `u` (grown by the caller).
+    fn new(g: &Geo2, pass: Pass, u: scratch::Slot) -> Option<Self> {
         let square = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
         if !square || g.groups != 1 || g.ci_g < MIN_CHANNELS || g.co_g < MIN_CHANNELS || g.oh == 0 || g.ow == 0 {
             return None;
@@ -108,20 +109,7 @@ impl Winograd {
             return None;
         }
         let weights = pass == Pass::Weights;
-        Some(Winograd { flipped, weights, n: g.n, cin, cout, ih, iw, oh, ow, ph, pw, th, tw, u: None })
-    }
-
-    /// Reserves the shared slot of the transformed filters (a weight
-    /// gradient sums its own in its pieces' scratch).
-    pub(super) fn reserve(&mut self, spec: &KernelSpec<'_>) -> Result<(), KernelError> {
-        if !self.weights {
-            let len = 16usize
-                .checked_mul(self.cin)
-                .and_then(|v| v.checked_mul(self.cout))
-                .ok_or_else(|| spec.error("the Winograd filters overflow"))?;
-            self.u = Some(scratch::shared(spec, len.div_ceil(2))?);
-        }
-        Ok(())
+        Some(Winograd { flipped, weights, n: g.n, cin, cout, ih, iw, oh, ow, ph, pw, th, tw, u })
     }
 
     /// Tiles of the batch.
@@ -440,12 +428,28 @@ unsafe fn load16(src: *const f32, stride: usize, n: usize) -> Positions {
 }
 
 impl<T: ConvElem> ConvKernel<T> {
-    /// The Winograd plan of a pass, when `T` is f32 and [`Winograd::new`] takes the shape.
-    pub(super) fn winograd_plan(g: &Geo2, pass: Pass) -> Option<Winograd> {
-        if TypeId::of::<T>() != TypeId::of::<f32>() {
-            return None;
+    /// Whether Winograd takes pass `pass` of `g`: `T` is f32 and [`Winograd::new`] takes the shape.
+    pub(super) fn winograd_takes(g: &Geo2, pass: Pass) -> bool {
+        TypeId::of::<T>() == TypeId::of::<f32>() && Winograd::new(g, pass, scratch::Slot::default()).is_some()
+    }
+
+    /// The Winograd plan of the pass `cx` plans, if Winograd takes it, with
+    /// the shared slot of its transformed filters grown to their size.
+    pub(super) fn winograd_plan(cx: &PlanCx<'_, '_>) -> Result<Option<Winograd>, KernelError> {
+        if !Self::winograd_takes(&cx.g, cx.pass) {
+            return Ok(None);
         }
-        Winograd::new(g, pass)
+        let (g, spec) = (&cx.g, cx.spec);
+        let words = if cx.pass == Pass::Weights {
+            0
+        } else {
+            16usize
+                .checked_mul(g.ci_g)
+                .and_then(|v| v.checked_mul(g.co_g))
+                .ok_or_else(|| spec.error("the Winograd filters overflow"))?
+                .div_ceil(2)
+        };
+        Ok(Winograd::new(g, cx.pass, scratch::shared(spec, words)?))
     }
 
     /// The tasks of the Winograd method: even blocks of at most [`MAX_TILES`]
@@ -490,8 +494,7 @@ impl<T: ConvElem> ConvKernel<T> {
         let (src, dst) = if wi.flipped { (y, x) } else { (x, y) };
         let (src, w, dst) =
             (SendPtr(src.get() as *mut f32), SendPtr(w.get() as *mut f32), SendPtr(dst.get() as *mut f32));
-        let Some(slot) = &wi.u else { return };
-        let mut u = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut u = wi.u.lock().unwrap_or_else(|e| e.into_inner());
         // u64 words reinterpreted as f32: aligned, grown at build time to the filters.
         let up = SendPtr(u.as_mut_ptr() as *mut f32);
         let pieces = if self.parallel { self.scratch.len().max(1) } else { 1 };

@@ -5,7 +5,6 @@ use popart_ir::ops::conv::conv_geometry;
 use popart_ir::DataType;
 
 use super::super::layout::Geo2;
-use super::super::winograd::Winograd;
 use super::super::{ConvKernel, Pass};
 use super::{check, conv_attrs, Case};
 
@@ -21,11 +20,11 @@ const CASES: [Case; 5] = [
     (1, 1, 128, 128, 32, 31, 3, 3, [3, 0, 1, 3], [1, 1]),
 ];
 
-/// The plan of case `c` at stride `s` for `pass`, if Winograd takes it.
-fn plan(c: Case, s: usize, pass: Pass) -> Option<Winograd> {
+/// `Some` where Winograd takes case `c` at stride `s` for `pass`.
+fn plan(c: Case, s: usize, pass: Pass) -> Option<()> {
     let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
     let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &conv_attrs(c, s)).unwrap();
-    ConvKernel::<f32>::winograd_plan(&Geo2::new(&geo).unwrap(), pass)
+    ConvKernel::<f32>::winograd_takes(&Geo2::new(&geo).unwrap(), pass).then_some(())
 }
 
 #[test]
@@ -39,7 +38,7 @@ fn winograd_takes_its_shapes_only() {
             let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
             let attrs = conv_attrs(c, 1);
             let geo = conv_geometry(&[n, groups * ci_g, h, wd], &[groups * co_g, ci_g, kh, kw], &attrs).unwrap();
-            ConvKernel::<f64>::winograd_plan(&Geo2::new(&geo).unwrap(), Pass::Forward)
+            ConvKernel::<f64>::winograd_takes(&Geo2::new(&geo).unwrap(), Pass::Forward).then_some(())
         };
         assert!(f64_plan.is_none());
     }
