@@ -30,7 +30,7 @@ use crate::team;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::attention::AttentionAttrs;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tile::{product, transpose, Mat};
+use tile::{product, transpose, Causal, Mat};
 
 mod tile;
 
@@ -109,6 +109,14 @@ impl Dims {
     /// Row stride of a block of scores over `keys` keys: whole vectors.
     fn stride(&self, keys: usize) -> usize {
         keys.next_multiple_of(LANES)
+    }
+    /// `c` when causal, else the whole product.
+    fn cut(&self, c: Causal) -> Causal {
+        if self.causal {
+            c
+        } else {
+            Causal::Full
+        }
     }
     /// Keys query row `i` attends to.
     fn valid(&self, i: usize) -> usize {
@@ -194,7 +202,8 @@ impl AttentionKernel {
                 let ks = d.stride(keys);
                 let p = s.as_mut_ptr();
                 let qr = q.offset(r0 as isize * ws);
-                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, t as isize, 1), p, ks as isize, false);
+                let (cols, terms) = (d.cut(Causal::Cols(r0 as isize)), d.cut(Causal::KEnd(r0 as isize)));
+                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, t as isize, 1), p, ks as isize, false, cols);
                 let simd = Simd::best();
                 simd.run(
                     #[inline(always)]
@@ -205,7 +214,7 @@ impl AttentionKernel {
                     },
                 );
                 let yr = y.offset(r0 as isize * w as isize);
-                product(rows, dh, keys, Mat::new(p, ks as isize, 1), Mat::new(v, ws, 1), yr, w as isize, false);
+                product(rows, dh, keys, Mat::new(p, ks as isize, 1), Mat::new(v, ws, 1), yr, w as isize, false, terms);
             }
         }
     }
@@ -272,8 +281,9 @@ impl AttentionGradKernel {
                 let (p, dp) = (pbuf.as_mut_ptr(), dpbuf.as_mut_ptr());
                 let (qr, gr, yr) = (q.offset(r0 as isize * ws), g.offset(r0 as isize * wy), y.offset(r0 as isize * wy));
                 let ts = t as isize;
-                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, ts, 1), p, ks, false);
-                product(rows, keys, dh, Mat::new(gr, wy, 1), Mat::new(vt, ts, 1), dp, ks, false);
+                let (cols, terms) = (d.cut(Causal::Cols(r0 as isize)), d.cut(Causal::KEnd(r0 as isize)));
+                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, ts, 1), p, ks, false, cols);
+                product(rows, keys, dh, Mat::new(gr, wy, 1), Mat::new(vt, ts, 1), dp, ks, false, cols);
                 Simd::best().run(
                     #[inline(always)]
                     || {
@@ -290,13 +300,15 @@ impl AttentionGradKernel {
                 // dq = ds k; dk += dsᵀ q (dsᵀ(j, i) = ds[i, j]); dv += pᵀ g. The keys
                 // no earlier block reached are written, not added to.
                 let dqr = dq.offset(r0 as isize * ws);
-                product(rows, dh, keys, Mat::new(dp, ks, 1), Mat::new(k, ws, 1), dqr, ws, false);
+                product(rows, dh, keys, Mat::new(dp, ks, 1), Mat::new(k, ws, 1), dqr, ws, false, terms);
                 let seen = if r0 == 0 { 0 } else { d.keys(r0) };
                 for (j0, j1, acc) in [(0, seen, true), (seen, keys, false)] {
                     let (jn, js) = (j1 - j0, j0 as isize);
                     let (dkj, dvj) = (dk.offset(js * ws), dv.offset(js * ws));
-                    product(jn, dh, rows, Mat::new(dp.offset(js), 1, ks), Mat::new(qr, ws, 1), dkj, ws, acc);
-                    product(jn, dh, rows, Mat::new(p.offset(js), 1, ks), Mat::new(gr, wy, 1), dvj, ws, acc);
+                    // Key `j0 + i` gets nothing from the query rows before it.
+                    let from = d.cut(Causal::KStart(js - r0 as isize));
+                    product(jn, dh, rows, Mat::new(dp.offset(js), 1, ks), Mat::new(qr, ws, 1), dkj, ws, acc, from);
+                    product(jn, dh, rows, Mat::new(p.offset(js), 1, ks), Mat::new(gr, wy, 1), dvj, ws, acc, from);
                 }
             }
         }

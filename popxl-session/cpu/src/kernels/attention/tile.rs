@@ -24,26 +24,72 @@ impl Mat {
     }
 }
 
+/// Which part of a product a causal attention needs, by result row `i`: the
+/// register tiles skip what no row of theirs needs (whole tiles, columns
+/// past the last needed one, the reduction's terms that are 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Causal {
+    /// All of it.
+    Full,
+    /// Row `i` needs the columns below `off + i + 1` only: the others are
+    /// left unwritten (the scores of query row `off + i`).
+    Cols(isize),
+    /// Row `i` needs the reduction's terms below `off + i + 1` only (the
+    /// others are 0: the probabilities of query row `off + i` past it).
+    KEnd(isize),
+    /// Row `i` needs the reduction's terms from `off + i` on only (key row
+    /// `i` gets nothing from the query rows before it).
+    KStart(isize),
+}
+
+impl Causal {
+    /// For the tile of rows `i0..i0 + rows`: the columns it computes (`0..`
+    /// the returned end) and its range of the reduction.
+    #[inline]
+    fn tile(self, i0: usize, rows: usize, n: usize, k: usize) -> (usize, usize, usize) {
+        let end = |off: isize, lim: usize| (off + (i0 + rows) as isize).clamp(0, lim as isize) as usize;
+        match self {
+            Causal::Full => (n, 0, k),
+            Causal::Cols(off) => (end(off, n), 0, k),
+            Causal::KEnd(off) => (n, 0, end(off, k)),
+            Causal::KStart(off) => (n, (off + i0 as isize).clamp(0, k as isize) as usize, k),
+        }
+    }
+}
+
 /// `c = a @ b` (`m × k` by `k × n`), or `c += a @ b` when `acc`; `c` has row
-/// stride `crs` and unit column stride, `b` unit column stride.
+/// stride `crs` and unit column stride, `b` unit column stride; only the
+/// part `causal` says is needed (on the register tiles: elsewhere all of it,
+/// which gives the same values).
 ///
 /// # Safety
 /// The operands address valid `m × k`, `k × n` and `m × n` elements; `c`
 /// overlaps neither operand.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, crs: isize, acc: bool) {
+pub(super) unsafe fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    crs: isize,
+    acc: bool,
+    causal: Causal,
+) {
     debug_assert_eq!(b.cs, 1);
     #[cfg(target_arch = "x86_64")]
     if Simd::best() == Simd::Avx512 {
         // SAFETY: the CPU has AVX-512 F; this function's contract.
-        return unsafe { avx512::product(m, n, k, a, b, c, crs, acc) };
+        return unsafe { avx512::product(m, n, k, a, b, c, crs, acc, causal) };
     }
     #[cfg(target_arch = "x86_64")]
     if Simd::best() == Simd::Avx2 {
         // SAFETY: the CPU has AVX2 and FMA; this function's contract.
-        return unsafe { avx2::product(m, n, k, a, b, c, crs, acc) };
+        return unsafe { avx2::product(m, n, k, a, b, c, crs, acc, causal) };
     }
+    let _ = causal;
     // SAFETY: this function's contract is `gemm`'s.
     unsafe { <f32 as MatElem>::gemm(m, n, k, c, crs, 1, acc, a.ptr, a.rs, a.cs, b.ptr, b.rs, 1, 1.0, 1.0) }
 }
@@ -91,7 +137,7 @@ unsafe fn transpose_rest(src: *const f32, rs: isize, rows: usize, cols: usize, f
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::Mat;
+    use super::{Causal, Mat};
     use std::arch::x86_64::*;
 
     /// Rows of a register tile.
@@ -101,35 +147,53 @@ mod avx512 {
     /// As [`super::product`], on a CPU with AVX-512 F.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, crs: isize, acc: bool) {
+    pub(super) unsafe fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Mat,
+        b: Mat,
+        c: *mut f32,
+        crs: isize,
+        acc: bool,
+        causal: Causal,
+    ) {
+        let mask = |cols: usize| if cols >= 16 { 0xffff } else { (1u32 << cols) as u16 - 1 };
         for j0 in (0..n).step_by(32) {
-            let cols = (n - j0).min(32);
-            let lo = if cols >= 16 { 0xffff } else { (1u32 << cols) as u16 - 1 };
-            let hi = if cols >= 32 {
-                0xffff
-            } else if cols > 16 {
-                (1u32 << (cols - 16)) as u16 - 1
-            } else {
-                0
-            };
             for i0 in (0..m).step_by(MR) {
                 let rows = (m - i0).min(MR);
-                // SAFETY: rows `i0..i0 + rows` and columns `j0..j0 + cols` of the
-                // result, inside the operands (the caller's contract).
+                let (n1, k0, k1) = causal.tile(i0, rows, n, k);
+                if j0 >= n1 {
+                    continue;
+                }
+                let cols = (n1 - j0).min(32);
+                let (lo, hi) = (mask(cols), mask(cols.saturating_sub(16)));
+                // SAFETY: rows `i0..i0 + rows`, columns `j0..j0 + cols` and terms
+                // `k0..k1` of the product, inside the operands (the caller's contract).
                 unsafe {
-                    let at = a.ptr.offset(i0 as isize * a.rs);
-                    let bt = b.ptr.add(j0);
+                    let at = a.ptr.offset(i0 as isize * a.rs + k0 as isize * a.cs);
+                    let bt = b.ptr.add(j0).offset(k0 as isize * b.rs);
                     let ct = c.offset(i0 as isize * crs).add(j0);
-                    let t = Tile { k, a: Mat { ptr: at, ..a }, b: bt, brs: b.rs, c: ct, crs, acc, lo, hi };
-                    match rows {
-                        8 => t.run::<8>(),
-                        7 => t.run::<7>(),
-                        6 => t.run::<6>(),
-                        5 => t.run::<5>(),
-                        4 => t.run::<4>(),
-                        3 => t.run::<3>(),
-                        2 => t.run::<2>(),
-                        _ => t.run::<1>(),
+                    let t = Tile { k: k1 - k0, a: Mat { ptr: at, ..a }, b: bt, brs: b.rs, c: ct, crs, acc, lo, hi };
+                    macro_rules! run {
+                        ($two:literal) => {
+                            match rows {
+                                8 => t.run::<8, $two>(),
+                                7 => t.run::<7, $two>(),
+                                6 => t.run::<6, $two>(),
+                                5 => t.run::<5, $two>(),
+                                4 => t.run::<4, $two>(),
+                                3 => t.run::<3, $two>(),
+                                2 => t.run::<2, $two>(),
+                                _ => t.run::<1, $two>(),
+                            }
+                        };
+                    }
+                    // Up to 16 columns: one vector per row.
+                    if cols > 16 {
+                        run!(true)
+                    } else {
+                        run!(false)
                     }
                 }
             }
@@ -200,10 +264,11 @@ mod avx512 {
 
     impl Tile {
         /// # Safety
-        /// The tile's `R` rows and masked columns lie in the operands.
+        /// The tile's `R` rows and masked columns lie in the operands (`TWO`:
+        /// both halves, else only the first 16 columns, `hi` unused).
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn run<const R: usize>(&self) {
+        unsafe fn run<const R: usize, const TWO: bool>(&self) {
             // SAFETY: the addressed elements are the tile's (the caller's contract);
             // masked lanes are neither read nor written.
             unsafe {
@@ -211,11 +276,13 @@ mod avx512 {
                 let (mut a, mut b) = (self.a.ptr, self.b);
                 for _ in 0..self.k {
                     let b0 = _mm512_maskz_loadu_ps(self.lo, b);
-                    let b1 = _mm512_maskz_loadu_ps(self.hi, b.add(16));
+                    let b1 = if TWO { _mm512_maskz_loadu_ps(self.hi, b.add(16)) } else { b0 };
                     for (r, s) in s.iter_mut().enumerate() {
                         let av = _mm512_set1_ps(*a.offset(r as isize * self.a.rs));
                         s[0] = _mm512_fmadd_ps(av, b0, s[0]);
-                        s[1] = _mm512_fmadd_ps(av, b1, s[1]);
+                        if TWO {
+                            s[1] = _mm512_fmadd_ps(av, b1, s[1]);
+                        }
                     }
                     a = a.offset(self.a.cs);
                     b = b.offset(self.brs);
@@ -225,10 +292,14 @@ mod avx512 {
                     let (mut v0, mut v1) = (s[0], s[1]);
                     if self.acc {
                         v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(self.lo, row), v0);
-                        v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(self.hi, row.add(16)), v1);
+                        if TWO {
+                            v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(self.hi, row.add(16)), v1);
+                        }
                     }
                     _mm512_mask_storeu_ps(row, self.lo, v0);
-                    _mm512_mask_storeu_ps(row.add(16), self.hi, v1);
+                    if TWO {
+                        _mm512_mask_storeu_ps(row.add(16), self.hi, v1);
+                    }
                 }
             }
         }
@@ -238,7 +309,7 @@ mod avx512 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::super::super::conv::transpose8;
-    use super::Mat;
+    use super::{Causal, Mat};
     use std::arch::x86_64::*;
 
     /// Rows of a register tile.
@@ -256,19 +327,33 @@ mod avx2 {
     /// As [`super::product`], on a CPU with AVX2 and FMA.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn product(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, crs: isize, acc: bool) {
+    pub(super) unsafe fn product(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Mat,
+        b: Mat,
+        c: *mut f32,
+        crs: isize,
+        acc: bool,
+        causal: Causal,
+    ) {
         for j0 in (0..n).step_by(16) {
-            let cols = (n - j0).min(16);
-            let (lo, hi) = (lanes(cols), lanes(cols.saturating_sub(8)));
             for i0 in (0..m).step_by(MR) {
                 let rows = (m - i0).min(MR);
-                // SAFETY: rows `i0..i0 + rows` and columns `j0..j0 + cols` of the
-                // result, inside the operands (the caller's contract).
+                let (n1, k0, k1) = causal.tile(i0, rows, n, k);
+                if j0 >= n1 {
+                    continue;
+                }
+                let cols = (n1 - j0).min(16);
+                let (lo, hi) = (lanes(cols), lanes(cols.saturating_sub(8)));
+                // SAFETY: rows `i0..i0 + rows`, columns `j0..j0 + cols` and terms
+                // `k0..k1` of the product, inside the operands (the caller's contract).
                 unsafe {
-                    let at = a.ptr.offset(i0 as isize * a.rs);
-                    let bt = b.ptr.add(j0);
+                    let at = a.ptr.offset(i0 as isize * a.rs + k0 as isize * a.cs);
+                    let bt = b.ptr.add(j0).offset(k0 as isize * b.rs);
                     let ct = c.offset(i0 as isize * crs).add(j0);
-                    let t = Tile { k, a: Mat { ptr: at, ..a }, b: bt, brs: b.rs, c: ct, crs, acc, lo, hi };
+                    let t = Tile { k: k1 - k0, a: Mat { ptr: at, ..a }, b: bt, brs: b.rs, c: ct, crs, acc, lo, hi };
                     // Whole-width tiles use plain loads and stores: masked stores are
                     // slow on some CPUs (microcoded on AMD's).
                     match (rows, cols == 16) {
@@ -385,7 +470,7 @@ mod tests {
     use super::*;
 
     type Transpose = unsafe fn(*const f32, isize, usize, usize, *mut f32);
-    type Product = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, isize, bool);
+    type Product = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, isize, bool, Causal);
 
     /// The tiers' builds this CPU runs, whatever the build's widest tier: the
     /// dispatching functions, then each SIMD module directly.
@@ -426,31 +511,58 @@ mod tests {
                     }
                 }
             }
-            for &(m, n, k) in &[(32, 128, 64), (5, 37, 9), (64, 64, 32), (1, 1, 1), (7, 8, 3), (13, 17, 5)] {
-                let (a, b) = (vals(m * k, 2.0), vals(k * n, 3.0));
-                for acc in [true, false] {
-                    let mut c = vals(m * n, 4.0);
-                    let old = c.clone();
-                    // `a` read transposed (column-major), `c (+)= a @ b`.
-                    // SAFETY: the buffers hold what the strides address; `tiers` lists only
-                    // what this CPU runs.
-                    unsafe {
-                        product(
-                            m,
-                            n,
-                            k,
-                            Mat::new(a.as_ptr(), 1, m as isize),
-                            Mat::new(b.as_ptr(), n as isize, 1),
-                            c.as_mut_ptr(),
-                            n as isize,
-                            acc,
-                        )
+            let shapes = [(32, 128, 64), (5, 37, 9), (64, 64, 32), (1, 1, 1), (7, 8, 3), (13, 17, 5), (20, 40, 33)];
+            let limits = [0, 3, -2, 12, 40];
+            let causals = std::iter::once(Causal::Full)
+                .chain(limits.iter().flat_map(|&o| [Causal::Cols(o), Causal::KEnd(o), Causal::KStart(o)]));
+            for causal in causals {
+                for &(m, n, k) in &shapes {
+                    // Terms a causal product skips are 0 in `a`, as the attention's are.
+                    let needs = |i: usize, p: usize| match causal {
+                        Causal::KEnd(o) => (p as isize) < o + i as isize + 1,
+                        Causal::KStart(o) => p as isize >= o + i as isize,
+                        _ => true,
                     };
-                    for i in 0..m {
-                        for j in 0..n {
-                            let sum = (0..k).map(|p| a[p * m + i] as f64 * b[p * n + j] as f64).sum::<f64>();
-                            let want = if acc { old[i * n + j] as f64 + sum } else { sum };
-                            assert!((c[i * n + j] as f64 - want).abs() < 1e-4, "{tier} {m}x{n}x{k} ({i}, {j})");
+                    let mut a = vals(m * k, 2.0);
+                    for p in 0..k {
+                        for i in 0..m {
+                            if !needs(i, p) {
+                                a[p * m + i] = 0.0;
+                            }
+                        }
+                    }
+                    let b = vals(k * n, 3.0);
+                    for acc in [true, false] {
+                        let mut c = vals(m * n, 4.0);
+                        let old = c.clone();
+                        // `a` read transposed (column-major), `c (+)= a @ b`.
+                        // SAFETY: the buffers hold what the strides address; `tiers` lists
+                        // only what this CPU runs.
+                        unsafe {
+                            product(
+                                m,
+                                n,
+                                k,
+                                Mat::new(a.as_ptr(), 1, m as isize),
+                                Mat::new(b.as_ptr(), n as isize, 1),
+                                c.as_mut_ptr(),
+                                n as isize,
+                                acc,
+                                causal,
+                            )
+                        };
+                        for i in 0..m {
+                            // The columns the row needs.
+                            let cols = match causal {
+                                Causal::Cols(o) => (o + i as isize + 1).clamp(0, n as isize) as usize,
+                                _ => n,
+                            };
+                            for j in 0..cols {
+                                let sum = (0..k).map(|p| a[p * m + i] as f64 * b[p * n + j] as f64).sum::<f64>();
+                                let want = if acc { old[i * n + j] as f64 + sum } else { sum };
+                                let at = format!("{tier} {causal:?} {m}x{n}x{k} ({i}, {j})");
+                                assert!((c[i * n + j] as f64 - want).abs() < 1e-4, "{at}");
+                            }
                         }
                     }
                 }
