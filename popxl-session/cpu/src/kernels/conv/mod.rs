@@ -10,7 +10,8 @@
 //! one variant per method, owning the state that method needs:
 //! - **Winograd** F(2×2, 3×3) (`winograd`, float32) first, where it takes the
 //!   shape: 3x3 stride-1 passes (all three) of one group with
-//!   at least 128 channels on both sides and 256 tiles in the batch, as 16
+//!   at least 128 channels on both sides (64 for a weight gradient, whose
+//!   alternative is im2col) and 256 tiles in the batch, as 16
 //!   GEMMs over the channels (2.25x fewer multiply-adds);
 //! - **pointwise** (1x1, stride 1, unpadded): the input planes already are the
 //!   im2col matrix, so each product is one GEMM on the tensors, no copy;

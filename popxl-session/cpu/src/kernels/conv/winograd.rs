@@ -44,6 +44,11 @@ use crate::team;
 /// transforms cost more than the GEMMs save (measured: batch 32, 64 channels
 /// on 56x56 ran 1.15x slower than the direct method).
 const MIN_CHANNELS: usize = 128;
+/// Least channels on both sides of a weight gradient, whose alternative is
+/// im2col rather than the direct kernel (measured: 64 channels on 56x56 ran
+/// 1.16x faster at batch 32 and 1.09x at batch 1; with fewer than
+/// [`MIN_TILES`] tiles it ran 1.3-6x slower).
+const MIN_CHANNELS_WEIGHTS: usize = 64;
 /// Least tiles of the batch: with fewer, the transformed filters are read for
 /// too few tiles (measured: batch 1, 256 channels on 14x14, 49 tiles, ran 1.3x
 /// slower than the direct method).
@@ -59,6 +64,9 @@ const BIG_FILTERS: usize = 2 << 20;
 const MAX_TILES_BIG: usize = 128;
 /// Filters and tiles transformed side by side (one AVX-512 vector of f32).
 const LANES: usize = 16;
+/// Tiles a weight gradient transforms and sums at a time (measured against
+/// 128 and 512: 5-10% faster at batch 32 with 64 to 512 channels).
+const WGRAD_TILES: usize = 256;
 
 /// A Winograd plan: the stride-1 3×3 convolution it computes (for a data
 /// gradient, that of `dy` with the flipped, transposed filters), in tiles.
@@ -89,12 +97,13 @@ pub(super) struct Winograd {
 
 impl Winograd {
     /// The plan of pass `pass` of `g`, if Winograd takes it: f32, one group,
-    /// 3×3, stride and dilation 1, forward or data gradient, at least
-    /// [`MIN_CHANNELS`] channels on both sides, [`MIN_TILES`] tiles; its
+    /// 3×3, stride and dilation 1, at least [`MIN_CHANNELS`] channels on
+    /// both sides ([`MIN_CHANNELS_WEIGHTS`] for a weight gradient), [`MIN_TILES`] tiles; its
     /// filters in `u` (grown by the caller).
     fn new(g: &Geo2, pass: Pass, u: scratch::Slot) -> Option<Self> {
         let square = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1;
-        if !square || g.groups != 1 || g.ci_g < MIN_CHANNELS || g.co_g < MIN_CHANNELS || g.oh == 0 || g.ow == 0 {
+        let least = if pass == Pass::Weights { MIN_CHANNELS_WEIGHTS } else { MIN_CHANNELS };
+        if !square || g.groups != 1 || g.ci_g < least || g.co_g < least || g.oh == 0 || g.ow == 0 {
             return None;
         }
         let (flipped, cin, cout, ih, iw, oh, ow, ph, pw) = match pass {
@@ -463,7 +472,7 @@ impl<T: ConvElem> ConvKernel<T> {
             let chunks: Vec<usize> = (0..=c).map(|i| i * tiles / c).collect();
             let tasks =
                 chunks.windows(2).enumerate().map(|(k, b)| Task { n: k, g: 0, lo: b[0], hi: b[1], o0: 0, o1: wi.cout });
-            return Cut { tasks: tasks.collect(), chunks, scratch: wi.scratch(MAX_TILES_BIG, wi.cout) };
+            return Cut { tasks: tasks.collect(), chunks, scratch: wi.scratch(WGRAD_TILES, wi.cout) };
         }
         let most = if 16 * wi.cin * wi.cout > BIG_FILTERS { MAX_TILES_BIG } else { MAX_TILES };
         let blocks = tiles.div_ceil(most);
@@ -560,7 +569,7 @@ impl<T: ConvElem> ConvKernel<T> {
 
     /// Runs a Winograd weight gradient: each chunk of tiles (one task) sums
     /// `dU = Σ (A dy Aᵀ) ⊙ (Bᵀ d B)` over its tiles, blocks of
-    /// [`MAX_TILES_BIG`] at a time, as 16 GEMMs whose inner dimension is the
+    /// [`WGRAD_TILES`] at a time, as 16 GEMMs whose inner dimension is the
     /// tiles, and writes `Gᵀ dU G` to the result (chunk 0) or its partial,
     /// the partials then added in chunk order.
     ///
@@ -592,9 +601,9 @@ impl<T: ConvElem> ConvKernel<T> {
                 unsafe {
                     let du = s;
                     let v = s.add(16 * cin * cout);
-                    let e = v.add(16 * MAX_TILES_BIG * cin);
-                    for lo in (t.lo..t.hi).step_by(MAX_TILES_BIG) {
-                        let len = MAX_TILES_BIG.min(t.hi - lo);
+                    let e = v.add(16 * WGRAD_TILES * cin);
+                    for lo in (t.lo..t.hi).step_by(WGRAD_TILES) {
+                        let len = WGRAD_TILES.min(t.hi - lo);
                         simd.run(
                             #[inline(always)]
                             || {

@@ -42,6 +42,11 @@ fn winograd_takes_its_shapes_only() {
         };
         assert!(f64_plan.is_none());
     }
+    // 64 to 127 channels: the weight gradient only (its alternative is im2col);
+    // fewer: none.
+    let (w64, w32) = ((1, 1, 64, 72, 33, 32, 3, 3, [1, 1, 1, 1], [1, 1]), (1, 1, 32, 64, 33, 32, 3, 3, [1; 4], [1, 1]));
+    assert!(plan(w64, 1, Pass::Weights).is_some() && plan(w64, 1, Pass::Data).is_none());
+    assert!(plan(w32, 1, Pass::Weights).is_none());
     // Too few channels, too few tiles, two groups, dilation 2, a 5x5 filter.
     for c in [
         (1, 1, 64, 128, 32, 32, 3, 3, [1, 1, 1, 1], [1, 1]),
@@ -59,4 +64,6 @@ fn winograd_matches_a_naive_loop() {
     for (i, c) in CASES.into_iter().enumerate() {
         check(c, 1, DataType::Float32, 800 + i as u64);
     }
+    // A weight gradient of 64 and 72 channels (the other passes by their own methods).
+    check((2, 1, 64, 72, 33, 32, 3, 3, [1, 1, 1, 1], [1, 1]), 1, DataType::Float32, 810);
 }
