@@ -13,6 +13,7 @@ use std::ops::{AddAssign, Mul, Range};
 use popart_ir::ops::conv::ConvGeometry;
 
 use super::super::matmul::MatElem;
+use super::super::ptr::{slice, slice_mut};
 use super::{ConvKernel, Io, Pass, Task};
 
 /// Element types of the convolution kernels (f32, f64).
@@ -251,6 +252,10 @@ pub(crate) unsafe fn im2col<T: ConvElem>(
                         std::ptr::write_bytes(d, 0, lo - t0);
                         if g.sw == 1 {
                             copy_row(src.offset(lo as isize + off), d.add(lo - t0), hi - lo);
+                        } else if g.sw == 2 && hi > lo {
+                            let n = hi - lo;
+                            let from = slice(src.offset((2 * lo) as isize + off), 2 * n - 1);
+                            gather2(from, slice_mut(d.add(lo - t0), n));
                         } else {
                             for t in lo..hi {
                                 *d.add(t - t0) = *src.offset((t * g.sw) as isize + off);
@@ -262,6 +267,35 @@ pub(crate) unsafe fn im2col<T: ConvElem>(
                 p += t1 - t0;
             }
         }
+    }
+}
+
+/// `to[t] = from[2t]`: the input columns of a stride-2 im2col row, as whole
+/// pairs so the loop vectorises (even lanes of two vectors).
+#[inline(always)]
+fn gather2<T: Copy>(from: &[T], to: &mut [T]) {
+    debug_assert_eq!(from.len() + 1, 2 * to.len());
+    if let Some((last, head)) = to.split_last_mut() {
+        for (o, pair) in head.iter_mut().zip(from.chunks_exact(2)) {
+            *o = pair[0];
+        }
+        *last = from[2 * head.len()];
+    }
+}
+
+/// `to[2t] += from[t]`: a stride-2 row added back by [`col2im`], as whole
+/// pairs (the odd element written back unchanged) so the loop vectorises.
+#[inline(always)]
+fn scatter_add2<T: ConvElem>(from: &[T], to: &mut [T]) {
+    debug_assert_eq!(to.len() + 1, 2 * from.len());
+    if let Some((last, head)) = from.split_last() {
+        for (pair, &v) in to.chunks_exact_mut(2).zip(head) {
+            let (mut a, b) = (pair[0], pair[1]);
+            a += v;
+            pair[0] = a;
+            pair[1] = b;
+        }
+        to[2 * head.len()] += *last;
     }
 }
 
@@ -292,6 +326,10 @@ pub(crate) unsafe fn col2im<T: ConvElem>(g: &Geo2, src: *const T, ld: usize, row
                     for t in valid.clone() {
                         *d.add(t) += *s.add(t);
                     }
+                } else if g.sw == 2 && !valid.is_empty() {
+                    let n = valid.len();
+                    let to = slice_mut(d.offset((2 * valid.start) as isize + off), 2 * n - 1);
+                    scatter_add2(slice(s.add(valid.start), n), to);
                 } else {
                     for t in valid.clone() {
                         *d.offset((t * g.sw) as isize + off) += *s.add(t);
