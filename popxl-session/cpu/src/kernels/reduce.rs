@@ -7,6 +7,7 @@
 //! reduced) or accumulated into a row of outputs (innermost dim kept).
 
 use super::broadcast::Broadcast;
+use std::ops::Range;
 use std::sync::Mutex;
 
 use super::dispatch::{with_float, with_num};
@@ -242,12 +243,46 @@ impl<T: Float> Reducer<T> for LogSumR {
     const PLAIN_FINISH: bool = false;
 }
 
+/// Rows per chunk of a large column reduction `[R, K] -> [K]` (see
+/// [`Reduce::run_col_chunks`]).
+const COL_CHUNK_ROWS: usize = 256;
+
+/// `ys[j] = combine(ys[j], map(x[r, c0 + j]))` for the rows `rows` of the
+/// row-major `x` with `cols` columns, in row order: four rows per pass over
+/// `ys` (combined in row order, as one row at a time would), a quarter of
+/// the output traffic.
+///
+/// # Safety
+/// `x` holds the rows `rows` of `cols` elements; `c0 + ys.len() <= cols`.
+#[inline(always)]
+unsafe fn fold_rows<T: Num, R: Reducer<T>>(x: *const T, cols: usize, rows: Range<usize>, c0: usize, ys: &mut [T]) {
+    let n = ys.len();
+    // SAFETY: row `r` of `rows`, columns `c0..c0 + n` (this function's contract).
+    let row = |r: usize| unsafe { slice(x.add(r * cols + c0), n) };
+    let quads = rows.start + rows.len() / 4 * 4;
+    for r in (rows.start..quads).step_by(4) {
+        let (x0, x1, x2, x3) = (row(r), row(r + 1), row(r + 2), row(r + 3));
+        for ((((o, &a), &b), &d), &e) in ys.iter_mut().zip(x0).zip(x1).zip(x2).zip(x3) {
+            let v = R::combine(R::combine(*o, R::map(a)), R::map(b));
+            *o = R::combine(R::combine(v, R::map(d)), R::map(e));
+        }
+    }
+    for r in quads..rows.end {
+        for (o, &v) in ys.iter_mut().zip(row(r)) {
+            *o = R::combine(*o, R::map(v));
+        }
+    }
+}
+
 /// Reduce an input of `in_shape` into an output whose keepdims shape broadcasts to it.
 pub(crate) struct Reduce<T, R> {
     plan: Broadcast<1>,
     out_len: usize,
     count: usize,
     src: usize,
+    /// A column reduction `[R, K] -> [K]` of at least two [`COL_CHUNK_ROWS`]
+    /// chunks of rows: one partial of `K` per chunk (sized when built).
+    col_chunks: Option<Mutex<Vec<T>>>,
     _t: Types<(T, R)>,
 }
 
@@ -264,7 +299,79 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
         let out_len: usize = kept_shape.iter().product();
         let in_len: usize = in_shape.iter().product();
         let count = in_len.checked_div(out_len).unwrap_or(0);
-        Ok(Reduce::<T, R> { plan, out_len, count, src, _t: Types::default() })
+        let col_chunks = match plan.dims() {
+            &[rows, cols] if plan.strides(0)[0] == 0 && rows >= 2 * COL_CHUNK_ROWS && in_len >= PAR_MIN_ELEMS => {
+                let len = rows.div_ceil(COL_CHUNK_ROWS) * cols;
+                let parts = popart_ir::size::try_zeroed_vec::<T>(len, "reduction partials")
+                    .map_err(|_| spec.error("cannot allocate the reduction's partial results"))?;
+                Some(Mutex::new(parts))
+            }
+            _ => None,
+        };
+        Ok(Reduce::<T, R> { plan, out_len, count, src, col_chunks, _t: Types::default() })
+    }
+
+    /// A column reduction `[rows, cols] -> [cols]` in chunks of
+    /// [`COL_CHUNK_ROWS`] rows: each chunk folded into its partial (the
+    /// threads take runs of consecutive chunks, the rows an elementwise
+    /// producer split the same way left in their caches), then the partials
+    /// combined in chunk order, columns split over the threads. The chunks
+    /// depend on the shape only: results do not depend on the thread count.
+    ///
+    /// # Safety
+    /// `x` holds `rows · cols` elements and `y` `cols`, not overlapping;
+    /// `parts` holds a partial of `cols` per chunk.
+    unsafe fn run_col_chunks(
+        &self,
+        x: SendPtr<T>,
+        y: SendPtr<T>,
+        rows: usize,
+        cols: usize,
+        parts: &Mutex<Vec<T>>,
+        threads: usize,
+    ) {
+        let simd = Simd::for_cost(1);
+        let chunks = rows.div_ceil(COL_CHUNK_ROWS);
+        let mut parts = parts.lock().unwrap_or_else(|e| e.into_inner());
+        let pp = SendPtr(parts.as_mut_ptr());
+        let pieces = threads.clamp(1, chunks);
+        team::run(pieces, &|t| {
+            for c in t * chunks / pieces..(t + 1) * chunks / pieces {
+                let r = c * COL_CHUNK_ROWS..((c + 1) * COL_CHUNK_ROWS).min(rows);
+                simd.run_narrow(
+                    #[inline(always)]
+                    || {
+                        // SAFETY: chunk `c`'s partial (this task's alone) and rows (inside
+                        // the input: this function's contract).
+                        unsafe {
+                            let ys = slice_mut(pp.get().add(c * cols), cols);
+                            ys.fill(R::init());
+                            fold_rows::<T, R>(x.get(), cols, r, 0, ys);
+                        }
+                    },
+                );
+            }
+        });
+        let block = cols.div_ceil(pieces).next_multiple_of(16);
+        team::run(cols.div_ceil(block), &|t| {
+            let c = t * block..((t + 1) * block).min(cols);
+            simd.run_narrow(
+                #[inline(always)]
+                || {
+                    // SAFETY: columns `c` of the output (this task's alone) and of the
+                    // partials, which the first pass finished writing.
+                    unsafe {
+                        let ys = slice_mut(y.get().add(c.start), c.len());
+                        ys.copy_from_slice(slice(pp.get().add(c.start), c.len()));
+                        for k in 1..chunks {
+                            let part = slice(pp.get().add(k * cols + c.start), c.len());
+                            ys.iter_mut().zip(part).for_each(|(o, &v)| *o = R::combine(*o, v));
+                        }
+                        self.finish(ys);
+                    }
+                },
+            );
+        });
     }
 
     /// Reduce the flat input range `range` into the outputs (already initialised).
@@ -371,6 +478,12 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
             );
             return Ok(());
         }
+        if let Some(parts) = &self.col_chunks {
+            // SAFETY: the plan is `[rows, cols] -> [cols]` (checked when built) over the
+            // kernel's input and output.
+            unsafe { self.run_col_chunks(x, y, dims[0], dims[1], parts, threads) };
+            return Ok(());
+        }
         if in_len >= PAR_MIN_ELEMS && threads > 1 && dims.len() == 2 && ostr[0] == 0 {
             // [R, K] -> [K]: split the kept columns.
             let (rows, cols) = (dims[0], dims[1]);
@@ -386,22 +499,7 @@ impl<T: Num, R: Reducer<T>> Kernel for Reduce<T, R> {
                         || unsafe {
                             let ys = slice_mut(y.get().add(c.start), c.len());
                             ys.fill(R::init());
-                            let row = |r: usize| slice(x.get().add(r * cols + c.start), c.len());
-                            // Four rows per pass over the outputs (combined in row order,
-                            // as one row at a time would): a quarter of the output traffic.
-                            let quads = rows - rows % 4;
-                            for r in (0..quads).step_by(4) {
-                                let (x0, x1, x2, x3) = (row(r), row(r + 1), row(r + 2), row(r + 3));
-                                for ((((o, &a), &b), &d), &e) in ys.iter_mut().zip(x0).zip(x1).zip(x2).zip(x3) {
-                                    let v = R::combine(R::combine(*o, R::map(a)), R::map(b));
-                                    *o = R::combine(R::combine(v, R::map(d)), R::map(e));
-                                }
-                            }
-                            for r in quads..rows {
-                                for (o, &v) in ys.iter_mut().zip(row(r)) {
-                                    *o = R::combine(*o, R::map(v));
-                                }
-                            }
+                            fold_rows::<T, R>(x.get(), cols, 0..rows, c.start, ys);
                             self.finish(ys);
                         },
                     )
@@ -687,6 +785,9 @@ mod tests {
             (&[300, 260], &[1]),
             (&[70_000], &[0]),
             (&[5, 200, 70], &[1]),
+            // Column reductions in row chunks (a partial chunk at the end).
+            (&[1100, 257], &[0]),
+            (&[4, 260, 300], &[0, 1]),
         ];
         for &(shape, ax) in cases {
             let n: usize = shape.iter().product();
@@ -697,9 +798,13 @@ mod tests {
             } else {
                 ax.iter().map(|&a| ((a + rank) % rank) as usize).collect()
             };
+            // float32 column sums of over 512 rows (rounded as they go, as numpy's
+            // are) get a wider tolerance; whole-range sums are pairwise.
+            let count: usize = axes.iter().map(|&a| shape[a]).product();
+            let tol32 = if shape.len() > 1 && count > 512 { 1e-4 } else { 1e-5 };
             for op in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"] {
                 let want = naive(&xs, shape, &axes, op);
-                for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, 1e-5)] {
+                for (dt, tol) in [(DataType::Float64, 1e-12), (DataType::Float32, tol32)] {
                     let x = t(dt, shape, &xs);
                     let xv = x.to_f64_vec();
                     let want = if dt == DataType::Float64 { want.clone() } else { naive(&xv, shape, &axes, op) };
@@ -752,5 +857,18 @@ mod tests {
             let axes: Vec<usize> = (0..xs.len()).filter(|&d| d < off || target[d - off] == 1).collect();
             assert_close(&out.to_f64_vec(), &naive(&v, xs, &axes, "ReduceSum"), 1e-12);
         }
+    }
+
+    /// A column reduction in row chunks gives the same bits on one thread and on
+    /// the whole team (its chunks depend on the shape only).
+    #[test]
+    fn column_chunks_do_not_depend_on_the_thread_count() {
+        let v = Rng::new(6).vec(1500 * 300, -1.0, 1.0);
+        let x = t(DataType::Float32, &[1500, 300], &v);
+        let a = || ShapeAttrs { shape: vec![300] }.to_attrs();
+        let one = crate::team::with_max_threads(1, || run_op("ReduceToShape", a(), &[(0, x.clone())]));
+        let all = run_op("ReduceToShape", a(), &[(0, x.clone())]);
+        assert_eq!(one[0].to_f64_vec(), all[0].to_f64_vec());
+        assert_close(&all[0].to_f64_vec(), &naive(&x.to_f64_vec(), &[1500, 300], &[0], "ReduceSum"), 1e-5);
     }
 }
