@@ -300,7 +300,7 @@ impl<T: Num, R: Reducer<T>> Reduce<T, R> {
         let in_len: usize = in_shape.iter().product();
         let count = in_len.checked_div(out_len).unwrap_or(0);
         let col_chunks = match plan.dims() {
-            &[rows, cols] if plan.strides(0)[0] == 0 && rows >= 2 * COL_CHUNK_ROWS && in_len >= PAR_MIN_ELEMS => {
+            &[rows, cols] if plan.strides(0) == [0, 1] && rows >= 2 * COL_CHUNK_ROWS && in_len >= PAR_MIN_ELEMS => {
                 let len = rows.div_ceil(COL_CHUNK_ROWS) * cols;
                 let parts = popart_ir::size::try_zeroed_vec::<T>(len, "reduction partials")
                     .map_err(|_| spec.error("cannot allocate the reduction's partial results"))?;

@@ -8,7 +8,9 @@
 //!   and `y` is written in place into `[B, T, D]`: no head transposes.
 //! - Causal: query rows `r0..r1` need keys `0..r1` only, so the products of
 //!   each row block stop at its diagonal ([`ROWS`] rows per block: 37.5% of the
-//!   score products skipped at `T = 128`).
+//!   score products skipped at `T = 128`), and each register tile inside a
+//!   block skips what its own rows do not need ([`Causal`]: scores past its
+//!   last query, probability terms that are 0, query terms before a key).
 //! - Forward per row block: `s = q kᵀ`, `p = softmax(scale · s)` with the
 //!   masked positions at exactly 0 (as `exp(-1e9 - max)` in f32), the row's
 //!   log-sum-exp kept in the second output, `y = p v`.
