@@ -161,8 +161,15 @@ impl<T: ConvElem> ConvKernel<T> {
                         T::ONE,
                     );
                     for i in 0..nimg {
-                        std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
-                        col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
+                        if g.pointwise() {
+                            // The columns are the planes: copied, not zeroed and added to.
+                            for (r, c) in (t.lo..t.hi).enumerate() {
+                                std::ptr::copy_nonoverlapping(dcol.add(r * ld + i * op), xg(t.n + i).add(c * ip), op);
+                            }
+                        } else {
+                            std::ptr::write_bytes(xg(t.n + i).add(t.lo * ip), 0, (t.hi - t.lo) * ip);
+                            col2im(g, dcol.add(i * op), ld, rows.clone(), xg(t.n + i));
+                        }
                     }
                 }
             }

@@ -794,13 +794,17 @@ mod tests {
         // kernel does not take it), groups, dilation, asymmetric padding,
         // a 1-d-like plane; and padding past the kernel's reach, which keeps
         // the im2col path (as do more output than input channels per group).
-        let cases: [Case; 6] = [
+        let cases: [Case; 8] = [
             (8, 1, 7, 5, 7, 7, 3, 3, [1, 1, 1, 1], [1, 1]),
             (6, 2, 4, 3, 6, 8, 3, 3, [2, 0, 1, 2], [1, 1]),
             (9, 1, 3, 2, 9, 9, 3, 3, [2, 2, 2, 2], [2, 2]),
             (20, 1, 4, 2, 1, 15, 1, 5, [0, 2, 0, 2], [1, 1]),
             (5, 3, 2, 2, 8, 7, 2, 3, [1, 0, 0, 2], [1, 1]),
             (8, 1, 5, 3, 7, 7, 3, 3, [3, 3, 3, 3], [1, 1]),
+            // Pointwise, more input than output channels: the batched columns are
+            // copied to the planes.
+            (8, 1, 24, 16, 5, 5, 1, 1, [0, 0, 0, 0], [1, 1]),
+            (7, 2, 40, 9, 3, 4, 1, 1, [0, 0, 0, 0], [1, 1]),
         ];
         for (i, c) in cases.into_iter().enumerate() {
             check(c, 1, DataType::Float32, 400 + i as u64);
