@@ -209,6 +209,18 @@ fn gpt_cases() -> Vec<Case> {
     for (name, k, n) in [("qk", 64, 128), ("pv", 128, 64)] {
         passes(name, f32s(&[16, 4, 128, k]), f32s(&[16, 4, k, n]), f32s(&[16, 4, 128, n]));
     }
+    // The forward products as the example runs them: `MatMulAdd` with the bias
+    // (fc) and the bias and residual (fc2).
+    let fused = |name: &str, k: usize, n: usize, residual: bool| {
+        let (x, w, y) = (f32s(&[16, 128, k]), f32s(&[k, n]), f32s(&[16, 128, n]));
+        let mut inputs = vec![x, w, f32s(&[n])];
+        if residual {
+            inputs.push(y.clone());
+        }
+        Case::new(name, "MatMulAdd", inputs, y)
+    };
+    v.push(fused("fc fwd bias", 256, 1024, false));
+    v.push(fused("fc2 fwd bias residual", 1024, 256, true));
     // Attention as one op (causal, 4 heads of 64), forward and gradient.
     let (qkv, y, lse) = (f32s(&[16, 128, 768]), f32s(&[16, 128, 256]), f32s(&[16, 4, 128]));
     let attention = |c: Case| {

@@ -7,10 +7,9 @@
 
 use super::super::par::Simd;
 use super::super::ptr::SendPtr;
+use super::dot;
 use super::layout::{col2im, im2col, ConvElem};
-#[cfg(doc)]
-use super::Im2colSplit;
-use super::{ConvKernel, Io, Pass, Task, WGRAD_COL_ELEMS, WGRAD_MIN_OP};
+use super::{ConvKernel, Im2colSplit, Io, Pass, Plan, Task, WGRAD_COL_ELEMS, WGRAD_MIN_OP};
 use crate::team;
 
 impl<T: ConvElem> ConvKernel<T> {
@@ -159,17 +158,27 @@ impl<T: ConvElem> ConvKernel<T> {
     pub(super) unsafe fn run_shared_col(&self, x: SendPtr<T>, w: SendPtr<T>, y: SendPtr<T>) {
         let g = &self.geo;
         let (kdim, ip, op) = (g.kdim(), g.ip(), g.op());
+        let dot = matches!(self.plan, Plan::Im2col(Im2colSplit::SharedColT));
         let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
         let col = SendPtr(col.as_mut_ptr() as *mut T);
         let threads = team::num_threads().max(1);
-        let rb = kdim.div_ceil(threads);
+        // Rows of the matrix per thread: taps, or positions of the positions-major one.
+        let rb = if dot { op } else { kdim }.div_ceil(threads);
         let mut start = 0;
         while start < self.tasks.len() {
             let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
             let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
             // SAFETY: tasks name images `n < g.n` and groups `gi < groups`.
             let xg = SendPtr(unsafe { x.get().add((n * g.groups + gi) * g.ci_g * ip) });
-            team::run(kdim.div_ceil(rb), &|i| {
+            team::run(if dot { op } else { kdim }.div_ceil(rb), &|i| {
+                if dot {
+                    let rows = i * rb..((i + 1) * rb).min(op);
+                    let (x, c) = (xg.get() as *const f32, col.get() as *mut f32);
+                    // SAFETY: each task writes its own positions' rows of the matrix
+                    // (`op` rows of `kdim`: the plan's scratch); `dot` plans are f32.
+                    unsafe { dot::im2col_t(g, x, rows.clone(), c.add(rows.start * kdim), kdim) };
+                    return;
+                }
                 let rows = i * rb..((i + 1) * rb).min(kdim);
                 // SAFETY: each task writes its own rows of the shared matrix.
                 Simd::for_cost(1).run_narrow(
@@ -181,20 +190,27 @@ impl<T: ConvElem> ConvKernel<T> {
             team::run(tasks.len(), &|j| {
                 let t = tasks[j];
                 // SAFETY: output channels `o0..o1 <= co_g` of group `gi` of image `n`.
-                let (yg, wg) = unsafe {
-                    (y.get().add(((n * g.groups + gi) * g.co_g + t.o0) * op), w.get().add((gi * g.co_g + t.o0) * kdim))
-                };
+                let (yg, wg) =
+                    unsafe { (y.get().add((n * g.groups + gi) * g.co_g * op), w.get().add(gi * g.co_g * kdim)) };
+                #[cfg(target_arch = "x86_64")]
+                if dot {
+                    let (w, c, y) = (wg as *const f32, col.get() as *const f32, yg as *mut f32);
+                    // SAFETY: each task writes its own output channels; the matrix is
+                    // read only; `dot` plans are f32 on AVX-512 (`dot::suits`).
+                    unsafe { dot::forward(w, kdim, c, kdim, y, op, t.o0..t.o1) };
+                    return;
+                }
                 // SAFETY: each task writes its own output channels; the matrix is read only.
                 unsafe {
                     T::gemm(
                         t.o1 - t.o0,
                         op,
                         kdim,
-                        yg,
+                        yg.add(t.o0 * op),
                         op as isize,
                         1,
                         false,
-                        wg,
+                        wg.add(t.o0 * kdim),
                         kdim as isize,
                         1,
                         col.get(),

@@ -21,7 +21,9 @@
 //! - **im2col + GEMM** (`im2col`) otherwise: blocks of the im2col matrix are written to
 //!   scratch sized here and multiplied by the `gemm` crate; a forward pass
 //!   whose tasks split one image's output channels builds that image's matrix
-//!   once, in parallel, and shares it;
+//!   once, in parallel, and shares it (with fewer than 64 positions, float32
+//!   on AVX-512: positions-major, multiplied by the dot-product tiles of
+//!   `dot`, as the `gemm` crate's 64-position tiles would run partly empty);
 //! - **batched im2col** for planes under 256 positions: several images side
 //!   by side in one GEMM (`batched`); the stride-1 data gradient of such planes runs as
 //!   the forward convolution of `dy` with flipped, transposed weights
@@ -51,7 +53,7 @@
 //!
 //! Files: this one (geometry, passes, plans, tasks, the picker and the run),
 //! `layout` (the 2-D geometry, im2col / col2im, the direct plane loops),
-//! `im2col`, `batched`, `data_forward`, `direct2d` (+ `direct2d_avx2`),
+//! `im2col` (+ `dot`), `batched`, `data_forward`, `direct2d` (+ `direct2d_avx2`),
 //! `implicit` (+ `implicit_wgrad`, its register tile in `gemm`),
 //! `winograd`, `direct3d`, `nd`, and `tests` (shared test helpers).
 
@@ -67,6 +69,7 @@ mod data_forward;
 mod direct2d;
 mod direct2d_avx2;
 mod direct3d;
+mod dot;
 mod gemm;
 mod im2col;
 mod implicit;
@@ -170,6 +173,10 @@ enum Im2colSplit {
     /// Forward tasks split one image's output channels: its matrix is
     /// built once, by all threads, then shared by the tasks' GEMMs.
     SharedCol,
+    /// [`Im2colSplit::SharedCol`] for few positions (float32, AVX-512): the
+    /// matrix is built positions-major and the tasks multiply it by
+    /// dot-product tiles (`dot`).
+    SharedColT,
     /// The weight gradient of one large image (a stem): the chunks are of
     /// its columns (output positions), not of the batch.
     ColumnChunks,
@@ -450,7 +457,7 @@ impl<T: ConvElem> ConvKernel<T> {
                 let ob =
                     if pieces < want { g.co_g.div_ceil(want.div_ceil(pieces)).next_multiple_of(8) } else { g.co_g };
                 if !pointwise && cols == op && ob < g.co_g && cx.parallel {
-                    split = Im2colSplit::SharedCol;
+                    split = if dot::suits::<T>(op) { Im2colSplit::SharedColT } else { Im2colSplit::SharedCol };
                 }
                 for n in 0..g.n {
                     for gi in 0..g.groups {
@@ -580,7 +587,7 @@ impl<T: ConvElem> Kernel for ConvKernel<T> {
             unsafe { self.run_winograd(wi, x, w, y) };
             return Ok(());
         }
-        if let Plan::Im2col(Im2colSplit::SharedCol) = self.plan {
+        if let Plan::Im2col(Im2colSplit::SharedCol | Im2colSplit::SharedColT) = self.plan {
             // SAFETY: `x`, `w`, `y` are this call's operands (this function's
             // contract), of the geometry the plan was built for.
             unsafe { self.run_shared_col(x, w, y) };
