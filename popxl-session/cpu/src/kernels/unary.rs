@@ -194,6 +194,9 @@ unary_ops! {
         let u = T::from_f64(GELU_C) * (x + T::from_f64(GELU_A) * x * x * x);
         x / (T::ONE + (T::from_f64(-2.0) * u).fast_exp_normal())
     }, grad [16] |g, X(x)| {
+        // Past ±40 gelu' is 1 or 0 (to f64 precision): clamping keeps `x · u'`
+        // finite for huge x, where `0 · inf` would make NaN (NaN stays NaN).
+        let x = x.maximum(T::from_f64(-40.0)).minimum(T::from_f64(40.0));
         let (c, a) = (T::from_f64(GELU_C), T::from_f64(GELU_A));
         let u = c * (x + a * x * x * x);
         let s = T::ONE / (T::ONE + (T::from_f64(-2.0) * u).fast_exp_normal());
@@ -649,6 +652,16 @@ mod tests {
         .to_f64_vec();
         let want: Vec<f64> = xs.iter().zip(&gs).map(|(&x, &g)| g * dgelu(x)).collect();
         assert_close(&dx, &want, 4e-6);
+        // Float64 (the table's maps on every CPU), to its own precision.
+        let want_y: Vec<f64> = xs.iter().map(|&x| gelu(x)).collect();
+        assert_close(&unary("Gelu", DataType::Float64, &xs), &want_y, 1e-12);
+        let dx64 = run_op(
+            "GeluGrad",
+            Attributes::new(),
+            &[(0, t(DataType::Float64, &[xs.len()], &gs)), (1, t(DataType::Float64, &[xs.len()], &xs))],
+        )[0]
+        .to_f64_vec();
+        assert_close(&dx64, &want, 1e-12);
         // +inf passes through, NaN propagates (through the gradient too).
         let special = unary("Gelu", DataType::Float32, &[f64::INFINITY, f64::NAN]);
         assert_eq!(special[0], f64::INFINITY);
