@@ -644,24 +644,16 @@ mod tests {
         let want: Vec<f64> = xs.iter().map(|&x| gelu(x)).collect();
         assert_close(&unary("Gelu", DataType::Float32, &xs), &want, 2e-6);
         let gs: Vec<f64> = (0..xs.len()).map(|i| 1.0 + (i % 7) as f64 * 0.25).collect();
-        let dx = run_op(
-            "GeluGrad",
-            Attributes::new(),
-            &[(0, t(DataType::Float32, &[xs.len()], &gs)), (1, t(DataType::Float32, &[xs.len()], &xs))],
-        )[0]
-        .to_f64_vec();
+        let grad = |dt| {
+            let inputs = [(0, t(dt, &[xs.len()], &gs)), (1, t(dt, &[xs.len()], &xs))];
+            run_op("GeluGrad", Attributes::new(), &inputs)[0].to_f64_vec()
+        };
         let want: Vec<f64> = xs.iter().zip(&gs).map(|(&x, &g)| g * dgelu(x)).collect();
-        assert_close(&dx, &want, 4e-6);
+        assert_close(&grad(DataType::Float32), &want, 4e-6);
         // Float64 (the table's maps on every CPU), to its own precision.
         let want_y: Vec<f64> = xs.iter().map(|&x| gelu(x)).collect();
         assert_close(&unary("Gelu", DataType::Float64, &xs), &want_y, 1e-12);
-        let dx64 = run_op(
-            "GeluGrad",
-            Attributes::new(),
-            &[(0, t(DataType::Float64, &[xs.len()], &gs)), (1, t(DataType::Float64, &[xs.len()], &xs))],
-        )[0]
-        .to_f64_vec();
-        assert_close(&dx64, &want, 1e-12);
+        assert_close(&grad(DataType::Float64), &want, 1e-12);
         // +inf passes through, NaN propagates (through the gradient too).
         let special = unary("Gelu", DataType::Float32, &[f64::INFINITY, f64::NAN]);
         assert_eq!(special[0], f64::INFINITY);

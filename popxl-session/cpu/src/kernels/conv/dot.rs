@@ -75,57 +75,47 @@ pub(super) unsafe fn im2col_t(g: &Geo2, x: *const f32, cols: Range<usize>, dst: 
     }
 }
 
-/// `y[o][p] = Σ_r w[o][r] · colt[p][r]` for output channels `o` of `rows`
-/// and positions `p` of `0..op`: weight rows `kdim` apart, `colᵀ` rows `ldc`
+/// The operands of a product `y[o][p] = Σ_r w[o][r] · colt[p][r]` over
+/// positions `p` of `0..op`: weight rows `kdim` apart, `colᵀ` rows `ldc`
 /// apart, output rows `op` apart.
-///
-/// # Safety
-/// `w` holds the weight rows of `rows`, `colt` `op` rows of `kdim` values
-/// and `y` the output rows of `rows`, `op` values each, written by no one
-/// else; the CPU has AVX-512 F.
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn forward(
-    w: *const f32,
-    kdim: usize,
-    colt: *const f32,
-    ldc: usize,
-    y: *mut f32,
-    op: usize,
-    rows: Range<usize>,
-) {
-    let t = Tiles { w, kdim, colt, ldc, y, op };
-    let mut o = rows.start;
-    while o < rows.end {
-        let or = (rows.end - o).min(OR);
-        let mut p = 0;
-        while p < op {
-            let pr = (op - p).min(PR);
-            // SAFETY: channels `o..o + or` and positions `p..p + pr` lie in the
-            // ranges of this function's contract.
-            unsafe { t.dispatch(or, pr, o, p) };
-            p += pr;
-        }
-        o += or;
-    }
-}
-
-/// The operands of [`forward`].
-#[cfg(target_arch = "x86_64")]
-struct Tiles {
-    w: *const f32,
-    kdim: usize,
-    colt: *const f32,
-    ldc: usize,
-    y: *mut f32,
-    op: usize,
+pub(super) struct Tiles {
+    pub w: *const f32,
+    pub kdim: usize,
+    pub colt: *const f32,
+    pub ldc: usize,
+    pub y: *mut f32,
+    pub op: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Tiles {
+    /// The product's output channels `rows`.
+    ///
+    /// # Safety
+    /// `w` holds the weight rows of `rows`, `colt` `op` rows of `kdim` values
+    /// and `y` the output rows of `rows`, `op` values each, written by no one
+    /// else; the CPU has AVX-512 F and VL.
+    pub(super) unsafe fn forward(&self, rows: Range<usize>) {
+        let mut o = rows.start;
+        while o < rows.end {
+            let or = (rows.end - o).min(OR);
+            let mut p = 0;
+            while p < self.op {
+                let pr = (self.op - p).min(PR);
+                // SAFETY: channels `o..o + or` and positions `p..p + pr` lie in the
+                // ranges of this function's contract.
+                unsafe { self.dispatch(or, pr, o, p) };
+                p += pr;
+            }
+            o += or;
+        }
+    }
+
     /// The tile of `or ≤ OR` channels from `o` and `pr ≤ PR` positions from `p`.
     ///
     /// # Safety
-    /// As [`forward`], for these channels and positions.
+    /// As [`Tiles::forward`], for these channels and positions.
     #[inline]
     unsafe fn dispatch(&self, or: usize, pr: usize, o: usize, p: usize) {
         type Tile = unsafe fn(&Tiles, usize, usize);

@@ -194,10 +194,10 @@ impl<T: ConvElem> ConvKernel<T> {
                     unsafe { (y.get().add((n * g.groups + gi) * g.co_g * op), w.get().add(gi * g.co_g * kdim)) };
                 #[cfg(target_arch = "x86_64")]
                 if dot {
-                    let (w, c, y) = (wg as *const f32, col.get() as *const f32, yg as *mut f32);
+                    let (w, colt, y) = (wg as *const f32, col.get() as *const f32, yg as *mut f32);
                     // SAFETY: each task writes its own output channels; the matrix is
                     // read only; `dot` plans are f32 on AVX-512 (`dot::suits`).
-                    unsafe { dot::forward(w, kdim, c, kdim, y, op, t.o0..t.o1) };
+                    unsafe { dot::Tiles { w, kdim, colt, ldc: kdim, y, op }.forward(t.o0..t.o1) };
                     return;
                 }
                 // SAFETY: each task writes its own output channels; the matrix is read only.

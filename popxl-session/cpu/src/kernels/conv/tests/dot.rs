@@ -40,11 +40,12 @@ fn dot_tiles_match_a_naive_loop() {
             // `y` the group's `co_g` rows of `op`; the CPU has AVX-512.
             unsafe {
                 dot::im2col_t(g, inp.x.as_ptr().add(gi * ci_g * ip), 0..op, colt.as_mut_ptr(), ld);
-                let (w, yg) = (inp.w.as_ptr().add(gi * co_g * kdim), y.as_mut_ptr().add(gi * co_g * op));
+                let (w, y) = (inp.w.as_ptr().add(gi * co_g * kdim), y.as_mut_ptr().add(gi * co_g * op));
+                let tiles = dot::Tiles { w, kdim, colt: colt.as_ptr(), ldc: ld, y, op };
                 // Two calls: channel ranges as the tasks cut them.
                 let half = co_g / 2;
-                dot::forward(w, kdim, colt.as_ptr(), ld, yg, op, 0..half);
-                dot::forward(w, kdim, colt.as_ptr(), ld, yg, op, half..co_g);
+                tiles.forward(0..half);
+                tiles.forward(half..co_g);
             }
         }
         let got: Vec<f64> = y.iter().map(|&v| v as f64).collect();
