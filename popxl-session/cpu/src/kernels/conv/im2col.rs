@@ -162,24 +162,24 @@ impl<T: ConvElem> ConvKernel<T> {
         let mut col = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
         let col = SendPtr(col.as_mut_ptr() as *mut T);
         let threads = team::num_threads().max(1);
-        // Rows of the matrix per thread: taps, or positions of the positions-major one.
-        let rb = if dot { op } else { kdim }.div_ceil(threads);
+        // Rows of the matrix, split over the team: taps, or positions of the positions-major one.
+        let rows_all = if dot { op } else { kdim };
+        let rb = rows_all.div_ceil(threads);
         let mut start = 0;
         while start < self.tasks.len() {
             let (n, gi) = (self.tasks[start].n, self.tasks[start].g);
             let end = start + self.tasks[start..].iter().take_while(|t| t.n == n && t.g == gi).count();
             // SAFETY: tasks name images `n < g.n` and groups `gi < groups`.
             let xg = SendPtr(unsafe { x.get().add((n * g.groups + gi) * g.ci_g * ip) });
-            team::run(if dot { op } else { kdim }.div_ceil(rb), &|i| {
+            team::run(rows_all.div_ceil(rb), &|i| {
+                let rows = i * rb..((i + 1) * rb).min(rows_all);
                 if dot {
-                    let rows = i * rb..((i + 1) * rb).min(op);
                     let (x, c) = (xg.get() as *const f32, col.get() as *mut f32);
                     // SAFETY: each task writes its own positions' rows of the matrix
                     // (`op` rows of `kdim`: the plan's scratch); `dot` plans are f32.
                     unsafe { dot::im2col_t(g, x, rows.clone(), c.add(rows.start * kdim), kdim) };
                     return;
                 }
-                let rows = i * rb..((i + 1) * rb).min(kdim);
                 // SAFETY: each task writes its own rows of the shared matrix.
                 Simd::for_cost(1).run_narrow(
                     #[inline(always)]
