@@ -28,6 +28,10 @@
 //!   by side in one GEMM (`batched`); the stride-1 data gradient of such planes runs as
 //!   the forward convolution of `dy` with flipped, transposed weights
 //!   (`data_forward`);
+//! - **masked** (`depthwise`, float32): stride-1 depthwise passes whose
+//!   output rows are as wide as the input's, swept in place with masked
+//!   loads (no padded copies): all three passes on AVX-512, forward passes
+//!   and data gradients of planes up to 256 positions on AVX2 + FMA;
 //! - **blocked** (`direct2d`, float32): on AVX-512 the stride-1 forward
 //!   pass and data gradient of every shape with more than one tap and
 //!   enough channels, and on AVX-512 or AVX2 + FMA (`direct2d_avx2`) all
@@ -53,7 +57,7 @@
 //!
 //! Files: this one (geometry, passes, plans, tasks, the picker and the run),
 //! `layout` (the 2-D geometry, im2col / col2im, the direct plane loops),
-//! `im2col` (+ `dot`), `batched`, `data_forward`, `direct2d` (+ `direct2d_avx2`),
+//! `im2col` (+ `dot`), `batched`, `data_forward`, `depthwise`, `direct2d` (+ `direct2d_avx2`),
 //! `implicit` (+ `implicit_wgrad`, its register tile in `gemm`),
 //! `winograd`, `direct3d`, `nd`, and `tests` (shared test helpers).
 
@@ -66,6 +70,7 @@ use popart_ir::DataType;
 
 mod batched;
 mod data_forward;
+mod depthwise;
 mod direct2d;
 mod direct2d_avx2;
 mod direct3d;
@@ -94,6 +99,7 @@ use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
+use depthwise::Masked;
 use direct2d::Blocked;
 use direct3d::Direct3d;
 use implicit::Implicit;
@@ -159,6 +165,8 @@ enum Plan {
     /// The register-blocked stride-1 kernel of `direct2d` (f32; AVX-512, or
     /// AVX2 for depthwise).
     Blocked(Blocked),
+    /// Masked sweeps of small depthwise planes (`depthwise`, f32 on AVX-512).
+    Masked(Masked),
     /// The packed implicit GEMM of `implicit` (f32 on AVX2 + FMA).
     Implicit(Implicit),
     /// Winograd F(2×2, 3×3) (`winograd`, f32): 16 GEMMs over the channels.
@@ -383,6 +391,10 @@ impl<T: ConvElem> ConvKernel<T> {
             let cut = Self::cut_winograd(&cx, &wi);
             return Self::finish(&cx, Plan::Winograd(wi), cut);
         }
+        if let Some(m) = Masked::plan::<T>(g, cx.pass) {
+            let cut = m.cut(g, cx.pass, cx.want);
+            return Self::finish(&cx, Plan::Masked(m), cut);
+        }
         if let Some(b) = Self::blocked_plan(g, cx.pass) {
             let cut = Self::cut_blocked(&cx, &b);
             return Self::finish(&cx, Plan::Blocked(b), cut);
@@ -556,6 +568,7 @@ impl<T: ConvElem> ConvKernel<T> {
                 Plan::Direct(padded) => self.direct_task(t, *padded, io),
                 Plan::Batched { images } => self.batched_task(t, *images, io),
                 Plan::Blocked(b) => self.blocked_task(b, t, io),
+                Plan::Masked(m) => self.masked_task(m, t, io),
                 Plan::Implicit(im) if self.pass == Pass::Weights => self.implicit_weights_task(im, t, io),
                 Plan::Implicit(im) => self.implicit_task(im, t, io),
                 // Runs whole (`run_winograd`), never as single tasks.

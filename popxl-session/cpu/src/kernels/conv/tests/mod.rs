@@ -128,6 +128,8 @@ pub(crate) fn inputs(c: Case, s: usize, seed: u64) -> Inputs {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod depthwise;
+#[cfg(target_arch = "x86_64")]
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod implicit;
