@@ -1,6 +1,8 @@
 //! Convolutions: `Conv`, `ConvDataGrad`, `ConvWeightsGrad` and `ConvTranspose`
 //! (the data gradient of the convolution it inverts), float32 and float64,
-//! any number of spatial dims: 1-D and 2-D here, 3-D float32 on AVX-512
+//! any number of spatial dims: 1-D and 2-D here (strided 2-D forward
+//! passes of at least 16 input channels, float32 on AVX-512, as 3-D ones of
+//! depth 1 through `lanes3d`), 3-D float32 on AVX-512
 //! through `direct3d` where its tiles fit, others through `nd` (as
 //! 2-D convolutions over the last two dims), pointwise ones of any rank as
 //! 1-D.
@@ -363,6 +365,11 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         let (inner, outer) = split;
         return with_float!(dt, T => NdKernel::<T>::plan(spec, &geo, &inner, outer, pass, pos, out_len),
             _ => Err(spec.unsupported_dtype(dt)));
+    }
+    if dt == DataType::Float32 {
+        if let Some(k) = Lanes3d::plan_2d(spec, &geo, pass, pos)? {
+            return Ok(k);
+        }
     }
     let g2 = Geo2::new(&split.0).ok_or_else(|| spec.error("the convolution has no spatial dims"))?;
     let cx = PlanCx::new(spec, g2, pass, pos, geo.macs(), out_len);
