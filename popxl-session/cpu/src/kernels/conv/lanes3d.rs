@@ -65,6 +65,8 @@ const L1_W_BYTES: usize = 32 << 10;
 const L2_ELEMS: usize = 1 << 18;
 /// Input channels per piece of the weight packing.
 const PACK_CHANNELS: usize = 8;
+/// Positions per plane below which batched 2-d pointwise forward passes run here.
+const SMALL_POINTWISE: usize = 256;
 /// Multiply-adds below which a convolution runs on the calling thread only.
 const PAR_MIN_MACS: usize = 1 << 18;
 
@@ -117,19 +119,24 @@ pub(super) struct Lanes3d {
 
 /// The 2-d geometry `geo` as a 3-d one of depth 1, when its pass runs
 /// here: f32 (checked by the caller) on AVX-512 ([`Lanes3d::plan`]), a
-/// forward pass of a stride above 1, more than one tap, at least 16 input
-/// channels per group (not the stem), and not a batch-1 pass of fewer than
-/// 64 positions (which `dot` runs faster). Measured 1.1-1.2x the im2col +
-/// GEMM method on ResNet's stride-2 3x3 layers at batch 32, and on the
-/// 56x56 one at batch 1; stride-1 layers and pointwise ones ran slower.
+/// forward pass of at least 16 input channels per group (not the stem),
+/// either strided with more than one tap, not a batch-1 pass of fewer than
+/// 64 positions (which `dot` runs faster), or pointwise on planes of fewer
+/// than [`SMALL_POINTWISE`] positions in a batch (which im2col + GEMM runs as
+/// a copy of several images into one matrix). Measured 1.1-1.2x the
+/// im2col and GEMM method on ResNet's stride-2 3x3 layers at batch 32 and on the
+/// 56x56 one at batch 1, and 1.03-1.07x on the batch-32 1x1 layers of 14x14
+/// and 7x7 planes; stride-1 3x3 layers and larger pointwise ones ran slower.
 pub(super) fn lift_2d(geo: &ConvGeometry, pass: Pass) -> Option<ConvGeometry> {
     let positions: usize = geo.out_size.iter().product();
+    let taps: usize = geo.kernel.iter().product();
+    let strided = geo.strides.iter().any(|&s| s > 1);
+    let downsampling = strided && taps > 1 && (geo.batch > 1 || positions >= super::dot::MAX_POSITIONS);
+    let small_pointwise = !strided && taps == 1 && geo.batch > 1 && positions < SMALL_POINTWISE;
     let takes = pass == Pass::Forward
         && geo.kernel.len() == 2
-        && geo.strides.iter().any(|&s| s > 1)
-        && geo.kernel.iter().product::<usize>() > 1
         && geo.in_channels / geo.group.max(1) >= 16
-        && (geo.batch > 1 || positions >= super::dot::MAX_POSITIONS);
+        && (downsampling || small_pointwise);
     let lift = |v: &[usize], one: usize| [&[one], v].concat();
     takes.then(|| ConvGeometry {
         in_size: lift(&geo.in_size, 1),
@@ -680,10 +687,11 @@ mod tests {
     }
 
     #[test]
-    fn strided_2d_forward_passes_run_as_depth_one_match_the_definition() {
+    fn strided_and_small_pointwise_2d_forward_passes_run_as_depth_one_match_the_definition() {
         // (case, taken): stride 2 with padding; groups, a (2, 3) stride, a
         // dilation and uneven pads; batch 1 of 100 positions; batch 1 of 25
-        // positions (the `dot` tiles'); the stem-like 3 input channels.
+        // positions (the `dot` tiles'); the stem-like 3 input channels; and
+        // pointwise passes.
         let mut cases: Vec<(Case, bool)> = Vec::new();
         let mut c = case(2, 1, 16, 40, &[9, 11], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
@@ -700,6 +708,11 @@ mod tests {
         let mut c = case(2, 1, 3, 32, &[15, 15], &[7, 7]);
         (c.s, c.p) = (vec![2, 2], vec![3; 4]);
         cases.push((c, false));
+        // Pointwise: a batch of 7x7 planes, groups; one image; large planes.
+        cases.push((case(3, 1, 24, 40, &[7, 7], &[1, 1]), true));
+        cases.push((case(2, 2, 16, 36, &[5, 9], &[1, 1]), true));
+        cases.push((case(1, 1, 24, 40, &[7, 7], &[1, 1]), false));
+        cases.push((case(2, 1, 16, 32, &[16, 16], &[1, 1]), false));
         for (i, (c, want)) in cases.iter().enumerate() {
             if Simd::best() >= Simd::Avx512 {
                 let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
