@@ -31,9 +31,10 @@ use super::{ConvKernel, Cut, Io, Pass, Task};
 const CHUNK: usize = 8;
 /// Taps accumulated at a time by the weight gradient (one accumulator each).
 const TAPS: usize = 9;
-/// Positions per plane up to which this method is taken: the masks of
-/// larger planes leave the level-1 cache (measured faster than the blocked
-/// kernel's padded copies from 7x7 to 56x56 planes).
+/// Positions per plane up to which this method is taken on AVX-512
+/// (measured faster than the blocked kernel's padded copies from 7x7 to
+/// 56x56 planes; larger planes, whose masks grow with them, keep the
+/// blocked kernel).
 const MAX_POSITIONS: usize = 4096;
 /// Positions per plane up to which the AVX2 tier takes forward passes and
 /// data gradients (measured faster on 7x7 and 14x14 planes, slower on

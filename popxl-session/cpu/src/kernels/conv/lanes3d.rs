@@ -150,8 +150,9 @@ pub(super) fn lift_2d(geo: &ConvGeometry, pass: Pass) -> Option<ConvGeometry> {
 }
 
 impl Lanes3d {
-    /// The plan of a strided 2-d forward pass (a ResNet downsampling
-    /// 3x3), run as the 3-d convolution of depth 1 ([`lift_2d`]).
+    /// The plan of a 2-d forward pass that is strided (a ResNet
+    /// downsampling 3x3) or pointwise on a batch of small planes, run as the
+    /// 3-d convolution of depth 1 ([`lift_2d`]).
     pub(super) fn plan_2d(
         spec: &KernelSpec<'_>,
         geo: &ConvGeometry,

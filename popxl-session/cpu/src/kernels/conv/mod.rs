@@ -168,7 +168,8 @@ enum Plan {
     /// The register-blocked stride-1 kernel of `direct2d` (f32; AVX-512, or
     /// AVX2 for depthwise).
     Blocked(Blocked),
-    /// Masked sweeps of small depthwise planes (`depthwise`, f32 on AVX-512).
+    /// Masked sweeps of depthwise planes of equal input and output widths
+    /// (`depthwise`, f32 on AVX-512, or AVX2 + FMA for small planes).
     Masked(Masked),
     /// The packed implicit GEMM of `implicit` (f32 on AVX2 + FMA).
     Implicit(Implicit),
