@@ -212,40 +212,50 @@ impl Masked {
 }
 
 /// The vector operations the sweeps need, in one tier's width.
+///
+/// Every method runs the tier's instructions: the caller guarantees the
+/// CPU has them (the methods are `#[inline(always)]` and called only from
+/// the tier's `#[target_feature]` functions below, into which they compile).
 #[cfg(target_arch = "x86_64")]
 trait Lanes: Copy {
     /// Lanes per vector.
     const N: usize;
     /// A lane mask as the masked loads and stores take it.
     type Mask;
-    fn zero() -> Self;
-    fn splat(v: f32) -> Self;
     /// # Safety
-    /// The lanes of `m` are readable from `p` on.
+    /// The CPU has the tier (as for every method).
+    unsafe fn zero() -> Self;
+    /// # Safety
+    /// The CPU has the tier.
+    unsafe fn splat(v: f32) -> Self;
+    /// # Safety
+    /// The CPU has the tier; the lanes of `m` are readable from `p` on.
     unsafe fn load(m: &Self::Mask, p: *const f32) -> Self;
-    fn fma(a: Self, b: Self, c: Self) -> Self;
     /// # Safety
-    /// The lanes of `m` are writable from `p` on.
+    /// The CPU has the tier.
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    /// # Safety
+    /// The CPU has the tier; the lanes of `m` are writable from `p` on.
     unsafe fn store(m: &Self::Mask, p: *mut f32, v: Self);
     /// # Safety
-    /// `N` values are writable from `p` on.
+    /// The CPU has the tier; `N` values are writable from `p` on.
     unsafe fn store_all(p: *mut f32, v: Self);
-    fn sum(self) -> f32;
+    /// # Safety
+    /// The CPU has the tier.
+    unsafe fn sum(self) -> f32;
 }
 
-// The methods are `#[inline(always)]` and called only from the tier's
-// `#[target_feature]` functions below, whose instructions they compile into.
 #[cfg(target_arch = "x86_64")]
 impl Lanes for std::arch::x86_64::__m512 {
     const N: usize = 16;
     type Mask = u16;
     #[inline(always)]
-    fn zero() -> Self {
-        // SAFETY: called within an AVX-512F function (see above).
+    unsafe fn zero() -> Self {
+        // SAFETY: the CPU has AVX-512F (this function's contract).
         unsafe { std::arch::x86_64::_mm512_setzero_ps() }
     }
     #[inline(always)]
-    fn splat(v: f32) -> Self {
+    unsafe fn splat(v: f32) -> Self {
         // SAFETY: as above.
         unsafe { std::arch::x86_64::_mm512_set1_ps(v) }
     }
@@ -256,7 +266,7 @@ impl Lanes for std::arch::x86_64::__m512 {
         unsafe { std::arch::x86_64::_mm512_maskz_loadu_ps(*m, p) }
     }
     #[inline(always)]
-    fn fma(a: Self, b: Self, c: Self) -> Self {
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
         // SAFETY: as `zero`.
         unsafe { std::arch::x86_64::_mm512_fmadd_ps(a, b, c) }
     }
@@ -271,7 +281,7 @@ impl Lanes for std::arch::x86_64::__m512 {
         unsafe { std::arch::x86_64::_mm512_storeu_ps(p, v) }
     }
     #[inline(always)]
-    fn sum(self) -> f32 {
+    unsafe fn sum(self) -> f32 {
         // SAFETY: as `zero`.
         unsafe { std::arch::x86_64::_mm512_reduce_add_ps(self) }
     }
@@ -282,12 +292,12 @@ impl Lanes for std::arch::x86_64::__m256 {
     const N: usize = 8;
     type Mask = [i32; 8];
     #[inline(always)]
-    fn zero() -> Self {
-        // SAFETY: called within an AVX2 + FMA function (see above).
+    unsafe fn zero() -> Self {
+        // SAFETY: the CPU has AVX2 + FMA (this function's contract).
         unsafe { std::arch::x86_64::_mm256_setzero_ps() }
     }
     #[inline(always)]
-    fn splat(v: f32) -> Self {
+    unsafe fn splat(v: f32) -> Self {
         // SAFETY: as above.
         unsafe { std::arch::x86_64::_mm256_set1_ps(v) }
     }
@@ -299,7 +309,7 @@ impl Lanes for std::arch::x86_64::__m256 {
         unsafe { _mm256_maskload_ps(p, _mm256_loadu_si256(m.as_ptr() as *const __m256i)) }
     }
     #[inline(always)]
-    fn fma(a: Self, b: Self, c: Self) -> Self {
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
         // SAFETY: as `zero`.
         unsafe { std::arch::x86_64::_mm256_fmadd_ps(a, b, c) }
     }
@@ -315,7 +325,7 @@ impl Lanes for std::arch::x86_64::__m256 {
         unsafe { std::arch::x86_64::_mm256_storeu_ps(p, v) }
     }
     #[inline(always)]
-    fn sum(self) -> f32 {
+    unsafe fn sum(self) -> f32 {
         use std::arch::x86_64::*;
         // SAFETY: as `zero`.
         unsafe {
@@ -437,17 +447,20 @@ unsafe fn chunk<L: Lanes, const V: usize>(
     w: *const f32,
     dst: *mut f32,
 ) {
-    let mut acc = [L::zero(); V];
+    // SAFETY: the CPU has the tier (this function's contract), as for every
+    // `L` call below.
+    let zero = unsafe { L::zero() };
+    let mut acc = [zero; V];
     for (t, &s) in m.shift.iter().enumerate() {
         let masks = &masks[t * m.nv + v0..t * m.nv + v0 + V];
         // SAFETY: weight `t < kk` of the channel (this function's contract).
-        let wv = L::splat(unsafe { *w.add(t) });
+        let wv = unsafe { L::splat(*w.add(t)) };
         for j in 0..V {
             // Lanes outside the plane are masked: not read (a masked-out
             // lane does not fault), so the address may lie outside it.
             let at = src.wrapping_offset(((v0 + j) * L::N) as isize + s);
             // SAFETY: the mask's lanes read positions of the plane (built so).
-            acc[j] = L::fma(unsafe { L::load(&masks[j], at) }, wv, acc[j]);
+            acc[j] = unsafe { L::fma(L::load(&masks[j], at), wv, acc[j]) };
         }
     }
     for j in 0..V {
@@ -517,7 +530,10 @@ unsafe fn tap_sums<L: Lanes, const K: usize>(
     n: usize,
     dw: *mut f32,
 ) {
-    let mut acc = [L::zero(); K];
+    // SAFETY: the CPU has the tier (this function's contract), as for every
+    // `L` call below.
+    let zero = unsafe { L::zero() };
+    let mut acc = [zero; K];
     let mut shift = [0isize; K];
     shift.copy_from_slice(&m.shift[t0..t0 + K]);
     for img in 0..n {
@@ -529,7 +545,7 @@ unsafe fn tap_sums<L: Lanes, const K: usize>(
             for k in 0..K {
                 let at = xi.wrapping_offset((v * L::N) as isize + shift[k]);
                 // SAFETY: the mask's lanes read positions of the `x` plane (built so).
-                acc[k] = L::fma(e, unsafe { L::load(&masks[(t0 + k) * m.nv + v], at) }, acc[k]);
+                acc[k] = unsafe { L::fma(e, L::load(&masks[(t0 + k) * m.nv + v], at), acc[k]) };
             }
         }
     }
