@@ -2,7 +2,16 @@
 //! channels in the vector lanes*: the forward pass of any stride and the
 //! stride-1 data gradient, for layers of at least [`MIN_COUT`] computed
 //! output channels (fewer go to [`super::direct3d`], whose lanes hold
-//! output positions).
+//! output positions); and some 2-d passes as 3-d ones of depth 1
+//! ([`lift_2d`]), among them strided data gradients, in phases.
+//!
+//! **Phases.** The data gradient of a layer of stride `s` in height or
+//! width splits that dim's outputs (the layer's inputs) by their index
+//! modulo `s`: each phase is a stride-1 convolution of `dy` by the taps
+//! that reach it (for 3x3 stride 2: 1, 2, 2 and 4 taps of the 9), so no
+//! multiply-add is of an inserted zero. The phases' positions are runs of
+//! the tiles' position list, each run with its own tap set; the sums stay
+//! in output order.
 //!
 //! **Why.** A tile of `direct3d` loads vectors of 16 consecutive positions
 //! at every tap's offset, which straddles two cache lines for 15 taps in 16;
@@ -80,6 +89,77 @@ struct TapSet {
     slices: Vec<usize>,
 }
 
+/// One dim (rows or columns) of the output positions, in phases: the
+/// forward pass has one, positions `step` apart in the padded input; the
+/// data gradient of stride `s` has `s`, phase `a` holding outputs `a + s · i`
+/// (`i < count`), each reached by its own taps (the convolution's taps
+/// `t` with `a + pad − t · dilation` a multiple of `s`), so that every phase
+/// is a stride-1 convolution of `dy` and no product is of a zero.
+#[derive(Clone, Debug)]
+struct Phases {
+    stride: usize,
+    /// Padding before the input, and the padded extent the taps read.
+    pad: isize,
+    extent: usize,
+    list: Vec<Phase>,
+}
+
+/// One phase of [`Phases`]: `count` positions, `step` apart in the padded
+/// input, and its taps `(t, offset)`: tap `t` of the dim reads position `i`'s
+/// input at `i · step + offset`.
+#[derive(Clone, Debug)]
+struct Phase {
+    count: usize,
+    step: usize,
+    taps: Vec<(usize, usize)>,
+}
+
+impl Phases {
+    /// The one phase of `out` positions of stride `s`, every tap of kernel
+    /// `k` (dilation `d`) read, padding `pad` before the input.
+    fn unit(out: usize, k: usize, s: usize, d: usize, pad: isize) -> Phases {
+        let taps = (0..k).map(|t| (t, t * d)).collect();
+        let extent = (out - 1) * s + (k - 1) * d + 1;
+        Phases { stride: 1, pad, extent, list: vec![Phase { count: out, step: s, taps }] }
+    }
+
+    /// The phases of the data gradient of `out` input positions of a
+    /// convolution of `inp` output positions, kernel `k`, stride `s`,
+    /// dilation `d`, padding `pf` before its input: input `a + s · i` is
+    /// the sum over its phase's taps `t` of `dy[i + c_t]` times tap `t`,
+    /// `c_t = (a + pf − t · d) / s`. Taps whose reads all fall outside `dy`
+    /// are left out.
+    fn new(out: usize, inp: usize, k: usize, s: usize, d: usize, pf: isize) -> Phases {
+        let si = s as isize;
+        let raw: Vec<(usize, Vec<(usize, isize)>)> = (0..s)
+            .map(|a| {
+                let count = out.saturating_sub(a).div_ceil(s);
+                let taps = (0..k)
+                    .filter_map(|t| {
+                        let r = a as isize + pf - (t * d) as isize;
+                        let c = r.div_euclid(si);
+                        let meets = c < inp as isize && c + count as isize > 0;
+                        (r.rem_euclid(si) == 0 && count > 0 && meets).then_some((t, c))
+                    })
+                    .collect();
+                (count, taps)
+            })
+            .collect();
+        let reads = || raw.iter().flat_map(|(n, taps)| taps.iter().map(move |&(_, c)| (c, *n as isize)));
+        let pad = reads().map(|(c, _)| -c).max().unwrap_or(0).max(0);
+        let extent = reads().map(|(c, n)| c + pad + n).max().unwrap_or(1).max(1) as usize;
+        let list = raw
+            .into_iter()
+            .map(|(count, taps)| Phase {
+                count,
+                step: 1,
+                taps: taps.into_iter().map(|(t, c)| (t, (c + pad) as usize)).collect(),
+            })
+            .collect();
+        Phases { stride: s, pad, extent, list }
+    }
+}
+
 /// One unit of work: image `n`, group `g`, output depth `od`, channel
 /// blocks `b0..b1`.
 #[derive(Clone, Copy, Debug)]
@@ -103,11 +183,18 @@ pub(super) struct Lanes3d {
     plane: usize,
     /// Blocks of `BW` output channels per group.
     blocks: usize,
-    /// Input channels per level-2 block and per level-1 sub-block.
+    /// Input channels per level-2 block.
     cb: usize,
-    cw: usize,
-    /// Each output position's offset in a channel's padded slices (row-major).
+    /// Each output position's offset in a channel's padded slices, in runs
+    /// (`runs`: one per phase pair, see [`Phases`]; positions row-major in each).
     qoff: Vec<usize>,
+    runs: Vec<(usize, usize)>,
+    /// Input channels per level-1 sub-block of each run (its taps' packed
+    /// weights in the level-1 cache).
+    run_cw: Vec<usize>,
+    /// The offset in the sums (`BW` per output position) of each entry of `qoff`.
+    eoff: Vec<usize>,
+    /// The tap sets: those of output depth `od` start at `set_of[od]`, one per run.
     sets: Vec<TapSet>,
     set_of: Vec<usize>,
     tasks: Vec<Task>,
@@ -118,25 +205,39 @@ pub(super) struct Lanes3d {
 }
 
 /// The 2-d geometry `geo` as a 3-d one of depth 1, when its pass runs
-/// here: f32 (checked by the caller) on AVX-512 ([`Lanes3d::plan`]), a
-/// forward pass of at least 16 input channels per group (not the stem),
-/// either strided with more than one tap, not a batch-1 pass of fewer than
-/// 64 positions (which `dot` runs faster), or pointwise on planes of fewer
-/// than [`SMALL_POINTWISE`] positions in a batch (which im2col + GEMM runs as
-/// a copy of several images into one matrix). Measured 1.1-1.2x the
-/// im2col and GEMM method on ResNet's stride-2 3x3 layers at batch 32 and on the
-/// 56x56 one at batch 1, and 1.03-1.07x on the batch-32 1x1 layers of 14x14
-/// and 7x7 planes; stride-1 3x3 layers and larger pointwise ones ran slower.
+/// here: f32 (checked by the caller) on AVX-512 ([`Lanes3d::plan`]), at
+/// least 16 input channels per group (not the stem), and
+/// - a forward pass either strided with more than one tap, not a batch-1
+///   pass of fewer than 64 positions (which `dot` runs faster), or pointwise
+///   on planes of fewer than [`SMALL_POINTWISE`] positions in a batch (which
+///   im2col + GEMM runs as a copy of several images into one matrix);
+/// - or the data gradient of a strided layer with more than one tap and at
+///   least 16 output channels per group, on a batch of output planes of
+///   fewer than [`SMALL_POINTWISE`] positions, in phases ([`Phases`]).
+///
+/// Measured 1.1-1.2x the im2col and GEMM method on ResNet's stride-2 3x3
+/// layers at batch 32 and on the 56x56 one at batch 1, 1.03-1.07x on the
+/// batch-32 1x1 layers of 14x14 and 7x7 planes, and 1.2x on the data
+/// gradient of the batch-32 stride-2 layer of 7x7 outputs; stride-1 3x3
+/// layers, larger pointwise ones, batch-1 strided data gradients (the
+/// weights' packing dominates) and those of 28x28 outputs ran slower or
+/// level.
 pub(super) fn lift_2d(geo: &ConvGeometry, pass: Pass) -> Option<ConvGeometry> {
     let positions: usize = geo.out_size.iter().product();
     let taps: usize = geo.kernel.iter().product();
     let strided = geo.strides.iter().any(|&s| s > 1);
     let downsampling = strided && taps > 1 && (geo.batch > 1 || positions >= super::dot::MAX_POSITIONS);
     let small_pointwise = !strided && taps == 1 && geo.batch > 1 && positions < SMALL_POINTWISE;
-    let takes = pass == Pass::Forward
-        && geo.kernel.len() == 2
-        && geo.in_channels / geo.group.max(1) >= 16
-        && (downsampling || small_pointwise);
+    let g = geo.group.max(1);
+    let takes = geo.kernel.len() == 2
+        && geo.in_channels / g >= 16
+        && match pass {
+            Pass::Forward => downsampling || small_pointwise,
+            Pass::Data => {
+                strided && taps > 1 && geo.batch > 1 && positions < SMALL_POINTWISE && geo.out_channels / g >= 16
+            }
+            Pass::Weights => false,
+        };
     let lift = |v: &[usize], one: usize| [&[one], v].concat();
     takes.then(|| ConvGeometry {
         in_size: lift(&geo.in_size, 1),
@@ -149,10 +250,30 @@ pub(super) fn lift_2d(geo: &ConvGeometry, pass: Pass) -> Option<ConvGeometry> {
     })
 }
 
+/// The convolution pass `pass` computes here, when it runs here (see
+/// [`Lanes3d::plan_phased`]): a data gradient's is the stride-1 one's
+/// (channels swapped, taps reversed, depth padded as its forward pass) with
+/// the layer's strides, its rows and columns split in [`Phases`] by the plan.
+fn computed(geo: &ConvGeometry, pass: Pass, phased: bool) -> Option<Geo3> {
+    let strided = geo.strides.iter().any(|&s| s > 1);
+    let g = match pass {
+        Pass::Weights => None,
+        Pass::Data if strided => {
+            if !phased || geo.strides.len() != 3 || geo.strides[0] != 1 {
+                return None;
+            }
+            let unit = ConvGeometry { strides: vec![1; 3], ..geo.clone() };
+            select(&unit, pass).map(|g| Geo3 { s: [1, geo.strides[1], geo.strides[2]], ..g })
+        }
+        _ => select(geo, pass),
+    };
+    g.filter(|g| g.cout >= MIN_COUT)
+}
+
 impl Lanes3d {
-    /// The plan of a 2-d forward pass that is strided (a ResNet
-    /// downsampling 3x3) or pointwise on a batch of small planes, run as the
-    /// 3-d convolution of depth 1 ([`lift_2d`]).
+    /// The plan of a 2-d pass [`lift_2d`] takes (a ResNet downsampling
+    /// 3x3's forward pass or data gradient, a pointwise forward pass on a
+    /// batch of small planes), run as the 3-d convolution of depth 1.
     pub(super) fn plan_2d(
         spec: &KernelSpec<'_>,
         geo: &ConvGeometry,
@@ -160,7 +281,7 @@ impl Lanes3d {
         pos: [usize; 3],
     ) -> Result<Option<Box<dyn Kernel>>, KernelError> {
         match lift_2d(geo, pass) {
-            Some(g3) => Self::plan(spec, &g3, pass, pos),
+            Some(g3) => Self::plan_phased(spec, &g3, pass, pos, true),
             None => Ok(None),
         }
     }
@@ -175,16 +296,33 @@ impl Lanes3d {
         pass: Pass,
         pos: [usize; 3],
     ) -> Result<Option<Box<dyn Kernel>>, KernelError> {
-        if pass == Pass::Weights {
-            return Ok(None);
-        }
-        let Some(g) = select(geo, pass) else { return Ok(None) };
-        if g.cout < MIN_COUT {
-            return Ok(None);
-        }
+        Self::plan_phased(spec, geo, pass, pos, false)
+    }
+
+    /// [`Lanes3d::plan`], and with `phased` also the data gradients of
+    /// layers strided in height or width (not in depth), in phases.
+    fn plan_phased(
+        spec: &KernelSpec<'_>,
+        geo: &ConvGeometry,
+        pass: Pass,
+        pos: [usize; 3],
+        phased: bool,
+    ) -> Result<Option<Box<dyn Kernel>>, KernelError> {
+        let Some(mut g) = computed(geo, pass, phased) else { return Ok(None) };
+        let strided_data = pass == Pass::Data && g.s != [1; 3];
         let [_, oh, ow] = g.out;
-        let hp = (oh - 1) * g.s[1] + (g.k[1] - 1) * g.d[1] + 1;
-        let wq = (ow - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1;
+        // Rows and columns: each dim's phases (one, of stride 1, unless strided data).
+        let (rows, cols) = if strided_data {
+            let dim = |i: usize| {
+                let pf = geo.pad_begin[i] as isize;
+                Phases::new(g.out[i], g.inp[i], g.k[i], geo.strides[i], g.d[i], pf)
+            };
+            (dim(1), dim(2))
+        } else {
+            (Phases::unit(oh, g.k[1], g.s[1], g.d[1], g.p[1]), Phases::unit(ow, g.k[2], g.s[2], g.d[2], g.p[2]))
+        };
+        (g.p[1], g.p[2]) = (rows.pad, cols.pad);
+        let (hp, wq) = (rows.extent, cols.extent);
         let slice = hp * wq;
         let ns = (g.k[0] - 1) * g.d[0] + 1;
         // The last tap of the last tile reads one element past its position;
@@ -194,10 +332,33 @@ impl Lanes3d {
         let blocks = g.cout.div_ceil(BW);
         let cb = (L2_ELEMS / plane).clamp(1, g.cin);
         let cb = g.cin.div_ceil(g.cin.div_ceil(cb));
-        let cw = (L1_W_BYTES / (kk * BW * 4)).clamp(1, cb);
-        // Each output position's offset in a padded channel: tiles run over
-        // positions in row-major order, across rows.
-        let qoff = (0..oh * ow).map(|q| (q / ow) * g.s[1] * wq + (q % ow) * g.s[2]).collect();
+        // Runs of positions, one per (row phase, column phase) holding
+        // positions: each position's offset in a padded channel (tiles run over a
+        // run's positions in row-major order, across rows), and the sums row of
+        // each output position when runs reorder them.
+        let mut qoff = Vec::with_capacity(oh * ow);
+        let mut runs = Vec::new();
+        let mut eoff = Vec::with_capacity(oh * ow);
+        let mut run_cw = Vec::new();
+        let mut pairs = Vec::new();
+        for (ra, rp) in rows.list.iter().enumerate() {
+            for (ca, cp) in cols.list.iter().enumerate() {
+                if rp.count == 0 || cp.count == 0 {
+                    continue;
+                }
+                let q0 = qoff.len();
+                for i in 0..rp.count {
+                    for j in 0..cp.count {
+                        eoff.push(((ra + i * rows.stride) * ow + ca + j * cols.stride) * BW);
+                        qoff.push(i * rp.step * wq + j * cp.step);
+                    }
+                }
+                runs.push((q0, qoff.len()));
+                pairs.push((rp, cp));
+                let taps = (g.k[0] * rp.taps.len() * cp.taps.len()).max(1);
+                run_cw.push((L1_W_BYTES / (taps * BW * 4)).clamp(1, cb));
+            }
+        }
         let (mut sets, mut set_of) = (Vec::<TapSet>::new(), Vec::new());
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         for od in 0..g.out[0] {
@@ -208,21 +369,31 @@ impl Lanes3d {
             let lo = (0..g.k[0]).find(|&kd| ok(kd)).unwrap_or(g.k[0]);
             let hi = (lo..g.k[0]).take_while(|&kd| ok(kd)).last().map_or(lo, |kd| kd + 1);
             let at = match ranges.iter().position(|&r| r == (lo, hi)) {
-                Some(at) => at,
+                Some(at) => at * pairs.len(),
                 None => {
-                    let mut set = TapSet { xoff: Vec::new(), woff: Vec::new(), slices: Vec::new() };
-                    for kd in lo..hi {
-                        set.slices.push(kd * g.d[0]);
-                        for ki in 0..g.k[1] {
-                            for kj in 0..g.k[2] {
-                                set.xoff.push(kd * g.d[0] * slice + ki * g.d[1] * wq + kj * g.d[2]);
-                                set.woff.push(((kd * g.k[1] + ki) * g.k[2] + kj) * BW);
+                    for (rp, cp) in &pairs {
+                        let mut set = TapSet { xoff: Vec::new(), woff: Vec::new(), slices: Vec::new() };
+                        for kd in lo..hi {
+                            set.slices.push(kd * g.d[0]);
+                            for &(ki, ri) in &rp.taps {
+                                for &(kj, cj) in &cp.taps {
+                                    set.xoff.push(kd * g.d[0] * slice + ri * wq + cj);
+                                    let t = (kd * g.k[1] + ki) * g.k[2] + kj;
+                                    // Strided data: tap `(ki, kj)` of the convolution, whose
+                                    // packed row is reversed, as its depth's.
+                                    let t = if strided_data {
+                                        kk - 1 - ((g.k[0] - 1 - kd) * g.k[1] + ki) * g.k[2] - kj
+                                    } else {
+                                        t
+                                    };
+                                    set.woff.push(t * BW);
+                                }
                             }
                         }
+                        sets.push(set);
                     }
                     ranges.push((lo, hi));
-                    sets.push(set);
-                    ranges.len() - 1
+                    (ranges.len() - 1) * pairs.len()
                 }
             };
             set_of.push(at);
@@ -263,8 +434,10 @@ impl Lanes3d {
             plane,
             blocks,
             cb,
-            cw,
             qoff,
+            runs,
+            run_cw,
+            eoff,
             sets,
             set_of,
             tasks,
@@ -366,7 +539,8 @@ impl Lanes3d {
         let g = &self.g;
         let (kk, ivol, ovol) = (g.kk(), g.ivol(), g.ovol());
         let [_, oh, ow] = g.out;
-        let set = &self.sets[self.set_of[t.od]];
+        let first = self.set_of[t.od];
+        let slices = &self.sets[first];
         // SAFETY: image `t.n`, group `t.g` of the whole tensors; the scratch holds
         // `cb` padded channels of `plane` and then `oh · ow · BW` sums (as planned).
         let (xi, xp, sums) =
@@ -379,7 +553,7 @@ impl Lanes3d {
             // SAFETY: output depth `t.od` of channels `o0..o0 + valid` of image `t.n`
             // (this task's alone).
             let yo = unsafe { y.add(((t.n * g.groups + t.g) * g.cout + o0) * ovol + t.od * oh * ow) };
-            if set.xoff.is_empty() {
+            if slices.slices.is_empty() {
                 // Every tap of this depth reads padding: zeros.
                 for j in 0..valid {
                     // SAFETY: as above, channel `o0 + j`'s `oh · ow` outputs of the depth.
@@ -394,64 +568,55 @@ impl Lanes3d {
                 let cn = self.cb.min(g.cin - c0);
                 if !once || blk == t.b0 {
                     // SAFETY: channels `c0..c0 + cn <= cin` of the image into the
-                    // scratch's `cb >= cn` padded channels.
-                    unsafe { self.pad(xi.add(c0 * ivol), cn, t.od, set, xp) };
+                    // scratch's `cb >= cn` padded channels (every run's set reads
+                    // the same slices).
+                    unsafe { self.pad(xi.add(c0 * ivol), cn, t.od, slices, xp) };
                 }
-                for c1 in (c0..c0 + cn).step_by(self.cw) {
-                    let cm = self.cw.min(c0 + cn - c1);
-                    for q0 in (0..oh * ow).step_by(PMAX) {
-                        let p = PMAX.min(oh * ow - q0);
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: channels `c1..c1 + cm` of the padded block and of the
-                        // packed weights; output positions `q0..q0 + p` of the sums;
-                        // every tap of the set stays inside the plane.
-                        unsafe {
-                            tile_dispatch(
-                                p,
-                                r,
-                                Tile {
-                                    x: xp.add((c1 - c0) * self.plane),
-                                    qoff: &self.qoff[q0..q0 + p],
-                                    xoff: &set.xoff,
-                                    woff: &set.woff,
-                                    cin: cm,
-                                    plane: self.plane,
-                                    w: wb.add(c1 * kk * BW),
-                                    wstride: kk * BW,
-                                    e: sums.add(q0 * BW),
-                                    add: c1 > 0,
-                                },
-                            )
-                        };
-                        #[cfg(not(target_arch = "x86_64"))]
-                        let _ = (p, r, q0, cm, wb, sums);
+                for (run, &(lo, hi)) in self.runs.iter().enumerate() {
+                    let set = &self.sets[first + run];
+                    let cw = self.run_cw[run];
+                    for c1 in (c0..c0 + cn).step_by(cw) {
+                        let cm = cw.min(c0 + cn - c1);
+                        // Tiles of a run as even as `PMAX` allows (49 positions: 5 and 6, not 6 and 1).
+                        let (n, tiles) = (hi - lo, (hi - lo).div_ceil(PMAX));
+                        let mut q0 = lo;
+                        for i in 0..tiles {
+                            let p = n / tiles + usize::from(i < n % tiles);
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: channels `c1..c1 + cm` of the padded block and of the
+                            // packed weights; output positions `q0..q0 + p` of the sums;
+                            // every tap of the set stays inside the plane.
+                            unsafe {
+                                tile_dispatch(
+                                    p,
+                                    r,
+                                    Tile {
+                                        x: xp.add((c1 - c0) * self.plane),
+                                        qoff: &self.qoff[q0..q0 + p],
+                                        xoff: &set.xoff,
+                                        woff: &set.woff,
+                                        cin: cm,
+                                        plane: self.plane,
+                                        w: wb.add(c1 * kk * BW),
+                                        wstride: kk * BW,
+                                        e: sums,
+                                        eoff: &self.eoff[q0..q0 + p],
+                                        add: c1 > 0,
+                                    },
+                                )
+                            };
+                            #[cfg(not(target_arch = "x86_64"))]
+                            let _ = (p, r, cm, wb, sums, set);
+                            q0 += p;
+                        }
                     }
                 }
             }
-            // SAFETY: `yo` as above; the sums of every position.
-            unsafe { Self::write_out(yo, sums, valid, oh * ow, ovol) };
-        }
-    }
-
-    /// Writes the position-major sums (`npos` rows of `BW`) to `valid` output
-    /// channels at `yi`, `ovol` apart.
-    ///
-    /// # Safety
-    /// `yi` valid for those writes, `sums` for `npos · BW` reads.
-    #[inline(always)]
-    unsafe fn write_out(yi: *mut f32, sums: *const f32, valid: usize, npos: usize, ovol: usize) {
-        // SAFETY: `npos` elements of each channel, `ovol` apart; `npos` rows of sums.
-        unsafe {
-            for q0 in (0..npos).step_by(LANES) {
-                let qn = LANES.min(npos - q0);
-                for j in 0..valid {
-                    let d = yi.add(j * ovol + q0);
-                    let s = sums.add(q0 * BW + j);
-                    for q in 0..qn {
-                        *d.add(q) = *s.add(q * BW);
-                    }
-                }
-            }
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `yo` as above; the sums of every position; AVX-512 (the plan's).
+            unsafe {
+                write_out(yo, sums, valid, oh * ow, ovol)
+            };
         }
     }
 }
@@ -498,8 +663,8 @@ impl Kernel for Lanes3d {
 /// Where one register tile works: `x` the padded input of its first
 /// channel, `qoff` its positions' offsets there, `xoff`/`woff` the
 /// taps' offsets, `cin` channels `plane` apart (their packed weights at `w`,
-/// `wstride` apart), `e` its sums (`BW` per position); `add`: they hold
-/// partial sums.
+/// `wstride` apart), `e` the sums (`BW` per position, its positions' at
+/// `eoff`); `add`: they hold partial sums.
 #[derive(Clone, Copy)]
 struct Tile<'a> {
     x: *const f32,
@@ -511,6 +676,7 @@ struct Tile<'a> {
     w: *const f32,
     wstride: usize,
     e: *mut f32,
+    eoff: &'a [usize],
     add: bool,
 }
 
@@ -541,6 +707,71 @@ unsafe fn tile_dispatch(p: usize, r: usize, at: Tile<'_>) {
             _ => rs!(6),
         }
     }
+}
+
+/// Writes the position-major sums (`npos` rows of `BW`) to `valid` output
+/// channels at `yi`, `ovol` apart: blocks of 16 positions × 16 channels
+/// transposed in registers.
+///
+/// # Safety
+/// The CPU has AVX-512F; `yi` valid for those writes, `sums` for `npos · BW` reads.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn write_out(yi: *mut f32, sums: *const f32, valid: usize, npos: usize, ovol: usize) {
+    use std::arch::x86_64::*;
+    for q0 in (0..npos).step_by(LANES) {
+        let qn = LANES.min(npos - q0);
+        let mask: __mmask16 = if qn == LANES { !0 } else { (1 << qn) - 1 };
+        for j0 in (0..valid).step_by(LANES) {
+            let mut r = [_mm512_setzero_ps(); LANES];
+            for (i, v) in r.iter_mut().enumerate().take(qn) {
+                // SAFETY: row `q0 + i < npos` of the sums, channels `j0..j0 + 16 <= BW`.
+                *v = unsafe { _mm512_loadu_ps(sums.add((q0 + i) * BW + j0)) };
+            }
+            let cols = transpose16(r);
+            for (j, v) in cols.iter().enumerate().take(valid - j0) {
+                // SAFETY: positions `q0..q0 + qn` of channel `j0 + j < valid`.
+                unsafe { _mm512_mask_storeu_ps(yi.add((j0 + j) * ovol + q0), mask, *v) };
+            }
+        }
+    }
+}
+
+/// The 16 × 16 transpose of `r` (row `i` of the result: lane `i` of every vector).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
+    use std::arch::x86_64::*;
+    let mut t = r;
+    // Pairs of rows interleaved: 2 × 2 blocks.
+    for k in 0..8 {
+        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    // 4 × 4 blocks within each 128-bit lane.
+    let mut u = t;
+    for k in 0..4 {
+        let b = 4 * k;
+        u[b] = _mm512_shuffle_ps::<0x44>(t[b], t[b + 2]);
+        u[b + 1] = _mm512_shuffle_ps::<0xEE>(t[b], t[b + 2]);
+        u[b + 2] = _mm512_shuffle_ps::<0x44>(t[b + 1], t[b + 3]);
+        u[b + 3] = _mm512_shuffle_ps::<0xEE>(t[b + 1], t[b + 3]);
+    }
+    // 128-bit lanes: rows 4 apart, then 8 apart.
+    let mut v = u;
+    for h in 0..2 {
+        let b = 8 * h;
+        for i in 0..4 {
+            v[b + i] = _mm512_shuffle_f32x4::<0x88>(u[b + i], u[b + 4 + i]);
+            v[b + 4 + i] = _mm512_shuffle_f32x4::<0xDD>(u[b + i], u[b + 4 + i]);
+        }
+    }
+    let mut w = v;
+    for i in 0..8 {
+        w[i] = _mm512_shuffle_f32x4::<0x88>(v[i], v[8 + i]);
+        w[8 + i] = _mm512_shuffle_f32x4::<0xDD>(v[i], v[8 + i]);
+    }
+    w
 }
 
 /// Packs one piece of weights: `valid` output channels (`s`'s rows, `wr`
@@ -595,12 +826,17 @@ unsafe fn tile<const P: usize, const R: usize>(at: Tile<'_>) {
     let mut acc = [[_mm512_setzero_ps(); R]; P];
     let mut q = [0usize; P];
     q.copy_from_slice(&at.qoff[..P]);
+    let mut e = [at.e; P];
+    for p in 0..P {
+        // SAFETY: position `p`'s sums (this function's contract).
+        e[p] = unsafe { at.e.add(at.eoff[p]) };
+    }
     if at.add {
         for p in 0..P {
             for r in 0..R {
                 // SAFETY: position `p < P` of the sums, its vector `r < R` (this
                 // function's contract).
-                acc[p][r] = unsafe { _mm512_loadu_ps(at.e.add(p * BW + r * LANES)) };
+                acc[p][r] = unsafe { _mm512_loadu_ps(e[p].add(r * LANES)) };
             }
         }
     }
@@ -629,7 +865,7 @@ unsafe fn tile<const P: usize, const R: usize>(at: Tile<'_>) {
     for p in 0..P {
         for r in 0..R {
             // SAFETY: as the loads above.
-            unsafe { _mm512_storeu_ps(at.e.add(p * BW + r * LANES), acc[p][r]) };
+            unsafe { _mm512_storeu_ps(e[p].add(r * LANES), acc[p][r]) };
         }
     }
 }
@@ -643,7 +879,7 @@ mod tests {
 
     use super::super::nd::tests::{case, check, data, run_passes, Case};
     use super::super::Pass;
-    use super::{lift_2d, select, MIN_COUT};
+    use super::{computed, lift_2d, select, Phases, MIN_COUT};
     use crate::team;
 
     /// Whether this kernel takes the forward and the data pass of case `c`.
@@ -723,10 +959,83 @@ mod tests {
                     .and_then(|g3| select(&g3, Pass::Forward))
                     .is_some_and(|g| g.cout >= MIN_COUT);
                 assert_eq!(taken, *want, "case {i}");
-                assert!(lift_2d(&geo, Pass::Data).is_none() && lift_2d(&geo, Pass::Weights).is_none());
+                assert!(lift_2d(&geo, Pass::Weights).is_none());
             }
             check(c, DataType::Float32, 90 + i as u64);
         }
+    }
+
+    #[test]
+    fn strided_data_gradients_in_phases_match_the_definition() {
+        // (case, taken): ResNet's 3x3 stride 2 of odd and even sizes (phases of
+        // unequal counts); a (2, 3) stride with a dilation, uneven pads and groups;
+        // kernel 2 stride 3 (one phase no tap reaches: zeros, and input positions
+        // past the last window); 1x3 kernel of row stride 2 (row phases of no
+        // tap); and passes left to the other methods: batch 1, output planes of
+        // 256 positions, stride 1.
+        let mut cases: Vec<(Case, bool)> = Vec::new();
+        let mut c = case(2, 1, 33, 16, &[15, 14], &[3, 3]);
+        (c.s, c.p) = (vec![2, 2], vec![1; 4]);
+        cases.push((c, true));
+        let mut c = case(3, 2, 40, 17, &[13, 17], &[3, 2]);
+        (c.s, c.d, c.p) = (vec![2, 3], vec![1, 2], vec![1, 0, 2, 1]);
+        cases.push((c, true));
+        let mut c = case(2, 1, 32, 20, &[11, 12], &[2, 2]);
+        c.s = vec![3, 3];
+        cases.push((c, true));
+        let mut c = case(2, 1, 36, 16, &[9, 10], &[1, 3]);
+        (c.s, c.p) = (vec![2, 1], vec![0, 1, 0, 1]);
+        cases.push((c, true));
+        let mut c = case(1, 1, 33, 16, &[15, 14], &[3, 3]);
+        (c.s, c.p) = (vec![2, 2], vec![1; 4]);
+        cases.push((c, false));
+        let mut c = case(2, 1, 32, 16, &[32, 32], &[3, 3]);
+        (c.s, c.p) = (vec![2, 2], vec![1; 4]);
+        cases.push((c, false));
+        let mut c = case(2, 1, 32, 16, &[7, 7], &[3, 3]);
+        c.p = vec![1; 4];
+        cases.push((c, false));
+        for (i, (c, want)) in cases.iter().enumerate() {
+            if Simd::best() >= Simd::Avx512 {
+                let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
+                let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
+                let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
+                let taken = lift_2d(&geo, Pass::Data).and_then(|g3| computed(&g3, Pass::Data, true)).is_some();
+                assert_eq!(taken, *want, "case {i}");
+            }
+            check(c, DataType::Float32, 110 + i as u64);
+        }
+    }
+
+    #[test]
+    fn phases_split_each_output_by_the_taps_that_reach_it() {
+        // 3x3, stride 2, pad 1, 7 outputs of `dy`, 14 inputs: even inputs read
+        // tap 1 at `dy[i]`, odd ones taps 0 and 2 at `dy[i + 1]` and `dy[i]`,
+        // the first read past `dy`'s end by the last odd input (padding 0,
+        // extent 8).
+        let p = Phases::new(14, 7, 3, 2, 1, 1);
+        assert_eq!((p.stride, p.pad, p.extent), (2, 0, 8));
+        assert_eq!(
+            p.list.iter().map(|f| (f.count, f.taps.clone())).collect::<Vec<_>>(),
+            [(7, vec![(1, 0)]), (7, vec![(0, 1), (2, 0)])]
+        );
+        // Kernel 2, stride 3, no padding, 11 inputs, 4 outputs: inputs 3i read
+        // tap 0 and 3i + 1 tap 1, both at `dy[i]`; no tap reaches 3i + 2.
+        let p = Phases::new(11, 4, 2, 3, 1, 0);
+        assert_eq!((p.pad, p.extent), (0, 4));
+        assert_eq!(
+            p.list.iter().map(|f| (f.count, f.taps.clone())).collect::<Vec<_>>(),
+            [(4, vec![(0, 0)]), (4, vec![(1, 0)]), (3, vec![])]
+        );
+        // Padding 2, kernel 2, stride 2, 5 inputs, 4 outputs: input 2i reads
+        // tap 0 and input 2i + 1 tap 1, both at `dy[i + 1]` (`dy[0]`'s window
+        // is all padding), so no padding before `dy`.
+        let p = Phases::new(5, 4, 2, 2, 1, 2);
+        assert_eq!((p.pad, p.extent), (0, 4));
+        assert_eq!(
+            p.list.iter().map(|f| (f.count, f.taps.clone())).collect::<Vec<_>>(),
+            [(3, vec![(0, 1)]), (2, vec![(1, 1)])]
+        );
     }
 
     #[test]

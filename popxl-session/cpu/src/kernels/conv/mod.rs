@@ -2,7 +2,8 @@
 //! (the data gradient of the convolution it inverts), float32 and float64,
 //! any number of spatial dims: 1-D and 2-D here (2-D forward passes of at
 //! least 16 input channels, strided or pointwise on batches of small planes,
-//! float32 on AVX-512, as 3-D ones of depth 1 through `lanes3d`), 3-D
+//! and strided data gradients of batches of small planes, float32 on
+//! AVX-512, as 3-D ones of depth 1 through `lanes3d`), 3-D
 //! float32 on AVX-512
 //! through `direct3d` where its tiles fit, others through `nd` (as
 //! 2-D convolutions over the last two dims), pointwise ones of any rank as
