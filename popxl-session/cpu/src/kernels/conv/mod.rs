@@ -12,11 +12,13 @@
 //! The builder resolves the op to a [`ConvGeometry`] (the only place the
 //! attributes are read: [`geometry`]) and picks, by shape, once, a [`Plan`]:
 //! one variant per method, owning the state that method needs:
-//! - **Winograd** F(2×2, 3×3) (`winograd`, float32) first, where it takes the
+//! - **Winograd** (`winograd`, float32) first, where it takes the
 //!   shape: 3x3 stride-1 passes (all three) of one group with
 //!   at least 128 channels on both sides (64 for a weight gradient, whose
-//!   alternative is im2col) and 256 tiles in the batch, as 16
-//!   GEMMs over the channels (2.25x fewer multiply-adds);
+//!   alternative is im2col) and 256 tiles of 2×2 in the batch: forward
+//!   passes and data gradients by F(4×4, 3×3), 36 GEMMs over the channels
+//!   (4x fewer multiply-adds), weight gradients by F(2×2, 3×3), 16 GEMMs
+//!   (2.25x fewer);
 //! - **pointwise** (1x1, stride 1, unpadded): the input planes already are the
 //!   im2col matrix, so each product is one GEMM on the tensors, no copy;
 //! - **direct** (depthwise-like: one input channel and at most 4 output
@@ -174,7 +176,8 @@ enum Plan {
     Masked(Masked),
     /// The packed implicit GEMM of `implicit` (f32 on AVX2 + FMA).
     Implicit(Implicit),
-    /// Winograd F(2×2, 3×3) (`winograd`, f32): 16 GEMMs over the channels.
+    /// Winograd (`winograd`, f32): F(4×4, 3×3) or F(2×2, 3×3), 36 or 16
+    /// GEMMs over the channels.
     Winograd(Winograd),
 }
 

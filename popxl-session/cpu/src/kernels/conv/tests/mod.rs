@@ -74,6 +74,12 @@ fn attrs(c: Case, s: usize) -> Attributes {
 /// Runs case `c` (stride `s`, dtype `dt`) through the kernel builder — the
 /// forward pass and both gradients — against [`naive`].
 pub(crate) fn check(c: Case, s: usize, dt: DataType, seed: u64) {
+    let tol = if dt == DataType::Float32 { 1e-4 } else { 1e-10 };
+    check_tol(c, s, dt, seed, [tol, tol, tol * 10.0]);
+}
+
+/// [`check`] with the tolerances of `y`, `dx` and `dw` (see [`assert_close`]).
+pub(crate) fn check_tol(c: Case, s: usize, dt: DataType, seed: u64, tol: [f64; 3]) {
     let (n, groups, ci_g, co_g, h, wd, kh, kw, ..) = c;
     let attrs = attrs(c, s);
     let mut rng = Rng::new(seed);
@@ -94,10 +100,9 @@ pub(crate) fn check(c: Case, s: usize, dt: DataType, seed: u64) {
     );
     let dw =
         run_with_outputs("ConvWeightsGrad", &attrs, &[(0, dy), (1, x), (2, w.clone())], std::slice::from_ref(&w.info));
-    let tol = if dt == DataType::Float32 { 1e-4 } else { 1e-10 };
-    assert_close(&y[0].to_f64_vec(), &want_y, tol);
-    assert_close(&dx[0].to_f64_vec(), &want_dx, tol);
-    assert_close(&dw[0].to_f64_vec(), &want_dw, tol * 10.0);
+    assert_close(&y[0].to_f64_vec(), &want_y, tol[0]);
+    assert_close(&dx[0].to_f64_vec(), &want_dx, tol[1]);
+    assert_close(&dw[0].to_f64_vec(), &want_dw, tol[2]);
 }
 
 /// A case's geometry, float32 inputs and the f64 [`naive`] results.
