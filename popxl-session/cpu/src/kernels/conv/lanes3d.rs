@@ -717,7 +717,7 @@ unsafe fn tile_dispatch(p: usize, r: usize, at: Tile<'_>) {
 /// The CPU has AVX-512F; `yi` valid for those writes, `sums` for `npos · BW` reads.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn write_out(yi: *mut f32, sums: *const f32, valid: usize, npos: usize, ovol: usize) {
+pub(super) unsafe fn write_out(yi: *mut f32, sums: *const f32, valid: usize, npos: usize, ovol: usize) {
     use std::arch::x86_64::*;
     for q0 in (0..npos).step_by(LANES) {
         let qn = LANES.min(npos - q0);
@@ -740,7 +740,7 @@ unsafe fn write_out(yi: *mut f32, sums: *const f32, valid: usize, npos: usize, o
 /// The 16 × 16 transpose of `r` (row `i` of the result: lane `i` of every vector).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
+pub(super) fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
     use std::arch::x86_64::*;
     let mut t = r;
     // Pairs of rows interleaved: 2 × 2 blocks.

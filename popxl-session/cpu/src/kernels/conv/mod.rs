@@ -51,6 +51,12 @@
 //!   the weight gradients of those shapes (`implicit_wgrad`: both
 //!   operands packed transposed, the sum over positions in chunks).
 //!
+//! Weight gradients of strided 2-D float32 layers with at least 64 output
+//! positions per image and 32 output channels per group run, on AVX-512,
+//! with the output channels in the vector lanes (`lanes_wgrad`: register
+//! tiles of 6 (input channel, tap) pairs × 64 output channels summed over
+//! chunks of positions of a transposed `dy`, no column matrix).
+//!
 //! Weight gradients by im2col build the matrix of large planes in column
 //! blocks that stay in cache; one large image (a stem) is summed in column
 //! chunks over the team.
@@ -64,6 +70,7 @@
 //! Files: this one (geometry, passes, plans, tasks, the picker and the run),
 //! `layout` (the 2-D geometry, im2col / col2im, the direct plane loops),
 //! `im2col` (+ `dot`), `batched`, `data_forward`, `depthwise`, `direct2d` (+ `direct2d_avx2`),
+//! `lanes3d`, `lanes_wgrad`,
 //! `implicit` (+ `implicit_wgrad`, its register tile in `gemm`),
 //! `winograd`, `direct3d`, `nd`, and `tests` (shared test helpers).
 
@@ -89,6 +96,7 @@ mod implicit_wgrad;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use implicit_wgrad::transpose8;
 mod lanes3d;
+mod lanes_wgrad;
 mod layout;
 mod nd;
 #[cfg(test)]
@@ -110,6 +118,7 @@ use direct2d::Blocked;
 use direct3d::Direct3d;
 use implicit::Implicit;
 use lanes3d::Lanes3d;
+use lanes_wgrad::LanesWgrad;
 use layout::{ConvElem, Padded};
 use nd::NdKernel;
 use winograd::Winograd;
@@ -374,6 +383,9 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     }
     if dt == DataType::Float32 {
         if let Some(k) = Lanes3d::plan_2d(spec, &geo, pass, pos)? {
+            return Ok(k);
+        }
+        if let Some(k) = LanesWgrad::plan_2d(spec, &geo, pass, pos)? {
             return Ok(k);
         }
     }
