@@ -1,4 +1,4 @@
-//! The weight gradient of strided 2-d float32 convolutions on AVX-512 with
+//! The weight gradient of 2-d float32 convolutions on AVX-512 with
 //! the *output channels in the vector lanes*, `lanes3d`'s layout read the
 //! other way: `dw[o][c][t] = Σ_n Σ_q dy[n][o][q] · x[n][c][q·s + t·d − p]`
 //! as register tiles of 6 (input channel, tap) pairs × up to 4 vectors of 16
@@ -47,6 +47,9 @@ const MIN_TASKS: usize = 4;
 /// Output positions per image below which the tiles' sums are loaded and
 /// stored too often for too few multiply-adds (im2col + GEMM keeps those).
 const MIN_POSITIONS: usize = 64;
+/// The same for stride 1, whose 3x3 layers of 14x14 planes and more than
+/// 128 channels Winograd runs faster.
+const MIN_POSITIONS_S1: usize = 256;
 /// Multiply-adds below which the layer runs on the calling thread only.
 const PAR_MIN_MACS: usize = 1 << 18;
 
@@ -81,16 +84,20 @@ pub(super) struct LanesWgrad {
 }
 
 /// Whether the weight gradient of `geo` runs here: float32 (checked by the
-/// caller) on AVX-512, 2-d, strided with more than one tap, at least
-/// [`MIN_POSITIONS`] output positions per image and 32 output channels per
-/// group. Measured against im2col + GEMM, 2 threads: 1.15-1.25x on the
-/// batch-1 stem and 3x3 stride-2 layer of 56x56 inputs, 1.15-1.5x at batch
-/// 32; 0.6x on the stride-2 layer of 7x7 outputs at batch 1, level at 32.
+/// caller) on AVX-512, 2-d, more than one tap, at least 32 output channels
+/// per group and [`MIN_POSITIONS`] output positions per image when strided,
+/// [`MIN_POSITIONS_S1`] otherwise. Measured, 2 threads: 1.15-1.25x im2col +
+/// GEMM on the batch-1 stem and 3x3 stride-2 layer of 56x56 inputs,
+/// 1.15-1.5x at batch 32; 1.3-1.5x Winograd or im2col on the 3x3 stride-1
+/// layers of 56x56 and 28x28 planes at batch 1, 1.4x and 1.04x at batch 32;
+/// 0.6x on the stride-2 layer of 7x7 outputs at batch 1 and level at 32,
+/// 0.94x Winograd on 14x14 planes at batch 32 (those stay).
 pub(super) fn takes(geo: &ConvGeometry) -> Option<Geo3> {
     let strided = geo.strides.iter().any(|&s| s > 1);
     let taps: usize = geo.kernel.iter().product();
     let positions: usize = geo.out_size.iter().product();
-    if geo.kernel.len() != 2 || !strided || taps < 2 || positions < MIN_POSITIONS {
+    let least = if strided { MIN_POSITIONS } else { MIN_POSITIONS_S1 };
+    if geo.kernel.len() != 2 || taps < 2 || positions < least {
         return None;
     }
     let lift = |v: &[usize], one: usize| [&[one], v].concat();
@@ -459,12 +466,13 @@ mod tests {
     }
 
     #[test]
-    fn strided_weight_gradients_with_channels_in_lanes_match_the_definition() {
+    fn weight_gradients_with_channels_in_lanes_match_the_definition() {
         // (case, taken): a stem (7x7 stride 2, 3 input channels, 40 output
         // channels: a partial block of 2.5 vectors); groups with a (2, 1)
         // stride, a dilation, uneven pads and two blocks of output channels;
-        // large planes; and the shapes left to im2col: 7x7 outputs, stride 1,
-        // fewer than 32 output channels.
+        // large planes; stride 1 on 18x18 planes; and the shapes left to the
+        // other methods: 7x7 outputs, stride 1 on 12x12, fewer than 32 output
+        // channels.
         let mut cases: Vec<(Case, bool)> = Vec::new();
         let mut c = case(2, 1, 3, 40, &[21, 20], &[7, 7]);
         (c.s, c.p) = (vec![2, 2], vec![3; 4]);
@@ -473,6 +481,9 @@ mod tests {
         (c.s, c.d, c.p) = (vec![2, 1], vec![1, 2], vec![1, 0, 2, 1]);
         cases.push((c, true));
         cases.push((large(), true));
+        let mut c = case(1, 1, 8, 33, &[18, 18], &[3, 3]);
+        c.p = vec![1; 4];
+        cases.push((c, true));
         let mut c = case(2, 1, 16, 32, &[14, 14], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
         cases.push((c, false));
@@ -491,7 +502,7 @@ mod tests {
     }
 
     #[test]
-    fn strided_weight_gradients_do_not_depend_on_the_thread_count() {
+    fn weight_gradients_with_channels_in_lanes_do_not_depend_on_the_thread_count() {
         let c = large();
         let d = data(&c, DataType::Float32, 12);
         let run = || run_passes(&c, &d);

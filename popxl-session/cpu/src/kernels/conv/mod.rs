@@ -51,8 +51,9 @@
 //!   the weight gradients of those shapes (`implicit_wgrad`: both
 //!   operands packed transposed, the sum over positions in chunks).
 //!
-//! Weight gradients of strided 2-D float32 layers with at least 64 output
-//! positions per image and 32 output channels per group run, on AVX-512,
+//! Weight gradients of 2-D float32 layers with more than one tap, at least
+//! 64 output positions per image (256 unstrided) and 32 output channels per
+//! group run first (before Winograd), on AVX-512,
 //! with the output channels in the vector lanes (`lanes_wgrad`: register
 //! tiles of 6 (input channel, tap) pairs × 64 output channels summed over
 //! chunks of positions of a transposed `dy`, no column matrix).

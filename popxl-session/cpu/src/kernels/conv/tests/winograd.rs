@@ -67,8 +67,12 @@ fn winograd_matches_a_naive_loop() {
     for (i, c) in CASES.into_iter().enumerate() {
         check_tol(c, 1, DataType::Float32, 800 + i as u64, [2e-3, 2e-3, 1e-3]);
     }
-    // A weight gradient of 64 and 72 channels (the other passes by their own methods).
-    check((2, 1, 64, 72, 33, 32, 3, 3, [1, 1, 1, 1], [1, 1]), 1, DataType::Float32, 810);
+    // A weight gradient of 64 and 72 channels (the other passes by their own
+    // methods) on planes of fewer than 256 positions (larger ones run
+    // `lanes_wgrad` first on AVX-512).
+    check((8, 1, 64, 72, 15, 14, 3, 3, [1, 1, 1, 1], [1, 1]), 1, DataType::Float32, 810);
+    // And of asymmetric padding, 128 channels, 13x16 outputs.
+    check_tol((5, 1, 128, 128, 13, 15, 3, 3, [2, 1, 0, 2], [1, 1]), 1, DataType::Float32, 811, [2e-3, 2e-3, 1e-3]);
 }
 
 #[test]
