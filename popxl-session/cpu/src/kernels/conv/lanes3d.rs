@@ -498,33 +498,21 @@ impl Lanes3d {
     unsafe fn pad(&self, x: *const f32, cn: usize, od: usize, set: &TapSet, xp: *mut f32) {
         let g = &self.g;
         let [_, ih, iw] = g.inp;
-        let (hp, wq) = (self.hp, self.wq);
-        let (ph, pw) = (g.p[1], g.p[2]);
-        // Padded column q reads input column q − pw: columns lo..hi are inside.
-        let lo = pw.clamp(0, wq as isize) as usize;
-        let hi = (iw as isize + pw).clamp(lo as isize, wq as isize) as usize;
-        let ic0 = (lo as isize - pw) as usize;
         for c in 0..cn {
             for &s in &set.slices {
                 let di = ((od * g.s[0] + s) as isize - g.p[0]) as usize;
                 // SAFETY: input depth `di < id` (the set's taps are inside the input)
                 // of channel `c < cn`; padded slice `s` of channel `c` in `xp`
-                // (`s · slice + hp · wq <= plane`); rows `r < hp`, columns `< wq`.
+                // (`s · slice + hp · wq <= plane`).
                 unsafe {
-                    let src = x.add(c * g.ivol() + di * ih * iw);
-                    let dst = xp.add(c * self.plane + s * self.slice);
-                    for r in 0..hp {
-                        let drow = dst.add(r * wq);
-                        let ir = r as isize - ph;
-                        if ir < 0 || ir as usize >= ih || lo >= hi {
-                            std::ptr::write_bytes(drow, 0, wq);
-                            continue;
-                        }
-                        std::ptr::write_bytes(drow, 0, lo);
-                        copy_row(src.add(ir as usize * iw + ic0), drow.add(lo), hi - lo);
-                        std::ptr::write_bytes(drow.add(hi), 0, wq - hi);
-                    }
-                }
+                    pad_plane(
+                        x.add(c * g.ivol() + di * ih * iw),
+                        [ih, iw],
+                        xp.add(c * self.plane + s * self.slice),
+                        [self.hp, self.wq],
+                        [g.p[1], g.p[2]],
+                    )
+                };
             }
         }
     }
@@ -657,6 +645,41 @@ impl Kernel for Lanes3d {
             piece(0);
         }
         Ok(())
+    }
+}
+
+/// Copies the `ih × iw` plane at `src` into the `hp × wq` plane at `dst`:
+/// padded row `r`, column `q` holds input `(r − ph, q − pw)`, zero outside
+/// the input.
+///
+/// # Safety
+/// `src` valid for `ih · iw` reads, `dst` for `hp · wq` writes.
+#[inline(always)]
+pub(super) unsafe fn pad_plane(
+    src: *const f32,
+    [ih, iw]: [usize; 2],
+    dst: *mut f32,
+    [hp, wq]: [usize; 2],
+    [ph, pw]: [isize; 2],
+) {
+    // Padded column q reads input column q − pw: columns lo..hi are inside.
+    let lo = pw.clamp(0, wq as isize) as usize;
+    let hi = (iw as isize + pw).clamp(lo as isize, wq as isize) as usize;
+    let ic0 = (lo as isize - pw) as usize;
+    for r in 0..hp {
+        // SAFETY: row `r < hp` of `dst` (`wq` values); input row `ir < ih`,
+        // columns `ic0..ic0 + hi − lo <= iw` (this function's contract).
+        unsafe {
+            let drow = dst.add(r * wq);
+            let ir = r as isize - ph;
+            if ir < 0 || ir as usize >= ih || lo >= hi {
+                std::ptr::write_bytes(drow, 0, wq);
+                continue;
+            }
+            std::ptr::write_bytes(drow, 0, lo);
+            copy_row(src.add(ir as usize * iw + ic0), drow.add(lo), hi - lo);
+            std::ptr::write_bytes(drow.add(hi), 0, wq - hi);
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use super::super::ptr::SendPtr;
 use super::super::scratch;
 use super::super::spec::SpecExt;
 use super::direct3d::{select, Geo3};
-use super::layout::copy_row;
+use super::lanes3d::pad_plane;
 use super::Pass;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
@@ -183,29 +183,18 @@ impl LanesWgrad {
     unsafe fn pad(&self, x: *const f32, n: usize, gi: usize, xp: *mut f32) {
         let g = &self.g;
         let [_, ih, iw] = g.inp;
-        let (hp, wq) = (self.hp, self.wq);
-        let (ph, pw) = (g.p[1], g.p[2]);
-        let lo = pw.clamp(0, wq as isize) as usize;
-        let hi = (iw as isize + pw).clamp(lo as isize, wq as isize) as usize;
-        let ic0 = (lo as isize - pw) as usize;
         for c in 0..g.cin {
-            // SAFETY: channel `c` of image `n`, group `gi` of the input; its
-            // padded plane in `xp` (rows `< hp`, columns `< wq`).
+            // SAFETY: channel `c` of image `n`, group `gi` of the input; its padded
+            // plane in `xp`.
             unsafe {
-                let src = x.add(((n * g.groups + gi) * g.cin + c) * ih * iw);
-                let dst = xp.add(c * self.plane);
-                for r in 0..hp {
-                    let drow = dst.add(r * wq);
-                    let ir = r as isize - ph;
-                    if ir < 0 || ir as usize >= ih || lo >= hi {
-                        std::ptr::write_bytes(drow, 0, wq);
-                        continue;
-                    }
-                    std::ptr::write_bytes(drow, 0, lo);
-                    copy_row(src.add(ir as usize * iw + ic0), drow.add(lo), hi - lo);
-                    std::ptr::write_bytes(drow.add(hi), 0, wq - hi);
-                }
-            }
+                pad_plane(
+                    x.add(((n * g.groups + gi) * g.cin + c) * ih * iw),
+                    [ih, iw],
+                    xp.add(c * self.plane),
+                    [self.hp, self.wq],
+                    [g.p[1], g.p[2]],
+                )
+            };
         }
     }
 
@@ -504,6 +493,11 @@ mod tests {
     #[test]
     fn weight_gradients_with_channels_in_lanes_do_not_depend_on_the_thread_count() {
         let c = large();
+        if !taken(&c) {
+            // Not AVX-512: im2col runs it, summing one image's columns in chunks
+            // cut for the team it was built with.
+            return;
+        }
         let d = data(&c, DataType::Float32, 12);
         let run = || run_passes(&c, &d);
         let one = team::with_max_threads(1, run);
