@@ -287,17 +287,8 @@ impl Winograd {
             let src = unsafe { x.add(img * cin * plane) };
             for ch0 in (0..cin).step_by(LANES) {
                 let n = LANES.min(cin - ch0);
-                let mut d = [[[0.0f32; LANES]; 6]; 6];
-                for (row, offs) in d.iter_mut().zip(&offs) {
-                    for (val, off) in row.iter_mut().zip(offs) {
-                        if let Some(off) = *off {
-                            for (l, v) in val.iter_mut().enumerate().take(n) {
-                                // SAFETY: (channel ch0 + l, offset off) lies inside the input.
-                                *v = unsafe { *src.add((ch0 + l) * plane + off) };
-                            }
-                        }
-                    }
-                }
+                // SAFETY: image `img` of the input holds channels `ch0..ch0 + n`.
+                let d = unsafe { gather(src, plane, &offs, ch0, n) };
                 // Bᵀ d: rows 4d0 − 5d2 + d4, −4(d1 + d2) + d3 + d4, 4(d1 − d2) − d3 + d4,
                 // 2(d3 − d1) − d2 + d4, 2(d1 − d3) − d2 + d4, 4d1 − 5d3 + d5; then the columns.
                 let bt = |d: [&[f32; LANES]; 6]| {
@@ -406,18 +397,8 @@ impl Winograd {
             let src = unsafe { x.add(img * cin * plane) };
             for ch0 in (0..cin).step_by(LANES) {
                 let n = LANES.min(cin - ch0);
-                // d[u][c][l]: patch value (u, c) of channel ch0 + l.
-                let mut d = [[[0.0f32; LANES]; 4]; 4];
-                for (row, offs) in d.iter_mut().zip(&offs) {
-                    for (val, off) in row.iter_mut().zip(offs) {
-                        if let Some(off) = *off {
-                            for (l, v) in val.iter_mut().enumerate().take(n) {
-                                // SAFETY: (channel ch0 + l, offset off) lies inside the input.
-                                *v = unsafe { *src.add((ch0 + l) * plane + off) };
-                            }
-                        }
-                    }
-                }
+                // SAFETY: image `img` of the input holds channels `ch0..ch0 + n`.
+                let d = unsafe { gather(src, plane, &offs, ch0, n) };
                 // Bᵀ d: rows d0 − d2, d1 + d2, d2 − d1, d1 − d3; then the same on the columns.
                 let bt = |a: &[f32; LANES], b: &[f32; LANES], c: &[f32; LANES], e: &[f32; LANES]| {
                     let mut o = [[0.0f32; LANES]; 4];
@@ -593,6 +574,33 @@ impl Winograd {
             self.positions() * (self.cin + rows) * tiles
         }
     }
+}
+
+/// `d[u][c][l]`: the patch value at `offs[u][c]` of channel `ch0 + l < ch0 + n`
+/// (planes `plane` apart from `src`), zero where the patch is padding.
+///
+/// # Safety
+/// `src` holds channels `ch0..ch0 + n`; every offset lies inside a plane.
+#[inline(always)]
+unsafe fn gather<const A: usize>(
+    src: *const f32,
+    plane: usize,
+    offs: &[[Option<usize>; A]; A],
+    ch0: usize,
+    n: usize,
+) -> [[[f32; LANES]; A]; A] {
+    let mut d = [[[0.0f32; LANES]; A]; A];
+    for (row, offs) in d.iter_mut().zip(offs) {
+        for (val, off) in row.iter_mut().zip(offs) {
+            if let Some(off) = *off {
+                for (l, v) in val.iter_mut().enumerate().take(n) {
+                    // SAFETY: (channel ch0 + l, offset off) lies inside the input.
+                    *v = unsafe { *src.add((ch0 + l) * plane + off) };
+                }
+            }
+        }
+    }
+    d
 }
 
 /// The 16 positions of an F(2×2, 3×3) transform, [`LANES`] values each.
