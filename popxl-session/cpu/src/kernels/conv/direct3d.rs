@@ -789,11 +789,11 @@ unsafe fn transpose_dy(dy: *const f32, ovol: usize, cout: usize, co16: usize, np
 /// The rows of `k` a weight-gradient tile reads: the padded channels `xp`,
 /// each row's offset in them, and the grid offsets of the `np` positions.
 #[derive(Clone, Copy)]
-struct KRows<'a> {
-    xp: *const f32,
-    offs: &'a [usize],
-    pos: *const usize,
-    np: usize,
+pub(super) struct KRows<'a> {
+    pub(super) xp: *const f32,
+    pub(super) offs: &'a [usize],
+    pub(super) pos: *const usize,
+    pub(super) np: usize,
 }
 
 /// Runs the `t × r` weight-gradient tile (`t ≤ WT`, `r ≤ WR`) with const sizes.
@@ -801,7 +801,13 @@ struct KRows<'a> {
 /// # Safety
 /// As [`wtile`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn wtile_dispatch(t: usize, r: usize, rows: KRows<'_>, dyt: (*const f32, usize), acc: (*mut f32, usize)) {
+pub(super) unsafe fn wtile_dispatch(
+    t: usize,
+    r: usize,
+    rows: KRows<'_>,
+    dyt: (*const f32, usize),
+    acc: (*mut f32, usize),
+) {
     let KRows { xp, offs, pos, np } = rows;
     macro_rules! rs {
         ($t:literal) => {

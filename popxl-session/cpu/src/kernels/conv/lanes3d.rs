@@ -238,8 +238,14 @@ pub(super) fn lift_2d(geo: &ConvGeometry, pass: Pass) -> Option<ConvGeometry> {
             }
             Pass::Weights => false,
         };
+    takes.then(|| depth_one(geo))
+}
+
+/// The 2-d geometry `geo` as the 3-d one of depth 1 (kernel, stride and
+/// dilation 1, no padding in depth).
+pub(super) fn depth_one(geo: &ConvGeometry) -> ConvGeometry {
     let lift = |v: &[usize], one: usize| [&[one], v].concat();
-    takes.then(|| ConvGeometry {
+    ConvGeometry {
         in_size: lift(&geo.in_size, 1),
         kernel: lift(&geo.kernel, 1),
         out_size: lift(&geo.out_size, 1),
@@ -247,7 +253,7 @@ pub(super) fn lift_2d(geo: &ConvGeometry, pass: Pass) -> Option<ConvGeometry> {
         dilations: lift(&geo.dilations, 1),
         pad_begin: lift(&geo.pad_begin, 0),
         ..geo.clone()
-    })
+    }
 }
 
 /// The convolution pass `pass` computes here, when it runs here (see

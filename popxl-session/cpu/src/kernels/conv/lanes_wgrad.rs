@@ -2,8 +2,9 @@
 //! the *output channels in the vector lanes*, `lanes3d`'s layout read the
 //! other way: `dw[o][c][t] = Σ_n Σ_q dy[n][o][q] · x[n][c][q·s + t·d − p]`
 //! as register tiles of 6 (input channel, tap) pairs × up to 4 vectors of 16
-//! output channels, summed over the output positions in registers (no
-//! im2col matrix, no packing of a GEMM's operands).
+//! output channels (`direct3d`'s weight-gradient tile), summed over the
+//! output positions in registers (no im2col matrix, no packing of a GEMM's
+//! operands).
 //!
 //! **Units.** The positions of each image are cut into chunks of at most
 //! [`CHUNK`] (a chunk of `dy`, transposed position-major for one block of
@@ -27,7 +28,8 @@ use super::super::ptr::SendPtr;
 use super::super::scratch;
 use super::super::spec::SpecExt;
 use super::direct3d::{select, Geo3};
-use super::lanes3d::pad_plane;
+use super::direct3d::{wtile_dispatch, KRows};
+use super::lanes3d::{depth_one, pad_plane};
 use super::Pass;
 use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
 use crate::team;
@@ -38,6 +40,7 @@ const LANES: usize = 16;
 const BW: usize = 4 * LANES;
 /// (input channel, tap) pairs of a full tile.
 const PAIRS: usize = 6;
+
 /// Most output positions of one unit.
 const CHUNK: usize = 1024;
 /// Most partial sums of a layer: the (partial, block) tasks number at least
@@ -100,17 +103,7 @@ pub(super) fn takes(geo: &ConvGeometry) -> Option<Geo3> {
     if geo.kernel.len() != 2 || taps < 2 || positions < least {
         return None;
     }
-    let lift = |v: &[usize], one: usize| [&[one], v].concat();
-    let g3 = ConvGeometry {
-        in_size: lift(&geo.in_size, 1),
-        kernel: lift(&geo.kernel, 1),
-        out_size: lift(&geo.out_size, 1),
-        strides: lift(&geo.strides, 1),
-        dilations: lift(&geo.dilations, 1),
-        pad_begin: lift(&geo.pad_begin, 0),
-        ..geo.clone()
-    };
-    select(&g3, Pass::Weights).filter(|g| g.cout >= 32)
+    select(&depth_one(geo), Pass::Weights).filter(|g| g.cout >= 32)
 }
 
 impl LanesWgrad {
@@ -216,8 +209,10 @@ impl LanesWgrad {
         let pairs = self.poff.len();
         // SAFETY: the scratch holds `cin · plane` padded values, then `CHUNK · BW`.
         let (xp, dyt) = (s, unsafe { s.add(g.cin * self.plane) });
+        // SAFETY: the task's `pairs · BW` sums, added to by every unit.
+        unsafe { std::ptr::write_bytes(acc, 0, pairs * BW) };
         let mut padded = usize::MAX;
-        for (ui, u) in self.units[self.parts[part]..self.parts[part + 1]].iter().enumerate() {
+        for u in &self.units[self.parts[part]..self.parts[part + 1]] {
             if u.n != padded {
                 // SAFETY: as this function's contract.
                 unsafe { self.pad(x, u.n, gi, xp) };
@@ -227,17 +222,12 @@ impl LanesWgrad {
             // SAFETY: channels `o0..o0 + valid` of image `u.n`, group `gi` of `dy`,
             // positions `q0..q1`; `len ≤ CHUNK` rows of `dyt`.
             unsafe { transpose_in(dy.add(((u.n * g.groups + gi) * g.cout + o0) * npos + u.q0), npos, valid, len, dyt) };
-            let qoff = &self.qoff[u.q0..u.q1];
             for p0 in (0..pairs).step_by(PAIRS) {
                 let p = PAIRS.min(pairs - p0);
-                // SAFETY: pairs `p0..p0 + p` of `acc`; the padded input and `dyt` as above.
-                unsafe {
-                    tile_dispatch(
-                        p,
-                        r,
-                        Tile { xp, poff: &self.poff[p0..p0 + p], qoff, dyt, acc: acc.add(p0 * BW), add: ui > 0 },
-                    )
-                };
+                let rows = KRows { xp, offs: &self.poff[p0..p0 + p], pos: self.qoff[u.q0..].as_ptr(), np: len };
+                // SAFETY: pairs `p0..p0 + p` of `acc`; every pair's read at each of
+                // the unit's positions lies inside the padded input; `len` rows of `dyt`.
+                unsafe { wtile_dispatch(p, r, rows, (dyt, BW), (acc.add(p0 * BW), BW)) };
             }
         }
     }
@@ -337,94 +327,6 @@ unsafe fn transpose_in(src: *const f32, stride: usize, valid: usize, len: usize,
                 // SAFETY: row `q0 + q < len` of `dst`, channels `j0..j0 + 16 <= BW`.
                 unsafe { _mm512_storeu_ps(dst.add((q0 + q) * BW + j0), *v) };
             }
-        }
-    }
-}
-
-/// One tile's operands: the padded input `xp`, the pairs' offsets `poff`
-/// there, the positions' `qoff`, `dy` transposed (`dyt`, `BW` per
-/// position), the pairs' sums `acc` (`BW` per pair); `add`: they hold
-/// partial sums.
-#[derive(Clone, Copy)]
-struct Tile<'a> {
-    xp: *const f32,
-    poff: &'a [usize],
-    qoff: &'a [usize],
-    dyt: *const f32,
-    acc: *mut f32,
-    add: bool,
-}
-
-/// Runs the tile of `p ≤ PAIRS` pairs and `r ≤ 4` vectors of channels.
-///
-/// # Safety
-/// AVX-512F; the tile's reads and writes valid.
-#[cfg(target_arch = "x86_64")]
-unsafe fn tile_dispatch(p: usize, r: usize, at: Tile<'_>) {
-    macro_rules! rs {
-        ($p:literal) => {
-            match r {
-                1 => tile::<$p, 1>(at),
-                2 => tile::<$p, 2>(at),
-                3 => tile::<$p, 3>(at),
-                _ => tile::<$p, 4>(at),
-            }
-        };
-    }
-    // SAFETY: as this function's contract.
-    unsafe {
-        match p {
-            1 => rs!(1),
-            2 => rs!(2),
-            3 => rs!(3),
-            4 => rs!(4),
-            5 => rs!(5),
-            _ => rs!(6),
-        }
-    }
-}
-
-/// `P` pairs × `R` vectors of output channels, summed over the tile's positions.
-///
-/// # Safety
-/// As [`tile_dispatch`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-#[allow(clippy::needless_range_loop)] // explicit indices keep the register tile visible
-unsafe fn tile<const P: usize, const R: usize>(at: Tile<'_>) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); R]; P];
-    let mut xs = [at.xp; P];
-    for p in 0..P {
-        // SAFETY: pair `p`'s offset in the padded input (this function's contract).
-        xs[p] = unsafe { at.xp.add(at.poff[p]) };
-        if at.add {
-            for r in 0..R {
-                // SAFETY: pair `p`'s sums.
-                acc[p][r] = unsafe { _mm512_loadu_ps(at.acc.add(p * BW + r * LANES)) };
-            }
-        }
-    }
-    for (i, &q) in at.qoff.iter().enumerate() {
-        // SAFETY: row `i` of `dyt`; every pair's read at `q` inside the padded input.
-        unsafe {
-            let d = at.dyt.add(i * BW);
-            let mut dv = [_mm512_setzero_ps(); R];
-            for r in 0..R {
-                dv[r] = _mm512_loadu_ps(d.add(r * LANES));
-            }
-            for p in 0..P {
-                let xb = _mm512_set1_ps(*xs[p].add(q));
-                for r in 0..R {
-                    acc[p][r] = _mm512_fmadd_ps(dv[r], xb, acc[p][r]);
-                }
-            }
-        }
-    }
-    for p in 0..P {
-        for r in 0..R {
-            // SAFETY: as the loads above.
-            unsafe { _mm512_storeu_ps(at.acc.add(p * BW + r * LANES), acc[p][r]) };
         }
     }
 }
