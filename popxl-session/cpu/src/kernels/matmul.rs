@@ -16,7 +16,7 @@ use popart_ir::ops::broadcast_shapes;
 use super::broadcast::Broadcast;
 use super::dispatch::with_num;
 use super::elem::Num;
-use super::par::par_split;
+use super::par::{par_split, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
@@ -272,6 +272,10 @@ struct MatMulKernel<T> {
     /// The product has one row, with operand strides [`gemv`] takes: its
     /// calls (and every column block of them) run as [`RowProduct`]s.
     one_row: bool,
+    /// A split GEMM reading an operand transposed cuts its columns whenever
+    /// they give every thread a block (set where `gemm` runs its AVX-512
+    /// microkernels; see [`Self::call_split`]).
+    transposed_by_cols: bool,
     _t: Types<T>,
 }
 
@@ -363,20 +367,23 @@ impl<T: MatElem> MatMulKernel<T> {
     }
 
     /// One GEMM call split over the worker team: the column range when an
-    /// operand is read transposed and the columns make a block per thread,
-    /// else the larger of the row and column ranges, is cut into one block
-    /// per thread (multiples of 16), each block a single-threaded GEMM.
+    /// operand is read transposed, the columns make a block per thread and
+    /// `gemm` runs AVX-512, else the larger of the row and column ranges, is
+    /// cut into one block per thread (multiples of 16), each block a
+    /// single-threaded GEMM.
     ///
     /// # Safety
     /// As [`Self::call`].
     unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: Addends<T>, threads: usize) {
         let p = &self.plan;
-        // A product reading an operand transposed (the gradients') splits its
-        // columns whenever they give every thread a block: measured 6-10% faster
-        // on the gpt example's data and weight gradients, where splitting the
-        // rows has every thread pack the transposed operand whole. The forward
-        // splits the larger of the two.
-        let transposed = p.lhs_s.1 != 1 || p.rhs_s.1 != 1;
+        // On AVX-512 a product reading an operand transposed (the gradients')
+        // splits its columns whenever they give every thread a block: measured
+        // 6-10% faster on the gpt example's data and weight gradients, where
+        // splitting the rows has every thread pack the transposed operand
+        // whole. With `gemm`'s AVX2 microkernels the same rule is 1.1-1.15x
+        // slower on the [1024, 2048] x [2048, 256] weight gradient and level
+        // elsewhere, so there (and in the forward) the larger of the two splits.
+        let transposed = self.transposed_by_cols && (p.lhs_s.1 != 1 || p.rhs_s.1 != 1);
         let by_rows = p.m > p.n && !(transposed && p.n >= 16 * threads);
         let len = if by_rows { p.m } else { p.n };
         let block = len.div_ceil(threads).next_multiple_of(16);
@@ -656,6 +663,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 zero_fill: zero_fill && !empty,
                 jobs_independent,
                 one_row,
+                transposed_by_cols: Simd::best() == Simd::Avx512,
                 _t: Types::default(),
             }) as Box<dyn Kernel>)
         }};
