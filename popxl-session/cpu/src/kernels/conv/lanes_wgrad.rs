@@ -16,7 +16,9 @@
 //! the taps read padding), transposes its chunks of `dy` through 16 × 16
 //! register transposes and sweeps every pair tile over them, so every
 //! weight gradient is one fixed sequence of operations whatever the thread
-//! count.
+//! count. Where several blocks of output channels would each pad every
+//! image again and the padded batch is small enough ([`PREPAD_ELEMS`]), the
+//! run pads the batch once, over the team, into a slot the tasks share.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -48,13 +50,24 @@ const CHUNK: usize = 1024;
 const MAX_PARTS: usize = 4;
 const MIN_TASKS: usize = 4;
 /// Output positions per image below which the tiles' sums are loaded and
-/// stored too often for too few multiply-adds (im2col + GEMM keeps those).
+/// stored too often for too few multiply-adds (im2col + GEMM keeps those),
+/// unless the batch has [`MIN_IMAGES`] images and the plan pads it once.
 const MIN_POSITIONS: usize = 64;
+/// Least images of a strided layer under [`MIN_POSITIONS`] positions (7x7
+/// outputs), whose batch is padded once per run ([`PREPAD_ELEMS`]): measured
+/// 1.14-1.2x im2col + GEMM at batch 32 (one thread, CPU time), 0.6x at
+/// batch 1 (the run's fixed costs, zeroing and writing out every
+/// gradient, on one image's multiply-adds).
+const MIN_IMAGES: usize = 8;
 /// The same for stride 1, whose 3x3 layers of 14x14 planes and more than
 /// 128 channels Winograd runs faster.
 const MIN_POSITIONS_S1: usize = 256;
 /// Multiply-adds below which the layer runs on the calling thread only.
 const PAR_MIN_MACS: usize = 1 << 18;
+/// Most padded input values (f32, the whole batch) padded once per run into
+/// a slot the tasks share, when several blocks of output channels would
+/// each pad every image again (beyond, each task pads its own images).
+const PREPAD_ELEMS: usize = 4 << 20;
 
 /// One (image, positions `q0..q1`) unit.
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +94,10 @@ pub(super) struct LanesWgrad {
     /// Units of each partial: `parts[k]..parts[k + 1]`.
     parts: Vec<usize>,
     parallel: bool,
+    /// The whole batch's padded input (`[n][group][cin][plane]`), padded once
+    /// per run over the team and read by every task; `None`: each task pads
+    /// the images it meets into its own scratch.
+    prepadded: Option<scratch::Slot>,
     /// The partials past the first (`[group][block][pair][BW]` each).
     partials: Mutex<Vec<f32>>,
     scratch: Vec<scratch::Slot>,
@@ -93,17 +110,41 @@ pub(super) struct LanesWgrad {
 /// GEMM on the batch-1 stem and 3x3 stride-2 layer of 56x56 inputs,
 /// 1.15-1.5x at batch 32; 1.3-1.5x Winograd or im2col on the 3x3 stride-1
 /// layers of 56x56 and 28x28 planes at batch 1, 1.4x and 1.04x at batch 32;
-/// 0.6x on the stride-2 layer of 7x7 outputs at batch 1 and level at 32,
-/// 0.94x Winograd on 14x14 planes at batch 32 (those stay).
+/// 0.6x on the stride-2 layer of 7x7 outputs at batch 1 and level at 32
+/// when every block padded its images (with the batch padded once, 1.14-1.2x
+/// at batch 32: batches of [`MIN_IMAGES`] run here), 0.94x Winograd on 14x14
+/// planes at batch 32 (those stay).
 pub(super) fn takes(geo: &ConvGeometry) -> Option<Geo3> {
     let strided = geo.strides.iter().any(|&s| s > 1);
     let taps: usize = geo.kernel.iter().product();
     let positions: usize = geo.out_size.iter().product();
-    let least = if strided { MIN_POSITIONS } else { MIN_POSITIONS_S1 };
-    if geo.kernel.len() != 2 || taps < 2 || positions < least {
+    if geo.kernel.len() != 2 || taps < 2 {
         return None;
     }
-    select(&depth_one(geo), Pass::Weights).filter(|g| g.cout >= 32)
+    let g = select(&depth_one(geo), Pass::Weights).filter(|g| g.cout >= 32)?;
+    let enough = if strided {
+        positions >= MIN_POSITIONS || (g.n >= MIN_IMAGES && prepads(&g))
+    } else {
+        positions >= MIN_POSITIONS_S1
+    };
+    enough.then_some(g)
+}
+
+/// Padded rows and columns of one input channel as the tiles read it, and
+/// its plane (a multiple of [`LANES`], a vector of slack).
+fn padded(g: &Geo3) -> (usize, usize, usize) {
+    let [_, oh, ow] = g.out;
+    let hp = (oh - 1) * g.s[1] + (g.k[1] - 1) * g.d[1] + 1;
+    let wq = (ow - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1;
+    (hp, wq, (hp * wq).next_multiple_of(LANES))
+}
+
+/// Whether the plan pads the whole batch once per run into a shared slot:
+/// several blocks of output channels (each task would pad every image it
+/// meets again) and at most [`PREPAD_ELEMS`] padded values.
+fn prepads(g: &Geo3) -> bool {
+    let plane = padded(g).2;
+    g.groups * g.cout.div_ceil(BW) > 1 && g.n * g.groups * g.cin * plane <= PREPAD_ELEMS
 }
 
 impl LanesWgrad {
@@ -120,9 +161,7 @@ impl LanesWgrad {
         }
         let Some(g) = takes(geo) else { return Ok(None) };
         let [_, oh, ow] = g.out;
-        let hp = (oh - 1) * g.s[1] + (g.k[1] - 1) * g.d[1] + 1;
-        let wq = (ow - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1;
-        let plane = (hp * wq).next_multiple_of(LANES);
+        let (hp, wq, plane) = padded(&g);
         let kk = g.kk();
         let blocks = g.cout.div_ceil(BW);
         let qoff = (0..oh * ow).map(|q| (q / ow) * g.s[1] * wq + (q % ow) * g.s[2]).collect();
@@ -147,7 +186,10 @@ impl LanesWgrad {
         let wlen = g.groups * blocks * g.cin * kk * BW;
         let partials = popart_ir::size::try_zeroed_vec::<f32>(nparts * wlen, "conv weight-gradient partials")
             .map_err(|_| spec.error("cannot allocate the convolution's weight-gradient partials"))?;
-        let words = (g.cin * plane + CHUNK * BW).div_ceil(2);
+        let prepadded =
+            if prepads(&g) { Some(scratch::shared(spec, (g.n * g.groups * g.cin * plane).div_ceil(2))?) } else { None };
+        let own = if prepadded.is_some() { 0 } else { g.cin * plane };
+        let words = (own + CHUNK * BW).div_ceil(2);
         let slots = if parallel { threads.min(nparts * g.groups * blocks) } else { 1 };
         let scratch = scratch::slots(spec, slots, words)?;
         Ok(Some(Box::new(LanesWgrad {
@@ -163,6 +205,7 @@ impl LanesWgrad {
             units,
             parts,
             parallel,
+            prepadded,
             partials: Mutex::new(partials),
             scratch,
         })))
@@ -192,13 +235,16 @@ impl LanesWgrad {
     }
 
     /// Runs task `t` (partial `t / (groups · blocks)`, then group and block)
-    /// into `acc` (`[pair][BW]`).
+    /// into `acc` (`[pair][BW]`), reading the padded input from `xall` when
+    /// the plan pads it once per run.
     ///
     /// # Safety
-    /// AVX-512; the tensors whole; `scratch` as planned; `acc` this task's.
+    /// AVX-512; the tensors whole; `scratch` as planned; `acc` this task's;
+    /// `xall` the padded batch when the plan has [`Self::prepadded`].
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn task(&self, t: usize, x: *const f32, dy: *const f32, acc: *mut f32, s: *mut f32) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn task(&self, t: usize, x: *const f32, xall: *const f32, dy: *const f32, acc: *mut f32, s: *mut f32) {
         let g = &self.g;
         let (part, gb) = (t / (g.groups * self.blocks), t % (g.groups * self.blocks));
         let (gi, blk) = (gb / self.blocks, gb % self.blocks);
@@ -207,13 +253,18 @@ impl LanesWgrad {
         let valid = BW.min(g.cout - o0);
         let r = valid.div_ceil(LANES);
         let pairs = self.poff.len();
-        // SAFETY: the scratch holds `cin · plane` padded values, then `CHUNK · BW`.
-        let (xp, dyt) = (s, unsafe { s.add(g.cin * self.plane) });
+        // SAFETY: the scratch holds `cin · plane` padded values (unless
+        // prepadded), then `CHUNK · BW`.
+        let own = if self.prepadded.is_some() { 0 } else { g.cin * self.plane };
+        let (mut xp, dyt) = (s, unsafe { s.add(own) });
         // SAFETY: the task's `pairs · BW` sums, added to by every unit.
         unsafe { std::ptr::write_bytes(acc, 0, pairs * BW) };
         let mut padded = usize::MAX;
         for u in &self.units[self.parts[part]..self.parts[part + 1]] {
-            if u.n != padded {
+            if self.prepadded.is_some() {
+                // SAFETY: image `u.n`, group `gi` of the padded batch.
+                xp = unsafe { xall.add((u.n * g.groups + gi) * g.cin * self.plane) } as *mut f32;
+            } else if u.n != padded {
                 // SAFETY: as this function's contract.
                 unsafe { self.pad(x, u.n, gi, xp) };
                 padded = u.n;
@@ -247,6 +298,31 @@ impl Kernel for LanesWgrad {
         let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
         let pp = SendPtr(partials.as_mut_ptr());
         let ntasks = nparts * g.groups * self.blocks;
+        // The padded batch first, (image, group) planes claimed in turn.
+        let mut all = self.prepadded.as_ref().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
+        let xall = SendPtr(all.as_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr() as *mut f32));
+        if all.is_some() {
+            let images = g.n * g.groups;
+            let next = AtomicUsize::new(0);
+            let pad = |_: usize| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= images {
+                    break;
+                }
+                // SAFETY: image `i / groups`, group `i % groups` of the input, and
+                // its planes in the shared slot (sized for the batch when
+                // planned), padded by this piece alone.
+                Simd::Avx2.run(
+                    #[inline(always)]
+                    || unsafe { self.pad(x.get(), i / g.groups, i % g.groups, xall.get().add(i * g.cin * self.plane)) },
+                );
+            };
+            if self.parallel && self.scratch.len() > 1 {
+                team::run(self.scratch.len().min(images), &pad);
+            } else {
+                pad(0);
+            }
+        }
         let next = AtomicUsize::new(0);
         let piece = |p: usize| {
             let mut buf = self.scratch[p].lock().unwrap_or_else(|e| e.into_inner());
@@ -263,10 +339,10 @@ impl Kernel for LanesWgrad {
                 // SAFETY: the plan exists only on AVX-512 CPUs; the tensors are whole.
                 Simd::Avx2.run(
                     #[inline(always)]
-                    || unsafe { self.task(t, x.get(), dy.get(), acc, s.get()) },
+                    || unsafe { self.task(t, x.get(), xall.get(), dy.get(), acc, s.get()) },
                 );
                 #[cfg(not(target_arch = "x86_64"))]
-                let _ = (acc, s);
+                let _ = (acc, s, xall);
             }
         };
         if self.parallel && self.scratch.len() > 1 {
@@ -356,13 +432,22 @@ mod tests {
         c
     }
 
+    /// 7x7 outputs (3x3 stride 2 on 14x14) of 8 images, `co_g` output channels.
+    fn small_planes(groups: usize, co_g: usize) -> Case {
+        let mut c = case(8, groups, 16, co_g, &[14, 14], &[3, 3]);
+        (c.s, c.p) = (vec![2, 2], vec![1; 4]);
+        c
+    }
+
     #[test]
     fn weight_gradients_with_channels_in_lanes_match_the_definition() {
         // (case, taken): a stem (7x7 stride 2, 3 input channels, 40 output
         // channels: a partial block of 2.5 vectors); groups with a (2, 1)
         // stride, a dilation, uneven pads and two blocks of output channels;
-        // large planes; stride 1 on 18x18 planes; and the shapes left to the
-        // other methods: 7x7 outputs, stride 1 on 12x12, fewer than 32 output
+        // large planes; stride 1 on 18x18 planes; 7x7 outputs of 8 images
+        // with two blocks (one group; two groups), the batch padded once; and
+        // the shapes left to the other methods: 7x7 outputs of 2 images, and
+        // of 8 images in one block, stride 1 on 12x12, fewer than 32 output
         // channels.
         let mut cases: Vec<(Case, bool)> = Vec::new();
         let mut c = case(2, 1, 3, 40, &[21, 20], &[7, 7]);
@@ -375,9 +460,14 @@ mod tests {
         let mut c = case(1, 1, 8, 33, &[18, 18], &[3, 3]);
         c.p = vec![1; 4];
         cases.push((c, true));
+        cases.push((small_planes(1, 80), true));
+        let mut c = case(8, 2, 8, 40, &[13, 13], &[3, 3]);
+        (c.s, c.p) = (vec![2, 2], vec![1; 4]);
+        cases.push((c, true));
         let mut c = case(2, 1, 16, 32, &[14, 14], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
         cases.push((c, false));
+        cases.push((small_planes(1, 32), false));
         let mut c = case(1, 1, 8, 32, &[12, 12], &[3, 3]);
         c.p = vec![1; 4];
         cases.push((c, false));
@@ -394,15 +484,17 @@ mod tests {
 
     #[test]
     fn weight_gradients_with_channels_in_lanes_do_not_depend_on_the_thread_count() {
-        let c = large();
-        if !taken(&c) {
-            // Not AVX-512: im2col runs it, summing one image's columns in chunks
-            // cut for the team it was built with.
-            return;
+        // One image's partials; and a batch padded once, over the team.
+        for c in [large(), small_planes(1, 80)] {
+            if !taken(&c) {
+                // Not AVX-512: im2col runs it, summing one image's columns in chunks
+                // cut for the team it was built with.
+                return;
+            }
+            let d = data(&c, DataType::Float32, 12);
+            let run = || run_passes(&c, &d);
+            let one = team::with_max_threads(1, run);
+            assert_eq!(one, run());
         }
-        let d = data(&c, DataType::Float32, 12);
-        let run = || run_passes(&c, &d);
-        let one = team::with_max_threads(1, run);
-        assert_eq!(one, run());
     }
 }
