@@ -54,11 +54,13 @@ const MIN_TASKS: usize = 4;
 /// unless the batch has [`MIN_IMAGES`] images and the plan pads it once.
 const MIN_POSITIONS: usize = 64;
 /// Least images of a strided layer under [`MIN_POSITIONS`] positions (7x7
-/// outputs), whose batch is padded once per run ([`PREPAD_ELEMS`]): measured
-/// 1.14-1.2x im2col + GEMM at batch 32 (one thread, CPU time), 0.6x at
-/// batch 1 (the run's fixed costs, zeroing and writing out every
-/// gradient, on one image's multiply-adds).
-const MIN_IMAGES: usize = 8;
+/// outputs), whose batch is padded once per run ([`PREPAD_ELEMS`]). Measured
+/// on 3x3 stride 2, 256 to 512 channels on 14x14: 1.14-1.2x im2col + GEMM
+/// at batch 32 on one thread (CPU time) and level to 1.07x on two (wall
+/// time, noisy); level at batch 16, 0.7-0.97x at 8 and 0.6x at 1 (the
+/// run's fixed costs, zeroing and writing out every gradient, on fewer
+/// multiply-adds).
+const MIN_IMAGES: usize = 32;
 /// The same for stride 1, whose 3x3 layers of 14x14 planes and more than
 /// 128 channels Winograd runs faster.
 const MIN_POSITIONS_S1: usize = 256;
@@ -111,9 +113,9 @@ pub(super) struct LanesWgrad {
 /// 1.15-1.5x at batch 32; 1.3-1.5x Winograd or im2col on the 3x3 stride-1
 /// layers of 56x56 and 28x28 planes at batch 1, 1.4x and 1.04x at batch 32;
 /// 0.6x on the stride-2 layer of 7x7 outputs at batch 1 and level at 32
-/// when every block padded its images (with the batch padded once, 1.14-1.2x
-/// at batch 32: batches of [`MIN_IMAGES`] run here), 0.94x Winograd on 14x14
-/// planes at batch 32 (those stay).
+/// when every block padded its images (with the batch padded once, up to
+/// 1.2x at batch 32: batches of [`MIN_IMAGES`] run here), 0.94x Winograd on
+/// 14x14 planes at batch 32 (those stay).
 pub(super) fn takes(geo: &ConvGeometry) -> Option<Geo3> {
     let strided = geo.strides.iter().any(|&s| s > 1);
     let taps: usize = geo.kernel.iter().product();
@@ -432,9 +434,9 @@ mod tests {
         c
     }
 
-    /// 7x7 outputs (3x3 stride 2 on 14x14) of 8 images, `co_g` output channels.
-    fn small_planes(groups: usize, co_g: usize) -> Case {
-        let mut c = case(8, groups, 16, co_g, &[14, 14], &[3, 3]);
+    /// 7x7 outputs (3x3 stride 2 on 14x14) of `n` images, `co_g` output channels.
+    fn small_planes(n: usize, groups: usize, co_g: usize) -> Case {
+        let mut c = case(n, groups, 16, co_g, &[14, 14], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
         c
     }
@@ -444,10 +446,10 @@ mod tests {
         // (case, taken): a stem (7x7 stride 2, 3 input channels, 40 output
         // channels: a partial block of 2.5 vectors); groups with a (2, 1)
         // stride, a dilation, uneven pads and two blocks of output channels;
-        // large planes; stride 1 on 18x18 planes; 7x7 outputs of 8 images
+        // large planes; stride 1 on 18x18 planes; 7x7 outputs of 32 images
         // with two blocks (one group; two groups), the batch padded once; and
-        // the shapes left to the other methods: 7x7 outputs of 2 images, and
-        // of 8 images in one block, stride 1 on 12x12, fewer than 32 output
+        // the shapes left to the other methods: 7x7 outputs of 2 and 16
+        // images, and of 32 images in one block, stride 1 on 12x12, fewer than 32 output
         // channels.
         let mut cases: Vec<(Case, bool)> = Vec::new();
         let mut c = case(2, 1, 3, 40, &[21, 20], &[7, 7]);
@@ -460,14 +462,15 @@ mod tests {
         let mut c = case(1, 1, 8, 33, &[18, 18], &[3, 3]);
         c.p = vec![1; 4];
         cases.push((c, true));
-        cases.push((small_planes(1, 80), true));
-        let mut c = case(8, 2, 8, 40, &[13, 13], &[3, 3]);
+        cases.push((small_planes(32, 1, 80), true));
+        let mut c = case(32, 2, 8, 40, &[13, 13], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
         cases.push((c, true));
         let mut c = case(2, 1, 16, 32, &[14, 14], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
         cases.push((c, false));
-        cases.push((small_planes(1, 32), false));
+        cases.push((small_planes(16, 1, 80), false));
+        cases.push((small_planes(32, 1, 32), false));
         let mut c = case(1, 1, 8, 32, &[12, 12], &[3, 3]);
         c.p = vec![1; 4];
         cases.push((c, false));
@@ -485,7 +488,7 @@ mod tests {
     #[test]
     fn weight_gradients_with_channels_in_lanes_do_not_depend_on_the_thread_count() {
         // One image's partials; and a batch padded once, over the team.
-        for c in [large(), small_planes(1, 80)] {
+        for c in [large(), small_planes(32, 1, 80)] {
             if !taken(&c) {
                 // Not AVX-512: im2col runs it, summing one image's columns in chunks
                 // cut for the team it was built with.

@@ -53,7 +53,7 @@
 //!
 //! Weight gradients of 2-D float32 layers with more than one tap, at least
 //! 64 output positions per image (256 unstrided; strided ones of fewer in
-//! batches of 8 images, padded once per run) and 32 output channels per
+//! batches of 32 images, padded once per run) and 32 output channels per
 //! group run first (before Winograd), on AVX-512,
 //! with the output channels in the vector lanes (`lanes_wgrad`: register
 //! tiles of 6 (input channel, tap) pairs × 64 output channels summed over
