@@ -255,9 +255,9 @@ impl LanesWgrad {
         let valid = BW.min(g.cout - o0);
         let r = valid.div_ceil(LANES);
         let pairs = self.poff.len();
+        let own = if self.prepadded.is_some() { 0 } else { g.cin * self.plane };
         // SAFETY: the scratch holds `cin · plane` padded values (unless
         // prepadded), then `CHUNK · BW`.
-        let own = if self.prepadded.is_some() { 0 } else { g.cin * self.plane };
         let (mut xp, dyt) = (s, unsafe { s.add(own) });
         // SAFETY: the task's `pairs · BW` sums, added to by every unit.
         unsafe { std::ptr::write_bytes(acc, 0, pairs * BW) };
