@@ -146,7 +146,8 @@ fn padded(g: &Geo3) -> (usize, usize, usize) {
 /// meets again) and at most [`PREPAD_ELEMS`] padded values.
 fn prepads(g: &Geo3) -> bool {
     let plane = padded(g).2;
-    g.groups * g.cout.div_ceil(BW) > 1 && g.n * g.groups * g.cin * plane <= PREPAD_ELEMS
+    let all = g.n.checked_mul(g.groups).and_then(|v| v.checked_mul(g.cin)).and_then(|v| v.checked_mul(plane));
+    g.groups * g.cout.div_ceil(BW) > 1 && all.is_some_and(|all| all <= PREPAD_ELEMS)
 }
 
 impl LanesWgrad {
