@@ -9,7 +9,8 @@
 //! output of the extended `oh × wp` grid (the columns past an image's `ow`
 //! are discarded) is `Σ_c Σ_taps w · xp[c][q + tap]`. Small planes put several
 //! images side by side in one padded plane (neighbours share their zero
-//! columns), so grids are long and each weight read serves several images.
+//! columns, and so do consecutive rows: a row's right padding is the next
+//! row's left), so grids are long and each weight read serves several images.
 //! A register tile holds [`PB`] vectors of 16 consecutive grid positions for
 //! [`RB`] output channels (24 accumulators; [`PB1`] vectors for a single
 //! channel) across the block's input channels and taps: per input channel and
@@ -128,7 +129,12 @@ impl Blocked {
         // Zero columns right of the input within an image's reach.
         let right = reach as isize - left - iw as isize;
         let pitch = if left >= 0 && right >= 0 { ow.max(iw + left.max(right) as usize) } else { reach };
-        let (hp, wp) = (oh + (g.kh - 1) * g.dh, (imgs - 1) * pitch + reach);
+        // Rows `imgs · pitch` apart: the last image's taps past the row's end
+        // read the next row's first columns, image 0's left padding (zeros:
+        // `reach − pitch` is at most `left` when both pads are whole), and
+        // the plane's slack past the last row. Without shared columns,
+        // `pitch` is `reach`, as every image's own columns.
+        let (hp, wp) = (oh + (g.kh - 1) * g.dh, imgs * pitch);
         let taps: Vec<usize> =
             (0..g.kh).flat_map(|ki| (0..g.kw).map(move |kj| (ki * g.dh, kj * g.dw))).map(|(r, c)| r * wp + c).collect();
         let ext = (oh * wp).next_multiple_of(LANES);
