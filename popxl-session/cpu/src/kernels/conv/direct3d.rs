@@ -887,21 +887,16 @@ unsafe fn wtile<const T: usize, const R: usize>(
 
 #[cfg(test)]
 mod tests {
-    use popart_ir::ops::conv::conv_geometry;
     use popart_ir::DataType;
 
-    use super::super::super::par::Simd;
-
-    use super::super::nd::tests::{case, check, data, run_passes, Case};
+    use super::super::nd::tests::{case, check_routes, data, run_passes, Case};
     use super::super::Pass;
     use super::select;
     use crate::team;
 
     /// Which passes of case `c` this kernel takes: forward, data, weights.
     fn taken(c: &Case) -> [bool; 3] {
-        let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
-        let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
-        let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
+        let geo = c.geometry();
         [Pass::Forward, Pass::Data, Pass::Weights].map(|p| select(&geo, p).is_some())
     }
 
@@ -950,12 +945,7 @@ mod tests {
         let mut c = case(3, 1, 2, 16, &[4, 10, 11], &[3, 3, 3]);
         c.p = vec![1; 6];
         cases.push((c, [true, false, true]));
-        for (i, (c, want)) in cases.iter().enumerate() {
-            if Simd::best() >= Simd::Avx512 {
-                assert_eq!(taken(c), *want, "case {i}");
-            }
-            check(c, DataType::Float32, 40 + i as u64);
-        }
+        check_routes(&cases, taken, 40);
     }
 
     #[test]

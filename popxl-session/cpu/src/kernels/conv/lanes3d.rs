@@ -901,21 +901,18 @@ unsafe fn tile<const P: usize, const R: usize>(at: Tile<'_>) {
 
 #[cfg(test)]
 mod tests {
-    use popart_ir::ops::conv::conv_geometry;
     use popart_ir::DataType;
 
     use super::super::super::par::Simd;
 
-    use super::super::nd::tests::{case, check, data, run_passes, Case};
+    use super::super::nd::tests::{case, check, check_routes, data, run_passes, Case};
     use super::super::Pass;
     use super::{computed, lift_2d, select, Phases, MIN_COUT};
     use crate::team;
 
     /// Whether this kernel takes the forward and the data pass of case `c`.
     fn taken(c: &Case) -> [bool; 2] {
-        let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
-        let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
-        let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
+        let geo = c.geometry();
         [Pass::Forward, Pass::Data].map(|p| select(&geo, p).is_some_and(|g| g.cout >= MIN_COUT))
     }
 
@@ -944,12 +941,7 @@ mod tests {
         let mut c = case(1, 1, 40, 48, &[6, 30, 31], &[3, 3, 3]);
         c.p = vec![1; 6];
         cases.push((c, [true, true]));
-        for (i, (c, want)) in cases.iter().enumerate() {
-            if Simd::best() >= Simd::Avx512 {
-                assert_eq!(taken(c), *want, "case {i}");
-            }
-            check(c, DataType::Float32, 70 + i as u64);
-        }
+        check_routes(&cases, taken, 70);
     }
 
     #[test]
@@ -981,9 +973,7 @@ mod tests {
         cases.push((case(2, 1, 16, 32, &[16, 16], &[1, 1]), false));
         for (i, (c, want)) in cases.iter().enumerate() {
             if Simd::best() >= Simd::Avx512 {
-                let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
-                let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
-                let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
+                let geo = c.geometry();
                 let taken = lift_2d(&geo, Pass::Forward)
                     .and_then(|g3| select(&g3, Pass::Forward))
                     .is_some_and(|g| g.cout >= MIN_COUT);
@@ -1026,9 +1016,7 @@ mod tests {
         cases.push((c, false));
         for (i, (c, want)) in cases.iter().enumerate() {
             if Simd::best() >= Simd::Avx512 {
-                let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
-                let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
-                let geo = conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap();
+                let geo = c.geometry();
                 let taken = lift_2d(&geo, Pass::Data).and_then(|g3| computed(&g3, Pass::Data, true)).is_some();
                 assert_eq!(taken, *want, "case {i}");
             }

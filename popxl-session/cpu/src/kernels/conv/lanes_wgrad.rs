@@ -412,19 +412,15 @@ unsafe fn transpose_in(src: *const f32, stride: usize, valid: usize, len: usize,
 
 #[cfg(test)]
 mod tests {
-    use popart_ir::ops::conv::conv_geometry;
     use popart_ir::DataType;
 
-    use super::super::super::par::Simd;
-    use super::super::nd::tests::{case, check, data, run_passes, Case};
+    use super::super::nd::tests::{case, check_routes, data, run_passes, Case};
     use super::takes;
     use crate::team;
 
     /// Whether case `c`'s weight gradient runs here.
     fn taken(c: &Case) -> bool {
-        let xs = [vec![c.n, c.groups * c.ci_g], c.size.clone()].concat();
-        let ws = [vec![c.groups * c.co_g, c.ci_g], c.k.clone()].concat();
-        takes(&conv_geometry(&xs, &ws, &c.conv_attrs()).unwrap()).is_some()
+        takes(&c.geometry()).is_some()
     }
 
     /// A plane of 70x75 outputs (6 units of positions, partials past the
@@ -478,12 +474,7 @@ mod tests {
         let mut c = case(1, 1, 8, 16, &[20, 20], &[3, 3]);
         (c.s, c.p) = (vec![2, 2], vec![1; 4]);
         cases.push((c, false));
-        for (i, (c, want)) in cases.iter().enumerate() {
-            if Simd::best() >= Simd::Avx512 {
-                assert_eq!(taken(c), *want, "case {i}");
-            }
-            check(c, DataType::Float32, 130 + i as u64);
-        }
+        check_routes(&cases, taken, 130);
     }
 
     #[test]

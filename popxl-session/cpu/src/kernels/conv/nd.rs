@@ -280,9 +280,10 @@ impl<T: ConvElem> Kernel for NdKernel<T> {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use popart_ir::ops::conv::{ConvAttrs, ConvTransposeAttrs};
+    use popart_ir::ops::conv::{conv_geometry, ConvAttrs, ConvGeometry, ConvTransposeAttrs};
     use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
 
+    use super::super::super::par::Simd;
     use crate::kernels::testutil::{assert_close, infer, run_with_outputs, t, Rng};
 
     /// An N-d case: batch, groups, input and output channels per group,
@@ -318,6 +319,28 @@ pub(super) mod tests {
         }
         pub(in crate::kernels) fn attrs(&self) -> Attributes {
             self.conv_attrs().to_attrs()
+        }
+        /// The convolution's geometry (the forward pass's input and weight shapes).
+        pub(in crate::kernels) fn geometry(&self) -> ConvGeometry {
+            let xs = [vec![self.n, self.groups * self.ci_g], self.size.clone()].concat();
+            let ws = [vec![self.groups * self.co_g, self.ci_g], self.k.clone()].concat();
+            conv_geometry(&xs, &ws, &self.conv_attrs()).unwrap()
+        }
+    }
+
+    /// Checks every case's passes against the definition (float32, seeds from
+    /// `seed`) and, on CPUs with AVX-512 (where the routes under test exist),
+    /// that `taken` gives each case the routes it expects.
+    pub(in crate::kernels) fn check_routes<W: PartialEq + std::fmt::Debug>(
+        cases: &[(Case, W)],
+        taken: impl Fn(&Case) -> W,
+        seed: u64,
+    ) {
+        for (i, (c, want)) in cases.iter().enumerate() {
+            if Simd::best() >= Simd::Avx512 {
+                assert_eq!(taken(c), *want, "case {i}");
+            }
+            check(c, DataType::Float32, seed + i as u64);
         }
     }
 
