@@ -18,6 +18,7 @@ use super::dispatch::with_num;
 use super::elem::Num;
 use super::par::{par_split, Simd};
 use super::ptr::{slice, slice_mut, SendPtr};
+use super::scratch;
 use super::spec::{BuildResult, SpecExt, Types};
 use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
@@ -73,6 +74,9 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
         beta: Self,
     );
 
+    /// Whether this type has the row-vector loops ([`Self::row_product`]).
+    const ROW_LOOPS: bool = false;
+
     /// Run `p` as a [`RowProduct`] if this type has the row-vector loops
     /// (f32, f64); false if not, and nothing is written.
     ///
@@ -88,6 +92,10 @@ macro_rules! gemm_elem {
     ($($t:ty => $one:expr, $zero:expr, $from:expr $(, $rows:ident)?;)*) => {$(
         impl MatElem for $t {
             $(
+            const ROW_LOOPS: bool = {
+                let _ = stringify!($rows);
+                true
+            };
             #[inline]
             unsafe fn $rows(p: &RowProduct<Self>, dst: *mut Self, lhs: *const Self, rhs: *const Self) -> bool {
                 // SAFETY: this function's contract is `run`'s.
@@ -272,6 +280,11 @@ struct MatMulKernel<T> {
     /// The product has one row, with operand strides [`gemv`] takes: its
     /// calls (and every column block of them) run as [`RowProduct`]s.
     one_row: bool,
+    /// Rows per piece of a one-row product's matrix ([`gemv::piece_rows`]).
+    piece_rows: usize,
+    /// The pieces' sums of a split one-row product cut into pieces (the
+    /// shared scratch slot, grown at build time to the pieces × `n` values).
+    parts: Option<scratch::Slot>,
     /// A split GEMM reading an operand transposed cuts its columns whenever
     /// they give every thread a block (set where `gemm` runs its AVX-512
     /// microkernels; see [`Self::call_split`]).
@@ -317,11 +330,7 @@ impl<T: MatElem> MatMulKernel<T> {
     ) {
         let p = &self.plan;
         let (r0, c0) = (rows.start as isize, cols.start as isize);
-        let (read_dst, alpha, beta) = match self.update {
-            None => (j.accumulate, T::ONE, T::ONE),
-            // The first product into a block scales the old value by `a`; later ones add.
-            Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
-        };
+        let (read_dst, alpha, beta) = self.scales(j);
         // SAFETY: job `j`'s offsets and the plan's strides address its `m × n`
         // result, `m × k` lhs and `k × n` rhs inside the buffers, of which this is
         // the `rows × cols` block; the output overlaps no operand (this function's
@@ -338,14 +347,35 @@ impl<T: MatElem> MatMulKernel<T> {
                 alpha,
                 beta,
                 read_dst,
+                piece_rows: self.piece_rows,
             });
             if !row.is_some_and(|row| T::row_product(&row, d, l, r)) {
                 let (m, n, (drs, dcs), (lrs, lcs), (rrs, rcs)) = (rows.len(), cols.len(), p.dst_s, p.lhs_s, p.rhs_s);
                 T::gemm(m, n, p.k, d, drs, dcs, read_dst, l, lrs, lcs, r, rrs, rcs, alpha, beta);
             }
         }
-        // Forward jobs never accumulate (`build`), so each block gets the bias
-        // (then the residual) once.
+        // SAFETY: this function's contract.
+        unsafe { self.add_bias(j, dst, add, rows, cols) };
+    }
+
+    /// `(read_dst, alpha, beta)` of job `j`'s products: `dst = alpha · dst +
+    /// beta · product` when `read_dst`, else `beta · product`.
+    fn scales(&self, j: &Job) -> (bool, T, T) {
+        match self.update {
+            None => (j.accumulate, T::ONE, T::ONE),
+            // The first product into a block scales the old value by `a`; later ones add.
+            Some((a, b)) => (true, if j.accumulate { T::ONE } else { a }, b),
+        }
+    }
+
+    /// `MatMulAdd`'s bias (then residual) added to a block of job `j`'s result.
+    /// Forward jobs never accumulate (`build`), so each block gets them once.
+    ///
+    /// # Safety
+    /// As [`Self::block`].
+    #[inline]
+    unsafe fn add_bias(&self, j: &Job, dst: *mut T, add: Addends<T>, rows: Range<usize>, cols: Range<usize>) {
+        let p = &self.plan;
         if self.bias_pos.is_some() {
             // SAFETY: with `bias_pos` set, `add.bias` holds `n` elements and `cols`
             // lies in `0..n`; with `residual_pos` set, `add.residual` has the
@@ -354,7 +384,7 @@ impl<T: MatElem> MatMulKernel<T> {
             unsafe {
                 let b = slice(add.bias.add(cols.start), cols.len());
                 for r in rows {
-                    let at = j.dst as isize + r as isize * p.dst_s.0 + c0 * p.dst_s.1;
+                    let at = j.dst as isize + r as isize * p.dst_s.0 + cols.start as isize * p.dst_s.1;
                     let row = slice_mut(dst.offset(at), cols.len());
                     row.iter_mut().zip(b).for_each(|(y, &v)| *y = y.plus(v));
                     if self.residual_pos.is_some() {
@@ -364,6 +394,78 @@ impl<T: MatElem> MatMulKernel<T> {
                 }
             }
         }
+    }
+
+    /// A one-row product whose matrix is cut into pieces of contiguous rows
+    /// ([`gemv::piece_rows`]), split over the team: each task sums one piece
+    /// (over a block of columns when the threads outnumber the pieces) into
+    /// the shared scratch, then the pieces' sums are added in order and
+    /// stored: the values [`RowProduct`] gives on one thread.
+    ///
+    /// # Safety
+    /// As [`Self::call`]; `parts` is [`Self::parts`], grown to the pieces × `n`
+    /// values.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pieces_split(
+        &self,
+        j: &Job,
+        d: SendPtr<T>,
+        l: SendPtr<T>,
+        r: SendPtr<T>,
+        b: Addends<T>,
+        threads: usize,
+        parts: &scratch::Slot,
+    ) {
+        let p = &self.plan;
+        let (n, k, rows) = (p.n, p.k, self.piece_rows);
+        let pieces = k.div_ceil(rows);
+        let width = n.div_ceil(threads.div_ceil(pieces)).next_multiple_of(16);
+        let blocks = n.div_ceil(width);
+        let mut guard = parts.lock().unwrap_or_else(|e| e.into_inner());
+        let sums = SendPtr(guard.as_mut_ptr() as *mut T);
+        team::run(pieces * blocks, &|t| {
+            let (i, c) = (t % pieces, t / pieces);
+            let (p0, c0) = (i * rows, c * width);
+            let (kp, w) = ((p0 + rows).min(k) - p0, (c0 + width).min(n) - c0);
+            let one = RowProduct {
+                n: w,
+                k: kp,
+                dst_cs: 1,
+                rhs_s: p.rhs_s,
+                alpha: T::ONE,
+                beta: T::ONE,
+                read_dst: false,
+                piece_rows: kp,
+            };
+            // SAFETY: rows `p0..p0 + kp` and columns `c0..c0 + w` of job `j`'s
+            // `k × n` matrix (contiguous rows) and elements `p0..p0 + kp` of its
+            // row (unit stride, `gemv::applies`), into piece `i`'s `n` sums at
+            // columns `c0..`: each task its own block of the scratch, which holds
+            // pieces × `n` values (contract).
+            unsafe {
+                let lhs = l.get().add(j.lhs + p0);
+                let rhs = r.get().add(j.rhs).offset(p0 as isize * p.rhs_s.0 + c0 as isize);
+                T::row_product(&one, sums.get().add(i * n + c0), lhs, rhs);
+            }
+        });
+        let (read_dst, alpha, beta) = self.scales(j);
+        // SAFETY: the pieces' sums are written (the team is done); the result's
+        // one row holds `n` elements at column stride `dst_s.1` from job `j`'s
+        // offset, this call's alone (contract).
+        unsafe {
+            let part = |i: usize| slice(sums.get().add(i * n) as *const T, n);
+            let dst = d.get().add(j.dst);
+            for col in 0..n {
+                let mut t = part(0)[col];
+                for i in 1..pieces {
+                    t = t.plus(part(i)[col]);
+                }
+                let y = dst.offset(col as isize * p.dst_s.1);
+                *y = if read_dst { alpha.times(*y).plus(beta.times(t)) } else { beta.times(t) };
+            }
+            self.add_bias(j, d.get(), b, 0..1, 0..n);
+        }
+        drop(guard);
     }
 
     /// One GEMM call split over the worker team: the column range when an
@@ -376,6 +478,10 @@ impl<T: MatElem> MatMulKernel<T> {
     /// As [`Self::call`].
     unsafe fn call_split(&self, j: &Job, d: SendPtr<T>, l: SendPtr<T>, r: SendPtr<T>, b: Addends<T>, threads: usize) {
         let p = &self.plan;
+        if let Some(parts) = &self.parts {
+            // SAFETY: this function's contract; `parts` was grown for this product.
+            return unsafe { self.pieces_split(j, d, l, r, b, threads, parts) };
+        }
         // On AVX-512 a product reading an operand transposed (the gradients')
         // splits its columns whenever they give every thread a block: measured
         // 6-10% faster on the gpt example's data and weight gradients, where
@@ -655,6 +761,19 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 plan.jobs.clear();
             }
             let one_row = gemv::applies(plan.m, plan.lhs_s.1, plan.rhs_s);
+            // A one-row product of contiguous matrix rows cut into pieces: their sums
+            // are kept in the shared scratch when it is split.
+            let piece_rows = if one_row && plan.rhs_s.1 == 1 { gemv::piece_rows(plan.k, plan.n) } else { plan.k };
+            let parts = if <$t as MatElem>::ROW_LOOPS && piece_rows < plan.k {
+                let values = plan
+                    .k
+                    .div_ceil(piece_rows)
+                    .checked_mul(plan.n)
+                    .ok_or_else(|| spec.error("the matmul is too large"))?;
+                Some(scratch::shared(spec, (values * std::mem::size_of::<$t>()).div_ceil(8))?)
+            } else {
+                None
+            };
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
                 bias_pos,
@@ -663,6 +782,8 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 zero_fill: zero_fill && !empty,
                 jobs_independent,
                 one_row,
+                piece_rows,
+                parts,
                 transposed_by_cols: Simd::best() == Simd::Avx512,
                 _t: Types::default(),
             }) as Box<dyn Kernel>)
@@ -689,6 +810,8 @@ mod tests {
     use popart_ir::ops::matmul::matmul_shape;
     use popart_ir::ops::var_update::ScaledAddMatMulAttrs;
     use popart_ir::{Attributes, DataType, HostTensor, OpAttrs};
+
+    use crate::team;
 
     /// numpy matmul written out: promote, broadcast batch, triple loop, squeeze.
     fn naive(a: &[f64], sa: &[usize], b: &[f64], sb: &[usize]) -> Vec<f64> {
@@ -834,6 +957,34 @@ mod tests {
         ];
         assert_close(&run_op("MatMulLhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_da, 1e-4);
         assert_close(&run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec(), &want_db, 1e-4);
+    }
+
+    /// One-row products of large matrices of contiguous rows (a decode
+    /// step's) are summed in pieces: split over two threads or run on one,
+    /// the same bits, with `MatMulAdd`'s bias and residual; close to loops.
+    #[test]
+    fn one_row_products_in_pieces_do_not_depend_on_the_threads() {
+        let mut rng = Rng::new(33);
+        for &(k, n) in &[(256usize, 1024usize), (1024, 256), (300, 260), (64, 2000)] {
+            let (x, w) = (rng.vec(k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0));
+            let (bias, res) = (rng.vec(n, -1.0, 1.0), rng.vec(n, -1.0, 1.0));
+            let ins = vec![
+                (0, t(DataType::Float32, &[1, k], &x)),
+                (1, t(DataType::Float32, &[k, n], &w)),
+                (2, t(DataType::Float32, &[n], &bias)),
+                (3, t(DataType::Float32, &[1, n], &res)),
+            ];
+            let fused = || run_op("MatMulAdd", Attributes::new(), &ins)[0].to_f64_vec();
+            let plain = || run_op("MatMul", Attributes::new(), &ins[..2])[0].to_f64_vec();
+            let (one, two) = (team::with_max_threads(1, fused), team::with_max_threads(2, fused));
+            assert_eq!(one, two, "MatMulAdd {k}x{n}");
+            let (one_plain, two_plain) = (team::with_max_threads(1, plain), team::with_max_threads(2, plain));
+            assert_eq!(one_plain, two_plain, "MatMul {k}x{n}");
+            let want = naive(&x, &[1, k], &w, &[k, n]);
+            assert_close(&two_plain, &want, 1e-4);
+            let want: Vec<f64> = want.iter().zip(&bias).zip(&res).map(|((y, b), r)| y + b + r).collect();
+            assert_close(&two, &want, 1e-4);
+        }
     }
 
     /// `ScaledAddMatMulRhsGradInplace` equals `a · w + b · MatMulRhsGrad(g, x, w)` computed

@@ -23,7 +23,7 @@
 
 use std::any::TypeId;
 
-use super::super::par::Simd;
+use super::super::par::{slow_masked_loads, Simd};
 use super::layout::{ConvElem, Geo2};
 use super::{ConvKernel, Cut, Io, Pass, Task};
 
@@ -75,11 +75,12 @@ impl Masked {
     /// has AVX-512 (at most [`MAX_POSITIONS`] positions per plane) or AVX2 +
     /// FMA (forward passes and data gradients of at most
     /// [`MAX_POSITIONS_AVX2`] positions: `vmaskmovps` costs more than the
-    /// blocked kernel's copies elsewhere).
+    /// blocked kernel's copies elsewhere, and everywhere on the CPUs of
+    /// [`slow_masked_loads`]).
     pub(super) fn plan<T: ConvElem>(g: &Geo2, pass: Pass) -> Option<Self> {
         let simd = Simd::best();
         let positions = g.ip().max(g.op());
-        if simd == Simd::Avx2 && (pass == Pass::Weights || positions > MAX_POSITIONS_AVX2) {
+        if simd == Simd::Avx2 && (pass == Pass::Weights || positions > MAX_POSITIONS_AVX2 || slow_masked_loads()) {
             return None;
         }
         Self::plan_for::<T>(g, pass, simd)
