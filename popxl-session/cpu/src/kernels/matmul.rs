@@ -92,6 +92,7 @@ macro_rules! gemm_elem {
     ($($t:ty => $one:expr, $zero:expr, $from:expr $(, $rows:ident)?;)*) => {$(
         impl MatElem for $t {
             $(
+            // Defined where the row loops are (the `$rows` entry point given).
             const ROW_LOOPS: bool = {
                 let _ = stringify!($rows);
                 true

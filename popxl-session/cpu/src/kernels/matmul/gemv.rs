@@ -259,13 +259,17 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn both_layouts_match_the_definition() {
-        let mut seed = 7u64;
-        let mut next = || {
+    /// Values in `-0.5..0.5` from a linear congruential generator seeded by `seed`.
+    fn uniform(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
+        }
+    }
+
+    #[test]
+    fn both_layouts_match_the_definition() {
+        let mut next = uniform(7);
         for &(k, n) in &[(1, 1), (3, 5), (16, 64), (17, 65), (64, 130), (256, 768), (100, 3), (1030, 70), (258, 1100)] {
             let row: Vec<f32> = (0..k).map(|_| next()).collect();
             let rhs: Vec<f32> = (0..k * n).map(|_| next()).collect();
@@ -293,11 +297,7 @@ mod tests {
     /// sums of the pieces run one by one (as the team runs them), added in order.
     #[test]
     fn pieces_sum_as_their_separate_products() {
-        let mut seed = 11u64;
-        let mut next = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
+        let mut next = uniform(11);
         for &(k, n) in &[(256, 1024), (1024, 256), (256, 256), (1030, 70), (258, 1100)] {
             let rows = piece_rows(k, n);
             assert!(
