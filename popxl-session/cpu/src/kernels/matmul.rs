@@ -454,12 +454,12 @@ impl<T: MatElem> MatMulKernel<T> {
         // one row holds `n` elements at column stride `dst_s.1` from job `j`'s
         // offset, this call's alone (contract).
         unsafe {
-            let part = |i: usize| slice(sums.get().add(i * n) as *const T, n);
+            let all = slice(sums.get() as *const T, pieces * n);
             let dst = d.get().add(j.dst);
             for col in 0..n {
-                let mut t = part(0)[col];
+                let mut t = all[col];
                 for i in 1..pieces {
-                    t = t.plus(part(i)[col]);
+                    t = t.plus(all[i * n + col]);
                 }
                 let y = dst.offset(col as isize * p.dst_s.1);
                 *y = if read_dst { alpha.times(*y).plus(beta.times(t)) } else { beta.times(t) };

@@ -47,9 +47,10 @@ pub(crate) fn slots(spec: &KernelSpec<'_>, pieces: usize, words: usize) -> Resul
     Ok(scratch)
 }
 
-/// The one slot the pieces of a kernel share (the Winograd convolutions'
-/// transformed filters, written once per run and read by every piece),
-/// grown to at least `words` words. A kernel locks it before its pieces'
+/// The one slot the pieces of a kernel share (written once per run and read
+/// by every piece, as the Winograd convolutions' transformed filters and
+/// `lanes_wgrad`'s padded batch, or written by the pieces and read after
+/// them, as the sums of a one-row product's pieces of rows), grown to at least `words` words. A kernel locks it before its pieces'
 /// slots, and no kernel holding a piece's slot waits for it.
 pub(crate) fn shared(spec: &KernelSpec<'_>, words: usize) -> Result<Slot, KernelError> {
     static SHARED: Mutex<Option<Slot>> = Mutex::new(None);
