@@ -24,11 +24,13 @@ use super::KernelEntry;
 use crate::kernel::{Kernel, KernelArgs, KernelResult, KernelSpec};
 use crate::team;
 use gemv::RowProduct;
+use packed::Blocking;
 use popart_ir::ops::all as ir;
 use popart_ir::ops::var_update::ScaledAddMatMulAttrs;
 use std::ops::Range;
 
 mod gemv;
+mod packed;
 
 /// Multiply-adds from which one GEMM call is split over the worker team.
 pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
@@ -37,6 +39,13 @@ pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
 /// team: it reads each matrix element once, so splitting its columns splits
 /// the memory traffic, which pays from a smaller size than a GEMM's.
 const GEMV_PAR_MIN: usize = 1 << 15;
+
+/// Rows and columns from which a float32 product runs [`packed::gemm`] on
+/// AVX2 CPUs: below, packing the whole rhs for a few rows, or padding a few
+/// columns to the tile's 16, cost more than `gemm`'s unpacked paths (the
+/// MNIST products of batch 8 measured 0.57x, `[128, 512] @ [512, 10]`
+/// 0.5-0.7x; from 128 rows and columns level or faster).
+const PACKED_MIN: usize = 128;
 
 /// Element types a GEMM can run on.
 pub(crate) trait MatElem: Copy + Send + Sync + 'static {
@@ -86,10 +95,93 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
     unsafe fn row_product(_p: &RowProduct<Self>, _dst: *mut Self, _lhs: *const Self, _rhs: *const Self) -> bool {
         false
     }
+
+    /// Whether this type has the packed AVX2 GEMM ([`packed::gemm`], f32).
+    const PACKED: bool = false;
+
+    /// [`Self::gemm`] through the packed AVX2 GEMM with blocking `bl` and the
+    /// packing buffer `pack` of at least [`Blocking::pack_len`] f32 values,
+    /// then `add`'s bias row (`n` values) and residual (at `dst`'s strides)
+    /// added where not null, if this type has it ([`Self::PACKED`]); false if
+    /// not, and nothing is written.
+    ///
+    /// # Safety
+    /// As [`Self::gemm`]; the CPU runs AVX2 and FMA; the addends are valid for
+    /// their elements; `pack` overlaps nothing else the call touches.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn packed_gemm(
+        _bl: &Blocking,
+        _m: usize,
+        _n: usize,
+        _k: usize,
+        _dst: *mut Self,
+        _dst_s: (isize, isize),
+        _read_dst: bool,
+        _lhs: (*const Self, isize, isize),
+        _rhs: (*const Self, isize, isize),
+        _alpha: Self,
+        _beta: Self,
+        _add: (*const Self, *const Self),
+        _pack: &mut [u64],
+    ) -> bool {
+        false
+    }
+}
+
+/// The `gemm` crate's product with this file's conventions (row strides first).
+///
+/// # Safety
+/// As [`MatElem::gemm`].
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn crate_gemm<T: 'static>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: isize,
+    dst_cs: isize,
+    read_dst: bool,
+    lhs: *const T,
+    lhs_rs: isize,
+    lhs_cs: isize,
+    rhs: *const T,
+    rhs_rs: isize,
+    rhs_cs: isize,
+    alpha: T,
+    beta: T,
+) {
+    // SAFETY: `gemm::gemm` asks what this function's contract guarantees:
+    // pointers valid for the addressed elements, `dst` overlapping no
+    // operand (its strides are given column first).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_cs,
+            dst_rs,
+            read_dst,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            alpha,
+            beta,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
 }
 
 macro_rules! gemm_elem {
-    ($($t:ty => $one:expr, $zero:expr, $from:expr $(, $rows:ident)?;)*) => {$(
+    ($($t:ty => $one:expr, $zero:expr, $from:expr $(, $rows:ident $(, $packed:ident)?)?;)*) => {$(
         impl MatElem for $t {
             $(
             // Defined where the row loops are (the `$rows` entry point given).
@@ -103,6 +195,43 @@ macro_rules! gemm_elem {
                 unsafe { p.run(dst, lhs, rhs) };
                 true
             }
+            $(
+            // Defined where the packed GEMM is (the `$packed` entry point given).
+            const PACKED: bool = {
+                let _ = stringify!($packed);
+                cfg!(target_arch = "x86_64")
+            };
+            #[inline]
+            unsafe fn $packed(
+                bl: &Blocking,
+                m: usize,
+                n: usize,
+                k: usize,
+                dst: *mut Self,
+                dst_s: (isize, isize),
+                read_dst: bool,
+                lhs: (*const Self, isize, isize),
+                rhs: (*const Self, isize, isize),
+                alpha: Self,
+                beta: Self,
+                add: (*const Self, *const Self),
+                pack: &mut [u64],
+            ) -> bool {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    // SAFETY: a `u64` holds two `f32`s, at an alignment `f32` accepts.
+                    let pack = unsafe { std::slice::from_raw_parts_mut(pack.as_mut_ptr() as *mut f32, pack.len() * 2) };
+                    let lhs = packed::Operand { ptr: lhs.0, rs: lhs.1, cs: lhs.2 };
+                    let rhs = packed::Operand { ptr: rhs.0, rs: rhs.1, cs: rhs.2 };
+                    let add = packed::Addends { bias: add.0, residual: add.1 };
+                    // SAFETY: this function's contract is `packed::gemm`'s.
+                    unsafe { packed::gemm(bl, m, n, k, dst, dst_s.0, dst_s.1, read_dst, lhs, rhs, alpha, beta, add, pack) };
+                    true
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                false
+            }
+            )?
             )?
             const ZERO: Self = $zero;
             const ONE: Self = $one;
@@ -126,21 +255,16 @@ macro_rules! gemm_elem {
                 rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
                 alpha: Self, beta: Self,
             ) {
-                // SAFETY: `gemm::gemm` asks what this function's contract guarantees:
-                // pointers valid for the addressed elements, `dst` overlapping no
-                // operand (its strides are given column first).
+                // SAFETY: this function's contract is `crate_gemm`'s.
                 unsafe {
-                    gemm::gemm(
-                        m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
-                        alpha, beta, false, false, false, Parallelism::None,
-                    );
-                }
+                    crate_gemm(m, n, k, dst, dst_rs, dst_cs, read_dst, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, alpha, beta)
+                };
             }
         }
     )*};
 }
 gemm_elem! {
-    f32 => 1.0, 0.0, |v: f64| v as f32, row_product;
+    f32 => 1.0, 0.0, |v: f64| v as f32, row_product, packed_gemm;
     f64 => 1.0, 0.0, |v: f64| v, row_product;
     f16 => f16::ONE, f16::ZERO, f16::from_f64;
 }
@@ -290,6 +414,11 @@ struct MatMulKernel<T> {
     /// they give every thread a block (set where `gemm` runs its AVX-512
     /// microkernels; see [`Self::call_split`]).
     transposed_by_cols: bool,
+    /// The blocking of [`packed::gemm`] where this product runs it (f32 on
+    /// CPUs whose widest tier is AVX2), and the packing buffers of its pieces
+    /// (one scratch slot per thread, grown at build time).
+    packed: Option<Blocking>,
+    packs: Vec<scratch::Slot>,
     _t: Types<T>,
 }
 
@@ -302,7 +431,7 @@ impl<T: MatElem> MatMulKernel<T> {
     unsafe fn call(&self, j: &Job, dst: *mut T, lhs: *const T, rhs: *const T, add: Addends<T>) {
         let p = &self.plan;
         // SAFETY: this function's contract, over all rows and columns.
-        unsafe { self.block(j, dst, lhs, rhs, add, 0..p.m, 0..p.n) };
+        unsafe { self.block(j, dst, lhs, rhs, add, 0..p.m, 0..p.n, 0) };
     }
 
     /// Rows `rows` and columns `cols` of one GEMM call's result (`add`: the
@@ -316,7 +445,8 @@ impl<T: MatElem> MatMulKernel<T> {
     /// `n`-element row vector when `bias_pos` is set and the residual of the
     /// output's layout when `residual_pos` is; `rows` lies in `0..m` and
     /// `cols` in `0..n`; this block of `j`'s result is touched by no one else
-    /// during the call, and the output overlaps no operand.
+    /// during the call, and the output overlaps no operand. `piece` picks the
+    /// packing buffer (any value: pieces sharing one take turns).
     #[inline]
     #[allow(clippy::too_many_arguments)]
     unsafe fn block(
@@ -328,6 +458,7 @@ impl<T: MatElem> MatMulKernel<T> {
         add: Addends<T>,
         rows: Range<usize>,
         cols: Range<usize>,
+        piece: usize,
     ) {
         let p = &self.plan;
         let (r0, c0) = (rows.start as isize, cols.start as isize);
@@ -352,6 +483,23 @@ impl<T: MatElem> MatMulKernel<T> {
             });
             if !row.is_some_and(|row| T::row_product(&row, d, l, r)) {
                 let (m, n, (drs, dcs), (lrs, lcs), (rrs, rcs)) = (rows.len(), cols.len(), p.dst_s, p.lhs_s, p.rhs_s);
+                let done = match (&self.packed, self.packs.get(piece % self.packs.len().max(1))) {
+                    (Some(bl), Some(slot)) => {
+                        // The addends go into the tiles' stores.
+                        let bias = if self.bias_pos.is_some() { add.bias.add(cols.start) } else { std::ptr::null() };
+                        let residual = match self.residual_pos {
+                            Some(_) => add.residual.add(j.dst).offset(r0 * drs + c0 * dcs),
+                            None => std::ptr::null(),
+                        };
+                        let mut pack = slot.lock().unwrap_or_else(|e| e.into_inner());
+                        let (lhs, rhs, add) = ((l, lrs, lcs), (r, rrs, rcs), (bias, residual));
+                        T::packed_gemm(bl, m, n, p.k, d, p.dst_s, read_dst, lhs, rhs, alpha, beta, add, &mut pack)
+                    }
+                    _ => false,
+                };
+                if done {
+                    return;
+                }
                 T::gemm(m, n, p.k, d, drs, dcs, read_dst, l, lrs, lcs, r, rrs, rcs, alpha, beta);
             }
         }
@@ -503,7 +651,7 @@ impl<T: MatElem> MatMulKernel<T> {
             let part = i * block..((i + 1) * block).min(len);
             let (rows, cols) = if by_rows { (part, 0..p.n) } else { (0..p.m, part) };
             // SAFETY: blocks write disjoint parts of the result.
-            unsafe { self.block(j, d.get(), l.get(), r.get(), b, rows, cols) };
+            unsafe { self.block(j, d.get(), l.get(), r.get(), b, rows, cols, i) };
         });
     }
 }
@@ -543,6 +691,17 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let (d, l, r, b) = (SendPtr(dst), SendPtr(lhs as *mut T), SendPtr(rhs as *mut T), add);
         if threads > 1 && self.jobs_independent && p.jobs.len() >= threads && work * p.jobs.len() >= GEMM_PAR_MIN {
             // Many independent products: whole calls per task.
+            if self.packed.is_some() {
+                // One run of calls per thread, each with its packing buffer.
+                let per = p.jobs.len().div_ceil(threads);
+                team::run(p.jobs.len().div_ceil(per), &|t| {
+                    for j in &p.jobs[t * per..((t + 1) * per).min(p.jobs.len())] {
+                        // SAFETY: independent jobs write disjoint output blocks.
+                        unsafe { self.block(j, d.get(), l.get(), r.get(), b, 0..p.m, 0..p.n, t) };
+                    }
+                });
+                return Ok(());
+            }
             par_split(p.jobs.len(), 2, 1, |range| {
                 for j in &p.jobs[range] {
                     // SAFETY: independent jobs write disjoint output blocks.
@@ -775,6 +934,22 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             } else {
                 None
             };
+            // The packed GEMM where `gemm`'s AVX2 microkernels would run
+            // (AVX-512 machines keep `gemm`'s), and where the product is no row.
+            let use_packed = <$t as MatElem>::PACKED
+                && Simd::best() == Simd::Avx2
+                && plan.m.min(plan.n) >= PACKED_MIN
+                && !one_row
+                && !empty
+                && !zero_fill;
+            let (packed, packs) = if use_packed {
+                let bl = Blocking::new(plan.m, plan.n, plan.k);
+                let values = bl.pack_len().ok_or_else(|| spec.error("the matmul is too large"))?;
+                let slots = team::num_threads().max(1);
+                (Some(bl), scratch::slots(spec, slots, values.div_ceil(2))?)
+            } else {
+                (None, Vec::new())
+            };
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
                 bias_pos,
@@ -786,6 +961,8 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 piece_rows,
                 parts,
                 transposed_by_cols: Simd::best() == Simd::Avx512,
+                packed,
+                packs,
                 _t: Types::default(),
             }) as Box<dyn Kernel>)
         }};
@@ -985,6 +1162,56 @@ mod tests {
             assert_close(&two_plain, &want, 1e-4);
             let want: Vec<f64> = want.iter().zip(&bias).zip(&res).map(|((y, b), r)| y + b + r).collect();
             assert_close(&two, &want, 1e-4);
+        }
+    }
+
+    /// Products large enough for the packed GEMM on AVX2 CPUs (from
+    /// [`super::PACKED_MIN`] rows and columns; `gemm`'s elsewhere): the forward
+    /// with its bias and residual, both gradients (operands read transposed),
+    /// the fused weight update and a batched rhs (independent calls per
+    /// thread) match loops, and give the same bits on one thread and two.
+    #[test]
+    fn large_products_match_loops_on_any_threads() {
+        let mut rng = Rng::new(41);
+        for &(bs, m, k, n) in &[(2usize, 130usize, 300usize, 130usize), (1, 257, 64, 200), (1, 130, 700, 131)] {
+            let (x, w) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0));
+            let (bias, res, g) =
+                (rng.vec(n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
+            let f32s = |shape: &[usize], v: &[f64]| t(DataType::Float32, shape, v);
+            let fwd = vec![
+                (0, f32s(&[bs * m, k], &x)),
+                (1, f32s(&[k, n], &w)),
+                (2, f32s(&[n], &bias)),
+                (3, f32s(&[bs * m, n], &res)),
+            ];
+            let grads = vec![(0, f32s(&[bs * m, n], &g)), (1, f32s(&[bs * m, k], &x)), (2, f32s(&[k, n], &w))];
+            let y = naive(&x, &[bs * m, k], &w, &[k, n]);
+            let want_fwd: Vec<f64> = y.iter().enumerate().map(|(e, y)| y + bias[e % n] + res[e]).collect();
+            // dX = g @ wᵀ, dW = xᵀ @ g.
+            let wt: Vec<f64> = (0..n * k).map(|e| w[(e % k) * n + e / k]).collect();
+            let xt: Vec<f64> = (0..k * bs * m).map(|e| x[(e % (bs * m)) * k + e / (bs * m)]).collect();
+            let want_dx = naive(&g, &[bs * m, n], &wt, &[n, k]);
+            let want_dw = naive(&xt, &[k, bs * m], &g, &[bs * m, n]);
+            let (a, b) = (0.5, -0.25);
+            let want_up: Vec<f64> = w.iter().zip(&want_dw).map(|(w, d)| a * w + b * d).collect();
+            let up = ScaledAddMatMulAttrs { a, b }.to_attrs();
+            // A batched rhs: `[bs, m, k] @ [bs, k, n]`, one call per batch.
+            let wb: Vec<f64> = (0..bs).flat_map(|_| w.iter().copied()).collect();
+            let batched = vec![(0, f32s(&[bs, m, k], &x)), (1, f32s(&[bs, k, n], &wb))];
+            let cases: Vec<(&str, Attributes, &[(u32, HostTensor)], &[f64])> = vec![
+                ("MatMulAdd", Attributes::new(), &fwd, &want_fwd),
+                ("MatMul", Attributes::new(), &fwd[..2], &y),
+                ("MatMulLhsGrad", Attributes::new(), &grads, &want_dx),
+                ("MatMulRhsGrad", Attributes::new(), &grads, &want_dw),
+                ("ScaledAddMatMulRhsGradInplace", up, &grads, &want_up),
+                ("MatMul", Attributes::new(), &batched, &y),
+            ];
+            for (op, attrs, ins, want) in cases {
+                let run = || run_op(op, attrs.clone(), ins)[0].to_f64_vec();
+                let (one, two) = (team::with_max_threads(1, run), team::with_max_threads(2, run));
+                assert_eq!(one, two, "{op} {bs}x{m}x{k}x{n}: one thread and two differ");
+                assert_close(&two, want, 1e-4 * (k.max(bs * m) as f64).sqrt());
+            }
         }
     }
 

@@ -95,6 +95,7 @@ mod scratch;
 mod shape;
 mod sort;
 mod spec;
+mod tile;
 mod unary;
 mod var_update;
 

@@ -30,11 +30,11 @@ use std::any::TypeId;
 
 use super::super::par::Simd;
 use super::data_forward::forward_geometry;
-#[cfg(target_arch = "x86_64")]
-use super::gemm::tile;
-use super::gemm::{MR, NR};
 use super::layout::{ConvElem, Geo2};
 use super::{ConvKernel, Cut, Io, Pass, PlanCx, Task};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::tile::tile;
+use crate::kernels::tile::{MR, NR};
 
 /// Steps of `k` per packed block, rounded to whole input channels (a
 /// 16-column panel of them is 16 KiB, half the level-1 cache).

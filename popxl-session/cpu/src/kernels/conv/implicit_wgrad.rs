@@ -15,12 +15,12 @@
 //! few, blocks of input channels; each weight is summed in an order fixed at
 //! build time, whatever the thread count.
 
-#[cfg(target_arch = "x86_64")]
-use super::gemm::tile;
-use super::gemm::{MR, NR};
 use super::implicit::Implicit;
 use super::layout::ConvElem;
 use super::{ConvKernel, Cut, Io, PlanCx, Task};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::tile::tile;
+use crate::kernels::tile::{MR, NR};
 
 /// Positions per packed block, at most.
 const NCW: usize = 256;

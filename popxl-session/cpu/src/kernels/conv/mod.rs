@@ -90,7 +90,6 @@ mod direct2d;
 mod direct2d_avx2;
 mod direct3d;
 mod dot;
-mod gemm;
 mod im2col;
 mod implicit;
 mod implicit_wgrad;
