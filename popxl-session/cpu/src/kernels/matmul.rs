@@ -129,57 +129,6 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
     }
 }
 
-/// The `gemm` crate's product with this file's conventions (row strides first).
-///
-/// # Safety
-/// As [`MatElem::gemm`].
-#[allow(clippy::too_many_arguments)]
-#[inline]
-unsafe fn crate_gemm<T: 'static>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut T,
-    dst_rs: isize,
-    dst_cs: isize,
-    read_dst: bool,
-    lhs: *const T,
-    lhs_rs: isize,
-    lhs_cs: isize,
-    rhs: *const T,
-    rhs_rs: isize,
-    rhs_cs: isize,
-    alpha: T,
-    beta: T,
-) {
-    // SAFETY: `gemm::gemm` asks what this function's contract guarantees:
-    // pointers valid for the addressed elements, `dst` overlapping no
-    // operand (its strides are given column first).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            dst_cs,
-            dst_rs,
-            read_dst,
-            lhs,
-            lhs_cs,
-            lhs_rs,
-            rhs,
-            rhs_cs,
-            rhs_rs,
-            alpha,
-            beta,
-            false,
-            false,
-            false,
-            Parallelism::None,
-        );
-    }
-}
-
 macro_rules! gemm_elem {
     ($($t:ty => $one:expr, $zero:expr, $from:expr $(, $rows:ident $(, $packed:ident)?)?;)*) => {$(
         impl MatElem for $t {
@@ -255,10 +204,15 @@ macro_rules! gemm_elem {
                 rhs: *const Self, rhs_rs: isize, rhs_cs: isize,
                 alpha: Self, beta: Self,
             ) {
-                // SAFETY: this function's contract is `crate_gemm`'s.
+                // SAFETY: `gemm::gemm` asks what this function's contract guarantees:
+                // pointers valid for the addressed elements, `dst` overlapping no
+                // operand (its strides are given column first).
                 unsafe {
-                    crate_gemm(m, n, k, dst, dst_rs, dst_cs, read_dst, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, alpha, beta)
-                };
+                    gemm::gemm(
+                        m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs,
+                        alpha, beta, false, false, false, Parallelism::None,
+                    );
+                }
             }
         }
     )*};
@@ -1198,7 +1152,9 @@ mod tests {
             // A batched rhs: `[bs, m, k] @ [bs, k, n]`, one call per batch.
             let wb: Vec<f64> = (0..bs).flat_map(|_| w.iter().copied()).collect();
             let batched = vec![(0, f32s(&[bs, m, k], &x)), (1, f32s(&[bs, k, n], &wb))];
-            let cases: Vec<(&str, Attributes, &[(u32, HostTensor)], &[f64])> = vec![
+            /// An op, its attributes, its inputs and the values it should give.
+            type Case<'a> = (&'a str, Attributes, &'a [(u32, HostTensor)], &'a [f64]);
+            let cases: Vec<Case<'_>> = vec![
                 ("MatMulAdd", Attributes::new(), &fwd, &want_fwd),
                 ("MatMul", Attributes::new(), &fwd[..2], &y),
                 ("MatMulLhsGrad", Attributes::new(), &grads, &want_dx),

@@ -234,16 +234,9 @@ unsafe fn pack_a(mb: usize, kb: usize, a: Operand, r0: usize, c0: usize, out: *m
     if a.rs == 1 {
         // Columns contiguous (a transposed operand): each column's `mb` values
         // read in memory order, six to a panel.
-        for p in 0..kb {
-            // SAFETY: column `c0 + p`, rows `r0 .. r0 + full` of the lhs; step `p`
-            // of each full panel inside `out` (contract).
-            unsafe {
-                let col = a.at(r0, c0 + p);
-                for q in 0..full / MR {
-                    std::ptr::copy_nonoverlapping(col.add(q * MR), out.add(q * MR * kb + p * MR), MR);
-                }
-            }
-        }
+        // SAFETY: column `c0 + p`'s rows `r0 .. r0 + full` lie inside the lhs
+        // (contract).
+        unsafe { pack_lines::<MR>(kb, full, |p| a.at(r0, c0 + p), out) };
         if full == mb {
             return;
         }
@@ -275,6 +268,25 @@ unsafe fn pack_a(mb: usize, kb: usize, a: Operand, r0: usize, c0: usize, out: *m
                     }
                 }
             }
+        }
+    }
+}
+
+/// Steps `0..kb` of the `full / W` full panels of width `W` from a source
+/// whose step `p` holds the panels' values in order, contiguous from
+/// `line(p)`: each line read once in memory order.
+///
+/// # Safety
+/// `line(p)` is valid for `full` reads for every `p < kb`; `out` holds
+/// `full × kb` values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pack_lines<const W: usize>(kb: usize, full: usize, line: impl Fn(usize) -> *const f32, out: *mut f32) {
+    for p in 0..kb {
+        let src = line(p);
+        for q in 0..full / W {
+            // SAFETY: `W` values of line `p` and step `p` of panel `q` (contract).
+            unsafe { std::ptr::copy_nonoverlapping(src.add(q * W), out.add(q * W * kb + p * W), W) };
         }
     }
 }
@@ -317,16 +329,9 @@ unsafe fn pack_b(kb: usize, nb: usize, b: Operand, r0: usize, c0: usize, out: *m
         // Rows contiguous: each row's `nb` values read in memory order, 16 to a
         // panel (reading a panel's rows one after another would touch a page
         // per row of a wide matrix).
-        for p in 0..kb {
-            // SAFETY: row `r0 + p`, columns `c0 .. c0 + full` of the rhs; step `p`
-            // of each full panel inside `out` (contract).
-            unsafe {
-                let row = b.at(r0 + p, c0);
-                for q in 0..full / NR {
-                    std::ptr::copy_nonoverlapping(row.add(q * NR), out.add(q * NR * kb + p * NR), NR);
-                }
-            }
-        }
+        // SAFETY: row `r0 + p`'s columns `c0 .. c0 + full` lie inside the rhs
+        // (contract).
+        unsafe { pack_lines::<NR>(kb, full, |p| b.at(r0 + p, c0), out) };
         if full == nb {
             return;
         }
