@@ -3,7 +3,7 @@
 //! buffers.
 //!
 //! ```text
-//! cargo run --release -p popxl-cpu --example kernel_bench -- [--suite mnist|ops|gpt] [--threads 1,2] [--only gelu] [--numpy]
+//! cargo run --release -p popxl-cpu --example kernel_bench -- [--suite mnist|ops|gpt] [--threads 1,2] [--only gelu] [--cold] [--numpy]
 //! ```
 //!
 //! - `--suite mnist` (default): the kernels of one MNIST training step at the
@@ -17,6 +17,9 @@
 //!   matmuls (forward and both gradients of the qkv, fc and fc2 projections),
 //!   the attention, gelu and the bias gradients.
 //! - `--only TEXT` keeps the kernels whose label contains TEXT.
+//! - `--cold`: before each timed call, 64 MiB of another buffer is written
+//!   (untimed), so the call finds its operands out of the caches, as a
+//!   training step's kernels mostly do.
 //!
 //! Prints one JSON line per (threads, kernel) with the median of the calls.
 
@@ -56,7 +59,10 @@ struct Row {
     bytes: usize,
 }
 
-fn run_case(c: &Case, threads: usize, calls: usize) -> Row {
+/// Bytes written between calls under `--cold` (twice a 32 MiB level 3).
+const EVICT_BYTES: usize = 64 << 20;
+
+fn run_case(c: &Case, threads: usize, calls: usize, cold: bool) -> Row {
     let spec = KernelSpec {
         def: popart_ir::lookup_op(c.op).unwrap_or_else(|e| panic!("{}: {e}", c.label)),
         attrs: &c.attrs,
@@ -90,8 +96,11 @@ fn run_case(c: &Case, threads: usize, calls: usize) -> Row {
         // SAFETY: buffers match the spec's infos; only declared aliases overlap.
         let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
         run();
+        let mut evict = if cold { vec![0u64; EVICT_BYTES / 8] } else { Vec::new() };
         (0..calls)
-            .map(|_| {
+            .map(|i| {
+                evict.iter_mut().for_each(|w| *w = w.wrapping_add(i as u64));
+                std::hint::black_box(&mut evict);
                 let t0 = Instant::now();
                 run();
                 t0.elapsed().as_secs_f64() * 1e6
@@ -137,11 +146,12 @@ fn numpy_times(n: usize, only: &str) -> HashMap<String, f64> {
 
 fn main() {
     let (mut threads, mut batch, mut hidden, mut elements) = (vec![1, 2], 128, 512, 1 << 20);
-    let (mut only, mut suite, mut numpy) = (String::new(), "mnist".to_string(), false);
+    let (mut only, mut suite, mut numpy, mut cold) = (String::new(), "mnist".to_string(), false, false);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        if flag == "--numpy" {
-            numpy = true;
+        if flag == "--numpy" || flag == "--cold" {
+            numpy |= flag == "--numpy";
+            cold |= flag == "--cold";
             continue;
         }
         let value = args.next().unwrap_or_default();
@@ -165,7 +175,7 @@ fn main() {
     let mut ours: HashMap<(usize, String), Row> = HashMap::new();
     for &t in &threads {
         for c in &cases {
-            let row = run_case(c, t, calls);
+            let row = run_case(c, t, calls, cold);
             println!(
                 "{{\"bench\": \"popxl_cpu_kernel\", \"threads\": {t}, \"kernel\": \"{}\", \"op\": \"{}\", \"us_median\": {:.1}, \"gb_per_s\": {:.2}}}",
                 c.label,

@@ -56,6 +56,21 @@ enum Instr {
     View {
         view: u32,
     },
+    /// Before a kernel writing an update in place ([`places`]): points its
+    /// output and the readers at the block of `places[place]` this run.
+    Place {
+        place: u32,
+    },
+    /// A dynamic update written in place ([`places`]): its copy kernel,
+    /// skipped when `places[place]`'s producer wrote the block this run.
+    Placed {
+        place: u32,
+        kernel: u32,
+        inputs: u32,
+        n_inputs: u32,
+        outputs: u32,
+        n_outputs: u32,
+    },
     Call {
         block: u32,
     },
@@ -205,6 +220,9 @@ pub struct CpuExecutor {
     out_ptrs: Vec<*mut u8>,
     /// Dynamic slices read in place (their readers' `in_ptrs` set at run time).
     views: Vec<views::View>,
+    /// Dynamic updates written in place (their producers' `out_ptrs` and
+    /// readers' `in_ptrs` set at run time).
+    places: Vec<places::Place>,
     constants: Vec<Vec<u8>>,
     streams: Vec<StreamSlot>,
     stream_bytes: Vec<usize>,
@@ -298,6 +316,7 @@ struct Compiler<'e> {
     /// References to each buffer and function anywhere in the executable.
     refs: views::Refs,
     views: Vec<views::View>,
+    places: Vec<places::Place>,
     /// The buffer of each input pointer (to find the views' readers once all is compiled).
     in_bufs: Vec<popart_lower::BufferId>,
 }
@@ -414,12 +433,72 @@ impl Compiler<'_> {
         Ok(())
     }
 
+    /// The place of update `update` (`plan`), its producer `k` compiled with
+    /// its outputs from position `outputs` and its inputs from `first_input`.
+    fn place(
+        &self,
+        k: &popart_lower::KernelCall,
+        update: &Program,
+        plan: places::PlacePlan,
+        outputs: u32,
+        first_input: u32,
+    ) -> Result<places::Place, CpuError> {
+        let Program::Execute(u) = update else { return Err(internal("a place's update is no kernel".into())) };
+        let arg = |args: &[popart_lower::Arg], i: u32| {
+            args.iter()
+                .find(|a| a.index == i)
+                .cloned()
+                .ok_or_else(|| internal(format!("`{}` lacks an argument", u.name)))
+        };
+        let (stash, index, x) = (arg(&u.inputs, 0)?, arg(&u.inputs, 1)?, arg(&u.inputs, 2)?);
+        let at =
+            k.outputs.iter().position(|o| o.index == plan.output).ok_or_else(|| internal("no placed output".into()))?;
+        let sb = self.exe.buffer(stash.buffer);
+        Ok(places::Place {
+            stash: self.ptr_for(stash.buffer, stash.info.nbytes())?,
+            index: self.ptr_for(index.buffer, index.info.nbytes())?,
+            own: self.ptr_for(x.buffer, x.info.nbytes())?,
+            buffer: x.buffer,
+            stash_span: (sb.offset, sb.offset + sb.size),
+            block: plan.block,
+            out_slot: outputs + at as u32,
+            in_range: (first_input, first_input),
+            slots: Vec::new(),
+            enabled: true,
+            placed: false,
+        })
+    }
+
     fn emit(&mut self, p: &Program, out: &mut Vec<Instr>) -> Result<(), CpuError> {
         match p {
             Program::Sequence(v) => {
+                // Updates written in place, by update position: (place index, plan).
+                let plans: Vec<(usize, places::PlacePlan)> =
+                    (0..v.len()).filter_map(|at| Some((at, places::plan(self.exe, &self.refs, v, at)?))).collect();
+                let mut place_of = vec![None; v.len()];
                 for (i, c) in v.iter().enumerate() {
+                    let producing: Vec<&(usize, places::PlacePlan)> =
+                        plans.iter().filter(|(_, p)| p.producer == i).collect();
                     match (c, views::plan(self.exe, &self.refs, v, i)) {
                         (Program::Execute(k), Some(plan)) => self.emit_view(k, plan, out)?,
+                        (Program::Execute(k), None) if !producing.is_empty() => {
+                            let first_input = self.in_ptrs.len() as u32;
+                            let (kernel, inputs, n_inputs, outputs, n_outputs) = self.compile_kernel(k)?;
+                            for &&(at, plan) in &producing {
+                                place_of[at] = Some(self.places.len() as u32);
+                                out.push(Instr::Place { place: self.places.len() as u32 });
+                                self.places.push(self.place(k, &v[at], plan, outputs, first_input)?);
+                            }
+                            out.push(Instr::Kernel { kernel, inputs, n_inputs, outputs, n_outputs });
+                        }
+                        (Program::Execute(k), None) if place_of[i].is_some() => {
+                            let place = place_of[i].unwrap_or_default();
+                            let (kernel, inputs, n_inputs, outputs, n_outputs) = self.compile_kernel(k)?;
+                            if let Some(p) = self.places.get_mut(place as usize) {
+                                p.in_range.1 = self.in_ptrs.len() as u32;
+                            }
+                            out.push(Instr::Placed { place, kernel, inputs, n_inputs, outputs, n_outputs });
+                        }
                         _ => self.emit(c, out)?,
                     }
                 }
@@ -614,6 +693,7 @@ impl CpuExecutor {
             out_ptrs: Vec::new(),
             refs: views::count_refs(exe),
             views: Vec::new(),
+            places: Vec::new(),
             in_bufs: Vec::new(),
         };
         // Reserve a block per function first so calls can refer to any of them.
@@ -642,7 +722,20 @@ impl CpuExecutor {
             for v in c.views.iter_mut().filter(|v| v.buffer == *b) {
                 v.slots.push(slot as u32);
             }
+            for p in c.places.iter_mut().filter(|p| p.buffer == *b) {
+                p.slots.push(slot as u32);
+            }
         }
+        // A slice of a stash read in place while its block is being written early.
+        let view_spans: Vec<(Vec<u32>, (usize, usize))> = c
+            .views
+            .iter()
+            .map(|v| {
+                let lo = v.src as usize - base as usize;
+                (v.slots.clone(), (lo, lo + (v.plan.dim.max(0) as usize).saturating_mul(v.plan.step_bytes)))
+            })
+            .collect();
+        places::disable_overlapping_views(&mut c.places, &view_spans);
         let used_streams = entry.map(|b| Self::streams_of(&c.blocks, b));
         if exe.memory.permanent_bytes > arena_bytes {
             return Err(internal(format!(
@@ -666,6 +759,7 @@ impl CpuExecutor {
             in_ptrs: c.in_ptrs,
             out_ptrs: c.out_ptrs,
             views: c.views,
+            places: c.places,
             constants,
             streams: vec![StreamSlot::UNBOUND; exe.streams.len()],
             stream_bytes: exe.streams.iter().map(|s| s.info.nbytes()).collect(),
@@ -697,6 +791,13 @@ impl CpuExecutor {
     /// sliced tensor at run time, no copy; see the `views` module).
     pub fn num_views(&self) -> usize {
         self.views.len()
+    }
+
+    /// Number of dynamic updates written in place (their producers write the
+    /// block, no copy; see the `places` module), of which `.1` can be taken
+    /// (the others always copy).
+    pub fn num_places(&self) -> (usize, usize) {
+        (self.places.len(), self.places.iter().filter(|p| p.enabled).count())
     }
 
     /// Work counters since creation.
@@ -898,6 +999,27 @@ impl CpuExecutor {
                         self.in_ptrs[slot as usize] = at;
                     }
                 }
+                Instr::Place { place } => {
+                    let p = &self.places[place as usize];
+                    // SAFETY: the place's pointers were compiled from its update's
+                    // arguments (`Compiler::place`).
+                    let (at, placed) = match unsafe { p.resolve() } {
+                        Some(block) => (block, true),
+                        None => (p.own, false),
+                    };
+                    self.out_ptrs[p.out_slot as usize] = at;
+                    for &slot in &self.places[place as usize].slots {
+                        self.in_ptrs[slot as usize] = at;
+                    }
+                    self.places[place as usize].placed = placed;
+                }
+                Instr::Placed { place, kernel, inputs, n_inputs, outputs, n_outputs } => {
+                    if self.places[place as usize].placed {
+                        self.counters.kernels += 1;
+                    } else {
+                        self.run_kernel(kernel, inputs, n_inputs, outputs, n_outputs)?;
+                    }
+                }
                 Instr::Copy { src, dst, len } => {
                     // SAFETY: distinct buffers (checked at compile time), both holding
                     // `len` bytes within the arena (`ptr_for`).
@@ -997,7 +1119,7 @@ fn kernels_in(blocks: &[Vec<Instr>], block: u32, depth: usize) -> u64 {
     blocks.get(block as usize).map_or(0, |instrs| {
         instrs.iter().fold(0u64, |n, i| {
             n.saturating_add(match *i {
-                Instr::Kernel { .. } | Instr::View { .. } => 1,
+                Instr::Kernel { .. } | Instr::View { .. } | Instr::Placed { .. } => 1,
                 Instr::Call { block } => count(block),
                 Instr::Repeat { count: times, block } => times.saturating_mul(count(block)),
                 Instr::If { then_block, else_block, .. } => count(then_block).max(count(else_block)),
@@ -1015,6 +1137,7 @@ fn oom(requested: usize, what: &str) -> CpuError {
 mod error;
 pub use error::{BindError, ExecError};
 mod arena;
+mod places;
 mod remote;
 mod snapshot;
 mod streams;

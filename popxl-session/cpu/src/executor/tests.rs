@@ -307,3 +307,99 @@ fn a_slice_another_op_writes_is_copied() {
     let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
     assert_eq!(CpuExecutor::new(&exe, &real).unwrap().num_views(), 0);
 }
+
+/// main: x = a + a (a [1, 16] = 0..16), st = dynamic_update_inplace(zeros
+/// [4, 16], idx, x), y = x + x read after the update: `x` is written straight
+/// into the row of `st` when the offset is in range.
+fn update_ir() -> Ir {
+    use popart_ir::ops::grad::InitAttrs;
+    use popart_ir::ops::indexing::DynamicSliceAttrs;
+    let mut ir = Ir::new();
+    let main = ir.main_graph_id();
+    let a_info = TensorInfo::new(DataType::Float32, [1, 16]);
+    let a: Vec<f32> = (0..16).map(|j| j as f32).collect();
+    let a = ir
+        .main_graph_mut()
+        .add_tensor("a", a_info.clone(), TensorKind::Constant(HostTensor { info: a_info.clone(), bytes: bytes(&a) }))
+        .unwrap();
+    let g = ir.main_graph_mut();
+    g.add_tensor("idx", TensorInfo::new(DataType::Int32, [1]), TensorKind::Stream(StreamDirection::HostToDevice))
+        .unwrap();
+    let st_info = TensorInfo::new(DataType::Float32, [4, 16]);
+    g.add_tensor("st", st_info, TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    g.add_tensor("y", a_info, TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    let init = InitAttrs { shape: vec![4, 16], dtype: DataType::Float32, init_type: None }.to_attrs();
+    let z_op = ir.create_op(main, "Init", init, &[], "zeros").unwrap();
+    let z = ir.main_graph().op(z_op).unwrap().output(0).unwrap();
+    let l = ir.create_op(main, "HostLoad", stream_attrs("idx"), &[], "load").unwrap();
+    let idx = ir.main_graph().op(l).unwrap().output(0).unwrap();
+    let x_op = ir.create_op(main, "Add", Attributes::new(), &[(0, a), (1, a)], "x").unwrap();
+    let x = ir.main_graph().op(x_op).unwrap().output(0).unwrap();
+    let attrs = DynamicSliceAttrs { axes: vec![0], sizes: vec![1], no_overlap: false }.to_attrs();
+    let u = ir.create_op(main, "DynamicUpdateInplace", attrs, &[(0, z), (1, idx), (2, x)], "update").unwrap();
+    let st = ir.main_graph().op(u).unwrap().output(0).unwrap();
+    let y_op = ir.create_op(main, "Add", Attributes::new(), &[(0, x), (1, x)], "y").unwrap();
+    let y = ir.main_graph().op(y_op).unwrap().output(0).unwrap();
+    // The zeros first, the reader after the update and before the stash is
+    // stored (as a repeat's body runs).
+    ir.main_graph_mut().add_topo_con(z_op, x_op).unwrap();
+    ir.main_graph_mut().add_topo_con(u, y_op).unwrap();
+    let store = ir.create_op(main, "HostStore", stream_attrs("st"), &[(0, st)], "store_st").unwrap();
+    ir.main_graph_mut().add_topo_con(y_op, store).unwrap();
+    ir.create_op(main, "HostStore", stream_attrs("y"), &[(0, y)], "store_y").unwrap();
+    ir.verify().unwrap();
+    ir
+}
+
+#[test]
+fn dynamic_updates_are_written_in_place_with_the_kernels_values() {
+    let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
+    let exe = popart_lower::lower(&update_ir()).unwrap();
+    let mut ex = CpuExecutor::new(&exe, &real).unwrap();
+    assert_eq!(ex.num_places(), (1, 1), "the update is written in place");
+    ex.run(EngineProgram::Init).unwrap();
+    // In range (in place), out of range (popops: row 0, the copy), in place again.
+    for at in [1i32, 3, 7, -1, 2] {
+        let mut idx = at.to_le_bytes().to_vec();
+        let (mut st, mut y) = (vec![0u8; 4 * 64], vec![0u8; 64]);
+        // SAFETY: the buffers hold one element each and outlive the run.
+        unsafe {
+            ex.bind_stream(StreamId(0), idx.as_mut_ptr(), 4, 1).unwrap();
+            ex.bind_stream(StreamId(1), st.as_mut_ptr(), st.len(), 1).unwrap();
+            ex.bind_stream(StreamId(2), y.as_mut_ptr(), y.len(), 1).unwrap();
+        }
+        ex.run(EngineProgram::Main).unwrap();
+        ex.unbind_streams();
+        let row = if (0..4).contains(&at) { at as usize } else { 0 };
+        let want: Vec<f32> = (0..64).map(|e| if e / 16 == row { 2.0 * (e % 16) as f32 } else { 0.0 }).collect();
+        assert_eq!(floats(&st), want, "the stash at {at}");
+        assert_eq!(floats(&y), (0..16).map(|j| 4.0 * j as f32).collect::<Vec<_>>(), "the reader at {at}");
+    }
+}
+
+#[test]
+fn an_update_whose_stash_is_read_before_it_copies() {
+    // The stash read between the producer and the update: writing the block
+    // early would change what that reader sees.
+    let mut ir = update_ir();
+    let main = ir.main_graph_id();
+    let g = ir.main_graph();
+    let find = |name: &str| g.ops().find(|o| o.name == name).unwrap().id;
+    let (x_op, u_op, y_op) = (find("x"), find("update"), find("y"));
+    let z = g.op(u_op).unwrap().input(0).unwrap();
+    let r = ir.create_op(main, "Add", Attributes::new(), &[(0, z), (1, z)], "reads_stash").unwrap();
+    ir.main_graph_mut().add_topo_con(x_op, r).unwrap();
+    ir.main_graph_mut().add_topo_con(r, u_op).unwrap();
+    let s = ir.main_graph().op(r).unwrap().output(0).unwrap();
+    ir.main_graph_mut()
+        .add_tensor("s", TensorInfo::new(DataType::Float32, [4, 16]), TensorKind::Stream(StreamDirection::DeviceToHost))
+        .unwrap();
+    let store = ir.create_op(main, "HostStore", stream_attrs("s"), &[(0, s)], "store_s").unwrap();
+    // Only that reader between the producer and the update, only kernels up
+    // to `x`'s last reader (the store after it): the read alone stops it.
+    ir.main_graph_mut().add_topo_con(y_op, store).unwrap();
+    ir.verify().unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
+    assert_eq!(CpuExecutor::new(&exe, &real).unwrap().num_places().0, 0);
+}

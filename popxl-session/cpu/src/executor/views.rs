@@ -233,23 +233,33 @@ impl View {
     /// `index` points to one element of `plan.index`'s type and `src` to the
     /// input, `plan.dim` steps of `plan.step_bytes` (as compiled).
     pub unsafe fn resolve(&self) -> Option<*const u8> {
-        // SAFETY: one offset element (this function's contract); unaligned
-        // reads, whatever the arena offset.
-        let v: i64 = unsafe {
-            match self.plan.index {
-                DataType::Int8 => i64::from(self.index.cast::<i8>().read_unaligned()),
-                DataType::Int16 => i64::from(self.index.cast::<i16>().read_unaligned()),
-                DataType::Int32 => i64::from(self.index.cast::<i32>().read_unaligned()),
-                DataType::Int64 => self.index.cast::<i64>().read_unaligned(),
-                DataType::Uint8 => i64::from(self.index.cast::<u8>().read_unaligned()),
-                DataType::Uint16 => i64::from(self.index.cast::<u16>().read_unaligned()),
-                DataType::Uint32 => i64::from(self.index.cast::<u32>().read_unaligned()),
-                DataType::Uint64 => i64::try_from(self.index.cast::<u64>().read_unaligned()).unwrap_or(-1),
-                _ => return None,
-            }
-        };
+        // SAFETY: this function's contract.
+        let v = unsafe { read_index(self.index, self.plan.index) }?;
         let fits = v >= 0 && v <= self.plan.dim - self.plan.size;
         // SAFETY: `v + size <= dim`: the block lies within the input.
         fits.then(|| unsafe { self.src.add(v as usize * self.plan.step_bytes) })
+    }
+}
+
+/// The offset element at `index`, of type `dtype` (an integer type; `None`
+/// for any other, or a `u64` past `i64::MAX`).
+///
+/// # Safety
+/// `index` points to one element of `dtype`.
+pub(super) unsafe fn read_index(index: *const u8, dtype: DataType) -> Option<i64> {
+    // SAFETY: one offset element (this function's contract); unaligned reads,
+    // whatever the arena offset.
+    unsafe {
+        Some(match dtype {
+            DataType::Int8 => i64::from(index.cast::<i8>().read_unaligned()),
+            DataType::Int16 => i64::from(index.cast::<i16>().read_unaligned()),
+            DataType::Int32 => i64::from(index.cast::<i32>().read_unaligned()),
+            DataType::Int64 => index.cast::<i64>().read_unaligned(),
+            DataType::Uint8 => i64::from(index.cast::<u8>().read_unaligned()),
+            DataType::Uint16 => i64::from(index.cast::<u16>().read_unaligned()),
+            DataType::Uint32 => i64::from(index.cast::<u32>().read_unaligned()),
+            DataType::Uint64 => i64::try_from(index.cast::<u64>().read_unaligned()).unwrap_or(-1),
+            _ => return None,
+        })
     }
 }
