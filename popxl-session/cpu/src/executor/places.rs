@@ -26,11 +26,10 @@
 //! refuses, as its attributes say) leaves the producer writing `x` and runs
 //! the copy: values and errors are the kernel's in every case.
 
-use popart_ir::ops::indexing::{dynamic_slices, DynamicSliceAttrs};
-use popart_ir::{OpAttrs, OpDefId};
-use popart_lower::{BufferId, BufferKind, Executable, KernelCall, Program};
+use popart_ir::OpDefId;
+use popart_lower::{BufferId, BufferKind, Executable, Program};
 
-use super::views::{self, Refs};
+use super::views::{self, arg, Refs};
 
 /// An update that can be written in place: what [`plan`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,20 +51,8 @@ pub(super) fn plan(exe: &Executable, refs: &Refs, seq: &[Program], at: usize) ->
         return None;
     }
     let (stash, idx, x) = (arg(k, 0, true)?, arg(k, 1, true)?, arg(k, 2, true)?);
-    let a = DynamicSliceAttrs::from_attrs(&k.attrs).ok()?;
-    let dims = &stash.info.shape;
-    let slices = dynamic_slices(dims, &a.axes, &a.sizes).ok()?;
-    let &[(axis, size)] = slices.as_slice() else { return None };
-    if dims[..axis].iter().any(|&d| d != 1) || idx.info.nelms() != 1 || stash.info.dtype != x.info.dtype {
-        return None;
-    }
-    let index = idx.info.dtype;
-    if !index.is_int() {
-        return None;
-    }
-    let inner: usize = dims[axis + 1..].iter().product();
-    let step_bytes = inner.checked_mul(stash.info.dtype.size_bytes())?;
-    if step_bytes % 64 != 0 || step_bytes.checked_mul(size)? != x.info.nbytes() {
+    let block = views::block(k, stash, idx, x)?;
+    if block.step_bytes.checked_mul(usize::try_from(block.size).ok()?)? != x.info.nbytes() {
         return None;
     }
     let xb = exe.buffers.get(x.buffer.index())?;
@@ -116,21 +103,7 @@ pub(super) fn plan(exe: &Executable, refs: &Refs, seq: &[Program], at: usize) ->
             seen += reads;
         }
     }
-    (seen == total).then_some(PlacePlan {
-        producer,
-        output,
-        block: views::ViewPlan {
-            dim: i64::try_from(dims[axis]).ok()?,
-            size: i64::try_from(size).ok()?,
-            step_bytes,
-            index,
-        },
-    })
-}
-
-/// Argument `index` of `k` (an input if `input`).
-fn arg(k: &KernelCall, index: u32, input: bool) -> Option<&popart_lower::Arg> {
-    (if input { &k.inputs } else { &k.outputs }).iter().find(|a| a.index == index)
+    (seen == total).then_some(PlacePlan { producer, output, block })
 }
 
 /// A compiled update written in place: see the module.

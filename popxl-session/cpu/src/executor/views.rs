@@ -109,33 +109,7 @@ pub(super) fn plan(exe: &Executable, refs: &Refs, seq: &[Program], at: usize) ->
         return None;
     }
     let (src, idx, out) = (arg(k, 0, true)?, arg(k, 1, true)?, arg(k, 0, false)?);
-    let a = DynamicSliceAttrs::from_attrs(&k.attrs).ok()?;
-    let dims = &src.info.shape;
-    let slices = dynamic_slices(dims, &a.axes, &a.sizes).ok()?;
-    let &[(axis, size)] = slices.as_slice() else { return None };
-    if dims[..axis].iter().any(|&d| d != 1) || idx.info.nelms() != 1 || src.info.dtype != out.info.dtype {
-        return None;
-    }
-    let index = idx.info.dtype;
-    if !matches!(
-        index,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::Uint8
-            | DataType::Uint16
-            | DataType::Uint32
-            | DataType::Uint64
-    ) {
-        return None;
-    }
-    let inner: usize = dims[axis + 1..].iter().product();
-    let step_bytes = inner.checked_mul(src.info.dtype.size_bytes())?;
-    // Every block keeps the 64-byte alignment kernels are promised.
-    if step_bytes % 64 != 0 {
-        return None;
-    }
+    let plan = block(k, src, idx, out)?;
     if exe.buffers.get(out.buffer.index())?.kind != BufferKind::Activation || out.buffer == src.buffer {
         return None;
     }
@@ -155,12 +129,47 @@ pub(super) fn plan(exe: &Executable, refs: &Refs, seq: &[Program], at: usize) ->
         reads += n;
         seen += n;
     }
-    (reads > 0 && seen == total).then_some(ViewPlan {
-        dim: i64::try_from(dims[axis]).ok()?,
-        size: i64::try_from(size).ok()?,
-        step_bytes,
+    (reads > 0 && seen == total).then_some(plan)
+}
+
+/// The block of `tensor` a dynamic slice or update `k` (offset `idx`, slice
+/// or update `part`) addresses, when it is one contiguous block: one sliced
+/// axis, every axis before it of size 1, a scalar integer offset, `part` of
+/// `tensor`'s type, and a step along the axis a multiple of 64 bytes (every
+/// block keeps the alignment kernels are promised).
+pub(super) fn block(
+    k: &KernelCall,
+    tensor: &popart_lower::Arg,
+    idx: &popart_lower::Arg,
+    part: &popart_lower::Arg,
+) -> Option<ViewPlan> {
+    let a = DynamicSliceAttrs::from_attrs(&k.attrs).ok()?;
+    let dims = &tensor.info.shape;
+    let slices = dynamic_slices(dims, &a.axes, &a.sizes).ok()?;
+    let &[(axis, size)] = slices.as_slice() else { return None };
+    if dims[..axis].iter().any(|&d| d != 1) || idx.info.nelms() != 1 || tensor.info.dtype != part.info.dtype {
+        return None;
+    }
+    let index = idx.info.dtype;
+    if !matches!(
         index,
-    })
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::Uint8
+            | DataType::Uint16
+            | DataType::Uint32
+            | DataType::Uint64
+    ) {
+        return None;
+    }
+    let inner: usize = dims[axis + 1..].iter().product();
+    let step_bytes = inner.checked_mul(tensor.info.dtype.size_bytes())?;
+    if step_bytes % 64 != 0 {
+        return None;
+    }
+    Some(ViewPlan { dim: i64::try_from(dims[axis]).ok()?, size: i64::try_from(size).ok()?, step_bytes, index })
 }
 
 /// What may come between a view and its last reader.
@@ -200,7 +209,7 @@ impl Region<'_> {
 }
 
 /// Argument `index` of `k` (an input if `input`).
-fn arg(k: &KernelCall, index: u32, input: bool) -> Option<&popart_lower::Arg> {
+pub(super) fn arg(k: &KernelCall, index: u32, input: bool) -> Option<&popart_lower::Arg> {
     (if input { &k.inputs } else { &k.outputs }).iter().find(|a| a.index == index)
 }
 
