@@ -472,7 +472,7 @@ impl Compiler<'_> {
     fn emit(&mut self, p: &Program, out: &mut Vec<Instr>) -> Result<(), CpuError> {
         match p {
             Program::Sequence(v) => {
-                // Updates written in place, by update position: (place index, plan).
+                // Updates written in place: (the update's position, its plan).
                 let plans: Vec<(usize, places::PlacePlan)> =
                     (0..v.len()).filter_map(|at| Some((at, places::plan(self.exe, &self.refs, v, at)?))).collect();
                 let mut place_of = vec![None; v.len()];

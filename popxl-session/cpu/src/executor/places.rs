@@ -12,8 +12,8 @@
 //! - `x` is an activation made by an output of a kernel earlier in the same
 //!   sequence (the producer, not itself a slice read in place nor in place on
 //!   `x`), referenced by nothing but that output and inputs of kernels after
-//!   it in the sequence, among them this update only, and no function's
-//!   argument or result;
+//!   it in the sequence (no slice of `x` read in place among them), among
+//!   them this update only, and no function's argument or result;
 //! - from the producer to the update, only kernels run, none of which reads
 //!   or writes the stash's arena bytes or writes the index's; from the update
 //!   to `x`'s last reader, none writes the stash's bytes (the block then holds
@@ -97,7 +97,8 @@ pub(super) fn plan(exe: &Executable, refs: &Refs, seq: &[Program], at: usize) ->
         if p != producer {
             let reads = c.inputs.iter().filter(|i| i.buffer == x.buffer).count() as u32;
             let is_update = c.def.id() == OpDefId::of::<popart_ir::ops::all::DynamicUpdateInplace>();
-            if reads > 0 && is_update && p != at {
+            // A slice of `x` read in place would read `x`'s own buffer.
+            if reads > 0 && ((is_update && p != at) || views::plan(exe, refs, seq, p).is_some()) {
                 return None;
             }
             seen += reads;

@@ -403,3 +403,33 @@ fn an_update_whose_stash_is_read_before_it_copies() {
     let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
     assert_eq!(CpuExecutor::new(&exe, &real).unwrap().num_places().0, 0);
 }
+
+#[test]
+fn an_update_whose_tensor_is_sliced_in_place_copies() {
+    // y = dynamic_slice(x, idx) read in place: its view points into `x`'s own
+    // buffer, which a placed producer would not write.
+    use popart_ir::ops::indexing::DynamicSliceAttrs;
+    let mut ir = update_ir();
+    let main = ir.main_graph_id();
+    let g = ir.main_graph();
+    let find = |name: &str| g.ops().find(|o| o.name == name).unwrap().id;
+    let (x_op, u_op, y_op) = (find("x"), find("update"), find("y"));
+    let (x, idx) = (g.op(u_op).unwrap().input(2).unwrap(), g.op(u_op).unwrap().input(1).unwrap());
+    let attrs = DynamicSliceAttrs { axes: vec![0], sizes: vec![1], no_overlap: false }.to_attrs();
+    let ds = ir.create_op(main, "DynamicSlice", attrs, &[(0, x), (1, idx)], "slice_x").unwrap();
+    let s = ir.main_graph().op(ds).unwrap().output(0).unwrap();
+    let r = ir.create_op(main, "Add", Attributes::new(), &[(0, s), (1, s)], "reads_slice").unwrap();
+    ir.main_graph_mut().add_topo_con(x_op, ds).unwrap();
+    ir.main_graph_mut().add_topo_con(r, u_op).unwrap();
+    let out = ir.main_graph().op(r).unwrap().output(0).unwrap();
+    ir.main_graph_mut()
+        .add_tensor("s", TensorInfo::new(DataType::Float32, [1, 16]), TensorKind::Stream(StreamDirection::DeviceToHost))
+        .unwrap();
+    let store = ir.create_op(main, "HostStore", stream_attrs("s"), &[(0, out)], "store_s").unwrap();
+    ir.main_graph_mut().add_topo_con(y_op, store).unwrap();
+    ir.verify().unwrap();
+    let exe = popart_lower::lower(&ir).unwrap();
+    let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
+    let ex = CpuExecutor::new(&exe, &real).unwrap();
+    assert_eq!((ex.num_views(), ex.num_places().0), (1, 0), "{exe}");
+}
