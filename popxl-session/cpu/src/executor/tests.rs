@@ -16,7 +16,9 @@ fn large_copies_split_over_threads_copy_every_byte() {
 }
 use popart_ir::ops::control::{IfAttrs, RepeatAttrs};
 use popart_ir::ops::io::StreamAttrs;
-use popart_ir::{Attributes, DataType, HostTensor, Ir, OpAttrs, StreamDirection, TensorInfo, TensorKind};
+use popart_ir::{
+    Attributes, DataType, HostTensor, Ir, OpAttrs, OpId, StreamDirection, TensorId, TensorInfo, TensorKind,
+};
 
 struct AddF32(usize);
 impl Kernel for AddF32 {
@@ -377,31 +379,44 @@ fn dynamic_updates_are_written_in_place_with_the_kernels_values() {
     }
 }
 
-#[test]
-fn an_update_whose_stash_is_read_before_it_copies() {
-    // The stash read between the producer and the update: writing the block
-    // early would change what that reader sees.
+/// [`update_ir`] with `reader(ir, x, idx, stash)`'s ops (returning the first
+/// and last of them and the last one's output, `shape`) between the producer
+/// and the update, that output stored after `y`: only kernels up to `x`'s
+/// last reader, so the reader alone decides. Returns the executor.
+fn update_with_reader(
+    shape: [usize; 2],
+    reader: impl FnOnce(&mut Ir, TensorId, TensorId, TensorId) -> (OpId, OpId, TensorId),
+) -> CpuExecutor {
     let mut ir = update_ir();
     let main = ir.main_graph_id();
     let g = ir.main_graph();
     let find = |name: &str| g.ops().find(|o| o.name == name).unwrap().id;
     let (x_op, u_op, y_op) = (find("x"), find("update"), find("y"));
-    let z = g.op(u_op).unwrap().input(0).unwrap();
-    let r = ir.create_op(main, "Add", Attributes::new(), &[(0, z), (1, z)], "reads_stash").unwrap();
-    ir.main_graph_mut().add_topo_con(x_op, r).unwrap();
-    ir.main_graph_mut().add_topo_con(r, u_op).unwrap();
-    let s = ir.main_graph().op(r).unwrap().output(0).unwrap();
-    ir.main_graph_mut()
-        .add_tensor("s", TensorInfo::new(DataType::Float32, [4, 16]), TensorKind::Stream(StreamDirection::DeviceToHost))
-        .unwrap();
-    let store = ir.create_op(main, "HostStore", stream_attrs("s"), &[(0, s)], "store_s").unwrap();
-    // Only that reader between the producer and the update, only kernels up
-    // to `x`'s last reader (the store after it): the read alone stops it.
+    let input = |i: u32| g.op(u_op).unwrap().input(i).unwrap();
+    let (stash, idx, x) = (input(0), input(1), input(2));
+    let (first, last, out) = reader(&mut ir, x, idx, stash);
+    ir.main_graph_mut().add_topo_con(x_op, first).unwrap();
+    ir.main_graph_mut().add_topo_con(last, u_op).unwrap();
+    let info = TensorInfo::new(DataType::Float32, shape);
+    ir.main_graph_mut().add_tensor("s", info, TensorKind::Stream(StreamDirection::DeviceToHost)).unwrap();
+    let store = ir.create_op(main, "HostStore", stream_attrs("s"), &[(0, out)], "store_s").unwrap();
     ir.main_graph_mut().add_topo_con(y_op, store).unwrap();
     ir.verify().unwrap();
     let exe = popart_lower::lower(&ir).unwrap();
     let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
-    assert_eq!(CpuExecutor::new(&exe, &real).unwrap().num_places().0, 0);
+    CpuExecutor::new(&exe, &real).unwrap()
+}
+
+#[test]
+fn an_update_whose_stash_is_read_before_it_copies() {
+    // The stash read between the producer and the update: writing the block
+    // early would change what that reader sees.
+    let ex = update_with_reader([4, 16], |ir, _, _, stash| {
+        let main = ir.main_graph_id();
+        let r = ir.create_op(main, "Add", Attributes::new(), &[(0, stash), (1, stash)], "reads_stash").unwrap();
+        (r, r, ir.main_graph().op(r).unwrap().output(0).unwrap())
+    });
+    assert_eq!(ex.num_places().0, 0);
 }
 
 #[test]
@@ -409,27 +424,13 @@ fn an_update_whose_tensor_is_sliced_in_place_copies() {
     // y = dynamic_slice(x, idx) read in place: its view points into `x`'s own
     // buffer, which a placed producer would not write.
     use popart_ir::ops::indexing::DynamicSliceAttrs;
-    let mut ir = update_ir();
-    let main = ir.main_graph_id();
-    let g = ir.main_graph();
-    let find = |name: &str| g.ops().find(|o| o.name == name).unwrap().id;
-    let (x_op, u_op, y_op) = (find("x"), find("update"), find("y"));
-    let (x, idx) = (g.op(u_op).unwrap().input(2).unwrap(), g.op(u_op).unwrap().input(1).unwrap());
-    let attrs = DynamicSliceAttrs { axes: vec![0], sizes: vec![1], no_overlap: false }.to_attrs();
-    let ds = ir.create_op(main, "DynamicSlice", attrs, &[(0, x), (1, idx)], "slice_x").unwrap();
-    let s = ir.main_graph().op(ds).unwrap().output(0).unwrap();
-    let r = ir.create_op(main, "Add", Attributes::new(), &[(0, s), (1, s)], "reads_slice").unwrap();
-    ir.main_graph_mut().add_topo_con(x_op, ds).unwrap();
-    ir.main_graph_mut().add_topo_con(r, u_op).unwrap();
-    let out = ir.main_graph().op(r).unwrap().output(0).unwrap();
-    ir.main_graph_mut()
-        .add_tensor("s", TensorInfo::new(DataType::Float32, [1, 16]), TensorKind::Stream(StreamDirection::DeviceToHost))
-        .unwrap();
-    let store = ir.create_op(main, "HostStore", stream_attrs("s"), &[(0, out)], "store_s").unwrap();
-    ir.main_graph_mut().add_topo_con(y_op, store).unwrap();
-    ir.verify().unwrap();
-    let exe = popart_lower::lower(&ir).unwrap();
-    let real = |spec: &KernelSpec<'_>| crate::kernels::build_kernel(spec);
-    let ex = CpuExecutor::new(&exe, &real).unwrap();
-    assert_eq!((ex.num_views(), ex.num_places().0), (1, 0), "{exe}");
+    let ex = update_with_reader([1, 16], |ir, x, idx, _| {
+        let main = ir.main_graph_id();
+        let attrs = DynamicSliceAttrs { axes: vec![0], sizes: vec![1], no_overlap: false }.to_attrs();
+        let ds = ir.create_op(main, "DynamicSlice", attrs, &[(0, x), (1, idx)], "slice_x").unwrap();
+        let s = ir.main_graph().op(ds).unwrap().output(0).unwrap();
+        let r = ir.create_op(main, "Add", Attributes::new(), &[(0, s), (1, s)], "reads_slice").unwrap();
+        (ds, r, ir.main_graph().op(r).unwrap().output(0).unwrap())
+    });
+    assert_eq!((ex.num_views(), ex.num_places().0), (1, 0));
 }
