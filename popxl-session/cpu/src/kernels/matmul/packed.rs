@@ -242,9 +242,10 @@ unsafe fn pack_a(mb: usize, kb: usize, a: Operand, r0: usize, c0: usize, out: *m
         }
     }
     let start = if a.rs == 1 { full } else { 0 };
-    for (q, i0) in (start..mb).step_by(MR).enumerate().map(|(q, i0)| (q + start / MR, i0)) {
+    // `start` is a multiple of MR: panel `i0 / MR` starts at row `i0`.
+    for i0 in (start..mb).step_by(MR) {
         let rows = MR.min(mb - i0);
-        let panel = out.wrapping_add(q * MR * kb);
+        let panel = out.wrapping_add(i0 * kb);
         // SAFETY: rows `r0 + i0 ..` (below `r0 + mb`) and columns `c0 .. c0 + kb`
         // of the lhs; the panel's `MR × kb` values inside `out` (contract).
         unsafe {
@@ -337,9 +338,10 @@ unsafe fn pack_b(kb: usize, nb: usize, b: Operand, r0: usize, c0: usize, out: *m
         }
     }
     let start = if b.cs == 1 { full } else { 0 };
-    for (q, j0) in (start..nb).step_by(NR).enumerate().map(|(q, j0)| (q + start / NR, j0)) {
+    // `start` is a multiple of NR: panel `j0 / NR` starts at column `j0`.
+    for j0 in (start..nb).step_by(NR) {
         let cols = NR.min(nb - j0);
-        let panel = out.wrapping_add(q * NR * kb);
+        let panel = out.wrapping_add(j0 * kb);
         // SAFETY: rows `r0 .. r0 + kb` and columns `c0 + j0 ..` (below `c0 + nb`)
         // of the rhs; the panel's `NR × kb` values inside `out` (contract).
         unsafe {
