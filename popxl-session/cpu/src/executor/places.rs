@@ -153,7 +153,7 @@ impl Place {
 
 /// Turns off every place where a slice of its stash read in place (`views`)
 /// has a reader from the producer to the update: that reader would see the
-/// block's new value early. `view_src` gives each view's sliced arena bytes.
+/// block's new value early. `views` gives each view's reader slots and sliced arena bytes.
 pub(super) fn disable_overlapping_views(places: &mut [Place], views: &[(Vec<u32>, (usize, usize))]) {
     for p in places.iter_mut() {
         let (lo, hi) = p.in_range;
