@@ -253,6 +253,25 @@ pub(crate) fn slow_masked_loads() -> bool {
     })
 }
 
+/// Whether this CPU is an Intel one (CPUID's vendor "GenuineIntel"), whose
+/// AVX-512 cores run 512-bit FMAs at full width on two pipes (AMD's Zen 4
+/// runs each as two 256-bit halves). Detected once.
+pub(crate) fn intel() -> bool {
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INTEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid;
+            // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+            #[allow(unused_unsafe)]
+            let v = unsafe { __cpuid(0) };
+            (v.ebx, v.edx, v.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
 /// Whether CPUID's vendor words (leaf 0: ebx, edx, ecx) and signature (leaf
 /// 1: eax) name an AMD Zen or Zen+ core (family 17h, model below 30h).
 fn zen1(vendor: (u32, u32, u32), sig: u32) -> bool {

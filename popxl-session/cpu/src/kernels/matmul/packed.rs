@@ -1,62 +1,123 @@
-//! A packed f32 GEMM for CPUs whose widest tier is AVX2 + FMA, in BLIS's
-//! loop order: a block of `kc` rows of the rhs is packed into panels of
-//! [`NR`] columns (kept in level 3), a block of `mc × kc` of the lhs into
-//! panels of [`MR`] rows (kept in level 2), and a [`MR`] × [`NR`] register
-//! tile sums one lhs panel times one rhs panel (the rhs panel stays in L1
-//! while the lhs panels stream past it).
+//! A packed f32 GEMM in BLIS's loop order: a block of `kc` rows of the rhs
+//! is packed into panels of `NR` columns, a block of `mc × kc` of the lhs
+//! into panels of `MR` rows, and an `MR × NR` register tile sums one lhs
+//! panel times one rhs panel while one of the two stays in L1.
+//!
+//! Two register tiles ([`Tiling`]): the 6 × 16 tile of eight-lane AVX2
+//! vectors (`avx2`, the rhs panel in L1 while the lhs panels stream past
+//! it) and a 6 × 64 tile of sixteen-lane AVX-512 vectors (`avx512`, the
+//! lhs panel in L1 while the rhs panels stream past it); the loop nests and
+//! the packing are the same code for both.
 //!
 //! `gemm`'s AVX2 path leaves half the FMA peak behind on a Zen 3 from
-//! 1024-sized products on (46 GFLOP/s of 89 on one core); this one keeps the
-//! lhs block in level 2 and the register tile's rhs panel in L1 at every
-//! size (see BENCHMARKS.md).
+//! 1024-sized products on (46 GFLOP/s of 89 on one core); on an Ice Lake
+//! its AVX-512 path packs a transposed lhs slowly (the weight gradients ran
+//! at 36-45% of the peak in the gpt example's step). See BENCHMARKS.md.
 //!
 //! Values: each result element is summed over `k` in order within a block
-//! of [`Blocking::kc`] (a function of `k` alone), then the blocks are added
-//! to the result in order. The thread split, `mc` and `nc` change which
-//! elements a call computes, never how, so a product gives the same bits on
-//! one thread or many. Padding rows and columns of the panels are zeros and
-//! are never stored.
+//! of [`Blocking::kc`] (a function of `k` and the tiling alone), then the
+//! blocks are added to the result in order. The thread split, `mc` and `nc`
+//! change which elements a call computes, never how, so a product gives the
+//! same bits on one thread or many. Padding rows and columns of the panels
+//! are zeros and are never stored.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::super::tile::{MR, NR};
+mod avx2;
+mod avx512;
 
-/// Largest depth of a block: an rhs panel of `NR × KC` values is 16 KiB, half
-/// of an L1.
-const KC: usize = 256;
-/// Values of a packed lhs block (192 KiB: within a 512 KiB level 2 beside the
-/// rhs panels streaming through it).
-const MC_VALUES: usize = 48 * 1024;
-/// Most columns of a packed rhs block (`KC × NC_MAX` values: 4 MiB).
-const NC_MAX: usize = 4096;
 /// Values the packing buffers are aligned to (64 bytes: a cache line).
 const ALIGN: usize = 16;
+
+/// The register tile a product runs, chosen when its kernel is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tiling {
+    /// 6 × 16 of AVX2 + FMA (any x86-64-v3 CPU).
+    Avx2,
+    /// 6 × 64 of AVX-512F.
+    Avx512,
+}
+
+/// One register tile's shape, blocking and kernel.
+trait Tile {
+    /// Rows of a tile (the lhs panel's width).
+    const MR: usize;
+    /// Columns of a tile (the rhs panel's width).
+    const NR: usize;
+    /// Largest depth of a block (an rhs panel of `NR × KC` values stays in L1).
+    const KC: usize;
+    /// Most values of a packed lhs block.
+    const MC_VALUES: usize;
+    /// Most values of a packed rhs block.
+    const NC_VALUES: usize;
+    /// The loop order: an lhs panel stays in L1 while the rhs panels of a
+    /// block in level 2 stream past it (BLIS's order with the operands'
+    /// roles swapped), else an rhs panel stays in L1 while the lhs panels of a
+    /// block in level 2 stream past it.
+    const A_IN_L1: bool;
+
+    /// `s = beta · Σ_p a[p] ⊗ b[p]` over `kb` steps of an lhs panel and an
+    /// rhs panel, stored into the `mr × nr` corner of the tile at `y` (row
+    /// stride `rs`, column stride `cs`) as `store` says, then `add`'s addends
+    /// added (the tile's own: `bias` at its first column, `residual` at its
+    /// first element, with `y`'s strides).
+    ///
+    /// # Safety
+    /// The CPU runs the tile's instructions; the panels hold `kb` steps; the
+    /// tile's `mr × nr` elements are valid and this call's alone, and so are
+    /// the addends' (those not null).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile(
+        kb: usize,
+        a: *const f32,
+        b: *const f32,
+        y: *mut f32,
+        rs: isize,
+        cs: isize,
+        mr: usize,
+        nr: usize,
+        store: Store,
+        beta: f32,
+        add: Addends,
+    );
+}
 
 /// Block sizes of one product, fixed when its kernel is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Blocking {
-    /// Rows of a packed lhs block (a multiple of [`MR`]).
+    /// The register tile.
+    pub tiling: Tiling,
+    /// Rows of a packed lhs block (a multiple of the tile's rows).
     pub mc: usize,
-    /// Depth of a block: the only choice that changes the values.
+    /// Depth of a block: with the tiling, the only choice that changes the values.
     pub kc: usize,
-    /// Columns of a packed rhs block (a multiple of [`NR`]).
+    /// Columns of a packed rhs block (a multiple of the tile's columns).
     pub nc: usize,
 }
 
 impl Blocking {
-    /// The blocks of an `m × k` times `k × n` product: `kc` cuts `k` into
-    /// equal blocks of at most [`KC`] (a depth up to 1.25 [`KC`] is one
-    /// block), `mc` and `nc` cut `m` and `n` evenly within their bounds.
-    pub(crate) fn new(m: usize, n: usize, k: usize) -> Blocking {
+    /// The blocks of an `m × k` times `k × n` product on `tiling`: `kc` cuts
+    /// `k` into equal blocks of at most the tile's `KC` (a depth up to 1.25
+    /// `KC` is one block), `mc` and `nc` cut `m` and `n` evenly within their
+    /// bounds.
+    pub(crate) fn new(tiling: Tiling, m: usize, n: usize, k: usize) -> Blocking {
+        match tiling {
+            Tiling::Avx2 => Self::of::<avx2::Tile6x16>(tiling, m, n, k),
+            Tiling::Avx512 => Self::of::<avx512::Tile6x64>(tiling, m, n, k),
+        }
+    }
+
+    fn of<T: Tile>(tiling: Tiling, m: usize, n: usize, k: usize) -> Blocking {
         let k = k.max(1);
-        let kc = if k <= KC + KC / 4 { k } else { k.div_ceil(k.div_ceil(KC)) };
-        let mc_max = (MC_VALUES / kc / MR).max(1) * MR;
+        let kc = if k <= T::KC + T::KC / 4 { k } else { k.div_ceil(k.div_ceil(T::KC)) };
+        let mc_max = (T::MC_VALUES / kc / T::MR).max(1) * T::MR;
         let m = m.max(1);
-        let mc = m.div_ceil(m.div_ceil(mc_max)).next_multiple_of(MR);
+        let mc = m.div_ceil(m.div_ceil(mc_max)).next_multiple_of(T::MR);
         let n = n.max(1);
-        let nc = n.div_ceil(n.div_ceil(NC_MAX)).next_multiple_of(NR);
-        Blocking { mc, kc, nc }
+        let nc_max = (T::NC_VALUES / kc / T::NR).max(1) * T::NR;
+        let nc = n.div_ceil(n.div_ceil(nc_max)).next_multiple_of(T::NR);
+        Blocking { tiling, mc, kc, nc }
     }
 
     /// f32 values of packing buffer one call needs ([`gemm`]'s `pack`).
@@ -143,14 +204,13 @@ impl Operand {
 /// least [`Blocking::pack_len`] values; then `add`'s addends.
 ///
 /// # Safety
-/// The CPU runs AVX2 and FMA; the operands, `dst` and `add`'s addends are
-/// valid for their addressed elements (the bias for `n` values) and `dst`
-/// overlaps neither operand, addend nor `pack`; `bl`
-/// came from [`Blocking::new`] (any `m`, `n`: the call may be a block of a
-/// larger product whose `k` is this one's).
+/// The CPU runs AVX2 and FMA, and AVX-512F for [`Tiling::Avx512`]; the
+/// operands, `dst` and `add`'s addends are valid for their addressed
+/// elements (the bias for `n` values) and `dst` overlaps neither operand,
+/// addend nor `pack`; `bl` came from [`Blocking::new`] (any `m`, `n`: the
+/// call may be a block of a larger product whose `k` is this one's).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn gemm(
     bl: &Blocking,
     m: usize,
@@ -167,6 +227,37 @@ pub(crate) unsafe fn gemm(
     add: Addends,
     pack: &mut [f32],
 ) {
+    let (d, s) = ((dst, dst_rs, dst_cs, read_dst), (alpha, beta));
+    // SAFETY: this function's contract.
+    unsafe {
+        match bl.tiling {
+            Tiling::Avx2 => nest::<avx2::Tile6x16>(bl, m, n, k, d, lhs, rhs, s, add, pack),
+            Tiling::Avx512 => nest::<avx512::Tile6x64>(bl, m, n, k, d, lhs, rhs, s, add, pack),
+        }
+    }
+}
+
+/// [`gemm`]'s loops around the register tile `T`: `d` is (dst, row stride,
+/// column stride, read_dst), `s` (alpha, beta).
+///
+/// # Safety
+/// As [`gemm`], `bl` made for `T`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nest<T: Tile>(
+    bl: &Blocking,
+    m: usize,
+    n: usize,
+    k: usize,
+    d: (*mut f32, isize, isize, bool),
+    lhs: Operand,
+    rhs: Operand,
+    s: (f32, f32),
+    add: Addends,
+    pack: &mut [f32],
+) {
+    let ((dst, dst_rs, dst_cs, read_dst), (alpha, beta)) = (d, s);
     if m == 0 || n == 0 || k == 0 {
         return;
     }
@@ -175,44 +266,74 @@ pub(crate) unsafe fn gemm(
     let apack = base.wrapping_add(base.align_offset(ALIGN * 4));
     let bpack = apack.wrapping_add((mc * kc).next_multiple_of(ALIGN));
     debug_assert!(bl.pack_len().is_some_and(|l| pack.len() >= l));
-    for jc in (0..n).step_by(nc) {
-        let nb = nc.min(n - jc);
-        for pc in (0..k).step_by(kc) {
-            let kb = kc.min(k - pc);
-            // SAFETY: rows `pc..pc + kb` and columns `jc..jc + nb` of the rhs;
-            // `bpack` holds `nc × kc` values (the buffer's contract).
-            unsafe { pack_b(kb, nb, rhs, pc, jc, bpack) };
-            let store = match (pc, read_dst) {
-                (0, false) => Store::Overwrite,
-                (0, true) => Store::Scale(alpha),
-                _ => Store::Add,
+    // One `mb × kb` by `kb × nb` block product of packed panels at (ic, pc, jc).
+    let block = |ic: usize, mb: usize, pc: usize, kb: usize, jc: usize, nb: usize| {
+        let store = match (pc, read_dst) {
+            (0, false) => Store::Overwrite,
+            (0, true) => Store::Scale(alpha),
+            _ => Store::Add,
+        };
+        let last = pc + kb == k;
+        let tile = |ir: usize, jr: usize| {
+            let (mr, nr) = (T::MR.min(mb - ir), T::NR.min(nb - jr));
+            let (ap, bp) = (apack.wrapping_add(ir * kb), bpack.wrapping_add(jr * kb));
+            let (r, c) = ((ic + ir) as isize, (jc + jr) as isize);
+            let at = r * dst_rs + c * dst_cs;
+            let add = match last {
+                true => add.at(c, at),
+                false => Addends::NONE,
             };
-            let last = pc + kb == k;
-            for ic in (0..m).step_by(mc) {
-                let mb = mc.min(m - ic);
-                // SAFETY: rows `ic..ic + mb` and columns `pc..pc + kb` of the lhs;
-                // `apack` holds `mc × kc` values.
-                unsafe { pack_a(mb, kb, lhs, ic, pc, apack) };
-                for jr in (0..nb).step_by(NR) {
-                    let nr = NR.min(nb - jr);
-                    let bp = bpack.wrapping_add(jr * kb);
-                    for ir in (0..mb).step_by(MR) {
-                        let mr = MR.min(mb - ir);
-                        let ap = apack.wrapping_add(ir * kb);
-                        let (r, c) = ((ic + ir) as isize, (jc + jr) as isize);
-                        let at = r * dst_rs + c * dst_cs;
-                        let add = match last {
-                            true => add.at(c, at),
-                            false => Addends::NONE,
-                        };
-                        // SAFETY: the panels were packed above with `kb` steps; the
-                        // tile's `mr × nr` elements lie inside `dst` and the addends
-                        // (contract).
-                        unsafe {
-                            let y = dst.offset(at);
-                            tile(kb, ap, bp, y, dst_rs, dst_cs, mr, nr, store, beta, add);
-                        }
-                    }
+            // SAFETY: the panels were packed with `kb` steps; the tile's `mr × nr`
+            // elements lie inside `dst` and the addends (contract).
+            unsafe { T::tile(kb, ap, bp, dst.offset(at), dst_rs, dst_cs, mr, nr, store, beta, add) };
+        };
+        if T::A_IN_L1 {
+            for ir in (0..mb).step_by(T::MR) {
+                for jr in (0..nb).step_by(T::NR) {
+                    tile(ir, jr);
+                }
+            }
+        } else {
+            for jr in (0..nb).step_by(T::NR) {
+                for ir in (0..mb).step_by(T::MR) {
+                    tile(ir, jr);
+                }
+            }
+        }
+    };
+    if T::A_IN_L1 {
+        // The lhs block in level 3, each rhs block in level 2 streaming its
+        // panels past an lhs panel in L1.
+        for ic in (0..m).step_by(mc) {
+            let mb = mc.min(m - ic);
+            for pc in (0..k).step_by(kc) {
+                let kb = kc.min(k - pc);
+                // SAFETY: rows `ic..ic + mb` and columns `pc..pc + kb` of the lhs into
+                // `apack`, which holds `mc × kc` values (the buffer's contract).
+                unsafe { pack_a::<T>(mb, kb, lhs, ic, pc, apack) };
+                for jc in (0..n).step_by(nc) {
+                    let nb = nc.min(n - jc);
+                    // SAFETY: rows `pc..pc + kb` and columns `jc..jc + nb` of the rhs into
+                    // `bpack`, which holds `nc × kc` values (the buffer's contract).
+                    unsafe { pack_b::<T>(kb, nb, rhs, pc, jc, bpack) };
+                    block(ic, mb, pc, kb, jc, nb);
+                }
+            }
+        }
+    } else {
+        for jc in (0..n).step_by(nc) {
+            let nb = nc.min(n - jc);
+            for pc in (0..k).step_by(kc) {
+                let kb = kc.min(k - pc);
+                // SAFETY: rows `pc..pc + kb` and columns `jc..jc + nb` of the rhs into
+                // `bpack`, which holds `nc × kc` values (the buffer's contract).
+                unsafe { pack_b::<T>(kb, nb, rhs, pc, jc, bpack) };
+                for ic in (0..m).step_by(mc) {
+                    let mb = mc.min(m - ic);
+                    // SAFETY: rows `ic..ic + mb` and columns `pc..pc + kb` of the lhs into
+                    // `apack`, which holds `mc × kc` values (the buffer's contract).
+                    unsafe { pack_a::<T>(mb, kb, lhs, ic, pc, apack) };
+                    block(ic, mb, pc, kb, jc, nb);
                 }
             }
         }
@@ -220,174 +341,139 @@ pub(crate) unsafe fn gemm(
 }
 
 /// Packs rows `r0..r0 + mb`, columns `c0..c0 + kb` of the lhs into panels
-/// of [`MR`] rows: panel `q`'s step `p` holds rows `q·MR..` of column `p`,
+/// of `T::MR` rows: panel `q`'s step `p` holds rows `q·MR..` of column `p`,
 /// rows past `mb` zero.
 ///
 /// # Safety
-/// The block lies inside the lhs; `out` holds `mb` rounded up to [`MR`] times
-/// `kb` values.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn pack_a(mb: usize, kb: usize, a: Operand, r0: usize, c0: usize, out: *mut f32) {
-    let full = mb / MR * MR;
-    if a.rs == 1 {
-        // Columns contiguous (a transposed operand): each column's `mb` values
-        // read in memory order, six to a panel.
-        // SAFETY: column `c0 + p`'s rows `r0 .. r0 + full` lie inside the lhs
-        // (contract).
-        unsafe { pack_lines::<MR>(kb, full, |p| a.at(r0, c0 + p), out) };
-        if full == mb {
-            return;
-        }
-    }
-    let start = if a.rs == 1 { full } else { 0 };
-    // `start` is a multiple of MR: panel `i0 / MR` starts at row `i0`.
-    for i0 in (start..mb).step_by(MR) {
-        let rows = MR.min(mb - i0);
-        let panel = out.wrapping_add(i0 * kb);
-        // SAFETY: rows `r0 + i0 ..` (below `r0 + mb`) and columns `c0 .. c0 + kb`
-        // of the lhs; the panel's `MR × kb` values inside `out` (contract).
-        unsafe {
-            if a.cs == 1 && rows == MR {
-                // Rows contiguous: eight steps of the six rows at a time, through registers.
-                let src: [*const f32; MR] = std::array::from_fn(|i| a.at(r0 + i0 + i, c0));
-                let mut p = 0;
-                while p + 8 <= kb {
-                    transpose_6x8(&src, p, panel.add(p * MR));
-                    p += 8;
-                }
-                for p in p..kb {
-                    for (i, s) in src.iter().enumerate() {
-                        *panel.add(p * MR + i) = *s.add(p);
-                    }
-                }
-            } else {
-                for p in 0..kb {
-                    for i in 0..MR {
-                        *panel.add(p * MR + i) = if i < rows { *a.at(r0 + i0 + i, c0 + p) } else { 0.0 };
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Steps `0..kb` of the `full / W` full panels of width `W` from a source
-/// whose step `p` holds the panels' values in order, contiguous from
-/// `line(p)`: each line read once in memory order.
-///
-/// # Safety
-/// `line(p)` is valid for `full` reads for every `p < kb`; `out` holds
-/// `full × kb` values.
+/// The CPU runs AVX2; the block lies inside the lhs; `out` holds `mb`
+/// rounded up to `T::MR` times `kb` values.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn pack_lines<const W: usize>(kb: usize, full: usize, line: impl Fn(usize) -> *const f32, out: *mut f32) {
-    for p in 0..kb {
-        let src = line(p);
-        for q in 0..full / W {
-            // SAFETY: `W` values of line `p` and step `p` of panel `q` (contract).
-            unsafe { std::ptr::copy_nonoverlapping(src.add(q * W), out.add(q * W * kb + p * W), W) };
-        }
-    }
-}
-
-/// Eight steps `p..p + 8` of six contiguous rows written as 8 groups of 6
-/// values (`out[s · 6 + i] = src[i][p + s]`).
-///
-/// # Safety
-/// The CPU has AVX; each row holds `p + 8` values; `out` holds 48.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn transpose_6x8(src: &[*const f32; MR], p: usize, out: *mut f32) {
-    // SAFETY: this function's contract.
-    unsafe {
-        let z = _mm256_setzero_ps();
-        let rows = std::array::from_fn(|i| if i < MR { _mm256_loadu_ps(src[i].add(p)) } else { z });
-        let mut t = [0f32; 64];
-        for (s, c) in super::super::conv::transpose8(rows).iter().enumerate() {
-            _mm256_storeu_ps(t.as_mut_ptr().add(s * 8), *c);
-        }
-        for s in 0..8 {
-            std::ptr::copy_nonoverlapping(t.as_ptr().add(s * 8), out.add(s * MR), MR);
-        }
-    }
+unsafe fn pack_a<T: Tile>(mb: usize, kb: usize, a: Operand, r0: usize, c0: usize, out: *mut f32) {
+    // The lhs read transposed is the rhs's layout: its rows (the lhs's
+    // columns) contiguous.
+    let t = Operand { ptr: a.ptr, rs: a.cs, cs: a.rs };
+    // SAFETY: this function's contract, the operand's rows and columns swapped.
+    unsafe { pack_panels(T::MR, kb, mb, t, c0, r0, out) };
 }
 
 /// Packs rows `r0..r0 + kb`, columns `c0..c0 + nb` of the rhs into panels
-/// of [`NR`] columns: panel `q`'s step `p` holds columns `q·NR..` of row `p`,
-/// columns past `nb` zero.
+/// of `T::NR` columns: panel `q`'s step `p` holds columns `q·NR..` of row
+/// `p`, columns past `nb` zero.
 ///
 /// # Safety
-/// The block lies inside the rhs; `out` holds `nb` rounded up to [`NR`] times
-/// `kb` values.
+/// The CPU runs AVX2; the block lies inside the rhs; `out` holds `nb`
+/// rounded up to `T::NR` times `kb` values.
 #[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn pack_b(kb: usize, nb: usize, b: Operand, r0: usize, c0: usize, out: *mut f32) {
-    let full = nb / NR * NR;
-    if b.cs == 1 {
-        // Rows contiguous: each row's `nb` values read in memory order, 16 to a
-        // panel (reading a panel's rows one after another would touch a page
-        // per row of a wide matrix).
-        // SAFETY: row `r0 + p`'s columns `c0 .. c0 + full` lie inside the rhs
-        // (contract).
-        unsafe { pack_lines::<NR>(kb, full, |p| b.at(r0 + p, c0), out) };
-        if full == nb {
-            return;
-        }
-    }
-    let start = if b.cs == 1 { full } else { 0 };
-    // `start` is a multiple of NR: panel `j0 / NR` starts at column `j0`.
-    for j0 in (start..nb).step_by(NR) {
-        let cols = NR.min(nb - j0);
-        let panel = out.wrapping_add(j0 * kb);
-        // SAFETY: rows `r0 .. r0 + kb` and columns `c0 + j0 ..` (below `c0 + nb`)
-        // of the rhs; the panel's `NR × kb` values inside `out` (contract).
-        unsafe {
-            if b.rs == 1 {
-                // Rows contiguous in memory (a transposed operand): read down each column.
-                for j in 0..NR {
-                    if j < cols {
-                        let src = b.at(r0, c0 + j0 + j);
-                        for p in 0..kb {
-                            *panel.add(p * NR + j) = *src.add(p);
-                        }
-                    } else {
-                        for p in 0..kb {
-                            *panel.add(p * NR + j) = 0.0;
-                        }
-                    }
+#[inline(always)]
+unsafe fn pack_b<T: Tile>(kb: usize, nb: usize, b: Operand, r0: usize, c0: usize, out: *mut f32) {
+    // SAFETY: this function's contract.
+    unsafe { pack_panels(T::NR, kb, nb, b, r0, c0, out) };
+}
+
+/// Packs rows `r0..r0 + kb` (the steps), columns `c0..c0 + nb` of `b` into
+/// panels of `w` columns: panel `q`'s step `p` holds columns `q·w..` of row
+/// `p`, columns past `nb` zero. Rows contiguous are read in memory order
+/// (reading a panel's rows one after another would touch a page per row of
+/// a wide matrix); columns contiguous (a transposed operand) through 8 × 8
+/// register transposes.
+///
+/// # Safety
+/// The CPU runs AVX2; `w` is a multiple of 2; the block lies inside `b`;
+/// `out` holds `nb` rounded up to `w` times `kb` values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pack_panels(w: usize, kb: usize, nb: usize, b: Operand, r0: usize, c0: usize, out: *mut f32) {
+    let full = nb / w * w;
+    // SAFETY: the elements read lie in rows `r0..r0 + kb` and columns
+    // `c0..c0 + nb` of `b`; panel `j0 / w` is `w × kb` values at `j0 · kb`
+    // inside `out` (contract).
+    unsafe {
+        if b.cs == 1 {
+            for p in 0..kb {
+                let src = b.at(r0 + p, c0);
+                for q in 0..full / w {
+                    std::ptr::copy_nonoverlapping(src.add(q * w), out.add(q * w * kb + p * w), w);
                 }
-            } else {
-                for p in 0..kb {
-                    for j in 0..NR {
-                        *panel.add(p * NR + j) = if j < cols { *b.at(r0 + p, c0 + j0 + j) } else { 0.0 };
+            }
+        } else if b.rs == 1 {
+            for j0 in (0..full).step_by(w) {
+                let panel = out.add(j0 * kb);
+                let mut j = 0;
+                while j < w {
+                    // Eight columns (fewer at the panel's end, the rest read
+                    // again) of eight steps at a time.
+                    let cols = 8.min(w - j);
+                    let src: [*const f32; 8] = std::array::from_fn(|c| b.at(r0, c0 + j0 + j + c.min(cols - 1)));
+                    let mut p = 0;
+                    while p + 8 <= kb {
+                        let rows = std::array::from_fn(|c| _mm256_loadu_ps(src[c].add(p)));
+                        let t = super::super::conv::transpose8(rows);
+                        for (s, v) in t.iter().enumerate() {
+                            let at = panel.add((p + s) * w + j);
+                            if cols == 8 {
+                                _mm256_storeu_ps(at, *v);
+                            } else {
+                                let mut l = [0f32; 8];
+                                _mm256_storeu_ps(l.as_mut_ptr(), *v);
+                                std::ptr::copy_nonoverlapping(l.as_ptr(), at, cols);
+                            }
+                        }
+                        p += 8;
                     }
+                    for p in p..kb {
+                        for (c, s) in src.iter().enumerate().take(cols) {
+                            *panel.add(p * w + j + c) = *s.add(p);
+                        }
+                    }
+                    j += cols;
+                }
+            }
+        }
+        let start = if b.cs == 1 || b.rs == 1 { full } else { 0 };
+        for j0 in (start..nb).step_by(w) {
+            let cols = w.min(nb - j0);
+            let panel = out.add(j0 * kb);
+            for p in 0..kb {
+                for j in 0..w {
+                    *panel.add(p * w + j) = if j < cols { *b.at(r0 + p, c0 + j0 + j) } else { 0.0 };
                 }
             }
         }
     }
 }
 
-/// The register tile: `s = beta · Σ_p a[p] ⊗ b[p]` over `kb` steps of an lhs
-/// panel and an rhs panel, stored into the `mr × nr` corner of the tile at
-/// `y` (row stride `rs`, column stride `cs`) as `store` says, then `add`'s
-/// addends added (the tile's own: `bias` at its first column, `residual` at
-/// its first element, with `y`'s strides).
+/// The vector operations of the tiles' stores, over one register of lanes.
+trait Lanes: Copy {
+    /// f32 values of the register.
+    const N: usize;
+    /// # Safety
+    /// The CPU runs the type's instructions; `p` is valid for `N` reads.
+    unsafe fn load(p: *const f32) -> Self;
+    /// # Safety
+    /// The CPU runs the type's instructions; `p` is valid for `N` writes.
+    unsafe fn store(self, p: *mut f32);
+    /// # Safety
+    /// The CPU runs the type's instructions.
+    unsafe fn add(self, o: Self) -> Self;
+    /// # Safety
+    /// The CPU runs the type's instructions.
+    unsafe fn mul(self, o: Self) -> Self;
+    /// # Safety
+    /// The CPU runs the type's instructions.
+    unsafe fn splat(v: f32) -> Self;
+}
+
+/// The register tile's sums `acc` (row `i`'s columns `h·N..` in
+/// `acc[i][h]`) times `beta`, stored as [`Tile::tile`] says.
 ///
 /// # Safety
-/// The panels hold `kb` steps; the tile's
-/// `mr × nr` elements are valid and this call's alone, and so are the
-/// addends' (those not null).
+/// As [`Tile::tile`]; the tile holds at most 512 values.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile(
-    kb: usize,
-    a: *const f32,
-    b: *const f32,
+#[inline(always)]
+unsafe fn store_tile<V: Lanes, const MR: usize, const NV: usize>(
+    acc: &[[V; NV]; MR],
     y: *mut f32,
     rs: isize,
     cs: isize,
@@ -397,61 +483,46 @@ unsafe fn tile(
     beta: f32,
     add: Addends,
 ) {
-    let full = mr == MR && nr == NR && cs == 1;
-    if full {
-        for i in 0..MR {
-            // SAFETY: row `i` of the tile, a hint only.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(y.offset(i as isize * rs) as *const i8) };
-        }
-    }
-    // SAFETY: steps `0..kb` of both panels (contract).
-    let acc = unsafe { super::super::tile::sums(kb, a, b) };
-    let vb = _mm256_set1_ps(beta);
-    if full {
-        // SAFETY: the whole tile, unit column stride (contract).
-        unsafe {
+    let nr_full = NV * V::N;
+    // SAFETY: the tile's elements and the addends' (contract); vectors of
+    // `V::N` values inside a full tile's rows of unit column stride.
+    unsafe {
+        let vb = V::splat(beta);
+        if mr == MR && nr == nr_full && cs == 1 {
             for (i, row) in acc.iter().enumerate() {
                 let yi = y.offset(i as isize * rs);
                 for (h, v) in row.iter().enumerate() {
-                    let s = _mm256_mul_ps(*v, vb);
+                    let at = yi.add(h * V::N);
+                    let s = v.mul(vb);
                     let out = match store {
                         Store::Overwrite => s,
-                        Store::Scale(alpha) => {
-                            _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_loadu_ps(yi.add(8 * h))), s)
-                        }
-                        Store::Add => _mm256_add_ps(_mm256_loadu_ps(yi.add(8 * h)), s),
+                        Store::Scale(alpha) => V::splat(alpha).mul(V::load(at)).add(s),
+                        Store::Add => V::load(at).add(s),
                     };
                     let out = match add.bias.is_null() {
                         true => out,
-                        false => _mm256_add_ps(out, _mm256_loadu_ps(add.bias.add(8 * h))),
+                        false => out.add(V::load(add.bias.add(h * V::N))),
                     };
                     let out = match add.residual.is_null() {
                         true => out,
-                        false => {
-                            let res = add.residual.offset(i as isize * rs + 8 * h as isize);
-                            _mm256_add_ps(out, _mm256_loadu_ps(res))
-                        }
+                        false => out.add(V::load(add.residual.offset(i as isize * rs + (h * V::N) as isize))),
                     };
-                    _mm256_storeu_ps(yi.add(8 * h), out);
+                    out.store(at);
                 }
             }
+            return;
         }
-        return;
-    }
-    let mut t = [0f32; MR * NR];
-    for (i, row) in acc.iter().enumerate() {
-        for (h, v) in row.iter().enumerate() {
-            // SAFETY: 8 values of `t`'s row `i`.
-            unsafe { _mm256_storeu_ps(t.as_mut_ptr().add(i * NR + 8 * h), _mm256_mul_ps(*v, vb)) };
+        let mut t = [0f32; 512];
+        for (i, row) in acc.iter().enumerate() {
+            for (h, v) in row.iter().enumerate() {
+                v.mul(vb).store(t.as_mut_ptr().add(i * nr_full + h * V::N));
+            }
         }
-    }
-    for i in 0..mr {
-        for j in 0..nr {
-            // SAFETY: element `(i, j)` of the tile's valid corner (contract).
-            unsafe {
+        for i in 0..mr {
+            for j in 0..nr {
                 let at = i as isize * rs + j as isize * cs;
                 let e = y.offset(at);
-                let mut v = store_one(*e, t[i * NR + j], store);
+                let mut v = store_one(*e, t[i * nr_full + j], store);
                 if !add.bias.is_null() {
                     v += *add.bias.add(j);
                 }
@@ -476,8 +547,16 @@ mod tests {
         }
     }
 
-    fn has_avx2() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    /// The tilings this CPU runs.
+    fn tilings() -> Vec<Tiling> {
+        let mut t = Vec::new();
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            t.push(Tiling::Avx2);
+            if is_x86_feature_detected!("avx512f") {
+                t.push(Tiling::Avx512);
+            }
+        }
+        t
     }
 
     /// `m × k` row-major values as an operand read plainly or transposed
@@ -498,12 +577,19 @@ mod tests {
 
     #[test]
     fn products_match_the_definition_in_every_layout() {
-        if !has_avx2() {
-            return;
-        }
         let mut next = uniform(11);
-        let shapes = [(1, 1, 1), (5, 7, 3), (6, 16, 8), (13, 33, 300), (40, 17, 700), (7, 50, 321), (64, 64, 64)];
-        for &(m, n, k) in &shapes {
+        let shapes = [
+            (1, 1, 1),
+            (5, 7, 3),
+            (6, 16, 8),
+            (12, 32, 9),
+            (13, 33, 300),
+            (40, 17, 700),
+            (7, 50, 321),
+            (64, 64, 64),
+            (30, 70, 250),
+        ];
+        for (tiling, &(m, n, k)) in tilings().into_iter().flat_map(|t| shapes.iter().map(move |s| (t, s))) {
             let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
             let y0: Vec<f32> = (0..m * n).map(|_| next()).collect();
@@ -514,7 +600,7 @@ mod tests {
             {
                 let (av, ars, acs) = operand(&a, m, k, ta);
                 let (bv, brs, bcs) = operand(&b, k, n, tb);
-                let bl = Blocking::new(m, n, k);
+                let bl = Blocking::new(tiling, m, n, k);
                 let mut pack = vec![0.0; bl.pack_len().unwrap()];
                 let mut y = y0.clone();
                 let (alpha, beta) = (0.5f32, 2.0f32);
@@ -540,7 +626,7 @@ mod tests {
                 for e in 0..m * n {
                     let w = if read_dst { alpha as f64 * y0[e] as f64 } else { 0.0 } + beta as f64 * want[e];
                     let tol = 1e-5 * (k as f64).sqrt() * 4.0 + 1e-6;
-                    assert!((y[e] as f64 - w).abs() <= tol, "{m}x{n}x{k} {ta} {tb}: {e}: {} vs {w}", y[e]);
+                    assert!((y[e] as f64 - w).abs() <= tol, "{tiling:?} {m}x{n}x{k} {ta} {tb}: {e}: {} vs {w}", y[e]);
                 }
             }
         }
@@ -548,16 +634,19 @@ mod tests {
 
     #[test]
     fn blocks_of_a_product_give_its_bits() {
-        if !has_avx2() {
-            return;
+        for tiling in tilings() {
+            blocks_give_the_bits(tiling);
         }
-        // A product computed whole equals, bit for bit, the same product computed
-        // as row blocks and column blocks (the team's splits) with its blocking.
+    }
+
+    /// A product computed whole equals, bit for bit, the same product computed
+    /// as row blocks and column blocks (the team's splits) with its blocking.
+    fn blocks_give_the_bits(tiling: Tiling) {
         let mut next = uniform(3);
         let (m, n, k) = (50, 70, 600);
         let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
         let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
-        let bl = Blocking::new(m, n, k);
+        let bl = Blocking::new(tiling, m, n, k);
         let mut pack = vec![0.0; bl.pack_len().unwrap()];
         let run = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, y: &mut [f32], pack: &mut [f32]| {
             // SAFETY: AVX2 checked; the block lies inside the operands and `y`.
@@ -591,14 +680,18 @@ mod tests {
 
     #[test]
     fn blocking_depends_on_the_depth_alone_for_values() {
-        for k in [1, 100, 256, 320, 321, 768, 1024, 2048, 5000] {
-            let kc = Blocking::new(1, 1, k).kc;
-            for (m, n) in [(6, 16), (2048, 1024), (10_000, 5)] {
-                let b = Blocking::new(m, n, k);
-                assert_eq!(b.kc, kc);
-                assert!(b.kc <= KC + KC / 4 && b.mc.is_multiple_of(MR) && b.nc.is_multiple_of(NR));
-                assert!(b.mc * b.kc <= MC_VALUES + MR * b.kc && b.nc <= NC_MAX);
+        fn check<T: Tile>(tiling: Tiling) {
+            for k in [1, 100, 256, 320, 321, 768, 1024, 2048, 5000] {
+                let kc = Blocking::new(tiling, 1, 1, k).kc;
+                for (m, n) in [(6, 16), (2048, 1024), (10_000, 5)] {
+                    let b = Blocking::new(tiling, m, n, k);
+                    assert_eq!(b.kc, kc);
+                    assert!(b.kc <= T::KC + T::KC / 4 && b.mc.is_multiple_of(T::MR) && b.nc.is_multiple_of(T::NR));
+                    assert!(b.mc * b.kc <= T::MC_VALUES + T::MR * b.kc && b.nc * b.kc <= T::NC_VALUES + T::NR * b.kc);
+                }
             }
         }
+        check::<avx2::Tile6x16>(Tiling::Avx2);
+        check::<avx512::Tile6x64>(Tiling::Avx512);
     }
 }
