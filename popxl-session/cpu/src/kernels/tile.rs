@@ -1,9 +1,11 @@
-//! The register tile of the packed products on AVX2 + FMA: `Σ_k a[k] ⊗ b[k]`
-//! over packed panels, the 6 × 16 shape of BLIS's Haswell kernel. Twelve
+//! The register tiles of the packed products: `Σ_k a[k] ⊗ b[k]` over packed
+//! panels ([`sums_of`], over any [`Lanes`] vector type and tile shape), and
+//! the AVX2 + FMA tile, the 6 × 16 shape of BLIS's Haswell kernel. Twelve
 //! accumulators of 8 lanes, two vector loads of `b` and six broadcasts of `a`
 //! per `k`: 12 FMAs for 8 loads, so the two FMA pipes stay busy from the
-//! level-1 cache. The packed GEMM (`matmul/packed`) stores the sums through
-//! its own epilogue ([`sums`]); the implicit-GEMM convolution
+//! level-1 cache. The packed GEMM (`matmul/packed`, also with an AVX-512
+//! tile) stores the sums through its own epilogue ([`sums`], [`sums_of`]);
+//! the implicit-GEMM convolution
 //! (`conv/implicit`, `conv/implicit_wgrad`) adds or writes them ([`tile`]).
 
 /// Rows of a tile (the `a` panel's width); the panel shapes are defined on
@@ -23,39 +25,147 @@ const UNROLL: usize = 4;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn sums(kc: usize, a: *const f32, b: *const f32) -> [[std::arch::x86_64::__m256; 2]; MR] {
-    use std::arch::x86_64::*;
-    /// One step: `b`'s 16 values times each of `a`'s six.
+    // SAFETY: this function's contract.
+    unsafe { sums_of(kc, a, b) }
+}
+
+/// A register tile's sums `Σ_k a[k] ⊗ b[k]` over `kc` steps of packed
+/// panels: `a` holds `kc` groups of `R` values, `b` `kc` groups of `C · V::N`;
+/// row `i`'s sums of columns `h · V::N ..` are `[i][h]`, each summed over `k`
+/// in order. Per step: `C` vector loads of `b`, `R` broadcasts of `a`, `R ·
+/// C` FMAs.
+///
+/// # Safety
+/// The CPU runs `V`'s instructions; `a`, `b` valid for `kc · R`, `kc · C ·
+/// V::N` reads.
+#[inline(always)]
+pub(crate) unsafe fn sums_of<V: Lanes, const R: usize, const C: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+) -> [[V; C]; R] {
+    let w = C * V::N;
+    /// One step: `b`'s `C` vectors times each of `a`'s `R` values.
     #[inline(always)]
-    unsafe fn step(acc: &mut [[__m256; 2]; MR], a: *const f32, b: *const f32) {
-        // SAFETY: one group of each panel, AVX2 + FMA (the caller's contract).
+    unsafe fn step<V: Lanes, const R: usize, const C: usize>(acc: &mut [[V; C]; R], a: *const f32, b: *const f32) {
+        // SAFETY: one group of each panel (the caller's contract).
         unsafe {
-            let b0 = _mm256_loadu_ps(b);
-            let b1 = _mm256_loadu_ps(b.add(8));
+            let bv: [V; C] = std::array::from_fn(|h| V::load(b.add(h * V::N)));
             for (i, row) in acc.iter_mut().enumerate() {
-                let ai = _mm256_broadcast_ss(&*a.add(i));
-                row[0] = _mm256_fmadd_ps(ai, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(ai, b1, row[1]);
+                let ai = V::splat(*a.add(i));
+                for (r, &bh) in row.iter_mut().zip(&bv) {
+                    *r = ai.fmadd(bh, *r);
+                }
             }
         }
     }
-    // SAFETY: AVX2 (this function's contract); steps `0..kc` read groups
-    // inside the panels' `kc · MR` and `kc · NR` valid reads.
+    // SAFETY: `V`'s instructions (this function's contract); steps `0..kc`
+    // read groups inside the panels' valid reads.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut acc = [[V::splat(0.0); C]; R];
         let mut k = 0;
         while k + UNROLL <= kc {
             for u in 0..UNROLL {
-                step(&mut acc, a.add((k + u) * MR), b.add((k + u) * NR));
+                step(&mut acc, a.add((k + u) * R), b.add((k + u) * w));
             }
             k += UNROLL;
         }
         while k < kc {
-            step(&mut acc, a.add(k * MR), b.add(k * NR));
+            step(&mut acc, a.add(k * R), b.add(k * w));
             k += 1;
         }
         acc
     }
 }
+
+/// The vector operations of the register tiles, over one register of f32
+/// lanes (`__m256` with AVX2 + FMA, `__m512` with AVX-512F). Every method
+/// asks that the CPU runs the type's instructions, and `load` and `store`
+/// that `p` is valid for `N` values.
+pub(crate) trait Lanes: Copy {
+    /// f32 values of the register.
+    const N: usize;
+    /// # Safety
+    /// See the trait.
+    unsafe fn load(p: *const f32) -> Self;
+    /// # Safety
+    /// See the trait.
+    unsafe fn store(self, p: *mut f32);
+    /// # Safety
+    /// See the trait.
+    unsafe fn add(self, o: Self) -> Self;
+    /// # Safety
+    /// See the trait.
+    unsafe fn mul(self, o: Self) -> Self;
+    /// `self · b + c`, rounded once.
+    ///
+    /// # Safety
+    /// See the trait.
+    unsafe fn fmadd(self, b: Self, c: Self) -> Self;
+    /// # Safety
+    /// See the trait.
+    unsafe fn splat(v: f32) -> Self;
+}
+
+/// [`Lanes`] for a vector type from its intrinsics.
+macro_rules! lanes {
+    ($v:ty, $n:expr, $load:ident, $store:ident, $add:ident, $mul:ident, $fmadd:ident, $set1:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        impl Lanes for $v {
+            const N: usize = $n;
+            #[inline(always)]
+            unsafe fn load(p: *const f32) -> Self {
+                // SAFETY: the trait's contract.
+                unsafe { std::arch::x86_64::$load(p) }
+            }
+            #[inline(always)]
+            unsafe fn store(self, p: *mut f32) {
+                // SAFETY: the trait's contract.
+                unsafe { std::arch::x86_64::$store(p, self) }
+            }
+            #[inline(always)]
+            unsafe fn add(self, o: Self) -> Self {
+                // SAFETY: the trait's contract.
+                unsafe { std::arch::x86_64::$add(self, o) }
+            }
+            #[inline(always)]
+            unsafe fn mul(self, o: Self) -> Self {
+                // SAFETY: the trait's contract.
+                unsafe { std::arch::x86_64::$mul(self, o) }
+            }
+            #[inline(always)]
+            unsafe fn fmadd(self, b: Self, c: Self) -> Self {
+                // SAFETY: the trait's contract.
+                unsafe { std::arch::x86_64::$fmadd(self, b, c) }
+            }
+            #[inline(always)]
+            unsafe fn splat(v: f32) -> Self {
+                // SAFETY: the trait's contract.
+                unsafe { std::arch::x86_64::$set1(v) }
+            }
+        }
+    };
+}
+lanes!(
+    std::arch::x86_64::__m256,
+    8,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_add_ps,
+    _mm256_mul_ps,
+    _mm256_fmadd_ps,
+    _mm256_set1_ps
+);
+lanes!(
+    std::arch::x86_64::__m512,
+    16,
+    _mm512_loadu_ps,
+    _mm512_storeu_ps,
+    _mm512_add_ps,
+    _mm512_mul_ps,
+    _mm512_fmadd_ps,
+    _mm512_set1_ps
+);
 
 /// `C (+)= A · B` over `kc` steps ([`sums`]); row `i` of `C` starts at
 /// `c + i · ldc`, its 16 values contiguous. `add`: add to `C`, else
