@@ -904,7 +904,6 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             };
             let packable =
                 <$t as MatElem>::PACKED && plan.m.min(plan.n) >= PACKED_MIN && !one_row && !empty && !zero_fill;
-            let use_packed = packable && tiling.is_some();
             let (packed, packs) = if let Some(tiling) = tiling.filter(|_| packable) {
                 let bl = Blocking::new(tiling, plan.m, plan.n, plan.k);
                 let values = bl.pack_len().ok_or_else(|| spec.error("the matmul is too large"))?;
@@ -913,6 +912,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             } else {
                 (None, Vec::new())
             };
+            let transposed_by_cols = Simd::best() == Simd::Avx512 && packed.is_none();
             Ok(Box::new(MatMulKernel::<$t> {
                 plan,
                 bias_pos,
@@ -923,7 +923,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 one_row,
                 piece_rows,
                 parts,
-                transposed_by_cols: Simd::best() == Simd::Avx512 && !use_packed,
+                transposed_by_cols,
                 packed,
                 packs,
                 _t: Types::default(),
