@@ -463,7 +463,7 @@ unsafe fn pack_b<T: Tile>(kb: usize, nb: usize, b: Operand, r0: usize, c0: usize
 /// register transposes.
 ///
 /// # Safety
-/// The CPU runs AVX2; `w` is a multiple of 2; the block lies inside `b`;
+/// The CPU runs AVX2; `w` is at least 1; the block lies inside `b`;
 /// `out` holds `nb` rounded up to `w` times `kb` values.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -537,6 +537,7 @@ unsafe fn pack_panels(w: usize, kb: usize, nb: usize, b: Operand, r0: usize, c0:
 unsafe fn store_tile<V: Lanes, const MR: usize, const NV: usize>(acc: &[[V; NV]; MR], out: Out) {
     let Out { y, rs, cs, mr, nr, store, beta, add } = out;
     let nr_full = NV * V::N;
+    debug_assert!(MR * nr_full <= 512, "the partial tiles' buffer holds 512 values");
     // SAFETY: the tile's elements and the addends' (contract); vectors of
     // `V::N` values inside a full tile's rows of unit column stride.
     unsafe {
