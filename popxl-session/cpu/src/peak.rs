@@ -140,20 +140,16 @@ impl PeakVerdict {
     }
 }
 
-/// The widest FMA instruction set this CPU has and this build uses: `avx512`,
-/// `avx2` or `scalar` (at most `avx2` without the `avx512` feature, as the
-/// kernels).
+/// The widest FMA instruction set the kernels use: `avx512`, `avx2` or
+/// `scalar` (at most `avx2` without the `avx512` feature or under
+/// `POPXL_CPU_SIMD=avx2`, as the kernels).
 pub fn isa() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f") {
-            return "avx512";
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return "avx2";
-        }
+    use crate::kernels::par::Simd;
+    match Simd::best() {
+        Simd::Avx512 => "avx512",
+        Simd::Avx2 => "avx2",
+        Simd::Base => "scalar",
     }
-    "scalar"
 }
 
 /// Runs the chains; returns the FLOPs done.

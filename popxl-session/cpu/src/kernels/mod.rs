@@ -82,7 +82,7 @@ mod matmul;
 mod nn;
 mod norm;
 mod optimizer;
-mod par;
+pub(crate) mod par;
 mod pool;
 mod print;
 mod ptr;

@@ -209,8 +209,29 @@ impl Simd {
 }
 
 /// The widest tier this CPU runs (at most [`Simd::Avx2`] in a build without
-/// the `avx512` feature).
+/// the `avx512` feature), lowered to `POPXL_CPU_SIMD` when that names a
+/// narrower one ([`cap`]).
 fn detect() -> Simd {
+    let widest = widest();
+    cap(widest, std::env::var("POPXL_CPU_SIMD").ok().as_deref())
+}
+
+/// `widest` lowered to the tier `var` names (`avx512`, `avx2` or `base`, any
+/// case): as PyTorch's `ATEN_CPU_CAPABILITY`, how a machine with AVX-512 runs
+/// (and CI tests) the code paths of a machine without it, in the same build.
+/// It never raises the tier; an unknown name leaves it as detected.
+fn cap(widest: Simd, var: Option<&str>) -> Simd {
+    let asked = match var.map(str::to_ascii_lowercase).as_deref() {
+        Some("avx512") => Simd::Avx512,
+        Some("avx2") => Simd::Avx2,
+        Some("base") => Simd::Base,
+        _ => return widest,
+    };
+    widest.min(asked)
+}
+
+/// The widest tier this CPU and build run.
+fn widest() -> Simd {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
@@ -301,6 +322,20 @@ pub(crate) use wide_simd;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `POPXL_CPU_SIMD` lowers the tier, never raises it, and an unknown name
+    /// leaves it as detected.
+    #[test]
+    fn simd_cap_only_lowers() {
+        use Simd::*;
+        assert_eq!(cap(Avx512, Some("avx2")), Avx2);
+        assert_eq!(cap(Avx512, Some("AVX2")), Avx2);
+        assert_eq!(cap(Avx512, Some("base")), Base);
+        assert_eq!(cap(Avx2, Some("avx512")), Avx2);
+        assert_eq!(cap(Base, Some("avx2")), Base);
+        assert_eq!(cap(Avx512, Some("sse9")), Avx512);
+        assert_eq!(cap(Avx2, None), Avx2);
+    }
 
     /// The signatures of published CPUs: Zen (EPYC 7601, this project's AVX2
     /// benchmark machine's family 17h model 1) and Zen+ have slow masked loads;
