@@ -895,11 +895,21 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
             // The packed GEMM where `gemm`'s AVX2 microkernels would run, and on
             // Intel's AVX-512 cores for the products reading their lhs
             // transposed (the weight gradients: 1.1-1.3x `gemm`'s there, where
-            // `gemm` packs the lhs slowly; `gemm` stays faster on the forward
-            // and data-gradient products), where the product is no row.
+            // `gemm` packs the lhs slowly) and for the `MatMulAdd`s one block
+            // deep, whose addends then go into the only store of each tile
+            // (1.03-1.06x `gemm` and its separate pass over the result; deeper ones
+            // store each tile once per block and stay with `gemm`, as do the
+            // plain forward and data-gradient products, where it is faster),
+            // where the product is no row.
             let tiling = match Simd::best() {
                 Simd::Avx2 => Some(Tiling::Avx2),
-                Simd::Avx512 if par::intel() && plan.lhs_s.0 == 1 && plan.lhs_s.1 != 1 => Some(Tiling::Avx512),
+                Simd::Avx512
+                    if par::intel()
+                        && ((plan.lhs_s.0 == 1 && plan.lhs_s.1 != 1)
+                            || (bias_pos.is_some() && Blocking::one_depth_block(Tiling::Avx512, plan.k))) =>
+                {
+                    Some(Tiling::Avx512)
+                }
                 _ => None,
             };
             let packable =

@@ -21,7 +21,7 @@
 //!   values transposed once per head where a product reads them as columns;
 //!   each result element is summed in a fixed order whatever the thread count.
 
-use super::nn::{exp_ftz, row_dot, row_max};
+use super::nn::{exp_ftz, row_dot};
 use super::par::Simd;
 use super::ptr::{slice, slice_mut, SendPtr};
 use super::scratch;
@@ -43,45 +43,92 @@ const ROWS: usize = 32;
 const LANES: usize = 16;
 
 /// `row[..valid] = softmax(scale · row[..valid])` in place and the rest of
-/// the row 0 (its length a multiple of [`LANES`] where it can be, so every
-/// pass runs in whole vectors); returns the log-sum-exp of `scale · row[..valid]`.
+/// the row 0 (its length a multiple of [`LANES`] at least `valid` rounded up
+/// to one, so every pass runs in whole vectors); returns the log-sum-exp of
+/// `scale · row[..valid]`. Three passes over the live part (the largest
+/// scaled score, the exponentials and their sum, the division by the sum),
+/// the scaling inside the first two: the values of scaling, masking and
+/// taking the softmax one after another.
 #[inline(always)]
 fn softmax_row(row: &mut [f32], valid: usize, scale: f32) -> f32 {
-    row.iter_mut().for_each(|v| *v *= scale);
-    // exp(-inf - max) is exactly 0: the masked positions add nothing.
-    row[valid..].fill(f32::NEG_INFINITY);
-    let max = row_max(row);
+    let live = valid.next_multiple_of(LANES).min(row.len());
+    let (row, tail) = row.split_at_mut(live);
+    tail.fill(0.0);
+    let max = row_max_scaled(&row[..valid], scale);
     let mut sums = [0.0f32; LANES];
-    let mut chunks = row.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        for (s, v) in sums.iter_mut().zip(c) {
-            *v = exp_ftz(*v - max);
-            *s += *v;
-        }
-    }
-    let mut sum = sums.iter().sum::<f32>();
-    for v in chunks.into_remainder() {
-        *v = exp_ftz(*v - max);
-        sum += *v;
-    }
+    for_live_lanes(
+        row,
+        valid,
+        |v, on| {
+            // exp(-inf - max) is exactly 0: the masked positions add nothing.
+            let e = if on { exp_ftz(*v * scale - max) } else { 0.0 };
+            *v = e;
+            e
+        },
+        &mut sums,
+    );
+    let sum = sums.iter().sum::<f32>();
     let inv = 1.0 / sum;
     row.iter_mut().for_each(|v| *v *= inv);
     max + sum.ln()
 }
 
+/// The largest of `scale · x` over `xs`, ignoring NaN (as `nn::row_max` over
+/// the scaled row).
+#[inline(always)]
+fn row_max_scaled(xs: &[f32], scale: f32) -> f32 {
+    let mut acc = [f32::MIN; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            let v = v * scale;
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let m = acc.iter().fold(f32::MIN, |m, &v| if v > m { v } else { m });
+    rest.iter().fold(m, |m, &v| if v * scale > m { v * scale } else { m })
+}
+
+/// `f(v, on)` for every element of `row` (a whole number of [`LANES`]), `on`
+/// for the first `valid`, its results summed in lanes into `sums`: whole
+/// vectors, the last one partly on.
+#[inline(always)]
+fn for_live_lanes(row: &mut [f32], valid: usize, mut f: impl FnMut(&mut f32, bool) -> f32, sums: &mut [f32; LANES]) {
+    let full = valid / LANES * LANES;
+    let (body, last) = row.split_at_mut(full.min(row.len()));
+    for c in body.chunks_exact_mut(LANES) {
+        for (s, v) in sums.iter_mut().zip(c) {
+            *s += f(v, true);
+        }
+    }
+    for (j, (s, v)) in sums.iter_mut().zip(last.iter_mut()).enumerate() {
+        *s += f(v, full + j < valid);
+    }
+}
+
 /// One row of the backward: the scores `p` (`q kᵀ` in, probabilities
 /// `exp(scale · s − lse)` out) and `dp` (`g vᵀ` in, `p ⊙ (dp − dot) · scale`
 /// out), both 0 from `valid` on (the whole rows in whole vectors, as
-/// [`softmax_row`]).
+/// [`softmax_row`]), in one pass.
 #[inline(always)]
 fn score_grad_row(p: &mut [f32], dp: &mut [f32], valid: usize, dot: f32, lse: f32, scale: f32) {
-    p.iter_mut().for_each(|v| *v *= scale);
-    p[valid..].fill(f32::NEG_INFINITY);
-    dp[valid..].fill(0.0);
-    for (p, dp) in p.iter_mut().zip(dp.iter_mut()) {
-        let v = exp_ftz(*p - lse);
+    let live = valid.next_multiple_of(LANES).min(p.len());
+    p[live..].fill(0.0);
+    dp[live..].fill(0.0);
+    let full = valid / LANES * LANES;
+    let one = |p: &mut f32, dp: &mut f32, on: bool| {
+        let v = if on { exp_ftz(*p * scale - lse) } else { 0.0 };
         *p = v;
-        *dp = v * (*dp - dot) * scale;
+        *dp = if on { v * (*dp - dot) * scale } else { 0.0 };
+    };
+    for (pc, dc) in p[..full].chunks_exact_mut(LANES).zip(dp[..full].chunks_exact_mut(LANES)) {
+        for (p, dp) in pc.iter_mut().zip(dc) {
+            one(p, dp, true);
+        }
+    }
+    for (j, (p, dp)) in p[full..live].iter_mut().zip(&mut dp[full..live]).enumerate() {
+        one(p, dp, full + j < valid);
     }
 }
 
@@ -108,9 +155,17 @@ impl Dims {
             self.seq
         }
     }
-    /// Row stride of a block of scores over `keys` keys: whole vectors.
+    /// Row stride of a block of scores over `keys` keys, and of the keys and
+    /// values transposed (`keys` = `seq`): whole vectors, an odd number of
+    /// them, so that successive rows fall in different sets of the L1 cache
+    /// (a stride of 512 bytes maps 64 rows onto 8 of its 64 sets).
     fn stride(&self, keys: usize) -> usize {
-        keys.next_multiple_of(LANES)
+        let s = keys.next_multiple_of(LANES);
+        if (s / LANES).is_multiple_of(2) {
+            s + LANES
+        } else {
+            s
+        }
     }
     /// `c` when causal, else the whole product.
     fn cut(&self, c: Causal) -> Causal {
@@ -128,43 +183,73 @@ impl Dims {
             self.seq
         }
     }
+    /// Offsets of head `bh`'s first element in `qkv` (its queries; the keys
+    /// and values `width` and `2 · width` further) and in `y`.
+    fn offsets(&self, bh: usize) -> (usize, usize) {
+        let (b, h) = (bh / self.heads, bh % self.heads);
+        (b * self.seq * 3 * self.width + h * self.dh(), b * self.seq * self.width + h * self.dh())
+    }
     /// Whether the heads are split over the team: from 2^18 multiply-adds.
     fn parallel(&self) -> bool {
         [self.heads, self.seq, self.seq, self.dh()].iter().fold(self.batch, |a, &b| a.saturating_mul(b)) >= 1 << 18
     }
     /// Scratch of one forward head: a block of scores and the transposed keys.
     fn forward_scratch(&self) -> usize {
-        ROWS * self.stride(self.seq) + self.dh() * self.seq
+        (ROWS + self.dh()) * self.stride(self.seq)
     }
     /// Scratch of one gradient head: scores, their gradients, keys and values transposed.
     fn grad_scratch(&self) -> usize {
-        2 * (ROWS * self.stride(self.seq) + self.dh() * self.seq)
+        2 * (ROWS + self.dh()) * self.stride(self.seq)
     }
 }
 
-/// Run `f(bh, scratch)` for every head `bh` in `0..dims.batch · dims.heads`:
-/// one piece per scratch slot (over the team when there are several), each
-/// claiming heads in turn with its slot's first `len` f32 values as scratch.
-fn for_each_head(d: &Dims, slots: &[scratch::Slot], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+/// Run `f(bh, next, scratch)` for every head `bh` in `0..dims.batch ·
+/// dims.heads`: one piece per scratch slot (over the team when there are
+/// several), each claiming heads in turn with its slot's first `len` f32
+/// values as scratch, one claim ahead: `next` is the head the piece runs
+/// after `bh` (if any), whose rows `f` can prefetch while it computes `bh`.
+fn for_each_head(d: &Dims, slots: &[scratch::Slot], len: usize, f: impl Fn(usize, Option<usize>, &mut [f32]) + Sync) {
     let heads = d.batch * d.heads;
-    let next = AtomicUsize::new(0);
+    let counter = AtomicUsize::new(0);
+    let claim = || Some(counter.fetch_add(1, Ordering::Relaxed)).filter(|&bh| bh < heads);
     let piece = |p: usize| {
         let mut words = slots[p].lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the slot holds at least `len` f32 values in its u64 words
         // (grown at build time, aligned) and is this piece's alone while locked.
         let s = unsafe { slice_mut(words.as_mut_ptr() as *mut f32, len) };
-        loop {
-            let bh = next.fetch_add(1, Ordering::Relaxed);
-            if bh >= heads {
-                break;
-            }
-            f(bh, s);
+        let mut next = claim();
+        while let Some(bh) = next {
+            next = claim();
+            f(bh, next, s);
         }
     };
     match slots.len() {
         0 | 1 => piece(0),
         n => team::run(n, &piece),
     }
+}
+
+/// Prefetch into level 2 the `rows` rows from `first` (row stride `rs`) of
+/// `len` f32 values each of the region at `base` (row `first` of a head's
+/// operand): the operand of the head a piece runs next, fetched from memory
+/// while the current head computes (a head's rows are 256 bytes every 3·D
+/// values, which the hardware prefetchers do not follow).
+#[inline(always)]
+fn prefetch_rows(base: *const f32, first: usize, rows: usize, rs: isize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        for r in first..first + rows {
+            for c in (0..len).step_by(16) {
+                // A prefetch is a hint: it never faults, whatever the address.
+                let p = base.wrapping_offset(r as isize * rs).wrapping_add(c);
+                // SAFETY: prefetching has no architectural effect.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (base, first, rows, rs, len);
 }
 
 /// The scratch slots of an attention whose heads need `len` f32 values each:
@@ -184,7 +269,7 @@ impl AttentionKernel {
     ///
     /// # Safety
     /// `qkv`, `y` and `lse` are the kernel's buffers; no other task writes this head.
-    unsafe fn head(&self, bh: usize, qkv: *const f32, y: *mut f32, lse: *mut f32, s: &mut [f32]) {
+    unsafe fn head(&self, bh: usize, next: Option<usize>, qkv: *const f32, y: *mut f32, lse: *mut f32, s: &mut [f32]) {
         let d = &self.d;
         let (t, w, dh) = (d.seq, d.width, d.dh());
         let (b, h) = (bh / d.heads, bh % d.heads);
@@ -196,22 +281,30 @@ impl AttentionKernel {
             let (k, v) = (q.add(w), q.add(2 * w));
             let y = y.add(b * t * w + h * dh);
             let lse = lse.add(bh * t);
-            transpose(k, ws, t, dh, kt);
+            let ts = d.stride(t);
+            transpose(k, ws, t, dh, kt, ts);
             let kt = kt.as_ptr();
             for r0 in (0..t).step_by(ROWS) {
                 let r1 = (r0 + ROWS).min(t);
                 let (rows, keys) = (r1 - r0, d.keys(r1));
                 let ks = d.stride(keys);
+                if let Some(n) = next {
+                    let (nq, _) = d.offsets(n);
+                    for part in 0..3 {
+                        prefetch_rows(qkv.wrapping_add(nq + part * w), r0, rows, ws, dh);
+                    }
+                }
                 let p = s.as_mut_ptr();
                 let qr = q.offset(r0 as isize * ws);
                 let (cols, terms) = (d.cut(Causal::Cols(r0 as isize)), d.cut(Causal::KEnd(r0 as isize)));
-                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, t as isize, 1), p, ks as isize, false, cols);
+                product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, ts as isize, 1), p, ks as isize, false, cols);
                 let simd = Simd::best();
                 simd.run(
                     #[inline(always)]
                     || {
                         for i in 0..rows {
-                            *lse.add(r0 + i) = softmax_row(&mut s[i * ks..(i + 1) * ks], d.valid(r0 + i), d.scale);
+                            let row = &mut s[i * ks..i * ks + keys.next_multiple_of(LANES)];
+                            *lse.add(r0 + i) = softmax_row(row, d.valid(r0 + i), d.scale);
                         }
                     },
                 );
@@ -230,9 +323,9 @@ impl Kernel for AttentionKernel {
             SendPtr(args.outputs[0] as *mut f32),
             SendPtr(args.outputs[1] as *mut f32),
         );
-        for_each_head(&d, &self.scratch, d.forward_scratch(), |bh, s| {
+        for_each_head(&d, &self.scratch, d.forward_scratch(), |bh, next, s| {
             // SAFETY: each head is claimed once; the buffers are the kernel's.
-            unsafe { self.head(bh, qkv.get(), y.get(), lse.get(), s) };
+            unsafe { self.head(bh, next, qkv.get(), y.get(), lse.get(), s) };
         });
         Ok(())
     }
@@ -252,6 +345,7 @@ impl AttentionGradKernel {
     unsafe fn head(
         &self,
         bh: usize,
+        next: Option<usize>,
         g: *const f32,
         qkv: *const f32,
         y: *const f32,
@@ -265,24 +359,35 @@ impl AttentionGradKernel {
         let (ws, wy) = (3 * w as isize, w as isize);
         let (pbuf, rest) = s.split_at_mut(ROWS * d.stride(t));
         let (dpbuf, rest) = rest.split_at_mut(ROWS * d.stride(t));
-        let (kt, vt) = rest.split_at_mut(dh * t);
+        let ts = d.stride(t);
+        let (kt, vt) = rest.split_at_mut(dh * ts);
         // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
         unsafe {
             let base = b * t * 3 * w + h * dh;
             let (q, k, v) = (qkv.add(base), qkv.add(base + w), qkv.add(base + 2 * w));
             let (dq, dk, dv) = (dqkv.add(base), dqkv.add(base + w), dqkv.add(base + 2 * w));
+            let (g_all, y_all) = (g, y);
             let (g, y) = (g.add(b * t * w + h * dh), y.add(b * t * w + h * dh));
             let lse = lse.add(bh * t);
-            transpose(k, ws, t, dh, kt);
-            transpose(v, ws, t, dh, vt);
+            transpose(k, ws, t, dh, kt, ts);
+            transpose(v, ws, t, dh, vt, ts);
             let (kt, vt) = (kt.as_ptr(), vt.as_ptr());
             for r0 in (0..t).step_by(ROWS) {
                 let r1 = (r0 + ROWS).min(t);
                 let (rows, keys) = (r1 - r0, d.keys(r1));
                 let ks = d.stride(keys) as isize;
+                if let Some(n) = next {
+                    let (nq, ny) = d.offsets(n);
+                    for part in 0..3 {
+                        prefetch_rows(qkv.wrapping_add(nq + part * w), r0, rows, ws, dh);
+                        prefetch_rows(dqkv.wrapping_add(nq + part * w), r0, rows, ws, dh);
+                    }
+                    prefetch_rows(g_all.wrapping_add(ny), r0, rows, wy, dh);
+                    prefetch_rows(y_all.wrapping_add(ny), r0, rows, wy, dh);
+                }
                 let (p, dp) = (pbuf.as_mut_ptr(), dpbuf.as_mut_ptr());
                 let (qr, gr, yr) = (q.offset(r0 as isize * ws), g.offset(r0 as isize * wy), y.offset(r0 as isize * wy));
-                let ts = t as isize;
+                let ts = ts as isize;
                 let (cols, terms) = (d.cut(Causal::Cols(r0 as isize)), d.cut(Causal::KEnd(r0 as isize)));
                 product(rows, keys, dh, Mat::new(qr, ws, 1), Mat::new(kt, ts, 1), p, ks, false, cols);
                 product(rows, keys, dh, Mat::new(gr, wy, 1), Mat::new(vt, ts, 1), dp, ks, false, cols);
@@ -292,7 +397,7 @@ impl AttentionGradKernel {
                         for i in 0..rows {
                             let gi = slice(gr.offset(i as isize * wy), dh);
                             let yi = slice(yr.offset(i as isize * wy), dh);
-                            let row = i * ks as usize..(i + 1) * ks as usize;
+                            let row = i * ks as usize..i * ks as usize + keys.next_multiple_of(LANES);
                             let (prow, dprow) = (&mut pbuf[row.clone()], &mut dpbuf[row]);
                             let (dot, lse) = (row_dot(gi, yi), *lse.add(r0 + i));
                             score_grad_row(prow, dprow, d.valid(r0 + i), dot, lse, d.scale);
@@ -327,9 +432,9 @@ impl Kernel for AttentionGradKernel {
             SendPtr(args.inputs[3] as *mut f32),
         );
         let dqkv = SendPtr(args.outputs[0] as *mut f32);
-        for_each_head(&d, &self.scratch, d.grad_scratch(), |bh, s| {
+        for_each_head(&d, &self.scratch, d.grad_scratch(), |bh, next, s| {
             // SAFETY: each head is claimed once; the buffers are the kernel's.
-            unsafe { self.head(bh, g.get(), qkv.get(), y.get(), lse.get(), dqkv.get(), s) };
+            unsafe { self.head(bh, next, g.get(), qkv.get(), y.get(), lse.get(), dqkv.get(), s) };
         });
         Ok(())
     }

@@ -94,26 +94,27 @@ pub(super) unsafe fn product(
     unsafe { <f32 as MatElem>::gemm(m, n, k, c, crs, 1, acc, a.ptr, a.rs, a.cs, b.ptr, b.rs, 1, 1.0, 1.0) }
 }
 
-/// `out[c · rows + j] = src[j · rs + c]`: the `rows × cols` block at `src`
-/// (row stride `rs`, unit column stride) transposed into `out` (on AVX-512,
-/// in 16 × 16 blocks held in registers; on AVX2 in 8 × 8 blocks).
+/// `out[c · ors + j] = src[j · rs + c]`: the `rows × cols` block at `src`
+/// (row stride `rs`, unit column stride) transposed into `out` (row stride
+/// `ors ≥ rows`; on AVX-512 in 16 × 16 blocks held in registers, on AVX2 in
+/// 8 × 8 blocks).
 ///
 /// # Safety
-/// `src` addresses the block; `out` holds `rows · cols` values.
-pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: &mut [f32]) {
-    debug_assert!(out.len() >= rows * cols);
+/// `src` addresses the block; `out` holds `cols` rows of stride `ors`.
+pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: &mut [f32], ors: usize) {
+    debug_assert!(ors >= rows && out.len() >= cols.saturating_sub(1) * ors + rows);
     #[cfg(target_arch = "x86_64")]
     if Simd::best() == Simd::Avx512 {
         // SAFETY: the CPU has AVX-512 F; this function's contract.
-        return unsafe { avx512::transpose(src, rs, rows, cols, out.as_mut_ptr()) };
+        return unsafe { avx512::transpose(src, rs, rows, cols, out.as_mut_ptr(), ors) };
     }
     #[cfg(target_arch = "x86_64")]
     if Simd::best() == Simd::Avx2 {
         // SAFETY: the CPU has AVX2; this function's contract.
-        return unsafe { avx2::transpose(src, rs, rows, cols, out.as_mut_ptr()) };
+        return unsafe { avx2::transpose(src, rs, rows, cols, out.as_mut_ptr(), ors) };
     }
     // SAFETY: this function's contract.
-    unsafe { transpose_rest(src, rs, rows, cols, (0, 0), out.as_mut_ptr()) }
+    unsafe { transpose_rest(src, rs, rows, cols, (0, 0), out.as_mut_ptr(), ors) }
 }
 
 /// The part of a [`transpose`] the register blocks leave, element by element:
@@ -122,10 +123,18 @@ pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: us
 ///
 /// # Safety
 /// As [`transpose`], `out` holding `rows · cols` values.
-unsafe fn transpose_rest(src: *const f32, rs: isize, rows: usize, cols: usize, full: (usize, usize), out: *mut f32) {
+unsafe fn transpose_rest(
+    src: *const f32,
+    rs: isize,
+    rows: usize,
+    cols: usize,
+    full: (usize, usize),
+    out: *mut f32,
+    ors: usize,
+) {
     let copy = |j: usize, c: usize| {
         // SAFETY: element `(j, c)` of the block and its transposed place.
-        unsafe { *out.add(c * rows + j) = *src.offset(j as isize * rs + c as isize) };
+        unsafe { *out.add(c * ors + j) = *src.offset(j as isize * rs + c as isize) };
     };
     for j in 0..full.0 {
         (full.1..cols).for_each(|c| copy(j, c));
@@ -208,7 +217,7 @@ mod avx512 {
     /// # Safety
     /// As [`super::transpose`], on a CPU with AVX-512 F.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32) {
+    pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32, ors: usize) {
         let index = |k: usize, upper: bool| {
             let b = 1 << k;
             let lanes: [i32; 16] = std::array::from_fn(|l| match (l & b == 0, upper) {
@@ -239,13 +248,13 @@ mod avx512 {
                         }
                     }
                     for (l, v) in r.iter().enumerate() {
-                        _mm512_storeu_ps(out.add((c0 + l) * rows + j0), *v);
+                        _mm512_storeu_ps(out.add((c0 + l) * ors + j0), *v);
                     }
                 }
             }
         }
         // SAFETY: as this function's.
-        unsafe { super::transpose_rest(src, rs, rows, cols, (full_r, full_c), out) };
+        unsafe { super::transpose_rest(src, rs, rows, cols, (full_r, full_c), out, ors) };
     }
 
     /// One register tile of up to `MR × 32`.
@@ -381,7 +390,7 @@ mod avx2 {
     /// # Safety
     /// As [`super::transpose`], on a CPU with AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32) {
+    pub(super) unsafe fn transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32, ors: usize) {
         let (full_r, full_c) = (rows / 8 * 8, cols / 8 * 8);
         for j0 in (0..full_r).step_by(8) {
             for c0 in (0..full_c).step_by(8) {
@@ -392,13 +401,13 @@ mod avx2 {
                         std::array::from_fn(|i| _mm256_loadu_ps(src.offset((j0 + i) as isize * rs).add(c0)));
                     let o = transpose8(r);
                     for (l, v) in o.iter().enumerate() {
-                        _mm256_storeu_ps(out.add((c0 + l) * rows + j0), *v);
+                        _mm256_storeu_ps(out.add((c0 + l) * ors + j0), *v);
                     }
                 }
             }
         }
         // SAFETY: as this function's.
-        unsafe { super::transpose_rest(src, rs, rows, cols, (full_r, full_c), out) };
+        unsafe { super::transpose_rest(src, rs, rows, cols, (full_r, full_c), out, ors) };
     }
 
     /// One register tile of up to `MR × 16`.
@@ -469,16 +478,16 @@ mod avx2 {
 mod tests {
     use super::*;
 
-    type Transpose = unsafe fn(*const f32, isize, usize, usize, *mut f32);
+    type Transpose = unsafe fn(*const f32, isize, usize, usize, *mut f32, usize);
     type Product = unsafe fn(usize, usize, usize, Mat, Mat, *mut f32, isize, bool, Causal);
 
     /// The tiers' builds this CPU runs, whatever the build's widest tier: the
     /// dispatching functions, then each SIMD module directly.
     fn tiers() -> Vec<(&'static str, Transpose, Product)> {
         // SAFETY (both wrappers): the callers' contract, that of `transpose`.
-        unsafe fn dispatch_transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32) {
-            // SAFETY: `out` holds `rows · cols` values (the caller's contract).
-            unsafe { transpose(src, rs, rows, cols, std::slice::from_raw_parts_mut(out, rows * cols)) }
+        unsafe fn dispatch_transpose(src: *const f32, rs: isize, rows: usize, cols: usize, out: *mut f32, ors: usize) {
+            // SAFETY: `out` holds `cols` rows of stride `ors` (the caller's contract).
+            unsafe { transpose(src, rs, rows, cols, std::slice::from_raw_parts_mut(out, cols * ors), ors) }
         }
         let mut v: Vec<(&'static str, Transpose, Product)> = vec![("dispatch", dispatch_transpose, product)];
         #[cfg(target_arch = "x86_64")]
@@ -501,13 +510,14 @@ mod tests {
             for &(rows, cols) in &[(16, 16), (128, 64), (33, 20), (7, 3), (48, 17), (8, 8), (9, 15)] {
                 let rs = cols + 5;
                 let src = vals(rows * rs, 1.0);
-                let mut out = vec![0.0; rows * cols];
-                // SAFETY: `src` holds `rows` rows of stride `rs`; `out` `rows · cols` values;
-                // `tiers` lists only what this CPU runs.
-                unsafe { transpose(src.as_ptr(), rs as isize, rows, cols, out.as_mut_ptr()) };
+                let ors = rows + 3;
+                let mut out = vec![0.0; cols * ors];
+                // SAFETY: `src` holds `rows` rows of stride `rs`; `out` `cols` rows of
+                // stride `ors`; `tiers` lists only what this CPU runs.
+                unsafe { transpose(src.as_ptr(), rs as isize, rows, cols, out.as_mut_ptr(), ors) };
                 for j in 0..rows {
                     for c in 0..cols {
-                        assert_eq!(out[c * rows + j], src[j * rs + c], "{tier} {rows}x{cols} ({j}, {c})");
+                        assert_eq!(out[c * ors + j], src[j * rs + c], "{tier} {rows}x{cols} ({j}, {c})");
                     }
                 }
             }

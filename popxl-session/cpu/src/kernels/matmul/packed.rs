@@ -189,6 +189,16 @@ impl Blocking {
         }
     }
 
+    /// Whether a product of depth `k` is one block deep on `tiling` (each
+    /// result tile stored once, with its addends).
+    pub(crate) fn one_depth_block(tiling: Tiling, k: usize) -> bool {
+        let kc = match tiling {
+            Tiling::Avx2 => Avx2Tile::KC,
+            Tiling::Avx512 => Avx512Tile::KC,
+        };
+        k <= kc + kc / 4
+    }
+
     fn of<T: Tile>(tiling: Tiling, m: usize, n: usize, k: usize) -> Blocking {
         let k = k.max(1);
         let kc = if k <= T::KC + T::KC / 4 { k } else { k.div_ceil(k.div_ceil(T::KC)) };
