@@ -265,21 +265,22 @@ struct AttentionKernel {
 }
 
 impl AttentionKernel {
-    /// Forward of head `h` of batch `b`.
+    /// Forward of head `bh` (head `bh % heads` of batch `bh / heads`); `next`:
+    /// the head this task runs after it, whose rows are prefetched.
     ///
     /// # Safety
     /// `qkv`, `y` and `lse` are the kernel's buffers; no other task writes this head.
     unsafe fn head(&self, bh: usize, next: Option<usize>, qkv: *const f32, y: *mut f32, lse: *mut f32, s: &mut [f32]) {
         let d = &self.d;
         let (t, w, dh) = (d.seq, d.width, d.dh());
-        let (b, h) = (bh / d.heads, bh % d.heads);
+        let (base, ybase) = d.offsets(bh);
         let ws = 3 * w as isize;
         let (s, kt) = s.split_at_mut(ROWS * d.stride(t));
-        // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
+        // SAFETY: head `bh` lies inside the buffers (shapes checked at build).
         unsafe {
-            let q = qkv.add(b * t * 3 * w + h * dh);
+            let q = qkv.add(base);
             let (k, v) = (q.add(w), q.add(2 * w));
-            let y = y.add(b * t * w + h * dh);
+            let y = y.add(ybase);
             let lse = lse.add(bh * t);
             let ts = d.stride(t);
             transpose(k, ws, t, dh, kt, ts);
@@ -337,7 +338,7 @@ struct AttentionGradKernel {
 }
 
 impl AttentionGradKernel {
-    /// Gradient of head `h` of batch `b`.
+    /// Gradient of head `bh` (as `AttentionKernel::head`, `next` too).
     ///
     /// # Safety
     /// The pointers are the kernel's buffers; no other task writes this head.
@@ -355,19 +356,18 @@ impl AttentionGradKernel {
     ) {
         let d = &self.d;
         let (t, w, dh) = (d.seq, d.width, d.dh());
-        let (b, h) = (bh / d.heads, bh % d.heads);
+        let (base, ybase) = d.offsets(bh);
         let (ws, wy) = (3 * w as isize, w as isize);
         let (pbuf, rest) = s.split_at_mut(ROWS * d.stride(t));
         let (dpbuf, rest) = rest.split_at_mut(ROWS * d.stride(t));
         let ts = d.stride(t);
         let (kt, vt) = rest.split_at_mut(dh * ts);
-        // SAFETY: head `h` of batch `b` lies inside the buffers (shapes checked at build).
+        // SAFETY: head `bh` lies inside the buffers (shapes checked at build).
         unsafe {
-            let base = b * t * 3 * w + h * dh;
             let (q, k, v) = (qkv.add(base), qkv.add(base + w), qkv.add(base + 2 * w));
             let (dq, dk, dv) = (dqkv.add(base), dqkv.add(base + w), dqkv.add(base + 2 * w));
             let (g_all, y_all) = (g, y);
-            let (g, y) = (g.add(b * t * w + h * dh), y.add(b * t * w + h * dh));
+            let (g, y) = (g.add(ybase), y.add(ybase));
             let lse = lse.add(bh * t);
             transpose(k, ws, t, dh, kt, ts);
             transpose(v, ws, t, dh, vt, ts);
