@@ -192,16 +192,20 @@ impl Blocking {
     /// Whether a product of depth `k` is one block deep on `tiling` (each
     /// result tile stored once, with its addends).
     pub(crate) fn one_depth_block(tiling: Tiling, k: usize) -> bool {
-        let kc = match tiling {
-            Tiling::Avx2 => Avx2Tile::KC,
-            Tiling::Avx512 => Avx512Tile::KC,
-        };
-        k <= kc + kc / 4
+        match tiling {
+            Tiling::Avx2 => Self::one_block::<Avx2Tile>(k),
+            Tiling::Avx512 => Self::one_block::<Avx512Tile>(k),
+        }
+    }
+
+    /// A depth up to 1.25 `T::KC` is one block.
+    fn one_block<T: Tile>(k: usize) -> bool {
+        k <= T::KC + T::KC / 4
     }
 
     fn of<T: Tile>(tiling: Tiling, m: usize, n: usize, k: usize) -> Blocking {
         let k = k.max(1);
-        let kc = if k <= T::KC + T::KC / 4 { k } else { k.div_ceil(k.div_ceil(T::KC)) };
+        let kc = if Self::one_block::<T>(k) { k } else { k.div_ceil(k.div_ceil(T::KC)) };
         let mc_max = (T::MC_VALUES / kc / T::MR).max(1) * T::MR;
         let m = m.max(1);
         let mc = m.div_ceil(m.div_ceil(mc_max)).next_multiple_of(T::MR);
