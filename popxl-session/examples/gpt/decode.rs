@@ -11,7 +11,9 @@
 //! the whole cache with the causal mask's rows `pos..pos + chunk` (later
 //! positions masked, [`model::attend`]), then [`model::block_out`]; and
 //! streams out the logits of the last position ([`model::lm_head`]). Same
-//! weights and the same ops as the training program's forward.
+//! weights and the same ops as the training program's forward; the weights
+//! are constants here (the program never changes them), so reading the
+//! caches back after a prefill transfers the caches alone.
 //!
 //! Generation ([`generate`]) keeps a window of at most `T` tokens: when the
 //! context outgrows it, the window restarts at the last `T / 2` tokens (at
@@ -61,7 +63,7 @@ pub fn build(s: &Shape, weights: &[(String, HostArray)], chunk: usize) -> AppRes
     let mut p: HashMap<String, Tensor> = HashMap::new();
     for name in model::param_names(s.layers) {
         let a = by_name.get(name.as_str()).ok_or_else(|| format!("no weight `{name}`"))?;
-        p.insert(name.clone(), popxl::variable((*a).clone(), &name)?);
+        p.insert(name.clone(), popxl::constant((*a).clone(), &name)?);
     }
     let tok = ops::host_load(&tokens, "tok")?;
     let at = ops::host_load(&pos, "pos")?;
@@ -88,7 +90,7 @@ pub fn build(s: &Shape, weights: &[(String, HostArray)], chunk: usize) -> AppRes
     let last = ops::slice(&x, &[chunk as i64 - 1], &[chunk as i64], &[1], &[1])?;
     // The tied embedding transposed once, here, for the head's product.
     let wte_t = match by_name.get("wte") {
-        Some(HostArray::F32(a)) => popxl::variable(HostArray::from(a.t().as_standard_layout().into_owned()), "wte_t")?,
+        Some(HostArray::F32(a)) => popxl::constant(HostArray::from(a.t().as_standard_layout().into_owned()), "wte_t")?,
         _ => return Err("the weight `wte` must be float32".into()),
     };
     let logits = model::lm_head_transposed(&last, &p["lnf_g"], &p["lnf_b"], &wte_t, 1)?;

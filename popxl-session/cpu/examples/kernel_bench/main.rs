@@ -3,7 +3,7 @@
 //! buffers.
 //!
 //! ```text
-//! cargo run --release -p popxl-cpu --example kernel_bench -- [--suite mnist|ops|gpt] [--threads 1,2] [--only gelu] [--cold] [--numpy]
+//! cargo run --release -p popxl-cpu --example kernel_bench -- [--suite mnist|ops|gpt|decode] [--threads 1,2] [--only gelu] [--copies N] [--cold] [--numpy]
 //! ```
 //!
 //! - `--suite mnist` (default): the kernels of one MNIST training step at the
@@ -16,7 +16,14 @@
 //! - `--suite gpt`: the kernels of one layer of the `gpt` example: the
 //!   matmuls (forward and both gradients of the qkv, fc and fc2 projections),
 //!   the attention, gelu and the bias gradients.
+//! - `--suite decode`: the products of the `gpt` example's one-position
+//!   decode program (`--sample`): one row times each weight, with the bias
+//!   (and the residual), weights resident in the caches as in a loop over
+//!   one layer (the example streams them from level 3).
 //! - `--only TEXT` keeps the kernels whose label contains TEXT.
+//! - `--copies N`: N sets of operands (weights included), each call taking
+//!   the next: with more than the level-2 caches hold, a call reads its
+//!   operands from level 3, as the decode program's products do.
 //! - `--cold`: before each timed call, 64 MiB of another buffer is written
 //!   (untimed), so the call finds its operands out of the caches, as a
 //!   training step's kernels mostly do.
@@ -62,7 +69,7 @@ struct Row {
 /// Bytes written between calls under `--cold` (twice a 32 MiB level 3).
 const EVICT_BYTES: usize = 64 << 20;
 
-fn run_case(c: &Case, threads: usize, calls: usize, cold: bool) -> Row {
+fn run_case(c: &Case, threads: usize, calls: usize, cold: bool, copies: usize) -> Row {
     let spec = KernelSpec {
         def: popart_ir::lookup_op(c.op).unwrap_or_else(|e| panic!("{}: {e}", c.label)),
         attrs: &c.attrs,
@@ -73,36 +80,50 @@ fn run_case(c: &Case, threads: usize, calls: usize, cold: bool) -> Row {
     };
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{}: {e}", c.label));
     let lines = |info: &TensorInfo| info.nbytes().div_ceil(64);
-    let bufs: Vec<Vec<Line>> = c
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let mut b = buffer(lines(t) * 16, i as u64 + 7);
-            if let Some(data) = c.data.get(&i) {
-                bytemuck_copy(&mut b, data);
-            }
-            b
+    // `copies` sets of operands, the calls going round them.
+    let sets: Vec<(Vec<Vec<Line>>, Vec<Vec<Line>>)> = (0..copies.max(1))
+        .map(|copy| {
+            let ins = c
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut b = buffer(lines(t) * 16, i as u64 + 7 + 101 * copy as u64);
+                    if let Some(data) = c.data.get(&i) {
+                        bytemuck_copy(&mut b, data);
+                    }
+                    b
+                })
+                .collect();
+            (ins, c.outputs.iter().map(|t| buffer(lines(t) * 16, 3)).collect())
         })
         .collect();
-    let mut outs: Vec<Vec<Line>> = c.outputs.iter().map(|t| buffer(lines(t) * 16, 3)).collect();
     let mut times: Vec<f64> = team::with_max_threads(threads, || {
-        let mut in_ptrs: Vec<*const u8> = bufs.iter().map(|b| b.as_ptr() as *const u8).collect();
-        let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|b| b.as_mut_ptr() as *mut u8).collect();
-        for &(i, o) in &c.aliases {
-            in_ptrs[i] = out_ptrs[o];
-        }
-        let args = KernelArgs { inputs: &in_ptrs, outputs: &out_ptrs };
-        // SAFETY: buffers match the spec's infos; only declared aliases overlap.
-        let run = || unsafe { kernel.run(&args) }.expect("no run-time checks");
-        run();
+        let ptrs: Vec<(Vec<*const u8>, Vec<*mut u8>)> = sets
+            .iter()
+            .map(|(ins, outs)| {
+                let mut in_ptrs: Vec<*const u8> = ins.iter().map(|b| b.as_ptr() as *const u8).collect();
+                let out_ptrs: Vec<*mut u8> = outs.iter().map(|b| b.as_ptr() as *mut u8).collect();
+                for &(i, o) in &c.aliases {
+                    in_ptrs[i] = out_ptrs[o];
+                }
+                (in_ptrs, out_ptrs)
+            })
+            .collect();
+        let run = |i: usize| {
+            let (ins, outs) = &ptrs[i % ptrs.len()];
+            let args = KernelArgs { inputs: ins, outputs: outs };
+            // SAFETY: buffers match the spec's infos; only declared aliases overlap.
+            unsafe { kernel.run(&args) }.expect("no run-time checks")
+        };
+        (0..ptrs.len()).for_each(run);
         let mut evict = if cold { vec![0u64; EVICT_BYTES / 8] } else { Vec::new() };
         (0..calls)
             .map(|i| {
                 evict.iter_mut().for_each(|w| *w = w.wrapping_add(i as u64));
                 std::hint::black_box(&mut evict);
                 let t0 = Instant::now();
-                run();
+                run(i);
                 t0.elapsed().as_secs_f64() * 1e6
             })
             .collect()
@@ -147,6 +168,7 @@ fn numpy_times(n: usize, only: &str) -> HashMap<String, f64> {
 fn main() {
     let (mut threads, mut batch, mut hidden, mut elements) = (vec![1, 2], 128, 512, 1 << 20);
     let (mut only, mut suite, mut numpy, mut cold) = (String::new(), "mnist".to_string(), false, false);
+    let mut copies = 1;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--numpy" || flag == "--cold" {
@@ -161,6 +183,7 @@ fn main() {
             "--hidden" => hidden = value.parse().expect("--hidden takes an integer"),
             "--elements" => elements = value.parse().expect("--elements takes an integer"),
             "--only" => only = value,
+            "--copies" => copies = value.parse().expect("--copies takes an integer"),
             "--suite" => suite = value,
             other => panic!("unknown option {other}; see the example's doc comment"),
         }
@@ -169,13 +192,14 @@ fn main() {
         "mnist" => (mnist::cases(batch, hidden), 200),
         "ops" => (ops_cases(elements), 50),
         "gpt" => (gpt_cases(), 20),
-        other => panic!("unknown suite {other}: mnist or ops"),
+        "decode" => (decode_cases(), 400),
+        other => panic!("unknown suite {other}: mnist, ops, gpt or decode"),
     };
     let cases: Vec<Case> = cases.into_iter().filter(|c| c.label.contains(only.as_str())).collect();
     let mut ours: HashMap<(usize, String), Row> = HashMap::new();
     for &t in &threads {
         for c in &cases {
-            let row = run_case(c, t, calls, cold);
+            let row = run_case(c, t, calls, cold, copies);
             println!(
                 "{{\"bench\": \"popxl_cpu_kernel\", \"threads\": {t}, \"kernel\": \"{}\", \"op\": \"{}\", \"us_median\": {:.1}, \"gb_per_s\": {:.2}}}",
                 c.label,
@@ -248,6 +272,23 @@ fn gpt_cases() -> Vec<Case> {
         v.push(bias.attr("shape", AttrValue::Ints(vec![n as i64])));
     }
     v
+}
+
+/// The one-position products of the `gpt` example's decode program: one row
+/// times the qkv, projection, fc and fc2 weights, with the bias and (after
+/// the projections back to the width) the residual.
+fn decode_cases() -> Vec<Case> {
+    [("qkv", 256, 768, false), ("proj", 256, 256, true), ("fc", 256, 1024, false), ("fc2", 1024, 256, true)]
+        .into_iter()
+        .map(|(name, k, n, residual)| {
+            let (x, w, y) = (f32s(&[1, 1, k]), f32s(&[k, n]), f32s(&[1, 1, n]));
+            let mut inputs = vec![x, w, f32s(&[n])];
+            if residual {
+                inputs.push(y.clone());
+            }
+            Case::new(format!("decode {name}"), "MatMulAdd", inputs, y)
+        })
+        .collect()
 }
 
 /// A float32 info.

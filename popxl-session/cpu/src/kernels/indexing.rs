@@ -10,7 +10,7 @@ use super::broadcast::{contiguous_strides, MAX_RANK};
 use super::dispatch::{with_bits, with_index, with_num};
 use super::elem::{IndexElem, Num};
 use super::float16::{f16_adapter, has_f16};
-use super::par::{par_copy, par_fill};
+use super::par::{par_copy, par_fill, PAR_MIN_ELEMS};
 use super::ptr::{slice, slice_mut};
 use super::shape::GatherDims;
 use super::spec::{boxed, BuildResult, SpecExt, Types};
@@ -351,6 +351,8 @@ struct DynKernel<E, I> {
     /// Positions of the big tensor (or gradient) input, the index and the slice input.
     pos: [usize; 3],
     nelms: usize,
+    /// Elements of the slice.
+    slice_elems: usize,
     check: bool,
     _t: Types<(E, I)>,
 }
@@ -364,13 +366,22 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
         let big = args.inputs[self.pos[0]] as *const E;
         let small = args.inputs[self.pos[2]] as *const E;
         // Copy `n` elements from `src + s` to `y + t` (the slice is the source,
-        // `up`) or from `src + t` to `y + s` (`!up`).
+        // `up`) or from `src + t` to `y + s` (`!up`). A slice too small to split
+        // over threads is copied run by run in one loop (a decode step's key,
+        // one element per run, writes 256 runs).
+        let small_slice = self.slice_elems < PAR_MIN_ELEMS;
         let copy = |src: *const E, up: bool| {
             move |t: usize, s: usize, n: usize| {
                 let (from, to) = if up { (s, t) } else { (t, s) };
                 // SAFETY: the plan's runs lie inside the tensor and its slice, both
                 // sized by the spec; in place, `t` is only accessed through `y`.
-                unsafe { par_copy(src.add(from), y.add(to), n) }
+                unsafe {
+                    match n {
+                        _ if !small_slice => par_copy(src.add(from), y.add(to), n),
+                        1 => *y.add(to) = *src.add(from),
+                        _ => std::ptr::copy_nonoverlapping(src.add(from), y.add(to), n),
+                    }
+                }
             }
         };
         match self.mode {
@@ -430,9 +441,10 @@ fn build_dynamic(spec: &KernelSpec<'_>) -> BuildResult {
     let big_pos = if mode == DynMode::SliceGrad { small_pos } else { big.pos };
     let pos = [big_pos, index.pos, small_pos];
     let (nelms, check) = (big.nelms(), spec.check_indices);
+    let slice_elems = plan.slice_dims.iter().product();
     let bad_idx = || spec.error(format!("index must be an integer tensor, got {}", index.dtype()));
     with_bits!(dtype, E => with_index!(index.dtype(), I =>
-        boxed(DynKernel::<E, I> { plan, mode, pos, nelms, check, _t: Types::default() }), _ => Err(bad_idx())))
+        boxed(DynKernel::<E, I> { plan, mode, pos, nelms, slice_elems, check, _t: Types::default() }), _ => Err(bad_idx())))
 }
 
 // ----- Onehot -----
