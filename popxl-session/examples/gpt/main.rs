@@ -454,7 +454,7 @@ fn bench_generation(
         decode::generate(&mut cache, &prompt, s.seq, TOKENS, temp, 1)?;
         println!("profile: the one-position decode program, per token ({TOKENS} tokens)");
         profile::print_profile(&cache.step().kernel_profile(), TOKENS, None);
-        profile::print_top_kernels(&cache.step().kernel_profile(), TOKENS, 45);
+        profile::print_top_kernels(&cache.step().kernel_profile(), TOKENS, 20);
         cache.step().set_profiling(false);
     }
     // What PyTorch checks its logits against: our tokens and logits of a 256-token generation.

@@ -69,6 +69,9 @@ struct Row {
 /// Bytes written between calls under `--cold` (twice a 32 MiB level 3).
 const EVICT_BYTES: usize = 64 << 20;
 
+/// One set of a case's buffers: its inputs and its outputs.
+type Operands = (Vec<Vec<Line>>, Vec<Vec<Line>>);
+
 fn run_case(c: &Case, threads: usize, calls: usize, cold: bool, copies: usize) -> Row {
     let spec = KernelSpec {
         def: popart_ir::lookup_op(c.op).unwrap_or_else(|e| panic!("{}: {e}", c.label)),
@@ -81,7 +84,7 @@ fn run_case(c: &Case, threads: usize, calls: usize, cold: bool, copies: usize) -
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{}: {e}", c.label));
     let lines = |info: &TensorInfo| info.nbytes().div_ceil(64);
     // `copies` sets of operands, the calls going round them.
-    let sets: Vec<(Vec<Vec<Line>>, Vec<Vec<Line>>)> = (0..copies.max(1))
+    let sets: Vec<Operands> = (0..copies.max(1))
         .map(|copy| {
             let ins = c
                 .inputs
