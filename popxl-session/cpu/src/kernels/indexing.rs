@@ -376,10 +376,12 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
                 // SAFETY: the plan's runs lie inside the tensor and its slice, both
                 // sized by the spec; in place, `t` is only accessed through `y`.
                 unsafe {
-                    match n {
-                        _ if !small_slice => par_copy(src.add(from), y.add(to), n),
-                        1 => *y.add(to) = *src.add(from),
-                        _ => std::ptr::copy_nonoverlapping(src.add(from), y.add(to), n),
+                    if !small_slice {
+                        par_copy(src.add(from), y.add(to), n)
+                    } else if n == 1 {
+                        *y.add(to) = *src.add(from)
+                    } else {
+                        std::ptr::copy_nonoverlapping(src.add(from), y.add(to), n)
                     }
                 }
             }

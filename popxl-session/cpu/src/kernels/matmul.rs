@@ -40,9 +40,8 @@ pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
 /// Multiply-adds from which a one-row product ([`gemv`]) is split over the
 /// team (a batch of them, their calls): it reads each matrix element once,
 /// so splitting its columns (or the batch) splits the memory traffic, which
-/// pays from a smaller size than a GEMM's (the decode program's attention,
-/// four heads of `[1, 64] x [64, 128]` read from level 3: 2x faster on two
-/// threads).
+/// pays from a smaller size than a GEMM's (the decode program's attention:
+/// four heads of `[1, 64] x [64, 128]`, their caches read from level 3).
 const GEMV_PAR_MIN: usize = 1 << 15;
 
 /// Rows and columns from which a float32 product runs [`packed::gemm`] on
