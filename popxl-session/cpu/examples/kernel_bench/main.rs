@@ -84,7 +84,7 @@ fn run_case(c: &Case, threads: usize, calls: usize, cold: bool, copies: usize) -
     let kernel = build_kernel(&spec).unwrap_or_else(|e| panic!("{}: {e}", c.label));
     let lines = |info: &TensorInfo| info.nbytes().div_ceil(64);
     // `copies` sets of operands, the calls going round them.
-    let sets: Vec<Operands> = (0..copies.max(1))
+    let mut sets: Vec<Operands> = (0..copies.max(1))
         .map(|copy| {
             let ins = c
                 .inputs
@@ -103,10 +103,10 @@ fn run_case(c: &Case, threads: usize, calls: usize, cold: bool, copies: usize) -
         .collect();
     let mut times: Vec<f64> = team::with_max_threads(threads, || {
         let ptrs: Vec<(Vec<*const u8>, Vec<*mut u8>)> = sets
-            .iter()
+            .iter_mut()
             .map(|(ins, outs)| {
                 let mut in_ptrs: Vec<*const u8> = ins.iter().map(|b| b.as_ptr() as *const u8).collect();
-                let out_ptrs: Vec<*mut u8> = outs.iter().map(|b| b.as_ptr() as *mut u8).collect();
+                let out_ptrs: Vec<*mut u8> = outs.iter_mut().map(|b| b.as_mut_ptr() as *mut u8).collect();
                 for &(i, o) in &c.aliases {
                     in_ptrs[i] = out_ptrs[o];
                 }

@@ -351,8 +351,6 @@ struct DynKernel<E, I> {
     /// Positions of the big tensor (or gradient) input, the index and the slice input.
     pos: [usize; 3],
     nelms: usize,
-    /// Elements of the slice.
-    slice_elems: usize,
     check: bool,
     _t: Types<(E, I)>,
 }
@@ -366,17 +364,16 @@ impl<E: Copy + Default + Send + Sync + 'static, I: IndexElem> Kernel for DynKern
         let big = args.inputs[self.pos[0]] as *const E;
         let small = args.inputs[self.pos[2]] as *const E;
         // Copy `n` elements from `src + s` to `y + t` (the slice is the source,
-        // `up`) or from `src + t` to `y + s` (`!up`). A slice too small to split
-        // over threads is copied run by run in one loop (a decode step's key,
-        // one element per run, writes 256 runs).
-        let small_slice = self.slice_elems < PAR_MIN_ELEMS;
+        // `up`) or from `src + t` to `y + s` (`!up`). A run too short to split
+        // over threads is copied directly, without `par_copy`'s dispatch (a
+        // decode step's key, one element per run, writes 256 runs).
         let copy = |src: *const E, up: bool| {
             move |t: usize, s: usize, n: usize| {
                 let (from, to) = if up { (s, t) } else { (t, s) };
                 // SAFETY: the plan's runs lie inside the tensor and its slice, both
                 // sized by the spec; in place, `t` is only accessed through `y`.
                 unsafe {
-                    if !small_slice {
+                    if n >= PAR_MIN_ELEMS {
                         par_copy(src.add(from), y.add(to), n)
                     } else if n == 1 {
                         *y.add(to) = *src.add(from)
@@ -443,10 +440,9 @@ fn build_dynamic(spec: &KernelSpec<'_>) -> BuildResult {
     let big_pos = if mode == DynMode::SliceGrad { small_pos } else { big.pos };
     let pos = [big_pos, index.pos, small_pos];
     let (nelms, check) = (big.nelms(), spec.check_indices);
-    let slice_elems = plan.slice_dims.iter().product();
     let bad_idx = || spec.error(format!("index must be an integer tensor, got {}", index.dtype()));
     with_bits!(dtype, E => with_index!(index.dtype(), I =>
-        boxed(DynKernel::<E, I> { plan, mode, pos, nelms, slice_elems, check, _t: Types::default() }), _ => Err(bad_idx())))
+        boxed(DynKernel::<E, I> { plan, mode, pos, nelms, check, _t: Types::default() }), _ => Err(bad_idx())))
 }
 
 // ----- Onehot -----
