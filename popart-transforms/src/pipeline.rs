@@ -10,7 +10,7 @@
 //! ([`crate::prepare::prepare`]) runs [`Pipeline::default_for`] its options:
 //!
 //! ```text
-//! verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, verify-final
+//! verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, verify-final
 //! ```
 //!
 //! Users start from that pipeline and insert their own passes, by position
@@ -37,7 +37,7 @@
 //! }
 //!
 //! let pipeline = Pipeline::default_for(PrepareOptions::default()).with_pattern(CountOps);
-//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, count-ops, verify-final");
+//! assert_eq!(pipeline.to_string(), "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, count-ops, verify-final");
 //! let report = pipeline.run(&mut Ir::new()).unwrap();
 //! assert_eq!(report.pass("count-ops").unwrap().notes, vec!["0 ops".to_string()]);
 //! ```
@@ -59,7 +59,7 @@ use crate::{Result, TransformError};
 
 use crate::inline::InlineCalls;
 use crate::patterns::{
-    FuseAdam, FuseAllReduceUpdate, FuseMaskedSoftmax, FuseMatMulBias, FuseResidualGrad, FuseWeightUpdates,
+    FuseAdam, FuseAllReduceUpdate, FuseBiasGrad, FuseMaskedSoftmax, FuseMatMulBias, FuseResidualGrad, FuseWeightUpdates,
 };
 use crate::prepare::{PrepareOptions, PrepareReport};
 use crate::prune::{Prune, PruneReport};
@@ -261,7 +261,8 @@ impl Pipeline {
                 .with_pattern(FuseMaskedSoftmax)
                 .with_pattern(FuseMatMulBias)
                 .with_pattern(FuseAdam)
-                .with_pattern(FuseResidualGrad);
+                .with_pattern(FuseResidualGrad)
+                .with_pattern(FuseBiasGrad);
         }
         if options.inline_calls {
             p = p.with_pass(InlineCalls);
@@ -439,16 +440,17 @@ mod tests {
                 "fuse-matmul-bias",
                 "fuse-adam",
                 "fuse-residual-grad",
+                "fuse-bias-grad",
                 "verify-final"
             ]
         );
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, verify-final"
         );
         assert_eq!(
             format!("{p:?}"),
-            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-all-reduce-update", "fuse-weight-update", "fuse-masked-softmax", "fuse-matmul-bias", "fuse-adam", "fuse-residual-grad", "verify-final"]"#
+            r#"["verify", "inplace-ambiguity", "prune", "materialize-views", "fuse-all-reduce-update", "fuse-weight-update", "fuse-masked-softmax", "fuse-matmul-bias", "fuse-adam", "fuse-residual-grad", "fuse-bias-grad", "verify-final"]"#
         );
         let p = Pipeline::default_for(PrepareOptions { patterns: false, ..PrepareOptions::default() });
         assert_eq!(p.to_string(), "verify, inplace-ambiguity, prune, materialize-views, verify-final");
@@ -457,7 +459,7 @@ mod tests {
         assert!(Pipeline::new().is_empty());
         assert_eq!(
             Pipeline::default().to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, verify-final"
         );
     }
 
@@ -508,7 +510,7 @@ mod tests {
             Pipeline::default_for(PrepareOptions::default()).insert_after(Pipeline::PRUNE, Arc::clone(&tag)).unwrap();
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, verify-final"
         );
         let mut ir = small_ir();
         let report = p.run(&mut ir).unwrap();
@@ -535,7 +537,7 @@ mod tests {
         let p2 = p.clone().with_pattern(Box::new(Verify::named("verify-patterns")) as Box<dyn Pass>);
         assert_eq!(
             p2.to_string(),
-            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, verify-patterns, verify-final"
+            "verify, inplace-ambiguity, prune, tag-ops, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, verify-patterns, verify-final"
         );
         p2.run(&mut small_ir()).unwrap();
         assert_eq!(tag.runs.load(Ordering::Relaxed), 2);
@@ -612,7 +614,7 @@ mod tests {
         let p = Pipeline::default_for(PrepareOptions::default()).with_pattern(BreakIr);
         assert_eq!(
             p.to_string(),
-            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, break-ir, verify-final"
+            "verify, inplace-ambiguity, prune, materialize-views, fuse-all-reduce-update, fuse-weight-update, fuse-masked-softmax, fuse-matmul-bias, fuse-adam, fuse-residual-grad, fuse-bias-grad, break-ir, verify-final"
         );
         let err = p.run(&mut small_ir()).unwrap_err();
         assert!(matches!(&err, TransformError::Ir(IrError::Inference { op, .. }) if op == "relu"), "{err:?}");

@@ -5,7 +5,7 @@
 //!    schedulability (a topological-constraint cycle is reported here);
 //! 2. `prune` ([`crate::prune`]): drop ops without side effects whose outputs
 //!    nobody needs;
-//! 3. the patterns ([`crate::patterns`]: `fuse-all-reduce-update`, `fuse-weight-update`, `fuse-masked-softmax`, `fuse-matmul-bias`, `fuse-adam`, `fuse-residual-grad`), unless
+//! 3. the patterns ([`crate::patterns`]: `fuse-all-reduce-update`, `fuse-weight-update`, `fuse-masked-softmax`, `fuse-matmul-bias`, `fuse-adam`, `fuse-residual-grad`, `fuse-bias-grad`), unless
 //!    [`PrepareOptions::patterns`] is off: no pattern is mandatory (every op type has
 //!    a direct lowering), they only make the program faster or smaller;
 //! 4. `inline-calls` ([`crate::inline`]) when [`PrepareOptions::inline_calls`] is on;
@@ -71,7 +71,7 @@ impl Default for PrepareOptions {
 /// ir.create_op(main, "Relu", Attributes::new(), &[(0, c)], "unused").unwrap();
 /// let report = popart_transforms::prepare::prepare(&mut ir).unwrap();
 /// assert_eq!(report.pruned.removed_ops, vec!["main/unused".to_string()]);
-/// assert_eq!(report.passes.len(), 11);
+/// assert_eq!(report.passes.len(), 12);
 /// ```
 pub fn prepare(ir: &mut Ir) -> Result<PrepareReport> {
     prepare_with(ir, PrepareOptions::default())

@@ -399,6 +399,12 @@ op_types!(
     MatMulLhsGrad,
     /// `MatMulRhsGrad(g, a, b)`: `aᵀ @ g` reduced to `b`'s shape.
     MatMulRhsGrad,
+    /// `MatMulRhsBiasGrad(g, a, b)`, `b` of rank 2 (`[k, n]`): output 0 is
+    /// `MatMulRhsGrad(g, a, b)`, output 1 `g` summed over every axis but its
+    /// last (`ReduceToShape{shape=[n]}(g)`: the gradient of a bias added to
+    /// the product), computed in the weight gradient's pass over `g`. Made
+    /// by the `fuse-bias-grad` pattern.
+    MatMulRhsBiasGrad,
     /// `ReduceGrad{reduction, axes, keepdims, shape}(g, x?, y?)`: broadcast `g` back to
     /// the forward input's shape (attribute `shape`); `mean` divides by the
     /// reduced count, `max`/`min` mask where `x == y`; `prod` multiplies by the
@@ -523,6 +529,24 @@ impl OpDef for MatMulRhsGrad {
     fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
         matmul_grad_check(ctx)?;
         info_of_input(ctx, 2)
+    }
+}
+
+impl OpDef for MatMulRhsBiasGrad {
+    fn op_type(&self) -> &'static str {
+        "MatMulRhsBiasGrad"
+    }
+    /// As `MatMulRhsGrad` (the sum over `g` is not counted).
+    fn cost(&self, ctx: &crate::CostContext<'_>) -> crate::OpCost {
+        MatMulRhsGrad.cost(ctx)
+    }
+    fn infer(&self, ctx: &InferContext<'_>) -> Result<Vec<TensorInfo>> {
+        matmul_grad_check(ctx)?;
+        let b = ctx.input(2)?;
+        if b.rank() != 2 || !b.dtype.is_floating_point() {
+            return Err(ctx.error(format!("the weight {b} must be a float matrix [k, n]")));
+        }
+        Ok(vec![b.clone(), TensorInfo::new(b.dtype, vec![b.shape[1]])])
     }
 }
 
@@ -723,6 +747,7 @@ pub(crate) const ALL: &[&dyn OpDef] = &[
     &WhereGrad,
     &MatMulLhsGrad,
     &MatMulRhsGrad,
+    &MatMulRhsBiasGrad,
     &ReduceGrad,
     &SoftmaxGrad,
     &SliceGrad,

@@ -55,7 +55,7 @@
 //! | [`indexing`] | `Onehot(indices, num_classes, values)`, `GroupedGather(data, indices)`, `TiedGather(data, indices)` | `axis, num_classes`; `axis, group_size, zero_OOR` |
 //! | [`indexing_grad`] | `SubsampleGrad ScatterReduceGrad DynamicSliceGrad DynamicUpdateGrad OnehotGrad GroupedGatherGrad` | see each type |
 //! | [`collectives`] | `ReplicatedAllReduce(x)`, `ReplicatedAllReduceInplace(x)`, `ReplicatedAllReduceScaledAddInplace(w, g)`, `ReplicatedScaledAddMatMulRhsGradInplace(g, x, w)`, `ReplicatedAllGather(x[, like])`, `ReplicatedReduceScatter(x[, like])`; `AllReduce(x0, .., xk-1)` | `op: str` ([`collectives::CollectiveOperator`]), `stride, group_size: int`; `shape: ints`; `rts: bool`; `ipus: ints`, `identical_inputs, identical_grad_inputs: bool` |
-//! | [`grad`] | `BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
+//! | [`grad`] | `BinaryGrad WhereGrad MatMulLhsGrad MatMulRhsGrad MatMulRhsBiasGrad ReduceGrad SoftmaxGrad SliceGrad GatherGrad NllLossGrad ReshapeGrad ConcatGrad ReduceToShape Sum Init` | see each type |
 
 pub mod attention;
 mod axes;

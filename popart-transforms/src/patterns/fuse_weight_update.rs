@@ -51,11 +51,13 @@ use popart_ir::ops::collectives::{
 use popart_ir::ops::control::{Call, CallAttrs};
 use popart_ir::ops::grad::MatMulRhsGrad;
 use popart_ir::ops::var_update::{ScaleAttrs, ScaledAddInplace, ScaledAddMatMulAttrs, ScaledAddMatMulRhsGradInplace};
-use popart_ir::{Attributes, Graph, GraphId, Ir, Op, OpAttrs, OpDef, OpId, TensorId};
+use popart_ir::{Attributes, GraphId, Ir, Op, OpAttrs, OpDef, OpId, TensorId};
 use slotmap::SecondaryMap;
 
 use crate::pipeline::{Pass, PassDetails, PassOutcome, Pipeline};
 use crate::prune::{call_sites, remove_call_outputs, AliasClasses};
+
+use super::reachable_from;
 
 /// [`fuse_weight_updates`] as a pipeline [`Pass`] (a pattern) called `fuse-weight-update`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -148,25 +150,6 @@ pub fn fuse_weight_updates(ir: &mut Ir) -> Result<Vec<String>> {
         }
     }
     Ok(fused)
-}
-
-/// Ops reachable from `from` through data edges and topological constraints.
-fn reachable_from(g: &Graph, from: OpId) -> Result<HashSet<OpId>> {
-    let mut seen = HashSet::new();
-    let mut work = vec![from];
-    while let Some(o) = work.pop() {
-        let op = g.op(o)?;
-        let mut next: Vec<OpId> = g.topo_cons().afters(o).iter().map(|c| c.op).collect();
-        for t in op.outputs().tensors() {
-            next.extend(g.tensor(t)?.consumers().iter().map(|p| p.op));
-        }
-        for n in next {
-            if seen.insert(n) {
-                work.push(n);
-            }
-        }
-    }
-    Ok(seen)
 }
 
 /// For an update the pattern fuses (`ScaledAddInplace(W, dW)` or

@@ -10,10 +10,12 @@
 //! | [`fuse_masked_softmax`] | `Softmax(Where(mask, Mul(x, scale), fill))` over the last axis becomes one `MaskedSoftmax{scale, fill}(x, mask)` |
 //! | [`fuse_matmul_bias`] | `Add(MatMul(a, b), c)` with `c` a row vector becomes `MatMulAdd(a, b, c)`, and `Add(MatMulAdd(a, b, c), r)` with `r` of the result's shape `MatMulAdd(a, b, c, r)` (the kernel adds the bias and the residual to each block after its product) |
 //! | [`fuse_adam`] | `Accumulate{moving_average}(m, g)`, `Accumulate{moving_average_square}(v, g)`, `AdamUpdater` and `ScaledAddInplace(w, u)` (PopXL's Adam) become one `AdamStep(w, g, m, v, step?)`, bit for bit |
+//! | [`fuse_bias_grad`] | `MatMulRhsGrad(g, x, W)` and `ReduceToShape{shape=[n]}(g)` (a layer's weight and bias gradients) become one `MatMulRhsBiasGrad(g, x, W)` with both outputs, the bias summed in the weight gradient's pass over `g` |
 //! | [`fuse_residual_grad`] | `Sum(r, GroupNormGrad(..)[0])` (a residual connection's gradient and its norm's) becomes `GroupNormGrad(.., r)`, adding `r` as it writes `dx` |
 
 pub mod fuse_adam;
 pub mod fuse_all_reduce_update;
+pub mod fuse_bias_grad;
 pub mod fuse_masked_softmax;
 pub mod fuse_matmul_bias;
 pub mod fuse_residual_grad;
@@ -21,17 +23,39 @@ pub mod fuse_weight_update;
 
 pub use fuse_adam::FuseAdam;
 pub use fuse_all_reduce_update::FuseAllReduceUpdate;
+pub use fuse_bias_grad::FuseBiasGrad;
 pub use fuse_masked_softmax::FuseMaskedSoftmax;
 pub use fuse_matmul_bias::FuseMatMulBias;
 pub use fuse_residual_grad::FuseResidualGrad;
 pub use fuse_weight_update::{fuse_weight_updates, FuseWeightUpdates};
 
 use crate::Result;
+use std::collections::HashSet;
+
 use popart_ir::{Attributes, Graph, Ir, OpDef, OpId, TensorId};
 
 /// `t` is read by exactly one op input and is not a graph output.
 pub(crate) fn single_use(g: &Graph, t: TensorId) -> bool {
     g.tensor(t).is_ok_and(|t| t.consumers().len() == 1) && g.output_index(t).is_none()
+}
+
+/// Ops reachable from `from` through data edges and topological constraints.
+pub(crate) fn reachable_from(g: &Graph, from: OpId) -> Result<HashSet<OpId>> {
+    let mut seen = HashSet::new();
+    let mut work = vec![from];
+    while let Some(o) = work.pop() {
+        let op = g.op(o)?;
+        let mut next: Vec<OpId> = g.topo_cons().afters(o).iter().map(|c| c.op).collect();
+        for t in op.outputs().tensors() {
+            next.extend(g.tensor(t)?.consumers().iter().map(|p| p.op));
+        }
+        for n in next {
+            if seen.insert(n) {
+                work.push(n);
+            }
+        }
+    }
+    Ok(seen)
 }
 
 /// Run a local pattern over every graph: collect the matches `find` reports for

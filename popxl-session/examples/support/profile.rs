@@ -49,9 +49,10 @@ fn matmul_role(op_type: &str) -> Option<&'static str> {
     match op_type {
         "MatMul" | "MatMulAdd" => Some("forward"),
         "MatMulLhsGrad" => Some("data grad"),
-        "MatMulRhsGrad" | "ScaledAddMatMulRhsGradInplace" | "ReplicatedScaledAddMatMulRhsGradInplace" => {
-            Some("weight grad")
-        }
+        "MatMulRhsGrad"
+        | "MatMulRhsBiasGrad"
+        | "ScaledAddMatMulRhsGradInplace"
+        | "ReplicatedScaledAddMatMulRhsGradInplace" => Some("weight grad"),
         _ => None,
     }
 }

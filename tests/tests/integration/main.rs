@@ -32,6 +32,7 @@ mod ops_resize;
 mod ops_roi_align;
 mod ops_var_updates;
 mod pattern_adam;
+mod pattern_bias_grad;
 mod pattern_weight_update;
 mod popxl_semantics;
 mod prepare_inline_fusion;

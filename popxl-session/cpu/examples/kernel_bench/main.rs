@@ -15,7 +15,8 @@
 //!   thread) in the same run and prints our time next to numpy's.
 //! - `--suite gpt`: the kernels of one layer of the `gpt` example: the
 //!   matmuls (forward and both gradients of the qkv, fc and fc2 projections),
-//!   the attention, gelu and the bias gradients.
+//!   the attention, gelu and the bias gradients (alone, and summed in the
+//!   weight gradient's pass: `rhs bias grad`).
 //! - `--suite decode`: the products of the `gpt` example's one-position
 //!   decode program (`--sample`): one row times each weight, with the bias
 //!   (and the residual), weights resident in the caches as in a loop over
@@ -237,7 +238,17 @@ fn gpt_cases() -> Vec<Case> {
         v.push(Case::new(format!("{name} fwd"), "MatMul", vec![x.clone(), w.clone()], y.clone()));
         let lhs = vec![y.clone(), x.clone(), w.clone()];
         v.push(Case::new(format!("{name} lhs grad"), "MatMulLhsGrad", lhs, x.clone()));
-        v.push(Case::new(format!("{name} rhs grad"), "MatMulRhsGrad", vec![y, x, w.clone()], w));
+        v.push(Case::new(
+            format!("{name} rhs grad"),
+            "MatMulRhsGrad",
+            vec![y.clone(), x.clone(), w.clone()],
+            w.clone(),
+        ));
+        // With the bias gradient summed in the same pass (`fuse-bias-grad`), where the layer has a bias.
+        if let (2, Some(&n)) = (w.rank(), y.shape.last()) {
+            let both = Case::new(format!("{name} rhs bias grad"), "MatMulRhsBiasGrad", vec![y, x, w.clone()], w);
+            v.push(both.output(f32s(&[n])));
+        }
     };
     for (name, k, n) in [("qkv", 256, 768), ("fc", 256, 1024), ("fc2", 1024, 256)] {
         passes(name, f32s(&[16, 128, k]), f32s(&[k, n]), f32s(&[16, 128, n]));
@@ -270,7 +281,8 @@ fn gpt_cases() -> Vec<Case> {
     let (hid, res) = (f32s(&[16, 128, 1024]), f32s(&[16, 128, 256]));
     v.push(Case::new("fc gelu", "Gelu", vec![hid.clone()], hid.clone()));
     v.push(Case::new("fc gelu grad", "GeluGrad", vec![hid.clone(), hid.clone()], hid.clone()));
-    for (name, x, n) in [("fc bias grad", hid, 1024), ("fc2 bias grad", res, 256)] {
+    let qkv_grad = f32s(&[16, 128, 768]);
+    for (name, x, n) in [("qkv bias grad", qkv_grad, 768), ("fc bias grad", hid, 1024), ("fc2 bias grad", res, 256)] {
         let bias = Case::new(name, "ReduceToShape", vec![x], f32s(&[n]));
         v.push(bias.attr("shape", AttrValue::Ints(vec![n as i64])));
     }

@@ -1,6 +1,7 @@
 //! `MatMul` with numpy `matmul` semantics and its gradients `MatMulLhsGrad`
 //! (`g @ bᵀ` reduced to `a`'s shape) and `MatMulRhsGrad` (`aᵀ @ g` reduced to
-//! `b`'s shape).
+//! `b`'s shape); `MatMulRhsBiasGrad` adds `g`'s column sums (a bias's
+//! gradient), which the packed GEMM takes from the panels it packs of `g`.
 //!
 //! The factory turns an op into a list of GEMM calls over fixed offsets and
 //! strides (transposes are stride swaps, never copies). When the rhs has no
@@ -106,8 +107,9 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
     /// [`Self::gemm`] through the packed GEMM with blocking `bl` and the
     /// packing buffer `pack` of at least [`Blocking::pack_len`] f32 values,
     /// then `add`'s bias row (`n` values) and residual (at `dst`'s strides)
-    /// added where not null, if this type has it ([`Self::PACKED`]); false if
-    /// not, and nothing is written.
+    /// added where not null, and the rhs's column sums written to `sums`
+    /// (`n` values) where not null, if this type has it ([`Self::PACKED`]);
+    /// false if not, and nothing is written.
     ///
     /// # Safety
     /// As [`Self::gemm`]; the CPU runs AVX2 and FMA (and AVX-512F for
@@ -128,6 +130,7 @@ pub(crate) trait MatElem: Copy + Send + Sync + 'static {
         _alpha: Self,
         _beta: Self,
         _add: (*const Self, *const Self),
+        _sums: *mut Self,
         _pack: &mut [u64],
     ) -> bool {
         false
@@ -169,6 +172,7 @@ macro_rules! gemm_elem {
                 alpha: Self,
                 beta: Self,
                 add: (*const Self, *const Self),
+                sums: *mut Self,
                 pack: &mut [u64],
             ) -> bool {
                 #[cfg(target_arch = "x86_64")]
@@ -179,7 +183,7 @@ macro_rules! gemm_elem {
                     let rhs = packed::Operand { ptr: rhs.0, rs: rhs.1, cs: rhs.2 };
                     let add = packed::Addends { bias: add.0, residual: add.1 };
                     // SAFETY: this function's contract is `packed::gemm`'s.
-                    unsafe { packed::gemm(bl, m, n, k, dst, dst_s.0, dst_s.1, read_dst, lhs, rhs, alpha, beta, add, pack) };
+                    unsafe { packed::gemm(bl, m, n, k, dst, dst_s.0, dst_s.1, read_dst, lhs, rhs, alpha, beta, add, sums, pack) };
                     true
                 }
                 #[cfg(not(target_arch = "x86_64"))]
@@ -330,10 +334,13 @@ struct GemmPlan {
     out_len: usize,
 }
 
-/// `MatMulAdd`'s addends: the bias row and the optional residual (null when absent).
+/// `MatMulAdd`'s addends: the bias row and the optional residual (null when
+/// absent); and `MatMulRhsBiasGrad`'s second output, the rhs's column sums
+/// (null for the other ops), which the packed GEMM writes as it packs the rhs.
 struct Addends<T> {
     bias: *const T,
     residual: *const T,
+    sums: *mut T,
 }
 
 impl<T> Clone for Addends<T> {
@@ -359,6 +366,10 @@ struct MatMulKernel<T> {
     residual_pos: Option<usize>,
     /// `ScaledAddMatMulRhsGradInplace`: `dst = a · dst + b · product`, as (a, b).
     update: Option<(T, T)>,
+    /// `MatMulRhsBiasGrad`: output position of the rhs's (`g`'s) column sums,
+    /// `n` values each summed from 0 over the `k` rows in order (the one
+    /// job's: the weight has no batch dims).
+    sums_pos: Option<usize>,
     zero_fill: bool,
     jobs_independent: bool,
     /// The product has one row, with operand strides [`gemv`] takes: its
@@ -451,9 +462,15 @@ impl<T: MatElem> MatMulKernel<T> {
                             Some(_) => add.residual.add(j.dst).offset(r0 * drs + c0 * dcs),
                             None => std::ptr::null(),
                         };
+                        // The column sums from the blocks of the first rows (each
+                        // column in one of them).
+                        let sums = match rows.start {
+                            0 if !add.sums.is_null() => add.sums.add(cols.start),
+                            _ => std::ptr::null_mut(),
+                        };
                         let mut pack = slot.lock().unwrap_or_else(|e| e.into_inner());
                         let (lhs, rhs, add) = ((l, lrs, lcs), (r, rrs, rcs), (bias, residual));
-                        T::packed_gemm(bl, m, n, p.k, d, p.dst_s, read_dst, lhs, rhs, alpha, beta, add, &mut pack)
+                        T::packed_gemm(bl, m, n, p.k, d, p.dst_s, read_dst, lhs, rhs, alpha, beta, add, sums, &mut pack)
                     }
                     _ => false,
                 };
@@ -622,8 +639,15 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
         let dst = args.outputs[0] as *mut T;
         let bias = self.bias_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
         let residual = self.residual_pos.map_or(std::ptr::null(), |i| args.inputs[i] as *const T);
-        let add = Addends { bias, residual };
+        // The packed GEMM writes the column sums as it packs; without it, a pass after the product.
+        let sums_out = self.sums_pos.map_or(std::ptr::null_mut(), |i| args.outputs[i] as *mut T);
+        let sums = if self.packed.is_some() { sums_out } else { std::ptr::null_mut() };
+        let add = Addends { bias, residual, sums };
         if self.zero_fill {
+            if !sums_out.is_null() {
+                // SAFETY: the sums output holds `n` elements.
+                unsafe { slice_mut(sums_out, p.n) }.fill(T::ZERO);
+            }
             // SAFETY: the output holds `out_len` elements and overlaps no input (the
             // `KernelArgs` contract).
             let out = unsafe { slice_mut(dst, p.out_len) };
@@ -683,8 +707,38 @@ impl<T: MatElem> Kernel for MatMulKernel<T> {
                 }
             }
         }
+        if !sums_out.is_null() && sums.is_null() {
+            // SAFETY: the rhs is the plan's one job's `k × n` matrix of row stride
+            // `rhs_s.0` and unit column stride (`build`), the sums output `n` values.
+            unsafe { column_sums(p.k, p.n, p.rhs_s.0, rhs, sums_out) };
+        }
         Ok(())
     }
+}
+
+/// `sums[j] = Σ_p rhs[p, j]` over the `k` rows in order, from 0 (the values
+/// the packed GEMM's sums take), split over the team by columns.
+///
+/// # Safety
+/// `rhs` holds `k` rows of `n` values at row stride `rs` (unit column
+/// stride), `sums` `n` values overlapping it nowhere.
+unsafe fn column_sums<T: MatElem>(k: usize, n: usize, rs: isize, rhs: *const T, sums: *mut T) {
+    let (r, s) = (SendPtr(rhs as *mut T), SendPtr(sums));
+    let min_cols = (par::PAR_MIN_ELEMS / k.max(1)).max(1);
+    par_split(n, min_cols, 16, |cols| {
+        // Blocks of 64 columns: their sums in registers over the rows.
+        for c0 in cols.clone().step_by(64) {
+            let w = 64.min(cols.end - c0);
+            let mut acc = [T::ZERO; 64];
+            for p in 0..k {
+                // SAFETY: row `p`'s columns `c0..c0 + w` (contract).
+                let row = unsafe { slice(r.get().offset(p as isize * rs).add(c0), w) };
+                acc.iter_mut().zip(row).for_each(|(a, &v)| *a = a.plus(v));
+            }
+            // SAFETY: sums `c0..c0 + w`, this task's alone (contract).
+            unsafe { slice_mut(s.get().add(c0), w) }.copy_from_slice(&acc[..w]);
+        }
+    });
 }
 
 /// numpy promotion of a matmul operand to at least 2-D: (batch dims, rows, cols).
@@ -874,6 +928,20 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
         }
         _ => None,
     };
+    let sums_pos = if spec.is::<ir::MatMulRhsBiasGrad>() {
+        let sums = spec.output(1)?;
+        if !matches!(dt, popart_ir::DataType::Float32 | popart_ir::DataType::Float64) {
+            return Err(spec.unsupported_dtype(dt));
+        }
+        if !rhs_unbatched || b.info.rank() != 2 || sums.dtype() != dt || sums.shape() != [n] {
+            return Err(
+                spec.error(format!("the bias gradient {} must be a {dt}[{n}] vector of a [k, n] weight", sums.info))
+            );
+        }
+        Some(sums.pos)
+    } else {
+        None
+    };
     macro_rules! kernel {
         ($t:ty) => {{
             let mut plan = plan;
@@ -930,6 +998,7 @@ pub(crate) fn build(spec: &KernelSpec<'_>) -> BuildResult {
                 bias_pos,
                 residual_pos,
                 update: update.map(|(a, b)| (<$t as MatElem>::from_f64(a), <$t as MatElem>::from_f64(b))),
+                sums_pos,
                 zero_fill: zero_fill && !empty,
                 jobs_independent,
                 one_row,
@@ -954,6 +1023,7 @@ pub(crate) const KERNELS: &[KernelEntry] = &[
     (&ir::MatMulAdd, build),
     (&ir::MatMulLhsGrad, build),
     (&ir::MatMulRhsGrad, build),
+    (&ir::MatMulRhsBiasGrad, build),
     (&ir::ScaledAddMatMulRhsGradInplace, build),
 ];
 
@@ -1188,6 +1258,38 @@ mod tests {
                 let (one, two) = (team::with_max_threads(1, run), team::with_max_threads(2, run));
                 assert_eq!(one, two, "{op} {bs}x{m}x{k}x{n}: one thread and two differ");
                 assert_close(&two, want, 1e-4 * (k.max(bs * m) as f64).sqrt());
+            }
+        }
+    }
+
+    /// `MatMulRhsBiasGrad` gives `MatMulRhsGrad`'s bits and `g`'s column sums,
+    /// each summed in row order from 0 in the dtype (bit for bit), on the packed
+    /// GEMM (several depth blocks, split by rows and by columns) and off it
+    /// (narrow weights, float64, one row), on one thread and two, and zeros for
+    /// an empty batch.
+    #[test]
+    fn bias_gradient_is_the_column_sum_in_order() {
+        let mut rng = Rng::new(77);
+        let shapes =
+            [(2usize, 300usize, 130usize, 131usize), (1, 700, 256, 200), (1, 1030, 64, 40), (1, 9, 1, 5), (1, 0, 3, 2)];
+        for &(bs, m, k, n) in &shapes {
+            let (x, w, g) = (rng.vec(bs * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0), rng.vec(bs * m * n, -1.0, 1.0));
+            for dt in [DataType::Float32, DataType::Float64] {
+                let ins: Vec<(u32, HostTensor)> =
+                    vec![(0, t(dt, &[bs, m, n], &g)), (1, t(dt, &[bs, m, k], &x)), (2, t(dt, &[k, n], &w))];
+                let want_sums: Vec<f64> = (0..n)
+                    .map(|j| match dt {
+                        DataType::Float32 => (0..bs * m).fold(0f32, |a, p| a + g[p * n + j] as f32) as f64,
+                        _ => (0..bs * m).fold(0f64, |a, p| a + g[p * n + j]),
+                    })
+                    .collect();
+                let dw = run_op("MatMulRhsGrad", Attributes::new(), &ins)[0].to_f64_vec();
+                for threads in [1, 2] {
+                    let out = team::with_max_threads(threads, || run_op("MatMulRhsBiasGrad", Attributes::new(), &ins));
+                    let what = format!("{dt} {bs}x{m}x{k}x{n} on {threads} threads");
+                    assert_eq!(out[0].to_f64_vec(), dw, "{what}: the weight gradient");
+                    assert_eq!(out[1].to_f64_vec(), want_sums, "{what}: the column sums");
+                }
             }
         }
     }

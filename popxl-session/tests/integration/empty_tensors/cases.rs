@@ -435,6 +435,13 @@ pub fn explicit() -> HashMap<&'static str, Vec<Case>> {
             .expect(0, t23.iter().map(|v| 0.5 * v).collect())
     };
     m.insert("ScaledAddMatMulRhsGradInplace", vec![wu().attr("a", f(0.5)).attr("b", f(-0.25))]);
+    // A weight and bias gradient from an empty batch: zeros of both.
+    m.insert(
+        "MatMulRhsBiasGrad",
+        vec![Case::new(vec![(0, f32s(&[0, 2])), (1, f32s(&[0, 3])), (2, f32s(&[3, 2]))])
+            .expect(0, vec![0.0; 6])
+            .expect(1, vec![0.0; 2])],
+    );
     // The replicated update is `w + b * sum over replicas (x^T g)`.
     m.insert(
         "ReplicatedScaledAddMatMulRhsGradInplace",

@@ -65,6 +65,12 @@ trait Tile {
     /// `out`'s elements are valid and this call's alone, and so are its
     /// addends' (those not null).
     unsafe fn tile(kb: usize, a: *const f32, b: *const f32, out: Out);
+
+    /// [`panel_sums`] over this tile's rhs panels (`NR` columns wide).
+    ///
+    /// # Safety
+    /// As [`panel_sums`].
+    unsafe fn column_sums(kb: usize, nb: usize, panels: *const f32, sums: *mut f32, first: bool);
 }
 
 /// Where a tile's sums go: the `mr × nr` corner of the tile at `y` (row
@@ -106,6 +112,12 @@ impl Tile for Avx2Tile {
         // SAFETY: the trait's contract; AVX2 and FMA are this function's features.
         unsafe { run_tile::<__m256, { Self::MR }, 2>(kb, a, b, out) }
     }
+
+    #[inline(always)]
+    unsafe fn column_sums(kb: usize, nb: usize, panels: *const f32, sums: *mut f32, first: bool) {
+        // SAFETY: the trait's contract.
+        unsafe { panel_sums::<{ Self::NR }>(kb, nb, panels, sums, first) }
+    }
 }
 
 /// The AVX-512 tile: 6 rows × 64 columns, 24 accumulators of sixteen lanes.
@@ -134,6 +146,12 @@ impl Tile for Avx512Tile {
     unsafe fn tile(kb: usize, a: *const f32, b: *const f32, out: Out) {
         // SAFETY: the trait's contract; AVX-512F is this function's feature.
         unsafe { run_tile::<__m512, { Self::MR }, 4>(kb, a, b, out) }
+    }
+
+    #[inline(always)]
+    unsafe fn column_sums(kb: usize, nb: usize, panels: *const f32, sums: *mut f32, first: bool) {
+        // SAFETY: the trait's contract.
+        unsafe { panel_sums::<{ Self::NR }>(kb, nb, panels, sums, first) }
     }
 }
 
@@ -296,14 +314,17 @@ impl Operand {
 /// `dst = alpha · dst + beta · lhs @ rhs` when `read_dst`, else `dst = beta ·
 /// lhs @ rhs`, for an `m × k` lhs, `k × n` rhs and `m × n` dst (row stride
 /// `dst_rs`, column stride `dst_cs`), through the packing buffer `pack` of at
-/// least [`Blocking::pack_len`] values; then `add`'s addends.
+/// least [`Blocking::pack_len`] values; then `add`'s addends. Where `sums` is
+/// not null, the rhs's column sums are written there too (`n` values, each
+/// summed from 0 over the `k` rows in order), from its packed panels.
 ///
 /// # Safety
 /// The CPU runs AVX2 and FMA, and AVX-512F for [`Tiling::Avx512`]; the
-/// operands, `dst` and `add`'s addends are valid for their addressed
-/// elements (the bias for `n` values) and `dst` overlaps neither operand,
-/// addend nor `pack`; `bl` came from [`Blocking::new`] (any `m`, `n`: the
-/// call may be a block of a larger product whose `k` is this one's).
+/// operands, `dst`, `add`'s addends and `sums` are valid for their addressed
+/// elements (the bias and `sums` for `n` values) and `dst` and `sums`
+/// overlap neither an operand, an addend, each other nor `pack`; `bl` came
+/// from [`Blocking::new`] (any `m`, `n`: the call may be a block of a larger
+/// product whose `k` is this one's).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm(
@@ -320,14 +341,15 @@ pub(crate) unsafe fn gemm(
     alpha: f32,
     beta: f32,
     add: Addends,
+    sums: *mut f32,
     pack: &mut [f32],
 ) {
     let (d, s) = ((dst, dst_rs, dst_cs, read_dst), (alpha, beta));
     // SAFETY: this function's contract.
     unsafe {
         match bl.tiling {
-            Tiling::Avx2 => nest::<Avx2Tile>(bl, m, n, k, d, lhs, rhs, s, add, pack),
-            Tiling::Avx512 => nest::<Avx512Tile>(bl, m, n, k, d, lhs, rhs, s, add, pack),
+            Tiling::Avx2 => nest::<Avx2Tile>(bl, m, n, k, d, lhs, rhs, s, add, sums, pack),
+            Tiling::Avx512 => nest::<Avx512Tile>(bl, m, n, k, d, lhs, rhs, s, add, sums, pack),
         }
     }
 }
@@ -350,10 +372,15 @@ unsafe fn nest<T: Tile>(
     rhs: Operand,
     s: (f32, f32),
     add: Addends,
+    sums: *mut f32,
     pack: &mut [f32],
 ) {
     let ((dst, dst_rs, dst_cs, read_dst), (alpha, beta)) = (d, s);
     if m == 0 || n == 0 || k == 0 {
+        if !sums.is_null() && k == 0 {
+            // SAFETY: `sums` holds `n` values (contract).
+            unsafe { std::slice::from_raw_parts_mut(sums, n).fill(0.0) };
+        }
         return;
     }
     let (mc, kc, nc) = (bl.mc, bl.kc, bl.nc);
@@ -412,8 +439,14 @@ unsafe fn nest<T: Tile>(
                 for jc in (0..n).step_by(nc) {
                     let nb = nc.min(n - jc);
                     // SAFETY: rows `pc..pc + kb` and columns `jc..jc + nb` of the rhs into
-                    // `bpack`, which holds `nc × kc` values (the buffer's contract).
-                    unsafe { pack_b::<T>(kb, nb, rhs, pc, jc, bpack) };
+                    // `bpack`, which holds `nc × kc` values (the buffer's contract);
+                    // the first row block packs each rhs block once, in order of `pc`.
+                    unsafe {
+                        pack_b::<T>(kb, nb, rhs, pc, jc, bpack);
+                        if !sums.is_null() && ic == 0 {
+                            T::column_sums(kb, nb, bpack, sums.add(jc), pc == 0);
+                        }
+                    }
                     block(ic, mb, pc, kb, jc, nb);
                 }
             }
@@ -424,8 +457,14 @@ unsafe fn nest<T: Tile>(
             for pc in (0..k).step_by(kc) {
                 let kb = kc.min(k - pc);
                 // SAFETY: rows `pc..pc + kb` and columns `jc..jc + nb` of the rhs into
-                // `bpack`, which holds `nc × kc` values (the buffer's contract).
-                unsafe { pack_b::<T>(kb, nb, rhs, pc, jc, bpack) };
+                // `bpack`, which holds `nc × kc` values (the buffer's contract); each
+                // rhs block is packed once, in order of `pc`.
+                unsafe {
+                    pack_b::<T>(kb, nb, rhs, pc, jc, bpack);
+                    if !sums.is_null() {
+                        T::column_sums(kb, nb, bpack, sums.add(jc), pc == 0);
+                    }
+                }
                 for ic in (0..m).step_by(mc) {
                     let mb = mc.min(m - ic);
                     // SAFETY: rows `ic..ic + mb` and columns `pc..pc + kb` of the lhs into
@@ -537,6 +576,35 @@ unsafe fn pack_panels(w: usize, kb: usize, nb: usize, b: Operand, r0: usize, c0:
                     *panel.add(p * w + j) = if j < cols { *b.at(r0 + p, c0 + j0 + j) } else { 0.0 };
                 }
             }
+        }
+    }
+}
+
+/// Adds the `kb` steps of the packed rhs block at `panels` (panels of `W`
+/// columns, as [`pack_panels`] writes them) to the column sums `sums` of its
+/// `nb` columns, one step after another (each panel's sums in a `W`-value
+/// accumulator: registers); `first` starts them from 0.
+///
+/// # Safety
+/// `panels` holds `nb` rounded up to `W` times `kb` values; `sums` holds
+/// `nb` values and overlaps no panel.
+#[inline(always)]
+unsafe fn panel_sums<const W: usize>(kb: usize, nb: usize, panels: *const f32, sums: *mut f32, first: bool) {
+    for j0 in (0..nb).step_by(W) {
+        let cols = W.min(nb - j0);
+        // SAFETY: panel `j0 / W` is `W × kb` values at `j0 · kb`; the panel's
+        // columns `..cols` are sums `j0..j0 + cols` (contract).
+        unsafe {
+            let panel = std::slice::from_raw_parts(panels.add(j0 * kb), W * kb);
+            let out = std::slice::from_raw_parts_mut(sums.add(j0), cols);
+            let mut acc = [0f32; W];
+            if !first {
+                acc[..cols].copy_from_slice(out);
+            }
+            for step in panel.chunks_exact(W) {
+                acc.iter_mut().zip(step).for_each(|(a, &v)| *a += v);
+            }
+            out.copy_from_slice(&acc[..cols]);
         }
     }
 }
@@ -688,6 +756,7 @@ mod tests {
                         alpha,
                         beta,
                         Addends::NONE,
+                        std::ptr::null_mut(),
                         &mut pack,
                     )
                 };
@@ -733,6 +802,7 @@ mod tests {
                     1.0,
                     1.0,
                     Addends::NONE,
+                    std::ptr::null_mut(),
                     pack,
                 )
             }
