@@ -3,7 +3,7 @@
 use half::f16;
 use ndarray::{Array, ArrayD, Dimension, IxDyn};
 use popart_ir::float8::{Float8_143, Float8_152};
-use popart_ir::{DataType, HostDataError, HostTensor, SizeError, TensorInfo};
+use popart_ir::{DataType, HostTensor, SizeError, TensorInfo};
 
 use crate::{PopXlError, Result};
 
@@ -101,6 +101,11 @@ mod sealed {
         fn unwrap_ref(h: &HostArray) -> Option<&ArrayD<Self>>;
         /// Append the little-endian bytes of `self`.
         fn push_le(self, out: &mut Vec<u8>);
+        /// Write the little-endian bytes of `self` to `out`, exactly its size.
+        fn write_le(self, out: &mut [u8]);
+        /// [`Element::read_le`] of bytes of a validated host tensor (exactly
+        /// the element's size; a bool's byte 0 or 1): any value for others.
+        fn read_valid_le(b: &[u8]) -> Self;
         /// Read one element from exactly its size in little-endian bytes
         /// (`None` if `b` has another length).
         fn read_le(b: &[u8]) -> Option<Self>;
@@ -209,6 +214,12 @@ macro_rules! host_element {
             fn push_le(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
             }
+            fn write_le(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
+            }
+            fn read_valid_le(b: &[u8]) -> Self {
+                <$t>::from_le_bytes(b.try_into().unwrap_or_default())
+            }
             fn read_le(b: &[u8]) -> Option<Self> {
                 b.try_into().ok().map(<$t>::from_le_bytes)
             }
@@ -284,6 +295,12 @@ macro_rules! float8_element {
             fn push_le(self, out: &mut Vec<u8>) {
                 out.push(self.0);
             }
+            fn write_le(self, out: &mut [u8]) {
+                out.fill(self.0);
+            }
+            fn read_valid_le(b: &[u8]) -> Self {
+                $t(b.first().copied().unwrap_or_default())
+            }
             fn read_le(b: &[u8]) -> Option<Self> {
                 match b {
                     [c] => Some($t(*c)),
@@ -347,6 +364,12 @@ impl Element for bool {
     }
     fn push_le(self, out: &mut Vec<u8>) {
         out.push(u8::from(self));
+    }
+    fn write_le(self, out: &mut [u8]) {
+        out.fill(u8::from(self));
+    }
+    fn read_valid_le(b: &[u8]) -> Self {
+        b.first().is_some_and(|&c| c != 0)
     }
     fn read_le(b: &[u8]) -> Option<Self> {
         // Bytes other than 0 and 1 are rejected by `HostTensor::validate` first.
@@ -593,8 +616,11 @@ impl HostArray {
         let info = self.info();
         let n = info.check_size(what)?;
         let mut out = try_vec::<u8>(n, what)?;
-        for_each_variant!(self, a => for &v in a.iter() {
-            v.push_le(&mut out);
+        // A standard layout as one slice: ndarray's iterator over dynamic
+        // dimensions costs several times the copy per element.
+        for_each_variant!(self, a => match a.as_slice() {
+            Some(s) => extend_le(s, &mut out),
+            None => a.iter().for_each(|&v| v.push_le(&mut out)),
         });
         HostTensor::from_bytes(info, out).map_err(|source| PopXlError::HostData { what: what.to_string(), source })
     }
@@ -613,15 +639,10 @@ impl HostArray {
     pub fn from_host_tensor(t: &HostTensor) -> Result<HostArray> {
         const WHAT: &str = "host tensor";
         fn read<T: HostElement>(t: &HostTensor) -> Result<HostArray> {
-            let sz = T::DTYPE.size_bytes();
-            let mut v = try_vec::<T>(t.bytes.len() / sz.max(1), WHAT)?;
-            for (index, chunk) in t.bytes.chunks_exact(sz).enumerate() {
-                let byte = chunk.first().copied().unwrap_or_default();
-                v.push(T::read_le(chunk).ok_or_else(|| PopXlError::HostData {
-                    what: WHAT.to_string(),
-                    source: HostDataError::InvalidBool { index, byte },
-                })?);
-            }
+            // Validated first: the length is whole elements, bools are 0 or 1.
+            let size = std::mem::size_of::<T>();
+            let mut v = try_vec::<T>(t.bytes.len() / size, WHAT)?;
+            v.extend(t.bytes.chunks_exact(size).map(T::read_valid_le));
             Ok(T::wrap(shaped(&t.info.shape, v, WHAT)?))
         }
         t.validate().map_err(|source| PopXlError::HostData { what: WHAT.to_string(), source })?;
@@ -806,10 +827,22 @@ impl TryFrom<&HostTensor> for HostArray {
     }
 }
 
+/// Appends the little-endian bytes of `s`'s elements to `out`: one resize, then
+/// fixed-size writes (on a little-endian host, a copy).
+fn extend_le<T: Element>(s: &[T], out: &mut Vec<u8>) {
+    let size = std::mem::size_of::<T>();
+    let start = out.len();
+    out.resize(start + std::mem::size_of_val(s), 0);
+    for (bytes, &v) in out[start..].chunks_exact_mut(size).zip(s) {
+        v.write_le(bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ndarray::array;
+    use popart_ir::HostDataError;
 
     #[test]
     fn round_trip_every_dtype() {
@@ -826,6 +859,8 @@ mod tests {
             HostArray::from(array![f16::from_f32(0.5), f16::from_f32(-2.0), f16::from_f32(3.25)]),
             HostArray::from(array![0.5f32, -2.0, 3.25]),
             HostArray::from(array![0.1f64, -2.0, 1e300]),
+            HostArray::F8_143(array![Float8_143(1), Float8_143(200), Float8_143(0)].into_dyn()),
+            HostArray::F8_152(array![Float8_152(7), Float8_152(128), Float8_152(255)].into_dyn()),
         ];
         for a in arrays {
             let t = a.to_host_tensor();
