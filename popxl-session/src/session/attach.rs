@@ -323,7 +323,7 @@ impl Session {
                     got: arr.shape().to_vec(),
                 });
             }
-            let data = arr.to_host_tensor();
+            let data = arr.try_to_host_tensor().map_err(|e| crate::host::cast_error(t.id(), e))?;
             data.validate().map_err(|source| SessionError::InvalidHostData { tensor: t.id().to_string(), source })?;
             if !self.variables.contains_key(&(g, id)) {
                 return Err(SessionError::Internal { reason: format!("variable `{}` has no host copy", t.id()) });
