@@ -26,7 +26,7 @@ use popart_ir::ops::all::{MatMulRhsBiasGrad, MatMulRhsGrad, ReduceToShape};
 use popart_ir::ops::grad::ShapeAttrs;
 use popart_ir::{Attributes, DataType, Graph, Ir, OpAttrs, OpId};
 
-use super::{reachable_from, rewrite_matches};
+use super::{fuse_ops_keeping, reachable_from, rewrite_matches};
 use crate::pipeline::{Pass, PassOutcome};
 use crate::Result;
 
@@ -99,22 +99,8 @@ fn fits(g: &Graph, op: OpId, n: usize) -> bool {
 fn rewrite(g: &mut Graph, m: Match) -> Result<()> {
     let mm = g.op(m.matmul)?;
     let inputs: Vec<_> = (0..3).filter_map(|i| mm.input(i)).collect();
-    let (placement, base) = (mm.placement, format!("{}_bias", mm.name));
-    let name = g.unique_op_name(&base);
-    let fused = g.add_op(&MatMulRhsBiasGrad, Attributes::new(), &name);
-    g.set_op_placement(fused, placement)?;
-    let dw = g.disconnect_output(m.matmul, 0)?;
-    let db = g.disconnect_output(m.reduce, 0)?;
-    g.remove_topo_con(m.matmul, m.reduce);
-    g.remove_topo_con(m.reduce, m.matmul);
-    g.transfer_topo_cons(m.matmul, fused)?;
-    g.transfer_topo_cons(m.reduce, fused)?;
-    g.erase_op(m.matmul)?;
-    g.erase_op(m.reduce)?;
-    for (i, t) in inputs.into_iter().enumerate() {
-        g.connect_input(fused, i as u32, t)?;
-    }
-    g.connect_output(fused, 0, dw)?;
-    g.connect_output(fused, 1, db)?;
+    let name = g.unique_op_name(&format!("{}_bias", mm.name));
+    let (ops, outputs) = ([m.matmul, m.reduce], [(m.matmul, 0), (m.reduce, 0)]);
+    fuse_ops_keeping(g, &ops, &MatMulRhsBiasGrad, Attributes::new(), &name, &inputs, &outputs)?;
     Ok(())
 }

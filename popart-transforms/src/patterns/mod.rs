@@ -94,10 +94,24 @@ pub(crate) fn fuse_ops(
     name: &str,
     inputs: &[TensorId],
 ) -> Result<OpId> {
+    fuse_ops_keeping(g, ops, def, attrs, name, inputs, &[(ops[0], 0)])
+}
+
+/// [`fuse_ops`] keeping several outputs: the new op's output `i` is the tensor
+/// that was output `outputs[i]` (an op of `ops` and its output index).
+pub(crate) fn fuse_ops_keeping(
+    g: &mut Graph,
+    ops: &[OpId],
+    def: &'static dyn OpDef,
+    attrs: Attributes,
+    name: &str,
+    inputs: &[TensorId],
+    outputs: &[(OpId, u32)],
+) -> Result<OpId> {
     let placement = g.op(ops[0])?.placement;
     let fused = g.add_op(def, attrs, name);
     g.set_op_placement(fused, placement)?;
-    let y = g.disconnect_output(ops[0], 0)?;
+    let kept = outputs.iter().map(|&(op, i)| g.disconnect_output(op, i)).collect::<std::result::Result<Vec<_>, _>>()?;
     // Constraints among the fused ops vanish; the others move to the fused op.
     for &a in ops {
         for &b in ops {
@@ -114,6 +128,8 @@ pub(crate) fn fuse_ops(
     for (i, &t) in inputs.iter().enumerate() {
         g.connect_input(fused, i as u32, t)?;
     }
-    g.connect_output(fused, 0, y)?;
+    for (i, t) in kept.into_iter().enumerate() {
+        g.connect_output(fused, i as u32, t)?;
+    }
     Ok(fused)
 }
