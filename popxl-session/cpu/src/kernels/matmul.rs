@@ -33,7 +33,7 @@ use popart_ir::ops::var_update::ScaledAddMatMulAttrs;
 use std::ops::Range;
 
 mod gemv;
-mod packed;
+pub(super) mod packed;
 
 /// Multiply-adds from which one GEMM call is split over the worker team.
 pub(super) const GEMM_PAR_MIN: usize = 1 << 18;
@@ -179,11 +179,12 @@ macro_rules! gemm_elem {
                 {
                     // SAFETY: a `u64` holds two `f32`s, at an alignment `f32` accepts.
                     let pack = unsafe { std::slice::from_raw_parts_mut(pack.as_mut_ptr() as *mut f32, pack.len() * 2) };
-                    let lhs = packed::Operand { ptr: lhs.0, rs: lhs.1, cs: lhs.2 };
-                    let rhs = packed::Operand { ptr: rhs.0, rs: rhs.1, cs: rhs.2 };
+                    let lhs = packed::Operand::matrix(lhs.0, lhs.1, lhs.2);
+                    let rhs = packed::Operand::matrix(rhs.0, rhs.1, rhs.2);
+                    let dst = packed::Dst::matrix(dst, dst_s.0, dst_s.1);
                     let add = packed::Addends { bias: add.0, residual: add.1 };
                     // SAFETY: this function's contract is `packed::gemm`'s.
-                    unsafe { packed::gemm(bl, m, n, k, dst, dst_s.0, dst_s.1, read_dst, lhs, rhs, alpha, beta, add, sums, pack) };
+                    unsafe { packed::gemm(bl, m, n, k, dst, read_dst, lhs, rhs, alpha, beta, add, sums, pack) };
                     true
                 }
                 #[cfg(not(target_arch = "x86_64"))]

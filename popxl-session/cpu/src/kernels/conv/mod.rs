@@ -51,6 +51,12 @@
 //!   the weight gradients of those shapes (`implicit_wgrad`: both
 //!   operands packed transposed, the sum over positions in chunks).
 //!
+//! Pointwise passes (all three, any rank) of batches of planes under 256
+//! positions, float32 on Intel's AVX-512 CPUs, run before all of these as
+//! one packed GEMM per group with the images folded into the positions axis
+//! (`folded`: the packing gathers the images, the tiles store into them; no
+//! column matrix).
+//!
 //! Weight gradients of 2-D float32 layers with more than one tap, at least
 //! 64 output positions per image (256 unstrided; strided ones of fewer in
 //! batches of 32 images, padded once per run) and 32 output channels per
@@ -72,7 +78,7 @@
 //! Files: this one (geometry, passes, plans, tasks, the picker and the run),
 //! `layout` (the 2-D geometry, im2col / col2im, the direct plane loops),
 //! `im2col` (+ `dot`), `batched`, `data_forward`, `depthwise`, `direct2d` (+ `direct2d_avx2`),
-//! `lanes3d`, `lanes_wgrad`,
+//! `folded`, `lanes3d`, `lanes_wgrad`,
 //! `implicit` (+ `implicit_wgrad`, its register tile in `gemm`),
 //! `winograd`, `direct3d`, `nd`, and `tests` (shared test helpers).
 
@@ -90,6 +96,7 @@ mod direct2d;
 mod direct2d_avx2;
 mod direct3d;
 mod dot;
+mod folded;
 mod im2col;
 mod implicit;
 mod implicit_wgrad;
@@ -117,6 +124,7 @@ use crate::team;
 use depthwise::Masked;
 use direct2d::Blocked;
 use direct3d::Direct3d;
+use folded::Folded;
 use implicit::Implicit;
 use lanes3d::Lanes3d;
 use lanes_wgrad::LanesWgrad;
@@ -368,6 +376,11 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
     // result is zeros (empty when its own dims are), with no plan to cut.
     if geo.macs() == 0 {
         return Ok(Box::new(ZeroKernel { bytes: spec.output(0)?.info.nbytes() }));
+    }
+    if dt == DataType::Float32 {
+        if let Some(k) = Folded::plan(spec, &geo, pass, pos)? {
+            return Ok(k);
+        }
     }
     if geo.kernel.len() > 2 {
         if dt == DataType::Float32 {

@@ -10,6 +10,12 @@
 //! it); the loop nests, the packing and the stores are the same code for
 //! both.
 //!
+//! Operands and results are matrices of any strides, or *folded* ones
+//! ([`Fold`]): an axis that runs over the positions of several images lying
+//! apart in memory (a pointwise convolution's batch, `conv/folded.rs`),
+//! which the packing reads run by run within an image and the tiles store
+//! image by image.
+//!
 //! `gemm`'s AVX2 path leaves half the FMA peak behind on a Zen 3 from
 //! 1024-sized products on (46 GFLOP/s of 89 on one core); on an Ice Lake
 //! its AVX-512 path packs a transposed lhs slowly (the weight gradients ran
@@ -74,14 +80,16 @@ trait Tile {
 }
 
 /// Where a tile's sums go: the `mr × nr` corner of the tile at `y` (row
-/// stride `rs`, column stride `cs`), stored as `store` says after a product
-/// by `beta`, then `add`'s addends added (the tile's own: `bias` at its
-/// first column, `residual` at its first element, with `y`'s strides).
+/// stride `rs`, column stride `cs`, its columns folded as `cols` says),
+/// stored as `store` says after a product by `beta`, then `add`'s addends
+/// added (the tile's own: `bias` at its first column, `residual` at its
+/// first element, with `y`'s layout).
 #[derive(Clone, Copy, Debug)]
 struct Out {
     y: *mut f32,
     rs: isize,
     cs: isize,
+    cols: Fold,
     mr: usize,
     nr: usize,
     store: Store,
@@ -164,7 +172,7 @@ impl Tile for Avx512Tile {
 #[inline(always)]
 unsafe fn run_tile<V: Lanes, const R: usize, const C: usize>(kb: usize, a: *const f32, b: *const f32, out: Out) {
     let w = C * V::N;
-    if out.mr == R && out.nr == w && out.cs == 1 {
+    if out.mr == R && out.nr == w && out.cs == 1 && out.cols.is_plain() {
         for i in 0..R {
             for line in (0..w).step_by(16) {
                 // SAFETY: a line of row `i` of the tile, a hint only.
@@ -288,7 +296,107 @@ impl Addends {
     }
 }
 
-/// An operand: its first element and its (row, column) element strides.
+/// An axis that runs over several images of `len` positions each (a batch
+/// folded into the positions of a pointwise convolution): index `i` is
+/// position `(phase + i) % len` of image `(phase + i) / len`, the images
+/// `jump` elements apart, each position at the axis's stride from the one
+/// before. [`Fold::NONE`]: a plain axis (one image, never ending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fold {
+    /// Positions per image (`usize::MAX`: a plain axis).
+    pub len: usize,
+    /// Elements from one image's first position to the next image's.
+    pub jump: isize,
+    /// Index 0's position in its image (below `len`).
+    pub phase: usize,
+}
+
+impl Fold {
+    /// A plain axis.
+    pub(crate) const NONE: Fold = Fold { len: usize::MAX, jump: 0, phase: 0 };
+
+    /// Images of `len` positions, `jump` elements apart, index 0 the first
+    /// image's first position.
+    pub(crate) fn images(len: usize, jump: isize) -> Fold {
+        Fold { len: len.max(1), jump, phase: 0 }
+    }
+
+    /// Whether the axis is plain.
+    #[inline(always)]
+    pub(crate) fn is_plain(&self) -> bool {
+        self.len == usize::MAX
+    }
+
+    /// Index `i`'s element offset from index 0's, the positions `stride` apart.
+    #[inline(always)]
+    pub(crate) fn offset(&self, i: usize, stride: isize) -> isize {
+        if self.is_plain() {
+            return i as isize * stride;
+        }
+        let q = self.phase + i;
+        (q / self.len) as isize * self.jump + ((q % self.len) as isize - self.phase as isize) * stride
+    }
+
+    /// The axis seen from index `i` on (a block of it starting there).
+    #[inline(always)]
+    pub(crate) fn from(&self, i: usize) -> Fold {
+        if self.is_plain() {
+            return *self;
+        }
+        Fold { phase: (self.phase + i) % self.len, ..*self }
+    }
+
+    /// Indices from 0 on in index 0's image, at most `max`.
+    #[inline(always)]
+    fn first_run(&self, max: usize) -> usize {
+        if self.is_plain() {
+            max
+        } else {
+            (self.len - self.phase).min(max)
+        }
+    }
+
+    /// The runs of indices `0..n` that lie in one image each, in order, as
+    /// `(i, run, offset)`: `run` indices from `i`, index `i` at element offset
+    /// `offset` from index 0's (the positions `stride` apart). An iterator,
+    /// not a closure, so its loops compile inside the callers' SIMD features.
+    #[inline(always)]
+    fn runs(&self, n: usize, stride: isize) -> Runs {
+        Runs { fold: *self, n, stride, i: 0, base: 0, run: self.first_run(n) }
+    }
+}
+
+/// [`Fold::runs`]' iterator.
+struct Runs {
+    fold: Fold,
+    n: usize,
+    stride: isize,
+    i: usize,
+    base: isize,
+    run: usize,
+}
+
+impl Iterator for Runs {
+    type Item = (usize, usize, isize);
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<(usize, usize, isize)> {
+        if self.i >= self.n {
+            return None;
+        }
+        let item = (self.i, self.run, self.base);
+        let f = &self.fold;
+        // The next image's first position (only a folded axis gets there
+        // before `n`): one jump past index 0's image's first position.
+        self.base = if self.i == 0 { f.jump - f.phase as isize * self.stride } else { self.base + f.jump };
+        self.i += self.run;
+        self.run = f.len.min(self.n - self.i);
+        Some(item)
+    }
+}
+
+/// An operand: its first element, its (row, column) element strides and
+/// how its rows and columns fold over images (plain for a matrix).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Operand {
     /// Element `(0, 0)`.
@@ -297,9 +405,18 @@ pub(crate) struct Operand {
     pub rs: isize,
     /// Column stride.
     pub cs: isize,
+    /// The rows' fold.
+    pub rows: Fold,
+    /// The columns' fold.
+    pub cols: Fold,
 }
 
 impl Operand {
+    /// A matrix at `ptr` with row stride `rs` and column stride `cs`.
+    pub(crate) fn matrix(ptr: *const f32, rs: isize, cs: isize) -> Operand {
+        Operand { ptr, rs, cs, rows: Fold::NONE, cols: Fold::NONE }
+    }
+
     /// Element `(r, c)`'s address.
     ///
     /// # Safety
@@ -307,13 +424,34 @@ impl Operand {
     #[inline(always)]
     unsafe fn at(&self, r: usize, c: usize) -> *const f32 {
         // SAFETY: this function's contract.
-        unsafe { self.ptr.offset(r as isize * self.rs + c as isize * self.cs) }
+        unsafe { self.ptr.offset(self.rows.offset(r, self.rs) + self.cols.offset(c, self.cs)) }
+    }
+}
+
+/// The result of a product: its element `(0, 0)`, its (row, column)
+/// strides and its columns' fold (its rows are plain).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dst {
+    /// Element `(0, 0)`.
+    pub ptr: *mut f32,
+    /// Row stride.
+    pub rs: isize,
+    /// Column stride.
+    pub cs: isize,
+    /// The columns' fold.
+    pub cols: Fold,
+}
+
+impl Dst {
+    /// A matrix at `ptr` with row stride `rs` and column stride `cs`.
+    pub(crate) fn matrix(ptr: *mut f32, rs: isize, cs: isize) -> Dst {
+        Dst { ptr, rs, cs, cols: Fold::NONE }
     }
 }
 
 /// `dst = alpha · dst + beta · lhs @ rhs` when `read_dst`, else `dst = beta ·
-/// lhs @ rhs`, for an `m × k` lhs, `k × n` rhs and `m × n` dst (row stride
-/// `dst_rs`, column stride `dst_cs`), through the packing buffer `pack` of at
+/// lhs @ rhs`, for an `m × k` lhs, `k × n` rhs and `m × n` dst (each with
+/// its strides and folds), through the packing buffer `pack` of at
 /// least [`Blocking::pack_len`] values; then `add`'s addends. Where `sums` is
 /// not null, the rhs's column sums are written there too (`n` values, each
 /// summed from 0 over the `k` rows in order), from its packed panels.
@@ -332,9 +470,7 @@ pub(crate) unsafe fn gemm(
     m: usize,
     n: usize,
     k: usize,
-    dst: *mut f32,
-    dst_rs: isize,
-    dst_cs: isize,
+    dst: Dst,
     read_dst: bool,
     lhs: Operand,
     rhs: Operand,
@@ -344,7 +480,7 @@ pub(crate) unsafe fn gemm(
     sums: *mut f32,
     pack: &mut [f32],
 ) {
-    let (d, s) = ((dst, dst_rs, dst_cs, read_dst), (alpha, beta));
+    let (d, s) = ((dst, read_dst), (alpha, beta));
     // SAFETY: this function's contract.
     unsafe {
         match bl.tiling {
@@ -354,8 +490,8 @@ pub(crate) unsafe fn gemm(
     }
 }
 
-/// [`gemm`]'s loops around the register tile `T`: `d` is (dst, row stride,
-/// column stride, read_dst), `s` (alpha, beta).
+/// [`gemm`]'s loops around the register tile `T`: `d` is (dst, read_dst),
+/// `s` (alpha, beta).
 ///
 /// # Safety
 /// As [`gemm`], `bl` made for `T`.
@@ -367,7 +503,7 @@ unsafe fn nest<T: Tile>(
     m: usize,
     n: usize,
     k: usize,
-    d: (*mut f32, isize, isize, bool),
+    d: (Dst, bool),
     lhs: Operand,
     rhs: Operand,
     s: (f32, f32),
@@ -375,7 +511,7 @@ unsafe fn nest<T: Tile>(
     sums: *mut f32,
     pack: &mut [f32],
 ) {
-    let ((dst, dst_rs, dst_cs, read_dst), (alpha, beta)) = (d, s);
+    let ((dst, read_dst), (alpha, beta)) = (d, s);
     if m == 0 || n == 0 || k == 0 {
         if !sums.is_null() && k == 0 {
             // SAFETY: `sums` holds `n` values (contract).
@@ -399,16 +535,19 @@ unsafe fn nest<T: Tile>(
         let tile = |ir: usize, jr: usize| {
             let (mr, nr) = (T::MR.min(mb - ir), T::NR.min(nb - jr));
             let (ap, bp) = (apack.wrapping_add(ir * kb), bpack.wrapping_add(jr * kb));
-            let (r, c) = ((ic + ir) as isize, (jc + jr) as isize);
-            let at = r * dst_rs + c * dst_cs;
+            let c = jc + jr;
+            let at = (ic + ir) as isize * dst.rs + dst.cols.offset(c, dst.cs);
             let add = match last {
-                true => add.at(c, at),
+                true => add.at(c as isize, at),
                 false => Addends::NONE,
             };
+            // A tile over two images or more stores its columns image by image.
+            let cols = dst.cols.from(c);
+            let cols = if cols.first_run(nr) < nr { cols } else { Fold::NONE };
             // SAFETY: the panels were packed with `kb` steps; the tile's `mr × nr`
             // elements lie inside `dst` and the addends (contract).
             unsafe {
-                let out = Out { y: dst.offset(at), rs: dst_rs, cs: dst_cs, mr, nr, store, beta, add };
+                let out = Out { y: dst.ptr.offset(at), rs: dst.rs, cs: dst.cs, cols, mr, nr, store, beta, add };
                 T::tile(kb, ap, bp, out)
             };
         };
@@ -489,7 +628,7 @@ unsafe fn nest<T: Tile>(
 unsafe fn pack_a<T: Tile>(mb: usize, kb: usize, a: Operand, r0: usize, c0: usize, out: *mut f32) {
     // The lhs read transposed is the rhs's layout: its rows (the lhs's
     // columns) contiguous.
-    let t = Operand { ptr: a.ptr, rs: a.cs, cs: a.rs };
+    let t = Operand { ptr: a.ptr, rs: a.cs, cs: a.rs, rows: a.cols, cols: a.rows };
     // SAFETY: this function's contract, the operand's rows and columns swapped.
     unsafe { pack_panels(T::MR, kb, mb, t, c0, r0, out) };
 }
@@ -512,8 +651,9 @@ unsafe fn pack_b<T: Tile>(kb: usize, nb: usize, b: Operand, r0: usize, c0: usize
 /// panels of `w` columns: panel `q`'s step `p` holds columns `q·w..` of row
 /// `p`, columns past `nb` zero. Rows contiguous are read in memory order
 /// (reading a panel's rows one after another would touch a page per row of
-/// a wide matrix); columns contiguous (a transposed operand) through 8 × 8
-/// register transposes.
+/// a wide matrix), folded columns run by run within an image; columns
+/// contiguous (a transposed operand) through 8 × 8 register transposes,
+/// folded rows run by run within an image.
 ///
 /// # Safety
 /// The CPU runs AVX2; `w` is at least 1; the block lies inside `b`;
@@ -526,41 +666,59 @@ unsafe fn pack_panels(w: usize, kb: usize, nb: usize, b: Operand, r0: usize, c0:
     // `c0..c0 + nb` of `b`; panel `j0 / w` is `w × kb` values at `j0 · kb`
     // inside `out` (contract).
     unsafe {
-        if b.cs == 1 {
+        if b.cs == 1 && b.cols.is_plain() {
             for p in 0..kb {
                 let src = b.at(r0 + p, c0);
                 for q in 0..full / w {
                     std::ptr::copy_nonoverlapping(src.add(q * w), out.add(q * w * kb + p * w), w);
                 }
             }
+        } else if b.cs == 1 {
+            // Runs of columns inside one image, cut again at the panels' edges.
+            let cols = b.cols.from(c0);
+            for p in 0..kb {
+                let src = b.at(r0 + p, c0);
+                for (j, run, off) in cols.runs(full, 1) {
+                    let (mut j, end, mut from) = (j, j + run, src.offset(off));
+                    while j < end {
+                        let len = (w - j % w).min(end - j);
+                        std::ptr::copy_nonoverlapping(from, out.add(j / w * w * kb + p * w + j % w), len);
+                        (j, from) = (j + len, from.add(len));
+                    }
+                }
+            }
         } else if b.rs == 1 {
+            let rows = b.rows.from(r0);
             for j0 in (0..full).step_by(w) {
                 let panel = out.add(j0 * kb);
                 let mut j = 0;
                 while j < w {
                     // Eight columns (fewer at the panel's end, the rest read
-                    // again) of eight steps at a time.
+                    // again) of eight steps at a time, within one image.
                     let cols = 8.min(w - j);
-                    let src: [*const f32; 8] = std::array::from_fn(|c| b.at(r0, c0 + j0 + j + c.min(cols - 1)));
-                    let mut p = 0;
-                    while p + 8 <= kb {
-                        let rows = std::array::from_fn(|c| _mm256_loadu_ps(src[c].add(p)));
-                        let t = super::super::conv::transpose8(rows);
-                        for (s, v) in t.iter().enumerate() {
-                            let at = panel.add((p + s) * w + j);
-                            if cols == 8 {
-                                _mm256_storeu_ps(at, *v);
-                            } else {
-                                let mut l = [0f32; 8];
-                                _mm256_storeu_ps(l.as_mut_ptr(), *v);
-                                std::ptr::copy_nonoverlapping(l.as_ptr(), at, cols);
+                    let col: [*const f32; 8] = std::array::from_fn(|c| b.at(r0, c0 + j0 + j + c.min(cols - 1)));
+                    for (p0, run, off) in rows.runs(kb, 1) {
+                        let src: [*const f32; 8] = std::array::from_fn(|c| col[c].offset(off).wrapping_sub(p0));
+                        let mut p = p0;
+                        while p + 8 <= p0 + run {
+                            let rows = std::array::from_fn(|c| _mm256_loadu_ps(src[c].wrapping_add(p)));
+                            let t = super::super::conv::transpose8(rows);
+                            for (s, v) in t.iter().enumerate() {
+                                let at = panel.add((p + s) * w + j);
+                                if cols == 8 {
+                                    _mm256_storeu_ps(at, *v);
+                                } else {
+                                    let mut l = [0f32; 8];
+                                    _mm256_storeu_ps(l.as_mut_ptr(), *v);
+                                    std::ptr::copy_nonoverlapping(l.as_ptr(), at, cols);
+                                }
                             }
+                            p += 8;
                         }
-                        p += 8;
-                    }
-                    for p in p..kb {
-                        for (c, s) in src.iter().enumerate().take(cols) {
-                            *panel.add(p * w + j + c) = *s.add(p);
+                        for p in p..p0 + run {
+                            for (c, s) in src.iter().enumerate().take(cols) {
+                                *panel.add(p * w + j + c) = *s.wrapping_add(p);
+                            }
                         }
                     }
                     j += cols;
@@ -617,14 +775,14 @@ unsafe fn panel_sums<const W: usize>(kb: usize, nb: usize, panels: *const f32, s
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn store_tile<V: Lanes, const MR: usize, const NV: usize>(acc: &[[V; NV]; MR], out: Out) {
-    let Out { y, rs, cs, mr, nr, store, beta, add } = out;
+    let Out { y, rs, cs, mr, nr, store, beta, add, .. } = out;
     let nr_full = NV * V::N;
     debug_assert!(MR * nr_full <= 512, "the partial tiles' buffer holds 512 values");
     // SAFETY: the tile's elements and the addends' (contract); vectors of
     // `V::N` values inside a full tile's rows of unit column stride.
     unsafe {
         let vb = V::splat(beta);
-        if mr == MR && nr == nr_full && cs == 1 {
+        if mr == MR && nr == nr_full && cs == 1 && out.cols.is_plain() {
             for (i, row) in acc.iter().enumerate() {
                 let yi = y.offset(i as isize * rs);
                 for (h, v) in row.iter().enumerate() {
@@ -654,18 +812,37 @@ unsafe fn store_tile<V: Lanes, const MR: usize, const NV: usize>(acc: &[[V; NV];
                 v.mul(vb).store(t.as_mut_ptr().add(i * nr_full + h * V::N));
             }
         }
-        for i in 0..mr {
-            for j in 0..nr {
-                let at = i as isize * rs + j as isize * cs;
-                let e = y.offset(at);
-                let mut v = store_one(*e, t[i * nr_full + j], store);
-                if !add.bias.is_null() {
-                    v += *add.bias.add(j);
+        // Column by column within each image the columns fold over (one run
+        // for a plain tile), contiguous runs as slices.
+        for (j0, run, off) in out.cols.runs(nr, cs) {
+            for i in 0..mr {
+                let at = i as isize * rs + off;
+                let sums = &t[i * nr_full + j0..i * nr_full + j0 + run];
+                let bias = (!add.bias.is_null()).then(|| std::slice::from_raw_parts(add.bias.add(j0), run));
+                if cs == 1 {
+                    let ys = std::slice::from_raw_parts_mut(y.offset(at), run);
+                    ys.iter_mut().zip(sums).for_each(|(e, &v)| *e = store_one(*e, v, store));
+                    if let Some(b) = bias {
+                        ys.iter_mut().zip(b).for_each(|(e, &v)| *e += v);
+                    }
+                    if !add.residual.is_null() {
+                        let r = std::slice::from_raw_parts(add.residual.offset(at), run);
+                        ys.iter_mut().zip(r).for_each(|(e, &v)| *e += v);
+                    }
+                    continue;
                 }
-                if !add.residual.is_null() {
-                    v += *add.residual.offset(at);
+                for (j, &v) in sums.iter().enumerate() {
+                    let at = at + j as isize * cs;
+                    let e = y.offset(at);
+                    let mut v = store_one(*e, v, store);
+                    if let Some(b) = bias {
+                        v += b[j];
+                    }
+                    if !add.residual.is_null() {
+                        v += *add.residual.offset(at);
+                    }
+                    *e = v;
                 }
-                *e = v;
             }
         }
     }
@@ -747,12 +924,10 @@ mod tests {
                         m,
                         n,
                         k,
-                        y.as_mut_ptr(),
-                        n as isize,
-                        1,
+                        Dst::matrix(y.as_mut_ptr(), n as isize, 1),
                         read_dst,
-                        Operand { ptr: av.as_ptr(), rs: ars, cs: acs },
-                        Operand { ptr: bv.as_ptr(), rs: brs, cs: bcs },
+                        Operand::matrix(av.as_ptr(), ars, acs),
+                        Operand::matrix(bv.as_ptr(), brs, bcs),
                         alpha,
                         beta,
                         Addends::NONE,
@@ -764,6 +939,111 @@ mod tests {
                     let w = if read_dst { alpha as f64 * y0[e] as f64 } else { 0.0 } + beta as f64 * want[e];
                     let tol = 1e-5 * (k as f64).sqrt() * 4.0 + 1e-6;
                     assert!((y[e] as f64 - w).abs() <= tol, "{tiling:?} {m}x{n}x{k} {ta} {tb}: {e}: {} vs {w}", y[e]);
+                }
+            }
+        }
+    }
+
+    /// `rows × cols` values `v` stored as `how` says: 0 a row-major matrix,
+    /// 1 its columns folded over images of `len` (`[image][row][position]`),
+    /// 2 its rows folded (`[image][column][position]`); the storage and the
+    /// operand's strides and folds (pointer left null).
+    fn folded(v: &[f32], rows: usize, cols: usize, how: u8, len: usize) -> (Vec<f32>, Operand) {
+        let plain = Operand::matrix(std::ptr::null(), cols as isize, 1);
+        let (axis, other) = match how {
+            0 => return (v.to_vec(), plain),
+            1 => (cols, rows),
+            _ => (rows, cols),
+        };
+        let images = axis.div_ceil(len);
+        let mut s = vec![f32::NAN; images * other * len];
+        for r in 0..rows {
+            for c in 0..cols {
+                let (i, o) = if how == 1 { (c, r) } else { (r, c) };
+                s[(i / len) * other * len + o * len + i % len] = v[r * cols + c];
+            }
+        }
+        let fold = Fold::images(len, (other * len) as isize);
+        let op = match how {
+            1 => Operand { ptr: std::ptr::null(), rs: len as isize, cs: 1, rows: Fold::NONE, cols: fold },
+            _ => Operand { ptr: std::ptr::null(), rs: 1, cs: len as isize, rows: fold, cols: Fold::NONE },
+        };
+        (s, op)
+    }
+
+    #[test]
+    fn folded_operands_and_results_match_the_definition() {
+        let mut next = uniform(5);
+        for tiling in tilings() {
+            for &(m, n, k, len) in &[(7, 70, 33, 7), (13, 130, 300, 49), (6, 64, 9, 64), (20, 40, 500, 3), (5, 9, 2, 1)]
+            {
+                let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
+                let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
+                let want: Vec<f64> = (0..m * n)
+                    .map(|e| (0..k).map(|p| a[e / n * k + p] as f64 * b[p * n + e % n] as f64).sum())
+                    .collect();
+                // (lhs, rhs, dst): plain or the weight gradient's, forward's and data gradient's folds.
+                for (ha, hb, hd) in [(0, 0, 1), (1, 2, 0), (0, 1, 1), (1, 1, 0), (2, 1, 1)] {
+                    let (av, mut lhs) = folded(&a, m, k, ha, len);
+                    let (bv, mut rhs) = folded(&b, k, n, hb, len);
+                    (lhs.ptr, rhs.ptr) = (av.as_ptr(), bv.as_ptr());
+                    let bl = Blocking::new(tiling, m, n, k);
+                    let mut pack = vec![0.0; bl.pack_len().unwrap()];
+                    let zeros = vec![0.0; m * n];
+                    let (mut yv, dst0) = folded(&zeros, m, n, hd, len);
+                    let run = |c0: usize, c1: usize, yv: &mut Vec<f32>, pack: &mut Vec<f32>| {
+                        let dst = Dst { ptr: yv.as_mut_ptr(), rs: dst0.rs, cs: dst0.cs, cols: dst0.cols };
+                        // SAFETY: AVX2 checked; columns `c0..c1` of the operands and
+                        // the result, their storage sized for their folds.
+                        unsafe {
+                            let rhs = Operand { ptr: rhs.at(0, c0), cols: rhs.cols.from(c0), ..rhs };
+                            let dst = Dst {
+                                ptr: dst.ptr.offset(dst.cols.offset(c0, dst.cs)),
+                                cols: dst.cols.from(c0),
+                                ..dst
+                            };
+                            gemm(
+                                &bl,
+                                m,
+                                c1 - c0,
+                                k,
+                                dst,
+                                false,
+                                lhs,
+                                rhs,
+                                1.0,
+                                1.0,
+                                Addends::NONE,
+                                std::ptr::null_mut(),
+                                pack,
+                            )
+                        };
+                    };
+                    run(0, n, &mut yv, &mut pack);
+                    let y = |yv: &[f32], e: usize| match hd {
+                        0 => yv[e],
+                        _ => yv[(e % n / len) * m * len + (e / n) * len + e % n % len],
+                    };
+                    for (e, &want) in want.iter().enumerate() {
+                        let tol = 1e-5 * (k as f64).sqrt() * 4.0 + 1e-6;
+                        let got = y(&yv, e) as f64;
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{tiling:?} {m}x{n}x{k} len {len} {ha}{hb}{hd}: {e}: {got} vs {want}"
+                        );
+                    }
+                    // Column blocks starting inside an image give the same bits.
+                    let (mut parts, _) = folded(&zeros, m, n, hd, len);
+                    let cut = (n / 3).max(1).min(n);
+                    run(0, cut, &mut parts, &mut pack);
+                    run(cut, n, &mut parts, &mut pack);
+                    for e in 0..m * n {
+                        assert_eq!(
+                            y(&parts, e).to_bits(),
+                            y(&yv, e).to_bits(),
+                            "{tiling:?} {m}x{n}x{k} blocks at {cut}"
+                        );
+                    }
                 }
             }
         }
@@ -793,12 +1073,10 @@ mod tests {
                     rows.len(),
                     cols.len(),
                     k,
-                    y.as_mut_ptr().add(rows.start * n + cols.start),
-                    n as isize,
-                    1,
+                    Dst::matrix(y.as_mut_ptr().add(rows.start * n + cols.start), n as isize, 1),
                     false,
-                    Operand { ptr: a.as_ptr().add(rows.start * k), rs: k as isize, cs: 1 },
-                    Operand { ptr: b.as_ptr().add(cols.start), rs: n as isize, cs: 1 },
+                    Operand::matrix(a.as_ptr().add(rows.start * k), k as isize, 1),
+                    Operand::matrix(b.as_ptr().add(cols.start), n as isize, 1),
                     1.0,
                     1.0,
                     Addends::NONE,

@@ -137,5 +137,7 @@ mod depthwise;
 #[cfg(target_arch = "x86_64")]
 mod dot;
 #[cfg(target_arch = "x86_64")]
+mod folded;
+#[cfg(target_arch = "x86_64")]
 mod implicit;
 mod winograd;

@@ -1,0 +1,203 @@
+//! Pointwise convolutions (1x1 kernels of any rank, stride 1, unpadded) of
+//! batches of small planes, float32 on Intel's AVX-512 CPUs, as one packed
+//! GEMM per pass and group with the images *folded into the positions*:
+//! the batch's `N × P` positions are one axis of the product whose images
+//! lie `C·P` elements apart ([`packed::Fold`]). The packing the GEMM does
+//! anyway gathers the positions (no im2col copy of the batch side by side)
+//! and the register tiles store straight into the images (no scatter):
+//! - forward `y = W · x`: `co × N·P = [co × ci] · [ci × N·P]`;
+//! - data gradient `dx = Wᵀ · dy`: `ci × N·P = [ci × co] · [co × N·P]`;
+//! - weight gradient `dW = dy · xᵀ`: `co × ci = [co × N·P] · [N·P × ci]`,
+//!   the batch summed inside the product's depth (its blocks in order).
+//!
+//! The per-image products of such layers have `P` (49 or 196) columns, a
+//! poor fit for the 64-column tile, and the batched im2col method copies
+//! its blocks of several images side by side through level 3 first.
+//!
+//! Tasks cut the result's columns (forward and data) or its larger side
+//! (weights) into one block per thread; every element is summed over the
+//! whole depth in the blocking's fixed order, so the values do not depend
+//! on the thread count.
+
+use popart_ir::ops::conv::ConvGeometry;
+
+use super::super::matmul::packed::{self, Blocking, Dst, Fold, Operand, Tiling};
+use super::super::par::{self, Simd};
+use super::super::ptr::SendPtr;
+use super::super::scratch;
+use super::super::spec::SpecExt;
+use super::Pass;
+use crate::kernel::{Kernel, KernelArgs, KernelError, KernelResult, KernelSpec};
+use crate::team;
+
+/// Positions per image from which the per-image GEMMs of the pointwise
+/// method fill the tile's columns (and need no copy): those stay there.
+const MAX_POSITIONS: usize = 256;
+/// Multiply-adds below which a pass runs on the calling thread only.
+const PAR_MIN_MACS: usize = 1 << 18;
+
+/// A pointwise pass over a folded batch (see the module doc).
+pub(super) struct Folded {
+    pass: Pass,
+    /// Images, groups, input and output channels per group, positions per image.
+    n: usize,
+    groups: usize,
+    ci: usize,
+    co: usize,
+    p: usize,
+    /// Positions of `x`, `w` and `y` in the kernel args (`y` the output
+    /// position for the forward pass, an input's for the gradients).
+    pos: [usize; 3],
+    /// The product's `m × k` by `k × n` blocking.
+    bl: Blocking,
+    /// Tasks per group, and whether they cut the result's rows (else its columns).
+    pieces: usize,
+    by_rows: bool,
+    /// Rows or columns per task (the last task's fewer).
+    width: usize,
+    packs: Vec<scratch::Slot>,
+}
+
+impl Folded {
+    /// Whether the passes of `geo` run here (float32 checked by the
+    /// caller): on an Intel CPU running AVX-512, a pointwise geometry of
+    /// several images of fewer than [`MAX_POSITIONS`] positions.
+    pub(super) fn takes(geo: &ConvGeometry) -> bool {
+        let pointwise = geo.kernel.iter().all(|&k| k == 1)
+            && geo.strides.iter().all(|&s| s == 1)
+            && geo.pad_begin.iter().all(|&p| p == 0)
+            && geo.in_size == geo.out_size;
+        let p: usize = geo.in_size.iter().product();
+        pointwise && Simd::best() == Simd::Avx512 && par::intel() && geo.batch >= 2 && p < MAX_POSITIONS
+    }
+
+    /// The plan of `pass` where it runs here ([`Self::takes`]).
+    pub(super) fn plan(
+        spec: &KernelSpec<'_>,
+        geo: &ConvGeometry,
+        pass: Pass,
+        pos: [usize; 3],
+    ) -> Result<Option<Box<dyn Kernel>>, KernelError> {
+        if !Self::takes(geo) {
+            return Ok(None);
+        }
+        let p: usize = geo.in_size.iter().product();
+        let (n, groups) = (geo.batch, geo.group.max(1));
+        let (ci, co) = (geo.in_channels / groups, geo.out_channels / groups);
+        let cols = n * p;
+        // The product's m × k by k × n.
+        let (m, k, width_n) = match pass {
+            Pass::Forward => (co, ci, cols),
+            Pass::Data => (ci, co, cols),
+            Pass::Weights => (co, cols, ci),
+        };
+        let bl = Blocking::new(Tiling::Avx512, m, width_n, k);
+        let threads = team::num_threads();
+        let want = if threads > 1 && geo.macs() >= PAR_MIN_MACS { threads } else { 1 };
+        // Forward and data passes cut the positions; the weight gradient the
+        // larger side of its result (its depth is the batch).
+        let by_rows = pass == Pass::Weights && m > width_n;
+        let len = if by_rows { m } else { width_n };
+        let width = len.div_ceil(want.div_ceil(groups)).next_multiple_of(if by_rows { 6 } else { 64 }).min(len);
+        let pieces = len.div_ceil(width.max(1));
+        let values = bl.pack_len().ok_or_else(|| spec.error("the convolution's packing buffer is too large"))?;
+        let slots = (groups * pieces).min(threads.max(1));
+        let packs = scratch::slots(spec, slots, values.div_ceil(2))?;
+        Ok(Some(Box::new(Folded { pass, n, groups, ci, co, p, pos, bl, pieces, by_rows, width, packs })))
+    }
+
+    /// Task `t`: group `t / pieces`, its block `t % pieces` of the result's
+    /// rows or columns, through packing buffer `pack`.
+    ///
+    /// # Safety
+    /// The CPU runs AVX-512 (`plan`); `x`, `w` and `y` are the whole tensors
+    /// of the geometry, the pass's result writable and overlapping neither
+    /// operand; tasks write disjoint blocks of the result.
+    unsafe fn task(&self, t: usize, x: *mut f32, w: *mut f32, y: *mut f32, pack: &mut [f32]) {
+        let (gi, piece) = (t / self.pieces, t % self.pieces);
+        let (p, ci, co, groups) = (self.p, self.ci, self.co, self.groups);
+        let (cin, cout) = ((groups * ci) as isize, (groups * co) as isize);
+        let pi = p as isize;
+        let cols = self.n * p;
+        // Group `gi`'s channels of x and y, and its weights.
+        // SAFETY: offsets inside the tensors (this function's contract).
+        let (xg, yg, wg) = unsafe { (x.add(gi * ci * p), y.add(gi * co * p), w.add(gi * co * ci)) };
+        let x_images = Fold::images(p, cin * pi);
+        let y_images = Fold::images(p, cout * pi);
+        let (m, k, n, dst, lhs, rhs) = match self.pass {
+            Pass::Forward => (
+                co,
+                ci,
+                cols,
+                Dst { ptr: yg, rs: pi, cs: 1, cols: y_images },
+                Operand::matrix(wg, ci as isize, 1),
+                Operand { ptr: xg, rs: pi, cs: 1, rows: Fold::NONE, cols: x_images },
+            ),
+            Pass::Data => (
+                ci,
+                co,
+                cols,
+                Dst { ptr: xg, rs: pi, cs: 1, cols: x_images },
+                Operand::matrix(wg, 1, ci as isize),
+                Operand { ptr: yg, rs: pi, cs: 1, rows: Fold::NONE, cols: y_images },
+            ),
+            Pass::Weights => (
+                co,
+                cols,
+                ci,
+                Dst::matrix(wg, ci as isize, 1),
+                Operand { ptr: yg, rs: pi, cs: 1, rows: Fold::NONE, cols: y_images },
+                Operand { ptr: xg, rs: 1, cs: pi, rows: x_images, cols: Fold::NONE },
+            ),
+        };
+        let len = if self.by_rows { m } else { n };
+        let (b0, b1) = (piece * self.width, ((piece + 1) * self.width).min(len));
+        // SAFETY: the block's rows or columns of the operands and the result,
+        // addressed through their strides and folds (this function's contract).
+        unsafe {
+            let (mb, nb, dst, lhs, rhs) = if self.by_rows {
+                let dst = Dst { ptr: dst.ptr.offset(b0 as isize * dst.rs), ..dst };
+                let lhs = Operand { ptr: lhs.ptr.offset(b0 as isize * lhs.rs), ..lhs };
+                (b1 - b0, n, dst, lhs, rhs)
+            } else {
+                let dst = Dst { ptr: dst.ptr.offset(dst.cols.offset(b0, dst.cs)), cols: dst.cols.from(b0), ..dst };
+                let rhs = Operand { ptr: rhs.ptr.offset(rhs.cols.offset(b0, rhs.cs)), cols: rhs.cols.from(b0), ..rhs };
+                (m, b1 - b0, dst, lhs, rhs)
+            };
+            let none = packed::Addends::NONE;
+            packed::gemm(&self.bl, mb, nb, k, dst, false, lhs, rhs, 1.0, 1.0, none, std::ptr::null_mut(), pack);
+        }
+    }
+}
+
+impl Kernel for Folded {
+    unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        let (x, w, y) = match self.pass {
+            Pass::Forward => (args.inputs[self.pos[0]], args.inputs[self.pos[1]], args.outputs[0]),
+            Pass::Data => (args.outputs[0] as *const u8, args.inputs[self.pos[1]], args.inputs[self.pos[2]] as *mut u8),
+            Pass::Weights => {
+                (args.inputs[self.pos[0]], args.outputs[0] as *const u8, args.inputs[self.pos[2]] as *mut u8)
+            }
+        };
+        let (x, w, y) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(y as *mut f32));
+        let tasks = self.groups * self.pieces;
+        let slots = self.packs.len();
+        let per = tasks.div_ceil(slots);
+        let run = |s: usize| {
+            let mut guard = self.packs[s].lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: a `u64` holds two `f32`s, at an alignment `f32` accepts.
+            let pack = unsafe { std::slice::from_raw_parts_mut(guard.as_mut_ptr() as *mut f32, guard.len() * 2) };
+            for t in s * per..((s + 1) * per).min(tasks) {
+                // SAFETY: the tensors of the geometry (the `KernelArgs` contract);
+                // tasks write disjoint blocks; AVX-512 checked at build time.
+                unsafe { self.task(t, x.get(), w.get(), y.get(), pack) };
+            }
+        };
+        if slots > 1 {
+            team::run(tasks.div_ceil(per), &run);
+        } else {
+            run(0);
+        }
+        Ok(())
+    }
+}
