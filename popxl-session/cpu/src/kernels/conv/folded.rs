@@ -1,6 +1,8 @@
-//! Pointwise convolutions (1x1 kernels of any rank, stride 1, unpadded) of
-//! batches of small planes, float32 on Intel's AVX-512 CPUs, as one packed
-//! GEMM per pass and group with the images *folded into the positions*:
+//! Pointwise convolutions (1x1 kernels of any rank, stride 1, unpadded),
+//! float32 on Intel's AVX-512 CPUs, as one packed GEMM per pass and group
+//! with the images *folded into the positions* (the forward pass and data
+//! gradient of batches of small planes, the weight gradient of every
+//! batch):
 //! the batch's `N × P` positions are one axis of the product whose images
 //! lie `C·P` elements apart ([`packed::Fold`]). The packing the GEMM does
 //! anyway gathers the positions (no im2col copy of the batch side by side)
@@ -10,9 +12,11 @@
 //! - weight gradient `dW = dy · xᵀ`: `co × ci = [co × N·P] · [N·P × ci]`,
 //!   the batch summed inside the product's depth (its blocks in order).
 //!
-//! The per-image products of such layers have `P` (49 or 196) columns, a
+//! The per-image products of small planes have `P` (49 or 196) columns, a
 //! poor fit for the 64-column tile, and the batched im2col method copies
-//! its blocks of several images side by side through level 3 first.
+//! its blocks of several images side by side through level 3 first. The
+//! weight gradient's per-image products read both operands transposed
+//! (`gemm` packs them slowly) and a batch of one ran on one thread.
 //!
 //! Tasks cut the result's columns (forward and data) or its larger side
 //! (weights) into one block per thread; every element is summed over the
@@ -59,16 +63,19 @@ pub(super) struct Folded {
 }
 
 impl Folded {
-    /// Whether the passes of `geo` run here (float32 checked by the
-    /// caller): on an Intel CPU running AVX-512, a pointwise geometry of
-    /// several images of fewer than [`MAX_POSITIONS`] positions.
-    pub(super) fn takes(geo: &ConvGeometry) -> bool {
+    /// Whether pass `pass` of `geo` runs here (float32 checked by the
+    /// caller): on an Intel CPU running AVX-512, the weight gradient of
+    /// every pointwise geometry, and the forward pass and data gradient of
+    /// pointwise geometries of several images of fewer than
+    /// [`MAX_POSITIONS`] positions.
+    pub(super) fn takes(geo: &ConvGeometry, pass: Pass) -> bool {
         let pointwise = geo.kernel.iter().all(|&k| k == 1)
             && geo.strides.iter().all(|&s| s == 1)
             && geo.pad_begin.iter().all(|&p| p == 0)
             && geo.in_size == geo.out_size;
         let p: usize = geo.in_size.iter().product();
-        pointwise && Simd::best() == Simd::Avx512 && par::intel() && geo.batch >= 2 && p < MAX_POSITIONS
+        let shape = pass == Pass::Weights || (geo.batch >= 2 && p < MAX_POSITIONS);
+        pointwise && shape && Simd::best() == Simd::Avx512 && par::intel()
     }
 
     /// The plan of `pass` where it runs here ([`Self::takes`]).
@@ -78,7 +85,7 @@ impl Folded {
         pass: Pass,
         pos: [usize; 3],
     ) -> Result<Option<Box<dyn Kernel>>, KernelError> {
-        if !Self::takes(geo) {
+        if !Self::takes(geo, pass) {
             return Ok(None);
         }
         let p: usize = geo.in_size.iter().product();

@@ -51,9 +51,10 @@
 //!   the weight gradients of those shapes (`implicit_wgrad`: both
 //!   operands packed transposed, the sum over positions in chunks).
 //!
-//! Pointwise passes (all three, any rank) of batches of planes under 256
-//! positions, float32 on Intel's AVX-512 CPUs, run before all of these as
-//! one packed GEMM per group with the images folded into the positions axis
+//! Pointwise passes of any rank, float32 on Intel's AVX-512 CPUs, run
+//! before all of these (the weight gradient of every batch, the forward
+//! pass and data gradient of batches of planes under 256 positions) as one
+//! packed GEMM per group with the images folded into the positions axis
 //! (`folded`: the packing gathers the images, the tiles store into them; no
 //! column matrix).
 //!

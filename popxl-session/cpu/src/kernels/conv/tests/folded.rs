@@ -1,12 +1,13 @@
-//! Pointwise passes of batches of small planes on the folded GEMM
-//! (`folded`): taken where it says, and matching the f64 loop through the
-//! kernel builder on one thread and two.
+//! Pointwise passes on the folded GEMM (`folded`): taken where it says,
+//! and matching the f64 loop through the kernel builder on one thread and
+//! two.
 
 use popart_ir::ops::conv::conv_geometry;
 use popart_ir::DataType;
 
 use super::super::super::par::{self, Simd};
 use super::super::folded::Folded;
+use super::super::Pass;
 use super::{check, conv_attrs, Case};
 use crate::team;
 
@@ -27,13 +28,24 @@ fn folded_pointwise_passes_match_a_naive_loop() {
         let (n, groups, ci_g, co_g, h, w, ..) = c;
         let geo = conv_geometry(&[n, groups * ci_g, h, w], &[groups * co_g, ci_g, 1, 1], &conv_attrs(c, 1)).unwrap();
         // The plan takes every pass of these on Intel's AVX-512 CPUs, none elsewhere.
-        assert_eq!(Folded::takes(&geo), here, "{c:?}");
+        for pass in [Pass::Forward, Pass::Data, Pass::Weights] {
+            assert_eq!(Folded::takes(&geo, pass), here, "{c:?} {pass:?}");
+        }
         for threads in [1, 2] {
             team::with_max_threads(threads, || check(c, 1, DataType::Float32, 940 + i as u64));
         }
     }
-    // Not taken: one image, or planes of 256 positions.
-    let one = conv_geometry(&[1, 8, 7, 7], &[8, 8, 1, 1], &conv_attrs(CASES[0], 1)).unwrap();
-    let large = conv_geometry(&[2, 8, 16, 16], &[8, 8, 1, 1], &conv_attrs(CASES[0], 1)).unwrap();
-    assert!(!Folded::takes(&one) && !Folded::takes(&large));
+    // One image or planes of 256 positions: the weight gradient only (the
+    // per-image products of the others fill the tiles with no copy).
+    let one: Case = (1, 1, 8, 24, 7, 7, 1, 1, [0; 4], [1, 1]);
+    let large: Case = (2, 1, 40, 8, 16, 16, 1, 1, [0; 4], [1, 1]);
+    for (i, c) in [one, large].into_iter().enumerate() {
+        let (n, _, ci, co, h, w, ..) = c;
+        let geo = conv_geometry(&[n, ci, h, w], &[co, ci, 1, 1], &conv_attrs(c, 1)).unwrap();
+        assert!(!Folded::takes(&geo, Pass::Forward) && !Folded::takes(&geo, Pass::Data));
+        assert_eq!(Folded::takes(&geo, Pass::Weights), here);
+        for threads in [1, 2] {
+            team::with_max_threads(threads, || check(c, 1, DataType::Float32, 950 + i as u64));
+        }
+    }
 }
