@@ -56,12 +56,13 @@ const PACK_MACS: usize = 8;
 /// (4% fewer tiles on two threads than 13 and 12 column tiles).
 fn split_cost(m: usize, n: usize, k: usize, pieces: usize, by_rows: bool) -> usize {
     let tiles = |len: usize, unit: usize| len.div_ceil(pieces.max(1)).next_multiple_of(unit).min(len).div_ceil(unit);
+    // Saturating: a geometry too large to run still gets a plan to refuse.
     let (tiles, packed) = match by_rows {
-        true => (tiles(m, ROWS) * n.div_ceil(COLS), k * n),
-        false => (m.div_ceil(ROWS) * tiles(n, COLS), m * k),
+        true => (tiles(m, ROWS).saturating_mul(n.div_ceil(COLS)), k.saturating_mul(n)),
+        false => (m.div_ceil(ROWS).saturating_mul(tiles(n, COLS)), m.saturating_mul(k)),
     };
-    let shared = if pieces > 1 { packed * PACK_MACS } else { 0 };
-    tiles * ROWS * COLS * k + shared
+    let shared = if pieces > 1 { packed.saturating_mul(PACK_MACS) } else { 0 };
+    tiles.saturating_mul(ROWS * COLS).saturating_mul(k).saturating_add(shared)
 }
 
 /// A pointwise pass over a folded batch (see the module doc).
@@ -133,7 +134,7 @@ impl Folded {
         let width = len.div_ceil(per).next_multiple_of(unit).min(len);
         let pieces = len.div_ceil(width.max(1));
         let values = bl.pack_len().ok_or_else(|| spec.error("the convolution's packing buffer is too large"))?;
-        let slots = (groups * pieces).min(threads.max(1));
+        let slots = if want > 1 { (groups * pieces).min(threads) } else { 1 };
         let packs = scratch::slots(spec, slots, values.div_ceil(2))?;
         Ok(Some(Box::new(Folded { pass, n, groups, ci, co, p, pos, bl, pieces, by_rows, width, packs })))
     }
@@ -204,14 +205,15 @@ impl Folded {
 
 impl Kernel for Folded {
     unsafe fn run(&self, args: &KernelArgs<'_>) -> KernelResult {
+        // The pass's result is the output; the two operands are inputs.
+        let input = |i: usize| args.inputs[self.pos[i]] as *mut f32;
+        let out = args.outputs[0] as *mut f32;
         let (x, w, y) = match self.pass {
-            Pass::Forward => (args.inputs[self.pos[0]], args.inputs[self.pos[1]], args.outputs[0]),
-            Pass::Data => (args.outputs[0] as *const u8, args.inputs[self.pos[1]], args.inputs[self.pos[2]] as *mut u8),
-            Pass::Weights => {
-                (args.inputs[self.pos[0]], args.outputs[0] as *const u8, args.inputs[self.pos[2]] as *mut u8)
-            }
+            Pass::Forward => (input(0), input(1), out),
+            Pass::Data => (out, input(1), input(2)),
+            Pass::Weights => (input(0), out, input(2)),
         };
-        let (x, w, y) = (SendPtr(x as *mut f32), SendPtr(w as *mut f32), SendPtr(y as *mut f32));
+        let (x, w, y) = (SendPtr(x), SendPtr(w), SendPtr(y));
         let tasks = self.groups * self.pieces;
         let slots = self.packs.len();
         let per = tasks.div_ceil(slots);
