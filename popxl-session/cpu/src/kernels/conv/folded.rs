@@ -94,13 +94,9 @@ impl Folded {
     /// pointwise geometries of several images of fewer than
     /// [`MAX_POSITIONS`] positions.
     pub(super) fn takes(geo: &ConvGeometry, pass: Pass) -> bool {
-        let pointwise = geo.kernel.iter().all(|&k| k == 1)
-            && geo.strides.iter().all(|&s| s == 1)
-            && geo.pad_begin.iter().all(|&p| p == 0)
-            && geo.in_size == geo.out_size;
         let p: usize = geo.in_size.iter().product();
         let shape = pass == Pass::Weights || (geo.batch >= 2 && p < MAX_POSITIONS);
-        pointwise && shape && Simd::best() == Simd::Avx512 && par::intel()
+        super::pointwise(geo) && shape && Simd::best() == Simd::Avx512 && par::intel()
     }
 
     /// The plan of `pass` where it runs here ([`Self::takes`]).

@@ -326,6 +326,15 @@ fn geometry(spec: &KernelSpec<'_>) -> Result<(ConvGeometry, Pass), KernelError> 
     Ok((geo.map_err(|m| spec.error(m))?, pass))
 }
 
+/// Whether `geo` is a pointwise convolution of any rank: 1x1 taps, stride
+/// 1, unpadded (each output position reads its own input position).
+fn pointwise(geo: &ConvGeometry) -> bool {
+    geo.kernel.iter().all(|&k| k == 1)
+        && geo.strides.iter().all(|&s| s == 1)
+        && geo.pad_begin.iter().all(|&p| p == 0)
+        && geo.in_size == geo.out_size
+}
+
 fn build(spec: &KernelSpec<'_>) -> BuildResult {
     let (geo, pass) = geometry(spec)?;
     let dt = spec.output(0)?.dtype();
@@ -343,10 +352,7 @@ fn build(spec: &KernelSpec<'_>) -> BuildResult {
         );
     }
     let nd = geo.kernel.len();
-    let pointwise = geo.kernel.iter().all(|&k| k == 1)
-        && geo.strides.iter().all(|&s| s == 1)
-        && geo.pad_begin.iter().all(|&p| p == 0)
-        && geo.in_size == geo.out_size;
+    let pointwise = pointwise(&geo);
     // N-d: pointwise as 1-d over the flattened positions, else as 2-d (`nd`).
     let geo = if nd > 2 && pointwise {
         let flat = vec![geo.in_size.iter().product::<usize>()];
