@@ -40,7 +40,8 @@
 //!   and data gradients of planes up to 256 positions on AVX2 + FMA;
 //! - **blocked** (`direct2d`, float32): on AVX-512 the stride-1 forward
 //!   pass and data gradient of every shape with more than one tap and
-//!   enough channels, and on AVX-512 or AVX2 + FMA (`direct2d_avx2`) all
+//!   enough channels (not the data gradient of one image of fewer than 64
+//!   positions: im2col's), and on AVX-512 or AVX2 + FMA (`direct2d_avx2`) all
 //!   three passes of stride-1 depthwise convolutions, by a register-blocked
 //!   direct kernel over zero-padded planes (small planes several images side
 //!   by side);
