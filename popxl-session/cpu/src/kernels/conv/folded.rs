@@ -68,8 +68,7 @@ fn split_cost(m: usize, n: usize, k: usize, pieces: usize, by_rows: bool) -> usi
 /// A pointwise pass over a folded batch (see the module doc).
 pub(super) struct Folded {
     pass: Pass,
-    /// Images, groups, input and output channels per group, positions per image.
-    n: usize,
+    /// Groups, input and output channels per group, positions per image.
     groups: usize,
     ci: usize,
     co: usize,
@@ -77,7 +76,8 @@ pub(super) struct Folded {
     /// Positions of `x`, `w` and `y` in the kernel args (`y` the output
     /// position for the forward pass, an input's for the gradients).
     pos: [usize; 3],
-    /// The product's `m × k` by `k × n` blocking.
+    /// The product's `m × k` by `k × n` dimensions (per group) and blocking.
+    mkn: [usize; 3],
     bl: Blocking,
     /// Tasks per group, and whether they cut the result's rows (else its columns).
     pieces: usize,
@@ -114,11 +114,12 @@ impl Folded {
         let (ci, co) = (geo.in_channels / groups, geo.out_channels / groups);
         let cols = n * p;
         // The product's m × k by k × n.
-        let (m, k, width_n) = match pass {
-            Pass::Forward => (co, ci, cols),
-            Pass::Data => (ci, co, cols),
-            Pass::Weights => (co, cols, ci),
+        let mkn = match pass {
+            Pass::Forward => [co, ci, cols],
+            Pass::Data => [ci, co, cols],
+            Pass::Weights => [co, cols, ci],
         };
+        let [m, k, width_n] = mkn;
         let bl = Blocking::new(Tiling::Avx512, m, width_n, k);
         let threads = team::num_threads();
         let want = if threads > 1 && geo.macs() >= PAR_MIN_MACS { threads } else { 1 };
@@ -132,7 +133,7 @@ impl Folded {
         let values = bl.pack_len().ok_or_else(|| spec.error("the convolution's packing buffer is too large"))?;
         let slots = if want > 1 { (groups * pieces).min(threads) } else { 1 };
         let packs = scratch::slots(spec, slots, values.div_ceil(2))?;
-        Ok(Some(Box::new(Folded { pass, n, groups, ci, co, p, pos, bl, pieces, by_rows, width, packs })))
+        Ok(Some(Box::new(Folded { pass, groups, ci, co, p, pos, mkn, bl, pieces, by_rows, width, packs })))
     }
 
     /// Task `t`: group `t / pieces`, its block `t % pieces` of the result's
@@ -147,33 +148,24 @@ impl Folded {
         let (p, ci, co, groups) = (self.p, self.ci, self.co, self.groups);
         let (cin, cout) = ((groups * ci) as isize, (groups * co) as isize);
         let pi = p as isize;
-        let cols = self.n * p;
         // Group `gi`'s channels of x and y, and its weights.
         // SAFETY: offsets inside the tensors (this function's contract).
         let (xg, yg, wg) = unsafe { (x.add(gi * ci * p), y.add(gi * co * p), w.add(gi * co * ci)) };
         let x_images = Fold::images(p, cin * pi);
         let y_images = Fold::images(p, cout * pi);
-        let (m, k, n, dst, lhs, rhs) = match self.pass {
+        let [m, k, n] = self.mkn;
+        let (dst, lhs, rhs) = match self.pass {
             Pass::Forward => (
-                co,
-                ci,
-                cols,
                 Dst { ptr: yg, rs: pi, cs: 1, cols: y_images },
                 Operand::matrix(wg, ci as isize, 1),
                 Operand { ptr: xg, rs: pi, cs: 1, rows: Fold::NONE, cols: x_images },
             ),
             Pass::Data => (
-                ci,
-                co,
-                cols,
                 Dst { ptr: xg, rs: pi, cs: 1, cols: x_images },
                 Operand::matrix(wg, 1, ci as isize),
                 Operand { ptr: yg, rs: pi, cs: 1, rows: Fold::NONE, cols: y_images },
             ),
             Pass::Weights => (
-                co,
-                cols,
-                ci,
                 Dst::matrix(wg, ci as isize, 1),
                 Operand { ptr: yg, rs: pi, cs: 1, rows: Fold::NONE, cols: y_images },
                 Operand { ptr: xg, rs: 1, cs: pi, rows: x_images, cols: Fold::NONE },
