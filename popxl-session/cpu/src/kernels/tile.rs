@@ -78,6 +78,57 @@ pub(crate) unsafe fn sums_of<V: Lanes, const R: usize, const C: usize>(
     }
 }
 
+/// [`sums_of`] over an rhs panel packed on the way: step `k`'s `C · V::N`
+/// values are read from the rhs's matrix at `src + k · rs` and stored into
+/// the panel at `b + k · C · V::N`, which [`sums_of`] reads for the tiles
+/// after this one, so the first tile of a row of tiles packs the panels the
+/// others read, its loads overlapping the FMAs instead of a packing pass of
+/// their own. The source `prefetch` steps ahead is prefetched (its rows lie
+/// a stride apart: the hardware's prefetchers miss them). Same sums, same
+/// order, as [`sums_of`] over the packed panel.
+///
+/// # Safety
+/// As [`sums_of`]; `src` valid for `C · V::N` reads at each of `kc` steps
+/// `rs` apart, `b` for the panel's `kc · C · V::N` writes, overlapping
+/// neither `a` nor the source.
+#[inline(always)]
+pub(crate) unsafe fn sums_packing<V: Lanes, const R: usize, const C: usize>(
+    kc: usize,
+    a: *const f32,
+    (src, rs): (*const f32, isize),
+    b: *mut f32,
+    prefetch: isize,
+) -> [[V; C]; R] {
+    let w = C * V::N;
+    // SAFETY: steps `0..kc` of the panels and the source rows (contract);
+    // prefetches are hints and never fault.
+    unsafe {
+        let mut acc = [[V::splat(0.0); C]; R];
+        for k in 0..kc {
+            let row = src.offset(k as isize * rs);
+            #[cfg(target_arch = "x86_64")]
+            {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                let ahead = row.wrapping_offset(prefetch * rs) as *const i8;
+                for line in (0..w * 4).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                }
+            }
+            let bv: [V; C] = std::array::from_fn(|h| V::load(row.add(h * V::N)));
+            for (h, v) in bv.iter().enumerate() {
+                v.store(b.add(k * w + h * V::N));
+            }
+            for (i, accs) in acc.iter_mut().enumerate() {
+                let ai = V::splat(*a.add(k * R + i));
+                for (r, &bh) in accs.iter_mut().zip(&bv) {
+                    *r = ai.fmadd(bh, *r);
+                }
+            }
+        }
+        acc
+    }
+}
+
 /// The vector operations of the register tiles, over one register of f32
 /// lanes (`__m256` with AVX2 + FMA, `__m512` with AVX-512F). Every method
 /// asks that the CPU runs the type's instructions, and `load` and `store`

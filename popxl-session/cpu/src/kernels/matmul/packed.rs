@@ -10,6 +10,11 @@
 //! it); the loop nests, the packing and the stores are the same code for
 //! both.
 //!
+//! Where the lhs panel stays in L1, the rhs panels of a plain matrix of
+//! contiguous rows are packed by the first row of tiles of each block as
+//! they read them (`tile::sums_packing`), the loads overlapping the FMAs
+//! instead of a packing pass waiting on level 3.
+//!
 //! Operands and results are matrices of any strides, or *folded* ones
 //! ([`Fold`]): an axis that runs over the positions of several images lying
 //! apart in memory (a pointwise convolution's batch, `conv/folded.rs`),
@@ -31,7 +36,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::super::tile::{sums_of, Lanes};
+use super::super::tile::{sums_of, sums_packing, Lanes};
 
 /// Values the packing buffers are aligned to (64 bytes: a cache line).
 const ALIGN: usize = 16;
@@ -71,6 +76,14 @@ trait Tile {
     /// `out`'s elements are valid and this call's alone, and so are its
     /// addends' (those not null).
     unsafe fn tile(kb: usize, a: *const f32, b: *const f32, out: Out);
+
+    /// [`Tile::tile`] reading the rhs panel from its matrix (step `p` at
+    /// `src.0 + p · src.1`, `NR` contiguous values) and packing it into `b`
+    /// as it goes ([`sums_packing`]).
+    ///
+    /// # Safety
+    /// As [`Tile::tile`] and [`sums_packing`].
+    unsafe fn tile_packing(kb: usize, a: *const f32, src: (*const f32, isize), b: *mut f32, out: Out);
 
     /// [`panel_sums`] over this tile's rhs panels (`NR` columns wide).
     ///
@@ -121,6 +134,17 @@ impl Tile for Avx2Tile {
         unsafe { run_tile::<__m256, { Self::MR }, 2>(kb, a, b, out) }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_packing(kb: usize, a: *const f32, src: (*const f32, isize), b: *mut f32, out: Out) {
+        // SAFETY: the trait's contract; AVX2 and FMA are this function's features.
+        unsafe {
+            let acc = sums_packing::<__m256, { Self::MR }, 2>(kb, a, src, b, PREFETCH);
+            store_tile(&acc, out);
+        }
+    }
+
     #[inline(always)]
     unsafe fn column_sums(kb: usize, nb: usize, panels: *const f32, sums: *mut f32, first: bool) {
         // SAFETY: the trait's contract.
@@ -156,6 +180,17 @@ impl Tile for Avx512Tile {
         unsafe { run_tile::<__m512, { Self::MR }, 4>(kb, a, b, out) }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn tile_packing(kb: usize, a: *const f32, src: (*const f32, isize), b: *mut f32, out: Out) {
+        // SAFETY: the trait's contract; AVX-512F is this function's feature.
+        unsafe {
+            let acc = sums_packing::<__m512, { Self::MR }, 4>(kb, a, src, b, PREFETCH);
+            store_tile(&acc, out);
+        }
+    }
+
     #[inline(always)]
     unsafe fn column_sums(kb: usize, nb: usize, panels: *const f32, sums: *mut f32, first: bool) {
         // SAFETY: the trait's contract.
@@ -189,6 +224,10 @@ unsafe fn run_tile<V: Lanes, const R: usize, const C: usize>(kb: usize, a: *cons
         store_tile(&acc, out);
     }
 }
+
+/// Steps ahead of a tile that packs a panel from strided rows, prefetched
+/// ([`sums_packing`]): 4 to 24 measured alike, none 3-4% slower.
+const PREFETCH: isize = 12;
 
 /// Block sizes of one product, fixed when its kernel is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -525,6 +564,12 @@ unsafe fn nest<T: Tile>(
     let bpack = apack.wrapping_add((mc * kc).next_multiple_of(ALIGN));
     debug_assert!(bl.pack_len().is_some_and(|l| pack.len() >= l));
     // One `mb × kb` by `kb × nb` block product of packed panels at (ic, pc, jc).
+    // The rhs panels of a block packed by its first row of tiles
+    // ([`Tile::tile_packing`]) where the lhs panels stay in L1 (each row of
+    // tiles is a pass over the rhs panels) and the rhs is a plain matrix of
+    // contiguous rows; its partial panel is packed before. Measured 2-5%
+    // faster on the gpt example's weight gradients (BENCHMARKS.md).
+    let fuse = T::A_IN_L1 && rhs.cs == 1 && rhs.rows.is_plain() && rhs.cols.is_plain();
     let block = |ic: usize, mb: usize, pc: usize, kb: usize, jc: usize, nb: usize| {
         let store = match (pc, read_dst) {
             (0, false) => Store::Overwrite,
@@ -548,7 +593,11 @@ unsafe fn nest<T: Tile>(
             // elements lie inside `dst` and the addends (contract).
             unsafe {
                 let out = Out { y: dst.ptr.offset(at), rs: dst.rs, cs: dst.cs, cols, mr, nr, store, beta, add };
-                T::tile(kb, ap, bp, out)
+                if fuse && ir == 0 && nr == T::NR {
+                    T::tile_packing(kb, ap, (rhs.at(pc, c), rhs.rs), bp, out)
+                } else {
+                    T::tile(kb, ap, bp, out)
+                }
             };
         };
         if T::A_IN_L1 {
@@ -581,12 +630,14 @@ unsafe fn nest<T: Tile>(
                     // `bpack`, which holds `nc × kc` values (the buffer's contract);
                     // the first row block packs each rhs block once, in order of `pc`.
                     unsafe {
-                        pack_b::<T>(kb, nb, rhs, pc, jc, bpack);
-                        if !sums.is_null() && ic == 0 {
-                            T::column_sums(kb, nb, bpack, sums.add(jc), pc == 0);
-                        }
+                        let full = if fuse { nb / T::NR * T::NR } else { 0 };
+                        pack_b::<T>(kb, nb - full, rhs, pc, jc + full, bpack.add(full * kb));
                     }
                     block(ic, mb, pc, kb, jc, nb);
+                    if !sums.is_null() && ic == 0 {
+                        // SAFETY: the block's panels are packed; `sums` holds `n` values.
+                        unsafe { T::column_sums(kb, nb, bpack, sums.add(jc), pc == 0) };
+                    }
                 }
             }
         }
@@ -901,6 +952,9 @@ mod tests {
             (7, 50, 321),
             (64, 64, 64),
             (30, 70, 250),
+            // Several blocks of columns and of depth, full panels and a partial one
+            // (the AVX-512 tile packs the full ones as its first row of tiles runs).
+            (13, 450, 900),
         ];
         for (tiling, &(m, n, k)) in tilings().into_iter().flat_map(|t| shapes.iter().map(move |s| (t, s))) {
             let a: Vec<f32> = (0..m * k).map(|_| next()).collect();
