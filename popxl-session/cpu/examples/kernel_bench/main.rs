@@ -15,8 +15,8 @@
 //!   thread) in the same run and prints our time next to numpy's.
 //! - `--suite gpt`: the kernels of one layer of the `gpt` example: the
 //!   matmuls (forward and both gradients of the qkv, fc and fc2 projections),
-//!   the attention, gelu and the bias gradients (alone, and summed in the
-//!   weight gradient's pass: `rhs bias grad`).
+//!   the attention, gelu, layer norm and the bias gradients (alone, and
+//!   summed in the weight gradient's pass: `rhs bias grad`).
 //! - `--suite decode`: the products of the `gpt` example's one-position
 //!   decode program (`--sample`): one row times each weight, with the bias
 //!   (and the residual), weights resident in the caches as in a loop over
@@ -281,6 +281,13 @@ fn gpt_cases() -> Vec<Case> {
     let (hid, res) = (f32s(&[16, 128, 1024]), f32s(&[16, 128, 256]));
     v.push(Case::new("fc gelu", "Gelu", vec![hid.clone()], hid.clone()));
     v.push(Case::new("fc gelu grad", "GeluGrad", vec![hid.clone(), hid.clone()], hid.clone()));
+    // Layer norm (`GroupNorm` of one group) over the [2048, 256] rows, forward and gradient.
+    let (rows, w, st) = (f32s(&[2048, 256]), f32s(&[256]), f32s(&[2048]));
+    let ln = |c: Case| c.attr("num_groups", AttrValue::Int(1)).attr("epsilon", AttrValue::Float(1e-5));
+    let fwd = Case::new("ln fwd", "GroupNorm", vec![rows.clone(), w.clone(), w.clone()], rows.clone());
+    v.push(ln(fwd.output(st.clone()).output(st.clone())));
+    let inputs = vec![rows.clone(), rows.clone(), w.clone(), st.clone(), st];
+    v.push(ln(Case::new("ln grad", "GroupNormGrad", inputs, rows).output(w.clone()).output(w)));
     let qkv_grad = f32s(&[16, 128, 768]);
     for (name, x, n) in [("qkv bias grad", qkv_grad, 768), ("fc bias grad", hid, 1024), ("fc2 bias grad", res, 256)] {
         let bias = Case::new(name, "ReduceToShape", vec![x], f32s(&[n]));
