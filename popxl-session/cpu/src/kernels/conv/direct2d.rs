@@ -44,6 +44,11 @@ pub(super) const LANES: usize = 16;
 const GRID: usize = 1024;
 /// Elements of padded input kept in the level-2 cache (1 MiB of f32).
 const L2_ELEMS: usize = 1 << 18;
+/// Elements of input window and weights a tile keeps in L1 (24 KiB: half of
+/// an Ice Lake's L1, the rest for the lines streaming through): with all 64
+/// input channels of a 3x3 layer under each tile, its window and weights
+/// (78 KiB) came from level 2, 1.1x slower (BENCHMARKS.md).
+const L1_ELEMS: usize = 6 * 1024;
 
 /// A stride-1 correlation of `cin` input planes (`ih × iw`) into `cout` output
 /// planes (`oh × ow`) per group, through the padded plane (see the module doc).
@@ -84,6 +89,11 @@ pub(crate) struct Blocked {
     /// Elements between two images of the input and of the output.
     xs: usize,
     ys: usize,
+    /// Most input channels a tile sums between two stores of its grids: their
+    /// window under the tile (each row of taps: the tile's vectors and the
+    /// taps' reach, in whole lines) and the tile's weights within
+    /// [`L1_ELEMS`].
+    l1_cin: usize,
     /// The instruction set the tiles run: [`Simd::Avx512`] or [`Simd::Avx2`].
     simd: Simd,
 }
@@ -141,6 +151,7 @@ impl Blocked {
         let max_tap = taps.iter().copied().max().unwrap_or(0);
         let plane = (hp * wp).max(ext + max_tap).next_multiple_of(LANES);
         let woff = (0..g.kk()).map(woff).collect();
+        let window = g.kh * ((PB * LANES + (g.kw - 1) * g.dw).div_ceil(LANES) + 1) * LANES + RB * g.kk();
         Blocked {
             cin,
             cout,
@@ -163,6 +174,7 @@ impl Blocked {
             wc,
             xs,
             ys,
+            l1_cin: (L1_ELEMS / window).max(1),
             simd: Simd::best(),
         }
     }
@@ -175,9 +187,11 @@ impl Blocked {
     }
 
     /// Input channels padded and swept at a time: a block that stays in the
-    /// level-2 cache while every output channel of a task goes over it.
+    /// level-2 cache while every output channel of a task goes over it, and
+    /// whose window under one tile stays in L1 with the tile's weights
+    /// (`l1_cin`).
     fn cin_block(&self) -> usize {
-        let cb = (L2_ELEMS / self.plane).clamp(1, self.cin.max(1));
+        let cb = (L2_ELEMS / self.plane).min(self.l1_cin).clamp(1, self.cin.max(1));
         self.cin.div_ceil(self.cin.div_ceil(cb))
     }
 
