@@ -5,7 +5,9 @@
 //! gradient of depthwise convolutions.
 //!
 //! The input planes of a task are copied, a cache-sized block of input
-//! channels at a time, into zero-padded planes of `wp` columns, so that every
+//! channels at a time (padded planes that stay in level 2, few enough that a
+//! tile's window of them and its weights stay in L1), into zero-padded
+//! planes of `wp` columns, so that every
 //! output of the extended `oh × wp` grid (the columns past an image's `ow`
 //! are discarded) is `Σ_c Σ_taps w · xp[c][q + tap]`. Small planes put several
 //! images side by side in one padded plane (neighbours share their zero
