@@ -78,12 +78,21 @@ trait Tile {
     unsafe fn tile(kb: usize, a: *const f32, b: *const f32, out: Out);
 
     /// [`Tile::tile`] reading the rhs panel from its matrix (step `p` at
-    /// `src.0 + p · src.1`, `NR` contiguous values) and packing it into `b`
-    /// as it goes ([`sums_packing`]).
+    /// `src.0 + p · src.1`, `NR` contiguous values) and packing it into `b`:
+    /// as it goes where the tile has a kernel for it ([`sums_packing`]),
+    /// else a copy first.
     ///
     /// # Safety
     /// As [`Tile::tile`] and [`sums_packing`].
-    unsafe fn tile_packing(kb: usize, a: *const f32, src: (*const f32, isize), b: *mut f32, out: Out);
+    unsafe fn tile_packing(kb: usize, a: *const f32, src: (*const f32, isize), b: *mut f32, out: Out) {
+        // SAFETY: the panel's `kb` rows of `NR` values into `b` (contract), then the tile.
+        unsafe {
+            for p in 0..kb {
+                std::ptr::copy_nonoverlapping(src.0.offset(p as isize * src.1), b.add(p * Self::NR), Self::NR);
+            }
+            Self::tile(kb, a, b, out)
+        }
+    }
 
     /// [`panel_sums`] over this tile's rhs panels (`NR` columns wide).
     ///
@@ -132,17 +141,6 @@ impl Tile for Avx2Tile {
     unsafe fn tile(kb: usize, a: *const f32, b: *const f32, out: Out) {
         // SAFETY: the trait's contract; AVX2 and FMA are this function's features.
         unsafe { run_tile::<__m256, { Self::MR }, 2>(kb, a, b, out) }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_packing(kb: usize, a: *const f32, src: (*const f32, isize), b: *mut f32, out: Out) {
-        // SAFETY: the trait's contract; AVX2 and FMA are this function's features.
-        unsafe {
-            let acc = sums_packing::<__m256, { Self::MR }, 2>(kb, a, src, b, PREFETCH);
-            store_tile(&acc, out);
-        }
     }
 
     #[inline(always)]
@@ -1099,6 +1097,55 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// A tile packing its rhs panel from a strided matrix as it goes (the
+    /// AVX-512 tile's fused kernel, the AVX2 tile's copy first) stores the
+    /// bits of packing the panel first, then the tile, and leaves the panel
+    /// packed.
+    #[test]
+    fn tiles_packing_their_rhs_panel_give_the_packed_tiles_bits() {
+        fn check<T: Tile>(next: &mut impl FnMut() -> f32) {
+            let (kb, rs) = (37, T::NR + 19);
+            let a: Vec<f32> = (0..kb * T::MR).map(|_| next()).collect();
+            let src: Vec<f32> = (0..kb * rs).map(|_| next()).collect();
+            let packed: Vec<f32> = (0..kb).flat_map(|p| src[p * rs..p * rs + T::NR].to_vec()).collect();
+            let run = |fused: bool| {
+                let (mut y, mut b) = (vec![0f32; T::MR * T::NR], vec![0f32; kb * T::NR]);
+                let out = Out {
+                    y: y.as_mut_ptr(),
+                    rs: T::NR as isize,
+                    cs: 1,
+                    cols: Fold::NONE,
+                    mr: T::MR,
+                    nr: T::NR,
+                    store: Store::Overwrite,
+                    beta: 1.0,
+                    add: Addends::NONE,
+                };
+                // SAFETY: the tiling's features checked; panels of `kb` steps, the
+                // source `kb` rows of `rs >= NR` values, the tile `MR × NR`.
+                unsafe {
+                    if fused {
+                        T::tile_packing(kb, a.as_ptr(), (src.as_ptr(), rs as isize), b.as_mut_ptr(), out);
+                    } else {
+                        b.copy_from_slice(&packed);
+                        T::tile(kb, a.as_ptr(), b.as_ptr(), out);
+                    }
+                }
+                (y, b)
+            };
+            let ((y, b), (y0, b0)) = (run(true), run(false));
+            assert_eq!(b, b0, "the panel packed");
+            assert!(y.iter().zip(&y0).all(|(u, v)| u.to_bits() == v.to_bits()), "the tile's bits");
+        }
+        let mut next = uniform(23);
+        for tiling in tilings() {
+            match tiling {
+                Tiling::Avx2 => check::<Avx2Tile>(&mut next),
+                Tiling::Avx512 => check::<Avx512Tile>(&mut next),
             }
         }
     }
