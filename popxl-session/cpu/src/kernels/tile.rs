@@ -49,15 +49,7 @@ pub(crate) unsafe fn sums_of<V: Lanes, const R: usize, const C: usize>(
     #[inline(always)]
     unsafe fn step<V: Lanes, const R: usize, const C: usize>(acc: &mut [[V; C]; R], a: *const f32, b: *const f32) {
         // SAFETY: one group of each panel (the caller's contract).
-        unsafe {
-            let bv: [V; C] = std::array::from_fn(|h| V::load(b.add(h * V::N)));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let ai = V::splat(*a.add(i));
-                for (r, &bh) in row.iter_mut().zip(&bv) {
-                    *r = ai.fmadd(bh, *r);
-                }
-            }
-        }
+        unsafe { fmas(acc, a, std::array::from_fn(|h| V::load(b.add(h * V::N)))) }
     }
     // SAFETY: `V`'s instructions (this function's contract); steps `0..kc`
     // read groups inside the panels' valid reads.
@@ -118,14 +110,27 @@ pub(crate) unsafe fn sums_packing<V: Lanes, const R: usize, const C: usize>(
             for (h, v) in bv.iter().enumerate() {
                 v.store(b.add(k * w + h * V::N));
             }
-            for (i, accs) in acc.iter_mut().enumerate() {
-                let ai = V::splat(*a.add(k * R + i));
-                for (r, &bh) in accs.iter_mut().zip(&bv) {
-                    *r = ai.fmadd(bh, *r);
-                }
-            }
+            fmas(&mut acc, a.add(k * R), bv);
         }
         acc
+    }
+}
+
+/// One step of a tile: the rhs's `C` vectors `bv` times each of `a`'s `R`
+/// values, added to the sums.
+///
+/// # Safety
+/// The CPU runs `V`'s instructions; `a` valid for `R` reads.
+#[inline(always)]
+unsafe fn fmas<V: Lanes, const R: usize, const C: usize>(acc: &mut [[V; C]; R], a: *const f32, bv: [V; C]) {
+    // SAFETY: this function's contract.
+    unsafe {
+        for (i, row) in acc.iter_mut().enumerate() {
+            let ai = V::splat(*a.add(i));
+            for (r, &bh) in row.iter_mut().zip(&bv) {
+                *r = ai.fmadd(bh, *r);
+            }
+        }
     }
 }
 

@@ -97,6 +97,7 @@ impl Kernel for GeluKernel {
 /// vector operations per value, the out-of-order window holds too few loads
 /// to hide memory's latency and the hardware's prefetchers fall behind;
 /// measured 9-15% faster on the gpt example's `[16, 128, 1024]` (BENCHMARKS.md).
+#[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 512;
 
 /// Prefetches the line `AHEAD` values past `xs[i]` into L1 (a hint only).
